@@ -1,0 +1,119 @@
+#include "core/executor.h"
+
+#include <fmt/format.h>
+
+#include "core/schedule.h"
+
+namespace pipegrid {
+
+double Timeline::makespan() const {
+  double m = 0;
+  for (double e : end) m = std::max(m, e);
+  return m;
+}
+
+std::string describe_task(const Task& t, const std::vector<std::string>& names) {
+  auto name = [&](int d) { return d >= 0 && static_cast<size_t>(d) < names.size() ? names[d] : fmt::format("device{}", d); };
+  switch (t.kind) {
+    case TaskKind::Forward:
+    case TaskKind::Backward:
+    case TaskKind::Weight: {
+      Pass p = t.kind == TaskKind::Forward ? Pass::Forward : t.kind == TaskKind::Backward ? Pass::Backward : Pass::Weight;
+      return fmt::format("{} on {}", to_string(Action{t.stage, p, t.micro_batch}), name(t.device));
+    }
+    case TaskKind::Optimizer: return fmt::format("optimizer step on {}", name(t.device));
+    case TaskKind::Transfer:
+      switch (t.transfer) {
+        case TransferKind::Activation:
+          return fmt::format("activation {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage, t.micro_batch,
+                             name(t.device), name(t.peer));
+        case TransferKind::Gradient:
+          return fmt::format("gradient {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage, t.micro_batch,
+                             name(t.device), name(t.peer));
+        default:
+          return fmt::format("all-reduce step of stage {}, {}->{}", t.stage, name(t.device), name(t.peer));
+      }
+  }
+  return "?";
+}
+
+Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher)
+    : graph_(graph),
+      launcher_(launcher),
+      pending_(graph.predecessor_count),
+      cursor_(graph.device_order.size(), 0),
+      busy_(graph.device_order.size(), 0) {
+  timeline_.start.assign(graph.tasks.size(), -1.0);
+  timeline_.end.assign(graph.tasks.size(), -1.0);
+}
+
+void Executor::start() {
+  for (size_t t = 0; t < graph_.tasks.size(); ++t)
+    if (!graph_.tasks[t].is_compute() && pending_[t] == 0) launch(static_cast<int32_t>(t), 0.0);
+  for (size_t d = 0; d < graph_.device_order.size(); ++d) try_device(static_cast<int>(d), 0.0);
+  drain();
+}
+
+void Executor::launch(int32_t t, double now) {
+  timeline_.start[t] = now;
+  const Task& task = graph_.tasks[t];
+  const bool instant = task.is_compute() ? task.duration <= 0 : task.device == task.peer;
+  if (instant)
+    instant_.emplace_back(t, now);
+  else
+    launcher_.launch(t, now);
+}
+
+void Executor::try_device(int d, double now) {
+  if (busy_[d] || cursor_[d] >= graph_.device_order[d].size()) return;
+  int32_t t = graph_.device_order[d][cursor_[d]];
+  if (pending_[t] != 0) return;
+  busy_[d] = 1;
+  launch(t, now);
+}
+
+void Executor::finished(int32_t t, double end) {
+  instant_.emplace_back(t, end);
+  drain();
+}
+
+void Executor::drain() {
+  while (!instant_.empty()) {
+    auto [t, end] = instant_.back();
+    instant_.pop_back();
+    timeline_.end[t] = end;
+    ++done_;
+    const Task& task = graph_.tasks[t];
+    for (int32_t s : graph_.successors[t]) {
+      if (--pending_[s] != 0) continue;
+      if (graph_.tasks[s].is_compute())
+        try_device(graph_.tasks[s].device, end);
+      else
+        launch(s, end);
+    }
+    if (task.is_compute()) {
+      busy_[task.device] = 0;
+      ++cursor_[task.device];
+      try_device(task.device, end);
+    }
+  }
+}
+
+Error Executor::stuck_error(const std::vector<std::string>& names) const {
+  std::string msg = "the schedule deadlocks:";
+  for (size_t d = 0; d < graph_.device_order.size(); ++d) {
+    if (cursor_[d] >= graph_.device_order[d].size()) continue;
+    int32_t t = graph_.device_order[d][cursor_[d]];
+    msg += fmt::format("\n  {} waits at {} for", names.at(d), describe_task(graph_.tasks[t], names));
+    // Name the unfinished inputs (one level up, through transfers to their producers).
+    std::vector<int32_t> missing;
+    for (size_t u = 0; u < graph_.tasks.size(); ++u)
+      for (int32_t s : graph_.successors[u])
+        if (s == t && timeline_.end[u] < 0) missing.push_back(static_cast<int32_t>(u));
+    for (size_t i = 0; i < missing.size(); ++i)
+      msg += fmt::format("{} {}", i ? "," : "", describe_task(graph_.tasks[missing[i]], names));
+  }
+  return Error{msg};
+}
+
+}  // namespace pipegrid

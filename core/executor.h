@@ -1,0 +1,54 @@
+// Runs a TaskGraph with a pluggable notion of time. The executor owns the semantics shared by
+// every backend: a device runs its compute tasks one at a time, in its order, each once all its
+// data dependencies are done; a transfer starts as soon as its dependencies are done (transfers
+// overlap compute). Zero-length compute tasks and transfers between a device and itself finish
+// at once without the backend. Backends (the analytic evaluator, the SimGrid replay) only say how
+// long a launched task takes, by calling finished().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+class TaskLauncher {
+ public:
+  virtual ~TaskLauncher() = default;
+  // Start `task` at time `now`; call Executor::finished(task, end) when it ends.
+  virtual void launch(int32_t task, double now) = 0;
+};
+
+class Executor {
+ public:
+  Executor(const TaskGraph& graph, TaskLauncher& launcher);
+
+  void start();  // launches what is ready at time 0
+  void finished(int32_t task, double end);
+
+  bool complete() const { return done_ == graph_.tasks.size(); }
+  // Explains an incomplete run: what each stuck device waits for (a deadlock).
+  Error stuck_error(const std::vector<std::string>& device_names) const;
+  Timeline take_timeline() { return std::move(timeline_); }
+
+ private:
+  void launch(int32_t task, double now);
+  void try_device(int device, double now);
+  void drain();
+
+  const TaskGraph& graph_;
+  TaskLauncher& launcher_;
+  Timeline timeline_;
+  std::vector<int32_t> pending_;  // unfinished predecessors
+  std::vector<size_t> cursor_;    // next position in device_order
+  std::vector<char> busy_;
+  std::vector<std::pair<int32_t, double>> instant_;  // finished without the backend, to process
+  size_t done_ = 0;
+};
+
+// A short human description of a task: "1B0 on gpu1", "activation 0->1 of micro-batch 3, gpu0->gpu1".
+std::string describe_task(const Task& t, const std::vector<std::string>& device_names);
+
+}  // namespace pipegrid

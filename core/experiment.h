@@ -1,0 +1,45 @@
+// An experiment (workload + cluster + strategy) and the core pipeline that prepares it for replay:
+// partition -> schedule -> validation -> lowering -> deadlock check. No SimGrid here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/memory.h"
+#include "core/partition.h"
+#include "core/result.h"
+#include "core/schedule.h"
+#include "core/task_graph.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+struct StrategySpec {
+  std::string partitioner = "uniform";
+  std::string schedule = "1f1b";
+  int micro_batches = 1;
+  int stages = 0;  // 0: one stage per device, at most one per layer
+};
+
+struct Experiment {
+  std::string name;
+  Workload workload;
+  Cluster cluster;
+  StrategySpec strategy;
+  MemoryOptions memory;
+  double micro_batch_size = 0;  // samples per micro-batch; 0: the workload's default
+};
+
+struct PreparedRun {
+  Partition partition;
+  Schedule schedule;
+  TaskGraph graph;
+  double micro_batch_size = 1;
+};
+
+std::vector<std::string> device_names(const Cluster& c);
+
+Result<PreparedRun> prepare(const Experiment& e);
+
+}  // namespace pipegrid

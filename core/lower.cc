@@ -1,0 +1,190 @@
+#include "core/lower.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace pipegrid {
+namespace {
+
+// Fraction of the micro-batch that replica i of n and replica j of m both hold.
+double overlap(int i, int n, int j, int m) {
+  double lo = std::max(static_cast<double>(i) / n, static_cast<double>(j) / m);
+  double hi = std::min(static_cast<double>(i + 1) / n, static_cast<double>(j + 1) / m);
+  return std::max(0.0, hi - lo);
+}
+
+TaskKind kind_of(Pass p) {
+  switch (p) {
+    case Pass::Forward: return TaskKind::Forward;
+    case Pass::Backward: return TaskKind::Backward;
+    case Pass::Weight: return TaskKind::Weight;
+  }
+  return TaskKind::Forward;
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
+                                                        double micro_batch_size) {
+  std::vector<std::vector<StageCost>> out(p.stage_count());
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    const double share = micro_batch_size / static_cast<double>(st.devices.size());
+    for (int d : st.devices) {
+      StageCost sc;
+      for (int l : st.layers) {
+        const Layer& layer = w.layer(l);
+        Result<PassTimes> t = layer_times(layer, w.precision, c.devices[d].spec, share);
+        if (!t) return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, t.error().message)};
+        sc.times.forward += t->forward;
+        sc.times.backward_input += t->backward_input;
+        sc.times.backward_weight += t->backward_weight;
+        sc.stash_bytes += layer.stash_bytes * share;
+        sc.parameters += layer.parameters;
+        sc.parameter_bytes += layer.parameter_bytes;
+      }
+      out[s].push_back(sc);
+    }
+  }
+  return out;
+}
+
+Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
+                        const LoweringOptions& o) {
+  auto costs = stage_costs(w, c, p, o.micro_batch_size);
+  if (!costs) return costs.error();
+  const int m = o.micro_batches;
+  const size_t S = p.stage_count();
+  const size_t D = c.devices.size();
+
+  TaskGraph g;
+  g.samples_per_iteration = m * o.micro_batch_size;
+  g.device_order.resize(D);
+  g.static_memory.assign(D, MemoryBytes{});
+
+  // Replica index of every (stage, device); (stage, replica) pairs are numbered rep_base[s] + j.
+  std::vector<std::vector<int>> replica_of(S, std::vector<int>(D, -1));
+  std::vector<size_t> rep_base(S + 1, 0);
+  for (size_t s = 0; s < S; ++s) {
+    const auto& devs = p.stage(s).devices;
+    for (size_t j = 0; j < devs.size(); ++j) replica_of[s][devs[j]] = static_cast<int>(j);
+    rep_base[s + 1] = rep_base[s] + devs.size();
+  }
+  auto rep_index = [&](int s, int j) { return rep_base[s] + j; };
+  // Compute task of every (stage, replica, pass, micro-batch).
+  std::vector<int32_t> slot(rep_base[S] * m * 3, -1);
+  auto slot_of = [&](int s, int replica, Pass pass, int k) -> int32_t& {
+    return slot[(rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass)];
+  };
+  std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
+
+  // Compute tasks in device order, with their memory effects.
+  for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d) {
+    for (const Action& a : sched.device_actions[d]) {
+      const int j = replica_of[a.stage][d];
+      const StageCost& sc = (*costs)[a.stage][j];
+      Task t;
+      t.kind = kind_of(a.pass);
+      t.stage = a.stage;
+      t.micro_batch = a.micro_batch;
+      t.device = static_cast<int32_t>(d);
+      switch (a.pass) {
+        case Pass::Forward: t.duration = sc.times.forward; break;
+        case Pass::Backward: t.duration = sched.split_backward ? sc.times.backward_input : sc.times.backward(); break;
+        case Pass::Weight: t.duration = sc.times.backward_weight; break;
+      }
+      int32_t id = g.add(t);
+      slot_of(a.stage, j, a.pass, a.micro_batch) = id;
+      g.device_order[d].push_back(id);
+      if (a.pass == Pass::Forward) g.memory_changes.push_back({id, MemoryCategory::Activations, false, sc.stash_bytes});
+      const bool frees = sched.split_backward ? a.pass == Pass::Weight : a.pass == Pass::Backward;
+      if (frees) g.memory_changes.push_back({id, MemoryCategory::Activations, true, -sc.stash_bytes});
+      if (a.pass != Pass::Forward) last_backward[rep_index(a.stage, j)] = id;
+    }
+  }
+
+  // Activations forward, gradients backward, between stages.
+  for (size_t s = 0; s < S; ++s) {
+    for (int t : p.successors(static_cast<int>(s))) {
+      auto e = boost::edge(s, t, p.graph).first;
+      const double bytes = p.graph[e].bytes_per_sample * o.micro_batch_size;
+      const auto& from = p.stage(s).devices;
+      const auto& to = p.stage(t).devices;
+      for (size_t i = 0; i < from.size(); ++i) {
+        for (size_t j = 0; j < to.size(); ++j) {
+          const double share = overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
+                                       static_cast<int>(to.size()));
+          if (share <= 0) continue;
+          for (int k = 0; k < m; ++k) {
+            const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
+            const int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
+            const int32_t b_src = slot_of(t, static_cast<int>(j), Pass::Backward, k);
+            const int32_t b_dst = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k);
+            if (from[i] == to[j]) {
+              g.depend(f_src, f_dst);
+              g.depend(b_src, b_dst);
+              continue;
+            }
+            Task act{TaskKind::Transfer, TransferKind::Activation, static_cast<int32_t>(s), t, k, from[i], to[j], 0, bytes * share};
+            int32_t a = g.add(act);
+            g.depend(f_src, a);
+            g.depend(a, f_dst);
+            Task grad{TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0, bytes * share};
+            int32_t b = g.add(grad);
+            g.depend(b_src, b);
+            g.depend(b, b_dst);
+          }
+        }
+      }
+    }
+  }
+
+  // Static memory, gradient all-reduce of replicated stages, optimizer step.
+  std::vector<std::vector<int32_t>> step_inputs(D);
+  for (size_t s = 0; s < S; ++s) {
+    const auto& devs = p.stage(s).devices;
+    const int r = static_cast<int>(devs.size());
+    for (int j = 0; j < r; ++j) {
+      const StageCost& sc = (*costs)[s][j];
+      MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, o.memory);
+      for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[devs[j]][k] += st[k];
+    }
+    if (r == 1) {
+      if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0) step_inputs[devs[0]].push_back(lb);
+      continue;
+    }
+    // Ring all-reduce: 2 (r - 1) steps; in each, replica j sends a 1/r chunk to j + 1 once it has
+    // received the previous step's chunk from j - 1 (step 0: once its own gradients are ready).
+    const double chunk = (*costs)[s][0].parameter_bytes / r;
+    std::vector<int32_t> prev(r, -1);
+    for (int step = 0; step < 2 * (r - 1); ++step) {
+      std::vector<int32_t> cur(r);
+      for (int j = 0; j < r; ++j) {
+        Task t{TaskKind::Transfer, TransferKind::AllReduce, static_cast<int32_t>(s), static_cast<int32_t>(s), -1, devs[j], devs[(j + 1) % r], 0, chunk};
+        cur[j] = g.add(t);
+        if (step == 0) {
+          g.depend(last_backward[rep_index(static_cast<int>(s), j)], cur[j]);
+        } else {
+          g.depend(prev[(j - 1 + r) % r], cur[j]);
+        }
+      }
+      prev = cur;
+    }
+    for (int j = 0; j < r; ++j) step_inputs[devs[j]].push_back(prev[(j - 1 + r) % r]);
+  }
+  for (size_t d = 0; d < D; ++d) {
+    if (g.device_order[d].empty()) continue;
+    Task t;
+    t.kind = TaskKind::Optimizer;
+    t.device = static_cast<int32_t>(d);
+    t.duration = w.optimizer_step_s;
+    int32_t id = g.add(t);
+    for (int32_t in : step_inputs[d])
+      if (g.tasks[in].kind == TaskKind::Transfer) g.depend(in, id);  // compute inputs on d precede it in order
+    g.device_order[d].push_back(id);
+  }
+  return g;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,43 @@
+// Lowering: the one pass that turns (partition, schedule) into a TaskGraph, inserting the
+// communication no scheduler has to think about:
+//  - activations from every replica of a producing stage to every replica of a consuming stage
+//    that shares samples with it (replicas split each micro-batch into equal contiguous slices);
+//  - gradients of the same size back, from the consumer's backward to the producer's backward;
+//  - a ring all-reduce of each replicated stage's gradients after its last backward on each replica;
+//  - one optimizer step per device at the end.
+// Dependencies between stages on the same device need no transfer.
+#pragma once
+
+#include "core/cluster.h"
+#include "core/memory.h"
+#include "core/partition.h"
+#include "core/result.h"
+#include "core/schedule.h"
+#include "core/task_graph.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+struct LoweringOptions {
+  int micro_batches = 1;
+  double micro_batch_size = 1;  // samples per micro-batch
+  MemoryOptions memory;
+};
+
+// Per stage and replica: what one micro-batch slice costs.
+struct StageCost {
+  PassTimes times;           // for the replica's slice of the micro-batch
+  double stash_bytes = 0;    // activations kept from F to B (or W), for the slice
+  double parameters = 0;     // count
+  double parameter_bytes = 0;
+};
+
+// cost[s][j] for replica j of stage s.
+Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
+                                                        double micro_batch_size);
+
+// Precondition: the schedule passed validate_schedule() (see validate.h).
+Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
+                        const LoweringOptions& o);
+
+}  // namespace pipegrid

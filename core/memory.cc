@@ -1,0 +1,57 @@
+#include "core/memory.h"
+
+namespace pipegrid {
+
+std::string_view to_string(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::Weights: return "weights";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::OptimizerState: return "optimizer";
+    case MemoryCategory::Activations: return "activations";
+    case MemoryCategory::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+std::string_view to_string(Optimizer o) {
+  switch (o) {
+    case Optimizer::SGD: return "sgd";
+    case Optimizer::Momentum: return "momentum";
+    case Optimizer::Adam: return "adam";
+    case Optimizer::MixedAdam: return "mixed-adam";
+  }
+  return "?";
+}
+
+std::optional<Optimizer> parse_optimizer(std::string_view s) {
+  for (Optimizer o : {Optimizer::SGD, Optimizer::Momentum, Optimizer::Adam, Optimizer::MixedAdam})
+    if (to_string(o) == s) return o;
+  return std::nullopt;
+}
+
+MemoryBytes static_memory(double parameters, double parameter_bytes, const MemoryOptions& o) {
+  MemoryBytes m{};
+  auto& w = m[static_cast<int>(MemoryCategory::Weights)];
+  auto& g = m[static_cast<int>(MemoryCategory::Gradients)];
+  auto& s = m[static_cast<int>(MemoryCategory::OptimizerState)];
+  if (o.bytes_per_parameter) {
+    // Weights and gradients as stored; whatever is left of the given total is optimizer state.
+    w = parameter_bytes;
+    g = parameter_bytes;
+    s = *o.bytes_per_parameter * parameters - 2 * parameter_bytes;
+    if (s < 0) {
+      g = *o.bytes_per_parameter * parameters - parameter_bytes;
+      s = 0;
+    }
+    return m;
+  }
+  switch (o.optimizer) {
+    case Optimizer::SGD: w = parameter_bytes; g = parameter_bytes; break;
+    case Optimizer::Momentum: w = parameter_bytes; g = parameter_bytes; s = parameter_bytes; break;
+    case Optimizer::Adam: w = parameter_bytes; g = parameter_bytes; s = 2 * parameter_bytes; break;
+    case Optimizer::MixedAdam: w = 2 * parameters; g = 2 * parameters; s = 12 * parameters; break;
+  }
+  return m;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,39 @@
+// Memory accounting: static state per parameter, by optimizer.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string_view>
+
+namespace pipegrid {
+
+enum class MemoryCategory : unsigned char { Weights, Gradients, OptimizerState, Activations, Workspace };
+inline constexpr int kMemoryCategoryCount = 5;
+std::string_view to_string(MemoryCategory c);
+
+using MemoryBytes = std::array<double, kMemoryCategoryCount>;
+inline double total(const MemoryBytes& m) {
+  double s = 0;
+  for (double x : m) s += x;
+  return s;
+}
+
+enum class Optimizer {
+  SGD,        // weights + gradients
+  Momentum,   // + one momentum buffer
+  Adam,       // + two moments, all in the weights' precision (16 B/parameter in fp32)
+  MixedAdam,  // mixed precision: fp16 weights and gradients + fp32 master weights, m and v = 16 B/parameter
+};
+std::string_view to_string(Optimizer o);
+std::optional<Optimizer> parse_optimizer(std::string_view s);  // sgd, momentum, adam, mixed-adam
+
+struct MemoryOptions {
+  Optimizer optimizer = Optimizer::Adam;
+  // Overrides the optimizer: total static bytes per parameter (weights + gradients + state).
+  std::optional<double> bytes_per_parameter;
+};
+
+// Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.
+MemoryBytes static_memory(double parameters, double parameter_bytes, const MemoryOptions& o);
+
+}  // namespace pipegrid

@@ -1,0 +1,48 @@
+// Metrics of one simulated iteration, computed from the task graph and its timeline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/memory.h"
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+struct DeviceMetrics {
+  std::string name;
+  bool used = false;      // hosts at least one stage
+  double busy_s = 0;      // compute (F, B, W, optimizer step); transfers overlap and do not count
+  double idle_s = 0;      // iteration time - busy
+  double bubble_ratio = 0;  // idle / (idle + busy)
+  double static_bytes = 0;  // weights + gradients + optimizer state
+  double peak_memory_bytes = 0;
+  double peak_activation_bytes = 0;  // the activation part alone (its own peak)
+  double capacity_bytes = 0;
+};
+
+struct Metrics {
+  double iteration_time_s = 0;
+  double samples_per_iteration = 0;
+  double throughput_samples_per_s = 0;
+  double bubble_ratio = 0;  // idle / (idle + busy) summed over the used devices
+  std::vector<DeviceMetrics> devices;  // in cluster device order
+  std::vector<int> over_capacity;      // devices whose peak memory exceeds their capacity
+  bool feasible() const { return over_capacity.empty(); }
+};
+
+// A device's memory as a step function: bytes by category from `time` until the next point.
+struct MemoryPoint {
+  double time = 0;
+  MemoryBytes bytes{};
+};
+using MemoryTrace = std::vector<MemoryPoint>;
+
+// Per device. At equal times, frees apply before allocations (a backward ending when a forward
+// starts does not count twice).
+std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t);
+
+Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t);
+
+}  // namespace pipegrid

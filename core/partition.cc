@@ -1,0 +1,85 @@
+#include "core/partition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace pipegrid {
+
+std::vector<int> Partition::predecessors(int s) const {
+  std::vector<int> out;
+  for (auto [it, end] = boost::in_edges(s, graph); it != end; ++it) out.push_back(static_cast<int>(boost::source(*it, graph)));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> Partition::successors(int s) const {
+  std::vector<int> out;
+  for (auto [it, end] = boost::out_edges(s, graph); it != end; ++it) out.push_back(static_cast<int>(boost::target(*it, graph)));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool Partition::is_chain() const {
+  const size_t n = stage_count();
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<int> succ = successors(static_cast<int>(s));
+    if (s + 1 < n ? (succ.size() != 1 || succ[0] != static_cast<int>(s + 1)) : !succ.empty()) return false;
+  }
+  return true;
+}
+
+int Partition::depth() const {
+  const size_t n = stage_count();
+  std::vector<int> longest(n, 1);  // longest path ending at s, in stages
+  int best = n > 0 ? 1 : 0;
+  for (size_t s = 0; s < n; ++s) {
+    for (int p : predecessors(static_cast<int>(s))) longest[s] = std::max(longest[s], longest[p] + 1);
+    best = std::max(best, longest[s]);
+  }
+  return best;
+}
+
+Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
+                                 const std::vector<std::vector<int>>& devices_of_stage, size_t device_count) {
+  const size_t n = w.layer_count();
+  const size_t stages = devices_of_stage.size();
+  if (stage_of_layer.size() != n)
+    return Error{fmt::format("the partition assigns {} layers, the workload has {}", stage_of_layer.size(), n)};
+  Partition p;
+  for (size_t s = 0; s < stages; ++s) boost::add_vertex(Stage{{}, devices_of_stage[s]}, p.graph);
+  for (int layer : topological_order(w)) {
+    int s = stage_of_layer[layer];
+    if (s < 0 || static_cast<size_t>(s) >= stages)
+      return Error{fmt::format("layer \"{}\" is assigned to stage {}, which does not exist", w.layer(layer).name, s)};
+    p.graph[s].layers.push_back(layer);
+  }
+  for (size_t s = 0; s < stages; ++s) {
+    if (p.graph[s].layers.empty()) return Error{fmt::format("stage {} has no layer", s)};
+    if (p.graph[s].devices.empty()) return Error{fmt::format("stage {} has no device", s)};
+    for (int d : p.graph[s].devices)
+      if (d < 0 || static_cast<size_t>(d) >= device_count)
+        return Error{fmt::format("stage {} is placed on device {}, which does not exist", s, d)};
+  }
+  // Edge bytes: each producer layer counted once per consumer stage.
+  std::map<std::pair<int, int>, double> bytes;
+  for (size_t u = 0; u < n; ++u) {
+    std::set<int> consumers;
+    for (auto [it, end] = boost::out_edges(u, w.graph); it != end; ++it) {
+      int t = stage_of_layer[boost::target(*it, w.graph)];
+      if (t != stage_of_layer[u]) consumers.insert(t);
+    }
+    for (int t : consumers) bytes[{stage_of_layer[u], t}] += w.layer(u).output_bytes;
+  }
+  for (const auto& [st, b] : bytes) {
+    if (st.first > st.second)
+      return Error{fmt::format("stage {} feeds stage {}: stages must be numbered in dependency order", st.first,
+                               st.second)};
+    boost::add_edge(st.first, st.second, StageEdge{b}, p.graph);
+  }
+  return p;
+}
+
+}  // namespace pipegrid

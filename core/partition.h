@@ -1,0 +1,46 @@
+// A partition: a DAG of stages (Boost.Graph). Each stage holds a convex set of layers and runs on
+// one or more devices; several devices are data-parallel replicas that split every micro-batch
+// between them and all-reduce their gradients at the end of the iteration. A chain of stages is
+// the special case.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <vector>
+
+#include "core/result.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+struct Stage {
+  std::vector<int> layers;   // in topological order
+  std::vector<int> devices;  // cluster device indices; replicas when more than one
+};
+
+struct StageEdge {
+  double bytes_per_sample = 0;  // activations forward; gradients of the same size backward
+};
+
+using StageGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Stage, StageEdge>;
+
+struct Partition {
+  StageGraph graph;  // stage indices are a topological order: every edge goes from a lower to a higher index
+
+  size_t stage_count() const { return boost::num_vertices(graph); }
+  const Stage& stage(size_t s) const { return graph[s]; }
+  std::vector<int> predecessors(int s) const;
+  std::vector<int> successors(int s) const;
+  // True when stage i feeds exactly stage i + 1 and nothing else.
+  bool is_chain() const;
+  // Longest path in stages (number of stages on it).
+  int depth() const;
+};
+
+// Builds the stage graph from a layer -> stage map (stages numbered 0 .. S-1) and the devices of
+// each stage. Edge bytes = sum of the output bytes of every layer of s that feeds a layer of t.
+// Fails on an empty stage, a stage without a device, a device index out of range, or stages that
+// are not numbered in a topological order of the stage graph (which also rejects cycles).
+Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
+                                 const std::vector<std::vector<int>>& devices_of_stage, size_t device_count);
+
+}  // namespace pipegrid

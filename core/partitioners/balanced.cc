@@ -1,0 +1,54 @@
+// balanced: contiguous stages (layers in topological order) minimising the slowest stage's compute
+// time (forward + backward of one micro-batch), stage i on device i - so heterogeneous devices get
+// shares that match their speed. Exact dynamic programme over (stage, prefix): O(p n^2). Among
+// optimal partitions the one found first (earliest cut points) is kept. Communication is not part
+// of the objective (the event simulation accounts for it).
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/partitioners/common.h"
+#include "core/strategy.h"
+
+namespace pipegrid {
+
+Result<Partition> partition_balanced(const PartitionRequest& r) {
+  if (Status st = check_stage_count(r); !st) return st.error();
+  const std::vector<int> order = topological_order(r.workload);
+  const int n = static_cast<int>(order.size());
+  const int p = r.stages;
+  // prefix[d][k] = time of layers order[0..k) on device d.
+  std::vector<std::vector<double>> prefix(p, std::vector<double>(n + 1, 0.0));
+  for (int d = 0; d < p; ++d) {
+    for (int k = 0; k < n; ++k) {
+      Result<PassTimes> t = layer_times(r.workload.layer(order[k]), r.workload.precision, r.cluster.devices[d].spec,
+                                        r.micro_batch_size);
+      if (!t) return t.error();
+      prefix[d][k + 1] = prefix[d][k] + t->forward + t->backward();
+    }
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // best[s][j]: smallest max stage time placing layers [0, j) on stages 0..s-1 (every stage non-empty).
+  std::vector<std::vector<double>> best(p + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(p + 1, std::vector<int>(n + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= p; ++s) {
+    const int d = s - 1;
+    for (int j = s; j <= n - (p - s); ++j) {
+      for (int k = s - 1; k < j; ++k) {
+        if (best[s - 1][k] == kInf) continue;
+        double v = std::max(best[s - 1][k], prefix[d][j] - prefix[d][k]);
+        if (v < best[s][j]) {
+          best[s][j] = v;
+          cut[s][j] = k;
+        }
+      }
+    }
+  }
+  std::vector<int> bounds(p + 1);
+  bounds[p] = n;
+  for (int s = p; s >= 1; --s) bounds[s - 1] = cut[s][bounds[s]];
+  return contiguous_partition(r, order, bounds);
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,60 @@
+#include <fmt/format.h>
+
+#include "core/strategy.h"
+
+namespace pipegrid {
+namespace {
+
+constexpr PartitionStrategy kPartitioners[] = {
+    {"uniform", "equal layer counts per stage (in topological order), stage i on device i", &partition_uniform},
+    {"balanced", "contiguous stages minimising the slowest stage's compute time, stage i on device i",
+     &partition_balanced},
+};
+
+constexpr ScheduleStrategy kSchedules[] = {
+    {"gpipe", "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step", &schedule_gpipe},
+    {"1f1b", "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
+     &schedule_1f1b},
+};
+
+template <class T>
+Result<const T*> find_in(std::span<const T> table, std::string_view name, std::string_view what) {
+  std::string names;
+  for (const T& t : table) {
+    if (t.name == name) return &t;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", t.name);
+  }
+  return Error{fmt::format("unknown {} \"{}\" (valid: {})", what, name, names)};
+}
+
+}  // namespace
+
+std::span<const PartitionStrategy> partition_strategies() { return kPartitioners; }
+std::span<const ScheduleStrategy> schedule_strategies() { return kSchedules; }
+
+Result<const PartitionStrategy*> find_partitioner(std::string_view name) {
+  return find_in(partition_strategies(), name, "partitioner");
+}
+
+Result<const ScheduleStrategy*> find_schedule(std::string_view name) {
+  return find_in(schedule_strategies(), name, "schedule");
+}
+
+Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,
+                                     std::string_view schedule_name) {
+  Schedule s;
+  s.device_actions.resize(r.device_count);
+  std::vector<int> owner(r.device_count, -1);
+  for (size_t st = 0; st < stage_actions.size(); ++st) {
+    for (int d : r.partition.stage(st).devices) {
+      if (owner[d] >= 0)
+        return Error{fmt::format("{} runs one stage per device, but device {} hosts stages {} and {}", schedule_name, d,
+                                 owner[d], st)};
+      owner[d] = static_cast<int>(st);
+      s.device_actions[d] = stage_actions[st];
+    }
+  }
+  return s;
+}
+
+}  // namespace pipegrid

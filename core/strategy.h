@@ -1,0 +1,60 @@
+// Strategy plug-ins: one interface per kind (a name, a one-line description, one function) and one
+// table listing them all (registry.cc). A strategy is a pure function of plain data.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/cluster.h"
+#include "core/partition.h"
+#include "core/result.h"
+#include "core/schedule.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+struct PartitionRequest {
+  const Workload& workload;
+  const Cluster& cluster;
+  int stages = 0;               // stages wanted: 1 .. min(devices, layers)
+  double micro_batch_size = 1;  // samples per micro-batch
+};
+
+struct PartitionStrategy {
+  std::string_view name;
+  std::string_view description;
+  Result<Partition> (*build)(const PartitionRequest&);
+};
+
+struct ScheduleRequest {
+  const Partition& partition;
+  size_t device_count = 0;
+  int micro_batches = 1;
+};
+
+struct ScheduleStrategy {
+  std::string_view name;
+  std::string_view description;
+  Result<Schedule> (*build)(const ScheduleRequest&);
+};
+
+std::span<const PartitionStrategy> partition_strategies();
+std::span<const ScheduleStrategy> schedule_strategies();
+
+// Unknown names are errors that list the valid ones.
+Result<const PartitionStrategy*> find_partitioner(std::string_view name);
+Result<const ScheduleStrategy*> find_schedule(std::string_view name);
+
+// Implementations (each in its own file under partitioners/ and schedules/).
+Result<Partition> partition_uniform(const PartitionRequest& r);
+Result<Partition> partition_balanced(const PartitionRequest& r);
+Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
+Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
+
+// Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
+// the stage; fails if a device hosts more than one stage.
+Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,
+                                     std::string_view schedule_name);
+
+}  // namespace pipegrid

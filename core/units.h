@@ -1,0 +1,33 @@
+// Quantities with units: "1ms", "2.5us", "25GBps", "100Gbps", "16GiB", "8MiB", "125TFLOPS".
+// Decimal prefixes are decimal (1 GB = 1e9 bytes, 100 Gbps = 12.5e9 bytes/s), binary ones binary
+// (1 GiB = 2^30 bytes). Values are returned in SI base units: seconds, bytes, bytes/s, FLOP/s, FLOP.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+
+namespace pipegrid {
+
+enum class Dimension { Time, Bytes, Bandwidth, FlopRate, Flops };
+
+// "a time like \"1ms\"" - used in error messages.
+std::string describe(Dimension d);
+
+// Parses a quantity of the given dimension. The unit is required ("0s", not "0"). Negative values
+// are errors unless allow_negative. The error message says what was expected and what was found,
+// without location (callers add it): expected a time like "1ms", got "5GB" ("GB" is the unit of a byte size).
+Result<double> parse_quantity(std::string_view text, Dimension d, bool allow_negative = false);
+
+// describe() with a qualifier: qualified(Dimension::Time, "positive") = "a positive time like \"1ms\"".
+std::string describe(Dimension d, std::string_view qualifier);
+
+// Human-readable forms with a unit, e.g. "1.5 ms", "8 MiB", "25 GB/s", "125 TFLOP/s".
+std::string format_time(double seconds);
+std::string format_bytes(double bytes);
+std::string format_bandwidth(double bytes_per_s);
+std::string format_flop_rate(double flop_per_s);
+std::string format_flops(double flop);
+
+}  // namespace pipegrid

@@ -1,0 +1,106 @@
+#include "core/validate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/executor.h"
+
+namespace pipegrid {
+
+std::string mark_action(const std::vector<Action>& actions, size_t index, const std::string& device_name) {
+  constexpr size_t kContext = 8;
+  std::string out = "  " + device_name + ":";
+  const size_t lo = index > kContext ? index - kContext : 0;
+  const size_t hi = std::min(actions.size(), index + kContext + 1);
+  if (lo > 0) out += " ...";
+  for (size_t i = lo; i < hi; ++i)
+    out += i == index ? fmt::format(" [{}]", to_string(actions[i])) : fmt::format(" {}", to_string(actions[i]));
+  if (hi < actions.size()) out += " ...";
+  return out;
+}
+
+Status validate_schedule(const Schedule& s, const Partition& p, int m, const std::vector<std::string>& names) {
+  const size_t D = names.size();
+  if (s.device_actions.size() > D)
+    return Error{fmt::format("invalid schedule: it has {} device rows, the cluster has {} devices",
+                             s.device_actions.size(), D)};
+  auto fail = [&](size_t d, size_t i, const std::string& what) {
+    return Error{fmt::format("invalid schedule: on {}, {}\n{}", names[d], what, mark_action(s.device_actions[d], i, names[d]))};
+  };
+  for (size_t d = 0; d < s.device_actions.size(); ++d) {
+    const auto& acts = s.device_actions[d];
+    // State per (stage, micro-batch): bit 0 F seen, bit 1 B seen, bit 2 W seen.
+    std::map<std::pair<int, int>, int> seen;
+    for (size_t i = 0; i < acts.size(); ++i) {
+      const Action& a = acts[i];
+      const std::string act = to_string(a);
+      if (a.stage < 0 || static_cast<size_t>(a.stage) >= p.stage_count())
+        return fail(d, i, fmt::format("{} names stage {}, but there are {} stages", act, a.stage, p.stage_count()));
+      const auto& devs = p.stage(a.stage).devices;
+      if (std::find(devs.begin(), devs.end(), static_cast<int>(d)) == devs.end()) {
+        std::string where;
+        for (int x : devs) where += fmt::format("{}{}", where.empty() ? "" : ", ", names[x]);
+        return fail(d, i, fmt::format("{}: stage {} runs on {}", act, a.stage, where));
+      }
+      if (a.micro_batch >= m)
+        return fail(d, i, fmt::format("{} names micro-batch {}, but there are {} micro-batches", act, a.micro_batch, m));
+      if (a.pass == Pass::Weight && !s.split_backward)
+        return fail(d, i, fmt::format("{} is a weight-gradient pass, but the backward is not split", act));
+      int& st = seen[{a.stage, a.micro_batch}];
+      const int bit = 1 << static_cast<int>(a.pass);
+      if (st & bit) return fail(d, i, fmt::format("{} appears twice", act));
+      if (a.pass == Pass::Backward && !(st & 1))
+        return fail(d, i, fmt::format("{} comes before its forward {}", act, to_string({a.stage, Pass::Forward, a.micro_batch})));
+      if (a.pass == Pass::Weight && !(st & 2))
+        return fail(d, i, fmt::format("{} comes before its backward {}", act, to_string({a.stage, Pass::Backward, a.micro_batch})));
+      st |= bit;
+    }
+    // Completeness: every stage hosted here runs every pass of every micro-batch.
+    for (size_t stage = 0; stage < p.stage_count(); ++stage) {
+      const auto& devs = p.stage(stage).devices;
+      if (std::find(devs.begin(), devs.end(), static_cast<int>(d)) == devs.end()) continue;
+      const int want = s.split_backward ? 7 : 3;
+      for (int k = 0; k < m; ++k) {
+        auto it = seen.find({static_cast<int>(stage), k});
+        int have = it == seen.end() ? 0 : it->second;
+        if (have == want) continue;
+        Pass miss = !(have & 1) ? Pass::Forward : !(have & 2) ? Pass::Backward : Pass::Weight;
+        return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names[d], stage,
+                                 to_string(Action{static_cast<int>(stage), miss, k}))};
+      }
+    }
+  }
+  for (size_t stage = 0; stage < p.stage_count(); ++stage)
+    for (int d : p.stage(stage).devices)
+      if (static_cast<size_t>(d) >= s.device_actions.size() || s.device_actions[d].empty())
+        return Error{fmt::format("invalid schedule: {} hosts stage {} but has no actions", names[d], stage)};
+  return {};
+}
+
+namespace {
+
+// Runs every task in zero time: only the order matters.
+class SymbolicLauncher : public TaskLauncher {
+ public:
+  std::vector<int32_t> running;
+  void launch(int32_t task, double) override { running.push_back(task); }
+};
+
+}  // namespace
+
+Status check_deadlock_free(const TaskGraph& g, const std::vector<std::string>& names) {
+  SymbolicLauncher l;
+  Executor ex(g, l);
+  ex.start();
+  while (!l.running.empty()) {
+    int32_t t = l.running.back();
+    l.running.pop_back();
+    ex.finished(t, 0.0);
+  }
+  if (ex.complete()) return {};
+  return ex.stuck_error(names);
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,111 @@
+#include "core/workload.h"
+
+#include <fmt/format.h>
+
+#include <queue>
+
+namespace pipegrid {
+
+double element_bytes(Precision p) {
+  switch (p) {
+    case Precision::FP32: return 4;
+    case Precision::FP16: return 2;
+    case Precision::BF16: return 2;
+    case Precision::INT8: return 1;
+  }
+  return 4;
+}
+
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+    case Precision::INT8: return "int8";
+  }
+  return "fp32";
+}
+
+std::optional<Precision> parse_precision(std::string_view s) {
+  for (Precision p : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::INT8})
+    if (to_string(p) == s) return p;
+  return std::nullopt;
+}
+
+Status check_acyclic(const Workload& w) {
+  // Iterative DFS with colours; on a back edge, walk the parent chain to print the cycle.
+  const size_t n = w.layer_count();
+  std::vector<int> colour(n, 0), parent(n, -1);
+  for (size_t root = 0; root < n; ++root) {
+    if (colour[root] != 0) continue;
+    std::vector<std::pair<int, LayerGraph::out_edge_iterator>> stack;
+    colour[root] = 1;
+    stack.emplace_back(static_cast<int>(root), boost::out_edges(root, w.graph).first);
+    while (!stack.empty()) {
+      auto& [u, it] = stack.back();
+      if (it == boost::out_edges(u, w.graph).second) {
+        colour[u] = 2;
+        stack.pop_back();
+        continue;
+      }
+      int v = static_cast<int>(boost::target(*it, w.graph));
+      ++it;
+      if (colour[v] == 1) {
+        std::vector<int> cycle{v};
+        for (int x = u; x != v; x = parent[x]) cycle.push_back(x);
+        // cycle = v, u, parent(u), ..., child of v: the path runs v -> child ... -> u -> v.
+        std::string text = w.layer(v).name;
+        for (size_t k = cycle.size() - 1; k >= 1; --k) text += " -> " + w.layer(cycle[k]).name;
+        text += " -> " + w.layer(v).name;
+        return Error{fmt::format("the layer graph has a cycle: {}", text)};
+      }
+      if (colour[v] == 0) {
+        colour[v] = 1;
+        parent[v] = u;
+        stack.emplace_back(v, boost::out_edges(v, w.graph).first);
+      }
+    }
+  }
+  return {};
+}
+
+std::vector<int> topological_order(const Workload& w) {
+  const size_t n = w.layer_count();
+  std::vector<int> indeg(n, 0);
+  for (size_t v = 0; v < n; ++v) indeg[v] = static_cast<int>(boost::in_degree(v, w.graph));
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (size_t v = 0; v < n; ++v)
+    if (indeg[v] == 0) ready.push(static_cast<int>(v));
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    int u = ready.top();
+    ready.pop();
+    order.push_back(u);
+    for (auto [it, end] = boost::out_edges(u, w.graph); it != end; ++it) {
+      int v = static_cast<int>(boost::target(*it, w.graph));
+      if (--indeg[v] == 0) ready.push(v);
+    }
+  }
+  return order;
+}
+
+double total_parameters(const Workload& w) {
+  double s = 0;
+  for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).parameters;
+  return s;
+}
+
+double total_parameter_bytes(const Workload& w) {
+  double s = 0;
+  for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).parameter_bytes;
+  return s;
+}
+
+double total_forward_flops(const Workload& w) {
+  double s = 0;
+  for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).forward_flops;
+  return s;
+}
+
+}  // namespace pipegrid

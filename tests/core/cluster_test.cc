@@ -1,0 +1,64 @@
+#include <doctest/doctest.h>
+
+#include "core/cluster.h"
+#include "core/topologies/generators.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using pipegrid::testing::test_device;
+
+TEST_CASE("switch cluster: devices named <name><index>, two hops between any two") {
+  Cluster c = make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices[3].name == "gpu3");
+  Router r(c);
+  Route route = *r.route(0, 3);
+  REQUIRE(route.hops.size() == 2);
+  CHECK(route.hops[0].link == 0);
+  CHECK(!route.hops[0].reverse);  // gpu0 -> switch is the link's a -> b
+  CHECK(route.hops[1].link == 3);
+  CHECK(route.hops[1].reverse);   // switch -> gpu3 is b -> a
+  CHECK(route.latency == doctest::Approx(2e-6));
+  CHECK(route.bandwidth == 25e9);
+  CHECK(route.transfer_time(25e9) == doctest::Approx(1 + 2e-6));
+}
+
+TEST_CASE("routes minimise latency, then hops") {
+  // a -- b -- d (fast, 2 hops) versus a -- d (slow, 1 hop); a -- c -- d ties with a -- b -- d on
+  // latency and hops: the first found is kept, deterministically.
+  Cluster c;
+  for (const char* n : {"a", "b", "c", "d"}) c.devices.push_back({n, test_device(), ""});
+  c.links = {{0, 1, 10e9, 1e-6, Duplex::Full},
+             {1, 3, 10e9, 1e-6, Duplex::Full},
+             {0, 3, 10e9, 5e-6, Duplex::Full},
+             {0, 2, 5e9, 1e-6, Duplex::Full},
+             {2, 3, 5e9, 1e-6, Duplex::Full}};
+  REQUIRE(validate(c).ok());
+  Router r(c);
+  Route route = *r.route(0, 3);
+  CHECK(route.hops.size() == 2);
+  CHECK(route.latency == doctest::Approx(2e-6));
+  // Equal latency, fewer hops wins.
+  Cluster c2;
+  for (const char* n : {"a", "b", "c"}) c2.devices.push_back({n, test_device(), ""});
+  c2.links = {{0, 1, 1e9, 1e-6, Duplex::Full}, {1, 2, 1e9, 1e-6, Duplex::Full}, {0, 2, 1e9, 2e-6, Duplex::Full}};
+  Router r2(c2);
+  CHECK(r2.route(0, 2)->hops.size() == 1);
+}
+
+TEST_CASE("invalid clusters are rejected before any simulation") {
+  Cluster c = make_switch_cluster(2, "gpu", test_device(), 25e9, 1e-6);
+  Cluster dup = c;
+  dup.links.push_back({1, 2, 25e9, 1e-6, Duplex::Full});
+  CHECK(validate(dup).error().message == "link 2 duplicates another link between \"gpu1\" and \"switch\"");
+  Cluster self = c;
+  self.links.push_back({0, 0, 25e9, 1e-6, Duplex::Full});
+  CHECK(validate(self).error().message == "link 2 joins \"gpu0\" to itself");
+  Cluster zero = c;
+  zero.links[0].bandwidth = 0;
+  CHECK(validate(zero).error().message == "link 0 between \"gpu0\" and \"switch\" needs a positive bandwidth");
+  Cluster apart = c;
+  apart.links.pop_back();
+  REQUIRE(validate(apart).ok());
+  CHECK(Router(apart).route(0, 1).error().message == "\"gpu0\" and \"gpu1\" are not connected");
+}

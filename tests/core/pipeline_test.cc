@@ -1,0 +1,91 @@
+// The core pipeline (partition, schedule, lowering) run by the analytic evaluator, against the
+// closed forms of ../shared/reference/closed-forms.md (independent oracle).
+#include <doctest/doctest.h>
+
+#include "core/evaluate.h"
+#include "core/experiment.h"
+#include "core/metrics.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+Metrics analytic(const Experiment& e) {
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(run.ok());
+  Result<Timeline> t = evaluate(run->graph, e.cluster);
+  REQUIRE(t.ok());
+  return compute_metrics(e.cluster, run->graph, *t);
+}
+
+}  // namespace
+
+TEST_CASE("analytic: gpipe and 1f1b iteration time, bubble and stash match the closed forms") {
+  const double tf = 1.3e-3, tbw = 2.9e-3, act = 3 << 20;
+  for (const char* sched : {"gpipe", "1f1b"}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 3 * p; ++m) {
+        // Zero latency, infinite-looking bandwidth: communication takes ~1e-12 s.
+        Experiment e = chain_experiment(p, m, tf, tbw, sched, make_switch_cluster(p, "gpu", test_device(), 1e21, 0), act);
+        Metrics mt = analytic(e);
+        INFO(sched << " p=" << p << " m=" << m);
+        CHECK(close_rel(mt.iteration_time_s, (m + p - 1) * (tf + tbw), 1e-9));
+        CHECK(close_rel(mt.bubble_ratio, (p - 1.0) / (m + p - 1.0), 1e-9));
+        for (int i = 0; i < p; ++i) {
+          int in_flight = std::string(sched) == "gpipe" ? m : std::min(p - i, m);
+          CHECK(mt.devices[i].peak_activation_bytes == doctest::Approx(in_flight * act));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("analytic: transfers of duration c per boundary match the independent list simulation") {
+  // closed-forms.md: T_F = 1, T_BW = 2, p = 4, m = 8: c = 0.5 gives GPipe 36, 1F1B 41; c = 2 gives
+  // 45 and 65; p = 3, m = 6, T_F = T_BW = 1, c = 0.3 gives 17.2 and 19.0 (no contention).
+  struct Case {
+    int p, m;
+    double tf, tbw, c, gpipe, ofob;
+  };
+  for (Case k : {Case{4, 8, 1, 2, 0.5, 36, 41}, Case{4, 8, 1, 2, 2, 45, 65}, Case{3, 6, 1, 1, 0.3, 17.2, 19.0}}) {
+    const double unit = 1e-3;
+    const double bytes = 1 << 20;
+    Cluster line = line_cluster(k.p, bytes / (k.c * unit), 0);
+    Metrics g = analytic(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "gpipe", line, bytes));
+    Metrics o = analytic(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "1f1b", line, bytes));
+    INFO("p=" << k.p << " m=" << k.m << " c=" << k.c);
+    CHECK(g.iteration_time_s == doctest::Approx(k.gpipe * unit).epsilon(1e-9));
+    CHECK(o.iteration_time_s == doctest::Approx(k.ofob * unit).epsilon(1e-9));
+    // GPipe's closed form with transfers: (m + p - 1)(T_F + T_BW) + 2 (p - 1) c.
+    CHECK(g.iteration_time_s == doctest::Approx(((k.m + k.p - 1) * (k.tf + k.tbw) + 2 * (k.p - 1) * k.c) * unit).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("static memory follows the optimizer") {
+  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e12, 0));
+  const double pb = 1 << 20;  // parameter bytes per layer (fp32: pb / 4 parameters)
+  struct Case {
+    Optimizer o;
+    double per_layer;
+  };
+  for (Case c : {Case{Optimizer::SGD, 2 * pb}, Case{Optimizer::Momentum, 3 * pb}, Case{Optimizer::Adam, 4 * pb},
+                 Case{Optimizer::MixedAdam, 16 * pb / 4}}) {
+    e.memory.optimizer = c.o;
+    Metrics m = analytic(e);
+    CHECK(m.devices[0].static_bytes == doctest::Approx(c.per_layer));
+    CHECK(m.devices[0].peak_memory_bytes == doctest::Approx(c.per_layer + m.devices[0].peak_activation_bytes));
+  }
+  e.memory.bytes_per_parameter = 20;
+  CHECK(analytic(e).devices[1].static_bytes == doctest::Approx(20 * pb / 4));
+}
+
+TEST_CASE("the optimizer step ends the iteration on every device") {
+  Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 1e21, 0));
+  e.workload.optimizer_step_s = 5e-3;
+  Metrics m = analytic(e);
+  // Device 0 finishes last (its final backward ends the flush), then steps.
+  CHECK(m.iteration_time_s == doctest::Approx(11 * 3e-3 + 5e-3).epsilon(1e-9));
+  CHECK(m.devices[0].busy_s == doctest::Approx(8 * 3e-3 + 5e-3).epsilon(1e-9));
+}

@@ -1,0 +1,90 @@
+#include <doctest/doctest.h>
+
+#include "core/experiment.h"
+#include "core/strategy.h"
+#include "core/validate.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+std::string schedule_text(const std::string& name, int p, int m) {
+  Experiment e = chain_experiment(p, m, 1e-3, 2e-3, name, make_switch_cluster(p, "gpu", test_device(), 1e9, 0));
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(run.ok());
+  return to_text(run->schedule, device_names(e.cluster));
+}
+
+}  // namespace
+
+TEST_CASE("golden: 1f1b action lists for p = 4, m = 8") {
+  // Stage i: min(p - i - 1, m) warm-up forwards, then F/B alternating, then the remaining B.
+  CHECK(schedule_text("1f1b", 4, 8) ==
+        "gpu0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7\n"
+        "gpu1: 1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1F6 1B4 1F7 1B5 1B6 1B7\n"
+        "gpu2: 2F0 2F1 2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2F6 2B5 2F7 2B6 2B7\n"
+        "gpu3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7\n");
+}
+
+TEST_CASE("golden: gpipe action lists for p = 4, m = 8") {
+  CHECK(schedule_text("gpipe", 4, 8) ==
+        "gpu0: 0F0 0F1 0F2 0F3 0F4 0F5 0F6 0F7 0B0 0B1 0B2 0B3 0B4 0B5 0B6 0B7\n"
+        "gpu1: 1F0 1F1 1F2 1F3 1F4 1F5 1F6 1F7 1B0 1B1 1B2 1B3 1B4 1B5 1B6 1B7\n"
+        "gpu2: 2F0 2F1 2F2 2F3 2F4 2F5 2F6 2F7 2B0 2B1 2B2 2B3 2B4 2B5 2B6 2B7\n"
+        "gpu3: 3F0 3F1 3F2 3F3 3F4 3F5 3F6 3F7 3B0 3B1 3B2 3B3 3B4 3B5 3B6 3B7\n");
+}
+
+TEST_CASE("1f1b with fewer micro-batches than stages warms up with every micro-batch") {
+  CHECK(schedule_text("1f1b", 4, 2) ==
+        "gpu0: 0F0 0F1 0B0 0B1\n"
+        "gpu1: 1F0 1F1 1B0 1B1\n"
+        "gpu2: 2F0 2F1 2B0 2B1\n"
+        "gpu3: 3F0 3B0 3F1 3B1\n");
+}
+
+TEST_CASE("every registered schedule validates and is deadlock-free for p in 1..8, m in 1..3p") {
+  for (const ScheduleStrategy& s : schedule_strategies()) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 3 * p; ++m) {
+        Experiment e = chain_experiment(p, m, 1e-3, 2e-3, std::string(s.name),
+                                        make_switch_cluster(p, "gpu", test_device(), 1e9, 0));
+        Result<PreparedRun> run = prepare(e);  // validates and checks for deadlock
+        INFO(s.name << " p=" << p << " m=" << m);
+        REQUIRE(run.ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("actions parse in torch's text form") {
+  CHECK(*parse_action("2F0") == Action{2, Pass::Forward, 0});
+  CHECK(*parse_action("11B13") == Action{11, Pass::Backward, 13});
+  CHECK(*parse_action("1W3") == Action{1, Pass::Weight, 3});
+  CHECK(*parse_action("1I3") == Action{1, Pass::Backward, 3});
+  CHECK(parse_action("F0").error().message == "expected an action like \"2F0\" (stage, F/B/W, micro-batch), got \"F0\"");
+  CHECK(!parse_action("1X0").ok());
+  CHECK(!parse_action("1F").ok());
+  CHECK(!parse_action("1F0x").ok());
+}
+
+TEST_CASE("the validator rejects a backward before its forward, marking it in the device's list") {
+  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
+  PreparedRun run = *prepare(e);
+  Schedule bad = run.schedule;
+  bad.device_actions[1] = {{1, Pass::Forward, 1}, {1, Pass::Backward, 0}, {1, Pass::Forward, 0}, {1, Pass::Backward, 1}};
+  Status s = validate_schedule(bad, run.partition, 2, device_names(e.cluster));
+  CHECK(s.error().message ==
+        "invalid schedule: on gpu1, 1B0 comes before its forward 1F0\n"
+        "  gpu1: 1F1 [1B0] 1F0 1B1");
+  Schedule missing = run.schedule;
+  missing.device_actions[0].pop_back();
+  CHECK(validate_schedule(missing, run.partition, 2, device_names(e.cluster)).error().message ==
+        "invalid schedule: gpu0 hosts stage 0 but never runs 0B1");
+  Schedule wrong = run.schedule;
+  wrong.device_actions[0][0].stage = 1;
+  CHECK(validate_schedule(wrong, run.partition, 2, device_names(e.cluster)).error().message ==
+        "invalid schedule: on gpu0, 1F0: stage 1 runs on gpu1\n"
+        "  gpu0: [1F0] 0F1 0B0 0B1");
+}

@@ -1,0 +1,95 @@
+// SimGrid's flow model as pipegrid configures it (CM02, TCP-gamma 0, crosstraffic 0, split-duplex
+// links), checked on hand-built task graphs against a + S / B.
+#include <doctest/doctest.h>
+
+#include "core/cluster.h"
+#include "core/task_graph.h"
+#include "sim/replay.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+Cluster pair_cluster(double bw, double lat, Duplex duplex) {
+  Cluster c;
+  c.devices = {{"a", test_device(), ""}, {"b", test_device(), ""}};
+  c.links = {{0, 1, bw, lat, duplex}};
+  return c;
+}
+
+Task transfer(int from, int to, double bytes) {
+  Task t;
+  t.kind = TaskKind::Transfer;
+  t.transfer = TransferKind::Activation;
+  t.device = from;
+  t.peer = to;
+  t.bytes = bytes;
+  return t;
+}
+
+std::vector<double> durations(const Cluster& c, const std::vector<Task>& transfers) {
+  TaskGraph g;
+  g.device_order.resize(c.devices.size());
+  g.static_memory.resize(c.devices.size());
+  for (const Task& t : transfers) g.add(t);
+  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  REQUIRE(r.ok());
+  std::vector<double> out;
+  for (size_t i = 0; i < transfers.size(); ++i) out.push_back(r->timeline.end[i] - r->timeline.start[i]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("one transfer of S bytes over one link takes latency + S / bandwidth") {
+  for (double s : {1.0, 1e3, 1e6, 1e9}) {
+    for (double lat : {0.0, 1e-6, 1e-4}) {
+      Cluster c = pair_cluster(25e9, lat, Duplex::Full);
+      INFO("S=" << s << " latency=" << lat);
+      CHECK(close_rel(durations(c, {transfer(0, 1, s)})[0], lat + s / 25e9, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("two flows sharing one link direction each take twice as long") {
+  Cluster c = pair_cluster(10e9, 1e-6, Duplex::Full);
+  auto d = durations(c, {transfer(0, 1, 1e9), transfer(0, 1, 1e9)});
+  CHECK(close_rel(d[0], 1e-6 + 2 * 1e9 / 10e9, 1e-6));
+  CHECK(close_rel(d[1], 1e-6 + 2 * 1e9 / 10e9, 1e-6));
+}
+
+TEST_CASE("full-duplex links carry both directions at full speed; shared links split them") {
+  auto full = durations(pair_cluster(10e9, 0, Duplex::Full), {transfer(0, 1, 1e9), transfer(1, 0, 1e9)});
+  CHECK(close_rel(full[0], 0.1, 1e-6));
+  CHECK(close_rel(full[1], 0.1, 1e-6));
+  auto shared = durations(pair_cluster(10e9, 0, Duplex::Shared), {transfer(0, 1, 1e9), transfer(1, 0, 1e9)});
+  CHECK(close_rel(shared[0], 0.2, 1e-6));
+  CHECK(close_rel(shared[1], 0.2, 1e-6));
+}
+
+TEST_CASE("flows on disjoint links do not slow each other, and a multi-hop route adds latencies and is limited by its slowest link") {
+  // a -- s1 -- b and c -- s1 -- d would share nothing but the switch (switches have no capacity).
+  Cluster c;
+  for (const char* n : {"a", "b", "c", "d"}) c.devices.push_back({n, test_device(), ""});
+  c.switches = {"s1"};
+  c.links = {{0, 4, 10e9, 1e-6, Duplex::Full},
+             {1, 4, 5e9, 2e-6, Duplex::Full},
+             {2, 4, 10e9, 1e-6, Duplex::Full},
+             {3, 4, 10e9, 1e-6, Duplex::Full}};
+  auto d = durations(c, {transfer(0, 1, 1e9), transfer(2, 3, 1e9)});
+  CHECK(close_rel(d[0], 3e-6 + 1e9 / 5e9, 1e-6));   // slowest hop 5 GB/s, latencies 1 + 2 us
+  CHECK(close_rel(d[1], 2e-6 + 1e9 / 10e9, 1e-6));  // unaffected by the other flow
+}
+
+TEST_CASE("flows of different sizes share a link max-min fairly (progressive filling)") {
+  // Three flows of 1, 2 and 4 GB start together on a 10 GB/s link: each gets B/3 until the first
+  // ends at 3 x 1 GB / B = 0.3 s; then B/2 each: the second ends after 2 x 1 GB / B more = 0.5 s;
+  // the last runs alone: 2 GB / B more = 0.7 s.
+  Cluster c = pair_cluster(10e9, 0, Duplex::Full);
+  auto d = durations(c, {transfer(0, 1, 1e9), transfer(0, 1, 2e9), transfer(0, 1, 4e9)});
+  CHECK(close_rel(d[0], 0.3, 1e-6));
+  CHECK(close_rel(d[1], 0.5, 1e-6));
+  CHECK(close_rel(d[2], 0.7, 1e-6));
+}

@@ -1,0 +1,122 @@
+// The command line end to end: summary, --json, --trace.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tests/support/process.h"
+
+using nlohmann::json;
+using pipegrid::testing::read_file;
+using pipegrid::testing::run_command;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/pipegrid-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+// The issue's example with communication made negligible and zero latency (valid).
+const char* kNoComm = R"(
+workload:
+  kind: chain
+  layers: 8
+  forward: 1ms
+  backward: 2ms
+  activation: 1KiB
+  parameters: 64MiB
+  samples_per_micro_batch: 4
+cluster:
+  kind: switch
+  count: 4
+  device: {name: gpu, memory: 16GiB}
+  bandwidth: 1000TBps
+  latency: 0s
+strategy:
+  partitioner: uniform
+  schedule: 1f1b
+  micro_batches: 8
+)";
+
+}  // namespace
+
+TEST_CASE("pipegrid run without a file prints the built-in example's summary") {
+  auto r = run_command({PIPEGRID_BINARY, "run"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.find("built-in example") != std::string::npos);
+  CHECK(r.out.find("iteration time") != std::string::npos);
+  CHECK(r.out.find("bubble ratio") != std::string::npos);
+  CHECK(r.out.find("gpu3") != std::string::npos);
+}
+
+TEST_CASE("--json: the documented keys, values from the closed form") {
+  TempDir tmp;
+  auto r = run_command({PIPEGRID_BINARY, "run", tmp.write("e.yaml", kNoComm), "--json"});
+  REQUIRE(r.exit_code == 0);
+  json j = json::parse(r.out);
+  // Stage = 2 layers: T_F = 2 ms, T_BW = 4 ms; p = 4, m = 8.
+  const double iter = (8 + 4 - 1) * 6e-3;
+  CHECK(j["iteration_time_s"].get<double>() == doctest::Approx(iter).epsilon(1e-6));
+  CHECK(j["throughput_samples_per_s"].get<double>() == doctest::Approx(32 / iter).epsilon(1e-6));
+  CHECK(j["bubble_ratio"].get<double>() == doctest::Approx(3.0 / 11).epsilon(1e-6));
+  REQUIRE(j["devices"].size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    const json& d = j["devices"][i];
+    CHECK(d["name"] == "gpu" + std::to_string(i));
+    CHECK(d["busy_s"].get<double>() == doctest::Approx(8 * 6e-3).epsilon(1e-6));
+    CHECK(d["idle_s"].get<double>() == doctest::Approx(iter - 8 * 6e-3).epsilon(1e-5));
+    CHECK(d["bubble_ratio"].get<double>() == doctest::Approx(3.0 / 11).epsilon(1e-5));
+    // Stash per micro-batch: 2 layers x 1 KiB; in flight: min(p - i, m).
+    CHECK(d["peak_activation_bytes"].get<double>() == doctest::Approx((4 - i) * 2 * 1024.0));
+    // Adam in fp32: 4 copies of 2 x 64 MiB of weights.
+    CHECK(d["peak_memory_bytes"].get<double>() == doctest::Approx(4 * 2 * 64.0 * (1 << 20) + (4 - i) * 2048.0));
+  }
+}
+
+TEST_CASE("--trace writes a Chrome trace: one process per device, compute and send tracks, memory counters") {
+  TempDir tmp;
+  const std::string trace = (tmp.path / "t.json").string();
+  auto r = run_command({PIPEGRID_BINARY, "run", "--trace", trace});
+  REQUIRE(r.exit_code == 0);
+  json j = json::parse(read_file(trace));
+  std::set<int> processes, compute_pids, send_pids, counter_pids;
+  std::map<int, int> compute_slices;
+  for (const json& ev : j["traceEvents"]) {
+    if (ev["ph"] == "M" && ev["name"] == "process_name") {
+      processes.insert(ev["pid"].get<int>());
+      CHECK(ev["args"]["name"] == "gpu" + std::to_string(ev["pid"].get<int>() - 1));
+    }
+    if (ev["ph"] == "X" && ev["tid"] == 1) {
+      compute_pids.insert(ev["pid"].get<int>());
+      ++compute_slices[ev["pid"].get<int>()];
+    }
+    if (ev["ph"] == "X" && ev["tid"].get<int>() >= 2) send_pids.insert(ev["pid"].get<int>());
+    if (ev["ph"] == "C") counter_pids.insert(ev["pid"].get<int>());
+  }
+  CHECK(processes == std::set<int>{1, 2, 3, 4});
+  CHECK(compute_pids == processes);
+  CHECK(counter_pids == processes);
+  CHECK(send_pids == processes);  // the first and last send only one way, the middle both
+  for (auto [pid, n] : compute_slices) CHECK(n == 16);  // 8 forwards + 8 backwards each
+}
+
+TEST_CASE("pipegrid list names every partitioner and schedule") {
+  auto r = run_command({PIPEGRID_BINARY, "list"});
+  CHECK(r.exit_code == 0);
+  for (const char* name : {"uniform", "balanced", "gpipe", "1f1b"}) CHECK(r.out.find(name) != std::string::npos);
+}

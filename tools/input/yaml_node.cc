@@ -1,0 +1,198 @@
+#include "tools/input/yaml_node.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace pipegrid::input {
+namespace {
+
+std::string location(const Document& d, const YAML::Mark& m) {
+  if (m.line < 0) return d.name;
+  return fmt::format("{}:{}:{}", d.name, m.line + 1, m.column + 1);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string join(const std::vector<std::string_view>& v) {
+  std::string out;
+  for (std::string_view s : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", s);
+  return out;
+}
+
+std::string suggestion(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::vector<std::string> m = close_matches(word, candidates);
+  if (m.empty()) return "";
+  return fmt::format("did you mean \"{}\"? ", m.front());
+}
+
+}  // namespace
+
+std::vector<std::string> close_matches(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (std::string_view c : candidates) {
+    size_t d = edit_distance(word, c);
+    size_t limit = std::max<size_t>(2, std::max(word.size(), c.size()) / 3);
+    bool prefix = !word.empty() && (c.substr(0, word.size()) == word || word.substr(0, c.size()) == c);
+    if (d <= limit || prefix) scored.emplace_back(d, std::string(c));
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (auto& s : scored) out.push_back(std::move(s.second));
+  return out;
+}
+
+Document load_document_text(const std::string& text, const std::string& name) {
+  Document d{name, {}};
+  try {
+    d.root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}: invalid YAML: {}", location(d, e.mark), e.msg));
+  }
+  return d;
+}
+
+Document load_document_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
+  return load_document_text(ss.str(), path);
+}
+
+Node::Node(const Document* doc, YAML::Node node, std::string path, YAML::Mark mark)
+    : doc_(doc), node_(std::move(node)), path_(std::move(path)), mark_(mark) {}
+
+Node Node::root(const Document& doc) {
+  YAML::Mark m;  // line 0, column 0
+  if (doc.root.IsDefined() && !doc.root.IsNull()) m = doc.root.Mark();
+  return Node(&doc, doc.root, "", m);
+}
+
+void Node::fail(std::string_view what) const {
+  if (path_.empty()) throw InputError(fmt::format("{}: {}", location(*doc_, mark_), what));
+  throw InputError(fmt::format("{}: {}: {}", location(*doc_, mark_), path_, what));
+}
+
+void Node::expected(std::string_view expectation) const { fail(fmt::format("expected {}, got {}", expectation, found())); }
+
+std::string Node::found() const {
+  if (is_null()) return "nothing";
+  if (node_.IsMap()) return "a mapping";
+  if (node_.IsSequence()) return "a list";
+  return fmt::format("\"{}\"", node_.Scalar());
+}
+
+void Node::require_map(std::string_view expectation) const {
+  if (!node_.IsMap()) expected(expectation);
+}
+
+void Node::check_keys(const std::vector<std::string_view>& allowed) const {
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const YAML::Node& key = it->first;
+    std::string k = key.IsScalar() ? key.Scalar() : "?";
+    if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
+    Node kn(doc_, key, path_.empty() ? k : path_ + "." + k, key.Mark());
+    kn.fail(fmt::format("unknown key ({}valid keys: {})", suggestion(k, allowed), join(allowed)));
+  }
+}
+
+bool Node::has(std::string_view key) const { return node_.IsMap() && node_[std::string(key)].IsDefined(); }
+
+std::optional<Node> Node::get(std::string_view key) const {
+  if (!node_.IsMap()) return std::nullopt;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (it->first.IsScalar() && it->first.Scalar() == key) {
+      const YAML::Node& v = it->second;
+      // A null value (`key:` with nothing) has no useful mark of its own: point at the key.
+      YAML::Mark m = (v.IsDefined() && !v.IsNull()) ? v.Mark() : it->first.Mark();
+      std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+      return Node(doc_, v, p, m);
+    }
+  }
+  return std::nullopt;
+}
+
+Node Node::need(std::string_view key, std::string_view expectation) const {
+  std::optional<Node> n = get(key);
+  if (n) return *n;
+  std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  Node missing(doc_, YAML::Node(), p, mark_);
+  missing.fail(fmt::format("expected {}, got nothing (the key is missing)", expectation));
+}
+
+std::vector<Node> Node::items(std::string_view expectation) const {
+  if (!node_.IsSequence()) expected(expectation);
+  std::vector<Node> out;
+  size_t i = 0;
+  for (auto it = node_.begin(); it != node_.end(); ++it, ++i)
+    out.emplace_back(doc_, *it, fmt::format("{}[{}]", path_, i), it->Mark());
+  return out;
+}
+
+std::string Node::string(std::string_view expectation) const {
+  if (!node_.IsScalar() || node_.Scalar().empty()) expected(expectation);
+  return node_.Scalar();
+}
+
+long long Node::integer(long long min, long long max, std::string_view expectation) const {
+  if (!node_.IsScalar()) expected(expectation);
+  const std::string& s = node_.Scalar();
+  long long v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < min || v > max) expected(expectation);
+  return v;
+}
+
+double Node::number(std::string_view expectation) const {
+  if (!node_.IsScalar()) expected(expectation);
+  const std::string& s = node_.Scalar();
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) expected(expectation);
+  return v;
+}
+
+double Node::quantity(Dimension d, Sign sign) const {
+  const std::string what = describe(d, sign == Sign::Positive ? "positive" : "non-negative");
+  if (!node_.IsScalar()) expected(what);
+  Result<double> v = parse_quantity(node_.Scalar(), d, /*allow_negative=*/true);
+  if (!v) fail(v.error().message);
+  if (sign == Sign::Positive ? !(*v > 0) : *v < 0) expected(what);
+  return *v;
+}
+
+bool Node::boolean() const {
+  if (node_.IsScalar()) {
+    const std::string& s = node_.Scalar();
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+  }
+  expected("true or false");
+}
+
+std::string Node::choice(const std::vector<std::string_view>& choices, std::string_view what) const {
+  if (!node_.IsScalar()) expected(fmt::format("{} ({})", what, join(choices)));
+  const std::string& s = node_.Scalar();
+  if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
+  fail(fmt::format("expected {} ({}), got \"{}\"{}", what, join(choices), s,
+                   close_matches(s, choices).empty() ? "" : fmt::format(" (did you mean \"{}\"?)", close_matches(s, choices).front())));
+}
+
+}  // namespace pipegrid::input

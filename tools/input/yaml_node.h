@@ -1,0 +1,90 @@
+// YAML access with error messages that name file:line:column, the key path, what was expected and
+// what was found, e.g.
+//   exp.yaml:12:14: cluster.bandwidth: expected a bandwidth like "25GBps", got "fast"
+// Parsing code throws InputError (internally, for readability); the public load functions catch it
+// and return an Error value.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/units.h"
+
+namespace pipegrid::input {
+
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A document: where it came from (for messages) and its root node.
+struct Document {
+  std::string name;  // file path as given, or "<built-in example>"
+  YAML::Node root;
+};
+
+// Loads and parses a YAML file or text; syntax errors become InputError with the position.
+Document load_document_file(const std::string& path);
+Document load_document_text(const std::string& text, const std::string& name);
+
+enum class Sign { NonNegative, Positive };
+
+class Node {
+ public:
+  Node(const Document* doc, YAML::Node node, std::string path, YAML::Mark mark);
+  static Node root(const Document& doc);
+
+  const std::string& path() const { return path_; }
+  const YAML::Node& yaml() const { return node_; }
+  YAML::Mark mark() const { return mark_; }
+  const Document& document() const { return *doc_; }
+
+  // "file:line:column: path: what"
+  [[noreturn]] void fail(std::string_view what) const;
+  // "...: expected <expectation>, got <found()>"
+  [[noreturn]] void expected(std::string_view expectation) const;
+  // "\"text\"", "a mapping", "a list", "nothing".
+  std::string found() const;
+
+  bool is_null() const { return !node_.IsDefined() || node_.IsNull(); }
+  bool is_map() const { return node_.IsMap(); }
+  bool is_list() const { return node_.IsSequence(); }
+  bool is_scalar() const { return node_.IsScalar(); }
+
+  // Mapping access. require_map() fails unless this is a mapping; check_keys() fails on the first
+  // key (in document order) not in `allowed`, suggesting close names.
+  void require_map(std::string_view expectation) const;
+  void check_keys(const std::vector<std::string_view>& allowed) const;
+  bool has(std::string_view key) const;
+  std::optional<Node> get(std::string_view key) const;
+  // Fails with "<path.key>: expected <expectation>, got nothing (the key is missing)".
+  Node need(std::string_view key, std::string_view expectation) const;
+
+  // List access.
+  std::vector<Node> items(std::string_view expectation) const;
+
+  // Scalars.
+  std::string string(std::string_view expectation = "a string") const;
+  long long integer(long long min, long long max, std::string_view expectation) const;
+  double number(std::string_view expectation) const;
+  double quantity(Dimension d, Sign sign) const;
+  bool boolean() const;
+  // One of `choices`; the error lists them and suggests a close one.
+  std::string choice(const std::vector<std::string_view>& choices, std::string_view what) const;
+
+ private:
+  const Document* doc_;
+  YAML::Node node_;
+  std::string path_;
+  YAML::Mark mark_;
+};
+
+// Close matches of `word` among `candidates` (edit distance), best first.
+std::vector<std::string> close_matches(std::string_view word, const std::vector<std::string_view>& candidates);
+
+}  // namespace pipegrid::input

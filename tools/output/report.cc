@@ -1,0 +1,216 @@
+#include "tools/output/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+
+#include "core/executor.h"
+#include "core/lower.h"
+#include "core/schedule.h"
+#include "core/units.h"
+
+namespace pipegrid::output {
+namespace {
+
+std::string layer_range(const Experiment& e, const Stage& st) {
+  if (st.layers.empty()) return "-";
+  const std::string& first = e.workload.layer(st.layers.front()).name;
+  if (st.layers.size() == 1) return first;
+  return fmt::format("{}..{} ({} layers)", first, e.workload.layer(st.layers.back()).name, st.layers.size());
+}
+
+std::string device_list(const Experiment& e, const Stage& st) {
+  std::string out;
+  for (int d : st.devices) out += fmt::format("{}{}", out.empty() ? "" : ",", e.cluster.devices[d].name);
+  return out;
+}
+
+std::string percent(double x) { return fmt::format("{:.2f}%", 100 * x); }
+
+const char* task_category(const Task& t) {
+  switch (t.kind) {
+    case TaskKind::Forward: return "forward";
+    case TaskKind::Backward: return "backward";
+    case TaskKind::Weight: return "weight";
+    case TaskKind::Optimizer: return "optimizer";
+    case TaskKind::Transfer:
+      return t.transfer == TransferKind::Activation ? "activation" : t.transfer == TransferKind::Gradient ? "gradient" : "allreduce";
+  }
+  return "task";
+}
+
+std::string task_name(const Task& t) {
+  switch (t.kind) {
+    case TaskKind::Forward: return to_string(Action{t.stage, Pass::Forward, t.micro_batch});
+    case TaskKind::Backward: return to_string(Action{t.stage, Pass::Backward, t.micro_batch});
+    case TaskKind::Weight: return to_string(Action{t.stage, Pass::Weight, t.micro_batch});
+    case TaskKind::Optimizer: return "optimizer step";
+    case TaskKind::Transfer:
+      if (t.transfer == TransferKind::AllReduce) return fmt::format("all-reduce stage {}", t.stage);
+      return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
+  }
+  return "task";
+}
+
+}  // namespace
+
+void print_summary(std::ostream& out, const RunReport& r) {
+  const Experiment& e = r.experiment;
+  const Metrics& m = r.metrics;
+  fmt::print(out, "{}\n", e.name.empty() ? "pipegrid run" : e.name);
+  fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(), to_string(e.workload.precision));
+  fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
+  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, e.strategy.schedule,
+             e.strategy.micro_batches, r.run.micro_batch_size);
+  fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", "stage", "layers", "devices", "forward", "backward",
+             "stash/micro-b");
+  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size);
+  for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
+    const Stage& st = r.run.partition.stage(s);
+    const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
+    fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", s, layer_range(e, st), device_list(e, st),
+               format_time(sc.times.forward), format_time(sc.times.backward()), format_bytes(sc.stash_bytes));
+  }
+  fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
+  fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n", m.throughput_samples_per_s,
+             m.samples_per_iteration);
+  fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n\n", percent(m.bubble_ratio));
+  fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble", "peak mem",
+             "activations", "capacity");
+  for (const DeviceMetrics& d : m.devices) {
+    if (!d.used) {
+      fmt::print(out, "{:<10} (unused)\n", d.name);
+      continue;
+    }
+    fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}{}\n", d.name, format_time(d.busy_s),
+               format_time(d.idle_s), percent(d.bubble_ratio), format_bytes(d.peak_memory_bytes),
+               format_bytes(d.peak_activation_bytes), format_bytes(d.capacity_bytes),
+               d.peak_memory_bytes > d.capacity_bytes ? "  OVER CAPACITY" : "");
+  }
+  if (!m.feasible()) {
+    fmt::print(out, "\nINFEASIBLE: ");
+    for (size_t i = 0; i < m.over_capacity.size(); ++i) {
+      const DeviceMetrics& d = m.devices[m.over_capacity[i]];
+      fmt::print(out, "{}{} needs {} but has {}", i ? "; " : "", d.name, format_bytes(d.peak_memory_bytes),
+                 format_bytes(d.capacity_bytes));
+    }
+    fmt::print(out, "\n");
+  }
+}
+
+nlohmann::json to_json(const RunReport& r) {
+  const Experiment& e = r.experiment;
+  const Metrics& m = r.metrics;
+  nlohmann::json j;
+  j["experiment"] = e.name;
+  j["iteration_time_s"] = m.iteration_time_s;
+  j["throughput_samples_per_s"] = m.throughput_samples_per_s;
+  j["bubble_ratio"] = m.bubble_ratio;
+  j["samples_per_iteration"] = m.samples_per_iteration;
+  j["micro_batches"] = e.strategy.micro_batches;
+  j["micro_batch_size"] = r.run.micro_batch_size;
+  j["partitioner"] = e.strategy.partitioner;
+  j["schedule"] = e.strategy.schedule;
+  j["feasible"] = m.feasible();
+  nlohmann::json infeasible = nlohmann::json::array();
+  for (int d : m.over_capacity)
+    infeasible.push_back({{"device", m.devices[d].name},
+                          {"peak_memory_bytes", m.devices[d].peak_memory_bytes},
+                          {"capacity_bytes", m.devices[d].capacity_bytes}});
+  j["infeasible"] = infeasible;
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < r.run.partition.stage_count(); ++s) {
+    const Stage& st = r.run.partition.stage(s);
+    nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
+    for (int l : st.layers) layers.push_back(e.workload.layer(l).name);
+    for (int d : st.devices) devices.push_back(e.cluster.devices[d].name);
+    stages.push_back({{"index", s}, {"layers", layers}, {"devices", devices}, {"successors", r.run.partition.successors(static_cast<int>(s))}});
+  }
+  j["stages"] = stages;
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceMetrics& d : m.devices)
+    devices.push_back({{"name", d.name},
+                       {"used", d.used},
+                       {"busy_s", d.busy_s},
+                       {"idle_s", d.idle_s},
+                       {"bubble_ratio", d.bubble_ratio},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"peak_activation_bytes", d.peak_activation_bytes},
+                       {"static_memory_bytes", d.static_bytes},
+                       {"capacity_bytes", d.capacity_bytes}});
+  j["devices"] = devices;
+  return j;
+}
+
+void write_chrome_trace(std::ostream& out, const RunReport& r) {
+  const Cluster& c = r.experiment.cluster;
+  const TaskGraph& g = r.run.graph;
+  const Timeline& tl = r.timeline;
+  constexpr int kComputeTid = 1;
+  constexpr int kSendTid = 2;  // send lanes are kSendTid + lane
+  bool first = true;
+  auto emit = [&](const nlohmann::json& ev) {
+    out << (first ? "\n" : ",\n") << ev.dump();
+    first = false;
+  };
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  // Outgoing transfers of a device may overlap: give each a lane where it does not.
+  std::vector<std::vector<double>> lane_free(c.devices.size());
+  std::vector<int> lane_of(g.tasks.size(), 0);
+  std::vector<int32_t> transfers;
+  for (size_t t = 0; t < g.tasks.size(); ++t)
+    if (!g.tasks[t].is_compute() && g.tasks[t].device != g.tasks[t].peer) transfers.push_back(static_cast<int32_t>(t));
+  std::sort(transfers.begin(), transfers.end(), [&](int32_t a, int32_t b) { return tl.start[a] < tl.start[b]; });
+  for (int32_t t : transfers) {
+    auto& lanes = lane_free[g.tasks[t].device];
+    size_t lane = 0;
+    while (lane < lanes.size() && lanes[lane] > tl.start[t]) ++lane;
+    if (lane == lanes.size()) lanes.push_back(0);
+    lanes[lane] = tl.end[t];
+    lane_of[t] = static_cast<int>(lane);
+  }
+  for (size_t d = 0; d < c.devices.size(); ++d) {
+    const int pid = static_cast<int>(d) + 1;
+    emit({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", c.devices[d].name}}}});
+    emit({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", d}}}});
+    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kComputeTid}, {"args", {{"name", "compute"}}}});
+    for (size_t lane = 0; lane < lane_free[d].size(); ++lane)
+      emit({{"ph", "M"},
+            {"name", "thread_name"},
+            {"pid", pid},
+            {"tid", kSendTid + static_cast<int>(lane)},
+            {"args", {{"name", lane == 0 ? std::string("send") : fmt::format("send {}", lane)}}}});
+  }
+  for (size_t t = 0; t < g.tasks.size(); ++t) {
+    const Task& task = g.tasks[t];
+    const double dur = tl.end[t] - tl.start[t];
+    if (task.is_compute() ? dur <= 0 : task.device == task.peer) continue;
+    nlohmann::json args = {{"stage", task.stage}};
+    if (task.micro_batch >= 0) args["micro_batch"] = task.micro_batch;
+    if (!task.is_compute()) {
+      args["bytes"] = task.bytes;
+      args["to"] = c.devices[task.peer].name;
+    }
+    emit({{"ph", "X"},
+          {"name", task_name(task)},
+          {"cat", task_category(task)},
+          {"pid", task.device + 1},
+          {"tid", task.is_compute() ? kComputeTid : kSendTid + lane_of[t]},
+          {"ts", tl.start[t] * 1e6},
+          {"dur", dur * 1e6},
+          {"args", args}});
+  }
+  const std::vector<MemoryTrace> traces = memory_traces(g, tl);
+  for (size_t d = 0; d < traces.size(); ++d) {
+    for (const MemoryPoint& p : traces[d]) {
+      nlohmann::json args;
+      for (int k = 0; k < kMemoryCategoryCount; ++k)
+        args[std::string(to_string(static_cast<MemoryCategory>(k)))] = p.bytes[k];
+      emit({{"ph", "C"}, {"name", "memory (bytes)"}, {"pid", static_cast<int>(d) + 1}, {"ts", p.time * 1e6}, {"args", args}});
+    }
+  }
+  out << "\n]}\n";
+}
+
+}  // namespace pipegrid::output
