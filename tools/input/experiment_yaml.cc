@@ -2,68 +2,13 @@
 
 #include <fmt/format.h>
 
-#include "core/models/chain.h"
 #include "core/strategy.h"
-#include "core/topologies/generators.h"
+#include "tools/input/cluster_yaml.h"
+#include "tools/input/workload_yaml.h"
 #include "tools/input/yaml_node.h"
 
 namespace pipegrid::input {
 namespace {
-
-constexpr long long kMaxCount = 1'000'000;
-
-Workload parse_chain(const Node& n) {
-  n.check_keys({"kind", "layers", "forward", "backward", "backward_weight", "activation", "parameters",
-                "samples_per_micro_batch", "optimizer_step", "precision"});
-  ChainSpec c;
-  c.layers = static_cast<int>(n.need("layers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-  c.forward_s = n.need("forward", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
-  c.backward_s = n.need("backward", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
-  if (auto bw = n.get("backward_weight")) {
-    c.backward_weight_s = bw->quantity(Dimension::Time, Sign::NonNegative);
-    if (c.backward_weight_s > c.backward_s)
-      bw->fail(fmt::format("expected at most the whole backward ({}), got \"{}\"", format_time(c.backward_s),
-                           bw->yaml().Scalar()));
-  }
-  c.activation_bytes =
-      n.need("activation", describe(Dimension::Bytes, "non-negative")).quantity(Dimension::Bytes, Sign::NonNegative);
-  c.parameter_bytes =
-      n.need("parameters", describe(Dimension::Bytes, "non-negative")).quantity(Dimension::Bytes, Sign::NonNegative);
-  if (auto s = n.get("samples_per_micro_batch"))
-    c.samples_per_micro_batch = static_cast<double>(s->integer(1, kMaxCount, "a positive integer"));
-  if (auto s = n.get("optimizer_step")) c.optimizer_step_s = s->quantity(Dimension::Time, Sign::NonNegative);
-  if (auto p = n.get("precision")) c.precision = *parse_precision(p->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
-  return make_chain(c);
-}
-
-Workload parse_workload(const Node& n) {
-  n.require_map("a mapping describing the workload");
-  n.need("kind", "a workload kind (chain)").choice({"chain"}, "a workload kind");
-  return parse_chain(n);
-}
-
-DeviceSpec parse_device(const Node& n, std::string* name) {
-  n.require_map("a mapping with the device's name and memory");
-  n.check_keys({"name", "memory", "flops"});
-  *name = n.need("name", "a device name").string("a device name");
-  DeviceSpec spec;
-  spec.memory_bytes =
-      n.need("memory", describe(Dimension::Bytes, "positive")).quantity(Dimension::Bytes, Sign::Positive);
-  if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
-  return spec;
-}
-
-Cluster parse_cluster(const Node& n) {
-  n.require_map("a mapping describing the cluster");
-  n.need("kind", "a cluster kind (switch)").choice({"switch"}, "a cluster kind");
-  n.check_keys({"kind", "count", "device", "bandwidth", "latency"});
-  int count = static_cast<int>(n.need("count", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-  std::string name;
-  DeviceSpec spec = parse_device(n.need("device", "a mapping with the device's name and memory"), &name);
-  double bw = n.need("bandwidth", describe(Dimension::Bandwidth, "positive")).quantity(Dimension::Bandwidth, Sign::Positive);
-  double lat = n.need("latency", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
-  return make_switch_cluster(count, name, spec, bw, lat);
-}
 
 std::vector<std::string_view> names_of(auto table) {
   std::vector<std::string_view> out;

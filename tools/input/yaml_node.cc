@@ -104,8 +104,8 @@ void Node::require_map(std::string_view expectation) const {
 }
 
 void Node::check_keys(const std::vector<std::string_view>& allowed) const {
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    const YAML::Node& key = it->first;
+  for (const auto& kv : node_) {
+    const YAML::Node key = kv.first;
     std::string k = key.IsScalar() ? key.Scalar() : "?";
     if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
     Node kn(doc_, key, path_.empty() ? k : path_ + "." + k, key.Mark());
@@ -117,11 +117,12 @@ bool Node::has(std::string_view key) const { return node_.IsMap() && node_[std::
 
 std::optional<Node> Node::get(std::string_view key) const {
   if (!node_.IsMap()) return std::nullopt;
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    if (it->first.IsScalar() && it->first.Scalar() == key) {
-      const YAML::Node& v = it->second;
+  for (const auto& kv : node_) {
+    const YAML::Node k = kv.first;
+    if (k.IsScalar() && k.Scalar() == key) {
+      const YAML::Node v = kv.second;
       // A null value (`key:` with nothing) has no useful mark of its own: point at the key.
-      YAML::Mark m = (v.IsDefined() && !v.IsNull()) ? v.Mark() : it->first.Mark();
+      YAML::Mark m = (v.IsDefined() && !v.IsNull()) ? v.Mark() : k.Mark();
       std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
       return Node(doc_, v, p, m);
     }
@@ -141,8 +142,10 @@ std::vector<Node> Node::items(std::string_view expectation) const {
   if (!node_.IsSequence()) expected(expectation);
   std::vector<Node> out;
   size_t i = 0;
-  for (auto it = node_.begin(); it != node_.end(); ++it, ++i)
-    out.emplace_back(doc_, *it, fmt::format("{}[{}]", path_, i), it->Mark());
+  for (const auto& item : node_) {
+    const YAML::Node n = item;
+    out.emplace_back(doc_, n, fmt::format("{}[{}]", path_, i++), n.Mark());
+  }
   return out;
 }
 

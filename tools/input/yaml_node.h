@@ -34,6 +34,9 @@ Document load_document_text(const std::string& text, const std::string& name);
 
 enum class Sign { NonNegative, Positive };
 
+// Upper bound for counts read from files (layers, devices, micro-batches).
+inline constexpr long long kMaxCount = 1'000'000;
+
 class Node {
  public:
   Node(const Document* doc, YAML::Node node, std::string path, YAML::Mark mark);

@@ -1,0 +1,27 @@
+// Subcommands of the `pipegrid` command line. Each lives in its own file, registers its options on
+// the application, and returns the function that runs it once the arguments are parsed. Exit
+// statuses: 0 success, 2 bad input or usage, 1 internal error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace pipegrid::cli {
+
+inline constexpr int kOk = 0;
+inline constexpr int kInternal = 1;
+inline constexpr int kBadInput = 2;
+
+// Prints "pipegrid: <message>" on stderr and returns kBadInput.
+int bad_input(const std::string& message);
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_run_command(CLI::App& parent);
+Command add_list_command(CLI::App& parent);
+
+}  // namespace pipegrid::cli

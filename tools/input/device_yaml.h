@@ -1,0 +1,35 @@
+// Devices in input files, and the built-in device catalog (topologies/devices.yaml, compiled in).
+//
+// A device is written either as a catalog name (`device: a100`) or as a mapping whose keys
+// override a catalog entry named by `model` (or describe a custom device without `model`):
+//   device: {model: a100, memory: 40GB}
+//   device: {memory: 16GiB, flops: 100TFLOPS}
+// Spec keys: model, memory, memory_bandwidth, flops (every precision), peak ({fp32: ..., fp16: ...}),
+// efficiency, layer_overhead.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+#include "tools/input/yaml_node.h"
+
+namespace pipegrid::input {
+
+struct CatalogDevice {
+  std::string name;  // catalog key, e.g. "a100"
+  std::string kind;  // "gpu" or "fpga"
+  std::string description;
+  std::string source;
+  DeviceSpec spec;   // spec.kind == name
+};
+
+// Parsed once, on first use. Precondition: the compiled-in catalog is valid (tested).
+const std::vector<CatalogDevice>& device_catalog();
+const CatalogDevice* find_catalog_device(std::string_view name);
+
+// The spec keys above plus `extra_keys`, which the caller reads itself (e.g. "name").
+DeviceSpec parse_device_spec(const Node& n, const std::vector<std::string_view>& extra_keys = {});
+
+}  // namespace pipegrid::input
