@@ -99,17 +99,38 @@ void Executor::drain() {
   }
 }
 
+std::vector<std::pair<int, size_t>> Executor::stuck() const {
+  std::vector<std::pair<int, size_t>> out;
+  for (size_t d = 0; d < graph_.device_order.size(); ++d)
+    if (cursor_[d] < graph_.device_order[d].size()) out.emplace_back(static_cast<int>(d), cursor_[d]);
+  return out;
+}
+
+std::vector<int32_t> Executor::blockers(int32_t task) const {
+  std::vector<int32_t> out, frontier{task};
+  while (!frontier.empty()) {
+    int32_t t = frontier.back();
+    frontier.pop_back();
+    for (size_t u = 0; u < graph_.tasks.size(); ++u) {
+      if (timeline_.end[u] >= 0) continue;
+      for (int32_t s : graph_.successors[u]) {
+        if (s != t) continue;
+        if (graph_.tasks[u].is_compute())
+          out.push_back(static_cast<int32_t>(u));
+        else
+          frontier.push_back(static_cast<int32_t>(u));
+      }
+    }
+  }
+  return out;
+}
+
 Error Executor::stuck_error(const std::vector<std::string>& names) const {
   std::string msg = "the schedule deadlocks:";
-  for (size_t d = 0; d < graph_.device_order.size(); ++d) {
-    if (cursor_[d] >= graph_.device_order[d].size()) continue;
-    int32_t t = graph_.device_order[d][cursor_[d]];
+  for (auto [d, pos] : stuck()) {
+    int32_t t = graph_.device_order[d][pos];
     msg += fmt::format("\n  {} waits at {} for", names.at(d), describe_task(graph_.tasks[t], names));
-    // Name the unfinished inputs (one level up, through transfers to their producers).
-    std::vector<int32_t> missing;
-    for (size_t u = 0; u < graph_.tasks.size(); ++u)
-      for (int32_t s : graph_.successors[u])
-        if (s == t && timeline_.end[u] < 0) missing.push_back(static_cast<int32_t>(u));
+    std::vector<int32_t> missing = blockers(t);
     for (size_t i = 0; i < missing.size(); ++i)
       msg += fmt::format("{} {}", i ? "," : "", describe_task(graph_.tasks[missing[i]], names));
   }

@@ -31,6 +31,11 @@ class Executor {
   bool complete() const { return done_ == graph_.tasks.size(); }
   // Explains an incomplete run: what each stuck device waits for (a deadlock).
   Error stuck_error(const std::vector<std::string>& device_names) const;
+  // Devices that did not finish, with the position in their order they are stuck at.
+  std::vector<std::pair<int, size_t>> stuck() const;
+  // Unfinished tasks that `task` depends on, followed through unfinished transfers to the compute
+  // tasks that produce them.
+  std::vector<int32_t> blockers(int32_t task) const;
   Timeline take_timeline() { return std::move(timeline_); }
 
  private:

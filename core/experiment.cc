@@ -29,14 +29,16 @@ Result<PreparedRun> prepare(const Experiment& e) {
 
   PreparedRun run{};
   run.micro_batch_size = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
+  const int chunks = std::max(1, e.strategy.chunks);
   int stages = e.strategy.stages;
   if (stages == 0)
-    stages = static_cast<int>(std::min(e.cluster.devices.size(), e.workload.layer_count()));
-  Result<Partition> part = (*partitioner)->build({e.workload, e.cluster, stages, run.micro_batch_size});
+    stages = static_cast<int>(std::min(e.cluster.devices.size(), e.workload.layer_count() / chunks));
+  Result<Partition> part = (*partitioner)->build({e.workload, e.cluster, stages, run.micro_batch_size, chunks});
   if (!part) return part.error();
   run.partition = std::move(*part);
 
-  ScheduleRequest req{run.partition, e.cluster.devices.size(), e.strategy.micro_batches};
+  ScheduleRequest req{run.partition,          e.cluster.devices.size(), e.strategy.micro_batches,
+                      chunks,                 e.strategy.schedule_text, e.strategy.schedule_source};
   Result<Schedule> sched = (*scheduler)->build(req);
   if (!sched) return sched.error();
   run.schedule = std::move(*sched);
@@ -50,7 +52,7 @@ Result<PreparedRun> prepare(const Experiment& e) {
   Result<TaskGraph> g = lower(e.workload, e.cluster, run.partition, run.schedule, lo);
   if (!g) return g.error();
   run.graph = std::move(*g);
-  if (Status s = check_deadlock_free(run.graph, names); !s) return s.error();
+  if (Status s = check_deadlock_free(run.graph, run.schedule, names); !s) return s.error();
   return run;
 }
 

@@ -19,7 +19,10 @@ struct StrategySpec {
   std::string partitioner = "uniform";
   std::string schedule = "1f1b";
   int micro_batches = 1;
-  int stages = 0;  // 0: one stage per device, at most one per layer
+  int stages = 0;  // pipeline ranks; 0: one per device, at most one per layer (per chunk)
+  int chunks = 1;  // model chunks per rank (interleaved-1f1b): ranks x chunks stages
+  std::string schedule_text;    // `file` schedule: the CSV text
+  std::string schedule_source;  // `file` schedule: its path, for messages
 };
 
 struct Experiment {

@@ -26,13 +26,18 @@ TaskKind kind_of(Pass p) {
 }  // namespace
 
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
-                                                        double micro_batch_size) {
+                                                        double micro_batch_size, Recompute recompute) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
     const Stage& st = p.stage(s);
     const double share = micro_batch_size / static_cast<double>(st.devices.size());
+    // The stage's input per sample: what its predecessors send, or the model's input.
+    double input = 0;
+    for (auto [it, end] = boost::in_edges(s, p.graph); it != end; ++it) input += p.graph[*it].bytes_per_sample;
+    if (boost::in_degree(s, p.graph) == 0) input = w.input_bytes_per_sample;
     for (int d : st.devices) {
       StageCost sc;
+      double full_stash = 0, selective_stash = 0, selective_s = 0, largest_output = 0;
       for (int l : st.layers) {
         const Layer& layer = w.layer(l);
         Result<PassTimes> t = layer_times(layer, w.precision, c.devices[d].spec, share);
@@ -40,10 +45,27 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
         sc.times.forward += t->forward;
         sc.times.backward_input += t->backward_input;
         sc.times.backward_weight += t->backward_weight;
-        sc.stash_bytes += layer.stash_bytes * share;
+        full_stash += layer.stash_bytes;
+        selective_stash += layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
+        selective_s += layer.selective_recompute_fraction * t->forward;
+        largest_output = std::max(largest_output, layer.output_bytes);
         sc.parameters += layer.parameters;
         sc.parameter_bytes += layer.parameter_bytes;
       }
+      switch (recompute) {
+        case Recompute::None: sc.stash_bytes = full_stash * share; break;
+        case Recompute::Full:
+          sc.stash_bytes = input * share;
+          sc.recompute_bytes = full_stash * share;
+          sc.recompute_s = sc.times.forward;
+          break;
+        case Recompute::Selective:
+          sc.stash_bytes = selective_stash * share;
+          sc.recompute_bytes = std::max(0.0, full_stash - selective_stash) * share;
+          sc.recompute_s = selective_s;
+          break;
+      }
+      sc.workspace_bytes = largest_output * share;
       out[s].push_back(sc);
     }
   }
@@ -52,7 +74,7 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
 
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
                         const LoweringOptions& o) {
-  auto costs = stage_costs(w, c, p, o.micro_batch_size);
+  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute);
   if (!costs) return costs.error();
   const int m = o.micro_batches;
   const size_t S = p.stage_count();
@@ -91,15 +113,27 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       t.device = static_cast<int32_t>(d);
       switch (a.pass) {
         case Pass::Forward: t.duration = sc.times.forward; break;
-        case Pass::Backward: t.duration = sched.split_backward ? sc.times.backward_input : sc.times.backward(); break;
+        case Pass::Backward:
+          t.duration = sc.recompute_s + (sched.split_backward ? sc.times.backward_input : sc.times.backward());
+          break;
         case Pass::Weight: t.duration = sc.times.backward_weight; break;
       }
       int32_t id = g.add(t);
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
       g.device_order[d].push_back(id);
-      if (a.pass == Pass::Forward) g.memory_changes.push_back({id, MemoryCategory::Activations, false, sc.stash_bytes});
+      // Memory: F stashes; B re-materialises what was recomputed and holds its workspace; the
+      // activations go when the last backward pass of the micro-batch (B, or W when split) ends.
+      auto change = [&](MemoryCategory cat, bool at_end, double bytes) {
+        if (bytes != 0) g.memory_changes.push_back({id, cat, at_end, bytes});
+      };
+      if (a.pass == Pass::Forward) change(MemoryCategory::Activations, false, sc.stash_bytes);
+      if (a.pass == Pass::Backward) {
+        change(MemoryCategory::Activations, false, sc.recompute_bytes);
+        change(MemoryCategory::Workspace, false, sc.workspace_bytes);
+        change(MemoryCategory::Workspace, true, -sc.workspace_bytes);
+      }
       const bool frees = sched.split_backward ? a.pass == Pass::Weight : a.pass == Pass::Backward;
-      if (frees) g.memory_changes.push_back({id, MemoryCategory::Activations, true, -sc.stash_bytes});
+      if (frees) change(MemoryCategory::Activations, true, -(sc.stash_bytes + sc.recompute_bytes));
       if (a.pass != Pass::Forward) last_backward[rep_index(a.stage, j)] = id;
     }
   }
@@ -148,6 +182,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     for (int j = 0; j < r; ++j) {
       const StageCost& sc = (*costs)[s][j];
       MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, o.memory);
+      if (o.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;  // ZeRO-1 sharding
       for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[devs[j]][k] += st[k];
     }
     if (r == 1) {

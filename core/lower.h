@@ -24,17 +24,27 @@ struct LoweringOptions {
   MemoryOptions memory;
 };
 
-// Per stage and replica: what one micro-batch slice costs.
+// Per stage and replica: what one micro-batch slice costs, under a recomputation mode.
+//  - stash: what a forward keeps until its backward (W when split): all layers' stash bytes
+//    (none), the stage's input only (full), or the selective stash bytes (selective);
+//  - recompute: what the backward re-materialises first (full: every layer's stash; selective:
+//    the part not stashed) and the forward time it re-runs; held until the stash is freed;
+//  - workspace: the backward's own transient, the activation gradient of the stage's largest
+//    layer output, from the start to the end of each B.
 struct StageCost {
-  PassTimes times;           // for the replica's slice of the micro-batch
-  double stash_bytes = 0;    // activations kept from F to B (or W), for the slice
-  double parameters = 0;     // count
+  PassTimes times;             // for the replica's slice of the micro-batch
+  double stash_bytes = 0;      // activations kept from F to B (or W), for the slice
+  double recompute_bytes = 0;  // re-materialised at the start of B
+  double recompute_s = 0;      // extra forward time paid by B
+  double workspace_bytes = 0;  // held during each B
+  double parameters = 0;       // count
   double parameter_bytes = 0;
 };
 
 // cost[s][j] for replica j of stage s.
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
-                                                        double micro_batch_size);
+                                                        double micro_batch_size,
+                                                        Recompute recompute = Recompute::None);
 
 // Precondition: the schedule passed validate_schedule() (see validate.h).
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,

@@ -13,6 +13,21 @@ std::string_view to_string(MemoryCategory c) {
   return "?";
 }
 
+std::string_view to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Full: return "full";
+    case Recompute::Selective: return "selective";
+  }
+  return "?";
+}
+
+std::optional<Recompute> parse_recompute(std::string_view s) {
+  for (Recompute r : {Recompute::None, Recompute::Full, Recompute::Selective})
+    if (to_string(r) == s) return r;
+  return std::nullopt;
+}
+
 std::string_view to_string(Optimizer o) {
   switch (o) {
     case Optimizer::SGD: return "sgd";

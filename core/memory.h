@@ -27,10 +27,21 @@ enum class Optimizer {
 std::string_view to_string(Optimizer o);
 std::optional<Optimizer> parse_optimizer(std::string_view s);  // sgd, momentum, adam, mixed-adam
 
+enum class Recompute {
+  None,       // every layer stashes its activations from F to B
+  Full,       // a stage stashes only its input; its backward re-runs the forward first
+  Selective,  // layers stash selective_stash_bytes and re-run selective_recompute_fraction of F
+};
+std::string_view to_string(Recompute r);
+std::optional<Recompute> parse_recompute(std::string_view s);  // none, full, selective
+
 struct MemoryOptions {
   Optimizer optimizer = Optimizer::Adam;
   // Overrides the optimizer: total static bytes per parameter (weights + gradients + state).
   std::optional<double> bytes_per_parameter;
+  Recompute recompute = Recompute::None;
+  // ZeRO stage 1: the optimizer state of a replicated stage is sharded across its replicas.
+  bool zero1 = false;
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

@@ -15,6 +15,12 @@ constexpr ScheduleStrategy kSchedules[] = {
     {"gpipe", "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step", &schedule_gpipe},
     {"1f1b", "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
      &schedule_1f1b},
+    {"interleaved-1f1b", "Megatron's interleaved 1F1B: `chunks` model chunks per device, stage s on device s mod p",
+     &schedule_interleaved_1f1b},
+    {"zb-h1", "zero bubble H1: B/W split, W deferred to fill the drain, 1F1B's memory (p micro-batches)",
+     &schedule_zb_h1},
+    {"zb-h2", "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state", &schedule_zb_h2},
+    {"file", "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)", &schedule_file},
 };
 
 template <class T>
@@ -38,6 +44,20 @@ Result<const PartitionStrategy*> find_partitioner(std::string_view name) {
 
 Result<const ScheduleStrategy*> find_schedule(std::string_view name) {
   return find_in(schedule_strategies(), name, "schedule");
+}
+
+Result<int> interleaved_ranks(const Partition& p, int chunks, std::string_view name) {
+  const int S = static_cast<int>(p.stage_count());
+  if (chunks < 1) return Error{fmt::format("{} needs at least 1 chunk, got {}", name, chunks)};
+  if (S % chunks != 0)
+    return Error{fmt::format("{} with {} chunks needs a multiple of {} stages, the partition has {}", name, chunks,
+                             chunks, S)};
+  const int ranks = S / chunks;
+  for (int s = ranks; s < S; ++s)
+    if (p.stage(s).devices != p.stage(s % ranks).devices)
+      return Error{fmt::format("{}: stage {} must run on the devices of stage {} (stage s on rank s mod {})", name, s,
+                               s % ranks, ranks)};
+  return ranks;
 }
 
 Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,

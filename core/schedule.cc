@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace pipegrid {
@@ -35,6 +36,89 @@ Result<Action> parse_action(std::string_view text) {
   auto r2 = std::from_chars(r1.ptr + 1, end, a.micro_batch);
   if (r2.ec != std::errc() || r2.ptr != end || a.stage < 0 || a.micro_batch < 0) return fail();
   return a;
+}
+
+std::string Schedule::location(size_t device, size_t index) const {
+  if (source.empty() || device >= positions.size() || index >= positions[device].size()) return "";
+  const SourcePosition& p = positions[device][index];
+  return fmt::format("{}:{}:{}: ", source, p.line, p.column);
+}
+
+std::string to_csv(const Schedule& s) {
+  std::string out;
+  for (const auto& row : s.device_actions) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i) out += ',';
+      out += to_string(row[i]);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+Result<Schedule> parse_schedule_csv(std::string_view text, std::string_view name) {
+  Schedule s;
+  s.source = std::string(name);
+  size_t line = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view row = text.substr(pos, eol - pos);
+    if (!row.empty() && row.back() == '\r') row.remove_suffix(1);
+    ++line;
+    std::vector<Action> actions;
+    std::vector<SourcePosition> positions;
+    size_t col = 0;
+    while (col <= row.size()) {
+      size_t comma = row.find(',', col);
+      if (comma == std::string_view::npos) comma = row.size();
+      std::string_view cell = row.substr(col, comma - col);
+      size_t lead = 0;
+      while (lead < cell.size() && (cell[lead] == ' ' || cell[lead] == '\t' || cell[lead] == '"')) ++lead;
+      const size_t cell_col = col + lead + 1;
+      cell.remove_prefix(lead);
+      while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t' || cell.back() == '"')) cell.remove_suffix(1);
+      col = comma + 1;
+      if (cell.empty() || cell == "None") continue;
+      bool ignored = false;
+      for (std::string_view comm : {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"})
+        if (cell.find(comm) != std::string_view::npos) ignored = true;
+      if (ignored) continue;
+      Result<Action> a = parse_action(cell);
+      if (!a) return Error{fmt::format("{}:{}:{}: {}", name, line, cell_col, a.error().message)};
+      if (a->pass == Pass::Weight) s.split_backward = true;
+      actions.push_back(*a);
+      positions.push_back({static_cast<int>(line), static_cast<int>(cell_col)});
+    }
+    s.device_actions.push_back(std::move(actions));
+    s.positions.push_back(std::move(positions));
+    pos = eol + 1;
+  }
+  while (!s.device_actions.empty() && s.device_actions.back().empty()) {
+    s.device_actions.pop_back();
+    s.positions.pop_back();
+  }
+  if (s.device_actions.empty()) return Error{fmt::format("{}: the schedule has no action", name)};
+  return s;
+}
+
+std::string to_grid(const Schedule& s, const std::vector<std::string>& names) {
+  size_t steps = 0;
+  for (const auto& row : s.device_actions) steps = std::max(steps, row.size());
+  const size_t width = 8;
+  std::string out = fmt::format("{:<6}", "step");
+  for (size_t d = 0; d < s.device_actions.size(); ++d)
+    out += fmt::format(" {:<{}}", d < names.size() ? names[d] : fmt::format("rank {}", d), width);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  out += '\n';
+  for (size_t i = 0; i < steps; ++i) {
+    out += fmt::format("{:<6}", i);
+    for (const auto& row : s.device_actions) out += fmt::format(" {:<{}}", i < row.size() ? to_string(row[i]) : "", width);
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += '\n';
+  }
+  return out;
 }
 
 std::string to_text(const Schedule& s, const std::vector<std::string>& names) {

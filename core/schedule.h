@@ -29,12 +29,38 @@ std::string to_string(const Action& a);
 // Accepts "<stage><F|B|W|I><micro-batch>"; torch's "I" (backward input) reads as B.
 Result<Action> parse_action(std::string_view text);
 
+// Where an action was read from (schedules read from files), 1-based.
+struct SourcePosition {
+  int line = 0;
+  int column = 0;
+};
+
 struct Schedule {
   std::vector<std::vector<Action>> device_actions;  // indexed by cluster device index
   bool split_backward = false;                      // B is the input gradient only; W actions follow
+  // For schedules read from a file: its name and each action's position (same shape as
+  // device_actions); empty otherwise.
+  std::string source;
+  std::vector<std::vector<SourcePosition>> positions;
+
+  // "<source>:<line>:<column>: " for an action read from a file, "" otherwise.
+  std::string location(size_t device, size_t index) const;
 };
 
 // One line per device that has actions: "<name>: 0F0 0F1 ... 0B7".
 std::string to_text(const Schedule& s, const std::vector<std::string>& device_names);
+
+// torch.distributed.pipelining's CSV: one row per rank (device), one action per cell.
+std::string to_csv(const Schedule& s);
+
+// Reads that CSV. Empty cells and "None" are idle steps; torch's communication and sharding cells
+// (SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD) are accepted and ignored, since
+// pipegrid inserts communication itself; "I" (torch's input-gradient backward) reads as B. The
+// backward counts as split when any W appears. Errors name "<name>:<line>:<column>".
+Result<Schedule> parse_schedule_csv(std::string_view text, std::string_view name);
+
+// torch's _format_pipeline_order layout: a header of ranks, then one row per step with each
+// rank's action at that position of its list.
+std::string to_grid(const Schedule& s, const std::vector<std::string>& device_names);
 
 }  // namespace pipegrid

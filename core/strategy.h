@@ -17,8 +17,9 @@ namespace pipegrid {
 struct PartitionRequest {
   const Workload& workload;
   const Cluster& cluster;
-  int stages = 0;               // stages wanted: 1 .. min(devices, layers)
+  int stages = 0;               // pipeline ranks wanted: 1 .. devices (stages = ranks x chunks <= layers)
   double micro_batch_size = 1;  // samples per micro-batch
+  int chunks = 1;               // model chunks per rank (interleaving): stage s runs on rank s mod ranks
 };
 
 struct PartitionStrategy {
@@ -31,6 +32,9 @@ struct ScheduleRequest {
   const Partition& partition;
   size_t device_count = 0;
   int micro_batches = 1;
+  int chunks = 1;                // model chunks per rank (interleaved-1f1b)
+  std::string_view file_text;    // `file`: the schedule as torch-style CSV
+  std::string file_name;         // `file`: where the text came from, for messages
 };
 
 struct ScheduleStrategy {
@@ -51,10 +55,18 @@ Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
 Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
 Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
+Result<Schedule> schedule_interleaved_1f1b(const ScheduleRequest& r);
+Result<Schedule> schedule_zb_h1(const ScheduleRequest& r);
+Result<Schedule> schedule_zb_h2(const ScheduleRequest& r);
+Result<Schedule> schedule_file(const ScheduleRequest& r);
 
 // Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
 // the stage; fails if a device hosts more than one stage.
 Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,
                                      std::string_view schedule_name);
+
+// Ranks of an interleaved partition: stage s runs on the devices of stage s mod ranks. Fails
+// unless the stage count is chunks x ranks and the placement follows that rule.
+Result<int> interleaved_ranks(const Partition& p, int chunks, std::string_view schedule_name);
 
 }  // namespace pipegrid

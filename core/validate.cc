@@ -27,7 +27,8 @@ Status validate_schedule(const Schedule& s, const Partition& p, int m, const std
     return Error{fmt::format("invalid schedule: it has {} device rows, the cluster has {} devices",
                              s.device_actions.size(), D)};
   auto fail = [&](size_t d, size_t i, const std::string& what) {
-    return Error{fmt::format("invalid schedule: on {}, {}\n{}", names[d], what, mark_action(s.device_actions[d], i, names[d]))};
+    return Error{fmt::format("{}invalid schedule: on {}, {}\n{}", s.location(d, i), names[d], what,
+                             mark_action(s.device_actions[d], i, names[d]))};
   };
   for (size_t d = 0; d < s.device_actions.size(); ++d) {
     const auto& acts = s.device_actions[d];
@@ -76,6 +77,28 @@ Status validate_schedule(const Schedule& s, const Partition& p, int m, const std
     for (int d : p.stage(stage).devices)
       if (static_cast<size_t>(d) >= s.device_actions.size() || s.device_actions[d].empty())
         return Error{fmt::format("invalid schedule: {} hosts stage {} but has no actions", names[d], stage)};
+  // Replicas of a stage split each micro-batch: they must run that stage's actions in one order.
+  for (size_t stage = 0; stage < p.stage_count(); ++stage) {
+    const auto& devs = p.stage(stage).devices;
+    auto order_of = [&](int d) {
+      std::vector<std::pair<size_t, Action>> out;  // (position in the device's list, action)
+      for (size_t i = 0; i < s.device_actions[d].size(); ++i)
+        if (s.device_actions[d][i].stage == static_cast<int>(stage)) out.emplace_back(i, s.device_actions[d][i]);
+      return out;
+    };
+    const auto first = order_of(devs.front());
+    for (size_t r = 1; r < devs.size(); ++r) {
+      const auto other = order_of(devs[r]);
+      for (size_t k = 0; k < first.size() && k < other.size(); ++k) {
+        if (first[k].second == other[k].second) continue;
+        return Error{fmt::format("{}invalid schedule: stage {} runs on {} and {}, which disagree on its order: {} runs "
+                                 "{} where {} runs {}\n{}",
+                                 s.location(devs[r], other[k].first), stage, names[devs.front()], names[devs[r]], names[devs[r]],
+                                 to_string(other[k].second), names[devs.front()], to_string(first[k].second),
+                                 mark_action(s.device_actions[devs[r]], other[k].first, names[devs[r]]))};
+      }
+    }
+  }
   return {};
 }
 
@@ -90,7 +113,7 @@ class SymbolicLauncher : public TaskLauncher {
 
 }  // namespace
 
-Status check_deadlock_free(const TaskGraph& g, const std::vector<std::string>& names) {
+Status check_deadlock_free(const TaskGraph& g, const Schedule& s, const std::vector<std::string>& names) {
   SymbolicLauncher l;
   Executor ex(g, l);
   ex.start();
@@ -100,7 +123,23 @@ Status check_deadlock_free(const TaskGraph& g, const std::vector<std::string>& n
     ex.finished(t, 0.0);
   }
   if (ex.complete()) return {};
-  return ex.stuck_error(names);
+  const auto stuck = ex.stuck();
+  std::string msg = fmt::format("{}invalid schedule: it deadlocks; no device can run its marked action",
+                                s.location(stuck.front().first, stuck.front().second));
+  for (auto [d, pos] : stuck) {
+    const std::vector<Action>& actions = s.device_actions[d];
+    const int32_t t = g.device_order[d][pos];
+    std::string waits;
+    for (int32_t b : ex.blockers(t)) {
+      const Task& bt = g.tasks[b];
+      waits += fmt::format("{}{}", waits.empty() ? "" : ", ", describe_task(bt, names));
+    }
+    if (pos < actions.size())
+      msg += fmt::format("\n{}  (waits for {})", mark_action(actions, pos, names[d]), waits);
+    else
+      msg += fmt::format("\n  {}: the optimizer step waits for {}", names[d], waits);
+  }
+  return Error{msg};
 }
 
 }  // namespace pipegrid

@@ -20,9 +20,10 @@ namespace pipegrid {
 Status validate_schedule(const Schedule& s, const Partition& p, int micro_batches,
                          const std::vector<std::string>& device_names);
 
-// Dependency check by symbolic execution of the lowered graph: fails if some device can never run
-// its next action (a deadlock), naming it and what it waits for.
-Status check_deadlock_free(const TaskGraph& g, const std::vector<std::string>& device_names);
+// Dependency check by symbolic execution of the lowered graph (lowered from `s`): fails if some
+// device can never run its next action (a deadlock), printing each stuck device's action list
+// with the action it waits at marked, and what that action waits for.
+Status check_deadlock_free(const TaskGraph& g, const Schedule& s, const std::vector<std::string>& device_names);
 
 // "gpu1: 1F1 [1B0] 1F0 1B1", eliding far-away actions with "...".
 std::string mark_action(const std::vector<Action>& actions, size_t index, const std::string& device_name);

@@ -43,6 +43,10 @@ struct Layer {
   double backward_bytes = 0;  // memory traffic of the whole backward pass
   double output_bytes = 0;    // activation output: what a consumer in another stage receives
   double stash_bytes = 0;     // kept from the forward until the backward (freed after it)
+  // Selective recomputation (Korthikanti et al.): what the layer stashes instead (< 0: the same as
+  // stash_bytes, i.e. nothing to recompute) and the fraction of its forward the backward re-runs.
+  double selective_stash_bytes = -1;
+  double selective_recompute_fraction = 0;
   // Per model.
   double parameters = 0;       // count
   double parameter_bytes = 0;  // bytes of the weights in the training precision

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   constexpr cli::Command (*kCommands[])(CLI::App&) = {
       &cli::add_run_command,
       &cli::add_list_command,
+      &cli::add_schedule_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

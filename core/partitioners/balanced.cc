@@ -2,7 +2,8 @@
 // time (forward + backward of one micro-batch), stage i on device i - so heterogeneous devices get
 // shares that match their speed. Exact dynamic programme over (stage, prefix): O(p n^2). Among
 // optimal partitions the one found first (earliest cut points) is kept. Communication is not part
-// of the objective (the event simulation accounts for it).
+// of the objective (the event simulation accounts for it). With `chunks` v there are p x v
+// stages, stage s on device s mod p.
 #include <fmt/format.h>
 
 #include <limits>
@@ -16,10 +17,10 @@ Result<Partition> partition_balanced(const PartitionRequest& r) {
   if (Status st = check_stage_count(r); !st) return st.error();
   const std::vector<int> order = topological_order(r.workload);
   const int n = static_cast<int>(order.size());
-  const int p = r.stages;
+  const int p = r.stages * r.chunks;
   // prefix[d][k] = time of layers order[0..k) on device d.
-  std::vector<std::vector<double>> prefix(p, std::vector<double>(n + 1, 0.0));
-  for (int d = 0; d < p; ++d) {
+  std::vector<std::vector<double>> prefix(r.stages, std::vector<double>(n + 1, 0.0));
+  for (int d = 0; d < r.stages; ++d) {
     for (int k = 0; k < n; ++k) {
       Result<PassTimes> t = layer_times(r.workload.layer(order[k]), r.workload.precision, r.cluster.devices[d].spec,
                                         r.micro_batch_size);
@@ -33,7 +34,7 @@ Result<Partition> partition_balanced(const PartitionRequest& r) {
   std::vector<std::vector<int>> cut(p + 1, std::vector<int>(n + 1, -1));
   best[0][0] = 0;
   for (int s = 1; s <= p; ++s) {
-    const int d = s - 1;
+    const int d = (s - 1) % r.stages;
     for (int j = s; j <= n - (p - s); ++j) {
       for (int k = s - 1; k < j; ++k) {
         if (best[s - 1][k] == kInf) continue;

@@ -8,10 +8,16 @@ Status check_stage_count(const PartitionRequest& r) {
   const size_t devices = r.cluster.devices.size();
   const size_t layers = r.workload.layer_count();
   if (r.stages < 1) return Error{fmt::format("expected at least 1 stage, got {}", r.stages)};
+  if (r.chunks < 1) return Error{fmt::format("expected at least 1 chunk, got {}", r.chunks)};
   if (static_cast<size_t>(r.stages) > devices)
     return Error{fmt::format("{} stages need {} devices, the cluster has {}", r.stages, r.stages, devices)};
-  if (static_cast<size_t>(r.stages) > layers)
-    return Error{fmt::format("{} stages need at least {} layers, the workload has {}", r.stages, r.stages, layers)};
+  const size_t total = static_cast<size_t>(r.stages) * r.chunks;
+  if (total > layers) {
+    if (r.chunks == 1)
+      return Error{fmt::format("{} stages need at least {} layers, the workload has {}", r.stages, r.stages, layers)};
+    return Error{fmt::format("{} ranks x {} chunks = {} stages need at least {} layers, the workload has {}",
+                             r.stages, r.chunks, total, total, layers)};
+  }
   return {};
 }
 
@@ -21,7 +27,7 @@ Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vec
   std::vector<std::vector<int>> devices;
   for (size_t s = 0; s + 1 < bounds.size(); ++s) {
     for (int k = bounds[s]; k < bounds[s + 1]; ++k) stage_of[order[k]] = static_cast<int>(s);
-    devices.push_back({static_cast<int>(s)});
+    devices.push_back({static_cast<int>(s) % r.stages});
   }
   return make_partition(r.workload, stage_of, devices, r.cluster.devices.size());
 }

@@ -7,10 +7,11 @@
 
 namespace pipegrid {
 
-// Fails unless 1 <= r.stages <= min(devices, layers).
+// Fails unless 1 <= r.stages <= devices, r.chunks >= 1 and r.stages x r.chunks <= layers.
 Status check_stage_count(const PartitionRequest& r);
 
-// Stage i = layers order[bounds[i] .. bounds[i+1]) on device i.
+// Stage i = layers order[bounds[i] .. bounds[i+1]) on device i mod r.stages (device i without
+// interleaving).
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds);
 

@@ -46,13 +46,22 @@ TEST_CASE("1f1b with fewer micro-batches than stages warms up with every micro-b
 
 TEST_CASE("every registered schedule validates and is deadlock-free for p in 1..8, m in 1..3p") {
   for (const ScheduleStrategy& s : schedule_strategies()) {
-    for (int p = 1; p <= 8; ++p) {
-      for (int m = 1; m <= 3 * p; ++m) {
-        Experiment e = chain_experiment(p, m, 1e-3, 2e-3, std::string(s.name),
-                                        make_switch_cluster(p, "gpu", test_device(), 1e9, 0));
-        Result<PreparedRun> run = prepare(e);  // validates and checks for deadlock
-        INFO(s.name << " p=" << p << " m=" << m);
-        REQUIRE(run.ok());
+    for (int chunks : {2, 3, 4}) {
+      if (chunks > 2 && s.name != "interleaved-1f1b") continue;
+      for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 3 * p; ++m) {
+          Experiment e = schedule_experiment(std::string(s.name), p, m,
+                                             make_switch_cluster(p, "gpu", test_device(), 1e9, 0), chunks);
+          Result<PreparedRun> run = prepare(e);  // validates and checks for deadlock
+          INFO(s.name << " chunks=" << chunks << " p=" << p << " m=" << m << ": "
+                      << (run ? "" : run.error().message));
+          REQUIRE(run.ok());
+          // Every (stage, micro-batch) runs F and B (and W when split) on each of its devices.
+          size_t compute = 0;
+          for (const Task& t : run->graph.tasks) compute += t.is_compute() && t.kind != TaskKind::Optimizer;
+          const size_t per = run->schedule.split_backward ? 3 : 2;
+          CHECK(compute == per * run->partition.stage_count() * m);
+        }
       }
     }
   }

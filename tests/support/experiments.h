@@ -45,6 +45,38 @@ inline Experiment chain_experiment(int p, int m, double tf, double tbw, const st
   return e;
 }
 
+// An experiment that exercises schedule `name` on p devices and m micro-batches: a chain of
+// p x chunks layers (T_F, T_B, T_W per rank's share), chunks for interleaved-1f1b, and for `file`
+// the CSV of 1f1b's schedule.
+inline Experiment schedule_experiment(const std::string& name, int p, int m, Cluster cluster, int chunks = 2,
+                                      double tf = 1e-3, double tb = 1e-3, double tw = 1e-3,
+                                      double activation = 1024) {
+  const int v = name == "interleaved-1f1b" ? chunks : 1;
+  ChainSpec c;
+  c.layers = p * v;
+  c.forward_s = tf / v;
+  c.backward_s = (tb + tw) / v;
+  c.backward_weight_s = tw / v;
+  c.activation_bytes = activation;
+  c.parameter_bytes = 1 << 20;
+  Experiment e;
+  e.name = name;
+  e.workload = make_chain(c);
+  e.cluster = std::move(cluster);
+  e.strategy.schedule = name;
+  e.strategy.micro_batches = m;
+  e.strategy.stages = p;
+  e.strategy.chunks = v;
+  if (name == "file") {
+    Experiment base = e;
+    base.strategy.schedule = "1f1b";
+    Result<PreparedRun> run = prepare(base);
+    if (run) e.strategy.schedule_text = to_csv(run->schedule);
+    e.strategy.schedule_source = "1f1b.csv";
+  }
+  return e;
+}
+
 inline bool close_rel(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)); }
 
 }  // namespace pipegrid::testing

@@ -50,9 +50,9 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
 }
 
 TEST_CASE("device errors: unknown names list close matches") {
-  CHECK(error_of("device: a10") == "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\"? known: v100, a100, h100)");
+  CHECK(error_of("device: a10") == "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\"? known: v100, a100, h100, vu9p, u280)");
   CHECK(error_of("device: {model: h10O}") ==
-        "t.yaml:1:17: device.model: unknown device \"h10O\" (did you mean \"h100\"? known: v100, a100, h100)");
+        "t.yaml:1:17: device.model: unknown device \"h10O\" (did you mean \"h100\"? known: v100, a100, h100, vu9p, u280)");
   CHECK(error_of("device: {flops: 1TFLOPS}") ==
         "t.yaml:1:9: device.memory: expected a positive byte size like \"16GiB\", got nothing (the key is missing)");
   CHECK(error_of("device: {memory: 1GB, efficiency: 1.5}") ==

@@ -23,5 +23,6 @@ struct Command {
 
 Command add_run_command(CLI::App& parent);
 Command add_list_command(CLI::App& parent);
+Command add_schedule_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

@@ -1,15 +1,23 @@
-// pipegrid run [EXPERIMENT.yaml] [--json] [--trace FILE] [--sim-log]
+// pipegrid run [EXPERIMENT.yaml] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR] [--sim-log]
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "sim/replay.h"
 #include "tools/builtin_example.h"
+#include "tools/builtin_plot_script.h"
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
@@ -21,8 +29,53 @@ struct RunOptions {
   std::string file;
   bool json = false;
   std::string trace;
+  std::string tasks;
+  std::string memory;
+  std::string plot;
   bool sim_log = false;
 };
+
+extern "C" char** environ;
+
+// Runs argv (searching PATH) with output to this process's stderr; returns the exit status, or -1.
+int spawn(const std::vector<std::string>& argv, bool quiet) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  } else {
+    posix_spawn_file_actions_adddup2(&actions, 2, 1);  // keep stdout clean for --json
+  }
+  pid_t pid;
+  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// A Python interpreter that has matplotlib: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
+std::optional<std::string> python_with_matplotlib() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
+  candidates.push_back("/usr/bin/python3");
+  candidates.push_back("python3");
+  for (const std::string& py : candidates)
+    if (spawn({py, "-c", "import matplotlib"}, /*quiet=*/true) == 0) return py;
+  return std::nullopt;
+}
+
+// Writes a file with `write`; false if it could not be written.
+bool write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  std::ofstream out(path);
+  if (out) write(out);
+  return static_cast<bool>(out);
+}
 
 int run(const RunOptions& o) {
   Result<Experiment> exp = o.file.empty() ? input::load_experiment_text(kBuiltinExample, "<built-in example>")
@@ -37,15 +90,50 @@ int run(const RunOptions& o) {
   if (!replay) return bad_input(fmt::format("{}: {}", where, replay.error().message));
   const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, replay->timeline);
   const output::RunReport report{*exp, *prepared, replay->timeline, metrics};
-  if (!o.trace.empty()) {
-    std::ofstream out(o.trace);
-    if (out) output::write_chrome_trace(out, report);
-    if (!out) return bad_input(fmt::format("cannot write the trace to \"{}\"", o.trace));
-  }
+  auto writer = [&](void (*fn)(std::ostream&, const output::RunReport&)) {
+    return [&report, fn](std::ostream& out) { fn(out, report); };
+  };
+  struct Output {
+    const std::string& path;
+    void (*fn)(std::ostream&, const output::RunReport&);
+  };
+  for (const Output& out : {Output{o.trace, &output::write_chrome_trace}, Output{o.tasks, &output::write_tasks_csv},
+                            Output{o.memory, &output::write_memory_csv}})
+    if (!out.path.empty() && !write_file(out.path, writer(out.fn)))
+      return bad_input(fmt::format("cannot write \"{}\"", out.path));
   if (o.json)
     std::cout << output::to_json(report).dump(2) << "\n";
   else
     output::print_summary(std::cout, report);
+  if (!o.plot.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(o.plot, ec);
+    const std::string dir = o.plot;
+    const std::string tasks = (fs::path(dir) / "tasks.csv").string();
+    const std::string memory = (fs::path(dir) / "memory.csv").string();
+    const std::string script = (fs::path(dir) / "plot_timeline.py").string();
+    if (ec || !write_file(tasks, writer(&output::write_tasks_csv)) ||
+        !write_file(memory, writer(&output::write_memory_csv)) ||
+        !write_file(script, [](std::ostream& out) { out << kPlotScript; }))
+      return bad_input(fmt::format("cannot write the plot files into \"{}\"", dir));
+    std::optional<std::string> py = python_with_matplotlib();
+    if (!py) {
+      fmt::print(std::cerr,
+                 "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
+                 "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
+                 tasks, memory, script);
+      return kOk;
+    }
+    const int rc = spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title",
+                          exp->name.empty() ? where : exp->name},
+                         /*quiet=*/false);
+    if (rc != 0) {
+      fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
+      return kInternal;
+    }
+    fmt::print(std::cerr, "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg\n", dir);
+  }
   return kOk;
 }
 
@@ -57,6 +145,9 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("experiment", o->file, "Experiment file (YAML); without it, the built-in example");
   app->add_flag("--json", o->json, "Print one JSON object instead of the summary");
   app->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to this file");
+  app->add_option("--tasks", o->tasks, "Write every task (device, stage, kind, micro-batch, start, end) as CSV");
+  app->add_option("--memory", o->memory, "Write each device's memory over time, by category, as CSV");
+  app->add_option("--plot", o->plot, "Write the CSVs and a Gantt and a memory figure (PNG, SVG) into this folder");
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");
   return {app, [o] { return run(*o); }};
 }

@@ -2,6 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "core/strategy.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/workload_yaml.h"
@@ -16,29 +22,56 @@ std::vector<std::string_view> names_of(auto table) {
   return out;
 }
 
+// A path in a file is relative to the file's directory.
+std::filesystem::path relative_to(const Document& doc, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return p;
+  return std::filesystem::path(doc.name).parent_path() / p;
+}
+
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
-  n.check_keys({"partitioner", "schedule", "micro_batches", "stages"});
+  n.check_keys({"partitioner", "schedule", "micro_batches", "stages", "chunks", "schedule_file"});
   StrategySpec s;
   if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
   s.micro_batches = static_cast<int>(
       n.need("micro_batches", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+  if (auto ch = n.get("chunks")) {
+    s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
+    if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")
+      ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}", s.schedule,
+                           s.chunks));
+  }
   if (auto st = n.get("stages")) {
     s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
     if (static_cast<size_t>(s.stages) > c.devices.size())
       st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}", c.devices.size(),
                            c.devices.size(), s.stages));
-    if (static_cast<size_t>(s.stages) > w.layer_count())
-      st->fail(fmt::format("expected at most {} stages (the workload has {} layers), got {}", w.layer_count(),
-                           w.layer_count(), s.stages));
+    if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
+      st->fail(s.chunks == 1 ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
+                                           w.layer_count(), w.layer_count(), s.stages)
+                             : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
+                                           w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+  }
+  if (auto f = n.get("schedule_file")) {
+    if (s.schedule != "file") f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
+    const std::filesystem::path path = relative_to(f->document(), f->string("a path to a CSV schedule"));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) f->fail(fmt::format("cannot read \"{}\": {}", path.string(), std::strerror(errno)));
+    std::stringstream text;
+    text << in.rdbuf();
+    s.schedule_text = text.str();
+    s.schedule_source = path.string();
+  } else if (s.schedule == "file") {
+    n.need("schedule_file", "a path to a CSV schedule (schedule: file reads it)");
   }
   return s;
 }
 
 MemoryOptions parse_memory(const Node& n) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "bytes_per_parameter"});
+  n.check_keys({"optimizer", "bytes_per_parameter", "recompute", "zero"});
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
     m.optimizer = *parse_optimizer(o->choice({"sgd", "momentum", "adam", "mixed-adam"}, "an optimizer"));
@@ -47,6 +80,8 @@ MemoryOptions parse_memory(const Node& n) {
     if (v < 0) b->expected("a non-negative number of bytes");
     m.bytes_per_parameter = v;
   }
+  if (auto r = n.get("recompute")) m.recompute = *parse_recompute(r->choice({"none", "full", "selective"}, "a recomputation mode"));
+  if (auto z = n.get("zero")) m.zero1 = z->integer(0, 1, "0 or 1 (ZeRO stage 1 shards the optimizer state)") == 1;
   return m;
 }
 

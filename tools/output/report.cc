@@ -65,7 +65,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
              e.strategy.micro_batches, r.run.micro_batch_size);
   fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", "stage", "layers", "devices", "forward", "backward",
              "stash/micro-b");
-  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size);
+  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
@@ -201,6 +201,20 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
           {"dur", dur * 1e6},
           {"args", args}});
   }
+  // Flow arrows: from the transfer (on the sender's send lane) to the compute task it feeds.
+  uint64_t flow = 0;
+  for (int32_t t : transfers) {
+    const Task& task = g.tasks[t];
+    if (task.transfer == TransferKind::AllReduce) continue;
+    for (int32_t consumer : g.successors[t]) {
+      if (!g.tasks[consumer].is_compute()) continue;
+      ++flow;
+      emit({{"ph", "s"}, {"id", flow}, {"name", task_category(task)}, {"cat", "flow"}, {"pid", task.device + 1},
+            {"tid", kSendTid + lane_of[t]}, {"ts", tl.start[t] * 1e6}});
+      emit({{"ph", "f"}, {"bp", "e"}, {"id", flow}, {"name", task_category(task)}, {"cat", "flow"},
+            {"pid", g.tasks[consumer].device + 1}, {"tid", kComputeTid}, {"ts", tl.start[consumer] * 1e6}});
+    }
+  }
   const std::vector<MemoryTrace> traces = memory_traces(g, tl);
   for (size_t d = 0; d < traces.size(); ++d) {
     for (const MemoryPoint& p : traces[d]) {
@@ -211,6 +225,34 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     }
   }
   out << "\n]}\n";
+}
+
+void write_tasks_csv(std::ostream& out, const RunReport& r) {
+  const Cluster& c = r.experiment.cluster;
+  const TaskGraph& g = r.run.graph;
+  out << "device,stage,kind,micro_batch,start_s,end_s,peer,bytes\n";
+  for (size_t t = 0; t < g.tasks.size(); ++t) {
+    const Task& task = g.tasks[t];
+    const bool transfer = !task.is_compute();
+    fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", c.devices[task.device].name, task.stage, task_category(task),
+               task.micro_batch, r.timeline.start[t], r.timeline.end[t], transfer ? c.devices[task.peer].name : "",
+               transfer ? fmt::format("{:.12g}", task.bytes) : "");
+  }
+}
+
+void write_memory_csv(std::ostream& out, const RunReport& r) {
+  const Cluster& c = r.experiment.cluster;
+  out << "device,time_s";
+  for (int k = 0; k < kMemoryCategoryCount; ++k) out << ',' << to_string(static_cast<MemoryCategory>(k));
+  out << ",total\n";
+  const std::vector<MemoryTrace> traces = memory_traces(r.run.graph, r.timeline);
+  for (size_t d = 0; d < traces.size(); ++d) {
+    for (const MemoryPoint& p : traces[d]) {
+      fmt::print(out, "{},{:.12g}", c.devices[d].name, p.time);
+      for (double b : p.bytes) fmt::print(out, ",{:.12g}", b);
+      fmt::print(out, ",{:.12g}\n", total(p.bytes));
+    }
+  }
 }
 
 }  // namespace pipegrid::output

@@ -25,7 +25,17 @@ void print_summary(std::ostream& out, const RunReport& r);
 nlohmann::json to_json(const RunReport& r);
 
 // Chrome trace event format (loads in Perfetto and chrome://tracing): one process per device,
-// a "compute" track, "send" tracks for outgoing transfers, and a "memory" counter track.
+// a "compute" track, "send" tracks for outgoing transfers, flow arrows from each activation or
+// gradient transfer to the task that consumes it, and a "memory (bytes)" counter track.
 void write_chrome_trace(std::ostream& out, const RunReport& r);
+
+// One row per task: device,stage,kind,micro_batch,start_s,end_s,peer,bytes (kind: forward,
+// backward, weight, optimizer, activation, gradient, allreduce; transfers: device = source,
+// peer = destination; micro_batch -1 for per-iteration tasks).
+void write_tasks_csv(std::ostream& out, const RunReport& r);
+
+// One row per change of a device's memory: device,time_s,weights,gradients,optimizer,activations,
+// workspace,total (bytes held from time_s until the device's next row).
+void write_memory_csv(std::ostream& out, const RunReport& r);
 
 }  // namespace pipegrid::output

@@ -1,0 +1,21 @@
+// file: a schedule read from torch.distributed.pipelining-style CSV text (row r = device r).
+// The partition (partitioner, stages, chunks) decides which stage runs where; the file decides the
+// order, and the validator checks that the two agree.
+#include <fmt/format.h>
+
+#include "core/strategy.h"
+
+namespace pipegrid {
+
+Result<Schedule> schedule_file(const ScheduleRequest& r) {
+  Result<Schedule> s = parse_schedule_csv(r.file_text, r.file_name);
+  if (!s) return s.error();
+  if (s->device_actions.size() > r.device_count)
+    return Error{fmt::format("{}: the schedule has {} rows, the cluster has {} devices", r.file_name,
+                             s->device_actions.size(), r.device_count)};
+  s->device_actions.resize(r.device_count);
+  s->positions.resize(r.device_count);
+  return s;
+}
+
+}  // namespace pipegrid

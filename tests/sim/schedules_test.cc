@@ -1,0 +1,138 @@
+// The schedule library in SimGrid, against ../shared/reference/closed-forms.md (communication made
+// negligible: 1000 TB/s links, zero latency, 1 KiB activations).
+#include <doctest/doctest.h>
+
+#include "core/experiment.h"
+#include "core/metrics.h"
+#include "core/strategy.h"
+#include "sim/replay.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+constexpr double kAct = 1024;
+
+Cluster fast(int p) { return make_switch_cluster(p, "gpu", test_device(), 1e15, 0); }
+
+struct Run {
+  PreparedRun prepared;
+  Timeline timeline;
+  Metrics metrics;
+};
+
+Run simulate(const Experiment& e) {
+  Result<PreparedRun> run = prepare(e);
+  if (!run) FAIL(run.error().message);
+  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  if (!r) FAIL(r.error().message);
+  Metrics m = compute_metrics(e.cluster, run->graph, r->timeline);
+  return {std::move(*run), std::move(r->timeline), m};
+}
+
+}  // namespace
+
+TEST_CASE("interleaved-1f1b: m (T_F + T_BW) + (p - 1)(T_F + T_BW) / v and rank 0's stash, v = 2 and 4") {
+  // T_F and T_BW are a device's whole share; one layer (A bytes) per chunk, so M_a = v A.
+  const double tf = 1e-3, tbw = 2e-3;
+  for (int v : {2, 4}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = p; m <= 3 * p; m += p) {
+        Run r = simulate(schedule_experiment("interleaved-1f1b", p, m, fast(p), v, tf, tbw, 0, kAct));
+        INFO("v=" << v << " p=" << p << " m=" << m);
+        CHECK(close_rel(r.metrics.iteration_time_s, m * (tf + tbw) + (p - 1) * (tf + tbw) / v, 1e-6));
+        const double bubble = ((p - 1.0) / v) / (m + (p - 1.0) / v);
+        CHECK(close_rel(r.metrics.bubble_ratio, bubble, 1e-6));
+        // Rank 0 holds p (1 + (p - 1)/(p v)) micro-batches' worth of M_a (= v p + p - 1 chunks),
+        // unless the warm-up covers every chunk-step.
+        const double chunks = std::min<double>(v * p + p - 1, m * v);
+        CHECK(r.metrics.devices[0].peak_activation_bytes == doctest::Approx(chunks * kAct));
+      }
+    }
+  }
+}
+
+TEST_CASE("zb-h1: m (T_F + T_BW) + (p - 1)(T_F + T_B - T_W) and p micro-batches in flight, equal and unequal times") {
+  struct Times {
+    double f, b, w;
+  };
+  for (Times t : {Times{1e-3, 1e-3, 1e-3}, Times{1e-3, 2e-3, 1e-3}, Times{1.3e-3, 0.7e-3, 0.5e-3}}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = p; m <= 3 * p; ++m) {
+        Run r = simulate(schedule_experiment("zb-h1", p, m, fast(p), 1, t.f, t.b, t.w, kAct));
+        INFO("T=" << t.f << "," << t.b << "," << t.w << " p=" << p << " m=" << m);
+        CHECK(close_rel(r.metrics.iteration_time_s, m * (t.f + t.b + t.w) + (p - 1) * (t.f + t.b - t.w), 1e-6));
+        CHECK(r.metrics.devices[0].peak_activation_bytes == doctest::Approx(p * kAct));
+        for (int i = 1; i < p; ++i) CHECK(r.metrics.devices[i].peak_activation_bytes <= p * kAct + 1e-9);
+      }
+    }
+  }
+}
+
+TEST_CASE("zb-h2 with T_F = T_B = T_W: a parallelogram with no bubble in steady state, 2p - 1 in flight") {
+  const double t = 1e-3;
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = p; m <= 3 * p; ++m) {
+      Run r = simulate(schedule_experiment("zb-h2", p, m, fast(p), 1, t, t, t, kAct));
+      INFO("p=" << p << " m=" << m);
+      CHECK(close_rel(r.metrics.iteration_time_s, m * 3 * t + (p - 1) * t, 1e-6));
+      CHECK(r.metrics.devices[0].peak_activation_bytes == doctest::Approx(std::min(2 * p - 1, m) * kAct));
+      // With a steady state (m >= 2p - 1, so that worker 0 still has forwards to run when its first
+      // backward arrives), worker i starts at i T_F and is busy without a gap until it ends.
+      if (m < 2 * p - 1) continue;
+      for (int i = 0; i < p; ++i) {
+        double first = 1e300, last = 0;
+        for (int32_t task : r.prepared.graph.device_order[i]) {
+          first = std::min(first, r.timeline.start[task]);
+          last = std::max(last, r.timeline.end[task]);
+        }
+        CHECK(first == doctest::Approx(i * t).epsilon(1e-9));
+        CHECK(close_rel(last - first, r.metrics.devices[i].busy_s, 1e-6));
+        CHECK(close_rel(r.metrics.devices[i].busy_s, 3 * m * t, 1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("every registered schedule simulates for p in 1..8, m in 1..3p, with every task done once") {
+  for (const ScheduleStrategy& s : schedule_strategies()) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 3 * p; ++m) {
+        Run r = simulate(schedule_experiment(std::string(s.name), p, m, fast(p)));
+        INFO(s.name << " p=" << p << " m=" << m);
+        for (size_t t = 0; t < r.timeline.end.size(); ++t) REQUIRE(r.timeline.end[t] >= r.timeline.start[t]);
+        // Nothing beats the busiest device's work; no device is idle at the end of everything.
+        double busiest = 0;
+        for (const DeviceMetrics& d : r.metrics.devices) busiest = std::max(busiest, d.busy_s);
+        CHECK(r.metrics.iteration_time_s >= busiest * (1 - 1e-9));
+        CHECK(r.metrics.iteration_time_s > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("round trip: each schedule exported as CSV and replayed with `file` gives the same timeline") {
+  for (const ScheduleStrategy& s : schedule_strategies()) {
+    if (s.name == "file") continue;
+    for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 5}}) {
+      const int chunks = s.name == "interleaved-1f1b" ? 2 : 1;
+      Experiment original = schedule_experiment(std::string(s.name), p, m,
+                                                make_switch_cluster(p, "gpu", test_device(), 25e9, 1e-6), 2,
+                                                1e-3, 1.5e-3, 0.5e-3, 8 << 20);
+      Run a = simulate(original);
+      Experiment replayed = original;
+      replayed.strategy.schedule = "file";
+      replayed.strategy.chunks = chunks;
+      replayed.strategy.schedule_text = to_csv(a.prepared.schedule);
+      replayed.strategy.schedule_source = "exported.csv";
+      Run b = simulate(replayed);
+      INFO(s.name << " p=" << p << " m=" << m);
+      CHECK(b.prepared.schedule.device_actions == a.prepared.schedule.device_actions);
+      REQUIRE(b.timeline.start.size() == a.timeline.start.size());
+      CHECK(b.timeline.start == a.timeline.start);
+      CHECK(b.timeline.end == a.timeline.end);
+    }
+  }
+}

@@ -1,0 +1,81 @@
+// pipegrid schedule NAME --stages P --micro-batches M [--chunks V] [--file CSV] [--csv]
+// Prints the action grid of a registered schedule on P ranks (validated and checked for deadlock),
+// or its torch-style CSV.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "core/experiment.h"
+#include "core/models/chain.h"
+#include "core/strategy.h"
+#include "core/topologies/generators.h"
+#include "tools/cli/cli.h"
+
+namespace pipegrid::cli {
+namespace {
+
+struct ScheduleOptions {
+  std::string name;
+  int stages = 4;
+  int micro_batches = 8;
+  int chunks = 1;
+  std::string file;
+  bool csv = false;
+};
+
+int run(const ScheduleOptions& o) {
+  if (Result<const ScheduleStrategy*> s = find_schedule(o.name); !s) return bad_input(s.error().message);
+  if (o.chunks > 1 && o.name != "interleaved-1f1b" && o.name != "file")
+    return bad_input(fmt::format("--chunks {}: chunks need interleaved-1f1b or file, not {}", o.chunks, o.name));
+  // A chain of one layer per stage on P devices: only the order matters here.
+  ChainSpec c;
+  c.layers = o.stages * o.chunks;
+  c.forward_s = 1e-3;
+  c.backward_s = 2e-3;
+  c.backward_weight_s = 1e-3;
+  c.activation_bytes = 1;
+  DeviceSpec d;
+  d.memory_bytes = 1e15;
+  Experiment e;
+  e.workload = make_chain(c);
+  e.cluster = make_switch_cluster(o.stages, "rank ", d, 1e15, 0);
+  e.strategy.schedule = o.name;
+  e.strategy.micro_batches = o.micro_batches;
+  e.strategy.stages = o.stages;
+  e.strategy.chunks = o.chunks;
+  if (o.name == "file") {
+    if (o.file.empty()) return bad_input("schedule file needs --file CSV");
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) return bad_input(fmt::format("cannot read \"{}\"", o.file));
+    std::stringstream text;
+    text << in.rdbuf();
+    e.strategy.schedule_text = text.str();
+    e.strategy.schedule_source = o.file;
+  }
+  Result<PreparedRun> run = prepare(e);
+  if (!run) return bad_input(run.error().message);
+  if (o.csv)
+    std::cout << to_csv(run->schedule);
+  else
+    std::cout << to_grid(run->schedule, device_names(e.cluster));
+  return kOk;
+}
+
+}  // namespace
+
+Command add_schedule_command(CLI::App& parent) {
+  auto o = std::make_shared<ScheduleOptions>();
+  CLI::App* app = parent.add_subcommand("schedule", "Print a schedule's action grid (or its CSV)");
+  app->add_option("name", o->name, "Schedule name (see `pipegrid list`)")->required();
+  app->add_option("--stages,-p", o->stages, "Pipeline ranks P")->check(CLI::Range(1, 100000));
+  app->add_option("--micro-batches,-m", o->micro_batches, "Micro-batches M")->check(CLI::Range(1, 1000000));
+  app->add_option("--chunks,-v", o->chunks, "Model chunks per rank (interleaved-1f1b)")->check(CLI::Range(1, 1000));
+  app->add_option("--file", o->file, "CSV schedule (for `file`)");
+  app->add_flag("--csv", o->csv, "Print torch.distributed.pipelining's CSV (one row per rank) instead");
+  return {app, [o] { return run(*o); }};
+}
+
+}  // namespace pipegrid::cli
