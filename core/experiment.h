@@ -21,6 +21,10 @@ struct StrategySpec {
   int micro_batches = 1;
   int stages = 0;  // pipeline ranks; 0: one per device, at most one per layer (per chunk)
   int chunks = 1;  // model chunks per rank (interleaved-1f1b): ranks x chunks stages
+  // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
+  // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
+  // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
+  int mini_batch = 0;
   std::string schedule_text;    // `file` schedule: the CSV text
   std::string schedule_source;  // `file` schedule: its path, for messages
 };
@@ -39,6 +43,9 @@ struct PreparedRun {
   Schedule schedule;
   TaskGraph graph;
   double micro_batch_size = 1;
+  int micro_batches = 1;
+  std::string sweep;  // with mini_batch: the micro-batch sizes tried and the analytic time of each
+  double planning_seconds = 0;  // wall time in the partitioner (summed over the sizes tried)
 };
 
 std::vector<std::string> device_names(const Cluster& c);

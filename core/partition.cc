@@ -42,6 +42,11 @@ int Partition::depth() const {
   return best;
 }
 
+void add_sequence_edges(Partition& p) {
+  for (size_t s = 0; s + 1 < p.stage_count(); ++s)
+    if (!boost::edge(s, s + 1, p.graph).second) boost::add_edge(s, s + 1, StageEdge{0}, p.graph);
+}
+
 Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
                                  const std::vector<std::vector<int>>& devices_of_stage, size_t device_count) {
   const size_t n = w.layer_count();

@@ -23,8 +23,18 @@ struct StageEdge {
 
 using StageGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Stage, StageEdge>;
 
+// What a planner says about the partition it returns (empty for the simple partitioners).
+struct PlanNotes {
+  double predicted_time_per_stage_s = 0;       // the planner's predicted bottleneck (its own objective)
+  std::vector<double> predicted_stage_time_s;  // per stage, same units
+  double search_seconds = 0;                   // time spent planning
+  int added_dependencies = 0;                  // graphpipe: edges added to make the graph series-parallel
+  std::string summary;                         // what it explored, in a line or two
+};
+
 struct Partition {
   StageGraph graph;  // stage indices are a topological order: every edge goes from a lower to a higher index
+  PlanNotes plan;
 
   size_t stage_count() const { return boost::num_vertices(graph); }
   const Stage& stage(size_t s) const { return graph[s]; }
@@ -42,5 +52,10 @@ struct Partition {
 // are not numbered in a topological order of the stage graph (which also rejects cycles).
 Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
                                  const std::vector<std::vector<int>>& devices_of_stage, size_t device_count);
+
+// Makes a sequential pipeline of a partition: adds a zero-byte dependency s -> s + 1 wherever
+// consecutive stages have no data edge (a linearised multi-branch model), so the stages run as
+// the chain that sequential pipeline parallelism (PipeDream, GPipe, Megatron) executes.
+void add_sequence_edges(Partition& p);
 
 }  // namespace pipegrid

@@ -9,6 +9,8 @@ constexpr PartitionStrategy kPartitioners[] = {
     {"uniform", "equal layer counts per stage (in topological order), stage i on device i", &partition_uniform},
     {"balanced", "contiguous stages minimising the slowest stage's compute time, stage i on device i",
      &partition_balanced},
+    {"graphpipe", "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
+     &partition_graphpipe},
 };
 
 constexpr ScheduleStrategy kSchedules[] = {
@@ -21,6 +23,8 @@ constexpr ScheduleStrategy kSchedules[] = {
      &schedule_zb_h1},
     {"zb-h2", "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state", &schedule_zb_h2},
     {"file", "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)", &schedule_file},
+    {"graph-1f1b", "1F1B on a DAG of stages: 1 + (longest path to a sink) forwards before the first backward",
+     &schedule_graph_1f1b},
 };
 
 template <class T>

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/cluster.h"
+#include "core/memory.h"
 #include "core/partition.h"
 #include "core/result.h"
 #include "core/schedule.h"
@@ -20,6 +21,9 @@ struct PartitionRequest {
   int stages = 0;               // pipeline ranks wanted: 1 .. devices (stages = ranks x chunks <= layers)
   double micro_batch_size = 1;  // samples per micro-batch
   int chunks = 1;               // model chunks per rank (interleaving): stage s runs on rank s mod ranks
+  int micro_batches = 1;        // m: planners that check memory need the in-flight counts it implies
+  MemoryOptions memory;         // static memory model, recomputation
+  std::string_view schedule;    // the schedule that will run the partition (in-flight counts)
 };
 
 struct PartitionStrategy {
@@ -53,12 +57,14 @@ Result<const ScheduleStrategy*> find_schedule(std::string_view name);
 // Implementations (each in its own file under partitioners/ and schedules/).
 Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
+Result<Partition> partition_graphpipe(const PartitionRequest& r);
 Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
 Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
 Result<Schedule> schedule_interleaved_1f1b(const ScheduleRequest& r);
 Result<Schedule> schedule_zb_h1(const ScheduleRequest& r);
 Result<Schedule> schedule_zb_h2(const ScheduleRequest& r);
 Result<Schedule> schedule_file(const ScheduleRequest& r);
+Result<Schedule> schedule_graph_1f1b(const ScheduleRequest& r);
 
 // Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
 // the stage; fails if a device hosts more than one stage.

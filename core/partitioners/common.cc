@@ -29,7 +29,9 @@ Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vec
     for (int k = bounds[s]; k < bounds[s + 1]; ++k) stage_of[order[k]] = static_cast<int>(s);
     devices.push_back({static_cast<int>(s) % r.stages});
   }
-  return make_partition(r.workload, stage_of, devices, r.cluster.devices.size());
+  Result<Partition> p = make_partition(r.workload, stage_of, devices, r.cluster.devices.size());
+  if (p) add_sequence_edges(*p);
+  return p;
 }
 
 }  // namespace pipegrid

@@ -11,7 +11,7 @@ namespace pipegrid {
 Status check_stage_count(const PartitionRequest& r);
 
 // Stage i = layers order[bounds[i] .. bounds[i+1]) on device i mod r.stages (device i without
-// interleaving).
+// interleaving); consecutive stages form a chain (add_sequence_edges).
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds);
 

@@ -1,6 +1,7 @@
 // The memory model against closed-forms.md's memory rows and hand computation (analytic
 // evaluator, no communication).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "core/evaluate.h"
 #include "core/experiment.h"
@@ -72,7 +73,7 @@ TEST_CASE("selective recomputation stashes the selective bytes and re-runs its f
   Workload w;
   for (int i = 0; i < 2; ++i) {
     Layer l;
-    l.name = "t" + std::to_string(i);
+    l.name = fmt::format("t{}", i);
     l.stash_bytes = 10;
     l.output_bytes = 10;
     l.selective_stash_bytes = 4;

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <functional>
 #include <limits>
@@ -50,7 +51,7 @@ TEST_CASE("balanced equals exhaustive search on random heterogeneous cases") {
     for (int i = 0; i < n; ++i) {
       t[i] = 1 + static_cast<double>(rng() % 100);
       Layer l;
-      l.name = "l" + std::to_string(i);
+      l.name = fmt::format("l{}", i);
       l.forward_flops = t[i] * 1e9;  // per sample
       w.add_layer(l);
       if (i) w.add_edge(i - 1, i);
@@ -61,7 +62,7 @@ TEST_CASE("balanced equals exhaustive search on random heterogeneous cases") {
       DeviceSpec spec = test_device();
       speed[d] = 1e9 * (1 + static_cast<double>(rng() % 3));
       spec.peak_flops.fill(speed[d]);
-      c.devices.push_back({"d" + std::to_string(d), spec, ""});
+      c.devices.push_back({fmt::format("d{}", d), spec, ""});
     }
     // Exhaustive: every way to cut n layers into p non-empty contiguous stages.
     double best = std::numeric_limits<double>::infinity();

@@ -31,12 +31,18 @@ std::filesystem::path relative_to(const Document& doc, const std::string& path) 
 
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
-  n.check_keys({"partitioner", "schedule", "micro_batches", "stages", "chunks", "schedule_file"});
+  n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file"});
   StrategySpec s;
   if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
-  s.micro_batches = static_cast<int>(
-      n.need("micro_batches", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+  if (auto mb = n.get("mini_batch")) {
+    s.mini_batch = static_cast<int>(mb->integer(1, kMaxCount, "a positive integer"));
+    if (auto m = n.get("micro_batches"))
+      m->fail("not used with mini_batch (every micro-batch size dividing the mini-batch is tried)");
+  } else {
+    s.micro_batches = static_cast<int>(
+        n.need("micro_batches", "a positive integer (or mini_batch)").integer(1, kMaxCount, "a positive integer"));
+  }
   if (auto ch = n.get("chunks")) {
     s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
     if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")

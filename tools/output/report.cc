@@ -62,7 +62,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(), to_string(e.workload.precision));
   fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
   fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, e.strategy.schedule,
-             e.strategy.micro_batches, r.run.micro_batch_size);
+             r.run.micro_batches, r.run.micro_batch_size);
   fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", "stage", "layers", "devices", "forward", "backward",
              "stash/micro-b");
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
@@ -72,6 +72,12 @@ void print_summary(std::ostream& out, const RunReport& r) {
     fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", s, layer_range(e, st), device_list(e, st),
                format_time(sc.times.forward), format_time(sc.times.backward()), format_bytes(sc.stash_bytes));
   }
+  const PlanNotes& plan = r.run.partition.plan;
+  fmt::print(out, "\nstage graph      {} stages, depth {}{}\n", r.run.partition.stage_count(), r.run.partition.depth(),
+             r.run.partition.is_chain() ? " (a chain)" : "");
+  if (!plan.summary.empty()) fmt::print(out, "planner          {}\n", plan.summary);
+  fmt::print(out, "planning time    {}\n", format_time(r.run.planning_seconds));
+  if (!r.run.sweep.empty()) fmt::print(out, "                 {}\n", r.run.sweep);
   fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
   fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n", m.throughput_samples_per_s,
              m.samples_per_iteration);
@@ -108,7 +114,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;
   j["samples_per_iteration"] = m.samples_per_iteration;
-  j["micro_batches"] = e.strategy.micro_batches;
+  j["micro_batches"] = r.run.micro_batches;
   j["micro_batch_size"] = r.run.micro_batch_size;
   j["partitioner"] = e.strategy.partitioner;
   j["schedule"] = e.strategy.schedule;
@@ -128,6 +134,15 @@ nlohmann::json to_json(const RunReport& r) {
     stages.push_back({{"index", s}, {"layers", layers}, {"devices", devices}, {"successors", r.run.partition.successors(static_cast<int>(s))}});
   }
   j["stages"] = stages;
+  j["depth"] = r.run.partition.depth();
+  const PlanNotes& plan = r.run.partition.plan;
+  j["plan"] = {{"summary", plan.summary},
+               {"predicted_time_per_stage_s", plan.predicted_time_per_stage_s},
+               {"predicted_stage_time_s", plan.predicted_stage_time_s},
+               {"search_seconds", plan.search_seconds},
+               {"added_dependencies", plan.added_dependencies},
+               {"micro_batch_sweep", r.run.sweep},
+               {"planning_seconds", r.run.planning_seconds}};
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceMetrics& d : m.devices)
     devices.push_back({{"name", d.name},
