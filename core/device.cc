@@ -6,6 +6,11 @@
 
 namespace pipegrid {
 
+void DeviceSpec::derive_peaks() {
+  if (!fpga) return;
+  for (int p = 0; p < kPrecisionCount; ++p) peak_flops[p] = fpga->peak(static_cast<Precision>(p));
+}
+
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch) {
   PassTimes t;
   if (layer.measured && (layer.measured->device_kind.empty() || layer.measured->device_kind == device.kind)) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -9,16 +10,34 @@
 
 namespace pipegrid {
 
+// An FPGA as a hardware designer describes it; pipegrid derives its peak compute from it:
+// peak(precision) = DSPs x clock x MACs per DSP per cycle (precision) x 2 FLOP.
+struct FpgaSpec {
+  double dsps = 0;
+  double clock_hz = 0;
+  std::array<double, kPrecisionCount> macs_per_dsp{};  // per cycle, per Precision
+  double onchip_bytes = 0;     // BRAM + URAM (M20K), informational
+  int ports = 0;               // network ports (QSFP28)
+  double port_bandwidth = 0;   // bytes/s per port and direction
+
+  double peak(Precision p) const { return dsps * clock_hz * macs_per_dsp[static_cast<int>(p)] * 2; }
+};
+
 // What a device can do. Every figure can be overridden by the user; catalog entries cite sources.
 struct DeviceSpec {
   std::string kind = "custom";  // catalog name, or "custom"
+  std::string family;           // "gpu", "fpga", or empty for custom devices
   double memory_bytes = 0;      // capacity
   double memory_bandwidth = 0;  // bytes/s; 0 = never the limit
   std::array<double, kPrecisionCount> peak_flops{};  // FLOP/s per Precision; 0 = unknown
   double efficiency = 1.0;      // sustained fraction of peak for compute-bound layers, in (0, 1]
   double layer_overhead_s = 0;  // fixed cost per layer and pass (kernel launches, pipeline fill)
 
+  std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
+
   double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
+  // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
+  void derive_peaks();
 };
 
 struct Device {

@@ -84,6 +84,11 @@ constexpr std::array kUnits = {
     Unit{"GOPS", Dimension::FlopRate, 1e9},
     Unit{"TOPS", Dimension::FlopRate, 1e12},
 
+    Unit{"Hz", Dimension::Frequency, 1.0},
+    Unit{"kHz", Dimension::Frequency, 1e3},
+    Unit{"MHz", Dimension::Frequency, 1e6},
+    Unit{"GHz", Dimension::Frequency, 1e9},
+
     Unit{"FLOP", Dimension::Flops, 1.0},
     Unit{"kFLOP", Dimension::Flops, 1e3},
     Unit{"MFLOP", Dimension::Flops, 1e6},
@@ -99,6 +104,7 @@ std::string_view dimension_noun(Dimension d) {
     case Dimension::Bandwidth: return "a bandwidth";
     case Dimension::FlopRate: return "a compute rate";
     case Dimension::Flops: return "an operation count";
+    case Dimension::Frequency: return "a frequency";
   }
   return "a quantity";
 }
@@ -132,6 +138,7 @@ std::string describe(Dimension d) {
     case Dimension::Bandwidth: return "a bandwidth like \"25GBps\"";
     case Dimension::FlopRate: return "a compute rate like \"125TFLOPS\"";
     case Dimension::Flops: return "an operation count like \"30.9GFLOP\"";
+    case Dimension::Frequency: return "a frequency like \"300MHz\"";
   }
   return "a quantity";
 }
@@ -195,6 +202,10 @@ std::string format_flop_rate(double f) {
   return scaled(f,
                 {{1e15, "PFLOP/s"}, {1e12, "TFLOP/s"}, {1e9, "GFLOP/s"}, {1e6, "MFLOP/s"}, {1e3, "kFLOP/s"}},
                 "FLOP/s");
+}
+
+std::string format_frequency(double f) {
+  return scaled(f, {{1e9, "GHz"}, {1e6, "MHz"}, {1e3, "kHz"}}, "Hz");
 }
 
 std::string format_flops(double f) {

@@ -10,7 +10,7 @@
 
 namespace pipegrid {
 
-enum class Dimension { Time, Bytes, Bandwidth, FlopRate, Flops };
+enum class Dimension { Time, Bytes, Bandwidth, FlopRate, Flops, Frequency };
 
 // "a time like \"1ms\"" - used in error messages.
 std::string describe(Dimension d);
@@ -29,5 +29,6 @@ std::string format_bytes(double bytes);
 std::string format_bandwidth(double bytes_per_s);
 std::string format_flop_rate(double flop_per_s);
 std::string format_flops(double flop);
+std::string format_frequency(double hz);
 
 }  // namespace pipegrid

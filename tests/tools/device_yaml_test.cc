@@ -26,7 +26,7 @@ std::string error_of(const std::string& yaml) {
 TEST_CASE("the compiled-in catalog holds the GPUs with hardware.md's figures") {
   const CatalogDevice* a100 = find_catalog_device("a100");
   REQUIRE(a100 != nullptr);
-  CHECK(a100->kind == "gpu");
+  CHECK(a100->family == "gpu");
   CHECK(a100->spec.memory_bytes == 80e9);
   CHECK(a100->spec.memory_bandwidth == 2039e9);
   CHECK(a100->spec.peak(Precision::FP16) == 312e12);
@@ -49,10 +49,40 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(custom.efficiency == 0.4);
 }
 
+TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP; overrides derive the peak again") {
+  const CatalogDevice* u280 = find_catalog_device("u280");
+  REQUIRE(u280 != nullptr);
+  CHECK(u280->family == "fpga");
+  REQUIRE(u280->spec.fpga.has_value());
+  CHECK(u280->spec.peak(Precision::FP32) == doctest::Approx(1.08288e12));  // hardware.md: ~1.08
+  CHECK(find_catalog_device("vu9p")->spec.peak(Precision::FP16) == doctest::Approx(4.104e12));
+  CHECK(find_catalog_device("u250")->spec.peak(Precision::INT8) == doctest::Approx(13.8096e12));
+  DeviceSpec twice = parse("device: {model: u280, dsps: 18048}");
+  CHECK(twice.peak(Precision::FP16) == doctest::Approx(2 * u280->spec.peak(Precision::FP16)));
+  CHECK(twice.memory_bandwidth == 460e9);
+  DeviceSpec ddr = parse("device: {model: u280, memory: 32GB, memory_bandwidth: 38GBps}");
+  CHECK(ddr.memory_bandwidth == 38e9);
+  CHECK(ddr.peak(Precision::FP32) == u280->spec.peak(Precision::FP32));
+  DeviceSpec faster = parse("device: {model: vu9p, clock: 450MHz}");
+  CHECK(faster.peak(Precision::INT8) == doctest::Approx(6840 * 450e6 * 2 * 2));
+  // Every catalog entry has memory, bandwidth and a compute rate in every precision.
+  for (const CatalogDevice& d : device_catalog()) {
+    INFO(d.name);
+    CHECK(d.spec.memory_bytes > 0);
+    CHECK(d.spec.memory_bandwidth > 0);
+    for (int p = 0; p < kPrecisionCount; ++p) CHECK(d.spec.peak_flops[p] > 0);
+    CHECK(!d.source.empty());
+  }
+  CHECK(device_catalog().size() == 11);
+}
+
 TEST_CASE("device errors: unknown names list close matches") {
-  CHECK(error_of("device: a10") == "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\"? known: v100, a100, h100, vu9p, u280)");
-  CHECK(error_of("device: {model: h10O}") ==
-        "t.yaml:1:17: device.model: unknown device \"h10O\" (did you mean \"h100\"? known: v100, a100, h100, vu9p, u280)");
+  CHECK(error_of("device: a10") ==
+        "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\" or \"v100\" or \"h100\"? `pipegrid device list` "
+        "shows the catalog)");
+  CHECK(error_of("device: {model: u28}") == "t.yaml:1:17: device.model: unknown device \"u28\" (did you mean "
+                                           "\"u280\" or \"u200\" or \"u250\"? `pipegrid device list` shows the catalog)");
+  CHECK(error_of("device: tpu9") == "t.yaml:1:9: device: unknown device \"tpu9\" (`pipegrid device list` shows the catalog)");
   CHECK(error_of("device: {flops: 1TFLOPS}") ==
         "t.yaml:1:9: device.memory: expected a positive byte size like \"16GiB\", got nothing (the key is missing)");
   CHECK(error_of("device: {memory: 1GB, efficiency: 1.5}") ==

@@ -9,8 +9,18 @@
 namespace pipegrid::input {
 namespace {
 
-const std::vector<std::string_view> kSpecKeys = {"model",      "memory",     "memory_bandwidth", "flops",
-                                                 "peak",       "efficiency", "layer_overhead"};
+const std::vector<std::string_view> kSpecKeys = {
+    "model", "memory", "memory_bandwidth", "flops", "peak", "efficiency", "layer_overhead",
+    "dsps",  "clock",  "macs_per_dsp",     "onchip_memory", "ports", "port_bandwidth"};
+
+// Per-precision mapping {fp32: ..., fp16: ..., bf16: ..., int8: ...}, each read by `read`.
+template <class Read>
+void per_precision(const Node& n, std::string_view expectation, Read read) {
+  n.require_map(expectation);
+  n.check_keys({"fp32", "fp16", "bf16", "int8"});
+  for (Precision prec : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::INT8})
+    if (auto v = n.get(to_string(prec))) read(prec, *v);
+}
 
 std::vector<std::string_view> catalog_names() {
   std::vector<std::string_view> out;
@@ -18,31 +28,47 @@ std::vector<std::string_view> catalog_names() {
   return out;
 }
 
-std::string join(const std::vector<std::string_view>& v) {
-  std::string out;
-  for (std::string_view s : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", s);
-  return out;
-}
-
 DeviceSpec lookup(const Node& n) {
   std::string name = n.string("a device name from the catalog");
   if (const CatalogDevice* d = find_catalog_device(name)) return d->spec;
   std::vector<std::string> close = close_matches(name, catalog_names());
-  n.fail(fmt::format("unknown device \"{}\" ({}known: {})", name,
-                     close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()), join(catalog_names())));
+  if (close.size() > 3) close.resize(3);
+  std::string guess;
+  for (const std::string& c : close) guess += fmt::format("{}\"{}\"", guess.empty() ? "did you mean " : " or ", c);
+  n.fail(fmt::format("unknown device \"{}\" ({}{}`pipegrid device list` shows the catalog)", name, guess,
+                     guess.empty() ? "" : "? "));
 }
 
 void apply_overrides(const Node& n, DeviceSpec& spec) {
   if (auto m = n.get("memory")) spec.memory_bytes = m->quantity(Dimension::Bytes, Sign::Positive);
   if (auto m = n.get("memory_bandwidth")) spec.memory_bandwidth = m->quantity(Dimension::Bandwidth, Sign::Positive);
-  if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
-  if (auto p = n.get("peak")) {
-    p->require_map("a mapping from precision to compute rate, like {fp32: 19.5TFLOPS, fp16: 312TFLOPS}");
-    p->check_keys({"fp32", "fp16", "bf16", "int8"});
-    for (Precision prec : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::INT8})
-      if (auto v = p->get(to_string(prec)))
-        spec.peak_flops[static_cast<int>(prec)] = v->quantity(Dimension::FlopRate, Sign::Positive);
+  // FPGA figures: any of them makes the device an FPGA whose peak is derived.
+  const bool fpga_keys = n.has("dsps") || n.has("clock") || n.has("macs_per_dsp") || n.has("onchip_memory") ||
+                         n.has("ports") || n.has("port_bandwidth");
+  if (fpga_keys) {
+    if (!spec.fpga) spec.fpga = FpgaSpec{};
+    spec.family = "fpga";
+    FpgaSpec& f = *spec.fpga;
+    if (auto v = n.get("dsps")) f.dsps = static_cast<double>(v->integer(1, 100'000'000, "a positive number of DSPs"));
+    if (auto v = n.get("clock")) f.clock_hz = v->quantity(Dimension::Frequency, Sign::Positive);
+    if (auto v = n.get("macs_per_dsp"))
+      per_precision(*v, "a mapping from precision to MACs per DSP per cycle, like {fp32: 0.2, int8: 2}",
+                    [&](Precision p, const Node& x) {
+                      double m = x.number("a non-negative number of MACs per cycle");
+                      if (m < 0) x.expected("a non-negative number of MACs per cycle");
+                      f.macs_per_dsp[static_cast<int>(p)] = m;
+                    });
+    if (auto v = n.get("onchip_memory")) f.onchip_bytes = v->quantity(Dimension::Bytes, Sign::NonNegative);
+    if (auto v = n.get("ports")) f.ports = static_cast<int>(v->integer(0, 1024, "a number of network ports"));
+    if (auto v = n.get("port_bandwidth")) f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
   }
+  spec.derive_peaks();
+  if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
+  if (auto p = n.get("peak"))
+    per_precision(*p, "a mapping from precision to compute rate, like {fp32: 19.5TFLOPS, fp16: 312TFLOPS}",
+                  [&](Precision prec, const Node& v) {
+                    spec.peak_flops[static_cast<int>(prec)] = v.quantity(Dimension::FlopRate, Sign::Positive);
+                  });
   if (auto e = n.get("efficiency")) {
     double v = e->number("a number in (0, 1]");
     if (!(v > 0 && v <= 1)) e->expected("a number in (0, 1]");
@@ -62,12 +88,13 @@ std::vector<CatalogDevice> load_catalog() {
     Node n = *root.get(d.name);
     n.require_map("a device description");
     std::vector<std::string_view> keys = kSpecKeys;
-    keys.insert(keys.end(), {"kind", "description", "source"});
+    keys.insert(keys.end(), {"family", "description", "source"});
     n.check_keys(keys);
-    d.kind = n.need("kind", "gpu or fpga").choice({"gpu", "fpga"}, "a device kind");
+    d.family = n.need("family", "gpu or fpga").choice({"gpu", "fpga"}, "a device family");
     if (auto s = n.get("description")) d.description = s->string();
     if (auto s = n.get("source")) d.source = s->string();
     d.spec.kind = d.name;
+    d.spec.family = d.family;
     apply_overrides(n, d.spec);
     if (!(d.spec.memory_bytes > 0)) n.need("memory", "a positive byte size");
     out.push_back(std::move(d));

@@ -5,7 +5,9 @@
 //   device: {model: a100, memory: 40GB}
 //   device: {memory: 16GiB, flops: 100TFLOPS}
 // Spec keys: model, memory, memory_bandwidth, flops (every precision), peak ({fp32: ..., fp16: ...}),
-// efficiency, layer_overhead.
+// efficiency, layer_overhead, and for FPGAs dsps, clock, macs_per_dsp ({fp32: 0.2, ...}),
+// onchip_memory, ports, port_bandwidth: the peak is then derived (DSPs x clock x MACs x 2) unless
+// `peak`/`flops` is given too. "A U280 with twice the DSPs": {model: u280, dsps: 18048}.
 #pragma once
 
 #include <string>
@@ -19,7 +21,7 @@ namespace pipegrid::input {
 
 struct CatalogDevice {
   std::string name;  // catalog key, e.g. "a100"
-  std::string kind;  // "gpu" or "fpga"
+  std::string family;  // "gpu" or "fpga"
   std::string description;
   std::string source;
   DeviceSpec spec;   // spec.kind == name

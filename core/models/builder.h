@@ -1,0 +1,79 @@
+// Building layer DAGs from shapes: every layer kind derives its per-sample costs (FLOPs, bytes
+// moved, output, stash) and its parameters from its shape parameters and its inputs' shapes.
+// The model zoo and user model files (YAML) both build through this class, so a layer costs the
+// same wherever it is described.
+//
+// Conventions (per sample; FLOP = 2 x MAC):
+//  - shapes exclude the batch dimension: {C, H, W} for images, {T, F} for sequences, {F} vectors;
+//  - a layer stashes its output for the backward (the next layer's backward needs it as input),
+//    except where a kind says otherwise (LSTM: its gates and states; transformer blocks:
+//    Korthikanti et al.'s s h (34 + 5 a s / h) bytes at 16 bits, scaled by element size / 2);
+//  - the backward's FLOPs split into the input-gradient and weight-gradient parts: for a layer
+//    with weights both equal the forward's weighted FLOPs; weight-free work (attention scores,
+//    element-wise) is all input gradient, twice the forward;
+//  - element-wise, pooling, normalisation, concatenation and embedding lookups are memory-bound:
+//    no FLOPs counted (published FLOP counts count multiply-adds only), bytes read and written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+using Shape = std::vector<int64_t>;
+std::string shape_text(const Shape& s);  // "[3, 224, 224]"
+
+class ModelBuilder {
+ public:
+  ModelBuilder(std::string name, Precision precision);
+
+  Precision precision() const { return w_.precision; }
+  const Shape& shape(int layer) const { return shapes_.at(layer); }
+  const std::string& name(int layer) const { return w_.layer(layer).name; }
+  size_t size() const { return w_.layer_count(); }
+
+  // A zero-cost layer standing for the model's input (its output is the input tensor).
+  int input(const std::string& name, Shape shape);
+
+  Result<int> linear(const std::string& name, int in, int64_t in_features, int64_t out_features, bool bias = true);
+  struct Conv {
+    int64_t in_channels = 0, out_channels = 0, kernel = 3, stride = 1, padding = 0, groups = 1;
+    bool bias = true;
+    bool batchnorm = false;  // fused BatchNorm: 2 parameters per output channel
+    bool relu = false;       // fused ReLU
+  };
+  Result<int> conv2d(const std::string& name, int in, const Conv& c);
+  Result<int> pool(const std::string& name, int in, int64_t kernel, int64_t stride, int64_t padding = 0);
+  Result<int> adaptive_pool(const std::string& name, int in, int64_t out_h, int64_t out_w);
+  Result<int> norm(const std::string& name, int in, bool layernorm);  // batchnorm: per channel; layernorm: per feature
+  Result<int> elementwise(const std::string& name, const std::string& kind, int in);  // relu, gelu, dropout, ...
+  Result<int> add(const std::string& name, const std::vector<int>& in);
+  Result<int> concat(const std::string& name, const std::vector<int>& in);  // along the last dimension
+  Result<int> flatten(const std::string& name, int in);
+  Result<int> lstm(const std::string& name, const std::vector<int>& in, int64_t hidden, bool bidirectional);
+  Result<int> attention(const std::string& name, const std::vector<int>& in, int64_t heads);
+  Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
+  Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim);
+  // Looks up `bag` rows of a rows x dim table per sample; pooled (sum) to dim or kept (bag x dim).
+  Result<int> embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag, bool pooled);
+  // A layer with explicit costs (per sample) and an explicit output shape.
+  Result<int> custom(const std::string& name, const std::vector<int>& in, const Layer& costs, Shape output);
+
+  // The workload; precondition: at least one layer. The builder is left empty.
+  Workload finish(double default_micro_batch_size = 1);
+
+ private:
+  int add_layer(Layer l, Shape out, const std::vector<int>& in);
+  double elems(const Shape& s) const;
+  double bytes(const Shape& s) const { return elems(s) * element_bytes(w_.precision); }
+  Error mismatch(const std::string& name, const std::string& expected, int in) const;
+
+  Workload w_;
+  std::vector<Shape> shapes_;
+};
+
+}  // namespace pipegrid

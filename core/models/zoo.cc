@@ -1,0 +1,325 @@
+#include "core/models/zoo.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/models/builder.h"
+
+namespace pipegrid {
+namespace {
+
+// Builder errors inside a model definition (bad parameters such as heads not dividing hidden)
+// unwind to build_model, which returns them as values.
+struct BuildError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int must(Result<int> r) {
+  if (!r) throw BuildError(r.error().message);
+  return *r;
+}
+
+int64_t arg(const ModelArgs& a, std::string_view key) {
+  auto it = a.find(key);
+  return static_cast<int64_t>(std::llround(it->second));
+}
+
+// VGG-16 (torchvision "D"): 13 3x3 convolutions (ReLU fused), 5 max-pools, 3 fully connected.
+Result<Workload> build_vgg16(const ModelArgs& a, Precision p) {
+  ModelBuilder b("vgg16", p);
+  const int64_t img = arg(a, "image");
+  int x = b.input("input", {3, img, img});
+  const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
+  int64_t ch = 3;
+  int conv = 0, pool = 0;
+  for (int c : cfg) {
+    if (c == 0) {
+      x = must(b.pool(fmt::format("pool{}", ++pool), x, 2, 2));
+    } else {
+      x = must(b.conv2d(fmt::format("conv{}", ++conv), x, {ch, c, 3, 1, 1, 1, true, false, true}));
+      ch = c;
+    }
+  }
+  x = must(b.adaptive_pool("avgpool", x, 7, 7));
+  x = must(b.flatten("flatten", x));
+  x = must(b.linear("fc6", x, 512 * 7 * 7, 4096));
+  x = must(b.linear("fc7", x, 4096, 4096));
+  must(b.linear("fc8", x, 4096, arg(a, "classes")));
+  return b.finish();
+}
+
+// ResNet-50 v1.5 (torchvision): bottlenecks [3, 4, 6, 3], stride on the 3x3 convolution,
+// BatchNorm (and ReLU where applicable) fused into each convolution; residuals are DAG edges.
+Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
+  ModelBuilder b("resnet50", p);
+  const int64_t img = arg(a, "image");
+  int x = b.input("input", {3, img, img});
+  x = must(b.conv2d("conv1", x, {3, 64, 7, 2, 3, 1, false, true, true}));
+  x = must(b.pool("maxpool", x, 3, 2, 1));
+  int64_t in = 64;
+  const int blocks[] = {3, 4, 6, 3};
+  const int64_t widths[] = {64, 128, 256, 512};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int i = 0; i < blocks[stage]; ++i) {
+      const int64_t w = widths[stage];
+      const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
+      const std::string n = fmt::format("layer{}.{}", stage + 1, i);
+      int c1 = must(b.conv2d(n + ".conv1", x, {in, w, 1, 1, 0, 1, false, true, true}));
+      int c2 = must(b.conv2d(n + ".conv2", c1, {w, w, 3, stride, 1, 1, false, true, true}));
+      int c3 = must(b.conv2d(n + ".conv3", c2, {w, 4 * w, 1, 1, 0, 1, false, true, false}));
+      int skip = x;
+      if (i == 0) skip = must(b.conv2d(n + ".downsample", x, {in, 4 * w, 1, stride, 0, 1, false, true, false}));
+      int sum = must(b.add(n + ".add", {c3, skip}));
+      x = must(b.elementwise(n + ".relu", "relu", sum));
+      in = 4 * w;
+    }
+  }
+  x = must(b.adaptive_pool("avgpool", x, 1, 1));
+  x = must(b.flatten("flatten", x));
+  must(b.linear("fc", x, 2048, arg(a, "classes")));
+  return b.finish();
+}
+
+// GNMT (Wu et al. 2016, the MLPerf / PipeDream variant): `layers` LSTM layers per side; the
+// first encoder layer is bidirectional; residual connections from the third layer on; the
+// decoder's first layer feeds a normalised additive attention over the encoder's output, whose
+// context joins the input of every later decoder layer. GNMT-8 = 4 + 4 layers, GNMT-16 = 8 + 8.
+Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
+  const int64_t layers = arg(a, "layers"), h = arg(a, "hidden"), vocab = arg(a, "vocabulary");
+  ModelBuilder b(fmt::format("gnmt{}", 2 * layers), p);
+  if (layers < 2) throw BuildError("gnmt needs at least 2 layers per side");
+  int src = b.input("source", {arg(a, "source_length")});
+  int x = must(b.embedding("encoder.embedding", src, vocab, h));
+  x = must(b.lstm("encoder.lstm1", {x}, h, true));
+  x = must(b.lstm("encoder.lstm2", {x}, h, false));
+  for (int64_t i = 3; i <= layers; ++i) {
+    int l = must(b.lstm(fmt::format("encoder.lstm{}", i), {x}, h, false));
+    x = must(b.add(fmt::format("encoder.residual{}", i), {l, x}));
+  }
+  const int memory = x;
+  int tgt = b.input("target", {arg(a, "target_length")});
+  int y = must(b.embedding("decoder.embedding", tgt, vocab, h));
+  y = must(b.lstm("decoder.lstm1", {y}, h, false));
+  const int context = must(b.attention("decoder.attention", {y, memory}, 1));
+  y = must(b.lstm("decoder.lstm2", {y, context}, h, false));
+  for (int64_t i = 3; i <= layers; ++i) {
+    int l = must(b.lstm(fmt::format("decoder.lstm{}", i), {y, context}, h, false));
+    y = must(b.add(fmt::format("decoder.residual{}", i), {l, y}));
+  }
+  must(b.linear("classifier", y, h, vocab));
+  return b.finish();
+}
+
+// The parameters and FLOPs of a learned position table (and LayerNorm) next to a token embedding.
+Layer position_table(double positions, double h, Precision p, double extra_params) {
+  Layer l;
+  l.kind = "embedding";
+  l.parameters = positions * h + extra_params;
+  l.parameter_bytes = l.parameters * element_bytes(p);
+  l.forward_bytes = 3 * positions * h * element_bytes(p);
+  l.backward_bytes = l.forward_bytes;
+  return l;
+}
+
+// BERT-Large style encoder: token, position and type embeddings with LayerNorm, `layers`
+// Transformer blocks (FFN 4h), pooler.
+Result<Workload> build_bert(const ModelArgs& a, Precision p) {
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence");
+  ModelBuilder b("bert", p);
+  int x = b.input("tokens", {s});
+  x = must(b.embedding("embedding.words", x, arg(a, "vocabulary"), h));
+  Layer pos = position_table(static_cast<double>(s), static_cast<double>(h), p, 2.0 * h + 2.0 * h);
+  x = must(b.custom("embedding.position_type_norm", {x}, pos, {s, h}));
+  for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
+  Layer pooler;
+  pooler.kind = "linear";
+  pooler.forward_flops = 2.0 * h * h;
+  pooler.backward_input_flops = pooler.forward_flops;
+  pooler.backward_weight_flops = pooler.forward_flops;
+  pooler.parameters = static_cast<double>(h) * h + h;
+  pooler.parameter_bytes = pooler.parameters * element_bytes(p);
+  pooler.stash_bytes = h * element_bytes(p);
+  must(b.custom("pooler", {x}, pooler, {h}));
+  return b.finish();
+}
+
+// GPT-style decoder: token embedding and learned positions, `layers` Transformer blocks (FFN 4h),
+// a final LayerNorm and a language-model head tied to the token embedding.
+Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence"),
+                vocab = arg(a, "vocabulary");
+  ModelBuilder b("gpt", p);
+  int x = b.input("tokens", {s});
+  x = must(b.embedding("embedding.words", x, vocab, h));
+  x = must(b.custom("embedding.positions", {x}, position_table(static_cast<double>(s), static_cast<double>(h), p, 0),
+                    {s, h}));
+  for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
+  x = must(b.norm("final_norm", x, true));
+  Layer head;
+  head.kind = "linear";
+  head.forward_flops = 2.0 * s * h * vocab;  // weights tied to the token embedding: no parameters
+  head.backward_input_flops = head.forward_flops;
+  head.backward_weight_flops = head.forward_flops;
+  head.forward_bytes = (static_cast<double>(s) * h + static_cast<double>(s) * vocab) * element_bytes(p);
+  head.backward_bytes = 2 * head.forward_bytes;
+  head.stash_bytes = static_cast<double>(s) * vocab * element_bytes(p);
+  must(b.custom("lm_head", {x}, head, {s, vocab}));
+  return b.finish();
+}
+
+// GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
+// input, concatenated at the end.
+Result<Workload> build_mmt(const ModelArgs& a, Precision p) {
+  const int64_t B = arg(a, "branches"), L = arg(a, "layers"), s = arg(a, "sequence"), h = arg(a, "hidden"),
+                heads = arg(a, "heads"), ffn = arg(a, "ffn");
+  ModelBuilder b("mmt", p);
+  std::vector<int> ends;
+  for (int64_t br = 0; br < B; ++br) {
+    int x = b.input(fmt::format("branch{}.input", br), {s, h});
+    for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("branch{}.layer{}", br, i), x, heads, ffn));
+    ends.push_back(x);
+  }
+  if (ends.size() > 1) must(b.concat("concat", ends));
+  return b.finish();
+}
+
+// Fully connected layers of `width` (`layers` of them) on an input of `width` features.
+int fc_branch(ModelBuilder& b, const std::string& name, int64_t layers, int64_t width) {
+  int x = b.input(name + ".input", {width});
+  for (int64_t i = 0; i < layers; ++i) x = must(b.linear(fmt::format("{}.fc{}", name, i), x, width, width));
+  return x;
+}
+
+// GraphPipe's DLRM shape: dense branches of fully connected layers, embedding-bag branches, their
+// outputs concatenated (the interaction) and fully connected layers after it. With the bags kept
+// unpooled (bag x dim per table, `pooled: 0`, the default) the totals are those of models.md
+// (1.27 B parameters, 1.64 GFLOP per sample with 4 layers after the interaction); pooling (sum)
+// gives a 29,120-wide interaction instead.
+Result<Workload> build_dlrm(const ModelArgs& a, Precision p) {
+  const int64_t dense = arg(a, "dense_branches"), dl = arg(a, "dense_layers"), width = arg(a, "width"),
+                sparse = arg(a, "embedding_branches"), rows = arg(a, "rows"), dim = arg(a, "dim"),
+                bag = arg(a, "bag"), top = arg(a, "top_layers");
+  const bool pooled = arg(a, "pooled") != 0;
+  ModelBuilder b("dlrm", p);
+  std::vector<int> parts;
+  for (int64_t i = 0; i < dense; ++i) parts.push_back(fc_branch(b, fmt::format("dense{}", i), dl, width));
+  for (int64_t i = 0; i < sparse; ++i) {
+    int ids = b.input(fmt::format("sparse{}.input", i), {bag});
+    parts.push_back(must(b.embedding_bag(fmt::format("sparse{}.embedding_bag", i), ids, rows, dim, bag, pooled)));
+  }
+  int x = parts.size() > 1 ? must(b.concat("interaction", parts)) : parts.front();
+  for (int64_t i = 0; i < top; ++i) x = must(b.linear(fmt::format("top.fc{}", i), x, b.shape(x).back(), width));
+  return b.finish();
+}
+
+// GraphPipe's CANDLE-Uno shape: `branches` feature encoders of `layers` fully connected layers of
+// `width` (input width assumed equal, models.md), concatenated, then a trunk of `trunk_layers` of
+// `trunk_width` and a one-unit regression output.
+Result<Workload> build_candle(const ModelArgs& a, Precision p) {
+  const int64_t B = arg(a, "branches"), L = arg(a, "layers"), width = arg(a, "width"), tl = arg(a, "trunk_layers"),
+                tw = arg(a, "trunk_width");
+  ModelBuilder b("candle-uno", p);
+  std::vector<int> ends;
+  for (int64_t i = 0; i < B; ++i) ends.push_back(fc_branch(b, fmt::format("branch{}", i), L, width));
+  int x = ends.size() > 1 ? must(b.concat("concat", ends)) : ends.front();
+  for (int64_t i = 0; i < tl; ++i) x = must(b.linear(fmt::format("trunk.fc{}", i), x, b.shape(x).back(), tw));
+  must(b.linear("output", x, b.shape(x).back(), 1));
+  return b.finish();
+}
+
+// GraphPipe's case study: `branches` branches of `blocks` x [attention + 2 linear], joined by concat.
+Result<Workload> build_branched_transformer(const ModelArgs& a, Precision p) {
+  const int64_t B = arg(a, "branches"), L = arg(a, "blocks"), s = arg(a, "sequence"), h = arg(a, "hidden"),
+                heads = arg(a, "heads"), ffn = arg(a, "ffn");
+  ModelBuilder b("branched-transformer", p);
+  std::vector<int> ends;
+  for (int64_t br = 0; br < B; ++br) {
+    int x = b.input(fmt::format("branch{}.input", br), {s, h});
+    for (int64_t i = 0; i < L; ++i) {
+      const std::string n = fmt::format("branch{}.block{}", br, i);
+      x = must(b.attention(n + ".attention", {x}, heads));
+      x = must(b.linear(n + ".fc1", x, h, ffn));
+      x = must(b.linear(n + ".fc2", x, ffn, h));
+    }
+    ends.push_back(x);
+  }
+  if (ends.size() > 1) must(b.concat("concat", ends));
+  return b.finish();
+}
+
+const ModelInfo kModels[] = {
+    {"vgg16", "VGG-16 (torchvision D), 224x224 images", {{"image", 224}, {"classes", 1000}}, &build_vgg16},
+    {"resnet50", "ResNet-50 v1.5 (torchvision), residuals as DAG edges", {{"image", 224}, {"classes", 1000}},
+     &build_resnet50},
+    {"gnmt8",
+     "GNMT with 4 + 4 LSTM layers (h 1024), attention, per sentence of source_length/target_length tokens",
+     {{"layers", 4}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
+     &build_gnmt},
+    {"gnmt16", "GNMT with 8 + 8 LSTM layers (h 1024), attention",
+     {{"layers", 8}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
+     &build_gnmt},
+    {"bert-large", "BERT-Large: 24 Transformer layers, h 1024, 16 heads, sequence 512",
+     {{"layers", 24}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}, {"vocabulary", 30522}}, &build_bert},
+    {"gpt", "GPT-style decoder, configurable (defaults: GPT-2 small)",
+     {{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"sequence", 1024}, {"vocabulary", 50257}}, &build_gpt},
+    {"gpt3-175b", "GPT-3 175B: 96 layers, h 12288, 96 heads, sequence 2048",
+     {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"sequence", 2048}, {"vocabulary", 50257}}, &build_gpt},
+    {"mmt", "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
+     {{"branches", 4}, {"layers", 8}, {"sequence", 256}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
+     &build_mmt},
+    {"dlrm", "GraphPipe's DLRM: 7 dense branches (4 x FC 4096), 7 embedding bags (1M x 64, bag 100), 4 FC on top",
+     {{"dense_branches", 7},
+      {"dense_layers", 4},
+      {"width", 4096},
+      {"embedding_branches", 7},
+      {"rows", 1000000},
+      {"dim", 64},
+      {"bag", 100},
+      {"pooled", 0},
+      {"top_layers", 4}},
+     &build_dlrm},
+    {"candle-uno", "GraphPipe's CANDLE-Uno: 7 branches x 4 FC 4096, then a trunk",
+     {{"branches", 7}, {"layers", 4}, {"width", 4096}, {"trunk_layers", 3}, {"trunk_width", 1000}}, &build_candle},
+    {"branched-transformer", "GraphPipe's case study: 2 branches x 4 [attention + 2 linear], joined by concat",
+     {{"branches", 2}, {"blocks", 4}, {"sequence", 512}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
+     &build_branched_transformer},
+};
+
+}  // namespace
+
+std::span<const ModelInfo> model_zoo() { return kModels; }
+
+Result<const ModelInfo*> find_model(std::string_view name) {
+  std::string names;
+  for (const ModelInfo& m : kModels) {
+    if (m.name == name) return &m;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", m.name);
+  }
+  return Error{fmt::format("unknown model \"{}\" (valid: {})", name, names)};
+}
+
+Result<Workload> build_model(const ModelInfo& info, const ModelArgs& args, Precision precision) {
+  ModelArgs full;
+  for (const auto& [k, v] : info.defaults) full[std::string(k)] = v;
+  for (const auto& [k, v] : args) {
+    if (!full.count(k)) {
+      std::string keys;
+      for (const auto& d : info.defaults) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", d.first);
+      return Error{fmt::format("model {} has no parameter \"{}\" (its parameters: {})", info.name, k, keys)};
+    }
+    if (!(v >= 0) || v != std::floor(v))
+      return Error{fmt::format("model {}: parameter {} must be a non-negative integer, got {}", info.name, k, v)};
+    full[k] = v;
+  }
+  try {
+    Result<Workload> w = info.build(full, precision);
+    if (w) w->name = std::string(info.name);
+    return w;
+  } catch (const BuildError& e) {
+    return Error{fmt::format("model {}: {}", info.name, e.what())};
+  }
+}
+
+}  // namespace pipegrid

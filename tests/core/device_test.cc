@@ -1,0 +1,87 @@
+// The device cost model: time = max(FLOPs / (peak x efficiency), bytes / bandwidth) + overhead.
+#include <doctest/doctest.h>
+
+#include "core/device.h"
+#include "core/models/builder.h"
+
+using namespace pipegrid;
+
+namespace {
+
+// A U280-like FPGA: 9,024 DSPs at 300 MHz, HBM2 at 460 GB/s.
+DeviceSpec fpga(double dsps) {
+  DeviceSpec d;
+  d.kind = "u280";
+  d.memory_bytes = 8e9;
+  d.memory_bandwidth = 460e9;
+  d.efficiency = 0.7;
+  d.layer_overhead_s = 2e-6;
+  FpgaSpec f;
+  f.dsps = dsps;
+  f.clock_hz = 300e6;
+  f.macs_per_dsp = {0.2, 1, 1, 2};
+  d.fpga = f;
+  d.derive_peaks();
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("an FPGA's peak is DSPs x clock x MACs per DSP x 2") {
+  DeviceSpec d = fpga(9024);
+  CHECK(d.peak(Precision::FP32) == doctest::Approx(9024 * 300e6 * 0.2 * 2));  // 1.08 TFLOP/s
+  CHECK(d.peak(Precision::FP16) == doctest::Approx(5.4144e12));
+  CHECK(d.peak(Precision::INT8) == doctest::Approx(10.8288e12));
+}
+
+TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bound ones unchanged") {
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {4096});
+  int fc = *b.linear("fc", x, 4096, 4096);                        // 2 x 4096^2 FLOP, 16 KiB moved per sample
+  int ids = b.input("ids", {100});
+  int bag = *b.embedding_bag("bag", ids, 1000000, 64, 100, true);  // no FLOP, 12.9 KB moved per sample
+  Workload w = b.finish();
+  const DeviceSpec one = fpga(9024), two = fpga(18048);
+  for (double batch : {1.0, 8.0, 64.0}) {
+    PassTimes a = *layer_times(w.layer(fc), w.precision, one, batch);
+    PassTimes c = *layer_times(w.layer(fc), w.precision, two, batch);
+    const double o = one.layer_overhead_s;
+    INFO("batch " << batch);
+    // Compute-bound: 2 x 4096^2 x batch / (5.41 TFLOP/s x 0.7) >> bytes / 460 GB/s.
+    CHECK(a.forward - o == doctest::Approx(2.0 * 4096 * 4096 * batch / (5.4144e12 * 0.7)));
+    CHECK(c.forward - o == doctest::Approx((a.forward - o) / 2));
+    CHECK(c.backward_input - o == doctest::Approx((a.backward_input - o) / 2));
+    CHECK(c.backward_weight - o == doctest::Approx((a.backward_weight - o) / 2));
+    PassTimes m1 = *layer_times(w.layer(bag), w.precision, one, batch);
+    PassTimes m2 = *layer_times(w.layer(bag), w.precision, two, batch);
+    CHECK(m1.forward == m2.forward);
+    CHECK(m1.backward() == m2.backward());
+    CHECK(m1.forward - o == doctest::Approx(w.layer(bag).forward_bytes * batch / 460e9));
+  }
+}
+
+TEST_CASE("a layer's time per sample falls as the micro-batch grows (the fixed overhead amortises)") {
+  ModelBuilder b("m", Precision::FP32);
+  int x = b.input("x", {1024});
+  int fc = *b.linear("fc", x, 1024, 1024);
+  Workload w = b.finish();
+  DeviceSpec gpu;
+  gpu.memory_bytes = 16e9;
+  gpu.memory_bandwidth = 900e9;
+  gpu.peak_flops = {15.7e12, 125e12, 125e12, 125e12};
+  gpu.efficiency = 0.5;
+  gpu.layer_overhead_s = 10e-6;
+  double previous = 1e300;
+  for (double batch : {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0}) {
+    PassTimes t = *layer_times(w.layer(fc), w.precision, gpu, batch);
+    const double per_sample = (t.forward + t.backward()) / batch;
+    CHECK(per_sample < previous);
+    previous = per_sample;
+  }
+  // A device without a rate for the layer's precision cannot run it (no measured time either).
+  DeviceSpec none;
+  none.kind = "bare";
+  none.memory_bytes = 1e9;
+  CHECK(layer_times(w.layer(fc), w.precision, none, 1).error().message ==
+        "device kind \"bare\" has no fp32 compute rate for layer \"fc\"");
+}

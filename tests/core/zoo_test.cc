@@ -1,0 +1,150 @@
+// The model zoo against published figures (../shared/reference/models.md): exact parameter counts
+// where the architecture is exact, FLOPs within 2%.
+#include <doctest/doctest.h>
+
+#include "core/models/zoo.h"
+
+using namespace pipegrid;
+
+namespace {
+
+Workload model(const char* name, const ModelArgs& args = {}, Precision p = Precision::FP32) {
+  Result<const ModelInfo*> info = find_model(name);
+  REQUIRE(info.ok());
+  Result<Workload> w = build_model(**info, args, p);
+  if (!w) FAIL(w.error().message);
+  REQUIRE(check_acyclic(*w).ok());
+  return std::move(*w);
+}
+
+double sum_if(const Workload& w, bool (*pred)(const Layer&), double Layer::*field) {
+  double s = 0;
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (pred(w.layer(i))) s += w.layer(i).*field;
+  return s;
+}
+
+bool within(double got, double want, double rel) { return std::fabs(got - want) <= rel * want; }
+
+}  // namespace
+
+TEST_CASE("VGG-16 and ResNet-50: exact parameter counts, FLOPs within 2% of 30.9 G and 8.18 G") {
+  Workload vgg = model("vgg16");
+  CHECK(total_parameters(vgg) == 138357544);
+  CHECK(within(total_forward_flops(vgg), 30.9e9, 0.02));
+  // models.md: "74% of parameters in fc6-fc8, under 1% of FLOPs". 74% is fc6 alone
+  // (25088 x 4096 + 4096 of 138.4 M); fc6-fc8 hold 89% (123.6 M). Under 1% of the FLOPs either way.
+  double fc = 0, fc_flops = 0, fc6 = 0;
+  for (size_t i = 0; i < vgg.layer_count(); ++i)
+    if (vgg.layer(i).kind == "linear") {
+      fc += vgg.layer(i).parameters;
+      fc_flops += vgg.layer(i).forward_flops;
+      if (vgg.layer(i).name == "fc6") fc6 = vgg.layer(i).parameters;
+    }
+  CHECK(within(fc6 / total_parameters(vgg), 0.74, 0.02));
+  CHECK(fc == 25088.0 * 4096 + 4096 + 4096.0 * 4096 + 4096 + 4096.0 * 1000 + 1000);
+  CHECK(fc_flops / total_forward_flops(vgg) < 0.01);
+  CHECK(vgg.layer(1).output_bytes == 64.0 * 224 * 224 * 4);
+
+  Workload resnet = model("resnet50");
+  CHECK(total_parameters(resnet) == 25557032);
+  CHECK(within(total_forward_flops(resnet), 8.18e9, 0.02));
+  // Boundary activations after layer1..layer4 (fp32, per image): 3.2, 1.6, 0.8, 0.4 MB.
+  for (auto [name, mb] : {std::pair{"layer1.2.relu", 3.2e6}, {"layer2.3.relu", 1.6e6}, {"layer3.5.relu", 0.8e6},
+                          {"layer4.2.relu", 0.4e6}}) {
+    bool found = false;
+    for (size_t i = 0; i < resnet.layer_count(); ++i)
+      if (resnet.layer(i).name == name) {
+        CHECK(within(resnet.layer(i).output_bytes, mb, 0.02));
+        found = true;
+      }
+    CHECK(found);
+  }
+  // Residual branches are DAG edges: every block's add has two inputs.
+  int adds = 0;
+  for (size_t i = 0; i < resnet.layer_count(); ++i)
+    if (resnet.layer(i).kind == "add") {
+      ++adds;
+      CHECK(boost::in_degree(i, resnet.graph) == 2);
+    }
+  CHECK(adds == 16);
+}
+
+TEST_CASE("GNMT-8 and GNMT-16: parameters and FLOP per source and target token") {
+  struct Case {
+    const char* name;
+    double params, source, target;
+  };
+  for (Case c : {Case{"gnmt8", 193.8e6, 92e6, 163e6}, Case{"gnmt16", 277.7e6, 159e6, 263e6}}) {
+    Workload w = model(c.name, {{"source_length", 25}, {"target_length", 40}});
+    INFO(c.name);
+    CHECK(within(total_parameters(w), c.params, 0.02));
+    double enc = 0, dec = 0;
+    for (size_t i = 0; i < w.layer_count(); ++i)
+      (w.layer(i).name.rfind("encoder", 0) == 0 ? enc : dec) += w.layer(i).forward_flops;
+    CHECK(within(enc / 25, c.source, 0.02));
+    CHECK(within(dec / 40, c.target, 0.02));
+  }
+}
+
+TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti's activations") {
+  Workload bert = model("bert-large");
+  CHECK(within(total_parameters(bert), 334e6 + 1.6e6, 0.02));
+  for (size_t i = 0; i < bert.layer_count(); ++i)
+    if (bert.layer(i).kind == "transformer_block") {
+      CHECK(within(bert.layer(i).forward_flops, 14.0e9, 0.02));
+      CHECK(bert.layer(i).parameters == 12.0 * 1024 * 1024 + 13 * 1024);
+    }
+  Workload gpt3 = model("gpt3-175b");
+  CHECK(within(total_parameters(gpt3), 175e9, 0.02));
+  const Layer* block = nullptr;
+  for (size_t i = 0; i < gpt3.layer_count(); ++i)
+    if (gpt3.layer(i).kind == "transformer_block") block = &gpt3.layer(i);
+  REQUIRE(block);
+  CHECK(within(block->forward_flops, 7.63e12, 0.02));
+  CHECK(block->backward_input_flops + block->backward_weight_flops == doctest::Approx(2 * block->forward_flops));
+  // fp16: s h (34 + 5 a s / h) bytes stashed, 34 s h with selective recomputation, 2 s h sent.
+  Workload gpt16 = model("gpt", {{"layers", 2}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}}, Precision::FP16);
+  for (size_t i = 0; i < gpt16.layer_count(); ++i)
+    if (gpt16.layer(i).kind == "transformer_block") {
+      const double s = 512, h = 1024, a = 16;
+      CHECK(gpt16.layer(i).stash_bytes == doctest::Approx(s * h * (34 + 5 * a * s / h)));
+      CHECK(gpt16.layer(i).selective_stash_bytes == doctest::Approx(34 * s * h));
+      CHECK(gpt16.layer(i).output_bytes == doctest::Approx(2 * s * h));
+    }
+}
+
+TEST_CASE("GraphPipe's models: MMT, DLRM, CANDLE-Uno (models.md) and their branches") {
+  Workload mmt = model("mmt");
+  CHECK(within(total_parameters(mmt), 403e6, 0.02));
+  CHECK(within(total_forward_flops(mmt), 215e9, 0.02));
+  Workload dlrm = model("dlrm");
+  CHECK(within(total_parameters(dlrm), 1.27e9, 0.02));
+  CHECK(within(total_forward_flops(dlrm), 1.64e9, 0.02));
+  CHECK(within(sum_if(dlrm, [](const Layer& l) { return l.kind == "embedding_bag"; }, &Layer::parameters), 0.45e9, 0.02));
+  // Embedding bags are memory-bound: bytes moved (bag x dim x 4 per table), no FLOPs.
+  for (size_t i = 0; i < dlrm.layer_count(); ++i)
+    if (dlrm.layer(i).kind == "embedding_bag") {
+      CHECK(dlrm.layer(i).forward_flops == 0);
+      CHECK(dlrm.layer(i).forward_bytes >= 100.0 * 64 * 4);
+    }
+  Workload candle = model("candle-uno");
+  auto branch = [](const Layer& l) { return l.name.rfind("branch", 0) == 0; };
+  CHECK(within(sum_if(candle, branch, &Layer::parameters), 470e6, 0.02));
+  CHECK(within(sum_if(candle, branch, &Layer::forward_flops), 0.94e9, 0.02));
+  // Branch counts and widths are parameters.
+  Workload wide = model("candle-uno", {{"branches", 16}, {"width", 2048}});
+  CHECK(within(sum_if(wide, branch, &Layer::parameters), 16 * 4 * (2048.0 * 2048 + 2048), 1e-12));
+  CHECK(model("mmt", {{"branches", 2}}).layer_count() == 2 * 9 + 1);
+}
+
+TEST_CASE("precision changes bytes, not FLOPs; unknown models and parameters are errors") {
+  Workload a = model("resnet50", {}, Precision::FP32), b = model("resnet50", {}, Precision::FP16);
+  CHECK(total_forward_flops(a) == total_forward_flops(b));
+  CHECK(total_parameter_bytes(a) == doctest::Approx(2 * total_parameter_bytes(b)));
+  CHECK(find_model("resnet5").error().message.rfind("unknown model \"resnet5\" (valid: vgg16, resnet50,", 0) == 0);
+  CHECK(build_model(**find_model("mmt"), {{"branchez", 2}}, Precision::FP32).error().message ==
+        "model mmt has no parameter \"branchez\" (its parameters: branches, layers, sequence, hidden, heads, ffn)");
+  CHECK(build_model(**find_model("mmt"), {{"heads", 3}}, Precision::FP32).error().message ==
+        "model mmt: layer \"branch0.layer0\": 3 heads do not divide the hidden size 1024");
+}
