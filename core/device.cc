@@ -23,6 +23,13 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   }
   const double peak = device.peak(precision) * device.efficiency;
   const bool has_flops = layer.forward_flops > 0 || layer.backward_input_flops > 0 || layer.backward_weight_flops > 0;
+  const bool has_bytes = layer.forward_bytes > 0 || layer.backward_bytes > 0;
+  // A measured layer with no work description cannot be costed elsewhere: never call it free.
+  if (layer.measured && !has_flops && !has_bytes &&
+      (layer.measured->forward_s > 0 || layer.measured->backward_s > 0))
+    return Error{fmt::format(
+        "layer \"{}\" was measured on device kind \"{}\" and has no FLOP or byte counts to cost it on \"{}\"",
+        layer.name, layer.measured->device_kind, device.kind)};
   if (has_flops && peak <= 0) {
     if (layer.measured)
       return Error{fmt::format("layer \"{}\" was measured on \"{}\" and the device kind \"{}\" has no {} compute rate",

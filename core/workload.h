@@ -34,7 +34,8 @@ struct MeasuredCost {
 
 struct Layer {
   std::string name;
-  std::string kind;  // "linear", "conv2d", "chain", "profiled", ...
+  std::string kind;         // "linear", "conv2d", "chain", "input", or a profiled module's class
+  std::string description;  // free text (a profiled module's description)
   // Per sample.
   double forward_flops = 0;
   double backward_input_flops = 0;

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
       &cli::add_run_command,
       &cli::add_list_command,
       &cli::add_schedule_command,
+      &cli::add_workload_command,
+      &cli::add_device_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

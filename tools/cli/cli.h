@@ -24,5 +24,7 @@ struct Command {
 Command add_run_command(CLI::App& parent);
 Command add_list_command(CLI::App& parent);
 Command add_schedule_command(CLI::App& parent);
+Command add_workload_command(CLI::App& parent);
+Command add_device_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

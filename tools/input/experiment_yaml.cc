@@ -22,13 +22,6 @@ std::vector<std::string_view> names_of(auto table) {
   return out;
 }
 
-// A path in a file is relative to the file's directory.
-std::filesystem::path relative_to(const Document& doc, const std::string& path) {
-  std::filesystem::path p(path);
-  if (p.is_absolute()) return p;
-  return std::filesystem::path(doc.name).parent_path() / p;
-}
-
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
   n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file"});
@@ -62,13 +55,9 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   }
   if (auto f = n.get("schedule_file")) {
     if (s.schedule != "file") f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
-    const std::filesystem::path path = relative_to(f->document(), f->string("a path to a CSV schedule"));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) f->fail(fmt::format("cannot read \"{}\": {}", path.string(), std::strerror(errno)));
-    std::stringstream text;
-    text << in.rdbuf();
-    s.schedule_text = text.str();
-    s.schedule_source = path.string();
+    const std::string path = resolve_path(f->document(), f->string("a path to a CSV schedule"));
+    s.schedule_text = read_referenced_file(*f, path);
+    s.schedule_source = path;
   } else if (s.schedule == "file") {
     n.need("schedule_file", "a path to a CSV schedule (schedule: file reads it)");
   }

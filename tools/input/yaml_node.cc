@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +56,20 @@ std::vector<std::string> close_matches(std::string_view word, const std::vector<
   std::vector<std::string> out;
   for (auto& s : scored) out.push_back(std::move(s.second));
   return out;
+}
+
+std::string resolve_path(const Document& doc, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute() || doc.name.empty() || doc.name.front() == '<') return p.string();
+  return (std::filesystem::path(doc.name).parent_path() / p).lexically_normal().string();
+}
+
+std::string read_referenced_file(const Node& where, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) where.fail(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 Document load_document_text(const std::string& text, const std::string& name) {

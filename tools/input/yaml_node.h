@@ -28,6 +28,9 @@ struct Document {
   YAML::Node root;
 };
 
+// A path written in a document, relative to the document's directory (absolute paths unchanged).
+std::string resolve_path(const Document& doc, const std::string& path);
+
 // Loads and parses a YAML file or text; syntax errors become InputError with the position.
 Document load_document_file(const std::string& path);
 Document load_document_text(const std::string& text, const std::string& name);
@@ -86,6 +89,9 @@ class Node {
   std::string path_;
   YAML::Mark mark_;
 };
+
+// Reads a whole file named by node `where` (relative to its document); a failure is `where`'s error.
+std::string read_referenced_file(const Node& where, const std::string& path);
 
 // Close matches of `word` among `candidates` (edit distance), best first.
 std::vector<std::string> close_matches(std::string_view word, const std::vector<std::string_view>& candidates);

@@ -4,6 +4,7 @@
 #include <fmt/ostream.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/executor.h"
 #include "core/lower.h"
@@ -63,15 +64,23 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
   fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, e.strategy.schedule,
              r.run.micro_batches, r.run.micro_batch_size);
-  fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", "stage", "layers", "devices", "forward", "backward",
-             "stash/micro-b");
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
+  std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
-    fmt::print(out, "{:<7} {:<28} {:<12} {:>10} {:>10} {:>14}\n", s, layer_range(e, st), device_list(e, st),
-               format_time(sc.times.forward), format_time(sc.times.backward()), format_bytes(sc.stash_bytes));
+    rows.push_back({std::to_string(s), layer_range(e, st), device_list(e, st), format_time(sc.times.forward),
+                    format_time(sc.times.backward()), format_bytes(sc.stash_bytes)});
   }
+  size_t wl = 6, wd = 7;
+  for (const auto& row : rows) {
+    wl = std::max(wl, row[1].size());
+    wd = std::max(wd, row[2].size());
+  }
+  fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", "stage", "layers", wl, "devices", wd, "forward",
+             "backward", "stash/micro-b");
+  for (const auto& row : rows)
+    fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3], row[4], row[5]);
   const PlanNotes& plan = r.run.partition.plan;
   fmt::print(out, "\nstage graph      {} stages, depth {}{}\n", r.run.partition.stage_count(), r.run.partition.depth(),
              r.run.partition.is_chain() ? " (a chain)" : "");

@@ -1,0 +1,139 @@
+#include "core/models/pipedream_profile.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+#include <vector>
+
+namespace pipegrid {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool number(std::string_view s, double* out) {
+  s = trim(s);
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
+}
+
+// "123.0" or "[1.0; 2.0]" (summed).
+bool size_value(std::string_view s, double* out) {
+  s = trim(s);
+  if (s.empty() || s.front() != '[') return number(s, out);
+  if (s.back() != ']') return false;
+  s = s.substr(1, s.size() - 2);
+  *out = 0;
+  while (!s.empty()) {
+    size_t semi = s.find(';');
+    double v = 0;
+    if (!number(s.substr(0, semi), &v)) return false;
+    *out += v;
+    if (semi == std::string_view::npos) break;
+    s.remove_prefix(semi + 1);
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name, const ProfileOptions& o) {
+  Workload w;
+  w.name = std::string(name);
+  w.precision = Precision::FP32;
+  w.micro_batch_size = o.batch;
+  std::map<std::string, int, std::less<>> ids;
+  std::vector<std::pair<int, int>> edges;
+  size_t line_no = 0, pos = 0;
+  auto fail = [&](const std::string& what) { return Error{fmt::format("{}:{}: {}", name, line_no, what)}; };
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view raw = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    std::string_view line = trim(raw);
+    if (line.empty()) continue;
+    if (raw.front() == '\t' || raw.front() == ' ') {
+      // Edge: "nodeA -- nodeB".
+      size_t sep = line.find(" -- ");
+      if (sep == std::string_view::npos)
+        return fail(fmt::format("expected an edge like \"\\tnode1 -- node2\", got \"{}\"", line));
+      std::string_view a = trim(line.substr(0, sep)), b = trim(line.substr(sep + 4));
+      auto ia = ids.find(a), ib = ids.find(b);
+      if (ia == ids.end()) return fail(fmt::format("edge from unknown node \"{}\"", a));
+      if (ib == ids.end()) return fail(fmt::format("edge to unknown node \"{}\"", b));
+      edges.emplace_back(ia->second, ib->second);
+      continue;
+    }
+    // Node: "nodeN -- description -- forward_compute_time=..., ... [-- stage_id=k]".
+    auto expected = [&] {
+      return fail(fmt::format(
+          "expected \"nodeN -- description -- forward_compute_time=<ms>, backward_compute_time=<ms>, "
+          "activation_size=<bytes>, parameter_size=<bytes>\", got \"{}\"",
+          line.size() > 120 ? std::string(line.substr(0, 117)) + "..." : std::string(line)));
+    };
+    const size_t first = line.find(" -- ");
+    if (first == std::string_view::npos) return expected();
+    std::string_view rest = line.substr(first + 4);
+    size_t last = rest.rfind(" -- ");
+    if (last != std::string_view::npos && trim(rest.substr(last + 4)).rfind("stage_id=", 0) == 0) {
+      rest = rest.substr(0, last);  // partitioned graphs end with " -- stage_id=k"
+      last = rest.rfind(" -- ");
+    }
+    if (last == std::string_view::npos) return expected();
+    const std::string node(trim(line.substr(0, first)));
+    const std::string description(trim(rest.substr(0, last)));
+    std::string_view metrics = rest.substr(last + 4);
+    std::map<std::string, std::string, std::less<>> kv;
+    while (!metrics.empty()) {
+      // Split at ", " outside brackets.
+      size_t end = 0;
+      int depth = 0;
+      for (; end < metrics.size(); ++end) {
+        if (metrics[end] == '[') ++depth;
+        if (metrics[end] == ']') --depth;
+        if (metrics[end] == ',' && depth == 0) break;
+      }
+      std::string_view item = trim(metrics.substr(0, end));
+      size_t eq = item.find('=');
+      if (eq == std::string_view::npos) return expected();
+      kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
+      metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
+    }
+    double fwd = 0, bwd = 0, act = 0, params = 0;
+    for (auto [key, out, sized] : {std::tuple{"forward_compute_time", &fwd, false},
+                                   std::tuple{"backward_compute_time", &bwd, false},
+                                   std::tuple{"activation_size", &act, true}, std::tuple{"parameter_size", &params, false}}) {
+      auto it = kv.find(key);
+      if (it == kv.end()) return fail(fmt::format("node {} has no {}", node, key));
+      if (!(sized ? size_value(it->second, out) : number(it->second, out)))
+        return fail(fmt::format("node {}: {} must be a non-negative number, got \"{}\"", node, key, it->second));
+    }
+    if (ids.count(node)) return fail(fmt::format("node {} appears twice", node));
+    Layer l;
+    l.name = node;
+    l.description = description;
+    l.kind = description.substr(0, description.find('('));
+    const bool input = description.rfind("Input", 0) == 0;
+    if (input) l.kind = "input";
+    l.output_bytes = act / o.batch;
+    l.stash_bytes = l.output_bytes;
+    l.parameter_bytes = params;
+    l.parameters = params / 4;
+    l.measured = MeasuredCost{input ? 0.0 : fwd / 1e3, input ? 0.0 : bwd / 1e3, 0, o.batch, o.device_kind};
+    ids.emplace(node, w.add_layer(std::move(l)));
+  }
+  if (w.layer_count() == 0) return Error{fmt::format("{}: the profile has no node", name)};
+  for (auto [a, b] : edges) w.add_edge(a, b);
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).kind == "input") w.input_bytes_per_sample += w.layer(i).output_bytes;
+  if (Status s = check_acyclic(w); !s) return Error{fmt::format("{}: {}", name, s.error().message)};
+  return w;
+}
+
+}  // namespace pipegrid

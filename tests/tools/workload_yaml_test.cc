@@ -1,0 +1,108 @@
+// Workloads from experiment files: zoo models on catalog devices end to end, model files.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "core/models/zoo.h"
+#include "tests/support/process.h"
+#include "tools/input/device_yaml.h"
+#include "tools/input/model_yaml.h"
+
+using namespace pipegrid;
+using nlohmann::json;
+using testing::run_command;
+
+TEST_CASE("a zoo model on catalog devices runs end to end; compute is conserved") {
+  auto r = run_command({PIPEGRID_BINARY, "run", std::string(PIPEGRID_SOURCE_DIR) + "/experiments/zoo/resnet50-v100.yaml",
+                        "--json"});
+  REQUIRE(r.exit_code == 0);
+  json j = json::parse(r.out);
+  // Independently: every layer's F + B on a V100 (catalog) for 32 images, 8 micro-batches.
+  Workload w = *build_model(**find_model("resnet50"), {}, Precision::FP16);
+  const DeviceSpec& v100 = input::find_catalog_device("v100")->spec;
+  double per_micro_batch = 0;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    PassTimes t = *layer_times(w.layer(l), w.precision, v100, 32);
+    per_micro_batch += t.forward + t.backward();
+  }
+  double busy = 0, busiest = 0;
+  REQUIRE(j["devices"].size() == 4);
+  for (const json& d : j["devices"]) {
+    CHECK(d["used"] == true);
+    busy += d["busy_s"].get<double>();
+    busiest = std::max(busiest, d["busy_s"].get<double>());
+  }
+  CHECK(busy == doctest::Approx(8 * per_micro_batch).epsilon(1e-9));
+  CHECK(j["iteration_time_s"].get<double>() >= busiest);
+  CHECK(j["feasible"] == true);
+  CHECK(j["throughput_samples_per_s"].get<double>() == doctest::Approx(256 / j["iteration_time_s"].get<double>()));
+}
+
+TEST_CASE("model files: shapes give the costs; inputs may name any layer; custom layers") {
+  const char* text = R"(
+layers:
+  - {name: image, kind: input, shape: [3, 32, 32]}
+  - {name: conv, kind: conv2d, in_channels: 3, out_channels: 16, kernel: 3, padding: 1, bias: false, batchnorm: true, relu: true}
+  - {name: pool, kind: maxpool, kernel: 2}
+  - {name: flat, kind: flatten}
+  - {name: fc, kind: linear, in_features: 4096, out_features: 10}
+  - {name: side, kind: linear, in_features: 4096, out_features: 10, inputs: [flat]}
+  - {name: sum, kind: add, inputs: [fc, side]}
+  - {name: head, kind: custom, forward: 1ms, backward: 2ms, batch: 4, parameters: 100, output: 40B, inputs: [sum]}
+)";
+  input::Document doc = input::load_document_text(text, "m.yaml");
+  Workload w = input::parse_layers(*input::Node::root(doc).get("layers"), "m", Precision::FP32);
+  REQUIRE(w.layer_count() == 8);
+  // conv: 16 x 3 x 9 weights + 2 x 16 BatchNorm; 32 x 32 outputs per channel, 2 FLOP per MAC.
+  CHECK(w.layer(1).parameters == 16 * 3 * 9 + 32);
+  CHECK(w.layer(1).forward_flops == 2.0 * 16 * 3 * 9 * 32 * 32);
+  CHECK(w.layer(4).parameters == 4096 * 10 + 10);  // pool halves 32 x 32 to 16 x 16: 16 x 256 = 4096
+  CHECK(boost::in_degree(6, w.graph) == 2);
+  CHECK(w.layer(7).measured->forward_s == 1e-3);
+  CHECK(w.layer(7).measured->batch == 4);
+  CHECK(w.layer(7).output_bytes == 40);
+  CHECK(w.input_bytes_per_sample == 3 * 32 * 32 * 4);
+}
+
+TEST_CASE("pipegrid workload show --json: the documented keys; times on a catalog device") {
+  auto r = run_command({PIPEGRID_BINARY, "workload", "show", "vgg16", "--device", "v100", "--micro-batch-size", "32",
+                        "--json"});
+  REQUIRE(r.exit_code == 0);
+  json j = json::parse(r.out);
+  CHECK(j["parameters"].get<double>() == 138357544);
+  CHECK(j["parameter_bytes"].get<double>() == 4.0 * 138357544);
+  CHECK(j["forward_flops_per_sample"].get<double>() == doctest::Approx(30.94e9).epsilon(0.001));
+  REQUIRE(j["layers"].size() == 24);
+  double sum = 0;
+  for (const json& l : j["layers"]) {
+    for (const char* key : {"name", "forward_flops", "parameters", "activation_bytes", "forward_s", "backward_s"})
+      CHECK(l.contains(key));
+    sum += l["forward_s"].get<double>();
+  }
+  CHECK(sum == doctest::Approx(j["forward_s"].get<double>()));
+  // A compute-bound layer at V100 fp32 x 0.5 efficiency + 10 us: fc7 is 2 x 4096^2 x 32 FLOP.
+  for (const json& l : j["layers"])
+    if (l["name"] == "fc7")
+      CHECK(l["forward_s"].get<double>() == doctest::Approx(2.0 * 4096 * 4096 * 32 / (15.7e12 * 0.5) + 10e-6));
+  auto profile = run_command({PIPEGRID_BINARY, "workload", "show",
+                              std::string(PIPEGRID_SHARED_DIR) + "/reference/pipedream/gnmt_graph.txt", "--json"});
+  if (profile.exit_code == 0) CHECK(json::parse(profile.out)["layers"].size() == 48);
+  auto bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.rfind("pipegrid: unknown model \"resnet\" (valid: vgg16, resnet50,", 0) == 0);
+}
+
+TEST_CASE("pipegrid device list and show") {
+  auto list = run_command({PIPEGRID_BINARY, "device", "list"});
+  CHECK(list.exit_code == 0);
+  for (const char* name : {"v100", "a100", "h100", "vu9p", "u200", "u250", "u280", "u55c", "stratix10-gx", "stratix10-mx"})
+    CHECK(list.out.find(name) != std::string::npos);
+  auto show = run_command({PIPEGRID_BINARY, "device", "show", "u280", "--json"});
+  REQUIRE(show.exit_code == 0);
+  json j = json::parse(show.out);
+  CHECK(j["fpga"]["dsps"] == 9024);
+  CHECK(j["peak_flops"]["fp16"].get<double>() == doctest::Approx(9024 * 300e6 * 2));
+  CHECK(j["memory_bandwidth_Bps"].get<double>() == 460e9);
+  CHECK(run_command({PIPEGRID_BINARY, "device", "show", "u2800"}).exit_code == 2);
+}

@@ -1,0 +1,146 @@
+// pipegrid workload show MODEL|FILE [--micro-batch-size N] [--device NAME] [--precision P] [--json]
+// A per-layer table and totals of a zoo model, a model file (YAML) or a PipeDream profile (.txt).
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/models/pipedream_profile.h"
+#include "core/models/zoo.h"
+#include "core/units.h"
+#include "tools/cli/cli.h"
+#include "tools/input/device_yaml.h"
+#include "tools/input/model_yaml.h"
+
+namespace pipegrid::cli {
+namespace {
+
+struct WorkloadOptions {
+  std::string what;
+  double micro_batch_size = 1;
+  std::string device;
+  std::string precision;
+  std::string profile_device = "v100";
+  double profile_batch = 128;
+  bool json = false;
+};
+
+Result<Workload> load(const WorkloadOptions& o) {
+  std::optional<Precision> precision;
+  if (!o.precision.empty()) {
+    precision = parse_precision(o.precision);
+    if (!precision) return Error{fmt::format("--precision: expected fp32, fp16, bf16 or int8, got \"{}\"", o.precision)};
+  }
+  if (Result<const ModelInfo*> m = find_model(o.what); m) return build_model(**m, {}, precision.value_or(Precision::FP32));
+  if (o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt") {
+    std::ifstream in(o.what, std::ios::binary);
+    if (!in) return Error{fmt::format("cannot read \"{}\"", o.what)};
+    std::stringstream text;
+    text << in.rdbuf();
+    ProfileOptions po;
+    po.batch = o.profile_batch;
+    po.device_kind = o.profile_device == "any" ? "" : o.profile_device;
+    return parse_pipedream_profile(text.str(), o.what, po);
+  }
+  if (o.what.find('.') == std::string::npos && o.what.find('/') == std::string::npos)
+    return find_model(o.what).error();  // looks like a model name: say which exist
+  return input::load_model_file(o.what, precision);
+}
+
+int run(const WorkloadOptions& o) {
+  Result<Workload> w = load(o);
+  if (!w) return bad_input(w.error().message);
+  const DeviceSpec* device = nullptr;
+  if (!o.device.empty()) {
+    const input::CatalogDevice* d = input::find_catalog_device(o.device);
+    if (!d) return bad_input(fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o.device));
+    device = &d->spec;
+  }
+  const double b = o.micro_batch_size;
+  nlohmann::json layers = nlohmann::json::array();
+  double fwd_total = 0, bwd_total = 0;
+  for (size_t i = 0; i < w->layer_count(); ++i) {
+    const Layer& l = w->layer(i);
+    nlohmann::json j = {{"name", l.name},
+                        {"kind", l.kind},
+                        {"forward_flops", l.forward_flops * b},
+                        {"backward_flops", (l.backward_input_flops + l.backward_weight_flops) * b},
+                        {"parameters", l.parameters},
+                        {"parameter_bytes", l.parameter_bytes},
+                        {"activation_bytes", l.output_bytes * b},
+                        {"stash_bytes", l.stash_bytes * b}};
+    if (device) {
+      Result<PassTimes> t = layer_times(l, w->precision, *device, b);
+      if (!t) return bad_input(t.error().message);
+      j["forward_s"] = t->forward;
+      j["backward_s"] = t->backward();
+      fwd_total += t->forward;
+      bwd_total += t->backward();
+    }
+    layers.push_back(j);
+  }
+  if (o.json) {
+    nlohmann::json j = {{"name", w->name},
+                        {"precision", to_string(w->precision)},
+                        {"micro_batch_size", b},
+                        {"parameters", total_parameters(*w)},
+                        {"parameter_bytes", total_parameter_bytes(*w)},
+                        {"forward_flops_per_sample", total_forward_flops(*w)},
+                        {"layers", layers}};
+    if (device) {
+      j["device"] = o.device;
+      j["forward_s"] = fwd_total;
+      j["backward_s"] = bwd_total;
+    }
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  size_t wn = 5, wk = 4;
+  for (const auto& l : layers) {
+    wn = std::max(wn, l["name"].get<std::string>().size());
+    wk = std::max(wk, l["kind"].get<std::string>().size());
+  }
+  fmt::print("{} ({}, micro-batch of {} samples{})\n\n", w->name, to_string(w->precision), b,
+             device ? ", times on " + o.device : "");
+  fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", "layer", wn, "kind", wk, "forward FLOP", "parameters", "activation");
+  if (device) fmt::print(" {:>11} {:>11}", "forward", "backward");
+  fmt::print("\n");
+  for (const auto& l : layers) {
+    fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", l["name"].get<std::string>(), wn, l["kind"].get<std::string>(), wk,
+               format_flops(l["forward_flops"].get<double>()), fmt::format("{:.0f}", l["parameters"].get<double>()),
+               format_bytes(l["activation_bytes"].get<double>()));
+    if (device)
+      fmt::print(" {:>11} {:>11}", format_time(l["forward_s"].get<double>()), format_time(l["backward_s"].get<double>()));
+    fmt::print("\n");
+  }
+  fmt::print("\nlayers           {}\n", w->layer_count());
+  fmt::print("parameters       {:.0f} ({})\n", total_parameters(*w), format_bytes(total_parameter_bytes(*w)));
+  fmt::print("forward FLOP     {} per sample\n", format_flops(total_forward_flops(*w)));
+  if (device)
+    fmt::print("time on {}  forward {}, backward {} per micro-batch of {}\n", o.device, format_time(fwd_total),
+               format_time(bwd_total), b);
+  return kOk;
+}
+
+}  // namespace
+
+Command add_workload_command(CLI::App& parent) {
+  auto o = std::make_shared<WorkloadOptions>();
+  CLI::App* app = parent.add_subcommand("workload", "Inspect workloads: `pipegrid workload show MODEL|FILE`");
+  app->require_subcommand(1);
+  CLI::App* show = app->add_subcommand("show", "Per-layer table and totals of a zoo model, model file or profile");
+  show->add_option("model", o->what, "Zoo model name, model file (.yaml) or PipeDream profile (.txt)")->required();
+  show->add_option("--micro-batch-size,-b", o->micro_batch_size, "Samples per micro-batch")->check(CLI::PositiveNumber);
+  show->add_option("--device", o->device, "Catalog device to time the layers on");
+  show->add_option("--precision", o->precision, "fp32, fp16, bf16 or int8 (zoo models and model files)");
+  show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
+  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")->check(CLI::PositiveNumber);
+  show->add_flag("--json", o->json, "Print one JSON object");
+  return {show, [o] { return run(*o); }};
+}
+
+}  // namespace pipegrid::cli

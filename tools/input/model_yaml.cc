@@ -1,0 +1,260 @@
+#include "tools/input/model_yaml.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "core/models/builder.h"
+
+namespace pipegrid::input {
+namespace {
+
+const std::vector<std::string_view> kKinds = {
+    "input",   "linear",  "conv2d",  "maxpool",     "avgpool",      "adaptive_avgpool", "batchnorm",
+    "layernorm", "relu",  "gelu",    "dropout",     "elementwise",  "add",              "concat",
+    "flatten", "lstm",    "attention", "transformer_block", "embedding", "embedding_bag", "custom"};
+
+// Keys each kind takes besides name, kind and inputs.
+std::vector<std::string_view> kind_keys(const std::string& kind) {
+  if (kind == "input") return {"shape"};
+  if (kind == "linear") return {"in_features", "out_features", "bias"};
+  if (kind == "conv2d")
+    return {"in_channels", "out_channels", "kernel", "stride", "padding", "groups", "bias", "batchnorm", "relu"};
+  if (kind == "maxpool" || kind == "avgpool") return {"kernel", "stride", "padding"};
+  if (kind == "adaptive_avgpool") return {"output"};
+  if (kind == "lstm") return {"hidden", "bidirectional"};
+  if (kind == "attention") return {"heads"};
+  if (kind == "transformer_block") return {"heads", "ffn"};
+  if (kind == "embedding") return {"vocabulary", "dim"};
+  if (kind == "embedding_bag") return {"rows", "dim", "bag", "pooled"};
+  if (kind == "custom")
+    return {"forward_flops", "backward_flops", "backward_weight_flops", "forward_bytes", "backward_bytes",
+            "parameters",    "output_shape",   "output",                "stash",         "forward",
+            "backward",      "backward_weight", "batch",                "device"};
+  return {};
+}
+
+int64_t count(const Node& n, std::string_view key, std::optional<int64_t> fallback = std::nullopt) {
+  if (auto v = n.get(key)) return v->integer(1, 1'000'000'000'000, "a positive integer");
+  if (fallback) return *fallback;
+  return n.need(key, "a positive integer").integer(1, 1, "a positive integer");  // throws
+}
+
+int64_t offset(const Node& n, std::string_view key) {
+  if (auto v = n.get(key)) return v->integer(0, 1'000'000, "a non-negative integer");
+  return 0;
+}
+
+bool flag(const Node& n, std::string_view key, bool fallback) {
+  if (auto v = n.get(key)) return v->boolean();
+  return fallback;
+}
+
+Shape shape_of(const Node& n) {
+  Shape s;
+  for (const Node& d : n.items("a list of positive dimensions, like [3, 224, 224]"))
+    s.push_back(d.integer(1, 1'000'000'000'000, "a positive dimension"));
+  if (s.empty()) n.expected("a list of positive dimensions, like [3, 224, 224]");
+  return s;
+}
+
+struct Entry {
+  Node node;
+  std::string name;
+  std::string kind;
+  std::vector<int> inputs;  // entry indices
+};
+
+Layer custom_costs(const Node& n) {
+  Layer l;
+  auto q = [&](std::string_view key, Dimension d) {
+    auto v = n.get(key);
+    return v ? v->quantity(d, Sign::NonNegative) : 0.0;
+  };
+  l.forward_flops = q("forward_flops", Dimension::Flops);
+  const double backward = q("backward_flops", Dimension::Flops);
+  l.backward_weight_flops = q("backward_weight_flops", Dimension::Flops);
+  if (l.backward_weight_flops > backward && n.has("backward_weight_flops"))
+    n.get("backward_weight_flops")->fail("expected at most backward_flops");
+  l.backward_input_flops = backward - l.backward_weight_flops;
+  l.forward_bytes = q("forward_bytes", Dimension::Bytes);
+  l.backward_bytes = q("backward_bytes", Dimension::Bytes);
+  if (auto p = n.get("parameters")) l.parameters = static_cast<double>(p->integer(0, 1'000'000'000'000'000, "a parameter count"));
+  l.stash_bytes = q("stash", Dimension::Bytes);
+  l.output_bytes = q("output", Dimension::Bytes);
+  if (n.has("forward") || n.has("backward")) {
+    MeasuredCost m;
+    m.forward_s = q("forward", Dimension::Time);
+    m.backward_s = q("backward", Dimension::Time);
+    m.backward_weight_s = q("backward_weight", Dimension::Time);
+    if (m.backward_weight_s > m.backward_s) n.get("backward_weight")->fail("expected at most the whole backward");
+    m.batch = n.has("batch") ? static_cast<double>(count(n, "batch")) : 1;
+    if (auto d = n.get("device")) m.device_kind = d->string("a device kind (catalog name)");
+    l.measured = m;
+  }
+  return l;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& layer_kinds() { return kKinds; }
+
+Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
+  std::vector<Entry> entries;
+  std::map<std::string, int, std::less<>> by_name;
+  std::vector<Node> items = layers.items("a list of layers");
+  if (items.empty()) layers.expected("a non-empty list of layers");
+  for (const Node& item : items) {
+    item.require_map("a layer: a mapping with name, kind and its shape parameters");
+    Entry e{item, item.need("name", "a layer name").string("a layer name"),
+            item.need("kind", "a layer kind").choice(kKinds, "a layer kind"), {}};
+    std::vector<std::string_view> keys = {"name", "kind", "inputs"};
+    for (std::string_view k : kind_keys(e.kind)) keys.push_back(k);
+    item.check_keys(keys);
+    if (by_name.count(e.name)) item.need("name", "").fail(fmt::format("a layer named \"{}\" comes earlier", e.name));
+    by_name.emplace(e.name, static_cast<int>(entries.size()));
+    entries.push_back(std::move(e));
+  }
+  std::vector<std::string_view> names;
+  for (const Entry& e : entries) names.push_back(e.name);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    if (auto in = e.node.get("inputs")) {
+      for (const Node& x : in->items("a list of layer names")) {
+        const std::string ref = x.string("a layer name");
+        auto it = by_name.find(ref);
+        if (it == by_name.end()) {
+          std::vector<std::string> close = close_matches(ref, names);
+          x.fail(fmt::format("no layer is named \"{}\"{}", ref,
+                             close.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", close.front())));
+        }
+        e.inputs.push_back(it->second);
+      }
+    } else if (e.kind != "input") {
+      if (i == 0) e.node.fail(fmt::format("the first layer, \"{}\", needs `inputs` (or kind: input)", e.name));
+      e.inputs.push_back(static_cast<int>(i) - 1);
+    }
+    if (e.kind == "input" && !e.inputs.empty()) e.node.get("inputs")->fail("an input layer takes no inputs");
+  }
+  // Build in a topological order of the named inputs; a cycle is named.
+  std::vector<int> state(entries.size(), 0), order;
+  std::vector<int> stack;
+  std::function<void(int)> visit = [&](int i) {
+    if (state[i] == 2) return;
+    if (state[i] == 1) {
+      // The stack runs from i through layers it takes input from; print the data flow instead.
+      const auto from = std::find(stack.begin(), stack.end(), i);
+      std::string cycle = entries[i].name;
+      for (auto it = stack.end(); it != from + 1;) cycle += " -> " + entries[*--it].name;
+      entries[i].node.fail(fmt::format("the layers form a cycle: {} -> {}", cycle, entries[i].name));
+    }
+    state[i] = 1;
+    stack.push_back(i);
+    for (int in : entries[i].inputs) visit(in);
+    stack.pop_back();
+    state[i] = 2;
+    order.push_back(i);
+  };
+  for (size_t i = 0; i < entries.size(); ++i) visit(static_cast<int>(i));
+
+  ModelBuilder b(name, precision);
+  std::vector<int> id(entries.size(), -1);
+  for (int i : order) {
+    const Entry& e = entries[i];
+    const Node& n = e.node;
+    std::vector<int> in;
+    for (int x : e.inputs) in.push_back(id[x]);
+    auto one = [&] {
+      if (in.size() != 1) n.fail(fmt::format("a {} layer takes exactly 1 input, got {}", e.kind, in.size()));
+      return in.front();
+    };
+    Result<int> r = Error{""};
+    if (e.kind == "input") {
+      r = b.input(e.name, shape_of(n.need("shape", "the input's shape, like [3, 224, 224]")));
+    } else if (e.kind == "linear") {
+      r = b.linear(e.name, one(), count(n, "in_features"), count(n, "out_features"), flag(n, "bias", true));
+    } else if (e.kind == "conv2d") {
+      ModelBuilder::Conv c{count(n, "in_channels"), count(n, "out_channels"), count(n, "kernel"),
+                           count(n, "stride", 1),   offset(n, "padding"),      count(n, "groups", 1),
+                           flag(n, "bias", true),   flag(n, "batchnorm", false), flag(n, "relu", false)};
+      r = b.conv2d(e.name, one(), c);
+    } else if (e.kind == "maxpool" || e.kind == "avgpool") {
+      const int64_t k = count(n, "kernel");
+      r = b.pool(e.name, one(), k, count(n, "stride", k), offset(n, "padding"));
+    } else if (e.kind == "adaptive_avgpool") {
+      Shape o = shape_of(n.need("output", "the output size [height, width]"));
+      if (o.size() != 2) n.get("output")->expected("the output size [height, width]");
+      r = b.adaptive_pool(e.name, one(), o[0], o[1]);
+    } else if (e.kind == "batchnorm" || e.kind == "layernorm") {
+      r = b.norm(e.name, one(), e.kind == "layernorm");
+    } else if (e.kind == "relu" || e.kind == "gelu" || e.kind == "dropout" || e.kind == "elementwise") {
+      r = b.elementwise(e.name, e.kind, one());
+    } else if (e.kind == "add") {
+      r = b.add(e.name, in);
+    } else if (e.kind == "concat") {
+      r = b.concat(e.name, in);
+    } else if (e.kind == "flatten") {
+      r = b.flatten(e.name, one());
+    } else if (e.kind == "lstm") {
+      r = b.lstm(e.name, in, count(n, "hidden"), flag(n, "bidirectional", false));
+    } else if (e.kind == "attention") {
+      r = b.attention(e.name, in, count(n, "heads", 1));
+    } else if (e.kind == "transformer_block") {
+      const int64_t hidden = b.shape(one()).empty() ? 0 : b.shape(one()).back();
+      r = b.transformer_block(e.name, one(), count(n, "heads"), count(n, "ffn", 4 * hidden));
+    } else if (e.kind == "embedding") {
+      r = b.embedding(e.name, one(), count(n, "vocabulary"), count(n, "dim"));
+    } else if (e.kind == "embedding_bag") {
+      r = b.embedding_bag(e.name, one(), count(n, "rows"), count(n, "dim"), count(n, "bag"), flag(n, "pooled", true));
+    } else {  // custom
+      Layer costs = custom_costs(n);
+      costs.parameter_bytes = costs.parameters * element_bytes(precision);
+      Shape out = n.has("output_shape") ? shape_of(*n.get("output_shape"))
+                                        : Shape{static_cast<int64_t>(costs.output_bytes / element_bytes(precision))};
+      r = b.custom(e.name, in, costs, out);
+    }
+    if (!r) n.fail(r.error().message);
+    id[i] = *r;
+  }
+  return b.finish();
+}
+
+Workload load_model_file(const Node& where, const std::string& path, std::optional<Precision> precision) {
+  Document doc;
+  try {
+    doc = load_document_file(path);
+  } catch (const InputError& e) {
+    // A missing or unreadable file is the referencing key's error; a syntax error is the file's.
+    if (std::string(e.what()).rfind("cannot read", 0) == 0) where.fail(e.what());
+    throw;
+  }
+  Node root = Node::root(doc);
+  if (root.is_null()) root.fail("expected a model (a mapping with a `layers` list), got an empty document");
+  root.require_map("a model: a mapping with a `layers` list");
+  root.check_keys({"name", "precision", "micro_batch_size", "layers"});
+  std::string name = root.has("name") ? root.get("name")->string("a model name") : std::string("model");
+  Precision p = Precision::FP32;
+  if (auto pr = root.get("precision")) p = *parse_precision(pr->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
+  if (precision) p = *precision;
+  Workload w = parse_layers(root.need("layers", "a list of layers"), name, p);
+  if (auto m = root.get("micro_batch_size"))
+    w.micro_batch_size = static_cast<double>(m->integer(1, kMaxCount, "a positive integer"));
+  return w;
+}
+
+Result<Workload> load_model_file(const std::string& path, std::optional<Precision> precision) {
+  try {
+    Document doc{"<command line>", YAML::Node()};
+    Node where = Node::root(doc);
+    return load_model_file(where, path, precision);
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    const std::string prefix = "<command line>: ";
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    return Error{msg};
+  }
+}
+
+}  // namespace pipegrid::input
