@@ -18,6 +18,7 @@ namespace pipegrid {
 struct StrategySpec {
   std::string partitioner = "uniform";
   std::string schedule = "1f1b";
+  bool schedule_given = false;  // set by the file; bapipe explores gpipe and 1f1b otherwise
   int micro_batches = 1;
   int stages = 0;  // pipeline ranks; 0: one per device, at most one per layer (per chunk)
   int chunks = 1;  // model chunks per rank (interleaved-1f1b): ranks x chunks stages
@@ -44,12 +45,26 @@ struct PreparedRun {
   TaskGraph graph;
   double micro_batch_size = 1;
   int micro_batches = 1;
-  std::string sweep;  // with mini_batch: the micro-batch sizes tried and the analytic time of each
+  std::string schedule_name;  // the schedule that runs (bapipe chooses it)
+  std::string sweep;  // what was explored (micro-batch sizes, bapipe's candidates) and the analytic times
   double planning_seconds = 0;  // wall time in the partitioner (summed over the sizes tried)
 };
 
 std::vector<std::string> device_names(const Cluster& c);
 
-Result<PreparedRun> prepare(const Experiment& e);
+// Judges candidate plans during an exploration (bapipe; mini_batch sweeps) more precisely than the
+// analytic evaluator, e.g. by replaying them in SimGrid (sim/judge.h). Returns the iteration time.
+class PlanJudge {
+ public:
+  virtual ~PlanJudge() = default;
+  virtual Result<double> iteration_time(const Cluster& c, const TaskGraph& g) const = 0;
+  virtual std::string_view name() const = 0;
+};
+
+// Partitions, schedules, validates and lowers the experiment. When it explores (bapipe, or
+// strategy.mini_batch), candidates are ranked by the analytic evaluator and, with a judge, the
+// best few (and, for bapipe, the uniform baselines) are judged again; plans that fit memory win
+// over plans that do not, then the fastest.
+Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge = nullptr);
 
 }  // namespace pipegrid

@@ -11,6 +11,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      &partition_balanced},
     {"graphpipe", "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
      &partition_graphpipe},
+    {"bapipe", "BaPipe-style: explores schedules x micro-batch sizes x balanced, replicated stages under memory",
+     &partition_bapipe},
 };
 
 constexpr ScheduleStrategy kSchedules[] = {

@@ -24,6 +24,7 @@ struct PartitionRequest {
   int micro_batches = 1;        // m: planners that check memory need the in-flight counts it implies
   MemoryOptions memory;         // static memory model, recomputation
   std::string_view schedule;    // the schedule that will run the partition (in-flight counts)
+  int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it
 };
 
 struct PartitionStrategy {
@@ -58,6 +59,7 @@ Result<const ScheduleStrategy*> find_schedule(std::string_view name);
 Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
 Result<Partition> partition_graphpipe(const PartitionRequest& r);
+Result<Partition> partition_bapipe(const PartitionRequest& r);
 Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
 Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
 Result<Schedule> schedule_interleaved_1f1b(const ScheduleRequest& r);

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       &cli::add_schedule_command,
       &cli::add_workload_command,
       &cli::add_device_command,
+      &cli::add_plan_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

@@ -26,5 +26,6 @@ Command add_list_command(CLI::App& parent);
 Command add_schedule_command(CLI::App& parent);
 Command add_workload_command(CLI::App& parent);
 Command add_device_command(CLI::App& parent);
+Command add_plan_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

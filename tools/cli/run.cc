@@ -15,6 +15,7 @@
 
 #include "core/experiment.h"
 #include "core/metrics.h"
+#include "sim/judge.h"
 #include "sim/replay.h"
 #include "tools/builtin_example.h"
 #include "tools/builtin_plot_script.h"
@@ -82,7 +83,8 @@ int run(const RunOptions& o) {
                                           : input::load_experiment_file(o.file);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file;
-  Result<PreparedRun> prepared = prepare(*exp);
+  const sim::SimGridJudge judge;
+  Result<PreparedRun> prepared = prepare(*exp, &judge);
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
   sim::ReplayOptions ro;
   ro.log = o.sim_log;

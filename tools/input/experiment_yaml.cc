@@ -27,7 +27,10 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file"});
   StrategySpec s;
   if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
-  if (auto p = n.get("schedule")) s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
+  if (auto p = n.get("schedule")) {
+    s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
+    s.schedule_given = true;
+  }
   if (auto mb = n.get("mini_batch")) {
     s.mini_batch = static_cast<int>(mb->integer(1, kMaxCount, "a positive integer"));
     if (auto m = n.get("micro_batches"))

@@ -62,7 +62,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "{}\n", e.name.empty() ? "pipegrid run" : e.name);
   fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(), to_string(e.workload.precision));
   fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
-  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, e.strategy.schedule,
+  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, r.run.schedule_name,
              r.run.micro_batches, r.run.micro_batch_size);
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
   std::vector<std::array<std::string, 6>> rows;
@@ -126,7 +126,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["micro_batches"] = r.run.micro_batches;
   j["micro_batch_size"] = r.run.micro_batch_size;
   j["partitioner"] = e.strategy.partitioner;
-  j["schedule"] = e.strategy.schedule;
+  j["schedule"] = r.run.schedule_name;
   j["feasible"] = m.feasible();
   nlohmann::json infeasible = nlohmann::json::array();
   for (int d : m.over_capacity)

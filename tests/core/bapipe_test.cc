@@ -1,0 +1,128 @@
+// The BaPipe-style strategy: its partition step against exhaustive search, memory safety.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "core/evaluate.h"
+#include "core/experiment.h"
+#include "core/metrics.h"
+#include "core/strategy.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+Layer timed(int i, double t, double params, double stash) {
+  Layer l;
+  l.name = fmt::format("l{}", i);
+  l.forward_flops = t * 1e9;  // per sample
+  l.parameters = params;
+  l.parameter_bytes = 4 * params;
+  l.stash_bytes = stash;
+  l.output_bytes = stash;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous devices, memory)") {
+  std::mt19937 rng(3);
+  int constrained = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 7);
+    const int p = 1 + static_cast<int>(rng() % std::min(n, 3));
+    const int r = 1 + static_cast<int>(rng() % 2);
+    const int m = 1 + static_cast<int>(rng() % 6);
+    const bool gpipe = rng() % 2;
+    Workload w;
+    std::vector<double> t(n), params(n), stash(n);
+    for (int i = 0; i < n; ++i) {
+      t[i] = 1 + rng() % 50;
+      params[i] = (1 + rng() % 20) * 1e5;
+      stash[i] = (1 + rng() % 20) * 1e5;
+      w.add_layer(timed(i, t[i], params[i], stash[i]));
+      if (i) w.add_edge(i - 1, i);
+    }
+    Cluster c;
+    std::vector<double> speed(p * r);
+    const double capacity = (2 + rng() % 40) * 1e6;
+    for (int d = 0; d < p * r; ++d) {
+      DeviceSpec spec = test_device(capacity);
+      speed[d] = 1e9 * (1 + rng() % 3);
+      spec.peak_flops.fill(speed[d]);
+      c.devices.push_back({fmt::format("d{}", d), spec, ""});
+    }
+    // Exhaustive: every cut; stage i on devices [i r, (i + 1) r), each with b / r = 1 / r samples.
+    const double share = 1.0 / r;
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<int> cuts{0};
+    std::function<void(int)> rec = [&](int stage) {
+      if (stage == p) {
+        if (cuts.back() != n) return;
+        double worst = 0;
+        for (int i = 0; i < p; ++i) {
+          double slowest = 0, ps = 0, st = 0, largest = 0;
+          for (int x = 0; x < r; ++x) {
+            double sum = 0;
+            for (int k = cuts[i]; k < cuts[i + 1]; ++k) sum += t[k] * 1e9 * share / speed[i * r + x];
+            slowest = std::max(slowest, sum);
+          }
+          for (int k = cuts[i]; k < cuts[i + 1]; ++k) {
+            ps += params[k];
+            st += stash[k];
+            largest = std::max(largest, stash[k]);
+          }
+          const int in_flight = gpipe ? m : std::min(p - i, m);
+          // Adam: 16 bytes per parameter (4 x 4-byte weights); infinite bandwidth: no all-reduce time.
+          if (16 * ps + (in_flight * st + largest) * share > capacity) return;
+          worst = std::max(worst, slowest);
+        }
+        best = std::min(best, worst);
+        return;
+      }
+      for (int k = cuts.back() + 1; k <= n - (p - stage - 1); ++k) {
+        cuts.push_back(k);
+        rec(stage + 1);
+        cuts.pop_back();
+      }
+    };
+    rec(0);
+    c.switches = {"sw"};
+    for (int d = 0; d < p * r; ++d) c.links.push_back({d, p * r, 1e30, 0, Duplex::Full});
+    Result<Partition> part =
+        partition_bapipe({w, c, p, 1, 1, m, MemoryOptions{}, gpipe ? "gpipe" : "1f1b", r});
+    INFO("trial " << trial << " n=" << n << " p=" << p << " r=" << r << " m=" << m);
+    if (!std::isfinite(best)) {
+      ++constrained;
+      CHECK(!part.ok());
+      continue;
+    }
+    REQUIRE(part.ok());
+    CHECK(part->plan.predicted_time_per_stage_s == doctest::Approx(best).epsilon(1e-9));
+  }
+  CHECK(constrained > 5);
+}
+
+TEST_CASE("bapipe never returns a plan over memory, and says so when nothing fits") {
+  for (double capacity : {8e6, 40e6, 2e9}) {
+    Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(capacity), 25e9, 1e-6),
+                                    8 << 20);
+    e.strategy.partitioner = "bapipe";
+    e.strategy.mini_batch = 8;
+    Result<PreparedRun> run = prepare(e);
+    INFO("capacity " << capacity);
+    if (capacity < 10e6) {  // each layer alone needs 4 MiB of Adam state and 8 MiB of activations
+      REQUIRE(!run.ok());
+      CHECK(run.error().message.rfind("bapipe: no plan fits the devices' memory (", 0) == 0);
+      continue;
+    }
+    REQUIRE(run.ok());
+    Metrics m = compute_metrics(e.cluster, run->graph, *evaluate(run->graph, e.cluster));
+    CHECK(m.feasible());
+  }
+}

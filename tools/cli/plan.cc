@@ -1,0 +1,126 @@
+// pipegrid plan EXPERIMENT.yaml [--json]: what the planner chose (stages, layers, devices, replicas,
+// predicted stage times and memory), what it predicted, and what the event simulation measures.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/evaluate.h"
+#include "core/experiment.h"
+#include "core/lower.h"
+#include "core/metrics.h"
+#include "core/units.h"
+#include "sim/judge.h"
+#include "sim/replay.h"
+#include "tools/cli/cli.h"
+#include "tools/input/experiment_yaml.h"
+
+namespace pipegrid::cli {
+namespace {
+
+struct PlanOptions {
+  std::string file;
+  bool json = false;
+};
+
+int run(const PlanOptions& o) {
+  Result<Experiment> exp = input::load_experiment_file(o.file);
+  if (!exp) return bad_input(exp.error().message);
+  const sim::SimGridJudge judge;
+  Result<PreparedRun> run = prepare(*exp, &judge);
+  if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
+  Result<Timeline> analytic = evaluate(run->graph, exp->cluster);
+  if (!analytic) return bad_input(fmt::format("{}: {}", o.file, analytic.error().message));
+  const Metrics predicted = compute_metrics(exp->cluster, run->graph, *analytic);
+  Result<sim::Replay> replay = sim::replay(exp->cluster, run->graph);
+  if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
+  const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
+  auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute);
+  if (!costs) return bad_input(costs.error().message);
+
+  const Partition& p = run->partition;
+  const PlanNotes& notes = p.plan;
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
+    for (int l : st.layers) layers.push_back(exp->workload.layer(l).name);
+    double peak = 0;
+    for (int d : st.devices) {
+      devices.push_back(exp->cluster.devices[d].name);
+      peak = std::max(peak, predicted.devices[d].peak_memory_bytes);
+    }
+    // The planner's own stage time when it has one, else F + B of a micro-batch slice.
+    const double t = s < notes.predicted_stage_time_s.size() ? notes.predicted_stage_time_s[s]
+                                                              : (*costs)[s].front().times.forward +
+                                                                    (*costs)[s].front().times.backward();
+    stages.push_back({{"index", s},
+                      {"layers", layers},
+                      {"devices", devices},
+                      {"replicas", st.devices.size()},
+                      {"successors", p.successors(static_cast<int>(s))},
+                      {"predicted_time_s", t},
+                      {"predicted_peak_memory_bytes", peak}});
+  }
+  nlohmann::json j = {{"experiment", exp->name},
+                      {"partitioner", exp->strategy.partitioner},
+                      {"schedule", run->schedule_name},
+                      {"micro_batch_size", run->micro_batch_size},
+                      {"micro_batches", run->micro_batches},
+                      {"stages", stages},
+                      {"depth", p.depth()},
+                      {"predicted_time_per_stage_s", notes.predicted_time_per_stage_s},
+                      {"planner_summary", notes.summary},
+                      {"exploration", run->sweep},
+                      {"added_dependencies", notes.added_dependencies},
+                      {"search_seconds", run->planning_seconds},
+                      {"analytic_iteration_time_s", predicted.iteration_time_s},
+                      {"simulated_iteration_time_s", simulated.iteration_time_s},
+                      {"simulated_throughput_samples_per_s", simulated.throughput_samples_per_s},
+                      {"simulated_bubble_ratio", simulated.bubble_ratio},
+                      {"feasible", simulated.feasible()}};
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
+  fmt::print("plan        {} + {}, {} micro-batches of {} samples; {} stages, depth {}\n", exp->strategy.partitioner,
+             run->schedule_name, run->micro_batches, run->micro_batch_size, p.stage_count(), p.depth());
+  if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
+  if (!run->sweep.empty()) fmt::print("explored    {}\n", run->sweep);
+  fmt::print("search      {}\n\n", format_time(run->planning_seconds));
+  fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory", "devices | layers");
+  for (const auto& s : stages) {
+    std::string devs, layers;
+    for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
+    const auto& ls = s["layers"];
+    layers = ls.size() == 1 ? ls[0].get<std::string>()
+                            : fmt::format("{}..{} ({} layers)", ls.front().get<std::string>(),
+                                          ls.back().get<std::string>(), ls.size());
+    fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
+               format_time(s["predicted_time_s"].get<double>()), format_bytes(s["predicted_peak_memory_bytes"].get<double>()),
+               devs, layers);
+  }
+  if (notes.predicted_time_per_stage_s > 0)
+    fmt::print("\nplanner's predicted time per stage   {}\n", format_time(notes.predicted_time_per_stage_s));
+  fmt::print("analytic iteration (no contention)  {}\n", format_time(predicted.iteration_time_s));
+  fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n", format_time(simulated.iteration_time_s),
+             100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
+  fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
+  if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
+  return kOk;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& parent) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* app = parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
+  app->add_option("experiment", o->file, "Experiment file (YAML)")->required();
+  app->add_flag("--json", o->json, "Print one JSON object");
+  return {app, [o] { return run(*o); }};
+}
+
+}  // namespace pipegrid::cli
