@@ -38,7 +38,7 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
     stages = static_cast<int>(std::min(e.cluster.devices.size(), e.workload.layer_count() / chunks));
   const auto t0 = std::chrono::steady_clock::now();
   Result<Partition> part = partitioner.build({e.workload, e.cluster, stages, run.micro_batch_size, chunks, m, e.memory,
-                                              scheduler.name, std::max(1, replicas)});
+                                              scheduler.name, std::max(1, replicas), e.strategy.planner});
   run.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   run.partition = std::move(*part);

@@ -10,6 +10,7 @@
 #include "core/partition.h"
 #include "core/result.h"
 #include "core/schedule.h"
+#include "core/strategy.h"
 #include "core/task_graph.h"
 #include "core/workload.h"
 
@@ -26,6 +27,7 @@ struct StrategySpec {
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
   int mini_batch = 0;
+  PlannerOptions planner;  // straight, hierarchy, activation_compression_ratio, memory_constraint
   std::string schedule_text;    // `file` schedule: the CSV text
   std::string schedule_source;  // `file` schedule: its path, for messages
 };

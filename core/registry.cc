@@ -13,6 +13,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      &partition_graphpipe},
     {"bapipe", "BaPipe-style: explores schedules x micro-batch sizes x balanced, replicated stages under memory",
      &partition_bapipe},
+    {"pipedream", "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
+     &partition_pipedream},
 };
 
 constexpr ScheduleStrategy kSchedules[] = {

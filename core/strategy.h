@@ -2,6 +2,7 @@
 // table listing them all (registry.cc). A strategy is a pure function of plain data.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +16,15 @@
 
 namespace pipegrid {
 
+// Settings of the planners that take them (PipeDream's, as its command-line options).
+struct PlannerOptions {
+  bool straight = false;                          // no replicated stages
+  std::vector<std::pair<int, double>> hierarchy;  // (workers, bandwidth) innermost first; empty: derived
+  std::optional<double> activation_compression_ratio = 1.0;  // none: no activation transfer terms
+  bool memory_constraint = false;                 // bound each stage's stash by the device memory
+  bool linearize = false;                         // plan over the prefixes of a topological order
+};
+
 struct PartitionRequest {
   const Workload& workload;
   const Cluster& cluster;
@@ -25,6 +35,7 @@ struct PartitionRequest {
   MemoryOptions memory;         // static memory model, recomputation
   std::string_view schedule;    // the schedule that will run the partition (in-flight counts)
   int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it
+  PlannerOptions planner = {};
 };
 
 struct PartitionStrategy {
@@ -60,6 +71,7 @@ Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
 Result<Partition> partition_graphpipe(const PartitionRequest& r);
 Result<Partition> partition_bapipe(const PartitionRequest& r);
+Result<Partition> partition_pipedream(const PartitionRequest& r);
 Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
 Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
 Result<Schedule> schedule_interleaved_1f1b(const ScheduleRequest& r);

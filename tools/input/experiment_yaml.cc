@@ -24,7 +24,8 @@ std::vector<std::string_view> names_of(auto table) {
 
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
-  n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file"});
+  n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file",
+                "straight", "hierarchy", "activation_compression_ratio", "memory_constraint", "linearize"});
   StrategySpec s;
   if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) {
@@ -55,6 +56,33 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
                                            w.layer_count(), w.layer_count(), s.stages)
                              : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
                                            w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+  }
+  // Planner settings (PipeDream's command-line options).
+  if (auto v = n.get("straight")) s.planner.straight = v->boolean();
+  if (auto v = n.get("memory_constraint")) s.planner.memory_constraint = v->boolean();
+  if (auto v = n.get("linearize")) s.planner.linearize = v->boolean();
+  if (auto v = n.get("activation_compression_ratio")) {
+    if (v->is_scalar() && v->yaml().Scalar() == "none") {
+      s.planner.activation_compression_ratio.reset();
+    } else {
+      const double r = v->number("a positive number, or none");
+      if (!(r > 0)) v->expected("a positive number, or none");
+      s.planner.activation_compression_ratio = r;
+    }
+  }
+  if (auto h = n.get("hierarchy")) {
+    long long machines = 1;
+    for (const Node& level : h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]")) {
+      level.require_map("a level: {workers: N, bandwidth: B}");
+      level.check_keys({"workers", "bandwidth"});
+      const int workers = static_cast<int>(level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+      const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive")).quantity(Dimension::Bandwidth, Sign::Positive);
+      s.planner.hierarchy.emplace_back(workers, bw);
+      machines *= workers;
+    }
+    if (machines > static_cast<long long>(c.devices.size()))
+      h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}", c.devices.size(),
+                          c.devices.size(), machines));
   }
   if (auto f = n.get("schedule_file")) {
     if (s.schedule != "file") f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));

@@ -1,0 +1,559 @@
+#include "core/partitioners/pipedream.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace pipegrid {
+namespace {
+
+// Transitive reachability over the planning graph, as bitsets.
+class Bits {
+ public:
+  Bits(size_t n) : words_((n + 63) / 64), data_(n * words_, 0) {}
+  bool get(size_t row, size_t col) const { return data_[row * words_ + col / 64] >> (col % 64) & 1; }
+  void set(size_t row, size_t col) { data_[row * words_ + col / 64] |= uint64_t{1} << (col % 64); }
+  void merge(size_t row, size_t from) {
+    for (size_t k = 0; k < words_; ++k) data_[row * words_ + k] |= data_[from * words_ + k];
+  }
+
+ private:
+  size_t words_;
+  std::vector<uint64_t> data_;
+};
+
+// The planning graph: the workload without "Input" sources and "__getitem__" sinks.
+struct Graph {
+  size_t n = 0;
+  std::vector<char> alive;
+  std::vector<std::vector<int>> out, in;
+  std::vector<int> topo;  // alive nodes, topological
+  Bits pred{0}, succ{0};  // strict transitive predecessors / successors
+
+  void compute_reachability() {
+    // Kahn's order over alive nodes.
+    std::vector<int> indeg(n, 0);
+    for (size_t v = 0; v < n; ++v)
+      if (alive[v]) indeg[v] = static_cast<int>(in[v].size());
+    std::deque<int> q;
+    for (size_t v = 0; v < n; ++v)
+      if (alive[v] && indeg[v] == 0) q.push_back(static_cast<int>(v));
+    while (!q.empty()) {
+      int u = q.front();
+      q.pop_front();
+      topo.push_back(u);
+      for (int v : out[u])
+        if (--indeg[v] == 0) q.push_back(v);
+    }
+    pred = Bits(n);
+    succ = Bits(n);
+    for (int v : topo)
+      for (int u : in[v]) {
+        pred.set(v, u);
+        pred.merge(v, u);
+      }
+    for (auto it = topo.rbegin(); it != topo.rend(); ++it)
+      for (int w : out[*it]) {
+        succ.set(*it, w);
+        succ.merge(*it, w);
+      }
+  }
+};
+
+using Antichain = std::vector<int>;
+
+Antichain key_of(Antichain a) {
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  return a;
+}
+
+class AntichainBuilder {
+ public:
+  explicit AntichainBuilder(const Graph& g) : g_(g) {}
+
+  // PipeDream's augmentation: the antichain plus every predecessor of one of its nodes that feeds a
+  // node outside that node's predecessors (its output is still needed after the cut).
+  const Antichain& augment(const Antichain& a) {
+    const Antichain key = key_of(a);
+    if (auto it = augmented_.find(key); it != augmented_.end()) return it->second;
+    std::vector<char> extra(g_.n, 0);
+    for (int x : a)
+      for (int p : g_.topo)
+        if (g_.pred.get(x, p))
+          for (int o : g_.out[p])
+            if (!g_.pred.get(x, o) && o != x) extra[p] = 1;
+    Antichain out;
+    for (size_t v = 0; v < g_.n; ++v)
+      if (extra[v]) out.push_back(static_cast<int>(v));
+    out.insert(out.end(), a.begin(), a.end());
+    return augmented_.emplace(key, std::move(out)).first->second;
+  }
+
+  // Drops every node that has a successor in the list (keeps the order, drops duplicates).
+  Antichain deaugment(const Antichain& l) const {
+    Antichain out;
+    for (int x : l) {
+      bool dominated = false;
+      for (int y : l)
+        if (g_.succ.get(x, y)) dominated = true;
+      if (!dominated && std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+    }
+    return out;
+  }
+
+  std::vector<Antichain> next(const Antichain& a) {
+    const Antichain aug = augment(a);  // a copy: augment() may rehash
+    std::vector<Antichain> out;
+    for (int x : aug)
+      for (int n : g_.out[x]) {
+        if (std::find(a.begin(), a.end(), n) != a.end()) continue;
+        bool ok = true;
+        for (int y : aug)
+          if (g_.succ.get(n, y)) ok = false;
+        if (!ok) continue;
+        Antichain replaced = aug;
+        for (int& y : replaced)
+          if (y == x) y = n;
+        out.push_back(deaugment(replaced));
+      }
+    return out;
+  }
+
+ private:
+  const Graph& g_;
+  std::map<Antichain, Antichain> augmented_;
+};
+
+struct Entry {
+  double time = std::numeric_limits<double>::quiet_NaN();  // NaN: none
+  int split_k = -1, split_m = -1;                           // -1: no split (one stage)
+  int machines = 0;
+  bool has() const { return !std::isnan(time); }
+};
+
+struct Tables {
+  // compute[i][j] (i in 0..S, j in 0..S-1); NaN for none. Row i >= 1 covers states i..j.
+  std::vector<std::vector<double>> compute, activation, parameters;
+};
+
+// One level's dynamic programme, row by row: row i covers the states from i on (i = 0: from the
+// start). Entries are PipeDream's (time, split, machines); a non-final level only needs each row's
+// all-machines times, which become the next level's compute.
+class Solver {
+ public:
+  // `many_rows`: keep the candidate lists for every state (worth it when most rows are solved).
+  Solver(const PipeDreamOptions& o, const std::vector<double>& out_act, const std::vector<std::vector<int>>& preds,
+         const std::vector<std::vector<char>>& pred_set, const Tables& t, int machines, int machines_within,
+         double bandwidth, bool many_rows)
+      : o_(o), out_act_(out_act), preds_(preds), pred_set_(pred_set), t_(t), S_(out_act.size()), M_(machines),
+        within_(machines_within), bw_(bandwidth), max_mp_(o.straight ? 2 : machines) {
+    if (!many_rows) return;
+    last_.resize(S_);
+    for (size_t j = 0; j < S_; ++j) last_[j] = candidates(j);
+  }
+
+  // Candidate last stages (states k + 1 .. j on mp machines), cheapest first, per mp. Every
+  // candidate's pipeline time is at least its last stage's, so a scan can stop at the best found.
+  std::vector<std::vector<std::pair<double, int>>> candidates(size_t j) const {
+    std::vector<std::vector<std::pair<double, int>>> out(max_mp_);
+    for (int mp = 1; mp < max_mp_; ++mp) {
+      const double dp_factor = 4.0 * (mp - 1) / (bw_ * mp);
+      auto& list = out[mp];
+      list.reserve(preds_[j].size());
+      for (int k : preds_[j]) {
+        const double c = t_.compute[k + 1][j];
+        if (std::isnan(c)) continue;
+        list.emplace_back((c + dp_factor * t_.parameters[k + 1][j]) / mp, k);
+      }
+      std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
+    return out;
+  }
+
+  // A[j][m] of row i.
+  std::vector<std::vector<Entry>> row(size_t i) const {
+    std::vector<std::vector<Entry>> A(S_, std::vector<Entry>(M_));
+    for (size_t j = i; j < S_; ++j) {
+      const double cum = t_.compute[i][j];
+      const int max_m = o_.straight ? 1 : M_;
+      for (int m = 0; m < max_m; ++m) {
+        const double stashed = std::ceil(static_cast<double>(M_ - (m + 1)) / (m + 1)) *
+                               (t_.activation[i][j] + t_.parameters[i][j]);
+        if (o_.memory_constraint && stashed > o_.memory_bytes) continue;
+        double dp = (4.0 * m * t_.parameters[i][j]) / (bw_ * (m + 1));
+        dp /= within_;
+        if (std::isnan(cum)) continue;
+        A[j][m] = {(cum + dp) / (m + 1), -1, -1, m + 1};
+      }
+    }
+    std::vector<std::vector<std::pair<double, int>>> local;
+    for (size_t j = i + 1; j < S_; ++j) {
+      if (last_.empty()) local = candidates(j);
+      const auto& lists = last_.empty() ? local : last_[j];
+      for (int mp = 1; mp < max_mp_; ++mp) {
+        for (int m = mp; m < M_; ++m) {
+          Entry& best = A[j][m];
+          for (const auto& [last, k] : lists[mp]) {
+            if (best.has() && last >= best.time) break;
+            if (i > 0 && pred_set_[i - 1][k]) continue;
+            const double stashed = (t_.activation[k + 1][j] + t_.parameters[k + 1][j]) *
+                                   std::ceil(static_cast<double>(M_ - (m + 1)) / mp);
+            if (o_.memory_constraint && stashed > o_.memory_bytes) continue;
+            const Entry& before = A[k][m - mp];
+            if (!before.has()) continue;
+            double pipeline = std::max(before.time, last);
+            if (o_.activation_compression_ratio) {
+              const double ratio = *o_.activation_compression_ratio;
+              pipeline = std::max(pipeline, (2.0 * out_act_[k]) / (bw_ * mp) / ratio);
+              if (j < S_ - 1) pipeline = std::max(pipeline, (2.0 * out_act_[j]) / (bw_ * mp) / ratio);
+            }
+            if (!best.has() || best.time > pipeline) best = {pipeline, k, m - mp, mp};
+          }
+        }
+      }
+    }
+    return A;
+  }
+
+ private:
+  const PipeDreamOptions& o_;
+  const std::vector<double>& out_act_;
+  const std::vector<std::vector<int>>& preds_;
+  const std::vector<std::vector<char>>& pred_set_;
+  const Tables& t_;
+  size_t S_;
+  int M_, within_;
+  double bw_;
+  int max_mp_;
+  std::vector<std::vector<std::vector<std::pair<double, int>>>> last_;  // [j][mp] -> (last stage time, k)
+};
+
+}  // namespace
+
+Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double>& time_s,
+                                     const std::vector<double>& activation_bytes, const PipeDreamOptions& o) {
+  if (o.levels.empty()) return Error{"pipedream: no machine level given"};
+  for (const PipeDreamLevel& l : o.levels)
+    if (l.machines < 1 || !(l.bandwidth > 0)) return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
+  Graph g;
+  g.n = w.layer_count();
+  g.alive.assign(g.n, 1);
+  g.out.resize(g.n);
+  g.in.resize(g.n);
+  for (size_t u = 0; u < g.n; ++u)
+    for (auto [e, end] = boost::out_edges(u, w.graph); e != end; ++e) {
+      const int v = static_cast<int>(boost::target(*e, w.graph));
+      g.out[u].push_back(v);
+      g.in[v].push_back(static_cast<int>(u));
+    }
+  auto remove = [&](int v) {
+    g.alive[v] = 0;
+    for (int x : g.out[v]) g.in[x].erase(std::find(g.in[x].begin(), g.in[x].end(), v));
+    for (int x : g.in[v]) g.out[x].erase(std::find(g.out[x].begin(), g.out[x].end(), v));
+    g.out[v].clear();
+    g.in[v].clear();
+  };
+  // "Input" sources go to the first stage and are not planned; "__getitem__" sinks are dropped.
+  std::vector<int> inputs;
+  for (size_t v = 0; v < g.n; ++v)
+    if (g.in[v].empty() && (w.layer(v).kind == "input" || w.layer(v).description.rfind("Input", 0) == 0))
+      inputs.push_back(static_cast<int>(v));
+  for (int v : inputs) remove(v);
+  std::vector<int> getitem;
+  for (size_t v = 0; v < g.n; ++v)
+    if (g.alive[v] && g.out[v].empty() && w.layer(v).description.rfind("__getitem__", 0) == 0)
+      getitem.push_back(static_cast<int>(v));
+  for (int v : getitem) remove(v);
+  int first_source = -1;
+  for (size_t v = 0; v < g.n && first_source < 0; ++v)
+    if (g.alive[v] && g.in[v].empty()) first_source = static_cast<int>(v);
+  if (first_source < 0) return Error{"pipedream: the model has no layer to plan"};
+  g.compute_reachability();
+
+  // States: PipeDream's antichain DAG (breadth first from the first source), or the prefixes of a
+  // topological order when linearised. For each: the layers it covers, their compute, activations
+  // and parameters, the activations crossing its cut, and its predecessor states.
+  std::vector<std::vector<char>> covers;
+  std::vector<double> ct, act, par, out_act;
+  std::vector<std::vector<int>> preds;
+  bool linear = o.linearize;
+  std::string note;
+  if (!linear) {
+    AntichainBuilder builder(g);
+    std::map<Antichain, int> id;
+    std::vector<Antichain> augmented;
+    std::vector<std::vector<int>> dag_out;
+    std::vector<int> insertion;  // DAG nodes in the order PipeDream's graph gets them (edges added)
+    std::vector<char> inserted;
+    auto node_of = [&](const Antichain& a) {
+      Antichain key = key_of(a);
+      auto it = id.find(key);
+      if (it != id.end()) return it->second;
+      const int n = static_cast<int>(augmented.size());
+      id.emplace(std::move(key), n);
+      augmented.push_back(builder.augment(a));
+      dag_out.emplace_back();
+      inserted.push_back(0);
+      return n;
+    };
+    auto insert = [&](int n) {
+      if (!inserted[n]) {
+        inserted[n] = 1;
+        insertion.push_back(n);
+      }
+    };
+    std::deque<Antichain> queue{{first_source}};
+    node_of(queue.front());
+    std::map<Antichain, char> expanded;
+    while (!queue.empty() && augmented.size() <= o.max_states) {
+      Antichain a = queue.front();
+      queue.pop_front();
+      const Antichain key = key_of(a);
+      if (expanded.count(key)) continue;
+      expanded.emplace(key, 1);
+      const int from = node_of(a);
+      for (Antichain& next : builder.next(a)) {
+        const int to = node_of(next);
+        insert(from);
+        insert(to);
+        dag_out[from].push_back(to);
+        queue.push_back(std::move(next));
+      }
+    }
+    if (augmented.size() > o.max_states) {
+      linear = true;
+      note = fmt::format("the antichain DAG has more than {} states: planned on the linearised graph", o.max_states);
+    } else {
+      if (insertion.empty()) insertion.push_back(0);
+      // Topological order as PipeDream's depth-first sort gives it (reverse post-order).
+      std::vector<int> order;
+      std::vector<char> mark(augmented.size(), 0);
+      for (int root : insertion) {
+        if (mark[root]) continue;
+        std::vector<std::pair<int, size_t>> stack{{root, 0}};
+        mark[root] = 1;
+        while (!stack.empty()) {
+          auto& [v, next] = stack.back();
+          if (next < dag_out[v].size()) {
+            const int c = dag_out[v][next++];
+            if (!mark[c]) {
+              mark[c] = 1;
+              stack.emplace_back(c, 0);
+            }
+          } else {
+            order.push_back(v);
+            stack.pop_back();
+          }
+        }
+      }
+      std::reverse(order.begin(), order.end());
+      const size_t S = order.size();
+      std::vector<int> index(augmented.size(), -1);
+      for (size_t i = 0; i < S; ++i) index[order[i]] = static_cast<int>(i);
+      covers.assign(S, std::vector<char>(g.n, 0));
+      out_act.assign(S, 0);
+      for (size_t i = 0; i < S; ++i) {
+        const Antichain& a = augmented[order[i]];
+        for (int x : a) out_act[i] += activation_bytes[x];
+        for (int x : a) {
+          covers[i][x] = 1;
+          for (int p : g.topo)
+            if (g.pred.get(x, p)) covers[i][p] = 1;
+        }
+      }
+      // Transitive predecessors of each state in the antichain DAG.
+      std::vector<std::vector<char>> reach(S, std::vector<char>(S, 0));
+      for (size_t i = 0; i < S; ++i)
+        for (int c : dag_out[order[i]]) {
+          const int j = index[c];
+          reach[j][i] = 1;
+          for (size_t k = 0; k < S; ++k)
+            if (reach[i][k]) reach[j][k] = 1;
+        }
+      preds.assign(S, {});
+      for (size_t j = 0; j < S; ++j)
+        for (size_t k = 0; k < S; ++k)
+          if (reach[j][k]) preds[j].push_back(static_cast<int>(k));
+    }
+  }
+  if (linear) {
+    // Prefixes of the workload's topological order (ties by layer index) over the planned layers.
+    std::vector<int> order;
+    for (int v : topological_order(w))
+      if (g.alive[v]) order.push_back(v);
+    const size_t S = order.size();
+    covers.assign(S, std::vector<char>(g.n, 0));
+    out_act.assign(S, 0);
+    preds.assign(S, {});
+    std::vector<char> in_prefix(g.n, 0);
+    for (size_t k = 0; k < S; ++k) {
+      in_prefix[order[k]] = 1;
+      covers[k] = in_prefix;
+      for (size_t x = 0; x <= k; ++x) {
+        bool crosses = false;
+        for (int o2 : g.out[order[x]]) crosses = crosses || !in_prefix[o2];
+        if (crosses) out_act[k] += activation_bytes[order[x]];
+      }
+      for (size_t x = 0; x < k; ++x) preds[k].push_back(static_cast<int>(x));
+    }
+  }
+  const size_t S = covers.size();
+  ct.assign(S, 0);
+  act.assign(S, 0);
+  par.assign(S, 0);
+  for (size_t i = 0; i < S; ++i)
+    for (int v : g.topo)
+      if (covers[i][v]) {
+        ct[i] += time_s[v];
+        act[i] += activation_bytes[v];
+        par[i] += w.layer(v).parameter_bytes;
+      }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tables t;
+  t.compute.assign(S + 1, std::vector<double>(S, nan));
+  t.activation = t.compute;
+  t.parameters = t.compute;
+  for (size_t j = 0; j < S; ++j) {
+    t.compute[0][j] = ct[j];
+    t.activation[0][j] = act[j];
+    t.parameters[0][j] = par[j];
+  }
+  for (size_t i = 1; i <= S; ++i)
+    for (size_t j = i; j < S; ++j) {
+      t.compute[i][j] = ct[j] - ct[i - 1];
+      t.activation[i][j] = act[j] - act[i - 1];
+      t.parameters[i][j] = par[j] - par[i - 1];
+    }
+
+  // Levels innermost first; each non-final level's best times (every row, all its machines)
+  // become the next level's compute. The tables of each level are kept for the reconstruction.
+  std::vector<std::vector<char>> pred_set(S, std::vector<char>(S, 0));
+  for (size_t j = 0; j < S; ++j)
+    for (int k : preds[j]) pred_set[j][k] = 1;
+  std::vector<std::vector<std::vector<double>>> level_compute;  // the other tables do not change
+  int within = 1;
+  for (size_t lv = 0; lv < o.levels.size(); ++lv) {
+    level_compute.push_back(t.compute);
+    if (lv + 1 == o.levels.size()) break;
+    const Solver solver(o, out_act, preds, pred_set, t, o.levels[lv].machines, within, o.levels[lv].bandwidth, true);
+    std::vector<std::vector<double>> next(S + 1, std::vector<double>(S, nan));
+    // Rows are independent: spread them over the machine's threads (deterministic results).
+    const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
+    std::atomic<size_t> next_row{0};
+    auto work = [&] {
+      for (size_t i; (i = next_row++) < S;) {
+        auto A = solver.row(i);
+        for (size_t j = 0; j < S; ++j) next[i][j] = A[j].back().time;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
+    work();
+    for (std::thread& th : pool) th.join();
+    t.compute = std::move(next);
+    within = o.levels[lv].machines;
+  }
+  const int top = static_cast<int>(o.levels.size()) - 1;
+  auto row_at = [&](int lv, size_t i) {
+    int w_in = 1;
+    for (int x = 0; x < lv; ++x) w_in = o.levels[x].machines;
+    Tables lt{level_compute[lv], t.activation, t.parameters};
+    return Solver(o, out_act, preds, pred_set, lt, o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false).row(i);
+  };
+  const auto top_row = row_at(top, 0);
+  const Entry& answer = top_row[S - 1][o.levels[top].machines - 1];
+  if (!answer.has())
+    return Error{o.memory_constraint ? "pipedream: no partition meets the memory constraint"
+                                     : "pipedream: no partition found"};
+
+  PipeDreamPlan plan;
+  plan.states = S;
+  plan.linearized = linear;
+  plan.note = note;
+  plan.time_per_stage = answer.time;
+  plan.single_stage_time = ct[S - 1];
+  {
+    double dp = ct[S - 1];
+    int w_in = 1;
+    for (const PipeDreamLevel& l : o.levels) {
+      dp = (dp + (4.0 * (l.machines - 1) * par[S - 1]) / (l.bandwidth * l.machines) / w_in) / l.machines;
+      w_in = l.machines;
+    }
+    plan.data_parallel_time = dp;
+  }
+  // Reconstruct the stages level by level (outermost first), like PipeDream's analysis.
+  // Machines: level lv's unit spans the product of the machine counts below it; a stage gets
+  // consecutive units of its level inside every unit its enclosing stage holds.
+  struct Range {
+    size_t start, end;          // states [start, end)
+    std::vector<int> replicas;  // per level above the current one, outermost first
+    std::vector<int> bases;     // first machine of each unit it holds at the enclosing level
+  };
+  std::vector<int> unit(o.levels.size() + 1, 1);
+  for (size_t lv = 0; lv < o.levels.size(); ++lv) unit[lv + 1] = unit[lv] * o.levels[lv].machines;
+  std::vector<Range> ranges{{0, S, {}, {0}}};
+  for (int lv = top; lv >= 0; --lv) {
+    std::vector<Range> refined;
+    for (const Range& r : ranges) {
+      const auto A = lv == top ? top_row : row_at(lv, r.start);
+      std::vector<size_t> splits;
+      std::vector<int> reps;
+      Entry meta = A[r.end - 1][o.levels[lv].machines - 1];
+      while (meta.split_k >= 0) {
+        splits.push_back(static_cast<size_t>(meta.split_k) + 1);
+        reps.push_back(meta.machines);
+        meta = A[meta.split_k][meta.split_m];
+      }
+      reps.push_back(meta.machines);
+      std::reverse(splits.begin(), splits.end());
+      std::reverse(reps.begin(), reps.end());
+      splits.push_back(r.end);
+      size_t from = r.start;
+      int offset = 0;
+      for (size_t q = 0; q < splits.size(); ++q) {
+        Range sub{from, splits[q], r.replicas, {}};
+        sub.replicas.push_back(reps[q]);
+        for (int b : r.bases)
+          for (int t = 0; t < reps[q]; ++t) sub.bases.push_back(b + (offset + t) * unit[lv]);
+        offset += reps[q];
+        refined.push_back(sub);
+        from = splits[q];
+      }
+    }
+    ranges = std::move(refined);
+  }
+  std::vector<int> stage_of(g.n, -1);
+  for (size_t q = 0; q < ranges.size(); ++q) {
+    PipeDreamStage st;
+    for (int v : g.topo)
+      if (covers[ranges[q].end - 1][v] && stage_of[v] < 0) stage_of[v] = static_cast<int>(q);
+    st.replicas_per_level.assign(ranges[q].replicas.rbegin(), ranges[q].replicas.rend());  // innermost first
+    st.replicas = 1;
+    for (int r : st.replicas_per_level) st.replicas *= r;
+    st.devices = ranges[q].bases;
+    std::sort(st.devices.begin(), st.devices.end());
+    const size_t a = ranges[q].start, b = ranges[q].end;
+    st.time = (a == 0 ? ct[b - 1] : ct[b - 1] - ct[a - 1]);
+    plan.stages.push_back(std::move(st));
+  }
+  // Layers outside the planned graph: Input sources and unreached nodes go to the first stage,
+  // dropped sinks to the last.
+  for (size_t v = 0; v < g.n; ++v) {
+    int s = stage_of[v];
+    if (s < 0) s = (std::find(getitem.begin(), getitem.end(), static_cast<int>(v)) != getitem.end())
+                       ? static_cast<int>(plan.stages.size()) - 1
+                       : 0;
+    plan.stages[s].layers.push_back(static_cast<int>(v));
+  }
+  return plan;
+}
+
+}  // namespace pipegrid
