@@ -23,10 +23,13 @@
 // branches one after another), so a stage's replicas and its neighbours are adjacent in device
 // order, which groups devices by node in the generated clusters.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <functional>
+#include <map>
 #include <unordered_map>
 
 #include "core/sp_tree.h"
@@ -57,7 +60,6 @@ class Planner {
   Planner(const PartitionRequest& r, const SpTree& tree) : r_(r), t_(tree) {
     D_ = static_cast<int>(r.cluster.devices.size());
     spec_ = r.cluster.devices.front().spec;
-    gpipe_memory_ = false;
   }
 
   Status init(bool gpipe_memory) {
@@ -65,13 +67,11 @@ class Planner {
     const Workload& w = r_.workload;
     const size_t L = w.layer_count();
     fb_.assign(L, std::vector<double>(D_ + 1, 0.0));
-    f_.assign(L, std::vector<double>(D_ + 1, 0.0));
     for (size_t l = 0; l < L; ++l) {
       for (int n = 1; n <= D_; ++n) {
         Result<PassTimes> t = layer_times(w.layer(l), w.precision, spec_, r_.micro_batch_size / n);
         if (!t) return t.error();
-        f_[l][n] = t->forward;
-        fb_[l][n] = t->forward + t->backward();
+        fb_[l][n] = t->forward + t->backward() + recompute_s(l, t->forward);
       }
     }
     // Ring all-reduce over devices 0..n-1: the slowest and the longest of the routes between
@@ -90,53 +90,112 @@ class Planner {
       ring_bw_[n] = bw;
       ring_lat_[n] = lat;
     }
+    // Interchangeable children: a parallel node's branches with identical costs and structure are
+    // made adjacent, so that a run inside one group of identical branches is solved once.
+    signature_.assign(t_.nodes.size(), -1);
+    order_.assign(t_.nodes.size(), {});
+    group_start_.assign(t_.nodes.size(), {});
+    std::map<std::string, int> ids;
+    std::function<int(int)> sign = [&](int v) -> int {
+      if (signature_[v] >= 0) return signature_[v];
+      const SpNode& n = t_.nodes[v];
+      std::string key;
+      if (n.kind == SpNode::Kind::Leaf) {
+        const Layer& l = w.layer(n.layers.front());
+        key = fmt::format("L{}|{}|{}|{}|{}|{}|{}|{}|{}", l.kind, fb_[n.layers.front()][1], l.parameters,
+                          l.parameter_bytes, l.stash_bytes, l.output_bytes, l.selective_stash_bytes,
+                          l.forward_bytes, l.backward_bytes);
+      } else {
+        std::vector<int> kids;
+        for (int c : n.children) kids.push_back(sign(c));
+        if (n.kind == SpNode::Kind::Parallel) std::sort(kids.begin(), kids.end());
+        key = fmt::format("{}{}", n.kind == SpNode::Kind::Series ? 'S' : 'P', fmt::join(kids, ","));
+      }
+      auto it = ids.emplace(key, static_cast<int>(ids.size())).first;
+      return signature_[v] = it->second;
+    };
+    for (size_t v = 0; v < t_.nodes.size(); ++v) {
+      sign(static_cast<int>(v));
+      const SpNode& n = t_.nodes[v];
+      order_[v] = n.children;
+      if (n.kind == SpNode::Kind::Parallel)
+        std::stable_sort(order_[v].begin(), order_[v].end(),
+                         [&](int a, int b) { return signature_[a] < signature_[b]; });
+      group_start_[v].resize(order_[v].size());
+      for (size_t c = 0; c < order_[v].size(); ++c)
+        group_start_[v][c] = (c > 0 && signature_[order_[v][c]] == signature_[order_[v][c - 1]])
+                                 ? group_start_[v][c - 1]
+                                 : static_cast<int>(c);
+    }
     return {};
   }
 
-  // Smallest T with a plan, by bisection; the plan's stages on success.
+  // Smallest target with a plan: a bisection over the sorted stage times every candidate stage
+  // could have (the bottleneck of the best plan is one of them).
   Result<std::vector<std::pair<std::vector<int>, int>>> plan(double* best_tps) {
-    const SpNode& root = t_.nodes[t_.root];
-    double hi = leaf_tps(root.layers, 1) * (1 + 1e-9) + 1e-30;
-    target_ = hi;
-    memo_.clear();
-    Option top = solve_node(t_.root, D_, 0);
-    if (!top.feasible)
+    std::vector<double> candidates;
+    for (size_t v = 0; v < t_.nodes.size(); ++v) {
+      const int c = t_.nodes[v].kind == SpNode::Kind::Leaf ? 1 : static_cast<int>(order_[v].size());
+      for (int lo = 0; lo < c; ++lo)
+        for (int hi = lo; hi < c; ++hi) {
+          if (lo != canonical_lo(static_cast<int>(v), lo, hi)) continue;
+          const RangeInfo& info = range(static_cast<int>(v), lo, hi);
+          for (int n = 1; n <= D_; ++n) candidates.push_back(tps(info, n));
+        }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    auto feasible = [&](double target) {
+      target_ = target;
+      memo_.clear();
+      return solve_node(t_.root, D_, 0).feasible;
+    };
+    if (!feasible(candidates.back()))
       return Error{fmt::format(
           "graphpipe: no partition of the model over {} devices fits their memory ({} each) with {} micro-batches of {} "
           "samples",
           D_, spec_.memory_bytes, r_.micro_batches, r_.micro_batch_size)};
-    double lo = 0;
-    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
-      const double mid = 0.5 * (lo + hi);
-      target_ = mid;
-      memo_.clear();
-      if (solve_node(t_.root, D_, 0).feasible)
+    size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] is feasible
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (feasible(candidates[mid]))
         hi = mid;
       else
-        lo = mid;
+        lo = mid + 1;
     }
-    target_ = hi;
-    memo_.clear();
-    solve_node(t_.root, D_, 0);
-    *best_tps = hi;
+    feasible(candidates[hi]);
+    *best_tps = candidates[hi];
     std::vector<std::pair<std::vector<int>, int>> stages;
     emit_node(t_.root, D_, 0, stages);
     return stages;
   }
 
-  double stage_tps(const std::vector<int>& layers, int n) const { return leaf_tps(layers, n); }
+  double stage_tps(const std::vector<int>& layers, int n) const {
+    double time = 0, grads = 0;
+    for (int l : layers) {
+      time += fb_[l][n];
+      grads += r_.workload.layer(l).parameter_bytes;
+    }
+    return (time + allreduce_s(grads, n) / r_.micro_batches) / r_.micro_batch_size;
+  }
 
  private:
-  // Layers of children [lo, hi] of a node, in topological order.
-  std::vector<int> range_layers(int node, int lo, int hi) const {
-    const SpNode& s = t_.nodes[node];
-    if (s.kind == SpNode::Kind::Leaf) return s.layers;
-    std::vector<int> out;
-    for (int c = lo; c <= hi; ++c) {
-      const auto& ls = t_.nodes[s.children[c]].layers;
-      out.insert(out.end(), ls.begin(), ls.end());
+  // Aggregates of a run of a node's children (or a leaf), independent of the target.
+  struct RangeInfo {
+    std::vector<int> layers;
+    std::vector<double> time;  // per device count: F + B (+ recomputation) of one share
+    double grads = 0;          // parameter bytes (all-reduced)
+    double static_bytes = 0, static_optimizer = 0;
+    double stash = 0, transient = 0;  // per sample
+  };
+
+  double recompute_s(size_t l, double forward) const {
+    switch (r_.memory.recompute) {
+      case Recompute::None: return 0;
+      case Recompute::Full: return forward;
+      case Recompute::Selective: return r_.workload.layer(l).selective_recompute_fraction * forward;
     }
-    return out;
+    return 0;
   }
 
   double allreduce_s(double bytes, int n) const {
@@ -144,69 +203,72 @@ class Planner {
     return 2.0 * (n - 1) * ring_lat_[n] + 2.0 * (n - 1) / n * bytes / ring_bw_[n];
   }
 
-  double leaf_tps(const std::vector<int>& layers, int n) const {
-    double time = 0, grads = 0;
-    for (int l : layers) {
-      time += fb_[l][n] + recompute_s(l, n);
-      grads += r_.workload.layer(l).parameter_bytes;
-    }
-    return (time + allreduce_s(grads, n) / r_.micro_batches) / r_.micro_batch_size;
+  // A run inside one group of identical branches is solved as the group's first run of that length.
+  int canonical_lo(int node, int lo, int hi) const {
+    if (t_.nodes[node].kind != SpNode::Kind::Parallel) return lo;
+    const int g = group_start_[node][lo];
+    return group_start_[node][hi] == g ? g : lo;
   }
 
-  double recompute_s(int l, int n) const {
-    switch (r_.memory.recompute) {
-      case Recompute::None: return 0;
-      case Recompute::Full: return f_[l][n];
-      case Recompute::Selective: return r_.workload.layer(l).selective_recompute_fraction * f_[l][n];
-    }
-    return 0;
-  }
-
-  // Peak bytes on each of the n devices of a stage holding `layers`, k stages after it.
-  double leaf_memory(const std::vector<int>& layers, int n, int k) const {
+  const RangeInfo& range(int node, int lo, int hi) {
+    const uint64_t k = (static_cast<uint64_t>(node) << 32) | (static_cast<uint64_t>(lo) << 16) | static_cast<uint64_t>(hi);
+    if (auto it = ranges_.find(k); it != ranges_.end()) return it->second;
     const Workload& w = r_.workload;
-    double params = 0, pbytes = 0, full = 0, selective = 0, largest = 0, input = 0;
-    std::vector<char> inside(w.layer_count(), 0);
-    for (int l : layers) inside[l] = 1;
-    for (int l : layers) {
+    RangeInfo info;
+    const SpNode& s = t_.nodes[node];
+    if (s.kind == SpNode::Kind::Leaf) {
+      info.layers = s.layers;
+    } else {
+      for (int c = lo; c <= hi; ++c) {
+        const auto& ls = t_.nodes[order_[node][c]].layers;
+        info.layers.insert(info.layers.end(), ls.begin(), ls.end());
+      }
+      std::sort(info.layers.begin(), info.layers.end());  // any order: only sums and membership matter
+    }
+    info.time.assign(D_ + 1, 0.0);
+    double params = 0, full = 0, selective = 0, largest = 0, input = 0;
+    for (int l : info.layers) {
       const Layer& layer = w.layer(l);
+      for (int n = 1; n <= D_; ++n) info.time[n] += fb_[l][n];
       params += layer.parameters;
-      pbytes += layer.parameter_bytes;
+      info.grads += layer.parameter_bytes;
       full += layer.stash_bytes;
       selective += layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
       largest = std::max(largest, layer.output_bytes);
-      bool counted = false;
       for (auto [e, end] = boost::in_edges(l, w.graph); e != end; ++e) {
         const int u = static_cast<int>(boost::source(*e, w.graph));
-        if (!inside[u] && !counted) {
-          input += w.layer(u).output_bytes;
-          counted = true;  // approximation: one producer's output per consuming layer
+        if (!std::binary_search(info.layers.begin(), info.layers.end(), u)) {
+          input += w.layer(u).output_bytes;  // approximation: one producer's output per consuming layer
+          break;
         }
       }
     }
     if (input == 0) input = w.input_bytes_per_sample;
-    double stash = full, transient = 0;
+    info.stash = full;
+    info.transient = largest;
     if (r_.memory.recompute == Recompute::Full) {
-      stash = input;
-      transient = full;
+      info.stash = input;
+      info.transient += full;
     } else if (r_.memory.recompute == Recompute::Selective) {
-      stash = selective;
-      transient = std::max(0.0, full - selective);
+      info.stash = selective;
+      info.transient += std::max(0.0, full - selective);
     }
-    const double share = r_.micro_batch_size / n;
-    MemoryBytes st = static_memory(params, pbytes, r_.memory);
-    if (r_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= n;
-    const int in_flight = gpipe_memory_ ? r_.micro_batches : std::min(r_.micro_batches, 1 + k);
-    return total(st) + (in_flight * stash + transient + largest) * share;
+    MemoryBytes st = static_memory(params, info.grads, r_.memory);
+    info.static_optimizer = st[static_cast<int>(MemoryCategory::OptimizerState)];
+    info.static_bytes = total(st) - info.static_optimizer;
+    return ranges_.emplace(k, std::move(info)).first->second;
   }
 
-  Option leaf_option(const std::vector<int>& layers, int n, int k) const {
-    Option o;
-    o.how = 0;
-    o.depth = 1;
-    o.memory = leaf_memory(layers, n, k);
-    o.feasible = leaf_tps(layers, n) <= target_ && o.memory <= spec_.memory_bytes;
-    return o;
+  double tps(const RangeInfo& info, int n) const {
+    return (info.time[n] + allreduce_s(info.grads, n) / r_.micro_batches) / r_.micro_batch_size;
+  }
+
+  // Peak bytes on each of the n devices of a stage, k stages after it.
+  double memory(const RangeInfo& info, int n, int k) const {
+    const double share = r_.micro_batch_size / n;
+    const int in_flight = gpipe_memory_ ? r_.micro_batches : std::min(r_.micro_batches, 1 + k);
+    const double optimizer = r_.memory.zero1 ? info.static_optimizer / n : info.static_optimizer;
+    return info.static_bytes + optimizer + (in_flight * info.stash + info.transient) * share;
   }
 
   uint64_t key(int node, int lo, int hi, int n, int k) const {
@@ -222,14 +284,22 @@ class Planner {
     return solve(node, 0, hi, n, k);
   }
 
+  // Options record split points relative to lo, so canonical runs serve their identical copies.
   Option solve(int node, int lo, int hi, int n, int k) {
     k = cap_k(k);
+    const int clo = canonical_lo(node, lo, hi);
+    hi += clo - lo;
+    lo = clo;
     const uint64_t kk = key(node, lo, hi, n, k);
     if (auto it = memo_.find(kk); it != memo_.end()) return it->second;
     const SpNode& s = t_.nodes[node];
-    Option best = leaf_option(range_layers(node, lo, hi), n, k);
+    const RangeInfo& info = range(node, lo, hi);
+    Option best;
+    best.depth = 1;
+    best.memory = memory(info, n, k);
+    best.feasible = tps(info, n) <= target_ && best.memory <= spec_.memory_bytes;
     if (s.kind != SpNode::Kind::Leaf && lo == hi) {
-      Option d = solve_node(s.children[lo], n, k);
+      Option d = solve_node(order_[node][lo], n, k);
       d.how = 1;
       if (better(d, best)) best = d;
     } else if (s.kind != SpNode::Kind::Leaf && !(best.feasible && s.kind == SpNode::Kind::Series)) {
@@ -242,13 +312,13 @@ class Planner {
             if (!right.feasible) continue;
             Option left = solve(node, lo, q, n1, k + right.depth);
             if (!left.feasible) continue;
-            o = {true, left.depth + right.depth, std::max(left.memory, right.memory), 2, q, n1};
+            o = {true, left.depth + right.depth, std::max(left.memory, right.memory), 2, q - lo, n1};
           } else {
             Option left = solve(node, lo, q, n1, k);
             if (!left.feasible) continue;
             Option right = solve(node, q + 1, hi, n - n1, k);
             if (!right.feasible) continue;
-            o = {true, std::max(left.depth, right.depth), std::max(left.memory, right.memory), 2, q, n1};
+            o = {true, std::max(left.depth, right.depth), std::max(left.memory, right.memory), 2, q - lo, n1};
           }
           if (better(o, best)) best = o;
         }
@@ -268,16 +338,27 @@ class Planner {
     const Option o = solve(node, lo, hi, n, k);
     const SpNode& s = t_.nodes[node];
     if (o.how == 0) {
-      out.emplace_back(range_layers(node, lo, hi), n);
+      std::vector<int> layers;
+      if (s.kind == SpNode::Kind::Leaf) {
+        layers = s.layers;
+      } else {
+        for (int c = lo; c <= hi; ++c) {
+          const auto& ls = t_.nodes[order_[node][c]].layers;
+          layers.insert(layers.end(), ls.begin(), ls.end());
+        }
+      }
+      out.emplace_back(std::move(layers), n);
     } else if (o.how == 1) {
-      emit_node(s.children[lo], n, k, out);
+      emit_node(order_[node][lo], n, k, out);
     } else if (s.kind == SpNode::Kind::Series) {
-      const int right_depth = solve(node, o.q + 1, hi, n - o.n1, k).depth;
-      emit(node, lo, o.q, o.n1, k + right_depth, out);
-      emit(node, o.q + 1, hi, n - o.n1, k, out);
+      const int q = lo + o.q;
+      const int right_depth = solve(node, q + 1, hi, n - o.n1, k).depth;
+      emit(node, lo, q, o.n1, k + right_depth, out);
+      emit(node, q + 1, hi, n - o.n1, k, out);
     } else {
-      emit(node, lo, o.q, o.n1, k, out);
-      emit(node, o.q + 1, hi, n - o.n1, k, out);
+      const int q = lo + o.q;
+      emit(node, lo, q, o.n1, k, out);
+      emit(node, q + 1, hi, n - o.n1, k, out);
     }
   }
 
@@ -286,8 +367,11 @@ class Planner {
   int D_ = 0;
   DeviceSpec spec_;
   bool gpipe_memory_ = false;
-  std::vector<std::vector<double>> fb_, f_;  // per layer, per device count: F + B, F
+  std::vector<std::vector<double>> fb_;  // per layer, per device count: F + B (+ recomputation)
   std::vector<double> ring_bw_, ring_lat_;
+  std::vector<int> signature_;
+  std::vector<std::vector<int>> order_, group_start_;
+  std::unordered_map<uint64_t, RangeInfo> ranges_;
   double target_ = 0;
   std::unordered_map<uint64_t, Option> memo_;
 };
