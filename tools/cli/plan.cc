@@ -81,6 +81,19 @@ int run(const PlanOptions& o) {
                       {"simulated_throughput_samples_per_s", simulated.throughput_samples_per_s},
                       {"simulated_bubble_ratio", simulated.bubble_ratio},
                       {"feasible", simulated.feasible()}};
+  double peak = 0;
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceMetrics& d : simulated.devices) {
+    peak = std::max(peak, d.peak_memory_bytes);
+    devices.push_back({{"name", d.name},
+                       {"used", d.used},
+                       {"busy_s", d.busy_s},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"peak_activation_bytes", d.peak_activation_bytes},
+                       {"capacity_bytes", d.capacity_bytes}});
+  }
+  j["simulated_peak_memory_bytes"] = peak;
+  j["devices"] = devices;
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return kOk;

@@ -1,0 +1,46 @@
+// pipegrid plan: the planner's choice, its prediction and the simulated time.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+using nlohmann::json;
+using pipegrid::testing::run_command;
+namespace fs = std::filesystem;
+
+TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stages, simulated figures") {
+  const fs::path profile = fs::path(PIPEGRID_SHARED_DIR) / "reference/pipedream/vgg16_graph.txt";
+  if (!fs::exists(profile)) {
+    MESSAGE("skipped: " << profile << " is missing");
+    return;
+  }
+  char tmpl[] = "/tmp/pipegrid-plan-XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  const std::string file = (dir / "plan.yaml").string();
+  std::ofstream(file) << "workload: {profile: " << profile.string() << ", micro_batch_size: 128}\n"
+                      << "cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 1GBps, "
+                         "latency: 0s}\n"
+                      << "strategy: {partitioner: pipedream, schedule: 1f1b, micro_batches: 4}\n";
+  auto r = run_command({PIPEGRID_BINARY, "plan", file, "--json"});
+  fs::remove_all(dir);
+  REQUIRE(r.exit_code == 0);
+  json j = json::parse(r.out);
+  // ../shared/reference/pipedream/README.md: 0.205520896 s, 2 stages, 3 replicas then 1.
+  CHECK(j["predicted_time_per_stage_s"].get<double>() == doctest::Approx(0.205520896).epsilon(1e-6));
+  REQUIRE(j["stages"].size() == 2);
+  CHECK(j["stages"][0]["replicas"] == 3);
+  CHECK(j["stages"][1]["replicas"] == 1);
+  CHECK(j["stages"][0]["devices"] == json::array({"gpu0", "gpu1", "gpu2"}));
+  size_t layers = 0;
+  for (const json& s : j["stages"]) layers += s["layers"].size();
+  CHECK(layers == 41);
+  CHECK(j["simulated_iteration_time_s"].get<double>() >= j["analytic_iteration_time_s"].get<double>() * (1 - 1e-9));
+  CHECK(j["simulated_throughput_samples_per_s"].get<double>() ==
+        doctest::Approx(4 * 128 / j["simulated_iteration_time_s"].get<double>()));
+  CHECK(j["schedule"] == "1f1b");
+  CHECK(j["devices"].size() == 4);
+}
