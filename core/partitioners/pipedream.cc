@@ -139,9 +139,27 @@ struct Entry {
   bool has() const { return !std::isnan(time); }
 };
 
-struct Tables {
-  // compute[i][j] (i in 0..S, j in 0..S-1); NaN for none. Row i >= 1 covers states i..j.
-  std::vector<std::vector<double>> compute, activation, parameters;
+// Sums over states i..j of compute, activations and parameters, from prefix sums (i in 0..S,
+// j in 0..S-1; NaN for none). Row i >= 1 covers states i..j, row 0 everything up to j.
+struct Sums {
+  std::vector<double> ct, act, par;  // per state: the sum over the layers it covers
+  static double range(const std::vector<double>& v, size_t i, size_t j) {
+    if (i == 0) return v[j];
+    return j >= i ? v[j] - v[i - 1] : std::numeric_limits<double>::quiet_NaN();
+  }
+  double compute(size_t i, size_t j) const { return range(ct, i, j); }
+  double activation(size_t i, size_t j) const { return range(act, i, j); }
+  double parameters(size_t i, size_t j) const { return range(par, i, j); }
+};
+using Table = std::vector<std::vector<double>>;
+
+// One row of a level's programme: entry (j, m) for states up to j on m + 1 machines.
+struct Row {
+  size_t machines;
+  std::vector<Entry> entries;
+  Row(size_t states, size_t machines) : machines(machines), entries(states * machines) {}
+  Entry& operator()(size_t j, size_t m) { return entries[j * machines + m]; }
+  const Entry& operator()(size_t j, size_t m) const { return entries[j * machines + m]; }
 };
 
 // One level's dynamic programme, row by row: row i covers the states from i on (i = 0: from the
@@ -150,10 +168,13 @@ struct Tables {
 class Solver {
  public:
   // `many_rows`: keep the candidate lists for every state (worth it when most rows are solved).
+  // `compute`, when given, replaces t.compute (a level above the innermost plans on the level
+  // below's times).
   Solver(const PipeDreamOptions& o, const std::vector<double>& out_act, const std::vector<std::vector<int>>& preds,
-         const std::vector<std::vector<char>>& pred_set, const Tables& t, int machines, int machines_within,
-         double bandwidth, bool many_rows)
-      : o_(o), out_act_(out_act), preds_(preds), pred_set_(pred_set), t_(t), S_(out_act.size()), M_(machines),
+         const std::vector<std::vector<char>>& pred_set, const Sums& t, const Table* compute, int machines,
+         int machines_within, double bandwidth, bool many_rows)
+      : o_(o), out_act_(out_act), preds_(preds), pred_set_(pred_set), t_(t), table_(compute), S_(out_act.size()),
+        M_(machines),
         within_(machines_within), bw_(bandwidth), max_mp_(o.straight ? 2 : machines) {
     if (!many_rows) return;
     last_.resize(S_);
@@ -169,53 +190,75 @@ class Solver {
       auto& list = out[mp];
       list.reserve(preds_[j].size());
       for (int k : preds_[j]) {
-        const double c = t_.compute[k + 1][j];
+        const double c = compute(k + 1, j);
         if (std::isnan(c)) continue;
-        list.emplace_back((c + dp_factor * t_.parameters[k + 1][j]) / mp, k);
+        list.emplace_back((c + dp_factor * t_.parameters(k + 1, j)) / mp, k);
       }
       std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     }
     return out;
   }
 
-  // A[j][m] of row i.
-  std::vector<std::vector<Entry>> row(size_t i) const {
-    std::vector<std::vector<Entry>> A(S_, std::vector<Entry>(M_));
+  // A(j, m) of row i.
+  Row row(size_t i) const {
+    Row A(S_, M_);
     for (size_t j = i; j < S_; ++j) {
-      const double cum = t_.compute[i][j];
+      const double cum = compute(i, j);
       const int max_m = o_.straight ? 1 : M_;
       for (int m = 0; m < max_m; ++m) {
         const double stashed = std::ceil(static_cast<double>(M_ - (m + 1)) / (m + 1)) *
-                               (t_.activation[i][j] + t_.parameters[i][j]);
+                               (t_.activation(i, j) + t_.parameters(i, j));
         if (o_.memory_constraint && stashed > o_.memory_bytes) continue;
-        double dp = (4.0 * m * t_.parameters[i][j]) / (bw_ * (m + 1));
+        double dp = (4.0 * m * t_.parameters(i, j)) / (bw_ * (m + 1));
         dp /= within_;
         if (std::isnan(cum)) continue;
-        A[j][m] = {(cum + dp) / (m + 1), -1, -1, m + 1};
+        A(j, m) = {(cum + dp) / (m + 1), -1, -1, m + 1};
       }
     }
+    // Times mirrored in one flat array ([k * M + m]) for the inner loop's lookups.
+    // None is +inf there: it never wins and never stops a scan.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> T(S_ * M_, inf);
+    for (size_t j = i; j < S_; ++j)
+      for (int m = 0; m < M_; ++m)
+        if (A(j, m).has()) T[j * M_ + m] = A(j, m).time;
     std::vector<std::vector<std::pair<double, int>>> local;
+    std::vector<int> open;  // the m still improvable by the rest of the list
     for (size_t j = i + 1; j < S_; ++j) {
       if (last_.empty()) local = candidates(j);
       const auto& lists = last_.empty() ? local : last_[j];
+      double* best_t = &T[j * M_];
       for (int mp = 1; mp < max_mp_; ++mp) {
-        for (int m = mp; m < M_; ++m) {
-          Entry& best = A[j][m];
-          for (const auto& [last, k] : lists[mp]) {
-            if (best.has() && last >= best.time) break;
-            if (i > 0 && pred_set_[i - 1][k]) continue;
-            const double stashed = (t_.activation[k + 1][j] + t_.parameters[k + 1][j]) *
-                                   std::ceil(static_cast<double>(M_ - (m + 1)) / mp);
-            if (o_.memory_constraint && stashed > o_.memory_bytes) continue;
-            const Entry& before = A[k][m - mp];
-            if (!before.has()) continue;
-            double pipeline = std::max(before.time, last);
-            if (o_.activation_compression_ratio) {
-              const double ratio = *o_.activation_compression_ratio;
-              pipeline = std::max(pipeline, (2.0 * out_act_[k]) / (bw_ * mp) / ratio);
-              if (j < S_ - 1) pipeline = std::max(pipeline, (2.0 * out_act_[j]) / (bw_ * mp) / ratio);
+        // One pass over the candidates (cheapest last stage first) for every m at once; each m
+        // sees the candidates in the same order as a pass of its own, so ties resolve the same.
+        open.clear();
+        for (int m = mp; m < M_; ++m) open.push_back(m);
+        for (const auto& [last, k] : lists[mp]) {
+          size_t n = 0;
+          for (int m : open)
+            if (last < best_t[m]) open[n++] = m;
+          open.resize(n);
+          if (open.empty()) break;
+          if (i > 0 && pred_set_[i - 1][k]) continue;
+          double floor = last;
+          if (o_.activation_compression_ratio) {
+            const double ratio = *o_.activation_compression_ratio;
+            floor = std::max(floor, (2.0 * out_act_[k]) / (bw_ * mp) / ratio);
+            if (j < S_ - 1) floor = std::max(floor, (2.0 * out_act_[j]) / (bw_ * mp) / ratio);
+          }
+          const double* before_t = &T[static_cast<size_t>(k) * M_];
+          for (int m : open) {
+            const double before = before_t[m - mp];
+            if (o_.memory_constraint) {
+              const double stashed = (t_.activation(k + 1, j) + t_.parameters(k + 1, j)) *
+                                     std::ceil(static_cast<double>(M_ - (m + 1)) / mp);
+              if (stashed > o_.memory_bytes) continue;
             }
-            if (!best.has() || best.time > pipeline) best = {pipeline, k, m - mp, mp};
+            const double pipeline = std::max(before, floor);
+            if (best_t[m] > pipeline) {
+              best_t[m] = pipeline;
+              A(j, m) = {pipeline, k, m - mp, mp};
+            }
           }
         }
       }
@@ -228,7 +271,10 @@ class Solver {
   const std::vector<double>& out_act_;
   const std::vector<std::vector<int>>& preds_;
   const std::vector<std::vector<char>>& pred_set_;
-  const Tables& t_;
+  double compute(size_t i, size_t j) const { return table_ ? (*table_)[i][j] : t_.compute(i, j); }
+
+  const Sums& t_;
+  const Table* table_;
   size_t S_;
   int M_, within_;
   double bw_;
@@ -417,33 +463,19 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
         par[i] += w.layer(v).parameter_bytes;
       }
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  Tables t;
-  t.compute.assign(S + 1, std::vector<double>(S, nan));
-  t.activation = t.compute;
-  t.parameters = t.compute;
-  for (size_t j = 0; j < S; ++j) {
-    t.compute[0][j] = ct[j];
-    t.activation[0][j] = act[j];
-    t.parameters[0][j] = par[j];
-  }
-  for (size_t i = 1; i <= S; ++i)
-    for (size_t j = i; j < S; ++j) {
-      t.compute[i][j] = ct[j] - ct[i - 1];
-      t.activation[i][j] = act[j] - act[i - 1];
-      t.parameters[i][j] = par[j] - par[i - 1];
-    }
+  const Sums t{ct, act, par};
 
   // Levels innermost first; each non-final level's best times (every row, all its machines)
   // become the next level's compute. The tables of each level are kept for the reconstruction.
   std::vector<std::vector<char>> pred_set(S, std::vector<char>(S, 0));
   for (size_t j = 0; j < S; ++j)
     for (int k : preds[j]) pred_set[j][k] = 1;
-  std::vector<std::vector<std::vector<double>>> level_compute;  // the other tables do not change
+  // level_compute[lv]: the compute level lv plans on (level 0: the sums).
+  std::vector<Table> level_compute(o.levels.size());
   int within = 1;
-  for (size_t lv = 0; lv < o.levels.size(); ++lv) {
-    level_compute.push_back(t.compute);
-    if (lv + 1 == o.levels.size()) break;
-    const Solver solver(o, out_act, preds, pred_set, t, o.levels[lv].machines, within, o.levels[lv].bandwidth, true);
+  for (size_t lv = 0; lv + 1 < o.levels.size(); ++lv) {
+    const Solver solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
+                        o.levels[lv].machines, within, o.levels[lv].bandwidth, true);
     std::vector<std::vector<double>> next(S + 1, std::vector<double>(S, nan));
     // Rows are independent: spread them over the machine's threads (deterministic results).
     const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
@@ -451,25 +483,26 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     auto work = [&] {
       for (size_t i; (i = next_row++) < S;) {
         auto A = solver.row(i);
-        for (size_t j = 0; j < S; ++j) next[i][j] = A[j].back().time;
+        for (size_t j = 0; j < S; ++j) next[i][j] = A(j, A.machines - 1).time;
       }
     };
     std::vector<std::thread> pool;
     for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
     work();
     for (std::thread& th : pool) th.join();
-    t.compute = std::move(next);
+    level_compute[lv + 1] = std::move(next);
     within = o.levels[lv].machines;
   }
   const int top = static_cast<int>(o.levels.size()) - 1;
   auto row_at = [&](int lv, size_t i) {
     int w_in = 1;
     for (int x = 0; x < lv; ++x) w_in = o.levels[x].machines;
-    Tables lt{level_compute[lv], t.activation, t.parameters};
-    return Solver(o, out_act, preds, pred_set, lt, o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false).row(i);
+    return Solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv], o.levels[lv].machines,
+                  w_in, o.levels[lv].bandwidth, false)
+        .row(i);
   };
   const auto top_row = row_at(top, 0);
-  const Entry& answer = top_row[S - 1][o.levels[top].machines - 1];
+  const Entry& answer = top_row(S - 1, o.levels[top].machines - 1);
   if (!answer.has())
     return Error{o.memory_constraint ? "pipedream: no partition meets the memory constraint"
                                      : "pipedream: no partition found"};
@@ -506,11 +539,11 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
       const auto A = lv == top ? top_row : row_at(lv, r.start);
       std::vector<size_t> splits;
       std::vector<int> reps;
-      Entry meta = A[r.end - 1][o.levels[lv].machines - 1];
+      Entry meta = A(r.end - 1, o.levels[lv].machines - 1);
       while (meta.split_k >= 0) {
         splits.push_back(static_cast<size_t>(meta.split_k) + 1);
         reps.push_back(meta.machines);
-        meta = A[meta.split_k][meta.split_m];
+        meta = A(meta.split_k, meta.split_m);
       }
       reps.push_back(meta.machines);
       std::reverse(splits.begin(), splits.end());
