@@ -1,11 +1,18 @@
+// GCC 12 reports a false maybe-uninitialized inside Boost's edge iterator when push-relabel is
+// instantiated (the headers come in through core/workload.h first, hence at the top).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "core/cluster.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/dijkstra_shortest_paths.hpp>
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/dijkstra_shortest_paths_no_color_map.hpp>
+#include <boost/graph/push_relabel_max_flow.hpp>
 #include <boost/property_map/function_property_map.hpp>
-#include <map>
+#include <cmath>
+#include <numeric>
 #include <set>
 
 namespace pipegrid {
@@ -23,9 +30,133 @@ std::optional<int> Cluster::find_node(std::string_view name) const {
   return std::nullopt;
 }
 
+std::unordered_map<std::string, int> Cluster::node_index() const {
+  std::unordered_map<std::string, int> index;
+  index.reserve(node_count());
+  for (size_t n = 0; n < node_count(); ++n)
+    index.emplace(node_name(static_cast<int>(n)), static_cast<int>(n));
+  return index;
+}
+
+const std::string& Cluster::machine_of(int device) const {
+  const Device& d = devices.at(device);
+  return d.node.empty() ? d.name : d.node;
+}
+
+namespace {
+
+uint64_t pair_key(int a, int b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+// Link index by unordered endpoint pair.
+std::unordered_map<uint64_t, int> links_by_endpoints(const Cluster& c) {
+  std::unordered_map<uint64_t, int> out;
+  out.reserve(c.links.size());
+  for (size_t i = 0; i < c.links.size(); ++i) {
+    auto [lo, hi] = std::minmax(c.links[i].a, c.links[i].b);
+    out.emplace(pair_key(lo, hi), static_cast<int>(i));
+  }
+  return out;
+}
+
+int link_between(const std::unordered_map<uint64_t, int>& links, int a, int b) {
+  auto [lo, hi] = std::minmax(a, b);
+  auto it = links.find(pair_key(lo, hi));
+  return it == links.end() ? -1 : it->second;
+}
+
+// Coordinates of a torus point, dimension 0 fastest.
+std::vector<int> torus_coords(const std::vector<int>& dims, int index) {
+  std::vector<int> x(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    x[k] = index % dims[k];
+    index /= dims[k];
+  }
+  return x;
+}
+
+int torus_index(const std::vector<int>& dims, const std::vector<int>& x) {
+  int index = 0;
+  for (size_t k = dims.size(); k-- > 0;) index = index * dims[k] + x[k];
+  return index;
+}
+
+long long torus_size(const std::vector<int>& dims) {
+  long long n = 1;
+  for (int d : dims) n *= d;
+  return n;
+}
+
+Status validate_routes(const Cluster& c) {
+  const int n = static_cast<int>(c.node_count());
+  std::set<std::pair<int, int>> seen;
+  for (size_t i = 0; i < c.routes.size(); ++i) {
+    const ExplicitRoute& r = c.routes[i];
+    if (r.from < 0 || r.from >= n || r.to < 0 || r.to >= n)
+      return Error{fmt::format("route {} joins an unknown node", i)};
+    const std::string& from = c.node_name(r.from);
+    const std::string& to = c.node_name(r.to);
+    if (r.from == r.to) return Error{fmt::format("route {} goes from \"{}\" to itself", i, from)};
+    if (!seen.insert({r.from, r.to}).second)
+      return Error{fmt::format("route {} duplicates another route from \"{}\" to \"{}\"", i, from, to)};
+    if (r.hops.empty()) return Error{fmt::format("route {} from \"{}\" to \"{}\" has no link", i, from, to)};
+    int at = r.from;
+    std::set<int> visited{at};
+    for (size_t h = 0; h < r.hops.size(); ++h) {
+      const Hop& hop = r.hops[h];
+      if (hop.link < 0 || static_cast<size_t>(hop.link) >= c.links.size())
+        return Error{
+            fmt::format("route {} from \"{}\" to \"{}\": hop {} uses an unknown link", i, from, to, h)};
+      const Link& l = c.links[hop.link];
+      const int enter = hop.reverse ? l.b : l.a;
+      const int leave = hop.reverse ? l.a : l.b;
+      if (enter != at)
+        return Error{fmt::format(
+            "route {} from \"{}\" to \"{}\": hop {} (link \"{}\"--\"{}\") does not start at \"{}\"", i, from,
+            to, h, c.node_name(l.a), c.node_name(l.b), c.node_name(at))};
+      at = leave;
+      if (!visited.insert(at).second)
+        return Error{
+            fmt::format("route {} from \"{}\" to \"{}\" visits \"{}\" twice", i, from, to, c.node_name(at))};
+    }
+    if (at != r.to)
+      return Error{
+          fmt::format("route {} from \"{}\" to \"{}\" ends at \"{}\"", i, from, to, c.node_name(at))};
+  }
+  return {};
+}
+
+Status validate_torus(const Cluster& c) {
+  if (c.torus_dims.empty()) return {};
+  if (c.torus_dims.size() > 3) return Error{"a torus has 1, 2 or 3 dimensions"};
+  for (int d : c.torus_dims)
+    if (d < 1) return Error{"torus dimensions must be positive"};
+  const long long size = torus_size(c.torus_dims);
+  if (size > static_cast<long long>(c.devices.size()))
+    return Error{fmt::format("a torus of {} points needs as many devices, the cluster has {}", size,
+                             c.devices.size())};
+  const auto links = links_by_endpoints(c);
+  for (int i = 0; i < size; ++i) {
+    std::vector<int> x = torus_coords(c.torus_dims, i);
+    for (size_t k = 0; k < c.torus_dims.size(); ++k) {
+      if (c.torus_dims[k] == 1) continue;
+      std::vector<int> y = x;
+      y[k] = (x[k] + 1) % c.torus_dims[k];
+      const int j = torus_index(c.torus_dims, y);
+      if (link_between(links, i, j) < 0)
+        return Error{
+            fmt::format("torus neighbours \"{}\" and \"{}\" have no link", c.node_name(i), c.node_name(j))};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Status validate(const Cluster& c) {
   if (c.devices.empty()) return Error{"the cluster has no device"};
-  std::set<std::string> names;
+  std::set<std::string_view> names;
   for (size_t n = 0; n < c.node_count(); ++n) {
     const std::string& name = c.node_name(static_cast<int>(n));
     if (name.empty()) return Error{fmt::format("network node {} has no name", n)};
@@ -37,7 +168,8 @@ Status validate(const Cluster& c) {
   for (size_t i = 0; i < c.links.size(); ++i) {
     const Link& l = c.links[i];
     const int n = static_cast<int>(c.node_count());
-    if (l.a < 0 || l.a >= n || l.b < 0 || l.b >= n) return Error{fmt::format("link {} joins an unknown node", i)};
+    if (l.a < 0 || l.a >= n || l.b < 0 || l.b >= n)
+      return Error{fmt::format("link {} joins an unknown node", i)};
     const std::string& a = c.node_name(l.a);
     const std::string& b = c.node_name(l.b);
     if (l.a == l.b) return Error{fmt::format("link {} joins \"{}\" to itself", i, a)};
@@ -48,7 +180,8 @@ Status validate(const Cluster& c) {
     if (!(l.latency >= 0) || !std::isfinite(l.latency))
       return Error{fmt::format("link {} between \"{}\" and \"{}\" needs a non-negative latency", i, a, b)};
   }
-  return {};
+  if (Status s = validate_routes(c); !s) return s;
+  return validate_torus(c);
 }
 
 namespace {
@@ -64,78 +197,301 @@ struct WeightLess {
   }
 };
 struct WeightPlus {
-  Weight operator()(const Weight& x, const Weight& y) const { return {x.latency + y.latency, x.hops + y.hops}; }
+  Weight operator()(const Weight& x, const Weight& y) const {
+    return {x.latency + y.latency, x.hops + y.hops};
+  }
 };
+const Weight kUnreached{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()};
 
 using NetGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, boost::no_property,
                                        boost::property<boost::edge_index_t, int>>;
+
+NetGraph make_graph(const Cluster& c) {
+  NetGraph g(c.node_count());
+  for (size_t i = 0; i < c.links.size(); ++i)
+    boost::add_edge(c.links[i].a, c.links[i].b, static_cast<int>(i), g);
+  return g;
+}
+
+struct Settled {};  // thrown by the search visitor when the destination is settled
 
 }  // namespace
 
 struct Router::Impl {
   const Cluster* cluster;
   NetGraph graph;
-  // Per source: predecessor edge (link index) of every node, -1 for none.
-  mutable std::unordered_map<int, std::vector<int>> trees;
+  std::unordered_map<uint64_t, int> explicit_routes;  // (from, to) -> index in cluster->routes
+  std::unordered_map<uint64_t, int> links;            // for dimension-order routing
+  long long torus_points = 0;
+  mutable std::unordered_map<uint64_t, Route> cache;
+  // Search state, reset after every search on the vertices it touched.
+  mutable std::vector<Weight> dist;
+  mutable std::vector<int> pred_link;
+  mutable std::vector<int> touched;
 
-  const std::vector<int>& tree(int source) const {
-    auto it = trees.find(source);
-    if (it != trees.end()) return it->second;
-    const size_t n = boost::num_vertices(graph);
-    std::vector<Weight> dist(n);
-    std::vector<int> pred_link(n, -1);
+  Route finish(std::vector<Hop> hops) const {
+    Route r;
+    r.hops = std::move(hops);
+    for (const Hop& h : r.hops) {
+      const Link& l = cluster->links[h.link];
+      r.latency += l.latency;
+      r.bandwidth = std::min(r.bandwidth, l.bandwidth);
+    }
+    return r;
+  }
+
+  Route torus_route(int from, int to) const {
+    const std::vector<int>& dims = cluster->torus_dims;
+    std::vector<int> x = torus_coords(dims, from);
+    const std::vector<int> goal = torus_coords(dims, to);
+    std::vector<Hop> hops;
+    int at = from;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const int n = dims[k];
+      const int up = ((goal[k] - x[k]) % n + n) % n;
+      const int step = up <= n - up ? 1 : -1;
+      while (x[k] != goal[k]) {
+        x[k] = (x[k] + step + n) % n;
+        const int next = torus_index(dims, x);
+        const int li = link_between(links, at, next);
+        hops.push_back({li, cluster->links[li].a != at});
+        at = next;
+      }
+    }
+    return finish(std::move(hops));
+  }
+
+  Result<Route> shortest_route(int from, int to) const {
     auto index = boost::get(boost::edge_index, graph);
     auto weight = boost::make_function_property_map<NetGraph::edge_descriptor, Weight>(
-        [this, index](NetGraph::edge_descriptor e) { return Weight{cluster->links[index[e]].latency, 1}; });
-    struct Recorder : boost::default_dijkstra_visitor {
-      std::vector<int>* pred;
+        [this, index](NetGraph::edge_descriptor e) {
+          return Weight{cluster->links[index[e]].latency, 1};
+        });
+    struct Visitor : boost::default_dijkstra_visitor {
+      const Impl* self;
       decltype(index) idx;
+      int target;
       void edge_relaxed(NetGraph::edge_descriptor e, const NetGraph& g) const {
-        (*pred)[boost::target(e, g)] = idx[e];
+        const int v = static_cast<int>(boost::target(e, g));
+        if (self->pred_link[v] < 0) self->touched.push_back(v);
+        self->pred_link[v] = idx[e];
       }
-    } recorder;
-    recorder.pred = &pred_link;
-    recorder.idx = index;
-    boost::dijkstra_shortest_paths(
-        graph, static_cast<NetGraph::vertex_descriptor>(source),
-        boost::distance_map(boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, graph)))
-            .weight_map(weight)
-            .distance_compare(WeightLess{})
-            .distance_combine(WeightPlus{})
-            .distance_inf(Weight{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()})
-            .distance_zero(Weight{})
-            .visitor(recorder));
-    return trees.emplace(source, std::move(pred_link)).first->second;
+      void examine_vertex(NetGraph::vertex_descriptor u, const NetGraph&) const {
+        if (static_cast<int>(u) == target) throw Settled{};
+      }
+    } visitor;
+    visitor.self = this;
+    visitor.idx = index;
+    visitor.target = to;
+    dist[from] = Weight{};
+    touched.push_back(from);
+    try {
+      boost::dijkstra_shortest_paths_no_color_map_no_init(
+          graph, static_cast<NetGraph::vertex_descriptor>(from), boost::dummy_property_map(),
+          boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, graph)), weight,
+          boost::get(boost::vertex_index, graph), WeightLess{}, WeightPlus{}, kUnreached, Weight{}, visitor);
+    } catch (const Settled&) {
+    }
+    std::vector<Hop> reversed;
+    bool reached = true;
+    for (int node = to; node != from;) {
+      const int li = pred_link[node];
+      if (li < 0) {
+        reached = false;
+        break;
+      }
+      const Link& l = cluster->links[li];
+      const bool reverse = (l.a == node);  // arrived at `node` over li from its other end
+      reversed.push_back({li, reverse});
+      node = reverse ? l.b : l.a;
+    }
+    for (int v : touched) {
+      dist[v] = kUnreached;
+      pred_link[v] = -1;
+    }
+    touched.clear();
+    if (!reached)
+      return Error{fmt::format("\"{}\" and \"{}\" are not connected", cluster->node_name(from),
+                               cluster->node_name(to))};
+    return finish({reversed.rbegin(), reversed.rend()});
   }
 };
 
-Router::Router(const Cluster& c) : impl_(new Impl{&c, NetGraph(c.node_count()), {}}) {
-  for (size_t i = 0; i < c.links.size(); ++i) boost::add_edge(c.links[i].a, c.links[i].b, static_cast<int>(i), impl_->graph);
+Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c), {}, {}, 0, {}, {}, {}, {}}) {
+  impl_->dist.assign(c.node_count(), kUnreached);
+  impl_->pred_link.assign(c.node_count(), -1);
+  for (size_t i = 0; i < c.routes.size(); ++i)
+    impl_->explicit_routes.emplace(pair_key(c.routes[i].from, c.routes[i].to), static_cast<int>(i));
+  if (!c.torus_dims.empty()) {
+    impl_->links = links_by_endpoints(c);
+    impl_->torus_points = torus_size(c.torus_dims);
+  }
 }
 
-Router::~Router() { delete impl_; }
+Router::~Router() {
+  delete impl_;
+}
 
 Result<Route> Router::route(int from, int to) const {
+  if (from == to) return Route{};
+  const uint64_t key = pair_key(from, to);
+  if (auto it = impl_->cache.find(key); it != impl_->cache.end()) return it->second;
   Route r;
-  if (from == to) return r;
-  const Cluster& c = *impl_->cluster;
-  const std::vector<int>& pred = impl_->tree(from);
-  int node = to;
-  std::vector<Hop> reversed;
-  while (node != from) {
-    int li = pred[node];
-    if (li < 0)
-      return Error{fmt::format("\"{}\" and \"{}\" are not connected", c.node_name(from), c.node_name(to))};
-    const Link& l = c.links[li];
-    // Walking backwards: we arrived at `node` over link li.
-    bool reverse = (l.a == node);  // traversed b -> a
-    reversed.push_back({li, reverse});
-    r.latency += l.latency;
-    r.bandwidth = std::min(r.bandwidth, l.bandwidth);
-    node = reverse ? l.b : l.a;
+  if (auto it = impl_->explicit_routes.find(key); it != impl_->explicit_routes.end()) {
+    r = impl_->finish(impl_->cluster->routes[it->second].hops);
+  } else if (from < impl_->torus_points && to < impl_->torus_points) {
+    r = impl_->torus_route(from, to);
+  } else {
+    Result<Route> found = impl_->shortest_route(from, to);
+    if (!found) return found.error();
+    r = std::move(*found);
   }
-  r.hops.assign(reversed.rbegin(), reversed.rend());
-  return r;
+  return impl_->cache.emplace(key, std::move(r)).first->second;
+}
+
+namespace {
+
+// Hop distances from `source` to every node (-1: unreachable).
+std::vector<int> hop_distances(const NetGraph& g, int source) {
+  std::vector<int> dist(boost::num_vertices(g), -1);
+  dist[source] = 0;
+  boost::breadth_first_search(
+      g, static_cast<NetGraph::vertex_descriptor>(source),
+      boost::visitor(boost::make_bfs_visitor(boost::record_distances(
+          boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, g)),
+          boost::on_tree_edge()))));
+  return dist;
+}
+
+// Maximum flow between two sets of devices over the links (both directions of a link have its
+// bandwidth), in bytes/s rounded to integers (push-relabel is exact on integers).
+class CutFlow {
+ public:
+  explicit CutFlow(const Cluster& c) : devices_(static_cast<int>(c.devices.size())) {
+    const int n = static_cast<int>(c.node_count());
+    graph_ = FlowGraph(n + 2);
+    source_ = n;
+    sink_ = n + 1;
+    long long total = 1;
+    for (const Link& l : c.links) {
+      const long long cap = std::max<long long>(1, std::llround(l.bandwidth));
+      add(l.a, l.b, cap, cap);
+      total += cap;
+    }
+    infinite_ = total;
+    for (int d = 0; d < devices_; ++d) {
+      from_source_.push_back(add(source_, d, 0, 0));
+      to_sink_.push_back(add(d, sink_, 0, 0));
+    }
+  }
+
+  // in_a[d]: device d is in the sending half; the others receive.
+  double flow(const std::vector<char>& in_a) {
+    auto cap = boost::get(boost::edge_capacity, graph_);
+    for (int d = 0; d < devices_; ++d) {
+      cap[from_source_[d]] = in_a[d] ? infinite_ : 0;
+      cap[to_sink_[d]] = in_a[d] ? 0 : infinite_;
+    }
+    return static_cast<double>(boost::push_relabel_max_flow(graph_, source_, sink_));
+  }
+
+ private:
+  using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
+  using FlowGraph = boost::adjacency_list<
+      boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+      boost::property<boost::edge_capacity_t, long long,
+                      boost::property<boost::edge_residual_capacity_t, long long,
+                                      boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
+  using Edge = FlowGraph::edge_descriptor;
+
+  // An edge u -> v of capacity `forward` paired with v -> u of capacity `backward`.
+  Edge add(int u, int v, long long forward, long long backward) {
+    Edge e = boost::add_edge(u, v, graph_).first;
+    Edge r = boost::add_edge(v, u, graph_).first;
+    auto cap = boost::get(boost::edge_capacity, graph_);
+    auto rev = boost::get(boost::edge_reverse, graph_);
+    cap[e] = forward;
+    cap[r] = backward;
+    rev[e] = r;
+    rev[r] = e;
+    return e;
+  }
+
+  FlowGraph graph_;
+  int devices_;
+  int source_ = 0, sink_ = 0;
+  long long infinite_ = 0;
+  std::vector<Edge> from_source_, to_sink_;
+};
+
+// Calls f on every subset of {0..n-1} of size k (as a membership vector), in lexicographic order.
+template <class F>
+void for_each_subset(int n, int k, bool fix_first, F f) {
+  std::vector<int> pick(k);
+  std::iota(pick.begin(), pick.end(), 0);
+  std::vector<char> in(n);
+  while (true) {
+    if (!fix_first || (k > 0 && pick[0] == 0)) {
+      std::fill(in.begin(), in.end(), 0);
+      for (int p : pick) in[p] = 1;
+      f(in);
+    }
+    int i = k - 1;
+    while (i >= 0 && pick[i] == n - k + i) --i;
+    if (i < 0 || (fix_first && i == 0)) return;
+    ++pick[i];
+    for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+  }
+}
+
+}  // namespace
+
+Result<ClusterFigures> cluster_figures(const Cluster& c) {
+  ClusterFigures f;
+  const int D = static_cast<int>(c.devices.size());
+  const NetGraph g = make_graph(c);
+  for (int s = 0; s < D; ++s) {
+    const std::vector<int> dist = hop_distances(g, s);
+    for (int t = 0; t < D; ++t) {
+      if (dist[t] < 0)
+        return Error{fmt::format("\"{}\" and \"{}\" are not connected", c.node_name(s), c.node_name(t))};
+      f.diameter_hops = std::max(f.diameter_hops, dist[t]);
+    }
+  }
+  if (D < 2) {
+    f.bisection_exact = true;
+    return f;
+  }
+  CutFlow cut(c);
+  double best = std::numeric_limits<double>::infinity();
+  auto consider = [&](const std::vector<char>& in_a) {
+    best = std::min(best, cut.flow(in_a));
+    ++f.bisection_candidates;
+  };
+  const int half = D / 2;
+  if (D <= kExactBisectionDevices) {
+    // With even D a split and its mirror give the same flow: keep device 0 on the sending side.
+    for_each_subset(D, half, /*fix_first=*/D % 2 == 0, consider);
+    f.bisection_exact = true;
+  } else {
+    for (int r = 0; r < 4; ++r) {
+      std::vector<char> in_a(D, 0);
+      const int start = r * D / 8;
+      for (int i = 0; i < half; ++i) in_a[(start + i) % D] = 1;
+      consider(in_a);
+    }
+    const long long points = c.torus_dims.empty() ? 0 : torus_size(c.torus_dims);
+    if (points == D) {
+      for (size_t k = 0; k < c.torus_dims.size(); ++k) {
+        if (c.torus_dims[k] % 2 != 0) continue;
+        std::vector<char> in_a(D, 0);
+        for (int i = 0; i < D; ++i) in_a[i] = torus_coords(c.torus_dims, i)[k] < c.torus_dims[k] / 2;
+        consider(in_a);
+      }
+    }
+  }
+  f.bisection_bandwidth = best;
+  return f;
 }
 
 }  // namespace pipegrid

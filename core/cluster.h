@@ -19,10 +19,24 @@ enum class Duplex {
 };
 
 struct Link {
-  int a = -1, b = -1;      // network nodes
-  double bandwidth = 0;    // bytes/s, per direction when full duplex
-  double latency = 0;      // seconds
+  int a = -1, b = -1;    // network nodes
+  double bandwidth = 0;  // bytes/s, per direction when full duplex
+  double latency = 0;    // seconds
   Duplex duplex = Duplex::Full;
+};
+
+// One traversal of a link.
+struct Hop {
+  int link = -1;
+  bool reverse = false;  // traversed from b to a
+  bool operator==(const Hop&) const = default;
+};
+
+// A route given as data (cluster file, SimGrid import) instead of computed: it is used for
+// (from, to) only; the opposite direction needs its own entry.
+struct ExplicitRoute {
+  int from = -1, to = -1;  // network nodes
+  std::vector<Hop> hops;   // a walk from `from` to `to`
 };
 
 // Network nodes: devices are nodes 0 .. devices.size()-1, switches follow.
@@ -31,22 +45,30 @@ struct Cluster {
   std::vector<Device> devices;
   std::vector<std::string> switches;
   std::vector<Link> links;
+  // Routes that replace the computed ones for their (from, to) pairs.
+  std::vector<ExplicitRoute> routes;
+  // Dimension-order routing (torus generators). When not empty, devices 0 .. product(dims)-1 sit at
+  // the points of a torus with these sizes, device index = x0 + dims[0] (x1 + dims[1] x2), with a
+  // link between neighbours along each dimension (wrapping around). A route between two of them
+  // moves along dimension 0 first, then 1, then 2, each time the shorter way round the ring (the
+  // upward way when both are equally long). Explicit routes still take precedence.
+  std::vector<int> torus_dims;
 
   size_t node_count() const { return devices.size() + switches.size(); }
   bool is_device(int node) const { return node >= 0 && static_cast<size_t>(node) < devices.size(); }
   const std::string& node_name(int node) const;
+  // Linear scan; use node_index() for many look-ups.
   std::optional<int> find_node(std::string_view name) const;
+  std::unordered_map<std::string, int> node_index() const;
+  // The machine of a device for hierarchical collectives: its `node`, or its own name when empty.
+  const std::string& machine_of(int device) const;
 };
 
 // Checks what SimGrid would abort on, and more: unique names, links between known nodes, no
-// self-link, no duplicate link, positive bandwidth, non-negative latency, positive device memory.
+// self-link, no duplicate link, positive bandwidth, non-negative latency, positive device memory,
+// explicit routes that are walks over existing links (at most one per ordered pair), and a torus
+// shape whose neighbours are linked.
 Status validate(const Cluster& c);
-
-// One traversal of a link.
-struct Hop {
-  int link = -1;
-  bool reverse = false;  // traversed from b to a
-};
 
 struct Route {
   std::vector<Hop> hops;
@@ -57,8 +79,12 @@ struct Route {
   double transfer_time(double bytes) const { return hops.empty() ? 0.0 : latency + bytes / bandwidth; }
 };
 
-// Shortest paths by latency, ties broken by hop count (Boost.Graph Dijkstra), computed on demand
-// and cached per source. Precondition: the cluster is valid.
+// Routes between network nodes, in order of precedence: the cluster's explicit routes, dimension-order
+// routes on a torus (Cluster::torus_dims), and otherwise shortest paths by latency, ties broken by hop
+// count (Boost.Graph Dijkstra). A shortest-path search stops as soon as its destination is settled,
+// so routing a few pairs of a large cluster costs a small part of an all-pairs computation; every
+// answer is cached. Devices may be crossed by a route (direct FPGA rings and tori need it).
+// Precondition: the cluster is valid and outlives the router.
 class Router {
  public:
   explicit Router(const Cluster& c);
@@ -73,5 +99,23 @@ class Router {
   struct Impl;
   Impl* impl_;
 };
+
+// Figures of the network seen from its devices.
+struct ClusterFigures {
+  int diameter_hops = 0;  // largest number of links on a shortest path between two devices
+  // Bisection bandwidth (bytes/s, one direction): the smallest total rate that one half of the
+  // devices can send to the other half, over balanced halves (sizes floor(D/2) and ceil(D/2)),
+  // computed as a maximum flow per candidate split. Exact (every split tried) up to
+  // kExactBisectionDevices devices; above, the minimum over a few structured splits - the index
+  // order cut into two arcs at four rotations, and for a torus the cut across each dimension - so an
+  // upper bound, which is the true value for the generators' regular topologies.
+  double bisection_bandwidth = 0;
+  bool bisection_exact = false;
+  int bisection_candidates = 0;  // splits tried
+};
+inline constexpr int kExactBisectionDevices = 16;
+
+// Fails if two devices are not connected (the message names them).
+Result<ClusterFigures> cluster_figures(const Cluster& c);
 
 }  // namespace pipegrid

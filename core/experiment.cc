@@ -34,14 +34,22 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
   run.schedule_name = std::string(scheduler.name);
   const int chunks = std::max(1, e.strategy.chunks);
   if (stages <= 0) stages = e.strategy.stages;
+  if (replicas <= 0) replicas = std::max(1, e.strategy.replicas);
   if (stages == 0)
-    stages = static_cast<int>(std::min(e.cluster.devices.size(), e.workload.layer_count() / chunks));
+    stages =
+        static_cast<int>(std::min(e.cluster.devices.size() / replicas, e.workload.layer_count() / chunks));
   const auto t0 = std::chrono::steady_clock::now();
   Result<Partition> part = partitioner.build({e.workload, e.cluster, stages, run.micro_batch_size, chunks, m, e.memory,
-                                              scheduler.name, std::max(1, replicas), e.strategy.planner});
+                                              scheduler.name, replicas, e.strategy.planner});
   run.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   run.partition = std::move(*part);
+  if (replicas > 1)
+    for (size_t st = 0; st < run.partition.stage_count(); ++st)
+      if (run.partition.stage(st).devices.size() != static_cast<size_t>(replicas))
+        return Error{
+            fmt::format("partitioner {} does not place {} replicas per stage (stage {} has {} devices)",
+                        partitioner.name, replicas, st, run.partition.stage(st).devices.size())};
 
   ScheduleRequest req{run.partition, e.cluster.devices.size(), m, chunks, e.strategy.schedule_text,
                       e.strategy.schedule_source};
@@ -55,6 +63,7 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
   lo.micro_batches = m;
   lo.micro_batch_size = run.micro_batch_size;
   lo.memory = e.memory;
+  lo.allreduce = e.strategy.allreduce;
   Result<TaskGraph> g = lower(e.workload, e.cluster, run.partition, run.schedule, lo);
   if (!g) return g.error();
   run.graph = std::move(*g);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/collectives.h"
 #include "core/memory.h"
 #include "core/partition.h"
 #include "core/result.h"
@@ -23,6 +24,10 @@ struct StrategySpec {
   int micro_batches = 1;
   int stages = 0;  // pipeline ranks; 0: one per device, at most one per layer (per chunk)
   int chunks = 1;  // model chunks per rank (interleaved-1f1b): ranks x chunks stages
+  // Data-parallel replicas per stage (uniform, balanced): stage i on devices i r .. i r + r - 1;
+  // the default stage count becomes devices / r.
+  int replicas = 1;
+  AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
   // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.

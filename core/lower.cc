@@ -189,24 +189,12 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0) step_inputs[devs[0]].push_back(lb);
       continue;
     }
-    // Ring all-reduce: 2 (r - 1) steps; in each, replica j sends a 1/r chunk to j + 1 once it has
-    // received the previous step's chunk from j - 1 (step 0: once its own gradients are ready).
-    const double chunk = (*costs)[s][0].parameter_bytes / r;
-    std::vector<int32_t> prev(r, -1);
-    for (int step = 0; step < 2 * (r - 1); ++step) {
-      std::vector<int32_t> cur(r);
-      for (int j = 0; j < r; ++j) {
-        Task t{TaskKind::Transfer, TransferKind::AllReduce, static_cast<int32_t>(s), static_cast<int32_t>(s), -1, devs[j], devs[(j + 1) % r], 0, chunk};
-        cur[j] = g.add(t);
-        if (step == 0) {
-          g.depend(last_backward[rep_index(static_cast<int>(s), j)], cur[j]);
-        } else {
-          g.depend(prev[(j - 1 + r) % r], cur[j]);
-        }
-      }
-      prev = cur;
-    }
-    for (int j = 0; j < r; ++j) step_inputs[devs[j]].push_back(prev[(j - 1 + r) % r]);
+    std::vector<int32_t> ready(r);
+    for (int j = 0; j < r; ++j) ready[j] = last_backward[rep_index(static_cast<int>(s), j)];
+    auto done = append_allreduce(g, o.allreduce, c, devs, ready, (*costs)[s][0].parameter_bytes,
+                                 static_cast<int32_t>(s));
+    for (int j = 0; j < r; ++j)
+      step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
   }
   for (size_t d = 0; d < D; ++d) {
     if (g.device_order[d].empty()) continue;

@@ -3,12 +3,14 @@
 //  - activations from every replica of a producing stage to every replica of a consuming stage
 //    that shares samples with it (replicas split each micro-batch into equal contiguous slices);
 //  - gradients of the same size back, from the consumer's backward to the producer's backward;
-//  - a ring all-reduce of each replicated stage's gradients after its last backward on each replica;
+//  - an all-reduce of each replicated stage's gradients after its last backward on each replica
+//    (core/collectives.h: ring by default);
 //  - one optimizer step per device at the end.
 // Dependencies between stages on the same device need no transfer.
 #pragma once
 
 #include "core/cluster.h"
+#include "core/collectives.h"
 #include "core/memory.h"
 #include "core/partition.h"
 #include "core/result.h"
@@ -22,6 +24,7 @@ struct LoweringOptions {
   int micro_batches = 1;
   double micro_batch_size = 1;  // samples per micro-batch
   MemoryOptions memory;
+  AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
 };
 
 // Per stage and replica: what one micro-batch slice costs, under a recomputation mode.

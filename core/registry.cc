@@ -15,6 +15,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      &partition_bapipe},
     {"pipedream", "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
      &partition_pipedream},
+    {"dp", "pure data parallelism: one stage with every layer on every device, gradients all-reduced",
+     &partition_dp},
 };
 
 constexpr ScheduleStrategy kSchedules[] = {

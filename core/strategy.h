@@ -72,6 +72,7 @@ Result<Partition> partition_balanced(const PartitionRequest& r);
 Result<Partition> partition_graphpipe(const PartitionRequest& r);
 Result<Partition> partition_bapipe(const PartitionRequest& r);
 Result<Partition> partition_pipedream(const PartitionRequest& r);
+Result<Partition> partition_dp(const PartitionRequest& r);
 Result<Schedule> schedule_gpipe(const ScheduleRequest& r);
 Result<Schedule> schedule_1f1b(const ScheduleRequest& r);
 Result<Schedule> schedule_interleaved_1f1b(const ScheduleRequest& r);

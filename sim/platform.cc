@@ -3,15 +3,64 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
+#include <unordered_map>
 
 namespace sg4 = simgrid::s4u;
+namespace kr = simgrid::kernel::routing;
 
 namespace pipegrid::sim {
+namespace {
 
-Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
+// A zone that holds explicit routes for the pairs that were given one, and nothing else. SimGrid's
+// Full zone keeps an N x N table of route pointers (16k hosts: 2 GB and 7 s to build, measured);
+// this keeps only the routes that exist. Routing inside the zone is a hash look-up.
+class PairRoutedZone final : public kr::NetZoneImpl {
+ public:
+  explicit PairRoutedZone(const std::string& name) : NetZoneImpl(name) {}
+
+  void add_route(kr::NetPoint* src, kr::NetPoint* dst, kr::NetPoint* /*gw_src*/, kr::NetPoint* /*gw_dst*/,
+                 const std::vector<sg4::LinkInRoute>& link_list, bool symmetrical) override {
+    store(src, dst, link_list, false);
+    if (symmetrical) store(dst, src, link_list, true);
+  }
+
+  void get_local_route(const kr::NetPoint* src, const kr::NetPoint* dst, kr::Route* into,
+                       double* latency) override {
+    auto it = routes_.find(key(src, dst));
+    xbt_assert(it != routes_.end(), "pipegrid: no route from %s to %s", src->get_cname(), dst->get_cname());
+    into->link_list_.insert(into->link_list_.end(), it->second.links.begin(), it->second.links.end());
+    if (latency) *latency += it->second.latency;
+  }
+
+ private:
+  struct Entry {
+    std::vector<simgrid::kernel::resource::StandardLinkImpl*> links;
+    double latency = 0;
+  };
+
+  static uint64_t key(const kr::NetPoint* a, const kr::NetPoint* b) {
+    return (uint64_t{a->id()} << 32) | b->id();
+  }
+
+  void store(const kr::NetPoint* src, const kr::NetPoint* dst, const std::vector<sg4::LinkInRoute>& link_list,
+             bool back) {
+    Entry e;
+    e.links = get_link_list_impl(link_list, back);
+    if (back) std::reverse(e.links.begin(), e.links.end());
+    for (const sg4::LinkInRoute& l : link_list) e.latency += l.get_link()->get_latency();
+    routes_[key(src, dst)] = std::move(e);
+  }
+
+  std::unordered_map<uint64_t, Entry> routes_;
+};
+
+}  // namespace
+
+Result<std::vector<std::pair<std::pair<int, int>, Route>>> plan_routes(
+    const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
   if (Status s = validate(c); !s) return s.error();
-  // Routes first: a missing one is an error here, not an abort inside SimGrid.
   Router router(c);
   std::vector<std::pair<std::pair<int, int>, Route>> routes;
   routes.reserve(pairs.size());
@@ -20,38 +69,72 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
     if (!r) return r.error();
     routes.emplace_back(pr, std::move(*r));
   }
+  return routes;
+}
+
+std::string link_name(const Cluster& c, int link) {
+  const Link& l = c.links[link];
+  return fmt::format("{}--{}", c.node_name(l.a), c.node_name(l.b));
+}
+
+double host_speed(const DeviceSpec& d) {
+  double speed = 0;
+  for (double f : d.peak_flops) speed = std::max(speed, f);
+  return speed > 0 ? speed : kDefaultHostSpeed;
+}
+
+Status check_link_names(const Cluster& c) {
+  std::unordered_map<std::string, int> seen;
+  for (size_t i = 0; i < c.links.size(); ++i) {
+    auto [it, fresh] = seen.emplace(link_name(c, static_cast<int>(i)), static_cast<int>(i));
+    if (!fresh)
+      return Error{
+          fmt::format("links {} and {} would both be named \"{}\" in SimGrid (a node name contains \"--\")",
+                      it->second, i, it->first)};
+  }
+  return {};
+}
+
+Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
+  // Routes first: a missing one is an error here, not an abort inside SimGrid.
+  auto routes = plan_routes(c, pairs);
+  if (!routes) return routes.error();
+  if (Status s = check_link_names(c); !s) return s.error();
 
   Platform p;
-  sg4::NetZone* zone = sg4::create_full_zone("cluster");
+  auto* zone_impl = new PairRoutedZone(c.name.empty() ? "cluster" : c.name);  // owned by the engine
+  sg4::NetZone* zone = zone_impl->get_iface();
+  p.hosts.reserve(c.devices.size());
   for (const Device& d : c.devices) {
-    double speed = 0;
-    for (double f : d.spec.peak_flops) speed = std::max(speed, f);
-    if (!(speed > 0)) speed = kDefaultHostSpeed;
-    p.hosts.push_back(zone->create_host(d.name, speed));
-    p.speeds.push_back(speed);
+    p.speeds.push_back(host_speed(d.spec));
+    p.hosts.push_back(zone->create_host(d.name, p.speeds.back()));
   }
-  for (const std::string& s : c.switches) zone->create_router(s);
-  std::vector<sg4::Link*> links;
-  links.reserve(c.links.size());
-  for (size_t i = 0; i < c.links.size(); ++i) {
-    const Link& l = c.links[i];
-    const std::string name = fmt::format("{}--{}", c.node_name(l.a), c.node_name(l.b));
-    sg4::Link* link = l.duplex == Duplex::Full ? zone->create_split_duplex_link(name, l.bandwidth)
-                                               : zone->create_link(name, l.bandwidth);
-    link->set_latency(l.latency);
-    link->seal();
-    links.push_back(link);
-  }
-  for (const auto& [pr, r] : routes) {
+  // Switches need no netpoint: routes are given as link lists between hosts.
+  std::vector<sg4::Link*> links(c.links.size(), nullptr);
+  auto link_of = [&](int i) {
+    if (!links[i]) {
+      const Link& l = c.links[i];
+      sg4::Link* link = l.duplex == Duplex::Full
+                            ? zone->create_split_duplex_link(link_name(c, i), l.bandwidth)
+                            : zone->create_link(link_name(c, i), l.bandwidth);
+      link->set_latency(l.latency);
+      link->seal();
+      links[i] = link;
+    }
+    return links[i];
+  };
+  for (const auto& [pr, r] : *routes) {
     std::vector<sg4::LinkInRoute> hops;
     hops.reserve(r.hops.size());
     for (const Hop& h : r.hops) {
       if (c.links[h.link].duplex == Duplex::Full)
-        hops.emplace_back(links[h.link], h.reverse ? sg4::LinkInRoute::Direction::DOWN : sg4::LinkInRoute::Direction::UP);
+        hops.emplace_back(link_of(h.link),
+                          h.reverse ? sg4::LinkInRoute::Direction::DOWN : sg4::LinkInRoute::Direction::UP);
       else
-        hops.emplace_back(links[h.link]);
+        hops.emplace_back(link_of(h.link));
     }
-    zone->add_route(p.hosts[pr.first]->get_netpoint(), p.hosts[pr.second]->get_netpoint(), nullptr, nullptr, hops,
+    zone->add_route(p.hosts[pr.first]->get_netpoint(), p.hosts[pr.second]->get_netpoint(), nullptr, nullptr,
+                    hops,
                     /*symmetrical=*/false);
   }
   zone->seal();

@@ -1,10 +1,13 @@
-// Builds the SimGrid platform of a validated cluster: one host per device, one link per cluster link
-// (split-duplex for full-duplex links, shared otherwise), and explicit routes for the device pairs
-// that communicate, computed by pipegrid's Router (shortest latency, then fewest hops). Every check
-// that SimGrid would abort on is done before SimGrid sees anything.
+// Builds the SimGrid platform of a validated cluster: one host per device, one SimGrid link per
+// cluster link that some route uses (split-duplex for full-duplex links, shared otherwise), and
+// explicit routes for the device pairs that communicate, computed by pipegrid's Router. The zone
+// stores only those routes (SimGrid's Full zone would allocate a table for every pair of hosts),
+// so the platform of a 16k-device cluster is built in a fraction of a second. Every check that
+// SimGrid would abort on is done before SimGrid sees anything.
 #pragma once
 
 #include <simgrid/s4u.hpp>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,8 +25,20 @@ struct Platform {
   std::vector<double> speeds;              // FLOP/s of each host
 };
 
+// Validates the cluster and routes every pair (no SimGrid involved): fails on an invalid cluster
+// or a pair that is not connected.
+Result<std::vector<std::pair<std::pair<int, int>, Route>>> plan_routes(
+    const Cluster& c, const std::vector<std::pair<int, int>>& pairs);
+
 // Call after the engine is created and configured, once. `pairs` are the (source, destination)
 // devices that exchange data.
 Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<int, int>>& pairs);
+
+// Names shared by the platform and the SimGrid XML export: link "<a>--<b>" (endpoint names), and
+// the host speed of a device (its highest peak, or kDefaultHostSpeed).
+std::string link_name(const Cluster& c, int link);
+double host_speed(const DeviceSpec& d);
+// Fails if two links would get the same SimGrid name (SimGrid aborts on that).
+Status check_link_names(const Cluster& c);
 
 }  // namespace pipegrid::sim

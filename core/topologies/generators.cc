@@ -1,14 +1,241 @@
 #include "core/topologies/generators.h"
 
+#include <fmt/format.h>
+
 namespace pipegrid {
+namespace {
+
+int add_switch(Cluster& c, std::string name) {
+  c.switches.push_back(std::move(name));
+  return static_cast<int>(c.devices.size() + c.switches.size() - 1);
+}
+
+void add_link(Cluster& c, int a, int b, LinkSpec l) {
+  c.links.push_back({a, b, l.bandwidth, l.latency, Duplex::Full});
+}
+
+Status check_link(LinkSpec l, std::string_view what) {
+  if (!(l.bandwidth > 0)) return Error{fmt::format("{} links need a positive bandwidth", what)};
+  if (!(l.latency >= 0)) return Error{fmt::format("{} links need a non-negative latency", what)};
+  return {};
+}
+
+void add_devices(Cluster& c, int count, const std::string& prefix, const DeviceSpec& spec) {
+  c.devices.reserve(c.devices.size() + count);
+  for (int i = 0; i < count; ++i) c.devices.push_back({prefix + std::to_string(i), spec, ""});
+}
+
+// Ring or torus links among devices 0 .. product(dims)-1 (dimension 0 fastest).
+void add_torus_links(Cluster& c, const std::vector<int>& dims, LinkSpec link) {
+  int stride = 1;
+  int points = 1;
+  for (int d : dims) points *= d;
+  for (int d : dims) {
+    for (int i = 0; i < points; ++i) {
+      const int x = (i / stride) % d;
+      const int next = i + (x + 1 < d ? stride : -(d - 1) * stride);
+      // Size 2: one link between the two; size 1: none.
+      if (d == 1 || (d == 2 && x == 1)) continue;
+      add_link(c, i, next, link);
+    }
+    stride *= d;
+  }
+}
+
+// A k-ary fat-tree whose device slots are the network nodes `endpoints` (in order; fewer than k^3/4 is
+// allowed): switches <prefix>edge<p>-<e>, <prefix>agg<p>-<a>, <prefix>core<c>.
+void add_fat_tree(Cluster& c, int k, const std::vector<int>& endpoints, const std::string& prefix,
+                  LinkSpec link) {
+  const int h = k / 2;
+  std::vector<int> edge(k * h), agg(k * h), core(h * h);
+  for (int p = 0; p < k; ++p)
+    for (int e = 0; e < h; ++e) edge[p * h + e] = add_switch(c, fmt::format("{}edge{}-{}", prefix, p, e));
+  for (int p = 0; p < k; ++p)
+    for (int a = 0; a < h; ++a) agg[p * h + a] = add_switch(c, fmt::format("{}agg{}-{}", prefix, p, a));
+  for (int j = 0; j < h * h; ++j) core[j] = add_switch(c, fmt::format("{}core{}", prefix, j));
+  for (size_t i = 0; i < endpoints.size(); ++i) add_link(c, endpoints[i], edge[i / h], link);
+  for (int p = 0; p < k; ++p)
+    for (int e = 0; e < h; ++e)
+      for (int a = 0; a < h; ++a) add_link(c, edge[p * h + e], agg[p * h + a], link);
+  for (int p = 0; p < k; ++p)
+    for (int a = 0; a < h; ++a)
+      for (int j = 0; j < h; ++j) add_link(c, agg[p * h + a], core[a * h + j], link);
+}
+
+}  // namespace
 
 Cluster make_switch_cluster(int count, const std::string& prefix, const DeviceSpec& device, double bandwidth,
                             double latency) {
   Cluster c;
   c.name = "switch";
-  for (int i = 0; i < count; ++i) c.devices.push_back({prefix + std::to_string(i), device, ""});
+  add_devices(c, count, prefix, device);
   c.switches.push_back("switch");
   for (int i = 0; i < count; ++i) c.links.push_back({i, count, bandwidth, latency, Duplex::Full});
+  return c;
+}
+
+Result<Cluster> make_ring_cluster(int count, const std::string& prefix, const DeviceSpec& device,
+                                  LinkSpec link) {
+  if (count < 1) return Error{fmt::format("a ring needs at least 1 device, got {}", count)};
+  if (Status s = check_link(link, "ring"); !s) return s.error();
+  Cluster c;
+  c.name = "ring";
+  add_devices(c, count, prefix, device);
+  add_torus_links(c, {count}, link);
+  return c;
+}
+
+Result<Cluster> make_torus_cluster(const std::vector<int>& dims, const std::string& prefix,
+                                   const DeviceSpec& device, LinkSpec link) {
+  if (dims.empty() || dims.size() > 3)
+    return Error{fmt::format("a torus has 1, 2 or 3 dimensions, got {}", dims.size())};
+  long long points = 1;
+  for (int d : dims) {
+    if (d < 1) return Error{fmt::format("torus dimensions must be at least 1, got {}", d)};
+    points *= d;
+  }
+  if (points > 1'000'000)
+    return Error{fmt::format("a torus of {} devices is too large (at most 1000000)", points)};
+  if (Status s = check_link(link, "torus"); !s) return s.error();
+  Cluster c;
+  c.name = "torus";
+  add_devices(c, static_cast<int>(points), prefix, device);
+  add_torus_links(c, dims, link);
+  c.torus_dims = dims;
+  return c;
+}
+
+Result<Cluster> make_fat_tree_cluster(int k, int count, const std::string& prefix, const DeviceSpec& device,
+                                      LinkSpec link) {
+  if (k < 2 || k % 2 != 0 || k > 128)
+    return Error{fmt::format("a k-ary fat-tree needs an even k from 2 to 128, got {}", k)};
+  const int slots = k * k * k / 4;
+  if (count < 1 || count > slots)
+    return Error{fmt::format("a {}-ary fat-tree has room for 1 to {} devices, got {}", k, slots, count)};
+  if (Status s = check_link(link, "fat-tree"); !s) return s.error();
+  Cluster c;
+  c.name = fmt::format("fat-tree-k{}", k);
+  add_devices(c, count, prefix, device);
+  std::vector<int> endpoints(count);
+  for (int i = 0; i < count; ++i) endpoints[i] = i;
+  add_fat_tree(c, k, endpoints, "", link);
+  return c;
+}
+
+Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
+  if (s.groups < 1 || s.routers < 1 || s.hosts < 1)
+    return Error{"a dragonfly needs at least 1 group, 1 router per group and 1 device per router"};
+  if (s.groups > 1 && static_cast<long long>(s.routers) * s.global < s.groups - 1)
+    return Error{
+        fmt::format("a dragonfly of {} groups needs routers x global >= {} (one global link to every other "
+                    "group), got {} x {}",
+                    s.groups, s.groups - 1, s.routers, s.global)};
+  if (static_cast<long long>(s.groups) * s.routers * s.hosts > 1'000'000)
+    return Error{"a dragonfly of more than 1000000 devices is too large"};
+  for (auto [l, what] : {std::pair{s.host_link, "dragonfly device"},
+                         {s.local_link, "dragonfly local"},
+                         {s.global_link, "dragonfly global"}})
+    if (Status st = check_link(l, what); !st) return st.error();
+  Cluster c;
+  c.name = "dragonfly";
+  add_devices(c, s.groups * s.routers * s.hosts, s.prefix, s.device);
+  std::vector<int> router(s.groups * s.routers);
+  for (int g = 0; g < s.groups; ++g)
+    for (int r = 0; r < s.routers; ++r)
+      router[g * s.routers + r] = add_switch(c, fmt::format("router{}-{}", g, r));
+  for (size_t i = 0; i < c.devices.size(); ++i)
+    add_link(c, static_cast<int>(i), router[i / s.hosts], s.host_link);
+  for (int g = 0; g < s.groups; ++g)
+    for (int r = 0; r < s.routers; ++r)
+      for (int q = r + 1; q < s.routers; ++q)
+        add_link(c, router[g * s.routers + r], router[g * s.routers + q], s.local_link);
+  for (int g = 0; g < s.groups; ++g) {
+    for (int h = g + 1; h < s.groups; ++h) {
+      const int from_g = (h - g - 1) / s.global;               // offset h - g in g's list
+      const int from_h = (s.groups - (h - g) - 1) / s.global;  // offset g - h (mod groups) in h's list
+      add_link(c, router[g * s.routers + from_g], router[h * s.routers + from_h], s.global_link);
+    }
+  }
+  return c;
+}
+
+Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
+  if (s.nodes < 1 || s.gpus_per_node < 1)
+    return Error{"a DGX cluster needs at least 1 node of at least 1 GPU"};
+  const long long total = static_cast<long long>(s.nodes) * s.gpus_per_node;
+  if (total > 1'000'000)
+    return Error{fmt::format("a DGX cluster of {} GPUs is too large (at most 1000000)", total)};
+  if (Status st = check_link(s.nvlink, "NVLink"); !st) return st.error();
+  if (Status st = check_link(s.infiniband, "InfiniBand"); !st) return st.error();
+  Cluster c;
+  c.name = fmt::format("dgx-{}", s.nodes);
+  add_devices(c, static_cast<int>(total), "gpu", s.gpu);
+  for (int n = 0; n < s.nodes; ++n) {
+    const int nvswitch = add_switch(c, fmt::format("dgx{}-nvswitch", n));
+    for (int j = 0; j < s.gpus_per_node; ++j) {
+      const int gpu = n * s.gpus_per_node + j;
+      c.devices[gpu].node = fmt::format("dgx{}", n);
+      add_link(c, gpu, nvswitch, s.nvlink);
+    }
+  }
+  std::vector<int> nics(total);
+  for (int i = 0; i < total; ++i) nics[i] = i;
+  if (s.fabric == DgxSpec::Fabric::Switch) {
+    const int ib = add_switch(c, "ib-switch");
+    for (int nic : nics) add_link(c, nic, ib, s.infiniband);
+  } else {
+    int k = 2;
+    while (static_cast<long long>(k) * k * k / 4 < total) k += 2;
+    add_fat_tree(c, k, nics, "ib-", s.infiniband);
+  }
+  return c;
+}
+
+Result<Cluster> make_summit_cluster(const SummitSpec& s) {
+  if (s.nodes < 1 || s.nodes > 250'000)
+    return Error{fmt::format("a Summit cluster needs 1 to 250000 nodes, got {}", s.nodes)};
+  for (auto [l, what] : {std::pair{s.nvlink, "NVLink"}, {s.xbus, "X-Bus"}, {s.infiniband, "InfiniBand"}})
+    if (Status st = check_link(l, what); !st) return st.error();
+  Cluster c;
+  c.name = fmt::format("summit-{}", s.nodes);
+  add_devices(c, 4 * s.nodes, "gpu", s.gpu);
+  std::vector<int> cpus;
+  for (int n = 0; n < s.nodes; ++n) {
+    cpus.push_back(add_switch(c, fmt::format("summit{}-cpu0", n)));
+    cpus.push_back(add_switch(c, fmt::format("summit{}-cpu1", n)));
+  }
+  const int ib = add_switch(c, "ib-switch");
+  for (int n = 0; n < s.nodes; ++n) {
+    for (int socket = 0; socket < 2; ++socket) {
+      const int cpu = cpus[2 * n + socket];
+      const int g0 = 4 * n + 2 * socket;
+      c.devices[g0].node = c.devices[g0 + 1].node = fmt::format("summit{}", n);
+      add_link(c, g0, g0 + 1, s.nvlink);
+      add_link(c, g0, cpu, s.nvlink);
+      add_link(c, g0 + 1, cpu, s.nvlink);
+      add_link(c, cpu, ib, s.infiniband);
+    }
+    add_link(c, cpus[2 * n], cpus[2 * n + 1], s.xbus);
+  }
+  return c;
+}
+
+Result<Cluster> make_fpga_cluster(const FpgaSpec& s) {
+  Result<Cluster> c = s.torus ? make_torus_cluster(s.dims, "fpga", s.device, s.qsfp)
+                              : (s.dims.size() == 1 ? make_ring_cluster(s.dims[0], "fpga", s.device, s.qsfp)
+                                                    : Result<Cluster>(Error{"an FPGA ring has one size"}));
+  if (!c) return c;
+  c->name = s.torus ? "fpga-torus" : "fpga-ring";
+  if (!s.pcie) return c;
+  if (s.per_host < 1) return Error{fmt::format("per_host must be at least 1, got {}", s.per_host)};
+  if (Status st = check_link(s.pcie_link, "PCIe"); !st) return st.error();
+  const int count = static_cast<int>(c->devices.size());
+  int host = -1;
+  for (int i = 0; i < count; ++i) {
+    if (i % s.per_host == 0) host = add_switch(*c, fmt::format("host{}", i / s.per_host));
+    c->devices[i].node = c->switches.back();
+    add_link(*c, i, host, s.pcie_link);
+  }
   return c;
 }
 

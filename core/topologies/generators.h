@@ -1,16 +1,109 @@
 // Cluster generators: standard interconnects from a few parameters.
+//
+// Every generator names things predictably, uses full-duplex links and leaves routing to the
+// Router (shortest paths by latency, then hops) except the tori, which use dimension-order routing
+// (Cluster::torus_dims). Devices are numbered so that consecutive indices are close in the network
+// (same switch, same node, same pod): pipeline stage i runs on device i. The figures given as
+// defaults below are from ../shared/reference/hardware.md; [assumed] marks modelling assumptions.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/cluster.h"
+#include "core/result.h"
 
 namespace pipegrid {
+
+struct LinkSpec {
+  double bandwidth = 0;  // bytes/s per direction
+  double latency = 0;    // seconds
+};
 
 // `count` identical devices named <prefix>0, <prefix>1, ..., each with one link (bandwidth,
 // latency, full duplex) to one switch named "switch". A transfer between two devices crosses two
 // links: 2 x latency + bytes / bandwidth.
 Cluster make_switch_cluster(int count, const std::string& prefix, const DeviceSpec& device, double bandwidth,
                             double latency);
+
+// `count` devices <prefix>0.. in a ring: a link between <prefix>i and <prefix>(i+1 mod count) (one
+// link when count is 2, none when 1). Shortest-path routing goes the shorter way round.
+Result<Cluster> make_ring_cluster(int count, const std::string& prefix, const DeviceSpec& device,
+                                  LinkSpec link);
+
+// A 1-, 2- or 3-D torus of devices <prefix>i, i = x + X (y + Y z) for dims [X, Y, Z]: a link to the
+// next device along each dimension, wrapping around (one link when a dimension has size 2).
+// Dimension-order routing (x, then y, then z, the shorter way round each ring).
+Result<Cluster> make_torus_cluster(const std::vector<int>& dims, const std::string& prefix,
+                                   const DeviceSpec& device, LinkSpec link);
+
+// The k-ary fat-tree of Al-Fares et al. (SIGCOMM'08), built from k-port switches (k even): k pods of
+// k/2 edge switches "edge<p>-<e>" and k/2 aggregation switches "agg<p>-<a>", (k/2)^2 core switches
+// "core<c>"; every edge switch serves k/2 devices, so k^3/4 devices <prefix>i (device i on edge
+// switch i / (k/2)); aggregation switch a of every pod links to cores a (k/2) .. a (k/2) + k/2 - 1.
+// Full bisection bandwidth: k^3/8 x bandwidth. Every link has the same figures. With `count` below
+// k^3/4, only the first `count` device slots are filled (the switches are all there).
+Result<Cluster> make_fat_tree_cluster(int k, int count, const std::string& prefix, const DeviceSpec& device,
+                                      LinkSpec link);
+
+// Dragonfly (Kim et al., ISCA'08): `groups` groups of `routers` routers "router<g>-<r>", all-to-all
+// inside a group (local links), `hosts` devices per router (<prefix>i on router i / hosts), and one
+// global link between every two groups. Group g's links to the other groups, in the order
+// g+1, g+2, ... (mod groups), are spread over its routers, `global` per router, so
+// groups - 1 <= routers x global is required. Minimal routing: local, global, local.
+struct DragonflySpec {
+  int groups = 0, routers = 0, hosts = 0, global = 0;
+  std::string prefix = "gpu";
+  DeviceSpec device;
+  LinkSpec host_link, local_link, global_link;
+};
+Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s);
+
+// DGX-style nodes: `nodes` x `gpus_per_node` GPUs gpu<i> (node "dgx<n>" holds gpu<n g> .. gpu<n g + g - 1>),
+// each with an NVLink link to its node's NVSwitch "dgx<n>-nvswitch" and one InfiniBand NIC link into the
+// fabric: one switch "ib-switch", or the smallest k-ary fat-tree with room for every NIC (switches
+// "ib-edge<p>-<e>", "ib-agg<p>-<a>", "ib-core<c>"; NIC i on edge switch i / (k/2)). Defaults: DGX A100
+// (NVLink 300 GB/s per direction per GPU, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU); latencies
+// [assumed]: 0.5 us per NVLink link (about 1 us GPU to GPU through the NVSwitch), 1 us per InfiniBand link.
+struct DgxSpec {
+  enum class Fabric { Switch, FatTree };
+  int nodes = 1;
+  int gpus_per_node = 8;
+  DeviceSpec gpu;
+  LinkSpec nvlink{300e9, 0.5e-6};
+  LinkSpec infiniband{25e9, 1e-6};
+  Fabric fabric = Fabric::Switch;
+};
+Result<Cluster> make_dgx_cluster(const DgxSpec& s);
+
+// Summit-style nodes as GraphPipe used them: 4 V100 per node, gpu<4n> .. gpu<4n+3> in node "summit<n>",
+// two per POWER9 socket ("summit<n>-cpu0", "summit<n>-cpu1"). Links: NVLink 2.0 between the two GPUs
+// of a socket and from each GPU to its socket (50 GB/s per direction), X-Bus between the sockets
+// (64 GB/s), and one EDR InfiniBand rail per socket (100 Gb/s = 12.5 GB/s; Summit nodes are dual-rail)
+// to one non-blocking switch "ib-switch". Latencies [assumed]: 0.5 us NVLink, 0.5 us X-Bus, 1 us InfiniBand.
+struct SummitSpec {
+  int nodes = 1;
+  DeviceSpec gpu;
+  LinkSpec nvlink{50e9, 0.5e-6};
+  LinkSpec xbus{64e9, 0.5e-6};
+  LinkSpec infiniband{12.5e9, 1e-6};
+};
+Result<Cluster> make_summit_cluster(const SummitSpec& s);
+
+// FPGAs fpga<i> linked directly through their QSFP28 ports (100 Gb/s = 12.5 GB/s; latency
+// [assumed] 0.5 us), in a ring (`dims` = {count}, shortest-path routing) or a 2-D/3-D torus
+// (dimension-order routing). With `pcie`, every `per_host` consecutive FPGAs also have a PCIe link to
+// their host "host<j>" (a routing node; the FPGAs' `node`), PCIe Gen3 x16 by default (15.75 GB/s,
+// latency [assumed] 1 us); a ring may then route between FPGAs of one host over PCIe when faster.
+struct FpgaSpec {
+  std::vector<int> dims;  // {count} for a ring
+  bool torus = false;
+  DeviceSpec device;
+  LinkSpec qsfp{12.5e9, 0.5e-6};
+  bool pcie = false;
+  LinkSpec pcie_link{15.75e9, 1e-6};
+  int per_host = 1;
+};
+Result<Cluster> make_fpga_cluster(const FpgaSpec& s);
 
 }  // namespace pipegrid

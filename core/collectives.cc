@@ -1,0 +1,105 @@
+#include "core/collectives.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace pipegrid {
+namespace {
+
+using Deps = std::vector<int32_t>;
+
+int32_t add_transfer(TaskGraph& g, int from, int to, double bytes, int32_t stage, const Deps& after) {
+  Task t;
+  t.kind = TaskKind::Transfer;
+  t.transfer = TransferKind::AllReduce;
+  t.stage = t.peer_stage = stage;
+  t.device = from;
+  t.peer = to;
+  t.bytes = bytes;
+  const int32_t id = g.add(t);
+  for (int32_t d : after)
+    if (d >= 0) g.depend(d, id);
+  return id;
+}
+
+// Ring all-reduce among devices[0..n): returns each device's last receive (empty for n = 1).
+std::vector<Deps> ring(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
+                       double bytes, int32_t stage) {
+  const int n = static_cast<int>(devices.size());
+  std::vector<Deps> done(n);
+  if (n < 2) return done;
+  const double chunk = bytes / n;
+  std::vector<int32_t> prev(n, -1);
+  for (int step = 0; step < 2 * (n - 1); ++step) {
+    std::vector<int32_t> cur(n);
+    for (int j = 0; j < n; ++j) {
+      Deps after;
+      // The reduce-scatter steps and the first all-gather step send chunks that include the
+      // device's own data: they need it as well as what arrived.
+      if (step < n) after = ready[j];
+      if (step > 0) after.push_back(prev[(j - 1 + n) % n]);
+      cur[j] = add_transfer(g, devices[j], devices[(j + 1) % n], chunk, stage, after);
+    }
+    prev = std::move(cur);
+  }
+  for (int j = 0; j < n; ++j) done[j] = {prev[(j - 1 + n) % n]};
+  return done;
+}
+
+}  // namespace
+
+std::string_view to_string(AllReduceAlgorithm a) {
+  return a == AllReduceAlgorithm::Ring ? "ring" : "hierarchical";
+}
+
+std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name) {
+  if (name == "ring") return AllReduceAlgorithm::Ring;
+  if (name == "hierarchical") return AllReduceAlgorithm::Hierarchical;
+  return std::nullopt;
+}
+
+std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm,
+                                                   const Cluster& c, const std::vector<int>& devices,
+                                                   const std::vector<int32_t>& ready, double bytes,
+                                                   int32_t stage) {
+  const size_t n = devices.size();
+  std::vector<Deps> ready_sets(n);
+  for (size_t j = 0; j < n; ++j) ready_sets[j] = {ready[j]};
+  if (algorithm == AllReduceAlgorithm::Ring) return ring(g, devices, ready_sets, bytes, stage);
+
+  // Machines in order of first appearance; members[m][0] is the leader.
+  std::vector<std::vector<size_t>> members;
+  std::map<std::string, size_t> machine;
+  for (size_t j = 0; j < n; ++j) {
+    auto [it, fresh] = machine.emplace(c.machine_of(devices[j]), members.size());
+    if (fresh) members.emplace_back();
+    members[it->second].push_back(j);
+  }
+  std::vector<Deps> done(n);
+  std::vector<int> leaders;
+  std::vector<Deps> leader_ready;
+  for (const auto& m : members) {
+    const size_t lead = m[0];
+    Deps reduced = ready_sets[lead];
+    for (size_t i = 1; i < m.size(); ++i)
+      reduced.push_back(add_transfer(g, devices[m[i]], devices[lead], bytes, stage, ready_sets[m[i]]));
+    leaders.push_back(devices[lead]);
+    leader_ready.push_back(std::move(reduced));
+  }
+  std::vector<Deps> across = ring(g, leaders, leader_ready, bytes, stage);
+  for (size_t k = 0; k < members.size(); ++k) {
+    const auto& m = members[k];
+    // With one machine the leader's result is the reduction itself.
+    Deps have = leaders.size() > 1 ? across[k] : leader_ready[k];
+    if (m.size() > 1 || leaders.size() > 1) {
+      done[m[0]] = have;
+      done[m[0]].erase(std::remove(done[m[0]].begin(), done[m[0]].end(), -1), done[m[0]].end());
+    }
+    for (size_t i = 1; i < m.size(); ++i)
+      done[m[i]] = {add_transfer(g, devices[m[0]], devices[m[i]], bytes, stage, have)};
+  }
+  return done;
+}
+
+}  // namespace pipegrid

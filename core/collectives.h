@@ -1,0 +1,40 @@
+// Collectives as point-to-point transfers in a TaskGraph, so that they run on the simulated network
+// with its contention like any other transfer. The reduction arithmetic itself takes no time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+enum class AllReduceAlgorithm {
+  // Ring all-reduce (reduce-scatter then all-gather): 2 (n - 1) steps; in each, device j sends a 1/n
+  // chunk to device j + 1 (in the order given) once it has received the previous step's chunk
+  // from j - 1. On a ring of links (bandwidth B, latency a): 2 (n - 1) a + 2 (n - 1)/n x S / B.
+  Ring,
+  // Hierarchical: devices are grouped by machine (Cluster::machine_of; the first device of a group is
+  // its leader). Reduce inside each machine (every other device sends its S bytes to the leader,
+  // all at once), ring all-reduce of S bytes among the leaders, then broadcast inside each machine
+  // (the leader sends S bytes to every other device, all at once).
+  Hierarchical,
+};
+
+std::string_view to_string(AllReduceAlgorithm a);
+std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name);  // "ring", "hierarchical"
+
+// Appends the transfers of an all-reduce of `bytes` among `devices` (distinct device indices) to g,
+// as TransferKind::AllReduce tasks with stage = peer_stage = `stage` and micro-batch -1.
+// ready[j] is the task after which devices[j] holds its input, or -1 for "from the start".
+// Returns, for each j, the tasks after which devices[j] holds the result (empty when it receives
+// nothing: a single device).
+std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm,
+                                                   const Cluster& c, const std::vector<int>& devices,
+                                                   const std::vector<int32_t>& ready, double bytes,
+                                                   int32_t stage = -1);
+
+}  // namespace pipegrid

@@ -1,0 +1,169 @@
+// All-reduce task graphs (structure, readiness), data-parallel replicas in the partitioners and the
+// dp baseline, checked by counting and with the contention-free evaluator.
+#include "core/collectives.h"
+
+#include <doctest/doctest.h>
+
+#include "core/evaluate.h"
+#include "core/models/chain.h"
+#include "core/strategy.h"
+#include "core/topologies/generators.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+TaskGraph empty_graph(const Cluster& c) {
+  TaskGraph g;
+  g.device_order.resize(c.devices.size());
+  g.static_memory.resize(c.devices.size());
+  return g;
+}
+
+int32_t compute(TaskGraph& g, int device, double duration) {
+  Task t;
+  t.kind = TaskKind::Backward;
+  t.device = device;
+  t.duration = duration;
+  const int32_t id = g.add(t);
+  g.device_order[device].push_back(id);
+  return id;
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce: 2(n-1) steps of n chunks of S/n; each device sends and receives 2(n-1)") {
+  Cluster c = *make_ring_cluster(5, "gpu", test_device(), {1e9, 0});
+  TaskGraph g = empty_graph(c);
+  auto done =
+      append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2, 3, 4}, std::vector<int32_t>(5, -1), 1e6, 7);
+  REQUIRE(g.tasks.size() == 2 * 4 * 5);
+  std::vector<int> sent(5), received(5);
+  for (const Task& t : g.tasks) {
+    CHECK(t.transfer == TransferKind::AllReduce);
+    CHECK(t.stage == 7);
+    CHECK(t.bytes == 2e5);
+    CHECK(t.peer == (t.device + 1) % 5);
+    ++sent[t.device];
+    ++received[t.peer];
+  }
+  CHECK(sent == std::vector<int>(5, 8));
+  CHECK(received == std::vector<int>(5, 8));
+  for (int j = 0; j < 5; ++j) {
+    REQUIRE(done[j].size() == 1);
+    CHECK(g.tasks[done[j][0]].peer == j);
+  }
+  // On a ring of links without contention the evaluator gives the closed form exactly.
+  Timeline t = *evaluate(g, c);
+  CHECK(t.makespan() == doctest::Approx(2.0 * 4 / 5 * 1e6 / 1e9));
+}
+
+TEST_CASE("ring all-reduce: a device sends nothing of the reduce-scatter before its own data is ready") {
+  // gpu2's gradients are ready at 5 s, the others' at once. gpu2's reduce-scatter sends and its first
+  // all-gather send include its own data, and the later ones forward what those produced, so none
+  // may start before 5 s, even when a chunk reached it earlier.
+  Cluster c = *make_ring_cluster(3, "gpu", test_device(), {1e9, 0});
+  TaskGraph g = empty_graph(c);
+  std::vector<int32_t> ready = {compute(g, 0, 0.0), compute(g, 1, 0.0), compute(g, 2, 5.0)};
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2}, ready, 3e9);
+  Timeline t = *evaluate(g, c);
+  int checked = 0;
+  for (size_t i = 3; i < g.tasks.size(); ++i)
+    if (g.tasks[i].device == 2) {
+      CHECK(t.start[i] >= 5.0);
+      ++checked;
+    }
+  CHECK(checked == 4);
+}
+
+TEST_CASE("hierarchical all-reduce: reduce to each machine's leader, ring of leaders, broadcast") {
+  DgxSpec s;
+  s.nodes = 3;
+  s.gpus_per_node = 4;
+  s.gpu = test_device();
+  Cluster c = *make_dgx_cluster(s);
+  std::vector<int> devices(12);
+  for (int i = 0; i < 12; ++i) devices[i] = i;
+  TaskGraph g = empty_graph(c);
+  auto done =
+      append_allreduce(g, AllReduceAlgorithm::Hierarchical, c, devices, std::vector<int32_t>(12, -1), 9e6);
+  // 3 x 3 reduce sends + 2 x 2 x 3 ring sends + 3 x 3 broadcast sends.
+  REQUIRE(g.tasks.size() == 9 + 12 + 9);
+  int full = 0, chunks = 0;
+  for (const Task& t : g.tasks) {
+    if (t.bytes == 9e6) {
+      ++full;
+      CHECK(c.devices[t.device].node == c.devices[t.peer].node);  // whole buffers stay inside a machine
+    } else {
+      ++chunks;
+      CHECK(t.bytes == 3e6);
+      CHECK(t.device % 4 == 0);  // leaders: gpu0, gpu4, gpu8
+      CHECK(t.peer % 4 == 0);
+    }
+  }
+  CHECK(full == 18);
+  CHECK(chunks == 12);
+  for (int j = 0; j < 12; ++j) CHECK(!done[j].empty());
+}
+
+TEST_CASE("replicas: uniform and balanced put stage i on devices i r .. i r + r - 1") {
+  ChainSpec s;
+  s.layers = 4;
+  s.forward_s = 1e-3;
+  Workload w = make_chain(s);
+  Cluster c = make_switch_cluster(8, "gpu", test_device(), 1e9, 0);
+  PartitionRequest r{w, c, 4, 1};
+  r.replicas = 2;
+  Partition p = *partition_uniform(r);
+  REQUIRE(p.stage_count() == 4);
+  CHECK(p.stage(3).devices == std::vector<int>{6, 7});
+  CHECK(partition_balanced(r)->stage(1).devices == std::vector<int>{2, 3});
+  r.stages = 5;
+  CHECK(partition_uniform(r).error().message == "5 stages of 2 replicas need 10 devices, the cluster has 8");
+
+  // Balanced times a stage by its slowest replica, for half of the micro-batch: with gpu3 half as
+  // fast, rank 1 (gpu2, gpu3) is worth half of rank 0, so 3 + 1 layers beat 2 + 2.
+  for (auto v : boost::make_iterator_range(boost::vertices(w.graph))) {
+    w.graph[v].measured.reset();
+    w.graph[v].forward_flops = 1e9;
+  }
+  Cluster h = make_switch_cluster(4, "gpu", test_device(), 1e9, 0);
+  for (Device& d : h.devices) d.spec.peak_flops.fill(1e12);
+  h.devices[3].spec.peak_flops.fill(0.5e12);
+  PartitionRequest hr{w, h, 2, 2};
+  hr.replicas = 2;
+  Partition hp = *partition_balanced(hr);
+  CHECK(hp.stage(0).layers.size() == 3);
+  CHECK(hp.stage(1).layers.size() == 1);
+}
+
+TEST_CASE("dp: one stage with every layer on every device, and an all-reduce per replica set") {
+  Experiment e =
+      chain_experiment(4, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 10e9, 1e-6));
+  e.strategy.partitioner = "dp";
+  PreparedRun run = *prepare(e);
+  REQUIRE(run.partition.stage_count() == 1);
+  CHECK(run.partition.stage(0).devices == std::vector<int>{0, 1, 2, 3});
+  CHECK(run.partition.stage(0).layers.size() == 4);
+  int allreduce = 0;
+  for (const Task& t : run.graph.tasks) allreduce += t.transfer == TransferKind::AllReduce;
+  CHECK(allreduce == 2 * 3 * 4);
+  // Each device: 2 micro-batches of a quarter of the samples (times scale with the batch), F then B
+  // of all 4 layers, then the ring all-reduce of 4 MiB of parameters through the switch: 6 steps of
+  // 2 us + 1 MiB / 10 GB/s.
+  Timeline t = *evaluate(run.graph, e.cluster);
+  const double compute = 2 * 4 * (1e-3 + 2e-3) / 4;
+  const double ring = 6 * (2e-6 + (4.0 * (1 << 20) / 4) / 10e9);
+  CHECK(t.makespan() == doctest::Approx(compute + ring));
+}
+
+TEST_CASE("replicas: a partitioner that places other device counts is refused") {
+  Experiment e =
+      chain_experiment(4, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 10e9, 1e-6));
+  e.strategy.partitioner = "dp";
+  e.strategy.replicas = 2;
+  CHECK(prepare(e).error().message ==
+        "partitioner dp does not place 2 replicas per stage (stage 0 has 4 devices)");
+}

@@ -1,0 +1,326 @@
+// Generators, routing and network figures, checked against hand counts, closed forms and
+// independent brute-force computations written here (Floyd-Warshall, cut enumeration).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "core/cluster.h"
+#include "core/topologies/generators.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using pipegrid::testing::test_device;
+
+namespace {
+
+constexpr LinkSpec kLink{10e9, 1e-6};
+
+// Nodes visited by a route from `from`.
+std::vector<std::string> walk(const Cluster& c, int from, const Route& r) {
+  std::vector<std::string> out{c.node_name(from)};
+  int at = from;
+  for (const Hop& h : r.hops) {
+    const Link& l = c.links[h.link];
+    REQUIRE((h.reverse ? l.b : l.a) == at);
+    at = h.reverse ? l.a : l.b;
+    out.push_back(c.node_name(at));
+  }
+  return out;
+}
+
+Route route(const Cluster& c, const std::string& a, const std::string& b) {
+  Router r(c);
+  Result<Route> out = r.route(*c.find_node(a), *c.find_node(b));
+  REQUIRE(out.ok());
+  return *out;
+}
+
+// All-pairs (latency, hops) by Floyd-Warshall: an oracle independent of the Router's Dijkstra.
+struct Dist {
+  double latency = std::numeric_limits<double>::infinity();
+  int hops = 0;
+};
+std::vector<std::vector<Dist>> floyd(const Cluster& c) {
+  const size_t n = c.node_count();
+  std::vector<std::vector<Dist>> d(n, std::vector<Dist>(n));
+  for (size_t i = 0; i < n; ++i) d[i][i] = {0, 0};
+  for (const Link& l : c.links) {
+    d[l.a][l.b] = d[l.b][l.a] = {l.latency, 1};
+  }
+  auto less = [](Dist x, Dist y) {
+    return x.latency < y.latency - 1e-15 || (std::fabs(x.latency - y.latency) <= 1e-15 && x.hops < y.hops);
+  };
+  for (size_t k = 0; k < n; ++k)
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        Dist via{d[i][k].latency + d[k][j].latency, d[i][k].hops + d[k][j].hops};
+        if (less(via, d[i][j])) d[i][j] = via;
+      }
+  return d;
+}
+
+// Bisection by enumerating every balanced device split and every side for every switch: the
+// smallest total bandwidth of the links cut (max-flow = min-cut).
+double brute_force_bisection(const Cluster& c) {
+  const int D = static_cast<int>(c.devices.size());
+  const int S = static_cast<int>(c.switches.size());
+  double best = std::numeric_limits<double>::infinity();
+  for (unsigned dm = 0; dm < (1u << D); ++dm) {
+    if (__builtin_popcount(dm) != D / 2) continue;
+    for (unsigned sm = 0; sm < (1u << S); ++sm) {
+      auto side = [&](int node) { return node < D ? (dm >> node) & 1 : (sm >> (node - D)) & 1; };
+      double cut = 0;
+      for (const Link& l : c.links)
+        if (side(l.a) != side(l.b)) cut += l.bandwidth;
+      best = std::min(best, cut);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("ring: neighbours linked, routes go the shorter way, figures by hand") {
+  Cluster c = *make_ring_cluster(6, "gpu", test_device(), kLink);
+  REQUIRE(validate(c).ok());
+  CHECK(c.links.size() == 6);
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu2")) == std::vector<std::string>{"gpu0", "gpu1", "gpu2"});
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu4")) == std::vector<std::string>{"gpu0", "gpu5", "gpu4"});
+  ClusterFigures f = *cluster_figures(c);
+  CHECK(f.diameter_hops == 3);
+  CHECK(f.bisection_exact);
+  CHECK(f.bisection_bandwidth == 2 * 10e9);  // a ring is cut in two places
+  CHECK(make_ring_cluster(2, "gpu", test_device(), kLink)->links.size() == 1);
+  CHECK(make_ring_cluster(1, "gpu", test_device(), kLink)->links.empty());
+  CHECK(make_ring_cluster(0, "gpu", test_device(), kLink).error().message ==
+        "a ring needs at least 1 device, got 0");
+}
+
+TEST_CASE("switch: bisection of n devices is floor(n/2) links") {
+  for (int n : {2, 5, 8}) {
+    ClusterFigures f = *cluster_figures(make_switch_cluster(n, "gpu", test_device(), 25e9, 1e-6));
+    CHECK(f.diameter_hops == 2);
+    CHECK(f.bisection_bandwidth == (n / 2) * 25e9);
+  }
+}
+
+TEST_CASE("torus: dimension-order routing, diameter and bisection 2 k^(n-1) links") {
+  Cluster c = *make_torus_cluster({4, 4}, "gpu", test_device(), kLink);
+  REQUIRE(validate(c).ok());
+  CHECK(c.links.size() == 32);
+  // (0,0) -> (3,2): x first, the short way round (one hop down through the wrap), then y upward
+  // (two hops either way: the tie goes upward).
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu11")) == std::vector<std::string>{"gpu0", "gpu3", "gpu7", "gpu11"});
+  // Back: x from 3 to 0 upward through the wrap, then y from 2 to 0 upward (tie) through the wrap.
+  CHECK(walk(c, 11, route(c, "gpu11", "gpu0")) == std::vector<std::string>{"gpu11", "gpu8", "gpu12", "gpu0"});
+  ClusterFigures f = *cluster_figures(c);
+  CHECK(f.diameter_hops == 4);
+  CHECK(f.bisection_exact);
+  CHECK(f.bisection_bandwidth == 8 * 10e9);
+  // 4 x 4 x 4: too many devices for enumeration; the cut across a dimension is 2 x 16 links.
+  Cluster c3 = *make_torus_cluster({4, 4, 4}, "gpu", test_device(), kLink);
+  ClusterFigures f3 = *cluster_figures(c3);
+  CHECK(!f3.bisection_exact);
+  CHECK(f3.bisection_bandwidth == 32 * 10e9);
+  CHECK(f3.diameter_hops == 6);
+  // A dimension of 2 has one link, not two.
+  CHECK(make_torus_cluster({2, 3}, "gpu", test_device(), kLink)->links.size() == 3 + 6);
+  CHECK(make_torus_cluster({2, 0}, "gpu", test_device(), kLink).error().message ==
+        "torus dimensions must be at least 1, got 0");
+}
+
+TEST_CASE("fat-tree: Al-Fares structure, hop counts, full bisection bandwidth k^3/8") {
+  Cluster c = *make_fat_tree_cluster(4, 16, "gpu", test_device(), kLink);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 16);
+  CHECK(c.switches.size() == 8 + 8 + 4);
+  CHECK(c.links.size() == 16 + 16 + 16);
+  CHECK(route(c, "gpu0", "gpu1").hops.size() == 2);   // same edge switch
+  CHECK(route(c, "gpu0", "gpu2").hops.size() == 4);   // same pod
+  CHECK(route(c, "gpu0", "gpu15").hops.size() == 6);  // across the core
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu15"))[3].rfind("core", 0) == 0);
+  ClusterFigures f = *cluster_figures(c);
+  CHECK(f.diameter_hops == 6);
+  CHECK(f.bisection_exact);
+  CHECK(f.bisection_bandwidth == 8 * 10e9);
+  ClusterFigures f8 = *cluster_figures(*make_fat_tree_cluster(8, 128, "gpu", test_device(), kLink));
+  CHECK(!f8.bisection_exact);
+  CHECK(f8.bisection_bandwidth == 64 * 10e9);
+  CHECK(make_fat_tree_cluster(5, 10, "gpu", test_device(), kLink).error().message ==
+        "a k-ary fat-tree needs an even k from 2 to 128, got 5");
+  CHECK(make_fat_tree_cluster(4, 17, "gpu", test_device(), kLink).error().message ==
+        "a 4-ary fat-tree has room for 1 to 16 devices, got 17");
+}
+
+TEST_CASE("dragonfly: one global link between groups, minimal routes, brute-force bisection") {
+  DragonflySpec s;
+  s.groups = 3;
+  s.routers = 2;
+  s.hosts = 2;
+  s.global = 1;
+  s.device = test_device();
+  s.host_link = s.local_link = kLink;
+  s.global_link = {5e9, 2e-6};
+  Cluster c = *make_dragonfly_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 12);
+  CHECK(c.links.size() == 12 + 3 + 3);
+  // Group 0 reaches group 1 through router0-0 and group 2 through router0-1.
+  std::vector<std::string> w = walk(c, 0, route(c, "gpu0", "gpu4"));
+  CHECK(w == std::vector<std::string>{"gpu0", "router0-0", "router1-1", "router1-0", "gpu4"});
+  ClusterFigures f = *cluster_figures(c);
+  CHECK(f.diameter_hops == 5);
+  CHECK(f.bisection_bandwidth == brute_force_bisection(c));
+  s.global = 0;
+  CHECK(make_dragonfly_cluster(s).error().message ==
+        "a dragonfly of 3 groups needs routers x global >= 2 (one global link to every other group), got 2 x "
+        "0");
+}
+
+TEST_CASE("dgx: NVLink inside a node, InfiniBand across, switch or fat-tree fabric") {
+  DgxSpec s;
+  s.nodes = 2;
+  s.gpu = test_device();
+  Cluster c = *make_dgx_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 16);
+  CHECK(c.devices[9].node == "dgx1");
+  Route in = route(c, "gpu0", "gpu7");
+  CHECK(walk(c, 0, in) == std::vector<std::string>{"gpu0", "dgx0-nvswitch", "gpu7"});
+  CHECK(in.latency == doctest::Approx(1e-6));
+  CHECK(in.bandwidth == 300e9);
+  Route across = route(c, "gpu0", "gpu8");
+  CHECK(walk(c, 0, across) == std::vector<std::string>{"gpu0", "ib-switch", "gpu8"});
+  CHECK(across.latency == doctest::Approx(2e-6));
+  CHECK(across.bandwidth == 25e9);
+  s.fabric = DgxSpec::Fabric::FatTree;
+  Cluster t = *make_dgx_cluster(s);
+  REQUIRE(validate(t).ok());
+  CHECK(t.switches.size() == 2 + 20);  // 16 NICs: the 4-ary fat-tree
+  CHECK(route(t, "gpu0", "gpu8").hops.size() == 6);
+  CHECK(route(t, "gpu0", "gpu1").hops.size() == 2);  // NVLink, not the edge switch (1 us < 2 us)
+  // Two nodes of two GPUs: small enough to check the bisection by brute force.
+  s.gpus_per_node = 2;
+  s.fabric = DgxSpec::Fabric::Switch;
+  Cluster small = *make_dgx_cluster(s);
+  CHECK(cluster_figures(small)->bisection_bandwidth == brute_force_bisection(small));
+  CHECK(cluster_figures(small)->bisection_bandwidth == 2 * 25e9);
+}
+
+TEST_CASE("summit: NVLink pairs per socket, X-Bus between sockets, one EDR rail per socket") {
+  SummitSpec s;
+  s.nodes = 2;
+  s.gpu = test_device();
+  Cluster c = *make_summit_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 8);
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu1")) == std::vector<std::string>{"gpu0", "gpu1"});
+  Route sockets = route(c, "gpu0", "gpu2");
+  CHECK(walk(c, 0, sockets) == std::vector<std::string>{"gpu0", "summit0-cpu0", "summit0-cpu1", "gpu2"});
+  CHECK(sockets.latency == doctest::Approx(1.5e-6));
+  CHECK(sockets.bandwidth == 50e9);
+  Route nodes = route(c, "gpu0", "gpu4");
+  CHECK(walk(c, 0, nodes) ==
+        std::vector<std::string>{"gpu0", "summit0-cpu0", "ib-switch", "summit1-cpu0", "gpu4"});
+  CHECK(nodes.latency == doctest::Approx(3e-6));
+  CHECK(nodes.bandwidth == 12.5e9);
+  Cluster one = *make_summit_cluster({1, test_device()});
+  CHECK(cluster_figures(one)->bisection_bandwidth == brute_force_bisection(one));
+}
+
+TEST_CASE("FPGA ring and torus: direct QSFP links, optional PCIe host links") {
+  FpgaSpec s;
+  s.dims = {4};
+  s.device = test_device();
+  s.pcie = true;
+  s.per_host = 2;
+  Cluster c = *make_fpga_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices[1].name == "fpga1");
+  CHECK(c.devices[1].node == "host0");
+  CHECK(c.devices[2].node == "host1");
+  CHECK(c.switches == std::vector<std::string>{"host0", "host1"});
+  CHECK(c.links.size() == 4 + 4);
+  CHECK(walk(c, 0, route(c, "fpga0", "fpga1")) == std::vector<std::string>{"fpga0", "fpga1"});
+  s.qsfp.latency = 5e-6;  // now PCIe through the host (2 x 1 us) is faster between FPGAs of a host
+  Cluster slow = *make_fpga_cluster(s);
+  CHECK(walk(slow, 0, route(slow, "fpga0", "fpga1")) == std::vector<std::string>{"fpga0", "host0", "fpga1"});
+  FpgaSpec t;
+  t.dims = {2, 3};
+  t.torus = true;
+  t.device = test_device();
+  Cluster torus = *make_fpga_cluster(t);
+  CHECK(torus.torus_dims == std::vector<int>{2, 3});
+  CHECK(torus.name == "fpga-torus");
+}
+
+TEST_CASE("routes: every computed route is a shortest path by latency, then hops (Floyd-Warshall)") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    Cluster c;
+    const int n = 4 + trial % 5, s = trial % 4;
+    for (int i = 0; i < n; ++i) c.devices.push_back({"d" + std::to_string(i), test_device(), ""});
+    for (int i = 0; i < s; ++i) c.switches.push_back("s" + std::to_string(i));
+    const int nodes = n + s;
+    std::set<std::pair<int, int>> used;
+    for (int i = 1; i < nodes; ++i) {  // a spanning tree keeps it connected
+      int j = std::uniform_int_distribution<int>(0, i - 1)(rng);
+      used.insert({j, i});
+    }
+    for (int e = 0; e < nodes; ++e) {
+      int a = std::uniform_int_distribution<int>(0, nodes - 1)(rng);
+      int b = std::uniform_int_distribution<int>(0, nodes - 1)(rng);
+      if (a != b) used.insert(std::minmax(a, b));
+    }
+    for (auto [a, b] : used)
+      c.links.push_back({a, b, 1e9, std::uniform_int_distribution<int>(0, 3)(rng) * 1e-6, Duplex::Full});
+    REQUIRE(validate(c).ok());
+    auto d = floyd(c);
+    Router r(c);
+    int diameter = 0;
+    for (int i = 0; i < nodes; ++i)
+      for (int j = 0; j < nodes; ++j) {
+        Route rt = *r.route(j, i);  // reverse order of a source-major sweep: no help from the cache
+        INFO("trial " << trial << " " << j << "->" << i);
+        CHECK(rt.latency == doctest::Approx(d[j][i].latency));
+        CHECK(static_cast<int>(rt.hops.size()) == d[j][i].hops);
+      }
+    // Diameter in hops: Floyd-Warshall on hop counts alone.
+    Cluster hops_only = c;
+    for (Link& l : hops_only.links) l.latency = 1;
+    auto h = floyd(hops_only);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) diameter = std::max(diameter, h[i][j].hops);
+    CHECK(cluster_figures(c)->diameter_hops == diameter);
+    if (s <= 3) CHECK(cluster_figures(c)->bisection_bandwidth == brute_force_bisection(c));
+  }
+}
+
+TEST_CASE("explicit routes take precedence and are validated as walks") {
+  Cluster c = *make_ring_cluster(4, "gpu", test_device(), kLink);
+  // gpu0 -> gpu1 the long way round: links 3 (gpu3--gpu0), 2 (gpu2--gpu3), 1 (gpu1--gpu2), each
+  // from b to a; the last hop is first given the wrong way.
+  c.routes.push_back({0, 1, {{3, true}, {2, true}, {1, false}}});
+  Status bad = validate(c);
+  CHECK(bad.error().message ==
+        "route 0 from \"gpu0\" to \"gpu1\": hop 2 (link \"gpu1\"--\"gpu2\") does not start at \"gpu2\"");
+  c.routes[0].hops[2].reverse = true;
+  CHECK(validate(c).ok() == true);
+  Route r = route(c, "gpu0", "gpu1");
+  CHECK(walk(c, 0, r) == std::vector<std::string>{"gpu0", "gpu3", "gpu2", "gpu1"});
+  CHECK(route(c, "gpu1", "gpu0").hops.size() == 1);  // the other direction is computed
+  c.routes.push_back(c.routes[0]);
+  CHECK(validate(c).error().message == "route 1 duplicates another route from \"gpu0\" to \"gpu1\"");
+  c.routes.pop_back();
+  c.routes[0].hops.pop_back();
+  CHECK(validate(c).error().message == "route 0 from \"gpu0\" to \"gpu1\" ends at \"gpu2\"");
+}
+
+TEST_CASE("disconnected devices: the figures name the pair") {
+  Cluster c = make_switch_cluster(3, "gpu", test_device(), 1e9, 0);
+  c.links.pop_back();
+  CHECK(cluster_figures(c).error().message == "\"gpu0\" and \"gpu2\" are not connected");
+}

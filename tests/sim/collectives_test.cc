@@ -1,0 +1,83 @@
+// All-reduce collectives as transfers on the simulated network, against closed forms
+// (../shared/reference/closed-forms.md for the ring; the hierarchical one derived in the test).
+#include "core/collectives.h"
+
+#include <doctest/doctest.h>
+
+#include "core/topologies/generators.h"
+#include "sim/replay.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+// Time of one all-reduce of `bytes` among the first n devices of c, everything ready at 0.
+double allreduce_time(const Cluster& c, AllReduceAlgorithm a, int n, double bytes) {
+  TaskGraph g;
+  g.device_order.resize(c.devices.size());
+  g.static_memory.resize(c.devices.size());
+  std::vector<int> devices(n);
+  for (int i = 0; i < n; ++i) devices[i] = i;
+  append_allreduce(g, a, c, devices, std::vector<int32_t>(n, -1), bytes);
+  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  REQUIRE(r.ok());
+  return r->timeline.makespan();
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce on a ring of links: 2(n-1) a + 2(n-1)/n x S / B") {
+  const double B = 25e9, a = 2e-6;
+  for (int n : {2, 3, 4, 8}) {
+    Cluster c = *make_ring_cluster(n, "gpu", test_device(), {B, a});
+    for (double S : {1e6, 1e8, 1e9}) {
+      INFO("n=" << n << " S=" << S);
+      const double expected = 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S / B;
+      CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Ring, n, S), expected, 0.01));
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce through a switch: every step crosses two links, directions never shared") {
+  const double B = 10e9, a = 1e-6, S = 4e8;
+  const int n = 5;
+  Cluster c = make_switch_cluster(n, "gpu", test_device(), B, a);
+  CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Ring, n, S), 2.0 * (n - 1) * (2 * a + S / n / B),
+                  1e-6));
+}
+
+TEST_CASE("hierarchical all-reduce on DGX-style nodes: reduce, ring across nodes, broadcast") {
+  // m GPUs per node on an NVSwitch (links Bn, an), L nodes on one InfiniBand switch (Bi, ai).
+  // Reduce: m - 1 flows share the leader's NVLink link: 2 an + (m - 1) S / Bn. Ring among the L
+  // leaders, each step over two InfiniBand links: 2 (L - 1) (2 ai + S / (L Bi)). Broadcast: the
+  // leader's link again: 2 an + (m - 1) S / Bn.
+  DgxSpec s;
+  s.gpu = test_device();
+  s.nvlink = {300e9, 0.5e-6};
+  s.infiniband = {25e9, 1e-6};
+  const double S = 1e9;
+  for (auto [L, m] : {std::pair{2, 8}, {4, 4}, {3, 2}}) {
+    s.nodes = L;
+    s.gpus_per_node = m;
+    Cluster c = *make_dgx_cluster(s);
+    const double intra = 2 * s.nvlink.latency + (m - 1) * S / s.nvlink.bandwidth;
+    const double across = 2.0 * (L - 1) * (2 * s.infiniband.latency + S / L / s.infiniband.bandwidth);
+    INFO("L=" << L << " m=" << m);
+    CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Hierarchical, L * m, S), 2 * intra + across, 1e-6));
+  }
+}
+
+TEST_CASE(
+    "hierarchical all-reduce degenerates: one device per machine is the ring, one machine has no ring") {
+  const double B = 10e9, a = 1e-6, S = 3e8;
+  Cluster ring =
+      *make_ring_cluster(4, "gpu", test_device(), {B, a});  // no `node`: each device its own machine
+  CHECK(close_rel(allreduce_time(ring, AllReduceAlgorithm::Hierarchical, 4, S),
+                  allreduce_time(ring, AllReduceAlgorithm::Ring, 4, S), 1e-9));
+  Cluster one = make_switch_cluster(4, "gpu", test_device(), B, a);
+  for (Device& d : one.devices) d.node = "box";
+  CHECK(
+      close_rel(allreduce_time(one, AllReduceAlgorithm::Hierarchical, 4, S), 2 * (2 * a + 3 * S / B), 1e-6));
+}
