@@ -220,7 +220,7 @@ Result<Cluster> make_summit_cluster(const SummitSpec& s) {
   return c;
 }
 
-Result<Cluster> make_fpga_cluster(const FpgaSpec& s) {
+Result<Cluster> make_fpga_cluster(const FpgaClusterSpec& s) {
   Result<Cluster> c = s.torus ? make_torus_cluster(s.dims, "fpga", s.device, s.qsfp)
                               : (s.dims.size() == 1 ? make_ring_cluster(s.dims[0], "fpga", s.device, s.qsfp)
                                                     : Result<Cluster>(Error{"an FPGA ring has one size"}));

@@ -95,7 +95,7 @@ Result<Cluster> make_summit_cluster(const SummitSpec& s);
 // (dimension-order routing). With `pcie`, every `per_host` consecutive FPGAs also have a PCIe link to
 // their host "host<j>" (a routing node; the FPGAs' `node`), PCIe Gen3 x16 by default (15.75 GB/s,
 // latency [assumed] 1 us); a ring may then route between FPGAs of one host over PCIe when faster.
-struct FpgaSpec {
+struct FpgaClusterSpec {
   std::vector<int> dims;  // {count} for a ring
   bool torus = false;
   DeviceSpec device;
@@ -104,6 +104,6 @@ struct FpgaSpec {
   LinkSpec pcie_link{15.75e9, 1e-6};
   int per_host = 1;
 };
-Result<Cluster> make_fpga_cluster(const FpgaSpec& s);
+Result<Cluster> make_fpga_cluster(const FpgaClusterSpec& s);
 
 }  // namespace pipegrid

@@ -232,7 +232,7 @@ TEST_CASE("summit: NVLink pairs per socket, X-Bus between sockets, one EDR rail 
 }
 
 TEST_CASE("FPGA ring and torus: direct QSFP links, optional PCIe host links") {
-  FpgaSpec s;
+  FpgaClusterSpec s;
   s.dims = {4};
   s.device = test_device();
   s.pcie = true;
@@ -248,7 +248,7 @@ TEST_CASE("FPGA ring and torus: direct QSFP links, optional PCIe host links") {
   s.qsfp.latency = 5e-6;  // now PCIe through the host (2 x 1 us) is faster between FPGAs of a host
   Cluster slow = *make_fpga_cluster(s);
   CHECK(walk(slow, 0, route(slow, "fpga0", "fpga1")) == std::vector<std::string>{"fpga0", "host0", "fpga1"});
-  FpgaSpec t;
+  FpgaClusterSpec t;
   t.dims = {2, 3};
   t.torus = true;
   t.device = test_device();
