@@ -221,8 +221,21 @@ Result<Cluster> make_summit_cluster(const SummitSpec& s) {
 }
 
 Result<Cluster> make_fpga_cluster(const FpgaClusterSpec& s) {
-  Result<Cluster> c = s.torus ? make_torus_cluster(s.dims, "fpga", s.device, s.qsfp)
-                              : (s.dims.size() == 1 ? make_ring_cluster(s.dims[0], "fpga", s.device, s.qsfp)
+  LinkSpec qsfp = s.qsfp;
+  if (qsfp.bandwidth == 0)
+    qsfp.bandwidth =
+        s.device.fpga && s.device.fpga->port_bandwidth > 0 ? s.device.fpga->port_bandwidth : 12.5e9;
+  int ports = 0;
+  for (int d : s.dims) ports += d >= 3 ? 2 : d == 2 ? 1 : 0;
+  if (s.device.fpga && s.device.fpga->ports > 0 && ports > s.device.fpga->ports) {
+    std::string shape;
+    for (int d : s.dims) shape += fmt::format("{}{}", shape.empty() ? "" : " x ", d);
+    return Error{
+        fmt::format("an FPGA {} {} needs {} network ports per FPGA, the device has {} (set its `ports`)",
+                    s.torus ? "torus" : "ring of", shape, ports, s.device.fpga->ports)};
+  }
+  Result<Cluster> c = s.torus ? make_torus_cluster(s.dims, "fpga", s.device, qsfp)
+                              : (s.dims.size() == 1 ? make_ring_cluster(s.dims[0], "fpga", s.device, qsfp)
                                                     : Result<Cluster>(Error{"an FPGA ring has one size"}));
   if (!c) return c;
   c->name = s.torus ? "fpga-torus" : "fpga-ring";

@@ -90,16 +90,19 @@ struct SummitSpec {
 };
 Result<Cluster> make_summit_cluster(const SummitSpec& s);
 
-// FPGAs fpga<i> linked directly through their QSFP28 ports (100 Gb/s = 12.5 GB/s; latency
-// [assumed] 0.5 us), in a ring (`dims` = {count}, shortest-path routing) or a 2-D/3-D torus
-// (dimension-order routing). With `pcie`, every `per_host` consecutive FPGAs also have a PCIe link to
-// their host "host<j>" (a routing node; the FPGAs' `node`), PCIe Gen3 x16 by default (15.75 GB/s,
-// latency [assumed] 1 us); a ring may then route between FPGAs of one host over PCIe when faster.
+// FPGAs fpga<i> linked directly through their QSFP28 ports, in a ring (`dims` = {count}, shortest-path
+// routing) or a 2-D/3-D torus (dimension-order routing). The link bandwidth defaults to the device's
+// port bandwidth (FpgaSpec::port_bandwidth; 100 Gb/s = 12.5 GB/s when unknown), the latency to 0.5 us
+// [assumed]. When the device gives its port count, the shape must not need more (a ring uses 2
+// ports, a torus 2 per dimension of size 3 or more and 1 per dimension of size 2). With `pcie`,
+// every `per_host` consecutive FPGAs also have a PCIe link to their host "host<j>" (a routing node;
+// the FPGAs' `node`), PCIe Gen3 x16 by default (15.75 GB/s, latency [assumed] 1 us); a ring may then
+// route between FPGAs of one host over PCIe when that is faster.
 struct FpgaClusterSpec {
   std::vector<int> dims;  // {count} for a ring
   bool torus = false;
   DeviceSpec device;
-  LinkSpec qsfp{12.5e9, 0.5e-6};
+  LinkSpec qsfp{0, 0.5e-6};  // bandwidth 0: the device's port bandwidth
   bool pcie = false;
   LinkSpec pcie_link{15.75e9, 1e-6};
   int per_host = 1;

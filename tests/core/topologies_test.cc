@@ -255,6 +255,15 @@ TEST_CASE("FPGA ring and torus: direct QSFP links, optional PCIe host links") {
   Cluster torus = *make_fpga_cluster(t);
   CHECK(torus.torus_dims == std::vector<int>{2, 3});
   CHECK(torus.name == "fpga-torus");
+  CHECK(torus.links[0].bandwidth == 12.5e9);
+  // A device that states its ports: 2 QSFP28 ports carry a ring, not a 2 x 3 torus (1 + 2 ports).
+  t.device.fpga = FpgaSpec{};
+  t.device.fpga->ports = 2;
+  t.device.fpga->port_bandwidth = 11e9;
+  CHECK(make_fpga_cluster(t).error().message ==
+        "an FPGA torus 2 x 3 needs 3 network ports per FPGA, the device has 2 (set its `ports`)");
+  t.device.fpga->ports = 3;
+  CHECK(make_fpga_cluster(t)->links[0].bandwidth == 11e9);
 }
 
 TEST_CASE("routes: every computed route is a shortest path by latency, then hops (Floyd-Warshall)") {
