@@ -224,6 +224,11 @@ struct Router::Impl {
   std::unordered_map<uint64_t, int> links;            // for dimension-order routing
   long long torus_points = 0;
   mutable std::unordered_map<uint64_t, Route> cache;
+  // A source asked about twice gets its whole shortest-path tree (kept for one source at a time):
+  // queries grouped by source then cost one search per source.
+  mutable int last_source = -1;
+  mutable int tree_source = -1;
+  mutable std::vector<int> tree_pred;
   // Search state, reset after every search on the vertices it touched.
   mutable std::vector<Weight> dist;
   mutable std::vector<int> pred_link;
@@ -261,7 +266,27 @@ struct Router::Impl {
     return finish(std::move(hops));
   }
 
-  Result<Route> shortest_route(int from, int to) const {
+  // Route to `to` along predecessor links (-1: none), or nullopt when `to` was not reached.
+  std::optional<Route> follow(const std::vector<int>& pred, int from, int to) const {
+    std::vector<Hop> reversed;
+    for (int node = to; node != from;) {
+      const int li = pred[node];
+      if (li < 0) return std::nullopt;
+      const Link& l = cluster->links[li];
+      const bool reverse = (l.a == node);  // arrived at `node` over li from its other end
+      reversed.push_back({li, reverse});
+      node = reverse ? l.b : l.a;
+    }
+    return finish({reversed.rbegin(), reversed.rend()});
+  }
+
+  Error not_connected(int from, int to) const {
+    return Error{fmt::format("\"{}\" and \"{}\" are not connected", cluster->node_name(from), cluster->node_name(to))};
+  }
+
+  // Searches from `from` until `to` is settled (to = -1: the whole graph). Returns the route to `to`
+  // (if given), and with keep_tree leaves the predecessor links of every node in tree_pred.
+  Result<Route> shortest_route(int from, int to, bool keep_tree = false) const {
     auto index = boost::get(boost::edge_index, graph);
     auto weight = boost::make_function_property_map<NetGraph::edge_descriptor, Weight>(
         [this, index](NetGraph::edge_descriptor e) {
@@ -292,32 +317,22 @@ struct Router::Impl {
           boost::get(boost::vertex_index, graph), WeightLess{}, WeightPlus{}, kUnreached, Weight{}, visitor);
     } catch (const Settled&) {
     }
-    std::vector<Hop> reversed;
-    bool reached = true;
-    for (int node = to; node != from;) {
-      const int li = pred_link[node];
-      if (li < 0) {
-        reached = false;
-        break;
-      }
-      const Link& l = cluster->links[li];
-      const bool reverse = (l.a == node);  // arrived at `node` over li from its other end
-      reversed.push_back({li, reverse});
-      node = reverse ? l.b : l.a;
+    std::optional<Route> found = to >= 0 ? follow(pred_link, from, to) : std::optional<Route>(Route{});
+    if (keep_tree) {
+      tree_pred = pred_link;
+      tree_source = from;
     }
     for (int v : touched) {
       dist[v] = kUnreached;
       pred_link[v] = -1;
     }
     touched.clear();
-    if (!reached)
-      return Error{fmt::format("\"{}\" and \"{}\" are not connected", cluster->node_name(from),
-                               cluster->node_name(to))};
-    return finish({reversed.rbegin(), reversed.rend()});
+    if (!found) return not_connected(from, to);
+    return std::move(*found);
   }
 };
 
-Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c), {}, {}, 0, {}, {}, {}, {}}) {
+Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c)}) {
   impl_->dist.assign(c.node_count(), kUnreached);
   impl_->pred_link.assign(c.node_count(), -1);
   for (size_t i = 0; i < c.routes.size(); ++i)
@@ -341,7 +356,13 @@ Result<Route> Router::route(int from, int to) const {
     r = impl_->finish(impl_->cluster->routes[it->second].hops);
   } else if (from < impl_->torus_points && to < impl_->torus_points) {
     r = impl_->torus_route(from, to);
+  } else if (impl_->tree_source == from || impl_->last_source == from) {
+    if (impl_->tree_source != from) (void)impl_->shortest_route(from, -1, /*keep_tree=*/true);
+    std::optional<Route> found = impl_->follow(impl_->tree_pred, from, to);
+    if (!found) return impl_->not_connected(from, to);
+    return std::move(*found);  // cheap to recompute from the tree: not cached
   } else {
+    impl_->last_source = from;
     Result<Route> found = impl_->shortest_route(from, to);
     if (!found) return found.error();
     r = std::move(*found);

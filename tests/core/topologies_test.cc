@@ -288,15 +288,18 @@ TEST_CASE("routes: every computed route is a shortest path by latency, then hops
       c.links.push_back({a, b, 1e9, std::uniform_int_distribution<int>(0, 3)(rng) * 1e-6, Duplex::Full});
     REQUIRE(validate(c).ok());
     auto d = floyd(c);
-    Router r(c);
+    Router r(c), grouped(c);
     int diameter = 0;
     for (int i = 0; i < nodes; ++i)
       for (int j = 0; j < nodes; ++j) {
-        Route rt = *r.route(j, i);  // reverse order of a source-major sweep: no help from the cache
+        Route rt = *r.route(j, i);  // a new source every time: searches that stop at the destination
         INFO("trial " << trial << " " << j << "->" << i);
         CHECK(rt.latency == doctest::Approx(d[j][i].latency));
         CHECK(static_cast<int>(rt.hops.size()) == d[j][i].hops);
       }
+    // Grouped by source, the router answers from whole shortest-path trees: the same routes.
+    for (int j = 0; j < nodes; ++j)
+      for (int i = 0; i < nodes; ++i) CHECK(grouped.route(j, i)->hops == r.route(j, i)->hops);
     // Diameter in hops: Floyd-Warshall on hop counts alone.
     Cluster hops_only = c;
     for (Link& l : hops_only.links) l.latency = 1;

@@ -1,0 +1,833 @@
+#include "sim/simgrid_xml.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <pugixml.hpp>
+#include <set>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "core/units.h"
+#include "sim/platform.h"
+
+namespace pipegrid::sim {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Export
+
+std::string escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
+
+// Shortest text that reads back as the same double.
+std::string num(double v) {
+  return fmt::format("{}", v);
+}
+
+constexpr const char* kPrefix = "pipegrid:";
+
+std::vector<std::pair<std::string, std::string>> device_properties(const Device& d) {
+  const DeviceSpec& s = d.spec;
+  std::vector<std::pair<std::string, std::string>> p = {
+      {"model", s.kind},
+      {"memory", num(s.memory_bytes)},
+      {"memory_bandwidth", num(s.memory_bandwidth)},
+      {"efficiency", num(s.efficiency)},
+      {"layer_overhead", num(s.layer_overhead_s)},
+  };
+  if (!s.family.empty()) p.emplace_back("family", s.family);
+  if (!d.node.empty()) p.emplace_back("node", d.node);
+  for (int i = 0; i < kPrecisionCount; ++i)
+    p.emplace_back(fmt::format("peak_{}", to_string(static_cast<Precision>(i))), num(s.peak_flops[i]));
+  if (s.fpga) {
+    const FpgaSpec& f = *s.fpga;
+    p.emplace_back("fpga_dsps", num(f.dsps));
+    p.emplace_back("fpga_clock", num(f.clock_hz));
+    for (int i = 0; i < kPrecisionCount; ++i)
+      p.emplace_back(fmt::format("fpga_macs_{}", to_string(static_cast<Precision>(i))),
+                     num(f.macs_per_dsp[i]));
+    p.emplace_back("fpga_onchip", num(f.onchip_bytes));
+    p.emplace_back("fpga_ports", std::to_string(f.ports));
+    p.emplace_back("fpga_port_bandwidth", num(f.port_bandwidth));
+  }
+  return p;
+}
+
+// Hops packed as link * 2 + reverse.
+uint32_t pack(const Hop& h) {
+  return static_cast<uint32_t>(h.link) * 2 + (h.reverse ? 1 : 0);
+}
+Hop unpack(uint32_t v) {
+  return {static_cast<int>(v / 2), (v & 1) != 0};
+}
+
+}  // namespace
+
+Status write_simgrid_xml(const Cluster& c, std::ostream& out) {
+  if (Status s = validate(c); !s) return s;
+  if (Status s = check_link_names(c); !s) return s;
+  const int D = static_cast<int>(c.devices.size());
+  // Every ordered pair's route, packed (queries grouped by source: one search per source).
+  Router router(c);
+  std::vector<uint32_t> hops;
+  std::vector<size_t> start(static_cast<size_t>(D) * D + 1, 0);
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b) {
+      if (a != b) {
+        Result<Route> r = router.route(a, b);
+        if (!r) return r.error();
+        for (const Hop& h : r->hops) hops.push_back(pack(h));
+      }
+      start[static_cast<size_t>(a) * D + b + 1] = hops.size();
+    }
+  auto route_of = [&](int a, int b) {
+    const size_t i = static_cast<size_t>(a) * D + b;
+    return std::span<const uint32_t>(hops.data() + start[i], start[i + 1] - start[i]);
+  };
+
+  const std::string zone = c.name.empty() ? "cluster" : c.name;
+  out << "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n";
+  out << "<!-- Written by pipegrid: the routes are the ones pipegrid uses; the pipegrid:* properties let "
+         "pipegrid read the cluster back exactly. -->\n";
+  out << "<platform version=\"4.1\">\n";
+  out << "  <zone id=\"" << escape(zone) << "\" routing=\"Full\">\n";
+  for (const Device& d : c.devices) {
+    out << "    <host id=\"" << escape(d.name) << "\" speed=\"" << num(host_speed(d.spec)) << "f\">\n";
+    for (const auto& [k, v] : device_properties(d))
+      out << "      <prop id=\"" << kPrefix << k << "\" value=\"" << escape(v) << "\"/>\n";
+    out << "    </host>\n";
+  }
+  for (const std::string& s : c.switches) out << "    <router id=\"" << escape(s) << "\"/>\n";
+  for (size_t i = 0; i < c.links.size(); ++i) {
+    const Link& l = c.links[i];
+    out << "    <link id=\"" << escape(link_name(c, static_cast<int>(i))) << "\" bandwidth=\""
+        << num(l.bandwidth) << "Bps\" latency=\"" << num(l.latency) << "s\" sharing_policy=\""
+        << (l.duplex == Duplex::Full ? "SPLITDUPLEX" : "SHARED") << "\">\n";
+    out << "      <prop id=\"" << kPrefix << "a\" value=\"" << escape(c.node_name(l.a)) << "\"/>\n";
+    out << "      <prop id=\"" << kPrefix << "b\" value=\"" << escape(c.node_name(l.b)) << "\"/>\n";
+    out << "    </link>\n";
+  }
+  auto write_route = [&](int a, int b, bool symmetrical) {
+    out << "    <route src=\"" << escape(c.devices[a].name) << "\" dst=\"" << escape(c.devices[b].name)
+        << "\" symmetrical=\"" << (symmetrical ? "YES" : "NO") << "\">";
+    for (uint32_t v : route_of(a, b)) {
+      const Hop h = unpack(v);
+      out << "<link_ctn id=\"" << escape(link_name(c, h.link)) << "\"";
+      if (c.links[h.link].duplex == Duplex::Full)
+        out << " direction=\"" << (h.reverse ? "DOWN" : "UP") << "\"";
+      out << "/>";
+    }
+    out << "</route>\n";
+  };
+  for (int a = 0; a < D; ++a)
+    for (int b = a + 1; b < D; ++b) {
+      auto there = route_of(a, b), back = route_of(b, a);
+      bool mirror = there.size() == back.size();
+      for (size_t k = 0; mirror && k < there.size(); ++k)
+        mirror = back[there.size() - 1 - k] == (there[k] ^ 1u);
+      write_route(a, b, mirror);
+      if (!mirror) write_route(b, a, false);
+    }
+  out << "  </zone>\n</platform>\n";
+  if (!out) return Error{"cannot write the SimGrid platform"};
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import
+
+namespace {
+
+struct XmlFail : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class RouteRole { Explicit, Edge };  // a Full zone's route, or a link chain in a graph
+
+struct RawLink {
+  std::string name;
+  double bandwidth = 0, latency = 0;
+  Duplex duplex = Duplex::Shared;
+  std::string prop_a, prop_b;  // endpoints from pipegrid:a / pipegrid:b
+  pugi::xml_node where;
+};
+
+struct RawHop {
+  std::string link;
+  int dir = -1;  // -1 unknown, 0 UP (a to b), 1 DOWN
+  pugi::xml_node where;
+};
+
+struct RawRoute {
+  std::string src, dst;
+  std::vector<RawHop> hops;
+  bool symmetrical = true;
+  RouteRole role = RouteRole::Edge;
+  pugi::xml_node where;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& text, std::string name, const std::optional<DeviceSpec>& device)
+      : text_(text), name_(std::move(name)), default_device_(device) {
+    line_starts_.push_back(0);
+    for (size_t i = 0; i < text_.size(); ++i)
+      if (text_[i] == '\n') line_starts_.push_back(i + 1);
+  }
+
+  Cluster read() {
+    pugi::xml_document doc;
+    pugi::xml_parse_result res = doc.load_buffer(text_.data(), text_.size(), pugi::parse_default);
+    if (!res) throw XmlFail(fmt::format("{}: invalid XML: {}", location(res.offset), res.description()));
+    pugi::xml_node root = doc.document_element();
+    if (std::string_view(root.name()) != "platform")
+      fail(root, fmt::format("expected a SimGrid <platform>, got <{}>", root.name()));
+    if (pugi::xml_attribute v = root.attribute("version");
+        !v || (std::string_view(v.value()) != "4.1" && std::string_view(v.value()) != "4"))
+      fail(root, fmt::format("expected <platform version=\"4.1\">, got version \"{}\"",
+                             root.attribute("version").value()));
+    check_attributes(root, {"version"});
+    for (pugi::xml_node child : root.children()) {
+      if (child.type() != pugi::node_element) continue;
+      const std::string_view tag = child.name();
+      if (tag == "zone")
+        zone(child);
+      else if (tag == "cluster")
+        cluster(child);
+      else if (tag == "config" || tag == "prop")
+        continue;
+      else
+        unsupported(child);
+    }
+    return build();
+  }
+
+ private:
+  // --- locations and errors -------------------------------------------------------------------
+  std::string location(ptrdiff_t offset) const {
+    if (offset < 0) return name_;
+    auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), static_cast<size_t>(offset));
+    const size_t line = static_cast<size_t>(it - line_starts_.begin());
+    return fmt::format("{}:{}:{}", name_, line, static_cast<size_t>(offset) - line_starts_[line - 1] + 1);
+  }
+  // pugixml gives the offset of the element's name: point at its '<'.
+  std::string location(const pugi::xml_node& n) const {
+    const ptrdiff_t o = n.offset_debug();
+    return location(o > 0 ? o - 1 : o);
+  }
+  [[noreturn]] void fail(const pugi::xml_node& n, std::string_view what) const {
+    throw XmlFail(fmt::format("{}: {}", location(n), what));
+  }
+  [[noreturn]] void unsupported(const pugi::xml_node& n) const {
+    fail(n, fmt::format(
+                "<{}> is not supported (pipegrid reads zone, cluster, host, router, link, route, zoneRoute, "
+                "link_ctn, prop and config)",
+                n.name()));
+  }
+  std::string describe(const pugi::xml_node& n) const {
+    if (const char* id = n.attribute("id").value(); *id) return fmt::format("<{} id=\"{}\">", n.name(), id);
+    return fmt::format("<{}>", n.name());
+  }
+
+  void check_attributes(const pugi::xml_node& n, std::initializer_list<std::string_view> allowed) const {
+    for (pugi::xml_attribute a : n.attributes())
+      if (std::find(allowed.begin(), allowed.end(), std::string_view(a.name())) == allowed.end())
+        fail(n, fmt::format("{}: attribute \"{}\" is not supported", describe(n), a.name()));
+  }
+  std::string required(const pugi::xml_node& n, const char* attribute) const {
+    pugi::xml_attribute a = n.attribute(attribute);
+    if (!a || !*a.value()) fail(n, fmt::format("<{}>: the attribute \"{}\" is missing", n.name(), attribute));
+    return a.value();
+  }
+
+  // SimGrid quantities: pipegrid's units, or a bare number in SimGrid's default unit.
+  double quantity(const pugi::xml_node& n, const char* attribute, Dimension d, bool positive) const {
+    const std::string text = n.attribute(attribute).value();
+    double v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    const bool bare = ec == std::errc() && p == text.data() + text.size();
+    Result<double> parsed = bare ? Result<double>(v) : parse_quantity(text, d, true);
+    if (!parsed || !std::isfinite(*parsed) || (positive ? !(*parsed > 0) : *parsed < 0))
+      fail(n, fmt::format("{}: {}: expected {}, got \"{}\"", describe(n), attribute,
+                          pipegrid::describe(d, positive ? "positive" : "non-negative"), text));
+    return *parsed;
+  }
+  // Host speeds: "1Gf", "2.5e9f", "100TFLOPS" or a bare number of flop/s.
+  void check_speed(const pugi::xml_node& n) const {
+    const std::string text = required(n, "speed");
+    for (std::string_view part : {std::string_view(text)}) {
+      double v = 0;
+      auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+      std::string_view unit(p, part.data() + part.size() - p);
+      static const std::set<std::string_view> kSimGrid = {"",   "f",  "kf", "Mf", "Gf",
+                                                          "Tf", "Pf", "Ef", "Zf", "flops"};
+      if (ec == std::errc() && v > 0 && std::isfinite(v) &&
+          (kSimGrid.count(unit) || parse_quantity(part, Dimension::FlopRate).ok()))
+        return;
+    }
+    fail(n, fmt::format("{}: speed: expected a positive speed like \"1Gf\", got \"{}\"", describe(n), text));
+  }
+
+  // --- elements ---------------------------------------------------------------------------------
+  void zone(const pugi::xml_node& z) {
+    check_attributes(z, {"id", "routing"});
+    required(z, "id");
+    const std::string routing = required(z, "routing");
+    RouteRole role;
+    if (routing == "Full")
+      role = RouteRole::Explicit;
+    else if (routing == "Floyd" || routing == "Dijkstra" || routing == "DijkstraCache")
+      role = RouteRole::Edge;
+    else if (routing == "None")
+      role = RouteRole::Edge;
+    else
+      fail(z, fmt::format(
+                  "{}: routing \"{}\" is not supported (pipegrid reads Full, Floyd, Dijkstra, DijkstraCache)",
+                  describe(z), routing));
+    if (zone_name_.empty()) zone_name_ = z.attribute("id").value();
+    for (pugi::xml_node child : z.children()) {
+      if (child.type() != pugi::node_element) continue;
+      const std::string_view tag = child.name();
+      if (tag == "host")
+        host(child);
+      else if (tag == "router")
+        router(child);
+      else if (tag == "link")
+        link(child);
+      else if (tag == "route")
+        route(child, role);
+      else if (tag == "zoneRoute")
+        zone_route(child);
+      else if (tag == "zone")
+        zone(child);
+      else if (tag == "cluster")
+        cluster(child);
+      else if (tag == "prop")
+        continue;
+      else
+        unsupported(child);
+    }
+  }
+
+  void add_node(const pugi::xml_node& n, const std::string& id, bool host) {
+    if (auto it = nodes_.find(id); it != nodes_.end())
+      fail(n, fmt::format("{}: the name \"{}\" is already used (at {})", describe(n), id,
+                          location(it->second.where).substr(name_.size() + 1)));
+    nodes_.emplace(
+        id, NodeInfo{host, host ? static_cast<int>(hosts_.size()) : static_cast<int>(routers_.size()), n});
+    if (host)
+      hosts_.push_back(id);
+    else
+      routers_.push_back(id);
+  }
+
+  void host(const pugi::xml_node& h) {
+    check_attributes(h, {"id", "speed", "core", "coordinates"});
+    const std::string id = required(h, "id");
+    check_speed(h);
+    Device d;
+    d.name = id;
+    bool described = false;
+    for (pugi::xml_node p : h.children()) {
+      if (p.type() != pugi::node_element) continue;
+      if (std::string_view(p.name()) != "prop") unsupported(p);
+      const std::string key = required(p, "id");
+      if (key.rfind(kPrefix, 0) != 0) continue;
+      described = true;
+      device_property(p, key.substr(std::strlen(kPrefix)), p.attribute("value").value(), d);
+    }
+    if (!described) {
+      if (!default_device_)
+        fail(h,
+             fmt::format("{}: no pipegrid device description (pipegrid:* properties) and no default device "
+                         "(give one: `device:` beside `file:`, or --device)",
+                         describe(h)));
+      d.spec = *default_device_;
+    } else if (!(d.spec.memory_bytes > 0)) {
+      fail(h, fmt::format("{}: the property pipegrid:memory is missing", describe(h)));
+    }
+    add_node(h, id, true);
+    devices_.push_back(std::move(d));
+  }
+
+  void device_property(const pugi::xml_node& p, const std::string& key, const std::string& value,
+                       Device& d) const {
+    DeviceSpec& s = d.spec;
+    auto number = [&]() {
+      double v = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || ptr != value.data() + value.size() || !std::isfinite(v) || v < 0)
+        fail(p, fmt::format("<prop id=\"{}{}\">: expected a non-negative number, got \"{}\"", kPrefix, key,
+                            value));
+      return v;
+    };
+    auto fpga = [&]() -> FpgaSpec& {
+      if (!s.fpga) s.fpga = FpgaSpec{};
+      return *s.fpga;
+    };
+    if (key == "model")
+      s.kind = value;
+    else if (key == "family")
+      s.family = value;
+    else if (key == "node")
+      d.node = value;
+    else if (key == "memory")
+      s.memory_bytes = number();
+    else if (key == "memory_bandwidth")
+      s.memory_bandwidth = number();
+    else if (key == "efficiency")
+      s.efficiency = number();
+    else if (key == "layer_overhead")
+      s.layer_overhead_s = number();
+    else if (key == "fpga_dsps")
+      fpga().dsps = number();
+    else if (key == "fpga_clock")
+      fpga().clock_hz = number();
+    else if (key == "fpga_onchip")
+      fpga().onchip_bytes = number();
+    else if (key == "fpga_ports")
+      fpga().ports = static_cast<int>(number());
+    else if (key == "fpga_port_bandwidth")
+      fpga().port_bandwidth = number();
+    else {
+      for (int i = 0; i < kPrecisionCount; ++i) {
+        const std::string_view prec = to_string(static_cast<Precision>(i));
+        if (key == fmt::format("peak_{}", prec)) return void(s.peak_flops[i] = number());
+        if (key == fmt::format("fpga_macs_{}", prec)) return void(fpga().macs_per_dsp[i] = number());
+      }
+      fail(p, fmt::format("<prop id=\"{}{}\">: unknown pipegrid property", kPrefix, key));
+    }
+  }
+
+  void router(const pugi::xml_node& r) {
+    check_attributes(r, {"id", "coordinates"});
+    add_node(r, required(r, "id"), false);
+  }
+
+  void add_link(RawLink l) {
+    if (auto it = link_index_.find(l.name); it != link_index_.end())
+      fail(l.where, fmt::format("<link id=\"{}\">: a link with this id is already declared (at {})", l.name,
+                                location(links_[it->second].where).substr(name_.size() + 1)));
+    link_index_.emplace(l.name, links_.size());
+    links_.push_back(std::move(l));
+  }
+
+  Duplex sharing(const pugi::xml_node& n, const char* attribute, Duplex fallback) const {
+    const std::string_view p = n.attribute(attribute).value();
+    if (p.empty()) return fallback;
+    if (p == "SHARED") return Duplex::Shared;
+    if (p == "SPLITDUPLEX" || p == "FULLDUPLEX") return Duplex::Full;
+    fail(n, fmt::format("{}: {} \"{}\" is not supported (pipegrid reads SHARED and SPLITDUPLEX)", describe(n),
+                        attribute, p));
+  }
+
+  void link(const pugi::xml_node& n) {
+    check_attributes(n, {"id", "bandwidth", "latency", "sharing_policy"});
+    RawLink l;
+    l.name = required(n, "id");
+    l.where = n;
+    required(n, "bandwidth");
+    l.bandwidth = quantity(n, "bandwidth", Dimension::Bandwidth, true);
+    l.latency = n.attribute("latency") ? quantity(n, "latency", Dimension::Time, false) : 0.0;
+    l.duplex = sharing(n, "sharing_policy", Duplex::Shared);
+    for (pugi::xml_node p : n.children()) {
+      if (p.type() != pugi::node_element) continue;
+      if (std::string_view(p.name()) != "prop") unsupported(p);
+      const std::string key = required(p, "id");
+      if (key == std::string(kPrefix) + "a")
+        l.prop_a = p.attribute("value").value();
+      else if (key == std::string(kPrefix) + "b")
+        l.prop_b = p.attribute("value").value();
+      else if (key.rfind(kPrefix, 0) == 0)
+        fail(p, fmt::format("<prop id=\"{}\">: unknown pipegrid property", key));
+    }
+    if (l.prop_a.empty() != l.prop_b.empty())
+      fail(n, fmt::format("<link id=\"{}\">: pipegrid:a and pipegrid:b go together", l.name));
+    add_link(std::move(l));
+  }
+
+  std::vector<RawHop> link_list(const pugi::xml_node& r) const {
+    std::vector<RawHop> hops;
+    for (pugi::xml_node c : r.children()) {
+      if (c.type() != pugi::node_element) continue;
+      if (std::string_view(c.name()) != "link_ctn") unsupported(c);
+      check_attributes(c, {"id", "direction"});
+      RawHop h{required(c, "id"), -1, c};
+      const std::string_view dir = c.attribute("direction").value();
+      if (dir == "UP")
+        h.dir = 0;
+      else if (dir == "DOWN")
+        h.dir = 1;
+      else if (!dir.empty() && dir != "NONE")
+        fail(c, fmt::format("<link_ctn id=\"{}\">: direction: expected UP, DOWN or NONE, got \"{}\"", h.link,
+                            dir));
+      hops.push_back(std::move(h));
+    }
+    return hops;
+  }
+
+  bool symmetrical(const pugi::xml_node& r) const {
+    const std::string_view s = r.attribute("symmetrical").value();
+    if (s.empty() || s == "YES" || s == "yes") return true;
+    if (s == "NO" || s == "no") return false;
+    fail(r, fmt::format("<{}>: symmetrical: expected YES or NO, got \"{}\"", r.name(), s));
+  }
+
+  void route(const pugi::xml_node& r, RouteRole role) {
+    check_attributes(r, {"src", "dst", "symmetrical"});
+    routes_.push_back({required(r, "src"), required(r, "dst"), link_list(r), symmetrical(r), role, r});
+    if (routes_.back().hops.empty()) fail(r, "<route>: a route needs at least one <link_ctn>");
+  }
+
+  void zone_route(const pugi::xml_node& r) {
+    check_attributes(r, {"src", "dst", "gw_src", "gw_dst", "symmetrical"});
+    required(r, "src");
+    required(r, "dst");
+    routes_.push_back({required(r, "gw_src"), required(r, "gw_dst"), link_list(r), true, RouteRole::Edge, r});
+    if (routes_.back().hops.empty()) fail(r, "<zoneRoute>: a route needs at least one <link_ctn>");
+  }
+
+  // radical "0-3,7": the host numbers.
+  std::vector<long> radical(const pugi::xml_node& n) const {
+    const std::string text = required(n, "radical");
+    std::vector<long> out;
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+      long lo = 0, hi = 0;
+      const size_t dash = part.find('-');
+      auto parse = [&](std::string_view s, long& v) {
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        return ec == std::errc() && p == s.data() + s.size() && v >= 0;
+      };
+      bool ok = dash == std::string::npos ? parse(part, lo) && parse(part, hi)
+                                          : parse(std::string_view(part).substr(0, dash), lo) &&
+                                                parse(std::string_view(part).substr(dash + 1), hi);
+      if (!ok || hi < lo || hi - lo > 1'000'000)
+        fail(n, fmt::format("{}: radical: expected ranges like \"0-15\" or \"0-3,8\", got \"{}\"",
+                            describe(n), text));
+      for (long i = lo; i <= hi; ++i) out.push_back(i);
+    }
+    return out;
+  }
+
+  void cluster(const pugi::xml_node& n) {
+    check_attributes(n, {"id", "prefix", "suffix", "radical", "speed", "bw", "lat", "sharing_policy",
+                         "router_id", "topology", "core", "loopback_bw", "loopback_lat", "bb_bw", "bb_lat",
+                         "bb_sharing_policy", "limiter_link", "topo_parameters"});
+    const std::string id = required(n, "id");
+    if (zone_name_.empty()) zone_name_ = id;
+    if (n.attribute("bb_bw") || n.attribute("bb_lat"))
+      fail(n, fmt::format(
+                  "{}: a backbone is not supported (every route would cross one more link than a graph of "
+                  "links between two nodes can hold)",
+                  describe(n)));
+    if (n.attribute("limiter_link")) fail(n, fmt::format("{}: limiter_link is not supported", describe(n)));
+    if (const std::string_view t = n.attribute("topology").value(); !t.empty() && t != "FLAT")
+      fail(n,
+           fmt::format("{}: topology \"{}\" is not supported (pipegrid reads FLAT clusters; use its torus, "
+                       "fat-tree and dragonfly generators)",
+                       describe(n), t));
+    check_speed(n);
+    required(n, "bw");
+    const double bw = quantity(n, "bw", Dimension::Bandwidth, true);
+    const double lat = n.attribute("lat") ? quantity(n, "lat", Dimension::Time, false) : 0.0;
+    const Duplex duplex = sharing(n, "sharing_policy", Duplex::Full);
+    const std::string prefix = n.attribute("prefix").value(), suffix = n.attribute("suffix").value();
+    std::string router_id = n.attribute("router_id").value();
+    if (router_id.empty()) router_id = prefix + id + "_router" + suffix;
+    if (!default_device_)
+      fail(n, fmt::format(
+                  "{}: cluster hosts have no pipegrid device description: give a default device (`device:` "
+                  "beside `file:`, or --device)",
+                  describe(n)));
+    add_node(n, router_id, false);
+    for (long i : radical(n)) {
+      const std::string host = prefix + std::to_string(i) + suffix;
+      add_node(n, host, true);
+      devices_.push_back({host, *default_device_, ""});
+      RawLink l;
+      l.name = id + "_link_" + std::to_string(i);
+      l.bandwidth = bw;
+      l.latency = lat;
+      l.duplex = duplex;
+      l.prop_a = host;
+      l.prop_b = router_id;
+      l.where = n;
+      add_link(std::move(l));
+    }
+  }
+
+  // --- from the raw description to a cluster ------------------------------------------------------
+  struct NodeInfo {
+    bool host;
+    int index;
+    pugi::xml_node where;
+  };
+
+  // Union-find over the network nodes (hosts, then routers) and the two ends of every link.
+  struct Classes {
+    std::vector<int> parent;
+    std::vector<int> named;  // per root: the host/router in the class, -1 if none
+    int find(int x) {
+      while (parent[x] != x) x = parent[x] = parent[parent[x]];
+      return x;
+    }
+  };
+
+  int node_id(const pugi::xml_node& where, const std::string& name) const {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end())
+      fail(where, fmt::format("<{}>: unknown host or router \"{}\"", where.name(), name));
+    return it->second.host ? it->second.index : static_cast<int>(hosts_.size()) + it->second.index;
+  }
+  int link_id(const RawHop& h) const {
+    auto it = link_index_.find(h.link);
+    if (it == link_index_.end()) fail(h.where, fmt::format("<link_ctn>: unknown link \"{}\"", h.link));
+    return static_cast<int>(it->second);
+  }
+  std::string node_label(int id) const {
+    return id < static_cast<int>(hosts_.size()) ? hosts_[id] : routers_[id - hosts_.size()];
+  }
+
+  void unite(Classes& k, int x, int y, const pugi::xml_node& where) const {
+    x = k.find(x);
+    y = k.find(y);
+    if (x == y) return;
+    if (k.named[x] >= 0 && k.named[y] >= 0)
+      fail(where,
+           fmt::format(
+               "{}: its links would make \"{}\" and \"{}\" one network node (pipegrid needs every link "
+               "to join two nodes, and routes that agree with that)",
+               describe(where), node_label(k.named[x]), node_label(k.named[y])));
+    k.parent[y] = x;
+    if (k.named[x] < 0) k.named[x] = k.named[y];
+  }
+
+  Cluster build() {
+    const int N = static_cast<int>(hosts_.size() + routers_.size());
+    const int L = static_cast<int>(links_.size());
+    auto end = [&](int link, int e) { return N + 2 * link + e; };
+    Classes k;
+    k.parent.resize(N + 2 * L);
+    std::iota(k.parent.begin(), k.parent.end(), 0);
+    k.named.assign(N + 2 * L, -1);
+    for (int i = 0; i < N; ++i) k.named[i] = i;
+    std::vector<char> used(L, 0);
+    for (int l = 0; l < L; ++l) {
+      if (links_[l].prop_a.empty()) continue;
+      used[l] = 1;
+      unite(k, end(l, 0), node_id(links_[l].where, links_[l].prop_a), links_[l].where);
+      unite(k, end(l, 1), node_id(links_[l].where, links_[l].prop_b), links_[l].where);
+    }
+    // Routes as constraints, resolved from both ends inwards; a hop whose orientation is not yet
+    // known waits for another pass, and when no pass makes progress one is oriented a to b.
+    struct Pending {
+      const RawRoute* r;
+      std::vector<int> links;
+      size_t lo = 0, hi = 0;
+      int cur_lo = 0, cur_hi = 0;
+    };
+    std::vector<Pending> pending;
+    for (const RawRoute& r : routes_) {
+      Pending p{&r, {}, 0, r.hops.size(), node_id(r.where, r.src), node_id(r.where, r.dst)};
+      if (p.cur_lo == p.cur_hi) continue;  // loopback
+      for (const RawHop& h : r.hops) {
+        p.links.push_back(link_id(h));
+        used[p.links.back()] = 1;
+      }
+      pending.push_back(std::move(p));
+    }
+    bool force = false;
+    while (!pending.empty()) {
+      bool progress = false;
+      for (Pending& p : pending) {
+        while (p.lo < p.hi) {
+          const int l = p.links[p.lo];
+          int e = p.r->hops[p.lo].dir;
+          if (e < 0) {
+            if (k.find(end(l, 0)) == k.find(p.cur_lo))
+              e = 0;
+            else if (k.find(end(l, 1)) == k.find(p.cur_lo))
+              e = 1;
+            else if (force)
+              e = 0, force = false;
+            else
+              break;
+          }
+          unite(k, p.cur_lo, end(l, e), p.r->where);
+          p.cur_lo = end(l, 1 - e);
+          ++p.lo;
+          progress = true;
+        }
+        while (p.hi > p.lo) {
+          const int l = p.links[p.hi - 1];
+          int x = p.r->hops[p.hi - 1].dir;  // UP leaves at end 1
+          if (x >= 0)
+            x = 1 - x;
+          else if (k.find(end(l, 1)) == k.find(p.cur_hi))
+            x = 1;
+          else if (k.find(end(l, 0)) == k.find(p.cur_hi))
+            x = 0;
+          else
+            break;
+          unite(k, p.cur_hi, end(l, x), p.r->where);
+          p.cur_hi = end(l, 1 - x);
+          --p.hi;
+          progress = true;
+        }
+      }
+      for (Pending& p : pending)
+        if (p.lo == p.hi) unite(k, p.cur_lo, p.cur_hi, p.r->where);
+      std::erase_if(pending, [](const Pending& p) { return p.lo == p.hi; });
+      if (!progress) force = true;
+    }
+
+    Cluster c;
+    c.name = zone_name_;
+    c.devices = std::move(devices_);
+    c.switches = routers_;
+    std::unordered_map<int, int> node_of_class;  // class root -> cluster node
+    std::set<std::string> names(hosts_.begin(), hosts_.end());
+    names.insert(routers_.begin(), routers_.end());
+    int junctions = 0;
+    auto node_of = [&](int element) {
+      const int root = k.find(element);
+      if (k.named[root] >= 0) return k.named[root];  // hosts, then routers: the cluster's numbering
+      auto [it, fresh] = node_of_class.emplace(root, -1);
+      if (fresh) {
+        std::string name;
+        do name = fmt::format("junction{}", junctions++);
+        while (names.count(name));
+        names.insert(name);
+        c.switches.push_back(name);
+        it->second = static_cast<int>(c.devices.size() + c.switches.size() - 1);
+      }
+      return it->second;
+    };
+    std::vector<int> cluster_link(L, -1);
+    std::map<std::pair<int, int>, int> by_ends;
+    for (int l = 0; l < L; ++l) {
+      if (!used[l]) continue;
+      const int a = node_of(end(l, 0)), b = node_of(end(l, 1));
+      const RawLink& raw = links_[l];
+      if (a == b)
+        fail(raw.where, fmt::format("<link id=\"{}\">: the routes through it make it join \"{}\" to itself",
+                                    raw.name, c.node_name(a)));
+      if (auto [it, fresh] = by_ends.emplace(std::minmax(a, b), l); !fresh)
+        fail(raw.where,
+             fmt::format("<link id=\"{}\">: \"{}\" also joins \"{}\" and \"{}\" (pipegrid allows one link "
+                         "between two nodes)",
+                         raw.name, links_[it->second].name, c.node_name(a), c.node_name(b)));
+      cluster_link[l] = static_cast<int>(c.links.size());
+      c.links.push_back({a, b, raw.bandwidth, raw.latency, raw.duplex});
+    }
+    // Explicit routes: a Full zone's routes between two hosts.
+    std::map<std::pair<int, int>, const RawRoute*> seen;
+    auto add_explicit = [&](const RawRoute& r, int from, int to, std::vector<Hop> hops) {
+      if (auto [it, fresh] = seen.emplace(std::pair{from, to}, &r); !fresh)
+        fail(r.where,
+             fmt::format("<route>: a route from \"{}\" to \"{}\" is already given (at {})", c.node_name(from),
+                         c.node_name(to), location(it->second->where).substr(name_.size() + 1)));
+      c.routes.push_back({from, to, std::move(hops)});
+    };
+    for (const RawRoute& r : routes_) {
+      if (r.role != RouteRole::Explicit) continue;
+      const int from = node_id(r.where, r.src), to = node_id(r.where, r.dst);
+      if (from == to || !c.is_device(from) || !c.is_device(to)) continue;
+      std::vector<Hop> hops;
+      int at = from;
+      for (const RawHop& h : r.hops) {
+        const int li = cluster_link[link_id(h)];
+        const Link& l = c.links[li];
+        const bool reverse = l.b == at;
+        if (l.a != at && l.b != at)
+          fail(h.where,
+               fmt::format("<link_ctn id=\"{}\">: the link does not touch \"{}\", where the route is", h.link,
+                           c.node_name(at)));
+        if (h.dir >= 0 && reverse != (h.dir == 1))
+          fail(h.where,
+               fmt::format("<link_ctn id=\"{}\">: direction {} goes against the way the route crosses it",
+                           h.link, h.dir == 0 ? "UP" : "DOWN"));
+        hops.push_back({li, reverse});
+        at = reverse ? l.a : l.b;
+      }
+      if (at != to)
+        fail(r.where, fmt::format("<route>: the links end at \"{}\", not \"{}\"", c.node_name(at), r.dst));
+      std::vector<Hop> back;
+      for (auto it = hops.rbegin(); it != hops.rend(); ++it) back.push_back({it->link, !it->reverse});
+      add_explicit(r, from, to, std::move(hops));
+      if (r.symmetrical) add_explicit(r, to, from, std::move(back));
+    }
+    if (c.devices.empty()) throw XmlFail(fmt::format("{}: the platform has no host", name_));
+    if (Status s = validate(c); !s) throw XmlFail(fmt::format("{}: {}", name_, s.error().message));
+    return c;
+  }
+
+  const std::string& text_;
+  std::string name_;
+  std::optional<DeviceSpec> default_device_;
+  std::vector<size_t> line_starts_;
+  std::string zone_name_;
+  std::map<std::string, NodeInfo> nodes_;
+  std::vector<std::string> hosts_, routers_;
+  std::vector<Device> devices_;
+  std::vector<RawLink> links_;
+  std::unordered_map<std::string, size_t> link_index_;
+  std::vector<RawRoute> routes_;
+};
+
+}  // namespace
+
+Result<Cluster> read_simgrid_xml(const std::string& text, const std::string& name,
+                                 const std::optional<DeviceSpec>& default_device) {
+  try {
+    return Reader(text, name, default_device).read();
+  } catch (const XmlFail& e) {
+    return Error{e.what()};
+  }
+}
+
+Result<Cluster> read_simgrid_xml_file(const std::string& path,
+                                      const std::optional<DeviceSpec>& default_device) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{fmt::format("cannot read \"{}\": {}", path, std::strerror(errno))};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return read_simgrid_xml(ss.str(), path, default_device);
+}
+
+}  // namespace pipegrid::sim
