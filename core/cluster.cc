@@ -152,6 +152,37 @@ Status validate_torus(const Cluster& c) {
   return {};
 }
 
+// The switches and links fat-tree routing uses: every one must exist.
+Status validate_fat_tree(const Cluster& c) {
+  if (!c.fat_tree) return {};
+  const FatTreeRouting& f = *c.fat_tree;
+  const int n = static_cast<int>(c.node_count());
+  const int h = f.k / 2;
+  if (f.k < 2 || f.k % 2 != 0) return Error{fmt::format("fat-tree routing needs an even k, got {}", f.k)};
+  if (f.endpoints.size() > static_cast<size_t>(f.k) * f.k * f.k / 4)
+    return Error{fmt::format("a {}-ary fat-tree has room for {} endpoints, got {}", f.k, f.k * f.k * f.k / 4,
+                             f.endpoints.size())};
+  if (f.edge < 0 || f.edge + f.k * h > n || f.agg < 0 || f.agg + f.k * h > n || f.core < 0 ||
+      f.core + h * h > n)
+    return Error{"fat-tree routing names switches the cluster does not have"};
+  const auto links = links_by_endpoints(c);
+  auto need = [&](int a, int b) -> Status {
+    if (a >= 0 && a < n && link_between(links, a, b) >= 0) return {};
+    return Error{fmt::format("fat-tree routing needs a link between \"{}\" and \"{}\"",
+                             a >= 0 && a < n ? c.node_name(a) : "?", c.node_name(b))};
+  };
+  for (size_t i = 0; i < f.endpoints.size(); ++i)
+    if (Status s = need(f.endpoints[i], f.edge + static_cast<int>(i) / h); !s) return s;
+  for (int p = 0; p < f.k; ++p)
+    for (int a = 0; a < h; ++a) {
+      for (int e = 0; e < h; ++e)
+        if (Status s = need(f.edge + p * h + e, f.agg + p * h + a); !s) return s;
+      for (int j = 0; j < h; ++j)
+        if (Status s = need(f.agg + p * h + a, f.core + a * h + j); !s) return s;
+    }
+  return {};
+}
+
 }  // namespace
 
 Status validate(const Cluster& c) {
@@ -181,7 +212,8 @@ Status validate(const Cluster& c) {
       return Error{fmt::format("link {} between \"{}\" and \"{}\" needs a non-negative latency", i, a, b)};
   }
   if (Status s = validate_routes(c); !s) return s;
-  return validate_torus(c);
+  if (Status s = validate_torus(c); !s) return s;
+  return validate_fat_tree(c);
 }
 
 namespace {
@@ -221,8 +253,9 @@ struct Router::Impl {
   const Cluster* cluster;
   NetGraph graph;
   std::unordered_map<uint64_t, int> explicit_routes;  // (from, to) -> index in cluster->routes
-  std::unordered_map<uint64_t, int> links;            // for dimension-order routing
+  std::unordered_map<uint64_t, int> links;            // for dimension-order and fat-tree routing
   long long torus_points = 0;
+  std::unordered_map<int, int> fat_tree_slot;  // endpoint node -> slot
   mutable std::unordered_map<uint64_t, Route> cache;
   // A source asked about twice gets its whole shortest-path tree (kept for one source at a time):
   // queries grouped by source then cost one search per source.
@@ -266,6 +299,40 @@ struct Router::Impl {
     return finish(std::move(hops));
   }
 
+  // Destination-mod-k on the fat-tree (see FatTreeRouting); both nodes are endpoints.
+  Route fat_tree_route(int from, int to) const {
+    const FatTreeRouting& f = *cluster->fat_tree;
+    const int h = f.k / 2;
+    const int s = fat_tree_slot.at(from), d = fat_tree_slot.at(to);
+    const int es = s / h, ed = d / h;  // edge switches (global index = pod h + e)
+    std::vector<int> path{from, f.edge + es};
+    if (es != ed) {
+      const int a = d % h;
+      path.push_back(f.agg + (es / h) * h + a);
+      if (es / h != ed / h) {
+        path.push_back(f.core + a * h + (d / h) % h);
+        path.push_back(f.agg + (ed / h) * h + a);
+      }
+      path.push_back(f.edge + ed);
+    }
+    path.push_back(to);
+    std::vector<Hop> hops;
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+      const int li = link_between(links, path[i], path[i + 1]);
+      hops.push_back({li, cluster->links[li].a != path[i]});
+    }
+    return finish(std::move(hops));
+  }
+
+  bool fat_tree_pair(int from, int to) const {
+    if (fat_tree_slot.empty()) return false;
+    if (!fat_tree_slot.count(from) || !fat_tree_slot.count(to)) return false;
+    if (cluster->is_device(from) && cluster->is_device(to) &&
+        cluster->machine_of(from) == cluster->machine_of(to))
+      return false;
+    return true;
+  }
+
   // Route to `to` along predecessor links (-1: none), or nullopt when `to` was not reached.
   std::optional<Route> follow(const std::vector<int>& pred, int from, int to) const {
     std::vector<Hop> reversed;
@@ -281,7 +348,8 @@ struct Router::Impl {
   }
 
   Error not_connected(int from, int to) const {
-    return Error{fmt::format("\"{}\" and \"{}\" are not connected", cluster->node_name(from), cluster->node_name(to))};
+    return Error{
+        fmt::format("\"{}\" and \"{}\" are not connected", cluster->node_name(from), cluster->node_name(to))};
   }
 
   // Searches from `from` until `to` is settled (to = -1: the whole graph). Returns the route to `to`
@@ -337,10 +405,11 @@ Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c)}) {
   impl_->pred_link.assign(c.node_count(), -1);
   for (size_t i = 0; i < c.routes.size(); ++i)
     impl_->explicit_routes.emplace(pair_key(c.routes[i].from, c.routes[i].to), static_cast<int>(i));
-  if (!c.torus_dims.empty()) {
-    impl_->links = links_by_endpoints(c);
-    impl_->torus_points = torus_size(c.torus_dims);
-  }
+  if (!c.torus_dims.empty() || c.fat_tree) impl_->links = links_by_endpoints(c);
+  if (!c.torus_dims.empty()) impl_->torus_points = torus_size(c.torus_dims);
+  if (c.fat_tree)
+    for (size_t i = 0; i < c.fat_tree->endpoints.size(); ++i)
+      impl_->fat_tree_slot.emplace(c.fat_tree->endpoints[i], static_cast<int>(i));
 }
 
 Router::~Router() {
@@ -356,6 +425,8 @@ Result<Route> Router::route(int from, int to) const {
     r = impl_->finish(impl_->cluster->routes[it->second].hops);
   } else if (from < impl_->torus_points && to < impl_->torus_points) {
     r = impl_->torus_route(from, to);
+  } else if (impl_->fat_tree_pair(from, to)) {
+    r = impl_->fat_tree_route(from, to);
   } else if (impl_->tree_source == from || impl_->last_source == from) {
     if (impl_->tree_source != from) (void)impl_->shortest_route(from, -1, /*keep_tree=*/true);
     std::optional<Route> found = impl_->follow(impl_->tree_pred, from, to);
@@ -466,6 +537,14 @@ void for_each_subset(int n, int k, bool fix_first, F f) {
 }
 
 }  // namespace
+
+Status check_connected(const Cluster& c) {
+  const std::vector<int> dist = hop_distances(make_graph(c), 0);
+  for (size_t d = 1; d < c.devices.size(); ++d)
+    if (dist[d] < 0)
+      return Error{fmt::format("\"{}\" and \"{}\" are not connected", c.devices[0].name, c.devices[d].name)};
+  return {};
+}
 
 Result<ClusterFigures> cluster_figures(const Cluster& c) {
   ClusterFigures f;

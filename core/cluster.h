@@ -39,6 +39,20 @@ struct ExplicitRoute {
   std::vector<Hop> hops;   // a walk from `from` to `to`
 };
 
+// Destination-mod-k routing on a k-ary fat-tree (Al-Fares et al.'s 3 levels), the usual static
+// routing of InfiniBand fat-trees: a route between endpoints of different machines climbs to edge
+// switch slot / (k/2), then to aggregation switch a = d mod (k/2) of the pod and, across pods, to
+// core switch a (k/2) + (d / (k/2)) mod (k/2), where d is the destination's slot; then down. Every
+// permutation of slots that keeps positions within pods (slot j of pod s to slot j of pod t) uses
+// each link direction once. Endpoints of one machine (dgx) use shortest paths (their own links).
+struct FatTreeRouting {
+  int k = 0;
+  std::vector<int> endpoints;  // network nodes; slot i hangs off edge switch i / (k/2)
+  // Network nodes of switch 0 of each level: edge switch e of pod p is edge + p k/2 + e,
+  // aggregation switch a of pod p is agg + p k/2 + a, core switch c is core + c.
+  int edge = -1, agg = -1, core = -1;
+};
+
 // Network nodes: devices are nodes 0 .. devices.size()-1, switches follow.
 struct Cluster {
   std::string name;
@@ -53,6 +67,8 @@ struct Cluster {
   // moves along dimension 0 first, then 1, then 2, each time the shorter way round the ring (the
   // upward way when both are equally long). Explicit routes still take precedence.
   std::vector<int> torus_dims;
+  // Fat-tree routing (fat-tree and dgx generators), after explicit routes and dimension order.
+  std::optional<FatTreeRouting> fat_tree;
 
   size_t node_count() const { return devices.size() + switches.size(); }
   bool is_device(int node) const { return node >= 0 && static_cast<size_t>(node) < devices.size(); }
@@ -66,9 +82,13 @@ struct Cluster {
 
 // Checks what SimGrid would abort on, and more: unique names, links between known nodes, no
 // self-link, no duplicate link, positive bandwidth, non-negative latency, positive device memory,
-// explicit routes that are walks over existing links (at most one per ordered pair), and a torus
-// shape whose neighbours are linked.
+// explicit routes that are walks over existing links (at most one per ordered pair), and torus and
+// fat-tree shapes whose links exist.
 Status validate(const Cluster& c);
+
+// Fails if two devices are not connected by links; the message names the first device and the first
+// one it cannot reach.
+Status check_connected(const Cluster& c);
 
 struct Route {
   std::vector<Hop> hops;
@@ -80,11 +100,11 @@ struct Route {
 };
 
 // Routes between network nodes, in order of precedence: the cluster's explicit routes, dimension-order
-// routes on a torus (Cluster::torus_dims), and otherwise shortest paths by latency, ties broken by hop
-// count (Boost.Graph Dijkstra). A shortest-path search stops as soon as its destination is settled,
-// so routing a few pairs of a large cluster costs a small part of an all-pairs computation; every
-// answer is cached. Devices may be crossed by a route (direct FPGA rings and tori need it).
-// Precondition: the cluster is valid and outlives the router.
+// routes on a torus (Cluster::torus_dims), destination-mod-k routes on a fat-tree (Cluster::fat_tree),
+// and otherwise shortest paths by latency, ties broken by hop count (Boost.Graph Dijkstra). A shortest-path
+// search stops as soon as its destination is settled, so routing a few pairs of a large cluster costs a small
+// part of an all-pairs computation; every answer is cached. Devices may be crossed by a route (direct FPGA
+// rings and tori need it). Precondition: the cluster is valid and outlives the router.
 class Router {
  public:
   explicit Router(const Cluster& c);

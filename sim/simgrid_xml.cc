@@ -551,10 +551,9 @@ class Reader {
     const std::string id = required(n, "id");
     if (zone_name_.empty()) zone_name_ = id;
     if (n.attribute("bb_bw") || n.attribute("bb_lat"))
-      fail(n, fmt::format(
-                  "{}: a backbone is not supported (every route would cross one more link than a graph of "
-                  "links between two nodes can hold)",
-                  describe(n)));
+      fail(n, fmt::format("{}: a backbone is not supported (pipegrid's links join two nodes, and every route "
+                          "between the cluster's hosts crosses the backbone)",
+                          describe(n)));
     if (n.attribute("limiter_link")) fail(n, fmt::format("{}: limiter_link is not supported", describe(n)));
     if (const std::string_view t = n.attribute("topology").value(); !t.empty() && t != "FLAT")
       fail(n,

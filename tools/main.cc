@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       &cli::add_workload_command,
       &cli::add_device_command,
       &cli::add_plan_command,
+      &cli::add_cluster_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

@@ -47,6 +47,8 @@ void add_torus_links(Cluster& c, const std::vector<int>& dims, LinkSpec link) {
 void add_fat_tree(Cluster& c, int k, const std::vector<int>& endpoints, const std::string& prefix,
                   LinkSpec link) {
   const int h = k / 2;
+  const int first = static_cast<int>(c.node_count());  // the switches are numbered edge, agg, core
+  c.fat_tree = FatTreeRouting{k, endpoints, first, first + k * h, first + 2 * k * h};
   std::vector<int> edge(k * h), agg(k * h), core(h * h);
   for (int p = 0; p < k; ++p)
     for (int e = 0; e < h; ++e) edge[p * h + e] = add_switch(c, fmt::format("{}edge{}-{}", prefix, p, e));

@@ -41,7 +41,8 @@ Result<Cluster> make_torus_cluster(const std::vector<int>& dims, const std::stri
 // k/2 edge switches "edge<p>-<e>" and k/2 aggregation switches "agg<p>-<a>", (k/2)^2 core switches
 // "core<c>"; every edge switch serves k/2 devices, so k^3/4 devices <prefix>i (device i on edge
 // switch i / (k/2)); aggregation switch a of every pod links to cores a (k/2) .. a (k/2) + k/2 - 1.
-// Full bisection bandwidth: k^3/8 x bandwidth. Every link has the same figures. With `count` below
+// Full bisection bandwidth: k^3/8 x bandwidth. Every link has the same figures. Destination-mod-k
+// routing (Cluster::fat_tree). With `count` below
 // k^3/4, only the first `count` device slots are filled (the switches are all there).
 Result<Cluster> make_fat_tree_cluster(int k, int count, const std::string& prefix, const DeviceSpec& device,
                                       LinkSpec link);
@@ -62,7 +63,8 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s);
 // DGX-style nodes: `nodes` x `gpus_per_node` GPUs gpu<i> (node "dgx<n>" holds gpu<n g> .. gpu<n g + g - 1>),
 // each with an NVLink link to its node's NVSwitch "dgx<n>-nvswitch" and one InfiniBand NIC link into the
 // fabric: one switch "ib-switch", or the smallest k-ary fat-tree with room for every NIC (switches
-// "ib-edge<p>-<e>", "ib-agg<p>-<a>", "ib-core<c>"; NIC i on edge switch i / (k/2)). Defaults: DGX A100
+// "ib-edge<p>-<e>", "ib-agg<p>-<a>", "ib-core<c>"; NIC i on edge switch i / (k/2); destination-mod-k
+// routing between nodes, NVLink inside a node). Defaults: DGX A100
 // (NVLink 300 GB/s per direction per GPU, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU); latencies
 // [assumed]: 0.5 us per NVLink link (about 1 us GPU to GPU through the NVSwitch), 1 us per InfiniBand link.
 struct DgxSpec {

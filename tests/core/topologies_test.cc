@@ -146,6 +146,9 @@ TEST_CASE("fat-tree: Al-Fares structure, hop counts, full bisection bandwidth k^
   CHECK(f.diameter_hops == 6);
   CHECK(f.bisection_exact);
   CHECK(f.bisection_bandwidth == 8 * 10e9);
+  // Destination-mod-k: gpu0 -> gpu15 (slot 15: aggregation 15 mod 2 = 1, core 1 x 2 + 7 mod 2 = 3).
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu15")) ==
+        std::vector<std::string>{"gpu0", "edge0-0", "agg0-1", "core3", "agg3-1", "edge3-1", "gpu15"});
   ClusterFigures f8 = *cluster_figures(*make_fat_tree_cluster(8, 128, "gpu", test_device(), kLink));
   CHECK(!f8.bisection_exact);
   CHECK(f8.bisection_bandwidth == 64 * 10e9);
@@ -153,6 +156,28 @@ TEST_CASE("fat-tree: Al-Fares structure, hop counts, full bisection bandwidth k^
         "a k-ary fat-tree needs an even k from 2 to 128, got 5");
   CHECK(make_fat_tree_cluster(4, 17, "gpu", test_device(), kLink).error().message ==
         "a 4-ary fat-tree has room for 1 to 16 devices, got 17");
+}
+
+TEST_CASE(
+    "fat-tree routing: a pod-to-pod shift of a 16-ary fat-tree uses every link direction at most once") {
+  // Slot j of pod s sends to slot j of pod s + 1 for every j and s at once (the activations of a
+  // pipeline of pods; then, separately, the gradients back): with destination-mod-k no two of these
+  // 15 x 64 routes share a link direction, so none slows another.
+  Cluster c = *make_fat_tree_cluster(16, 1024, "gpu", test_device(), kLink);
+  REQUIRE(validate(c).ok());
+  Router r(c);
+  for (int shift : {64, -64}) {
+    std::set<std::pair<int, bool>> used;
+    int hops = 0;
+    for (int from = std::max(0, -shift); from < 1024 - std::max(0, shift); ++from) {
+      const Route route = *r.route(from, from + shift);
+      for (const Hop& h : route.hops) {
+        CHECK(used.insert({h.link, h.reverse}).second);
+        ++hops;
+      }
+    }
+    CHECK(hops == 15 * 64 * 6);
+  }
 }
 
 TEST_CASE("dragonfly: one global link between groups, minimal routes, brute-force bisection") {

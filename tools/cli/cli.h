@@ -27,5 +27,6 @@ Command add_schedule_command(CLI::App& parent);
 Command add_workload_command(CLI::App& parent);
 Command add_device_command(CLI::App& parent);
 Command add_plan_command(CLI::App& parent);
+Command add_cluster_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

@@ -1,30 +1,435 @@
 #include "tools/input/cluster_yaml.h"
 
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
 #include "core/topologies/generators.h"
+#include "sim/simgrid_xml.h"
+#include "tools/builtin_cluster_presets.h"
 #include "tools/input/device_yaml.h"
 
 namespace pipegrid::input {
 namespace {
 
-// `count` identical devices behind one switch; devices named <device.name><index>.
-Cluster parse_switch(const Node& n) {
-  n.check_keys({"kind", "count", "device", "bandwidth", "latency"});
-  int count = static_cast<int>(n.need("count", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+const std::vector<std::string_view> kKinds = {"switch", "ring",   "torus",     "fat-tree",  "dragonfly",
+                                              "dgx",    "summit", "fpga-ring", "fpga-torus"};
+
+std::string join(const std::vector<std::string_view>& v, std::string_view sep = ", ") {
+  std::string out;
+  for (std::string_view s : v) out += fmt::format("{}{}", out.empty() ? "" : sep, s);
+  return out;
+}
+
+int count_of(const Node& n, std::string_view key) {
+  return static_cast<int>(n.need(key, "a positive integer").integer(1, kMaxCount, "a positive integer"));
+}
+
+double bandwidth_of(const Node& n, std::string_view key) {
+  return n.need(key, describe(Dimension::Bandwidth, "positive"))
+      .quantity(Dimension::Bandwidth, Sign::Positive);
+}
+
+double latency_of(const Node& n, std::string_view key) {
+  return n.need(key, describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
+}
+
+// `bandwidth` and `latency` of a generator (both required).
+LinkSpec link_keys(const Node& n) {
+  return {bandwidth_of(n, "bandwidth"), latency_of(n, "latency")};
+}
+
+// An optional mapping {bandwidth, latency} overriding `defaults`.
+LinkSpec link_override(const Node& parent, std::string_view key, LinkSpec defaults,
+                       std::vector<std::string_view> extra = {}) {
+  std::optional<Node> n = parent.get(key);
+  if (!n) return defaults;
+  n->require_map("a mapping like {bandwidth: 25GBps, latency: 1us}");
+  extra.insert(extra.begin(), {"bandwidth", "latency"});
+  n->check_keys(extra);
+  if (n->has("bandwidth")) defaults.bandwidth = bandwidth_of(*n, "bandwidth");
+  if (n->has("latency")) defaults.latency = latency_of(*n, "latency");
+  return defaults;
+}
+
+// `device: {name: gpu, ...spec}`: the name prefix and the spec.
+std::pair<std::string, DeviceSpec> named_device(const Node& n) {
   Node dev = n.need("device", "a mapping with the device's name and memory");
   dev.require_map("a mapping with the device's name and memory");
   std::string name = dev.need("name", "a device name").string("a device name");
-  DeviceSpec spec = parse_device_spec(dev, {"name"});
-  double bw = n.need("bandwidth", describe(Dimension::Bandwidth, "positive")).quantity(Dimension::Bandwidth, Sign::Positive);
-  double lat = n.need("latency", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
-  return make_switch_cluster(count, name, spec, bw, lat);
+  return {name, parse_device_spec(dev, {"name"})};
+}
+
+// A catalog name or spec mapping (no name), with a default catalog entry.
+DeviceSpec device_or(const Node& n, std::string_view key, std::string_view fallback) {
+  if (std::optional<Node> d = n.get(key)) return parse_device_spec(*d);
+  return find_catalog_device(fallback)->spec;
+}
+
+std::vector<int> dims_of(const Node& n, size_t min, size_t max) {
+  const std::string what = fmt::format("a list of {} to {} positive sizes like [4, 4]", min, max);
+  Node d = n.need("dims", what);
+  std::vector<Node> items = d.items(what);
+  if (items.size() < min || items.size() > max) d.expected(what);
+  std::vector<int> dims;
+  for (const Node& i : items) dims.push_back(static_cast<int>(i.integer(1, 1'000'000, "a positive size")));
+  return dims;
+}
+
+Cluster generated(Result<Cluster> c, const Node& n) {
+  if (!c) n.fail(c.error().message);
+  return std::move(*c);
+}
+
+Cluster parse_generator(const Node& n, const std::string& kind) {
+  if (kind == "switch" || kind == "ring") {
+    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency"});
+    const int count = count_of(n, "count");
+    auto [name, spec] = named_device(n);
+    const LinkSpec l = link_keys(n);
+    if (kind == "switch") return make_switch_cluster(count, name, spec, l.bandwidth, l.latency);
+    return generated(make_ring_cluster(count, name, spec, l), n);
+  }
+  if (kind == "torus") {
+    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency"});
+    const std::vector<int> dims = dims_of(n, 1, 3);
+    auto [name, spec] = named_device(n);
+    return generated(make_torus_cluster(dims, name, spec, link_keys(n)), n);
+  }
+  if (kind == "fat-tree") {
+    n.check_keys({"kind", "name", "k", "count", "device", "bandwidth", "latency"});
+    Node kn = n.need("k", "an even switch port count from 2 to 128");
+    const int k = static_cast<int>(kn.integer(2, 128, "an even switch port count from 2 to 128"));
+    if (k % 2 != 0) kn.expected("an even switch port count from 2 to 128");
+    int count = k * k * k / 4;
+    if (std::optional<Node> c = n.get("count")) {
+      const std::string what = fmt::format("a device count from 1 to {} (k^3/4)", count);
+      count = static_cast<int>(c->integer(1, count, what));
+    }
+    auto [name, spec] = named_device(n);
+    return generated(make_fat_tree_cluster(k, count, name, spec, link_keys(n)), n);
+  }
+  if (kind == "dragonfly") {
+    n.check_keys({"kind", "name", "groups", "routers", "hosts", "global_links", "device", "bandwidth",
+                  "latency", "global"});
+    DragonflySpec s;
+    s.groups = count_of(n, "groups");
+    s.routers = count_of(n, "routers");
+    s.hosts = count_of(n, "hosts");
+    s.global = (s.groups - 1 + s.routers - 1) / s.routers;
+    if (std::optional<Node> g = n.get("global_links"))
+      s.global = static_cast<int>(g->integer(1, kMaxCount, "a positive integer"));
+    std::tie(s.prefix, s.device) = named_device(n);
+    s.host_link = s.local_link = link_keys(n);
+    s.global_link = link_override(n, "global", s.local_link);
+    return generated(make_dragonfly_cluster(s), n);
+  }
+  if (kind == "dgx") {
+    n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric"});
+    DgxSpec s;
+    s.nodes = count_of(n, "nodes");
+    if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
+    s.gpu = device_or(n, "gpu", "a100");
+    s.nvlink = link_override(n, "nvlink", s.nvlink);
+    s.infiniband = link_override(n, "infiniband", s.infiniband);
+    if (std::optional<Node> f = n.get("fabric"))
+      s.fabric = f->choice({"switch", "fat-tree"}, "a fabric") == "switch" ? DgxSpec::Fabric::Switch
+                                                                           : DgxSpec::Fabric::FatTree;
+    return generated(make_dgx_cluster(s), n);
+  }
+  if (kind == "summit") {
+    n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband"});
+    SummitSpec s;
+    s.nodes = count_of(n, "nodes");
+    s.gpu = device_or(n, "gpu", "v100");
+    s.nvlink = link_override(n, "nvlink", s.nvlink);
+    s.xbus = link_override(n, "xbus", s.xbus);
+    s.infiniband = link_override(n, "infiniband", s.infiniband);
+    return generated(make_summit_cluster(s), n);
+  }
+  // fpga-ring, fpga-torus
+  const bool torus = kind == "fpga-torus";
+  n.check_keys({"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie"});
+  FpgaClusterSpec s;
+  s.torus = torus;
+  s.dims = torus ? dims_of(n, 2, 3) : std::vector<int>{count_of(n, "count")};
+  s.device = parse_device_spec(n.need("device", "an FPGA: a catalog name like \"u280\" or a mapping"));
+  s.qsfp = link_override(n, "qsfp", s.qsfp);
+  if (std::optional<Node> p = n.get("pcie")) {
+    s.pcie = true;
+    s.pcie_link = link_override(n, "pcie", s.pcie_link, {"per_host"});
+    if (std::optional<Node> ph = p->get("per_host"))
+      s.per_host = static_cast<int>(ph->integer(1, kMaxCount, "a positive integer"));
+  }
+  return generated(make_fpga_cluster(s), n);
+}
+
+// --- clusters written out -------------------------------------------------------------------
+
+// Unknown node names are errors that list close names.
+int node_named(const Node& n, const std::unordered_map<std::string, int>& index, const Cluster& c) {
+  const std::string name = n.string("a node name");
+  auto it = index.find(name);
+  if (it != index.end()) return it->second;
+  std::vector<std::string_view> names;
+  names.reserve(c.node_count());
+  for (size_t i = 0; i < c.node_count(); ++i) names.push_back(c.node_name(static_cast<int>(i)));
+  std::vector<std::string> close = close_matches(name, names);
+  if (close.size() > 5) close.resize(5);
+  std::vector<std::string_view> shown(close.begin(), close.end());
+  n.fail(fmt::format("unknown node \"{}\" ({})", name,
+                     close.empty() ? "no device or switch has a close name" : "close names: " + join(shown)));
+}
+
+// Names of one entry of `devices` or `switches`: `name`, or name0 .. name<count-1> with `count`.
+std::vector<std::string> entry_names(const Node& item) {
+  if (item.is_scalar()) return {item.string("a name")};
+  const std::string name = item.need("name", "a name").string("a name");
+  std::optional<Node> count = item.get("count");
+  if (!count) return {name};
+  std::vector<std::string> out;
+  const long long k = count->integer(1, kMaxCount, "a positive integer");
+  for (long long i = 0; i < k; ++i) out.push_back(name + std::to_string(i));
+  return out;
+}
+
+class NameTable {
+ public:
+  void add(const Node& where, const std::string& name, const std::string& owner) {
+    auto [it, fresh] = owners_.emplace(name, owner);
+    if (!fresh) where.fail(fmt::format("\"{}\" is already the name of {}", name, it->second));
+  }
+
+ private:
+  std::map<std::string, std::string> owners_;
+};
+
+void parse_routes(const Node& routes, Cluster& c, const std::unordered_map<std::string, int>& index) {
+  std::map<std::pair<int, int>, int> link_of;
+  for (size_t i = 0; i < c.links.size(); ++i)
+    link_of.emplace(std::minmax(c.links[i].a, c.links[i].b), static_cast<int>(i));
+  std::map<std::pair<int, int>, std::string> given;
+  const std::string what = "a list of at least two node names like [gpu0, sw0, gpu1]";
+  for (const Node& item : routes.items("a list of routes like [{path: [gpu0, sw0, sw1, gpu1]}]")) {
+    item.require_map("a route like {path: [gpu0, sw0, sw1, gpu1], symmetric: true}");
+    item.check_keys({"path", "symmetric"});
+    Node path = item.need("path", what);
+    std::vector<Node> nodes = path.items(what);
+    if (nodes.size() < 2) path.expected(what);
+    std::vector<int> ids;
+    std::set<int> seen;
+    for (const Node& node : nodes) {
+      ids.push_back(node_named(node, index, c));
+      if (!seen.insert(ids.back()).second)
+        node.fail(fmt::format("the path visits \"{}\" twice", c.node_name(ids.back())));
+    }
+    if (!c.is_device(ids.front()))
+      nodes.front().fail(
+          fmt::format("a route starts at a device, \"{}\" is a switch", c.node_name(ids.front())));
+    if (!c.is_device(ids.back()))
+      nodes.back().fail(fmt::format("a route ends at a device, \"{}\" is a switch", c.node_name(ids.back())));
+    ExplicitRoute r{ids.front(), ids.back(), {}};
+    for (size_t k = 0; k + 1 < ids.size(); ++k) {
+      auto it = link_of.find(std::minmax(ids[k], ids[k + 1]));
+      if (it == link_of.end())
+        nodes[k + 1].fail(
+            fmt::format("no link joins \"{}\" and \"{}\"", c.node_name(ids[k]), c.node_name(ids[k + 1])));
+      r.hops.push_back({it->second, c.links[it->second].a != ids[k]});
+    }
+    const bool symmetric = item.has("symmetric") ? item.get("symmetric")->boolean() : true;
+    std::vector<ExplicitRoute> add{r};
+    if (symmetric) {
+      ExplicitRoute back{r.to, r.from, {}};
+      for (auto h = r.hops.rbegin(); h != r.hops.rend(); ++h) back.hops.push_back({h->link, !h->reverse});
+      add.push_back(std::move(back));
+    }
+    for (ExplicitRoute& e : add) {
+      if (auto [it, fresh] = given.emplace(std::pair{e.from, e.to}, item.path()); !fresh)
+        path.fail(fmt::format("a route from \"{}\" to \"{}\" is already given by {}", c.node_name(e.from),
+                              c.node_name(e.to), it->second));
+      c.routes.push_back(std::move(e));
+    }
+  }
+}
+
+Cluster parse_written(const Node& n) {
+  n.check_keys({"name", "devices", "switches", "links", "routes"});
+  Cluster c;
+  if (std::optional<Node> name = n.get("name")) c.name = name->string("a name");
+  NameTable names;
+  Node devices = n.need("devices", "a list of devices like [{name: gpu, count: 8, model: a100, node: box0}]");
+  std::vector<Node> device_items =
+      devices.items("a list of devices like [{name: gpu, count: 8, model: a100}]");
+  if (device_items.empty()) devices.expected("at least one device");
+  for (const Node& item : device_items) {
+    item.require_map("a device like {name: gpu0, model: a100, node: box0}");
+    const DeviceSpec spec = parse_device_spec(item, {"name", "count", "node"});
+    std::string node;
+    if (std::optional<Node> nd = item.get("node")) node = nd->string("a machine name");
+    for (std::string& d : entry_names(item)) {
+      names.add(*item.get("name"), d, item.path());
+      c.devices.push_back({std::move(d), spec, node});
+    }
+  }
+  if (std::optional<Node> switches = n.get("switches")) {
+    for (const Node& item : switches->items("a list of switch names, or {name, count} mappings")) {
+      if (item.is_map()) item.check_keys({"name", "count"});
+      for (std::string& s : entry_names(item)) {
+        names.add(item.is_map() ? *item.get("name") : item, s, item.path());
+        c.switches.push_back(std::move(s));
+      }
+    }
+  }
+  const auto index = c.node_index();
+  std::map<std::pair<int, int>, std::string> joined;
+  Node links =
+      n.need("links", "a list of links like [{between: [gpu0, switch], bandwidth: 25GBps, latency: 1us}]");
+  for (const Node& item :
+       links.items("a list of links like [{between: [gpu0, switch], bandwidth: 25GBps, latency: 1us}]")) {
+    item.require_map("a link like {between: [gpu0, switch], bandwidth: 25GBps, latency: 1us}");
+    item.check_keys({"between", "bandwidth", "latency", "duplex"});
+    Node between = item.need("between", "two node names like [gpu0, switch]");
+    std::vector<Node> ends = between.items("two node names like [gpu0, switch]");
+    if (ends.size() != 2) between.expected("two node names like [gpu0, switch]");
+    Link l;
+    l.a = node_named(ends[0], index, c);
+    l.b = node_named(ends[1], index, c);
+    if (l.a == l.b) between.fail(fmt::format("a link cannot join \"{}\" to itself", c.node_name(l.a)));
+    if (auto [it, fresh] = joined.emplace(std::minmax(l.a, l.b), item.path()); !fresh)
+      between.fail(fmt::format("\"{}\" and \"{}\" are already joined by {}", c.node_name(l.a),
+                               c.node_name(l.b), it->second));
+    l.bandwidth = bandwidth_of(item, "bandwidth");
+    l.latency = latency_of(item, "latency");
+    if (std::optional<Node> d = item.get("duplex"))
+      l.duplex = d->choice({"full", "shared"}, "a duplex mode") == "full" ? Duplex::Full : Duplex::Shared;
+    c.links.push_back(l);
+  }
+  if (std::optional<Node> routes = n.get("routes")) parse_routes(*routes, c, index);
+  if (Status s = check_connected(c); !s) links.fail(s.error().message + " (no path of links between them)");
+  return c;
+}
+
+Cluster parse_body(const Node& n, bool references);
+
+std::vector<std::string_view> preset_names() {
+  std::vector<std::string_view> out;
+  for (const ClusterPreset& p : cluster_presets()) out.push_back(p.name);
+  return out;
+}
+
+const ClusterPreset* find_preset(std::string_view name) {
+  for (const ClusterPreset& p : cluster_presets())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::string unknown_preset(std::string_view name) {
+  std::vector<std::string> close = close_matches(name, preset_names());
+  return fmt::format("{}presets: {}",
+                     close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()),
+                     join(preset_names()));
+}
+
+Cluster parse_preset(const ClusterPreset& p) {
+  const Document doc =
+      load_document_text(std::string(p.text), fmt::format("topologies/clusters/{}.yaml", p.name));
+  return parse_body(Node::root(doc), false);
+}
+
+bool is_xml(const std::string& path) {
+  return std::filesystem::path(path).extension() == ".xml";
+}
+
+Cluster parse_file_reference(const Node& n) {
+  n.check_keys({"file", "device"});
+  Node f = *n.get("file");
+  const std::string path =
+      resolve_path(f.document(), f.string("a path to a cluster file (YAML) or a SimGrid platform (.xml)"));
+  const std::string text = read_referenced_file(f, path);
+  std::optional<DeviceSpec> device;
+  if (std::optional<Node> d = n.get("device")) {
+    if (!is_xml(path))
+      d->fail("only used with SimGrid platform files (.xml): their hosts without pipegrid properties");
+    device = parse_device_spec(*d);
+  }
+  if (is_xml(path)) {
+    Result<Cluster> c = sim::read_simgrid_xml(text, path, device);
+    if (!c) throw InputError(c.error().message);
+    return std::move(*c);
+  }
+  const Document doc = load_document_text(text, path);
+  Node root = Node::root(doc);
+  if (root.is_null())
+    root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
+  return parse_body(root, false);
+}
+
+// `references`: whether `preset` and `file` may appear (not inside cluster files: no cycles).
+Cluster parse_body(const Node& n, bool references) {
+  n.require_map("a mapping describing the cluster");
+  if (references && n.has("preset")) {
+    n.check_keys({"preset"});
+    Node p = *n.get("preset");
+    const std::string name = p.string("a preset name");
+    if (const ClusterPreset* preset = find_preset(name)) return parse_preset(*preset);
+    p.fail(fmt::format("unknown preset \"{}\" ({})", name, unknown_preset(name)));
+  }
+  if (references && n.has("file")) return parse_file_reference(n);
+  if (n.has("devices") && !n.has("kind")) return parse_written(n);
+  const std::string kinds =
+      fmt::format("a cluster kind ({}){}", join(kKinds),
+                  references ? ", or preset, file, or devices and links" : ", or devices and links");
+  const std::string kind = n.need("kind", kinds).choice(kKinds, "a cluster kind");
+  Cluster c = parse_generator(n, kind);
+  if (std::optional<Node> name = n.get("name")) c.name = name->string("a name");
+  return c;
 }
 
 }  // namespace
 
 Cluster parse_cluster(const Node& n) {
-  n.require_map("a mapping describing the cluster");
-  n.need("kind", "a cluster kind (switch)").choice({"switch"}, "a cluster kind");
-  return parse_switch(n);
+  return parse_body(n, true);
+}
+
+std::span<const ClusterPreset> cluster_presets() {
+  static const std::vector<ClusterPreset> presets = [] {
+    std::vector<ClusterPreset> out;
+    for (const auto& p : kBuiltinClusterPresets) out.push_back({p.name, p.text});
+    return out;
+  }();
+  return presets;
+}
+
+Result<Cluster> load_cluster(const std::string& file_or_preset, const std::optional<DeviceSpec>& device) {
+  try {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(file_or_preset, ec)) {
+      if (is_xml(file_or_preset)) return sim::read_simgrid_xml_file(file_or_preset, device);
+      if (device) return Error{"--device is only used with SimGrid platform files (.xml)"};
+      const Document doc = load_document_file(file_or_preset);
+      Node root = Node::root(doc);
+      if (root.is_null())
+        root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
+      return parse_body(root, false);
+    }
+    if (const ClusterPreset* p = find_preset(file_or_preset)) return parse_preset(*p);
+    return Error{fmt::format("no cluster file or preset named \"{}\" ({})", file_or_preset,
+                             unknown_preset(file_or_preset))};
+  } catch (const InputError& e) {
+    return Error{e.what()};
+  }
+}
+
+Result<DeviceSpec> catalog_device(const std::string& name) {
+  if (const CatalogDevice* d = find_catalog_device(name)) return d->spec;
+  std::vector<std::string_view> names;
+  for (const CatalogDevice& d : device_catalog()) names.push_back(d.name);
+  std::vector<std::string> close = close_matches(name, names);
+  return Error{fmt::format("unknown device \"{}\" ({}known: {})", name,
+                           close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()),
+                           join(names))};
 }
 
 }  // namespace pipegrid::input

@@ -25,7 +25,8 @@ std::vector<std::string_view> names_of(auto table) {
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
   n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file",
-                "straight", "hierarchy", "activation_compression_ratio", "memory_constraint", "linearize"});
+                "straight", "hierarchy", "activation_compression_ratio", "memory_constraint", "linearize",
+                "replicas", "allreduce"});
   StrategySpec s;
   if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) {
@@ -46,8 +47,20 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}", s.schedule,
                            s.chunks));
   }
+  if (auto r = n.get("replicas")) {
+    s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
+    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced")
+      r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
+    if (static_cast<size_t>(s.replicas) > c.devices.size())
+      r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}", c.devices.size(),
+                          c.devices.size(), s.replicas));
+  }
+  if (auto a = n.get("allreduce")) s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical"}, "an all-reduce"));
   if (auto st = n.get("stages")) {
     s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
+    if (s.replicas > 1 && static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
+      st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
+                           c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
     if (static_cast<size_t>(s.stages) > c.devices.size())
       st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}", c.devices.size(),
                            c.devices.size(), s.stages));

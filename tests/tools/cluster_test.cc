@@ -1,0 +1,193 @@
+// Clusters from the command line: presets, cluster files, `cluster show/bench/export`, and
+// experiments on presets, against hand computations from the link figures.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "tests/support/process.h"
+
+using nlohmann::json;
+using pipegrid::testing::run_command;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory for the files a case writes, removed at the end of the case.
+class Scratch {
+ public:
+  Scratch() {
+    char pattern[] = "/tmp/pipegrid-cluster-XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  ~Scratch() { fs::remove_all(dir_); }
+  std::string file(const std::string& name, const std::string& text = "") const {
+    if (!text.empty()) std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+
+ private:
+  fs::path dir_;
+};
+
+json run_json(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{PIPEGRID_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_command(argv);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.out);
+}
+
+bool close(double a, double b, double rel) {
+  return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
+}
+
+const char* kRing = R"(
+kind: ring
+name: test-ring
+count: 5
+device: {name: gpu, model: a100}
+bandwidth: 10GBps
+latency: 2us
+)";
+
+}  // namespace
+
+TEST_CASE("every preset loads, and the device count in its name is the one it builds") {
+  json list = run_json({"cluster", "list", "--json"});
+  REQUIRE(list.size() >= 10);
+  const std::regex trailing_count(".*-([0-9]+)$");
+  int counted = 0;
+  for (const json& p : list) {
+    std::smatch m;
+    const std::string name = p["name"];
+    CHECK(!p["description"].get<std::string>().empty());
+    if (std::regex_match(name, m, trailing_count) && name.rfind("dgx", 0) != 0 &&
+        name.rfind("summit", 0) != 0 && name.rfind("dragonfly", 0) != 0) {
+      INFO(name);
+      CHECK(p["devices"] == std::stoi(m[1]));
+      ++counted;
+    }
+  }
+  CHECK(counted >= 4);
+  // DGX presets count nodes of 8 GPUs (dgx-a100-2: 16 GPUs) except the large ones named by GPUs.
+  for (const json& p : list)
+    if (p["name"] == "dgx-a100-2")
+      CHECK(p["devices"] == 16);
+    else if (p["name"] == "dgx-a100-1024")
+      CHECK(p["devices"] == 1024);
+    else if (p["name"] == "summit-8")
+      CHECK(p["devices"] == 32);
+}
+
+TEST_CASE("cluster show: devices, links, diameter and bisection bandwidth by hand") {
+  json j = run_json({"cluster", "show", "dgx-a100-2", "--json"});
+  CHECK(j["devices"].size() == 16);
+  CHECK(j["devices"][8]["node"] == "dgx1");
+  CHECK(j["devices"][8]["model"] == "a100");
+  CHECK(j["switches"] == json({"dgx0-nvswitch", "dgx1-nvswitch", "ib-switch"}));
+  CHECK(j["links"].size() == 32);
+  CHECK(j["diameter_hops"] == 2);
+  // The cheapest balanced split puts each node on one side: 8 InfiniBand links of 200 Gb/s.
+  CHECK(j["bisection_bandwidth_Bps"] == 8 * 25e9);
+  CHECK(j["bisection_exact"] == true);
+
+  Scratch s;
+  json ring = run_json({"cluster", "show", s.file("ring.yaml", kRing), "--json"});
+  CHECK(ring["name"] == "test-ring");
+  CHECK(ring["diameter_hops"] == 2);
+  CHECK(ring["bisection_bandwidth_Bps"] == 2 * 10e9);
+  auto human = run_command({PIPEGRID_BINARY, "cluster", "show", "fat-tree-1024"});
+  CHECK(human.exit_code == 0);
+  CHECK(human.out.find("1024 devices, 320 switches, 3072 links") != std::string::npos);
+  CHECK(human.out.find("diameter: 6 hops") != std::string::npos);
+  // Full bisection of a 16-ary fat-tree: k^3/8 = 512 links of 25 GB/s.
+  CHECK(human.out.find("bisection bandwidth: 12.8 TB/s") != std::string::npos);
+}
+
+TEST_CASE(
+    "cluster bench: p2p is a + S/B, ring all-reduce 2(n-1) a + 2(n-1)/n S/B, bus bandwidth as nccl-tests") {
+  Scratch s;
+  const std::string ring = s.file("ring.yaml", kRing);
+  const double a = 2e-6, B = 10e9;
+  const int n = 5;
+  json all = run_json({"cluster", "bench", ring, "--op", "allreduce", "--sizes", "1MB,100MB,1GB", "--json"});
+  REQUIRE(all.size() == 3);
+  for (const json& row : all) {
+    const double S = row["bytes"];
+    CHECK(row["op"] == "allreduce");
+    const double t = row["time_s"];
+    CHECK(close(t, 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S / B, 0.01));
+    CHECK(close(row["bus_bandwidth_Bps"], S / t * 2.0 * (n - 1) / n, 1e-9));
+  }
+  // Large messages: the bus bandwidth approaches the link bandwidth, as nccl-tests' busbw does.
+  CHECK(close(all[2]["bus_bandwidth_Bps"], B, 0.01));
+  json p2p = run_json({"cluster", "bench", ring, "--op", "p2p", "--sizes", "1MB", "--from", "gpu1", "--to",
+                       "gpu3", "--json"});
+  CHECK(close(p2p[0]["time_s"], 2 * a + 1e6 / B, 1e-6));  // two hops
+  CHECK(p2p[0]["op"] == "p2p");
+}
+
+TEST_CASE("cluster export --simgrid, then show the export: the same cluster") {
+  Scratch s;
+  const std::string out = s.file("dgx.xml");
+  auto r = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-2", "--simgrid", "-o", out});
+  REQUIRE(r.exit_code == 0);
+  json a = run_json({"cluster", "show", "dgx-a100-2", "--json"});
+  json b = run_json({"cluster", "show", out, "--json"});
+  CHECK(b["explicit_routes"] == 16 * 15);
+  b.erase("explicit_routes");
+  a.erase("explicit_routes");
+  CHECK(a == b);
+}
+
+TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
+  auto none = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-3"});
+  CHECK(none.exit_code == 2);
+  CHECK(
+      none.err.rfind(
+          "pipegrid: no cluster file or preset named \"dgx-a100-3\" (did you mean \"dgx-a100-2\"? presets: ",
+          0) == 0);
+  auto format = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-2"});
+  CHECK(format.exit_code == 2);
+  CHECK(format.err == "pipegrid: cluster export: choose a format (--simgrid)\n");
+  auto device =
+      run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--op", "p2p", "--to", "gpu99"});
+  CHECK(device.exit_code == 2);
+  CHECK(device.err == "pipegrid: --to: no device named \"gpu99\" in dgx-a100-2\n");
+  auto size = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--sizes", "1MHz"});
+  CHECK(size.exit_code == 2);
+  CHECK(size.err == "pipegrid: --sizes: expected positive byte sizes like \"1MiB\", got \"1MHz\"\n");
+  auto op = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--op", "broadcast"});
+  CHECK(op.exit_code == 2);
+}
+
+TEST_CASE("dgx preset: a pipeline whose stages cross InfiniBand is slower by what the link figures predict") {
+  // GPipe over p = 16 stages (one chain layer each, stage i on gpu<i>), m = 4, T_F = 1 ms,
+  // T_BW = 2 ms, 8 MiB between stages. Every transfer is shorter than T_F, so it is hidden except on
+  // the critical path, which crosses each boundary twice (activations, then gradients):
+  //   iteration = (m + p - 1)(T_F + T_BW) + 2 sum over boundaries of c_i,
+  // c = 2 latency + S / bandwidth of the two-link route. Inside one 16-GPU node every boundary is
+  // NVLink (2 x 0.5 us, 300 GB/s); on dgx-a100-2 the gpu7 -> gpu8 boundary is InfiniBand (2 x 1 us,
+  // 25 GB/s): slower by 2 (c_IB - c_NV).
+  const std::string workload =
+      "workload: {kind: chain, layers: 16, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 1MiB}\n"
+      "strategy: {partitioner: uniform, schedule: gpipe, micro_batches: 4}\n";
+  Scratch s;
+  const std::string crossing = s.file("crossing.yaml", workload + "cluster: {preset: dgx-a100-2}\n");
+  const std::string inside =
+      s.file("inside.yaml", workload + "cluster: {kind: dgx, nodes: 1, gpus_per_node: 16, gpu: a100}\n");
+  const double across = run_json({"run", crossing, "--json"})["iteration_time_s"];
+  const double within = run_json({"run", inside, "--json"})["iteration_time_s"];
+  const double S = 8.0 * (1 << 20);
+  const double c_nv = 2 * 0.5e-6 + S / 300e9, c_ib = 2 * 1e-6 + S / 25e9;
+  const double base = (4 + 16 - 1) * 3e-3;
+  CHECK(close(within, base + 2 * 15 * c_nv, 1e-6));
+  CHECK(close(across, base + 2 * (14 * c_nv + c_ib), 1e-6));
+  CHECK(close(across - within, 2 * (c_ib - c_nv), 1e-4));
+}
