@@ -1,0 +1,110 @@
+// Cluster scale: route computation and SimGrid platform construction for the fat-tree and dgx
+// presets of about 1k, 4k and 16k devices. The pairs routed are those a 1F1B pipeline of 16 stages
+// with D/16 data-parallel replicas per stage talks over: replica j of stage s to replica j of
+// stages s - 1 and s + 1, and to its ring neighbours inside the stage (about 4 D ordered pairs).
+//   BM_Routes    Router construction and every pair's route (no SimGrid)
+//   BM_Platform  SimGrid engine, hosts, links and routes (build_platform), timed inside a forked child
+// Presets are loaded once per benchmark, outside the timed region.
+#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "sim/platform.h"
+#include "tools/input/cluster_yaml.h"
+
+using namespace pipegrid;
+
+namespace {
+
+const char* const kPresets[] = {"fat-tree-1024", "fat-tree-4096", "fat-tree-16384",
+                                "dgx-a100-1024", "dgx-a100-4096", "dgx-a100-16384"};
+
+const Cluster& preset(int index) {
+  static std::map<int, Cluster> loaded;
+  auto it = loaded.find(index);
+  if (it == loaded.end()) it = loaded.emplace(index, *input::load_cluster(kPresets[index], std::nullopt)).first;
+  return it->second;
+}
+
+std::vector<std::pair<int, int>> pipeline_pairs(int devices) {
+  const int stages = 16, r = devices / stages;
+  std::set<std::pair<int, int>> pairs;
+  for (int s = 0; s < stages; ++s)
+    for (int j = 0; j < r; ++j) {
+      const int d = s * r + j;
+      if (s + 1 < stages) {
+        pairs.insert({d, d + r});
+        pairs.insert({d + r, d});
+      }
+      if (r > 1) pairs.insert({d, s * r + (j + 1) % r});
+    }
+  return {pairs.begin(), pairs.end()};
+}
+
+void BM_Routes(benchmark::State& state) {
+  const Cluster& c = preset(static_cast<int>(state.range(0)));
+  const auto pairs = pipeline_pairs(static_cast<int>(c.devices.size()));
+  for (auto _ : state) {
+    Router router(c);
+    size_t hops = 0;
+    for (const auto& [a, b] : pairs) hops += router.route(a, b)->hops.size();
+    benchmark::DoNotOptimize(hops);
+  }
+  state.SetLabel(kPresets[state.range(0)]);
+  state.counters["devices"] = static_cast<double>(c.devices.size());
+  state.counters["pairs"] = static_cast<double>(pairs.size());
+}
+
+// Seconds build_platform took in a child process (SimGrid allows one engine per process).
+double platform_seconds(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    int argc = 2;
+    char arg0[] = "bench", arg1[] = "--log=root.thres:critical";
+    char* argv[] = {arg0, arg1, nullptr};
+    const auto t0 = std::chrono::steady_clock::now();
+    simgrid::s4u::Engine engine(&argc, argv);
+    Result<sim::Platform> p = sim::build_platform(c, pairs);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!p) seconds = -1;
+    const bool ok = write(fds[1], &seconds, sizeof seconds) == sizeof seconds;
+    _exit(ok ? 0 : 1);
+  }
+  close(fds[1]);
+  double seconds = -1;
+  if (read(fds[0], &seconds, sizeof seconds) != sizeof seconds) seconds = -1;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return seconds;
+}
+
+void BM_Platform(benchmark::State& state) {
+  const Cluster& c = preset(static_cast<int>(state.range(0)));
+  const auto pairs = pipeline_pairs(static_cast<int>(c.devices.size()));
+  for (auto _ : state) {
+    const double s = platform_seconds(c, pairs);
+    if (s < 0) {
+      state.SkipWithError("the platform could not be built");
+      return;
+    }
+    state.SetIterationTime(s);
+  }
+  state.SetLabel(kPresets[state.range(0)]);
+  state.counters["devices"] = static_cast<double>(c.devices.size());
+  state.counters["links"] = static_cast<double>(c.links.size());
+}
+
+}  // namespace
+
+BENCHMARK(BM_Routes)->DenseRange(0, 5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Platform)->DenseRange(0, 5)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
