@@ -26,7 +26,8 @@ const char* const kPresets[] = {"fat-tree-1024", "fat-tree-4096", "fat-tree-1638
 const Cluster& preset(int index) {
   static std::map<int, Cluster> loaded;
   auto it = loaded.find(index);
-  if (it == loaded.end()) it = loaded.emplace(index, *input::load_cluster(kPresets[index], std::nullopt)).first;
+  if (it == loaded.end())
+    it = loaded.emplace(index, *input::load_cluster(kPresets[index], std::nullopt)).first;
   return it->second;
 }
 

@@ -172,15 +172,20 @@ Cluster mixed_cluster() {
   return c;
 }
 
+// Two DGX-style nodes on an InfiniBand fat-tree.
+Cluster two_dgx_nodes(int gpus_per_node) {
+  DgxSpec dgx;
+  dgx.nodes = 2;
+  dgx.gpus_per_node = gpus_per_node;
+  dgx.gpu = gpu();
+  dgx.fabric = DgxSpec::Fabric::FatTree;
+  return *make_dgx_cluster(dgx);
+}
+
 }  // namespace
 
 TEST_CASE("SimGrid XML: export then import gives the same devices, links, routes and figures") {
-  DgxSpec dgx;
-  dgx.nodes = 2;
-  dgx.gpus_per_node = 4;
-  dgx.gpu = gpu();
-  dgx.fabric = DgxSpec::Fabric::FatTree;
-  check_round_trip(*make_dgx_cluster(dgx));
+  check_round_trip(two_dgx_nodes(4));
   check_round_trip(*make_torus_cluster({3, 3}, "gpu", gpu(), {25e9, 1e-6}));  // dimension-order routes
   check_round_trip(*make_summit_cluster({2, gpu()}));
   check_round_trip(mixed_cluster());
@@ -190,13 +195,8 @@ TEST_CASE("SimGrid XML: export then import gives the same devices, links, routes
 }
 
 TEST_CASE("SimGrid XML: SimGrid loads the export and its routes are pipegrid's, link by link") {
-  DgxSpec dgx;
-  dgx.nodes = 2;
-  dgx.gpus_per_node = 2;
-  dgx.gpu = gpu();
-  dgx.fabric = DgxSpec::Fabric::FatTree;
   for (const Cluster& c :
-       {*make_dgx_cluster(dgx), mixed_cluster(), *make_torus_cluster({3, 2}, "gpu", gpu(), {1e9, 2e-6})}) {
+       {two_dgx_nodes(2), mixed_cluster(), *make_torus_cluster({3, 2}, "gpu", gpu(), {1e9, 2e-6})}) {
     std::vector<std::string> hosts;
     for (const Device& d : c.devices) hosts.push_back(d.name);
     CHECK(simgrid_routes(export_text(c), hosts) == pipegrid_routes(c));

@@ -56,7 +56,55 @@ bandwidth: 10GBps
 latency: 2us
 )";
 
+// The README's cluster file, completed: a GPU box and an FPGA pair on two leaf switches.
+const char* kWritten = R"(
+name: two-boxes
+devices:
+  - {name: gpu, count: 4, model: a100, node: box0}
+  - {name: fpga0, model: u280, memory: 32GB}
+  - {name: fpga1, model: u280}
+switches: [box0-nvswitch, {name: leaf, count: 2}]
+links:
+  - {between: [gpu0, box0-nvswitch], bandwidth: 300GBps, latency: 0.5us}
+  - {between: [gpu1, box0-nvswitch], bandwidth: 300GBps, latency: 0.5us}
+  - {between: [gpu2, box0-nvswitch], bandwidth: 300GBps, latency: 0.5us}
+  - {between: [gpu3, box0-nvswitch], bandwidth: 300GBps, latency: 0.5us}
+  - {between: [box0-nvswitch, leaf0], bandwidth: 50GBps, latency: 1us}
+  - {between: [leaf0, leaf1], bandwidth: 25GBps, latency: 1us}
+  - {between: [fpga0, leaf1], bandwidth: 100Gbps, latency: 1us, duplex: shared}
+  - {between: [fpga1, leaf1], bandwidth: 100Gbps, latency: 1us}
+  - {between: [fpga0, fpga1], bandwidth: 100Gbps, latency: 0.5us}
+routes:
+  - {path: [gpu0, box0-nvswitch, gpu1], symmetric: true}
+  - {path: [fpga1, leaf1, fpga0], symmetric: false}
+)";
+
 }  // namespace
+
+TEST_CASE("a cluster file written out: mixed devices, counted names, shared links, given routes") {
+  Scratch s;
+  const std::string file = s.file("two-boxes.yaml", kWritten);
+  json j = run_json({"cluster", "show", file, "--json"});
+  CHECK(j["name"] == "two-boxes");
+  REQUIRE(j["devices"].size() == 6);
+  CHECK(j["devices"][3]["name"] == "gpu3");
+  CHECK(j["devices"][3]["node"] == "box0");
+  CHECK(j["devices"][4]["model"] == "u280");
+  CHECK(j["devices"][4]["memory_bytes"] == 32e9);
+  CHECK(j["switches"] == json({"box0-nvswitch", "leaf0", "leaf1"}));
+  CHECK(j["links"][6]["duplex"] == "shared");
+  CHECK(j["links"][6]["bandwidth_Bps"] == 12.5e9);
+  CHECK(j["explicit_routes"] == 3);
+  // gpu0 -> box0-nvswitch -> leaf0 -> leaf1 -> fpga0: 4 hops.
+  CHECK(j["diameter_hops"] == 4);
+  // The given route fpga1 -> leaf1 -> fpga0 (2 us) replaces the direct link (0.5 us) one way only.
+  json there = run_json({"cluster", "bench", file, "--op", "p2p", "--from", "fpga1", "--to", "fpga0",
+                         "--sizes", "1MB", "--json"});
+  json back = run_json({"cluster", "bench", file, "--op", "p2p", "--from", "fpga0", "--to", "fpga1",
+                        "--sizes", "1MB", "--json"});
+  CHECK(close(there[0]["time_s"], 2e-6 + 1e6 / 12.5e9, 1e-6));
+  CHECK(close(back[0]["time_s"], 0.5e-6 + 1e6 / 12.5e9, 1e-6));
+}
 
 TEST_CASE("every preset loads, and the device count in its name is the one it builds") {
   json list = run_json({"cluster", "list", "--json"});
