@@ -418,27 +418,23 @@ Router::~Router() {
 
 Result<Route> Router::route(int from, int to) const {
   if (from == to) return Route{};
+  // Given routes and formulas are cheap to rebuild: only searches are cached.
   const uint64_t key = pair_key(from, to);
+  if (auto it = impl_->explicit_routes.find(key); it != impl_->explicit_routes.end())
+    return impl_->finish(impl_->cluster->routes[it->second].hops);
+  if (from < impl_->torus_points && to < impl_->torus_points) return impl_->torus_route(from, to);
+  if (impl_->fat_tree_pair(from, to)) return impl_->fat_tree_route(from, to);
   if (auto it = impl_->cache.find(key); it != impl_->cache.end()) return it->second;
-  Route r;
-  if (auto it = impl_->explicit_routes.find(key); it != impl_->explicit_routes.end()) {
-    r = impl_->finish(impl_->cluster->routes[it->second].hops);
-  } else if (from < impl_->torus_points && to < impl_->torus_points) {
-    r = impl_->torus_route(from, to);
-  } else if (impl_->fat_tree_pair(from, to)) {
-    r = impl_->fat_tree_route(from, to);
-  } else if (impl_->tree_source == from || impl_->last_source == from) {
+  if (impl_->tree_source == from || impl_->last_source == from) {
     if (impl_->tree_source != from) (void)impl_->shortest_route(from, -1, /*keep_tree=*/true);
     std::optional<Route> found = impl_->follow(impl_->tree_pred, from, to);
     if (!found) return impl_->not_connected(from, to);
-    return std::move(*found);  // cheap to recompute from the tree: not cached
-  } else {
-    impl_->last_source = from;
-    Result<Route> found = impl_->shortest_route(from, to);
-    if (!found) return found.error();
-    r = std::move(*found);
+    return std::move(*found);  // cheap to rebuild from the tree: not cached
   }
-  return impl_->cache.emplace(key, std::move(r)).first->second;
+  impl_->last_source = from;
+  Result<Route> found = impl_->shortest_route(from, to);
+  if (!found) return found.error();
+  return impl_->cache.emplace(key, std::move(*found)).first->second;
 }
 
 namespace {

@@ -185,14 +185,16 @@ struct RawLink {
   pugi::xml_node where;
 };
 
+// Names are resolved as they are read (SimGrid wants links, hosts and routers declared before the
+// routes that use them), which keeps large files' routes small.
 struct RawHop {
-  std::string link;
+  int link = -1;
   int dir = -1;  // -1 unknown, 0 UP (a to b), 1 DOWN
   pugi::xml_node where;
 };
 
 struct RawRoute {
-  std::string src, dst;
+  int src = 0, dst = 0;  // Reader::node_code (hosts may still come after the route)
   std::vector<RawHop> hops;
   bool symmetrical = true;
   RouteRole role = RouteRole::Edge;
@@ -201,8 +203,8 @@ struct RawRoute {
 
 class Reader {
  public:
-  Reader(const std::string& text, std::string name, const std::optional<DeviceSpec>& device)
-      : text_(text), name_(std::move(name)), default_device_(device) {
+  Reader(std::string text, std::string name, const std::optional<DeviceSpec>& device)
+      : text_(std::move(text)), name_(std::move(name)), default_device_(device) {
     line_starts_.push_back(0);
     for (size_t i = 0; i < text_.size(); ++i)
       if (text_[i] == '\n') line_starts_.push_back(i + 1);
@@ -210,7 +212,8 @@ class Reader {
 
   Cluster read() {
     pugi::xml_document doc;
-    pugi::xml_parse_result res = doc.load_buffer(text_.data(), text_.size(), pugi::parse_default);
+    // In place: a platform with every pair's route is large (a 1024-device export is 350 MB).
+    pugi::xml_parse_result res = doc.load_buffer_inplace(text_.data(), text_.size(), pugi::parse_default);
     if (!res) throw XmlFail(fmt::format("{}: invalid XML: {}", location(res.offset), res.description()));
     pugi::xml_node root = doc.document_element();
     if (std::string_view(root.name()) != "platform")
@@ -485,15 +488,18 @@ class Reader {
       if (c.type() != pugi::node_element) continue;
       if (std::string_view(c.name()) != "link_ctn") unsupported(c);
       check_attributes(c, {"id", "direction"});
-      RawHop h{required(c, "id"), -1, c};
+      const std::string id = required(c, "id");
+      auto it = link_index_.find(id);
+      if (it == link_index_.end()) fail(c, fmt::format("<link_ctn>: unknown link \"{}\"", id));
+      RawHop h{static_cast<int>(it->second), -1, c};
       const std::string_view dir = c.attribute("direction").value();
       if (dir == "UP")
         h.dir = 0;
       else if (dir == "DOWN")
         h.dir = 1;
       else if (!dir.empty() && dir != "NONE")
-        fail(c, fmt::format("<link_ctn id=\"{}\">: direction: expected UP, DOWN or NONE, got \"{}\"", h.link,
-                            dir));
+        fail(c,
+             fmt::format("<link_ctn id=\"{}\">: direction: expected UP, DOWN or NONE, got \"{}\"", id, dir));
       hops.push_back(std::move(h));
     }
     return hops;
@@ -508,7 +514,8 @@ class Reader {
 
   void route(const pugi::xml_node& r, RouteRole role) {
     check_attributes(r, {"src", "dst", "symmetrical"});
-    routes_.push_back({required(r, "src"), required(r, "dst"), link_list(r), symmetrical(r), role, r});
+    routes_.push_back({node_code(r, required(r, "src")), node_code(r, required(r, "dst")), link_list(r),
+                       symmetrical(r), role, r});
     if (routes_.back().hops.empty()) fail(r, "<route>: a route needs at least one <link_ctn>");
   }
 
@@ -516,7 +523,8 @@ class Reader {
     check_attributes(r, {"src", "dst", "gw_src", "gw_dst", "symmetrical"});
     required(r, "src");
     required(r, "dst");
-    routes_.push_back({required(r, "gw_src"), required(r, "gw_dst"), link_list(r), true, RouteRole::Edge, r});
+    routes_.push_back({node_code(r, required(r, "gw_src")), node_code(r, required(r, "gw_dst")), link_list(r),
+                       true, RouteRole::Edge, r});
     if (routes_.back().hops.empty()) fail(r, "<zoneRoute>: a route needs at least one <link_ctn>");
   }
 
@@ -607,16 +615,17 @@ class Reader {
     }
   };
 
-  int node_id(const pugi::xml_node& where, const std::string& name) const {
+  // Host i is i, router j is -1 - j, until every host is known.
+  int node_code(const pugi::xml_node& where, const std::string& name) const {
     auto it = nodes_.find(name);
     if (it == nodes_.end())
       fail(where, fmt::format("<{}>: unknown host or router \"{}\"", where.name(), name));
-    return it->second.host ? it->second.index : static_cast<int>(hosts_.size()) + it->second.index;
+    return it->second.host ? it->second.index : -1 - it->second.index;
   }
-  int link_id(const RawHop& h) const {
-    auto it = link_index_.find(h.link);
-    if (it == link_index_.end()) fail(h.where, fmt::format("<link_ctn>: unknown link \"{}\"", h.link));
-    return static_cast<int>(it->second);
+  // The network node: hosts, then routers.
+  int node_of_code(int code) const { return code >= 0 ? code : static_cast<int>(hosts_.size()) - 1 - code; }
+  int node_id(const pugi::xml_node& where, const std::string& name) const {
+    return node_of_code(node_code(where, name));
   }
   std::string node_label(int id) const {
     return id < static_cast<int>(hosts_.size()) ? hosts_[id] : routers_[id - hosts_.size()];
@@ -656,26 +665,21 @@ class Reader {
     // known waits for another pass, and when no pass makes progress one is oriented a to b.
     struct Pending {
       const RawRoute* r;
-      std::vector<int> links;
       size_t lo = 0, hi = 0;
       int cur_lo = 0, cur_hi = 0;
     };
     std::vector<Pending> pending;
     for (const RawRoute& r : routes_) {
-      Pending p{&r, {}, 0, r.hops.size(), node_id(r.where, r.src), node_id(r.where, r.dst)};
-      if (p.cur_lo == p.cur_hi) continue;  // loopback
-      for (const RawHop& h : r.hops) {
-        p.links.push_back(link_id(h));
-        used[p.links.back()] = 1;
-      }
-      pending.push_back(std::move(p));
+      if (r.src == r.dst) continue;  // loopback
+      for (const RawHop& h : r.hops) used[h.link] = 1;
+      pending.push_back({&r, 0, r.hops.size(), node_of_code(r.src), node_of_code(r.dst)});
     }
     bool force = false;
     while (!pending.empty()) {
       bool progress = false;
       for (Pending& p : pending) {
         while (p.lo < p.hi) {
-          const int l = p.links[p.lo];
+          const int l = p.r->hops[p.lo].link;
           int e = p.r->hops[p.lo].dir;
           if (e < 0) {
             if (k.find(end(l, 0)) == k.find(p.cur_lo))
@@ -693,7 +697,7 @@ class Reader {
           progress = true;
         }
         while (p.hi > p.lo) {
-          const int l = p.links[p.hi - 1];
+          const int l = p.r->hops[p.hi - 1].link;
           int x = p.r->hops[p.hi - 1].dir;  // UP leaves at end 1
           if (x >= 0)
             x = 1 - x;
@@ -765,12 +769,12 @@ class Reader {
     };
     for (const RawRoute& r : routes_) {
       if (r.role != RouteRole::Explicit) continue;
-      const int from = node_id(r.where, r.src), to = node_id(r.where, r.dst);
+      const int from = node_of_code(r.src), to = node_of_code(r.dst);
       if (from == to || !c.is_device(from) || !c.is_device(to)) continue;
       std::vector<Hop> hops;
       int at = from;
       for (const RawHop& h : r.hops) {
-        const int li = cluster_link[link_id(h)];
+        const int li = cluster_link[h.link];
         const Link& l = c.links[li];
         const bool reverse = l.b == at;
         if (l.a != at && l.b != at)
@@ -785,7 +789,8 @@ class Reader {
         at = reverse ? l.a : l.b;
       }
       if (at != to)
-        fail(r.where, fmt::format("<route>: the links end at \"{}\", not \"{}\"", c.node_name(at), r.dst));
+        fail(r.where,
+             fmt::format("<route>: the links end at \"{}\", not \"{}\"", c.node_name(at), c.node_name(to)));
       std::vector<Hop> back;
       for (auto it = hops.rbegin(); it != hops.rend(); ++it) back.push_back({it->link, !it->reverse});
       add_explicit(r, from, to, std::move(hops));
@@ -796,7 +801,7 @@ class Reader {
     return c;
   }
 
-  const std::string& text_;
+  std::string text_;  // parsed in place by pugixml
   std::string name_;
   std::optional<DeviceSpec> default_device_;
   std::vector<size_t> line_starts_;
@@ -814,7 +819,7 @@ class Reader {
 Result<Cluster> read_simgrid_xml(const std::string& text, const std::string& name,
                                  const std::optional<DeviceSpec>& default_device) {
   try {
-    return Reader(text, name, default_device).read();
+    return Reader(std::string(text), name, default_device).read();
   } catch (const XmlFail& e) {
     return Error{e.what()};
   }
@@ -826,7 +831,11 @@ Result<Cluster> read_simgrid_xml_file(const std::string& path,
   if (!in) return Error{fmt::format("cannot read \"{}\": {}", path, std::strerror(errno))};
   std::stringstream ss;
   ss << in.rdbuf();
-  return read_simgrid_xml(ss.str(), path, default_device);
+  try {
+    return Reader(std::move(ss).str(), path, default_device).read();
+  } catch (const XmlFail& e) {
+    return Error{e.what()};
+  }
 }
 
 }  // namespace pipegrid::sim

@@ -273,6 +273,30 @@ TEST_CASE("SimGrid XML: Floyd zones give links, a FLAT cluster a switch, zoneRou
   CHECK(Router(*c).route(0, 1)->hops.size() == 2);
 }
 
+TEST_CASE("SimGrid XML: routes in an early zone keep pointing at their routers when more hosts follow") {
+  const std::string xml = R"(<platform version="4.1">
+  <zone id="top" routing="Floyd">
+    <zone id="z1" routing="Floyd">
+      <host id="a" speed="1Gf"/><router id="r1"/><link id="a-r1" bandwidth="1GBps" latency="1us"/>
+      <route src="a" dst="r1"><link_ctn id="a-r1"/></route>
+    </zone>
+    <zone id="z2" routing="Floyd">
+      <host id="b" speed="1Gf"/><router id="r2"/><link id="b-r2" bandwidth="2GBps" latency="2us"/>
+      <route src="b" dst="r2"><link_ctn id="b-r2"/></route>
+    </zone>
+    <link id="wan" bandwidth="3GBps" latency="3us"/>
+    <zoneRoute src="z1" dst="z2" gw_src="r1" gw_dst="r2"><link_ctn id="wan"/></zoneRoute>
+  </zone>
+</platform>)";
+  Result<Cluster> c = sim::read_simgrid_xml(xml, "late.xml", test_device());
+  REQUIRE(c.ok());
+  auto ends = [&](int i) { return c->node_name(c->links[i].a) + "-" + c->node_name(c->links[i].b); };
+  CHECK(ends(0) == "a-r1");
+  CHECK(ends(1) == "b-r2");
+  CHECK(ends(2) == "r1-r2");
+  CHECK(Router(*c).route(0, 1)->latency == doctest::Approx(6e-6));
+}
+
 TEST_CASE("SimGrid XML: errors name file:line:column") {
   auto error = [](const std::string& xml) {
     Result<Cluster> c = sim::read_simgrid_xml(xml, "p.xml", test_device());

@@ -7,12 +7,12 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/collectives.h"
 #include "core/units.h"
@@ -239,16 +239,17 @@ int run_export(const Options& o) {
   if (!o.simgrid) return bad_input("cluster export: choose a format (--simgrid)");
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
-  std::ostringstream text;
-  if (Status s = sim::write_simgrid_xml(*c, text); !s)
-    return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
   if (o.output.empty()) {
-    std::cout << text.str();
+    if (Status s = sim::write_simgrid_xml(*c, std::cout); !s)
+      return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
     return kOk;
   }
   std::ofstream out(o.output);
-  out << text.str();
   if (!out) return bad_input(fmt::format("cannot write \"{}\"", o.output));
+  Status s = sim::write_simgrid_xml(*c, out);
+  out.close();
+  if (!s) std::remove(o.output.c_str());  // no half-written platform
+  if (!s) return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
   return kOk;
 }
 
