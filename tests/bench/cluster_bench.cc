@@ -1,7 +1,7 @@
 // Cluster scale: route computation and SimGrid platform construction for the fat-tree and dgx
 // presets of about 1k, 4k and 16k devices. The pairs routed are those a 1F1B pipeline of 16 stages
 // with D/16 data-parallel replicas per stage talks over: replica j of stage s to replica j of
-// stages s - 1 and s + 1, and to its ring neighbours inside the stage (about 4 D ordered pairs).
+// stages s - 1 and s + 1, and to its ring neighbour inside the stage (about 3 D ordered pairs).
 //   BM_Routes    Router construction and every pair's route (no SimGrid)
 //   BM_Platform  SimGrid engine, hosts, links and routes (build_platform), timed inside a forked child
 // Presets are loaded once per benchmark, outside the timed region.
