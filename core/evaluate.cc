@@ -1,5 +1,6 @@
 #include "core/evaluate.h"
 
+#include <algorithm>
 #include <optional>
 #include <queue>
 #include <tuple>
@@ -11,7 +12,8 @@ namespace {
 
 class AnalyticLauncher : public TaskLauncher {
  public:
-  AnalyticLauncher(const TaskGraph& g, const Router& r) : g_(g), router_(r) {}
+  AnalyticLauncher(const TaskGraph& g, const Cluster& c, const Router& r)
+      : g_(g), cluster_(c), router_(r), free_at_(2 * c.links.size(), 0.0) {}
 
   void launch(int32_t t, double now) override {
     const Task& task = g_.tasks[t];
@@ -22,7 +24,13 @@ class AnalyticLauncher : public TaskLauncher {
         if (!error_) error_ = route.error();
         return;  // never finishes: the run ends incomplete and the error is reported
       }
-      duration = route->transfer_time(task.bytes);
+      // Links are FIFO resources: a transfer starts when every hop of its route is free (in launch
+      // order) and holds each hop for bytes / the route's bandwidth; the latency is pipelined.
+      double start = now;
+      for (const Hop& h : route->hops) start = std::max(start, free_at_[channel(h)]);
+      const double hold = route->hops.empty() ? 0.0 : task.bytes / route->bandwidth;
+      for (const Hop& h : route->hops) free_at_[channel(h)] = start + hold;
+      duration = start - now + route->transfer_time(task.bytes);
     }
     events_.emplace(now + duration, seq_++, t);
   }
@@ -33,8 +41,16 @@ class AnalyticLauncher : public TaskLauncher {
   std::optional<Error> error_;
 
  private:
+  // A full-duplex link has one channel per direction; a half-duplex one shares one.
+  size_t channel(const Hop& h) const {
+    const bool split = cluster_.links[h.link].duplex == Duplex::Full;
+    return 2 * static_cast<size_t>(h.link) + (split && h.reverse ? 1 : 0);
+  }
+
   const TaskGraph& g_;
+  const Cluster& cluster_;
   const Router& router_;
+  std::vector<double> free_at_;  // per channel: when its last transfer stops sending
   uint64_t seq_ = 0;
 };
 
@@ -42,7 +58,7 @@ class AnalyticLauncher : public TaskLauncher {
 
 Result<Timeline> evaluate(const TaskGraph& g, const Cluster& c) {
   Router router(c);
-  AnalyticLauncher l(g, router);
+  AnalyticLauncher l(g, c, router);
   Executor ex(g, l);
   ex.start();
   while (!l.events_.empty()) {

@@ -1,6 +1,10 @@
-// The analytic evaluator: runs a TaskGraph with the executor's semantics and uncontended
-// transfers (route latency + bytes / slowest link bandwidth). No flow contention: it is the
-// planners' fast estimate and a cross-check of the SimGrid replay, which models contention.
+// The analytic evaluator: runs a TaskGraph with the executor's semantics; a transfer takes route
+// latency + bytes / slowest link bandwidth once every link of its route is free: links are FIFO
+// channels (one per direction when full duplex) that transfers hold in launch order, instead of
+// SimGrid's fair sharing between concurrent flows. Alone on its links, a transfer takes exactly
+// what SimGrid gives it; flows that share a link finish in turn here and together there (the
+// last one at the same time when they start together). It is the planners' fast estimate and a
+// cross-check of the SimGrid replay.
 #pragma once
 
 #include "core/cluster.h"

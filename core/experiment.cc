@@ -24,7 +24,8 @@ std::vector<std::string> device_names(const Cluster& c) {
 namespace {
 
 // One (micro-batch size, micro-batch count): partition, schedule, validate, lower, deadlock check.
-// `stages` and `replicas` override the strategy's when positive (bapipe's exploration).
+// `stages` and `replicas` override the strategy's when non-zero (bapipe's exploration; replicas may
+// be kAnyReplicas).
 Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& partitioner,
                                 const ScheduleStrategy& scheduler, double micro_batch_size, int m, int stages = 0,
                                 int replicas = 0) {
@@ -34,10 +35,10 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
   run.schedule_name = std::string(scheduler.name);
   const int chunks = std::max(1, e.strategy.chunks);
   if (stages <= 0) stages = e.strategy.stages;
-  if (replicas <= 0) replicas = std::max(1, e.strategy.replicas);
+  if (replicas == 0) replicas = std::max(1, e.strategy.replicas);  // kAnyReplicas passes through
   if (stages == 0)
-    stages =
-        static_cast<int>(std::min(e.cluster.devices.size() / replicas, e.workload.layer_count() / chunks));
+    stages = static_cast<int>(
+        std::min(e.cluster.devices.size() / std::max(1, replicas), e.workload.layer_count() / chunks));
   const auto t0 = std::chrono::steady_clock::now();
   Result<Partition> part = partitioner.build({e.workload, e.cluster, stages, run.micro_batch_size, chunks, m, e.memory,
                                               scheduler.name, replicas, e.strategy.planner});
@@ -132,6 +133,10 @@ Result<size_t> pick(std::vector<Scored>& all, const std::vector<char>& always, c
 // counts, one stage per device, each schedule and micro-batch size: BaPipe's space contains them)
 // are lowered and run by the analytic evaluator; the judge (SimGrid from the CLI) then times the
 // best few and the baselines, and the fastest that fits memory is kept.
+// Free per-stage replica counts are searched up to this many devices (the search grows as D^3 per
+// stage count; above it only uniform counts are tried).
+constexpr int kFreeReplicasUpTo = 32;
+
 Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy& bapipe, const PlanJudge* judge) {
   std::vector<const ScheduleStrategy*> schedules;
   if (e.strategy.schedule_given) {
@@ -142,8 +147,9 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
   struct Candidate {
     const ScheduleStrategy* schedule;
     double b;
-    int m, p, r;
+    int m, p, r;  // r: replicas per stage, or kAnyReplicas
     double estimate;
+    std::string replicas;  // per stage, as chosen
   };
   std::vector<Candidate> candidates;
   const int D = static_cast<int>(e.cluster.devices.size());
@@ -154,7 +160,12 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
   for (const ScheduleStrategy* s : schedules) {
     for (auto [b, m] : micro_batch_options(e)) {
       for (int p = 1; p <= std::min(D, n); ++p) {
-        for (int r = 1; p * r <= D; ++r) {
+        // Uniform replica counts r, then (small clusters) free counts per stage, which also
+        // contain the uniform ones but are ranked by the same estimate, so both stay candidates.
+        std::vector<int> rs;
+        for (int r = 1; p * r <= D; ++r) rs.push_back(r);
+        if (p < D && D <= kFreeReplicasUpTo) rs.push_back(kAnyReplicas);
+        for (int r : rs) {
           ++tried;
           const auto t0 = std::chrono::steady_clock::now();
           Result<Partition> part = bapipe.build({e.workload, e.cluster, p, b, 1, m, e.memory, s->name, r});
@@ -163,7 +174,10 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
             last_error = part.error();
             continue;
           }
-          candidates.push_back({s, b, m, p, r, (m + p - 1) * part->plan.predicted_time_per_stage_s});
+          std::string counts;
+          for (size_t st = 0; st < part->stage_count(); ++st)
+            counts += fmt::format("{}{}", st ? " " : "", part->stage(st).devices.size());
+          candidates.push_back({s, b, m, p, r, (m + p - 1) * part->plan.predicted_time_per_stage_s, counts});
         }
       }
     }
@@ -187,8 +201,10 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
     if (!s) return s.error();
     scored.push_back(std::move(*s));
     baseline.push_back(0);
-    labels.push_back(fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas", c.schedule->name, c.m, c.b,
-                                 c.p, c.r));
+    labels.push_back(c.r == kAnyReplicas ? fmt::format("{}, {} micro-batches of {}, {} stages, replicas {} (per stage)",
+                                                       c.schedule->name, c.m, c.b, c.p, c.replicas)
+                                         : fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas",
+                                                       c.schedule->name, c.m, c.b, c.p, c.r));
   }
   const PartitionStrategy& uniform = **find_partitioner("uniform");
   for (const ScheduleStrategy* s : schedules) {
@@ -208,9 +224,10 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
   std::string names;
   for (const ScheduleStrategy* s : schedules) names += fmt::format("{}{}", names.empty() ? "" : ", ", s->name);
   w.run.sweep = fmt::format(
-      "bapipe explored {} plans (schedules {}; {} micro-batch sizes; 1..{} stages x replicas), {} fit memory; {} "
+      "bapipe explored {} plans (schedules {}; {} micro-batch sizes; 1..{} stages x replicas{}), {} fit memory; {} "
       "analytically evaluated with the uniform baselines{}; chosen: {}{} ({} {:.6g} s{})",
-      tried, names, micro_batch_options(e).size(), std::min(D, n), candidates.size(),
+      tried, names, micro_batch_options(e).size(), std::min(D, n),
+      D <= kFreeReplicasUpTo ? ", uniform and per stage" : ", uniform", candidates.size(),
       std::min(candidates.size(), kAnalytic), judge ? fmt::format(", the best {} and the baselines judged by {}", kJudged, judge->name()) : "",
       baseline[*best] ? "the baseline " : "", labels[*best], judge ? judge->name() : "analytic", w.judged,
       w.fits ? "" : ", over memory");

@@ -34,9 +34,11 @@ struct PartitionRequest {
   int micro_batches = 1;        // m: planners that check memory need the in-flight counts it implies
   MemoryOptions memory;         // static memory model, recomputation
   std::string_view schedule;    // the schedule that will run the partition (in-flight counts)
-  int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it
+  int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it;
+                                // kAnyReplicas: the partitioner chooses per stage (bapipe)
   PlannerOptions planner = {};
 };
+inline constexpr int kAnyReplicas = -1;
 
 struct PartitionStrategy {
   std::string_view name;

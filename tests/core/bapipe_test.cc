@@ -126,3 +126,99 @@ TEST_CASE("bapipe never returns a plan over memory, and says so when nothing fit
     CHECK(m.feasible());
   }
 }
+
+TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts and device counts") {
+  // Stages take consecutive devices from the first (devices may be left idle); stage i on c_i
+  // devices runs b / c_i samples per replica and adds its ring all-reduce, 2 (c - 1) latencies and
+  // 2 (c - 1) / c x parameter bytes over the bandwidth, amortised over the m micro-batches.
+  std::mt19937 rng(11);
+  int constrained = 0, uneven = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 6);
+    const int D = 2 + static_cast<int>(rng() % 5);
+    const int p = 1 + static_cast<int>(rng() % std::min({n, D, 3}));
+    const int m = 1 + static_cast<int>(rng() % 6);
+    const bool gpipe = rng() % 2;
+    const double b = 4;
+    Workload w;
+    std::vector<double> t(n), params(n), stash(n);
+    for (int i = 0; i < n; ++i) {
+      t[i] = 1 + rng() % 50;
+      params[i] = (1 + rng() % 20) * 1e5;
+      stash[i] = (1 + rng() % 20) * 1e5;
+      w.add_layer(timed(i, t[i], params[i], stash[i]));
+      if (i) w.add_edge(i - 1, i);
+    }
+    Cluster c;
+    std::vector<double> speed(D);
+    const double capacity = (4 + rng() % 60) * 1e6;
+    const double bandwidth = (1 + rng() % 4) * 2e9, latency = (rng() % 3) * 1e-3;
+    for (int d = 0; d < D; ++d) {
+      DeviceSpec spec = test_device(capacity);
+      speed[d] = 1e9 * (1 + rng() % 3);
+      spec.peak_flops.fill(speed[d]);
+      c.devices.push_back({fmt::format("d{}", d), spec, ""});
+    }
+    c.switches = {"sw"};
+    for (int d = 0; d < D; ++d) c.links.push_back({d, D, bandwidth, latency, Duplex::Full});
+    // Route between two devices: two links, the bandwidth of one and twice its latency.
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<int> cuts{0}, counts;
+    std::function<void(int, int)> rec = [&](int stage, int used) {
+      if (stage == p) {
+        if (cuts.back() != n) return;
+        double worst = 0;
+        for (int i = 0, first = 0; i < p; first += counts[i], ++i) {
+          const int r = counts[i];
+          const double share = b / r;
+          double slowest = 0, ps = 0, st = 0, largest = 0;
+          for (int x = 0; x < r; ++x) {
+            double sum = 0;
+            for (int k = cuts[i]; k < cuts[i + 1]; ++k) sum += t[k] * 1e9 * share / speed[first + x];
+            slowest = std::max(slowest, sum);
+          }
+          for (int k = cuts[i]; k < cuts[i + 1]; ++k) {
+            ps += params[k];
+            st += stash[k];
+            largest = std::max(largest, stash[k]);
+          }
+          if (r > 1) slowest += (2.0 * (r - 1) * 2 * latency + 2.0 * (r - 1) / r * 4 * ps / bandwidth) / m;
+          const int in_flight = gpipe ? m : std::min(p - i, m);
+          if (16 * ps + (in_flight * st + largest) * share > capacity) return;
+          worst = std::max(worst, slowest);
+        }
+        best = std::min(best, worst);
+        return;
+      }
+      for (int k = cuts.back() + 1; k <= n - (p - stage - 1); ++k)
+        for (int r = 1; used + r <= D - (p - stage - 1); ++r) {
+          cuts.push_back(k);
+          counts.push_back(r);
+          rec(stage + 1, used + r);
+          cuts.pop_back();
+          counts.pop_back();
+        }
+    };
+    rec(0, 0);
+    Result<Partition> part =
+        partition_bapipe({w, c, p, b, 1, m, MemoryOptions{}, gpipe ? "gpipe" : "1f1b", kAnyReplicas});
+    INFO("trial " << trial << " n=" << n << " D=" << D << " p=" << p << " m=" << m);
+    if (!std::isfinite(best)) {
+      ++constrained;
+      CHECK(!part.ok());
+      continue;
+    }
+    REQUIRE(part.ok());
+    CHECK(part->plan.predicted_time_per_stage_s == doctest::Approx(best).epsilon(1e-9));
+    std::vector<size_t> sizes;
+    size_t used = 0;
+    for (size_t st = 0; st < part->stage_count(); ++st) {
+      sizes.push_back(part->stage(st).devices.size());
+      for (int d : part->stage(st).devices) CHECK(d == static_cast<int>(used++));  // consecutive, from the first
+    }
+    CHECK(used <= static_cast<size_t>(D));
+    if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) != sizes.end()) ++uneven;
+  }
+  CHECK(constrained > 5);
+  CHECK(uneven > 5);  // the search does pick different counts per stage
+}

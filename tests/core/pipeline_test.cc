@@ -2,6 +2,8 @@
 // closed forms of ../shared/reference/closed-forms.md (independent oracle).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/metrics.h"
@@ -43,13 +45,19 @@ TEST_CASE("analytic: gpipe and 1f1b iteration time, bubble and stash match the c
 }
 
 TEST_CASE("analytic: transfers of duration c per boundary match the independent list simulation") {
-  // closed-forms.md: T_F = 1, T_BW = 2, p = 4, m = 8: c = 0.5 gives GPipe 36, 1F1B 41; c = 2 gives
-  // 45 and 65; p = 3, m = 6, T_F = T_BW = 1, c = 0.3 gives 17.2 and 19.0 (no contention).
+  // closed-forms.md: T_F = 1, T_BW = 2, p = 4, m = 8: c = 0.5 gives GPipe 36, 1F1B 41; p = 3, m = 6,
+  // T_F = T_BW = 1, c = 0.3 gives 17.2 and 19.0 (no contention). With c <= T_F no two transfers
+  // ever share a link, so the evaluator's FIFO links give the same. With c = 2 > T_F they do: the
+  // reference's 45 for GPipe assumes two transfers on one link at full speed at once, while the
+  // evaluator serialises them (by hand: forward k crosses boundary 0 in [1 + 2k, 3 + 2k], reaches
+  // stage 3 at 9 + 2k, so the last F ends at 24; the 8 backwards of 2 then flow back at one per 2
+  // units through 3 transfers and 3 more backwards: 24 + 8 x 2 + 3 x (2 + 2) = 52). 1F1B's
+  // alternation already spaces its transfers: 65 either way.
   struct Case {
     int p, m;
     double tf, tbw, c, gpipe, ofob;
   };
-  for (Case k : {Case{4, 8, 1, 2, 0.5, 36, 41}, Case{4, 8, 1, 2, 2, 45, 65}, Case{3, 6, 1, 1, 0.3, 17.2, 19.0}}) {
+  for (Case k : {Case{4, 8, 1, 2, 0.5, 36, 41}, Case{4, 8, 1, 2, 2, 52, 65}, Case{3, 6, 1, 1, 0.3, 17.2, 19.0}}) {
     const double unit = 1e-3;
     const double bytes = 1 << 20;
     Cluster line = line_cluster(k.p, bytes / (k.c * unit), 0);
@@ -58,8 +66,36 @@ TEST_CASE("analytic: transfers of duration c per boundary match the independent 
     INFO("p=" << k.p << " m=" << k.m << " c=" << k.c);
     CHECK(g.iteration_time_s == doctest::Approx(k.gpipe * unit).epsilon(1e-9));
     CHECK(o.iteration_time_s == doctest::Approx(k.ofob * unit).epsilon(1e-9));
-    // GPipe's closed form with transfers: (m + p - 1)(T_F + T_BW) + 2 (p - 1) c.
-    CHECK(g.iteration_time_s == doctest::Approx(((k.m + k.p - 1) * (k.tf + k.tbw) + 2 * (k.p - 1) * k.c) * unit).epsilon(1e-9));
+    // GPipe's closed form with transfers: (m + p - 1)(T_F + T_BW) + 2 (p - 1) c, while c <= T_F.
+    if (k.c <= k.tf)
+      CHECK(g.iteration_time_s ==
+            doctest::Approx(((k.m + k.p - 1) * (k.tf + k.tbw) + 2 * (k.p - 1) * k.c) * unit).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("analytic: transfers that share a link go in turn, the last when fair sharing would end both") {
+  // closed-forms.md: two flows sharing one link each get B/2 and both finish at a + 2S/B. The
+  // evaluator's FIFO channel ends the first at a + S/B and the second at a + 2S/B; opposite
+  // directions of a full-duplex link do not share, those of a shared-duplex link do.
+  const double S = 1e6, B = 1e9, a = 1e-4;
+  for (Duplex duplex : {Duplex::Full, Duplex::Shared}) {
+    Cluster c = line_cluster(2, B, a);
+    c.links[0].duplex = duplex;
+    TaskGraph g;
+    g.device_order.resize(2);
+    g.static_memory.resize(2);
+    for (auto [from, to] : {std::pair{0, 1}, std::pair{0, 1}, std::pair{1, 0}}) {
+      Task t;
+      t.kind = TaskKind::Transfer;
+      t.device = from;
+      t.peer = to;
+      t.bytes = S;
+      g.add(t);
+    }
+    Timeline t = *evaluate(g, c);
+    CHECK(std::min(t.end[0], t.end[1]) == doctest::Approx(a + S / B));
+    CHECK(std::max(t.end[0], t.end[1]) == doctest::Approx(a + 2 * S / B));
+    CHECK(t.end[2] == doctest::Approx(duplex == Duplex::Full ? a + S / B : a + 3 * S / B));
   }
 }
 

@@ -118,7 +118,7 @@ int run(const PlanOptions& o) {
   }
   if (notes.predicted_time_per_stage_s > 0)
     fmt::print("\nplanner's predicted time per stage   {}\n", format_time(notes.predicted_time_per_stage_s));
-  fmt::print("analytic iteration (no contention)  {}\n", format_time(predicted.iteration_time_s));
+  fmt::print("analytic iteration (FIFO links)     {}\n", format_time(predicted.iteration_time_s));
   fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n", format_time(simulated.iteration_time_s),
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);

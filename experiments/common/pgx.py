@@ -1,0 +1,77 @@
+"""Helpers shared by the experiment scripts: write experiment files, run `pipegrid plan --json` on
+each (one process per simulation, in parallel), tabulate, and find python3-matplotlib.
+
+The pipegrid binary is build/pipegrid of this checkout, or $PIPEGRID."""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def binary():
+    path = os.environ.get("PIPEGRID", os.path.join(ROOT, "build", "pipegrid"))
+    if not os.path.exists(path):
+        sys.exit(f"pipegrid is not built ({path}): run tools/setup first, or set PIPEGRID")
+    return path
+
+
+def plan(experiment, path):
+    """Writes `experiment` (a dict; JSON is valid YAML) to `path` and returns pipegrid plan's JSON,
+    or {"error": message} when pipegrid refuses it (e.g. nothing fits memory)."""
+    with open(path, "w") as f:
+        json.dump(experiment, f, indent=1)
+    p = subprocess.run([binary(), "plan", path, "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().replace(path + ": ", "")}
+    return json.loads(p.stdout)
+
+
+def run_all(jobs, workers=None):
+    """jobs: list of (key, experiment dict, path). Returns {key: result}."""
+    workers = workers or os.cpu_count() or 2
+    out = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(plan, e, p): k for k, e, p in jobs}
+        for f in concurrent.futures.as_completed(futures):
+            out[futures[f]] = f.result()
+    return out
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def matplotlib_pyplot():
+    """pyplot with the Agg backend. When this interpreter lacks matplotlib (e.g. a pyenv python3
+    ahead of Debian's on PATH), the script re-runs itself once under $PIPEGRID_PYTHON or
+    /usr/bin/python3 (python3-matplotlib, which tools/setup installs); call this before any work.
+    None (with a note) when no interpreter has it."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        pass
+    other = os.environ.get("PIPEGRID_PYTHON", "/usr/bin/python3")
+    if not os.environ.get("PGX_REEXEC") and os.path.exists(other) and \
+            os.path.realpath(other) != os.path.realpath(sys.executable):
+        probe = subprocess.run([other, "-c", "import matplotlib"], capture_output=True)
+        if probe.returncode == 0:
+            os.environ["PGX_REEXEC"] = "1"
+            os.execv(other, [other, os.path.abspath(sys.argv[0])] + sys.argv[1:])
+    print("matplotlib is missing (Debian: apt-get install python3-matplotlib): no figure", file=sys.stderr)
+    return None
+
+
+def fmt_time(s):
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_gib(b):
+    return f"{b / 2**30:.2f}"
