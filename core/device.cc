@@ -23,7 +23,7 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   }
   const double peak = device.peak(precision) * device.efficiency;
   const bool has_flops = layer.forward_flops > 0 || layer.backward_input_flops > 0 || layer.backward_weight_flops > 0;
-  const bool has_bytes = layer.forward_bytes > 0 || layer.backward_bytes > 0;
+  const bool has_bytes = layer.forward_bytes > 0 || layer.backward_bytes > 0 || layer.weight_bytes > 0;
   // A measured layer with no work description cannot be costed elsewhere: never call it free.
   if (layer.measured && !has_flops && !has_bytes &&
       (layer.measured->forward_s > 0 || layer.measured->backward_s > 0))
@@ -38,10 +38,12 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
                              to_string(precision), layer.name)};
   }
   const double bw = device.memory_bandwidth;
+  // A pass that computes touches the weights (or writes their gradient) once, whatever the batch.
   auto pass_time = [&](double flops, double bytes) {
+    const double fixed = flops > 0 ? layer.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
     double compute = flops > 0 ? flops * batch / peak : 0.0;
-    double memory = (bytes > 0 && bw > 0) ? bytes * batch / bw : 0.0;
+    double memory = (bytes > 0 || fixed > 0) && bw > 0 ? (bytes * batch + fixed) / bw : 0.0;
     return std::max(compute, memory) + device.layer_overhead_s;
   };
   // The backward's memory traffic is split between its two parts in proportion to their FLOPs.

@@ -56,8 +56,10 @@ struct PassTimes {
 
 // The cost model. If the layer has measured times that apply to this device (same kind, or no
 // kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise
-//   time(pass) = max(flops(pass) * batch / (peak * efficiency), bytes(pass) * batch / memory_bandwidth)
-//                + layer_overhead   (for every pass that has work)
+//   time(pass) = max(flops(pass) * batch / (peak * efficiency),
+//                    (bytes(pass) * batch + weight_bytes) / memory_bandwidth) + layer_overhead
+// for every pass that has work, weight_bytes counted for passes with FLOPs (the roofline: small
+// batches of dense layers are bound by reading the weights once per micro-batch).
 // Fails if neither applies (no measured time for this device and no compute rate for the precision).
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch);
 

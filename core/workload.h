@@ -51,6 +51,11 @@ struct Layer {
   // Per model.
   double parameters = 0;       // count
   double parameter_bytes = 0;  // bytes of the weights in the training precision
+  // Memory traffic of each pass that does not grow with the batch: the weights read once per
+  // micro-batch by the forward and the input-gradient pass, the weight gradient written once by
+  // the weight-gradient pass (dense layers: parameter_bytes; gathers such as embeddings: 0, their
+  // rows are in the per-sample bytes). It is what makes small micro-batches memory-bound.
+  double weight_bytes = 0;
   std::optional<MeasuredCost> measured;
 };
 

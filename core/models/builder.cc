@@ -61,6 +61,7 @@ Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_fea
   l.backward_bytes = 2 * l.forward_bytes;
   l.parameters = static_cast<double>(in_features) * out_features + (bias ? out_features : 0);
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
   l.stash_bytes = bytes(out);
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -90,6 +91,7 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   l.parameters = static_cast<double>(c.out_channels) * (c.in_channels / c.groups) * c.kernel * c.kernel +
                  (c.bias ? c.out_channels : 0) + (c.batchnorm ? 2 * c.out_channels : 0);
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
   l.stash_bytes = bytes(out) * (c.batchnorm ? 2 : 1);  // the BatchNorm input too
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -133,6 +135,7 @@ Result<int> ModelBuilder::norm(const std::string& name, int in, bool layernorm) 
   l.kind = layernorm ? "layernorm" : "batchnorm";
   l.parameters = 2.0 * static_cast<double>(layernorm ? s.back() : s.front());
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
   l.forward_bytes = 2 * bytes(s);
   l.backward_bytes = 3 * bytes(s);
   l.stash_bytes = bytes(s);
@@ -210,6 +213,7 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   l.backward_weight_flops = l.forward_flops;
   l.parameters = dirs * (4.0 * hidden * (features + hidden) + 8.0 * hidden);
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
   Shape out{steps, static_cast<int64_t>(dirs) * hidden};
   l.forward_bytes = dirs * steps * (features + 6.0 * hidden) * element_bytes(w_.precision);
   l.backward_bytes = 2 * l.forward_bytes;
@@ -234,6 +238,7 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.backward_input_flops = projections + 8 * tq * tm * h;
     l.parameters = 2 * h * h + 2 * h + 1;  // query and key projections, score vector, bias, scale
     l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+    l.weight_bytes = l.parameter_bytes;
     l.forward_bytes = (2 * tq * h + 2 * tm * h + tq * tm) * element_bytes(w_.precision);
     l.backward_bytes = 2 * l.forward_bytes;
     l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
@@ -255,6 +260,7 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   l.backward_input_flops = projections + 2 * scores;
   l.parameters = 4 * h * h + 4 * h;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
   const double eb = element_bytes(w_.precision);
   l.forward_bytes = (6 * seq * h + 2 * heads * seq * seq) * eb;
   l.backward_bytes = 2 * l.forward_bytes;
@@ -282,6 +288,7 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   l.backward_input_flops = weighted + 2 * scores;
   l.parameters = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;  // attention, MLP, two LayerNorms
   l.parameter_bytes = l.parameters * eb;
+  l.weight_bytes = l.parameter_bytes;
   l.forward_bytes = (10 * seq * h + 2 * seq * f + 2 * heads * seq * seq) * eb;
   l.backward_bytes = 2 * l.forward_bytes;
   // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits; 34 s h with selective

@@ -30,6 +30,8 @@
 #include <limits>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "core/sp_tree.h"
@@ -57,7 +59,11 @@ bool better(const Option& a, const Option& b) {
 
 class Planner {
  public:
-  Planner(const PartitionRequest& r, const SpTree& tree) : r_(r), t_(tree) {
+  // `members`: when the request's workload fuses layers of `original` (join fusion, below), the
+  // original layers of each, whose times are summed (each costed on its own, as the replay will).
+  Planner(const PartitionRequest& r, const SpTree& tree, const Workload* original = nullptr,
+          const std::vector<std::vector<int>>* members = nullptr)
+      : r_(r), t_(tree), original_(original), members_(members) {
     D_ = static_cast<int>(r.cluster.devices.size());
     spec_ = r.cluster.devices.front().spec;
   }
@@ -69,9 +75,18 @@ class Planner {
     fb_.assign(L, std::vector<double>(D_ + 1, 0.0));
     for (size_t l = 0; l < L; ++l) {
       for (int n = 1; n <= D_; ++n) {
+        if (members_) {
+          for (int o : (*members_)[l]) {
+            const Layer& layer = original_->layer(o);
+            Result<PassTimes> t = layer_times(layer, w.precision, spec_, r_.micro_batch_size / n);
+            if (!t) return t.error();
+            fb_[l][n] += t->forward + t->backward() + recompute_s(layer, t->forward);
+          }
+          continue;
+        }
         Result<PassTimes> t = layer_times(w.layer(l), w.precision, spec_, r_.micro_batch_size / n);
         if (!t) return t.error();
-        fb_[l][n] = t->forward + t->backward() + recompute_s(l, t->forward);
+        fb_[l][n] = t->forward + t->backward() + recompute_s(w.layer(l), t->forward);
       }
     }
     // Ring all-reduce over devices 0..n-1: the slowest and the longest of the routes between
@@ -189,11 +204,11 @@ class Planner {
     double stash = 0, transient = 0;  // per sample
   };
 
-  double recompute_s(size_t l, double forward) const {
+  double recompute_s(const Layer& l, double forward) const {
     switch (r_.memory.recompute) {
       case Recompute::None: return 0;
       case Recompute::Full: return forward;
-      case Recompute::Selective: return r_.workload.layer(l).selective_recompute_fraction * forward;
+      case Recompute::Selective: return l.selective_recompute_fraction * forward;
     }
     return 0;
   }
@@ -364,6 +379,8 @@ class Planner {
 
   const PartitionRequest& r_;
   const SpTree& t_;
+  const Workload* original_ = nullptr;
+  const std::vector<std::vector<int>>* members_ = nullptr;
   int D_ = 0;
   DeviceSpec spec_;
   bool gpipe_memory_ = false;
@@ -376,40 +393,160 @@ class Planner {
   std::unordered_map<uint64_t, Option> memo_;
 };
 
+// Join fusion: a stage is any convex set of layers, but the runs of an SP tree cannot put a join
+// (a layer with several inputs, e.g. MMT's concat) in the same stage as the end of one of the
+// branches it joins, so a cheap join would take devices of its own. The fused variant merges every
+// join with its costliest predecessor when that predecessor feeds only the join (so the merge is
+// convex and the graph stays acyclic); the planner then runs on both and keeps the better plan.
+struct Fused {
+  Workload workload;
+  std::vector<std::vector<int>> members;  // fused layer -> original layers (topological order)
+  int fusions = 0;
+};
+
+std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, double batch) {
+  const int L = static_cast<int>(w.layer_count());
+  std::vector<int> into(L, -1);
+  std::vector<char> used(L, 0);
+  int fusions = 0;
+  for (int v : topological_order(w)) {
+    if (boost::in_degree(v, w.graph) < 2 || used[v]) continue;
+    int best = -1;
+    double best_cost = -1;
+    for (auto [e, end] = boost::in_edges(v, w.graph); e != end; ++e) {
+      const int u = static_cast<int>(boost::source(*e, w.graph));
+      if (boost::out_degree(u, w.graph) != 1 || used[u]) continue;
+      Result<PassTimes> t = layer_times(w.layer(u), w.precision, spec, batch);
+      if (!t) continue;
+      const double cost = t->forward + t->backward();
+      if (cost > best_cost) best = u, best_cost = cost;
+    }
+    if (best < 0) continue;
+    into[best] = v;
+    used[best] = used[v] = 1;
+    ++fusions;
+  }
+  if (fusions == 0) return std::nullopt;
+  Fused f;
+  f.fusions = fusions;
+  f.workload.name = w.name;
+  f.workload.precision = w.precision;
+  f.workload.micro_batch_size = w.micro_batch_size;
+  f.workload.optimizer_step_s = w.optimizer_step_s;
+  f.workload.input_bytes_per_sample = w.input_bytes_per_sample;
+  std::vector<int> of(L, -1);
+  for (int x = 0; x < L; ++x) {
+    if (into[x] >= 0) continue;
+    of[x] = static_cast<int>(f.members.size());
+    f.members.push_back({x});
+  }
+  for (int x = 0; x < L; ++x)
+    if (into[x] >= 0) {
+      of[x] = of[into[x]];
+      auto& m = f.members[of[x]];
+      m.insert(m.begin(), x);  // the predecessor runs first
+    }
+  for (const auto& m : f.members) {
+    Layer merged = w.layer(m.back());
+    if (m.size() > 1) {
+      const Layer& u = w.layer(m.front());
+      const Layer& v = w.layer(m.back());
+      merged.name = u.name + "+" + v.name;
+      merged.forward_flops += u.forward_flops;
+      merged.backward_input_flops += u.backward_input_flops;
+      merged.backward_weight_flops += u.backward_weight_flops;
+      merged.forward_bytes += u.forward_bytes;
+      merged.backward_bytes += u.backward_bytes;
+      merged.stash_bytes += u.stash_bytes;
+      merged.parameters += u.parameters;
+      merged.parameter_bytes += u.parameter_bytes;
+      merged.weight_bytes += u.weight_bytes;
+      if (u.selective_stash_bytes >= 0 || v.selective_stash_bytes >= 0)
+        merged.selective_stash_bytes = (u.selective_stash_bytes >= 0 ? u.selective_stash_bytes : u.stash_bytes) +
+                                       (v.selective_stash_bytes >= 0 ? v.selective_stash_bytes : v.stash_bytes);
+      const double flops = u.forward_flops + v.forward_flops;
+      merged.selective_recompute_fraction =
+          flops > 0 ? (u.forward_flops * u.selective_recompute_fraction + v.forward_flops * v.selective_recompute_fraction) / flops
+                    : 0;
+      merged.measured.reset();  // costs come from the members (Planner)
+    }
+    f.workload.add_layer(std::move(merged));
+  }
+  std::set<std::pair<int, int>> edges;
+  for (auto [e, end] = boost::edges(w.graph); e != end; ++e) {
+    const int a = of[boost::source(*e, w.graph)], c = of[boost::target(*e, w.graph)];
+    if (a != c && edges.emplace(a, c).second) f.workload.add_edge(a, c);
+  }
+  return f;
+}
+
+struct Planned {
+  Partition partition;
+  double tps = 0;
+};
+
+// Plans `r` (whose workload may be a fused one) and builds the partition of the original workload.
+Result<Planned> plan_once(const PartitionRequest& r, const Workload& original, const Fused* fused) {
+  const SpTree tree = sp_decompose(r.workload);
+  Planner planner(r, tree, fused ? &original : nullptr, fused ? &fused->members : nullptr);
+  // graph-1f1b keeps min(m, 1 + k) micro-batches in flight; assume all m for any other schedule.
+  if (Status s = planner.init(r.schedule != "graph-1f1b"); !s) return s.error();
+  double tps = 0;
+  auto stages = planner.plan(&tps);
+  if (!stages) return stages.error();
+  std::vector<int> stage_of(original.layer_count(), -1);
+  std::vector<std::vector<int>> devices;
+  int next = 0;
+  for (size_t s = 0; s < stages->size(); ++s) {
+    for (int l : (*stages)[s].first) {
+      if (fused) {
+        for (int o : fused->members[l]) stage_of[o] = static_cast<int>(s);
+      } else {
+        stage_of[l] = static_cast<int>(s);
+      }
+    }
+    std::vector<int> devs;
+    for (int i = 0; i < (*stages)[s].second; ++i) devs.push_back(next++);
+    devices.push_back(std::move(devs));
+  }
+  Result<Partition> p = make_partition(original, stage_of, devices, r.cluster.devices.size());
+  if (!p) return p.error();
+  p->plan.predicted_time_per_stage_s = tps * r.micro_batch_size;
+  for (const auto& [layers, n] : *stages)
+    p->plan.predicted_stage_time_s.push_back(planner.stage_tps(layers, n) * r.micro_batch_size);
+  p->plan.added_dependencies = tree.added_dependencies;
+  return Planned{std::move(*p), tps};
+}
+
 }  // namespace
 
 Result<Partition> partition_graphpipe(const PartitionRequest& r) {
   const auto t0 = std::chrono::steady_clock::now();
   if (r.cluster.devices.empty()) return Error{"graphpipe: the cluster has no device"};
   if (r.cluster.devices.size() >= 1000) return Error{"graphpipe: at most 999 devices"};
-  const SpTree tree = sp_decompose(r.workload);
-  Planner planner(r, tree);
-  // graph-1f1b keeps min(m, 1 + k) micro-batches in flight; assume all m for any other schedule.
-  if (Status s = planner.init(r.schedule != "graph-1f1b"); !s) return s.error();
-  double tps = 0;
-  auto stages = planner.plan(&tps);
-  if (!stages) return stages.error();
-  std::vector<int> stage_of(r.workload.layer_count(), -1);
-  std::vector<std::vector<int>> devices;
-  int next = 0;
-  for (size_t s = 0; s < stages->size(); ++s) {
-    for (int l : (*stages)[s].first) stage_of[l] = static_cast<int>(s);
-    std::vector<int> devs;
-    for (int i = 0; i < (*stages)[s].second; ++i) devs.push_back(next++);
-    devices.push_back(std::move(devs));
+  Result<Planned> best = plan_once(r, r.workload, nullptr);
+  int fusions = 0;
+  if (std::optional<Fused> f = fuse_joins(r.workload, r.cluster.devices.front().spec, r.micro_batch_size)) {
+    const PartitionRequest fr{f->workload, r.cluster,  r.stages,   r.micro_batch_size, r.chunks,
+                              r.micro_batches, r.memory, r.schedule, r.replicas,         r.planner};
+    Result<Planned> other = plan_once(fr, r.workload, &*f);
+    // The fused plan wins on a lower bottleneck, or an equal one with a shallower stage graph.
+    if (other && (!best || other->tps < best->tps * (1 - 1e-9) ||
+                  (other->tps <= best->tps * (1 + 1e-9) && other->partition.depth() < best->partition.depth()))) {
+      best = std::move(other);
+      fusions = f->fusions;
+    }
   }
-  Result<Partition> p = make_partition(r.workload, stage_of, devices, r.cluster.devices.size());
-  if (!p) return p.error();
-  p->plan.predicted_time_per_stage_s = tps * r.micro_batch_size;
-  for (const auto& [layers, n] : *stages)
-    p->plan.predicted_stage_time_s.push_back(planner.stage_tps(layers, n) * r.micro_batch_size);
-  p->plan.added_dependencies = tree.added_dependencies;
-  p->plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  p->plan.summary = fmt::format(
+  if (!best) return best.error();
+  Partition& p = best->partition;
+  const double tps = best->tps;
+  p.plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.plan.summary = fmt::format(
       "graphpipe: {} stages, depth {}, bottleneck {:.6g} s per sample ({:.6g} s per micro-batch of {}); "
-      "{} dependencies added to make the graph series-parallel",
-      p->stage_count(), p->depth(), tps, tps * r.micro_batch_size, r.micro_batch_size, tree.added_dependencies);
-  return p;
+      "{} dependencies added to make the graph series-parallel; {}",
+      p.stage_count(), p.depth(), tps, tps * r.micro_batch_size, r.micro_batch_size, p.plan.added_dependencies,
+      fusions ? fmt::format("{} joins fused with a predecessor's stage", fusions) : "no join fused");
+  return std::move(p);
 }
 
 }  // namespace pipegrid

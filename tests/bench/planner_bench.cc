@@ -1,6 +1,8 @@
 // Planning time of PipeDream's planner (core/partitioners/pipedream.h) on every profile of
 // ../shared/reference/pipedream/, one level of 4 and of 8 workers at 1 GB/s with activation
-// transfers, and gnmt_large on two-level hierarchies (4 GPUs per server x 8 servers, and 8 x 4).
+// transfers, and gnmt_large on two-level hierarchies (4 GPUs per server x 8 servers, and 8 x 4);
+// and of the graphpipe partitioner (one call: one micro-batch size) on GraphPipe's models on 4 to
+// 32 Summit GPUs, at the micro-batch sizes experiments/graphpipe chose.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -9,6 +11,8 @@
 
 #include "core/models/pipedream_profile.h"
 #include "core/partitioners/pipedream.h"
+#include "core/strategy.h"
+#include "tools/input/experiment_yaml.h"
 
 using namespace pipegrid;
 namespace fs = std::filesystem;
@@ -52,6 +56,30 @@ void plan(benchmark::State& state, fs::path path, std::vector<PipeDreamLevel> le
   state.counters["linearised"] = linear ? 1 : 0;
 }
 
+// graphpipe on `model` over `gpus` Summit GPUs, micro-batches of `b` out of a mini-batch.
+void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int mini_batch) {
+  const std::string text = "name: bench\nworkload: {model: " + model +
+                           ", precision: fp16}\ncluster: {kind: summit, nodes: " + std::to_string(gpus / 4) +
+                           "}\nstrategy: {partitioner: graphpipe, schedule: graph-1f1b, micro_batches: 1}\nmemory: {optimizer: mixed-adam}\n";
+  Result<Experiment> e = input::load_experiment_text(text, "bench");
+  if (!e) {
+    state.SkipWithError(e.error().message.c_str());
+    return;
+  }
+  size_t stages = 0;
+  for (auto _ : state) {
+    Result<Partition> p = partition_graphpipe(
+        {e->workload, e->cluster, gpus, static_cast<double>(b), 1, mini_batch / b, e->memory, "graph-1f1b", 1});
+    if (!p) {
+      state.SkipWithError(p.error().message.c_str());
+      return;
+    }
+    stages = p->stage_count();
+    benchmark::DoNotOptimize(p->plan.predicted_time_per_stage_s);
+  }
+  state.counters["stages"] = static_cast<double>(stages);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +101,17 @@ int main(int argc, char** argv) {
                                std::vector<PipeDreamLevel>{{8, 25e9}, {4, 3e9}})
       ->Unit(benchmark::kMillisecond)
       ->Iterations(2);
+  struct GraphPipeCase {
+    const char* model;
+    int b, mini_batch;
+  };
+  for (GraphPipeCase c : {GraphPipeCase{"mmt", 1, 64}, GraphPipeCase{"dlrm", 256, 1024},
+                          GraphPipeCase{"candle-uno", 64, 1024}})
+    for (int gpus : {4, 8, 16, 32})
+      benchmark::RegisterBenchmark(
+          (std::string("graphpipe/") + c.model + "/" + std::to_string(gpus) + "gpus/mb" + std::to_string(c.b)).c_str(),
+          graphpipe, c.model, gpus, c.b, c.mini_batch)
+          ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -62,6 +62,41 @@ TEST_CASE("graph-1f1b equals 1f1b on chains") {
   }
 }
 
+TEST_CASE("a cheap join shares the stage of one branch's end (join fusion), saving its own device") {
+  // a1 -> a2 and b1 -> b2 joined by a near-free concat c, on 4 devices. Without fusion the concat
+  // needs a device of its own, so one branch gets one device for two layers (bottleneck 2 (F + B)
+  // per sample, since replication pays a 64 MiB all-reduce); with it, {b2, c} is one stage and
+  // every layer has its device: bottleneck F + B (+ the concat's), the stage graph a1 -> a2 ->
+  // {b2, c} <- b1 of depth 3, iteration (m + 2)(T_F + T_BW) up to the concat's time.
+  const double f = 1e-3, b = 2e-3, tiny = 1e-7;
+  for (int m : {4, 8}) {
+    Experiment e;
+    e.workload = two_branches(f, b);
+    const int c = e.workload.add_layer(layer("c", tiny, tiny, 8, 0));
+    e.workload.add_edge(1, c);
+    e.workload.add_edge(3, c);
+    e.cluster = make_switch_cluster(4, "gpu", test_device(), 25e9, 0);
+    e.strategy.micro_batches = m;
+    e.strategy.partitioner = "graphpipe";
+    e.strategy.schedule = "graph-1f1b";
+    Planned g = plan(e);
+    INFO("m=" << m << ": " << g.run.partition.plan.summary);
+    CHECK(g.run.partition.plan.summary.find("1 joins fused") != std::string::npos);
+    REQUIRE(g.run.partition.stage_count() == 4);
+    CHECK(g.run.partition.depth() == 3);
+    auto stage_of = [&](int layer) {
+      for (size_t s = 0; s < g.run.partition.stage_count(); ++s)
+        for (int l : g.run.partition.stage(s).layers)
+          if (l == layer) return static_cast<int>(s);
+      return -1;
+    };
+    CHECK((stage_of(c) == stage_of(1) || stage_of(c) == stage_of(3)));
+    for (size_t s = 0; s < 4; ++s) CHECK(g.run.partition.stage(s).devices.size() == 1);
+    CHECK(g.metrics.iteration_time_s >= (m + 2) * (f + b));
+    CHECK(g.metrics.iteration_time_s <= (m + 2) * (f + b + 2 * tiny) * (1 + 1e-6));
+  }
+}
+
 TEST_CASE("two equal branches on 4 devices: graphpipe's depth is 2 where the sequential pipeline's is 4") {
   const double f = 1e-3, b = 2e-3;  // per sample; micro-batches of one sample
   for (int m : {4, 8, 16}) {
