@@ -395,40 +395,51 @@ class Planner {
 
 // Join fusion: a stage is any convex set of layers, but the runs of an SP tree cannot put a join
 // (a layer with several inputs, e.g. MMT's concat) in the same stage as the end of one of the
-// branches it joins, so a cheap join would take devices of its own. The fused variant merges every
-// join with its costliest predecessor when that predecessor feeds only the join (so the merge is
-// convex and the graph stays acyclic); the planner then runs on both and keeps the better plan.
+// branches it joins, so a cheap join would take devices of its own. A fused variant merges every
+// join with the tail of its costliest predecessor's chain (layers with one input and one output,
+// walking back from the join, so the merge is convex and the graph stays acyclic) of up to `tail`
+// layers. The planner runs on the original, then on tails of 1, 2, ... layers while the plan
+// improves (a short tail leaves the join's stage idle, a long one makes it the bottleneck), and
+// keeps the best plan.
 struct Fused {
   Workload workload;
   std::vector<std::vector<int>> members;  // fused layer -> original layers (topological order)
   int fusions = 0;
+  int fused_layers = 0;  // original layers merged into joins
 };
 
-std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, double batch) {
+std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, double batch, int tail) {
   const int L = static_cast<int>(w.layer_count());
+  auto cost = [&](int l) {
+    Result<PassTimes> t = layer_times(w.layer(l), w.precision, spec, batch);
+    return t ? t->forward + t->backward() : std::numeric_limits<double>::infinity();
+  };
   std::vector<int> into(L, -1);
   std::vector<char> used(L, 0);
-  int fusions = 0;
+  Fused f;
   for (int v : topological_order(w)) {
     if (boost::in_degree(v, w.graph) < 2 || used[v]) continue;
     int best = -1;
     double best_cost = -1;
     for (auto [e, end] = boost::in_edges(v, w.graph); e != end; ++e) {
       const int u = static_cast<int>(boost::source(*e, w.graph));
-      if (boost::out_degree(u, w.graph) != 1 || used[u]) continue;
-      Result<PassTimes> t = layer_times(w.layer(u), w.precision, spec, batch);
-      if (!t) continue;
-      const double cost = t->forward + t->backward();
-      if (cost > best_cost) best = u, best_cost = cost;
+      if (boost::out_degree(u, w.graph) != 1 || used[u] || !std::isfinite(cost(u))) continue;
+      if (cost(u) > best_cost) best = u, best_cost = cost(u);
     }
     if (best < 0) continue;
-    into[best] = v;
-    used[best] = used[v] = 1;
-    ++fusions;
+    used[v] = 1;
+    for (int u = best, taken = 1;; ++taken) {
+      into[u] = v;
+      used[u] = 1;
+      ++f.fused_layers;
+      if (taken == tail || boost::in_degree(u, w.graph) != 1) break;
+      const int prev = static_cast<int>(boost::source(*boost::in_edges(u, w.graph).first, w.graph));
+      if (boost::out_degree(prev, w.graph) != 1 || used[prev] || !std::isfinite(cost(prev))) break;
+      u = prev;
+    }
+    ++f.fusions;
   }
-  if (fusions == 0) return std::nullopt;
-  Fused f;
-  f.fusions = fusions;
+  if (f.fusions == 0) return std::nullopt;
   f.workload.name = w.name;
   f.workload.precision = w.precision;
   f.workload.micro_batch_size = w.micro_batch_size;
@@ -440,34 +451,37 @@ std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, doubl
     of[x] = static_cast<int>(f.members.size());
     f.members.push_back({x});
   }
-  for (int x = 0; x < L; ++x)
+  for (int x : topological_order(w))
     if (into[x] >= 0) {
       of[x] = of[into[x]];
       auto& m = f.members[of[x]];
-      m.insert(m.begin(), x);  // the predecessor runs first
+      m.insert(m.end() - 1, x);  // before the join, in topological order
     }
   for (const auto& m : f.members) {
     Layer merged = w.layer(m.back());
     if (m.size() > 1) {
-      const Layer& u = w.layer(m.front());
-      const Layer& v = w.layer(m.back());
-      merged.name = u.name + "+" + v.name;
-      merged.forward_flops += u.forward_flops;
-      merged.backward_input_flops += u.backward_input_flops;
-      merged.backward_weight_flops += u.backward_weight_flops;
-      merged.forward_bytes += u.forward_bytes;
-      merged.backward_bytes += u.backward_bytes;
-      merged.stash_bytes += u.stash_bytes;
-      merged.parameters += u.parameters;
-      merged.parameter_bytes += u.parameter_bytes;
-      merged.weight_bytes += u.weight_bytes;
-      if (u.selective_stash_bytes >= 0 || v.selective_stash_bytes >= 0)
-        merged.selective_stash_bytes = (u.selective_stash_bytes >= 0 ? u.selective_stash_bytes : u.stash_bytes) +
-                                       (v.selective_stash_bytes >= 0 ? v.selective_stash_bytes : v.stash_bytes);
-      const double flops = u.forward_flops + v.forward_flops;
-      merged.selective_recompute_fraction =
-          flops > 0 ? (u.forward_flops * u.selective_recompute_fraction + v.forward_flops * v.selective_recompute_fraction) / flops
-                    : 0;
+      merged.name = w.layer(m.front()).name + ".." + merged.name;
+      bool selective = merged.selective_stash_bytes >= 0;
+      double sel = merged.selective_stash_bytes >= 0 ? merged.selective_stash_bytes : merged.stash_bytes;
+      double weighted = merged.forward_flops * merged.selective_recompute_fraction;
+      for (size_t i = 0; i + 1 < m.size(); ++i) {
+        const Layer& u = w.layer(m[i]);
+        merged.forward_flops += u.forward_flops;
+        merged.backward_input_flops += u.backward_input_flops;
+        merged.backward_weight_flops += u.backward_weight_flops;
+        merged.forward_bytes += u.forward_bytes;
+        merged.backward_bytes += u.backward_bytes;
+        merged.stash_bytes += u.stash_bytes;
+        merged.parameters += u.parameters;
+        merged.parameter_bytes += u.parameter_bytes;
+        merged.weight_bytes += u.weight_bytes;
+        merged.output_bytes = std::max(merged.output_bytes, u.output_bytes);  // the backward's workspace
+        selective = selective || u.selective_stash_bytes >= 0;
+        sel += u.selective_stash_bytes >= 0 ? u.selective_stash_bytes : u.stash_bytes;
+        weighted += u.forward_flops * u.selective_recompute_fraction;
+      }
+      if (selective) merged.selective_stash_bytes = sel;
+      merged.selective_recompute_fraction = merged.forward_flops > 0 ? weighted / merged.forward_flops : 0;
       merged.measured.reset();  // costs come from the members (Planner)
     }
     f.workload.add_layer(std::move(merged));
@@ -525,17 +539,27 @@ Result<Partition> partition_graphpipe(const PartitionRequest& r) {
   if (r.cluster.devices.empty()) return Error{"graphpipe: the cluster has no device"};
   if (r.cluster.devices.size() >= 1000) return Error{"graphpipe: at most 999 devices"};
   Result<Planned> best = plan_once(r, r.workload, nullptr);
-  int fusions = 0;
-  if (std::optional<Fused> f = fuse_joins(r.workload, r.cluster.devices.front().spec, r.micro_batch_size)) {
+  int fusions = 0, fused_layers = 0;
+  int last_fused = -1, plateau = 0;
+  for (int tail = 1; tail <= 16; ++tail) {
+    std::optional<Fused> f = fuse_joins(r.workload, r.cluster.devices.front().spec, r.micro_batch_size, tail);
+    if (!f || f->fused_layers == last_fused) break;  // nothing (more) to fuse
+    last_fused = f->fused_layers;
     const PartitionRequest fr{f->workload, r.cluster,  r.stages,   r.micro_batch_size, r.chunks,
                               r.micro_batches, r.memory, r.schedule, r.replicas,         r.planner};
     Result<Planned> other = plan_once(fr, r.workload, &*f);
-    // The fused plan wins on a lower bottleneck, or an equal one with a shallower stage graph.
-    if (other && (!best || other->tps < best->tps * (1 - 1e-9) ||
-                  (other->tps <= best->tps * (1 + 1e-9) && other->partition.depth() < best->partition.depth()))) {
-      best = std::move(other);
-      fusions = f->fusions;
-    }
+    // A fused plan wins on a lower bottleneck, or an equal one with a shallower stage graph.
+    const bool wins = other && (!best || other->tps < best->tps * (1 - 1e-9) ||
+                                (other->tps <= best->tps * (1 + 1e-9) &&
+                                 other->partition.depth() < best->partition.depth()));
+    // Longer tails only load the join's stage more once the bottleneck has grown; on a plateau
+    // (equal bottleneck) a longer tail may still let the branches balance, so go on, twice at most.
+    if (!wins && (!other || !best || other->tps > best->tps * (1 + 1e-9) || ++plateau > 2)) break;
+    if (!wins) continue;
+    plateau = 0;
+    best = std::move(other);
+    fusions = f->fusions;
+    fused_layers = f->fused_layers;
   }
   if (!best) return best.error();
   Partition& p = best->partition;
@@ -545,7 +569,7 @@ Result<Partition> partition_graphpipe(const PartitionRequest& r) {
       "graphpipe: {} stages, depth {}, bottleneck {:.6g} s per sample ({:.6g} s per micro-batch of {}); "
       "{} dependencies added to make the graph series-parallel; {}",
       p.stage_count(), p.depth(), tps, tps * r.micro_batch_size, r.micro_batch_size, p.plan.added_dependencies,
-      fusions ? fmt::format("{} joins fused with a predecessor's stage", fusions) : "no join fused");
+      fusions ? fmt::format("{} joins fused with {} layers before them", fusions, fused_layers) : "no join fused");
   return std::move(p);
 }
 

@@ -81,7 +81,7 @@ TEST_CASE("a cheap join shares the stage of one branch's end (join fusion), savi
     e.strategy.schedule = "graph-1f1b";
     Planned g = plan(e);
     INFO("m=" << m << ": " << g.run.partition.plan.summary);
-    CHECK(g.run.partition.plan.summary.find("1 joins fused") != std::string::npos);
+    CHECK(g.run.partition.plan.summary.find("1 joins fused with") != std::string::npos);
     REQUIRE(g.run.partition.stage_count() == 4);
     CHECK(g.run.partition.depth() == 3);
     auto stage_of = [&](int layer) {
@@ -171,7 +171,7 @@ TEST_CASE("graphpipe never returns a plan that violates memory, and says so when
   }
   MESSAGE("graphpipe planned " << planned << " and refused " << refused << " of 40 random cases");
   CHECK(planned > 5);
-  CHECK(refused > 5);
+  CHECK(refused >= 3);  // the refusal path is exercised (join fusion plans a few more)
 }
 
 TEST_CASE("on a sequential model graphpipe matches the sequential planner's throughput within 5%") {
