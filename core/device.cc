@@ -11,7 +11,8 @@ void DeviceSpec::derive_peaks() {
   for (int p = 0; p < kPrecisionCount; ++p) peak_flops[p] = fpga->peak(static_cast<Precision>(p));
 }
 
-Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch) {
+Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
+                              double batch) {
   PassTimes t;
   if (layer.measured && (layer.measured->device_kind.empty() || layer.measured->device_kind == device.kind)) {
     const MeasuredCost& m = *layer.measured;
@@ -22,7 +23,8 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     return t;
   }
   const double peak = device.peak(precision) * device.efficiency;
-  const bool has_flops = layer.forward_flops > 0 || layer.backward_input_flops > 0 || layer.backward_weight_flops > 0;
+  const bool has_flops =
+      layer.forward_flops > 0 || layer.backward_input_flops > 0 || layer.backward_weight_flops > 0;
   const bool has_bytes = layer.forward_bytes > 0 || layer.backward_bytes > 0 || layer.weight_bytes > 0;
   // A measured layer with no work description cannot be costed elsewhere: never call it free.
   if (layer.measured && !has_flops && !has_bytes &&
@@ -32,8 +34,9 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
         layer.name, layer.measured->device_kind, device.kind)};
   if (has_flops && peak <= 0) {
     if (layer.measured)
-      return Error{fmt::format("layer \"{}\" was measured on \"{}\" and the device kind \"{}\" has no {} compute rate",
-                               layer.name, layer.measured->device_kind, device.kind, to_string(precision))};
+      return Error{
+          fmt::format("layer \"{}\" was measured on \"{}\" and the device kind \"{}\" has no {} compute rate",
+                      layer.name, layer.measured->device_kind, device.kind, to_string(precision))};
     return Error{fmt::format("device kind \"{}\" has no {} compute rate for layer \"{}\"", device.kind,
                              to_string(precision), layer.name)};
   }

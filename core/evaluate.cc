@@ -35,8 +35,8 @@ class AnalyticLauncher : public TaskLauncher {
     events_.emplace(now + duration, seq_++, t);
   }
 
-  std::priority_queue<std::tuple<double, uint64_t, int32_t>, std::vector<std::tuple<double, uint64_t, int32_t>>,
-                      std::greater<>>
+  std::priority_queue<std::tuple<double, uint64_t, int32_t>,
+                      std::vector<std::tuple<double, uint64_t, int32_t>>, std::greater<>>
       events_;
   std::optional<Error> error_;
 

@@ -27,8 +27,8 @@ namespace {
 // `stages` and `replicas` override the strategy's when non-zero (bapipe's exploration; replicas may
 // be kAnyReplicas).
 Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& partitioner,
-                                const ScheduleStrategy& scheduler, double micro_batch_size, int m, int stages = 0,
-                                int replicas = 0) {
+                                const ScheduleStrategy& scheduler, double micro_batch_size, int m,
+                                int stages = 0, int replicas = 0) {
   PreparedRun run{};
   run.micro_batch_size = micro_batch_size;
   run.micro_batches = m;
@@ -40,8 +40,8 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
     stages = static_cast<int>(
         std::min(e.cluster.devices.size() / std::max(1, replicas), e.workload.layer_count() / chunks));
   const auto t0 = std::chrono::steady_clock::now();
-  Result<Partition> part = partitioner.build({e.workload, e.cluster, stages, run.micro_batch_size, chunks, m, e.memory,
-                                              scheduler.name, replicas, e.strategy.planner});
+  Result<Partition> part = partitioner.build({e.workload, e.cluster, stages, run.micro_batch_size, chunks, m,
+                                              e.memory, scheduler.name, replicas, e.strategy.planner});
   run.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   run.partition = std::move(*part);
@@ -52,8 +52,8 @@ Result<PreparedRun> prepare_one(const Experiment& e, const PartitionStrategy& pa
             fmt::format("partitioner {} does not place {} replicas per stage (stage {} has {} devices)",
                         partitioner.name, replicas, st, run.partition.stage(st).devices.size())};
 
-  ScheduleRequest req{run.partition, e.cluster.devices.size(), m, chunks, e.strategy.schedule_text,
-                      e.strategy.schedule_source};
+  ScheduleRequest req{run.partition, e.cluster.devices.size(), m,
+                      chunks,        e.strategy.schedule_text, e.strategy.schedule_source};
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();
   run.schedule = std::move(*sched);
@@ -137,7 +137,8 @@ Result<size_t> pick(std::vector<Scored>& all, const std::vector<char>& always, c
 // stage count; above it only uniform counts are tried).
 constexpr int kFreeReplicasUpTo = 32;
 
-Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy& bapipe, const PlanJudge* judge) {
+Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy& bapipe,
+                                   const PlanJudge* judge) {
   std::vector<const ScheduleStrategy*> schedules;
   if (e.strategy.schedule_given) {
     schedules.push_back(*find_schedule(e.strategy.schedule));
@@ -183,9 +184,10 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
     }
   }
   if (candidates.empty())
-    return Error{fmt::format("bapipe: no plan fits the devices' memory ({} combinations of schedule, micro-batch size, "
-                             "stages and replicas tried; e.g. {})",
-                             tried, last_error ? last_error->message : "none")};
+    return Error{fmt::format(
+        "bapipe: no plan fits the devices' memory ({} combinations of schedule, micro-batch size, "
+        "stages and replicas tried; e.g. {})",
+        tried, last_error ? last_error->message : "none")};
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.estimate < b.estimate; });
   constexpr size_t kAnalytic = 12, kJudged = 4;
@@ -201,10 +203,11 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
     if (!s) return s.error();
     scored.push_back(std::move(*s));
     baseline.push_back(0);
-    labels.push_back(c.r == kAnyReplicas ? fmt::format("{}, {} micro-batches of {}, {} stages, replicas {} (per stage)",
-                                                       c.schedule->name, c.m, c.b, c.p, c.replicas)
-                                         : fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas",
-                                                       c.schedule->name, c.m, c.b, c.p, c.r));
+    labels.push_back(c.r == kAnyReplicas
+                         ? fmt::format("{}, {} micro-batches of {}, {} stages, replicas {} (per stage)",
+                                       c.schedule->name, c.m, c.b, c.p, c.replicas)
+                         : fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas",
+                                       c.schedule->name, c.m, c.b, c.p, c.r));
   }
   const PartitionStrategy& uniform = **find_partitioner("uniform");
   for (const ScheduleStrategy* s : schedules) {
@@ -222,13 +225,16 @@ Result<PreparedRun> explore_bapipe(const Experiment& e, const PartitionStrategy&
   if (!best) return best.error();
   Scored& w = scored[*best];
   std::string names;
-  for (const ScheduleStrategy* s : schedules) names += fmt::format("{}{}", names.empty() ? "" : ", ", s->name);
+  for (const ScheduleStrategy* s : schedules)
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", s->name);
   w.run.sweep = fmt::format(
-      "bapipe explored {} plans (schedules {}; {} micro-batch sizes; 1..{} stages x replicas{}), {} fit memory; {} "
+      "bapipe explored {} plans (schedules {}; {} micro-batch sizes; 1..{} stages x replicas{}), {} fit "
+      "memory; {} "
       "analytically evaluated with the uniform baselines{}; chosen: {}{} ({} {:.6g} s{})",
       tried, names, micro_batch_options(e).size(), std::min(D, n),
       D <= kFreeReplicasUpTo ? ", uniform and per stage" : ", uniform", candidates.size(),
-      std::min(candidates.size(), kAnalytic), judge ? fmt::format(", the best {} and the baselines judged by {}", kJudged, judge->name()) : "",
+      std::min(candidates.size(), kAnalytic),
+      judge ? fmt::format(", the best {} and the baselines judged by {}", kJudged, judge->name()) : "",
       baseline[*best] ? "the baseline " : "", labels[*best], judge ? judge->name() : "analytic", w.judged,
       w.fits ? "" : ", over memory");
   w.run.planning_seconds = planning;
@@ -267,7 +273,8 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge) {
     planning += run->planning_seconds;
     Result<Scored> s = score(e, std::move(*run));
     if (!s) return s.error();
-    sweep += fmt::format("{}{}: {:.6g} s{}", sweep.empty() ? "" : "; ", b, s->analytic, s->fits ? "" : " (over memory)");
+    sweep += fmt::format("{}{}: {:.6g} s{}", sweep.empty() ? "" : "; ", b, s->analytic,
+                         s->fits ? "" : " (over memory)");
     scored.push_back(std::move(*s));
   }
   if (scored.empty()) return *first_error;

@@ -24,8 +24,8 @@
 #include <limits>
 
 #include "core/partitioners/common.h"
-#include "core/units.h"
 #include "core/strategy.h"
+#include "core/units.h"
 
 namespace pipegrid {
 
@@ -38,11 +38,12 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   const int D = static_cast<int>(r.cluster.devices.size());
   if (p < 1 || (any ? p : p * fixed) > D)
     return any ? Error{fmt::format("bapipe: {} stages need {} devices, the cluster has {}", p, p, D)}
-               : Error{fmt::format("bapipe: {} stages x {} replicas need {} devices, the cluster has {}", p, fixed,
-                                   p * fixed, D)};
+               : Error{fmt::format("bapipe: {} stages x {} replicas need {} devices, the cluster has {}", p,
+                                   fixed, p * fixed, D)};
   const std::vector<int> order = topological_order(w);
   const int n = static_cast<int>(order.size());
-  if (p > n) return Error{fmt::format("bapipe: {} stages need at least {} layers, the workload has {}", p, p, n)};
+  if (p > n)
+    return Error{fmt::format("bapipe: {} stages need at least {} layers, the workload has {}", p, p, n)};
   const int m = r.micro_batches;
   // Replica counts a stage may take.
   std::vector<int> counts;
@@ -58,8 +59,8 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
     time[c].assign(D, std::vector<double>(n + 1, 0.0));
     for (int d = 0; d < D; ++d)
       for (int k = 0; k < n; ++k) {
-        Result<PassTimes> t = layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d].spec,
-                                          r.micro_batch_size / c);
+        Result<PassTimes> t =
+            layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d].spec, r.micro_batch_size / c);
         if (!t) return Error{fmt::format("bapipe: on {}: {}", r.cluster.devices[d].name, t.error().message)};
         time[c][d][k + 1] = time[c][d][k] + t->forward + t->backward();
       }
@@ -173,7 +174,8 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   std::vector<Placed> plan = feasible(hi);
   if (plan.empty())
     return any ? Error{fmt::format("bapipe: no {}-stage partition fits the devices' memory", p)}
-               : Error{fmt::format("bapipe: no {}-stage partition (x {} replicas) fits the devices' memory", p, fixed)};
+               : Error{fmt::format("bapipe: no {}-stage partition (x {} replicas) fits the devices' memory",
+                                   p, fixed)};
   double lo = 0;
   for (int it = 0; it < 100 && hi - lo > 1e-12 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
@@ -203,8 +205,8 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   part->plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string reps;
   for (int i = 0; i < p; ++i) reps += fmt::format("{}{}", i ? " " : "", plan[i].c);
-  part->plan.summary = fmt::format("bapipe: {} stages, replicas {}, slowest stage {} per micro-batch", p, reps,
-                                   format_time(slowest));
+  part->plan.summary = fmt::format("bapipe: {} stages, replicas {}, slowest stage {} per micro-batch", p,
+                                   reps, format_time(slowest));
   return part;
 }
 

@@ -27,8 +27,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -166,10 +166,11 @@ class Planner {
       return solve_node(t_.root, D_, 0).feasible;
     };
     if (!feasible(candidates.back()))
-      return Error{fmt::format(
-          "graphpipe: no partition of the model over {} devices fits their memory ({} each) with {} micro-batches of {} "
-          "samples",
-          D_, spec_.memory_bytes, r_.micro_batches, r_.micro_batch_size)};
+      return Error{
+          fmt::format("graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
+                      "{} micro-batches of {} "
+                      "samples",
+                      D_, spec_.memory_bytes, r_.micro_batches, r_.micro_batch_size)};
     size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] is feasible
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
@@ -206,9 +207,12 @@ class Planner {
 
   double recompute_s(const Layer& l, double forward) const {
     switch (r_.memory.recompute) {
-      case Recompute::None: return 0;
-      case Recompute::Full: return forward;
-      case Recompute::Selective: return l.selective_recompute_fraction * forward;
+      case Recompute::None:
+        return 0;
+      case Recompute::Full:
+        return forward;
+      case Recompute::Selective:
+        return l.selective_recompute_fraction * forward;
     }
     return 0;
   }
@@ -226,7 +230,8 @@ class Planner {
   }
 
   const RangeInfo& range(int node, int lo, int hi) {
-    const uint64_t k = (static_cast<uint64_t>(node) << 32) | (static_cast<uint64_t>(lo) << 16) | static_cast<uint64_t>(hi);
+    const uint64_t k =
+        (static_cast<uint64_t>(node) << 32) | (static_cast<uint64_t>(lo) << 16) | static_cast<uint64_t>(hi);
     if (auto it = ranges_.find(k); it != ranges_.end()) return it->second;
     const Workload& w = r_.workload;
     RangeInfo info;
@@ -545,13 +550,14 @@ Result<Partition> partition_graphpipe(const PartitionRequest& r) {
     std::optional<Fused> f = fuse_joins(r.workload, r.cluster.devices.front().spec, r.micro_batch_size, tail);
     if (!f || f->fused_layers == last_fused) break;  // nothing (more) to fuse
     last_fused = f->fused_layers;
-    const PartitionRequest fr{f->workload, r.cluster,  r.stages,   r.micro_batch_size, r.chunks,
-                              r.micro_batches, r.memory, r.schedule, r.replicas,         r.planner};
+    const PartitionRequest fr{f->workload,     r.cluster, r.stages,   r.micro_batch_size, r.chunks,
+                              r.micro_batches, r.memory,  r.schedule, r.replicas,         r.planner};
     Result<Planned> other = plan_once(fr, r.workload, &*f);
     // A fused plan wins on a lower bottleneck, or an equal one with a shallower stage graph.
-    const bool wins = other && (!best || other->tps < best->tps * (1 - 1e-9) ||
-                                (other->tps <= best->tps * (1 + 1e-9) &&
-                                 other->partition.depth() < best->partition.depth()));
+    const bool wins =
+        other &&
+        (!best || other->tps < best->tps * (1 - 1e-9) ||
+         (other->tps <= best->tps * (1 + 1e-9) && other->partition.depth() < best->partition.depth()));
     // Longer tails only load the join's stage more once the bottleneck has grown; on a plateau
     // (equal bottleneck) a longer tail may still let the branches balance, so go on, twice at most.
     if (!wins && (!other || !best || other->tps > best->tps * (1 + 1e-9) || ++plateau > 2)) break;
@@ -568,8 +574,10 @@ Result<Partition> partition_graphpipe(const PartitionRequest& r) {
   p.plan.summary = fmt::format(
       "graphpipe: {} stages, depth {}, bottleneck {:.6g} s per sample ({:.6g} s per micro-batch of {}); "
       "{} dependencies added to make the graph series-parallel; {}",
-      p.stage_count(), p.depth(), tps, tps * r.micro_batch_size, r.micro_batch_size, p.plan.added_dependencies,
-      fusions ? fmt::format("{} joins fused with {} layers before them", fusions, fused_layers) : "no join fused");
+      p.stage_count(), p.depth(), tps, tps * r.micro_batch_size, r.micro_batch_size,
+      p.plan.added_dependencies,
+      fusions ? fmt::format("{} joins fused with {} layers before them", fusions, fused_layers)
+              : "no join fused");
   return std::move(p);
 }
 

@@ -60,7 +60,8 @@ void plan(benchmark::State& state, fs::path path, std::vector<PipeDreamLevel> le
 void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int mini_batch) {
   const std::string text = "name: bench\nworkload: {model: " + model +
                            ", precision: fp16}\ncluster: {kind: summit, nodes: " + std::to_string(gpus / 4) +
-                           "}\nstrategy: {partitioner: graphpipe, schedule: graph-1f1b, micro_batches: 1}\nmemory: {optimizer: mixed-adam}\n";
+                           "}\nstrategy: {partitioner: graphpipe, schedule: graph-1f1b, micro_batches: "
+                           "1}\nmemory: {optimizer: mixed-adam}\n";
   Result<Experiment> e = input::load_experiment_text(text, "bench");
   if (!e) {
     state.SkipWithError(e.error().message.c_str());
@@ -68,8 +69,8 @@ void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int 
   }
   size_t stages = 0;
   for (auto _ : state) {
-    Result<Partition> p = partition_graphpipe(
-        {e->workload, e->cluster, gpus, static_cast<double>(b), 1, mini_batch / b, e->memory, "graph-1f1b", 1});
+    Result<Partition> p = partition_graphpipe({e->workload, e->cluster, gpus, static_cast<double>(b), 1,
+                                               mini_batch / b, e->memory, "graph-1f1b", 1});
     if (!p) {
       state.SkipWithError(p.error().message.c_str());
       return;
@@ -105,11 +106,12 @@ int main(int argc, char** argv) {
     const char* model;
     int b, mini_batch;
   };
-  for (GraphPipeCase c : {GraphPipeCase{"mmt", 1, 64}, GraphPipeCase{"dlrm", 256, 1024},
-                          GraphPipeCase{"candle-uno", 64, 1024}})
+  for (GraphPipeCase c :
+       {GraphPipeCase{"mmt", 1, 64}, GraphPipeCase{"dlrm", 256, 1024}, GraphPipeCase{"candle-uno", 64, 1024}})
     for (int gpus : {4, 8, 16, 32})
       benchmark::RegisterBenchmark(
-          (std::string("graphpipe/") + c.model + "/" + std::to_string(gpus) + "gpus/mb" + std::to_string(c.b)).c_str(),
+          (std::string("graphpipe/") + c.model + "/" + std::to_string(gpus) + "gpus/mb" + std::to_string(c.b))
+              .c_str(),
           graphpipe, c.model, gpus, c.b, c.mini_batch)
           ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);

@@ -110,8 +110,8 @@ TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous 
 
 TEST_CASE("bapipe never returns a plan over memory, and says so when nothing fits") {
   for (double capacity : {8e6, 40e6, 2e9}) {
-    Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(capacity), 25e9, 1e-6),
-                                    8 << 20);
+    Experiment e = chain_experiment(
+        4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(capacity), 25e9, 1e-6), 8 << 20);
     e.strategy.partitioner = "bapipe";
     e.strategy.mini_batch = 8;
     Result<PreparedRun> run = prepare(e);
@@ -214,7 +214,8 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
     size_t used = 0;
     for (size_t st = 0; st < part->stage_count(); ++st) {
       sizes.push_back(part->stage(st).devices.size());
-      for (int d : part->stage(st).devices) CHECK(d == static_cast<int>(used++));  // consecutive, from the first
+      for (int d : part->stage(st).devices)
+        CHECK(d == static_cast<int>(used++));  // consecutive, from the first
     }
     CHECK(used <= static_cast<size_t>(D));
     if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) != sizes.end()) ++uneven;

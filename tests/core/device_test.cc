@@ -1,9 +1,10 @@
 // The device cost model: time = max(FLOPs / (peak x efficiency), bytes / bandwidth) + overhead.
+#include "core/device.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
-#include "core/device.h"
 #include "core/models/builder.h"
 
 using namespace pipegrid;
@@ -39,7 +40,7 @@ TEST_CASE("an FPGA's peak is DSPs x clock x MACs per DSP x 2") {
 TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bound ones unchanged") {
   ModelBuilder b("m", Precision::FP16);
   int x = b.input("x", {4096});
-  int fc = *b.linear("fc", x, 4096, 4096);                        // 2 x 4096^2 FLOP, 16 KiB moved per sample
+  int fc = *b.linear("fc", x, 4096, 4096);  // 2 x 4096^2 FLOP, 16 KiB moved per sample
   int ids = b.input("ids", {100});
   int bag = *b.embedding_bag("bag", ids, 1000000, 64, 100, true);  // no FLOP, 12.9 KB moved per sample
   Workload w = b.finish();

@@ -131,7 +131,8 @@ TEST_CASE("graphpipe never returns a plan that violates memory, and says so when
     // A random multi-branch model: in -> k branches of random depth -> join -> head.
     Workload w;
     auto rnd = [&](double lo, double hi) { return lo + (hi - lo) * (rng() % 1000) / 1000.0; };
-    const int in = w.add_layer(layer("in", rnd(1, 2) * 1e-4, rnd(1, 2) * 2e-4, rnd(1, 8) * 1e5, rnd(1, 4) * 1e6));
+    const int in =
+        w.add_layer(layer("in", rnd(1, 2) * 1e-4, rnd(1, 2) * 2e-4, rnd(1, 8) * 1e5, rnd(1, 4) * 1e6));
     const int branches = 1 + static_cast<int>(rng() % 4);
     std::vector<int> ends;
     for (int br = 0; br < branches; ++br) {

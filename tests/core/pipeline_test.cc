@@ -30,7 +30,8 @@ TEST_CASE("analytic: gpipe and 1f1b iteration time, bubble and stash match the c
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 3 * p; ++m) {
         // Zero latency, infinite-looking bandwidth: communication takes ~1e-12 s.
-        Experiment e = chain_experiment(p, m, tf, tbw, sched, make_switch_cluster(p, "gpu", test_device(), 1e21, 0), act);
+        Experiment e = chain_experiment(p, m, tf, tbw, sched,
+                                        make_switch_cluster(p, "gpu", test_device(), 1e21, 0), act);
         Metrics mt = analytic(e);
         INFO(sched << " p=" << p << " m=" << m);
         CHECK(close_rel(mt.iteration_time_s, (m + p - 1) * (tf + tbw), 1e-9));
@@ -57,7 +58,8 @@ TEST_CASE("analytic: transfers of duration c per boundary match the independent 
     int p, m;
     double tf, tbw, c, gpipe, ofob;
   };
-  for (Case k : {Case{4, 8, 1, 2, 0.5, 36, 41}, Case{4, 8, 1, 2, 2, 52, 65}, Case{3, 6, 1, 1, 0.3, 17.2, 19.0}}) {
+  for (Case k :
+       {Case{4, 8, 1, 2, 0.5, 36, 41}, Case{4, 8, 1, 2, 2, 52, 65}, Case{3, 6, 1, 1, 0.3, 17.2, 19.0}}) {
     const double unit = 1e-3;
     const double bytes = 1 << 20;
     Cluster line = line_cluster(k.p, bytes / (k.c * unit), 0);
@@ -100,26 +102,29 @@ TEST_CASE("analytic: transfers that share a link go in turn, the last when fair 
 }
 
 TEST_CASE("static memory follows the optimizer") {
-  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e12, 0));
+  Experiment e =
+      chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e12, 0));
   const double pb = 1 << 20;  // parameter bytes per layer (fp32: pb / 4 parameters)
   struct Case {
     Optimizer o;
     double per_layer;
   };
-  for (Case c : {Case{Optimizer::SGD, 2 * pb}, Case{Optimizer::Momentum, 3 * pb}, Case{Optimizer::Adam, 4 * pb},
-                 Case{Optimizer::MixedAdam, 16 * pb / 4}}) {
+  for (Case c : {Case{Optimizer::SGD, 2 * pb}, Case{Optimizer::Momentum, 3 * pb},
+                 Case{Optimizer::Adam, 4 * pb}, Case{Optimizer::MixedAdam, 16 * pb / 4}}) {
     e.memory.optimizer = c.o;
     Metrics m = analytic(e);
     CHECK(m.devices[0].static_bytes == doctest::Approx(c.per_layer));
     // Peak = static + stashed activations + the backward's workspace (one layer output, 1 MiB).
-    CHECK(m.devices[0].peak_memory_bytes == doctest::Approx(c.per_layer + m.devices[0].peak_activation_bytes + (1 << 20)));
+    CHECK(m.devices[0].peak_memory_bytes ==
+          doctest::Approx(c.per_layer + m.devices[0].peak_activation_bytes + (1 << 20)));
   }
   e.memory.bytes_per_parameter = 20;
   CHECK(analytic(e).devices[1].static_bytes == doctest::Approx(20 * pb / 4));
 }
 
 TEST_CASE("the optimizer step ends the iteration on every device") {
-  Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 1e21, 0));
+  Experiment e =
+      chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 1e21, 0));
   e.workload.optimizer_step_s = 5e-3;
   Metrics m = analytic(e);
   // Device 0 finishes last (its final backward ends the flush), then steps.
