@@ -16,19 +16,19 @@ struct FpgaSpec {
   double dsps = 0;
   double clock_hz = 0;
   std::array<double, kPrecisionCount> macs_per_dsp{};  // per cycle, per Precision
-  double onchip_bytes = 0;     // BRAM + URAM (M20K), informational
-  int ports = 0;               // network ports (QSFP28)
-  double port_bandwidth = 0;   // bytes/s per port and direction
+  double onchip_bytes = 0;                             // BRAM + URAM (M20K), informational
+  int ports = 0;                                       // network ports (QSFP28)
+  double port_bandwidth = 0;                           // bytes/s per port and direction
 
   double peak(Precision p) const { return dsps * clock_hz * macs_per_dsp[static_cast<int>(p)] * 2; }
 };
 
 // What a device can do. Every figure can be overridden by the user; catalog entries cite sources.
 struct DeviceSpec {
-  std::string kind = "custom";  // catalog name, or "custom"
-  std::string family;           // "gpu", "fpga", or empty for custom devices
-  double memory_bytes = 0;      // capacity
-  double memory_bandwidth = 0;  // bytes/s; 0 = never the limit
+  std::string kind = "custom";                       // catalog name, or "custom"
+  std::string family;                                // "gpu", "fpga", or empty for custom devices
+  double memory_bytes = 0;                           // capacity
+  double memory_bandwidth = 0;                       // bytes/s; 0 = never the limit
   std::array<double, kPrecisionCount> peak_flops{};  // FLOP/s per Precision; 0 = unknown
   double efficiency = 1.0;      // sustained fraction of peak for compute-bound layers, in (0, 1]
   double layer_overhead_s = 0;  // fixed cost per layer and pass (kernel launches, pipeline fill)
@@ -61,6 +61,7 @@ struct PassTimes {
 // for every pass that has work, weight_bytes counted for passes with FLOPs (the roofline: small
 // batches of dense layers are bound by reading the weights once per micro-batch).
 // Fails if neither applies (no measured time for this device and no compute rate for the precision).
-Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch);
+Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
+                              double batch);
 
 }  // namespace pipegrid

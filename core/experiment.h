@@ -32,7 +32,7 @@ struct StrategySpec {
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
   int mini_batch = 0;
-  PlannerOptions planner;  // straight, hierarchy, activation_compression_ratio, memory_constraint
+  PlannerOptions planner;       // straight, hierarchy, activation_compression_ratio, memory_constraint
   std::string schedule_text;    // `file` schedule: the CSV text
   std::string schedule_source;  // `file` schedule: its path, for messages
 };

@@ -16,24 +16,29 @@ double overlap(int i, int n, int j, int m) {
 
 TaskKind kind_of(Pass p) {
   switch (p) {
-    case Pass::Forward: return TaskKind::Forward;
-    case Pass::Backward: return TaskKind::Backward;
-    case Pass::Weight: return TaskKind::Weight;
+    case Pass::Forward:
+      return TaskKind::Forward;
+    case Pass::Backward:
+      return TaskKind::Backward;
+    case Pass::Weight:
+      return TaskKind::Weight;
   }
   return TaskKind::Forward;
 }
 
 }  // namespace
 
-Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
-                                                        double micro_batch_size, Recompute recompute) {
+Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
+                                                        const Partition& p, double micro_batch_size,
+                                                        Recompute recompute) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
     const Stage& st = p.stage(s);
     const double share = micro_batch_size / static_cast<double>(st.devices.size());
     // The stage's input per sample: what its predecessors send, or the model's input.
     double input = 0;
-    for (auto [it, end] = boost::in_edges(s, p.graph); it != end; ++it) input += p.graph[*it].bytes_per_sample;
+    for (auto [it, end] = boost::in_edges(s, p.graph); it != end; ++it)
+      input += p.graph[*it].bytes_per_sample;
     if (boost::in_degree(s, p.graph) == 0) input = w.input_bytes_per_sample;
     for (int d : st.devices) {
       StageCost sc;
@@ -53,7 +58,9 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
         sc.parameter_bytes += layer.parameter_bytes;
       }
       switch (recompute) {
-        case Recompute::None: sc.stash_bytes = full_stash * share; break;
+        case Recompute::None:
+          sc.stash_bytes = full_stash * share;
+          break;
         case Recompute::Full:
           sc.stash_bytes = input * share;
           sc.recompute_bytes = full_stash * share;
@@ -112,11 +119,16 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       t.micro_batch = a.micro_batch;
       t.device = static_cast<int32_t>(d);
       switch (a.pass) {
-        case Pass::Forward: t.duration = sc.times.forward; break;
-        case Pass::Backward:
-          t.duration = sc.recompute_s + (sched.split_backward ? sc.times.backward_input : sc.times.backward());
+        case Pass::Forward:
+          t.duration = sc.times.forward;
           break;
-        case Pass::Weight: t.duration = sc.times.backward_weight; break;
+        case Pass::Backward:
+          t.duration =
+              sc.recompute_s + (sched.split_backward ? sc.times.backward_input : sc.times.backward());
+          break;
+        case Pass::Weight:
+          t.duration = sc.times.backward_weight;
+          break;
       }
       int32_t id = g.add(t);
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
@@ -147,8 +159,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       const auto& to = p.stage(t).devices;
       for (size_t i = 0; i < from.size(); ++i) {
         for (size_t j = 0; j < to.size(); ++j) {
-          const double share = overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
-                                       static_cast<int>(to.size()));
+          const double share = overlap(static_cast<int>(i), static_cast<int>(from.size()),
+                                       static_cast<int>(j), static_cast<int>(to.size()));
           if (share <= 0) continue;
           for (int k = 0; k < m; ++k) {
             const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
@@ -160,11 +172,21 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
               g.depend(b_src, b_dst);
               continue;
             }
-            Task act{TaskKind::Transfer, TransferKind::Activation, static_cast<int32_t>(s), t, k, from[i], to[j], 0, bytes * share};
+            Task act{TaskKind::Transfer,
+                     TransferKind::Activation,
+                     static_cast<int32_t>(s),
+                     t,
+                     k,
+                     from[i],
+                     to[j],
+                     0,
+                     bytes * share};
             int32_t a = g.add(act);
             g.depend(f_src, a);
             g.depend(a, f_dst);
-            Task grad{TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0, bytes * share};
+            Task grad{
+                TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0,
+                bytes * share};
             int32_t b = g.add(grad);
             g.depend(b_src, b);
             g.depend(b, b_dst);
@@ -186,7 +208,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[devs[j]][k] += st[k];
     }
     if (r == 1) {
-      if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0) step_inputs[devs[0]].push_back(lb);
+      if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0)
+        step_inputs[devs[0]].push_back(lb);
       continue;
     }
     std::vector<int32_t> ready(r);
@@ -204,7 +227,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     t.duration = w.optimizer_step_s;
     int32_t id = g.add(t);
     for (int32_t in : step_inputs[d])
-      if (g.tasks[in].kind == TaskKind::Transfer) g.depend(in, id);  // compute inputs on d precede it in order
+      if (g.tasks[in].kind == TaskKind::Transfer)
+        g.depend(in, id);  // compute inputs on d precede it in order
     g.device_order[d].push_back(id);
   }
   return g;

@@ -45,8 +45,8 @@ struct StageCost {
 };
 
 // cost[s][j] for replica j of stage s.
-Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c, const Partition& p,
-                                                        double micro_batch_size,
+Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
+                                                        const Partition& p, double micro_batch_size,
                                                         Recompute recompute = Recompute::None);
 
 // Precondition: the schedule passed validate_schedule() (see validate.h).

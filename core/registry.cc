@@ -6,12 +6,15 @@ namespace pipegrid {
 namespace {
 
 constexpr PartitionStrategy kPartitioners[] = {
-    {"uniform", "equal layer counts per stage (in topological order), stage i on device i", &partition_uniform},
+    {"uniform", "equal layer counts per stage (in topological order), stage i on device i",
+     &partition_uniform},
     {"balanced", "contiguous stages minimising the slowest stage's compute time, stage i on device i",
      &partition_balanced},
-    {"graphpipe", "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
+    {"graphpipe",
+     "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
      &partition_graphpipe},
-    {"bapipe", "BaPipe-style: explores schedules x micro-batch sizes x balanced, replicated stages under memory",
+    {"bapipe",
+     "BaPipe-style: explores schedules x micro-batch sizes x balanced, replicated stages under memory",
      &partition_bapipe},
     {"pipedream", "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
      &partition_pipedream},
@@ -20,15 +23,20 @@ constexpr PartitionStrategy kPartitioners[] = {
 };
 
 constexpr ScheduleStrategy kSchedules[] = {
-    {"gpipe", "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step", &schedule_gpipe},
-    {"1f1b", "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
+    {"gpipe", "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step",
+     &schedule_gpipe},
+    {"1f1b",
+     "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
      &schedule_1f1b},
-    {"interleaved-1f1b", "Megatron's interleaved 1F1B: `chunks` model chunks per device, stage s on device s mod p",
+    {"interleaved-1f1b",
+     "Megatron's interleaved 1F1B: `chunks` model chunks per device, stage s on device s mod p",
      &schedule_interleaved_1f1b},
     {"zb-h1", "zero bubble H1: B/W split, W deferred to fill the drain, 1F1B's memory (p micro-batches)",
      &schedule_zb_h1},
-    {"zb-h2", "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state", &schedule_zb_h2},
-    {"file", "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)", &schedule_file},
+    {"zb-h2", "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state",
+     &schedule_zb_h2},
+    {"file", "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)",
+     &schedule_file},
     {"graph-1f1b", "1F1B on a DAG of stages: 1 + (longest path to a sink) forwards before the first backward",
      &schedule_graph_1f1b},
 };
@@ -45,8 +53,12 @@ Result<const T*> find_in(std::span<const T> table, std::string_view name, std::s
 
 }  // namespace
 
-std::span<const PartitionStrategy> partition_strategies() { return kPartitioners; }
-std::span<const ScheduleStrategy> schedule_strategies() { return kSchedules; }
+std::span<const PartitionStrategy> partition_strategies() {
+  return kPartitioners;
+}
+std::span<const ScheduleStrategy> schedule_strategies() {
+  return kSchedules;
+}
 
 Result<const PartitionStrategy*> find_partitioner(std::string_view name) {
   return find_in(partition_strategies(), name, "partitioner");
@@ -60,17 +72,18 @@ Result<int> interleaved_ranks(const Partition& p, int chunks, std::string_view n
   const int S = static_cast<int>(p.stage_count());
   if (chunks < 1) return Error{fmt::format("{} needs at least 1 chunk, got {}", name, chunks)};
   if (S % chunks != 0)
-    return Error{fmt::format("{} with {} chunks needs a multiple of {} stages, the partition has {}", name, chunks,
-                             chunks, S)};
+    return Error{fmt::format("{} with {} chunks needs a multiple of {} stages, the partition has {}", name,
+                             chunks, chunks, S)};
   const int ranks = S / chunks;
   for (int s = ranks; s < S; ++s)
     if (p.stage(s).devices != p.stage(s % ranks).devices)
-      return Error{fmt::format("{}: stage {} must run on the devices of stage {} (stage s on rank s mod {})", name, s,
-                               s % ranks, ranks)};
+      return Error{fmt::format("{}: stage {} must run on the devices of stage {} (stage s on rank s mod {})",
+                               name, s, s % ranks, ranks)};
   return ranks;
 }
 
-Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,
+Result<Schedule> place_stage_actions(const ScheduleRequest& r,
+                                     const std::vector<std::vector<Action>>& stage_actions,
                                      std::string_view schedule_name) {
   Schedule s;
   s.device_actions.resize(r.device_count);
@@ -78,8 +91,8 @@ Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector
   for (size_t st = 0; st < stage_actions.size(); ++st) {
     for (int d : r.partition.stage(st).devices) {
       if (owner[d] >= 0)
-        return Error{fmt::format("{} runs one stage per device, but device {} hosts stages {} and {}", schedule_name, d,
-                                 owner[d], st)};
+        return Error{fmt::format("{} runs one stage per device, but device {} hosts stages {} and {}",
+                                 schedule_name, d, owner[d], st)};
       owner[d] = static_cast<int>(st);
       s.device_actions[d] = stage_actions[st];
     }

@@ -21,8 +21,8 @@ struct PlannerOptions {
   bool straight = false;                          // no replicated stages
   std::vector<std::pair<int, double>> hierarchy;  // (workers, bandwidth) innermost first; empty: derived
   std::optional<double> activation_compression_ratio = 1.0;  // none: no activation transfer terms
-  bool memory_constraint = false;                 // bound each stage's stash by the device memory
-  bool linearize = false;                         // plan over the prefixes of a topological order
+  bool memory_constraint = false;                            // bound each stage's stash by the device memory
+  bool linearize = false;                                    // plan over the prefixes of a topological order
 };
 
 struct PartitionRequest {
@@ -50,9 +50,9 @@ struct ScheduleRequest {
   const Partition& partition;
   size_t device_count = 0;
   int micro_batches = 1;
-  int chunks = 1;                // model chunks per rank (interleaved-1f1b)
-  std::string_view file_text;    // `file`: the schedule as torch-style CSV
-  std::string file_name;         // `file`: where the text came from, for messages
+  int chunks = 1;              // model chunks per rank (interleaved-1f1b)
+  std::string_view file_text;  // `file`: the schedule as torch-style CSV
+  std::string file_name;       // `file`: where the text came from, for messages
 };
 
 struct ScheduleStrategy {
@@ -85,7 +85,8 @@ Result<Schedule> schedule_graph_1f1b(const ScheduleRequest& r);
 
 // Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
 // the stage; fails if a device hosts more than one stage.
-Result<Schedule> place_stage_actions(const ScheduleRequest& r, const std::vector<std::vector<Action>>& stage_actions,
+Result<Schedule> place_stage_actions(const ScheduleRequest& r,
+                                     const std::vector<std::vector<Action>>& stage_actions,
                                      std::string_view schedule_name);
 
 // Ranks of an interleaved partition: stage s runs on the devices of stage s mod ranks. Fails

@@ -4,8 +4,8 @@
 
 #include <array>
 #include <charconv>
-#include <initializer_list>
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 
 namespace pipegrid {
@@ -36,10 +36,10 @@ constexpr std::array kUnits = {
     Unit{"TB", Dimension::Bytes, 1e12},
     Unit{"PB", Dimension::Bytes, 1e15},
     Unit{"KiB", Dimension::Bytes, kKi},
-    Unit{"MiB", Dimension::Bytes, kKi * kKi},
-    Unit{"GiB", Dimension::Bytes, kKi * kKi * kKi},
-    Unit{"TiB", Dimension::Bytes, kKi * kKi * kKi * kKi},
-    Unit{"PiB", Dimension::Bytes, kKi * kKi * kKi * kKi * kKi},
+    Unit{"MiB", Dimension::Bytes, kKi* kKi},
+    Unit{"GiB", Dimension::Bytes, kKi* kKi* kKi},
+    Unit{"TiB", Dimension::Bytes, kKi* kKi* kKi* kKi},
+    Unit{"PiB", Dimension::Bytes, kKi* kKi* kKi* kKi* kKi},
 
     Unit{"Bps", Dimension::Bandwidth, 1.0},
     Unit{"B/s", Dimension::Bandwidth, 1.0},
@@ -54,11 +54,11 @@ constexpr std::array kUnits = {
     Unit{"TBps", Dimension::Bandwidth, 1e12},
     Unit{"TB/s", Dimension::Bandwidth, 1e12},
     Unit{"KiBps", Dimension::Bandwidth, kKi},
-    Unit{"MiBps", Dimension::Bandwidth, kKi * kKi},
-    Unit{"GiBps", Dimension::Bandwidth, kKi * kKi * kKi},
+    Unit{"MiBps", Dimension::Bandwidth, kKi* kKi},
+    Unit{"GiBps", Dimension::Bandwidth, kKi* kKi* kKi},
     Unit{"KiB/s", Dimension::Bandwidth, kKi},
-    Unit{"MiB/s", Dimension::Bandwidth, kKi * kKi},
-    Unit{"GiB/s", Dimension::Bandwidth, kKi * kKi * kKi},
+    Unit{"MiB/s", Dimension::Bandwidth, kKi* kKi},
+    Unit{"GiB/s", Dimension::Bandwidth, kKi* kKi* kKi},
     Unit{"bps", Dimension::Bandwidth, 1.0 / 8},
     Unit{"b/s", Dimension::Bandwidth, 1.0 / 8},
     Unit{"kbps", Dimension::Bandwidth, 1e3 / 8},
@@ -99,12 +99,18 @@ constexpr std::array kUnits = {
 
 std::string_view dimension_noun(Dimension d) {
   switch (d) {
-    case Dimension::Time: return "a time";
-    case Dimension::Bytes: return "a byte size";
-    case Dimension::Bandwidth: return "a bandwidth";
-    case Dimension::FlopRate: return "a compute rate";
-    case Dimension::Flops: return "an operation count";
-    case Dimension::Frequency: return "a frequency";
+    case Dimension::Time:
+      return "a time";
+    case Dimension::Bytes:
+      return "a byte size";
+    case Dimension::Bandwidth:
+      return "a bandwidth";
+    case Dimension::FlopRate:
+      return "a compute rate";
+    case Dimension::Flops:
+      return "an operation count";
+    case Dimension::Frequency:
+      return "a frequency";
   }
   return "a quantity";
 }
@@ -133,12 +139,18 @@ std::string scaled(double v, std::initializer_list<std::pair<double, std::string
 
 std::string describe(Dimension d) {
   switch (d) {
-    case Dimension::Time: return "a time like \"1ms\"";
-    case Dimension::Bytes: return "a byte size like \"16GiB\"";
-    case Dimension::Bandwidth: return "a bandwidth like \"25GBps\"";
-    case Dimension::FlopRate: return "a compute rate like \"125TFLOPS\"";
-    case Dimension::Flops: return "an operation count like \"30.9GFLOP\"";
-    case Dimension::Frequency: return "a frequency like \"300MHz\"";
+    case Dimension::Time:
+      return "a time like \"1ms\"";
+    case Dimension::Bytes:
+      return "a byte size like \"16GiB\"";
+    case Dimension::Bandwidth:
+      return "a bandwidth like \"25GBps\"";
+    case Dimension::FlopRate:
+      return "a compute rate like \"125TFLOPS\"";
+    case Dimension::Flops:
+      return "an operation count like \"30.9GFLOP\"";
+    case Dimension::Frequency:
+      return "a frequency like \"300MHz\"";
   }
   return "a quantity";
 }
@@ -186,16 +198,15 @@ std::string format_time(double s) {
 std::string format_bytes(double b) {
   return scaled(b,
                 {{kKi * kKi * kKi * kKi * kKi, "PiB"},
-                  {kKi * kKi * kKi * kKi, "TiB"},
-                  {kKi * kKi * kKi, "GiB"},
-                  {kKi * kKi, "MiB"},
-                  {kKi, "KiB"}},
+                 {kKi * kKi * kKi * kKi, "TiB"},
+                 {kKi * kKi * kKi, "GiB"},
+                 {kKi * kKi, "MiB"},
+                 {kKi, "KiB"}},
                 "B");
 }
 
 std::string format_bandwidth(double b) {
-  return scaled(b, {{1e15, "PB/s"}, {1e12, "TB/s"}, {1e9, "GB/s"}, {1e6, "MB/s"}, {1e3, "kB/s"}},
-                "B/s");
+  return scaled(b, {{1e15, "PB/s"}, {1e12, "TB/s"}, {1e9, "GB/s"}, {1e6, "MB/s"}, {1e3, "kB/s"}}, "B/s");
 }
 
 std::string format_flop_rate(double f) {

@@ -65,9 +65,9 @@ struct Workload {
   std::string name;
   LayerGraph graph;
   Precision precision = Precision::FP32;
-  double micro_batch_size = 1;         // default samples per micro-batch
-  double optimizer_step_s = 0;         // one optimizer step on any device; 0 = free
-  double input_bytes_per_sample = 0;   // the model's input (what stage 0 receives)
+  double micro_batch_size = 1;        // default samples per micro-batch
+  double optimizer_step_s = 0;        // one optimizer step on any device; 0 = free
+  double input_bytes_per_sample = 0;  // the model's input (what stage 0 receives)
 
   size_t layer_count() const { return boost::num_vertices(graph); }
   const Layer& layer(size_t i) const { return graph[i]; }

@@ -19,18 +19,15 @@ int bad_input(const std::string& message) {
 
 int main(int argc, char** argv) {
   namespace cli = pipegrid::cli;
-  CLI::App app{"pipegrid: a discrete-event simulator of pipeline-parallel DNN training on GPU and FPGA clusters"};
+  CLI::App app{
+      "pipegrid: a discrete-event simulator of pipeline-parallel DNN training on GPU and FPGA clusters"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
 
   // One line per subcommand, in the order `--help` lists them.
   constexpr cli::Command (*kCommands[])(CLI::App&) = {
-      &cli::add_run_command,
-      &cli::add_list_command,
-      &cli::add_schedule_command,
-      &cli::add_workload_command,
-      &cli::add_device_command,
-      &cli::add_plan_command,
+      &cli::add_run_command,      &cli::add_list_command,   &cli::add_schedule_command,
+      &cli::add_workload_command, &cli::add_device_command, &cli::add_plan_command,
       &cli::add_cluster_command,
   };
   std::vector<cli::Command> commands;

@@ -76,13 +76,14 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   const int64_t h = (s[1] + 2 * c.padding - c.kernel) / c.stride + 1;
   const int64_t w = (s[2] + 2 * c.padding - c.kernel) / c.stride + 1;
   if (h < 1 || w < 1)
-    return Error{fmt::format("layer \"{}\": a {}x{} kernel does not fit its input {}", name, c.kernel, c.kernel,
-                             shape_text(s))};
+    return Error{fmt::format("layer \"{}\": a {}x{} kernel does not fit its input {}", name, c.kernel,
+                             c.kernel, shape_text(s))};
   Shape out{c.out_channels, h, w};
   Layer l;
   l.name = name;
   l.kind = "conv2d";
-  const double macs = static_cast<double>(c.out_channels) * (c.in_channels / c.groups) * c.kernel * c.kernel * h * w;
+  const double macs =
+      static_cast<double>(c.out_channels) * (c.in_channels / c.groups) * c.kernel * c.kernel * h * w;
   l.forward_flops = 2 * macs;
   l.backward_input_flops = l.forward_flops;
   l.backward_weight_flops = l.forward_flops;
@@ -96,7 +97,8 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   return add_layer(std::move(l), std::move(out), {in});
 }
 
-Result<int> ModelBuilder::pool(const std::string& name, int in, int64_t kernel, int64_t stride, int64_t padding) {
+Result<int> ModelBuilder::pool(const std::string& name, int in, int64_t kernel, int64_t stride,
+                               int64_t padding) {
   const Shape& s = shape(in);
   if (s.size() != 3) return mismatch(name, "[C, H, W]", in);
   const int64_t h = (s[1] + 2 * padding - kernel) / stride + 1;
@@ -154,9 +156,11 @@ Result<int> ModelBuilder::elementwise(const std::string& name, const std::string
 }
 
 Result<int> ModelBuilder::add(const std::string& name, const std::vector<int>& in) {
-  if (in.size() < 2) return Error{fmt::format("layer \"{}\" (add) needs at least 2 inputs, got {}", name, in.size())};
+  if (in.size() < 2)
+    return Error{fmt::format("layer \"{}\" (add) needs at least 2 inputs, got {}", name, in.size())};
   for (int i : in)
-    if (shape(i) != shape(in.front())) return mismatch(name, shape_text(shape(in.front())) + " like its first input", i);
+    if (shape(i) != shape(in.front()))
+      return mismatch(name, shape_text(shape(in.front())) + " like its first input", i);
   Layer l;
   l.name = name;
   l.kind = "add";
@@ -166,14 +170,16 @@ Result<int> ModelBuilder::add(const std::string& name, const std::vector<int>& i
 }
 
 Result<int> ModelBuilder::concat(const std::string& name, const std::vector<int>& in) {
-  if (in.size() < 2) return Error{fmt::format("layer \"{}\" (concat) needs at least 2 inputs, got {}", name, in.size())};
+  if (in.size() < 2)
+    return Error{fmt::format("layer \"{}\" (concat) needs at least 2 inputs, got {}", name, in.size())};
   Shape out = shape(in.front());
   if (out.empty()) return mismatch(name, "a tensor", in.front());
   for (size_t k = 1; k < in.size(); ++k) {
     const Shape& s = shape(in[k]);
     if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin()))
-      return mismatch(name, fmt::format("{} with any last dimension, like its first input",
-                                        shape_text(Shape(out.begin(), out.end() - 1)) + "[..., *]"),
+      return mismatch(name,
+                      fmt::format("{} with any last dimension, like its first input",
+                                  shape_text(Shape(out.begin(), out.end() - 1)) + "[..., *]"),
                       in[k]);
     out.back() += s.back();
   }
@@ -200,7 +206,8 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   int64_t features = 0;
   for (int i : in) {
     const Shape& s = shape(i);
-    if (s.size() != 2 || s[0] != steps) return mismatch(name, fmt::format("[{}, features] (steps, features)", steps), i);
+    if (s.size() != 2 || s[0] != steps)
+      return mismatch(name, fmt::format("[{}, features] (steps, features)", steps), i);
     features += s[1];
   }
   const double dirs = bidirectional ? 2 : 1;
@@ -227,8 +234,10 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     const Shape& q = shape(in[0]);
     const Shape& m = shape(in[1]);
     if (q.size() != 2) return mismatch(name, "a query [steps, hidden]", in[0]);
-    if (m.size() != 2 || m[1] != q[1]) return mismatch(name, fmt::format("a memory [steps, {}]", q[1]), in[1]);
-    const double h = static_cast<double>(q[1]), tq = static_cast<double>(q[0]), tm = static_cast<double>(m[0]);
+    if (m.size() != 2 || m[1] != q[1])
+      return mismatch(name, fmt::format("a memory [steps, {}]", q[1]), in[1]);
+    const double h = static_cast<double>(q[1]), tq = static_cast<double>(q[0]),
+                 tm = static_cast<double>(m[0]);
     Layer l;
     l.name = name;
     l.kind = "attention";
@@ -244,7 +253,8 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
     return add_layer(std::move(l), q, in);
   }
-  if (in.size() != 1) return Error{fmt::format("layer \"{}\" (attention) needs 1 or 2 inputs, got {}", name, in.size())};
+  if (in.size() != 1)
+    return Error{fmt::format("layer \"{}\" (attention) needs 1 or 2 inputs, got {}", name, in.size())};
   const Shape& s = shape(in[0]);
   if (s.size() != 2) return mismatch(name, "[sequence, hidden]", in[0]);
   if (heads < 1 || s[1] % heads)
@@ -254,7 +264,7 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   l.name = name;
   l.kind = "attention";
   const double projections = 8 * seq * h * h;  // Q, K, V and output
-  const double scores = 4 * seq * seq * h;      // Q K^T and attention x V
+  const double scores = 4 * seq * seq * h;     // Q K^T and attention x V
   l.forward_flops = projections + scores;
   l.backward_weight_flops = projections;
   l.backward_input_flops = projections + 2 * scores;
@@ -308,13 +318,13 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   l.kind = "embedding";
   l.parameters = static_cast<double>(vocabulary) * dim;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
-  l.forward_bytes = 2 * bytes(out);  // gather the rows, write the output
+  l.forward_bytes = 2 * bytes(out);   // gather the rows, write the output
   l.backward_bytes = 2 * bytes(out);  // scatter-add the gradients
   return add_layer(std::move(l), std::move(out), {in});
 }
 
-Result<int> ModelBuilder::embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag,
-                                        bool pooled) {
+Result<int> ModelBuilder::embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim,
+                                        int64_t bag, bool pooled) {
   Shape out{pooled ? dim : bag * dim};
   Layer l;
   l.name = name;

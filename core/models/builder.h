@@ -39,7 +39,8 @@ class ModelBuilder {
   // A zero-cost layer standing for the model's input (its output is the input tensor).
   int input(const std::string& name, Shape shape);
 
-  Result<int> linear(const std::string& name, int in, int64_t in_features, int64_t out_features, bool bias = true);
+  Result<int> linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
+                     bool bias = true);
   struct Conv {
     int64_t in_channels = 0, out_channels = 0, kernel = 3, stride = 1, padding = 0, groups = 1;
     bool bias = true;
@@ -49,8 +50,10 @@ class ModelBuilder {
   Result<int> conv2d(const std::string& name, int in, const Conv& c);
   Result<int> pool(const std::string& name, int in, int64_t kernel, int64_t stride, int64_t padding = 0);
   Result<int> adaptive_pool(const std::string& name, int in, int64_t out_h, int64_t out_w);
-  Result<int> norm(const std::string& name, int in, bool layernorm);  // batchnorm: per channel; layernorm: per feature
-  Result<int> elementwise(const std::string& name, const std::string& kind, int in);  // relu, gelu, dropout, ...
+  Result<int> norm(const std::string& name, int in,
+                   bool layernorm);  // batchnorm: per channel; layernorm: per feature
+  Result<int> elementwise(const std::string& name, const std::string& kind,
+                          int in);  // relu, gelu, dropout, ...
   Result<int> add(const std::string& name, const std::vector<int>& in);
   Result<int> concat(const std::string& name, const std::vector<int>& in);  // along the last dimension
   Result<int> flatten(const std::string& name, int in);
@@ -59,7 +62,8 @@ class ModelBuilder {
   Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
   Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim);
   // Looks up `bag` rows of a rows x dim table per sample; pooled (sum) to dim or kept (bag x dim).
-  Result<int> embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag, bool pooled);
+  Result<int> embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag,
+                            bool pooled);
   // A layer with explicit costs (per sample) and an explicit output shape.
   Result<int> custom(const std::string& name, const std::vector<int>& in, const Layer& costs, Shape output);
 

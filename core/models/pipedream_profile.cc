@@ -41,7 +41,8 @@ bool size_value(std::string_view s, double* out) {
 
 }  // namespace
 
-Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name, const ProfileOptions& o) {
+Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name,
+                                         const ProfileOptions& o) {
   Workload w;
   w.name = std::string(name);
   w.precision = Precision::FP32;
@@ -106,13 +107,14 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
       metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
     }
     double fwd = 0, bwd = 0, act = 0, params = 0;
-    for (auto [key, out, sized] : {std::tuple{"forward_compute_time", &fwd, false},
-                                   std::tuple{"backward_compute_time", &bwd, false},
-                                   std::tuple{"activation_size", &act, true}, std::tuple{"parameter_size", &params, false}}) {
+    for (auto [key, out, sized] :
+         {std::tuple{"forward_compute_time", &fwd, false}, std::tuple{"backward_compute_time", &bwd, false},
+          std::tuple{"activation_size", &act, true}, std::tuple{"parameter_size", &params, false}}) {
       auto it = kv.find(key);
       if (it == kv.end()) return fail(fmt::format("node {} has no {}", node, key));
       if (!(sized ? size_value(it->second, out) : number(it->second, out)))
-        return fail(fmt::format("node {}: {} must be a non-negative number, got \"{}\"", node, key, it->second));
+        return fail(
+            fmt::format("node {}: {} must be a non-negative number, got \"{}\"", node, key, it->second));
     }
     if (ids.count(node)) return fail(fmt::format("node {} appears twice", node));
     Layer l;

@@ -24,6 +24,7 @@ struct ProfileOptions {
 };
 
 // Errors name "<name>:<line>: ...".
-Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name, const ProfileOptions& o);
+Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name,
+                                         const ProfileOptions& o);
 
 }  // namespace pipegrid

@@ -70,7 +70,8 @@ Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
       int c2 = must(b.conv2d(n + ".conv2", c1, {w, w, 3, stride, 1, 1, false, true, true}));
       int c3 = must(b.conv2d(n + ".conv3", c2, {w, 4 * w, 1, 1, 0, 1, false, true, false}));
       int skip = x;
-      if (i == 0) skip = must(b.conv2d(n + ".downsample", x, {in, 4 * w, 1, stride, 0, 1, false, true, false}));
+      if (i == 0)
+        skip = must(b.conv2d(n + ".downsample", x, {in, 4 * w, 1, stride, 0, 1, false, true, false}));
       int sum = must(b.add(n + ".add", {c3, skip}));
       x = must(b.elementwise(n + ".relu", "relu", sum));
       in = 4 * w;
@@ -153,8 +154,8 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   ModelBuilder b("gpt", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
-  x = must(b.custom("embedding.positions", {x}, position_table(static_cast<double>(s), static_cast<double>(h), p, 0),
-                    {s, h}));
+  x = must(b.custom("embedding.positions", {x},
+                    position_table(static_cast<double>(s), static_cast<double>(h), p, 0), {s, h}));
   for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
   x = must(b.norm("final_norm", x, true));
   Layer head;
@@ -178,7 +179,8 @@ Result<Workload> build_mmt(const ModelArgs& a, Precision p) {
   std::vector<int> ends;
   for (int64_t br = 0; br < B; ++br) {
     int x = b.input(fmt::format("branch{}.input", br), {s, h});
-    for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("branch{}.layer{}", br, i), x, heads, ffn));
+    for (int64_t i = 0; i < L; ++i)
+      x = must(b.transformer_block(fmt::format("branch{}.layer{}", br, i), x, heads, ffn));
     ends.push_back(x);
   }
   if (ends.size() > 1) must(b.concat("concat", ends));
@@ -207,10 +209,12 @@ Result<Workload> build_dlrm(const ModelArgs& a, Precision p) {
   for (int64_t i = 0; i < dense; ++i) parts.push_back(fc_branch(b, fmt::format("dense{}", i), dl, width));
   for (int64_t i = 0; i < sparse; ++i) {
     int ids = b.input(fmt::format("sparse{}.input", i), {bag});
-    parts.push_back(must(b.embedding_bag(fmt::format("sparse{}.embedding_bag", i), ids, rows, dim, bag, pooled)));
+    parts.push_back(
+        must(b.embedding_bag(fmt::format("sparse{}.embedding_bag", i), ids, rows, dim, bag, pooled)));
   }
   int x = parts.size() > 1 ? must(b.concat("interaction", parts)) : parts.front();
-  for (int64_t i = 0; i < top; ++i) x = must(b.linear(fmt::format("top.fc{}", i), x, b.shape(x).back(), width));
+  for (int64_t i = 0; i < top; ++i)
+    x = must(b.linear(fmt::format("top.fc{}", i), x, b.shape(x).back(), width));
   return b.finish();
 }
 
@@ -218,8 +222,8 @@ Result<Workload> build_dlrm(const ModelArgs& a, Precision p) {
 // `width` (input width assumed equal, models.md), concatenated, then a trunk of `trunk_layers` of
 // `trunk_width` and a one-unit regression output.
 Result<Workload> build_candle(const ModelArgs& a, Precision p) {
-  const int64_t B = arg(a, "branches"), L = arg(a, "layers"), width = arg(a, "width"), tl = arg(a, "trunk_layers"),
-                tw = arg(a, "trunk_width");
+  const int64_t B = arg(a, "branches"), L = arg(a, "layers"), width = arg(a, "width"),
+                tl = arg(a, "trunk_layers"), tw = arg(a, "trunk_width");
   ModelBuilder b("candle-uno", p);
   std::vector<int> ends;
   for (int64_t i = 0; i < B; ++i) ends.push_back(fc_branch(b, fmt::format("branch{}", i), L, width));
@@ -251,25 +255,36 @@ Result<Workload> build_branched_transformer(const ModelArgs& a, Precision p) {
 
 const ModelInfo kModels[] = {
     {"vgg16", "VGG-16 (torchvision D), 224x224 images", {{"image", 224}, {"classes", 1000}}, &build_vgg16},
-    {"resnet50", "ResNet-50 v1.5 (torchvision), residuals as DAG edges", {{"image", 224}, {"classes", 1000}},
+    {"resnet50",
+     "ResNet-50 v1.5 (torchvision), residuals as DAG edges",
+     {{"image", 224}, {"classes", 1000}},
      &build_resnet50},
     {"gnmt8",
      "GNMT with 4 + 4 LSTM layers (h 1024), attention, per sentence of source_length/target_length tokens",
      {{"layers", 4}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
      &build_gnmt},
-    {"gnmt16", "GNMT with 8 + 8 LSTM layers (h 1024), attention",
+    {"gnmt16",
+     "GNMT with 8 + 8 LSTM layers (h 1024), attention",
      {{"layers", 8}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
      &build_gnmt},
-    {"bert-large", "BERT-Large: 24 Transformer layers, h 1024, 16 heads, sequence 512",
-     {{"layers", 24}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}, {"vocabulary", 30522}}, &build_bert},
-    {"gpt", "GPT-style decoder, configurable (defaults: GPT-2 small)",
-     {{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"sequence", 1024}, {"vocabulary", 50257}}, &build_gpt},
-    {"gpt3-175b", "GPT-3 175B: 96 layers, h 12288, 96 heads, sequence 2048",
-     {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"sequence", 2048}, {"vocabulary", 50257}}, &build_gpt},
-    {"mmt", "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
+    {"bert-large",
+     "BERT-Large: 24 Transformer layers, h 1024, 16 heads, sequence 512",
+     {{"layers", 24}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}, {"vocabulary", 30522}},
+     &build_bert},
+    {"gpt",
+     "GPT-style decoder, configurable (defaults: GPT-2 small)",
+     {{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"sequence", 1024}, {"vocabulary", 50257}},
+     &build_gpt},
+    {"gpt3-175b",
+     "GPT-3 175B: 96 layers, h 12288, 96 heads, sequence 2048",
+     {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"sequence", 2048}, {"vocabulary", 50257}},
+     &build_gpt},
+    {"mmt",
+     "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
      {{"branches", 4}, {"layers", 8}, {"sequence", 256}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
      &build_mmt},
-    {"dlrm", "GraphPipe's DLRM: 7 dense branches (4 x FC 4096), 7 embedding bags (1M x 64, bag 100), 4 FC on top",
+    {"dlrm",
+     "GraphPipe's DLRM: 7 dense branches (4 x FC 4096), 7 embedding bags (1M x 64, bag 100), 4 FC on top",
      {{"dense_branches", 7},
       {"dense_layers", 4},
       {"width", 4096},
@@ -280,16 +295,21 @@ const ModelInfo kModels[] = {
       {"pooled", 0},
       {"top_layers", 4}},
      &build_dlrm},
-    {"candle-uno", "GraphPipe's CANDLE-Uno: 7 branches x 4 FC 4096, then a trunk",
-     {{"branches", 7}, {"layers", 4}, {"width", 4096}, {"trunk_layers", 3}, {"trunk_width", 1000}}, &build_candle},
-    {"branched-transformer", "GraphPipe's case study: 2 branches x 4 [attention + 2 linear], joined by concat",
+    {"candle-uno",
+     "GraphPipe's CANDLE-Uno: 7 branches x 4 FC 4096, then a trunk",
+     {{"branches", 7}, {"layers", 4}, {"width", 4096}, {"trunk_layers", 3}, {"trunk_width", 1000}},
+     &build_candle},
+    {"branched-transformer",
+     "GraphPipe's case study: 2 branches x 4 [attention + 2 linear], joined by concat",
      {{"branches", 2}, {"blocks", 4}, {"sequence", 512}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
      &build_branched_transformer},
 };
 
 }  // namespace
 
-std::span<const ModelInfo> model_zoo() { return kModels; }
+std::span<const ModelInfo> model_zoo() {
+  return kModels;
+}
 
 Result<const ModelInfo*> find_model(std::string_view name) {
   std::string names;
@@ -310,7 +330,8 @@ Result<Workload> build_model(const ModelInfo& info, const ModelArgs& args, Preci
       return Error{fmt::format("model {} has no parameter \"{}\" (its parameters: {})", info.name, k, keys)};
     }
     if (!(v >= 0) || v != std::floor(v))
-      return Error{fmt::format("model {}: parameter {} must be a non-negative integer, got {}", info.name, k, v)};
+      return Error{
+          fmt::format("model {}: parameter {} must be a non-negative integer, got {}", info.name, k, v)};
     full[k] = v;
   }
   try {

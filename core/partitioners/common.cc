@@ -18,7 +18,8 @@ Status check_stage_count(const PartitionRequest& r) {
   const size_t total = static_cast<size_t>(r.stages) * r.chunks;
   if (total > layers) {
     if (r.chunks == 1)
-      return Error{fmt::format("{} stages need at least {} layers, the workload has {}", r.stages, r.stages, layers)};
+      return Error{
+          fmt::format("{} stages need at least {} layers, the workload has {}", r.stages, r.stages, layers)};
     return Error{fmt::format("{} ranks x {} chunks = {} stages need at least {} layers, the workload has {}",
                              r.stages, r.chunks, total, total, layers)};
   }

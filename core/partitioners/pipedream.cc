@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
 #include <optional>
+#include <thread>
 
 namespace pipegrid {
 namespace {
@@ -134,7 +134,7 @@ class AntichainBuilder {
 
 struct Entry {
   double time = std::numeric_limits<double>::quiet_NaN();  // NaN: none
-  int split_k = -1, split_m = -1;                           // -1: no split (one stage)
+  int split_k = -1, split_m = -1;                          // -1: no split (one stage)
   int machines = 0;
   bool has() const { return !std::isnan(time); }
 };
@@ -170,12 +170,21 @@ class Solver {
   // `many_rows`: keep the candidate lists for every state (worth it when most rows are solved).
   // `compute`, when given, replaces t.compute (a level above the innermost plans on the level
   // below's times).
-  Solver(const PipeDreamOptions& o, const std::vector<double>& out_act, const std::vector<std::vector<int>>& preds,
-         const std::vector<std::vector<char>>& pred_set, const Sums& t, const Table* compute, int machines,
-         int machines_within, double bandwidth, bool many_rows)
-      : o_(o), out_act_(out_act), preds_(preds), pred_set_(pred_set), t_(t), table_(compute), S_(out_act.size()),
+  Solver(const PipeDreamOptions& o, const std::vector<double>& out_act,
+         const std::vector<std::vector<int>>& preds, const std::vector<std::vector<char>>& pred_set,
+         const Sums& t, const Table* compute, int machines, int machines_within, double bandwidth,
+         bool many_rows)
+      : o_(o),
+        out_act_(out_act),
+        preds_(preds),
+        pred_set_(pred_set),
+        t_(t),
+        table_(compute),
+        S_(out_act.size()),
         M_(machines),
-        within_(machines_within), bw_(bandwidth), max_mp_(o.straight ? 2 : machines) {
+        within_(machines_within),
+        bw_(bandwidth),
+        max_mp_(o.straight ? 2 : machines) {
     if (!many_rows) return;
     last_.resize(S_);
     for (size_t j = 0; j < S_; ++j) last_[j] = candidates(j);
@@ -194,7 +203,8 @@ class Solver {
         if (std::isnan(c)) continue;
         list.emplace_back((c + dp_factor * t_.parameters(k + 1, j)) / mp, k);
       }
-      std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::stable_sort(list.begin(), list.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
     }
     return out;
   }
@@ -288,7 +298,8 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
                                      const std::vector<double>& activation_bytes, const PipeDreamOptions& o) {
   if (o.levels.empty()) return Error{"pipedream: no machine level given"};
   for (const PipeDreamLevel& l : o.levels)
-    if (l.machines < 1 || !(l.bandwidth > 0)) return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
+    if (l.machines < 1 || !(l.bandwidth > 0))
+      return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
   Graph g;
   g.n = w.layer_count();
   g.alive.assign(g.n, 1);
@@ -376,7 +387,8 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     }
     if (augmented.size() > o.max_states) {
       linear = true;
-      note = fmt::format("the antichain DAG has more than {} states: planned on the linearised graph", o.max_states);
+      note = fmt::format("the antichain DAG has more than {} states: planned on the linearised graph",
+                         o.max_states);
     } else {
       if (insertion.empty()) insertion.push_back(0);
       // Topological order as PipeDream's depth-first sort gives it (reverse post-order).
@@ -497,8 +509,8 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
   auto row_at = [&](int lv, size_t i) {
     int w_in = 1;
     for (int x = 0; x < lv; ++x) w_in = o.levels[x].machines;
-    return Solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv], o.levels[lv].machines,
-                  w_in, o.levels[lv].bandwidth, false)
+    return Solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
+                  o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false)
         .row(i);
   };
   const auto top_row = row_at(top, 0);
@@ -581,9 +593,10 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
   // dropped sinks to the last.
   for (size_t v = 0; v < g.n; ++v) {
     int s = stage_of[v];
-    if (s < 0) s = (std::find(getitem.begin(), getitem.end(), static_cast<int>(v)) != getitem.end())
-                       ? static_cast<int>(plan.stages.size()) - 1
-                       : 0;
+    if (s < 0)
+      s = (std::find(getitem.begin(), getitem.end(), static_cast<int>(v)) != getitem.end())
+              ? static_cast<int>(plan.stages.size()) - 1
+              : 0;
     plan.stages[s].layers.push_back(static_cast<int>(v));
   }
   return plan;

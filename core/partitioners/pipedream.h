@@ -29,8 +29,8 @@ struct PipeDreamLevel {
 };
 
 struct PipeDreamOptions {
-  std::vector<PipeDreamLevel> levels;  // innermost first, as PipeDream's -n/-b lists
-  bool straight = false;               // no replication
+  std::vector<PipeDreamLevel> levels;                        // innermost first, as PipeDream's -n/-b lists
+  bool straight = false;                                     // no replication
   std::optional<double> activation_compression_ratio = 1.0;  // none: no transfer terms
   bool memory_constraint = false;
   double memory_bytes = 16e9;  // per machine, with memory_constraint
@@ -43,21 +43,21 @@ struct PipeDreamOptions {
 };
 
 struct PipeDreamStage {
-  std::vector<int> layers;  // workload layer indices (Input layers go to the first stage)
-  std::vector<int> devices; // machine ids (innermost level fastest), replicas of the stage
-  int replicas = 1;         // machines at the innermost level
+  std::vector<int> layers;              // workload layer indices (Input layers go to the first stage)
+  std::vector<int> devices;             // machine ids (innermost level fastest), replicas of the stage
+  int replicas = 1;                     // machines at the innermost level
   std::vector<int> replicas_per_level;  // the stage's replication at every level, innermost first
-  double time = 0;          // its time per mini-batch, as PipeDream reports it
+  double time = 0;                      // its time per mini-batch, as PipeDream reports it
 };
 
 struct PipeDreamPlan {
-  double time_per_stage = 0;  // PipeDream's "Time per stage in pipeline" (s per mini-batch)
-  double single_stage_time = 0;  // "Time taken by single-stage pipeline"
-  double data_parallel_time = 0; // its data-parallel estimate with every machine
+  double time_per_stage = 0;           // PipeDream's "Time per stage in pipeline" (s per mini-batch)
+  double single_stage_time = 0;        // "Time taken by single-stage pipeline"
+  double data_parallel_time = 0;       // its data-parallel estimate with every machine
   std::vector<PipeDreamStage> stages;  // in pipeline order
-  size_t states = 0;                  // states planned over
-  bool linearized = false;            // planned on the linearised graph
-  std::string note;                   // why, when it was not asked for
+  size_t states = 0;                   // states planned over
+  bool linearized = false;             // planned on the linearised graph
+  std::string note;                    // why, when it was not asked for
 };
 
 // `time_s[l]` is layer l's forward + backward time (per mini-batch), `activation_bytes[l]` its

@@ -83,13 +83,16 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
   if (!p) return Error{fmt::format("pipedream: {}", p.error().message)};
   add_sequence_edges(*p);
   p->plan.predicted_time_per_stage_s = plan->time_per_stage;
-  for (const PipeDreamStage& st : plan->stages) p->plan.predicted_stage_time_s.push_back(st.time / st.replicas);
+  for (const PipeDreamStage& st : plan->stages)
+    p->plan.predicted_stage_time_s.push_back(st.time / st.replicas);
   p->plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string levels;
   for (const PipeDreamLevel& l : o.levels)
-    levels += fmt::format("{}{} x {}", levels.empty() ? "" : ", then ", l.machines, format_bandwidth(l.bandwidth));
+    levels +=
+        fmt::format("{}{} x {}", levels.empty() ? "" : ", then ", l.machines, format_bandwidth(l.bandwidth));
   std::string reps;
-  for (const PipeDreamStage& st : plan->stages) reps += fmt::format("{}{}", reps.empty() ? "" : ",", st.replicas);
+  for (const PipeDreamStage& st : plan->stages)
+    reps += fmt::format("{}{}", reps.empty() ? "" : ",", st.replicas);
   p->plan.summary = fmt::format(
       "pipedream: time per stage in pipeline {:.9g} s ({} {} states; machines {}{}; replicas per stage {}){}",
       plan->time_per_stage, plan->states, plan->linearized ? "linearised" : "antichain", levels,

@@ -1,5 +1,7 @@
 // PipeDream's planner against PipeDream's own answers: the README's table and 164 further cases
 // produced by running its optimizer_graph_hierarchical.py (tests/core/data/pipedream_reference.tsv).
+#include "core/partitioners/pipedream.h"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 
 #include "core/experiment.h"
 #include "core/models/pipedream_profile.h"
-#include "core/partitioners/pipedream.h"
 #include "core/topologies/generators.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
@@ -53,7 +54,8 @@ TEST_CASE("pipedream: the README's answers, with the same stage count and replic
     double time;
     std::vector<int> replicas;
   };
-  for (Case c : {Case{"vgg16_graph.txt", true, 0.411041792, {1, 1, 1, 1}}, Case{"vgg16_graph.txt", false, 0.205520896, {3, 1}},
+  for (Case c : {Case{"vgg16_graph.txt", true, 0.411041792, {1, 1, 1, 1}},
+                 Case{"vgg16_graph.txt", false, 0.205520896, {3, 1}},
                  Case{"gnmt_graph.txt", false, 0.025868, {1, 1, 1, 1}}}) {
     Profile p = load(c.file);
     PipeDreamOptions o;
@@ -83,7 +85,8 @@ TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6; sta
     MESSAGE("skipped: " << kDir << " is missing");
     return;
   }
-  std::stringstream rows(testing::read_file(std::string(PIPEGRID_SOURCE_DIR) + "/tests/core/data/pipedream_reference.tsv"));
+  std::stringstream rows(
+      testing::read_file(std::string(PIPEGRID_SOURCE_DIR) + "/tests/core/data/pipedream_reference.tsv"));
   std::map<std::string, Profile> profiles;
   int cases = 0, replica_differences = 0;
   for (std::string line; std::getline(rows, line);) {

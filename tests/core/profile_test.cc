@@ -23,7 +23,8 @@ struct Sums {
 
 Sums independent_sums(const std::string& text) {
   Sums s;
-  std::regex node(R"(forward_compute_time=([0-9.]+), backward_compute_time=([0-9.]+).*parameter_size=([0-9.]+))");
+  std::regex node(
+      R"(forward_compute_time=([0-9.]+), backward_compute_time=([0-9.]+).*parameter_size=([0-9.]+))");
   std::stringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -44,7 +45,8 @@ Sums independent_sums(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("every PipeDream profile imports: nodes, edges, times (Input dropped) and parameters match the file") {
+TEST_CASE(
+    "every PipeDream profile imports: nodes, edges, times (Input dropped) and parameters match the file") {
   if (!fs::exists(kDir)) {
     MESSAGE("skipped: " << kDir << " is missing (../shared beside the clone)");
     return;
@@ -98,7 +100,8 @@ TEST_CASE("VGG-16 and ResNet-50 profiles total models.md's 233.9 + 438.6 ms and 
     CHECK(static_cast<int>(w.layer_count()) == c.nodes);
   }
   // VGG-16's conv1 output, per sample: 64 x 224 x 224 x 4 bytes (the file has it for 128 images).
-  Workload vgg = *parse_pipedream_profile(testing::read_file((kDir / "vgg16_graph.txt").string()), "vgg16", {});
+  Workload vgg =
+      *parse_pipedream_profile(testing::read_file((kDir / "vgg16_graph.txt").string()), "vgg16", {});
   bool found = false;
   for (size_t i = 0; i < vgg.layer_count(); ++i)
     if (vgg.layer(i).description.rfind("Conv2d(3, 64", 0) == 0) {
@@ -110,8 +113,10 @@ TEST_CASE("VGG-16 and ResNet-50 profiles total models.md's 233.9 + 438.6 ms and 
 
 TEST_CASE("profile rules: lists of sizes are summed, times scale with the batch, only on the measured kind") {
   const char* text =
-      "node1 -- Input -- forward_compute_time=9.0, backward_compute_time=0.0, activation_size=1024.0, parameter_size=0.0\n"
-      "node2 -- LSTM(8, 8) -- forward_compute_time=2.0, backward_compute_time=4.0, activation_size=[512.0; 256.0; 256.0], "
+      "node1 -- Input -- forward_compute_time=9.0, backward_compute_time=0.0, activation_size=1024.0, "
+      "parameter_size=0.0\n"
+      "node2 -- LSTM(8, 8) -- forward_compute_time=2.0, backward_compute_time=4.0, activation_size=[512.0; "
+      "256.0; 256.0], "
       "parameter_size=4096.0 -- stage_id=0\n"
       "\tnode1 -- node2\n";
   ProfileOptions o;
@@ -132,20 +137,25 @@ TEST_CASE("profile rules: lists of sizes are summed, times scale with the batch,
   DeviceSpec a100;
   a100.kind = "a100";
   CHECK(layer_times(w.layer(1), w.precision, a100, 2).error().message ==
-        "layer \"node2\" was measured on device kind \"v100\" and has no FLOP or byte counts to cost it on \"a100\"");
+        "layer \"node2\" was measured on device kind \"v100\" and has no FLOP or byte counts to cost it on "
+        "\"a100\"");
 }
 
 TEST_CASE("malformed profiles: the error names the line") {
   auto err = [](const char* text) { return parse_pipedream_profile(text, "g.txt", {}).error().message; };
-  CHECK(err("node1 -- Input -- forward_compute_time=1.0\n") == "g.txt:1: node node1 has no backward_compute_time");
+  CHECK(err("node1 -- Input -- forward_compute_time=1.0\n") ==
+        "g.txt:1: node node1 has no backward_compute_time");
   CHECK(err("node1 -- Input -- forward_compute_time=1.0, backward_compute_time=x, activation_size=1.0, "
             "parameter_size=0.0\n") ==
         "g.txt:1: node node1: backward_compute_time must be a non-negative number, got \"x\"");
   CHECK(err("node1 -- A -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, "
             "parameter_size=0.0\n\tnode1 -- node9\n") == "g.txt:2: edge to unknown node \"node9\"");
-  CHECK(err("this is not a profile\n").rfind("g.txt:1: expected \"nodeN -- description -- forward_compute_time=", 0) == 0);
-  CHECK(err("node1 -- A -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, parameter_size=0.0\n"
-            "node2 -- B -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, parameter_size=0.0\n"
+  CHECK(err("this is not a profile\n")
+            .rfind("g.txt:1: expected \"nodeN -- description -- forward_compute_time=", 0) == 0);
+  CHECK(err("node1 -- A -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, "
+            "parameter_size=0.0\n"
+            "node2 -- B -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, "
+            "parameter_size=0.0\n"
             "\tnode1 -- node2\n\tnode2 -- node1\n") ==
         "g.txt: the layer graph has a cycle: node1 -> node2 -> node1");
 }

@@ -1,8 +1,8 @@
 // The model zoo against published figures (../shared/reference/models.md): exact parameter counts
 // where the architecture is exact, FLOPs within 2%.
-#include <doctest/doctest.h>
-
 #include "core/models/zoo.h"
+
+#include <doctest/doctest.h>
 
 using namespace pipegrid;
 
@@ -24,7 +24,9 @@ double sum_if(const Workload& w, bool (*pred)(const Layer&), double Layer::*fiel
   return s;
 }
 
-bool within(double got, double want, double rel) { return std::fabs(got - want) <= rel * want; }
+bool within(double got, double want, double rel) {
+  return std::fabs(got - want) <= rel * want;
+}
 
 }  // namespace
 
@@ -50,7 +52,9 @@ TEST_CASE("VGG-16 and ResNet-50: exact parameter counts, FLOPs within 2% of 30.9
   CHECK(total_parameters(resnet) == 25557032);
   CHECK(within(total_forward_flops(resnet), 8.18e9, 0.02));
   // Boundary activations after layer1..layer4 (fp32, per image): 3.2, 1.6, 0.8, 0.4 MB.
-  for (auto [name, mb] : {std::pair{"layer1.2.relu", 3.2e6}, {"layer2.3.relu", 1.6e6}, {"layer3.5.relu", 0.8e6},
+  for (auto [name, mb] : {std::pair{"layer1.2.relu", 3.2e6},
+                          {"layer2.3.relu", 1.6e6},
+                          {"layer3.5.relu", 0.8e6},
                           {"layer4.2.relu", 0.4e6}}) {
     bool found = false;
     for (size_t i = 0; i < resnet.layer_count(); ++i)
@@ -102,9 +106,11 @@ TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti
     if (gpt3.layer(i).kind == "transformer_block") block = &gpt3.layer(i);
   REQUIRE(block);
   CHECK(within(block->forward_flops, 7.63e12, 0.02));
-  CHECK(block->backward_input_flops + block->backward_weight_flops == doctest::Approx(2 * block->forward_flops));
+  CHECK(block->backward_input_flops + block->backward_weight_flops ==
+        doctest::Approx(2 * block->forward_flops));
   // fp16: s h (34 + 5 a s / h) bytes stashed, 34 s h with selective recomputation, 2 s h sent.
-  Workload gpt16 = model("gpt", {{"layers", 2}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}}, Precision::FP16);
+  Workload gpt16 =
+      model("gpt", {{"layers", 2}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}}, Precision::FP16);
   for (size_t i = 0; i < gpt16.layer_count(); ++i)
     if (gpt16.layer(i).kind == "transformer_block") {
       const double s = 512, h = 1024, a = 16;
@@ -121,7 +127,9 @@ TEST_CASE("GraphPipe's models: MMT, DLRM, CANDLE-Uno (models.md) and their branc
   Workload dlrm = model("dlrm");
   CHECK(within(total_parameters(dlrm), 1.27e9, 0.02));
   CHECK(within(total_forward_flops(dlrm), 1.64e9, 0.02));
-  CHECK(within(sum_if(dlrm, [](const Layer& l) { return l.kind == "embedding_bag"; }, &Layer::parameters), 0.45e9, 0.02));
+  CHECK(within(sum_if(
+                   dlrm, [](const Layer& l) { return l.kind == "embedding_bag"; }, &Layer::parameters),
+               0.45e9, 0.02));
   // Embedding bags are memory-bound: bytes moved (bag x dim x 4 per table), no FLOPs.
   for (size_t i = 0; i < dlrm.layer_count(); ++i)
     if (dlrm.layer(i).kind == "embedding_bag") {
@@ -142,9 +150,11 @@ TEST_CASE("precision changes bytes, not FLOPs; unknown models and parameters are
   Workload a = model("resnet50", {}, Precision::FP32), b = model("resnet50", {}, Precision::FP16);
   CHECK(total_forward_flops(a) == total_forward_flops(b));
   CHECK(total_parameter_bytes(a) == doctest::Approx(2 * total_parameter_bytes(b)));
-  CHECK(find_model("resnet5").error().message.rfind("unknown model \"resnet5\" (valid: vgg16, resnet50,", 0) == 0);
+  CHECK(find_model("resnet5").error().message.rfind("unknown model \"resnet5\" (valid: vgg16, resnet50,",
+                                                    0) == 0);
   CHECK(build_model(**find_model("mmt"), {{"branchez", 2}}, Precision::FP32).error().message ==
-        "model mmt has no parameter \"branchez\" (its parameters: branches, layers, sequence, hidden, heads, ffn)");
+        "model mmt has no parameter \"branchez\" (its parameters: branches, layers, sequence, hidden, heads, "
+        "ffn)");
   CHECK(build_model(**find_model("mmt"), {{"heads", 3}}, Precision::FP32).error().message ==
         "model mmt: layer \"branch0.layer0\": 3 heads do not divide the hidden size 1024");
 }

@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "tools/input/device_yaml.h"
+
+#include <doctest/doctest.h>
 
 using namespace pipegrid;
 using namespace pipegrid::input;
@@ -78,13 +78,17 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP; overrides derive
 
 TEST_CASE("device errors: unknown names list close matches") {
   CHECK(error_of("device: a10") ==
-        "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\" or \"v100\" or \"h100\"? `pipegrid device list` "
+        "t.yaml:1:9: device: unknown device \"a10\" (did you mean \"a100\" or \"v100\" or \"h100\"? "
+        "`pipegrid device list` "
         "shows the catalog)");
-  CHECK(error_of("device: {model: u28}") == "t.yaml:1:17: device.model: unknown device \"u28\" (did you mean "
-                                           "\"u280\" or \"u200\" or \"u250\"? `pipegrid device list` shows the catalog)");
-  CHECK(error_of("device: tpu9") == "t.yaml:1:9: device: unknown device \"tpu9\" (`pipegrid device list` shows the catalog)");
+  CHECK(error_of("device: {model: u28}") ==
+        "t.yaml:1:17: device.model: unknown device \"u28\" (did you mean "
+        "\"u280\" or \"u200\" or \"u250\"? `pipegrid device list` shows the catalog)");
+  CHECK(error_of("device: tpu9") ==
+        "t.yaml:1:9: device: unknown device \"tpu9\" (`pipegrid device list` shows the catalog)");
   CHECK(error_of("device: {flops: 1TFLOPS}") ==
-        "t.yaml:1:9: device.memory: expected a positive byte size like \"16GiB\", got nothing (the key is missing)");
+        "t.yaml:1:9: device.memory: expected a positive byte size like \"16GiB\", got nothing (the key is "
+        "missing)");
   CHECK(error_of("device: {memory: 1GB, efficiency: 1.5}") ==
         "t.yaml:1:35: device.efficiency: expected a number in (0, 1], got \"1.5\"");
 }

@@ -21,10 +21,11 @@ TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stage
   char tmpl[] = "/tmp/pipegrid-plan-XXXXXX";
   const fs::path dir = mkdtemp(tmpl);
   const std::string file = (dir / "plan.yaml").string();
-  std::ofstream(file) << "workload: {profile: " << profile.string() << ", micro_batch_size: 128}\n"
-                      << "cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 1GBps, "
-                         "latency: 0s}\n"
-                      << "strategy: {partitioner: pipedream, schedule: 1f1b, micro_batches: 4}\n";
+  std::ofstream(file)
+      << "workload: {profile: " << profile.string() << ", micro_batch_size: 128}\n"
+      << "cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 1GBps, "
+         "latency: 0s}\n"
+      << "strategy: {partitioner: pipedream, schedule: 1f1b, micro_batches: 4}\n";
   auto r = run_command({PIPEGRID_BINARY, "plan", file, "--json"});
   fs::remove_all(dir);
   REQUIRE(r.exit_code == 0);
@@ -38,7 +39,8 @@ TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stage
   size_t layers = 0;
   for (const json& s : j["stages"]) layers += s["layers"].size();
   CHECK(layers == 41);
-  CHECK(j["simulated_iteration_time_s"].get<double>() >= j["analytic_iteration_time_s"].get<double>() * (1 - 1e-9));
+  CHECK(j["simulated_iteration_time_s"].get<double>() >=
+        j["analytic_iteration_time_s"].get<double>() * (1 - 1e-9));
   CHECK(j["simulated_throughput_samples_per_s"].get<double>() ==
         doctest::Approx(4 * 128 / j["simulated_iteration_time_s"].get<double>()));
   CHECK(j["schedule"] == "1f1b");

@@ -14,8 +14,8 @@ using nlohmann::json;
 using testing::run_command;
 
 TEST_CASE("a zoo model on catalog devices runs end to end; compute is conserved") {
-  auto r = run_command({PIPEGRID_BINARY, "run", std::string(PIPEGRID_SOURCE_DIR) + "/experiments/zoo/resnet50-v100.yaml",
-                        "--json"});
+  auto r = run_command({PIPEGRID_BINARY, "run",
+                        std::string(PIPEGRID_SOURCE_DIR) + "/experiments/zoo/resnet50-v100.yaml", "--json"});
   REQUIRE(r.exit_code == 0);
   json j = json::parse(r.out);
   // Independently: every layer's F + B on a V100 (catalog) for 32 images, 8 micro-batches.
@@ -36,7 +36,8 @@ TEST_CASE("a zoo model on catalog devices runs end to end; compute is conserved"
   CHECK(busy == doctest::Approx(8 * per_micro_batch).epsilon(1e-9));
   CHECK(j["iteration_time_s"].get<double>() >= busiest);
   CHECK(j["feasible"] == true);
-  CHECK(j["throughput_samples_per_s"].get<double>() == doctest::Approx(256 / j["iteration_time_s"].get<double>()));
+  CHECK(j["throughput_samples_per_s"].get<double>() ==
+        doctest::Approx(256 / j["iteration_time_s"].get<double>()));
 }
 
 TEST_CASE("model files: shapes give the costs; inputs may name any layer; custom layers") {
@@ -66,8 +67,8 @@ layers:
 }
 
 TEST_CASE("pipegrid workload show --json: the documented keys; times on a catalog device") {
-  auto r = run_command({PIPEGRID_BINARY, "workload", "show", "vgg16", "--device", "v100", "--micro-batch-size", "32",
-                        "--json"});
+  auto r = run_command({PIPEGRID_BINARY, "workload", "show", "vgg16", "--device", "v100",
+                        "--micro-batch-size", "32", "--json"});
   REQUIRE(r.exit_code == 0);
   json j = json::parse(r.out);
   CHECK(j["parameters"].get<double>() == 138357544);
@@ -76,7 +77,8 @@ TEST_CASE("pipegrid workload show --json: the documented keys; times on a catalo
   REQUIRE(j["layers"].size() == 24);
   double sum = 0;
   for (const json& l : j["layers"]) {
-    for (const char* key : {"name", "forward_flops", "parameters", "activation_bytes", "forward_s", "backward_s"})
+    for (const char* key :
+         {"name", "forward_flops", "parameters", "activation_bytes", "forward_s", "backward_s"})
       CHECK(l.contains(key));
     sum += l["forward_s"].get<double>();
   }
@@ -84,9 +86,11 @@ TEST_CASE("pipegrid workload show --json: the documented keys; times on a catalo
   // A compute-bound layer at V100 fp32 x 0.5 efficiency + 10 us: fc7 is 2 x 4096^2 x 32 FLOP.
   for (const json& l : j["layers"])
     if (l["name"] == "fc7")
-      CHECK(l["forward_s"].get<double>() == doctest::Approx(2.0 * 4096 * 4096 * 32 / (15.7e12 * 0.5) + 10e-6));
-  auto profile = run_command({PIPEGRID_BINARY, "workload", "show",
-                              std::string(PIPEGRID_SHARED_DIR) + "/reference/pipedream/gnmt_graph.txt", "--json"});
+      CHECK(l["forward_s"].get<double>() ==
+            doctest::Approx(2.0 * 4096 * 4096 * 32 / (15.7e12 * 0.5) + 10e-6));
+  auto profile =
+      run_command({PIPEGRID_BINARY, "workload", "show",
+                   std::string(PIPEGRID_SHARED_DIR) + "/reference/pipedream/gnmt_graph.txt", "--json"});
   if (profile.exit_code == 0) CHECK(json::parse(profile.out)["layers"].size() == 48);
   auto bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet"});
   CHECK(bad.exit_code == 2);
@@ -96,7 +100,8 @@ TEST_CASE("pipegrid workload show --json: the documented keys; times on a catalo
 TEST_CASE("pipegrid device list and show") {
   auto list = run_command({PIPEGRID_BINARY, "device", "list"});
   CHECK(list.exit_code == 0);
-  for (const char* name : {"v100", "a100", "h100", "vu9p", "u200", "u250", "u280", "u55c", "stratix10-gx", "stratix10-mx"})
+  for (const char* name :
+       {"v100", "a100", "h100", "vu9p", "u200", "u250", "u280", "u55c", "stratix10-gx", "stratix10-mx"})
     CHECK(list.out.find(name) != std::string::npos);
   auto show = run_command({PIPEGRID_BINARY, "device", "show", "u280", "--json"});
   REQUIRE(show.exit_code == 0);

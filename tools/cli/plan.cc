@@ -37,7 +37,8 @@ int run(const PlanOptions& o) {
   Result<sim::Replay> replay = sim::replay(exp->cluster, run->graph);
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
-  auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute);
+  auto costs =
+      stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute);
   if (!costs) return bad_input(costs.error().message);
 
   const Partition& p = run->partition;
@@ -53,9 +54,9 @@ int run(const PlanOptions& o) {
       peak = std::max(peak, predicted.devices[d].peak_memory_bytes);
     }
     // The planner's own stage time when it has one, else F + B of a micro-batch slice.
-    const double t = s < notes.predicted_stage_time_s.size() ? notes.predicted_stage_time_s[s]
-                                                              : (*costs)[s].front().times.forward +
-                                                                    (*costs)[s].front().times.backward();
+    const double t = s < notes.predicted_stage_time_s.size()
+                         ? notes.predicted_stage_time_s[s]
+                         : (*costs)[s].front().times.forward + (*costs)[s].front().times.backward();
     stages.push_back({{"index", s},
                       {"layers", layers},
                       {"devices", devices},
@@ -99,12 +100,14 @@ int run(const PlanOptions& o) {
     return kOk;
   }
   fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
-  fmt::print("plan        {} + {}, {} micro-batches of {} samples; {} stages, depth {}\n", exp->strategy.partitioner,
-             run->schedule_name, run->micro_batches, run->micro_batch_size, p.stage_count(), p.depth());
+  fmt::print("plan        {} + {}, {} micro-batches of {} samples; {} stages, depth {}\n",
+             exp->strategy.partitioner, run->schedule_name, run->micro_batches, run->micro_batch_size,
+             p.stage_count(), p.depth());
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run->sweep.empty()) fmt::print("explored    {}\n", run->sweep);
   fmt::print("search      {}\n\n", format_time(run->planning_seconds));
-  fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory", "devices | layers");
+  fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory",
+             "devices | layers");
   for (const auto& s : stages) {
     std::string devs, layers;
     for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
@@ -113,13 +116,14 @@ int run(const PlanOptions& o) {
                             : fmt::format("{}..{} ({} layers)", ls.front().get<std::string>(),
                                           ls.back().get<std::string>(), ls.size());
     fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
-               format_time(s["predicted_time_s"].get<double>()), format_bytes(s["predicted_peak_memory_bytes"].get<double>()),
-               devs, layers);
+               format_time(s["predicted_time_s"].get<double>()),
+               format_bytes(s["predicted_peak_memory_bytes"].get<double>()), devs, layers);
   }
   if (notes.predicted_time_per_stage_s > 0)
     fmt::print("\nplanner's predicted time per stage   {}\n", format_time(notes.predicted_time_per_stage_s));
   fmt::print("analytic iteration (FIFO links)     {}\n", format_time(predicted.iteration_time_s));
-  fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n", format_time(simulated.iteration_time_s),
+  fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n",
+             format_time(simulated.iteration_time_s),
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
   if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
@@ -130,7 +134,8 @@ int run(const PlanOptions& o) {
 
 Command add_plan_command(CLI::App& parent) {
   auto o = std::make_shared<PlanOptions>();
-  CLI::App* app = parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
+  CLI::App* app =
+      parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
   app->add_option("experiment", o->file, "Experiment file (YAML)")->required();
   app->add_flag("--json", o->json, "Print one JSON object");
   return {app, [o] { return run(*o); }};

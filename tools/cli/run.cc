@@ -1,7 +1,8 @@
-// pipegrid run [EXPERIMENT.yaml] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR] [--sim-log]
+// pipegrid run [EXPERIMENT.yaml] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR]
+// [--sim-log]
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
-#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -99,8 +100,9 @@ int run(const RunOptions& o) {
     const std::string& path;
     void (*fn)(std::ostream&, const output::RunReport&);
   };
-  for (const Output& out : {Output{o.trace, &output::write_chrome_trace}, Output{o.tasks, &output::write_tasks_csv},
-                            Output{o.memory, &output::write_memory_csv}})
+  for (const Output& out :
+       {Output{o.trace, &output::write_chrome_trace}, Output{o.tasks, &output::write_tasks_csv},
+        Output{o.memory, &output::write_memory_csv}})
     if (!out.path.empty() && !write_file(out.path, writer(out.fn)))
       return bad_input(fmt::format("cannot write \"{}\"", out.path));
   if (o.json)
@@ -121,10 +123,11 @@ int run(const RunOptions& o) {
       return bad_input(fmt::format("cannot write the plot files into \"{}\"", dir));
     std::optional<std::string> py = python_with_matplotlib();
     if (!py) {
-      fmt::print(std::cerr,
-                 "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
-                 "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
-                 tasks, memory, script);
+      fmt::print(
+          std::cerr,
+          "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
+          "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
+          tasks, memory, script);
       return kOk;
     }
     const int rc = spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title",
@@ -134,7 +137,8 @@ int run(const RunOptions& o) {
       fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
       return kInternal;
     }
-    fmt::print(std::cerr, "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg\n", dir);
+    fmt::print(std::cerr,
+               "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg\n", dir);
   }
   return kOk;
 }
@@ -147,9 +151,11 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("experiment", o->file, "Experiment file (YAML); without it, the built-in example");
   app->add_flag("--json", o->json, "Print one JSON object instead of the summary");
   app->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to this file");
-  app->add_option("--tasks", o->tasks, "Write every task (device, stage, kind, micro-batch, start, end) as CSV");
+  app->add_option("--tasks", o->tasks,
+                  "Write every task (device, stage, kind, micro-batch, start, end) as CSV");
   app->add_option("--memory", o->memory, "Write each device's memory over time, by category, as CSV");
-  app->add_option("--plot", o->plot, "Write the CSVs and a Gantt and a memory figure (PNG, SVG) into this folder");
+  app->add_option("--plot", o->plot,
+                  "Write the CSVs and a Gantt and a memory figure (PNG, SVG) into this folder");
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");
   return {app, [o] { return run(*o); }};
 }

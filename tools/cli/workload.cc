@@ -33,9 +33,11 @@ Result<Workload> load(const WorkloadOptions& o) {
   std::optional<Precision> precision;
   if (!o.precision.empty()) {
     precision = parse_precision(o.precision);
-    if (!precision) return Error{fmt::format("--precision: expected fp32, fp16, bf16 or int8, got \"{}\"", o.precision)};
+    if (!precision)
+      return Error{fmt::format("--precision: expected fp32, fp16, bf16 or int8, got \"{}\"", o.precision)};
   }
-  if (Result<const ModelInfo*> m = find_model(o.what); m) return build_model(**m, {}, precision.value_or(Precision::FP32));
+  if (Result<const ModelInfo*> m = find_model(o.what); m)
+    return build_model(**m, {}, precision.value_or(Precision::FP32));
   if (o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt") {
     std::ifstream in(o.what, std::ios::binary);
     if (!in) return Error{fmt::format("cannot read \"{}\"", o.what)};
@@ -57,7 +59,9 @@ int run(const WorkloadOptions& o) {
   const DeviceSpec* device = nullptr;
   if (!o.device.empty()) {
     const input::CatalogDevice* d = input::find_catalog_device(o.device);
-    if (!d) return bad_input(fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o.device));
+    if (!d)
+      return bad_input(
+          fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o.device));
     device = &d->spec;
   }
   const double b = o.micro_batch_size;
@@ -106,23 +110,26 @@ int run(const WorkloadOptions& o) {
   }
   fmt::print("{} ({}, micro-batch of {} samples{})\n\n", w->name, to_string(w->precision), b,
              device ? ", times on " + o.device : "");
-  fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", "layer", wn, "kind", wk, "forward FLOP", "parameters", "activation");
+  fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", "layer", wn, "kind", wk, "forward FLOP", "parameters",
+             "activation");
   if (device) fmt::print(" {:>11} {:>11}", "forward", "backward");
   fmt::print("\n");
   for (const auto& l : layers) {
-    fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", l["name"].get<std::string>(), wn, l["kind"].get<std::string>(), wk,
-               format_flops(l["forward_flops"].get<double>()), fmt::format("{:.0f}", l["parameters"].get<double>()),
+    fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", l["name"].get<std::string>(), wn,
+               l["kind"].get<std::string>(), wk, format_flops(l["forward_flops"].get<double>()),
+               fmt::format("{:.0f}", l["parameters"].get<double>()),
                format_bytes(l["activation_bytes"].get<double>()));
     if (device)
-      fmt::print(" {:>11} {:>11}", format_time(l["forward_s"].get<double>()), format_time(l["backward_s"].get<double>()));
+      fmt::print(" {:>11} {:>11}", format_time(l["forward_s"].get<double>()),
+                 format_time(l["backward_s"].get<double>()));
     fmt::print("\n");
   }
   fmt::print("\nlayers           {}\n", w->layer_count());
   fmt::print("parameters       {:.0f} ({})\n", total_parameters(*w), format_bytes(total_parameter_bytes(*w)));
   fmt::print("forward FLOP     {} per sample\n", format_flops(total_forward_flops(*w)));
   if (device)
-    fmt::print("time on {}  forward {}, backward {} per micro-batch of {}\n", o.device, format_time(fwd_total),
-               format_time(bwd_total), b);
+    fmt::print("time on {}  forward {}, backward {} per micro-batch of {}\n", o.device,
+               format_time(fwd_total), format_time(bwd_total), b);
   return kOk;
 }
 
@@ -132,13 +139,17 @@ Command add_workload_command(CLI::App& parent) {
   auto o = std::make_shared<WorkloadOptions>();
   CLI::App* app = parent.add_subcommand("workload", "Inspect workloads: `pipegrid workload show MODEL|FILE`");
   app->require_subcommand(1);
-  CLI::App* show = app->add_subcommand("show", "Per-layer table and totals of a zoo model, model file or profile");
-  show->add_option("model", o->what, "Zoo model name, model file (.yaml) or PipeDream profile (.txt)")->required();
-  show->add_option("--micro-batch-size,-b", o->micro_batch_size, "Samples per micro-batch")->check(CLI::PositiveNumber);
+  CLI::App* show =
+      app->add_subcommand("show", "Per-layer table and totals of a zoo model, model file or profile");
+  show->add_option("model", o->what, "Zoo model name, model file (.yaml) or PipeDream profile (.txt)")
+      ->required();
+  show->add_option("--micro-batch-size,-b", o->micro_batch_size, "Samples per micro-batch")
+      ->check(CLI::PositiveNumber);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
   show->add_option("--precision", o->precision, "fp32, fp16, bf16 or int8 (zoo models and model files)");
   show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
-  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")->check(CLI::PositiveNumber);
+  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
+      ->check(CLI::PositiveNumber);
   show->add_flag("--json", o->json, "Print one JSON object");
   return {show, [o] { return run(*o); }};
 }

@@ -10,7 +10,7 @@ namespace pipegrid::input {
 namespace {
 
 const std::vector<std::string_view> kSpecKeys = {
-    "model", "memory", "memory_bandwidth", "flops", "peak", "efficiency", "layer_overhead",
+    "model", "memory", "memory_bandwidth", "flops",         "peak",  "efficiency",    "layer_overhead",
     "dsps",  "clock",  "macs_per_dsp",     "onchip_memory", "ports", "port_bandwidth"};
 
 // Per-precision mapping {fp32: ..., fp16: ..., bf16: ..., int8: ...}, each read by `read`.
@@ -34,14 +34,16 @@ DeviceSpec lookup(const Node& n) {
   std::vector<std::string> close = close_matches(name, catalog_names());
   if (close.size() > 3) close.resize(3);
   std::string guess;
-  for (const std::string& c : close) guess += fmt::format("{}\"{}\"", guess.empty() ? "did you mean " : " or ", c);
+  for (const std::string& c : close)
+    guess += fmt::format("{}\"{}\"", guess.empty() ? "did you mean " : " or ", c);
   n.fail(fmt::format("unknown device \"{}\" ({}{}`pipegrid device list` shows the catalog)", name, guess,
                      guess.empty() ? "" : "? "));
 }
 
 void apply_overrides(const Node& n, DeviceSpec& spec) {
   if (auto m = n.get("memory")) spec.memory_bytes = m->quantity(Dimension::Bytes, Sign::Positive);
-  if (auto m = n.get("memory_bandwidth")) spec.memory_bandwidth = m->quantity(Dimension::Bandwidth, Sign::Positive);
+  if (auto m = n.get("memory_bandwidth"))
+    spec.memory_bandwidth = m->quantity(Dimension::Bandwidth, Sign::Positive);
   // FPGA figures: any of them makes the device an FPGA whose peak is derived.
   const bool fpga_keys = n.has("dsps") || n.has("clock") || n.has("macs_per_dsp") || n.has("onchip_memory") ||
                          n.has("ports") || n.has("port_bandwidth");
@@ -49,7 +51,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     if (!spec.fpga) spec.fpga = FpgaSpec{};
     spec.family = "fpga";
     FpgaSpec& f = *spec.fpga;
-    if (auto v = n.get("dsps")) f.dsps = static_cast<double>(v->integer(1, 100'000'000, "a positive number of DSPs"));
+    if (auto v = n.get("dsps"))
+      f.dsps = static_cast<double>(v->integer(1, 100'000'000, "a positive number of DSPs"));
     if (auto v = n.get("clock")) f.clock_hz = v->quantity(Dimension::Frequency, Sign::Positive);
     if (auto v = n.get("macs_per_dsp"))
       per_precision(*v, "a mapping from precision to MACs per DSP per cycle, like {fp32: 0.2, int8: 2}",
@@ -60,7 +63,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
                     });
     if (auto v = n.get("onchip_memory")) f.onchip_bytes = v->quantity(Dimension::Bytes, Sign::NonNegative);
     if (auto v = n.get("ports")) f.ports = static_cast<int>(v->integer(0, 1024, "a number of network ports"));
-    if (auto v = n.get("port_bandwidth")) f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
+    if (auto v = n.get("port_bandwidth"))
+      f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
   }
   spec.derive_peaks();
   if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
@@ -74,7 +78,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     if (!(v > 0 && v <= 1)) e->expected("a number in (0, 1]");
     spec.efficiency = v;
   }
-  if (auto o = n.get("layer_overhead")) spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  if (auto o = n.get("layer_overhead"))
+    spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
 }
 
 std::vector<CatalogDevice> load_catalog() {

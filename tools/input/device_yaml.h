@@ -20,11 +20,11 @@
 namespace pipegrid::input {
 
 struct CatalogDevice {
-  std::string name;  // catalog key, e.g. "a100"
+  std::string name;    // catalog key, e.g. "a100"
   std::string family;  // "gpu" or "fpga"
   std::string description;
   std::string source;
-  DeviceSpec spec;   // spec.kind == name
+  DeviceSpec spec;  // spec.kind == name
 };
 
 // Parsed once, on first use. Precondition: the compiled-in catalog is valid (tested).

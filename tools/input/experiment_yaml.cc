@@ -28,7 +28,8 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
                 "straight", "hierarchy", "activation_compression_ratio", "memory_constraint", "linearize",
                 "replicas", "allreduce"});
   StrategySpec s;
-  if (auto p = n.get("partitioner")) s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
+  if (auto p = n.get("partitioner"))
+    s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
     s.schedule_given = true;
@@ -38,37 +39,40 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     if (auto m = n.get("micro_batches"))
       m->fail("not used with mini_batch (every micro-batch size dividing the mini-batch is tried)");
   } else {
-    s.micro_batches = static_cast<int>(
-        n.need("micro_batches", "a positive integer (or mini_batch)").integer(1, kMaxCount, "a positive integer"));
+    s.micro_batches = static_cast<int>(n.need("micro_batches", "a positive integer (or mini_batch)")
+                                           .integer(1, kMaxCount, "a positive integer"));
   }
   if (auto ch = n.get("chunks")) {
     s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
     if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")
-      ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}", s.schedule,
-                           s.chunks));
+      ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}",
+                           s.schedule, s.chunks));
   }
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
     if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced")
       r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
     if (static_cast<size_t>(s.replicas) > c.devices.size())
-      r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}", c.devices.size(),
-                          c.devices.size(), s.replicas));
+      r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
+                          c.devices.size(), c.devices.size(), s.replicas));
   }
-  if (auto a = n.get("allreduce")) s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical"}, "an all-reduce"));
+  if (auto a = n.get("allreduce"))
+    s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical"}, "an all-reduce"));
   if (auto st = n.get("stages")) {
     s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
     if (s.replicas > 1 && static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
       st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
                            c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
     if (static_cast<size_t>(s.stages) > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}", c.devices.size(),
-                           c.devices.size(), s.stages));
+      st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}",
+                           c.devices.size(), c.devices.size(), s.stages));
     if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
-      st->fail(s.chunks == 1 ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
-                                           w.layer_count(), w.layer_count(), s.stages)
-                             : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
-                                           w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+      st->fail(
+          s.chunks == 1
+              ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
+                            w.layer_count(), w.layer_count(), s.stages)
+              : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
+                            w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
   }
   // Planner settings (PipeDream's command-line options).
   if (auto v = n.get("straight")) s.planner.straight = v->boolean();
@@ -85,20 +89,24 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   }
   if (auto h = n.get("hierarchy")) {
     long long machines = 1;
-    for (const Node& level : h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]")) {
+    for (const Node& level :
+         h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]")) {
       level.require_map("a level: {workers: N, bandwidth: B}");
       level.check_keys({"workers", "bandwidth"});
-      const int workers = static_cast<int>(level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-      const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive")).quantity(Dimension::Bandwidth, Sign::Positive);
+      const int workers = static_cast<int>(
+          level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+      const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
+                            .quantity(Dimension::Bandwidth, Sign::Positive);
       s.planner.hierarchy.emplace_back(workers, bw);
       machines *= workers;
     }
     if (machines > static_cast<long long>(c.devices.size()))
-      h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}", c.devices.size(),
-                          c.devices.size(), machines));
+      h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}",
+                          c.devices.size(), c.devices.size(), machines));
   }
   if (auto f = n.get("schedule_file")) {
-    if (s.schedule != "file") f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
+    if (s.schedule != "file")
+      f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
     const std::string path = resolve_path(f->document(), f->string("a path to a CSV schedule"));
     s.schedule_text = read_referenced_file(*f, path);
     s.schedule_source = path;
@@ -119,21 +127,25 @@ MemoryOptions parse_memory(const Node& n) {
     if (v < 0) b->expected("a non-negative number of bytes");
     m.bytes_per_parameter = v;
   }
-  if (auto r = n.get("recompute")) m.recompute = *parse_recompute(r->choice({"none", "full", "selective"}, "a recomputation mode"));
-  if (auto z = n.get("zero")) m.zero1 = z->integer(0, 1, "0 or 1 (ZeRO stage 1 shards the optimizer state)") == 1;
+  if (auto r = n.get("recompute"))
+    m.recompute = *parse_recompute(r->choice({"none", "full", "selective"}, "a recomputation mode"));
+  if (auto z = n.get("zero"))
+    m.zero1 = z->integer(0, 1, "0 or 1 (ZeRO stage 1 shards the optimizer state)") == 1;
   return m;
 }
 
 Experiment parse_experiment(const Document& doc) {
   Node root = Node::root(doc);
-  if (root.is_null()) root.fail("expected a mapping with keys workload, cluster, strategy, got an empty document");
+  if (root.is_null())
+    root.fail("expected a mapping with keys workload, cluster, strategy, got an empty document");
   root.require_map("a mapping with keys workload, cluster, strategy");
   root.check_keys({"name", "workload", "cluster", "strategy", "memory"});
   Experiment e;
   if (auto n = root.get("name")) e.name = n->string("a name");
   e.workload = parse_workload(root.need("workload", "a mapping describing the workload"));
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
-  e.strategy = parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
+  e.strategy =
+      parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
   return e;
 }

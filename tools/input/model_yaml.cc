@@ -12,16 +12,18 @@ namespace pipegrid::input {
 namespace {
 
 const std::vector<std::string_view> kKinds = {
-    "input",   "linear",  "conv2d",  "maxpool",     "avgpool",      "adaptive_avgpool", "batchnorm",
-    "layernorm", "relu",  "gelu",    "dropout",     "elementwise",  "add",              "concat",
-    "flatten", "lstm",    "attention", "transformer_block", "embedding", "embedding_bag", "custom"};
+    "input",     "linear",        "conv2d",  "maxpool", "avgpool",   "adaptive_avgpool",
+    "batchnorm", "layernorm",     "relu",    "gelu",    "dropout",   "elementwise",
+    "add",       "concat",        "flatten", "lstm",    "attention", "transformer_block",
+    "embedding", "embedding_bag", "custom"};
 
 // Keys each kind takes besides name, kind and inputs.
 std::vector<std::string_view> kind_keys(const std::string& kind) {
   if (kind == "input") return {"shape"};
   if (kind == "linear") return {"in_features", "out_features", "bias"};
   if (kind == "conv2d")
-    return {"in_channels", "out_channels", "kernel", "stride", "padding", "groups", "bias", "batchnorm", "relu"};
+    return {"in_channels", "out_channels", "kernel",    "stride", "padding",
+            "groups",      "bias",         "batchnorm", "relu"};
   if (kind == "maxpool" || kind == "avgpool") return {"kernel", "stride", "padding"};
   if (kind == "adaptive_avgpool") return {"output"};
   if (kind == "lstm") return {"hidden", "bidirectional"};
@@ -30,9 +32,11 @@ std::vector<std::string_view> kind_keys(const std::string& kind) {
   if (kind == "embedding") return {"vocabulary", "dim"};
   if (kind == "embedding_bag") return {"rows", "dim", "bag", "pooled"};
   if (kind == "custom")
-    return {"forward_flops", "backward_flops", "backward_weight_flops", "forward_bytes", "backward_bytes",
-            "parameters",    "output_shape",   "output",                "stash",         "forward",
-            "backward",      "backward_weight", "batch",                "device"};
+    return {"forward_flops", "backward_flops", "backward_weight_flops",
+            "forward_bytes", "backward_bytes", "parameters",
+            "output_shape",  "output",         "stash",
+            "forward",       "backward",       "backward_weight",
+            "batch",         "device"};
   return {};
 }
 
@@ -81,7 +85,8 @@ Layer custom_costs(const Node& n) {
   l.backward_input_flops = backward - l.backward_weight_flops;
   l.forward_bytes = q("forward_bytes", Dimension::Bytes);
   l.backward_bytes = q("backward_bytes", Dimension::Bytes);
-  if (auto p = n.get("parameters")) l.parameters = static_cast<double>(p->integer(0, 1'000'000'000'000'000, "a parameter count"));
+  if (auto p = n.get("parameters"))
+    l.parameters = static_cast<double>(p->integer(0, 1'000'000'000'000'000, "a parameter count"));
   l.stash_bytes = q("stash", Dimension::Bytes);
   l.output_bytes = q("output", Dimension::Bytes);
   if (n.has("forward") || n.has("backward")) {
@@ -89,7 +94,8 @@ Layer custom_costs(const Node& n) {
     m.forward_s = q("forward", Dimension::Time);
     m.backward_s = q("backward", Dimension::Time);
     m.backward_weight_s = q("backward_weight", Dimension::Time);
-    if (m.backward_weight_s > m.backward_s) n.get("backward_weight")->fail("expected at most the whole backward");
+    if (m.backward_weight_s > m.backward_s)
+      n.get("backward_weight")->fail("expected at most the whole backward");
     m.batch = n.has("batch") ? static_cast<double>(count(n, "batch")) : 1;
     if (auto d = n.get("device")) m.device_kind = d->string("a device kind (catalog name)");
     l.measured = m;
@@ -99,7 +105,9 @@ Layer custom_costs(const Node& n) {
 
 }  // namespace
 
-const std::vector<std::string_view>& layer_kinds() { return kKinds; }
+const std::vector<std::string_view>& layer_kinds() {
+  return kKinds;
+}
 
 Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
   std::vector<Entry> entries;
@@ -108,12 +116,15 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
   if (items.empty()) layers.expected("a non-empty list of layers");
   for (const Node& item : items) {
     item.require_map("a layer: a mapping with name, kind and its shape parameters");
-    Entry e{item, item.need("name", "a layer name").string("a layer name"),
-            item.need("kind", "a layer kind").choice(kKinds, "a layer kind"), {}};
+    Entry e{item,
+            item.need("name", "a layer name").string("a layer name"),
+            item.need("kind", "a layer kind").choice(kKinds, "a layer kind"),
+            {}};
     std::vector<std::string_view> keys = {"name", "kind", "inputs"};
     for (std::string_view k : kind_keys(e.kind)) keys.push_back(k);
     item.check_keys(keys);
-    if (by_name.count(e.name)) item.need("name", "").fail(fmt::format("a layer named \"{}\" comes earlier", e.name));
+    if (by_name.count(e.name))
+      item.need("name", "").fail(fmt::format("a layer named \"{}\" comes earlier", e.name));
     by_name.emplace(e.name, static_cast<int>(entries.size()));
     entries.push_back(std::move(e));
   }
@@ -133,7 +144,8 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
         e.inputs.push_back(it->second);
       }
     } else if (e.kind != "input") {
-      if (i == 0) e.node.fail(fmt::format("the first layer, \"{}\", needs `inputs` (or kind: input)", e.name));
+      if (i == 0)
+        e.node.fail(fmt::format("the first layer, \"{}\", needs `inputs` (or kind: input)", e.name));
       e.inputs.push_back(static_cast<int>(i) - 1);
     }
     if (e.kind == "input" && !e.inputs.empty()) e.node.get("inputs")->fail("an input layer takes no inputs");
@@ -176,8 +188,8 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     } else if (e.kind == "linear") {
       r = b.linear(e.name, one(), count(n, "in_features"), count(n, "out_features"), flag(n, "bias", true));
     } else if (e.kind == "conv2d") {
-      ModelBuilder::Conv c{count(n, "in_channels"), count(n, "out_channels"), count(n, "kernel"),
-                           count(n, "stride", 1),   offset(n, "padding"),      count(n, "groups", 1),
+      ModelBuilder::Conv c{count(n, "in_channels"), count(n, "out_channels"),    count(n, "kernel"),
+                           count(n, "stride", 1),   offset(n, "padding"),        count(n, "groups", 1),
                            flag(n, "bias", true),   flag(n, "batchnorm", false), flag(n, "relu", false)};
       r = b.conv2d(e.name, one(), c);
     } else if (e.kind == "maxpool" || e.kind == "avgpool") {
@@ -207,12 +219,14 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     } else if (e.kind == "embedding") {
       r = b.embedding(e.name, one(), count(n, "vocabulary"), count(n, "dim"));
     } else if (e.kind == "embedding_bag") {
-      r = b.embedding_bag(e.name, one(), count(n, "rows"), count(n, "dim"), count(n, "bag"), flag(n, "pooled", true));
+      r = b.embedding_bag(e.name, one(), count(n, "rows"), count(n, "dim"), count(n, "bag"),
+                          flag(n, "pooled", true));
     } else {  // custom
       Layer costs = custom_costs(n);
       costs.parameter_bytes = costs.parameters * element_bytes(precision);
-      Shape out = n.has("output_shape") ? shape_of(*n.get("output_shape"))
-                                        : Shape{static_cast<int64_t>(costs.output_bytes / element_bytes(precision))};
+      Shape out = n.has("output_shape")
+                      ? shape_of(*n.get("output_shape"))
+                      : Shape{static_cast<int64_t>(costs.output_bytes / element_bytes(precision))};
       r = b.custom(e.name, in, costs, out);
     }
     if (!r) n.fail(r.error().message);
@@ -236,7 +250,8 @@ Workload load_model_file(const Node& where, const std::string& path, std::option
   root.check_keys({"name", "precision", "micro_batch_size", "layers"});
   std::string name = root.has("name") ? root.get("name")->string("a model name") : std::string("model");
   Precision p = Precision::FP32;
-  if (auto pr = root.get("precision")) p = *parse_precision(pr->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
+  if (auto pr = root.get("precision"))
+    p = *parse_precision(pr->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
   if (precision) p = *precision;
   Workload w = parse_layers(root.need("layers", "a list of layers"), name, p);
   if (auto m = root.get("micro_batch_size"))

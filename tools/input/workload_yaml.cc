@@ -19,7 +19,8 @@ std::vector<std::string_view> with_common(std::vector<std::string_view> keys) {
 }
 
 std::optional<Precision> precision_of(const Node& n) {
-  if (auto p = n.get("precision")) return *parse_precision(p->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
+  if (auto p = n.get("precision"))
+    return *parse_precision(p->choice({"fp32", "fp16", "bf16", "int8"}, "a precision"));
   return std::nullopt;
 }
 
@@ -27,19 +28,22 @@ Workload parse_chain(const Node& n) {
   n.check_keys({"kind", "layers", "forward", "backward", "backward_weight", "activation", "parameters",
                 "samples_per_micro_batch", "optimizer_step", "precision"});
   ChainSpec c;
-  c.layers = static_cast<int>(n.need("layers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-  c.forward_s = n.need("forward", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
-  c.backward_s = n.need("backward", describe(Dimension::Time, "non-negative")).quantity(Dimension::Time, Sign::NonNegative);
+  c.layers =
+      static_cast<int>(n.need("layers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+  c.forward_s = n.need("forward", describe(Dimension::Time, "non-negative"))
+                    .quantity(Dimension::Time, Sign::NonNegative);
+  c.backward_s = n.need("backward", describe(Dimension::Time, "non-negative"))
+                     .quantity(Dimension::Time, Sign::NonNegative);
   if (auto bw = n.get("backward_weight")) {
     c.backward_weight_s = bw->quantity(Dimension::Time, Sign::NonNegative);
     if (c.backward_weight_s > c.backward_s)
       bw->fail(fmt::format("expected at most the whole backward ({}), got \"{}\"", format_time(c.backward_s),
                            bw->yaml().Scalar()));
   }
-  c.activation_bytes =
-      n.need("activation", describe(Dimension::Bytes, "non-negative")).quantity(Dimension::Bytes, Sign::NonNegative);
-  c.parameter_bytes =
-      n.need("parameters", describe(Dimension::Bytes, "non-negative")).quantity(Dimension::Bytes, Sign::NonNegative);
+  c.activation_bytes = n.need("activation", describe(Dimension::Bytes, "non-negative"))
+                           .quantity(Dimension::Bytes, Sign::NonNegative);
+  c.parameter_bytes = n.need("parameters", describe(Dimension::Bytes, "non-negative"))
+                          .quantity(Dimension::Bytes, Sign::NonNegative);
   if (auto s = n.get("samples_per_micro_batch"))
     c.samples_per_micro_batch = static_cast<double>(s->integer(1, kMaxCount, "a positive integer"));
   if (auto s = n.get("optimizer_step")) c.optimizer_step_s = s->quantity(Dimension::Time, Sign::NonNegative);
@@ -59,7 +63,9 @@ Workload parse_model(const Node& n) {
   n.check_keys(keys);
   ModelArgs args;
   for (const auto& d : info->defaults)
-    if (auto v = n.get(d.first)) args[std::string(d.first)] = static_cast<double>(v->integer(0, 1'000'000'000'000, "a non-negative integer"));
+    if (auto v = n.get(d.first))
+      args[std::string(d.first)] =
+          static_cast<double>(v->integer(0, 1'000'000'000'000, "a non-negative integer"));
   Result<Workload> w = build_model(*info, args, precision_of(n).value_or(Precision::FP32));
   if (!w) n.fail(w.error().message);
   return std::move(*w);
@@ -91,7 +97,8 @@ Workload parse_workload(const Node& n) {
     if (n.has(f) && !(f == "layers" && n.has("kind"))) present.push_back(f);  // a chain's `layers` is a count
   if (present.size() != 1)
     n.fail(present.empty()
-               ? "expected one of kind: chain, model: NAME, file: MODEL.yaml, profile: GRAPH.txt or layers: [...], "
+               ? "expected one of kind: chain, model: NAME, file: MODEL.yaml, profile: GRAPH.txt or layers: "
+                 "[...], "
                  "got none of them"
                : fmt::format("expected one of kind, model, file, profile or layers, got both {} and {}",
                              present[0], present[1]));
@@ -108,7 +115,8 @@ Workload parse_workload(const Node& n) {
   } else if (form == "file") {
     n.check_keys(with_common({"file", "precision"}));
     const Node file = n.need("file", "a path to a model file (YAML)");
-    w = load_model_file(file, resolve_path(file.document(), file.string("a path to a model file")), precision_of(n));
+    w = load_model_file(file, resolve_path(file.document(), file.string("a path to a model file")),
+                        precision_of(n));
   } else {
     n.check_keys(with_common({"layers", "name", "precision"}));
     w = parse_layers(*n.get("layers"), n.has("name") ? n.get("name")->string("a model name") : "model",

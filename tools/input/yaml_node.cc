@@ -44,7 +44,8 @@ std::string suggestion(std::string_view word, const std::vector<std::string_view
 
 }  // namespace
 
-std::vector<std::string> close_matches(std::string_view word, const std::vector<std::string_view>& candidates) {
+std::vector<std::string> close_matches(std::string_view word,
+                                       const std::vector<std::string_view>& candidates) {
   std::vector<std::pair<size_t, std::string>> scored;
   for (std::string_view c : candidates) {
     size_t d = edit_distance(word, c);
@@ -52,7 +53,8 @@ std::vector<std::string> close_matches(std::string_view word, const std::vector<
     bool prefix = !word.empty() && (c.substr(0, word.size()) == word || word.substr(0, c.size()) == c);
     if (d <= limit || prefix) scored.emplace_back(d, std::string(c));
   }
-  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;
   for (auto& s : scored) out.push_back(std::move(s.second));
   return out;
@@ -105,7 +107,9 @@ void Node::fail(std::string_view what) const {
   throw InputError(fmt::format("{}: {}: {}", location(*doc_, mark_), path_, what));
 }
 
-void Node::expected(std::string_view expectation) const { fail(fmt::format("expected {}, got {}", expectation, found())); }
+void Node::expected(std::string_view expectation) const {
+  fail(fmt::format("expected {}, got {}", expectation, found()));
+}
 
 std::string Node::found() const {
   if (is_null()) return "nothing";
@@ -128,7 +132,9 @@ void Node::check_keys(const std::vector<std::string_view>& allowed) const {
   }
 }
 
-bool Node::has(std::string_view key) const { return node_.IsMap() && node_[std::string(key)].IsDefined(); }
+bool Node::has(std::string_view key) const {
+  return node_.IsMap() && node_[std::string(key)].IsDefined();
+}
 
 std::optional<Node> Node::get(std::string_view key) const {
   if (!node_.IsMap()) return std::nullopt;
@@ -210,7 +216,9 @@ std::string Node::choice(const std::vector<std::string_view>& choices, std::stri
   const std::string& s = node_.Scalar();
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
   fail(fmt::format("expected {} ({}), got \"{}\"{}", what, join(choices), s,
-                   close_matches(s, choices).empty() ? "" : fmt::format(" (did you mean \"{}\"?)", close_matches(s, choices).front())));
+                   close_matches(s, choices).empty()
+                       ? ""
+                       : fmt::format(" (did you mean \"{}\"?)", close_matches(s, choices).front())));
 }
 
 }  // namespace pipegrid::input

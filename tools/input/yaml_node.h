@@ -94,6 +94,7 @@ class Node {
 std::string read_referenced_file(const Node& where, const std::string& path);
 
 // Close matches of `word` among `candidates` (edit distance), best first.
-std::vector<std::string> close_matches(std::string_view word, const std::vector<std::string_view>& candidates);
+std::vector<std::string> close_matches(std::string_view word,
+                                       const std::vector<std::string_view>& candidates);
 
 }  // namespace pipegrid::input

@@ -27,26 +27,38 @@ std::string device_list(const Experiment& e, const Stage& st) {
   return out;
 }
 
-std::string percent(double x) { return fmt::format("{:.2f}%", 100 * x); }
+std::string percent(double x) {
+  return fmt::format("{:.2f}%", 100 * x);
+}
 
 const char* task_category(const Task& t) {
   switch (t.kind) {
-    case TaskKind::Forward: return "forward";
-    case TaskKind::Backward: return "backward";
-    case TaskKind::Weight: return "weight";
-    case TaskKind::Optimizer: return "optimizer";
+    case TaskKind::Forward:
+      return "forward";
+    case TaskKind::Backward:
+      return "backward";
+    case TaskKind::Weight:
+      return "weight";
+    case TaskKind::Optimizer:
+      return "optimizer";
     case TaskKind::Transfer:
-      return t.transfer == TransferKind::Activation ? "activation" : t.transfer == TransferKind::Gradient ? "gradient" : "allreduce";
+      return t.transfer == TransferKind::Activation ? "activation"
+             : t.transfer == TransferKind::Gradient ? "gradient"
+                                                    : "allreduce";
   }
   return "task";
 }
 
 std::string task_name(const Task& t) {
   switch (t.kind) {
-    case TaskKind::Forward: return to_string(Action{t.stage, Pass::Forward, t.micro_batch});
-    case TaskKind::Backward: return to_string(Action{t.stage, Pass::Backward, t.micro_batch});
-    case TaskKind::Weight: return to_string(Action{t.stage, Pass::Weight, t.micro_batch});
-    case TaskKind::Optimizer: return "optimizer step";
+    case TaskKind::Forward:
+      return to_string(Action{t.stage, Pass::Forward, t.micro_batch});
+    case TaskKind::Backward:
+      return to_string(Action{t.stage, Pass::Backward, t.micro_batch});
+    case TaskKind::Weight:
+      return to_string(Action{t.stage, Pass::Weight, t.micro_batch});
+    case TaskKind::Optimizer:
+      return "optimizer step";
     case TaskKind::Transfer:
       if (t.transfer == TransferKind::AllReduce) return fmt::format("all-reduce stage {}", t.stage);
       return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
@@ -60,11 +72,13 @@ void print_summary(std::ostream& out, const RunReport& r) {
   const Experiment& e = r.experiment;
   const Metrics& m = r.metrics;
   fmt::print(out, "{}\n", e.name.empty() ? "pipegrid run" : e.name);
-  fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(), to_string(e.workload.precision));
+  fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(),
+             to_string(e.workload.precision));
   fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
-  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner, r.run.schedule_name,
-             r.run.micro_batches, r.run.micro_batch_size);
-  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
+  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner,
+             r.run.schedule_name, r.run.micro_batches, r.run.micro_batch_size);
+  auto costs =
+      stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
@@ -77,22 +91,24 @@ void print_summary(std::ostream& out, const RunReport& r) {
     wl = std::max(wl, row[1].size());
     wd = std::max(wd, row[2].size());
   }
-  fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", "stage", "layers", wl, "devices", wd, "forward",
-             "backward", "stash/micro-b");
+  fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", "stage", "layers", wl, "devices", wd,
+             "forward", "backward", "stash/micro-b");
   for (const auto& row : rows)
-    fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3], row[4], row[5]);
+    fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3],
+               row[4], row[5]);
   const PlanNotes& plan = r.run.partition.plan;
-  fmt::print(out, "\nstage graph      {} stages, depth {}{}\n", r.run.partition.stage_count(), r.run.partition.depth(),
-             r.run.partition.is_chain() ? " (a chain)" : "");
+  fmt::print(out, "\nstage graph      {} stages, depth {}{}\n", r.run.partition.stage_count(),
+             r.run.partition.depth(), r.run.partition.is_chain() ? " (a chain)" : "");
   if (!plan.summary.empty()) fmt::print(out, "planner          {}\n", plan.summary);
   fmt::print(out, "planning time    {}\n", format_time(r.run.planning_seconds));
   if (!r.run.sweep.empty()) fmt::print(out, "                 {}\n", r.run.sweep);
   fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
-  fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n", m.throughput_samples_per_s,
-             m.samples_per_iteration);
-  fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n\n", percent(m.bubble_ratio));
-  fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble", "peak mem",
-             "activations", "capacity");
+  fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n",
+             m.throughput_samples_per_s, m.samples_per_iteration);
+  fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n\n",
+             percent(m.bubble_ratio));
+  fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
+             "peak mem", "activations", "capacity");
   for (const DeviceMetrics& d : m.devices) {
     if (!d.used) {
       fmt::print(out, "{:<10} (unused)\n", d.name);
@@ -140,7 +156,10 @@ nlohmann::json to_json(const RunReport& r) {
     nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
     for (int l : st.layers) layers.push_back(e.workload.layer(l).name);
     for (int d : st.devices) devices.push_back(e.cluster.devices[d].name);
-    stages.push_back({{"index", s}, {"layers", layers}, {"devices", devices}, {"successors", r.run.partition.successors(static_cast<int>(s))}});
+    stages.push_back({{"index", s},
+                      {"layers", layers},
+                      {"devices", devices},
+                      {"successors", r.run.partition.successors(static_cast<int>(s))}});
   }
   j["stages"] = stages;
   j["depth"] = r.run.partition.depth();
@@ -184,8 +203,10 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   std::vector<int> lane_of(g.tasks.size(), 0);
   std::vector<int32_t> transfers;
   for (size_t t = 0; t < g.tasks.size(); ++t)
-    if (!g.tasks[t].is_compute() && g.tasks[t].device != g.tasks[t].peer) transfers.push_back(static_cast<int32_t>(t));
-  std::sort(transfers.begin(), transfers.end(), [&](int32_t a, int32_t b) { return tl.start[a] < tl.start[b]; });
+    if (!g.tasks[t].is_compute() && g.tasks[t].device != g.tasks[t].peer)
+      transfers.push_back(static_cast<int32_t>(t));
+  std::sort(transfers.begin(), transfers.end(),
+            [&](int32_t a, int32_t b) { return tl.start[a] < tl.start[b]; });
   for (int32_t t : transfers) {
     auto& lanes = lane_free[g.tasks[t].device];
     size_t lane = 0;
@@ -198,7 +219,11 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     const int pid = static_cast<int>(d) + 1;
     emit({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", c.devices[d].name}}}});
     emit({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", d}}}});
-    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kComputeTid}, {"args", {{"name", "compute"}}}});
+    emit({{"ph", "M"},
+          {"name", "thread_name"},
+          {"pid", pid},
+          {"tid", kComputeTid},
+          {"args", {{"name", "compute"}}}});
     for (size_t lane = 0; lane < lane_free[d].size(); ++lane)
       emit({{"ph", "M"},
             {"name", "thread_name"},
@@ -233,10 +258,21 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     for (int32_t consumer : g.successors[t]) {
       if (!g.tasks[consumer].is_compute()) continue;
       ++flow;
-      emit({{"ph", "s"}, {"id", flow}, {"name", task_category(task)}, {"cat", "flow"}, {"pid", task.device + 1},
-            {"tid", kSendTid + lane_of[t]}, {"ts", tl.start[t] * 1e6}});
-      emit({{"ph", "f"}, {"bp", "e"}, {"id", flow}, {"name", task_category(task)}, {"cat", "flow"},
-            {"pid", g.tasks[consumer].device + 1}, {"tid", kComputeTid}, {"ts", tl.start[consumer] * 1e6}});
+      emit({{"ph", "s"},
+            {"id", flow},
+            {"name", task_category(task)},
+            {"cat", "flow"},
+            {"pid", task.device + 1},
+            {"tid", kSendTid + lane_of[t]},
+            {"ts", tl.start[t] * 1e6}});
+      emit({{"ph", "f"},
+            {"bp", "e"},
+            {"id", flow},
+            {"name", task_category(task)},
+            {"cat", "flow"},
+            {"pid", g.tasks[consumer].device + 1},
+            {"tid", kComputeTid},
+            {"ts", tl.start[consumer] * 1e6}});
     }
   }
   const std::vector<MemoryTrace> traces = memory_traces(g, tl);
@@ -245,7 +281,11 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
       nlohmann::json args;
       for (int k = 0; k < kMemoryCategoryCount; ++k)
         args[std::string(to_string(static_cast<MemoryCategory>(k)))] = p.bytes[k];
-      emit({{"ph", "C"}, {"name", "memory (bytes)"}, {"pid", static_cast<int>(d) + 1}, {"ts", p.time * 1e6}, {"args", args}});
+      emit({{"ph", "C"},
+            {"name", "memory (bytes)"},
+            {"pid", static_cast<int>(d) + 1},
+            {"ts", p.time * 1e6},
+            {"args", args}});
     }
   }
   out << "\n]}\n";
@@ -258,9 +298,9 @@ void write_tasks_csv(std::ostream& out, const RunReport& r) {
   for (size_t t = 0; t < g.tasks.size(); ++t) {
     const Task& task = g.tasks[t];
     const bool transfer = !task.is_compute();
-    fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", c.devices[task.device].name, task.stage, task_category(task),
-               task.micro_batch, r.timeline.start[t], r.timeline.end[t], transfer ? c.devices[task.peer].name : "",
-               transfer ? fmt::format("{:.12g}", task.bytes) : "");
+    fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", c.devices[task.device].name, task.stage,
+               task_category(task), task.micro_batch, r.timeline.start[t], r.timeline.end[t],
+               transfer ? c.devices[task.peer].name : "", transfer ? fmt::format("{:.12g}", task.bytes) : "");
   }
 }
 
