@@ -415,21 +415,23 @@ struct Fused {
 
 std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, double batch, int tail) {
   const int L = static_cast<int>(w.layer_count());
-  auto cost = [&](int l) {
+  std::vector<double> cost(L);  // F + B of each layer; infinite when the device cannot run it
+  for (int l = 0; l < L; ++l) {
     Result<PassTimes> t = layer_times(w.layer(l), w.precision, spec, batch);
-    return t ? t->forward + t->backward() : std::numeric_limits<double>::infinity();
-  };
+    cost[l] = t ? t->forward + t->backward() : std::numeric_limits<double>::infinity();
+  }
+  const std::vector<int> order = topological_order(w);
   std::vector<int> into(L, -1);
   std::vector<char> used(L, 0);
   Fused f;
-  for (int v : topological_order(w)) {
+  for (int v : order) {
     if (boost::in_degree(v, w.graph) < 2 || used[v]) continue;
     int best = -1;
     double best_cost = -1;
     for (auto [e, end] = boost::in_edges(v, w.graph); e != end; ++e) {
       const int u = static_cast<int>(boost::source(*e, w.graph));
-      if (boost::out_degree(u, w.graph) != 1 || used[u] || !std::isfinite(cost(u))) continue;
-      if (cost(u) > best_cost) best = u, best_cost = cost(u);
+      if (boost::out_degree(u, w.graph) != 1 || used[u] || !std::isfinite(cost[u])) continue;
+      if (cost[u] > best_cost) best = u, best_cost = cost[u];
     }
     if (best < 0) continue;
     used[v] = 1;
@@ -439,7 +441,7 @@ std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, doubl
       ++f.fused_layers;
       if (taken == tail || boost::in_degree(u, w.graph) != 1) break;
       const int prev = static_cast<int>(boost::source(*boost::in_edges(u, w.graph).first, w.graph));
-      if (boost::out_degree(prev, w.graph) != 1 || used[prev] || !std::isfinite(cost(prev))) break;
+      if (boost::out_degree(prev, w.graph) != 1 || used[prev] || !std::isfinite(cost[prev])) break;
       u = prev;
     }
     ++f.fusions;
@@ -456,7 +458,7 @@ std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, doubl
     of[x] = static_cast<int>(f.members.size());
     f.members.push_back({x});
   }
-  for (int x : topological_order(w))
+  for (int x : order)
     if (into[x] >= 0) {
       of[x] = of[into[x]];
       auto& m = f.members[of[x]];

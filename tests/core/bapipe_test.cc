@@ -28,6 +28,36 @@ Layer timed(int i, double t, double params, double stash) {
   return l;
 }
 
+// A chain of n layers with random times (per sample, in GFLOP at 1 GFLOP/s), parameters and stash.
+struct RandomChain {
+  Workload workload;
+  std::vector<double> time, params, stash;
+};
+
+RandomChain random_chain(std::mt19937& rng, int n) {
+  RandomChain c;
+  for (int i = 0; i < n; ++i) {
+    c.time.push_back(1 + rng() % 50);
+    c.params.push_back((1 + rng() % 20) * 1e5);
+    c.stash.push_back((1 + rng() % 20) * 1e5);
+    c.workload.add_layer(timed(i, c.time[i], c.params[i], c.stash[i]));
+    if (i) c.workload.add_edge(i - 1, i);
+  }
+  return c;
+}
+
+// Adds `count` devices of `capacity` bytes with random speeds (1, 2 or 3 GFLOP/s); returns them.
+std::vector<double> add_random_devices(std::mt19937& rng, Cluster& c, int count, double capacity) {
+  std::vector<double> speed;
+  for (int d = 0; d < count; ++d) {
+    DeviceSpec spec = test_device(capacity);
+    speed.push_back(1e9 * (1 + rng() % 3));
+    spec.peak_flops.fill(speed.back());
+    c.devices.push_back({fmt::format("d{}", d), spec, ""});
+  }
+  return speed;
+}
+
 }  // namespace
 
 TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous devices, memory)") {
@@ -39,24 +69,12 @@ TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous 
     const int r = 1 + static_cast<int>(rng() % 2);
     const int m = 1 + static_cast<int>(rng() % 6);
     const bool gpipe = rng() % 2;
-    Workload w;
-    std::vector<double> t(n), params(n), stash(n);
-    for (int i = 0; i < n; ++i) {
-      t[i] = 1 + rng() % 50;
-      params[i] = (1 + rng() % 20) * 1e5;
-      stash[i] = (1 + rng() % 20) * 1e5;
-      w.add_layer(timed(i, t[i], params[i], stash[i]));
-      if (i) w.add_edge(i - 1, i);
-    }
+    const RandomChain chain = random_chain(rng, n);
+    const Workload& w = chain.workload;
+    const std::vector<double>&t = chain.time, &params = chain.params, &stash = chain.stash;
     Cluster c;
-    std::vector<double> speed(p * r);
     const double capacity = (2 + rng() % 40) * 1e6;
-    for (int d = 0; d < p * r; ++d) {
-      DeviceSpec spec = test_device(capacity);
-      speed[d] = 1e9 * (1 + rng() % 3);
-      spec.peak_flops.fill(speed[d]);
-      c.devices.push_back({fmt::format("d{}", d), spec, ""});
-    }
+    const std::vector<double> speed = add_random_devices(rng, c, p * r, capacity);
     // Exhaustive: every cut; stage i on devices [i r, (i + 1) r), each with b / r = 1 / r samples.
     const double share = 1.0 / r;
     double best = std::numeric_limits<double>::infinity();
@@ -140,25 +158,13 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
     const int m = 1 + static_cast<int>(rng() % 6);
     const bool gpipe = rng() % 2;
     const double b = 4;
-    Workload w;
-    std::vector<double> t(n), params(n), stash(n);
-    for (int i = 0; i < n; ++i) {
-      t[i] = 1 + rng() % 50;
-      params[i] = (1 + rng() % 20) * 1e5;
-      stash[i] = (1 + rng() % 20) * 1e5;
-      w.add_layer(timed(i, t[i], params[i], stash[i]));
-      if (i) w.add_edge(i - 1, i);
-    }
+    const RandomChain chain = random_chain(rng, n);
+    const Workload& w = chain.workload;
+    const std::vector<double>&t = chain.time, &params = chain.params, &stash = chain.stash;
     Cluster c;
-    std::vector<double> speed(D);
     const double capacity = (4 + rng() % 60) * 1e6;
     const double bandwidth = (1 + rng() % 4) * 2e9, latency = (rng() % 3) * 1e-3;
-    for (int d = 0; d < D; ++d) {
-      DeviceSpec spec = test_device(capacity);
-      speed[d] = 1e9 * (1 + rng() % 3);
-      spec.peak_flops.fill(speed[d]);
-      c.devices.push_back({fmt::format("d{}", d), spec, ""});
-    }
+    const std::vector<double> speed = add_random_devices(rng, c, D, capacity);
     c.switches = {"sw"};
     for (int d = 0; d < D; ++d) c.links.push_back({d, D, bandwidth, latency, Duplex::Full});
     // Route between two devices: two links, the bandwidth of one and twice its latency.
