@@ -11,6 +11,26 @@ void DeviceSpec::derive_peaks() {
   for (int p = 0; p < kPrecisionCount; ++p) peak_flops[p] = fpga->peak(static_cast<Precision>(p));
 }
 
+double DeviceSpec::peak(Precision p) const {
+  const Precision m = math_precision(p);
+  const double rate = peak_flops[static_cast<int>(m)];
+  if (rate <= 0 && m == Precision::TF32) return peak_flops[static_cast<int>(Precision::FP32)];
+  return rate;
+}
+
+double DeviceSpec::compute_eff(Precision p, KernelClass k) const {
+  Precision m = math_precision(p);
+  // A device without a TF32 rate runs TF32 as FP32, at FP32's efficiency.
+  if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) m = Precision::FP32;
+  const double e = compute_efficiency[static_cast<int>(m)][static_cast<int>(k)];
+  return e > 0 ? e : efficiency;
+}
+
+double DeviceSpec::memory_eff(KernelClass k) const {
+  const double e = memory_efficiency[static_cast<int>(k)];
+  return e > 0 ? e : memory_efficiency_default;
+}
+
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch) {
   PassTimes t;
@@ -22,7 +42,7 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     t.backward_input = (m.backward_s - m.backward_weight_s) * scale;
     return t;
   }
-  const double peak = device.peak(precision) * device.efficiency;
+  const double peak = device.peak(precision);
   const bool has_flops =
       layer.forward_flops > 0 || layer.backward_input_flops > 0 || layer.backward_weight_flops > 0;
   const bool has_bytes = layer.forward_bytes > 0 || layer.backward_bytes > 0 || layer.weight_bytes > 0;
@@ -38,24 +58,52 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
           fmt::format("layer \"{}\" was measured on \"{}\" and the device kind \"{}\" has no {} compute rate",
                       layer.name, layer.measured->device_kind, device.kind, to_string(precision))};
     return Error{fmt::format("device kind \"{}\" has no {} compute rate for layer \"{}\"", device.kind,
-                             to_string(precision), layer.name)};
+                             to_string(math_precision(precision)), layer.name)};
   }
   const double bw = device.memory_bandwidth;
-  // A pass that computes touches the weights (or writes their gradient) once, whatever the batch.
-  auto pass_time = [&](double flops, double bytes) {
-    const double fixed = flops > 0 ? layer.weight_bytes : 0.0;
+  // One call of kernel k for the whole batch's share `flops`, `bytes`; its weights are read (or their
+  // gradient written) by every call of a pass that computes.
+  auto call_time = [&](const Kernel& k, double flops, double bytes) {
+    const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
-    double compute = flops > 0 ? flops * batch / peak : 0.0;
-    double memory = (bytes > 0 || fixed > 0) && bw > 0 ? (bytes * batch + fixed) / bw : 0.0;
-    return std::max(compute, memory) + device.layer_overhead_s;
+    const double compute =
+        flops > 0 ? device.kernel_startup_s + flops / (peak * device.compute_eff(precision, k.cls)) : 0.0;
+    const double memory = (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls))
+                                                               : 0.0;
+    return std::max(compute, memory);
   };
-  // The backward's memory traffic is split between its two parts in proportion to their FLOPs.
-  const double bflops = layer.backward_input_flops + layer.backward_weight_flops;
-  const double in_share = bflops > 0 ? layer.backward_input_flops / bflops : 1.0;
-  t.forward = pass_time(layer.forward_flops, layer.forward_bytes);
-  t.backward_input = pass_time(layer.backward_input_flops, layer.backward_bytes * in_share);
-  t.backward_weight = pass_time(layer.backward_weight_flops, layer.backward_bytes * (1 - in_share));
+  auto pass_time = [&](const Kernel& k, double flops, double bytes) {
+    const double calls = std::max(1.0, k.calls);
+    return calls * call_time(k, flops * batch / calls, bytes * batch / calls);
+  };
+  auto add_kernel = [&](const Kernel& k) {
+    // The backward's memory traffic is split between its two parts in proportion to their FLOPs.
+    const double bflops = k.backward_input_flops + k.backward_weight_flops;
+    const double in_share = bflops > 0 ? k.backward_input_flops / bflops : 1.0;
+    t.forward += pass_time(k, k.forward_flops, k.forward_bytes);
+    t.backward_input += pass_time(k, k.backward_input_flops, k.backward_bytes * in_share);
+    t.backward_weight += pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share));
+  };
+  for (const Kernel& k : layer_kernels(layer)) add_kernel(k);
+  if (t.forward > 0) t.forward += device.layer_overhead_s;
+  if (t.backward_input > 0) t.backward_input += device.layer_overhead_s;
+  if (t.backward_weight > 0) t.backward_weight += device.layer_overhead_s;
   return t;
+}
+
+double optimizer_step_bytes_per_parameter(Optimizer o, Precision p) {
+  const bool mixed = mixed_precision(p) || o == Optimizer::MixedAdam;
+  // Tensors read and written per parameter besides the gradient (read) and the weights (read and
+  // written): 0 state tensors for SGD, 1 for momentum, 2 for Adam (each read and written).
+  const int state = o == Optimizer::SGD ? 0 : o == Optimizer::Momentum ? 1 : 2;
+  if (mixed) return 2 /* gradient */ + 2 * 4 /* master */ + 2 * 4 * state + 2 /* working weights */;
+  return element_bytes(p) * (3 + 2 * state);
+}
+
+double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device) {
+  if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
+  return parameters * optimizer_step_bytes_per_parameter(o, p) /
+         (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
 }
 
 }  // namespace pipegrid

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "core/memory.h"
 #include "core/result.h"
 #include "core/workload.h"
 
@@ -24,18 +25,36 @@ struct FpgaSpec {
 };
 
 // What a device can do. Every figure can be overridden by the user; catalog entries cite sources.
+//
+// The compute model per kernel call (Hockney's two-parameter model, r_inf and n_1/2: R. W. Hockney,
+// "The n_1/2 method of algorithm analysis", 1983; Hockney & Jesshope, "Parallel Computers 2", 1988):
+// a call doing W FLOPs runs at r(W) = r_inf W / (W + n_1/2) with r_inf = peak x efficiency and
+// n_1/2 = r_inf x kernel_startup, i.e. it takes kernel_startup + W / r_inf: small GEMMs and
+// convolutions reach a smaller fraction of peak than large ones. Memory traffic runs at the
+// memory bandwidth times a memory efficiency; a call takes the larger of the two (roofline).
 struct DeviceSpec {
   std::string kind = "custom";                       // catalog name, or "custom"
   std::string family;                                // "gpu", "fpga", or empty for custom devices
   double memory_bytes = 0;                           // capacity
   double memory_bandwidth = 0;                       // bytes/s; 0 = never the limit
-  std::array<double, kPrecisionCount> peak_flops{};  // FLOP/s per Precision; 0 = unknown
-  double efficiency = 1.0;      // sustained fraction of peak for compute-bound layers, in (0, 1]
-  double layer_overhead_s = 0;  // fixed cost per layer and pass (kernel launches, pipeline fill)
+  std::array<double, kPrecisionCount> peak_flops{};  // FLOP/s per arithmetic Precision; 0 = unknown
+  // Sustained fraction of peak for compute-bound kernels, in (0, 1]: the default for every
+  // precision and kernel class without an entry in `compute_efficiency`.
+  double efficiency = 1.0;
+  // r_inf / peak per arithmetic precision (kMathPrecisions) and kernel class; 0 = `efficiency`.
+  std::array<std::array<double, kKernelClassCount>, kPrecisionCount> compute_efficiency{};
+  // Achieved fraction of memory_bandwidth per kernel class; 0 = `memory_efficiency_default`.
+  double memory_efficiency_default = 1.0;
+  std::array<double, kKernelClassCount> memory_efficiency{};
+  double kernel_startup_s = 0;  // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
+  double layer_overhead_s = 0;  // fixed cost per layer and pass (framework, pipeline fill)
 
   std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
 
-  double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
+  // The peak rate the precision's math runs at (amp: fp16; tf32 without a tf32 rate: fp32).
+  double peak(Precision p) const;
+  double compute_eff(Precision p, KernelClass k) const;
+  double memory_eff(KernelClass k) const;
   // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
   void derive_peaks();
 };
@@ -55,13 +74,24 @@ struct PassTimes {
 };
 
 // The cost model. If the layer has measured times that apply to this device (same kind, or no
-// kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise
-//   time(pass) = max(flops(pass) * batch / (peak * efficiency),
-//                    (bytes(pass) * batch + weight_bytes) / memory_bandwidth) + layer_overhead
-// for every pass that has work, weight_bytes counted for passes with FLOPs (the roofline: small
-// batches of dense layers are bound by reading the weights once per micro-batch).
+// kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise each
+// pass adds up its kernels (layer.kernels, or one kernel of the layer kind's class built from the
+// layer's totals), each call of a kernel taking
+//   max(kernel_startup + flops / (peak(math precision) x compute_eff(precision, class)),
+//       (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class)))
+// with flops and bytes for the batch split over the kernel's calls, plus layer_overhead once per
+// pass that has work. The backward's streamed bytes are split between its input-gradient and
+// weight-gradient parts in proportion to their FLOPs.
 // Fails if neither applies (no measured time for this device and no compute rate for the precision).
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch);
+
+// Bytes one optimizer step reads and writes per parameter (fused, element-wise): SGD reads the
+// weights and gradients and writes the weights; momentum and Adam also read and write one and two
+// state tensors; mixed precision keeps the state and fp32 master weights at 4 bytes and writes the
+// half-precision working weights too.
+double optimizer_step_bytes_per_parameter(Optimizer o, Precision p);
+// Seconds one optimizer step takes for `parameters` on the device (memory-bound).
+double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device);
 
 }  // namespace pipegrid

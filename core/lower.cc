@@ -198,6 +198,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
 
   // Static memory, gradient all-reduce of replicated stages, optimizer step.
   std::vector<std::vector<int32_t>> step_inputs(D);
+  std::vector<double> step_parameters(D, 0.0);  // parameters each device's optimizer step updates
   for (size_t s = 0; s < S; ++s) {
     const auto& devs = p.stage(s).devices;
     const int r = static_cast<int>(devs.size());
@@ -206,6 +207,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, o.memory);
       if (o.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;  // ZeRO-1 sharding
       for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[devs[j]][k] += st[k];
+      step_parameters[devs[j]] += o.memory.zero1 ? sc.parameters / r : sc.parameters;
     }
     if (r == 1) {
       if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0)
@@ -224,7 +226,9 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     Task t;
     t.kind = TaskKind::Optimizer;
     t.device = static_cast<int32_t>(d);
-    t.duration = w.optimizer_step_s;
+    t.duration = w.optimizer_step_s >= 0 ? w.optimizer_step_s
+                                         : optimizer_step_time(step_parameters[d], o.memory.optimizer,
+                                                               w.precision, c.devices[d].spec);
     int32_t id = g.add(t);
     for (int32_t in : step_inputs[d])
       if (g.tasks[in].kind == TaskKind::Transfer)

@@ -60,6 +60,14 @@ MemoryBytes static_memory(double parameters, double parameter_bytes, const Memor
     }
     return m;
   }
+  if (o.mixed_precision && o.optimizer != Optimizer::MixedAdam) {
+    // Working weights and gradients as stored; fp32 master weights and fp32 state tensors.
+    const int state = o.optimizer == Optimizer::SGD ? 0 : o.optimizer == Optimizer::Momentum ? 1 : 2;
+    w = parameter_bytes;
+    g = parameter_bytes;
+    s = 4 * parameters * (1 + state);
+    return m;
+  }
   switch (o.optimizer) {
     case Optimizer::SGD: w = parameter_bytes; g = parameter_bytes; break;
     case Optimizer::Momentum: w = parameter_bytes; g = parameter_bytes; s = parameter_bytes; break;

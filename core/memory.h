@@ -42,6 +42,9 @@ struct MemoryOptions {
   Recompute recompute = Recompute::None;
   // ZeRO stage 1: the optimizer state of a replicated stage is sharded across its replicas.
   bool zero1 = false;
+  // Mixed precision (amp, amp-bf16): the optimizer keeps fp32 master weights and fp32 state
+  // (4 bytes per parameter each) beside the half-precision working weights and gradients.
+  bool mixed_precision = false;
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

@@ -9,27 +9,90 @@ namespace pipegrid {
 double element_bytes(Precision p) {
   switch (p) {
     case Precision::FP32: return 4;
+    case Precision::TF32: return 4;
     case Precision::FP16: return 2;
     case Precision::BF16: return 2;
     case Precision::INT8: return 1;
+    case Precision::AMP: return 2;
+    case Precision::AMP_BF16: return 2;
   }
   return 4;
 }
 
+Precision math_precision(Precision p) {
+  if (p == Precision::AMP) return Precision::FP16;
+  if (p == Precision::AMP_BF16) return Precision::BF16;
+  return p;
+}
+
+bool mixed_precision(Precision p) { return p == Precision::AMP || p == Precision::AMP_BF16; }
+
 std::string_view to_string(Precision p) {
   switch (p) {
     case Precision::FP32: return "fp32";
+    case Precision::TF32: return "tf32";
     case Precision::FP16: return "fp16";
     case Precision::BF16: return "bf16";
     case Precision::INT8: return "int8";
+    case Precision::AMP: return "amp";
+    case Precision::AMP_BF16: return "amp-bf16";
   }
   return "fp32";
 }
 
 std::optional<Precision> parse_precision(std::string_view s) {
-  for (Precision p : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::INT8})
+  for (Precision p : kPrecisions)
     if (to_string(p) == s) return p;
   return std::nullopt;
+}
+
+std::string precision_choices() {
+  std::string out;
+  for (size_t i = 0; i < kPrecisions.size(); ++i)
+    out += fmt::format("{}{}", i == 0 ? "" : i + 1 == kPrecisions.size() ? " or " : ", ", to_string(kPrecisions[i]));
+  return out;
+}
+
+std::string_view to_string(KernelClass k) {
+  switch (k) {
+    case KernelClass::Gemm: return "gemm";
+    case KernelClass::Conv: return "conv";
+    case KernelClass::Attention: return "attention";
+    case KernelClass::Recurrent: return "recurrent";
+    case KernelClass::Gather: return "gather";
+    case KernelClass::Elementwise: return "elementwise";
+    case KernelClass::Norm: return "norm";
+  }
+  return "gemm";
+}
+
+std::optional<KernelClass> parse_kernel_class(std::string_view s) {
+  for (KernelClass k : kKernelClasses)
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
+KernelClass kernel_class_of_kind(std::string_view kind, bool has_flops) {
+  if (kind == "conv2d") return KernelClass::Conv;
+  if (kind == "lstm") return KernelClass::Recurrent;
+  if (kind == "attention") return KernelClass::Attention;
+  if (kind == "embedding" || kind == "embedding_bag") return KernelClass::Gather;
+  if (kind == "batchnorm" || kind == "layernorm") return KernelClass::Norm;
+  return has_flops ? KernelClass::Gemm : KernelClass::Elementwise;
+}
+
+std::vector<Kernel> layer_kernels(const Layer& l) {
+  if (!l.kernels.empty()) return l.kernels;
+  Kernel k;
+  k.forward_flops = l.forward_flops;
+  k.backward_input_flops = l.backward_input_flops;
+  k.backward_weight_flops = l.backward_weight_flops;
+  k.forward_bytes = l.forward_bytes;
+  k.backward_bytes = l.backward_bytes;
+  k.weight_bytes = l.weight_bytes;
+  const bool has_flops = l.forward_flops > 0 || l.backward_input_flops > 0 || l.backward_weight_flops > 0;
+  k.cls = kernel_class_of_kind(l.kind, has_flops);
+  return {k};
 }
 
 Status check_acyclic(const Workload& w) {

@@ -6,6 +6,7 @@
 // for how a time is chosen.
 #pragma once
 
+#include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <optional>
 #include <string>
@@ -16,12 +17,31 @@
 
 namespace pipegrid {
 
-enum class Precision { FP32, FP16, BF16, INT8 };
-inline constexpr int kPrecisionCount = 4;
+// Training precisions. The first five are arithmetic formats (a device has a peak rate for each);
+// `amp` and `amp-bf16` are mixed precision: half-precision math and activations (fp16 or bf16)
+// with fp32 master weights and optimizer state (Micikevicius et al., ICLR 2018). `tf32` stores
+// fp32 and multiplies in TF32 on tensor cores (A100 and later; a device without a TF32 rate runs
+// it at its fp32 rate).
+enum class Precision { FP32, TF32, FP16, BF16, INT8, AMP, AMP_BF16 };
+inline constexpr int kPrecisionCount = 7;
+inline constexpr std::array<Precision, kPrecisionCount> kPrecisions = {
+    Precision::FP32, Precision::TF32, Precision::FP16,    Precision::BF16,
+    Precision::INT8, Precision::AMP,  Precision::AMP_BF16};
+// The formats a device has a peak rate and efficiencies for.
+inline constexpr std::array<Precision, 5> kMathPrecisions = {Precision::FP32, Precision::TF32, Precision::FP16,
+                                                             Precision::BF16, Precision::INT8};
 
+// Bytes of an activation or a working weight (amp: 2; tf32: 4).
 double element_bytes(Precision p);
+// The arithmetic format the math runs in: amp -> fp16, amp-bf16 -> bf16, the others themselves.
+Precision math_precision(Precision p);
+// True for amp and amp-bf16: fp32 master weights (4 bytes per parameter) besides the working copy.
+bool mixed_precision(Precision p);
 std::string_view to_string(Precision p);
-std::optional<Precision> parse_precision(std::string_view s);  // "fp32", "fp16", "bf16", "int8"
+// "fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"
+std::optional<Precision> parse_precision(std::string_view s);
+// "fp32, tf32, fp16, bf16, int8, amp or amp-bf16", for messages.
+std::string precision_choices();
 
 // Times measured (or given) for one micro-batch of `batch` samples.
 struct MeasuredCost {
@@ -30,6 +50,37 @@ struct MeasuredCost {
   double backward_weight_s = 0;  // the weight-gradient part of backward_s (0: not known / not split)
   double batch = 1;              // samples the times belong to
   std::string device_kind;       // device kind they were measured on; empty = valid on every device
+};
+
+// What kind of GPU/FPGA kernel a piece of work is: the cost model's efficiency table is indexed by
+// it (with the device and the precision). The first four are compute kernels (a fraction of the
+// peak rate), the other three memory-bound ones (a fraction of the memory bandwidth).
+enum class KernelClass { Gemm, Conv, Attention, Recurrent, Gather, Elementwise, Norm };
+inline constexpr int kKernelClassCount = 7;
+inline constexpr std::array<KernelClass, kKernelClassCount> kKernelClasses = {
+    KernelClass::Gemm,   KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
+    KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm};
+inline constexpr std::array<KernelClass, 4> kComputeClasses = {KernelClass::Gemm, KernelClass::Conv,
+                                                               KernelClass::Attention, KernelClass::Recurrent};
+std::string_view to_string(KernelClass k);
+std::optional<KernelClass> parse_kernel_class(std::string_view s);  // gemm, conv, attention, ...
+// The class of a layer kind ("linear" -> gemm, "conv2d" -> conv, "lstm" -> recurrent, ...), for
+// layers that carry no kernel list; unknown kinds with FLOPs are gemm, without FLOPs element-wise.
+KernelClass kernel_class_of_kind(std::string_view kind, bool has_flops);
+
+// One kernel (or group of identical kernels) that a layer's pass runs, in sequence with the
+// layer's other kernels. FLOPs and streamed bytes are per sample; `weight_bytes` are read by each
+// call whatever the batch (a recurrent layer re-reads its recurrent weights every time step);
+// `calls` is the number of launches per pass, among which the work is split evenly.
+struct Kernel {
+  KernelClass cls = KernelClass::Gemm;
+  double forward_flops = 0;
+  double backward_input_flops = 0;
+  double backward_weight_flops = 0;
+  double forward_bytes = 0;
+  double backward_bytes = 0;
+  double weight_bytes = 0;
+  double calls = 1;
 };
 
 struct Layer {
@@ -56,8 +107,16 @@ struct Layer {
   // the weight-gradient pass (dense layers: parameter_bytes; gathers such as embeddings: 0, their
   // rows are in the per-sample bytes). It is what makes small micro-batches memory-bound.
   double weight_bytes = 0;
+  // The kernels the layer runs, when the builder knows them (zoo models, model files): the cost
+  // model times each and adds them up. The per-layer totals above are then their sums (the
+  // weight bytes of the first kernel that has weights). Empty: one kernel of the layer's kind's
+  // class with the totals above.
+  std::vector<Kernel> kernels;
   std::optional<MeasuredCost> measured;
 };
+
+// The layer's kernels, or one kernel of its kind's class carrying its totals when it has none.
+std::vector<Kernel> layer_kernels(const Layer& l);
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
 
@@ -66,7 +125,9 @@ struct Workload {
   LayerGraph graph;
   Precision precision = Precision::FP32;
   double micro_batch_size = 1;        // default samples per micro-batch
-  double optimizer_step_s = 0;        // one optimizer step on any device; 0 = free
+  // One optimizer step on any device. Negative: modelled from the parameters each device holds,
+  // the optimizer and the device's memory bandwidth (see optimizer_step_time in device.h).
+  double optimizer_step_s = 0;
   double input_bytes_per_sample = 0;  // the model's input (what stage 0 receives)
 
   size_t layer_count() const { return boost::num_vertices(graph); }

@@ -67,7 +67,16 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
       {"memory_bandwidth", num(s.memory_bandwidth)},
       {"efficiency", num(s.efficiency)},
       {"layer_overhead", num(s.layer_overhead_s)},
+      {"kernel_startup", num(s.kernel_startup_s)},
+      {"memory_efficiency", num(s.memory_efficiency_default)},
   };
+  for (Precision prec : kMathPrecisions)
+    for (KernelClass k : kComputeClasses)
+      if (double e = s.compute_efficiency[static_cast<int>(prec)][static_cast<int>(k)]; e > 0)
+        p.emplace_back(fmt::format("efficiency_{}_{}", to_string(prec), to_string(k)), num(e));
+  for (KernelClass k : kKernelClasses)
+    if (double e = s.memory_efficiency[static_cast<int>(k)]; e > 0)
+      p.emplace_back(fmt::format("memory_efficiency_{}", to_string(k)), num(e));
   if (!s.family.empty()) p.emplace_back("family", s.family);
   if (!d.node.empty()) p.emplace_back("node", d.node);
   for (int i = 0; i < kPrecisionCount; ++i)
@@ -415,6 +424,10 @@ class Reader {
       s.efficiency = number();
     else if (key == "layer_overhead")
       s.layer_overhead_s = number();
+    else if (key == "kernel_startup")
+      s.kernel_startup_s = number();
+    else if (key == "memory_efficiency")
+      s.memory_efficiency_default = number();
     else if (key == "fpga_dsps")
       fpga().dsps = number();
     else if (key == "fpga_clock")
@@ -430,6 +443,12 @@ class Reader {
         const std::string_view prec = to_string(static_cast<Precision>(i));
         if (key == fmt::format("peak_{}", prec)) return void(s.peak_flops[i] = number());
         if (key == fmt::format("fpga_macs_{}", prec)) return void(fpga().macs_per_dsp[i] = number());
+        for (KernelClass k : kKernelClasses) {
+          if (key == fmt::format("efficiency_{}_{}", prec, to_string(k)))
+            return void(s.compute_efficiency[i][static_cast<int>(k)] = number());
+          if (i == 0 && key == fmt::format("memory_efficiency_{}", to_string(k)))
+            return void(s.memory_efficiency[static_cast<int>(k)] = number());
+        }
       }
       fail(p, fmt::format("<prop id=\"{}{}\">: unknown pipegrid property", kPrefix, key));
     }

@@ -15,6 +15,7 @@ std::string shape_text(const Shape& s) {
 ModelBuilder::ModelBuilder(std::string name, Precision precision) {
   w_.name = std::move(name);
   w_.precision = precision;
+  w_.optimizer_step_s = -1;  // modelled from the parameters (device.h: optimizer_step_time)
 }
 
 double ModelBuilder::elems(const Shape& s) const {
@@ -23,7 +24,31 @@ double ModelBuilder::elems(const Shape& s) const {
   return n;
 }
 
+namespace {
+
+Kernel make_kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
+              double weight_bytes = 0, double calls = 1) {
+  return Kernel{cls, fwd, bwd_in, bwd_w, fwd_bytes, bwd_bytes, weight_bytes, calls};
+}
+
+// The layer's totals are its kernels' sums (weight traffic: the weights once, as stored).
+void set_totals(Layer& l) {
+  if (l.kernels.empty()) return;
+  l.forward_flops = l.backward_input_flops = l.backward_weight_flops = 0;
+  l.forward_bytes = l.backward_bytes = 0;
+  for (const Kernel& k : l.kernels) {
+    l.forward_flops += k.forward_flops;
+    l.backward_input_flops += k.backward_input_flops;
+    l.backward_weight_flops += k.backward_weight_flops;
+    l.forward_bytes += k.forward_bytes;
+    l.backward_bytes += k.backward_bytes;
+  }
+}
+
+}  // namespace
+
 int ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
+  set_totals(l);
   l.output_bytes = bytes(out);
   const int id = w_.add_layer(std::move(l));
   shapes_.push_back(std::move(out));
@@ -54,14 +79,12 @@ Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_fea
   Layer l;
   l.name = name;
   l.kind = "linear";
-  l.forward_flops = 2.0 * rows * in_features * out_features;
-  l.backward_input_flops = l.forward_flops;
-  l.backward_weight_flops = l.forward_flops;
-  l.forward_bytes = bytes(s) + bytes(out);
-  l.backward_bytes = 2 * l.forward_bytes;
+  const double flops = 2.0 * rows * in_features * out_features;
   l.parameters = static_cast<double>(in_features) * out_features + (bias ? out_features : 0);
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   l.weight_bytes = l.parameter_bytes;
+  const double io = bytes(s) + bytes(out);
+  l.kernels = {make_kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, l.weight_bytes)};
   l.stash_bytes = bytes(out);
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -84,15 +107,16 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   l.kind = "conv2d";
   const double macs =
       static_cast<double>(c.out_channels) * (c.in_channels / c.groups) * c.kernel * c.kernel * h * w;
-  l.forward_flops = 2 * macs;
-  l.backward_input_flops = l.forward_flops;
-  l.backward_weight_flops = l.forward_flops;
-  l.forward_bytes = bytes(s) + bytes(out) * (c.batchnorm ? 2 : 1);
-  l.backward_bytes = 2 * l.forward_bytes;
+  const double io = bytes(s) + bytes(out);
   l.parameters = static_cast<double>(c.out_channels) * (c.in_channels / c.groups) * c.kernel * c.kernel +
                  (c.bias ? c.out_channels : 0) + (c.batchnorm ? 2 * c.out_channels : 0);
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   l.weight_bytes = l.parameter_bytes;
+  // The convolution, then (as separate kernels, as frameworks run them in training) the BatchNorm -
+  // two passes over its input forward (statistics, normalisation) and two backward - and the ReLU.
+  l.kernels = {make_kernel(KernelClass::Conv, 2 * macs, 2 * macs, 2 * macs, io, 2 * io, l.weight_bytes)};
+  if (c.batchnorm) l.kernels.push_back(make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), 5 * bytes(out)));
+  if (c.relu) l.kernels.push_back(make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(out), 3 * bytes(out)));
   l.stash_bytes = bytes(out) * (c.batchnorm ? 2 : 1);  // the BatchNorm input too
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -110,8 +134,7 @@ Result<int> ModelBuilder::pool(const std::string& name, int in, int64_t kernel, 
   Layer l;
   l.name = name;
   l.kind = "pool";
-  l.forward_bytes = bytes(s) + bytes(out);
-  l.backward_bytes = l.forward_bytes;
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, bytes(s) + bytes(out), bytes(s) + bytes(out))};
   l.stash_bytes = bytes(out);
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -123,8 +146,7 @@ Result<int> ModelBuilder::adaptive_pool(const std::string& name, int in, int64_t
   Layer l;
   l.name = name;
   l.kind = "pool";
-  l.forward_bytes = bytes(s) + bytes(out);
-  l.backward_bytes = l.forward_bytes;
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, bytes(s) + bytes(out), bytes(s) + bytes(out))};
   l.stash_bytes = 0;
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -138,8 +160,9 @@ Result<int> ModelBuilder::norm(const std::string& name, int in, bool layernorm) 
   l.parameters = 2.0 * static_cast<double>(layernorm ? s.back() : s.front());
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   l.weight_bytes = l.parameter_bytes;
-  l.forward_bytes = 2 * bytes(s);
-  l.backward_bytes = 3 * bytes(s);
+  // LayerNorm: one fused pass each way; BatchNorm: statistics over the batch, then normalisation.
+  l.kernels = {layernorm ? make_kernel(KernelClass::Norm, 0, 0, 0, 2 * bytes(s), 3 * bytes(s))
+                         : make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(s), 5 * bytes(s))};
   l.stash_bytes = bytes(s);
   return add_layer(std::move(l), s, {in});
 }
@@ -149,8 +172,7 @@ Result<int> ModelBuilder::elementwise(const std::string& name, const std::string
   Layer l;
   l.name = name;
   l.kind = kind;
-  l.forward_bytes = 2 * bytes(s);
-  l.backward_bytes = 2 * bytes(s);
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(s), 2 * bytes(s))};
   l.stash_bytes = bytes(s);
   return add_layer(std::move(l), s, {in});
 }
@@ -164,8 +186,8 @@ Result<int> ModelBuilder::add(const std::string& name, const std::vector<int>& i
   Layer l;
   l.name = name;
   l.kind = "add";
-  l.forward_bytes = static_cast<double>(in.size() + 1) * bytes(shape(in.front()));
-  l.backward_bytes = l.forward_bytes;
+  const double io = static_cast<double>(in.size() + 1) * bytes(shape(in.front()));
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, io, io)};
   return add_layer(std::move(l), shape(in.front()), in);
 }
 
@@ -186,8 +208,7 @@ Result<int> ModelBuilder::concat(const std::string& name, const std::vector<int>
   Layer l;
   l.name = name;
   l.kind = "concat";
-  l.forward_bytes = 2 * bytes(out);
-  l.backward_bytes = l.forward_bytes;
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(out), 2 * bytes(out))};
   return add_layer(std::move(l), std::move(out), in);
 }
 
@@ -214,16 +235,20 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   Layer l;
   l.name = name;
   l.kind = "lstm";
-  const double per_token = 8.0 * hidden * (features + hidden);  // 4 gates of (i + h) x h, 2 FLOP per MAC
-  l.forward_flops = dirs * per_token * steps;
-  l.backward_input_flops = l.forward_flops;
-  l.backward_weight_flops = l.forward_flops;
-  l.parameters = dirs * (4.0 * hidden * (features + hidden) + 8.0 * hidden);
-  l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  const double eb = element_bytes(w_.precision), T = static_cast<double>(steps), H = static_cast<double>(hidden);
+  l.parameters = dirs * (4.0 * H * (features + H) + 8.0 * H);
+  l.parameter_bytes = l.parameters * eb;
   l.weight_bytes = l.parameter_bytes;
   Shape out{steps, static_cast<int64_t>(dirs) * hidden};
-  l.forward_bytes = dirs * steps * (features + 6.0 * hidden) * element_bytes(w_.precision);
-  l.backward_bytes = 2 * l.forward_bytes;
+  // As cuDNN runs it: the input projection of all steps is one GEMM (4 gates, 2 FLOP per MAC), and so
+  // are the weight gradients of both matrices; the recurrent projection runs once per time step and
+  // reads its weights (4 H x H per direction) at every step, with the gates' element-wise work.
+  const double input_proj = dirs * 8.0 * H * features * T, recurrent = dirs * 8.0 * H * H * T;
+  const double gates = dirs * T * 8.0 * H * eb;
+  l.kernels = {make_kernel(KernelClass::Gemm, input_proj, input_proj, input_proj + recurrent,
+                      dirs * T * (features + 4.0 * H) * eb, 2 * dirs * T * (features + 4.0 * H) * eb,
+                      dirs * 4.0 * H * features * eb),
+               make_kernel(KernelClass::Recurrent, recurrent, recurrent, 0, gates, 2 * gates, dirs * 4.0 * H * H * eb, T)};
   l.stash_bytes = dirs * steps * 6.0 * hidden * element_bytes(w_.precision);  // 4 gates + cell + hidden
   return add_layer(std::move(l), std::move(out), in);
 }
@@ -242,14 +267,14 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.name = name;
     l.kind = "attention";
     const double projections = 2 * tq * h * h + 2 * tm * h * h;
-    l.forward_flops = projections + 4 * tq * tm * h;
-    l.backward_weight_flops = projections;
-    l.backward_input_flops = projections + 8 * tq * tm * h;
+    const double eb = element_bytes(w_.precision);
     l.parameters = 2 * h * h + 2 * h + 1;  // query and key projections, score vector, bias, scale
-    l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+    l.parameter_bytes = l.parameters * eb;
     l.weight_bytes = l.parameter_bytes;
-    l.forward_bytes = (2 * tq * h + 2 * tm * h + tq * tm) * element_bytes(w_.precision);
-    l.backward_bytes = 2 * l.forward_bytes;
+    const double proj_io = 2 * (tq + tm) * h * eb;
+    l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, proj_io, 2 * proj_io,
+                        l.weight_bytes),
+                 make_kernel(KernelClass::Attention, 4 * tq * tm * h, 8 * tq * tm * h, 0, tq * tm * eb, 2 * tq * tm * eb)};
     l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
     return add_layer(std::move(l), q, in);
   }
@@ -265,15 +290,17 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   l.kind = "attention";
   const double projections = 8 * seq * h * h;  // Q, K, V and output
   const double scores = 4 * seq * seq * h;     // Q K^T and attention x V
-  l.forward_flops = projections + scores;
-  l.backward_weight_flops = projections;
-  l.backward_input_flops = projections + 2 * scores;
-  l.parameters = 4 * h * h + 4 * h;
-  l.parameter_bytes = l.parameters * element_bytes(w_.precision);
-  l.weight_bytes = l.parameter_bytes;
   const double eb = element_bytes(w_.precision);
-  l.forward_bytes = (6 * seq * h + 2 * heads * seq * seq) * eb;
-  l.backward_bytes = 2 * l.forward_bytes;
+  l.parameters = 4 * h * h + 4 * h;
+  l.parameter_bytes = l.parameters * eb;
+  l.weight_bytes = l.parameter_bytes;
+  const double a = static_cast<double>(heads);
+  // Projections (GEMMs), the attention core's batched GEMMs, softmax and dropout of the scores.
+  l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb, 12 * seq * h * eb,
+                      l.weight_bytes),
+               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, (4 * seq * h + 2 * a * seq * seq) * eb,
+                      2 * (4 * seq * h + 2 * a * seq * seq) * eb),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb)};
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
@@ -293,14 +320,19 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   l.kind = "transformer_block";
   const double weighted = 8 * seq * h * h + 4 * seq * h * f;  // QKV, output projection, two MLP matrices
   const double scores = 4 * seq * seq * h;
-  l.forward_flops = weighted + scores;
-  l.backward_weight_flops = weighted;
-  l.backward_input_flops = weighted + 2 * scores;
   l.parameters = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;  // attention, MLP, two LayerNorms
   l.parameter_bytes = l.parameters * eb;
   l.weight_bytes = l.parameter_bytes;
-  l.forward_bytes = (10 * seq * h + 2 * seq * f + 2 * heads * seq * seq) * eb;
-  l.backward_bytes = 2 * l.forward_bytes;
+  const double a = static_cast<double>(heads);
+  // The four GEMMs (each reads its input and writes its output), the attention core's batched
+  // GEMMs, the element-wise work (softmax and dropout of the scores, GeLU, two dropouts, two
+  // residual additions) and two LayerNorms, as separate kernels (no fusion assumed).
+  const double gemm_io = (8 * seq * h + 2 * seq * f) * eb, core_io = (4 * seq * h + 2 * a * seq * seq) * eb;
+  const double ew_io = (4 * a * seq * seq + 10 * seq * h + 2 * seq * f) * eb;
+  l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io, l.weight_bytes),
+               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io),
+               make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb)};
   // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits; 34 s h with selective
   // recomputation of the attention core (its scores re-run in the backward).
   l.stash_bytes = seq * h * (34 + 5 * heads * seq / h) * eb / 2;
@@ -318,8 +350,8 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   l.kind = "embedding";
   l.parameters = static_cast<double>(vocabulary) * dim;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
-  l.forward_bytes = 2 * bytes(out);   // gather the rows, write the output
-  l.backward_bytes = 2 * bytes(out);  // scatter-add the gradients
+  // Gather the rows and write the output; scatter-add the gradients.
+  l.kernels = {make_kernel(KernelClass::Gather, 0, 0, 0, 2 * bytes(out), 2 * bytes(out))};
   return add_layer(std::move(l), std::move(out), {in});
 }
 
@@ -332,8 +364,7 @@ Result<int> ModelBuilder::embedding_bag(const std::string& name, int in, int64_t
   l.parameters = static_cast<double>(rows) * dim;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   const double looked_up = static_cast<double>(bag) * dim * element_bytes(w_.precision);
-  l.forward_bytes = looked_up + bytes(out);
-  l.backward_bytes = looked_up + bytes(out);
+  l.kernels = {make_kernel(KernelClass::Gather, 0, 0, 0, looked_up + bytes(out), looked_up + bytes(out))};
   return add_layer(std::move(l), std::move(out), {in});
 }
 

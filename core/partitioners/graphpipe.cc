@@ -471,8 +471,10 @@ std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, doubl
       bool selective = merged.selective_stash_bytes >= 0;
       double sel = merged.selective_stash_bytes >= 0 ? merged.selective_stash_bytes : merged.stash_bytes;
       double weighted = merged.forward_flops * merged.selective_recompute_fraction;
+      merged.kernels = layer_kernels(merged);
       for (size_t i = 0; i + 1 < m.size(); ++i) {
         const Layer& u = w.layer(m[i]);
+        for (const Kernel& k : layer_kernels(u)) merged.kernels.push_back(k);
         merged.forward_flops += u.forward_flops;
         merged.backward_input_flops += u.backward_input_flops;
         merged.backward_weight_flops += u.backward_weight_flops;

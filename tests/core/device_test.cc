@@ -22,7 +22,7 @@ DeviceSpec fpga(double dsps) {
   FpgaSpec f;
   f.dsps = dsps;
   f.clock_hz = 300e6;
-  f.macs_per_dsp = {0.2, 1, 1, 2};
+  f.macs_per_dsp = {0.2, 0, 1, 1, 2};  // fp32, tf32 (none), fp16, bf16, int8
   d.fpga = f;
   d.derive_peaks();
   return d;
@@ -83,7 +83,7 @@ TEST_CASE("a layer's time per sample falls as the micro-batch grows (the fixed o
   DeviceSpec gpu;
   gpu.memory_bytes = 16e9;
   gpu.memory_bandwidth = 900e9;
-  gpu.peak_flops = {15.7e12, 125e12, 125e12, 125e12};
+  gpu.peak_flops = {15.7e12, 0, 125e12, 125e12, 125e12};  // fp32, tf32 (none), fp16, bf16, int8
   gpu.efficiency = 0.5;
   gpu.layer_overhead_s = 10e-6;
   double previous = 1e300;

@@ -26,7 +26,7 @@ TEST_CASE("bapipe beats or ties uniform + 1f1b and uniform + gpipe with the same
   v100.kind = "v100";
   v100.memory_bytes = 16e9;
   v100.memory_bandwidth = 900e9;
-  v100.peak_flops = {15.7e12, 125e12, 125e12, 125e12};
+  v100.peak_flops = {15.7e12, 0, 125e12, 125e12, 125e12};  // fp32, tf32 (none), fp16, bf16, int8
   v100.efficiency = 0.5;
   v100.layer_overhead_s = 10e-6;
   for (const char* model : {"vgg16", "resnet50"}) {

@@ -25,7 +25,7 @@ DeviceSpec gpu() {
   d.kind = "a100";
   d.family = "gpu";
   d.memory_bandwidth = 2.039e12;
-  d.peak_flops = {19.5e12, 312e12, 312e12, 624e12};
+  d.peak_flops = {19.5e12, 156e12, 312e12, 312e12, 624e12};  // fp32, tf32, fp16, bf16, int8
   d.efficiency = 0.5;
   d.layer_overhead_s = 1e-5;
   return d;
@@ -161,7 +161,7 @@ Cluster mixed_cluster() {
   s.device.fpga = FpgaSpec{};
   s.device.fpga->dsps = 9024;
   s.device.fpga->clock_hz = 300e6;
-  s.device.fpga->macs_per_dsp = {0.2, 1, 1, 2};
+  s.device.fpga->macs_per_dsp = {0.2, 0, 1, 1, 2};  // fp32, tf32 (none), fp16, bf16, int8
   s.device.fpga->ports = 2;
   s.device.fpga->port_bandwidth = 12.5e9;
   s.pcie = true;

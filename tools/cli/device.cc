@@ -13,14 +13,20 @@ namespace pipegrid::cli {
 namespace {
 
 nlohmann::json to_json(const input::CatalogDevice& d) {
-  nlohmann::json peak;
-  for (int p = 0; p < kPrecisionCount; ++p)
-    peak[std::string(to_string(static_cast<Precision>(p)))] = d.spec.peak_flops[p];
+  nlohmann::json peak, eff, mem;
+  for (Precision p : kMathPrecisions) {
+    peak[std::string(to_string(p))] = d.spec.peak(p);
+    for (KernelClass k : kComputeClasses) eff[std::string(to_string(p))][std::string(to_string(k))] = d.spec.compute_eff(p, k);
+  }
+  for (KernelClass k : kKernelClasses) mem[std::string(to_string(k))] = d.spec.memory_eff(k);
   nlohmann::json j = {{"name", d.name},
                       {"family", d.family},
                       {"description", d.description},
                       {"peak_flops", peak},
                       {"efficiency", d.spec.efficiency},
+                      {"compute_efficiency", eff},
+                      {"memory_efficiency", mem},
+                      {"kernel_startup_s", d.spec.kernel_startup_s},
                       {"memory_bytes", d.spec.memory_bytes},
                       {"memory_bandwidth_Bps", d.spec.memory_bandwidth},
                       {"layer_overhead_s", d.spec.layer_overhead_s},
@@ -28,8 +34,7 @@ nlohmann::json to_json(const input::CatalogDevice& d) {
   if (d.spec.fpga) {
     const FpgaSpec& f = *d.spec.fpga;
     nlohmann::json macs;
-    for (int p = 0; p < kPrecisionCount; ++p)
-      macs[std::string(to_string(static_cast<Precision>(p)))] = f.macs_per_dsp[p];
+    for (Precision p : kMathPrecisions) macs[std::string(to_string(p))] = f.macs_per_dsp[static_cast<int>(p)];
     j["fpga"] = {{"dsps", f.dsps},       {"clock_hz", f.clock_hz},
                  {"macs_per_dsp", macs}, {"onchip_bytes", f.onchip_bytes},
                  {"ports", f.ports},     {"port_bandwidth_Bps", f.port_bandwidth}};
@@ -80,20 +85,27 @@ Command add_device_command(CLI::App& parent) {
           return kOk;
         }
         fmt::print("{} ({}): {}\n", d->name, d->family, d->description);
-        for (int p = 0; p < kPrecisionCount; ++p)
-          fmt::print("  peak {:<5}       {}\n", to_string(static_cast<Precision>(p)),
-                     format_flop_rate(d->spec.peak_flops[p]));
-        fmt::print(
-            "  efficiency       {}\n  memory           {}\n  memory bandwidth {}\n  layer overhead   {}\n",
-            d->spec.efficiency, format_bytes(d->spec.memory_bytes),
-            format_bandwidth(d->spec.memory_bandwidth), format_time(d->spec.layer_overhead_s));
+        fmt::print("  {:<17}{:>14}   {:>9} {:>9} {:>9} {:>9}\n", "precision", "peak", "gemm", "conv",
+                   "attention", "recurrent");
+        for (Precision p : kMathPrecisions) {
+          fmt::print("  {:<17}{:>14}  ", to_string(p), format_flop_rate(d->spec.peak(p)));
+          for (KernelClass k : kComputeClasses) fmt::print(" {:>9.3f}", d->spec.compute_eff(p, k));
+          fmt::print("\n");
+        }
+        fmt::print("  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
+                   "  amp-bf16 at bf16's; a device without a tf32 rate runs tf32 as fp32)\n");
+        fmt::print("  memory           {}\n  memory bandwidth {}\n  memory efficiency", format_bytes(d->spec.memory_bytes),
+                   format_bandwidth(d->spec.memory_bandwidth));
+        for (KernelClass k : kKernelClasses) fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
+        fmt::print("\n  kernel startup   {}\n  layer overhead   {}\n", format_time(d->spec.kernel_startup_s),
+                   format_time(d->spec.layer_overhead_s));
         if (d->spec.fpga) {
           const FpgaSpec& f = *d->spec.fpga;
-          fmt::print(
-              "  DSPs             {}\n  clock            {}\n  MACs per DSP     fp32 {}, fp16 {}, bf16 {}, "
-              "int8 {}\n",
-              f.dsps, format_frequency(f.clock_hz), f.macs_per_dsp[0], f.macs_per_dsp[1], f.macs_per_dsp[2],
-              f.macs_per_dsp[3]);
+          fmt::print("  DSPs             {}\n  clock            {}\n  MACs per DSP    ", f.dsps,
+                     format_frequency(f.clock_hz));
+          for (Precision p : kMathPrecisions)
+            fmt::print(" {} {}", to_string(p), f.macs_per_dsp[static_cast<int>(p)]);
+          fmt::print("\n");
           fmt::print("  on-chip memory   {}\n  network ports    {} x {}\n", format_bytes(f.onchip_bytes),
                      f.ports, format_bandwidth(f.port_bandwidth));
         }

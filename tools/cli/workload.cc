@@ -34,7 +34,7 @@ Result<Workload> load(const WorkloadOptions& o) {
   if (!o.precision.empty()) {
     precision = parse_precision(o.precision);
     if (!precision)
-      return Error{fmt::format("--precision: expected fp32, fp16, bf16 or int8, got \"{}\"", o.precision)};
+      return Error{fmt::format("--precision: expected {}, got \"{}\"", precision_choices(), o.precision)};
   }
   if (Result<const ModelInfo*> m = find_model(o.what); m)
     return build_model(**m, {}, precision.value_or(Precision::FP32));
@@ -146,7 +146,7 @@ Command add_workload_command(CLI::App& parent) {
   show->add_option("--micro-batch-size,-b", o->micro_batch_size, "Samples per micro-batch")
       ->check(CLI::PositiveNumber);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
-  show->add_option("--precision", o->precision, "fp32, fp16, bf16 or int8 (zoo models and model files)");
+  show->add_option("--precision", o->precision, "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights) or amp-bf16 (zoo models and model files)");
   show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
   show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
       ->check(CLI::PositiveNumber);

@@ -10,16 +10,37 @@ namespace pipegrid::input {
 namespace {
 
 const std::vector<std::string_view> kSpecKeys = {
-    "model", "memory", "memory_bandwidth", "flops",         "peak",  "efficiency",    "layer_overhead",
-    "dsps",  "clock",  "macs_per_dsp",     "onchip_memory", "ports", "port_bandwidth"};
+    "model",          "memory", "memory_bandwidth", "flops",          "peak",
+    "efficiency",     "compute_efficiency", "memory_efficiency", "kernel_startup", "layer_overhead",
+    "dsps",           "clock",  "macs_per_dsp",     "onchip_memory", "ports",
+    "port_bandwidth"};
 
-// Per-precision mapping {fp32: ..., fp16: ..., bf16: ..., int8: ...}, each read by `read`.
+// Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ...} (arithmetic
+// formats: amp runs at fp16's figures), each read by `read`.
 template <class Read>
 void per_precision(const Node& n, std::string_view expectation, Read read) {
   n.require_map(expectation);
-  n.check_keys({"fp32", "fp16", "bf16", "int8"});
-  for (Precision prec : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::INT8})
+  n.check_keys({"fp32", "tf32", "fp16", "bf16", "int8"});
+  for (Precision prec : kMathPrecisions)
     if (auto v = n.get(to_string(prec))) read(prec, *v);
+}
+
+double fraction(const Node& n) {
+  double v = n.number("a number in (0, 1]");
+  if (!(v > 0 && v <= 1)) n.expected("a number in (0, 1]");
+  return v;
+}
+
+// {gemm: 0.8, conv: 0.6, ...} over the given classes.
+template <size_t N>
+void per_class(const Node& n, const std::array<KernelClass, N>& classes, std::string_view expectation,
+               std::array<double, kKernelClassCount>& out) {
+  n.require_map(expectation);
+  std::vector<std::string_view> keys;
+  for (KernelClass k : classes) keys.push_back(to_string(k));
+  n.check_keys(keys);
+  for (KernelClass k : classes)
+    if (auto v = n.get(to_string(k))) out[static_cast<int>(k)] = fraction(*v);
 }
 
 std::vector<std::string_view> catalog_names() {
@@ -73,11 +94,25 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
                   [&](Precision prec, const Node& v) {
                     spec.peak_flops[static_cast<int>(prec)] = v.quantity(Dimension::FlopRate, Sign::Positive);
                   });
-  if (auto e = n.get("efficiency")) {
-    double v = e->number("a number in (0, 1]");
-    if (!(v > 0 && v <= 1)) e->expected("a number in (0, 1]");
-    spec.efficiency = v;
+  if (auto e = n.get("efficiency")) spec.efficiency = fraction(*e);
+  if (auto e = n.get("compute_efficiency"))
+    per_precision(*e, "a mapping from precision to {gemm: ..., conv: ..., attention: ..., recurrent: ...}",
+                  [&](Precision prec, const Node& v) {
+                    per_class(v, kComputeClasses,
+                              "a mapping from compute kernel class (gemm, conv, attention, recurrent) to a "
+                              "fraction of peak like {gemm: 0.8, conv: 0.6}",
+                              spec.compute_efficiency[static_cast<int>(prec)]);
+                  });
+  if (auto e = n.get("memory_efficiency")) {
+    if (e->is_scalar())
+      spec.memory_efficiency_default = fraction(*e);
+    else
+      per_class(*e, kKernelClasses,
+                "a fraction of the memory bandwidth (0.8), or a mapping from kernel class to one like "
+                "{elementwise: 0.8, gather: 0.5}",
+                spec.memory_efficiency);
   }
+  if (auto o = n.get("kernel_startup")) spec.kernel_startup_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto o = n.get("layer_overhead"))
     spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
 }

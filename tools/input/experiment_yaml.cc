@@ -147,6 +147,7 @@ Experiment parse_experiment(const Document& doc) {
   e.strategy =
       parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
+  e.memory.mixed_precision = mixed_precision(e.workload.precision);
   return e;
 }
 
