@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "core/planner.h"
 #include "core/strategy.h"
 
 namespace pipegrid {
@@ -14,7 +15,7 @@ constexpr PartitionStrategy kPartitioners[] = {
      "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
      &partition_graphpipe},
     {"bapipe",
-     "BaPipe-style: explores schedules x micro-batch sizes x balanced, replicated stages under memory",
+     "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
      &partition_bapipe},
     {"pipedream", "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
      &partition_pipedream},
@@ -39,6 +40,17 @@ constexpr ScheduleStrategy kSchedules[] = {
      &schedule_file},
     {"graph-1f1b", "1F1B on a DAG of stages: 1 + (longest path to a sink) forwards before the first backward",
      &schedule_graph_1f1b},
+};
+
+// The first entry is the default (kDefaultPlanner). A planner named like a partitioner is also
+// chosen by `partitioner: NAME` (the older spelling, see planner_for).
+constexpr PlannerInfo kPlanners[] = {
+    {kDefaultPlanner,
+     "the strategy's partitioner and schedule; with mini_batch, every micro-batch size dividing it",
+     &plan_partitioner},
+    {"bapipe",
+     "BaPipe-style: explores schedules x micro-batch sizes x stages x replicas, fastest plan that fits",
+     &plan_bapipe},
 };
 
 template <class T>
@@ -66,6 +78,21 @@ Result<const PartitionStrategy*> find_partitioner(std::string_view name) {
 
 Result<const ScheduleStrategy*> find_schedule(std::string_view name) {
   return find_in(schedule_strategies(), name, "schedule");
+}
+
+std::span<const PlannerInfo> planners() {
+  return kPlanners;
+}
+
+Result<const PlannerInfo*> find_planner(std::string_view name) {
+  return find_in(planners(), name, "planner");
+}
+
+Result<const PlannerInfo*> planner_for(const StrategySpec& s) {
+  if (!s.planner.empty()) return find_planner(s.planner);
+  for (const PlannerInfo& p : planners())
+    if (p.name == s.partitioner) return &p;
+  return find_planner(kDefaultPlanner);
 }
 
 Result<int> interleaved_ranks(const Partition& p, int chunks, std::string_view name) {

@@ -16,8 +16,8 @@
 
 namespace pipegrid {
 
-// Settings of the planners that take them (PipeDream's, as its command-line options).
-struct PlannerOptions {
+// Settings of the partitioners that take them (PipeDream's, as its command-line options).
+struct PartitionerOptions {
   bool straight = false;                          // no replicated stages
   std::vector<std::pair<int, double>> hierarchy;  // (workers, bandwidth) innermost first; empty: derived
   std::optional<double> activation_compression_ratio = 1.0;  // none: no activation transfer terms
@@ -36,7 +36,7 @@ struct PartitionRequest {
   std::string_view schedule;    // the schedule that will run the partition (in-flight counts)
   int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it;
                                 // kAnyReplicas: the partitioner chooses per stage (bapipe)
-  PlannerOptions planner = {};
+  PartitionerOptions options = {};
 };
 inline constexpr int kAnyReplicas = -1;
 

@@ -555,7 +555,7 @@ Result<Partition> partition_graphpipe(const PartitionRequest& r) {
     if (!f || f->fused_layers == last_fused) break;  // nothing (more) to fuse
     last_fused = f->fused_layers;
     const PartitionRequest fr{f->workload,     r.cluster, r.stages,   r.micro_batch_size, r.chunks,
-                              r.micro_batches, r.memory,  r.schedule, r.replicas,         r.planner};
+                              r.micro_batches, r.memory,  r.schedule, r.replicas,         r.options};
     Result<Planned> other = plan_once(fr, r.workload, &*f);
     // A fused plan wins on a lower bottleneck, or an equal one with a shallower stage graph.
     const bool wins =

@@ -54,17 +54,17 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
     act[l] = w.layer(l).output_bytes * r.micro_batch_size;
   }
   PipeDreamOptions o;
-  o.straight = r.planner.straight;
-  o.activation_compression_ratio = r.planner.activation_compression_ratio;
-  o.memory_constraint = r.planner.memory_constraint;
-  o.linearize = r.planner.linearize;
+  o.straight = r.options.straight;
+  o.activation_compression_ratio = r.options.activation_compression_ratio;
+  o.memory_constraint = r.options.memory_constraint;
+  o.linearize = r.options.linearize;
   o.memory_bytes = spec.memory_bytes;
-  if (r.planner.hierarchy.empty()) {
+  if (r.options.hierarchy.empty()) {
     Result<std::vector<PipeDreamLevel>> levels = default_levels(r.cluster);
     if (!levels) return levels.error();
     o.levels = std::move(*levels);
   } else {
-    for (auto [machines, bw] : r.planner.hierarchy) o.levels.push_back({machines, bw});
+    for (auto [machines, bw] : r.options.hierarchy) o.levels.push_back({machines, bw});
   }
   long long machines = 1;
   for (const PipeDreamLevel& l : o.levels) machines *= l.machines;

@@ -120,5 +120,44 @@ TEST_CASE("--trace writes a Chrome trace: one process per device, compute and se
 TEST_CASE("pipegrid list names every partitioner and schedule") {
   auto r = run_command({PIPEGRID_BINARY, "list"});
   CHECK(r.exit_code == 0);
-  for (const char* name : {"uniform", "balanced", "gpipe", "1f1b"}) CHECK(r.out.find(name) != std::string::npos);
+  for (const char* name : {"uniform", "balanced", "gpipe", "1f1b"})
+    CHECK(r.out.find(name) != std::string::npos);
+}
+
+TEST_CASE("pipegrid list has three sections, one line per entry, bapipe among the planners") {
+  auto r = run_command({PIPEGRID_BINARY, "list"});
+  REQUIRE(r.exit_code == 0);
+  const size_t partitioners = r.out.find("partitioners:\n"), schedules = r.out.find("\nschedules:\n"),
+               planners = r.out.find("\nplanners:\n");
+  REQUIRE(partitioners == 0);
+  REQUIRE(schedules != std::string::npos);
+  REQUIRE(planners != std::string::npos);
+  CHECK(partitioners < schedules);
+  CHECK(schedules < planners);
+  const std::string planner_lines = r.out.substr(planners + 1);
+  CHECK(planner_lines.find("\n  partitioner ") != std::string::npos);
+  CHECK(planner_lines.find("\n  bapipe ") != std::string::npos);
+  CHECK(r.out.substr(schedules, planners - schedules).find("  1f1b ") != std::string::npos);
+}
+
+TEST_CASE("strategy.planner: bapipe plans like the older partitioner: bapipe") {
+  TempDir tmp;
+  const std::string base = R"(
+workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB}
+cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 100GBps, latency: 1us}
+)";
+  auto old = run_command({PIPEGRID_BINARY, "plan", "--json",
+                          tmp.write("old.yaml", base + "strategy: {partitioner: bapipe, mini_batch: 8}\n")});
+  auto now = run_command({PIPEGRID_BINARY, "plan", "--json",
+                          tmp.write("new.yaml", base + "strategy: {planner: bapipe, mini_batch: 8}\n")});
+  REQUIRE(old.exit_code == 0);
+  REQUIRE(now.exit_code == 0);
+  json a = json::parse(old.out), b = json::parse(now.out);
+  CHECK(a["planner"] == "bapipe");
+  CHECK(b["planner"] == "bapipe");
+  CHECK(a["stages"] == b["stages"]);
+  CHECK(a["schedule"] == b["schedule"]);
+  CHECK(a["micro_batches"] == b["micro_batches"]);
+  CHECK(a["exploration"] == b["exploration"]);
+  CHECK(a["simulated_iteration_time_s"] == b["simulated_iteration_time_s"]);
 }

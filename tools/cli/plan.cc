@@ -66,6 +66,7 @@ int run(const PlanOptions& o) {
                       {"predicted_peak_memory_bytes", peak}});
   }
   nlohmann::json j = {{"experiment", exp->name},
+                      {"planner", run->planner},
                       {"partitioner", exp->strategy.partitioner},
                       {"schedule", run->schedule_name},
                       {"micro_batch_size", run->micro_batch_size},
@@ -74,7 +75,7 @@ int run(const PlanOptions& o) {
                       {"depth", p.depth()},
                       {"predicted_time_per_stage_s", notes.predicted_time_per_stage_s},
                       {"planner_summary", notes.summary},
-                      {"exploration", run->sweep},
+                      {"exploration", run->exploration},
                       {"added_dependencies", notes.added_dependencies},
                       {"search_seconds", run->planning_seconds},
                       {"analytic_iteration_time_s", predicted.iteration_time_s},
@@ -101,10 +102,10 @@ int run(const PlanOptions& o) {
   }
   fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
   fmt::print("plan        {} + {}, {} micro-batches of {} samples; {} stages, depth {}\n",
-             exp->strategy.partitioner, run->schedule_name, run->micro_batches, run->micro_batch_size,
+             strategy_label(*exp, *run), run->schedule_name, run->micro_batches, run->micro_batch_size,
              p.stage_count(), p.depth());
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
-  if (!run->sweep.empty()) fmt::print("explored    {}\n", run->sweep);
+  if (!run->exploration.empty()) fmt::print("explored    {}\n", run->exploration);
   fmt::print("search      {}\n\n", format_time(run->planning_seconds));
   fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory",
              "devices | layers");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/planner.h"
 #include "core/strategy.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/workload_yaml.h"
@@ -24,10 +25,11 @@ std::vector<std::string_view> names_of(auto table) {
 
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
-  n.check_keys({"partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks", "schedule_file",
-                "straight", "hierarchy", "activation_compression_ratio", "memory_constraint", "linearize",
-                "replicas", "allreduce"});
+  n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
+                "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
+                "linearize", "replicas", "allreduce"});
   StrategySpec s;
+  if (auto p = n.get("planner")) s.planner = p->choice(names_of(planners()), "a planner");
   if (auto p = n.get("partitioner"))
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   if (auto p = n.get("schedule")) {
@@ -74,17 +76,17 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
               : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
                             w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
   }
-  // Planner settings (PipeDream's command-line options).
-  if (auto v = n.get("straight")) s.planner.straight = v->boolean();
-  if (auto v = n.get("memory_constraint")) s.planner.memory_constraint = v->boolean();
-  if (auto v = n.get("linearize")) s.planner.linearize = v->boolean();
+  // Partitioner settings (PipeDream's command-line options).
+  if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
+  if (auto v = n.get("memory_constraint")) s.partitioner_options.memory_constraint = v->boolean();
+  if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
   if (auto v = n.get("activation_compression_ratio")) {
     if (v->is_scalar() && v->yaml().Scalar() == "none") {
-      s.planner.activation_compression_ratio.reset();
+      s.partitioner_options.activation_compression_ratio.reset();
     } else {
       const double r = v->number("a positive number, or none");
       if (!(r > 0)) v->expected("a positive number, or none");
-      s.planner.activation_compression_ratio = r;
+      s.partitioner_options.activation_compression_ratio = r;
     }
   }
   if (auto h = n.get("hierarchy")) {
@@ -97,7 +99,7 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
           level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
       const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
                             .quantity(Dimension::Bandwidth, Sign::Positive);
-      s.planner.hierarchy.emplace_back(workers, bw);
+      s.partitioner_options.hierarchy.emplace_back(workers, bw);
       machines *= workers;
     }
     if (machines > static_cast<long long>(c.devices.size()))

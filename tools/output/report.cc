@@ -75,7 +75,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(),
              to_string(e.workload.precision));
   fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
-  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", e.strategy.partitioner,
+  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", strategy_label(e, r.run),
              r.run.schedule_name, r.run.micro_batches, r.run.micro_batch_size);
   auto costs =
       stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
@@ -101,7 +101,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
              r.run.partition.depth(), r.run.partition.is_chain() ? " (a chain)" : "");
   if (!plan.summary.empty()) fmt::print(out, "planner          {}\n", plan.summary);
   fmt::print(out, "planning time    {}\n", format_time(r.run.planning_seconds));
-  if (!r.run.sweep.empty()) fmt::print(out, "                 {}\n", r.run.sweep);
+  if (!r.run.exploration.empty()) fmt::print(out, "                 {}\n", r.run.exploration);
   fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
   fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n",
              m.throughput_samples_per_s, m.samples_per_iteration);
@@ -141,6 +141,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["samples_per_iteration"] = m.samples_per_iteration;
   j["micro_batches"] = r.run.micro_batches;
   j["micro_batch_size"] = r.run.micro_batch_size;
+  j["planner"] = r.run.planner;
   j["partitioner"] = e.strategy.partitioner;
   j["schedule"] = r.run.schedule_name;
   j["feasible"] = m.feasible();
@@ -169,7 +170,7 @@ nlohmann::json to_json(const RunReport& r) {
                {"predicted_stage_time_s", plan.predicted_stage_time_s},
                {"search_seconds", plan.search_seconds},
                {"added_dependencies", plan.added_dependencies},
-               {"micro_batch_sweep", r.run.sweep},
+               {"micro_batch_sweep", r.run.exploration},
                {"planning_seconds", r.run.planning_seconds}};
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceMetrics& d : m.devices)

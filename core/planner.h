@@ -1,0 +1,112 @@
+// Planner plug-ins: a planner decides a whole plan for a workload on a cluster (which layers each
+// stage holds and which devices run it, the schedule and its micro-batch order, the micro-batch size
+// and count) and says what it explored. One interface, one table (registry.cc, `pipegrid list`).
+// The core pipeline (core/experiment.h) asks the planner for a plan, then validates and lowers it.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/collectives.h"
+#include "core/memory.h"
+#include "core/partition.h"
+#include "core/result.h"
+#include "core/schedule.h"
+#include "core/strategy.h"
+#include "core/task_graph.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+// The strategy as the user wrote it (experiment file `strategy:`). Planners read what they need.
+struct StrategySpec {
+  // The planner; empty: the planner named like `partitioner` if there is one (the older spelling
+  // `partitioner: bapipe`), else kDefaultPlanner (runs `partitioner` with `schedule`).
+  std::string planner;
+  std::string partitioner = "uniform";
+  std::string schedule = "1f1b";
+  bool schedule_given = false;  // set by the file; planners that explore schedules try only this one then
+  int micro_batches = 1;
+  int stages = 0;  // pipeline ranks; 0: one per device, at most one per layer (per chunk)
+  int chunks = 1;  // model chunks per rank (interleaved-1f1b): ranks x chunks stages
+  // Data-parallel replicas per stage (uniform, balanced): stage i on devices i r .. i r + r - 1;
+  // the default stage count becomes devices / r.
+  int replicas = 1;
+  AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
+  // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
+  // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
+  // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
+  int mini_batch = 0;
+  PartitionerOptions partitioner_options;  // straight, hierarchy, activation_compression_ratio, ...
+  std::string schedule_text;               // `file` schedule: the CSV text
+  std::string schedule_source;             // `file` schedule: its path, for messages
+};
+
+// Judges candidate plans during an exploration more precisely than the analytic evaluator, e.g. by
+// replaying them in SimGrid (sim/judge.h). Returns the iteration time in seconds.
+class PlanJudge {
+ public:
+  virtual ~PlanJudge() = default;
+  virtual Result<double> iteration_time(const Cluster& c, const TaskGraph& g) const = 0;
+  virtual std::string_view name() const = 0;
+};
+
+// One way to cut a mini-batch: `count` micro-batches of `size` samples.
+struct MicroBatching {
+  double size = 1;
+  int count = 1;
+};
+
+struct PlanRequest {
+  const Workload& workload;
+  const Cluster& cluster;        // any interconnect: devices, switches, links, routes
+  const StrategySpec& strategy;  // the user's choices (names, stages, replicas, options)
+  const MemoryOptions& memory;   // static memory model, recomputation: the capacity constraint
+  // The micro-batchings allowed: every size dividing strategy.mini_batch, or the single one given.
+  // Never empty. A planner picks one (or, if it explores sizes, from these).
+  std::vector<MicroBatching> micro_batchings;
+  const PlanJudge* judge = nullptr;  // times finalists of an exploration; null: analytic only
+};
+
+// A whole plan: what runs where and in which order. No times; the simulator supplies them.
+struct Plan {
+  Partition partition;        // stages (layers, devices: placement and replicas) and stage edges
+  Schedule schedule;          // per device, the ordered actions: the micro-batch order
+  std::string schedule_name;  // a schedule table name, or the planner's own name for its order
+  double micro_batch_size = 1;
+  int micro_batches = 1;
+  std::string exploration;      // what was explored and how the candidates compared; "" if nothing
+  double planning_seconds = 0;  // wall time spent partitioning (summed over the candidates)
+};
+
+struct PlannerInfo {
+  std::string_view name;
+  std::string_view description;  // one line, for `pipegrid list`
+  Result<Plan> (*plan)(const PlanRequest&);
+};
+
+inline constexpr std::string_view kDefaultPlanner = "partitioner";
+
+std::span<const PlannerInfo> planners();
+
+// Unknown names are errors that list the valid ones.
+Result<const PlannerInfo*> find_planner(std::string_view name);
+
+// The planner a strategy asks for (see StrategySpec::planner).
+Result<const PlannerInfo*> planner_for(const StrategySpec& s);
+
+std::vector<std::string> device_names(const Cluster& c);
+
+// Validates a plan's schedule against its partition, lowers it to a task graph (with the request's
+// memory options and all-reduce) and checks the graph for deadlock. Planners use it to evaluate
+// candidates; the core pipeline runs it on the plan returned.
+Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
+
+// Implementations (each in its own file under planners/).
+Result<Plan> plan_partitioner(const PlanRequest& r);
+Result<Plan> plan_bapipe(const PlanRequest& r);
+
+}  // namespace pipegrid

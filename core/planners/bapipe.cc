@@ -1,0 +1,130 @@
+// bapipe: the BaPipe-style planner. Explores schedules x micro-batch sizes x stage counts x replica
+// counts. Every candidate is partitioned (core/partitioners/bapipe.cc) and ranked by the pipeline
+// estimate (m + p - 1) x slowest stage; the best by that estimate and the uniform baselines (equal
+// layer counts, one stage per device, each schedule and micro-batch size: BaPipe's space contains
+// them) are lowered and run by the analytic evaluator; the judge (SimGrid from the CLI) then times
+// the best few and the baselines, and the fastest that fits memory is kept.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "core/planners/common.h"
+
+namespace pipegrid {
+namespace {
+
+// Free per-stage replica counts are searched up to this many devices (the search grows as D^3 per
+// stage count; above it only uniform counts are tried).
+constexpr int kFreeReplicasUpTo = 32;
+
+}  // namespace
+
+Result<Plan> plan_bapipe(const PlanRequest& r) {
+  auto given = find_schedule(r.strategy.schedule);
+  if (!given) return given.error();
+  std::vector<const ScheduleStrategy*> schedules;
+  if (r.strategy.schedule_given) {
+    schedules.push_back(*given);
+  } else {
+    for (const char* s : {"gpipe", "1f1b"}) schedules.push_back(*find_schedule(s));
+  }
+  const PartitionStrategy& bapipe = **find_partitioner("bapipe");
+  struct Option {
+    const ScheduleStrategy* schedule;
+    MicroBatching mb;
+    int p, r;  // r: replicas per stage, or kAnyReplicas
+    double estimate;
+    std::string replicas;  // per stage, as chosen
+  };
+  std::vector<Option> options;
+  const int D = static_cast<int>(r.cluster.devices.size());
+  const int n = static_cast<int>(r.workload.layer_count());
+  double planning = 0;
+  int tried = 0;
+  std::optional<Error> last_error;
+  for (const ScheduleStrategy* s : schedules) {
+    for (MicroBatching mb : r.micro_batchings) {
+      for (int p = 1; p <= std::min(D, n); ++p) {
+        // Uniform replica counts, then (small clusters) free counts per stage, which also contain
+        // the uniform ones but are ranked by the same estimate, so both stay candidates.
+        std::vector<int> rs;
+        for (int k = 1; p * k <= D; ++k) rs.push_back(k);
+        if (p < D && D <= kFreeReplicasUpTo) rs.push_back(kAnyReplicas);
+        for (int k : rs) {
+          ++tried;
+          const auto t0 = std::chrono::steady_clock::now();
+          Result<Partition> part =
+              bapipe.build({r.workload, r.cluster, p, mb.size, 1, mb.count, r.memory, s->name, k});
+          planning += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (!part) {
+            last_error = part.error();
+            continue;
+          }
+          std::string counts;
+          for (size_t st = 0; st < part->stage_count(); ++st)
+            counts += fmt::format("{}{}", st ? " " : "", part->stage(st).devices.size());
+          options.push_back(
+              {s, mb, p, k, (mb.count + p - 1) * part->plan.predicted_time_per_stage_s, counts});
+        }
+      }
+    }
+  }
+  if (options.empty())
+    return Error{fmt::format(
+        "bapipe: no plan fits the devices' memory ({} combinations of schedule, micro-batch size, "
+        "stages and replicas tried; e.g. {})",
+        tried, last_error ? last_error->message : "none")};
+  std::stable_sort(options.begin(), options.end(),
+                   [](const Option& a, const Option& b) { return a.estimate < b.estimate; });
+  constexpr size_t kAnalytic = 12, kJudged = 4;
+  std::vector<Candidate> scored;
+  std::vector<char> baseline;
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < options.size() && i < kAnalytic; ++i) {
+    const Option& o = options[i];
+    Result<Candidate> c = make_candidate(r, bapipe, *o.schedule, o.mb, o.p, o.r);
+    if (!c) return c.error();
+    planning += c->plan.planning_seconds;
+    if (Status s = score(r, *c); !s) return s.error();
+    scored.push_back(std::move(*c));
+    baseline.push_back(0);
+    labels.push_back(o.r == kAnyReplicas
+                         ? fmt::format("{}, {} micro-batches of {}, {} stages, replicas {} (per stage)",
+                                       o.schedule->name, o.mb.count, o.mb.size, o.p, o.replicas)
+                         : fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas",
+                                       o.schedule->name, o.mb.count, o.mb.size, o.p, o.r));
+  }
+  const PartitionStrategy& uniform = **find_partitioner("uniform");
+  for (const ScheduleStrategy* s : schedules) {
+    for (MicroBatching mb : r.micro_batchings) {
+      Result<Candidate> c = make_candidate(r, uniform, *s, mb, std::min(D, n), 1);
+      if (!c) continue;  // the baseline may not exist (e.g. fewer layers than devices): nothing to beat
+      if (Status st = score(r, *c); !st) return st.error();
+      scored.push_back(std::move(*c));
+      baseline.push_back(1);
+      labels.push_back(fmt::format("uniform + {}, {} micro-batches of {}", s->name, mb.count, mb.size));
+    }
+  }
+  Result<size_t> best = pick(scored, baseline, r, kJudged);
+  if (!best) return best.error();
+  Candidate& w = scored[*best];
+  std::string names;
+  for (const ScheduleStrategy* s : schedules)
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", s->name);
+  w.plan.exploration = fmt::format(
+      "bapipe explored {} plans (schedules {}; {} micro-batch sizes; 1..{} stages x replicas{}), {} fit "
+      "memory; {} "
+      "analytically evaluated with the uniform baselines{}; chosen: {}{} ({} {:.6g} s{})",
+      tried, names, r.micro_batchings.size(), std::min(D, n),
+      D <= kFreeReplicasUpTo ? ", uniform and per stage" : ", uniform", options.size(),
+      std::min(options.size(), kAnalytic),
+      r.judge ? fmt::format(", the best {} and the baselines judged by {}", kJudged, r.judge->name()) : "",
+      baseline[*best] ? "the baseline " : "", labels[*best], r.judge ? r.judge->name() : "analytic", w.judged,
+      w.fits ? "" : ", over memory");
+  w.plan.planning_seconds = planning;
+  return std::move(w.plan);
+}
+
+}  // namespace pipegrid

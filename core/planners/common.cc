@@ -1,0 +1,99 @@
+#include "core/planners/common.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/evaluate.h"
+#include "core/metrics.h"
+
+namespace pipegrid {
+namespace {
+
+bool better(const Candidate& a, const Candidate& b) {
+  return (a.fits && !b.fits) || (a.fits == b.fits && a.judged < b.judged);
+}
+
+}  // namespace
+
+Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrategy& partitioner,
+                                    const ScheduleStrategy& scheduler, MicroBatching mb, int stages,
+                                    int replicas) {
+  const StrategySpec& s = r.strategy;
+  Plan plan{};
+  plan.micro_batch_size = mb.size;
+  plan.micro_batches = mb.count;
+  plan.schedule_name = std::string(scheduler.name);
+  const int chunks = std::max(1, s.chunks);
+  if (stages <= 0) stages = s.stages;
+  if (replicas == 0) replicas = std::max(1, s.replicas);  // kAnyReplicas passes through
+  if (stages == 0)
+    stages = static_cast<int>(
+        std::min(r.cluster.devices.size() / std::max(1, replicas), r.workload.layer_count() / chunks));
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Partition> part = partitioner.build({r.workload, r.cluster, stages, mb.size, chunks, mb.count,
+                                              r.memory, scheduler.name, replicas, s.partitioner_options});
+  plan.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!part) return part.error();
+  plan.partition = std::move(*part);
+  if (replicas > 1)
+    for (size_t st = 0; st < plan.partition.stage_count(); ++st)
+      if (plan.partition.stage(st).devices.size() != static_cast<size_t>(replicas))
+        return Error{
+            fmt::format("partitioner {} does not place {} replicas per stage (stage {} has {} devices)",
+                        partitioner.name, replicas, st, plan.partition.stage(st).devices.size())};
+
+  ScheduleRequest req{plan.partition, r.cluster.devices.size(), mb.count,
+                      chunks,         s.schedule_text,          s.schedule_source};
+  Result<Schedule> sched = scheduler.build(req);
+  if (!sched) return sched.error();
+  plan.schedule = std::move(*sched);
+  return plan;
+}
+
+Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& partitioner,
+                                 const ScheduleStrategy& scheduler, MicroBatching mb, int stages,
+                                 int replicas) {
+  Result<Plan> plan = partition_and_schedule(r, partitioner, scheduler, mb, stages, replicas);
+  if (!plan) return plan.error();
+  Result<TaskGraph> g = lower_plan(r, *plan);
+  if (!g) return g.error();
+  Candidate c;
+  c.plan = std::move(*plan);
+  c.graph = std::move(*g);
+  return c;
+}
+
+Status score(const PlanRequest& r, Candidate& c) {
+  Result<Timeline> t = evaluate(c.graph, r.cluster);
+  if (!t) return t.error();
+  const Metrics m = compute_metrics(r.cluster, c.graph, *t);
+  c.fits = m.feasible();
+  c.analytic = c.judged = m.iteration_time_s;
+  return {};
+}
+
+Result<size_t> pick(std::vector<Candidate>& all, const std::vector<char>& always, const PlanRequest& r,
+                    size_t judged) {
+  std::vector<size_t> order(all.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return (all[a].fits && !all[b].fits) || (all[a].fits == all[b].fits && all[a].analytic < all[b].analytic);
+  });
+  std::vector<size_t> finalists;
+  for (size_t k = 0; k < order.size(); ++k)
+    if (k < judged || always[order[k]]) finalists.push_back(order[k]);
+  if (r.judge)
+    for (size_t i : finalists) {
+      Result<double> t = r.judge->iteration_time(r.cluster, all[i].graph);
+      if (!t) return t.error();
+      all[i].judged = *t;
+    }
+  size_t best = finalists.front();
+  for (size_t i : finalists)
+    if (better(all[i], all[best])) best = i;
+  return best;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,41 @@
+// Helpers shared by planners: a candidate plan from a partitioner and a schedule, its analytic
+// score, and the choice among candidates (analytic ranking, then the judge on the finalists).
+#pragma once
+
+#include <vector>
+
+#include "core/planner.h"
+
+namespace pipegrid {
+
+// A plan being compared: lowered, and timed by the analytic evaluator (and maybe the judge).
+struct Candidate {
+  Plan plan;
+  TaskGraph graph;
+  bool fits = false;    // every device within its memory
+  double analytic = 0;  // analytic evaluator's iteration time (s)
+  double judged = 0;    // the judge's (or the analytic one without a judge)
+};
+
+// Partitions with `partitioner` and schedules with `scheduler` for `mb`. `stages` and `replicas`
+// override the strategy's when non-zero (replicas may be kAnyReplicas); with replicas > 1 every
+// stage must get that many devices.
+Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrategy& partitioner,
+                                    const ScheduleStrategy& scheduler, MicroBatching mb, int stages = 0,
+                                    int replicas = 0);
+
+// partition_and_schedule, then lower_plan: a candidate not scored yet.
+Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& partitioner,
+                                 const ScheduleStrategy& scheduler, MicroBatching mb, int stages = 0,
+                                 int replicas = 0);
+
+// Times a candidate with the analytic evaluator (sets fits, analytic and judged).
+Status score(const PlanRequest& r, Candidate& c);
+
+// Ranks scored candidates analytically (those that fit memory first), has the request's judge time
+// the best `judged` of them plus those flagged in `always`, and returns the winner's index: fits
+// memory first, then the fastest by the judge (the analytic time without one).
+Result<size_t> pick(std::vector<Candidate>& all, const std::vector<char>& always, const PlanRequest& r,
+                    size_t judged);
+
+}  // namespace pipegrid
