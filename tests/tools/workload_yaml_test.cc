@@ -1,6 +1,10 @@
 // Workloads from experiment files: zoo models on catalog devices end to end, model files.
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
@@ -11,6 +15,7 @@
 
 using namespace pipegrid;
 using nlohmann::json;
+using testing::CommandResult;
 using testing::run_command;
 
 TEST_CASE("a zoo model on catalog devices runs end to end; compute is conserved") {
@@ -110,4 +115,45 @@ TEST_CASE("pipegrid device list and show") {
   CHECK(j["peak_flops"]["fp16"].get<double>() == doctest::Approx(9024 * 300e6 * 2));
   CHECK(j["memory_bandwidth_Bps"].get<double>() == 460e9);
   CHECK(run_command({PIPEGRID_BINARY, "device", "show", "u2800"}).exit_code == 2);
+}
+
+TEST_CASE("precision: amp and tf32 in workload files and workload show, amp keeps fp32 master weights") {
+  char tmpl[] = "/tmp/pipegrid-test-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  // A 1024 x 1024 linear layer (1,049,600 parameters) on one device, Adam, one micro-batch.
+  auto experiment = [&](const std::string& precision) {
+    const std::string path = dir + "/" + precision + ".yaml";
+    std::ofstream(path) << "workload:\n  layers:\n    - {name: x, kind: input, shape: [1024]}\n"
+                           "    - {name: fc, kind: linear, in_features: 1024, out_features: 1024}\n"
+                           "  precision: "
+                        << precision
+                        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: 100GBps, latency: 1us}\n"
+                           "strategy: {partitioner: uniform, schedule: gpipe, micro_batches: 1}\n"
+                           "memory: {optimizer: adam}\n";
+    return run_command({PIPEGRID_BINARY, "run", path, "--json"});
+  };
+  const double n = 1024.0 * 1024 + 1024;
+  auto static_bytes = [](const CommandResult& r) {
+    return json::parse(r.out)["devices"][0]["static_memory_bytes"].get<double>();
+  };
+  CommandResult amp = experiment("amp"), tf32 = experiment("tf32"), fp16 = experiment("fp16");
+  REQUIRE(amp.exit_code == 0);
+  REQUIRE(tf32.exit_code == 0);
+  REQUIRE(fp16.exit_code == 0);
+  CHECK(static_bytes(amp) == doctest::Approx(16 * n));   // 2 + 2 + fp32 master 4 + m 4 + v 4
+  CHECK(static_bytes(tf32) == doctest::Approx(16 * n));  // all fp32: 4 + 4 + 8
+  CHECK(static_bytes(fp16) == doctest::Approx(8 * n));   // pure fp16 Adam
+  std::filesystem::remove_all(dir);
+
+  CommandResult show = run_command({PIPEGRID_BINARY, "workload", "show", "bert-large", "--precision", "amp", "--json"});
+  REQUIRE(show.exit_code == 0);
+  json j = json::parse(show.out);
+  CHECK(j["precision"] == "amp");
+  CHECK(j["parameter_bytes"].get<double>() == doctest::Approx(2 * j["parameters"].get<double>()));
+  CommandResult t = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "tf32", "--json"});
+  REQUIRE(t.exit_code == 0);
+  CHECK(json::parse(t.out)["parameter_bytes"].get<double>() == doctest::Approx(4 * 25557032.0));
+  CommandResult bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "fp8"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp or amp-bf16, got \"fp8\"") != std::string::npos);
 }

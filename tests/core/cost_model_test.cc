@@ -1,0 +1,174 @@
+// The cost model by precision and kernel class (core/device.h), against hand computations.
+#include <doctest/doctest.h>
+
+#include "core/device.h"
+#include "core/memory.h"
+#include "core/models/builder.h"
+
+using namespace pipegrid;
+
+namespace {
+
+// A GPU with round figures: 100 TFLOP/s fp16, 10 fp32, 50 tf32; 1 TB/s.
+DeviceSpec gpu() {
+  DeviceSpec d;
+  d.kind = "round";
+  d.memory_bytes = 80e9;
+  d.memory_bandwidth = 1e12;
+  d.peak_flops[static_cast<int>(Precision::FP32)] = 10e12;
+  d.peak_flops[static_cast<int>(Precision::TF32)] = 50e12;
+  d.peak_flops[static_cast<int>(Precision::FP16)] = 100e12;
+  d.peak_flops[static_cast<int>(Precision::BF16)] = 100e12;
+  return d;
+}
+
+double& eff(DeviceSpec& d, Precision p, KernelClass k) {
+  return d.compute_efficiency[static_cast<int>(p)][static_cast<int>(k)];
+}
+
+}  // namespace
+
+TEST_CASE("precisions: names, element sizes, the math they run in") {
+  for (Precision p : kPrecisions) CHECK(parse_precision(to_string(p)) == p);
+  CHECK(parse_precision("amp") == Precision::AMP);
+  CHECK(parse_precision("amp-bf16") == Precision::AMP_BF16);
+  CHECK(!parse_precision("fp8"));
+  CHECK(precision_choices() == "fp32, tf32, fp16, bf16, int8, amp or amp-bf16");
+  CHECK(element_bytes(Precision::TF32) == 4);  // stored as fp32
+  CHECK(element_bytes(Precision::AMP) == 2);   // activations and working weights in fp16
+  CHECK(math_precision(Precision::AMP) == Precision::FP16);
+  CHECK(math_precision(Precision::AMP_BF16) == Precision::BF16);
+  CHECK(mixed_precision(Precision::AMP));
+  CHECK(!mixed_precision(Precision::FP16));
+  DeviceSpec d = gpu();
+  CHECK(d.peak(Precision::AMP) == 100e12);
+  CHECK(d.peak(Precision::TF32) == 50e12);
+  d.peak_flops[static_cast<int>(Precision::TF32)] = 0;  // a V100: no TF32, runs it as fp32
+  CHECK(d.peak(Precision::TF32) == 10e12);
+}
+
+TEST_CASE("a GEMM's time: efficiency by precision and class, Hockney's startup, the roofline") {
+  // fc 4096 -> 4096 without bias at batch 256, fp16 math: forward 2 x 256 x 4096^2 = 8.59 GFLOP;
+  // weights 32 MiB; streamed 256 x (4096 + 4096) x 2 bytes = 4 MiB.
+  ModelBuilder b("m", Precision::AMP);
+  int x = b.input("x", {4096});
+  int fc = *b.linear("fc", x, 4096, 4096, false);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.efficiency = 0.9;                                // every other class
+  eff(d, Precision::FP16, KernelClass::Gemm) = 0.6;  // amp's GEMMs
+  d.kernel_startup_s = 4e-6;
+  d.layer_overhead_s = 1e-6;
+  const double flops = 2.0 * 256 * 4096 * 4096;
+  PassTimes t = *layer_times(w.layer(fc), Precision::AMP, d, 256);
+  // compute: 4 us + 8.59e9 / (100e12 x 0.6) = 4 us + 143.2 us; memory: 37.7 MB / 1 TB/s = 37.7 us.
+  CHECK(t.forward == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
+  CHECK(t.backward_input == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
+  CHECK(t.backward_weight == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
+  // fp32 uses fp32's rate and, with no entry, `efficiency`: 8.59e9 / 9e12.
+  PassTimes f32 = *layer_times(w.layer(fc), Precision::FP32, d, 256);
+  CHECK(f32.forward == doctest::Approx(4e-6 + flops / 9e12 + 1e-6));
+  // At batch 1 the weights dominate: (32 MiB + 16 KiB) / 1 TB/s against 4 us + 0.56 us.
+  PassTimes one = *layer_times(w.layer(fc), Precision::AMP, d, 1);
+  const double weights = 4096.0 * 4096 * 2, streamed = (4096.0 + 4096) * 2;
+  CHECK(one.forward == doctest::Approx((weights + streamed) / 1e12 + 1e-6));
+  // Memory efficiency scales the memory side only.
+  d.memory_efficiency_default = 0.5;
+  PassTimes half = *layer_times(w.layer(fc), Precision::AMP, d, 1);
+  CHECK(half.forward == doctest::Approx((weights + streamed) / 0.5e12 + 1e-6));
+}
+
+TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
+  // r_inf = 100 TFLOP/s x 0.5 = 50 TFLOP/s, t0 = 10 us: n_1/2 = 500 MFLOP. A linear layer of
+  // 2 x rows x 1000 x 1000 FLOP = 500 MFLOP needs rows = 250.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {1000});
+  int fc = *b.linear("fc", x, 1000, 1000, false);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;  // never the limit
+  d.efficiency = 0.5;
+  d.kernel_startup_s = 10e-6;
+  PassTimes t = *layer_times(w.layer(fc), Precision::FP16, d, 250);
+  CHECK(t.forward == doctest::Approx(20e-6));  // 500 MFLOP at 25 TFLOP/s
+  // Ten times the work reaches 10/11 of r_inf.
+  PassTimes big = *layer_times(w.layer(fc), Precision::FP16, d, 2500);
+  CHECK(5e9 / big.forward == doctest::Approx(50e12 * 10 / 11));
+}
+
+TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
+  // One LSTM layer, 4 inputs... features 512, hidden 1024, 10 steps, fp16, batch 1.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {10, 512});
+  int l = *b.lstm("lstm", {x}, 1024, false);
+  Workload w = b.finish();
+  const Layer& layer = w.layer(l);
+  // Totals: the forward 8 h (i + h) per step, 3 x that for forward + backward.
+  CHECK(layer.forward_flops == doctest::Approx(8.0 * 1024 * (512 + 1024) * 10));
+  CHECK(layer.backward_input_flops == doctest::Approx(layer.forward_flops));
+  CHECK(layer.backward_weight_flops == doctest::Approx(layer.forward_flops));
+  DeviceSpec d = gpu();
+  d.peak_flops.fill(1e18);  // compute free: only memory traffic counts
+  // Forward by hand: input projection (one GEMM): weights 4 h i x 2 B = 4 MiB, streamed
+  // 10 x (512 + 4096) x 2 B; recurrent part: 10 calls, each reading 4 h^2 x 2 B = 8 MiB of weights
+  // and streaming 8 h x 2 B of gates.
+  const double input_gemm = (4.0 * 1024 * 512 * 2 + 10 * (512 + 4096) * 2) / 1e12;
+  const double step = (4.0 * 1024 * 1024 * 2 + 8 * 1024 * 2) / 1e12;
+  PassTimes t = *layer_times(layer, Precision::FP16, d, 1);
+  CHECK(t.forward == doctest::Approx(input_gemm + 10 * step));
+  // The weights' share does not depend on the batch: 10 x 8 MiB per pass at any batch size, so the
+  // time per sample falls with the batch.
+  PassTimes t8 = *layer_times(layer, Precision::FP16, d, 8);
+  const double input_gemm8 = (4.0 * 1024 * 512 * 2 + 8 * 10 * (512 + 4096) * 2) / 1e12;
+  const double step8 = (4.0 * 1024 * 1024 * 2 + 8 * 8 * 1024 * 2) / 1e12;
+  CHECK(t8.forward == doctest::Approx(input_gemm8 + 10 * step8));
+}
+
+TEST_CASE("a convolution with BatchNorm and ReLU adds the element-wise kernels' memory time") {
+  // 64 -> 64 channels, 3x3, 56x56, fp16: the conv, then BatchNorm (3 passes of the output forward)
+  // and ReLU (2), each at the memory bandwidth.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {64, 56, 56});
+  ModelBuilder::Conv c{64, 64, 3, 1, 1, 1, false, true, true};
+  int conv = *b.conv2d("conv", x, c);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.efficiency = 1;
+  eff(d, Precision::FP16, KernelClass::Conv) = 0.5;
+  const double out = 64.0 * 56 * 56 * 2, flops = 2.0 * 64 * 64 * 9 * 56 * 56;
+  const double weights = 64.0 * 64 * 9 * 2 + 2 * 64 * 2;
+  PassTimes t = *layer_times(w.layer(conv), Precision::FP16, d, 32);
+  const double conv_t = std::max(flops * 32 / 50e12, (2 * out * 32 + weights) / 1e12);
+  CHECK(t.forward == doctest::Approx(conv_t + 3 * out * 32 / 1e12 + 2 * out * 32 / 1e12));
+}
+
+TEST_CASE("mixed precision keeps fp32 master weights and state: 16 bytes per parameter with Adam") {
+  MemoryOptions o;
+  o.mixed_precision = true;
+  const double n = 1e9;
+  for (auto [opt, state] : {std::pair{Optimizer::SGD, 4.0}, {Optimizer::Momentum, 8.0}, {Optimizer::Adam, 12.0}}) {
+    o.optimizer = opt;
+    MemoryBytes m = static_memory(n, 2 * n, o);  // fp16 working weights
+    CHECK(m[static_cast<int>(MemoryCategory::Weights)] == 2 * n);
+    CHECK(m[static_cast<int>(MemoryCategory::Gradients)] == 2 * n);
+    CHECK(m[static_cast<int>(MemoryCategory::OptimizerState)] == state * n);
+  }
+  o.optimizer = Optimizer::Adam;
+  CHECK(total(static_memory(n, 2 * n, o)) == 16 * n);  // Micikevicius et al.; ZeRO's 16 bytes
+  o.mixed_precision = false;
+  CHECK(total(static_memory(n, 4 * n, o)) == 16 * n);  // fp32 Adam: 4 + 4 + 8
+  CHECK(total(static_memory(n, 2 * n, o)) == 8 * n);   // pure fp16 Adam: everything in 2 bytes
+}
+
+TEST_CASE("the optimizer step reads and writes the state once, at the memory bandwidth") {
+  DeviceSpec d = gpu();
+  d.memory_efficiency_default = 0.8;
+  // fp32 Adam: read w, g, m, v and write w, m, v = 7 x 4 bytes; amp: gradient 2 + master 4 x 2 +
+  // m, v 4 x 4 + working weights 2 = 28; SGD fp32: 3 x 4.
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::Adam, Precision::FP32) == 28);
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::Adam, Precision::AMP) == 28);
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::SGD, Precision::FP32) == 12);
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::Momentum, Precision::AMP) == 20);
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::SGD, Precision::FP16) == 6);
+  CHECK(optimizer_step_time(1e9, Optimizer::Adam, Precision::AMP, d) == doctest::Approx(28e9 / 0.8e12));
+}
