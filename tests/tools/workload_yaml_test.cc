@@ -157,3 +157,23 @@ TEST_CASE("precision: amp and tf32 in workload files and workload show, amp keep
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp or amp-bf16, got \"fp8\"") != std::string::npos);
 }
+
+TEST_CASE("a zoo model's documented layers parameter is a count, not a layer list (gpt, mmt)") {
+  char tmpl[] = "/tmp/pipegrid-test-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto run = [&](const std::string& workload) {
+    const std::string path = dir + "/e.yaml";
+    std::ofstream(path) << "workload: " << workload
+                        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: 100GBps, "
+                           "latency: 1us}\nstrategy: {partitioner: uniform, schedule: gpipe, micro_batches: 1}\n";
+    return run_command({PIPEGRID_BINARY, "run", path, "--json"});
+  };
+  CommandResult two = run("{model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 128}");
+  CommandResult four = run("{model: gpt, layers: 4, hidden: 512, heads: 8, sequence: 128}");
+  REQUIRE(two.exit_code == 0);
+  REQUIRE(four.exit_code == 0);
+  CHECK(json::parse(two.out)["iteration_time_s"].get<double>() <
+        json::parse(four.out)["iteration_time_s"].get<double>());
+  CHECK(run("{model: mmt, layers: 2, branches: 2}").exit_code == 0);
+  std::filesystem::remove_all(dir);
+}

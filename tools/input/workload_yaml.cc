@@ -94,7 +94,8 @@ Workload parse_workload(const Node& n) {
   const std::vector<std::string_view> forms = {"kind", "model", "file", "profile", "layers"};
   std::vector<std::string_view> present;
   for (std::string_view f : forms)
-    if (n.has(f) && !(f == "layers" && n.has("kind"))) present.push_back(f);  // a chain's `layers` is a count
+    // A chain's `layers` and a zoo model's `layers` (gpt, mmt, ...) are counts, not a layer list.
+    if (n.has(f) && !(f == "layers" && (n.has("kind") || n.has("model")))) present.push_back(f);
   if (present.size() != 1)
     n.fail(present.empty()
                ? "expected one of kind: chain, model: NAME, file: MODEL.yaml, profile: GRAPH.txt or layers: "
