@@ -85,7 +85,7 @@ Cluster generated(Result<Cluster> c, const Node& n) {
 
 Cluster parse_generator(const Node& n, const std::string& kind) {
   if (kind == "switch" || kind == "ring") {
-    n.check_keys({"kind", "name", "sharing", "count", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency", "sharing"});
     const int count = count_of(n, "count");
     auto [name, spec] = named_device(n);
     const LinkSpec l = link_keys(n);
@@ -93,13 +93,13 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_ring_cluster(count, name, spec, l), n);
   }
   if (kind == "torus") {
-    n.check_keys({"kind", "name", "sharing", "dims", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency", "sharing"});
     const std::vector<int> dims = dims_of(n, 1, 3);
     auto [name, spec] = named_device(n);
     return generated(make_torus_cluster(dims, name, spec, link_keys(n)), n);
   }
   if (kind == "fat-tree") {
-    n.check_keys({"kind", "name", "sharing", "k", "count", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "k", "count", "device", "bandwidth", "latency", "sharing"});
     Node kn = n.need("k", "an even switch port count from 2 to 128");
     const int k = static_cast<int>(kn.integer(2, 128, "an even switch port count from 2 to 128"));
     if (k % 2 != 0) kn.expected("an even switch port count from 2 to 128");
@@ -112,8 +112,8 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_fat_tree_cluster(k, count, name, spec, link_keys(n)), n);
   }
   if (kind == "dragonfly") {
-    n.check_keys({"kind", "name", "sharing", "groups", "routers", "hosts", "global_links", "device",
-                  "bandwidth", "latency", "global"});
+    n.check_keys({"kind", "name", "groups", "routers", "hosts", "global_links", "device", "bandwidth",
+                  "latency", "global", "sharing"});
     DragonflySpec s;
     s.groups = count_of(n, "groups");
     s.routers = count_of(n, "routers");
@@ -128,7 +128,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   if (kind == "dgx") {
     n.check_keys(
-        {"kind", "name", "sharing", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric"});
+        {"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric", "sharing"});
     DgxSpec s;
     s.nodes = count_of(n, "nodes");
     if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
@@ -141,7 +141,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_dgx_cluster(s), n);
   }
   if (kind == "summit") {
-    n.check_keys({"kind", "name", "sharing", "nodes", "gpu", "nvlink", "xbus", "infiniband"});
+    n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband", "sharing"});
     SummitSpec s;
     s.nodes = count_of(n, "nodes");
     s.gpu = device_or(n, "gpu", "v100");
@@ -152,7 +152,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   // fpga-ring, fpga-torus
   const bool torus = kind == "fpga-torus";
-  n.check_keys({"kind", "name", "sharing", torus ? "dims" : "count", "device", "qsfp", "pcie"});
+  n.check_keys({"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie", "sharing"});
   FpgaClusterSpec s;
   s.torus = torus;
   s.dims = torus ? dims_of(n, 2, 3) : std::vector<int>{count_of(n, "count")};
