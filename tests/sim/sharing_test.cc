@@ -72,16 +72,6 @@ Iteration iteration(Sharing sharing) {
   return out;
 }
 
-Task transfer(int from, int to, double bytes) {
-  Task t;
-  t.kind = TaskKind::Transfer;
-  t.transfer = TransferKind::Activation;
-  t.device = from;
-  t.peer = to;
-  t.bytes = bytes;
-  return t;
-}
-
 }  // namespace
 
 TEST_CASE("max-min sharing: two flows with route latencies 3 us and 22 us get equal shares of a trunk") {
