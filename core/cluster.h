@@ -18,6 +18,17 @@ enum class Duplex {
   Shared,  // both directions share the bandwidth
 };
 
+// How flows that cross one link direction divide its bandwidth in the SimGrid replay.
+enum class Sharing {
+  // Max-min fair shares, whatever the flows' route latencies (progressive filling): GPU fabrics
+  // (NVLink, InfiniBand with credit-based flow control) do not divide bandwidth by round-trip
+  // time. A flow's route latency only delays its start.
+  MaxMin,
+  // TCP-like: SimGrid's CM02 model with the real latencies, where a flow's share on a link is
+  // inversely proportional to its route's latency (RTT unfairness). For TCP/Ethernet studies.
+  Tcp,
+};
+
 struct Link {
   int a = -1, b = -1;    // network nodes
   double bandwidth = 0;  // bytes/s, per direction when full duplex
@@ -69,6 +80,7 @@ struct Cluster {
   std::vector<int> torus_dims;
   // Fat-tree routing (fat-tree and dgx generators), after explicit routes and dimension order.
   std::optional<FatTreeRouting> fat_tree;
+  Sharing sharing = Sharing::MaxMin;  // the replay's bandwidth sharing rule (cluster key `sharing`)
 
   size_t node_count() const { return devices.size() + switches.size(); }
   bool is_device(int node) const { return node >= 0 && static_cast<size_t>(node) < devices.size(); }

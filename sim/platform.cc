@@ -95,6 +95,11 @@ Status check_link_names(const Cluster& c) {
   return {};
 }
 
+double Platform::start_delay(int from, int to) const {
+  auto it = delays.find(pair_key(from, to));
+  return it == delays.end() ? 0.0 : it->second;
+}
+
 Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
   // Routes first: a missing one is an error here, not an abort inside SimGrid.
   auto routes = plan_routes(c, pairs);
@@ -102,6 +107,8 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
   if (Status s = check_link_names(c); !s) return s.error();
 
   Platform p;
+  // Max-min: SimGrid's links carry no latency (see platform.h); the replay delays each flow instead.
+  const bool latency_in_simgrid = c.sharing == Sharing::Tcp;
   auto* zone_impl = new PairRoutedZone(c.name.empty() ? "cluster" : c.name);  // owned by the engine
   sg4::NetZone* zone = zone_impl->get_iface();
   p.hosts.reserve(c.devices.size());
@@ -117,13 +124,14 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
       sg4::Link* link = l.duplex == Duplex::Full
                             ? zone->create_split_duplex_link(link_name(c, i), l.bandwidth)
                             : zone->create_link(link_name(c, i), l.bandwidth);
-      link->set_latency(l.latency);
+      link->set_latency(latency_in_simgrid ? l.latency : 0.0);
       link->seal();
       links[i] = link;
     }
     return links[i];
   };
   for (const auto& [pr, r] : *routes) {
+    if (!latency_in_simgrid && r.latency > 0) p.delays[pair_key(pr.first, pr.second)] = r.latency;
     std::vector<sg4::LinkInRoute> hops;
     hops.reserve(r.hops.size());
     for (const Hop& h : r.hops) {

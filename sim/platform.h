@@ -1,6 +1,11 @@
 // Builds the SimGrid platform of a validated cluster: one host per device, one SimGrid link per
 // cluster link that some route uses (split-duplex for full-duplex links, shared otherwise), and
-// explicit routes for the device pairs that communicate, computed by pipegrid's Router. The zone
+// explicit routes for the device pairs that communicate, computed by pipegrid's Router.
+// The cluster's sharing rule decides where latency lives. Sharing::Tcp gives SimGrid the real link
+// latencies: CM02 then makes each flow's sharing penalty its route latency, so flows on a link get
+// shares inversely proportional to their route latencies. Sharing::MaxMin gives SimGrid links of
+// latency 0 (every flow has the same penalty: plain max-min fairness) and keeps each pair's route
+// latency in Platform::start_delay, which the replay waits before starting the flow. The zone
 // stores only those routes (SimGrid's Full zone would allocate a table for every pair of hosts),
 // so the platform of a 16k-device cluster is built in a fraction of a second. Every check that
 // SimGrid would abort on is done before SimGrid sees anything.
@@ -8,6 +13,7 @@
 
 #include <simgrid/s4u.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,7 +29,15 @@ inline constexpr double kDefaultHostSpeed = 1e12;
 struct Platform {
   std::vector<simgrid::s4u::Host*> hosts;  // by device index
   std::vector<double> speeds;              // FLOP/s of each host
+  // Seconds a transfer between two devices waits before it enters SimGrid's network: its route's
+  // latency under Sharing::MaxMin, 0 under Sharing::Tcp (SimGrid applies the latency itself).
+  double start_delay(int from, int to) const;
+  std::unordered_map<uint64_t, double> delays;  // by pair_key(from, to); absent: 0
 };
+
+inline uint64_t pair_key(int from, int to) {
+  return (uint64_t{static_cast<uint32_t>(from)} << 32) | static_cast<uint32_t>(to);
+}
 
 // Validates the cluster and routes every pair (no SimGrid involved): fails on an invalid cluster
 // or a pair that is not connected.

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <set>
+#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
 
 #include "core/executor.h"
@@ -33,13 +34,22 @@ class SimLauncher : public TaskLauncher {
       e->set_data(tag);
       e->start();
       alive_[t] = e;
+    } else if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
+      // Max-min sharing: the route's latency passes before the flow enters the network. Timers run
+      // in maestro, like completion callbacks, and Engine::run() does not return while one is pending.
+      simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock() + delay, [this, t] { start_comm(t); });
     } else {
-      sg4::CommPtr c = sg4::Comm::sendto_init(p_.hosts[task.device], p_.hosts[task.peer]);
-      c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
-      c->set_data(tag);
-      c->start();
-      alive_[t] = c;
+      start_comm(t);
     }
+  }
+
+  void start_comm(int32_t t) {
+    const Task& task = g_.tasks[t];
+    sg4::CommPtr c = sg4::Comm::sendto_init(p_.hosts[task.device], p_.hosts[task.peer]);
+    c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
+    c->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(t)));
+    c->start();
+    alive_[t] = c;
   }
 
   // SimGrid still uses an activity while its completion callback runs: release it one callback later.
@@ -69,11 +79,8 @@ std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
 }  // namespace
 
 Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions& o) {
-  std::vector<std::string> args = {"pipegrid",
-                                   "--cfg=network/model:CM02",
-                                   "--cfg=network/TCP-gamma:0",
-                                   "--cfg=network/crosstraffic:0",
-                                   "--cfg=network/optim:Lazy"};
+  std::vector<std::string> args = {"pipegrid", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
+                                   "--cfg=network/crosstraffic:0", "--cfg=network/optim:Lazy"};
   if (!o.log) args.insert(args.begin() + 1, "--log=root.thres:critical");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -166,7 +173,8 @@ Result<Replay> replay_isolated(const Cluster& c, const TaskGraph& g, const Repla
   std::memcpy(&n, data.data() + 1, sizeof n);
   size_t at = 1 + sizeof n;
   if (data[0] == 0) return Error{data.substr(at, n)};
-  if (data.size() != at + sizeof(double) * (1 + 2 * n)) return Error{"the simulation process sent a truncated answer"};
+  if (data.size() != at + sizeof(double) * (1 + 2 * n))
+    return Error{"the simulation process sent a truncated answer"};
   Replay r;
   std::memcpy(&r.wall_seconds, data.data() + at, sizeof(double));
   at += sizeof(double);

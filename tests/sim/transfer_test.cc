@@ -19,16 +19,6 @@ Cluster pair_cluster(double bw, double lat, Duplex duplex) {
   return c;
 }
 
-Task transfer(int from, int to, double bytes) {
-  Task t;
-  t.kind = TaskKind::Transfer;
-  t.transfer = TransferKind::Activation;
-  t.device = from;
-  t.peer = to;
-  t.bytes = bytes;
-  return t;
-}
-
 std::vector<double> durations(const Cluster& c, const std::vector<Task>& transfers) {
   TaskGraph g;
   g.device_order.resize(c.devices.size());
@@ -69,7 +59,9 @@ TEST_CASE("full-duplex links carry both directions at full speed; shared links s
   CHECK(close_rel(shared[1], 0.2, 1e-6));
 }
 
-TEST_CASE("flows on disjoint links do not slow each other, and a multi-hop route adds latencies and is limited by its slowest link") {
+TEST_CASE(
+    "flows on disjoint links do not slow each other, and a multi-hop route adds latencies and is limited by "
+    "its slowest link") {
   // a -- s1 -- b and c -- s1 -- d would share nothing but the switch (switches have no capacity).
   Cluster c;
   for (const char* n : {"a", "b", "c", "d"}) c.devices.push_back({n, test_device(), ""});

@@ -6,9 +6,21 @@
 
 #include "core/experiment.h"
 #include "core/models/chain.h"
+#include "core/task_graph.h"
 #include "core/topologies/generators.h"
 
 namespace pipegrid::testing {
+
+// An activation transfer of `bytes` from device `from` to device `to`, with no dependencies.
+inline Task transfer(int from, int to, double bytes) {
+  Task t;
+  t.kind = TaskKind::Transfer;
+  t.transfer = TransferKind::Activation;
+  t.device = from;
+  t.peer = to;
+  t.bytes = bytes;
+  return t;
+}
 
 inline DeviceSpec test_device(double memory = 1e12) {
   DeviceSpec d;
@@ -27,8 +39,8 @@ inline Cluster line_cluster(int p, double bandwidth, double latency) {
 }
 
 // A chain of p layers (one per stage), T_F and T_BW per stage, activation bytes per boundary.
-inline Experiment chain_experiment(int p, int m, double tf, double tbw, const std::string& schedule, Cluster cluster,
-                                   double activation = 1 << 20) {
+inline Experiment chain_experiment(int p, int m, double tf, double tbw, const std::string& schedule,
+                                   Cluster cluster, double activation = 1 << 20) {
   ChainSpec c;
   c.layers = p;
   c.forward_s = tf;
@@ -77,6 +89,8 @@ inline Experiment schedule_experiment(const std::string& name, int p, int m, Clu
   return e;
 }
 
-inline bool close_rel(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)); }
+inline bool close_rel(double a, double b, double rel) {
+  return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
+}
 
 }  // namespace pipegrid::testing

@@ -133,6 +133,20 @@ TEST_CASE("every preset loads, and the device count in its name is the one it bu
       CHECK(p["devices"] == 32);
 }
 
+TEST_CASE("sharing: max-min by default, tcp on request, in generated and written clusters") {
+  Scratch s;
+  CHECK(run_json({"cluster", "show", s.file("ring.yaml", kRing), "--json"})["sharing"] == "max-min");
+  CHECK(run_json({"cluster", "show", s.file("tcp-ring.yaml", std::string(kRing) + "sharing: tcp\n"),
+                  "--json"})["sharing"] == "tcp");
+  const std::string written = R"(
+sharing: tcp
+devices: [{name: gpu, count: 2, model: a100}]
+links: [{between: [gpu0, gpu1], bandwidth: 10GBps, latency: 1us}]
+)";
+  CHECK(run_json({"cluster", "show", s.file("pair.yaml", written), "--json"})["sharing"] == "tcp");
+  CHECK(run_json({"cluster", "show", "dgx-a100-2", "--json"})["sharing"] == "max-min");
+}
+
 TEST_CASE("cluster show: devices, links, diameter and bisection bandwidth by hand") {
   json j = run_json({"cluster", "show", "dgx-a100-2", "--json"});
   CHECK(j["devices"].size() == 16);

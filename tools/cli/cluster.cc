@@ -109,6 +109,7 @@ int run_show(const Options& o) {
                             {"bandwidth_Bps", l.bandwidth},
                             {"latency_s", l.latency},
                             {"duplex", duplex_name(l.duplex)}});
+    j["sharing"] = c->sharing == Sharing::Tcp ? "tcp" : "max-min";
     j["explicit_routes"] = c->routes.size();
     j["routing"] = c->torus_dims.empty() ? "shortest-path" : "dimension-order";
     j["diameter_hops"] = f->diameter_hops;

@@ -85,7 +85,7 @@ Cluster generated(Result<Cluster> c, const Node& n) {
 
 Cluster parse_generator(const Node& n, const std::string& kind) {
   if (kind == "switch" || kind == "ring") {
-    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency", "sharing"});
     const int count = count_of(n, "count");
     auto [name, spec] = named_device(n);
     const LinkSpec l = link_keys(n);
@@ -93,13 +93,13 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_ring_cluster(count, name, spec, l), n);
   }
   if (kind == "torus") {
-    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency", "sharing"});
     const std::vector<int> dims = dims_of(n, 1, 3);
     auto [name, spec] = named_device(n);
     return generated(make_torus_cluster(dims, name, spec, link_keys(n)), n);
   }
   if (kind == "fat-tree") {
-    n.check_keys({"kind", "name", "k", "count", "device", "bandwidth", "latency"});
+    n.check_keys({"kind", "name", "k", "count", "device", "bandwidth", "latency", "sharing"});
     Node kn = n.need("k", "an even switch port count from 2 to 128");
     const int k = static_cast<int>(kn.integer(2, 128, "an even switch port count from 2 to 128"));
     if (k % 2 != 0) kn.expected("an even switch port count from 2 to 128");
@@ -113,7 +113,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   if (kind == "dragonfly") {
     n.check_keys({"kind", "name", "groups", "routers", "hosts", "global_links", "device", "bandwidth",
-                  "latency", "global"});
+                  "latency", "global", "sharing"});
     DragonflySpec s;
     s.groups = count_of(n, "groups");
     s.routers = count_of(n, "routers");
@@ -127,7 +127,8 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_dragonfly_cluster(s), n);
   }
   if (kind == "dgx") {
-    n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric"});
+    n.check_keys(
+        {"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric", "sharing"});
     DgxSpec s;
     s.nodes = count_of(n, "nodes");
     if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
@@ -140,7 +141,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_dgx_cluster(s), n);
   }
   if (kind == "summit") {
-    n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband"});
+    n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband", "sharing"});
     SummitSpec s;
     s.nodes = count_of(n, "nodes");
     s.gpu = device_or(n, "gpu", "v100");
@@ -151,7 +152,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   // fpga-ring, fpga-torus
   const bool torus = kind == "fpga-torus";
-  n.check_keys({"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie"});
+  n.check_keys({"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie", "sharing"});
   FpgaClusterSpec s;
   s.torus = torus;
   s.dims = torus ? dims_of(n, 2, 3) : std::vector<int>{count_of(n, "count")};
@@ -255,7 +256,7 @@ void parse_routes(const Node& routes, Cluster& c, const std::unordered_map<std::
 }
 
 Cluster parse_written(const Node& n) {
-  n.check_keys({"name", "devices", "switches", "links", "routes"});
+  n.check_keys({"name", "devices", "switches", "links", "routes", "sharing"});
   Cluster c;
   if (std::optional<Node> name = n.get("name")) c.name = name->string("a name");
   NameTable names;
@@ -343,7 +344,7 @@ bool is_xml(const std::string& path) {
 }
 
 Cluster parse_file_reference(const Node& n) {
-  n.check_keys({"file", "device"});
+  n.check_keys({"file", "device", "sharing"});
   Node f = *n.get("file");
   const std::string path =
       resolve_path(f.document(), f.string("a path to a cluster file (YAML) or a SimGrid platform (.xml)"));
@@ -366,11 +367,25 @@ Cluster parse_file_reference(const Node& n) {
   return parse_body(root, false);
 }
 
+// `sharing: max-min | tcp`, allowed in every form of cluster; it overrides the one of a preset or file.
+Cluster with_sharing(const Node& n, Cluster c) {
+  if (std::optional<Node> s = n.get("sharing"))
+    c.sharing =
+        s->choice({"max-min", "tcp"}, "a bandwidth sharing rule") == "tcp" ? Sharing::Tcp : Sharing::MaxMin;
+  return c;
+}
+
+Cluster parse_form(const Node& n, bool references);
+
 // `references`: whether `preset` and `file` may appear (not inside cluster files: no cycles).
 Cluster parse_body(const Node& n, bool references) {
   n.require_map("a mapping describing the cluster");
+  return with_sharing(n, parse_form(n, references));
+}
+
+Cluster parse_form(const Node& n, bool references) {
   if (references && n.has("preset")) {
-    n.check_keys({"preset"});
+    n.check_keys({"preset", "sharing"});
     Node p = *n.get("preset");
     const std::string name = p.string("a preset name");
     if (const ClusterPreset* preset = find_preset(name)) return parse_preset(*preset);
