@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Fit the cost model's compute-efficiency table on the CALIBRATION rows of measurements.yaml.
+
+Parameters: one efficiency per (device, precision, kernel class) that at least one calibration
+row exercises (resnet50/vgg16: conv, gemm; bert/gpt: gemm, attention; gnmt: recurrent, gemm,
+attention), set in each generated experiment as a device override
+`compute_efficiency: {precision: {class: value}}`. With a pipegrid that only knows the scalar
+`efficiency:` of a device, one parameter per (device, precision) (class `all`). Minimises the sum
+of squared log ratios (pipegrid / published) by coordinate descent in log space (golden-section
+search per coordinate), each value in [0.05, 1]. The check rows are never read. Writes
+calibration.yaml (the table and the calibration rows' residuals) and prints it. Run by hand.
+
+    experiments/validation/calibrate.py [--pipegrid build/pipegrid] [-j 2]
+"""
+import argparse
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vlib  # noqa: E402
+
+LO, HI = 0.05, 1.0
+START = 0.5  # the catalog's GPU efficiency
+GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="See experiments/validation/README.md")
+    p.add_argument("--out", default=HERE, help="folder for calibration.yaml (default: this script's)")
+    p.add_argument("--pipegrid", default=vlib.DEFAULT_PIPEGRID, help="the pipegrid binary (default: build/pipegrid)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="pipegrid processes in parallel (default 2)")
+    p.add_argument("--measurements", default=vlib.MEASUREMENTS, help="the measurements (default: measurements.yaml here)")
+    p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
+    p.add_argument("--tolerance", type=float, default=0.002,
+                   help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.002)")
+    return p.parse_args()
+
+
+class Fit:
+    def __init__(self, pg, rows):
+        self.pg, self.rows = pg, rows
+        self.by_class = pg.class_efficiency()
+        self.values = {}  # (gpu, precision, class) -> efficiency
+        for r in rows:
+            for c in self.classes(r):
+                self.values[(r["gpu"], r["precision"], c)] = START
+
+    def classes(self, row):
+        return vlib.MODEL_CLASSES.get(row["model"], ("gemm",)) if self.by_class else ("all",)
+
+    def efficiency_of(self, values):
+        return lambda r: {c: values[(r["gpu"], r["precision"], c)] for c in self.classes(r)}
+
+    def residuals(self, values, rows=None):
+        """{id: ln(pipegrid / published) or None (error)} for `rows` (default all)."""
+        res = vlib.predict(self.pg, rows or self.rows, self.efficiency_of(values))
+        return {i: (None if "error" in x else math.log(x["ratio"])) for i, x in res.items()}
+
+    def cost(self, values, rows=None):
+        return sum(v * v for v in self.residuals(values, rows).values() if v is not None)
+
+    def line_search(self, key, tol):
+        """Golden-section search over ln(value) in [ln LO, ln HI] for the coordinate `key`, re-running
+        only the rows that use it (the others do not change)."""
+        rows = [r for r in self.rows if (r["gpu"], r["precision"]) == key[:2] and key[2] in self.classes(r)]
+
+        def f(logv):
+            v = dict(self.values)
+            v[key] = round(math.exp(logv), 4)
+            return self.cost(v, rows)
+
+        a, b = math.log(LO), math.log(HI)
+        c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
+        fc, fd = f(c), f(d)
+        while b - a > tol:
+            if fc <= fd:
+                b, d, fd = d, c, fc
+                c = b - GOLDEN * (b - a)
+                fc = f(c)
+            else:
+                a, c, fc = c, d, fd
+                d = a + GOLDEN * (b - a)
+                fd = f(d)
+        best = min(((f(x), round(math.exp(x), 4)) for x in (a, (a + b) / 2, b)), key=lambda t: t[0])
+        current = f(math.log(self.values[key]))
+        if best[0] < current:
+            self.values[key] = best[1]
+        return min(best[0], current)
+
+
+def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
+    lines = ["# Fitted by experiments/validation/calibrate.py on the calibration rows of measurements.yaml",
+             "# (never the check rows). Copy into topologies/devices.yaml as each device's compute_efficiency.",
+             f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}; "
+             f"precisions {'native' if fit.pg.native_precision() else 'amp/tf32/amp-bf16 run as fp16/fp32/bf16 (shim)'}.",
+             f"# objective (sum of squared ln ratios): {cost0:.4f} at {START} -> {cost1:.4f} "
+             f"after {sweeps_done} sweep(s) over {len(rows)} rows",
+             "compute_efficiency:"]
+    for gpu in sorted({k[0] for k in fit.values}):
+        lines.append(f"  {gpu}:")
+        for prec in sorted({k[1] for k in fit.values if k[0] == gpu}):
+            items = ", ".join(f"{c}: {fit.values[(gpu, prec, c)]:.4f}" for c in sorted(
+                k[2] for k in fit.values if k[:2] == (gpu, prec)))
+            lines.append(f"    {prec}: {{{items}}}")
+    lines.append("residuals:  # pipegrid / published before (catalog efficiency) and after the fit")
+    for r in sorted(rows, key=lambda r: r["id"]):
+        b, a = before.get(r["id"]), after.get(r["id"])
+        show = (lambda x: "error" if x is None else f"{math.exp(x):.3f}")
+        lines.append(f"  - {{id: {r['id']}, before: {show(b)}, after: {show(a)}}}")
+    errs = [math.exp(a) - 1 for a in after.values() if a is not None]
+    lines.append(f"# {vlib.summary('calibration', errs)}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    args = parse_args()
+    rows = vlib.load_rows(args.measurements, "calibration")
+    # The check rows stay unseen: only calibration rows were kept, and nothing else is read.
+    assert rows and all(r["set"] == "calibration" for r in rows), "calibration needs calibration rows only"
+    pg = vlib.Pipegrid(args.pipegrid, args.jobs)
+    fit = Fit(pg, rows)
+    print(f"{len(rows)} calibration rows, {len(fit.values)} parameters "
+          f"({'per kernel class' if fit.by_class else 'scalar efficiency per device and precision'})", flush=True)
+    before = fit.residuals(fit.values)
+    cost0 = cost = sum(v * v for v in before.values() if v is not None)
+    print(f"start: cost {cost0:.4f}", flush=True)
+    sweeps = 0
+    for sweep in range(args.sweeps):
+        sweeps += 1
+        for key in sorted(fit.values):
+            fit.line_search(key, args.tolerance)
+            print(f"sweep {sweep + 1}: {'/'.join(key)} = {fit.values[key]:.4f} ({pg.runs} pipegrid runs)", flush=True)
+        new = fit.cost(fit.values)
+        print(f"sweep {sweep + 1}: cost {new:.4f}", flush=True)
+        if cost - new < 1e-4:
+            cost = new
+            break
+        cost = new
+    after = fit.residuals(fit.values)
+    text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "calibration.yaml"), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""Shared by run.py and calibrate.py: read the measurements, write the pipegrid experiment that
+reproduces each row, run pipegrid (in parallel, cached by the file's contents) and convert its
+throughput to the row's metric. See README.md in this folder for the rules."""
+import concurrent.futures
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_PIPEGRID = os.path.join(ROOT, "build", "pipegrid")
+MEASUREMENTS = os.path.join(HERE, "measurements.yaml")
+SETS = ("calibration", "check")
+PRECISIONS = ("fp32", "tf32", "amp", "fp16", "bf16", "amp-bf16")
+METRICS = ("samples_per_s", "tokens_per_s", "tflops_per_gpu")
+REQUIRED = ("id", "source", "url", "model", "gpu", "gpus", "precision", "batch_per_gpu", "metric", "value", "set")
+
+# Kernel classes a zoo model exercises (its compute-bound work), for calibration.
+MODEL_CLASSES = {
+    "resnet50": ("conv", "gemm"), "vgg16": ("conv", "gemm"),
+    "bert-large": ("gemm", "attention"), "gpt": ("gemm", "attention"), "gpt3-175b": ("gemm", "attention"),
+    "gnmt8": ("recurrent", "gemm", "attention"), "gnmt16": ("recurrent", "gemm", "attention"),
+}
+# The optimizer each model's published training runs use (a row's `optimizer` key overrides):
+# the image models SGD with momentum, the Transformers Adam or LAMB (the same state: two tensors),
+# GNMT Adam.
+MODEL_OPTIMIZER = {"resnet50": "momentum", "vgg16": "momentum", "bert-large": "adam", "gpt": "adam",
+                   "gpt3-175b": "adam", "gnmt8": "adam", "gnmt16": "adam"}
+# Zoo defaults of the parameters the metric rules use (core/models/zoo.cc).
+ZOO_DEFAULTS = {"bert-large": {"sequence": 512}, "gpt": {"sequence": 1024}, "gpt3-175b": {"sequence": 2048},
+                "gnmt8": {"source_length": 25, "target_length": 25},
+                "gnmt16": {"source_length": 25, "target_length": 25}}
+
+# Systems: how the row's machine is built. A DGX is the `dgx` generator (one NVSwitch per node,
+# one InfiniBand NIC per GPU); the A100 and H100 figures are those of the presets dgx-a100-2/-4 and
+# dgx-h100-4 (written out as generators because presets take no device overrides: the row's
+# memory size and the calibrated efficiencies go into the device). DGX-1 (V100, hybrid cube-mesh
+# NVLink: 6 links of 25 GB/s per GPU) is approximated by a switch at the GPU's 150 GB/s per
+# direction, DGX-2 (NVSwitch, 16 GPUs) likewise; V100 systems get EDR (100 Gb/s) per GPU.
+SYSTEMS = {
+    "DGX-1": {"gpu": "v100", "gpus_per_node": 8, "nvlink": "150GBps", "infiniband": "100Gbps",
+              "like": "dgx generator (no preset: DGX-1's cube mesh as a 150 GB/s switch)"},
+    "DGX-2": {"gpu": "v100", "gpus_per_node": 16, "nvlink": "150GBps", "infiniband": "100Gbps",
+              "like": "dgx generator (no preset)"},
+    "DGX A100": {"gpu": "a100", "gpus_per_node": 8, "nvlink": "300GBps", "infiniband": "200Gbps",
+                 "like": "preset dgx-a100-2/-4 (same generator and figures)"},
+    "DGX H100": {"gpu": "h100", "gpus_per_node": 8, "nvlink": "450GBps", "infiniband": "400Gbps",
+                 "like": "preset dgx-h100-4 (same generator and figures)"},
+}
+NVLINK = {"v100": "150GBps", "a100": "300GBps", "h100": "450GBps"}  # per GPU and direction (hardware.md)
+INFINIBAND = {"v100": "100Gbps", "a100": "200Gbps", "h100": "400Gbps"}  # one NIC per GPU (hardware.md)
+
+
+class MappingError(Exception):
+    """A row pipegrid cannot reproduce: reported as an error row."""
+
+
+def load_yaml(path):
+    import yaml
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def load_rows(path, which="all"):
+    """The measurement rows (a YAML list), checked; `which`: calibration | check | all."""
+    rows = load_yaml(path) or []
+    if not isinstance(rows, list):
+        raise SystemExit(f"{path}: expected a YAML list of measurements")
+    seen = set()
+    for i, r in enumerate(rows):
+        missing = [k for k in REQUIRED if k not in r]
+        if missing:
+            raise SystemExit(f"{path}: row {i + 1} ({r.get('id', '?')}) lacks {', '.join(missing)}")
+        if r["id"] in seen:
+            raise SystemExit(f"{path}: duplicate id {r['id']}")
+        seen.add(r["id"])
+    if which != "all":
+        rows = [r for r in rows if r["set"] == which]
+    return rows
+
+
+# ------------------------------------------------------------------------------------- pipegrid
+
+class Pipegrid:
+    """Runs `pipegrid run FILE --json`, caching by the file's contents (and the binary's identity)."""
+
+    def __init__(self, path, jobs=2):
+        self.path = os.path.abspath(path)
+        self.jobs = jobs
+        self.cache = {}
+        self.lock = threading.Lock()
+        self.tmp = tempfile.TemporaryDirectory(prefix="pipegrid-validation-")
+        self.runs = 0
+        self._native_precision = None
+        self._class_efficiency = None
+
+    def _wait_for_binary(self):
+        # The binary may be rebuilt under us: wait for it to come back (up to 10 minutes).
+        for _ in range(600):
+            if os.path.exists(self.path):
+                return
+            time.sleep(1)
+        raise SystemExit(f"pipegrid is not there: {self.path} (build it, or pass --pipegrid)")
+
+    def _exec(self, args):
+        for attempt in range(30):
+            self._wait_for_binary()
+            try:
+                return subprocess.run([self.path] + args, capture_output=True, text=True, timeout=900)
+            except (FileNotFoundError, PermissionError, OSError):
+                time.sleep(2)  # replaced between the check and the exec ("text file busy")
+        raise SystemExit(f"cannot run {self.path}")
+
+    def run(self, experiment):
+        """pipegrid's JSON for the experiment (a dict), or {"error": message}."""
+        text = json.dumps(experiment, indent=1, sort_keys=True) + "\n"
+        key = hashlib.sha256(text.encode()).hexdigest()
+        with self.lock:
+            if key in self.cache:
+                return self.cache[key]
+        path = os.path.join(self.tmp.name, key[:16] + ".yaml")
+        with open(path, "w") as f:
+            f.write(text)  # JSON is YAML
+        p = self._exec(["run", path, "--json"])
+        if p.returncode != 0:
+            out = {"error": (p.stderr.strip() or p.stdout.strip()).replace(path + ":", "").strip()}
+        else:
+            out = json.loads(p.stdout)
+        with self.lock:
+            self.cache[key] = out
+            self.runs += 1
+        return out
+
+    def run_all(self, experiments, progress=None):
+        """experiments: list of (key, dict or MappingError). Returns {key: result}; calls
+        progress(key, result) as each finishes."""
+        out = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = {}
+            for k, e in experiments:
+                if isinstance(e, MappingError):
+                    out[k] = {"error": str(e)}
+                    if progress:
+                        progress(k, out[k])
+                else:
+                    futures[pool.submit(self.run, e)] = k
+            for f in concurrent.futures.as_completed(futures):
+                k = futures[f]
+                out[k] = f.result()
+                if progress:
+                    progress(k, out[k])
+        return out
+
+    def native_precision(self):
+        """Whether pipegrid takes amp, tf32 and amp-bf16 as precisions."""
+        if self._native_precision is None:
+            p = self._exec(["workload", "show", "resnet50", "--precision", "amp", "--json"])
+            self._native_precision = p.returncode == 0
+        return self._native_precision
+
+    def class_efficiency(self):
+        """Whether a device takes `compute_efficiency: {precision: {class: x}}`."""
+        if self._class_efficiency is None:
+            prec = "amp" if self.native_precision() else "fp16"
+            e = {"workload": {"kind": "chain", "layers": 1, "forward": "1ms", "backward": "2ms",
+                              "activation": "1MiB", "parameters": "1MiB"},
+                 "cluster": {"kind": "switch", "count": 1, "bandwidth": "1GBps", "latency": "1us",
+                             "device": {"name": "gpu", "model": "v100",
+                                        "compute_efficiency": {prec: {"gemm": 0.5}}}},
+                 "strategy": {"partitioner": "dp", "micro_batches": 1}}
+            self._class_efficiency = "error" not in self.run(e)
+        return self._class_efficiency
+
+
+# ------------------------------------------------------------------------------ row -> experiment
+
+def workload_precision(pg, precision):
+    """The precision written into the experiment."""
+    if pg.native_precision():
+        return precision
+    # TEMPORARY SHIM (remove once `pipegrid workload show resnet50 --precision amp` works
+    # everywhere): this pipegrid knows only fp32, fp16, bf16, int8.
+    return {"amp": "fp16", "tf32": "fp32", "amp-bf16": "bf16"}.get(precision, precision)
+
+
+def memory_section(pg, row):
+    optimizer = row.get("optimizer") or MODEL_OPTIMIZER.get(row["model"], "adam")
+    if optimizer not in ("sgd", "momentum", "adam"):
+        raise MappingError(f"optimizer {optimizer!r}: expected sgd, momentum or adam")
+    mixed = row["precision"] in ("amp", "amp-bf16")
+    if mixed and not pg.native_precision():
+        # TEMPORARY SHIM (with the precision shim above): the mixed-precision optimizer state
+        # (fp32 master weights + fp32 state) by hand: mixed-adam, or 12 bytes per parameter for
+        # momentum (2 + 2 working weights and gradients, 4 master, 4 momentum), 8 for SGD.
+        if optimizer == "adam":
+            return {"optimizer": "mixed-adam"}
+        return {"optimizer": optimizer, "bytes_per_parameter": 12 if optimizer == "momentum" else 8}
+    return {"optimizer": optimizer}  # amp/amp-bf16: pipegrid adds the fp32 master weights and state
+
+
+def device_spec(pg, row, efficiency=None):
+    """The row's GPU as a catalog entry with overrides: its memory size and, for calibration,
+    efficiencies ({class: value}, or {"all": value} for a pipegrid without per-class efficiency)."""
+    d = {"model": row["gpu"]}
+    if row.get("gpu_memory"):
+        d["memory"] = str(row["gpu_memory"]).replace(" ", "")
+    if efficiency:
+        if "all" in efficiency:
+            d["efficiency"] = round(efficiency["all"], 6)
+        else:
+            d["compute_efficiency"] = {workload_precision(pg, row["precision"]):
+                                       {k: round(v, 6) for k, v in sorted(efficiency.items())}}
+    return d
+
+
+def cluster_section(row, device):
+    gpus, gpu, system = int(row["gpus"]), row["gpu"], str(row.get("system") or "")
+    if gpus < 1:
+        raise MappingError(f"gpus {gpus}: expected at least 1")
+    if gpus == 1:  # one device; the link is never used
+        return {"kind": "switch", "count": 1, "device": dict(device, name="gpu"),
+                "bandwidth": NVLINK.get(gpu, "150GBps"), "latency": "1us"}
+    s = SYSTEMS.get(system)
+    if s is None:
+        if gpus <= 8:  # an unknown 8-GPU server: an NVSwitch-like switch at the GPU's NVLink figure
+            return {"kind": "switch", "count": gpus, "device": dict(device, name="gpu"),
+                    "bandwidth": NVLINK.get(gpu, "150GBps"), "latency": "0.5us"}
+        raise MappingError(f"system {system!r} with {gpus} GPUs: no cluster for it (known: {', '.join(SYSTEMS)})")
+    if s["gpu"] != gpu:
+        raise MappingError(f"system {system!r} has {s['gpu']} GPUs, the row says {gpu}")
+    per = s["gpus_per_node"]
+    nodes, per_node = (1, gpus) if gpus <= per else (gpus // per, per)
+    if nodes * per_node != gpus:
+        raise MappingError(f"{gpus} GPUs are not whole {system} nodes of {per}")
+    return {"kind": "dgx", "nodes": nodes, "gpus_per_node": per_node, "gpu": device,
+            "nvlink": {"bandwidth": s["nvlink"], "latency": "0.5us"},
+            "infiniband": {"bandwidth": s["infiniband"], "latency": "1us"}}
+
+
+def experiment(pg, row, efficiency=None):
+    """The pipegrid experiment reproducing the row: the zoo model with its parameters and the row's
+    precision, micro-batch = batch_per_gpu, one micro-batch (`accumulation_steps` micro-batches if
+    the row says so), pure data parallelism over the row's GPUs."""
+    if row["model"] not in MODEL_CLASSES:
+        raise MappingError(f"model {row['model']!r} is not one the validation knows ({', '.join(MODEL_CLASSES)})")
+    if row["precision"] not in PRECISIONS:
+        raise MappingError(f"precision {row['precision']!r}: expected one of {', '.join(PRECISIONS)}")
+    if row["metric"] not in METRICS:
+        raise MappingError(f"metric {row['metric']!r}: expected one of {', '.join(METRICS)}")
+    workload = {"model": row["model"], "precision": workload_precision(pg, row["precision"]),
+                "micro_batch_size": int(row["batch_per_gpu"])}
+    for k, v in sorted((row.get("model_params") or {}).items()):
+        workload[k] = v
+    return {"name": f"validation {row['id']}",
+            "workload": workload,
+            "cluster": cluster_section(row, device_spec(pg, row, efficiency)),
+            "strategy": {"partitioner": "dp", "micro_batches": int(row.get("accumulation_steps", 1))},
+            "memory": memory_section(pg, row)}
+
+
+# --------------------------------------------------------------------------------------- metrics
+
+def model_param(row, key):
+    return (row.get("model_params") or {}).get(key, ZOO_DEFAULTS.get(row["model"], {}).get(key))
+
+
+def tokens_per_sample(row):
+    """Tokens per sample as the sources count them: BERT and GPT the sequence length; GNMT source +
+    target tokens (NVIDIA's GNMT counts both); a row's `tokens_per_sample` overrides."""
+    if row.get("tokens_per_sample"):
+        return float(row["tokens_per_sample"])
+    m = row["model"]
+    if m in ("bert-large", "gpt", "gpt3-175b"):
+        return float(model_param(row, "sequence"))
+    if m in ("gnmt8", "gnmt16"):
+        return float(model_param(row, "source_length") + model_param(row, "target_length"))
+    raise MappingError(f"tokens_per_s for {m}: no tokens-per-sample rule")
+
+
+def flops_experiment(pg, row):
+    """A one-GPU run of the row's model (one sample) on an ideal device (1 TFLOP/s in every
+    precision, efficiency 1, no overheads, no memory limit): its busy time x 1e12 is pipegrid's
+    model FLOPs per sample, forward + backward (3 x forward for weighted layers)."""
+    e = experiment(pg, row)
+    e["name"] = f"validation {row['id']}: FLOPs per sample"
+    e["workload"]["micro_batch_size"] = 1
+    e["strategy"]["micro_batches"] = 1
+    e["cluster"] = {"kind": "switch", "count": 1, "bandwidth": "1TBps", "latency": "0us",
+                    "device": {"name": "gpu", "flops": "1TFLOPS", "efficiency": 1, "memory": "1000TB",
+                               "memory_bandwidth": "1000000TBps", "layer_overhead": "0s"}}
+    return e
+
+
+def flops_per_sample(result):
+    return result["devices"][0]["busy_s"] * 1e12
+
+
+def samples_per_unit(row, flops=None):
+    """How many samples/s one unit of the row's metric is (published values / this = samples/s)."""
+    if row["metric"] == "samples_per_s":
+        return 1.0
+    if row["metric"] == "tokens_per_s":
+        return tokens_per_sample(row)
+    if flops is None:
+        raise MappingError("tflops_per_gpu needs the model's FLOPs per sample")
+    # tflops_per_gpu = FLOPs per sample (fwd + bwd) x samples/s / gpus / 1e12
+    return flops / 1e12 / int(row["gpus"])
+
+
+def predict(pg, rows, efficiency_of=None, progress=None):
+    """Runs every row; returns {id: {"pipegrid": value in the row's metric, "samples_per_s",
+    "published_samples_per_s", "ratio", "feasible"} or {"error": ...}}. efficiency_of(row) gives
+    the row's efficiency overrides (calibration)."""
+    jobs = []
+    for r in rows:
+        try:
+            jobs.append((("run", r["id"]), experiment(pg, r, efficiency_of(r) if efficiency_of else None)))
+            if r["metric"] == "tflops_per_gpu":
+                jobs.append((("flops", r["id"]), flops_experiment(pg, r)))
+        except MappingError as e:
+            jobs.append((("run", r["id"]), e))
+    res = pg.run_all(jobs, progress)
+    out = {}
+    for r in rows:
+        x = res[("run", r["id"])]
+        if "error" in x:
+            out[r["id"]] = {"error": x["error"]}
+            continue
+        try:
+            flops = None
+            if r["metric"] == "tflops_per_gpu":
+                f = res[("flops", r["id"])]
+                if "error" in f:
+                    raise MappingError(f["error"])
+                flops = flops_per_sample(f)
+            unit = samples_per_unit(r, flops)
+        except MappingError as e:
+            out[r["id"]] = {"error": str(e)}
+            continue
+        sps = x["throughput_samples_per_s"]
+        out[r["id"]] = {"samples_per_s": sps, "pipegrid": sps / unit,
+                        "published_samples_per_s": float(r["value"]) * unit,
+                        "ratio": sps / unit / float(r["value"]), "feasible": x.get("feasible", True)}
+    return out
+
+
+def percentile(values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    pos = (len(v) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def summary(label, errors):
+    """`label rows: N, median |error| X%, 90th percentile Y%, max Z%` for a list of errors
+    (pipegrid/published - 1)."""
+    a = [abs(e) for e in errors]
+    if not a:
+        return f"{label} rows: 0"
+    return (f"{label} rows: {len(a)}, median |error| {100 * statistics.median(a):.1f}%, "
+            f"90th percentile {100 * percentile(a, 0.9):.1f}%, max {100 * max(a):.1f}%")
