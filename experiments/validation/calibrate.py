@@ -30,10 +30,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="See experiments/validation/README.md")
-    p.add_argument("--out", default=HERE, help="folder for calibration.yaml (default: this script's)")
-    p.add_argument("--pipegrid", default=vlib.DEFAULT_PIPEGRID, help="the pipegrid binary (default: build/pipegrid)")
-    p.add_argument("-j", "--jobs", type=int, default=2, help="pipegrid processes in parallel (default 2)")
-    p.add_argument("--measurements", default=vlib.MEASUREMENTS, help="the measurements (default: measurements.yaml here)")
+    vlib.add_common_args(p, "calibration.yaml")
     p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
     p.add_argument("--tolerance", type=float, default=0.002,
                    help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.002)")

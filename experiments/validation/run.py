@@ -30,11 +30,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Rules and results: experiments/validation/README.md")
-    p.add_argument("--out", default=HERE, help="folder for results.md and figure.png/.svg (default: this script's)")
-    p.add_argument("--pipegrid", default=vlib.DEFAULT_PIPEGRID, help="the pipegrid binary (default: build/pipegrid)")
-    p.add_argument("-j", "--jobs", type=int, default=2, help="pipegrid processes in parallel (default 2)")
+    vlib.add_common_args(p, "results.md and figure.png/.svg")
     p.add_argument("--rows", choices=("calibration", "check", "all"), default="all", help="which rows (default all)")
-    p.add_argument("--measurements", default=vlib.MEASUREMENTS, help="the measurements (default: measurements.yaml here)")
     return p.parse_args()
 
 

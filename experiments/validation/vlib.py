@@ -56,6 +56,14 @@ NVLINK = {"v100": "150GBps", "a100": "300GBps", "h100": "450GBps"}  # per GPU an
 INFINIBAND = {"v100": "100Gbps", "a100": "200Gbps", "h100": "400Gbps"}  # one NIC per GPU (hardware.md)
 
 
+def add_common_args(p, out_what):
+    """The options run.py and calibrate.py share."""
+    p.add_argument("--out", default=HERE, help=f"folder for {out_what} (default: this script's)")
+    p.add_argument("--pipegrid", default=DEFAULT_PIPEGRID, help="the pipegrid binary (default: build/pipegrid)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="pipegrid processes in parallel (default 2)")
+    p.add_argument("--measurements", default=MEASUREMENTS, help="the measurements (default: measurements.yaml here)")
+
+
 class MappingError(Exception):
     """A row pipegrid cannot reproduce: reported as an error row."""
 
