@@ -53,7 +53,7 @@ def group_medians(rows, results, key, label):
         if "error" not in x:
             groups.setdefault(key(r), []).append(x["ratio"])
     lines = [pgx.markdown_table(
-        [label, "rows", "median pipegrid/published", "median |error|"],
+        [label, "rows", "median pipegrid/published", "median \\|error\\|"],
         [[g, len(v), f"{statistics.median(v):.3f}", f"{100 * statistics.median(abs(x - 1) for x in v):.1f}%"]
          for g, v in sorted(groups.items())])]
     return "\n".join(lines)

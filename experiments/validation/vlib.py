@@ -5,6 +5,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -215,8 +216,9 @@ def device_spec(pg, row, efficiency=None):
     """The row's GPU as a catalog entry with overrides: its memory size and, for calibration,
     efficiencies ({class: value}, or {"all": value} for a pipegrid without per-class efficiency)."""
     d = {"model": row["gpu"]}
-    if row.get("gpu_memory"):
-        d["memory"] = str(row["gpu_memory"]).replace(" ", "")
+    memory = str(row.get("gpu_memory") or "").replace(" ", "")
+    if re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
+        d["memory"] = memory
     if efficiency:
         if "all" in efficiency:
             d["efficiency"] = round(efficiency["all"], 6)
@@ -309,15 +311,16 @@ def flops_per_sample(result):
 
 
 def samples_per_unit(row, flops=None):
-    """How many samples/s one unit of the row's metric is (published values / this = samples/s)."""
+    """Samples/s that one unit of the row's metric stands for (published samples/s = value x this;
+    pipegrid's value in the row's metric = its samples/s / this)."""
     if row["metric"] == "samples_per_s":
         return 1.0
     if row["metric"] == "tokens_per_s":
-        return tokens_per_sample(row)
+        return 1.0 / tokens_per_sample(row)
     if flops is None:
         raise MappingError("tflops_per_gpu needs the model's FLOPs per sample")
     # tflops_per_gpu = FLOPs per sample (fwd + bwd) x samples/s / gpus / 1e12
-    return flops / 1e12 / int(row["gpus"])
+    return 1e12 * int(row["gpus"]) / flops
 
 
 def predict(pg, rows, efficiency_of=None, progress=None):
