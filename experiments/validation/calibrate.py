@@ -22,7 +22,6 @@ sys.path.insert(0, HERE)
 import vlib  # noqa: E402
 
 LO, HI = 0.05, 1.0
-START = 0.5  # the catalog's GPU efficiency
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
@@ -32,8 +31,8 @@ def parse_args():
                                 epilog="See experiments/validation/README.md")
     vlib.add_common_args(p, "calibration.yaml")
     p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
-    p.add_argument("--tolerance", type=float, default=0.002,
-                   help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.002)")
+    p.add_argument("--tolerance", type=float, default=0.005,
+                   help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.005)")
     return p.parse_args()
 
 
@@ -41,20 +40,26 @@ class Fit:
     def __init__(self, pg, rows):
         self.pg, self.rows = pg, rows
         self.by_class = pg.class_efficiency()
-        self.values = {}  # (gpu, precision, class) -> efficiency
+        self.values = {}  # (gpu, math precision, class) -> efficiency; starts at the catalog's
+        catalog = {}
         for r in rows:
+            if r["gpu"] not in catalog:
+                catalog[r["gpu"]] = pg.device(r["gpu"])
+            d, prec = catalog[r["gpu"]], vlib.math_precision(r["precision"])
             for c in self.classes(r):
-                self.values[(r["gpu"], r["precision"], c)] = START
+                start = d.get("compute_efficiency", {}).get(prec, {}).get(c, d.get("efficiency", 0.5))
+                self.values[(r["gpu"], prec, c)] = min(HI, max(LO, start))
 
     def classes(self, row):
         return vlib.MODEL_CLASSES.get(row["model"], ("gemm",)) if self.by_class else ("all",)
 
     def efficiency_of(self, values):
-        return lambda r: {c: values[(r["gpu"], r["precision"], c)] for c in self.classes(r)}
+        return lambda r: {c: values[(r["gpu"], vlib.math_precision(r["precision"]), c)] for c in self.classes(r)}
 
     def residuals(self, values, rows=None):
-        """{id: ln(pipegrid / published) or None (error)} for `rows` (default all)."""
-        res = vlib.predict(self.pg, rows or self.rows, self.efficiency_of(values))
+        """{id: ln(pipegrid / published) or None (error)} for `rows` (default all); values None:
+        the catalog's efficiencies (no overrides)."""
+        res = vlib.predict(self.pg, rows or self.rows, self.efficiency_of(values) if values else None)
         return {i: (None if "error" in x else math.log(x["ratio"])) for i, x in res.items()}
 
     def cost(self, values, rows=None):
@@ -63,7 +68,7 @@ class Fit:
     def line_search(self, key, tol):
         """Golden-section search over ln(value) in [ln LO, ln HI] for the coordinate `key`, re-running
         only the rows that use it (the others do not change)."""
-        rows = [r for r in self.rows if (r["gpu"], r["precision"]) == key[:2] and key[2] in self.classes(r)]
+        rows = [r for r in self.rows if (r["gpu"], vlib.math_precision(r["precision"])) == key[:2] and key[2] in self.classes(r)]
 
         def f(logv):
             v = dict(self.values)
@@ -92,9 +97,10 @@ class Fit:
 def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     lines = ["# Fitted by experiments/validation/calibrate.py on the calibration rows of measurements.yaml",
              "# (never the check rows). Copy into topologies/devices.yaml as each device's compute_efficiency.",
+             "# Keyed by pipegrid's math precisions: amp rows fit fp16, amp-bf16 rows bf16.",
              f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}; "
              f"precisions {'native' if fit.pg.native_precision() else 'amp/tf32/amp-bf16 run as fp16/fp32/bf16 (shim)'}.",
-             f"# objective (sum of squared ln ratios): {cost0:.4f} at {START} -> {cost1:.4f} "
+             f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",
              "compute_efficiency:"]
     for gpu in sorted({k[0] for k in fit.values}):
@@ -103,7 +109,7 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
             items = ", ".join(f"{c}: {fit.values[(gpu, prec, c)]:.4f}" for c in sorted(
                 k[2] for k in fit.values if k[:2] == (gpu, prec)))
             lines.append(f"    {prec}: {{{items}}}")
-    lines.append("residuals:  # pipegrid / published before (catalog efficiency) and after the fit")
+    lines.append("residuals:  # pipegrid / published with the catalog's efficiencies (before) and the fitted ones (after)")
     for r in sorted(rows, key=lambda r: r["id"]):
         b, a = before.get(r["id"]), after.get(r["id"])
         show = (lambda x: "error" if x is None else f"{math.exp(x):.3f}")
@@ -122,7 +128,7 @@ def main():
     fit = Fit(pg, rows)
     print(f"{len(rows)} calibration rows, {len(fit.values)} parameters "
           f"({'per kernel class' if fit.by_class else 'scalar efficiency per device and precision'})", flush=True)
-    before = fit.residuals(fit.values)
+    before = fit.residuals(None)
     cost0 = cost = sum(v * v for v in before.values() if v is not None)
     print(f"start: cost {cost0:.4f}", flush=True)
     sweeps = 0

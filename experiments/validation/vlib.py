@@ -165,6 +165,11 @@ class Pipegrid:
                     progress(k, out[k])
         return out
 
+    def device(self, name):
+        """`pipegrid device show NAME --json` (the catalog entry), or {}."""
+        p = self._exec(["device", "show", name, "--json"])
+        return json.loads(p.stdout) if p.returncode == 0 else {}
+
     def native_precision(self):
         """Whether pipegrid takes amp, tf32 and amp-bf16 as precisions."""
         if self._native_precision is None:
@@ -175,18 +180,23 @@ class Pipegrid:
     def class_efficiency(self):
         """Whether a device takes `compute_efficiency: {precision: {class: x}}`."""
         if self._class_efficiency is None:
-            prec = "amp" if self.native_precision() else "fp16"
             e = {"workload": {"kind": "chain", "layers": 1, "forward": "1ms", "backward": "2ms",
                               "activation": "1MiB", "parameters": "1MiB"},
                  "cluster": {"kind": "switch", "count": 1, "bandwidth": "1GBps", "latency": "1us",
                              "device": {"name": "gpu", "model": "v100",
-                                        "compute_efficiency": {prec: {"gemm": 0.5}}}},
+                                        "compute_efficiency": {"fp16": {"gemm": 0.5}}}},
                  "strategy": {"partitioner": "dp", "micro_batches": 1}}
             self._class_efficiency = "error" not in self.run(e)
         return self._class_efficiency
 
 
 # ------------------------------------------------------------------------------ row -> experiment
+
+def math_precision(precision):
+    """The arithmetic format a precision's math runs in, which pipegrid's per-precision device
+    figures (peak, compute_efficiency) are keyed by: amp -> fp16, amp-bf16 -> bf16."""
+    return {"amp": "fp16", "amp-bf16": "bf16"}.get(precision, precision)
+
 
 def workload_precision(pg, precision):
     """The precision written into the experiment."""
@@ -223,8 +233,11 @@ def device_spec(pg, row, efficiency=None):
         if "all" in efficiency:
             d["efficiency"] = round(efficiency["all"], 6)
         else:
-            d["compute_efficiency"] = {workload_precision(pg, row["precision"]):
-                                       {k: round(v, 6) for k, v in sorted(efficiency.items())}}
+            table = {k: round(v, 6) for k, v in sorted(efficiency.items())}
+            prec = math_precision(workload_precision(pg, row["precision"]))
+            d["compute_efficiency"] = {prec: table}
+            if prec == "tf32":  # a device without a TF32 rate runs tf32 at its fp32 rate and entries
+                d["compute_efficiency"]["fp32"] = table
     return d
 
 
