@@ -98,8 +98,7 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     lines = ["# Fitted by experiments/validation/calibrate.py on the calibration rows of measurements.yaml",
              "# (never the check rows). Copy into topologies/devices.yaml as each device's compute_efficiency.",
              "# Keyed by pipegrid's math precisions: amp rows fit fp16, amp-bf16 rows bf16.",
-             f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}; "
-             f"precisions {'native' if fit.pg.native_precision() else 'amp/tf32/amp-bf16 run as fp16/fp32/bf16 (shim)'}.",
+             f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}.",
              f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",
              "compute_efficiency:"]

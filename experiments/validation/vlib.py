@@ -105,7 +105,6 @@ class Pipegrid:
         self.lock = threading.Lock()
         self.tmp = tempfile.TemporaryDirectory(prefix="pipegrid-validation-")
         self.runs = 0
-        self._native_precision = None
         self._class_efficiency = None
 
     def _wait_for_binary(self):
@@ -170,13 +169,6 @@ class Pipegrid:
         p = self._exec(["device", "show", name, "--json"])
         return json.loads(p.stdout) if p.returncode == 0 else {}
 
-    def native_precision(self):
-        """Whether pipegrid takes amp, tf32 and amp-bf16 as precisions."""
-        if self._native_precision is None:
-            p = self._exec(["workload", "show", "resnet50", "--precision", "amp", "--json"])
-            self._native_precision = p.returncode == 0
-        return self._native_precision
-
     def class_efficiency(self):
         """Whether a device takes `compute_efficiency: {precision: {class: x}}`."""
         if self._class_efficiency is None:
@@ -198,31 +190,16 @@ def math_precision(precision):
     return {"amp": "fp16", "amp-bf16": "bf16"}.get(precision, precision)
 
 
-def workload_precision(pg, precision):
-    """The precision written into the experiment."""
-    if pg.native_precision():
-        return precision
-    # TEMPORARY SHIM (remove once `pipegrid workload show resnet50 --precision amp` works
-    # everywhere): this pipegrid knows only fp32, fp16, bf16, int8.
-    return {"amp": "fp16", "tf32": "fp32", "amp-bf16": "bf16"}.get(precision, precision)
-
-
-def memory_section(pg, row):
+def memory_section(row):
+    """The optimizer by model (a row's `optimizer` overrides); with amp/amp-bf16 pipegrid adds the
+    fp32 master weights and fp32 state itself."""
     optimizer = row.get("optimizer") or MODEL_OPTIMIZER.get(row["model"], "adam")
     if optimizer not in ("sgd", "momentum", "adam"):
         raise MappingError(f"optimizer {optimizer!r}: expected sgd, momentum or adam")
-    mixed = row["precision"] in ("amp", "amp-bf16")
-    if mixed and not pg.native_precision():
-        # TEMPORARY SHIM (with the precision shim above): the mixed-precision optimizer state
-        # (fp32 master weights + fp32 state) by hand: mixed-adam, or 12 bytes per parameter for
-        # momentum (2 + 2 working weights and gradients, 4 master, 4 momentum), 8 for SGD.
-        if optimizer == "adam":
-            return {"optimizer": "mixed-adam"}
-        return {"optimizer": optimizer, "bytes_per_parameter": 12 if optimizer == "momentum" else 8}
-    return {"optimizer": optimizer}  # amp/amp-bf16: pipegrid adds the fp32 master weights and state
+    return {"optimizer": optimizer}
 
 
-def device_spec(pg, row, efficiency=None):
+def device_spec(row, efficiency=None):
     """The row's GPU as a catalog entry with overrides: its memory size and, for calibration,
     efficiencies ({class: value}, or {"all": value} for a pipegrid without per-class efficiency)."""
     d = {"model": row["gpu"]}
@@ -234,7 +211,7 @@ def device_spec(pg, row, efficiency=None):
             d["efficiency"] = round(efficiency["all"], 6)
         else:
             table = {k: round(v, 6) for k, v in sorted(efficiency.items())}
-            prec = math_precision(workload_precision(pg, row["precision"]))
+            prec = math_precision(row["precision"])
             d["compute_efficiency"] = {prec: table}
             if prec == "tf32":  # a device without a TF32 rate runs tf32 at its fp32 rate and entries
                 d["compute_efficiency"]["fp32"] = table
@@ -265,7 +242,7 @@ def cluster_section(row, device):
             "infiniband": {"bandwidth": s["infiniband"], "latency": "1us"}}
 
 
-def experiment(pg, row, efficiency=None):
+def experiment(row, efficiency=None):
     """The pipegrid experiment reproducing the row: the zoo model with its parameters and the row's
     precision, micro-batch = batch_per_gpu, one micro-batch (`accumulation_steps` micro-batches if
     the row says so), pure data parallelism over the row's GPUs."""
@@ -275,15 +252,15 @@ def experiment(pg, row, efficiency=None):
         raise MappingError(f"precision {row['precision']!r}: expected one of {', '.join(PRECISIONS)}")
     if row["metric"] not in METRICS:
         raise MappingError(f"metric {row['metric']!r}: expected one of {', '.join(METRICS)}")
-    workload = {"model": row["model"], "precision": workload_precision(pg, row["precision"]),
+    workload = {"model": row["model"], "precision": row["precision"],
                 "micro_batch_size": int(row["batch_per_gpu"])}
     for k, v in sorted((row.get("model_params") or {}).items()):
         workload[k] = v
     return {"name": f"validation {row['id']}",
             "workload": workload,
-            "cluster": cluster_section(row, device_spec(pg, row, efficiency)),
+            "cluster": cluster_section(row, device_spec(row, efficiency)),
             "strategy": {"partitioner": "dp", "micro_batches": int(row.get("accumulation_steps", 1))},
-            "memory": memory_section(pg, row)}
+            "memory": memory_section(row)}
 
 
 # --------------------------------------------------------------------------------------- metrics
@@ -305,11 +282,11 @@ def tokens_per_sample(row):
     raise MappingError(f"tokens_per_s for {m}: no tokens-per-sample rule")
 
 
-def flops_experiment(pg, row):
+def flops_experiment(row):
     """A one-GPU run of the row's model (one sample) on an ideal device (1 TFLOP/s in every
     precision, efficiency 1, no overheads, no memory limit): its busy time x 1e12 is pipegrid's
     model FLOPs per sample, forward + backward (3 x forward for weighted layers)."""
-    e = experiment(pg, row)
+    e = experiment(row)
     e["name"] = f"validation {row['id']}: FLOPs per sample"
     e["workload"]["micro_batch_size"] = 1
     e["strategy"]["micro_batches"] = 1
@@ -343,9 +320,9 @@ def predict(pg, rows, efficiency_of=None, progress=None):
     jobs = []
     for r in rows:
         try:
-            jobs.append((("run", r["id"]), experiment(pg, r, efficiency_of(r) if efficiency_of else None)))
+            jobs.append((("run", r["id"]), experiment(r, efficiency_of(r) if efficiency_of else None)))
             if r["metric"] == "tflops_per_gpu":
-                jobs.append((("flops", r["id"]), flops_experiment(pg, r)))
+                jobs.append((("flops", r["id"]), flops_experiment(r)))
         except MappingError as e:
             jobs.append((("run", r["id"]), e))
     res = pg.run_all(jobs, progress)
