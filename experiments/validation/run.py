@@ -11,7 +11,6 @@ outside +-25%).
     experiments/validation/run.py [--pipegrid build/pipegrid] [-j 2] [--rows all]
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -105,8 +104,7 @@ def plot(plt, out, rows, results):
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
     xs = [results[r["id"]]["published_samples_per_s"] for r in ok]
     ys = [results[r["id"]]["samples_per_s"] for r in ok]
-    lo = 10 ** math.floor(math.log10(min(xs + ys) * 0.7))
-    hi = 10 ** math.ceil(math.log10(max(xs + ys) * 1.3))
+    lo, hi = min(xs + ys) / 1.6, max(xs + ys) * 1.6
     line = [lo, hi]
     ax.fill_between(line, [v * 0.8 for v in line], [v * 1.2 for v in line], color="0.9", label="$\\pm$20%")
     ax.plot(line, line, color="0.3", lw=1, label="y = x")
