@@ -46,16 +46,19 @@ UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "tflops_per_g
 
 
 def group_medians(rows, results, key, label):
-    groups = {}
+    groups, failed = {}, {}
     for r in rows:
         x = results[r["id"]]
-        if "error" not in x:
-            groups.setdefault(key(r), []).append(x["ratio"])
-    lines = [pgx.markdown_table(
-        [label, "rows", "median pipegrid/published", "median \\|error\\|"],
-        [[g, len(v), f"{statistics.median(v):.3f}", f"{100 * statistics.median(abs(x - 1) for x in v):.1f}%"]
-         for g, v in sorted(groups.items())])]
-    return "\n".join(lines)
+        groups.setdefault(key(r), [])
+        if "error" in x:
+            failed[key(r)] = failed.get(key(r), 0) + 1
+        else:
+            groups[key(r)].append(x["ratio"])
+    return pgx.markdown_table(
+        [label, "rows that ran", "could not run", "median pipegrid/published", "median \\|error\\|"],
+        [[g, len(v), failed.get(g, 0), f"{statistics.median(v):.3f}" if v else "-",
+          f"{100 * statistics.median(abs(x - 1) for x in v):.1f}%" if v else "-"]
+         for g, v in sorted(groups.items())])
 
 
 def write_results(path, rows, results, lines, failures):
@@ -82,8 +85,8 @@ def write_results(path, rows, results, lines, failures):
         f.write("\n".join(f"- {line}" for line in lines) + "\n\n")
         f.write(("Check: holds (median |error| <= 10%, every check row within +-25%).\n\n" if not failures else
                  "Check FAILS:\n\n" + "\n".join(f"- {x}" for x in failures) + "\n\n"))
-        f.write("Per source (all rows that ran):\n\n" + group_medians(rows, results, lambda r: r["source"], "source") + "\n\n")
-        f.write("Per GPU and precision (all rows that ran):\n\n" +
+        f.write("Per source (both sets):\n\n" + group_medians(rows, results, lambda r: r["source"], "source") + "\n\n")
+        f.write("Per GPU and precision (both sets):\n\n" +
                 group_medians(rows, results, lambda r: f"{r['gpu']} {r['precision']}", "gpu, precision") + "\n")
         errs = [r for r in order if "error" in results[r["id"]]]
         if errs:
