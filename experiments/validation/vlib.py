@@ -96,7 +96,7 @@ def load_rows(path, which="all"):
 # ------------------------------------------------------------------------------------- pipegrid
 
 class Pipegrid:
-    """Runs `pipegrid run FILE --json`, caching by the file's contents (and the binary's identity)."""
+    """Runs `pipegrid run FILE --json`, caching the answers (in memory) by the file's contents."""
 
     def __init__(self, path, jobs=2):
         self.path = os.path.abspath(path)
