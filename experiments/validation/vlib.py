@@ -77,6 +77,8 @@ def load_yaml(path):
 
 def load_rows(path, which="all"):
     """The measurement rows (a YAML list), checked; `which`: calibration | check | all."""
+    if not os.path.exists(path):
+        raise SystemExit(f"no measurements: {path} (pass --measurements FILE)")
     rows = load_yaml(path) or []
     if not isinstance(rows, list):
         raise SystemExit(f"{path}: expected a YAML list of measurements")
