@@ -97,9 +97,8 @@ class Fit:
 def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     lines = ["# Fitted by experiments/validation/calibrate.py on the calibration rows of measurements.yaml",
              "# (never the check rows). Copy into topologies/devices.yaml as each device's compute_efficiency.",
-             "# Keyed by pipegrid's math precisions: amp rows fit fp16, amp-bf16 rows bf16. The tf32 entries were",
-             "# fitted with the fp32 entries set alike (pipegrid runs tf32 at the fp32 rate and entries on a device",
-             "# without a TF32 rate): with no TF32 rate in the catalog they saturate; add the rate and re-fit.",
+             "# Keyed by pipegrid's math precisions: amp rows fit fp16, amp-bf16 rows bf16. tf32 rows set the fp32",
+             "# entries alike (what pipegrid uses for tf32 on a device without a TF32 rate).",
              f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}.",
              f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",

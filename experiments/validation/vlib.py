@@ -193,12 +193,15 @@ def math_precision(precision):
 
 
 def memory_section(row):
-    """The optimizer by model (a row's `optimizer` overrides); with amp/amp-bf16 pipegrid adds the
-    fp32 master weights and fp32 state itself."""
+    """The optimizer by model (a row's `optimizer` overrides; with amp/amp-bf16 pipegrid adds the
+    fp32 master weights and fp32 state itself) and a row's `recompute`."""
     optimizer = row.get("optimizer") or MODEL_OPTIMIZER.get(row["model"], "adam")
     if optimizer not in ("sgd", "momentum", "adam"):
         raise MappingError(f"optimizer {optimizer!r}: expected sgd, momentum or adam")
-    return {"optimizer": optimizer}
+    m = {"optimizer": optimizer}
+    if row.get("recompute"):  # activation checkpointing, when a row says so: none | full | selective
+        m["recompute"] = row["recompute"]
+    return m
 
 
 def device_spec(row, efficiency=None):
