@@ -31,6 +31,8 @@ def parse_args():
                                 epilog="Rules and results: experiments/validation/README.md")
     vlib.add_common_args(p, "results.md and figure.png/.svg")
     p.add_argument("--rows", choices=("calibration", "check", "all"), default="all", help="which rows (default all)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="apply a calibration.yaml's fitted efficiencies as device overrides (default: the catalog's)")
     return p.parse_args()
 
 
@@ -156,7 +158,8 @@ def main():
                                                   else f"{result['throughput_samples_per_s']:.1f} samples/s"),
               flush=True)
 
-    results = vlib.predict(pg, rows, progress=progress)
+    efficiency_of = vlib.calibrated(args.calibration) if args.calibration else None
+    results = vlib.predict(pg, rows, efficiency_of, progress=progress)
     lines, failures = [], []
     for s in ("check", "calibration"):
         these = [r for r in rows if r["set"] == s]

@@ -65,6 +65,16 @@ def add_common_args(p, out_what):
     p.add_argument("--measurements", default=MEASUREMENTS, help="the measurements (default: measurements.yaml here)")
 
 
+def calibrated(path):
+    """efficiency_of(row) for predict() from a calibration.yaml: the fitted entries of the row's
+    device and math precision (tf32 rows set the fp32 entries alike), or None without one."""
+    table = (load_yaml(path) or {}).get("compute_efficiency", {})
+
+    def efficiency_of(row):
+        return table.get(row["gpu"], {}).get(math_precision(row["precision"])) or None
+    return efficiency_of
+
+
 class MappingError(Exception):
     """A row pipegrid cannot reproduce: reported as an error row."""
 
