@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import vlib  # noqa: E402
 
-LO, HI = 0.05, 1.0
+LO, HI = 0.01, 1.0
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
