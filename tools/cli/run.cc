@@ -99,6 +99,8 @@ int run(const RunOptions& o) {
   const sim::SimGridJudge judge;
   Result<PreparedRun> prepared = prepare(*exp, &judge);
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
+  for (const std::string& w : output::plan_warnings(*prepared))
+    fmt::print(std::cerr, "pipegrid: warning: {}\n", w);
   sim::ReplayOptions ro;
   ro.log = o.sim_log;
   Result<sim::Replay> replay = sim::replay(exp->cluster, prepared->graph, ro);
