@@ -26,11 +26,18 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return close.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", close.front());
 }
 
-// "pipegrid cluster show": the command a user typed, to point at its --help.
-std::string command_path(const CLI::App* app) {
+// "cluster show": the subcommands a user typed (empty at the top level).
+std::string subcommand_path(const CLI::App* app) {
   std::string path;
-  for (; app; app = app->get_parent()) path = path.empty() ? app->get_name() : app->get_name() + " " + path;
+  for (; app->get_parent(); app = app->get_parent())
+    path = path.empty() ? app->get_name() : app->get_name() + " " + path;
   return path;
+}
+
+// "pipegrid cluster show", to point at its --help.
+std::string command_path(const CLI::App* app) {
+  const std::string sub = subcommand_path(app);
+  return sub.empty() ? "pipegrid" : "pipegrid " + sub;
 }
 
 // " for `pipegrid cluster`", empty for the top level.
@@ -116,8 +123,7 @@ int main(int argc, char** argv) {
     CLI::App* where = &app;
     std::string message = cli::explain_unknown(app, argc, argv, where);
     if (message.empty())
-      message =
-          where == &app ? e.what() : fmt::format("{}: {}", cli::command_path(where).substr(9), e.what());
+      message = where == &app ? e.what() : fmt::format("{}: {}", cli::subcommand_path(where), e.what());
     return cli::bad_input(fmt::format("{}; see `{} --help`", message, cli::command_path(where)));
   }
   try {
