@@ -87,7 +87,8 @@ TEST_CASE("--tasks and --memory CSVs: every task once, memory steps matching the
   json j = json::parse(r.out);
   auto rows = csv_rows(read_file(tasks));
   REQUIRE(rows.size() > 1);
-  CHECK(rows[0] == std::vector<std::string>{"device", "stage", "kind", "micro_batch", "start_s", "end_s", "peer", "bytes"});
+  CHECK(rows[0] == std::vector<std::string>{"device", "stage", "kind", "micro_batch", "start_s", "end_s",
+                                            "peer", "bytes"});
   std::map<std::string, int> compute;
   double end = 0;
   for (size_t i = 1; i < rows.size(); ++i) {
@@ -97,8 +98,8 @@ TEST_CASE("--tasks and --memory CSVs: every task once, memory steps matching the
   for (int d = 0; d < 4; ++d) CHECK(compute["gpu" + std::to_string(d)] == 16);  // 8 F + 8 B
   CHECK(end == doctest::Approx(j["iteration_time_s"].get<double>()).epsilon(1e-9));
   auto mem = csv_rows(read_file(memory));
-  CHECK(mem[0] == std::vector<std::string>{"device", "time_s", "weights", "gradients", "optimizer", "activations",
-                                           "workspace", "total"});
+  CHECK(mem[0] == std::vector<std::string>{"device", "time_s", "weights", "gradients", "optimizer",
+                                           "activations", "workspace", "total"});
   std::map<std::string, double> peak, act;
   for (size_t i = 1; i < mem.size(); ++i) {
     peak[mem[i][0]] = std::max(peak[mem[i][0]], std::stod(mem[i][7]));
@@ -131,7 +132,8 @@ TEST_CASE("--plot draws a Gantt and a memory figure (PNG and SVG) for the built-
 
 TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
   // zb-h1, p = 2, m = 2 by its rule: worker 0 runs W right after B; worker 1 keeps one W pending.
-  auto csv = run_command({PIPEGRID_BINARY, "schedule", "zb-h1", "--stages", "2", "--micro-batches", "2", "--csv"});
+  auto csv =
+      run_command({PIPEGRID_BINARY, "schedule", "zb-h1", "--stages", "2", "--micro-batches", "2", "--csv"});
   CHECK(csv.exit_code == 0);
   CHECK(csv.out == "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1F1,1B1,1W0,1W1\n");
   auto grid = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "2"});
@@ -146,7 +148,7 @@ TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
   auto back = run_command({PIPEGRID_BINARY, "schedule", "file", "-p", "2", "-m", "2", "--csv", "--file",
                            tmp.write("s.csv", csv.out)});
   CHECK(back.out == csv.out);
-  auto bad = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "--chunks", "2"});
+  auto bad = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "4", "-m", "8", "--chunks", "2"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err == "pipegrid: --chunks 2: chunks need interleaved-1f1b or file, not 1f1b\n");
 }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace pipegrid::cli {
 
@@ -15,6 +16,9 @@ inline constexpr int kBadInput = 2;
 
 // Prints "pipegrid: <message>" on stderr and returns kBadInput.
 int bad_input(const std::string& message);
+
+// A cluster preset's description: the first comment line of its file (tools/cli/cluster.cc).
+std::string preset_description(std::string_view text);
 
 struct Command {
   CLI::App* app = nullptr;

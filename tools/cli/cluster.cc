@@ -59,12 +59,6 @@ std::string duplex_name(Duplex d) {
 
 // --- list -----------------------------------------------------------------------------------
 
-// A preset's description: the first comment line of its file.
-std::string description(std::string_view text) {
-  if (text.rfind("# ", 0) != 0) return "";
-  return std::string(text.substr(2, text.find('\n') - 2));
-}
-
 int run_list(const Options& o) {
   nlohmann::json all = nlohmann::json::array();
   if (!o.json) fmt::print("{:<22} {:>7}  {}\n", "preset", "devices", "description");
@@ -72,9 +66,10 @@ int run_list(const Options& o) {
     Result<Cluster> c = input::load_cluster(std::string(p.name), std::nullopt);
     if (!c) return bad_input(c.error().message);
     if (o.json)
-      all.push_back({{"name", p.name}, {"devices", c->devices.size()}, {"description", description(p.text)}});
+      all.push_back(
+          {{"name", p.name}, {"devices", c->devices.size()}, {"description", preset_description(p.text)}});
     else
-      fmt::print("{:<22} {:>7}  {}\n", p.name, c->devices.size(), description(p.text));
+      fmt::print("{:<22} {:>7}  {}\n", p.name, c->devices.size(), preset_description(p.text));
   }
   if (o.json) std::cout << all.dump(2) << "\n";
   return kOk;
@@ -255,6 +250,11 @@ int run_export(const Options& o) {
 }
 
 }  // namespace
+
+std::string preset_description(std::string_view text) {
+  if (text.rfind("# ", 0) != 0) return "";
+  return std::string(text.substr(2, text.find('\n') - 2));
+}
 
 Command add_cluster_command(CLI::App& parent) {
   auto o = std::make_shared<Options>();

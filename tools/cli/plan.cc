@@ -16,6 +16,7 @@
 #include "sim/replay.h"
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/output/report.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -31,6 +32,8 @@ int run(const PlanOptions& o) {
   const sim::SimGridJudge judge;
   Result<PreparedRun> run = prepare(*exp, &judge);
   if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
+  for (const std::string& w : output::plan_warnings(*run))
+    fmt::print(std::cerr, "pipegrid: warning: {}\n", w);
   Result<Timeline> analytic = evaluate(run->graph, exp->cluster);
   if (!analytic) return bad_input(fmt::format("{}: {}", o.file, analytic.error().message));
   const Metrics predicted = compute_metrics(exp->cluster, run->graph, *analytic);
@@ -101,9 +104,11 @@ int run(const PlanOptions& o) {
     return kOk;
   }
   fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
-  fmt::print("plan        {} + {}, {} micro-batches of {} samples; {} stages, depth {}\n",
-             strategy_label(*exp, *run), run->schedule_name, run->micro_batches, run->micro_batch_size,
-             p.stage_count(), p.depth());
+  fmt::print("plan        {} + {}, {} of {}; {}, depth {}\n", strategy_label(*exp, *run), run->schedule_name,
+             output::plural(run->micro_batches, "micro-batch", "micro-batches"),
+             output::plural(run->micro_batch_size, "sample", "samples"),
+             output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth());
+  if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run->exploration.empty()) fmt::print("explored    {}\n", run->exploration);
   fmt::print("search      {}\n\n", format_time(run->planning_seconds));
@@ -112,10 +117,7 @@ int run(const PlanOptions& o) {
   for (const auto& s : stages) {
     std::string devs, layers;
     for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
-    const auto& ls = s["layers"];
-    layers = ls.size() == 1 ? ls[0].get<std::string>()
-                            : fmt::format("{}..{} ({} layers)", ls.front().get<std::string>(),
-                                          ls.back().get<std::string>(), ls.size());
+    layers = output::layer_list(exp->workload, p.stage(s["index"].get<size_t>()).layers);
     fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
                format_time(s["predicted_time_s"].get<double>()),
                format_bytes(s["predicted_peak_memory_bytes"].get<double>()), devs, layers);

@@ -1,4 +1,4 @@
-// pipegrid run [EXPERIMENT.yaml] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR]
+// pipegrid run [EXPERIMENT.yaml|-] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR]
 // [--sim-log]
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "core/experiment.h"
 #include "core/metrics.h"
@@ -79,14 +80,27 @@ bool write_file(const std::string& path, const std::function<void(std::ostream&)
   return static_cast<bool>(out);
 }
 
+// The experiment named on the command line: none (the built-in example), "-" (standard input; the
+// paths inside resolve against the current directory) or a file.
+Result<Experiment> load(const std::string& file) {
+  if (file.empty()) return input::load_experiment_text(kBuiltinExample, "<built-in example>");
+  if (file == "-") {
+    std::stringstream text;
+    text << std::cin.rdbuf();
+    return input::load_experiment_text(text.str(), "<stdin>");
+  }
+  return input::load_experiment_file(file);
+}
+
 int run(const RunOptions& o) {
-  Result<Experiment> exp = o.file.empty() ? input::load_experiment_text(kBuiltinExample, "<built-in example>")
-                                          : input::load_experiment_file(o.file);
+  Result<Experiment> exp = load(o.file);
   if (!exp) return bad_input(exp.error().message);
-  const std::string where = o.file.empty() ? "<built-in example>" : o.file;
+  const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
   const sim::SimGridJudge judge;
   Result<PreparedRun> prepared = prepare(*exp, &judge);
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
+  for (const std::string& w : output::plan_warnings(*prepared))
+    fmt::print(std::cerr, "pipegrid: warning: {}\n", w);
   sim::ReplayOptions ro;
   ro.log = o.sim_log;
   Result<sim::Replay> replay = sim::replay(exp->cluster, prepared->graph, ro);
@@ -148,7 +162,8 @@ int run(const RunOptions& o) {
 Command add_run_command(CLI::App& parent) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* app = parent.add_subcommand("run", "Simulate one training iteration of an experiment");
-  app->add_option("experiment", o->file, "Experiment file (YAML); without it, the built-in example");
+  app->add_option("experiment", o->file,
+                  "Experiment file (YAML), - for standard input; without it, the built-in example");
   app->add_flag("--json", o->json, "Print one JSON object instead of the summary");
   app->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to this file");
   app->add_option("--tasks", o->tasks,

@@ -19,8 +19,8 @@ namespace {
 
 struct ScheduleOptions {
   std::string name;
-  int stages = 4;
-  int micro_batches = 8;
+  int stages = 0;         // required
+  int micro_batches = 0;  // required
   int chunks = 1;
   std::string file;
   bool csv = false;
@@ -29,7 +29,8 @@ struct ScheduleOptions {
 int run(const ScheduleOptions& o) {
   if (Result<const ScheduleStrategy*> s = find_schedule(o.name); !s) return bad_input(s.error().message);
   if (o.chunks > 1 && o.name != "interleaved-1f1b" && o.name != "file")
-    return bad_input(fmt::format("--chunks {}: chunks need interleaved-1f1b or file, not {}", o.chunks, o.name));
+    return bad_input(
+        fmt::format("--chunks {}: chunks need interleaved-1f1b or file, not {}", o.chunks, o.name));
   // A chain of one layer per stage on P devices: only the order matters here.
   ChainSpec c;
   c.layers = o.stages * o.chunks;
@@ -70,9 +71,12 @@ Command add_schedule_command(CLI::App& parent) {
   auto o = std::make_shared<ScheduleOptions>();
   CLI::App* app = parent.add_subcommand("schedule", "Print a schedule's action grid (or its CSV)");
   app->add_option("name", o->name, "Schedule name (see `pipegrid list`)")->required();
-  app->add_option("--stages,-p", o->stages, "Pipeline ranks P")->check(CLI::Range(1, 100000));
-  app->add_option("--micro-batches,-m", o->micro_batches, "Micro-batches M")->check(CLI::Range(1, 1000000));
-  app->add_option("--chunks,-v", o->chunks, "Model chunks per rank (interleaved-1f1b)")->check(CLI::Range(1, 1000));
+  app->add_option("--stages,-p", o->stages, "Pipeline ranks P")->required()->check(CLI::Range(1, 100000));
+  app->add_option("--micro-batches,-m", o->micro_batches, "Micro-batches M")
+      ->required()
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--chunks,-v", o->chunks, "Model chunks per rank (interleaved-1f1b)")
+      ->check(CLI::Range(1, 1000));
   app->add_option("--file", o->file, "CSV schedule (for `file`)");
   app->add_flag("--csv", o->csv, "Print torch.distributed.pipelining's CSV (one row per rank) instead");
   return {app, [o] { return run(*o); }};

@@ -21,7 +21,7 @@ namespace {
 
 struct WorkloadOptions {
   std::string what;
-  double micro_batch_size = 1;
+  double micro_batch_size = 0;  // 0: the workload's own (a model file's micro_batch_size, ...)
   std::string device;
   std::string precision;
   std::string profile_device = "v100";
@@ -64,7 +64,7 @@ int run(const WorkloadOptions& o) {
           fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o.device));
     device = &d->spec;
   }
-  const double b = o.micro_batch_size;
+  const double b = o.micro_batch_size > 0 ? o.micro_batch_size : w->micro_batch_size;
   nlohmann::json layers = nlohmann::json::array();
   double fwd_total = 0, bwd_total = 0;
   for (size_t i = 0; i < w->layer_count(); ++i) {
@@ -143,10 +143,15 @@ Command add_workload_command(CLI::App& parent) {
       app->add_subcommand("show", "Per-layer table and totals of a zoo model, model file or profile");
   show->add_option("model", o->what, "Zoo model name, model file (.yaml) or PipeDream profile (.txt)")
       ->required();
-  show->add_option("--micro-batch-size,-b", o->micro_batch_size, "Samples per micro-batch")
+  show->add_option("--micro-batch-size,-b", o->micro_batch_size,
+                   "Samples per micro-batch; default: a model file's micro_batch_size, a profile's "
+                   "--profile-batch, 1 for zoo models")
+      ->default_str("")
       ->check(CLI::PositiveNumber);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
-  show->add_option("--precision", o->precision, "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights) or amp-bf16 (zoo models and model files)");
+  show->add_option("--precision", o->precision,
+                   "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights) or amp-bf16 (zoo "
+                   "models and model files)");
   show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
   show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
       ->check(CLI::PositiveNumber);

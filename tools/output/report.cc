@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "core/executor.h"
 #include "core/lower.h"
@@ -13,13 +14,6 @@
 
 namespace pipegrid::output {
 namespace {
-
-std::string layer_range(const Experiment& e, const Stage& st) {
-  if (st.layers.empty()) return "-";
-  const std::string& first = e.workload.layer(st.layers.front()).name;
-  if (st.layers.size() == 1) return first;
-  return fmt::format("{}..{} ({} layers)", first, e.workload.layer(st.layers.back()).name, st.layers.size());
-}
 
 std::string device_list(const Experiment& e, const Stage& st) {
   std::string out;
@@ -68,23 +62,70 @@ std::string task_name(const Task& t) {
 
 }  // namespace
 
+std::string plural(double count, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", count, count == 1 ? one : many);
+}
+
+std::string layer_list(const Workload& w, const std::vector<int>& layers) {
+  if (layers.empty()) return "-";
+  std::vector<int> sorted = layers;
+  std::sort(sorted.begin(), sorted.end());
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;  // sorted[i..j] are consecutive layers
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    const std::string& first = w.layer(sorted[i]).name;
+    const std::string& last = w.layer(sorted[j]).name;
+    if (!out.empty()) out += ", ";
+    out += j == i ? first : j == i + 1 ? first + ", " + last : first + ".." + last;
+    i = j + 1;
+  }
+  return sorted.size() == 1 ? out : fmt::format("{} ({} layers)", out, sorted.size());
+}
+
+std::string stage_edges(const Partition& p) {
+  std::string out;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int t : p.successors(static_cast<int>(s)))
+      out += fmt::format("{}{}->{}", out.empty() ? "" : ", ", s, t);
+  return out.empty() ? "none" : out;
+}
+
+std::vector<std::string> plan_warnings(const PreparedRun& run) {
+  std::vector<std::string> out;
+  for (size_t s = 0; s < run.partition.stage_count(); ++s) {
+    const size_t r = run.partition.stage(s).devices.size();
+    const double slice = run.micro_batch_size / static_cast<double>(r);
+    if (r > 1 && slice != std::floor(slice))
+      out.push_back(fmt::format(
+          "stage {} splits each micro-batch of {} between {} replicas: {} per replica (costs scale with "
+          "the fraction); a micro-batch size divisible by {} avoids this",
+          s, plural(run.micro_batch_size, "sample", "samples"), r, plural(slice, "sample", "samples"), r));
+  }
+  return out;
+}
+
 void print_summary(std::ostream& out, const RunReport& r) {
   const Experiment& e = r.experiment;
   const Metrics& m = r.metrics;
   fmt::print(out, "{}\n", e.name.empty() ? "pipegrid run" : e.name);
-  fmt::print(out, "  workload   {} ({} layers, {})\n", e.workload.name, e.workload.layer_count(),
+  fmt::print(out, "  workload   {} ({}, {})\n", e.workload.name,
+             plural(static_cast<double>(e.workload.layer_count()), "layer", "layers"),
              to_string(e.workload.precision));
-  fmt::print(out, "  cluster    {} ({} devices)\n", e.cluster.name, e.cluster.devices.size());
-  fmt::print(out, "  strategy   {} + {}, {} micro-batches of {} samples\n\n", strategy_label(e, r.run),
-             r.run.schedule_name, r.run.micro_batches, r.run.micro_batch_size);
+  fmt::print(out, "  cluster    {} ({})\n", e.cluster.name,
+             plural(static_cast<double>(e.cluster.devices.size()), "device", "devices"));
+  fmt::print(out, "  strategy   {} + {}, {} of {}\n\n", strategy_label(e, r.run), r.run.schedule_name,
+             plural(r.run.micro_batches, "micro-batch", "micro-batches"),
+             plural(r.run.micro_batch_size, "sample", "samples"));
   auto costs =
       stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
-    rows.push_back({std::to_string(s), layer_range(e, st), device_list(e, st), format_time(sc.times.forward),
-                    format_time(sc.times.backward()), format_bytes(sc.stash_bytes)});
+    rows.push_back({std::to_string(s), layer_list(e.workload, st.layers), device_list(e, st),
+                    format_time(sc.times.forward), format_time(sc.times.backward()),
+                    format_bytes(sc.stash_bytes)});
   }
   size_t wl = 6, wd = 7;
   for (const auto& row : rows) {
@@ -97,14 +138,17 @@ void print_summary(std::ostream& out, const RunReport& r) {
     fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3],
                row[4], row[5]);
   const PlanNotes& plan = r.run.partition.plan;
-  fmt::print(out, "\nstage graph      {} stages, depth {}{}\n", r.run.partition.stage_count(),
+  fmt::print(out, "\nstage graph      {}, depth {}{}\n",
+             plural(static_cast<double>(r.run.partition.stage_count()), "stage", "stages"),
              r.run.partition.depth(), r.run.partition.is_chain() ? " (a chain)" : "");
+  if (r.run.partition.stage_count() > 1)
+    fmt::print(out, "stage edges      {}\n", stage_edges(r.run.partition));
   if (!plan.summary.empty()) fmt::print(out, "planner          {}\n", plan.summary);
   fmt::print(out, "planning time    {}\n", format_time(r.run.planning_seconds));
   if (!r.run.exploration.empty()) fmt::print(out, "                 {}\n", r.run.exploration);
   fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
-  fmt::print(out, "throughput       {:.6g} samples/s ({} samples per iteration)\n",
-             m.throughput_samples_per_s, m.samples_per_iteration);
+  fmt::print(out, "throughput       {:.6g} samples/s ({} per iteration)\n", m.throughput_samples_per_s,
+             plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n\n",
              percent(m.bubble_ratio));
   fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",

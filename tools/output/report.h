@@ -3,6 +3,9 @@
 
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/experiment.h"
 #include "core/metrics.h"
@@ -17,6 +20,20 @@ struct RunReport {
 };
 
 void print_summary(std::ostream& out, const RunReport& r);
+
+// "1 stage", "2 stages"; `count` may be fractional ("1.5 samples").
+std::string plural(double count, std::string_view one, std::string_view many);
+
+// A stage's layers, exactly: names and ranges of consecutive layers (in the workload's order),
+// e.g. "node9..node12, node20, node31..node33 (8 layers)"; a single layer is its name.
+std::string layer_list(const Workload& w, const std::vector<int>& layers);
+
+// The stage graph's edges, "0->1, 0->2, 1->3, 2->3" ("none" for a single stage).
+std::string stage_edges(const Partition& p);
+
+// Warnings about a prepared run, one line each: stages whose replicas split a micro-batch into
+// fractional samples (micro_batch_size not divisible by the stage's replica count).
+std::vector<std::string> plan_warnings(const PreparedRun& run);
 
 // Keys: experiment, iteration_time_s, throughput_samples_per_s, bubble_ratio, samples_per_iteration,
 // micro_batches, micro_batch_size, feasible, infeasible (list), stages, devices (in device order:

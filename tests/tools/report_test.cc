@@ -1,0 +1,99 @@
+// The readable plan: exact layer lists, stage edges, plurals, and the fractional-sample warning.
+#include "tools/output/report.h"
+
+#include <doctest/doctest.h>
+
+#include "core/models/chain.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using pipegrid::testing::run_command;
+using pipegrid::testing::TempDir;
+
+TEST_CASE("layer_list names every layer of a stage: ranges only over consecutive layers") {
+  pipegrid::ChainSpec c;
+  c.layers = 40;
+  const pipegrid::Workload w = pipegrid::make_chain(c);
+  using pipegrid::output::layer_list;
+  CHECK(layer_list(w, {9, 10, 11, 12, 20, 31, 32, 33}) ==
+        "layer9..layer12, layer20, layer31..layer33 (8 layers)");
+  CHECK(layer_list(w, {3, 4}) == "layer3, layer4 (2 layers)");
+  CHECK(layer_list(w, {33, 31, 32}) == "layer31..layer33 (3 layers)");
+  CHECK(layer_list(w, {7}) == "layer7");
+  CHECK(pipegrid::output::plural(1, "stage", "stages") == "1 stage");
+  CHECK(pipegrid::output::plural(1.5, "sample", "samples") == "1.5 samples");
+}
+
+TEST_CASE("the summary lists a branch stage's layers exactly and the stage graph's edges") {
+  TempDir tmp;
+  const std::string e = tmp.write("g.yaml", R"(
+workload:
+  name: two-branches
+  micro_batch_size: 4
+  layers:
+    - {name: x, kind: input, shape: [1024]}
+    - {name: a1, kind: linear, in_features: 1024, out_features: 1024, inputs: [x]}
+    - {name: b1, kind: linear, in_features: 1024, out_features: 1024, inputs: [x]}
+    - {name: a2, kind: linear, in_features: 1024, out_features: 1024, inputs: [a1]}
+    - {name: b2, kind: linear, in_features: 1024, out_features: 1024, inputs: [b1]}
+    - {name: a3, kind: linear, in_features: 1024, out_features: 1024, inputs: [a2]}
+    - {name: b3, kind: linear, in_features: 1024, out_features: 1024, inputs: [b2]}
+    - {name: join, kind: add, inputs: [a3, b3]}
+    - {name: out, kind: linear, in_features: 1024, out_features: 1024}
+cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 100GBps, latency: 1us}
+strategy: {partitioner: graphpipe, schedule: graph-1f1b, micro_batches: 8}
+)");
+  auto r = run_command({PIPEGRID_BINARY, "run", e});
+  REQUIRE(r.exit_code == 0);
+  // Layers are numbered in the file's order, so a1..a3 would include b1 and b2.
+  CHECK(r.out.find("a1, a2, a3 (3 layers)") != std::string::npos);
+  CHECK(r.out.find("b1, b2, b3 (3 layers)") != std::string::npos);
+  CHECK(r.out.find("\nstage graph      4 stages, depth 3\nstage edges      0->1, 0->2, 1->3, 2->3\n") !=
+        std::string::npos);
+  auto plan = run_command({PIPEGRID_BINARY, "plan", e});
+  REQUIRE(plan.exit_code == 0);
+  CHECK(plan.out.find("\nstage edges 0->1, 0->2, 1->3, 2->3\n") != std::string::npos);
+  CHECK(plan.out.find("| a1, a2, a3 (3 layers)") != std::string::npos);
+}
+
+TEST_CASE("the summary says 1 layer, 1 device, 1 micro-batch, 1 sample, 1 stage") {
+  TempDir tmp;
+  const std::string e = tmp.write("one.yaml", R"(
+workload: {kind: chain, layers: 1, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB}
+cluster: {kind: switch, count: 1, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}
+strategy: {micro_batches: 1}
+)");
+  auto r = run_command({PIPEGRID_BINARY, "run", e});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("chain (1 layer, fp32)") != std::string::npos);
+  CHECK(r.out.find("switch (1 device)") != std::string::npos);
+  CHECK(r.out.find("uniform + 1f1b, 1 micro-batch of 1 sample\n") != std::string::npos);
+  CHECK(r.out.find("stage graph      1 stage, depth 1") != std::string::npos);
+  CHECK(r.out.find("(1 sample per iteration)") != std::string::npos);
+  CHECK(r.out.find("stage edges") == std::string::npos);
+}
+
+TEST_CASE("replicas that split a micro-batch into fractional samples: a warning on standard error") {
+  TempDir tmp;
+  auto experiment = [&](int samples) {
+    return tmp.write("r" + std::to_string(samples) + ".yaml",
+                     "workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1KiB, "
+                     "parameters: 1MiB, samples_per_micro_batch: " +
+                         std::to_string(samples) +
+                         "}\n"
+                         "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: "
+                         "10GBps, latency: 1us}\n"
+                         "strategy: {micro_batches: 4, replicas: 2}\n");
+  };
+  auto odd = run_command({PIPEGRID_BINARY, "run", experiment(3), "--json"});
+  CHECK(odd.exit_code == 0);
+  auto warning = [](int stage) {
+    return "pipegrid: warning: stage " + std::to_string(stage) +
+           " splits each micro-batch of 3 samples between 2 replicas: 1.5 samples per replica (costs scale "
+           "with the fraction); a micro-batch size divisible by 2 avoids this\n";
+  };
+  CHECK(odd.err == warning(0) + warning(1));
+  auto even = run_command({PIPEGRID_BINARY, "run", experiment(4), "--json"});
+  CHECK(even.exit_code == 0);
+  CHECK(even.err.empty());
+}
