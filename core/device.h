@@ -31,7 +31,8 @@ struct FpgaSpec {
 // a call doing W FLOPs runs at r(W) = r_inf W / (W + n_1/2) with r_inf = peak x efficiency and
 // n_1/2 = r_inf x kernel_startup, i.e. it takes kernel_startup + W / r_inf: small GEMMs and
 // convolutions reach a smaller fraction of peak than large ones. Memory traffic runs at the
-// memory bandwidth times a memory efficiency; a call takes the larger of the two (roofline).
+// memory bandwidth times a memory efficiency; a call takes the startup plus the larger of the two
+// (roofline), memory-bound calls included (every launch pays it).
 struct DeviceSpec {
   std::string kind = "custom";                       // catalog name, or "custom"
   std::string family;                                // "gpu", "fpga", or empty for custom devices
@@ -77,8 +78,8 @@ struct PassTimes {
 // kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise each
 // pass adds up its kernels (layer.kernels, or one kernel of the layer kind's class built from the
 // layer's totals), each call of a kernel taking
-//   max(kernel_startup + flops / (peak(math precision) x compute_eff(precision, class)),
-//       (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class)))
+//   kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
+//                        (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class)))
 // with flops and bytes for the batch split over the kernel's calls, plus layer_overhead once per
 // pass that has work. The backward's streamed bytes are split between its input-gradient and
 // weight-gradient parts in proportion to their FLOPs.

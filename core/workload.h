@@ -68,10 +68,12 @@ std::optional<KernelClass> parse_kernel_class(std::string_view s);  // gemm, con
 // layers that carry no kernel list; unknown kinds with FLOPs are gemm, without FLOPs element-wise.
 KernelClass kernel_class_of_kind(std::string_view kind, bool has_flops);
 
-// One kernel (or group of identical kernels) that a layer's pass runs, in sequence with the
-// layer's other kernels. FLOPs and streamed bytes are per sample; `weight_bytes` are read by each
-// call whatever the batch (a recurrent layer re-reads its recurrent weights every time step);
-// `calls` is the number of launches per pass, among which the work is split evenly.
+// One kernel (or group of similar kernels) that a layer's pass runs, in sequence with the layer's
+// other kernels. FLOPs and streamed bytes are per sample, for all `calls` together; `calls` is the
+// number of launches per pass (each pays the device's kernel startup), among which the FLOPs and
+// streamed bytes are split evenly; `weight_bytes` are read by EACH call whatever the batch (a
+// recurrent layer re-reads its recurrent weights every time step; four GEMMs of a Transformer
+// block each read a quarter of its weights).
 struct Kernel {
   KernelClass cls = KernelClass::Gemm;
   double forward_flops = 0;

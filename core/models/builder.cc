@@ -273,7 +273,7 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.weight_bytes = l.parameter_bytes;
     const double proj_io = 2 * (tq + tm) * h * eb;
     l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, proj_io, 2 * proj_io,
-                        l.weight_bytes),
+                        l.weight_bytes / 2, 2),
                  make_kernel(KernelClass::Attention, 4 * tq * tm * h, 8 * tq * tm * h, 0, tq * tm * eb, 2 * tq * tm * eb)};
     l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
     return add_layer(std::move(l), q, in);
@@ -296,11 +296,12 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   l.weight_bytes = l.parameter_bytes;
   const double a = static_cast<double>(heads);
   // Projections (GEMMs), the attention core's batched GEMMs, softmax and dropout of the scores.
+  // Calls per pass: the fused QKV and the output projection; Q K^T and scores x V; softmax, dropout.
   l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb, 12 * seq * h * eb,
-                      l.weight_bytes),
+                      l.weight_bytes / 2, 2),
                make_kernel(KernelClass::Attention, scores, 2 * scores, 0, (4 * seq * h + 2 * a * seq * seq) * eb,
-                      2 * (4 * seq * h + 2 * a * seq * seq) * eb),
-               make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb)};
+                      2 * (4 * seq * h + 2 * a * seq * seq) * eb, 0, 2),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb, 0, 2)};
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
@@ -329,10 +330,12 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   // residual additions) and two LayerNorms, as separate kernels (no fusion assumed).
   const double gemm_io = (8 * seq * h + 2 * seq * f) * eb, core_io = (4 * seq * h + 2 * a * seq * seq) * eb;
   const double ew_io = (4 * a * seq * seq + 10 * seq * h + 2 * seq * f) * eb;
-  l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io, l.weight_bytes),
-               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io),
-               make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io),
-               make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb)};
+  // Calls per pass (each pays the kernel startup): 4 GEMMs (fused QKV, output projection, two MLP
+  // matrices), 2 batched GEMMs, 7 element-wise kernels, 2 LayerNorms.
+  l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io, l.weight_bytes / 4, 4),
+               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io, 0, 2),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io, 0, 7),
+               make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb, 0, 2)};
   // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits; 34 s h with selective
   // recomputation of the attention core (its scores re-run in the backward).
   l.stash_bytes = seq * h * (34 + 5 * heads * seq / h) * eb / 2;

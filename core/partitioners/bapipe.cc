@@ -5,7 +5,7 @@
 // (topological order), stage i data-parallel on r_i consecutive devices (each replica takes b / r_i
 // samples), minimising the slowest stage, where a stage's time per micro-batch is the slowest
 // replica's F + B (devices may differ: heterogeneous GPU and FPGA cost models) plus its ring
-// all-reduce amortised over the m micro-batches, under every device's memory: static + in-flight x
+// all-reduce and optimizer step amortised over the m micro-batches, under every device's memory: static + in-flight x
 // stash + the backward's workspace <= capacity, with in-flight = m for gpipe and min(p - i, m) for
 // 1f1b. `replicas` >= 1 fixes r_i = replicas (stage i on devices [i r, (i + 1) r)); kAnyReplicas
 // lets every stage take its own count (the stages take devices in order from the first; devices
@@ -107,7 +107,14 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
       const double bytes = pbytes[k] - pbytes[j];
       t += (2.0 * (c - 1) * groups[a][c].latency + 2.0 * (c - 1) / c * bytes / groups[a][c].bandwidth) / m;
     }
-    return t;
+    // The stage's optimizer step, once per iteration like the all-reduce (slowest replica).
+    double step = 0;
+    for (int x = 0; x < c; ++x)
+      step = std::max(step, w.optimizer_step_s >= 0
+                                ? w.optimizer_step_s
+                                : optimizer_step_time(params[k] - params[j], r.memory.optimizer, w.precision,
+                                                      r.cluster.devices[a + x].spec));
+    return t + step / m;
   };
   auto fits = [&](int i, int a, int c, int j, int k) {
     MemoryBytes st = static_memory(params[k] - params[j], pbytes[k] - pbytes[j], r.memory);

@@ -61,21 +61,21 @@ TEST_CASE("a GEMM's time: efficiency by precision and class, Hockney's startup, 
   d.layer_overhead_s = 1e-6;
   const double flops = 2.0 * 256 * 4096 * 4096;
   PassTimes t = *layer_times(w.layer(fc), Precision::AMP, d, 256);
-  // compute: 4 us + 8.59e9 / (100e12 x 0.6) = 4 us + 143.2 us; memory: 37.7 MB / 1 TB/s = 37.7 us.
+  // 4 us + max(compute 8.59e9 / (100e12 x 0.6) = 143.2 us, memory 37.7 MB / 1 TB/s = 37.7 us).
   CHECK(t.forward == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
   CHECK(t.backward_input == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
   CHECK(t.backward_weight == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
   // fp32 uses fp32's rate and, with no entry, `efficiency`: 8.59e9 / 9e12.
   PassTimes f32 = *layer_times(w.layer(fc), Precision::FP32, d, 256);
   CHECK(f32.forward == doctest::Approx(4e-6 + flops / 9e12 + 1e-6));
-  // At batch 1 the weights dominate: (32 MiB + 16 KiB) / 1 TB/s against 4 us + 0.56 us.
+  // At batch 1 the weights dominate: 4 us + max((32 MiB + 16 KiB) / 1 TB/s, 0.56 us).
   PassTimes one = *layer_times(w.layer(fc), Precision::AMP, d, 1);
   const double weights = 4096.0 * 4096 * 2, streamed = (4096.0 + 4096) * 2;
-  CHECK(one.forward == doctest::Approx((weights + streamed) / 1e12 + 1e-6));
+  CHECK(one.forward == doctest::Approx(4e-6 + (weights + streamed) / 1e12 + 1e-6));
   // Memory efficiency scales the memory side only.
   d.memory_efficiency_default = 0.5;
   PassTimes half = *layer_times(w.layer(fc), Precision::AMP, d, 1);
-  CHECK(half.forward == doctest::Approx((weights + streamed) / 0.5e12 + 1e-6));
+  CHECK(half.forward == doctest::Approx(4e-6 + (weights + streamed) / 0.5e12 + 1e-6));
 }
 
 TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
@@ -171,4 +171,23 @@ TEST_CASE("the optimizer step reads and writes the state once, at the memory ban
   CHECK(optimizer_step_bytes_per_parameter(Optimizer::Momentum, Precision::AMP) == 20);
   CHECK(optimizer_step_bytes_per_parameter(Optimizer::SGD, Precision::FP16) == 6);
   CHECK(optimizer_step_time(1e9, Optimizer::Adam, Precision::AMP, d) == doctest::Approx(28e9 / 0.8e12));
+}
+
+TEST_CASE("every kernel call pays the startup: a Transformer block's 15 launches per forward") {
+  // With compute and memory free, a forward is 4 GEMMs + 2 attention GEMMs + 7 element-wise + 2
+  // LayerNorm launches = 15 startups.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {128, 256});
+  int blk = *b.transformer_block("blk", x, 4, 1024);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.peak_flops.fill(1e30);
+  d.memory_bandwidth = 1e30;
+  d.kernel_startup_s = 1e-6;
+  PassTimes t = *layer_times(w.layer(blk), Precision::FP16, d, 8);
+  CHECK(t.forward == doctest::Approx(15e-6));
+  // Backward: input gradients of the same 15 kernels (each has streamed bytes), weight gradients of
+  // the 4 GEMMs only (the attention core and element-wise kernels have no weights).
+  CHECK(t.backward_input == doctest::Approx(15e-6));
+  CHECK(t.backward_weight == doctest::Approx(4e-6));
 }
