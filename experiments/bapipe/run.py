@@ -146,7 +146,8 @@ def main():
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
         for ext in ("png", "svg"):
-            fig.savefig(os.path.join(HERE, f"figure.{ext}"), dpi=120)
+            fig.savefig(os.path.join(HERE, f"figure.{ext}"), dpi=120,
+                        metadata={"Date": None} if ext == "svg" else {"Software": None})
     print(f"wrote {os.path.join(HERE, 'results.md')}" + (" and figure.png, figure.svg" if plt else ""))
     if violations:
         print("bapipe does not beat or tie a baseline it explores:\n  " + "\n  ".join(violations), file=sys.stderr)

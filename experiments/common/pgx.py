@@ -54,6 +54,8 @@ def matplotlib_pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
+        # Same inputs, same bytes: fixed SVG ids (the salt) and no dates (savefig's metadata).
+        matplotlib.rcParams["svg.hashsalt"] = "pipegrid"
         import matplotlib.pyplot as plt
         return plt
     except ImportError:
