@@ -35,8 +35,9 @@ def run_all(jobs, workers=None):
     out = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(plan, e, p): k for k, e, p in jobs}
-        for f in concurrent.futures.as_completed(futures):
+        for done, f in enumerate(concurrent.futures.as_completed(futures), 1):
             out[futures[f]] = f.result()
+            print(f"[{done}/{len(jobs)}] {futures[f]}", file=sys.stderr, flush=True)  # progress
     return out
 
 
