@@ -1,6 +1,7 @@
 #include "tools/input/yaml_node.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
 #include <cerrno>
