@@ -115,6 +115,29 @@ std::string_view dimension_noun(Dimension d) {
   return "a quantity";
 }
 
+// The largest magnitude accepted per dimension, after the unit is applied (see units.h).
+struct Limit {
+  double max;
+  std::string_view text;
+};
+Limit limit(Dimension d) {
+  switch (d) {
+    case Dimension::Time:
+      return {1e9, "1e9 s"};
+    case Dimension::Bytes:
+      return {1e18, "1e18 B"};
+    case Dimension::Bandwidth:
+      return {1e21, "1e21 B/s"};
+    case Dimension::FlopRate:
+      return {1e21, "1e21 FLOP/s"};
+    case Dimension::Flops:
+      return {1e24, "1e24 FLOP"};
+    case Dimension::Frequency:
+      return {1e12, "1e12 Hz"};
+  }
+  return {0, "0"};
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -183,7 +206,10 @@ Result<double> parse_quantity(std::string_view text, Dimension d, bool allow_neg
   if (u->dim != d) return fail(fmt::format("\"{}\" is the unit of {}", unit, dimension_noun(u->dim)));
   if (value < 0 && !allow_negative)
     return Error{fmt::format("expected {}, got \"{}\"", describe(d, "non-negative"), text)};
-  return value * u->factor;
+  const double v = value * u->factor;
+  if (const Limit l = limit(d); !(std::fabs(v) <= l.max))
+    return fail(fmt::format("out of range: at most {}", l.text));
+  return v;
 }
 
 std::string format_time(double s) {

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/file_io.h"
 #include "core/units.h"
 #include "sim/platform.h"
 
@@ -846,12 +847,10 @@ Result<Cluster> read_simgrid_xml(const std::string& text, const std::string& nam
 
 Result<Cluster> read_simgrid_xml_file(const std::string& path,
                                       const std::optional<DeviceSpec>& default_device) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{fmt::format("cannot read \"{}\": {}", path, std::strerror(errno))};
-  std::stringstream ss;
-  ss << in.rdbuf();
+  Result<std::string> text = read_input_file(path);
+  if (!text) return text.error();
   try {
-    return Reader(std::move(ss).str(), path, default_device).read();
+    return Reader(std::move(*text), path, default_device).read();
   } catch (const XmlFail& e) {
     return Error{e.what()};
   }

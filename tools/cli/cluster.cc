@@ -8,11 +8,11 @@
 #include <fmt/ostream.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/collectives.h"
 #include "core/units.h"
@@ -20,6 +20,7 @@
 #include "sim/simgrid_xml.h"
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
+#include "tools/output/safe_write.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -233,6 +234,8 @@ int run_bench(const Options& o) {
 
 int run_export(const Options& o) {
   if (!o.simgrid) return bad_input("cluster export: choose a format (--simgrid)");
+  if (Status s = output::check_distinct_outputs({{"-o", o.output}}, {{"the cluster file", o.cluster}}); !s)
+    return bad_input(s.error().message);
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
   if (o.output.empty()) {
@@ -240,12 +243,10 @@ int run_export(const Options& o) {
       return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
     return kOk;
   }
-  std::ofstream out(o.output);
-  if (!out) return bad_input(fmt::format("cannot write \"{}\"", o.output));
-  Status s = sim::write_simgrid_xml(*c, out);
-  out.close();
-  if (!s) std::remove(o.output.c_str());  // no half-written platform
-  if (!s) return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
+  std::ostringstream out;
+  if (Status s = sim::write_simgrid_xml(*c, out); !s)
+    return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
+  if (Status s = output::write_file_safely(o.output, out.str()); !s) return bad_input(s.error().message);
   return kOk;
 }
 

@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <sstream>
 
 #include "core/experiment.h"
+#include "core/file_io.h"
 #include "core/metrics.h"
 #include "sim/judge.h"
 #include "sim/replay.h"
@@ -24,6 +24,7 @@
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
+#include "tools/output/safe_write.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -73,11 +74,11 @@ std::optional<std::string> python_with_matplotlib() {
   return std::nullopt;
 }
 
-// Writes a file with `write`; false if it could not be written.
-bool write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
-  std::ofstream out(path);
-  if (out) write(out);
-  return static_cast<bool>(out);
+// Writes a file with `write`, all or nothing (output::write_file_safely).
+Status write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  std::ostringstream out;
+  write(out);
+  return output::write_file_safely(path, out.str());
 }
 
 // The experiment named on the command line: none (the built-in example), "-" (standard input; the
@@ -85,14 +86,34 @@ bool write_file(const std::string& path, const std::function<void(std::ostream&)
 Result<Experiment> load(const std::string& file) {
   if (file.empty()) return input::load_experiment_text(kBuiltinExample, "<built-in example>");
   if (file == "-") {
-    std::stringstream text;
-    text << std::cin.rdbuf();
-    return input::load_experiment_text(text.str(), "<stdin>");
+    Result<std::string> text = read_input_stream(std::cin, "<stdin>");
+    if (!text) return text.error();
+    return input::load_experiment_text(*text, "<stdin>");
   }
   return input::load_experiment_file(file);
 }
 
+// The --plot files, in DIR.
+struct PlotFiles {
+  std::string tasks, memory, script;
+};
+PlotFiles plot_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  return {(fs::path(dir) / "tasks.csv").string(), (fs::path(dir) / "memory.csv").string(),
+          (fs::path(dir) / "plot_timeline.py").string()};
+}
+
 int run(const RunOptions& o) {
+  const PlotFiles plot = o.plot.empty() ? PlotFiles{} : plot_files(o.plot);
+  if (Status s = output::check_distinct_outputs({{"--trace", o.trace},
+                                                 {"--tasks", o.tasks},
+                                                 {"--memory", o.memory},
+                                                 {"--plot", plot.tasks},
+                                                 {"--plot", plot.memory},
+                                                 {"--plot", plot.script}},
+                                                {{"the experiment file", o.file}});
+      !s)
+    return bad_input(s.error().message);
   Result<Experiment> exp = load(o.file);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
@@ -117,24 +138,23 @@ int run(const RunOptions& o) {
   for (const Output& out :
        {Output{o.trace, &output::write_chrome_trace}, Output{o.tasks, &output::write_tasks_csv},
         Output{o.memory, &output::write_memory_csv}})
-    if (!out.path.empty() && !write_file(out.path, writer(out.fn)))
-      return bad_input(fmt::format("cannot write \"{}\"", out.path));
+    if (!out.path.empty())
+      if (Status s = write_file(out.path, writer(out.fn)); !s) return bad_input(s.error().message);
   if (o.json)
     std::cout << output::to_json(report).dump(2) << "\n";
   else
     output::print_summary(std::cout, report);
   if (!o.plot.empty()) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(o.plot, ec);
+    // The folder itself is created (not its parents, like every output's folder).
     const std::string dir = o.plot;
-    const std::string tasks = (fs::path(dir) / "tasks.csv").string();
-    const std::string memory = (fs::path(dir) / "memory.csv").string();
-    const std::string script = (fs::path(dir) / "plot_timeline.py").string();
-    if (ec || !write_file(tasks, writer(&output::write_tasks_csv)) ||
-        !write_file(memory, writer(&output::write_memory_csv)) ||
-        !write_file(script, [](std::ostream& out) { out << kPlotScript; }))
-      return bad_input(fmt::format("cannot write the plot files into \"{}\"", dir));
+    const auto& [tasks, memory, script] = plot;
+    std::error_code ec;
+    std::filesystem::create_directory(dir, ec);
+    if (ec) return bad_input(fmt::format("cannot create the folder \"{}\": {}", dir, ec.message()));
+    Status s = write_file(tasks, writer(&output::write_tasks_csv));
+    if (s) s = write_file(memory, writer(&output::write_memory_csv));
+    if (s) s = write_file(script, [](std::ostream& out) { out << kPlotScript; });
+    if (!s) return bad_input(s.error().message);
     std::optional<std::string> py = python_with_matplotlib();
     if (!py) {
       fmt::print(

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/experiment.h"
+#include "core/file_io.h"
 #include "core/models/chain.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
@@ -49,11 +50,9 @@ int run(const ScheduleOptions& o) {
   e.strategy.chunks = o.chunks;
   if (o.name == "file") {
     if (o.file.empty()) return bad_input("schedule file needs --file CSV");
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) return bad_input(fmt::format("cannot read \"{}\"", o.file));
-    std::stringstream text;
-    text << in.rdbuf();
-    e.strategy.schedule_text = text.str();
+    Result<std::string> text = read_input_file(o.file);
+    if (!text) return bad_input(text.error().message);
+    e.strategy.schedule_text = std::move(*text);
     e.strategy.schedule_source = o.file;
   }
   Result<PreparedRun> run = prepare(e);

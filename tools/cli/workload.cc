@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/models/pipedream_profile.h"
 #include "core/models/zoo.h"
 #include "core/units.h"
@@ -39,14 +40,12 @@ Result<Workload> load(const WorkloadOptions& o) {
   if (Result<const ModelInfo*> m = find_model(o.what); m)
     return build_model(**m, {}, precision.value_or(Precision::FP32));
   if (o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt") {
-    std::ifstream in(o.what, std::ios::binary);
-    if (!in) return Error{fmt::format("cannot read \"{}\"", o.what)};
-    std::stringstream text;
-    text << in.rdbuf();
+    Result<std::string> text = read_input_file(o.what);
+    if (!text) return text.error();
     ProfileOptions po;
     po.batch = o.profile_batch;
     po.device_kind = o.profile_device == "any" ? "" : o.profile_device;
-    return parse_pipedream_profile(text.str(), o.what, po);
+    return parse_pipedream_profile(*text, o.what, po);
   }
   if (o.what.find('.') == std::string::npos && o.what.find('/') == std::string::npos)
     return find_model(o.what).error();  // looks like a model name: say which exist

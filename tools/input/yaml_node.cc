@@ -1,14 +1,17 @@
 #include "tools/input/yaml_node.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <sstream>
+
+#include "core/file_io.h"
 
 namespace pipegrid::input {
 namespace {
@@ -42,6 +45,93 @@ std::string suggestion(std::string_view word, const std::vector<std::string_view
   return fmt::format("did you mean \"{}\"? ", m.front());
 }
 
+// What yaml-cpp lets pass silently, checked on the parser's events (aliases are not expanded, so
+// the walk is linear in the text): a key given twice in one mapping (yaml-cpp keeps the first) and
+// a second document in one file (YAML::Load reads the first only).
+class StrictnessCheck : public YAML::EventHandler {
+ public:
+  explicit StrictnessCheck(const Document& d) : doc_(d) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ > 1)
+      throw InputError(
+          fmt::format("{}: a second YAML document (after \"---\" or \"...\"): a file holds one document",
+                      location(doc_, mark)));
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { leaf(mark, nullptr); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { leaf(mark, nullptr); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string& value) override {
+    leaf(mark, &value);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    open(false);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(true);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Frame {
+    bool map = false;
+    std::string path;
+    bool at_key = true;  // a mapping: the next node is a key
+    size_t index = 0;    // a list: the next item's index
+    std::string key;     // a mapping: the key of the value to come
+    std::map<std::string, YAML::Mark> keys;
+  };
+
+  // The key path of the node that starts now.
+  std::string child_path() const {
+    if (stack_.empty()) return "";
+    const Frame& f = stack_.back();
+    if (!f.map) return fmt::format("{}[{}]", f.path, f.index);
+    return f.path.empty() ? f.key : f.path + "." + f.key;
+  }
+  // A node is complete: the parent moves on to its next key, value or item.
+  void done() {
+    if (stack_.empty()) return;
+    Frame& f = stack_.back();
+    if (f.map)
+      f.at_key = !f.at_key;
+    else
+      ++f.index;
+  }
+  void leaf(const YAML::Mark& mark, const std::string* value) {
+    if (!stack_.empty() && stack_.back().map && stack_.back().at_key) {
+      Frame& f = stack_.back();
+      f.key = value ? *value : "?";
+      if (value) {
+        auto [it, inserted] = f.keys.emplace(*value, mark);
+        if (!inserted) {
+          const std::string path = f.path.empty() ? *value : f.path + "." + *value;
+          throw InputError(fmt::format("{}: {}: duplicate key, first given at {}:{} (a key may appear once)",
+                                       location(doc_, mark), path, it->second.line + 1,
+                                       it->second.column + 1));
+        }
+      }
+    }
+    done();
+  }
+  void open(bool map) {
+    std::string path = child_path();
+    if (!stack_.empty() && stack_.back().map && stack_.back().at_key) stack_.back().key = "?";
+    stack_.push_back(Frame{map, std::move(path)});
+  }
+  void close() {
+    stack_.pop_back();
+    done();
+  }
+
+  const Document& doc_;
+  int documents_ = 0;
+  std::vector<Frame> stack_;
+};
+
 }  // namespace
 
 std::vector<std::string> close_matches(std::string_view word,
@@ -67,16 +157,19 @@ std::string resolve_path(const Document& doc, const std::string& path) {
 }
 
 std::string read_referenced_file(const Node& where, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) where.fail(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  Result<std::string> text = read_input_file(path);
+  if (!text) where.fail(text.error().message);
+  return std::move(*text);
 }
 
 Document load_document_text(const std::string& text, const std::string& name) {
   Document d{name, {}};
   try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    StrictnessCheck check(d);
+    while (parser.HandleNextDocument(check)) {
+    }
     d.root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: invalid YAML: {}", location(d, e.mark), e.msg));
@@ -85,12 +178,9 @@ Document load_document_text(const std::string& text, const std::string& name) {
 }
 
 Document load_document_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("cannot read \"{}\": {}", path, std::strerror(errno)));
-  return load_document_text(ss.str(), path);
+  Result<std::string> text = read_input_file(path);
+  if (!text) throw InputError(text.error().message);
+  return load_document_text(*text, path);
 }
 
 Node::Node(const Document* doc, YAML::Node node, std::string path, YAML::Mark mark)

@@ -1,0 +1,181 @@
+// Hostile input and outputs (issue 16): writes never destroy what was there, inputs that are not
+// regular files (or never end) are refused, outputs never overwrite inputs or each other.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using pipegrid::testing::read_file;
+using pipegrid::testing::run_command;
+using pipegrid::testing::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kExample =
+    read_file(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/example/experiment.yaml");
+
+// Runs pipegrid with its file size limited to one block and SIGXFSZ ignored, so writes fail with EFBIG.
+pipegrid::testing::CommandResult run_with_tiny_file_limit(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 1; exec \"$0\" \"$@\"",
+                                   PIPEGRID_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a failed write (file size limit) leaves the existing file byte-identical, exit 2") {
+  TempDir tmp;
+  const std::string old = "previous content, must survive\n";
+  const std::string trace = tmp.write("trace.json", old);
+  auto r = run_with_tiny_file_limit({"run", "--trace", trace});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "pipegrid: cannot write \"" + trace + "\": File too large (nothing was changed)\n");
+  CHECK(read_file(trace) == old);
+  CHECK(names_in(tmp.path) == std::vector<std::string>{"trace.json"});  // no temporary file left
+
+  const std::string tasks = tmp.write("tasks.csv", old);
+  CHECK(run_with_tiny_file_limit({"run", "--tasks", tasks}).exit_code == 2);
+  CHECK(read_file(tasks) == old);
+
+  // `cluster export -o` used to remove the file it could not write, even a pre-existing one.
+  const std::string xml = tmp.write("platform.xml", old);
+  auto e = run_with_tiny_file_limit({"cluster", "export", "dgx-a100-2", "--simgrid", "-o", xml});
+  CHECK(e.exit_code == 2);
+  CHECK(e.err == "pipegrid: cannot write \"" + xml + "\": File too large (nothing was changed)\n");
+  CHECK(read_file(xml) == old);
+  CHECK(names_in(tmp.path) == std::vector<std::string>{"platform.xml", "tasks.csv", "trace.json"});
+}
+
+TEST_CASE("a successful write replaces the file and keeps its permissions") {
+  TempDir tmp;
+  const std::string trace = tmp.write("trace.json", "old");
+  fs::permissions(trace, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  CHECK(run_command({PIPEGRID_BINARY, "run", "--trace", trace}).exit_code == 0);
+  CHECK(read_file(trace).find("traceEvents") != std::string::npos);
+  CHECK(fs::status(trace).permissions() ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  CHECK(names_in(tmp.path) == std::vector<std::string>{"trace.json"});
+}
+
+TEST_CASE("an output that is an input or another output is refused before anything runs") {
+  TempDir tmp;
+  const std::string exp = tmp.write("exp.yaml", kExample);
+  auto same_as_input = run_command({PIPEGRID_BINARY, "run", exp, "--trace", exp});
+  CHECK(same_as_input.exit_code == 2);
+  CHECK(same_as_input.err ==
+        "pipegrid: --trace \"" + exp + "\" is the experiment file: an output must not overwrite an input\n");
+  CHECK(read_file(exp) == kExample);
+  // The same file by another name.
+  auto via_dots =
+      run_command({PIPEGRID_BINARY, "run", exp, "--memory", (tmp.path / "." / "exp.yaml").string()});
+  CHECK(via_dots.exit_code == 2);
+  CHECK(read_file(exp) == kExample);
+
+  const std::string x = (tmp.path / "x").string();
+  auto twice = run_command({PIPEGRID_BINARY, "run", exp, "--trace", x, "--tasks", x});
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err == "pipegrid: --trace \"" + x + "\" and --tasks \"" + x +
+                         "\" are the same file: each output needs its own\n");
+  CHECK(twice.out.empty());
+  CHECK(!fs::exists(x));
+  auto plot = run_command({PIPEGRID_BINARY, "run", exp, "--tasks", (tmp.path / "tasks.csv").string(),
+                           "--plot", tmp.path.string()});
+  CHECK(plot.exit_code == 2);
+
+  const std::string cluster = tmp.write("c.yaml", "generator: {kind: ring, count: 2}\n");
+  auto e = run_command({PIPEGRID_BINARY, "cluster", "export", cluster, "--simgrid", "-o", cluster});
+  CHECK(e.exit_code == 2);
+  CHECK(read_file(cluster) == "generator: {kind: ring, count: 2}\n");
+}
+
+TEST_CASE("an output in a missing folder, or onto a directory, FIFO or symbolic link, is an error") {
+  TempDir tmp;
+  const std::string missing = (tmp.path / "no-such-folder" / "t.json").string();
+  auto r = run_command({PIPEGRID_BINARY, "run", "--trace", missing});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "pipegrid: cannot write \"" + missing + "\": folder \"" +
+                     (tmp.path / "no-such-folder").string() +
+                     "\": No such file or directory (nothing was changed)\n");
+  CHECK(!fs::exists(tmp.path / "no-such-folder"));
+
+  fs::create_directory(tmp.path / "d");
+  auto dir = run_command({PIPEGRID_BINARY, "run", "--trace", (tmp.path / "d").string()});
+  CHECK(dir.exit_code == 2);
+  CHECK(dir.err.find("it is a directory; outputs are written to regular files only") != std::string::npos);
+
+  const std::string fifo = (tmp.path / "fifo").string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  auto f = run_command({PIPEGRID_BINARY, "run", "--tasks", fifo});
+  CHECK(f.exit_code == 2);
+  CHECK(f.err.find("it is a FIFO") != std::string::npos);
+
+  const std::string target = tmp.write("target", "kept");
+  fs::create_symlink(target, tmp.path / "link");
+  auto l = run_command({PIPEGRID_BINARY, "run", "--memory", (tmp.path / "link").string()});
+  CHECK(l.exit_code == 2);
+  CHECK(l.err.find("it is a symbolic link") != std::string::npos);
+  CHECK(read_file(target) == "kept");
+  CHECK(fs::is_symlink(tmp.path / "link"));
+}
+
+TEST_CASE("inputs that are not regular files or exceed 64 MiB are refused, not read forever") {
+  TempDir tmp;
+  auto zero = run_command({PIPEGRID_BINARY, "run", "/dev/zero"});
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.err == "pipegrid: cannot read \"/dev/zero\": a character device, not a regular file\n");
+  auto dir = run_command({PIPEGRID_BINARY, "run", tmp.path.string()});
+  CHECK(dir.exit_code == 2);
+  CHECK(dir.err == "pipegrid: cannot read \"" + tmp.path.string() + "\": a directory, not a regular file\n");
+  const std::string fifo = (tmp.path / "fifo").string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  auto f = run_command({PIPEGRID_BINARY, "run", fifo});  // no writer: must not wait for one
+  CHECK(f.exit_code == 2);
+  CHECK(f.err == "pipegrid: cannot read \"" + fifo + "\": a FIFO, not a regular file\n");
+
+  const std::string big = (tmp.path / "big.yaml").string();
+  fs::resize_file(tmp.write("big.yaml", ""), (64u << 20) + 1);  // sparse
+  auto b = run_command({PIPEGRID_BINARY, "run", big});
+  CHECK(b.exit_code == 2);
+  CHECK(b.err == "pipegrid: cannot read \"" + big + "\": larger than the 64 MiB limit for input files\n");
+
+  auto stdin_zero = run_command({"/bin/sh", "-c", "exec \"$0\" run - < /dev/zero", PIPEGRID_BINARY});
+  CHECK(stdin_zero.exit_code == 2);
+  CHECK(stdin_zero.err ==
+        "pipegrid: cannot read \"<stdin>\": larger than the 64 MiB limit for input files\n");
+
+  // Files named inside an experiment, and by other commands.
+  const std::string exp =
+      tmp.write("exp.yaml",
+                "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, "
+                "parameters: 1MiB}\ncluster: {file: /dev/zero}\n"
+                "strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 2}\n");
+  auto referenced = run_command({PIPEGRID_BINARY, "run", exp});
+  CHECK(referenced.exit_code == 2);
+  CHECK(referenced.err.find("cannot read \"/dev/zero\": a character device, not a regular file") !=
+        std::string::npos);
+  auto schedule =
+      run_command({PIPEGRID_BINARY, "schedule", "file", "-p", "2", "-m", "2", "--file", "/dev/zero"});
+  CHECK(schedule.exit_code == 2);
+  CHECK(schedule.err == "pipegrid: cannot read \"/dev/zero\": a character device, not a regular file\n");
+  const std::string profile_fifo = (tmp.path / "profile.txt").string();
+  REQUIRE(mkfifo(profile_fifo.c_str(), 0600) == 0);
+  auto profile = run_command({PIPEGRID_BINARY, "workload", "show", profile_fifo});
+  CHECK(profile.exit_code == 2);
+  CHECK(profile.err == "pipegrid: cannot read \"" + profile_fifo + "\": a FIFO, not a regular file\n");
+}
