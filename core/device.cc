@@ -67,8 +67,8 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
     const double compute = flops > 0 ? flops / (peak * device.compute_eff(precision, k.cls)) : 0.0;
-    const double memory = (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls))
-                                                               : 0.0;
+    const double memory =
+        (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
     return device.kernel_startup_s + std::max(compute, memory);  // every launch pays the startup
   };
   auto pass_time = [&](const Kernel& k, double flops, double bytes) {

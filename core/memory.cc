@@ -4,20 +4,28 @@ namespace pipegrid {
 
 std::string_view to_string(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::Weights: return "weights";
-    case MemoryCategory::Gradients: return "gradients";
-    case MemoryCategory::OptimizerState: return "optimizer";
-    case MemoryCategory::Activations: return "activations";
-    case MemoryCategory::Workspace: return "workspace";
+    case MemoryCategory::Weights:
+      return "weights";
+    case MemoryCategory::Gradients:
+      return "gradients";
+    case MemoryCategory::OptimizerState:
+      return "optimizer";
+    case MemoryCategory::Activations:
+      return "activations";
+    case MemoryCategory::Workspace:
+      return "workspace";
   }
   return "?";
 }
 
 std::string_view to_string(Recompute r) {
   switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Full: return "full";
-    case Recompute::Selective: return "selective";
+    case Recompute::None:
+      return "none";
+    case Recompute::Full:
+      return "full";
+    case Recompute::Selective:
+      return "selective";
   }
   return "?";
 }
@@ -30,10 +38,14 @@ std::optional<Recompute> parse_recompute(std::string_view s) {
 
 std::string_view to_string(Optimizer o) {
   switch (o) {
-    case Optimizer::SGD: return "sgd";
-    case Optimizer::Momentum: return "momentum";
-    case Optimizer::Adam: return "adam";
-    case Optimizer::MixedAdam: return "mixed-adam";
+    case Optimizer::SGD:
+      return "sgd";
+    case Optimizer::Momentum:
+      return "momentum";
+    case Optimizer::Adam:
+      return "adam";
+    case Optimizer::MixedAdam:
+      return "mixed-adam";
   }
   return "?";
 }
@@ -69,10 +81,25 @@ MemoryBytes static_memory(double parameters, double parameter_bytes, const Memor
     return m;
   }
   switch (o.optimizer) {
-    case Optimizer::SGD: w = parameter_bytes; g = parameter_bytes; break;
-    case Optimizer::Momentum: w = parameter_bytes; g = parameter_bytes; s = parameter_bytes; break;
-    case Optimizer::Adam: w = parameter_bytes; g = parameter_bytes; s = 2 * parameter_bytes; break;
-    case Optimizer::MixedAdam: w = 2 * parameters; g = 2 * parameters; s = 12 * parameters; break;
+    case Optimizer::SGD:
+      w = parameter_bytes;
+      g = parameter_bytes;
+      break;
+    case Optimizer::Momentum:
+      w = parameter_bytes;
+      g = parameter_bytes;
+      s = parameter_bytes;
+      break;
+    case Optimizer::Adam:
+      w = parameter_bytes;
+      g = parameter_bytes;
+      s = 2 * parameter_bytes;
+      break;
+    case Optimizer::MixedAdam:
+      w = 2 * parameters;
+      g = 2 * parameters;
+      s = 12 * parameters;
+      break;
   }
   return m;
 }

@@ -8,13 +8,20 @@ namespace pipegrid {
 
 double element_bytes(Precision p) {
   switch (p) {
-    case Precision::FP32: return 4;
-    case Precision::TF32: return 4;
-    case Precision::FP16: return 2;
-    case Precision::BF16: return 2;
-    case Precision::INT8: return 1;
-    case Precision::AMP: return 2;
-    case Precision::AMP_BF16: return 2;
+    case Precision::FP32:
+      return 4;
+    case Precision::TF32:
+      return 4;
+    case Precision::FP16:
+      return 2;
+    case Precision::BF16:
+      return 2;
+    case Precision::INT8:
+      return 1;
+    case Precision::AMP:
+      return 2;
+    case Precision::AMP_BF16:
+      return 2;
   }
   return 4;
 }
@@ -25,17 +32,26 @@ Precision math_precision(Precision p) {
   return p;
 }
 
-bool mixed_precision(Precision p) { return p == Precision::AMP || p == Precision::AMP_BF16; }
+bool mixed_precision(Precision p) {
+  return p == Precision::AMP || p == Precision::AMP_BF16;
+}
 
 std::string_view to_string(Precision p) {
   switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::TF32: return "tf32";
-    case Precision::FP16: return "fp16";
-    case Precision::BF16: return "bf16";
-    case Precision::INT8: return "int8";
-    case Precision::AMP: return "amp";
-    case Precision::AMP_BF16: return "amp-bf16";
+    case Precision::FP32:
+      return "fp32";
+    case Precision::TF32:
+      return "tf32";
+    case Precision::FP16:
+      return "fp16";
+    case Precision::BF16:
+      return "bf16";
+    case Precision::INT8:
+      return "int8";
+    case Precision::AMP:
+      return "amp";
+    case Precision::AMP_BF16:
+      return "amp-bf16";
   }
   return "fp32";
 }
@@ -49,19 +65,30 @@ std::optional<Precision> parse_precision(std::string_view s) {
 std::string precision_choices() {
   std::string out;
   for (size_t i = 0; i < kPrecisions.size(); ++i)
-    out += fmt::format("{}{}", i == 0 ? "" : i + 1 == kPrecisions.size() ? " or " : ", ", to_string(kPrecisions[i]));
+    out += fmt::format("{}{}",
+                       i == 0                        ? ""
+                       : i + 1 == kPrecisions.size() ? " or "
+                                                     : ", ",
+                       to_string(kPrecisions[i]));
   return out;
 }
 
 std::string_view to_string(KernelClass k) {
   switch (k) {
-    case KernelClass::Gemm: return "gemm";
-    case KernelClass::Conv: return "conv";
-    case KernelClass::Attention: return "attention";
-    case KernelClass::Recurrent: return "recurrent";
-    case KernelClass::Gather: return "gather";
-    case KernelClass::Elementwise: return "elementwise";
-    case KernelClass::Norm: return "norm";
+    case KernelClass::Gemm:
+      return "gemm";
+    case KernelClass::Conv:
+      return "conv";
+    case KernelClass::Attention:
+      return "attention";
+    case KernelClass::Recurrent:
+      return "recurrent";
+    case KernelClass::Gather:
+      return "gather";
+    case KernelClass::Elementwise:
+      return "elementwise";
+    case KernelClass::Norm:
+      return "norm";
   }
   return "gemm";
 }

@@ -28,8 +28,8 @@ inline constexpr std::array<Precision, kPrecisionCount> kPrecisions = {
     Precision::FP32, Precision::TF32, Precision::FP16,    Precision::BF16,
     Precision::INT8, Precision::AMP,  Precision::AMP_BF16};
 // The formats a device has a peak rate and efficiencies for.
-inline constexpr std::array<Precision, 5> kMathPrecisions = {Precision::FP32, Precision::TF32, Precision::FP16,
-                                                             Precision::BF16, Precision::INT8};
+inline constexpr std::array<Precision, 5> kMathPrecisions = {
+    Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::INT8};
 
 // Bytes of an activation or a working weight (amp: 2; tf32: 4).
 double element_bytes(Precision p);
@@ -60,8 +60,8 @@ inline constexpr int kKernelClassCount = 7;
 inline constexpr std::array<KernelClass, kKernelClassCount> kKernelClasses = {
     KernelClass::Gemm,   KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
     KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm};
-inline constexpr std::array<KernelClass, 4> kComputeClasses = {KernelClass::Gemm, KernelClass::Conv,
-                                                               KernelClass::Attention, KernelClass::Recurrent};
+inline constexpr std::array<KernelClass, 4> kComputeClasses = {
+    KernelClass::Gemm, KernelClass::Conv, KernelClass::Attention, KernelClass::Recurrent};
 std::string_view to_string(KernelClass k);
 std::optional<KernelClass> parse_kernel_class(std::string_view s);  // gemm, conv, attention, ...
 // The class of a layer kind ("linear" -> gemm, "conv2d" -> conv, "lstm" -> recurrent, ...), for
@@ -126,7 +126,7 @@ struct Workload {
   std::string name;
   LayerGraph graph;
   Precision precision = Precision::FP32;
-  double micro_batch_size = 1;        // default samples per micro-batch
+  double micro_batch_size = 1;  // default samples per micro-batch
   // One optimizer step on any device. Negative: modelled from the parameters each device holds,
   // the optimizer and the device's memory bandwidth (see optimizer_step_time in device.h).
   double optimizer_step_s = 0;

@@ -2,8 +2,9 @@
 // between hosts over the platform's routes (flow-level contention, CM02 with TCP-gamma 0 and
 // crosstraffic 0 so one flow can use a whole link). Under the cluster's default Sharing::MaxMin,
 // flows on a link direction get max-min fair shares and each transfer enters the network after its
-// route's latency (a SimGrid timer); under Sharing::Tcp, CM02 weighs shares by route latency. Activities are created lazily, when their last
-// dependency finishes (never the whole DAG up front: SimGrid 3.32 is quadratic on that).
+// route's latency (a SimGrid timer); under Sharing::Tcp, CM02 weighs shares by route latency. Activities are
+// created lazily, when their last dependency finishes (never the whole DAG up front: SimGrid 3.32 is
+// quadratic on that).
 #pragma once
 
 #include "core/cluster.h"

@@ -26,8 +26,8 @@ double ModelBuilder::elems(const Shape& s) const {
 
 namespace {
 
-Kernel make_kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
-              double weight_bytes = 0, double calls = 1) {
+Kernel make_kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes,
+                   double bwd_bytes, double weight_bytes = 0, double calls = 1) {
   return Kernel{cls, fwd, bwd_in, bwd_w, fwd_bytes, bwd_bytes, weight_bytes, calls};
 }
 
@@ -115,8 +115,10 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   // The convolution, then (as separate kernels, as frameworks run them in training) the BatchNorm -
   // two passes over its input forward (statistics, normalisation) and two backward - and the ReLU.
   l.kernels = {make_kernel(KernelClass::Conv, 2 * macs, 2 * macs, 2 * macs, io, 2 * io, l.weight_bytes)};
-  if (c.batchnorm) l.kernels.push_back(make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), 5 * bytes(out)));
-  if (c.relu) l.kernels.push_back(make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(out), 3 * bytes(out)));
+  if (c.batchnorm)
+    l.kernels.push_back(make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), 5 * bytes(out)));
+  if (c.relu)
+    l.kernels.push_back(make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(out), 3 * bytes(out)));
   l.stash_bytes = bytes(out) * (c.batchnorm ? 2 : 1);  // the BatchNorm input too
   return add_layer(std::move(l), std::move(out), {in});
 }
@@ -235,7 +237,8 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   Layer l;
   l.name = name;
   l.kind = "lstm";
-  const double eb = element_bytes(w_.precision), T = static_cast<double>(steps), H = static_cast<double>(hidden);
+  const double eb = element_bytes(w_.precision), T = static_cast<double>(steps),
+               H = static_cast<double>(hidden);
   l.parameters = dirs * (4.0 * H * (features + H) + 8.0 * H);
   l.parameter_bytes = l.parameters * eb;
   l.weight_bytes = l.parameter_bytes;
@@ -246,9 +249,10 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   const double input_proj = dirs * 8.0 * H * features * T, recurrent = dirs * 8.0 * H * H * T;
   const double gates = dirs * T * 8.0 * H * eb;
   l.kernels = {make_kernel(KernelClass::Gemm, input_proj, input_proj, input_proj + recurrent,
-                      dirs * T * (features + 4.0 * H) * eb, 2 * dirs * T * (features + 4.0 * H) * eb,
-                      dirs * 4.0 * H * features * eb),
-               make_kernel(KernelClass::Recurrent, recurrent, recurrent, 0, gates, 2 * gates, dirs * 4.0 * H * H * eb, T)};
+                           dirs * T * (features + 4.0 * H) * eb, 2 * dirs * T * (features + 4.0 * H) * eb,
+                           dirs * 4.0 * H * features * eb),
+               make_kernel(KernelClass::Recurrent, recurrent, recurrent, 0, gates, 2 * gates,
+                           dirs * 4.0 * H * H * eb, T)};
   l.stash_bytes = dirs * steps * 6.0 * hidden * element_bytes(w_.precision);  // 4 gates + cell + hidden
   return add_layer(std::move(l), std::move(out), in);
 }
@@ -273,8 +277,9 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.weight_bytes = l.parameter_bytes;
     const double proj_io = 2 * (tq + tm) * h * eb;
     l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, proj_io, 2 * proj_io,
-                        l.weight_bytes / 2, 2),
-                 make_kernel(KernelClass::Attention, 4 * tq * tm * h, 8 * tq * tm * h, 0, tq * tm * eb, 2 * tq * tm * eb)};
+                             l.weight_bytes / 2, 2),
+                 make_kernel(KernelClass::Attention, 4 * tq * tm * h, 8 * tq * tm * h, 0, tq * tm * eb,
+                             2 * tq * tm * eb)};
     l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
     return add_layer(std::move(l), q, in);
   }
@@ -297,11 +302,12 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   const double a = static_cast<double>(heads);
   // Projections (GEMMs), the attention core's batched GEMMs, softmax and dropout of the scores.
   // Calls per pass: the fused QKV and the output projection; Q K^T and scores x V; softmax, dropout.
-  l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb, 12 * seq * h * eb,
-                      l.weight_bytes / 2, 2),
-               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, (4 * seq * h + 2 * a * seq * seq) * eb,
-                      2 * (4 * seq * h + 2 * a * seq * seq) * eb, 0, 2),
-               make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb, 0, 2)};
+  l.kernels = {
+      make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb,
+                  12 * seq * h * eb, l.weight_bytes / 2, 2),
+      make_kernel(KernelClass::Attention, scores, 2 * scores, 0, (4 * seq * h + 2 * a * seq * seq) * eb,
+                  2 * (4 * seq * h + 2 * a * seq * seq) * eb, 0, 2),
+      make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb, 0, 2)};
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
@@ -332,7 +338,8 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   const double ew_io = (4 * a * seq * seq + 10 * seq * h + 2 * seq * f) * eb;
   // Calls per pass (each pays the kernel startup): 4 GEMMs (fused QKV, output projection, two MLP
   // matrices), 2 batched GEMMs, 7 element-wise kernels, 2 LayerNorms.
-  l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io, l.weight_bytes / 4, 4),
+  l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io,
+                           l.weight_bytes / 4, 4),
                make_kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io, 0, 2),
                make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io, 0, 7),
                make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb, 0, 2)};

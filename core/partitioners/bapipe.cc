@@ -5,11 +5,11 @@
 // (topological order), stage i data-parallel on r_i consecutive devices (each replica takes b / r_i
 // samples), minimising the slowest stage, where a stage's time per micro-batch is the slowest
 // replica's F + B (devices may differ: heterogeneous GPU and FPGA cost models) plus its ring
-// all-reduce and optimizer step amortised over the m micro-batches, under every device's memory: static + in-flight x
-// stash + the backward's workspace <= capacity, with in-flight = m for gpipe and min(p - i, m) for
-// 1f1b. `replicas` >= 1 fixes r_i = replicas (stage i on devices [i r, (i + 1) r)); kAnyReplicas
-// lets every stage take its own count (the stages take devices in order from the first; devices
-// left over stay idle).
+// all-reduce and optimizer step amortised over the m micro-batches, under every device's memory: static +
+// in-flight x stash + the backward's workspace <= capacity, with in-flight = m for gpipe and min(p - i, m)
+// for 1f1b. `replicas` >= 1 fixes r_i = replicas (stage i on devices [i r, (i + 1) r)); kAnyReplicas lets
+// every stage take its own count (the stages take devices in order from the first; devices left over stay
+// idle).
 //
 // Exact for that objective: costs grow with the layer range, so for a target time a programme over
 // (stages placed, devices used) that keeps the longest covered prefix per state decides

@@ -146,7 +146,8 @@ TEST_CASE("mixed precision keeps fp32 master weights and state: 16 bytes per par
   MemoryOptions o;
   o.mixed_precision = true;
   const double n = 1e9;
-  for (auto [opt, state] : {std::pair{Optimizer::SGD, 4.0}, {Optimizer::Momentum, 8.0}, {Optimizer::Adam, 12.0}}) {
+  for (auto [opt, state] :
+       {std::pair{Optimizer::SGD, 4.0}, {Optimizer::Momentum, 8.0}, {Optimizer::Adam, 12.0}}) {
     o.optimizer = opt;
     MemoryBytes m = static_memory(n, 2 * n, o);  // fp16 working weights
     CHECK(m[static_cast<int>(MemoryCategory::Weights)] == 2 * n);

@@ -1,6 +1,5 @@
 // Workloads from experiment files: zoo models on catalog devices end to end, model files.
 #include <doctest/doctest.h>
-
 #include <stdlib.h>
 
 #include <filesystem>
@@ -127,7 +126,8 @@ TEST_CASE("precision: amp and tf32 in workload files and workload show, amp keep
                            "    - {name: fc, kind: linear, in_features: 1024, out_features: 1024}\n"
                            "  precision: "
                         << precision
-                        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: 100GBps, latency: 1us}\n"
+                        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: "
+                           "100GBps, latency: 1us}\n"
                            "strategy: {partitioner: uniform, schedule: gpipe, micro_batches: 1}\n"
                            "memory: {optimizer: adam}\n";
     return run_command({PIPEGRID_BINARY, "run", path, "--json"});
@@ -145,17 +145,20 @@ TEST_CASE("precision: amp and tf32 in workload files and workload show, amp keep
   CHECK(static_bytes(fp16) == doctest::Approx(8 * n));   // pure fp16 Adam
   std::filesystem::remove_all(dir);
 
-  CommandResult show = run_command({PIPEGRID_BINARY, "workload", "show", "bert-large", "--precision", "amp", "--json"});
+  CommandResult show =
+      run_command({PIPEGRID_BINARY, "workload", "show", "bert-large", "--precision", "amp", "--json"});
   REQUIRE(show.exit_code == 0);
   json j = json::parse(show.out);
   CHECK(j["precision"] == "amp");
   CHECK(j["parameter_bytes"].get<double>() == doctest::Approx(2 * j["parameters"].get<double>()));
-  CommandResult t = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "tf32", "--json"});
+  CommandResult t =
+      run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "tf32", "--json"});
   REQUIRE(t.exit_code == 0);
   CHECK(json::parse(t.out)["parameter_bytes"].get<double>() == doctest::Approx(4 * 25557032.0));
   CommandResult bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "fp8"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp or amp-bf16, got \"fp8\"") != std::string::npos);
+  CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp or amp-bf16, got \"fp8\"") !=
+        std::string::npos);
 }
 
 TEST_CASE("a zoo model's documented layers parameter is a count, not a layer list (gpt, mmt)") {
@@ -163,9 +166,10 @@ TEST_CASE("a zoo model's documented layers parameter is a count, not a layer lis
   const std::string dir = mkdtemp(tmpl);
   auto run = [&](const std::string& workload) {
     const std::string path = dir + "/e.yaml";
-    std::ofstream(path) << "workload: " << workload
-                        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: 100GBps, "
-                           "latency: 1us}\nstrategy: {partitioner: uniform, schedule: gpipe, micro_batches: 1}\n";
+    std::ofstream(path)
+        << "workload: " << workload
+        << "\ncluster: {kind: switch, count: 1, device: {name: g, model: a100}, bandwidth: 100GBps, "
+           "latency: 1us}\nstrategy: {partitioner: uniform, schedule: gpipe, micro_batches: 1}\n";
     return run_command({PIPEGRID_BINARY, "run", path, "--json"});
   };
   CommandResult two = run("{model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 128}");

@@ -16,7 +16,8 @@ nlohmann::json to_json(const input::CatalogDevice& d) {
   nlohmann::json peak, eff, mem;
   for (Precision p : kMathPrecisions) {
     peak[std::string(to_string(p))] = d.spec.peak(p);
-    for (KernelClass k : kComputeClasses) eff[std::string(to_string(p))][std::string(to_string(k))] = d.spec.compute_eff(p, k);
+    for (KernelClass k : kComputeClasses)
+      eff[std::string(to_string(p))][std::string(to_string(k))] = d.spec.compute_eff(p, k);
   }
   for (KernelClass k : kKernelClasses) mem[std::string(to_string(k))] = d.spec.memory_eff(k);
   nlohmann::json j = {{"name", d.name},
@@ -58,60 +59,61 @@ Command add_device_command(CLI::App& parent) {
   show->add_option("name", o->name, "Catalog name")->required();
   show->add_flag("--json", o->json, "Print one JSON object");
   list->add_flag("--json", o->json, "Print a JSON list");
-  return {
-      app, [o, list, show]() -> int {
-        if (*list) {
-          if (o->json) {
-            nlohmann::json all = nlohmann::json::array();
-            for (const auto& d : input::device_catalog()) all.push_back(to_json(d));
-            std::cout << all.dump(2) << "\n";
+  return {app, [o, list, show]() -> int {
+            if (*list) {
+              if (o->json) {
+                nlohmann::json all = nlohmann::json::array();
+                for (const auto& d : input::device_catalog()) all.push_back(to_json(d));
+                std::cout << all.dump(2) << "\n";
+                return kOk;
+              }
+              fmt::print("{:<14} {:<6} {:>14} {:>14} {:>10} {:>12}  {}\n", "name", "family", "fp32 peak",
+                         "fp16 peak", "memory", "bandwidth", "description");
+              for (const auto& d : input::device_catalog())
+                fmt::print("{:<14} {:<6} {:>14} {:>14} {:>10} {:>12}  {}\n", d.name, d.family,
+                           format_flop_rate(d.spec.peak(Precision::FP32)),
+                           format_flop_rate(d.spec.peak(Precision::FP16)), format_bytes(d.spec.memory_bytes),
+                           format_bandwidth(d.spec.memory_bandwidth), d.description);
+              return kOk;
+            }
+            const input::CatalogDevice* d = input::find_catalog_device(o->name);
+            if (!d)
+              return bad_input(
+                  fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o->name));
+            if (o->json) {
+              std::cout << to_json(*d).dump(2) << "\n";
+              return kOk;
+            }
+            fmt::print("{} ({}): {}\n", d->name, d->family, d->description);
+            fmt::print("  {:<17}{:>14}   {:>9} {:>9} {:>9} {:>9}\n", "precision", "peak", "gemm", "conv",
+                       "attention", "recurrent");
+            for (Precision p : kMathPrecisions) {
+              fmt::print("  {:<17}{:>14}  ", to_string(p), format_flop_rate(d->spec.peak(p)));
+              for (KernelClass k : kComputeClasses) fmt::print(" {:>9.3f}", d->spec.compute_eff(p, k));
+              fmt::print("\n");
+            }
+            fmt::print(
+                "  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
+                "  amp-bf16 at bf16's; a device without a tf32 rate runs tf32 as fp32)\n");
+            fmt::print("  memory           {}\n  memory bandwidth {}\n  memory efficiency",
+                       format_bytes(d->spec.memory_bytes), format_bandwidth(d->spec.memory_bandwidth));
+            for (KernelClass k : kKernelClasses)
+              fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
+            fmt::print("\n  kernel startup   {}\n  layer overhead   {}\n",
+                       format_time(d->spec.kernel_startup_s), format_time(d->spec.layer_overhead_s));
+            if (d->spec.fpga) {
+              const FpgaSpec& f = *d->spec.fpga;
+              fmt::print("  DSPs             {}\n  clock            {}\n  MACs per DSP    ", f.dsps,
+                         format_frequency(f.clock_hz));
+              for (Precision p : kMathPrecisions)
+                fmt::print(" {} {}", to_string(p), f.macs_per_dsp[static_cast<int>(p)]);
+              fmt::print("\n");
+              fmt::print("  on-chip memory   {}\n  network ports    {} x {}\n", format_bytes(f.onchip_bytes),
+                         f.ports, format_bandwidth(f.port_bandwidth));
+            }
+            fmt::print("  source           {}\n", d->source);
             return kOk;
-          }
-          fmt::print("{:<14} {:<6} {:>14} {:>14} {:>10} {:>12}  {}\n", "name", "family", "fp32 peak",
-                     "fp16 peak", "memory", "bandwidth", "description");
-          for (const auto& d : input::device_catalog())
-            fmt::print("{:<14} {:<6} {:>14} {:>14} {:>10} {:>12}  {}\n", d.name, d.family,
-                       format_flop_rate(d.spec.peak(Precision::FP32)),
-                       format_flop_rate(d.spec.peak(Precision::FP16)), format_bytes(d.spec.memory_bytes),
-                       format_bandwidth(d.spec.memory_bandwidth), d.description);
-          return kOk;
-        }
-        const input::CatalogDevice* d = input::find_catalog_device(o->name);
-        if (!d)
-          return bad_input(
-              fmt::format("unknown device \"{}\" (`pipegrid device list` shows the catalog)", o->name));
-        if (o->json) {
-          std::cout << to_json(*d).dump(2) << "\n";
-          return kOk;
-        }
-        fmt::print("{} ({}): {}\n", d->name, d->family, d->description);
-        fmt::print("  {:<17}{:>14}   {:>9} {:>9} {:>9} {:>9}\n", "precision", "peak", "gemm", "conv",
-                   "attention", "recurrent");
-        for (Precision p : kMathPrecisions) {
-          fmt::print("  {:<17}{:>14}  ", to_string(p), format_flop_rate(d->spec.peak(p)));
-          for (KernelClass k : kComputeClasses) fmt::print(" {:>9.3f}", d->spec.compute_eff(p, k));
-          fmt::print("\n");
-        }
-        fmt::print("  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
-                   "  amp-bf16 at bf16's; a device without a tf32 rate runs tf32 as fp32)\n");
-        fmt::print("  memory           {}\n  memory bandwidth {}\n  memory efficiency", format_bytes(d->spec.memory_bytes),
-                   format_bandwidth(d->spec.memory_bandwidth));
-        for (KernelClass k : kKernelClasses) fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
-        fmt::print("\n  kernel startup   {}\n  layer overhead   {}\n", format_time(d->spec.kernel_startup_s),
-                   format_time(d->spec.layer_overhead_s));
-        if (d->spec.fpga) {
-          const FpgaSpec& f = *d->spec.fpga;
-          fmt::print("  DSPs             {}\n  clock            {}\n  MACs per DSP    ", f.dsps,
-                     format_frequency(f.clock_hz));
-          for (Precision p : kMathPrecisions)
-            fmt::print(" {} {}", to_string(p), f.macs_per_dsp[static_cast<int>(p)]);
-          fmt::print("\n");
-          fmt::print("  on-chip memory   {}\n  network ports    {} x {}\n", format_bytes(f.onchip_bytes),
-                     f.ports, format_bandwidth(f.port_bandwidth));
-        }
-        fmt::print("  source           {}\n", d->source);
-        return kOk;
-      }};
+          }};
 }
 
 }  // namespace pipegrid::cli

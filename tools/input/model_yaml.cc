@@ -251,7 +251,8 @@ Workload load_model_file(const Node& where, const std::string& path, std::option
   std::string name = root.has("name") ? root.get("name")->string("a model name") : std::string("model");
   Precision p = Precision::FP32;
   if (auto pr = root.get("precision"))
-    p = *parse_precision(pr->choice({"fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"}, "a precision"));
+    p = *parse_precision(
+        pr->choice({"fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"}, "a precision"));
   if (precision) p = *precision;
   Workload w = parse_layers(root.need("layers", "a list of layers"), name, p);
   if (auto m = root.get("micro_batch_size"))
