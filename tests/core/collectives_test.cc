@@ -34,7 +34,7 @@ int32_t compute(TaskGraph& g, int device, double duration) {
 
 }  // namespace
 
-TEST_CASE("ring all-reduce: 2(n-1) steps of n chunks of S/n; each device sends and receives 2(n-1)") {
+TEST_CASE("ring all-reduce: 2(n-1) steps of n chunks of S/n - each device sends and receives 2(n-1)") {
   Cluster c = *make_ring_cluster(5, "gpu", test_device(), {1e9, 0});
   TaskGraph g = empty_graph(c);
   auto done =

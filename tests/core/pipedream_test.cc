@@ -80,7 +80,7 @@ TEST_CASE("pipedream: the README's answers, with the same stage count and replic
   }
 }
 
-TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6; stage counts on one level)") {
+TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6 - stage counts on one level)") {
   if (!fs::exists(kDir)) {
     MESSAGE("skipped: " << kDir << " is missing");
     return;

@@ -146,7 +146,7 @@ TEST_CASE("GraphPipe's models: MMT, DLRM, CANDLE-Uno (models.md) and their branc
   CHECK(model("mmt", {{"branches", 2}}).layer_count() == 2 * 9 + 1);
 }
 
-TEST_CASE("precision changes bytes, not FLOPs; unknown models and parameters are errors") {
+TEST_CASE("precision changes bytes, not FLOPs - unknown models and parameters are errors") {
   Workload a = model("resnet50", {}, Precision::FP32), b = model("resnet50", {}, Precision::FP16);
   CHECK(total_forward_flops(a) == total_forward_flops(b));
   CHECK(total_parameter_bytes(a) == doctest::Approx(2 * total_parameter_bytes(b)));

@@ -204,7 +204,7 @@ TEST_CASE("SimGrid XML: SimGrid loads the export and its routes are pipegrid's, 
 }
 
 TEST_CASE(
-    "SimGrid XML: a hand-written Full zone without pipegrid properties; link ends inferred from routes") {
+    "SimGrid XML: a hand-written Full zone without pipegrid properties - link ends inferred from routes") {
   // A -- l1 -- (r) -- l2 -- B, and C -- l3 -- (r): routes name links only. The junction is the
   // declared router when a route ends there; here it is not, so pipegrid names it junction0.
   const std::string xml = R"(<?xml version='1.0'?>

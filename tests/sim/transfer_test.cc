@@ -50,7 +50,7 @@ TEST_CASE("two flows sharing one link direction each take twice as long") {
   CHECK(close_rel(d[1], 1e-6 + 2 * 1e9 / 10e9, 1e-6));
 }
 
-TEST_CASE("full-duplex links carry both directions at full speed; shared links split them") {
+TEST_CASE("full-duplex links carry both directions at full speed - shared links split them") {
   auto full = durations(pair_cluster(10e9, 0, Duplex::Full), {transfer(0, 1, 1e9), transfer(1, 0, 1e9)});
   CHECK(close_rel(full[0], 0.1, 1e-6));
   CHECK(close_rel(full[1], 0.1, 1e-6));

@@ -49,7 +49,7 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(custom.efficiency == 0.4);
 }
 
-TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP; overrides derive the peak again") {
+TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides derive the peak again") {
   const CatalogDevice* u280 = find_catalog_device("u280");
   REQUIRE(u280 != nullptr);
   CHECK(u280->family == "fpga");
@@ -70,7 +70,7 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP; overrides derive
     INFO(d.name);
     CHECK(d.spec.memory_bytes > 0);
     CHECK(d.spec.memory_bandwidth > 0);
-    for (int p = 0; p < kPrecisionCount; ++p) CHECK(d.spec.peak_flops[p] > 0);
+    for (Precision p : kPrecisions) CHECK(d.spec.peak(p) > 0);  // amp: fp16's rate; no tf32 rate: fp32's
     CHECK(!d.source.empty());
   }
   CHECK(device_catalog().size() == 11);
