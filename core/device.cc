@@ -92,9 +92,9 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
 
 double optimizer_step_bytes_per_parameter(Optimizer o, Precision p) {
   const bool mixed = mixed_precision(p) || o == Optimizer::MixedAdam;
-  // Tensors read and written per parameter besides the gradient (read) and the weights (read and
-  // written): 0 state tensors for SGD, 1 for momentum, 2 for Adam (each read and written).
-  const int state = o == Optimizer::SGD ? 0 : o == Optimizer::Momentum ? 1 : 2;
+  // Besides the gradient (read) and the weights (read and written), each state tensor is read and
+  // written.
+  const int state = optimizer_state_tensors(o);
   if (mixed) return 2 /* gradient */ + 2 * 4 /* master */ + 2 * 4 * state + 2 /* working weights */;
   return element_bytes(p) * (3 + 2 * state);
 }

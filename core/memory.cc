@@ -56,6 +56,10 @@ std::optional<Optimizer> parse_optimizer(std::string_view s) {
   return std::nullopt;
 }
 
+int optimizer_state_tensors(Optimizer o) {
+  return o == Optimizer::SGD ? 0 : o == Optimizer::Momentum ? 1 : 2;
+}
+
 MemoryBytes static_memory(double parameters, double parameter_bytes, const MemoryOptions& o) {
   MemoryBytes m{};
   auto& w = m[static_cast<int>(MemoryCategory::Weights)];
@@ -74,7 +78,7 @@ MemoryBytes static_memory(double parameters, double parameter_bytes, const Memor
   }
   if (o.mixed_precision && o.optimizer != Optimizer::MixedAdam) {
     // Working weights and gradients as stored; fp32 master weights and fp32 state tensors.
-    const int state = o.optimizer == Optimizer::SGD ? 0 : o.optimizer == Optimizer::Momentum ? 1 : 2;
+    const int state = optimizer_state_tensors(o.optimizer);
     w = parameter_bytes;
     g = parameter_bytes;
     s = 4 * parameters * (1 + state);

@@ -26,6 +26,9 @@ enum class Optimizer {
 };
 std::string_view to_string(Optimizer o);
 std::optional<Optimizer> parse_optimizer(std::string_view s);  // sgd, momentum, adam, mixed-adam
+// State tensors the optimizer keeps per parameter besides weights and gradients: SGD 0, momentum 1,
+// Adam and mixed-precision Adam 2 (m and v).
+int optimizer_state_tensors(Optimizer o);
 
 enum class Recompute {
   None,       // every layer stashes its activations from F to B
