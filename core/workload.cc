@@ -122,7 +122,7 @@ std::vector<Kernel> layer_kernels(const Layer& l) {
   return {k};
 }
 
-Status check_acyclic(const Workload& w) {
+Status check_acyclic(const Workload& w, std::pair<int, int>* closing_edge) {
   // Iterative DFS with colours; on a back edge, walk the parent chain to print the cycle.
   const size_t n = w.layer_count();
   std::vector<int> colour(n, 0), parent(n, -1);
@@ -147,6 +147,7 @@ Status check_acyclic(const Workload& w) {
         std::string text = w.layer(v).name;
         for (size_t k = cycle.size() - 1; k >= 1; --k) text += " -> " + w.layer(cycle[k]).name;
         text += " -> " + w.layer(v).name;
+        if (closing_edge) *closing_edge = {u, v};
         return Error{fmt::format("the layer graph has a cycle: {}", text)};
       }
       if (colour[v] == 0) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -139,7 +140,8 @@ struct Workload {
 };
 
 // Fails if the layer graph has a cycle; the message names one ("a -> b -> c -> a").
-Status check_acyclic(const Workload& w);
+// On a cycle, `closing_edge` (if given) receives the edge (from, to) whose traversal found it.
+Status check_acyclic(const Workload& w, std::pair<int, int>* closing_edge = nullptr);
 
 // A topological order; ties are broken by layer index (so builders that add layers in
 // topological order get them back unchanged). Precondition: acyclic.

@@ -237,7 +237,7 @@ class Reader {
       if (child.type() != pugi::node_element) continue;
       const std::string_view tag = child.name();
       if (tag == "zone")
-        zone(child);
+        zone(child, 1);
       else if (tag == "cluster")
         cluster(child);
       else if (tag == "config" || tag == "prop")
@@ -301,21 +301,26 @@ class Reader {
   // Host speeds: "1Gf", "2.5e9f", "100TFLOPS" or a bare number of flop/s.
   void check_speed(const pugi::xml_node& n) const {
     const std::string text = required(n, "speed");
-    for (std::string_view part : {std::string_view(text)}) {
-      double v = 0;
-      auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-      std::string_view unit(p, part.data() + part.size() - p);
-      static const std::set<std::string_view> kSimGrid = {"",   "f",  "kf", "Mf", "Gf",
-                                                          "Tf", "Pf", "Ef", "Zf", "flops"};
-      if (ec == std::errc() && v > 0 && std::isfinite(v) &&
-          (kSimGrid.count(unit) || parse_quantity(part, Dimension::FlopRate).ok()))
-        return;
+    // SimGrid's own units, then pipegrid's; either way at most 1e21 flop/s (core/units.h's bound).
+    double v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    const std::string_view unit(p, text.data() + text.size() - p);
+    static const std::map<std::string_view, double> kSimGrid = {
+        {"", 1},     {"f", 1},     {"flops", 1}, {"kf", 1e3},  {"Mf", 1e6},
+        {"Gf", 1e9}, {"Tf", 1e12}, {"Pf", 1e15}, {"Ef", 1e18}, {"Zf", 1e21}};
+    if (ec == std::errc() && v > 0 && std::isfinite(v)) {
+      if (auto it = kSimGrid.find(unit); it != kSimGrid.end() && v * it->second <= 1e21) return;
+      if (!kSimGrid.count(unit) && parse_quantity(text, Dimension::FlopRate).ok()) return;
     }
     fail(n, fmt::format("{}: speed: expected a positive speed like \"1Gf\", got \"{}\"", describe(n), text));
   }
 
   // --- elements ---------------------------------------------------------------------------------
-  void zone(const pugi::xml_node& z) {
+  // Zones nest recursively; the input controls the depth, so it is bounded.
+  static constexpr int kMaxZoneDepth = 64;
+  void zone(const pugi::xml_node& z, int depth) {
+    if (depth > kMaxZoneDepth)
+      fail(z, fmt::format("{}: zones nest more than {} deep (pipegrid's limit)", describe(z), kMaxZoneDepth));
     check_attributes(z, {"id", "routing"});
     required(z, "id");
     const std::string routing = required(z, "routing");
@@ -345,7 +350,7 @@ class Reader {
       else if (tag == "zoneRoute")
         zone_route(child);
       else if (tag == "zone")
-        zone(child);
+        zone(child, depth + 1);
       else if (tag == "cluster")
         cluster(child);
       else if (tag == "prop")

@@ -96,9 +96,11 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   if (c.groups < 1 || c.in_channels % c.groups || c.out_channels % c.groups)
     return Error{fmt::format("layer \"{}\": {} groups do not divide {} and {} channels", name, c.groups,
                              c.in_channels, c.out_channels)};
+  // (A window larger than its padded input would give 0 or less: C++ division truncates toward 0.)
+  const bool fits = s[1] + 2 * c.padding >= c.kernel && s[2] + 2 * c.padding >= c.kernel;
   const int64_t h = (s[1] + 2 * c.padding - c.kernel) / c.stride + 1;
   const int64_t w = (s[2] + 2 * c.padding - c.kernel) / c.stride + 1;
-  if (h < 1 || w < 1)
+  if (!fits || h < 1 || w < 1)
     return Error{fmt::format("layer \"{}\": a {}x{} kernel does not fit its input {}", name, c.kernel,
                              c.kernel, shape_text(s))};
   Shape out{c.out_channels, h, w};
@@ -127,9 +129,10 @@ Result<int> ModelBuilder::pool(const std::string& name, int in, int64_t kernel, 
                                int64_t padding) {
   const Shape& s = shape(in);
   if (s.size() != 3) return mismatch(name, "[C, H, W]", in);
+  const bool fits = s[1] + 2 * padding >= kernel && s[2] + 2 * padding >= kernel;
   const int64_t h = (s[1] + 2 * padding - kernel) / stride + 1;
   const int64_t w = (s[2] + 2 * padding - kernel) / stride + 1;
-  if (h < 1 || w < 1)
+  if (!fits || h < 1 || w < 1)
     return Error{fmt::format("layer \"{}\": a {}x{} window does not fit its input {}", name, kernel, kernel,
                              shape_text(s))};
   Shape out{s[0], h, w};
@@ -218,7 +221,13 @@ Result<int> ModelBuilder::flatten(const std::string& name, int in) {
   Layer l;
   l.name = name;
   l.kind = "flatten";
-  return add_layer(std::move(l), Shape{static_cast<int64_t>(elems(shape(in)))}, {in});
+  const double n = elems(shape(in));
+  if (!(n <= kMaxElements))
+    return Error{
+        fmt::format("layer \"{}\": flattening {} gives {:.4g} elements per sample, more than a model "
+                    "can hold ({:.0e})",
+                    name, shape_text(shape(in)), n, kMaxElements)};
+  return add_layer(std::move(l), Shape{static_cast<int64_t>(n)}, {in});
 }
 
 Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& in, int64_t hidden,

@@ -25,6 +25,9 @@
 namespace pipegrid {
 
 using Shape = std::vector<int64_t>;
+// The most elements a tensor may have per sample (8 PB in fp64): larger shapes are input errors,
+// so every derived count stays exact in double and fits int64.
+inline constexpr double kMaxElements = 1e15;
 std::string shape_text(const Shape& s);  // "[3, 224, 224]"
 
 class ModelBuilder {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <vector>
@@ -15,24 +16,26 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool number(std::string_view s, double* out) {
+// A finite number from 0 to `max` ("inf", "nan" and 1e308 are not times or sizes).
+bool number(std::string_view s, double* out, double max) {
   s = trim(s);
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
+  return ec == std::errc() && p == s.data() + s.size() && *out >= 0 && *out <= max;
 }
 
 // "123.0" or "[1.0; 2.0]" (summed).
-bool size_value(std::string_view s, double* out) {
+bool size_value(std::string_view s, double* out, double max) {
   s = trim(s);
-  if (s.empty() || s.front() != '[') return number(s, out);
+  if (s.empty() || s.front() != '[') return number(s, out, max);
   if (s.back() != ']') return false;
   s = s.substr(1, s.size() - 2);
   *out = 0;
   while (!s.empty()) {
     size_t semi = s.find(';');
     double v = 0;
-    if (!number(s.substr(0, semi), &v)) return false;
+    if (!number(s.substr(0, semi), &v, max)) return false;
     *out += v;
+    if (*out > max) return false;
     if (semi == std::string_view::npos) break;
     s.remove_prefix(semi + 1);
   }
@@ -49,6 +52,7 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
   w.micro_batch_size = o.batch;
   std::map<std::string, int, std::less<>> ids;
   std::vector<std::pair<int, int>> edges;
+  std::vector<size_t> edge_lines;  // the line of each edge, for errors
   size_t line_no = 0, pos = 0;
   auto fail = [&](const std::string& what) { return Error{fmt::format("{}:{}: {}", name, line_no, what)}; };
   while (pos < text.size()) {
@@ -69,6 +73,7 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
       if (ia == ids.end()) return fail(fmt::format("edge from unknown node \"{}\"", a));
       if (ib == ids.end()) return fail(fmt::format("edge to unknown node \"{}\"", b));
       edges.emplace_back(ia->second, ib->second);
+      edge_lines.push_back(line_no);
       continue;
     }
     // Node: "nodeN -- description -- forward_compute_time=..., ... [-- stage_id=k]".
@@ -106,15 +111,19 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
       kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
       metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
     }
+    // The bounds are those of quantities in every other input (core/units.h): 1e9 s, 1e18 bytes.
+    constexpr double kMaxMs = 1e12, kMaxBytes = 1e18;
     double fwd = 0, bwd = 0, act = 0, params = 0;
-    for (auto [key, out, sized] :
-         {std::tuple{"forward_compute_time", &fwd, false}, std::tuple{"backward_compute_time", &bwd, false},
-          std::tuple{"activation_size", &act, true}, std::tuple{"parameter_size", &params, false}}) {
+    for (auto [key, out, sized, max, unit] :
+         {std::tuple{"forward_compute_time", &fwd, false, kMaxMs, "ms"},
+          std::tuple{"backward_compute_time", &bwd, false, kMaxMs, "ms"},
+          std::tuple{"activation_size", &act, true, kMaxBytes, "bytes"},
+          std::tuple{"parameter_size", &params, false, kMaxBytes, "bytes"}}) {
       auto it = kv.find(key);
       if (it == kv.end()) return fail(fmt::format("node {} has no {}", node, key));
-      if (!(sized ? size_value(it->second, out) : number(it->second, out)))
-        return fail(
-            fmt::format("node {}: {} must be a non-negative number, got \"{}\"", node, key, it->second));
+      if (!(sized ? size_value(it->second, out, max) : number(it->second, out, max)))
+        return fail(fmt::format("node {}: {} must be a number from 0 to {:.0e} ({}), got \"{}\"", node, key,
+                                max, unit, it->second));
     }
     if (ids.count(node)) return fail(fmt::format("node {} appears twice", node));
     Layer l;
@@ -134,7 +143,14 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
   for (auto [a, b] : edges) w.add_edge(a, b);
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).kind == "input") w.input_bytes_per_sample += w.layer(i).output_bytes;
-  if (Status s = check_acyclic(w); !s) return Error{fmt::format("{}: {}", name, s.error().message)};
+  std::pair<int, int> closing{-1, -1};
+  if (Status s = check_acyclic(w, &closing); !s) {
+    // Name the line of the edge that closes the cycle.
+    const auto it = std::find(edges.begin(), edges.end(), closing);
+    if (it == edges.end()) return Error{fmt::format("{}: {}", name, s.error().message)};
+    return Error{fmt::format("{}:{}: {} (this edge closes it)", name, edge_lines[it - edges.begin()],
+                             s.error().message)};
+  }
   return w;
 }
 

@@ -320,6 +320,16 @@ Result<const ModelInfo*> find_model(std::string_view name) {
   return Error{fmt::format("unknown model \"{}\" (valid: {})", name, names)};
 }
 
+ParameterRange parameter_range(std::string_view parameter) {
+  if (parameter == "pooled") return {0, 1};
+  return {};
+}
+
+std::string ParameterRange::text() const {
+  if (lo == 0 && hi == 1) return "0 or 1";
+  return fmt::format("an integer from {} to {}", lo, hi);
+}
+
 Result<Workload> build_model(const ModelInfo& info, const ModelArgs& args, Precision precision) {
   ModelArgs full;
   for (const auto& [k, v] : info.defaults) full[std::string(k)] = v;
@@ -329,9 +339,9 @@ Result<Workload> build_model(const ModelInfo& info, const ModelArgs& args, Preci
       for (const auto& d : info.defaults) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", d.first);
       return Error{fmt::format("model {} has no parameter \"{}\" (its parameters: {})", info.name, k, keys)};
     }
-    if (!(v >= 0) || v != std::floor(v))
-      return Error{
-          fmt::format("model {}: parameter {} must be a non-negative integer, got {}", info.name, k, v)};
+    const ParameterRange range = parameter_range(k);
+    if (!(v >= static_cast<double>(range.lo) && v <= static_cast<double>(range.hi)) || v != std::floor(v))
+      return Error{fmt::format("model {}: parameter {} must be {}, got {}", info.name, k, range.text(), v)};
     full[k] = v;
   }
   try {

@@ -2,6 +2,7 @@
 // Figures they reproduce are in ../shared/reference/models.md and the tests.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -27,6 +28,14 @@ struct ModelInfo {
 std::span<const ModelInfo> model_zoo();
 // Unknown names are errors listing the valid ones.
 Result<const ModelInfo*> find_model(std::string_view name);
+// The values a model parameter may take: sizes and counts from 1 to 1e9 (a model of 0 classes or
+// 0 layers is no model; the bound keeps derived counts exact), `pooled` (a flag) 0 or 1.
+struct ParameterRange {
+  int64_t lo = 1, hi = 1'000'000'000;
+  std::string text() const;  // "an integer from 1 to 1000000000", "0 or 1"
+};
+ParameterRange parameter_range(std::string_view parameter);
+
 // Builds `info` with `args` over its defaults. Fails on a parameter the model does not take.
 Result<Workload> build_model(const ModelInfo& info, const ModelArgs& args, Precision precision);
 

@@ -10,9 +10,15 @@ namespace pipegrid {
 Result<Schedule> schedule_file(const ScheduleRequest& r) {
   Result<Schedule> s = parse_schedule_csv(r.file_text, r.file_name);
   if (!s) return s.error();
-  if (s->device_actions.size() > r.device_count)
-    return Error{fmt::format("{}: the schedule has {} rows, the cluster has {} devices", r.file_name,
+  if (s->device_actions.size() > r.device_count) {
+    // Point at the first row without a device.
+    const auto& row = s->positions[r.device_count];
+    const std::string where =
+        row.empty() ? r.file_name
+                    : fmt::format("{}:{}:{}", r.file_name, row.front().line, row.front().column);
+    return Error{fmt::format("{}: the schedule has {} rows, the cluster has {} devices", where,
                              s->device_actions.size(), r.device_count)};
+  }
   s->device_actions.resize(r.device_count);
   s->positions.resize(r.device_count);
   return s;

@@ -147,7 +147,7 @@ TEST_CASE("malformed profiles: the error names the line") {
         "g.txt:1: node node1 has no backward_compute_time");
   CHECK(err("node1 -- Input -- forward_compute_time=1.0, backward_compute_time=x, activation_size=1.0, "
             "parameter_size=0.0\n") ==
-        "g.txt:1: node node1: backward_compute_time must be a non-negative number, got \"x\"");
+        "g.txt:1: node node1: backward_compute_time must be a number from 0 to 1e+12 (ms), got \"x\"");
   CHECK(err("node1 -- A -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, "
             "parameter_size=0.0\n\tnode1 -- node9\n") == "g.txt:2: edge to unknown node \"node9\"");
   CHECK(err("this is not a profile\n")
@@ -157,5 +157,17 @@ TEST_CASE("malformed profiles: the error names the line") {
             "node2 -- B -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=1.0, "
             "parameter_size=0.0\n"
             "\tnode1 -- node2\n\tnode2 -- node1\n") ==
-        "g.txt: the layer graph has a cycle: node1 -> node2 -> node1");
+        "g.txt:4: the layer graph has a cycle: node1 -> node2 -> node1 (this edge closes it)");
+  // Finite values only, within the bounds of every other input (1e9 s = 1e12 ms, 1e18 bytes); before,
+  // `inf` and 1e308 ms crashed the replay and 1e300 bytes ran with an infinite memory.
+  for (const char* bad : {"inf", "nan", "1e308", "-1"})
+    CHECK(err(("node1 -- A -- forward_compute_time=" + std::string(bad) +
+               ", backward_compute_time=1.0, activation_size=1.0, parameter_size=0.0\n")
+                  .c_str()) ==
+          "g.txt:1: node node1: forward_compute_time must be a number from 0 to 1e+12 (ms), got \"" +
+              std::string(bad) + "\"");
+  CHECK(
+      err("node1 -- A -- forward_compute_time=1.0, backward_compute_time=1.0, activation_size=[1e300; 1.0], "
+          "parameter_size=0.0\n") ==
+      "g.txt:1: node node1: activation_size must be a number from 0 to 1e+18 (bytes), got \"[1e300; 1.0]\"");
 }

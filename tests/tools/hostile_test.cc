@@ -179,3 +179,52 @@ TEST_CASE("inputs that are not regular files or exceed 64 MiB are refused, not r
   CHECK(profile.exit_code == 2);
   CHECK(profile.err == "pipegrid: cannot read \"" + profile_fifo + "\": a FIFO, not a regular file\n");
 }
+
+TEST_CASE("input-controlled depth: 100000 nested zones and a 100000-layer model listed last-first") {
+  TempDir tmp;
+  // Before: both overflowed the stack (recursive zone reader, recursive topological sort).
+  constexpr int kDepth = 100000;
+  std::string xml = "<?xml version=\"1.0\"?>\n<platform version=\"4.1\">\n";
+  for (int i = 0; i < kDepth; ++i) xml += "<zone id=\"z" + std::to_string(i) + "\" routing=\"Full\">";
+  for (int i = 0; i < kDepth; ++i) xml += "</zone>";
+  xml += "\n</platform>\n";
+  tmp.write("deep.xml", xml);
+  const std::string exp = tmp.write(
+      "exp.yaml", "workload: {model: resnet50}\ncluster: {file: deep.xml}\nstrategy: {micro_batches: 2}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", exp});
+  CHECK(r.exit_code == 2);
+  // The 65th <zone> (z64) is the first too deep. Its column, by hand: `<zone id="zN" routing="Full">` is
+  // 28 characters + the digits of N, so z0..z9 take 29 each, z10..z63 30 each, and z64 starts after them.
+  CHECK(r.err == "pipegrid: " + (tmp.path / "deep.xml").string() +
+                     ":3:" + std::to_string(1 + 10 * 29 + 54 * 30) +
+                     ": <zone id=\"z64\">: zones nest more than 64 deep (pipegrid's limit)\n");
+
+  // Layer i takes l(i-1) as input and the file lists them from the last to the first: a depth-first
+  // sort from the first entry goes 100000 deep. The model is a chain of 8-wide linear layers.
+  std::string model = "name: deep\nlayers:\n";
+  for (int i = kDepth - 1; i > 0; --i)
+    model += "  - {name: l" + std::to_string(i) +
+             ", kind: linear, in_features: 8, out_features: 8, inputs: [l" + std::to_string(i - 1) + "]}\n";
+  model += "  - {name: l0, kind: input, shape: [8]}\n";
+  const std::string file = tmp.write("deep.yaml", model);
+  r = run_command({PIPEGRID_BINARY, "workload", "show", "--json", file});
+  CHECK(r.exit_code == 0);
+  // 99999 layers of 8 x 8 multiply-adds = 128 FLOP each, per sample.
+  CHECK(r.out.find("\"forward_flops_per_sample\": " + std::to_string(128LL * (kDepth - 1))) !=
+        std::string::npos);
+}
+
+TEST_CASE("command-line numbers and paths: nan, inf and empty strings are usage errors") {
+  auto r = run_command({PIPEGRID_BINARY, "workload", "show", "--profile-batch", "nan", "vgg16"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--profile-batch: expected a finite positive number, got nan") != std::string::npos);
+  r = run_command({PIPEGRID_BINARY, "workload", "show", "-b", "inf", "vgg16"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("expected a finite positive number, got inf") != std::string::npos);
+  r = run_command({PIPEGRID_BINARY, "run", ""});  // before: ran the built-in example
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("experiment: expected a file name, got an empty string") != std::string::npos);
+  CHECK(r.out.empty());
+  r = run_command({PIPEGRID_BINARY, "plan", ""});
+  CHECK(r.exit_code == 2);
+}

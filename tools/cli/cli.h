@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,22 @@ inline constexpr int kBadInput = 2;
 
 // Prints "pipegrid: <message>" on stderr and returns kBadInput.
 int bad_input(const std::string& message);
+
+// Option checks CLI11 lacks: CLI::PositiveNumber lets nan and inf through; an empty path is not
+// "no path".
+inline const CLI::Validator kFinitePositive(
+    [](std::string& v) -> std::string {
+      double x = 0;
+      if (!CLI::detail::lexical_cast(v, x)) return "expected a number, got \"" + v + "\"";
+      if (!std::isfinite(x) || x <= 0) return "expected a finite positive number, got " + v;
+      return {};
+    },
+    "POSITIVE");
+inline const CLI::Validator kNonEmpty(
+    [](std::string& v) -> std::string {
+      return v.empty() ? "expected a file name, got an empty string" : "";
+    },
+    "");
 
 // A cluster preset's description: the first comment line of its file (tools/cli/cluster.cc).
 std::string preset_description(std::string_view text);

@@ -282,7 +282,7 @@ Command add_cluster_command(CLI::App& parent) {
       ->delimiter(',');
   bench
       ->add_option("--devices", o->devices, "All-reduce among the first N devices (default all, at most 256)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   bench->add_option("--from", o->from, "p2p: sending device (default the first)");
   bench->add_option("--to", o->to, "p2p: receiving device (default the second)");
   bench->add_flag("--json", o->json, "Print a JSON list of {op, bytes, time_s, bus_bandwidth_Bps}");

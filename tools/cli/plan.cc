@@ -139,7 +139,7 @@ Command add_plan_command(CLI::App& parent) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* app =
       parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
-  app->add_option("experiment", o->file, "Experiment file (YAML)")->required();
+  app->add_option("experiment", o->file, "Experiment file (YAML)")->required()->check(kNonEmpty);
   app->add_flag("--json", o->json, "Print one JSON object");
   return {app, [o] { return run(*o); }};
 }

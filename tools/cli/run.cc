@@ -183,7 +183,8 @@ Command add_run_command(CLI::App& parent) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* app = parent.add_subcommand("run", "Simulate one training iteration of an experiment");
   app->add_option("experiment", o->file,
-                  "Experiment file (YAML), - for standard input; without it, the built-in example");
+                  "Experiment file (YAML), - for standard input; without it, the built-in example")
+      ->check(kNonEmpty);
   app->add_flag("--json", o->json, "Print one JSON object instead of the summary");
   app->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to this file");
   app->add_option("--tasks", o->tasks,

@@ -146,14 +146,14 @@ Command add_workload_command(CLI::App& parent) {
                    "Samples per micro-batch; default: a model file's micro_batch_size, a profile's "
                    "--profile-batch, 1 for zoo models")
       ->default_str("")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
   show->add_option("--precision", o->precision,
                    "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights) or amp-bf16 (zoo "
                    "models and model files)");
   show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
   show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
   return {show, [o] { return run(*o); }};
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 
 #include "core/models/builder.h"
@@ -61,6 +60,11 @@ Shape shape_of(const Node& n) {
   for (const Node& d : n.items("a list of positive dimensions, like [3, 224, 224]"))
     s.push_back(d.integer(1, 1'000'000'000'000, "a positive dimension"));
   if (s.empty()) n.expected("a list of positive dimensions, like [3, 224, 224]");
+  double elements = 1;
+  for (int64_t d : s) elements *= static_cast<double>(d);
+  if (elements > kMaxElements)
+    n.fail(fmt::format("{} has {:.4g} elements per sample, more than a model can hold ({:.0e})",
+                       shape_text(s), elements, kMaxElements));
   return s;
 }
 
@@ -151,25 +155,35 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     if (e.kind == "input" && !e.inputs.empty()) e.node.get("inputs")->fail("an input layer takes no inputs");
   }
   // Build in a topological order of the named inputs; a cycle is named.
+  // Iterative depth-first search: the input controls the depth (a 100k-layer file listed last-first).
   std::vector<int> state(entries.size(), 0), order;
-  std::vector<int> stack;
-  std::function<void(int)> visit = [&](int i) {
-    if (state[i] == 2) return;
-    if (state[i] == 1) {
-      // The stack runs from i through layers it takes input from; print the data flow instead.
-      const auto from = std::find(stack.begin(), stack.end(), i);
-      std::string cycle = entries[i].name;
-      for (auto it = stack.end(); it != from + 1;) cycle += " -> " + entries[*--it].name;
-      entries[i].node.fail(fmt::format("the layers form a cycle: {} -> {}", cycle, entries[i].name));
+  std::vector<std::pair<int, size_t>> stack;  // (layer, index of the next input to visit)
+  for (size_t root = 0; root < entries.size(); ++root) {
+    if (state[root] != 0) continue;
+    state[root] = 1;
+    stack.push_back({static_cast<int>(root), 0});
+    while (!stack.empty()) {
+      auto& [i, next] = stack.back();
+      if (next == entries[i].inputs.size()) {
+        state[i] = 2;
+        order.push_back(i);
+        stack.pop_back();
+        continue;
+      }
+      const int in = entries[i].inputs[next++];
+      if (state[in] == 2) continue;
+      if (state[in] == 1) {
+        // The stack runs from `in` through layers it takes input from; print the data flow instead.
+        const auto from =
+            std::find_if(stack.begin(), stack.end(), [&](const auto& f) { return f.first == in; });
+        std::string cycle = entries[in].name;
+        for (auto it = stack.end(); it != from + 1;) cycle += " -> " + entries[(--it)->first].name;
+        entries[in].node.fail(fmt::format("the layers form a cycle: {} -> {}", cycle, entries[in].name));
+      }
+      state[in] = 1;
+      stack.push_back({in, 0});
     }
-    state[i] = 1;
-    stack.push_back(i);
-    for (int in : entries[i].inputs) visit(in);
-    stack.pop_back();
-    state[i] = 2;
-    order.push_back(i);
-  };
-  for (size_t i = 0; i < entries.size(); ++i) visit(static_cast<int>(i));
+  }
 
   ModelBuilder b(name, precision);
   std::vector<int> id(entries.size(), -1);

@@ -64,9 +64,10 @@ Workload parse_model(const Node& n) {
   n.check_keys(keys);
   ModelArgs args;
   for (const auto& d : info->defaults)
-    if (auto v = n.get(d.first))
-      args[std::string(d.first)] =
-          static_cast<double>(v->integer(0, 1'000'000'000'000, "a non-negative integer"));
+    if (auto v = n.get(d.first)) {
+      const ParameterRange range = parameter_range(d.first);
+      args[std::string(d.first)] = static_cast<double>(v->integer(range.lo, range.hi, range.text()));
+    }
   Result<Workload> w = build_model(*info, args, precision_of(n).value_or(Precision::FP32));
   if (!w) n.fail(w.error().message);
   return std::move(*w);

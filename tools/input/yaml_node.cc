@@ -162,8 +162,53 @@ std::string read_referenced_file(const Node& where, const std::string& path) {
   return std::move(*text);
 }
 
+namespace {
+
+// The offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlong forms,
+// no surrogates, at most U+10FFFF), or npos.
+size_t invalid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + n >= s.size()) return i;  // truncated at the end
+    for (size_t k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
 Document load_document_text(const std::string& text, const std::string& name) {
   Document d{name, {}};
+  if (const size_t bad = invalid_utf8(text); bad != std::string_view::npos) {
+    const size_t newline = bad == 0 ? std::string::npos : text.rfind('\n', bad - 1);
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + bad, '\n'));
+    const size_t column = bad - (newline == std::string::npos ? 0 : newline + 1) + 1;  // in bytes
+    throw InputError(fmt::format("{}:{}:{}: invalid UTF-8 (byte 0x{:02X}): YAML files are UTF-8 text", name,
+                                 line, column, static_cast<unsigned char>(text[bad])));
+  }
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
