@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <set>
@@ -48,15 +49,16 @@
 namespace pipegrid {
 namespace {
 
-constexpr int kSubsetsUpTo = 8;       // devices: every subset is a candidate group
-constexpr size_t kEvaluated = 24;     // DP plans run by the analytic evaluator (1F1B); 64 on subsets
-constexpr size_t kPerRun = 3;         // plans kept per stage count and programme run
-constexpr size_t kPerRunExact = 10;   // the same for the exact programme (small instances)
-constexpr double kExactStates = 3e5;  // exact programme (a state per stage start) up to this many states
-constexpr size_t kScheduled = 4;      // best of those given luo's scheduler
-constexpr size_t kJudged = 3;         // best candidates judged (with the other planners' plans)
-constexpr double kTolerance = 1e-3;   // relative precision of the bisection on the target
-constexpr int kMaxDevices = 64;       // routes between every two devices, O(D^2) groups: larger is refused
+constexpr int kSubsetsUpTo = 6;          // devices: every subset is a candidate group
+constexpr size_t kEvaluated = 24;        // DP plans run by the analytic evaluator (1F1B)
+constexpr size_t kEvaluatedSmall = 160;  // the same for small instances (the exact programme)
+constexpr size_t kPerRun = 3;            // plans kept per stage count and programme run
+constexpr size_t kPerRunExact = 40;      // the same for the exact programme (small instances)
+constexpr double kExactStates = 3e5;     // exact programme (a state per stage start) up to this many states
+constexpr size_t kScheduled = 4;         // best of those given luo's scheduler
+constexpr size_t kJudged = 3;            // best candidates judged (with the other planners' plans)
+constexpr double kTolerance = 1e-3;      // relative precision of the bisection on the target
+constexpr int kMaxDevices = 64;          // routes between every two devices, O(D^2) groups: larger is refused
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Route latency and bandwidth between every two devices.
@@ -260,8 +262,8 @@ class Model {
     // The slowest pair, and what one sender sends or one receiver receives in all (they may share
     // its links).
     double t = 0, lat = 0;
-    double sent[kSubsetsUpTo * 8] = {}, received[kSubsetsUpTo * 8] = {};
-    const bool sums = a <= kSubsetsUpTo * 8 && c <= kSubsetsUpTo * 8;
+    double sent[kMaxDevices] = {}, received[kMaxDevices] = {};
+    const bool sums = a <= kMaxDevices && c <= kMaxDevices;
     for (int i = 0; i < a; ++i)
       for (int x = 0; x < c; ++x) {
         const double share = replica_overlap(i, a, x, c);
@@ -340,7 +342,15 @@ class Search {
     int positions = 0;
     for (const Group& g : groups) positions = std::max(positions, g.end);
     by_end_.resize(positions + 1);
-    for (size_t i = 0; i < groups.size(); ++i) by_end_[groups[i].end].push_back(static_cast<int>(i));
+    // A group of c replicas splits each micro-batch of b samples into c slices: only whole samples
+    // (c divides b) unless b itself is fractional.
+    const double b = model.micro_batch_size();
+    for (const Group& g : groups) {
+      const double c = static_cast<double>(g.devs.size());
+      allowed_.push_back(b != std::floor(b) || std::fmod(b, c) == 0);
+    }
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (allowed_[i]) by_end_[groups[i].end].push_back(static_cast<int>(i));
   }
 
   // For target T: for every stage count p, the best kPerRun plans (by the estimate) whose stages
@@ -364,20 +374,26 @@ class Search {
       }
       return lo;
     };
-    auto relax = [&](int q, uint64_t used, int g, int j, int prev) {
+    // Per state the longest covered suffix (smallest j), then the smallest sum of stage and cut
+    // times (2 per cut: activations and gradients): for a fixed bottleneck T that sum is what the
+    // iteration time (m - 1) T + sum still depends on.
+    auto relax = [&](int q, uint64_t used, int g, int j, int prev, double sum) {
       uint64_t key = (subsets_ ? used : 0) * static_cast<uint64_t>(G) + g;
       if (exact_) key = key * static_cast<uint64_t>(n + 1) + j;
       auto [it, fresh] = index_[q].emplace(key, static_cast<int>(reach_[q].size()));
-      if (fresh)
-        reach_[q].push_back({j, g, used, prev});
-      else if (j < reach_[q][it->second].j)
-        reach_[q][it->second] = {j, g, used, prev};
+      if (fresh) {
+        reach_[q].push_back({j, g, used, prev, sum});
+        return;
+      }
+      Entry& old = reach_[q][it->second];
+      if (j < old.j || (j == old.j && sum < old.sum)) old = {j, g, used, prev, sum};
     };
     // Exact: every start that meets T is a state of its own (the cut before it differs); otherwise
     // only the smallest (the longest stage) is kept.
     for (int g = 0; g < G; ++g)
-      if (int j = first(groups_[g], n, 1); j >= 0)
-        for (int i = j; i < (exact_ ? n : j + 1); ++i) relax(1, groups_[g].mask, g, i, -1);
+      if (int j = !allowed_[g] ? -1 : first(groups_[g], n, 1); j >= 0)
+        for (int i = j; i < (exact_ ? n : j + 1); ++i)
+          relax(1, groups_[g].mask, g, i, -1, model_.compute(groups_[g], i, n));
     for (int q = 2; q <= P_; ++q) {
       for (size_t e = 0; e < reach_[q - 1].size(); ++e) {
         const Entry cur = reach_[q - 1][e];
@@ -386,13 +402,16 @@ class Search {
         auto try_h = [&](int h) {
           const Group& hg = groups_[h];
           if (subsets_ && (hg.mask & cur.used)) return;
-          if (model_.cut(hg, g, cur.j) > T) return;
+          const double cut = model_.cut(hg, g, cur.j);
+          if (cut > T) return;
           if (int j = first(hg, cur.j, q); j >= 0)
             for (int i = j; i < (exact_ ? cur.j : j + 1); ++i)
-              relax(q, cur.used | hg.mask, h, i, static_cast<int>(e));
+              relax(q, cur.used | hg.mask, h, i, static_cast<int>(e),
+                    cur.sum + 2 * cut + model_.compute(hg, i, cur.j));
         };
         if (subsets_) {
-          for (int h = 0; h < G; ++h) try_h(h);
+          for (int h = 0; h < G; ++h)
+            if (allowed_[h]) try_h(h);
         } else {
           for (int h : by_end_[g.start]) try_h(h);
         }
@@ -425,11 +444,13 @@ class Search {
     int g;          // group of the earliest placed stage
     uint64_t used;  // devices used (subsets)
     int prev;       // entry at q - 1
+    double sum;     // stage and cut times of the suffix (per micro-batch)
   };
   const Model& model_;
   const std::vector<Group>& groups_;
   bool subsets_, exact_;
   int P_;
+  std::vector<char> allowed_;  // per group: its replicas split a micro-batch into whole samples
   std::vector<std::vector<int>> by_end_;
   std::vector<std::vector<Entry>> reach_;
   std::vector<std::unordered_map<uint64_t, int>> index_;
@@ -600,13 +621,19 @@ Result<Plan> plan_luo(const PlanRequest& r) {
       if (Status s = model.prepare(c, representative); !s) return s.error();
     for (const Family& f : families) search_family(model, f.groups, f.subsets, i, found, runs);
   }
+  if (getenv("LUO_DEBUG"))
+    fmt::print(stderr, "search {:.3f} s, {} runs, {} found\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), runs,
+               found.size());
   std::stable_sort(found.begin(), found.end(),
                    [](const Found& a, const Found& b) { return a.estimate < b.estimate; });
 
   // The best estimates, lowered with 1F1B and run by the analytic evaluator.
   const ScheduleStrategy& one_f_one_b = **find_schedule("1f1b");
   std::vector<Candidate> evaluated;
-  const size_t evaluate_at_most = D <= kSubsetsUpTo ? 64 : kEvaluated;
+  // Small instances (the exact programme) are cheap to evaluate: many more candidates then.
+  const bool small = D <= kSubsetsUpTo && std::pow(3.0, D) * n * std::min(n, D) <= kExactStates;
+  const size_t evaluate_at_most = small ? kEvaluatedSmall : kEvaluated;
   for (size_t i = 0; i < found.size() && evaluated.size() < evaluate_at_most; ++i) {
     const Found& f = found[i];
     std::vector<int> stage_of(w.layer_count(), -1);
@@ -662,7 +689,7 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   inner.judge = nullptr;
   std::string others;
   for (const PlannerInfo& p : planners()) {
-    if (p.name == "luo") continue;
+    if (p.name == "luo" || !r.strategy.planner_baselines) continue;
     Result<Plan> plan = p.plan(inner);
     if (!plan) {
       others += fmt::format("{}{}: no plan", others.empty() ? "" : ", ", p.name);
@@ -686,7 +713,10 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     finals.push_back(std::move(as_is));
     always.push_back(1);
   }
-  if (finals.empty()) return Error{"luo: no plan found"};
+  if (finals.empty())
+    return Error{
+        fmt::format("luo: no plan fits the devices' memory ({} micro-batchings, up to {} stages searched)",
+                    r.micro_batchings.size(), std::min(n, D))};
   Result<size_t> best = pick(finals, always, r, kJudged);
   if (!best) return best.error();
   Candidate& win = finals[*best];

@@ -84,11 +84,14 @@ void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int 
   state.counters["stages"] = static_cast<double>(stages);
 }
 
-// luo on a DAPPLE profile: one plan_luo call per iteration (no judge: analytic ranking only).
-void luo(benchmark::State& state, fs::path profile, int batch, std::string cluster, int mini_batch) {
+// luo on a DAPPLE profile: one plan_luo call per iteration (no judge: analytic ranking only), alone
+// (baselines: false) or also running every other planner (the default).
+void luo(benchmark::State& state, fs::path profile, int batch, std::string cluster, int mini_batch,
+         bool baselines) {
   const std::string text = "name: bench\nworkload: {profile: " + profile.string() +
                            ", batch: " + std::to_string(batch) + "}\ncluster: " + cluster +
-                           "\nstrategy: {planner: luo, mini_batch: " + std::to_string(mini_batch) + "}\n";
+                           "\nstrategy: {planner: luo, mini_batch: " + std::to_string(mini_batch) +
+                           ", baselines: " + (baselines ? "true" : "false") + "}\n";
   Result<Experiment> e = input::load_experiment_text(text, "bench");
   if (!e) {
     state.SkipWithError(e.error().message.c_str());
@@ -164,12 +167,13 @@ int main(int argc, char** argv) {
                            LuoCase{"amoeba-36-pbs-1.txt", 1, "16xV100", v100x16, 32},
                            LuoCase{"gnmt-32-pbs-64.txt", 64, "summit-8x4", "{preset: summit-8}", 256},
                            LuoCase{"vgg-19-pbs-32.txt", 32, "summit-2x4", "{kind: summit, nodes: 2}", 256}})
-    benchmark::RegisterBenchmark(
-        (std::string("luo/") + c.file + "/" + c.cluster_name + "/mini" + std::to_string(c.mini_batch))
-            .c_str(),
-        luo, dapple / c.file, c.batch, c.cluster, c.mini_batch)
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(3);
+    for (bool baselines : {false, true})
+      benchmark::RegisterBenchmark((std::string("luo/") + c.file + "/" + c.cluster_name + "/mini" +
+                                    std::to_string(c.mini_batch) + (baselines ? "/with-baselines" : "/alone"))
+                                       .c_str(),
+                                   luo, dapple / c.file, c.batch, c.cluster, c.mini_batch, baselines)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(baselines ? 1 : 3);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
