@@ -17,22 +17,35 @@
 // samples (recomputation included), plus its ring all-reduce over g (2 (c - 1) x (the slowest ring
 // hop's latency + bytes / c / its bandwidth)) and optimizer step amortised over the m micro-batches;
 // a cut costs the activations crossing it sent over the real routes between the replicas that share
-// samples (latency + bytes x share / bandwidth, the slowest pair). Memory: static + min(q, m) x stash +
+// samples (latency + bytes x share / bandwidth: the slowest pair, or what one replica sends or
+// receives in all, which share its links). Memory: static + min(q, m) x stash +
 // the backward's workspace (and recomputed activations) within the group's smallest device, q being
 // the stage's position from the end (1F1B's in-flight count).
 //
+// Whole samples only: a group of c replicas is used for micro-batches of b samples when c divides b.
+//
 // For a target time T, a dynamic programme over (stages placed from the end q, used devices, the
-// group of the earliest placed stage) keeps the longest covered suffix of layers whose every stage
-// and cut meets T and memory; the smallest T for every stage count p is found by bisection (one
-// programme run answers every p; intervals are narrowed together to a relative 1e-3). Complexity of
-// one run: subsets O(P 3^D 2^D log n) at most, blocks O(P D^3 log n) per order (P = min(D, layers));
-// about 14 runs per stage count. Each stage count's plan is then estimated as
+// group of the earliest placed stage) keeps per state the longest covered suffix of layers whose
+// every stage and cut meets T and memory, then the smallest sum of stage and cut times (2 per cut):
+// for a fixed bottleneck T the iteration time, about (m - 1) T + that sum, depends only on the sum.
+// When 3^D x n x P <= kExactStates (small instances) a state is kept per stage start, which makes
+// the programme exact for that objective (the cut before a stage depends on where it starts). The
+// smallest T for every stage count p is found by bisection (one programme run answers every p;
+// intervals are narrowed together to a relative 1e-3), and the best plans of every run are kept.
+// Complexity of one run: subsets O(P 3^D 2^D log n) (x n when exact), blocks O(P D^3 log n) per
+// order (P = min(D, layers)); about 14 runs per stage count and micro-batching. Plans are estimated
+// as
 //   sum of stage times + 2 x sum of cut times + (m - 1) x bottleneck + exposed all-reduce and step,
-// the best kEvaluated over every micro-batching are lowered with 1F1B and run by the analytic
-// evaluator, and the best kScheduled get luo's scheduler (luo_schedule.cc). The plans of every other
-// registered planner are candidates too (scheduled by luo's scheduler and as they came), so luo
-// never loses to them in the analytic evaluator; with a judge (SimGrid from the CLI) the best
-// kJudged and the other planners' plans are judged and the fastest that fits memory is kept.
+// the best kEvaluated (kEvaluatedSmall on small instances) over every micro-batching are lowered
+// with 1F1B and run by the analytic evaluator, and the best kScheduled get luo's scheduler
+// (luo_schedule.cc). Unless strategy.planner_baselines is off, the plans of every other registered
+// planner are candidates too (scheduled by luo's scheduler and as they came), so luo never loses to
+// them in the analytic evaluator; with a judge (SimGrid from the CLI) the best kJudged and the other
+// planners' plans are judged and the fastest that fits memory is kept.
+//
+// Checked (tests/core/luo_test.cc) against exhaustive search over partitions, mappings,
+// micro-batchings and schedules on 58 random instances of 2-6 devices and 2-10 layers: alone within
+// +0.02% of the optimum at worst, -1.9% on average (its list orders beat 1F1B and GPipe).
 #include "core/planners/luo.h"
 
 #include <fmt/format.h>
@@ -40,7 +53,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <set>
@@ -621,10 +633,6 @@ Result<Plan> plan_luo(const PlanRequest& r) {
       if (Status s = model.prepare(c, representative); !s) return s.error();
     for (const Family& f : families) search_family(model, f.groups, f.subsets, i, found, runs);
   }
-  if (getenv("LUO_DEBUG"))
-    fmt::print(stderr, "search {:.3f} s, {} runs, {} found\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), runs,
-               found.size());
   std::stable_sort(found.begin(), found.end(),
                    [](const Found& a, const Found& b) { return a.estimate < b.estimate; });
 

@@ -82,7 +82,9 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
   if (auto v = n.get("baselines")) {
     s.planner_baselines = v->boolean();
-    if (s.planner != "luo") v->fail("used by the luo planner only");
+    if (s.planner != "luo")
+      v->fail(fmt::format("used by the luo planner only (planner: luo), not {}",
+                          s.planner.empty() ? "the default planner" : s.planner));
   }
   if (auto v = n.get("activation_compression_ratio")) {
     if (v->is_scalar() && v->yaml().Scalar() == "none") {
