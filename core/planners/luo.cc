@@ -561,11 +561,14 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   // Device classes: devices whose layers all cost the same (one micro-batch of the first size).
   std::vector<int> cls(D, -1), representative;
   std::vector<std::vector<double>> signature;
+  std::optional<Error> cost_error;  // a layer some device cannot run (it then never gets that layer)
   for (int d = 0; d < D; ++d) {
     std::vector<double> sig;
     for (int k = 0; k < n; ++k) {
       Result<PassTimes> t =
           layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d].spec, r.micro_batchings[0].size);
+      if (!t && !cost_error)
+        cost_error = Error{fmt::format("on {}: {}", r.cluster.devices[d].name, t.error().message)};
       sig.push_back(t ? t->forward : -1);
       sig.push_back(t ? t->backward() : -1);
     }
@@ -721,6 +724,7 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     finals.push_back(std::move(as_is));
     always.push_back(1);
   }
+  if (finals.empty() && found.empty() && cost_error) return Error{"luo: no plan: " + cost_error->message};
   if (finals.empty())
     return Error{
         fmt::format("luo: no plan fits the devices' memory ({} micro-batchings, up to {} stages searched)",
