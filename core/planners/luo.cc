@@ -645,6 +645,9 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   // Small instances (the exact programme) are cheap to evaluate: many more candidates then.
   const bool small = D <= kSubsetsUpTo && std::pow(3.0, D) * n * std::min(n, D) <= kExactStates;
   const size_t evaluate_at_most = small ? kEvaluatedSmall : kEvaluated;
+  // Candidates are moved, never copied, as the vectors grow (a Candidate's move may throw, so a
+  // growing vector would copy every task graph).
+  evaluated.reserve(std::min(found.size(), evaluate_at_most));
   for (size_t i = 0; i < found.size() && evaluated.size() < evaluate_at_most; ++i) {
     const Found& f = found[i];
     std::vector<int> stage_of(w.layer_count(), -1);
@@ -676,6 +679,7 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   const double search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<Candidate> finals;
+  finals.reserve(kScheduled + 2 * planners().size());
   std::vector<char> always;
   std::vector<std::string> labels;
   for (size_t i = 0; i < evaluated.size() && i < kScheduled; ++i) {
