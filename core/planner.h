@@ -40,6 +40,8 @@ struct StrategySpec {
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
   int mini_batch = 0;
+  // Planners that can (luo): also plan with every other registered planner and keep the best plan.
+  bool planner_baselines = true;
   PartitionerOptions partitioner_options;  // straight, hierarchy, activation_compression_ratio, ...
   std::string schedule_text;               // `file` schedule: the CSV text
   std::string schedule_source;             // `file` schedule: its path, for messages
@@ -108,5 +110,6 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
 // Implementations (each in its own file under planners/).
 Result<Plan> plan_partitioner(const PlanRequest& r);
 Result<Plan> plan_bapipe(const PlanRequest& r);
+Result<Plan> plan_luo(const PlanRequest& r);
 
 }  // namespace pipegrid

@@ -51,6 +51,10 @@ constexpr PlannerInfo kPlanners[] = {
     {"bapipe",
      "BaPipe-style: explores schedules x micro-batch sizes x stages x replicas, fastest plan that fits",
      &plan_bapipe},
+    {"luo",
+     "Luo-style (INFOCOM'22, our interpretation): stages x device groups on the real interconnect, own "
+     "scheduler",
+     &plan_luo},
 };
 
 template <class T>

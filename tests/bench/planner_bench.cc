@@ -2,7 +2,9 @@
 // ../shared/reference/pipedream/, one level of 4 and of 8 workers at 1 GB/s with activation
 // transfers, and gnmt_large on two-level hierarchies (4 GPUs per server x 8 servers, and 8 x 4);
 // and of the graphpipe partitioner (one call: one micro-batch size) on GraphPipe's models on 4 to
-// 32 Summit GPUs, at the micro-batch sizes experiments/graphpipe chose.
+// 32 Summit GPUs, at the micro-batch sizes experiments/graphpipe chose; and of the luo planner (one
+// call of plan_luo, analytic only) on DAPPLE's largest profile (gnmt-32-pbs-64.txt, 192 layers) and
+// others over 16 V100s (two 8-GPU NVSwitch nodes joined by InfiniBand) and 8 and 32 Summit GPUs.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -11,6 +13,7 @@
 
 #include "core/models/pipedream_profile.h"
 #include "core/partitioners/pipedream.h"
+#include "core/planner.h"
 #include "core/strategy.h"
 #include "tools/input/experiment_yaml.h"
 
@@ -81,6 +84,40 @@ void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int 
   state.counters["stages"] = static_cast<double>(stages);
 }
 
+// luo on a DAPPLE profile: one plan_luo call per iteration (no judge: analytic ranking only), alone
+// (baselines: false) or also running every other planner (the default).
+void luo(benchmark::State& state, fs::path profile, int batch, std::string cluster, int mini_batch,
+         bool baselines) {
+  const std::string text = "name: bench\nworkload: {profile: " + profile.string() +
+                           ", batch: " + std::to_string(batch) + "}\ncluster: " + cluster +
+                           "\nstrategy: {planner: luo, mini_batch: " + std::to_string(mini_batch) +
+                           ", baselines: " + (baselines ? "true" : "false") + "}\n";
+  Result<Experiment> e = input::load_experiment_text(text, "bench");
+  if (!e) {
+    state.SkipWithError(e.error().message.c_str());
+    return;
+  }
+  std::vector<MicroBatching> mbs;
+  for (int b = 1; b <= mini_batch; ++b)
+    if (mini_batch % b == 0) mbs.push_back({static_cast<double>(b), mini_batch / b});
+  const PlanRequest request{e->workload, e->cluster, e->strategy, e->memory, mbs, nullptr};
+  size_t stages = 0;
+  double search = 0;
+  for (auto _ : state) {
+    Result<Plan> p = plan_luo(request);
+    if (!p) {
+      state.SkipWithError(p.error().message.c_str());
+      return;
+    }
+    stages = p->partition.stage_count();
+    search = p->planning_seconds;
+    benchmark::DoNotOptimize(p->micro_batches);
+  }
+  state.counters["layers"] = static_cast<double>(e->workload.layer_count());
+  state.counters["stages"] = static_cast<double>(stages);
+  state.counters["luo_search_s"] = search;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,6 +151,29 @@ int main(int argc, char** argv) {
               .c_str(),
           graphpipe, c.model, gpus, c.b, c.mini_batch)
           ->Unit(benchmark::kMillisecond);
+  const fs::path dapple = fs::path(PIPEGRID_SHARED_DIR) / "reference/dapple";
+  const std::string v100x16 =
+      "{kind: dgx, nodes: 2, gpu: v100, nvlink: {bandwidth: 25GBps, latency: 1us}, infiniband: {bandwidth: "
+      "12.5GBps, latency: 2us}}";
+  struct LuoCase {
+    const char* file;
+    int batch;
+    const char* cluster_name;
+    std::string cluster;
+    int mini_batch;
+  };
+  for (const LuoCase& c : {LuoCase{"gnmt-32-pbs-64.txt", 64, "16xV100", v100x16, 256},
+                           LuoCase{"bert-48-pbs-2.txt", 2, "16xV100", v100x16, 64},
+                           LuoCase{"amoeba-36-pbs-1.txt", 1, "16xV100", v100x16, 32},
+                           LuoCase{"gnmt-32-pbs-64.txt", 64, "summit-8x4", "{preset: summit-8}", 256},
+                           LuoCase{"vgg-19-pbs-32.txt", 32, "summit-2x4", "{kind: summit, nodes: 2}", 256}})
+    for (bool baselines : {false, true})
+      benchmark::RegisterBenchmark((std::string("luo/") + c.file + "/" + c.cluster_name + "/mini" +
+                                    std::to_string(c.mini_batch) + (baselines ? "/with-baselines" : "/alone"))
+                                       .c_str(),
+                                   luo, dapple / c.file, c.batch, c.cluster, c.mini_batch, baselines)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(baselines ? 1 : 3);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -161,3 +161,41 @@ cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth:
   CHECK(a["exploration"] == b["exploration"]);
   CHECK(a["simulated_iteration_time_s"] == b["simulated_iteration_time_s"]);
 }
+
+TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a cluster generator") {
+  auto list = run_command({PIPEGRID_BINARY, "list", "planners"});
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find("  luo ") != std::string::npos);
+  CHECK(list.out.find("Luo-style (INFOCOM'22, our interpretation)") != std::string::npos);
+
+  const fs::path profile = fs::path(PIPEGRID_SHARED_DIR) / "reference/dapple/vgg-19-pbs-32.txt";
+  if (!fs::exists(profile)) {
+    MESSAGE("skipped: " << profile << " is missing");
+    return;
+  }
+  TempDir tmp;
+  // VGG-19 as DAPPLE profiled it (32 samples) on 8 Summit V100s (2 nodes), mini-batch 64.
+  const std::string base =
+      "workload: {profile: " + profile.string() + ", batch: 32}\ncluster: {kind: summit, nodes: 2}\n";
+  auto luo = run_command({PIPEGRID_BINARY, "run", "--json",
+                          tmp.write("luo.yaml", base + "strategy: {planner: luo, mini_batch: 64}\n")});
+  auto plain =
+      run_command({PIPEGRID_BINARY, "run", "--json",
+                   tmp.write("plain.yaml", base + "strategy: {planner: partitioner, mini_batch: 64}\n")});
+  REQUIRE(luo.exit_code == 0);
+  REQUIRE(plain.exit_code == 0);
+  json a = json::parse(luo.out), b = json::parse(plain.out);
+  CHECK(a["schedule"] == "luo");
+  CHECK(a["feasible"] == true);
+  CHECK(a["samples_per_iteration"].get<double>() == 64);
+  // luo also judges the default planner's plan (uniform stages, 1F1B, the best micro-batch size) in
+  // SimGrid and keeps the faster: never slower than it.
+  CHECK(a["iteration_time_s"].get<double>() <= b["iteration_time_s"].get<double>() * (1 + 1e-9));
+
+  // `baselines` belongs to luo.
+  auto bad = run_command(
+      {PIPEGRID_BINARY, "run",
+       tmp.write("bad.yaml", base + "strategy: {planner: bapipe, mini_batch: 64, baselines: false}\n")});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("used by the luo planner only") != std::string::npos);
+}

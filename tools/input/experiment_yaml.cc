@@ -27,7 +27,7 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   n.require_map("a mapping describing the strategy");
   n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
                 "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
-                "linearize", "replicas", "allreduce"});
+                "linearize", "replicas", "allreduce", "baselines"});
   StrategySpec s;
   if (auto p = n.get("planner")) s.planner = p->choice(names_of(planners()), "a planner");
   if (auto p = n.get("partitioner"))
@@ -80,6 +80,12 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
   if (auto v = n.get("memory_constraint")) s.partitioner_options.memory_constraint = v->boolean();
   if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
+  if (auto v = n.get("baselines")) {
+    s.planner_baselines = v->boolean();
+    if (s.planner != "luo")
+      v->fail(fmt::format("used by the luo planner only (planner: luo), not {}",
+                          s.planner.empty() ? "the default planner" : s.planner));
+  }
   if (auto v = n.get("activation_compression_ratio")) {
     if (v->is_scalar() && v->yaml().Scalar() == "none") {
       s.partitioner_options.activation_compression_ratio.reset();

@@ -1,0 +1,286 @@
+// luo's scheduler (our interpretation of Luo et al.'s "pipeline scheduler deciding the processing
+// order of micro-batches over the partitions"; only the paper's abstract is known). A list scheduler
+// on the plan's task DAG with critical-path priorities and memory-bounded in-flight caps, whose
+// variants are compared with the 1F1B and GPipe orders in the analytic evaluator (core/evaluate.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <tuple>
+
+#include "core/evaluate.h"
+#include "core/lower.h"
+#include "core/metrics.h"
+#include "core/planners/luo.h"
+
+namespace pipegrid {
+namespace {
+
+// Links as FIFO channels (one per direction of a full-duplex link), as the analytic evaluator has
+// them: a transfer waits until every hop of its route is free and holds each for bytes / bandwidth.
+class Channels {
+ public:
+  explicit Channels(const Cluster& c) : cluster_(c), router_(c), free_at_(2 * c.links.size(), 0.0) {}
+
+  // When a transfer launched at `now` arrives.
+  Result<double> arrival(int from, int to, double bytes, double now) {
+    if (from == to || bytes <= 0) return now;
+    Result<Route> route = router_.route(from, to);
+    if (!route) return route.error();
+    double start = now;
+    for (const Hop& h : route->hops) start = std::max(start, free_at_[channel(h)]);
+    const double hold = route->hops.empty() ? 0.0 : bytes / route->bandwidth;
+    for (const Hop& h : route->hops) free_at_[channel(h)] = start + hold;
+    return start + route->transfer_time(bytes);
+  }
+
+ private:
+  size_t channel(const Hop& h) const {
+    const bool split = cluster_.links[h.link].duplex == Duplex::Full;
+    return 2 * static_cast<size_t>(h.link) + (split && h.reverse ? 1 : 0);
+  }
+  const Cluster& cluster_;
+  Router router_;
+  std::vector<double> free_at_;
+};
+
+bool same_order(const Schedule& a, const Schedule& b) {
+  return a.device_actions == b.device_actions;
+}
+
+}  // namespace
+
+std::vector<int> one_f_one_b_depths(const Partition& p) {
+  const int S = static_cast<int>(p.stage_count());
+  std::vector<int> depth(S, 1);
+  for (int s = S - 1; s >= 0; --s)
+    for (int t : p.successors(s)) depth[s] = std::max(depth[s], depth[t] + 1);
+  return depth;
+}
+
+Result<std::vector<int>> memory_caps(const PlanRequest& r, const Partition& p, double micro_batch_size) {
+  auto costs = stage_costs(r.workload, r.cluster, p, micro_batch_size, r.memory.recompute);
+  if (!costs) return costs.error();
+  const size_t S = p.stage_count();
+  // Static bytes per device (every stage it hosts).
+  std::vector<double> fixed(r.cluster.devices.size(), 0.0);
+  for (size_t s = 0; s < S; ++s) {
+    const auto& devs = p.stage(s).devices;
+    for (size_t j = 0; j < devs.size(); ++j) {
+      const StageCost& sc = (*costs)[s][j];
+      MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, r.memory);
+      if (r.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= devs.size();
+      fixed[devs[j]] += total(st);
+    }
+  }
+  std::vector<int> caps(S, std::numeric_limits<int>::max());
+  for (size_t s = 0; s < S; ++s) {
+    const auto& devs = p.stage(s).devices;
+    for (size_t j = 0; j < devs.size(); ++j) {
+      const StageCost& sc = (*costs)[s][j];
+      const double room = r.cluster.devices[devs[j]].spec.memory_bytes - fixed[devs[j]] - sc.workspace_bytes -
+                          sc.recompute_bytes;
+      if (sc.stash_bytes <= 0) continue;
+      const double k = std::floor(room / sc.stash_bytes);
+      caps[s] = std::min(caps[s], static_cast<int>(std::clamp(k, 1.0, 1e9)));
+    }
+  }
+  return caps;
+}
+
+Result<Schedule> list_schedule(const PlanRequest& r, const Partition& p, double micro_batch_size,
+                               int micro_batches, const ListPolicy& policy) {
+  auto costs = stage_costs(r.workload, r.cluster, p, micro_batch_size, r.memory.recompute);
+  if (!costs) return costs.error();
+  const int S = static_cast<int>(p.stage_count());
+  const int m = micro_batches;
+  const int D = static_cast<int>(r.cluster.devices.size());
+  // (stage, replica) pairs numbered base[s] + j; task id = (pair x m + k) x 2 + pass (0 F, 1 B).
+  std::vector<int> base(S + 1, 0);
+  for (int s = 0; s < S; ++s) base[s + 1] = base[s] + static_cast<int>(p.stage(s).devices.size());
+  const int pairs = base[S];
+  auto id = [&](int s, int j, int pass, int k) { return ((base[s] + j) * m + k) * 2 + pass; };
+  const int tasks = pairs * m * 2;
+  std::vector<int> stage_of(pairs), replica_of(pairs), device_of(pairs);
+  for (int s = 0; s < S; ++s)
+    for (int j = 0; j < base[s + 1] - base[s]; ++j) {
+      stage_of[base[s] + j] = s;
+      replica_of[base[s] + j] = j;
+      device_of[base[s] + j] = p.stage(s).devices[j];
+    }
+  struct Out {
+    int to;
+    double bytes;
+  };
+  std::vector<std::vector<Out>> out(tasks);
+  std::vector<int> pending(tasks, 0);
+  auto edge = [&](int a, int b, double bytes) {
+    out[a].push_back({b, bytes});
+    ++pending[b];
+  };
+  for (int s = 0; s < S; ++s) {
+    const int rs = base[s + 1] - base[s];
+    for (int j = 0; j < rs; ++j)
+      for (int k = 0; k < m; ++k) edge(id(s, j, 0, k), id(s, j, 1, k), 0);
+    for (int t : p.successors(s)) {
+      const double bytes = p.graph[boost::edge(s, t, p.graph).first].bytes_per_sample * micro_batch_size;
+      const int rt = base[t + 1] - base[t];
+      for (int i = 0; i < rs; ++i)
+        for (int j = 0; j < rt; ++j) {
+          const double share = replica_overlap(i, rs, j, rt);
+          if (share <= 0) continue;
+          for (int k = 0; k < m; ++k) {
+            edge(id(s, i, 0, k), id(t, j, 0, k), bytes * share);
+            edge(id(t, j, 1, k), id(s, i, 1, k), bytes * share);
+          }
+        }
+    }
+  }
+  const std::vector<int> depth = one_f_one_b_depths(p);
+  auto duration = [&](int task) {
+    const int pair = task / 2 / m;
+    const StageCost& sc = (*costs)[stage_of[pair]][replica_of[pair]];
+    return task % 2 == 0 ? sc.times.forward : sc.recompute_s + sc.times.backward();
+  };
+  // Priority: smaller is better.
+  auto key = [&](int task) {
+    const int pass = task % 2;
+    const int k = (task / 2) % m;
+    const int pair = task / 2 / m;
+    const int first = policy.backward_first ? (pass == 1 ? 0 : 1) : (pass == 0 ? 0 : 1);
+    return std::make_tuple(first, k, -depth[stage_of[pair]], pair);
+  };
+  std::vector<std::vector<int>> ready(D);  // per device, ready tasks
+  std::vector<int> in_flight(pairs, 0);
+  std::vector<char> busy(D, 0);
+  Schedule sched;
+  sched.device_actions.resize(D);
+  Channels channels(r.cluster);
+  using Event = std::tuple<double, int, int>;  // time, kind (0 compute end, 1 arrival), task
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  for (int t = 0; t < tasks; ++t)
+    if (pending[t] == 0) ready[device_of[t / 2 / m]].push_back(t);
+  int done = 0;
+  double now = 0;
+  auto dispatch = [&](int d) {
+    if (busy[d]) return;
+    int best = -1;
+    for (int t : ready[d]) {
+      const int pair = t / 2 / m;
+      const int cap = std::max(1, policy.in_flight_cap.empty() ? m : policy.in_flight_cap[stage_of[pair]]);
+      if (t % 2 == 0 && in_flight[pair] >= cap) continue;
+      if (best < 0 || key(t) < key(best)) best = t;
+    }
+    if (best < 0) return;
+    ready[d].erase(std::find(ready[d].begin(), ready[d].end(), best));
+    const int pair = best / 2 / m;
+    in_flight[pair] += best % 2 == 0 ? 1 : -1;
+    busy[d] = 1;
+    sched.device_actions[d].push_back(
+        {stage_of[pair], best % 2 == 0 ? Pass::Forward : Pass::Backward, (best / 2) % m});
+    events.emplace(now + duration(best), 0, best);
+  };
+  for (int d = 0; d < D; ++d) dispatch(d);
+  while (!events.empty()) {
+    now = std::get<0>(events.top());
+    // Everything that happens at this instant, then the idle devices choose.
+    while (!events.empty() && std::get<0>(events.top()) == now) {
+      auto [time, kind, t] = events.top();
+      events.pop();
+      if (kind == 1) {
+        if (--pending[t] == 0) ready[device_of[t / 2 / m]].push_back(t);
+        continue;
+      }
+      ++done;
+      busy[device_of[t / 2 / m]] = 0;
+      for (const Out& o : out[t]) {
+        const int from = device_of[t / 2 / m], to = device_of[o.to / 2 / m];
+        Result<double> at = channels.arrival(from, to, o.bytes, now);
+        if (!at) return at.error();
+        events.emplace(*at, 1, o.to);
+      }
+    }
+    for (int d = 0; d < D; ++d) dispatch(d);
+  }
+  if (done != tasks)
+    return Error{
+        fmt::format("luo list schedule: stuck after {} of {} tasks (in-flight caps too small)", done, tasks)};
+  return sched;
+}
+
+Result<Candidate> schedule_luo(const PlanRequest& r, Plan plan, std::string* chosen) {
+  const Partition& part = plan.partition;
+  const int m = plan.micro_batches;
+  const std::vector<int> depth = one_f_one_b_depths(part);
+  Result<std::vector<int>> mem = memory_caps(r, part, plan.micro_batch_size);
+  if (!mem) return mem.error();
+  struct Option {
+    std::string label;
+    Schedule schedule;
+  };
+  std::vector<Option> options;
+  auto add = [&](std::string label, Result<Schedule> s) {
+    if (!s) return;
+    for (const Option& o : options)
+      if (same_order(o.schedule, *s)) return;
+    options.push_back({std::move(label), std::move(*s)});
+  };
+  // 1F1B and GPipe first: on ties they win, so a list order is kept only when strictly faster.
+  for (const char* name : {"1f1b", "gpipe"}) {
+    ScheduleRequest req{part, r.cluster.devices.size(), m, 1, {}, {}};
+    add(name, (*find_schedule(name))->build(req));
+  }
+  auto caps = [&](auto f) {
+    std::vector<int> c(depth.size());
+    for (size_t s = 0; s < c.size(); ++s)
+      c[s] = std::clamp(f(depth[s]), 1, std::max(1, std::min(m, (*mem)[s])));
+    return c;
+  };
+  struct Variant {
+    const char* label;
+    bool backward_first;
+    int (*cap)(int depth, int m);
+  };
+  constexpr Variant kVariants[] = {
+      {"list, backward first, cap depth", true, [](int d, int) { return d; }},
+      {"list, backward first, cap depth + 1", true, [](int d, int) { return d + 1; }},
+      {"list, backward first, cap 2 depth", true, [](int d, int) { return 2 * d; }},
+      {"list, backward first, cap m", true, [](int, int m) { return m; }},
+      {"list, forward first, cap depth", false, [](int d, int) { return d; }},
+      {"list, forward first, cap m", false, [](int, int m) { return m; }},
+  };
+  for (const Variant& v : kVariants) {
+    ListPolicy policy{v.backward_first, caps([&](int d) { return v.cap(d, m); })};
+    add(v.label, list_schedule(r, part, plan.micro_batch_size, m, policy));
+  }
+  if (options.empty()) return Error{"luo scheduler: no valid order for this plan"};
+  std::optional<Candidate> best;
+  std::string best_label;
+  std::optional<Error> first_error;
+  for (Option& o : options) {
+    plan.schedule = std::move(o.schedule);
+    Result<TaskGraph> g = lower_plan(r, plan);
+    if (!g) {
+      if (!first_error) first_error = g.error();
+      continue;
+    }
+    Candidate c;
+    c.graph = std::move(*g);
+    if (Status s = score(r, c); !s) return s.error();
+    const bool better =
+        !best || (c.fits && !best->fits) || (c.fits == best->fits && c.analytic < best->analytic);
+    if (better) {
+      c.plan = plan;
+      best = std::move(c);
+      best_label = o.label;
+    }
+  }
+  if (!best) return *first_error;
+  best->plan.schedule_name = "luo";
+  if (chosen) *chosen = best_label;
+  return std::move(*best);
+}
+
+}  // namespace pipegrid
