@@ -147,3 +147,33 @@ TEST_CASE("a bad value in a sweep is located in the sweep file when its point is
   CHECK(error ==
         dir.path.string() + "/sweep.yaml:3:22: cluster.count: expected a positive integer, got \"many\"");
 }
+
+TEST_CASE("a sweep's fingerprint covers its base and axes, not its filters or name") {
+  TempDir dir;
+  dir.write("experiment.yaml", kExperiment);
+  const std::string grid =
+      "base: experiment.yaml\ngrid:\n  cluster.count: [2, 4]\n  strategy.micro_batches: [4, 8]\n";
+  const std::string a = Sweep::load(dir.write("a.yaml", grid)).fingerprint();
+  // Filters and the name change which points run, not what a point number means.
+  CHECK(
+      Sweep::load(dir.write("b.yaml", "name: x\n" + grid + "skip: \"cluster.count == 2\"\n")).fingerprint() ==
+      a);
+  // A value, the order of the axes, a grid axis made a zip group, or the base experiment: another sweep.
+  CHECK(Sweep::load(
+            dir.write(
+                "c.yaml",
+                "base: experiment.yaml\ngrid:\n  cluster.count: [2, 3]\n  strategy.micro_batches: [4, 8]\n"))
+            .fingerprint() != a);
+  CHECK(Sweep::load(
+            dir.write(
+                "d.yaml",
+                "base: experiment.yaml\ngrid:\n  strategy.micro_batches: [4, 8]\n  cluster.count: [2, 4]\n"))
+            .fingerprint() != a);
+  CHECK(Sweep::load(
+            dir.write(
+                "e.yaml",
+                "base: experiment.yaml\nzip:\n  cluster.count: [2, 4]\n  strategy.micro_batches: [4, 8]\n"))
+            .fingerprint() != a);
+  dir.write("experiment.yaml", std::string(kExperiment) + "memory: {optimizer: sgd}\n");
+  CHECK(Sweep::load(dir.write("f.yaml", grid)).fingerprint() != a);
+}

@@ -23,6 +23,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/units.h"
 #include "tools/builtin_sweep_plot_script.h"
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
@@ -102,6 +103,14 @@ std::string messages_of(const std::string& err) {
   return errors.empty() ? warnings : errors + "\n" + warnings;
 }
 
+// "fpga0 needs 9.1 GiB but has 8 GiB" from an `infeasible` entry of the run's JSON.
+std::string infeasibility(const nlohmann::json& m) {
+  if (!m.is_object()) return m.dump();
+  return fmt::format("{} needs {} but has {}", m.value("device", "?"),
+                     format_bytes(m.value("peak_memory_bytes", 0.0)),
+                     format_bytes(m.value("capacity_bytes", 0.0)));
+}
+
 // The row of a finished point from its process's exit status and outputs.
 Row row_of(const Sweep& s, size_t point, int status, const std::string& out, const std::string& err,
            double wall) {
@@ -130,9 +139,10 @@ Row row_of(const Sweep& s, size_t point, int status, const std::string& out, con
       r.peak_memory_bytes = peak;
       const bool feasible = j.value("feasible", true);
       r.status = feasible ? "ok" : "infeasible";
+      r.message = messages_of(err);  // warnings (a micro-batch split into fractional samples)
       if (!feasible)
         for (const auto& m : j.value("infeasible", nlohmann::json::array()))
-          r.message += (r.message.empty() ? "" : "; ") + (m.is_string() ? m.get<std::string>() : m.dump());
+          r.message += (r.message.empty() ? "" : "; ") + infeasibility(m);
       return r;
     }
     r.status = "error";

@@ -533,7 +533,22 @@ Sweep Sweep::load(const std::string& path) {
         list->push_back(std::move(h));
       }
     }
-  s.fingerprint_ = fnv1a_hex(s.base_text_, std::stoull(fnv1a_hex(s.text_), nullptr, 16));
+  // What the points' numbers and results depend on: the base experiment and the factors (axes,
+  // values, grid and zip grouping). Filters and the name may change without invalidating results.
+  std::string canon = s.base_text_;
+  if (s.base_path_.empty()) {
+    YAML::Emitter e;
+    e << base_root;
+    canon = e.c_str();
+  }
+  for (const Factor& f : s.factors_) {
+    canon += "\x1e";
+    for (size_t a : f.axes) {
+      canon += "\x1d" + s.axes_[a].path;
+      for (const std::string& l : s.axes_[a].labels) canon += "\x1f" + l;
+    }
+  }
+  s.fingerprint_ = fnv1a_hex(canon);
   return s;
 }
 

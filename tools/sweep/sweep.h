@@ -70,7 +70,8 @@ class Sweep {
   nlohmann::json axis_values(size_t point) const;
   // "cluster.count=4 strategy.micro_batches=8"
   std::string describe(size_t point) const;
-  // A hash of the sweep file's and the base experiment's text (hex): a database holds one sweep.
+  // A hash (hex) of the base experiment's text and of the factors (axes, their values, grid and
+  // zip grouping): a database holds one sweep. Filters and the name are not in it.
   const std::string& fingerprint() const { return fingerprint_; }
 
   // The base experiment's document with the point's values set (errors name the sweep file).
