@@ -91,6 +91,17 @@ def main():
         some = [v for v in full.values() if v[0]["cluster.count"] == 2 and v[0]["strategy.micro_batches"] == 4]
         check(len(some) == 2 and all(v[3] >= 0.060 for v in some), f"(m + p - 1)(T_F + T_B) bound: {some}")
 
+        # One sweep process per database: a second one is refused while the first runs.
+        slow_db = os.path.join(d, "locked.sqlite")
+        first = subprocess.Popen([pipegrid, "sweep", sweep, "-j", "1", "--db", slow_db, "-q"])
+        time.sleep(0.3)
+        second = subprocess.run([pipegrid, "sweep", sweep, "--db", slow_db], capture_output=True, text=True)
+        running = first.poll() is None
+        first.kill()
+        first.wait()
+        if running:
+            check(second.returncode == 2 and "another pipegrid sweep is running" in second.stderr, second.stderr)
+
         # 1. Killed with SIGKILL mid-run, then resumed.
         killed_db = os.path.join(d, "killed.sqlite")
         killed_rows = 0
@@ -164,6 +175,23 @@ def main():
         lines = [json.loads(line) for line in r.stdout.splitlines()]
         check(len(lines) == EXPECTED_POINTS and all(line["result"]["schema_version"] >= 1 for line in lines),
               "one JSON line per point, each with its run's result")
+
+        # Plots (where python3 has matplotlib): a line plot, a heat map, a Pareto front; a bad axis is refused.
+        probe = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", os.path.join(d, "probe.png"), "--kind", "pareto"],
+                               capture_output=True, text=True)
+        if "needs python3 with matplotlib" in probe.stderr:
+            print("note: no python3 with matplotlib, sweep plot not checked")
+        else:
+            for kind, extra in (("line", ["--x", "strategy.micro_batches", "--lines", "cluster.count"]),
+                                ("heatmap", ["--x", "strategy.micro_batches", "--y", "cluster.count"]),
+                                ("pareto", [])):
+                out = os.path.join(d, f"{kind}.png")
+                r = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", out, "--kind", kind] + extra,
+                                   capture_output=True, text=True)
+                check(r.returncode == 0 and os.path.getsize(out) > 1000, f"sweep plot --kind {kind}: {r.stderr}")
+            r = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", os.path.join(d, "x.png"), "--x", "nope"],
+                               capture_output=True, text=True)
+            check(r.returncode == 2 and "not an axis" in r.stderr, f"a bad plot axis: {r.stderr}")
 
         # 4. A bad point is a recorded error located in the sweep file.
         bad = os.path.join(d, "bad.yaml")

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -362,6 +363,14 @@ int run_sweep(const SweepOptions& o) {
     return kOk;
   }
   const std::string db_path = o.db.empty() ? default_db(o.file, shard) : o.db;
+  // One sweep process per database: two would run the same pending points. The lock goes with the
+  // process (also when it is killed).
+  const std::string lock_path = db_path + ".lock";
+  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) return bad_input(fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno)));
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0)
+    return bad_input(
+        fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path));
   Result<ResultsDb> db = ResultsDb::open(db_path);
   if (!db) return bad_input(db.error().message);
   if (Status st = db->bind(meta_of(*s, points.size(), o.shard)); !st) return bad_input(st.error().message);
@@ -524,8 +533,16 @@ int run_merge(const SweepOptions& o) {
   }
   Result<ResultsDb> out = ResultsDb::open(o.merge_out);
   if (!out) return bad_input(out.error().message);
+  // Disjoint shards (distinct `shard` values) add up to the whole sweep's point count.
+  std::set<std::string> shards;
+  long long total = 0;
+  for (const ResultsDb& in : inputs) {
+    const auto m = in.meta();
+    shards.insert(m.count("shard") ? m.at("shard") : "");
+    total += m.count("points") ? std::stoll(m.at("points")) : 0;
+  }
+  if (shards.size() == inputs.size() && !shards.count("")) (*meta)["points"] = std::to_string(total);
   (*meta)["shard"] = "";
-  // The whole sweep's point count: the shards' sum (they are disjoint).
   if (Status st = out->bind(*meta); !st) return bad_input(st.error().message);
   std::set<long long> have = out->done();
   size_t added = 0, duplicates = 0;
