@@ -18,6 +18,14 @@ int bad_input(const std::string& message) {
   return kBadInput;
 }
 
+void add_set_option(CLI::App& app, std::vector<std::string>& overrides) {
+  app.add_option("--set", overrides,
+                 "Set a key of the experiment, KEY=VALUE with VALUE in YAML (repeatable): "
+                 "cluster.device.dsps=18048, strategy.micro_batches=16, cluster.dims=[4,4]")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
+}
+
 namespace {
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& names) {
@@ -111,7 +119,7 @@ int main(int argc, char** argv) {
   constexpr cli::Command (*kCommands[])(CLI::App&) = {
       &cli::add_run_command,      &cli::add_list_command,   &cli::add_schedule_command,
       &cli::add_workload_command, &cli::add_device_command, &cli::add_plan_command,
-      &cli::add_cluster_command,
+      &cli::add_cluster_command,  &cli::add_sweep_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

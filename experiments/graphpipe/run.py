@@ -67,12 +67,12 @@ def cell(r):
     if "error" in r:
         return "no plan"
     flag = "" if r["feasible"] else " (over memory)"
-    return (f"{r['simulated_throughput_samples_per_s']:.1f}/s, mb {r['micro_batch_size']:g}, "
-            f"depth {r['depth']}, {pgx.fmt_gib(r['simulated_peak_memory_bytes'])} GiB{flag}")
+    return (f"{r['throughput_samples_per_s']:.1f}/s, mb {r['micro_batch_size']:g}, "
+            f"depth {r['depth']}, {pgx.fmt_gib(r['peak_memory_bytes'])} GiB{flag}")
 
 
 def best_sequential(r):
-    seq = [(r[s]["simulated_throughput_samples_per_s"], s) for s in SEQUENTIAL if ok(r[s])]
+    seq = [(r[s]["throughput_samples_per_s"], s) for s in SEQUENTIAL if ok(r[s])]
     return max(seq) if seq else (None, None)
 
 
@@ -134,7 +134,7 @@ def main():
 def speedup(a, b):
     if not (ok(a) and ok(b)):
         return None
-    return a["simulated_throughput_samples_per_s"] / b["simulated_throughput_samples_per_s"]
+    return a["throughput_samples_per_s"] / b["throughput_samples_per_s"]
 
 
 def fmt_x(x):
@@ -157,7 +157,7 @@ def write(results, gpus_list, branch_list, top, plt, dest):
             seq_tp, seq = best_sequential(r)
             gain = None
             if ok(r["graphpipe"]) and seq_tp:
-                gain = r["graphpipe"]["simulated_throughput_samples_per_s"] / seq_tp
+                gain = r["graphpipe"]["throughput_samples_per_s"] / seq_tp
                 best_gain = max(best_gain, gain)
             rows.append([spec["label"], g] + [cell(r[s]) for s in STRATEGIES] + [fmt_x(gain)])
     lines += [pgx.markdown_table(["model", "GPUs"] + list(STRATEGIES) + ["graphpipe / best sequential"], rows), ""]
@@ -167,7 +167,7 @@ def write(results, gpus_list, branch_list, top, plt, dest):
     for m, spec in MODELS.items():
         r = {s: results[("main", m, top, s)] for s in STRATEGIES}
         seq_tp, _ = best_sequential(r)
-        if not ok(r["graphpipe"]) or (seq_tp and r["graphpipe"]["simulated_throughput_samples_per_s"] <= seq_tp):
+        if not ok(r["graphpipe"]) or (seq_tp and r["graphpipe"]["throughput_samples_per_s"] <= seq_tp):
             top_losses.append(spec["label"])
     lines += [f"Check (at {top} GPUs graphpipe beats the best sequential plan on every model, within memory): " +
               ("holds." if not top_losses else "FAILS on " + ", ".join(top_losses) + "."), ""]
@@ -212,8 +212,8 @@ def write(results, gpus_list, branch_list, top, plt, dest):
 
     searches = [(results[("main", m, g, "graphpipe")], results[("main", m, g, "pipedream")])
                 for m in MODELS for g in gpus_list]
-    gp = [a["search_seconds"] for a, _ in searches if "error" not in a]
-    pd = [b["search_seconds"] for _, b in searches if "error" not in b]
+    gp = [a["planning_seconds"] for a, _ in searches if "error" not in a]
+    pd = [b["planning_seconds"] for _, b in searches if "error" not in b]
     # Search times vary run to run: printed, not written into results.md (which stays byte-identical).
     if gp and pd:
         print(f"search time: graphpipe {min(gp):.3f}-{max(gp):.3f} s per model and GPU count "
@@ -235,7 +235,7 @@ def write(results, gpus_list, branch_list, top, plt, dest):
             for s in STRATEGIES:
                 pts = [(g, results[("main", m, g, s)]) for g in gpus_list]
                 xs = [g for g, r in pts if ok(r)]
-                ys = [r["simulated_throughput_samples_per_s"] for _, r in pts if ok(r)]
+                ys = [r["throughput_samples_per_s"] for _, r in pts if ok(r)]
                 ax.plot(xs, ys, "o-", label=s, color=colours[s])
             ax.set_xscale("log", base=2)
             ax.set_xticks(gpus_list)

@@ -6,8 +6,10 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pipegrid::cli {
 
@@ -37,6 +39,24 @@ inline const CLI::Validator kNonEmpty(
 // A cluster preset's description: the first comment line of its file (tools/cli/cluster.cc).
 std::string preset_description(std::string_view text);
 
+// `--set KEY=VALUE` (repeatable): sets any key of the experiment before it is read.
+void add_set_option(CLI::App& app, std::vector<std::string>& overrides);
+
+}  // namespace pipegrid::cli
+namespace pipegrid {
+struct Experiment;
+}
+namespace pipegrid::cli {
+
+// Runs argv (searching PATH) with output to this process's stderr; returns the exit status, or -1.
+int spawn(const std::vector<std::string>& argv, bool quiet);
+
+// A Python interpreter that has matplotlib: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
+std::optional<std::string> python_with_matplotlib();
+
+// `pipegrid run --json` on an experiment already read (`where` names it in messages).
+int run_loaded(const Experiment& exp, const std::string& where);
+
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
@@ -49,5 +69,6 @@ Command add_workload_command(CLI::App& parent);
 Command add_device_command(CLI::App& parent);
 Command add_plan_command(CLI::App& parent);
 Command add_cluster_command(CLI::App& parent);
+Command add_sweep_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

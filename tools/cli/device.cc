@@ -8,38 +8,17 @@
 #include "core/units.h"
 #include "tools/cli/cli.h"
 #include "tools/input/device_yaml.h"
+#include "tools/output/report.h"
 
 namespace pipegrid::cli {
 namespace {
 
 nlohmann::json to_json(const input::CatalogDevice& d) {
-  nlohmann::json peak, eff, mem;
-  for (Precision p : kMathPrecisions) {
-    peak[std::string(to_string(p))] = d.spec.peak(p);
-    for (KernelClass k : kComputeClasses)
-      eff[std::string(to_string(p))][std::string(to_string(k))] = d.spec.compute_eff(p, k);
-  }
-  for (KernelClass k : kKernelClasses) mem[std::string(to_string(k))] = d.spec.memory_eff(k);
-  nlohmann::json j = {{"name", d.name},
-                      {"family", d.family},
-                      {"description", d.description},
-                      {"peak_flops", peak},
-                      {"efficiency", d.spec.efficiency},
-                      {"compute_efficiency", eff},
-                      {"memory_efficiency", mem},
-                      {"kernel_startup_s", d.spec.kernel_startup_s},
-                      {"memory_bytes", d.spec.memory_bytes},
-                      {"memory_bandwidth_Bps", d.spec.memory_bandwidth},
-                      {"layer_overhead_s", d.spec.layer_overhead_s},
-                      {"source", d.source}};
-  if (d.spec.fpga) {
-    const FpgaSpec& f = *d.spec.fpga;
-    nlohmann::json macs;
-    for (Precision p : kMathPrecisions) macs[std::string(to_string(p))] = f.macs_per_dsp[static_cast<int>(p)];
-    j["fpga"] = {{"dsps", f.dsps},       {"clock_hz", f.clock_hz},
-                 {"macs_per_dsp", macs}, {"onchip_bytes", f.onchip_bytes},
-                 {"ports", f.ports},     {"port_bandwidth_Bps", f.port_bandwidth}};
-  }
+  nlohmann::json j = output::device_spec_json(d.spec);  // the figures, as in run and plan --json
+  j["name"] = d.name;
+  j["family"] = d.family;
+  j["description"] = d.description;
+  j["source"] = d.source;
   return j;
 }
 

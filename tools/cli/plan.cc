@@ -24,10 +24,11 @@ namespace {
 struct PlanOptions {
   std::string file;
   bool json = false;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
 int run(const PlanOptions& o) {
-  Result<Experiment> exp = input::load_experiment_file(o.file);
+  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const sim::SimGridJudge judge;
   Result<PreparedRun> run = prepare(*exp, &judge);
@@ -68,37 +69,14 @@ int run(const PlanOptions& o) {
                       {"predicted_time_s", t},
                       {"predicted_peak_memory_bytes", peak}});
   }
-  nlohmann::json j = {{"experiment", exp->name},
-                      {"planner", run->planner},
-                      {"partitioner", exp->strategy.partitioner},
-                      {"schedule", run->schedule_name},
-                      {"micro_batch_size", run->micro_batch_size},
-                      {"micro_batches", run->micro_batches},
-                      {"stages", stages},
-                      {"depth", p.depth()},
-                      {"predicted_time_per_stage_s", notes.predicted_time_per_stage_s},
-                      {"planner_summary", notes.summary},
-                      {"exploration", run->exploration},
-                      {"added_dependencies", notes.added_dependencies},
-                      {"search_seconds", run->planning_seconds},
-                      {"analytic_iteration_time_s", predicted.iteration_time_s},
-                      {"simulated_iteration_time_s", simulated.iteration_time_s},
-                      {"simulated_throughput_samples_per_s", simulated.throughput_samples_per_s},
-                      {"simulated_bubble_ratio", simulated.bubble_ratio},
-                      {"feasible", simulated.feasible()}};
-  double peak = 0;
-  nlohmann::json devices = nlohmann::json::array();
-  for (const DeviceMetrics& d : simulated.devices) {
-    peak = std::max(peak, d.peak_memory_bytes);
-    devices.push_back({{"name", d.name},
-                       {"used", d.used},
-                       {"busy_s", d.busy_s},
-                       {"peak_memory_bytes", d.peak_memory_bytes},
-                       {"peak_activation_bytes", d.peak_activation_bytes},
-                       {"capacity_bytes", d.capacity_bytes}});
+  // The shared vocabulary (output::common_json) on the simulated run, plus the planner's predictions.
+  nlohmann::json j = output::common_json("plan", *exp, *run, simulated);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    j["stages"][s]["predicted_time_s"] = stages[s]["predicted_time_s"];
+    j["stages"][s]["predicted_peak_memory_bytes"] =
+        output::json_number(stages[s]["predicted_peak_memory_bytes"].get<double>());
   }
-  j["simulated_peak_memory_bytes"] = peak;
-  j["devices"] = devices;
+  j["analytic_iteration_time_s"] = predicted.iteration_time_s;
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return kOk;
@@ -141,6 +119,7 @@ Command add_plan_command(CLI::App& parent) {
       parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
   app->add_option("experiment", o->file, "Experiment file (YAML)")->required()->check(kNonEmpty);
   app->add_flag("--json", o->json, "Print one JSON object");
+  add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }
 

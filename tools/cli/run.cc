@@ -37,11 +37,13 @@ struct RunOptions {
   std::string memory;
   std::string plot;
   bool sim_log = false;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
 };
+
+}  // namespace
 
 extern "C" char** environ;
 
-// Runs argv (searching PATH) with output to this process's stderr; returns the exit status, or -1.
 int spawn(const std::vector<std::string>& argv, bool quiet) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -63,7 +65,6 @@ int spawn(const std::vector<std::string>& argv, bool quiet) {
   return WEXITSTATUS(status);
 }
 
-// A Python interpreter that has matplotlib: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
 std::optional<std::string> python_with_matplotlib() {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
@@ -74,6 +75,8 @@ std::optional<std::string> python_with_matplotlib() {
   return std::nullopt;
 }
 
+namespace {
+
 // Writes a file with `write`, all or nothing (output::write_file_safely).
 Status write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::ostringstream out;
@@ -83,14 +86,14 @@ Status write_file(const std::string& path, const std::function<void(std::ostream
 
 // The experiment named on the command line: none (the built-in example), "-" (standard input; the
 // paths inside resolve against the current directory) or a file.
-Result<Experiment> load(const std::string& file) {
-  if (file.empty()) return input::load_experiment_text(kBuiltinExample, "<built-in example>");
+Result<Experiment> load(const std::string& file, const std::vector<std::string>& overrides) {
+  if (file.empty()) return input::load_experiment_text(kBuiltinExample, "<built-in example>", overrides);
   if (file == "-") {
     Result<std::string> text = read_input_stream(std::cin, "<stdin>");
     if (!text) return text.error();
-    return input::load_experiment_text(*text, "<stdin>");
+    return input::load_experiment_text(*text, "<stdin>", overrides);
   }
-  return input::load_experiment_file(file);
+  return input::load_experiment_file(file, overrides);
 }
 
 // The --plot files, in DIR.
@@ -103,6 +106,9 @@ PlotFiles plot_files(const std::string& dir) {
           (fs::path(dir) / "plot_timeline.py").string()};
 }
 
+int simulate(const Result<Experiment>& exp, const std::string& where, const RunOptions& o,
+             const PlotFiles& plot);
+
 int run(const RunOptions& o) {
   const PlotFiles plot = o.plot.empty() ? PlotFiles{} : plot_files(o.plot);
   if (Status s = output::check_distinct_outputs({{"--trace", o.trace},
@@ -114,9 +120,14 @@ int run(const RunOptions& o) {
                                                 {{"the experiment file", o.file}});
       !s)
     return bad_input(s.error().message);
-  Result<Experiment> exp = load(o.file);
+  Result<Experiment> exp = load(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
+  return simulate(exp, where, o, plot);
+}
+
+int simulate(const Result<Experiment>& exp, const std::string& where, const RunOptions& o,
+             const PlotFiles& plot) {
   const sim::SimGridJudge judge;
   Result<PreparedRun> prepared = prepare(*exp, &judge);
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
@@ -179,6 +190,12 @@ int run(const RunOptions& o) {
 
 }  // namespace
 
+int run_loaded(const Experiment& exp, const std::string& where) {
+  RunOptions o;
+  o.json = true;
+  return simulate(exp, where, o, PlotFiles{});
+}
+
 Command add_run_command(CLI::App& parent) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* app = parent.add_subcommand("run", "Simulate one training iteration of an experiment");
@@ -193,6 +210,7 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("--plot", o->plot,
                   "Write the CSVs and a Gantt and a memory figure (PNG, SVG) into this folder");
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");
+  add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -333,9 +334,30 @@ std::string unknown_preset(std::string_view name) {
                      join(preset_names()));
 }
 
-Cluster parse_preset(const ClusterPreset& p) {
-  const Document doc =
-      load_document_text(std::string(p.text), fmt::format("topologies/clusters/{}.yaml", p.name));
+// A cluster document (a preset's or a cluster file's text) refined by the keys of `n` other than
+// `skip`: `cluster: {preset: fpga-ring-u280-8, count: 16, device: {dsps: 18048}}`. The refinements
+// are merged into the document's tree (input::merge_into: mappings key by key, a device given by
+// name becomes {model: NAME}), and messages about them name the experiment's positions.
+Cluster parse_refined(const std::string& text, const std::string& name, const Node& n,
+                      const std::vector<std::string_view>& skip) {
+  Document doc = load_document_text(text, name);
+  Node root = Node::root(doc);
+  if (root.is_null())
+    root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
+  bool refined = false;
+  if (n.is_map())
+    for (const auto& kv : n.yaml())
+      if (std::find(skip.begin(), skip.end(), kv.first.Scalar()) == skip.end()) refined = true;
+  if (!refined) return parse_body(root, false);
+  root.require_map("a mapping describing the cluster");
+  merge_into(doc, doc.root, n, skip);
+  return parse_body(Node(&doc, doc.root, n.path(), n.mark()), false);
+}
+
+Cluster parse_preset(const ClusterPreset& p, const Node* refinements = nullptr) {
+  const std::string name = fmt::format("topologies/clusters/{}.yaml", p.name);
+  if (refinements) return parse_refined(std::string(p.text), name, *refinements, {"preset", "sharing"});
+  const Document doc = load_document_text(std::string(p.text), name);
   return parse_body(Node::root(doc), false);
 }
 
@@ -344,27 +366,20 @@ bool is_xml(const std::string& path) {
 }
 
 Cluster parse_file_reference(const Node& n) {
-  n.check_keys({"file", "device", "sharing"});
   Node f = *n.get("file");
   const std::string path =
       resolve_path(f.document(), f.string("a path to a cluster file (YAML) or a SimGrid platform (.xml)"));
+  if (is_xml(path)) n.check_keys({"file", "device", "sharing"});
   const std::string text = read_referenced_file(f, path);
-  std::optional<DeviceSpec> device;
-  if (std::optional<Node> d = n.get("device")) {
-    if (!is_xml(path))
-      d->fail("only used with SimGrid platform files (.xml): their hosts without pipegrid properties");
-    device = parse_device_spec(*d);
-  }
   if (is_xml(path)) {
+    std::optional<DeviceSpec> device;
+    if (std::optional<Node> d = n.get("device")) device = parse_device_spec(*d);
     Result<Cluster> c = sim::read_simgrid_xml(text, path, device);
     if (!c) throw InputError(c.error().message);
     return std::move(*c);
   }
-  const Document doc = load_document_text(text, path);
-  Node root = Node::root(doc);
-  if (root.is_null())
-    root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
-  return parse_body(root, false);
+  // A YAML cluster file: the other keys refine it (as a preset's).
+  return parse_refined(text, path, n, {"file", "sharing"});
 }
 
 // `sharing: max-min | tcp`, allowed in every form of cluster; it overrides the one of a preset or file.
@@ -385,10 +400,9 @@ Cluster parse_body(const Node& n, bool references) {
 
 Cluster parse_form(const Node& n, bool references) {
   if (references && n.has("preset")) {
-    n.check_keys({"preset", "sharing"});
     Node p = *n.get("preset");
     const std::string name = p.string("a preset name");
-    if (const ClusterPreset* preset = find_preset(name)) return parse_preset(*preset);
+    if (const ClusterPreset* preset = find_preset(name)) return parse_preset(*preset, &n);
     p.fail(fmt::format("unknown preset \"{}\" ({})", name, unknown_preset(name)));
   }
   if (references && n.has("file")) return parse_file_reference(n);

@@ -161,6 +161,14 @@ const std::vector<CatalogDevice>& device_catalog() {
   return catalog;
 }
 
+YAML::Node catalog_value(std::string_view device, std::string_view key) {
+  static const YAML::Node root = YAML::Load(kBuiltinCatalog);
+  const YAML::Node entry = root[std::string(device)];
+  if (!entry.IsDefined() || !entry.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  const YAML::Node v = entry[std::string(key)];
+  return v.IsDefined() ? v : YAML::Node(YAML::NodeType::Undefined);
+}
+
 const CatalogDevice* find_catalog_device(std::string_view name) {
   for (const CatalogDevice& d : device_catalog())
     if (d.name == name) return &d;

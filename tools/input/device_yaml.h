@@ -34,6 +34,10 @@ struct CatalogDevice {
 const std::vector<CatalogDevice>& device_catalog();
 const CatalogDevice* find_catalog_device(std::string_view name);
 
+// A key of a catalog entry as written in topologies/devices.yaml (`dsps` of `u280`: 9024), or an
+// undefined node.
+YAML::Node catalog_value(std::string_view device, std::string_view key);
+
 // The spec keys above plus `extra_keys`, which the caller reads itself (e.g. "name").
 DeviceSpec parse_device_spec(const Node& n, const std::vector<std::string_view>& extra_keys = {});
 

@@ -142,6 +142,8 @@ MemoryOptions parse_memory(const Node& n) {
   return m;
 }
 
+}  // namespace
+
 Experiment parse_experiment(const Document& doc) {
   Node root = Node::root(doc);
   if (root.is_null())
@@ -159,19 +161,22 @@ Experiment parse_experiment(const Document& doc) {
   return e;
 }
 
-}  // namespace
-
-Result<Experiment> load_experiment_file(const std::string& path) {
+Result<Experiment> load_experiment_file(const std::string& path, const std::vector<std::string>& overrides) {
   try {
-    return parse_experiment(load_document_file(path));
+    Document doc = load_document_file(path);
+    apply_overrides(doc, overrides);
+    return parse_experiment(doc);
   } catch (const InputError& e) {
     return Error{e.what()};
   }
 }
 
-Result<Experiment> load_experiment_text(const std::string& text, const std::string& name) {
+Result<Experiment> load_experiment_text(const std::string& text, const std::string& name,
+                                        const std::vector<std::string>& overrides) {
   try {
-    return parse_experiment(load_document_text(text, name));
+    Document doc = load_document_text(text, name);
+    apply_overrides(doc, overrides);
+    return parse_experiment(doc);
   } catch (const InputError& e) {
     return Error{e.what()};
   }

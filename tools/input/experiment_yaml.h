@@ -3,13 +3,23 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/experiment.h"
 #include "core/result.h"
 
 namespace pipegrid::input {
 
-Result<Experiment> load_experiment_file(const std::string& path);
-Result<Experiment> load_experiment_text(const std::string& text, const std::string& name);
+// `overrides`: `--set KEY=VALUE` arguments applied to the document before it is read
+// (input::apply_overrides); their errors name the argument.
+Result<Experiment> load_experiment_file(const std::string& path,
+                                        const std::vector<std::string>& overrides = {});
+Result<Experiment> load_experiment_text(const std::string& text, const std::string& name,
+                                        const std::vector<std::string>& overrides = {});
+
+struct Document;
+// Reads an experiment document whose tree may have been changed (overrides, sweep points); throws
+// InputError.
+Experiment parse_experiment(const Document& doc);
 
 }  // namespace pipegrid::input

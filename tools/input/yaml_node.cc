@@ -17,6 +17,10 @@ namespace pipegrid::input {
 namespace {
 
 std::string location(const Document& d, const YAML::Mark& m) {
+  if (d.argument_offset >= 0) {  // a --set argument: the column within it, past the value's start
+    if (m.line != 0 || m.column <= 0) return d.name;
+    return fmt::format("{} (column {})", d.name, d.argument_offset + m.column + 1);
+  }
   if (m.line < 0) return d.name;
   return fmt::format("{}:{}:{}", d.name, m.line + 1, m.column + 1);
 }
@@ -262,7 +266,7 @@ void Node::check_keys(const std::vector<std::string_view>& allowed) const {
     const YAML::Node key = kv.first;
     std::string k = key.IsScalar() ? key.Scalar() : "?";
     if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-    Node kn(doc_, key, path_.empty() ? k : path_ + "." + k, key.Mark());
+    Node kn(doc_->origin_of(key), key, path_.empty() ? k : path_ + "." + k, key.Mark());
     kn.fail(fmt::format("unknown key ({}valid keys: {})", suggestion(k, allowed), join(allowed)));
   }
 }
@@ -280,7 +284,7 @@ std::optional<Node> Node::get(std::string_view key) const {
       // A null value (`key:` with nothing) has no useful mark of its own: point at the key.
       YAML::Mark m = (v.IsDefined() && !v.IsNull()) ? v.Mark() : k.Mark();
       std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-      return Node(doc_, v, p, m);
+      return Node(doc_->origin_of(v.IsDefined() && !v.IsNull() ? v : k), v, p, m);
     }
   }
   return std::nullopt;
@@ -300,7 +304,7 @@ std::vector<Node> Node::items(std::string_view expectation) const {
   size_t i = 0;
   for (const auto& item : node_) {
     const YAML::Node n = item;
-    out.emplace_back(doc_, n, fmt::format("{}[{}]", path_, i++), n.Mark());
+    out.emplace_back(doc_->origin_of(n), n, fmt::format("{}[{}]", path_, i++), n.Mark());
   }
   return out;
 }
@@ -354,6 +358,205 @@ std::string Node::choice(const std::vector<std::string_view>& choices, std::stri
                    close_matches(s, choices).empty()
                        ? ""
                        : fmt::format(" (did you mean \"{}\"?)", close_matches(s, choices).front())));
+}
+
+const Document* Document::origin_of(const YAML::Node& n) const {
+  if (!n.IsDefined()) return this;
+  for (const Graft& g : grafts)
+    if (g.node.IsDefined() && g.node.is(n)) return g.origin;
+  return this;
+}
+
+void Document::graft(const YAML::Node& n, const Document* origin) {
+  if (origin != this) grafts.push_back({n, origin});
+}
+
+bool is_device_key(std::string_view key) {
+  return key == "device" || key == "gpu";
+}
+
+namespace {
+
+// One step of a key path: a mapping key, or a list index ("[2]").
+struct Step {
+  std::string key;
+  long long index = -1;
+};
+
+std::vector<Step> parse_key_path(std::string_view path, const Node& where) {
+  std::vector<Step> steps;
+  size_t i = 0;
+  const auto bad = [&](std::string_view why) {
+    where.fail(
+        fmt::format("bad key path \"{}\": {} (expected keys separated by '.', list items as [i], "
+                    "like cluster.device.dsps or workload.layers[0].forward)",
+                    path, why));
+  };
+  while (i < path.size()) {
+    if (path[i] == '[') {
+      const size_t close = path.find(']', i);
+      if (close == std::string_view::npos) bad("an unclosed '['");
+      long long v = -1;
+      const std::string_view digits = path.substr(i + 1, close - i - 1);
+      auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+      if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || v < 0)
+        bad(fmt::format("\"[{}]\" is not a list index", digits));
+      steps.push_back({"", v});
+      i = close + 1;
+      if (i < path.size() && path[i] == '.') {
+        ++i;
+        if (i == path.size()) bad("it ends with '.'");
+      }
+      continue;
+    }
+    size_t end = i;
+    while (end < path.size() && path[end] != '.' && path[end] != '[') ++end;
+    if (end == i) bad("an empty key");
+    steps.push_back({std::string(path.substr(i, end - i)), -1});
+    i = end;
+    if (i < path.size() && path[i] == '.') {
+      ++i;
+      if (i == path.size()) bad("it ends with '.'");
+    }
+  }
+  if (steps.empty()) bad("it is empty");
+  return steps;
+}
+
+std::string describe_yaml(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing";
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return fmt::format("a list of {}", n.size());
+  return fmt::format("\"{}\"", n.Scalar());
+}
+
+// The key node of `map` whose text is `key`, or an undefined node.
+YAML::Node key_node(const YAML::Node& map, std::string_view key) {
+  for (const auto& kv : map)
+    if (kv.first.IsScalar() && kv.first.Scalar() == key) return kv.first;
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// Puts (key, value) into `map`, replacing the key's value if it has one; both nodes keep their
+// identity (and so their positions).
+void put(YAML::Node map, const YAML::Node& key, const YAML::Node& value) {
+  map.remove(key.Scalar());
+  map.force_insert(key, value);
+}
+
+// `device: u280` -> `device: {model: u280}`, the map returned; `key` is the mapping's key node.
+YAML::Node device_as_map(Document& doc, YAML::Node parent, const YAML::Node& key, const YAML::Node& name,
+                         const Document* origin) {
+  YAML::Node map(YAML::NodeType::Map);
+  YAML::Node model_key("model");
+  map.force_insert(model_key, name);
+  doc.graft(model_key, origin);
+  doc.graft(map, origin);
+  put(parent, key, map);
+  return map;
+}
+
+}  // namespace
+
+void set_path(Document& doc, std::string_view path, const YAML::Node& value, const Document* origin,
+              const Node& where) {
+  const std::vector<Step> steps = parse_key_path(path, where);
+  if (!doc.root.IsDefined() || doc.root.IsNull()) doc.root.reset(YAML::Node(YAML::NodeType::Map));
+  YAML::Node cur = doc.root;
+  std::string walked;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Step& step = steps[s];
+    const bool last = s + 1 == steps.size();
+    if (step.index >= 0) {
+      if (!cur.IsSequence())
+        where.fail(fmt::format("cannot follow \"{}\": {} is {}, not a list", path,
+                               walked.empty() ? "the root" : walked, describe_yaml(cur)));
+      if (static_cast<size_t>(step.index) >= cur.size())
+        where.fail(fmt::format("cannot follow \"{}\": {} has {} items, no item [{}]", path, walked,
+                               cur.size(), step.index));
+      walked += fmt::format("[{}]", step.index);
+      if (last) {
+        YAML::Node item = cur[static_cast<size_t>(step.index)];
+        item = value;  // the item now shares the value's data (and position)
+        doc.graft(value, origin);
+        return;
+      }
+      cur.reset(cur[static_cast<size_t>(step.index)]);
+      continue;
+    }
+    if (!cur.IsMap())
+      where.fail(fmt::format("cannot follow \"{}\": {} is {}, not a mapping", path,
+                             walked.empty() ? "the document" : walked, describe_yaml(cur)));
+    const std::string here = walked.empty() ? step.key : walked + "." + step.key;
+    YAML::Node key = key_node(cur, step.key);
+    if (last) {
+      if (!key.IsDefined()) {
+        key.reset(YAML::Node(step.key));
+        doc.graft(key, origin);
+      }
+      put(cur, key, value);
+      doc.graft(value, origin);
+      return;
+    }
+    if (!key.IsDefined()) {  // a new mapping on the way
+      key.reset(YAML::Node(step.key));
+      YAML::Node map(YAML::NodeType::Map);
+      cur.force_insert(key, map);
+      doc.graft(key, origin);
+      doc.graft(map, origin);
+      cur.reset(map);
+    } else {
+      YAML::Node next = cur[step.key];
+      if (next.IsScalar() && is_device_key(step.key)) next.reset(device_as_map(doc, cur, key, next, origin));
+      cur.reset(next);
+    }
+    walked = here;
+  }
+}
+
+void apply_overrides(Document& doc, const std::vector<std::string>& arguments) {
+  for (const std::string& arg : arguments) {
+    const size_t eq = arg.find('=');
+    auto set_doc = std::make_shared<Document>();
+    set_doc->name = fmt::format("--set {}", arg);
+    set_doc->argument_offset = eq == std::string::npos ? 0 : static_cast<int>(eq + 1) + 6;  // "--set " + KEY=
+    const Node where = Node::root(*set_doc);
+    if (eq == std::string::npos || eq == 0)
+      where.fail("expected KEY=VALUE, like cluster.device.dsps=18048 or strategy.micro_batches=16");
+    const std::string value = arg.substr(eq + 1);
+    if (value.empty()) where.fail(fmt::format("expected a value after \"{}=\"", arg.substr(0, eq)));
+    {
+      Document parsed = load_document_text(value, set_doc->name);
+      set_doc->root = parsed.root;
+    }
+    doc.owned.push_back(set_doc);
+    set_path(doc, std::string_view(arg).substr(0, eq), set_doc->root, set_doc.get(), where);
+  }
+}
+
+void merge_into(Document& doc, YAML::Node base, const Node& overlay,
+                const std::vector<std::string_view>& skip) {
+  for (const auto& kv : overlay.yaml()) {
+    const YAML::Node key = kv.first;
+    const YAML::Node value = kv.second;
+    if (!key.IsScalar()) continue;
+    const std::string k = key.Scalar();
+    if (std::find(skip.begin(), skip.end(), k) != skip.end()) continue;
+    const Node child = *overlay.get(k);
+    YAML::Node base_value = static_cast<const YAML::Node&>(base)[k];
+    const YAML::Node base_key = key_node(base, k);
+    if (base_key.IsDefined() && value.IsMap()) {
+      if (base_value.IsScalar() && is_device_key(k))
+        base_value.reset(device_as_map(doc, base, base_key, base_value, &doc));
+      if (base_value.IsMap()) {
+        merge_into(doc, base_value, child, {});
+        continue;
+      }
+    }
+    put(base, key, value);
+    doc.graft(key, overlay.document().origin_of(key));
+    doc.graft(value, &child.document());
+  }
 }
 
 }  // namespace pipegrid::input

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -22,10 +23,30 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct Document;
+
+// A subtree of a document's tree that came from another document (a `--set` argument, a sweep
+// file's axis value, an experiment's keys merged into a preset): messages about it name its origin.
+struct Graft {
+  YAML::Node node;
+  const Document* origin;
+};
+
 // A document: where it came from (for messages) and its root node.
 struct Document {
   std::string name;  // file path as given, or "<built-in example>"
   YAML::Node root;
+  std::vector<Graft> grafts;
+  // Documents the grafts point to that this one keeps alive (`--set` arguments).
+  std::vector<std::shared_ptr<const Document>> owned;
+  // For a `--set KEY=VALUE` argument: the column where VALUE starts in it (messages give the
+  // column within the argument instead of file:line:column); -1 for files.
+  int argument_offset = -1;
+
+  // The document a node of this tree comes from: a graft's origin, else this one.
+  const Document* origin_of(const YAML::Node& n) const;
+  // Records that `n` (and what lies below it) comes from `origin`.
+  void graft(const YAML::Node& n, const Document* origin);
 };
 
 // A path written in a document, relative to the document's directory (absolute paths unchanged).
@@ -89,6 +110,28 @@ class Node {
   std::string path_;
   YAML::Mark mark_;
 };
+
+// Keys written in `device:` or `gpu:` may be a catalog name or a mapping: refining a device given by
+// name turns `u280` into `{model: u280}` first.
+bool is_device_key(std::string_view key);
+
+// Sets the value at `path` (keys separated by '.', list items as `[i]`: "cluster.device.dsps",
+// "workload.layers[2].forward") in `doc`'s tree to `value`, which comes from `origin`. Missing
+// mappings on the way are created; a device given by name becomes {model: NAME}. A path that
+// cannot be followed fails at `where` (the `--set` argument or the sweep file's key).
+void set_path(Document& doc, std::string_view path, const YAML::Node& value, const Document* origin,
+              const Node& where);
+
+// Applies `--set KEY=VALUE` arguments to `doc` (VALUE is YAML: 18048, 25GBps, [4, 4], {dsps: 1}).
+// Errors name the argument.
+void apply_overrides(Document& doc, const std::vector<std::string>& arguments);
+
+// Merges the mapping `overlay` into the mapping `base` (a tree of `doc`) in place: keys of both
+// that hold mappings (or a device name and a mapping) are merged recursively, other keys of
+// `overlay` replace or join `base`'s; `skip` keys of the top level are left out. Messages about the
+// merged keys name the overlay's positions.
+void merge_into(Document& doc, YAML::Node base, const Node& overlay,
+                const std::vector<std::string_view>& skip);
 
 // Reads a whole file named by node `where` (relative to its document); a failure is `where`'s error.
 std::string read_referenced_file(const Node& where, const std::string& path);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 #include "core/executor.h"
 #include "core/lower.h"
@@ -174,61 +175,156 @@ void print_summary(std::ostream& out, const RunReport& r) {
   }
 }
 
-nlohmann::json to_json(const RunReport& r) {
-  const Experiment& e = r.experiment;
-  const Metrics& m = r.metrics;
+nlohmann::json json_number(double x) {
+  if (std::isfinite(x) && x == std::floor(x) && std::abs(x) <= 9007199254740992.0)  // 2^53
+    return static_cast<long long>(x);
+  return x;
+}
+
+nlohmann::json device_spec_json(const DeviceSpec& spec) {
+  nlohmann::json peak, eff, mem;
+  for (Precision p : kMathPrecisions) {
+    peak[std::string(to_string(p))] = json_number(spec.peak(p));
+    for (KernelClass k : kComputeClasses)
+      eff[std::string(to_string(p))][std::string(to_string(k))] = spec.compute_eff(p, k);
+  }
+  for (KernelClass k : kKernelClasses) mem[std::string(to_string(k))] = spec.memory_eff(k);
+  nlohmann::json j = {{"model", spec.kind},
+                      {"family", spec.family},
+                      {"memory_bytes", json_number(spec.memory_bytes)},
+                      {"memory_bandwidth_Bps", json_number(spec.memory_bandwidth)},
+                      {"peak_flops", peak},
+                      {"efficiency", spec.efficiency},
+                      {"compute_efficiency", eff},
+                      {"memory_efficiency", mem},
+                      {"kernel_startup_s", spec.kernel_startup_s},
+                      {"layer_overhead_s", spec.layer_overhead_s}};
+  if (spec.fpga) {
+    const FpgaSpec& f = *spec.fpga;
+    nlohmann::json macs;
+    for (Precision p : kMathPrecisions) macs[std::string(to_string(p))] = f.macs_per_dsp[static_cast<int>(p)];
+    j["fpga"] = {{"dsps", json_number(f.dsps)},
+                 {"clock_hz", json_number(f.clock_hz)},
+                 {"macs_per_dsp", macs},
+                 {"onchip_bytes", json_number(f.onchip_bytes)},
+                 {"ports", f.ports},
+                 {"port_bandwidth_Bps", json_number(f.port_bandwidth)}};
+  }
+  return j;
+}
+
+nlohmann::json hardware_json(const Cluster& c) {
+  // Devices grouped by identical figures (compared through their JSON), in device order.
+  std::vector<std::pair<nlohmann::json, nlohmann::json>> models;  // figures, {count, first, last}
+  for (const Device& d : c.devices) {
+    nlohmann::json figures = device_spec_json(d.spec);
+    auto it = std::find_if(models.begin(), models.end(), [&](const auto& m) { return m.first == figures; });
+    if (it == models.end()) {
+      models.emplace_back(std::move(figures), nlohmann::json{{"count", 0}, {"first", d.name}});
+      it = models.end() - 1;
+    }
+    it->second["count"] = it->second["count"].get<long long>() + 1;
+    it->second["last"] = d.name;
+  }
+  nlohmann::json device_models = nlohmann::json::array();
+  for (auto& [figures, where] : models) {
+    nlohmann::json m = figures;
+    m["count"] = where["count"];
+    m["first_device"] = where["first"];
+    m["last_device"] = where["last"];
+    device_models.push_back(std::move(m));
+  }
+  std::vector<std::pair<std::tuple<double, double, int>, long long>> kinds;
+  for (const Link& l : c.links) {
+    const std::tuple<double, double, int> key{l.bandwidth, l.latency, l.duplex == Duplex::Full ? 0 : 1};
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == key; });
+    if (it == kinds.end())
+      kinds.emplace_back(key, 1);
+    else
+      ++it->second;
+  }
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& [key, count] : kinds)
+    links.push_back({{"bandwidth_Bps", json_number(std::get<0>(key))},
+                     {"latency_s", std::get<1>(key)},
+                     {"duplex", std::get<2>(key) == 0 ? "full" : "shared"},
+                     {"count", count}});
+  return {{"cluster", c.name},
+          {"devices", c.devices.size()},
+          {"switches", c.switches.size()},
+          {"sharing", c.sharing == Sharing::Tcp ? "tcp" : "max-min"},
+          {"device_models", device_models},
+          {"links", links}};
+}
+
+nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
+                           const Metrics& m) {
   nlohmann::json j;
+  j["schema_version"] = kJsonSchemaVersion;
+  j["pipegrid_version"] = PIPEGRID_VERSION;
+  j["command"] = command;
   j["experiment"] = e.name;
-  j["iteration_time_s"] = m.iteration_time_s;
-  j["throughput_samples_per_s"] = m.throughput_samples_per_s;
-  j["bubble_ratio"] = m.bubble_ratio;
-  j["samples_per_iteration"] = m.samples_per_iteration;
-  j["micro_batches"] = r.run.micro_batches;
-  j["micro_batch_size"] = r.run.micro_batch_size;
-  j["planner"] = r.run.planner;
+  j["hardware"] = hardware_json(e.cluster);
+  j["planner"] = run.planner;
   j["partitioner"] = e.strategy.partitioner;
-  j["schedule"] = r.run.schedule_name;
-  j["feasible"] = m.feasible();
-  nlohmann::json infeasible = nlohmann::json::array();
-  for (int d : m.over_capacity)
-    infeasible.push_back({{"device", m.devices[d].name},
-                          {"peak_memory_bytes", m.devices[d].peak_memory_bytes},
-                          {"capacity_bytes", m.devices[d].capacity_bytes}});
-  j["infeasible"] = infeasible;
+  j["schedule"] = run.schedule_name;
+  j["micro_batch_size"] = json_number(run.micro_batch_size);
+  j["micro_batches"] = run.micro_batches;
+  j["samples_per_iteration"] = json_number(m.samples_per_iteration);
+  j["depth"] = run.partition.depth();
   nlohmann::json stages = nlohmann::json::array();
-  for (size_t s = 0; s < r.run.partition.stage_count(); ++s) {
-    const Stage& st = r.run.partition.stage(s);
+  for (size_t s = 0; s < run.partition.stage_count(); ++s) {
+    const Stage& st = run.partition.stage(s);
     nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
     for (int l : st.layers) layers.push_back(e.workload.layer(l).name);
     for (int d : st.devices) devices.push_back(e.cluster.devices[d].name);
     stages.push_back({{"index", s},
                       {"layers", layers},
                       {"devices", devices},
-                      {"successors", r.run.partition.successors(static_cast<int>(s))}});
+                      {"replicas", st.devices.size()},
+                      {"successors", run.partition.successors(static_cast<int>(s))}});
   }
   j["stages"] = stages;
-  j["depth"] = r.run.partition.depth();
-  const PlanNotes& plan = r.run.partition.plan;
-  j["plan"] = {{"summary", plan.summary},
-               {"predicted_time_per_stage_s", plan.predicted_time_per_stage_s},
-               {"predicted_stage_time_s", plan.predicted_stage_time_s},
-               {"search_seconds", plan.search_seconds},
-               {"added_dependencies", plan.added_dependencies},
-               {"micro_batch_sweep", r.run.exploration},
-               {"planning_seconds", r.run.planning_seconds}};
+  j["iteration_time_s"] = m.iteration_time_s;
+  j["throughput_samples_per_s"] = m.throughput_samples_per_s;
+  j["bubble_ratio"] = m.bubble_ratio;
+  double peak = 0;
+  for (const DeviceMetrics& d : m.devices) peak = std::max(peak, d.peak_memory_bytes);
+  j["peak_memory_bytes"] = json_number(peak);
+  j["feasible"] = m.feasible();
+  nlohmann::json infeasible = nlohmann::json::array();
+  for (int d : m.over_capacity)
+    infeasible.push_back({{"device", m.devices[d].name},
+                          {"peak_memory_bytes", json_number(m.devices[d].peak_memory_bytes)},
+                          {"capacity_bytes", json_number(m.devices[d].capacity_bytes)}});
+  j["infeasible"] = infeasible;
+  const PlanNotes& plan = run.partition.plan;
+  j["planner_summary"] = plan.summary;
+  j["predicted_time_per_stage_s"] = plan.predicted_time_per_stage_s;
+  j["predicted_stage_time_s"] = plan.predicted_stage_time_s;
+  j["exploration"] = run.exploration;
+  j["added_dependencies"] = plan.added_dependencies;
+  j["planning_seconds"] = run.planning_seconds;
   nlohmann::json devices = nlohmann::json::array();
-  for (const DeviceMetrics& d : m.devices)
+  for (size_t i = 0; i < m.devices.size(); ++i) {
+    const DeviceMetrics& d = m.devices[i];
     devices.push_back({{"name", d.name},
+                       {"model", i < e.cluster.devices.size() ? e.cluster.devices[i].spec.kind : ""},
                        {"used", d.used},
                        {"busy_s", d.busy_s},
                        {"idle_s", d.idle_s},
                        {"bubble_ratio", d.bubble_ratio},
-                       {"peak_memory_bytes", d.peak_memory_bytes},
-                       {"peak_activation_bytes", d.peak_activation_bytes},
-                       {"static_memory_bytes", d.static_bytes},
-                       {"capacity_bytes", d.capacity_bytes}});
+                       {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
+                       {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
+                       {"static_memory_bytes", json_number(d.static_bytes)},
+                       {"capacity_bytes", json_number(d.capacity_bytes)}});
+  }
   j["devices"] = devices;
   return j;
+}
+
+nlohmann::json to_json(const RunReport& r) {
+  return common_json("run", r.experiment, r.run, r.metrics);
 }
 
 void write_chrome_trace(std::ostream& out, const RunReport& r) {

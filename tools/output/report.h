@@ -35,6 +35,30 @@ std::string stage_edges(const Partition& p);
 // fractional samples (micro_batch_size not divisible by the stage's replica count).
 std::vector<std::string> plan_warnings(const PreparedRun& run);
 
+// The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
+// "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.
+inline constexpr int kJsonSchemaVersion = 1;
+
+// A number as JSON: an integer when it is whole (and exact as a double), else a float.
+nlohmann::json json_number(double x);
+
+// A device's resolved figures: family, model, memory_bytes, memory_bandwidth_Bps, peak_flops (per
+// precision), efficiencies, kernel_startup_s, layer_overhead_s, and `fpga` for FPGAs.
+nlohmann::json device_spec_json(const DeviceSpec& spec);
+
+// The hardware simulated: `cluster` (name), `sharing`, `device_models` (each distinct device
+// spec with its `count` and the first and last device names), `links` (each distinct
+// {bandwidth_Bps, latency_s, duplex} with its count), `switches` (a count).
+nlohmann::json hardware_json(const Cluster& c);
+
+// What run and plan share: schema_version, pipegrid_version, command, experiment, hardware,
+// planner, partitioner, schedule, micro_batch_size, micro_batches, samples_per_iteration, depth,
+// stages, iteration_time_s, throughput_samples_per_s, bubble_ratio, peak_memory_bytes, feasible,
+// infeasible, planner_summary, predicted_time_per_stage_s, predicted_stage_time_s, exploration,
+// added_dependencies, planning_seconds, devices (the simulated metrics of `metrics`).
+nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
+                           const Metrics& metrics);
+
 // Keys: experiment, iteration_time_s, throughput_samples_per_s, bubble_ratio, samples_per_iteration,
 // micro_batches, micro_batch_size, feasible, infeasible (list), stages, devices (in device order:
 // name, used, busy_s, idle_s, bubble_ratio, peak_memory_bytes, peak_activation_bytes,

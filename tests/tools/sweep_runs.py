@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""`pipegrid sweep` end to end, against an uninterrupted run of the same sweep as the oracle:
+
+1. a sweep killed with SIGKILL (its whole process group) while points run, then started again,
+   ends with exactly one row per point, equal to the uninterrupted run's rows;
+2. shards 0/3, 1/3, 2/3 merged with `pipegrid sweep merge` equal the uninterrupted run;
+3. `sweep export --csv` and `--jsonl` print one line per point with the axis values;
+4. a bad point is a recorded error (with the sweep file's position), not a stop.
+
+Usage: sweep_runs.py PIPEGRID
+"""
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+EXPERIMENT = """workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 4MiB, parameters: 1MiB}
+cluster:
+  kind: switch
+  count: 4
+  device: {name: gpu, memory: 16GiB}
+  bandwidth: 25GBps
+  latency: 1us
+strategy: {micro_batches: 8}
+"""
+
+SWEEP = """base: experiment.yaml
+grid:
+  strategy.micro_batches: {from: 2, to: 16, step: 2}
+  cluster.count: [2, 4]
+zip:
+  cluster.bandwidth: [5GBps, 25GBps]
+  cluster.latency: [1us, 2us]
+skip: ["cluster.count == 2 and strategy.micro_batches > 12"]
+"""
+# 8 x 2 x 2 = 32 grid points; the skip drops micro_batches 14 and 16 with 2 devices: 2 x 2 = 4.
+EXPECTED_POINTS = 32 - 4
+
+# Fields of a run's result that are not a function of the inputs.
+VOLATILE = {"planning_seconds", "wall_s"}
+
+
+def rows(db):
+    con = sqlite3.connect(db)
+    out = {}
+    for point, axes, status, message, it, tp, bubble, peak, result in con.execute(
+            "SELECT point, axes, status, message, iteration_time_s, throughput_samples_per_s, bubble_ratio, "
+            "peak_memory_bytes, result FROM points"):
+        r = json.loads(result) if result else None
+        if r:
+            for k in VOLATILE:
+                r.pop(k, None)
+        assert point not in out, f"{db}: point {point} twice"
+        out[point] = (json.loads(axes), status, message, it, tp, bubble, peak, r)
+    count = con.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    con.close()
+    assert count == len(out), f"{db}: {count} rows for {len(out)} points"
+    return out
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def main():
+    pipegrid = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix="pipegrid-sweep-") as d:
+        with open(os.path.join(d, "experiment.yaml"), "w") as f:
+            f.write(EXPERIMENT)
+        sweep = os.path.join(d, "sweep.yaml")
+        with open(sweep, "w") as f:
+            f.write(SWEEP)
+
+        # The oracle: one uninterrupted run.
+        full_db = os.path.join(d, "full.sqlite")
+        r = subprocess.run([pipegrid, "sweep", sweep, "-j", "2", "--db", full_db], capture_output=True, text=True)
+        check(r.returncode == 0, f"uninterrupted sweep: {r.returncode} {r.stderr}")
+        full = rows(full_db)
+        check(len(full) == EXPECTED_POINTS, f"{len(full)} points, expected {EXPECTED_POINTS}")
+        check(all(v[1] in ("ok", "infeasible") for v in full.values()), "every point runs")
+        # Independent check of one row: 2 devices (2 stages of 4 layers), 4 micro-batches, links of
+        # 25 GB/s: the iteration is at least (m + p - 1)(T_F + T_B) = 5 x 4 x 3 ms = 60 ms.
+        some = [v for v in full.values() if v[0]["cluster.count"] == 2 and v[0]["strategy.micro_batches"] == 4]
+        check(len(some) == 2 and all(v[3] >= 0.060 for v in some), f"(m + p - 1)(T_F + T_B) bound: {some}")
+
+        # One sweep process per database: a second one is refused while the first runs.
+        slow_db = os.path.join(d, "locked.sqlite")
+        first = subprocess.Popen([pipegrid, "sweep", sweep, "-j", "1", "--db", slow_db, "-q"])
+        time.sleep(0.3)
+        second = subprocess.run([pipegrid, "sweep", sweep, "--db", slow_db], capture_output=True, text=True)
+        running = first.poll() is None
+        first.kill()
+        first.wait()
+        if running:
+            check(second.returncode == 2 and "another pipegrid sweep is running" in second.stderr, second.stderr)
+
+        # 1. Killed with SIGKILL mid-run, then resumed.
+        killed_db = os.path.join(d, "killed.sqlite")
+        killed_rows = 0
+        for attempt in range(5):
+            if os.path.exists(killed_db):
+                os.remove(killed_db)
+            p = subprocess.Popen([pipegrid, "sweep", sweep, "-j", "2", "--db", killed_db, "-q"],
+                                 start_new_session=True)
+            deadline = time.time() + 60
+            while time.time() < deadline and p.poll() is None:
+                try:
+                    con = sqlite3.connect(killed_db, timeout=1)
+                    killed_rows = con.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+                    con.close()
+                except sqlite3.Error:
+                    killed_rows = 0
+                if killed_rows >= 3:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.005)
+            p.wait()
+            if 0 < killed_rows < EXPECTED_POINTS and p.returncode == -signal.SIGKILL:
+                break
+        check(p.returncode == -signal.SIGKILL, "the sweep was killed")
+        partial = rows(killed_db)
+        check(0 < len(partial) < EXPECTED_POINTS, f"killed mid-run: {len(partial)} rows")
+        # No point process outlives the sweep (they die with it).
+        time.sleep(0.3)
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        check(f"sweep point {sweep}" not in ps, "point processes died with the sweep")
+        r = subprocess.run([pipegrid, "sweep", sweep, "-j", "2", "--db", killed_db], capture_output=True, text=True)
+        check(r.returncode == 0, f"resumed sweep: {r.stderr}")
+        check(f"{len(partial)} already in" in r.stderr, f"resume reports the finished points: {r.stderr}")
+        resumed = rows(killed_db)
+        check(set(resumed) == set(full), "the resumed sweep has every point once")
+        for point, row in partial.items():
+            check(resumed[point] == row, f"point {point} finished before the kill is unchanged")
+        for point in full:
+            check(resumed[point] == full[point], f"point {point}: resumed {resumed[point]} != {full[point]}")
+        # Run again: nothing left to do, nothing added.
+        r = subprocess.run([pipegrid, "sweep", sweep, "--db", killed_db], capture_output=True, text=True)
+        check(r.returncode == 0 and "0 to run" in r.stderr, f"a finished sweep runs nothing: {r.stderr}")
+        check(rows(killed_db) == resumed, "a finished sweep is unchanged by a rerun")
+
+        # 2. Shards merged equal the single run.
+        shard_dbs = []
+        for i in range(3):
+            r = subprocess.run([pipegrid, "sweep", sweep, "--shard", f"{i}/3", "-j", "2", "-q"],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"shard {i}: {r.stderr}")
+            shard_dbs.append(os.path.join(d, f"sweep.shard-{i}-of-3.sqlite"))
+        sizes = [len(rows(s)) for s in shard_dbs]
+        check(sum(sizes) == EXPECTED_POINTS and max(sizes) - min(sizes) <= 1, f"disjoint even shards: {sizes}")
+        merged_db = os.path.join(d, "merged.sqlite")
+        r = subprocess.run([pipegrid, "sweep", "merge", merged_db] + shard_dbs, capture_output=True, text=True)
+        check(r.returncode == 0, f"merge: {r.stderr}")
+        check(rows(merged_db) == full, "merged shards equal the single run")
+        r = subprocess.run([pipegrid, "sweep", "merge", merged_db, full_db], capture_output=True, text=True)
+        check(r.returncode == 0 and rows(merged_db) == full, "merging again adds nothing")
+
+        # 3. Export.
+        r = subprocess.run([pipegrid, "sweep", "export", full_db, "--csv"], capture_output=True, text=True)
+        check(r.returncode == 0, r.stderr)
+        table = list(csv.DictReader(io.StringIO(r.stdout)))
+        check(len(table) == EXPECTED_POINTS, "one CSV row per point")
+        check(set(table[0]) >= {"point", "strategy.micro_batches", "cluster.count", "cluster.bandwidth", "status",
+                                "throughput_samples_per_s"}, f"CSV columns: {list(table[0])}")
+        for row in table:
+            check(float(row["iteration_time_s"]) == full[int(row["point"])][3], "CSV times are the database's")
+        r = subprocess.run([pipegrid, "sweep", "export", full_db, "--jsonl"], capture_output=True, text=True)
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        check(len(lines) == EXPECTED_POINTS and all(line["result"]["schema_version"] >= 1 for line in lines),
+              "one JSON line per point, each with its run's result")
+
+        # Plots (where python3 has matplotlib): a line plot, a heat map, a Pareto front; a bad axis is refused.
+        probe = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", os.path.join(d, "probe.png"), "--kind", "pareto"],
+                               capture_output=True, text=True)
+        if "needs python3 with matplotlib" in probe.stderr:
+            print("note: no python3 with matplotlib, sweep plot not checked")
+        else:
+            for kind, extra in (("line", ["--x", "strategy.micro_batches", "--lines", "cluster.count"]),
+                                ("heatmap", ["--x", "strategy.micro_batches", "--y", "cluster.count"]),
+                                ("pareto", [])):
+                out = os.path.join(d, f"{kind}.png")
+                r = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", out, "--kind", kind] + extra,
+                                   capture_output=True, text=True)
+                check(r.returncode == 0 and os.path.getsize(out) > 1000, f"sweep plot --kind {kind}: {r.stderr}")
+            r = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", os.path.join(d, "x.png"), "--x", "nope"],
+                               capture_output=True, text=True)
+            check(r.returncode == 2 and "not an axis" in r.stderr, f"a bad plot axis: {r.stderr}")
+
+        # 4. A bad point is a recorded error located in the sweep file.
+        bad = os.path.join(d, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("base: experiment.yaml\ngrid:\n  cluster.count: [2, lots]\n")
+        r = subprocess.run([pipegrid, "sweep", bad, "-j", "2"], capture_output=True, text=True)
+        check(r.returncode == 0, f"a bad point does not stop the sweep: {r.stderr}")
+        b = rows(os.path.join(d, "bad.sqlite"))
+        check(b[0][1] == "ok" and b[1][1] == "error", f"statuses {b}")
+        check(b[1][2] == f"{bad}:3:22: cluster.count: expected a positive integer, got \"lots\"", b[1][2])
+
+        # A database of another sweep is refused.
+        r = subprocess.run([pipegrid, "sweep", bad, "--db", full_db], capture_output=True, text=True)
+        check(r.returncode == 2 and "holds another sweep" in r.stderr, r.stderr)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

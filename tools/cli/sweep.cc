@@ -1,0 +1,647 @@
+// pipegrid sweep SWEEP.yaml [-j N] [--db FILE] [--shard I/N] [--slurm N]: every point of a sweep
+// (tools/sweep/sweep.h) as its own `pipegrid run` process (SimGrid allows one simulation per
+// process), N at a time, results committed to SQLite point by point (tools/sweep/results_db.h).
+// pipegrid sweep export DB [--csv | --jsonl]; pipegrid sweep merge OUT DB...; pipegrid sweep plot.
+#include "tools/sweep/sweep.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "core/units.h"
+#include "tools/builtin_sweep_plot_script.h"
+#include "tools/cli/cli.h"
+#include "tools/input/experiment_yaml.h"
+#include "tools/output/safe_write.h"
+#include "tools/sweep/results_db.h"
+
+namespace pipegrid::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using sweep::ResultsDb;
+using sweep::Row;
+using sweep::Sweep;
+
+struct SweepOptions {
+  std::string file;
+  int jobs = 0;
+  std::string db;
+  std::string shard;  // "I/N"
+  int slurm = 0;      // shards of a Slurm job array
+  std::vector<std::string> slurm_options;
+  bool quiet = false;
+  bool list = false;
+  // export
+  std::string export_db;
+  bool csv = false, jsonl = false;
+  // merge
+  std::string merge_out;
+  std::vector<std::string> merge_in;
+  // point (internal)
+  std::string point_file;
+  long long point_index = -1;
+  std::string point_fingerprint;
+  // plot
+  std::string plot_db, plot_out, plot_metric = "throughput_samples_per_s", plot_x, plot_lines, plot_y,
+                                 plot_kind = "line";
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string read_fd(int fd) {
+  std::string out;
+  lseek(fd, 0, SEEK_SET);
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// "pipegrid: x\npipegrid: warning: y\n" -> the lines without the prefix, warnings last.
+std::string messages_of(const std::string& err) {
+  std::string errors, warnings;
+  size_t start = 0;
+  while (start < err.size()) {
+    size_t end = err.find('\n', start);
+    if (end == std::string::npos) end = err.size();
+    std::string line = err.substr(start, end - start);
+    start = end + 1;
+    if (line.rfind("pipegrid: ", 0) == 0) line = line.substr(10);
+    if (line.empty()) continue;
+    std::string& to = line.rfind("warning: ", 0) == 0 ? warnings : errors;
+    to += (to.empty() ? "" : "\n") + line;
+  }
+  if (warnings.empty()) return errors;
+  return errors.empty() ? warnings : errors + "\n" + warnings;
+}
+
+// "fpga0 needs 9.1 GiB but has 8 GiB" from an `infeasible` entry of the run's JSON.
+std::string infeasibility(const nlohmann::json& m) {
+  if (!m.is_object()) return m.dump();
+  return fmt::format("{} needs {} but has {}", m.value("device", "?"),
+                     format_bytes(m.value("peak_memory_bytes", 0.0)),
+                     format_bytes(m.value("capacity_bytes", 0.0)));
+}
+
+// The row of a finished point from its process's exit status and outputs.
+Row row_of(const Sweep& s, size_t point, int status, const std::string& out, const std::string& err,
+           double wall) {
+  Row r;
+  r.point = static_cast<long long>(point);
+  r.axes = s.axis_values(point);
+  r.pipegrid_version = PIPEGRID_VERSION;
+  r.wall_s = wall;
+  r.finished_at = utc_now();
+  r.host = hostname();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kOk) {
+    nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+    if (j.is_object()) {
+      r.result = j;
+      const auto num = [&](const char* k) -> std::optional<double> {
+        if (j.contains(k) && j[k].is_number()) return j[k].get<double>();
+        return std::nullopt;
+      };
+      r.iteration_time_s = num("iteration_time_s");
+      r.throughput_samples_per_s = num("throughput_samples_per_s");
+      r.bubble_ratio = num("bubble_ratio");
+      long long peak = 0;
+      for (const auto& d : j.value("devices", nlohmann::json::array()))
+        if (d.contains("peak_memory_bytes") && d["peak_memory_bytes"].is_number())
+          peak = std::max(peak, static_cast<long long>(d["peak_memory_bytes"].get<double>()));
+      r.peak_memory_bytes = peak;
+      const bool feasible = j.value("feasible", true);
+      r.status = feasible ? "ok" : "infeasible";
+      r.message = messages_of(err);  // warnings (a micro-batch split into fractional samples)
+      if (!feasible)
+        for (const auto& m : j.value("infeasible", nlohmann::json::array()))
+          r.message += (r.message.empty() ? "" : "; ") + infeasibility(m);
+      return r;
+    }
+    r.status = "error";
+    r.message = "pipegrid run printed no JSON object";
+    return r;
+  }
+  r.status = "error";
+  const std::string msg = messages_of(err);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kBadInput)
+    r.message = msg;
+  else if (WIFEXITED(status))
+    r.message = fmt::format("pipegrid run failed (exit status {}){}{}", WEXITSTATUS(status),
+                            msg.empty() ? "" : ": ", msg);
+  else
+    r.message = fmt::format("pipegrid run was killed by signal {}{}{}", WTERMSIG(status),
+                            msg.empty() ? "" : ": ", msg);
+  return r;
+}
+
+// --- progress -----------------------------------------------------------------------------------
+
+class Progress {
+ public:
+  Progress(size_t total, size_t already, bool quiet)
+      : total_(total), done_(already), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+
+  void finished(size_t point, const Row& r, const std::string& axes) {
+    ++done_;
+    ++run_;
+    if (r.status == "error") ++failed_;
+    if (r.status == "infeasible") ++infeasible_;
+    if (quiet_) return;
+    if (tty_) {
+      draw();
+    } else {
+      const std::string what = r.status == "error" ? "error: " + first_line(r.message) : r.status;
+      fmt::print(std::cerr, "pipegrid: sweep: [{}/{}] point {} {} ({:.2f} s) {}\n", done_, total_, point,
+                 what, r.wall_s, axes);
+    }
+  }
+  void end() {
+    if (tty_ && !quiet_ && run_ > 0) fmt::print(std::cerr, "\n");
+  }
+  size_t failed() const { return failed_; }
+  size_t infeasible() const { return infeasible_; }
+  size_t run() const { return run_; }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+  void draw() {
+    const double t = elapsed();
+    const double eta = run_ ? t / run_ * (total_ - done_) : 0;
+    constexpr int kWidth = 30;
+    const int filled = total_ ? static_cast<int>(kWidth * done_ / total_) : kWidth;
+    fmt::print(std::cerr, "\r[{}{}] {}/{} points, {} failed, {} infeasible, {:.0f} s, ETA {:.0f} s   ",
+               std::string(filled, '#'), std::string(kWidth - filled, '.'), done_, total_, failed_,
+               infeasible_, t, eta);
+  }
+  size_t total_, done_, run_ = 0, failed_ = 0, infeasible_ = 0;
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// --- the local runner ---------------------------------------------------------------------------
+
+struct Child {
+  size_t point;
+  int out, err;
+  std::chrono::steady_clock::time_point start;
+};
+
+// Starts `pipegrid sweep point SWEEP INDEX` with its outputs in memory files.
+std::optional<std::pair<pid_t, Child>> spawn_point(const Sweep& s, size_t point) {
+  const int out = memfd_create("pipegrid-point-stdout", MFD_CLOEXEC);
+  const int err = memfd_create("pipegrid-point-stderr", MFD_CLOEXEC);
+  if (out < 0 || err < 0) return std::nullopt;
+  const pid_t parent = getpid();
+  const std::string index = std::to_string(point);
+  const pid_t pid = fork();
+  if (pid < 0) return std::nullopt;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed sweep leaves no point running
+    if (getppid() != parent) _exit(127);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    const char* argv[] = {"pipegrid",
+                          "sweep",
+                          "point",
+                          s.path().c_str(),
+                          index.c_str(),
+                          "--fingerprint",
+                          s.fingerprint().c_str(),
+                          nullptr};
+    execv("/proc/self/exe", const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  return std::pair{pid, Child{point, out, err, std::chrono::steady_clock::now()}};
+}
+
+Result<std::pair<size_t, size_t>> parse_shard(const std::string& text) {
+  size_t i = 0, n = 0;
+  char slash = 0, extra = 0;
+  if (std::sscanf(text.c_str(), "%zu%c%zu%c", &i, &slash, &n, &extra) != 3 || slash != '/' || n == 0 ||
+      i >= n)
+    return Error{fmt::format("--shard: expected I/N with 0 <= I < N, like 0/4, got \"{}\"", text)};
+  return std::pair{i, n};
+}
+
+std::string default_db(const std::string& sweep_file, std::optional<std::pair<size_t, size_t>> shard) {
+  fs::path p(sweep_file);
+  std::string stem = p.stem().string();
+  if (shard) stem += fmt::format(".shard-{}-of-{}", shard->first, shard->second);
+  return (p.parent_path() / (stem + ".sqlite")).string();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int write_slurm(const SweepOptions& o, const Sweep& s) {
+  const std::string exe = fs::canonical("/proc/self/exe").string();
+  const fs::path sweep_file = fs::absolute(o.file).lexically_normal();
+  const fs::path dir = sweep_file.parent_path();
+  const std::string stem = sweep_file.stem().string();
+  const std::string out_db = o.db.empty() ? (dir / (stem + ".sqlite")).string() : fs::absolute(o.db).string();
+  const int n = o.slurm;
+  const std::string shard_db = (dir / (stem + ".shard-")).string();
+  std::string extra;
+  for (const std::string& opt : o.slurm_options) extra += fmt::format("#SBATCH {}\n", opt);
+  const std::string array = fmt::format(
+      "#!/bin/bash\n"
+      "# pipegrid sweep {sweep} as a Slurm job array: task I runs shard I of {n} into its own database.\n"
+      "# Submit: jid=$(sbatch --parsable {array_path}) && sbatch --dependency=afterok:$jid {merge_path}\n"
+      "#SBATCH --job-name=pipegrid-{name}\n"
+      "#SBATCH --array=0-{last}\n"
+      "#SBATCH --output={dir}/{stem}.shard-%a.log\n"
+      "#SBATCH --cpus-per-task={cpus}\n"
+      "{extra}"
+      "set -euo pipefail\n"
+      "i=${{SLURM_ARRAY_TASK_ID:?submit this script with sbatch}}\n"
+      "exec {exe} sweep {sweep_q} --shard \"$i/{n}\" --db {shard_db_q}\"$i-of-{n}.sqlite\" -j "
+      "\"${{SLURM_CPUS_PER_TASK:-1}}\"\n",
+      fmt::arg("sweep", sweep_file.string()), fmt::arg("n", n), fmt::arg("last", n - 1),
+      fmt::arg("name", s.name().empty() ? stem : s.name()), fmt::arg("dir", dir.string()),
+      fmt::arg("stem", stem), fmt::arg("cpus", o.jobs > 0 ? o.jobs : 1), fmt::arg("extra", extra),
+      fmt::arg("exe", shell_quote(exe)), fmt::arg("sweep_q", shell_quote(sweep_file.string())),
+      fmt::arg("shard_db_q", shell_quote(shard_db)),
+      fmt::arg("array_path", (dir / (stem + ".slurm.sh")).string()),
+      fmt::arg("merge_path", (dir / (stem + ".slurm-merge.sh")).string()));
+  std::string inputs;
+  for (int i = 0; i < n; ++i) inputs += " " + shell_quote(fmt::format("{}{}-of-{}.sqlite", shard_db, i, n));
+  const std::string merge = fmt::format(
+      "#!/bin/bash\n"
+      "# Joins the {n} shard databases of {sweep} into {out} (run after the array: afterok).\n"
+      "#SBATCH --job-name=pipegrid-{name}-merge\n"
+      "#SBATCH --output={dir}/{stem}.merge.log\n"
+      "{extra}"
+      "set -euo pipefail\n"
+      "exec {exe} sweep merge {out_q}{inputs}\n",
+      fmt::arg("n", n), fmt::arg("sweep", sweep_file.string()), fmt::arg("out", out_db),
+      fmt::arg("name", s.name().empty() ? stem : s.name()), fmt::arg("dir", dir.string()),
+      fmt::arg("stem", stem), fmt::arg("extra", extra), fmt::arg("exe", shell_quote(exe)),
+      fmt::arg("out_q", shell_quote(out_db)), fmt::arg("inputs", inputs));
+  const std::string array_path = (dir / (stem + ".slurm.sh")).string();
+  const std::string merge_path = (dir / (stem + ".slurm-merge.sh")).string();
+  if (Status st = output::write_file_safely(array_path, array); !st) return bad_input(st.error().message);
+  if (Status st = output::write_file_safely(merge_path, merge); !st) return bad_input(st.error().message);
+  fs::permissions(array_path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  fs::permissions(merge_path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  fmt::print("{}\n{}\nsubmit with:\n  jid=$(sbatch --parsable {}) && sbatch --dependency=afterok:$jid {}\n",
+             array_path, merge_path, array_path, merge_path);
+  return kOk;
+}
+
+std::map<std::string, std::string> meta_of(const Sweep& s, size_t points, const std::string& shard) {
+  nlohmann::json axes = nlohmann::json::array();
+  for (const sweep::Axis& a : s.axes()) axes.push_back(a.path);
+  return {{"schema_version", std::to_string(sweep::kDatabaseSchemaVersion)},
+          {"fingerprint", s.fingerprint()},
+          {"sweep", fs::absolute(s.path()).lexically_normal().string()},
+          {"name", s.name()},
+          {"axes", axes.dump()},
+          {"grid_size", std::to_string(s.grid_size())},
+          {"points", std::to_string(points)},
+          {"shard", shard},
+          {"pipegrid_version", PIPEGRID_VERSION}};
+}
+
+int run_sweep(const SweepOptions& o) {
+  if (o.file.empty()) return bad_input("sweep: a sweep file is needed; see `pipegrid sweep --help`");
+  std::optional<Sweep> s;
+  std::vector<size_t> points;
+  try {
+    s.emplace(Sweep::load(o.file));
+    points = s->points();
+  } catch (const input::InputError& e) {
+    return bad_input(e.what());
+  }
+  std::optional<std::pair<size_t, size_t>> shard;
+  if (!o.shard.empty()) {
+    Result<std::pair<size_t, size_t>> sh = parse_shard(o.shard);
+    if (!sh) return bad_input(sh.error().message);
+    shard = *sh;
+    std::vector<size_t> mine;
+    for (size_t k = 0; k < points.size(); ++k)
+      if (k % shard->second == shard->first) mine.push_back(points[k]);
+    points = std::move(mine);
+  }
+  if (o.slurm > 0) return write_slurm(o, *s);
+  if (o.list) {
+    for (size_t p : points) fmt::print("{} {}\n", p, s->describe(p));
+    return kOk;
+  }
+  const std::string db_path = o.db.empty() ? default_db(o.file, shard) : o.db;
+  // One sweep process per database: two would run the same pending points. The lock goes with the
+  // process (also when it is killed).
+  const std::string lock_path = db_path + ".lock";
+  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) return bad_input(fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno)));
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0)
+    return bad_input(
+        fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path));
+  Result<ResultsDb> db = ResultsDb::open(db_path);
+  if (!db) return bad_input(db.error().message);
+  if (Status st = db->bind(meta_of(*s, points.size(), o.shard)); !st) return bad_input(st.error().message);
+  const std::set<long long> done = db->done();
+  std::deque<size_t> pending;
+  for (size_t p : points)
+    if (!done.count(static_cast<long long>(p))) pending.push_back(p);
+  const size_t already = points.size() - pending.size();
+  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  if (!o.quiet)
+    fmt::print(std::cerr,
+               "pipegrid: sweep: {} points ({} in the grid{}), {} already in {}, {} to run on {} processes\n",
+               points.size(), s->grid_size(), shard ? fmt::format(", shard {}", o.shard) : "", already,
+               db_path, pending.size(), jobs);
+  Progress progress(points.size(), already, o.quiet);
+  std::map<pid_t, Child> running;
+  while (!pending.empty() || !running.empty()) {
+    while (!pending.empty() && running.size() < static_cast<size_t>(jobs)) {
+      auto c = spawn_point(*s, pending.front());
+      if (!c) {
+        if (running.empty()) {
+          fmt::print(std::cerr, "pipegrid: sweep: cannot start a process: {}\n", std::strerror(errno));
+          return kInternal;
+        }
+        break;  // wait for one to end
+      }
+      pending.pop_front();
+      running.emplace(c->first, c->second);
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      fmt::print(std::cerr, "pipegrid: sweep: waitpid: {}\n", std::strerror(errno));
+      return kInternal;
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const Child c = it->second;
+    running.erase(it);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
+    const Row r = row_of(*s, c.point, status, read_fd(c.out), read_fd(c.err), wall);
+    close(c.out);
+    close(c.err);
+    if (Status st = db->insert(r); !st) {
+      fmt::print(std::cerr, "pipegrid: sweep: {}\n", st.error().message);
+      return kInternal;
+    }
+    progress.finished(c.point, r, s->describe(c.point));
+  }
+  progress.end();
+  if (!o.quiet)
+    fmt::print(
+        std::cerr, "pipegrid: sweep: {} points in {}: {} run now in {:.1f} s ({} errors, {} infeasible)\n",
+        points.size(), db_path, progress.run(), progress.elapsed(), progress.failed(), progress.infeasible());
+  return kOk;
+}
+
+// --- point, export, merge -----------------------------------------------------------------------
+
+int run_point(const SweepOptions& o) {
+  try {
+    const Sweep s = Sweep::load(o.point_file);
+    if (!o.point_fingerprint.empty() && o.point_fingerprint != s.fingerprint())
+      return bad_input(
+          fmt::format("{}: the sweep file or its base experiment changed while the sweep ran", o.point_file));
+    if (o.point_index < 0 || static_cast<size_t>(o.point_index) >= s.grid_size())
+      return bad_input(
+          fmt::format("{}: no point {} (the grid has {})", o.point_file, o.point_index, s.grid_size()));
+    const input::Document doc = s.experiment_document(static_cast<size_t>(o.point_index));
+    const Experiment e = input::parse_experiment(doc);
+    return run_loaded(e, fmt::format("{} point {}", o.point_file, o.point_index));
+  } catch (const input::InputError& e) {
+    return bad_input(e.what());
+  }
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_value(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return csv_field(v.get<std::string>());
+  return csv_field(v.dump());
+}
+
+template <class T>
+nlohmann::json opt(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+int run_export(const SweepOptions& o) {
+  if (!fs::is_regular_file(o.export_db))
+    return bad_input(fmt::format("no results database \"{}\"", o.export_db));
+  Result<ResultsDb> db = ResultsDb::open(o.export_db);
+  if (!db) return bad_input(db.error().message);
+  const auto meta = db->meta();
+  std::vector<std::string> axes;
+  if (auto it = meta.find("axes"); it != meta.end())
+    for (const auto& a : nlohmann::json::parse(it->second, nullptr, false))
+      axes.push_back(a.get<std::string>());
+  const std::vector<Row> rows = db->rows();
+  if (o.jsonl) {
+    for (const Row& r : rows) {
+      nlohmann::json j = {{"point", r.point},
+                          {"axes", r.axes},
+                          {"status", r.status},
+                          {"message", r.message},
+                          {"iteration_time_s", opt(r.iteration_time_s)},
+                          {"throughput_samples_per_s", opt(r.throughput_samples_per_s)},
+                          {"bubble_ratio", opt(r.bubble_ratio)},
+                          {"peak_memory_bytes", opt(r.peak_memory_bytes)},
+                          {"pipegrid_version", r.pipegrid_version},
+                          {"wall_s", r.wall_s},
+                          {"finished_at", r.finished_at},
+                          {"host", r.host},
+                          {"result", r.result}};
+      std::cout << j.dump() << "\n";
+    }
+    return kOk;
+  }
+  std::string header = "point";
+  for (const std::string& a : axes) header += "," + csv_field(a);
+  header +=
+      ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes,wall_s,"
+      "pipegrid_version,finished_at,host";
+  std::cout << header << "\n";
+  for (const Row& r : rows) {
+    std::string line = std::to_string(r.point);
+    for (const std::string& a : axes)
+      line += "," + csv_value(r.axes.contains(a) ? r.axes[a] : nlohmann::json());
+    line +=
+        fmt::format(",{},{},{},{},{},{},{},{},{},{}", r.status, csv_field(r.message),
+                    csv_value(opt(r.iteration_time_s)), csv_value(opt(r.throughput_samples_per_s)),
+                    csv_value(opt(r.bubble_ratio)), csv_value(opt(r.peak_memory_bytes)), csv_value(r.wall_s),
+                    csv_field(r.pipegrid_version), csv_field(r.finished_at), csv_field(r.host));
+    std::cout << line << "\n";
+  }
+  return kOk;
+}
+
+int run_merge(const SweepOptions& o) {
+  std::optional<std::map<std::string, std::string>> meta;
+  std::vector<ResultsDb> inputs;
+  for (const std::string& in : o.merge_in) {
+    if (!fs::is_regular_file(in)) return bad_input(fmt::format("no results database \"{}\"", in));
+    Result<ResultsDb> db = ResultsDb::open(in);
+    if (!db) return bad_input(db.error().message);
+    auto m = db->meta();
+    if (m.empty()) return bad_input(fmt::format("\"{}\" holds no sweep (no meta table rows)", in));
+    if (meta && m["fingerprint"] != (*meta)["fingerprint"])
+      return bad_input(fmt::format("\"{}\" holds another sweep than \"{}\" (fingerprints {} and {})", in,
+                                   o.merge_in.front(), m["fingerprint"], (*meta)["fingerprint"]));
+    if (!meta) meta = m;
+    inputs.push_back(std::move(*db));
+  }
+  Result<ResultsDb> out = ResultsDb::open(o.merge_out);
+  if (!out) return bad_input(out.error().message);
+  // Disjoint shards (distinct `shard` values) add up to the whole sweep's point count.
+  std::set<std::string> shards;
+  long long total = 0;
+  for (const ResultsDb& in : inputs) {
+    const auto m = in.meta();
+    shards.insert(m.count("shard") ? m.at("shard") : "");
+    total += m.count("points") ? std::stoll(m.at("points")) : 0;
+  }
+  if (shards.size() == inputs.size() && !shards.count("")) (*meta)["points"] = std::to_string(total);
+  (*meta)["shard"] = "";
+  if (Status st = out->bind(*meta); !st) return bad_input(st.error().message);
+  std::set<long long> have = out->done();
+  size_t added = 0, duplicates = 0;
+  for (const ResultsDb& in : inputs)
+    for (const Row& r : in.rows()) {
+      if (have.count(r.point)) {
+        ++duplicates;
+        continue;
+      }
+      if (Status st = out->insert(r); !st) return bad_input(st.error().message);
+      have.insert(r.point);
+      ++added;
+    }
+  fmt::print(std::cerr,
+             "pipegrid: sweep merge: {} rows from {} databases into {} ({} points already there); it holds "
+             "{} points\n",
+             added, inputs.size(), o.merge_out, duplicates, have.size());
+  return kOk;
+}
+
+int run_plot(const SweepOptions& o);
+
+}  // namespace
+
+Command add_sweep_command(CLI::App& parent) {
+  auto o = std::make_shared<SweepOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "sweep", "Run every point of a sweep file (a base experiment and axes of values), results in SQLite");
+  app->add_option("sweep", o->file, "Sweep file (YAML): base or experiment, grid, zip, where, skip");
+  app->add_option("-j,--jobs", o->jobs, "Points run at once, each in its own process (default: every core)")
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--db", o->db, "Results database (SQLite; default SWEEP.sqlite beside the sweep file)");
+  app->add_option("--shard", o->shard,
+                  "Run only shard I of N (I/N, I from 0): every N-th selected point from the I-th");
+  app->add_option("--slurm", o->slurm,
+                  "Write a Slurm job array of this many shards and its merge step, run nothing")
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--slurm-option", o->slurm_options,
+                  "An #SBATCH line for the scripts (repeatable): --partition=x");
+  app->add_flag("-q,--quiet", o->quiet, "No progress");
+  app->add_flag("--list", o->list, "Print the selected points (number and values), run nothing");
+  app->fallthrough(false);
+
+  CLI::App* exp = app->add_subcommand("export", "Print a results database as CSV (default) or JSON lines");
+  exp->add_option("database", o->export_db, "Results database")->required();
+  auto* csv = exp->add_flag("--csv", o->csv, "CSV: one row per point, a column per axis (default)");
+  exp->add_flag("--jsonl", o->jsonl, "JSON lines: one object per point, with the whole run result")
+      ->excludes(csv);
+
+  CLI::App* merge = app->add_subcommand("merge", "Join the databases of a sweep's shards into one");
+  merge->add_option("output", o->merge_out, "The database to write (created if absent)")->required();
+  merge->add_option("inputs", o->merge_in, "Shard databases")->required();
+
+  CLI::App* point =
+      app->add_subcommand("point", "Run one point of a sweep and print its JSON (used by sweep)");
+  point->group("");  // internal: not in --help
+  point->add_option("sweep", o->point_file)->required();
+  point->add_option("index", o->point_index)->required();
+  point->add_option("--fingerprint", o->point_fingerprint);
+
+  CLI::App* plot = app->add_subcommand("plot", "Plot a results database (python3 with matplotlib)");
+  plot->add_option("database", o->plot_db, "Results database")->required();
+  plot->add_option("-o,--out", o->plot_out, "Output image (.png, .svg, .pdf)")->required();
+  plot->add_option("--kind", o->plot_kind,
+                   "line (metric against --x, a line per --lines), heatmap (--x by --y), pareto")
+      ->check(CLI::IsMember({"line", "heatmap", "pareto"}));
+  plot->add_option("--metric", o->plot_metric,
+                   "A column: throughput_samples_per_s, iteration_time_s, bubble_ratio, ...");
+  plot->add_option("--x", o->plot_x, "Axis on the horizontal");
+  plot->add_option("--lines", o->plot_lines, "Axis whose values are separate lines (line)");
+  plot->add_option("--y", o->plot_y, "Axis on the vertical (heatmap)");
+
+  return {app, [o, exp, merge, point, plot] {
+            if (exp->parsed()) return run_export(*o);
+            if (merge->parsed()) return run_merge(*o);
+            if (point->parsed()) return run_point(*o);
+            if (plot->parsed()) return run_plot(*o);
+            return run_sweep(*o);
+          }};
+}
+
+namespace {
+
+int run_plot(const SweepOptions& o) {
+  if (!fs::is_regular_file(o.plot_db)) return bad_input(fmt::format("no results database \"{}\"", o.plot_db));
+  std::optional<std::string> py = python_with_matplotlib();
+  if (!py)
+    return bad_input(
+        "sweep plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; or set "
+        "PIPEGRID_PYTHON)");
+  std::vector<std::string> argv = {*py,        "-c",     kSweepPlotScript, "--db",     o.plot_db,    "--out",
+                                   o.plot_out, "--kind", o.plot_kind,      "--metric", o.plot_metric};
+  for (auto [flag, v] :
+       {std::pair{"--x", &o.plot_x}, std::pair{"--lines", &o.plot_lines}, std::pair{"--y", &o.plot_y}})
+    if (!v->empty()) argv.insert(argv.end(), {flag, *v});
+  const int rc = spawn(argv, /*quiet=*/false);
+  return rc == 0 ? kOk : rc == 1 ? kBadInput : kInternal;
+}
+
+}  // namespace
+
+}  // namespace pipegrid::cli
