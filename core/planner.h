@@ -108,5 +108,6 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
 // Implementations (each in its own file under planners/).
 Result<Plan> plan_partitioner(const PlanRequest& r);
 Result<Plan> plan_bapipe(const PlanRequest& r);
+Result<Plan> plan_dapple(const PlanRequest& r);
 
 }  // namespace pipegrid

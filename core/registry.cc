@@ -51,6 +51,9 @@ constexpr PlannerInfo kPlanners[] = {
     {"bapipe",
      "BaPipe-style: explores schedules x micro-batch sizes x stages x replicas, fastest plan that fits",
      &plan_bapipe},
+    {"dapple",
+     "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on machines, 1F1B",
+     &plan_dapple},
 };
 
 template <class T>
