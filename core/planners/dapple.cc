@@ -46,8 +46,10 @@
 namespace pipegrid {
 namespace {
 
-constexpr int kBlocks = 32;       // layer blocks the stage boundaries choose from
-constexpr int kMaxStates = 1024;  // device-usage states (product of machine sizes + 1); above: one machine
+constexpr int kBlocks = 32;  // layer blocks the stage boundaries choose from
+// Device-usage states (product over machines of their sizes + 1); above, the machines are planned as
+// one (the policies then coincide), e.g. a cluster whose every device is its own machine.
+constexpr long long kMaxStates = 1024;  // 3 DGX-1 (9^3 = 729) keep their machines; 4 (6561) do not
 constexpr size_t kFinalists = 6, kJudged = 3;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -56,8 +58,8 @@ constexpr const char* kPolicyNames[] = {"fresh-first", "append-first", "scatter-
 
 struct Machines {
   std::vector<std::vector<int>> devices;  // per machine, its devices in index order
-  std::vector<int> radix;                 // state encoding: used counts, machine 0 fastest
-  int states = 1;
+  std::vector<long long> radix;           // state encoding: used counts, machine 0 fastest
+  long long states = 1;
 };
 
 Machines group_machines(const Cluster& c) {
@@ -78,7 +80,7 @@ Machines group_machines(const Cluster& c) {
   m.states = 1;
   for (const auto& g : m.devices) {
     m.radix.push_back(m.states);
-    m.states *= static_cast<int>(g.size()) + 1;
+    m.states *= static_cast<long long>(g.size()) + 1;
   }
   return m;
 }
@@ -130,9 +132,9 @@ std::vector<int> allocate(const Machines& m, const std::vector<int>& used, int c
 
 struct Entry {
   double slowest = kInf, sum = kInf;
-  std::vector<int> devices;  // of the first stage of this suffix
-  int next_block = -1;       // where the stage after it starts (n: none)
-  int next_state = -1;       // device usage of the suffix after the first stage
+  std::vector<int> devices;   // of the first stage of this suffix
+  int next_block = -1;        // where the stage after it starts (n: none)
+  long long next_state = -1;  // device usage of the suffix after the first stage
   Policy policy = FreshFirst;
   double stage_time = 0;
 };
@@ -222,14 +224,14 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       }
   const Machines machines = group_machines(cl);
   const int M = static_cast<int>(machines.devices.size());
-  auto decode = [&](int s) {
+  auto decode = [&](long long s) {
     std::vector<int> u(M);
     for (int i = 0; i < M; ++i)
       u[i] = s / machines.radix[i] % (static_cast<int>(machines.devices[i].size()) + 1);
     return u;
   };
   auto encode = [&](const std::vector<int>& u) {
-    int s = 0;
+    long long s = 0;
     for (int i = 0; i < M; ++i) s += u[i] * machines.radix[i];
     return s;
   };
@@ -331,15 +333,13 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     };
 
     const int P = std::min(D, B);  // stages at most
-    // best[k][j][s]: k stages covering blocks [j, B) on the devices of usage state s.
-    std::vector<std::vector<std::vector<Entry>>> best(
-        P + 1, std::vector<std::vector<Entry>>(B + 1, std::vector<Entry>(machines.states)));
+    // best[k][j][s]: k stages covering blocks [j, B) on the devices of usage state s (reached states only).
+    std::vector<std::vector<std::map<long long, Entry>>> best(P + 1,
+                                                              std::vector<std::map<long long, Entry>>(B + 1));
     best[0][B][0] = Entry{0, 0, {}, -1, -1, FreshFirst, 0};
     for (int k = 0; k < P; ++k)
       for (int j = B; j >= 1; --j)
-        for (int s = 0; s < machines.states; ++s) {
-          const Entry& from = best[k][j][s];
-          if (from.slowest == kInf) continue;
+        for (const auto& [s, from] : best[k][j]) {
           const std::vector<int> used = decode(s);
           int free = D;
           for (int u : used) free -= u;
@@ -352,7 +352,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
               std::vector<int> devs = allocate(machines, used, c, pol, used_after);
               if (devs.empty() || std::find(seen.begin(), seen.end(), devs) != seen.end()) continue;
               seen.push_back(devs);
-              const int s2 = encode(used_after);
+              const long long s2 = encode(used_after);
               const Fixed f = fixed_costs(devs, from.devices, j);
               double big = 0;
               for (int i = j - 1; i >= 0; --i) {
@@ -370,18 +370,18 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     // Every stage count's best complete plan.
     std::vector<Stages> plans;
     for (int k = 1; k <= P; ++k) {
-      int arg = -1;
-      for (int s = 0; s < machines.states; ++s)
-        if (best[k][0][s].slowest < kInf &&
-            (arg < 0 || better(best[k][0][s].slowest, best[k][0][s].sum, best[k][0][arg])))
-          arg = s;
-      if (arg < 0) continue;
+      const Entry* top = nullptr;
+      long long arg = -1;
+      for (const auto& [s, e] : best[k][0])
+        if (!top || better(e.slowest, e.sum, *top)) top = &e, arg = s;
+      if (!top) continue;
       Stages p;
-      p.slowest = best[k][0][arg].slowest;
-      p.estimate = best[k][0][arg].sum + (m - 1) * p.slowest;
-      int j = 0, s = arg;
+      p.slowest = top->slowest;
+      p.estimate = top->sum + (m - 1) * p.slowest;
+      int j = 0;
+      long long s = arg;
       for (int left = k; left > 0; --left) {
-        const Entry& e = best[left][j][s];
+        const Entry& e = best[left][j].at(s);
         p.blocks.push_back({j, e.next_block});
         p.devices.push_back(e.devices);
         p.policies.push_back(e.policy);
