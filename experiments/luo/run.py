@@ -50,7 +50,7 @@ PLANNERS = {
     "luo": {"planner": "luo"},
     "dapple": {"planner": "dapple"},
     # PipeDream plans at its profile's batch: micro-batches of the profiled size (PipeDream's own
-    # setting; its planner on GNMT-16 over 16 GPUs also takes about 20 s a call here).
+    # setting; its planner on GNMT-16 over 16 GPUs also takes 10-24 s a call here).
     "pipedream": {"partitioner": "pipedream", "schedule": "1f1b", "micro_batches": BATCHES_PER_ITERATION},
     "gpipe-uniform": {"partitioner": "uniform", "schedule": "gpipe"},
     "bapipe": {"planner": "bapipe"},
