@@ -111,5 +111,6 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
 Result<Plan> plan_partitioner(const PlanRequest& r);
 Result<Plan> plan_bapipe(const PlanRequest& r);
 Result<Plan> plan_luo(const PlanRequest& r);
+Result<Plan> plan_dapple(const PlanRequest& r);
 
 }  // namespace pipegrid

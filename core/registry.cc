@@ -55,6 +55,9 @@ constexpr PlannerInfo kPlanners[] = {
      "Luo-style (INFOCOM'22, our interpretation): stages x device groups on the real interconnect, own "
      "scheduler",
      &plan_luo},
+    {"dapple",
+     "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on machines, 1F1B",
+     &plan_dapple},
 };
 
 template <class T>

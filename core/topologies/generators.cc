@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pipegrid {
 namespace {
 
@@ -250,6 +252,70 @@ Result<Cluster> make_fpga_cluster(const FpgaClusterSpec& s) {
     if (i % s.per_host == 0) host = add_switch(*c, fmt::format("host{}", i / s.per_host));
     c->devices[i].node = c->switches.back();
     add_link(*c, i, host, s.pcie_link);
+  }
+  return c;
+}
+
+Result<Cluster> make_dgx1_cluster(const Dgx1Spec& s) {
+  if (s.servers < 1 || s.servers > 100'000)
+    return Error{fmt::format("a DGX-1 cluster needs 1 to 100000 servers, got {}", s.servers)};
+  if (s.kinds.empty()) return Error{"a DGX-1 cluster needs at least one server kind"};
+  if (s.nics != 1 && s.nics != 2 && s.nics != 4)
+    return Error{fmt::format("a DGX-1 server has 1, 2 or 4 NICs, got {}", s.nics)};
+  for (auto [l, what] : {std::pair{s.nvlink2, "NVLink2"},
+                         {s.nvlink1, "NVLink1"},
+                         {s.pcie, "PCIe"},
+                         {s.qpi, "QPI"},
+                         {s.network, "network"}})
+    if (Status st = check_link(l, what); !st) return st.error();
+  Cluster c;
+  c.name = fmt::format("dgx1-{}", s.servers);
+  add_devices(c, 8 * s.servers, "gpu", s.gpu);
+  const int net = s.servers > 1 ? add_switch(c, "net-switch") : -1;
+  for (int n = 0; n < s.servers; ++n) {
+    const Dgx1Spec::Kind kind = s.kinds[std::min<size_t>(n, s.kinds.size() - 1)];
+    const int g = 8 * n;
+    for (int j = 0; j < 8; ++j) c.devices[g + j].node = fmt::format("dgx1-{}", n);
+    const int cpu0 = add_switch(c, fmt::format("dgx1-{}-cpu0", n));
+    const int cpu1 = add_switch(c, fmt::format("dgx1-{}-cpu1", n));
+    const int qpi = static_cast<int>(c.links.size());
+    add_link(c, cpu0, cpu1, s.qpi);
+    int uplink[4], gpu_link[8];  // link indices: PCIe switch k to its CPU, GPU j to its PCIe switch
+    for (int k = 0; k < 4; ++k) {
+      const int plx = add_switch(c, fmt::format("dgx1-{}-plx{}", n, k));
+      uplink[k] = static_cast<int>(c.links.size());
+      add_link(c, plx, k < 2 ? cpu0 : cpu1, s.pcie);
+      for (int j : {2 * k, 2 * k + 1}) {
+        gpu_link[j] = static_cast<int>(c.links.size());
+        add_link(c, g + j, plx, s.pcie);
+      }
+      if (net >= 0 && k % (4 / s.nics) == 0) add_link(c, plx, net, s.network);
+    }
+    bool linked[8][8] = {};
+    if (kind != Dgx1Spec::Kind::Pcie) {
+      for (const Dgx1Pair& p : kDgx1Links) {
+        LinkSpec l = kind == Dgx1Spec::Kind::NvLink2 ? s.nvlink2 : s.nvlink1;
+        if (kind == Dgx1Spec::Kind::NvLink2) l.bandwidth *= p.links;
+        add_link(c, g + p.a, g + p.b, l);
+        linked[p.a][p.b] = linked[p.b][p.a] = true;
+      }
+      if (s.nvlink_forwarding) continue;
+    }
+    // GPUs of one server without an NVLink between them go over PCIe: GPU, its PCIe switch, (its CPU,
+    // QPI, the other CPU,) the other PCIe switch, GPU. Given as routes so that no path through the
+    // network switch or a third GPU is taken instead.
+    for (int a = 0; a < 8; ++a)
+      for (int b = 0; b < 8; ++b) {
+        if (a == b || linked[a][b]) continue;
+        std::vector<Hop> hops{{gpu_link[a], false}};
+        if (a / 2 != b / 2) {
+          hops.push_back({uplink[a / 2], false});
+          if (a / 4 != b / 4) hops.push_back({qpi, a >= 4});
+          hops.push_back({uplink[b / 2], true});
+        }
+        hops.push_back({gpu_link[b], true});
+        c.routes.push_back({g + a, g + b, std::move(hops)});
+      }
   }
   return c;
 }

@@ -92,6 +92,55 @@ struct SummitSpec {
 };
 Result<Cluster> make_summit_cluster(const SummitSpec& s);
 
+// DGX-1 servers (NVIDIA DGX-1 with Tesla V100 System Architecture, WP-08437-002): 8 GPUs per server
+// gpu<8n> .. gpu<8n+7> (node "dgx1-<n>") in the NVLink hybrid cube-mesh: two fully linked quads
+// {0,1,2,3} and {4,5,6,7} plus the links i <-> i+4. A V100 has 6 NVLink2 links of 25 GB/s per direction;
+// on DGX-1V the pairs 0-3, 0-4, 1-2, 1-5, 2-3, 4-7, 5-6, 6-7 carry two links and the other 8 pairs
+// of the mesh one (kDgx1Links below: 16 pairs, 24 links, 6 per GPU), as
+// `nvidia-smi topo -m` shows NV1/NV2; NVIDIA/nccl issue #671 dumps GPU0's and GPU1's links). Each
+// pair of GPUs (2k, 2k+1) sits on a PCIe Gen3 x16 switch "dgx1-<n>-plx<k>" (PLX PEX8764), switches
+// 0-1 on CPU "dgx1-<n>-cpu0" and 2-3 on "dgx1-<n>-cpu1", the CPUs joined by QPI. Every PCIe switch can
+// carry a NIC (`nics` per server: 4 (one per PCIe switch, DGX-1's four EDR ports), 2 or 1) into one
+// network switch "net-switch".
+//
+// Routes: two linked GPUs use their NVLink bundle (one link with the bundle's bandwidth). Two GPUs of a
+// server with no NVLink between them (e.g. 0-5, or any pair of a `pcie` server) go over PCIe: through
+// their shared PCIe switch, or up to the CPU(s) and across QPI (CUDA peer copies between GPUs without
+// NVLink go through PCIe and the host, not through a third GPU), given as explicit routes; with
+// `nvlink_forwarding` the shortest path by latency is used instead, two NVLink hops through a third
+// GPU (what NCCL's rings can do). Between servers: shortest paths by latency (GPU, its PCIe switch, its
+// NIC, the network, ...; with fewer than 4 NICs a route may first cross an NVLink to a GPU beside a NIC,
+// like NCCL's PXN).
+//
+// Server kinds (per server, in order; the list repeats its last entry): `nvlink2` (DGX-1V: 6 links per
+// GPU, the two-link pairs doubled), `nvlink1` (DGX-1 P100 generation: NVLink 1.0 at 20 GB/s per
+// direction per link, 4 links per GPU: every cube-mesh pair one link), `pcie` (no NVLink: 8 GPUs on the
+// same PCIe tree only). Defaults [public]: NVLink2 25 GB/s, NVLink1 20 GB/s, PCIe Gen3 x16 15.75 GB/s
+// per direction, QPI 2 links x 9.6 GT/s x 2 B = 38.4 GB/s per direction, network EDR InfiniBand
+// 100 Gb/s = 12.5 GB/s per NIC. Latencies [assumed]: 1 us per NVLink (GPU to GPU), 1 us per PCIe link,
+// 0.5 us QPI, 1 us per network link (Ethernet: give a larger one, e.g. 5 us).
+struct Dgx1Spec {
+  enum class Kind { NvLink2, NvLink1, Pcie };
+  int servers = 1;
+  std::vector<Kind> kinds{Kind::NvLink2};
+  DeviceSpec gpu;
+  LinkSpec nvlink2{25e9, 1e-6};  // one link; a two-link pair gets twice the bandwidth
+  LinkSpec nvlink1{20e9, 1e-6};
+  LinkSpec pcie{15.75e9, 1e-6};
+  LinkSpec qpi{38.4e9, 0.5e-6};
+  LinkSpec network{12.5e9, 1e-6};
+  int nics = 4;
+  bool nvlink_forwarding = false;
+};
+// NVLink links between the GPUs of one DGX-1V, as {a, b, links}.
+struct Dgx1Pair {
+  int a, b, links;
+};
+inline constexpr Dgx1Pair kDgx1Links[] = {{0, 1, 1}, {0, 2, 1}, {0, 3, 2}, {0, 4, 2}, {1, 2, 2}, {1, 3, 1},
+                                          {1, 5, 2}, {2, 3, 2}, {2, 6, 1}, {3, 7, 1}, {4, 5, 1}, {4, 6, 1},
+                                          {4, 7, 2}, {5, 6, 2}, {5, 7, 1}, {6, 7, 2}};
+Result<Cluster> make_dgx1_cluster(const Dgx1Spec& s);
+
 // FPGAs fpga<i> linked directly through their QSFP28 ports, in a ring (`dims` = {count}, shortest-path
 // routing) or a 2-D/3-D torus (dimension-order routing). The link bandwidth defaults to the device's
 // port bandwidth (FpgaSpec::port_bandwidth; 100 Gb/s = 12.5 GB/s when unknown), the latency to 0.5 us

@@ -29,13 +29,13 @@ TEST_CASE("the planner table lists the partitioner wrapper (the default) and bap
 TEST_CASE("an unknown planner is an error that lists the valid names") {
   Result<const PlannerInfo*> p = find_planner("piper");
   REQUIRE(!p.ok());
-  CHECK(p.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo)");
+  CHECK(p.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo, dapple)");
   Experiment e =
       chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6));
   e.strategy.planner = "piper";
   Result<PreparedRun> run = prepare(e);
   REQUIRE(!run.ok());
-  CHECK(run.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo)");
+  CHECK(run.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo, dapple)");
 }
 
 TEST_CASE(

@@ -361,3 +361,83 @@ TEST_CASE("disconnected devices: the figures name the pair") {
   c.links.pop_back();
   CHECK(cluster_figures(c).error().message == "\"gpu0\" and \"gpu2\" are not connected");
 }
+
+TEST_CASE("dgx1: the V100 cube-mesh has 6 NVLink2 links per GPU, 16 linked pairs, the rest over PCIe") {
+  // Independent count from the `nvidia-smi topo -m` matrix of a DGX-1V (rows GPU0..GPU7, 0 = no
+  // NVLink, the diagonal unused), written here rather than taken from kDgx1Links.
+  const int topo[8][8] = {{0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0}, {1, 2, 0, 2, 0, 0, 1, 0},
+                          {2, 1, 2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1},
+                          {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0}};
+  Dgx1Spec s;
+  s.gpu = test_device();
+  Cluster c = *make_dgx1_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 8);
+  Router r(c);
+  for (int a = 0; a < 8; ++a) {
+    int links = 0;
+    for (int b = 0; b < 8; ++b) {
+      links += topo[a][b];
+      if (a == b) continue;
+      INFO("gpu" << a << " -> gpu" << b);
+      Route route = *r.route(a, b);
+      if (topo[a][b] > 0) {
+        // One NVLink bundle: 25 GB/s per link, 1 us.
+        CHECK(route.hops.size() == 1);
+        CHECK(route.bandwidth == topo[a][b] * 25e9);
+        CHECK(route.latency == doctest::Approx(1e-6));
+      } else {
+        // No NVLink: every such pair is across the two quads, so across the CPUs: GPU-PLX, PLX-CPU,
+        // QPI, CPU-PLX, PLX-GPU = 4 PCIe links of 1 us + 0.5 us QPI; the PCIe link (15.75 GB/s) is the
+        // bottleneck (QPI 38.4 GB/s).
+        CHECK(a / 4 != b / 4);
+        CHECK(route.hops.size() == 5);
+        CHECK(route.bandwidth == 15.75e9);
+        CHECK(route.latency == doctest::Approx(4.5e-6));
+      }
+    }
+    CHECK(links == 6);
+  }
+  CHECK(walk(c, 0, route(c, "gpu0", "gpu5")) ==
+        std::vector<std::string>{"gpu0", "dgx1-0-plx0", "dgx1-0-cpu0", "dgx1-0-cpu1", "dgx1-0-plx2", "gpu5"});
+}
+
+TEST_CASE("dgx1: NVLink forwarding, a PCIe-only server, NVLink1 and the network between servers") {
+  Dgx1Spec s;
+  s.gpu = test_device();
+  s.nvlink_forwarding = true;
+  Cluster fwd = *make_dgx1_cluster(s);
+  // gpu0 -> gpu5 has no NVLink: two NVLink hops (1 + 1 us) beat PCIe (4.5 us). Through gpu1 (0-1 one
+  // link, 1-5 two links: 25 GB/s) or gpu4 (0-4 two links, 4-5 one link: 25 GB/s): either way 25 GB/s.
+  Route two = route(fwd, "gpu0", "gpu5");
+  CHECK(two.hops.size() == 2);
+  CHECK(two.latency == doctest::Approx(2e-6));
+  CHECK(two.bandwidth == 25e9);
+
+  s.nvlink_forwarding = false;
+  s.servers = 2;
+  s.kinds = {Dgx1Spec::Kind::NvLink1, Dgx1Spec::Kind::Pcie};
+  s.network = {3.125e9, 5e-6};  // 25 Gb/s Ethernet
+  s.nics = 1;
+  Cluster c = *make_dgx1_cluster(s);
+  REQUIRE(validate(c).ok());
+  CHECK(c.devices.size() == 16);
+  CHECK(c.devices[9].node == "dgx1-1");
+  // NVLink1 server: the two-link pair 0-3 of a V100 is one 20 GB/s link.
+  CHECK(route(c, "gpu0", "gpu3").bandwidth == 20e9);
+  // PCIe server: gpu8-gpu9 share a PCIe switch (2 links, 2 us); gpu8-gpu10 meet at the CPU (4 links);
+  // gpu8-gpu12 cross QPI (4.5 us). Never the network, though its NICs would be as short.
+  CHECK(walk(c, 8, route(c, "gpu8", "gpu9")) == std::vector<std::string>{"gpu8", "dgx1-1-plx0", "gpu9"});
+  CHECK(route(c, "gpu8", "gpu9").latency == doctest::Approx(2e-6));
+  CHECK(route(c, "gpu8", "gpu10").latency == doctest::Approx(4e-6));
+  CHECK(route(c, "gpu8", "gpu12").latency == doctest::Approx(4.5e-6));
+  CHECK(route(c, "gpu8", "gpu12").bandwidth == 15.75e9);
+  // Between servers with one NIC each (on PCIe switch 0): gpu0 -> plx0 -> net -> plx0 of server 1 ->
+  // gpu8: PCIe 1 + Ethernet 5 + 5 + PCIe 1 = 12 us, bottleneck 3.125 GB/s.
+  Route across = route(c, "gpu0", "gpu8");
+  CHECK(walk(c, 0, across) ==
+        std::vector<std::string>{"gpu0", "dgx1-0-plx0", "net-switch", "dgx1-1-plx0", "gpu8"});
+  CHECK(across.latency == doctest::Approx(12e-6));
+  CHECK(across.bandwidth == 3.125e9);
+  CHECK_FALSE(make_dgx1_cluster({.servers = 0}).ok());
+}

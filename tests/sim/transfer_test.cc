@@ -4,6 +4,7 @@
 
 #include "core/cluster.h"
 #include "core/task_graph.h"
+#include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
 
@@ -84,4 +85,22 @@ TEST_CASE("flows of different sizes share a link max-min fairly (progressive fil
   CHECK(close_rel(d[0], 0.3, 1e-6));
   CHECK(close_rel(d[1], 0.5, 1e-6));
   CHECK(close_rel(d[2], 0.7, 1e-6));
+}
+
+TEST_CASE("dgx1-v100 in SimGrid: an NVLink pair, a PCIe pair, and two PCIe flows sharing a switch's uplink") {
+  Dgx1Spec s;
+  s.gpu = test_device();
+  Cluster c = *make_dgx1_cluster(s);
+  // gpu0 -> gpu3: two NVLink2 links, 2 x 25 GB/s, 1 us: 1e-6 + 1e9 / 50e9 = 20.001 ms.
+  CHECK(close_rel(durations(c, {transfer(0, 3, 1e9)})[0], 1e-6 + 1e9 / 50e9, 1e-6));
+  // gpu0 -> gpu1: one link, 25 GB/s: 40.001 ms.
+  CHECK(close_rel(durations(c, {transfer(0, 1, 1e9)})[0], 1e-6 + 1e9 / 25e9, 1e-6));
+  // gpu0 -> gpu5: no NVLink; PCIe (15.75 GB/s) through both CPUs, 4 x 1 us + 0.5 us QPI.
+  CHECK(close_rel(durations(c, {transfer(0, 5, 1e9)})[0], 4.5e-6 + 1e9 / 15.75e9, 1e-6));
+  // gpu0 -> gpu5 and gpu1 -> gpu4 both climb from PCIe switch 0 to CPU 0: that uplink direction is
+  // shared, 7.875 GB/s each (QPI's 38.4 GB/s is not the limit).
+  auto d = durations(c, {transfer(0, 5, 1e9), transfer(1, 4, 1e9)});
+  // gpu1 -> gpu4 has no NVLink either (topo row 1: NV1 0, NV2 2, NV1 3, NV2 5).
+  CHECK(close_rel(d[0], 4.5e-6 + 1e9 / 7.875e9, 1e-6));
+  CHECK(close_rel(d[1], 4.5e-6 + 1e9 / 7.875e9, 1e-6));
 }

@@ -15,8 +15,8 @@
 namespace pipegrid::input {
 namespace {
 
-const std::vector<std::string_view> kKinds = {"switch", "ring",   "torus",     "fat-tree",  "dragonfly",
-                                              "dgx",    "summit", "fpga-ring", "fpga-torus"};
+const std::vector<std::string_view> kKinds = {"switch", "ring", "torus",  "fat-tree",  "dragonfly",
+                                              "dgx",    "dgx1", "summit", "fpga-ring", "fpga-torus"};
 
 std::string join(const std::vector<std::string_view>& v, std::string_view sep = ", ") {
   std::string out;
@@ -140,6 +140,35 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
       s.fabric = f->choice({"switch", "fat-tree"}, "a fabric") == "switch" ? DgxSpec::Fabric::Switch
                                                                            : DgxSpec::Fabric::FatTree;
     return generated(make_dgx_cluster(s), n);
+  }
+  if (kind == "dgx1") {
+    n.check_keys({"kind", "name", "servers", "server_kinds", "gpu", "nvlink2", "nvlink1", "pcie", "qpi",
+                  "network", "nics", "nvlink_forwarding", "sharing"});
+    Dgx1Spec s;
+    s.servers = count_of(n, "servers");
+    if (std::optional<Node> k = n.get("server_kinds")) {
+      const std::string what = "a list of server kinds (nvlink2, nvlink1, pcie) like [nvlink2, pcie]";
+      s.kinds.clear();
+      for (const Node& i : k->items(what)) {
+        const std::string v = i.choice({"nvlink2", "nvlink1", "pcie"}, "a server kind");
+        s.kinds.push_back(v == "nvlink2"   ? Dgx1Spec::Kind::NvLink2
+                          : v == "nvlink1" ? Dgx1Spec::Kind::NvLink1
+                                           : Dgx1Spec::Kind::Pcie);
+      }
+      if (s.kinds.empty()) k->expected(what);
+    }
+    s.gpu = device_or(n, "gpu", "v100");
+    s.nvlink2 = link_override(n, "nvlink2", s.nvlink2);
+    s.nvlink1 = link_override(n, "nvlink1", s.nvlink1);
+    s.pcie = link_override(n, "pcie", s.pcie);
+    s.qpi = link_override(n, "qpi", s.qpi);
+    s.network = link_override(n, "network", s.network);
+    if (std::optional<Node> k = n.get("nics")) {
+      s.nics = static_cast<int>(k->integer(1, 4, "1, 2 or 4 NICs per server"));
+      if (s.nics == 3) k->expected("1, 2 or 4 NICs per server");
+    }
+    if (std::optional<Node> f = n.get("nvlink_forwarding")) s.nvlink_forwarding = f->boolean();
+    return generated(make_dgx1_cluster(s), n);
   }
   if (kind == "summit") {
     n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband", "sharing"});
