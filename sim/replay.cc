@@ -11,6 +11,7 @@
 #include <set>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
+#include <unordered_map>
 
 #include "core/executor.h"
 #include "sim/platform.h"
@@ -20,20 +21,36 @@ namespace sg4 = simgrid::s4u;
 namespace pipegrid::sim {
 namespace {
 
+// Starts the simulation's activities and collects their completions.
+//
+// SimGrid 3.32 keeps every activity an actor starts in that actor's std::list and removes it with
+// std::list::remove when it ends (ExecImpl::post, CommImpl::finish): a scan of the list. Started from
+// maestro (in completion callbacks), that list holds every activity in flight, and each completion
+// costs time proportional to the pipeline's width. So each device runs its compute tasks from an
+// actor of its own: its list holds at most its one running Exec. Transfers stay in
+// maestro (SimGrid puts every host-to-host Comm on maestro's list whoever starts it, and reports its
+// end through Activity::on_completion only when maestro started it), so their scan covers the
+// transfers in flight only.
+//
+// Order is kept exactly as when everything ran from maestro: at each simulated date, the compute
+// completions (reported by the device actors as they wake up) and the transfer completions (reported
+// in maestro) are collected, then handled in maestro in one batch at that same date: compute tasks
+// first, then transfers, each in SimGrid's order (its CPU model reports before its network model).
+// The batch runs from a SimGrid timer at the current date, set during the round of actors that follows
+// the completions (by the first device actor that reports, or by the flusher actor, which maestro
+// wakes when a transfer ends), so it fires after all of them reported.
 class SimLauncher : public TaskLauncher {
  public:
-  SimLauncher(const TaskGraph& g, const Platform& p) : g_(g), p_(p), alive_(g.tasks.size()) {}
+  SimLauncher(const TaskGraph& g, const Platform& p, Executor*& executor)
+      : g_(g), p_(p), executor_(executor), request_(g.device_order.size(), -1) {}
 
+  // Called from maestro only (Executor::start before the run, and the batch).
   void launch(int32_t t, double) override {
     const Task& task = g_.tasks[t];
-    void* tag = reinterpret_cast<void*>(static_cast<intptr_t>(t));
+    ++in_flight_;
     if (task.is_compute()) {
-      sg4::ExecPtr e = sg4::Exec::init();
-      e->set_host(p_.hosts[task.device]);
-      e->set_flops_amount(task.duration * p_.speeds[task.device]);
-      e->set_data(tag);
-      e->start();
-      alive_[t] = e;
+      request_[task.device] = t;
+      actors_[task.device]->resume();
     } else if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
       // Max-min sharing: the route's latency passes before the flow enters the network. Timers run
       // in maestro, like completion callbacks, and Engine::run() does not return while one is pending.
@@ -49,24 +66,116 @@ class SimLauncher : public TaskLauncher {
     c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
     c->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(t)));
     c->start();
-    alive_[t] = c;
+    comms_.emplace(t, std::move(c));
   }
 
-  // SimGrid still uses an activity while its completion callback runs: release it one callback later.
-  void retire(int32_t t) {
-    graveyard_.clear();
-    graveyard_.push_back(std::move(alive_[t]));
+  void create_actors() {
+    actors_.resize(g_.device_order.size());
+    for (size_t d = 0; d < g_.device_order.size(); ++d)
+      if (!g_.device_order[d].empty())
+        actors_[d] =
+            sg4::Actor::create("device", p_.hosts[d], [this, d] { device_loop(static_cast<int>(d)); });
+    flusher_ = sg4::Actor::create("flusher", p_.hosts.front(), [this] { flusher_loop(); });
   }
-  void clear() {
-    graveyard_.clear();
-    alive_.clear();
+
+  // Activity::on_completion: from maestro for transfers, from the device's actor for compute tasks.
+  void completed(const sg4::Activity& a) {
+    const auto t = static_cast<int32_t>(reinterpret_cast<intptr_t>(a.get_data<void>()));
+    if (g_.tasks[t].is_compute()) {
+      computes_.emplace_back(t, a.get_finish_time());
+      schedule_batch();  // the device actors that finished run one after the other: the last sets it
+    } else {
+      transfers_.emplace_back(t, a.get_finish_time());
+      if (!flusher_woken_) {
+        flusher_woken_ = true;
+        flusher_->resume();  // runs after the device actors woken at this date
+      }
+    }
   }
 
  private:
+  void device_loop(int d) {
+    for (;;) {
+      while (request_[d] < 0 && !quit_) sg4::this_actor::suspend();
+      if (quit_) return;
+      const int32_t t = request_[d];
+      request_[d] = -1;
+      sg4::ExecPtr e = sg4::Exec::init();
+      e->set_host(p_.hosts[d]);
+      e->set_flops_amount(g_.tasks[t].duration * p_.speeds[d]);
+      e->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(t)));
+      e->start();
+      e->wait();  // fires Activity::on_completion here
+    }
+  }
+
+  void flusher_loop() {
+    for (;;) {
+      sg4::this_actor::suspend();
+      if (quit_) return;
+      flusher_woken_ = false;
+      schedule_batch();
+    }
+  }
+
+  void schedule_batch() {
+    if (batch_set_) return;
+    batch_set_ = true;
+    simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock(), [this] { run_batch(); });
+  }
+
+  void run_batch() {
+    batch_set_ = false;
+    graveyard_.clear();
+    // Move out: handling a completion may start activities whose completions come in later batches.
+    std::swap(batch_, computes_);
+    batch_.insert(batch_.end(), transfers_.begin(), transfers_.end());
+    computes_.clear();
+    transfers_.clear();
+    for (auto [t, end] : batch_) {
+      --in_flight_;
+      if (!g_.tasks[t].is_compute()) retire(t);
+      executor_->finished(t, end);
+    }
+    batch_.clear();
+    if (in_flight_ == 0) stop();  // complete, or nothing left that could finish: stuck
+  }
+
+ public:
+  // Ends the actors (after the last task, or when the run is stuck).
+  void stop() {
+    quit_ = true;
+    for (const sg4::ActorPtr& a : actors_)
+      if (a) a->resume();
+    flusher_->resume();
+  }
+  size_t in_flight() const { return in_flight_; }
+  void clear() {
+    graveyard_.clear();
+    comms_.clear();
+    actors_.clear();
+    flusher_ = nullptr;
+  }
+
+ private:
+  // SimGrid still uses a transfer while its completion callback runs: release it one batch later.
+  void retire(int32_t t) {
+    auto it = comms_.find(t);
+    graveyard_.push_back(std::move(it->second));
+    comms_.erase(it);
+  }
+
   const TaskGraph& g_;
   const Platform& p_;
-  std::vector<sg4::ActivityPtr> alive_;
+  Executor*& executor_;
+  std::vector<int32_t> request_;  // per device: the compute task its actor is to run next, or -1
+  std::vector<sg4::ActorPtr> actors_;
+  sg4::ActorPtr flusher_;
+  std::unordered_map<int32_t, sg4::CommPtr> comms_;  // transfers in the network
   std::vector<sg4::ActivityPtr> graveyard_;
+  std::vector<std::pair<int32_t, double>> computes_, transfers_, batch_;
+  size_t in_flight_ = 0;
+  bool batch_set_ = false, flusher_woken_ = false, quit_ = false;
 };
 
 std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
@@ -80,7 +189,9 @@ std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
 
 Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions& o) {
   std::vector<std::string> args = {"pipegrid", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
-                                   "--cfg=network/crosstraffic:0", "--cfg=network/optim:Lazy"};
+                                   "--cfg=network/crosstraffic:0", "--cfg=network/optim:Lazy",
+                                   // One actor per device: small stacks (SimGrid's default is 8 MiB each).
+                                   "--cfg=contexts/stack-size:256"};
   if (!o.log) args.insert(args.begin() + 1, "--log=root.thres:critical");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -90,25 +201,25 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   Result<Platform> platform = build_platform(c, communicating_pairs(g));
   if (!platform) return platform.error();
 
-  SimLauncher launcher(g, *platform);
-  Executor executor(g, launcher);
-  sg4::Activity::on_completion_cb([&](sg4::Activity const& a) {
-    const auto t = static_cast<int32_t>(reinterpret_cast<intptr_t>(a.get_data<void>()));
-    launcher.retire(t);
-    executor.finished(t, a.get_finish_time());
-  });
+  Executor* executor = nullptr;
+  SimLauncher launcher(g, *platform, executor);
+  Executor ex(g, launcher);
+  executor = &ex;
+  launcher.create_actors();
+  sg4::Activity::on_completion_cb([&](sg4::Activity const& a) { launcher.completed(a); });
   const auto t0 = std::chrono::steady_clock::now();
-  executor.start();
+  ex.start();
+  if (launcher.in_flight() == 0) launcher.stop();  // nothing to simulate, or stuck from the start
   engine.run();
   Replay r;
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   launcher.clear();
-  if (!executor.complete()) {
+  if (!ex.complete()) {
     std::vector<std::string> names;
     for (const Device& d : c.devices) names.push_back(d.name);
-    return executor.stuck_error(names);
+    return ex.stuck_error(names);
   }
-  r.timeline = executor.take_timeline();
+  r.timeline = ex.take_timeline();
   return r;
 }
 

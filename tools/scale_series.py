@@ -29,7 +29,7 @@ def activities(p, m):
 def bench(build, name, repeat):
     best = None
     for _ in range(repeat):
-        out = subprocess.run([os.path.join(build, "bench_scale"), f"--benchmark_filter=^{name}$",
+        out = subprocess.run([os.path.join(build, "bench_scale"), f"--benchmark_filter=^{name}/iterations",
                               "--benchmark_format=json"], capture_output=True, text=True, check=True)
         b = json.loads(out.stdout)["benchmarks"][0]
         if "error_message" in b:

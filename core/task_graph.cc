@@ -1,0 +1,23 @@
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+// Counting sort of the added dependencies by source task, stable: each task's successors keep the
+// order they were added in (the executor launches them in that order), packed rows first.
+void TaskGraph::pack() const {
+  const size_t n = tasks.size();
+  std::vector<uint32_t> row(n + 1, 0);
+  for (size_t t = 0; t + 1 < row_.size() && t < n; ++t) row[t + 1] = row_[t + 1] - row_[t];
+  for (auto [before, after] : added_) ++row[static_cast<size_t>(before) + 1];
+  for (size_t t = 0; t < n; ++t) row[t + 1] += row[t];
+  std::vector<int32_t> next(row[n]);
+  std::vector<uint32_t> fill(row.begin(), row.end() - 1);
+  for (size_t t = 0; t + 1 < row_.size() && t < n; ++t)
+    for (uint32_t i = row_[t]; i < row_[t + 1]; ++i) next[fill[t]++] = next_[i];
+  for (auto [before, after] : added_) next[fill[before]++] = after;
+  row_ = std::move(row);
+  next_ = std::move(next);
+  std::vector<std::pair<int32_t, int32_t>>().swap(added_);
+}
+
+}  // namespace pipegrid
