@@ -1,7 +1,7 @@
 // Task timelines of a few configurations, start and end of every task, bit for bit against timelines
 // stored in tests/sim/data/timelines/ (hex floats). The stored files were written by the replay as it
-// was before the compact task graph and the per-device actors (commit 9cf31ff), and each is checked
-// independently here, so the files are not taken on trust:
+// was before the compact task graph and the per-device actors (commit 9cf31ff, as of issue 14), and each is
+// checked independently here, so the files are not taken on trust:
 //  - configurations without link sharing (a full mesh of point-to-point links: every ordered device
 //    pair has its own link direction) against the analytic evaluator, which is exact when no two
 //    transfers ever share a link direction (core/evaluate.h): every start and end to 1e-9 of the
@@ -9,7 +9,8 @@
 //  - the configuration where max-min sharing matters (the trunk cluster of sharing_test.cc) against
 //    the hand derivation repeated below.
 // Rows are compared as a set keyed by what each task is (device, kind, stage, micro-batch, peer,
-// bytes), so renumbering tasks does not matter; the times must be identical.
+// bytes), so renumbering tasks does not matter; the times must be identical, with compute tasks
+// started from maestro (the default) and from one SimGrid actor per device (ReplayOptions).
 // Regenerate (only when a change of results is intended): PIPEGRID_WRITE_TIMELINES=1 test_sim
 // -tc='timelines*'.
 #include <doctest/doctest.h>
@@ -73,6 +74,12 @@ std::pair<PreparedRun, Timeline> check_stored(const Experiment& e, const std::st
     want << in.rdbuf();
     CHECK(got == want.str());
   }
+  // The same times with every device's compute tasks started from its own SimGrid actor.
+  sim::ReplayOptions actors;
+  actors.device_actors = true;
+  Result<sim::Replay> a = sim::replay_isolated(e.cluster, run->graph, actors);
+  if (!a) FAIL(a.error().message);
+  CHECK(rows(run->graph, a->timeline) == got);
   return {std::move(*run), std::move(r->timeline)};
 }
 
