@@ -8,7 +8,9 @@
 //   GraphPipeMMT32     GraphPipe's MMT on 32 Summit GPUs (graphpipe + graph-1f1b, mini-batch 64: the
 //                      planner explores every micro-batch size, as experiments/graphpipe does)
 //   DGX4096            dgx-a100-4096: 512 stages x 8 replicas (one DGX node per stage), 64 micro-batches
+//   Chain1F1BActors/p/m  the same with ReplayOptions::device_actors (one SimGrid actor per device)
 // Counters: activities, activities/s (end to end), prepare_s, replay_s (the child's simulation loop),
+// cpu_s (CPU time of both processes: user + system; the figure to trust on a loaded machine),
 // peak_rss_MB (this process or its children, whichever is larger: run one benchmark per process for a
 // figure of that configuration alone; tools/scale_series.py does) and bytes/activity.
 // tools/scale_series.py runs the series and fits the growth exponent.
@@ -26,6 +28,13 @@ using namespace pipegrid;
 
 namespace {
 
+double cpu_seconds(int who) {
+  rusage u{};
+  getrusage(who, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 double peak_rss_bytes() {
   rusage self{}, children{};
   getrusage(RUSAGE_SELF, &self);
@@ -33,15 +42,18 @@ double peak_rss_bytes() {
   return 1024.0 * static_cast<double>(std::max(self.ru_maxrss, children.ru_maxrss));
 }
 
-void run(benchmark::State& state, const std::string& yaml) {
+void run(benchmark::State& state, const std::string& yaml, bool device_actors = false) {
   Result<Experiment> e = input::load_experiment_text(yaml, "bench.yaml");
   if (!e) {
     state.SkipWithError(e.error().message.c_str());
     return;
   }
   size_t activities = 0;
-  double prepare_s = 0, replay_s = 0;
+  double prepare_s = 0, replay_s = 0, cpu_s = 0;
+  sim::ReplayOptions options;
+  options.device_actors = device_actors;
   for (auto _ : state) {
+    const double self0 = cpu_seconds(RUSAGE_SELF), children0 = cpu_seconds(RUSAGE_CHILDREN);
     const auto t0 = std::chrono::steady_clock::now();
     Result<PreparedRun> run = prepare(*e);
     if (!run) {
@@ -49,7 +61,7 @@ void run(benchmark::State& state, const std::string& yaml) {
       return;
     }
     const auto t1 = std::chrono::steady_clock::now();
-    Result<sim::Replay> r = sim::replay_isolated(e->cluster, run->graph);
+    Result<sim::Replay> r = sim::replay_isolated(e->cluster, run->graph, options);
     if (!r) {
       state.SkipWithError(r.error().message.c_str());
       return;
@@ -58,6 +70,7 @@ void run(benchmark::State& state, const std::string& yaml) {
     activities = run->graph.tasks.size();
     prepare_s = std::chrono::duration<double>(t1 - t0).count();
     replay_s = r->wall_seconds;
+    cpu_s = cpu_seconds(RUSAGE_SELF) - self0 + cpu_seconds(RUSAGE_CHILDREN) - children0;
     state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
   }
   const double n = static_cast<double>(activities);
@@ -65,6 +78,7 @@ void run(benchmark::State& state, const std::string& yaml) {
   state.counters["activities/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["prepare_s"] = prepare_s;
   state.counters["replay_s"] = replay_s;
+  state.counters["cpu_s"] = cpu_s;
   state.counters["peak_rss_MB"] = peak_rss_bytes() / (1 << 20);
   state.counters["bytes/activity"] = n > 0 ? peak_rss_bytes() / n : 0;
 }
@@ -78,13 +92,23 @@ strategy: {{partitioner: uniform, schedule: 1f1b, micro_batches: {}, replicas: {
                      layers, cluster, m, replicas);
 }
 
-void Chain1F1B(benchmark::State& state) {
+// 1F1B over a p-layer chain on a p-GPU switch.
+std::string switch_chain(const benchmark::State& state) {
   const int p = static_cast<int>(state.range(0)), m = static_cast<int>(state.range(1));
-  run(state, chain_yaml(m, p,
-                        fmt::format("{{kind: switch, count: {}, device: {{name: gpu, memory: 80GiB}}, "
-                                    "bandwidth: 25GBps, latency: 1us}}",
-                                    p),
-                        1));
+  return chain_yaml(m, p,
+                    fmt::format("{{kind: switch, count: {}, device: {{name: gpu, memory: 80GiB}}, "
+                                "bandwidth: 25GBps, latency: 1us}}",
+                                p),
+                    1);
+}
+
+void Chain1F1B(benchmark::State& state) {
+  run(state, switch_chain(state));
+}
+
+// The same with every device's compute tasks started from its own SimGrid actor (ReplayOptions).
+void Chain1F1BActors(benchmark::State& state) {
+  run(state, switch_chain(state), true);
 }
 
 void FatTree1024(benchmark::State& state) {
@@ -116,6 +140,12 @@ BENCHMARK(Chain1F1B)
     ->Args({512, 2048})
     ->Args({1024, 2048})
     ->Args({1024, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
+BENCHMARK(Chain1F1BActors)
+    ->Args({128, 1024})
+    ->Args({512, 2048})
     ->UseManualTime()
     ->Unit(benchmark::kSecond)
     ->Iterations(1);
