@@ -20,4 +20,28 @@ void TaskGraph::pack() const {
   std::vector<std::pair<int32_t, int32_t>>().swap(added_);
 }
 
+void TaskGraph::renumber(const std::vector<int32_t>& order) {
+  const size_t n = tasks.size();
+  if (!added_.empty() || row_.size() != n + 1) pack();
+  std::vector<int32_t> id(n);
+  for (size_t i = 0; i < n; ++i) id[order[i]] = static_cast<int32_t>(i);
+  std::vector<Task> t(n);
+  std::vector<int32_t> pred(n), next(next_.size());
+  std::vector<uint32_t> row(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t old = order[i];
+    t[i] = tasks[old];
+    pred[i] = predecessor_count[old];
+    row[i + 1] = row[i];
+    for (uint32_t k = row_[old]; k < row_[old + 1]; ++k) next[row[i + 1]++] = id[next_[k]];
+  }
+  tasks = std::move(t);
+  predecessor_count = std::move(pred);
+  row_ = std::move(row);
+  next_ = std::move(next);
+  for (auto& d : device_order)
+    for (int32_t& x : d) x = id[x];
+  for (MemoryChange& c : memory_changes) c.task = id[c.task];
+}
+
 }  // namespace pipegrid

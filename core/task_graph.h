@@ -71,6 +71,10 @@ struct TaskGraph {
   }
   size_t dependency_count() const { return next_.size() + added_.size(); }
 
+  // Renumbers the tasks: new task i is old task order[i] (a permutation of every task). Successor
+  // lists keep their order, device orders and memory changes follow.
+  void renumber(const std::vector<int32_t>& order);
+
  private:
   void pack() const;  // merges added_ into row_ / next_
 

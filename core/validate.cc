@@ -124,38 +124,32 @@ class SymbolicLauncher : public TaskLauncher {
 
 }  // namespace
 
-namespace {
-
-// Whether every task runs under the executor's rules (a device runs its compute tasks in order, each
-// once its dependencies are done; a transfer once its dependencies are done): a topological pass
-// over the dependencies plus each device's order, with no backend and no times. It runs once per
-// lowered plan; only a graph that fails it is executed symbolically again, for the message.
-bool runs_to_completion(const TaskGraph& g) {
+std::vector<int32_t> execution_order(const TaskGraph& g) {
+  // A topological pass over the dependencies plus each device's order, with no backend and no times;
+  // the order is also its queue.
   const size_t n = g.tasks.size();
   std::vector<int32_t> pending(g.predecessor_count);
   std::vector<uint32_t> cursor(g.device_order.size(), 0);
-  std::vector<int32_t> ready;
+  std::vector<int32_t> order;
+  order.reserve(n);
   auto head_ready = [&](size_t d) {
     if (cursor[d] < g.device_order[d].size() && pending[g.device_order[d][cursor[d]]] == 0)
-      ready.push_back(g.device_order[d][cursor[d]]);
+      order.push_back(g.device_order[d][cursor[d]]);
   };
   for (size_t t = 0; t < n; ++t)
-    if (!g.tasks[t].is_compute() && pending[t] == 0) ready.push_back(static_cast<int32_t>(t));
+    if (!g.tasks[t].is_compute() && pending[t] == 0) order.push_back(static_cast<int32_t>(t));
   for (size_t d = 0; d < g.device_order.size(); ++d) head_ready(d);
-  size_t done = 0;
-  while (!ready.empty()) {
-    const int32_t t = ready.back();
-    ready.pop_back();
-    ++done;
+  for (size_t head = 0; head < order.size(); ++head) {
+    const int32_t t = order[head];
     for (int32_t s : g.successors(t)) {
       if (--pending[s] != 0) continue;
       const Task& st = g.tasks[s];
       if (!st.is_compute())
-        ready.push_back(s);
+        order.push_back(s);
       else if (const auto d = static_cast<size_t>(st.device); d < g.device_order.size() &&
                                                               cursor[d] < g.device_order[d].size() &&
                                                               g.device_order[d][cursor[d]] == s)
-        ready.push_back(s);
+        order.push_back(s);
     }
     const Task& task = g.tasks[t];
     if (task.is_compute()) {
@@ -163,13 +157,13 @@ bool runs_to_completion(const TaskGraph& g) {
       head_ready(static_cast<size_t>(task.device));
     }
   }
-  return done == n;
+  return order;
 }
 
-}  // namespace
-
 Status check_deadlock_free(const TaskGraph& g, const Schedule& s, const std::vector<std::string>& names) {
-  if (runs_to_completion(g)) return {};
+  // One breadth-first pass proves freedom; only a graph that fails it is run symbolically again, for
+  // the message.
+  if (execution_order(g).size() == g.tasks.size()) return {};
   SymbolicLauncher l;
   Executor ex(g, l);
   ex.start();
