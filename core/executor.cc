@@ -13,23 +13,28 @@ double Timeline::makespan() const {
 }
 
 std::string describe_task(const Task& t, const std::vector<std::string>& names) {
-  auto name = [&](int d) { return d >= 0 && static_cast<size_t>(d) < names.size() ? names[d] : fmt::format("device{}", d); };
+  auto name = [&](int d) {
+    return d >= 0 && static_cast<size_t>(d) < names.size() ? names[d] : fmt::format("device{}", d);
+  };
   switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
     case TaskKind::Weight: {
-      Pass p = t.kind == TaskKind::Forward ? Pass::Forward : t.kind == TaskKind::Backward ? Pass::Backward : Pass::Weight;
+      Pass p = t.kind == TaskKind::Forward    ? Pass::Forward
+               : t.kind == TaskKind::Backward ? Pass::Backward
+                                              : Pass::Weight;
       return fmt::format("{} on {}", to_string(Action{t.stage, p, t.micro_batch}), name(t.device));
     }
-    case TaskKind::Optimizer: return fmt::format("optimizer step on {}", name(t.device));
+    case TaskKind::Optimizer:
+      return fmt::format("optimizer step on {}", name(t.device));
     case TaskKind::Transfer:
       switch (t.transfer) {
         case TransferKind::Activation:
-          return fmt::format("activation {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage, t.micro_batch,
-                             name(t.device), name(t.peer));
+          return fmt::format("activation {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage,
+                             t.micro_batch, name(t.device), name(t.peer));
         case TransferKind::Gradient:
-          return fmt::format("gradient {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage, t.micro_batch,
-                             name(t.device), name(t.peer));
+          return fmt::format("gradient {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage,
+                             t.micro_batch, name(t.device), name(t.peer));
         default:
           return fmt::format("all-reduce step of stage {}, {}->{}", t.stage, name(t.device), name(t.peer));
       }
@@ -84,7 +89,7 @@ void Executor::drain() {
     timeline_.end[t] = end;
     ++done_;
     const Task& task = graph_.tasks[t];
-    for (int32_t s : graph_.successors[t]) {
+    for (int32_t s : graph_.successors(t)) {
       if (--pending_[s] != 0) continue;
       if (graph_.tasks[s].is_compute())
         try_device(graph_.tasks[s].device, end);
@@ -113,7 +118,7 @@ std::vector<int32_t> Executor::blockers(int32_t task) const {
     frontier.pop_back();
     for (size_t u = 0; u < graph_.tasks.size(); ++u) {
       if (timeline_.end[u] >= 0) continue;
-      for (int32_t s : graph_.successors[u]) {
+      for (int32_t s : graph_.successors(static_cast<int32_t>(u))) {
         if (s != t) continue;
         if (graph_.tasks[u].is_compute())
           out.push_back(static_cast<int32_t>(u));

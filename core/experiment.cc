@@ -24,7 +24,14 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p) {
   lo.allreduce = r.strategy.allreduce;
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
-  if (Status s = check_deadlock_free(*g, p.schedule, names); !s) return s.error();
+  // Tasks renumbered in an order they run in: the replay and the evaluator then touch neighbouring
+  // tasks (cache), not one region per device.
+  std::vector<int32_t> order = execution_order(*g);
+  if (order.size() != g->tasks.size()) {
+    Status s = check_deadlock_free(*g, p.schedule, names);
+    return s ? Error{"internal error: the task graph does not run to completion"} : s.error();
+  }
+  g->renumber(order);
   return g;
 }
 

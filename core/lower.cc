@@ -108,6 +108,32 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   };
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
 
+  // Room for every task and dependency, counted up front: compute tasks and optimizer steps, two
+  // transfers (or two direct dependencies) per replica pair and micro-batch, ring all-reduce steps.
+  size_t compute = 0, transfers = 0, ring_steps = 0, dependencies = 0;
+  for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
+    compute += sched.device_actions[d].size() + (sched.device_actions[d].empty() ? 0 : 1);
+  for (size_t s = 0; s < S; ++s) {
+    const size_t r = p.stage(s).devices.size();
+    if (r > 1) ring_steps += 2 * (r - 1) * r;
+    for (int t : p.successors(static_cast<int>(s))) {
+      const auto& from = p.stage(s).devices;
+      const auto& to = p.stage(t).devices;
+      for (size_t i = 0; i < from.size(); ++i)
+        for (size_t j = 0; j < to.size(); ++j) {
+          if (overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
+                      static_cast<int>(to.size())) <= 0)
+            continue;
+          transfers += from[i] == to[j] ? 0 : 2 * static_cast<size_t>(m);
+          dependencies += 4 * static_cast<size_t>(m);
+        }
+    }
+  }
+  g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
+  g.memory_changes.reserve(compute * 2);
+  for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
+    g.device_order[d].reserve(sched.device_actions[d].size() + 1);
+
   // Compute tasks in device order, with their memory effects.
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d) {
     for (const Action& a : sched.device_actions[d]) {

@@ -11,23 +11,38 @@ std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t) {
     double bytes;
     MemoryCategory category;
   };
-  std::vector<std::vector<Event>> events(D);
+  // Every device's events in one array (counting sort by device, keeping the lowering's order).
+  std::vector<size_t> first(D + 1, 0);
+  for (const MemoryChange& c : g.memory_changes) ++first[g.tasks[c.task].device + 1];
+  for (size_t d = 0; d < D; ++d) first[d + 1] += first[d];
+  std::vector<Event> events(first[D]);
+  std::vector<size_t> fill(first.begin(), first.end() - 1);
   for (const MemoryChange& c : g.memory_changes) {
-    const Task& task = g.tasks[c.task];
-    double at = c.at_end ? t.end[c.task] : t.start[c.task];
-    events[task.device].push_back({at, c.bytes, c.category});
+    const auto d = static_cast<size_t>(g.tasks[c.task].device);
+    events[fill[d]++] = {c.at_end ? t.end[c.task] : t.start[c.task], c.bytes, c.category};
   }
   std::vector<MemoryTrace> traces(D);
   for (size_t d = 0; d < D; ++d) {
-    auto& ev = events[d];
-    std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
-      return a.time < b.time || (a.time == b.time && a.bytes < 0 && b.bytes >= 0);
-    });
+    const auto lo = events.begin() + static_cast<std::ptrdiff_t>(first[d]);
+    const auto hi = events.begin() + static_cast<std::ptrdiff_t>(first[d + 1]);
+    // A device runs its tasks one after the other, and lower() lists each task's changes at its start
+    // before those at its end: the times are then already in order, and one pass suffices. Other
+    // graphs are sorted first.
+    if (!std::is_sorted(lo, hi, [](const Event& a, const Event& b) { return a.time < b.time; }))
+      std::stable_sort(lo, hi, [](const Event& a, const Event& b) { return a.time < b.time; });
     MemoryBytes cur = g.static_memory[d];
+    traces[d].reserve(static_cast<size_t>(hi - lo) + 1);
     traces[d].push_back({0.0, cur});
-    for (size_t i = 0; i < ev.size();) {
-      const double time = ev[i].time;
-      for (; i < ev.size() && ev[i].time == time; ++i) cur[static_cast<int>(ev[i].category)] += ev[i].bytes;
+    for (auto i = lo; i != hi;) {
+      // At one time, frees before allocations, each in their order.
+      const double time = i->time;
+      auto j = i;
+      while (j != hi && j->time == time) ++j;
+      for (auto k = i; k != j; ++k)
+        if (k->bytes < 0) cur[static_cast<int>(k->category)] += k->bytes;
+      for (auto k = i; k != j; ++k)
+        if (k->bytes >= 0) cur[static_cast<int>(k->category)] += k->bytes;
+      i = j;
       if (traces[d].back().time == time)
         traces[d].back().bytes = cur;
       else

@@ -103,7 +103,8 @@ Result<const PlannerInfo*> planner_for(const StrategySpec& s);
 std::vector<std::string> device_names(const Cluster& c);
 
 // Validates a plan's schedule against its partition, lowers it to a task graph (with the request's
-// memory options and all-reduce) and checks the graph for deadlock. Planners use it to evaluate
+// memory options and all-reduce), checks the graph for deadlock and numbers its tasks in an order they
+// run in (breadth first, see validate.h's execution_order). Planners use it to evaluate
 // candidates; the core pipeline runs it on the plan returned.
 Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "core/memory.h"
@@ -34,9 +36,12 @@ struct MemoryChange {
   double bytes = 0;
 };
 
+// Tasks and their dependencies. The dependencies are kept in compressed sparse rows: the successors
+// of every task in one contiguous array (no heap block per task), in the order depend() was called.
+// depend() appends to a list that the first successors() call after it packs into the rows; lower()
+// reserves both up front.
 struct TaskGraph {
   std::vector<Task> tasks;
-  std::vector<std::vector<int32_t>> successors;  // data dependencies
   std::vector<int32_t> predecessor_count;
   std::vector<std::vector<int32_t>> device_order;  // per device: compute tasks in execution order
   std::vector<MemoryBytes> static_memory;          // per device, held for the whole iteration
@@ -45,14 +50,37 @@ struct TaskGraph {
 
   int32_t add(const Task& t) {
     tasks.push_back(t);
-    successors.emplace_back();
     predecessor_count.push_back(0);
     return static_cast<int32_t>(tasks.size() - 1);
   }
   void depend(int32_t before, int32_t after) {
-    successors[before].push_back(after);
+    added_.emplace_back(before, after);
     ++predecessor_count[after];
   }
+  // Room for `task_count` tasks and `dependency_count` dependencies.
+  void reserve(size_t task_count, size_t dependency_count) {
+    tasks.reserve(task_count);
+    predecessor_count.reserve(task_count);
+    added_.reserve(dependency_count);
+  }
+
+  // The tasks that depend on `t` (data dependencies), in the order they were added.
+  std::span<const int32_t> successors(int32_t t) const {
+    if (!added_.empty() || row_.size() != tasks.size() + 1) pack();
+    return {next_.data() + row_[t], next_.data() + row_[t + 1]};
+  }
+  size_t dependency_count() const { return next_.size() + added_.size(); }
+
+  // Renumbers the tasks: new task i is old task order[i] (a permutation of every task). Successor
+  // lists keep their order, device orders and memory changes follow.
+  void renumber(const std::vector<int32_t>& order);
+
+ private:
+  void pack() const;  // merges added_ into row_ / next_
+
+  mutable std::vector<std::pair<int32_t, int32_t>> added_;  // (before, after) not packed yet
+  mutable std::vector<uint32_t> row_;                       // successors of t: next_[row_[t] .. row_[t + 1])
+  mutable std::vector<int32_t> next_;
 };
 
 // When each task ran (indexed like TaskGraph::tasks).

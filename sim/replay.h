@@ -15,6 +15,10 @@ namespace pipegrid::sim {
 
 struct ReplayOptions {
   bool log = false;  // let SimGrid print its log (silent by default)
+  // Run each device's compute tasks from a SimGrid actor of its own instead of maestro (same results;
+  // avoids SimGrid 3.32's scan of maestro's in-flight activities at every compute task's end, but
+  // costs more in context switches than it saves up to 1,024 devices: see replay.cc).
+  bool device_actors = false;
 };
 
 struct Replay {

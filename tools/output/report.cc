@@ -396,7 +396,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   for (int32_t t : transfers) {
     const Task& task = g.tasks[t];
     if (task.transfer == TransferKind::AllReduce) continue;
-    for (int32_t consumer : g.successors[t]) {
+    for (int32_t consumer : g.successors(t)) {
       if (!g.tasks[consumer].is_compute()) continue;
       ++flow;
       emit({{"ph", "s"},

@@ -1,0 +1,47 @@
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+// Counting sort of the added dependencies by source task, stable: each task's successors keep the
+// order they were added in (the executor launches them in that order), packed rows first.
+void TaskGraph::pack() const {
+  const size_t n = tasks.size();
+  std::vector<uint32_t> row(n + 1, 0);
+  for (size_t t = 0; t + 1 < row_.size() && t < n; ++t) row[t + 1] = row_[t + 1] - row_[t];
+  for (auto [before, after] : added_) ++row[static_cast<size_t>(before) + 1];
+  for (size_t t = 0; t < n; ++t) row[t + 1] += row[t];
+  std::vector<int32_t> next(row[n]);
+  std::vector<uint32_t> fill(row.begin(), row.end() - 1);
+  for (size_t t = 0; t + 1 < row_.size() && t < n; ++t)
+    for (uint32_t i = row_[t]; i < row_[t + 1]; ++i) next[fill[t]++] = next_[i];
+  for (auto [before, after] : added_) next[fill[before]++] = after;
+  row_ = std::move(row);
+  next_ = std::move(next);
+  std::vector<std::pair<int32_t, int32_t>>().swap(added_);
+}
+
+void TaskGraph::renumber(const std::vector<int32_t>& order) {
+  const size_t n = tasks.size();
+  if (!added_.empty() || row_.size() != n + 1) pack();
+  std::vector<int32_t> id(n);
+  for (size_t i = 0; i < n; ++i) id[order[i]] = static_cast<int32_t>(i);
+  std::vector<Task> t(n);
+  std::vector<int32_t> pred(n), next(next_.size());
+  std::vector<uint32_t> row(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t old = order[i];
+    t[i] = tasks[old];
+    pred[i] = predecessor_count[old];
+    row[i + 1] = row[i];
+    for (uint32_t k = row_[old]; k < row_[old + 1]; ++k) next[row[i + 1]++] = id[next_[k]];
+  }
+  tasks = std::move(t);
+  predecessor_count = std::move(pred);
+  row_ = std::move(row);
+  next_ = std::move(next);
+  for (auto& d : device_order)
+    for (int32_t& x : d) x = id[x];
+  for (MemoryChange& c : memory_changes) c.task = id[c.task];
+}
+
+}  // namespace pipegrid
