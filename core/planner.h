@@ -40,8 +40,9 @@ struct StrategySpec {
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
   int mini_batch = 0;
-  // Planners that can (luo): also plan with every other registered planner and keep the best plan.
-  bool planner_baselines = true;
+  // Planners that can (luo): also plan with every other registered planner and keep the best plan
+  // (off by default: a call then costs what every planner costs).
+  bool planner_baselines = false;
   PartitionerOptions partitioner_options;  // straight, hierarchy, activation_compression_ratio, ...
   std::string schedule_text;               // `file` schedule: the CSV text
   std::string schedule_source;             // `file` schedule: its path, for messages

@@ -47,7 +47,7 @@ CLUSTERS = {
     "DGX-1 + PCIe (16)": "dgx1-mixed-2",
 }
 PLANNERS = {
-    "luo": {"planner": "luo"},
+    "luo": {"planner": "luo", "baselines": True},  # its own search, and the others' plans as candidates
     "dapple": {"planner": "dapple"},
     # PipeDream plans at its profile's batch: micro-batches of the profiled size (PipeDream's own
     # setting; its planner on GNMT-16 over 16 GPUs also takes 10-24 s a call here).

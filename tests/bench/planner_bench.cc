@@ -85,7 +85,7 @@ void graphpipe(benchmark::State& state, std::string model, int gpus, int b, int 
 }
 
 // luo on a DAPPLE profile: one plan_luo call per iteration (no judge: analytic ranking only), alone
-// (baselines: false) or also running every other planner (the default).
+// (baselines: false, the default) or also running every other planner (baselines: true).
 void luo(benchmark::State& state, fs::path profile, int batch, std::string cluster, int mini_batch,
          bool baselines) {
   const std::string text = "name: bench\nworkload: {profile: " + profile.string() +
