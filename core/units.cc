@@ -250,4 +250,8 @@ std::string format_flops(double f) {
                 "FLOP");
 }
 
+double max_magnitude(Dimension d) {
+  return limit(d).max;
+}
+
 }  // namespace pipegrid

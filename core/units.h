@@ -22,6 +22,10 @@ std::string describe(Dimension d);
 // without location (callers add it): expected a time like "1ms", got "5GB" ("GB" is the unit of a byte size).
 Result<double> parse_quantity(std::string_view text, Dimension d, bool allow_negative = false);
 
+// The largest magnitude parse_quantity accepts for a dimension (1e9 for Time, ...), for inputs that
+// carry quantities without units (profiles, SimGrid speeds) and must keep the same bounds.
+double max_magnitude(Dimension d);
+
 // describe() with a qualifier: qualified(Dimension::Time, "positive") = "a positive time like \"1ms\"".
 std::string describe(Dimension d, std::string_view qualifier);
 

@@ -301,7 +301,7 @@ class Reader {
   // Host speeds: "1Gf", "2.5e9f", "100TFLOPS" or a bare number of flop/s.
   void check_speed(const pugi::xml_node& n) const {
     const std::string text = required(n, "speed");
-    // SimGrid's own units, then pipegrid's; either way at most 1e21 flop/s (core/units.h's bound).
+    // SimGrid's own units, then pipegrid's; either way within core/units.h's bound for speeds.
     double v = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     const std::string_view unit(p, text.data() + text.size() - p);
@@ -309,7 +309,9 @@ class Reader {
         {"", 1},     {"f", 1},     {"flops", 1}, {"kf", 1e3},  {"Mf", 1e6},
         {"Gf", 1e9}, {"Tf", 1e12}, {"Pf", 1e15}, {"Ef", 1e18}, {"Zf", 1e21}};
     if (ec == std::errc() && v > 0 && std::isfinite(v)) {
-      if (auto it = kSimGrid.find(unit); it != kSimGrid.end() && v * it->second <= 1e21) return;
+      if (auto it = kSimGrid.find(unit);
+          it != kSimGrid.end() && v * it->second <= max_magnitude(Dimension::FlopRate))
+        return;
       if (!kSimGrid.count(unit) && parse_quantity(text, Dimension::FlopRate).ok()) return;
     }
     fail(n, fmt::format("{}: speed: expected a positive speed like \"1Gf\", got \"{}\"", describe(n), text));

@@ -7,6 +7,8 @@
 #include <map>
 #include <vector>
 
+#include "core/units.h"
+
 namespace pipegrid {
 namespace {
 
@@ -111,8 +113,8 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
       kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
       metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
     }
-    // The bounds are those of quantities in every other input (core/units.h): 1e9 s, 1e18 bytes.
-    constexpr double kMaxMs = 1e12, kMaxBytes = 1e18;
+    // The bounds of quantities in every other input (core/units.h), in the profile's units.
+    const double kMaxMs = max_magnitude(Dimension::Time) * 1e3, kMaxBytes = max_magnitude(Dimension::Bytes);
     double fwd = 0, bwd = 0, act = 0, params = 0;
     for (auto [key, out, sized, max, unit] :
          {std::tuple{"forward_compute_time", &fwd, false, kMaxMs, "ms"},
