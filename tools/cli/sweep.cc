@@ -1,5 +1,5 @@
 // pipegrid sweep SWEEP.yaml [-j N] [--db FILE] [--shard I/N] [--slurm N]: every point of a sweep
-// (tools/sweep/sweep.h) as its own `pipegrid run` process (SimGrid allows one simulation per
+// (tools/sweep/sweep.h) in a forked child process of its own (SimGrid allows one simulation per
 // process), N at a time, results committed to SQLite point by point (tools/sweep/results_db.h).
 // pipegrid sweep export DB [--csv | --jsonl]; pipegrid sweep merge OUT DB...; pipegrid sweep plot.
 #include "tools/sweep/sweep.h"
@@ -218,13 +218,21 @@ struct Child {
   std::chrono::steady_clock::time_point start;
 };
 
-// Starts `pipegrid sweep point SWEEP INDEX` with its outputs in memory files.
+int run_point(const SweepOptions& o);
+
+// Runs one point in a child process (SimGrid allows one simulation per process) with its outputs in
+// memory files. The child is a fork without exec: it already has the program and its 32 shared
+// libraries loaded, which is most of what a small point costs as a new process (sim/README.md,
+// "Start-up"). It runs the point exactly as `pipegrid sweep point SWEEP INDEX` would (re-reading the
+// sweep file and checking its fingerprint) and leaves with _exit, so nothing of the parent's (the
+// database connection, buffers) is closed or flushed twice.
 std::optional<std::pair<pid_t, Child>> spawn_point(const Sweep& s, size_t point) {
   const int out = memfd_create("pipegrid-point-stdout", MFD_CLOEXEC);
   const int err = memfd_create("pipegrid-point-stderr", MFD_CLOEXEC);
   if (out < 0 || err < 0) return std::nullopt;
   const pid_t parent = getpid();
-  const std::string index = std::to_string(point);
+  std::cout.flush();  // the child must not inherit buffered output
+  std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return std::nullopt;
   if (pid == 0) {
@@ -232,16 +240,15 @@ std::optional<std::pair<pid_t, Child>> spawn_point(const Sweep& s, size_t point)
     if (getppid() != parent) _exit(127);
     dup2(out, STDOUT_FILENO);
     dup2(err, STDERR_FILENO);
-    const char* argv[] = {"pipegrid",
-                          "sweep",
-                          "point",
-                          s.path().c_str(),
-                          index.c_str(),
-                          "--fingerprint",
-                          s.fingerprint().c_str(),
-                          nullptr};
-    execv("/proc/self/exe", const_cast<char* const*>(argv));
-    _exit(127);
+    SweepOptions po;
+    po.point_file = s.path();
+    po.point_index = static_cast<long long>(point);
+    po.point_fingerprint = s.fingerprint();
+    const int rc = run_point(po);
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    _exit(rc);
   }
   return std::pair{pid, Child{point, out, err, std::chrono::steady_clock::now()}};
 }
