@@ -2,7 +2,8 @@
 """pipegrid against ASTRA-sim's analytical backend on the same 1F1B chain (issue 14, item 3).
 
     experiments/astra-sim/run.py [--out DIR] [--astra-src DIR] [--points 64x256,128x1024]
-                                 [--repeat N] [--jobs N] [--no-install] [--skip-astra]
+                                 [--repeat N] [--activation BYTES] [--jobs N] [--no-install]
+                                 [--skip-astra]
 
 Run by hand (not by CI): it installs the Debian packages it needs when they are missing, clones
 ASTRA-sim at a pinned commit with its submodules at their pinned commits (network access to the
