@@ -83,12 +83,17 @@ def get_source(args):
             say(f"note: {src} is at {head.stdout.strip()}, not the pinned {ASTRA_COMMIT}")
         return src
     src = os.path.join(args.out, "astra-sim")
+
+    def git(*cmd):
+        if subprocess.run(["git"] + list(cmd)).returncode != 0:
+            sys.exit(f"`git {' '.join(cmd)}` failed (see above); use --astra-src DIR with a checkout made by hand")
+
     if not os.path.exists(os.path.join(src, ".git")):
         say(f"cloning ASTRA-sim into {src}")
-        subprocess.run(["git", "clone", ASTRA_URL, src], check=True)
-    subprocess.run(["git", "-C", src, "checkout", "-q", ASTRA_COMMIT], check=True)
+        git("clone", ASTRA_URL, src)
+    git("-C", src, "checkout", "-q", ASTRA_COMMIT)
     say("checking out the submodules at their pinned commits")
-    subprocess.run(["git", "-C", src, "submodule", "update", "--init", "--recursive"] + SUBMODULES, check=True)
+    git("-C", src, "submodule", "update", "--init", "--recursive", *SUBMODULES)
     return src
 
 
@@ -101,18 +106,17 @@ def build(src, jobs):
         return binary
     proto = os.path.join(src, "extern/graph_frontend/chakra/schema/protobuf")
     for lang in ("--cpp_out", "--python_out"):
-        subprocess.run(["protoc", "et_def.proto", f"--proto_path={proto}", f"{lang}={proto}"], check=True)
+        if subprocess.run(["protoc", "et_def.proto", f"--proto_path={proto}", f"{lang}={proto}"]).returncode:
+            sys.exit(f"protoc failed on {proto}/et_def.proto")
     b = os.path.join(src, "build/astra_analytical/build")
     os.makedirs(b, exist_ok=True)
     say(f"building ASTRA-sim's analytical backend (congestion_unaware, -j{jobs}); log in {b}/build.log")
     t0 = time.monotonic()
     with open(os.path.join(b, "build.log"), "w") as log:
-        subprocess.run(["cmake", "..", "-DBUILDTARGET=congestion_unaware"], cwd=b, check=True, stdout=log,
-                       stderr=subprocess.STDOUT)
-        r = subprocess.run(["nice", "-n", "10", "cmake", "--build", ".", "-j", str(jobs)], cwd=b, stdout=log,
-                           stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        sys.exit(f"ASTRA-sim's build failed: see {b}/build.log")
+        for cmd in (["cmake", "..", "-DBUILDTARGET=congestion_unaware"],
+                    ["nice", "-n", "10", "cmake", "--build", ".", "-j", str(jobs)]):
+            if subprocess.run(cmd, cwd=b, stdout=log, stderr=subprocess.STDOUT).returncode:
+                sys.exit(f"ASTRA-sim's build failed ({' '.join(cmd)}): see {b}/build.log")
     say(f"built in {time.monotonic() - t0:.0f} s")
     return binary
 
@@ -122,7 +126,8 @@ def official_schema(src, out):
     proto = os.path.join(src, "extern/graph_frontend/chakra/schema/protobuf")
     d = os.path.join(out, "et_def_py")
     os.makedirs(d, exist_ok=True)
-    subprocess.run(["protoc", "et_def.proto", f"--proto_path={proto}", f"--python_out={d}"], check=True)
+    if subprocess.run(["protoc", "et_def.proto", f"--proto_path={proto}", f"--python_out={d}"]).returncode:
+        sys.exit(f"protoc failed on {proto}/et_def.proto")
     sys.path.insert(0, d)
     import et_def_pb2
     return et_def_pb2
