@@ -61,16 +61,16 @@ def rank_nodes(p, m, s, forward_us, backward_us, step_us, activation_bytes):
                       "duration_us": duration_us, "attrs": attrs or {}})
         return len(nodes) - 1
 
-    def comm(kind, src, dst, tag):
+    def comm(src, dst, tag):
         return {"is_cpu_op": ("bool", False), "comm_src": ("int32", src), "comm_dst": ("int32", dst),
                 "comm_size": ("int64", activation_bytes), "comm_tag": ("int32", tag)}
 
     recv = {}  # ("F"|"B", j) -> node id
     for j in range(m):
         if s > 0:
-            recv[("F", j)] = add(f"recv_F{j}", RECV, attrs=comm("recv", s - 1, s, 2 * j))
+            recv[("F", j)] = add(f"recv_F{j}", RECV, attrs=comm(s - 1, s, 2 * j))
         if s < p - 1:
-            recv[("B", j)] = add(f"recv_B{j}", RECV, attrs=comm("recv", s + 1, s, 2 * j + 1))
+            recv[("B", j)] = add(f"recv_B{j}", RECV, attrs=comm(s + 1, s, 2 * j + 1))
     previous = None
     for pas, j in one_f_one_b(p, m, s):
         deps = ([previous] if previous is not None else []) + ([recv[(pas, j)]] if (pas, j) in recv else [])
@@ -78,9 +78,9 @@ def rank_nodes(p, m, s, forward_us, backward_us, step_us, activation_bytes):
                 duration_us=forward_us if pas == "F" else backward_us, attrs={"is_cpu_op": ("bool", False)})
         previous = c
         if pas == "F" and s < p - 1:
-            add(f"send_F{j}", SEND, data=[c], attrs=comm("send", s, s + 1, 2 * j))
+            add(f"send_F{j}", SEND, data=[c], attrs=comm(s, s + 1, 2 * j))
         if pas == "B" and s > 0:
-            add(f"send_B{j}", SEND, data=[c], attrs=comm("send", s, s - 1, 2 * j + 1))
+            add(f"send_B{j}", SEND, data=[c], attrs=comm(s, s - 1, 2 * j + 1))
     add("step", COMP, data=[previous], duration_us=step_us, attrs={"is_cpu_op": ("bool", False)})
     return nodes
 
