@@ -27,7 +27,7 @@
 //   of its first stage, which the state does not hold, so the programme is a heuristic, not exact.
 // - Every stage count's best plan is estimated as sum + (m - 1) x slowest (DAPPLE's warm-up + steady
 //   phases), the best kFinalists are lowered with 1F1B and timed by the analytic evaluator, and the
-//   judge (SimGrid from the CLI) times the best kJudged; the fastest that fits memory wins.
+//   judge (SimGrid from the CLI) times the best kDappleJudged; the fastest that fits memory wins.
 // - Schedule: DAPPLE's early backward scheduling starts a stage's backward passes as soon as its
 //   warm-up forwards (stage i of p: p - i forwards in flight) are done and then alternates one forward
 //   and one backward: that is the `1f1b` schedule table's order (PipeDream-Flush), which is used.
@@ -50,8 +50,8 @@ constexpr int kBlocks = 32;  // layer blocks the stage boundaries choose from
 // Device-usage states (product over machines of their sizes + 1); above, the machines are planned as
 // one (the policies then coincide), e.g. a cluster whose every device is its own machine.
 constexpr long long kMaxStates = 1024;  // 3 DGX-1 (9^3 = 729) keep their machines; 4 (6561) do not
-constexpr size_t kFinalists = 6, kJudged = 3;
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr size_t kFinalists = 6, kDappleJudged = 3;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 enum Policy { FreshFirst, AppendFirst, ScatterFirst };
 constexpr const char* kPolicyNames[] = {"fresh-first", "append-first", "scatter-first"};
@@ -131,7 +131,7 @@ std::vector<int> allocate(const Machines& m, const std::vector<int>& used, int c
 }
 
 struct Entry {
-  double slowest = kInf, sum = kInf;
+  double slowest = kInfinity, sum = kInfinity;
   std::vector<int> devices;   // of the first stage of this suffix
   int next_block = -1;        // where the stage after it starts (n: none)
   long long next_state = -1;  // device usage of the suffix after the first stage
@@ -281,7 +281,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     // micro-batch: the activation sent and the gradient received at boundary j, and the all-reduce.
     struct Fixed {
       std::vector<int> classes;
-      double capacity = kInf, transfer = 0, allreduce_latency = 0, allreduce_bandwidth = kInf;
+      double capacity = kInfinity, transfer = 0, allreduce_latency = 0, allreduce_bandwidth = kInfinity;
     };
     auto fixed_costs = [&](const std::vector<int>& devs, const std::vector<int>& next, int j) {
       Fixed f;
@@ -323,7 +323,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       if (r.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;
       const int in_flight = gpipe ? m : std::min(after + 1, m);
       if (pipegrid::total(st) + (in_flight * (stash[j] - stash[i]) + big) * (mb.size / c) > f.capacity)
-        return kInf;
+        return kInfinity;
       t += f.transfer;
       if (c > 1)
         t += (2.0 * (c - 1) * f.allreduce_latency +
@@ -359,7 +359,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
                 ++explored;
                 big = std::max(big, largest[i]);
                 const double t = stage_cost(i, j, c, f, k, big);
-                if (t == kInf) break;  // a longer stage needs more memory
+                if (t == kInfinity) break;  // a longer stage needs more memory
                 const double slowest = std::max(from.slowest, t), sum = from.sum + t;
                 Entry& to = best[k + 1][i][s2];
                 if (better(slowest, sum, to)) to = Entry{slowest, sum, devs, j, s, pol, t};
@@ -437,7 +437,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
   if (scored.empty())
     return Error{fmt::format("dapple: no plan fits the devices' memory ({} micro-batch sizes tried)",
                              r.micro_batchings.size())};
-  Result<size_t> best = pick(scored, std::vector<char>(scored.size(), 0), r, kJudged);
+  Result<size_t> best = pick(scored, std::vector<char>(scored.size(), 0), r, kDappleJudged);
   if (!best) return best.error();
   Candidate& win = scored[*best];
   win.plan.exploration = fmt::format(
@@ -445,7 +445,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       "append-first, scatter-first; {} micro-batch sizes), {} complete plans; the best {} by its estimate "
       "analytically evaluated{}; chosen: {} ({} {:.6g} s{})",
       explored, B, M, r.micro_batchings.size(), options.size(), scored.size(),
-      r.judge ? fmt::format(", the best {} judged by {}", kJudged, r.judge->name()) : "", labels[*best],
+      r.judge ? fmt::format(", the best {} judged by {}", kDappleJudged, r.judge->name()) : "", labels[*best],
       r.judge ? r.judge->name() : "analytic", win.judged, win.fits ? "" : ", over memory");
   win.plan.planning_seconds = search;
   win.plan.partition.plan.search_seconds = search;

@@ -7,7 +7,7 @@ time and peak memory of dp, gpipe (uniform stages), pipedream + 1f1b and bapipe,
 freedom to pick its micro-batch size. Writes results.md (tables and ratios, with BaPipe's published
 headline beside them) and figure.png / figure.svg next to this script.
 
-    experiments/bapipe/run.py        (after tools/setup; about a minute on 2 cores)
+    experiments/bapipe/run.py        (after tools/setup --all; about a minute on 2 cores)
 """
 import argparse
 import os
@@ -128,36 +128,91 @@ def main():
         if errors:
             f.write("\nRuns that did not produce a plan:\n\n" + "\n".join(f"- {e}" for e in errors) + "\n")
     if plt:
-        fig, axes = plt.subplots(2, len(MODELS), figsize=(5 * len(MODELS), 7))
-        colours = {"dp": "#7F7F7F", "gpipe": "#4C72B0", "uniform+1f1b": "#8172B2", "pipedream+1f1b": "#DD8452", "bapipe": "#55A868"}
-        for col, m in enumerate(MODELS):
-            for row, (key, label) in enumerate((("iteration_time_s", "iteration time (s)"),
-                                               ("peak_memory_bytes", "peak memory (GiB)"))):
-                ax = axes[row][col]
-                width = 0.8 / len(STRATEGIES)
-                for k, s in enumerate(STRATEGIES):
-                    ys = []
-                    for c in CLUSTERS:
-                        x = results[(m, c, s)]
-                        v = 0 if "error" in x else x[key]
-                        ys.append(v / 2**30 if "memory" in key else v)
-                    ax.bar([i + k * width for i in range(len(CLUSTERS))], ys, width, label=s, color=colours[s])
-                ax.set_xticks([i + 0.4 - width / 2 for i in range(len(CLUSTERS))])
-                ax.set_xticklabels(list(CLUSTERS), rotation=30, ha="right", fontsize=8)
-                ax.set_ylabel(label)
-                if row == 0:
-                    ax.set_yscale("log")
-                if row == 0:
-                    ax.set_title(MODELS[m])
-        axes[0][0].legend(fontsize=8)
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            fig.savefig(os.path.join(dest, f"figure.{ext}"), dpi=120,
-                        metadata={"Date": None} if ext == "svg" else {"Software": None})
+        figure(results, plt, dest)
     print(f"wrote {os.path.join(dest, 'results.md')}" + (" and figure.png, figure.svg" if plt else ""))
     if violations:
         print("bapipe does not beat or tie a baseline it explores:\n  " + "\n  ".join(violations), file=sys.stderr)
         sys.exit(1)
+
+
+# BaPipe's abstract (the only text read): "up to 3.2x speedup and 4x memory reduction" against
+# data-parallel and pipeline-parallel frameworks.
+PUBLISHED_SPEEDUP = 3.2
+PUBLISHED_MEMORY = 4.0
+COLOURS = {"dp": "#7F7F7F", "gpipe": "#4C72B0", "uniform+1f1b": "#8172B2", "pipedream+1f1b": "#DD8452",
+           "bapipe": "#55A868"}
+
+
+def figure(results, plt, dest):
+    """Per model (columns): iteration time of every strategy (ms, log axis with 1-2-5 labels),
+    then bapipe's speedup and memory reduction over each baseline (linear, from 0) with BaPipe's
+    published maxima drawn as lines."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    baselines = [s for s in STRATEGIES if s != "bapipe"]
+    fig, axes = plt.subplots(3, len(MODELS), figsize=(5.2 * len(MODELS), 11.5))
+    clusters = list(CLUSTERS)
+    xs = range(len(clusters))
+
+    def bars(ax, names, value):
+        width = 0.8 / len(names)
+        for k, s in enumerate(names):
+            ys = [value(m_c, s) for m_c in clusters]
+            ax.bar([i - 0.4 + (k + 0.5) * width for i in xs], [y or 0 for y in ys], width, label=s, color=COLOURS[s])
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(clusters, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(clusters) - 0.4)
+
+    for col, m in enumerate(MODELS):
+        def result(c, s):
+            x = results[(m, c, s)]
+            return None if "error" in x or not x["feasible"] else x
+
+        def time_ms(c, s):
+            x = result(c, s)
+            return None if x is None else x["iteration_time_s"] * 1e3
+
+        def ratio(key):
+            def f(c, s):
+                x, b = result(c, s), result(c, "bapipe")
+                return None if x is None or b is None else x[key] / b[key]
+            return f
+
+        ax = axes[0][col]
+        bars(ax, list(STRATEGIES), time_ms)
+        ax.set_yscale("log")
+        values = [v for c in clusters for s in STRATEGIES for v in [time_ms(c, s)] if v]
+        ticks = [t * 10 ** e for e in range(-1, 5) for t in (1, 2, 5)]
+        ax.set_ylim(min(values) / 1.5, max(values) * 1.5)
+        ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if min(values) / 1.5 <= t <= max(values) * 1.5]))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylabel("iteration time (ms, log scale)")
+        ax.set_title(MODELS[m])
+        ax.grid(axis="y", alpha=0.3)
+
+        for row, key, published, style, label in (
+                (1, "iteration_time_s", PUBLISHED_SPEEDUP, "--", "speedup"),
+                (2, "peak_memory_bytes", PUBLISHED_MEMORY, ":", "memory reduction")):
+            ax = axes[row][col]
+            bars(ax, baselines, ratio(key))
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.axhline(published, color="#C44E52", linestyle=style, linewidth=1.3,
+                       label=f"BaPipe (published): up to {published:g}x")
+            ax.set_ylim(0, 4.5)
+            ax.set_ylabel(f"bapipe's {label} over (x)")
+            ax.grid(axis="y", alpha=0.3)
+    # Legends above each row, outside the axes: they cover no bar.
+    for row, title in enumerate(("Simulated iteration time (lower is better); a missing bar: no plan fits memory",
+                                 "bapipe's speedup over each baseline (baseline time / bapipe time; 1 = tie)",
+                                 "bapipe's memory reduction (baseline peak memory / bapipe peak memory)")):
+        handles, labels = axes[row][0].get_legend_handles_labels()
+        axes[row][1].legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.08 if row == 0 else 1.0),
+                            ncol=len(labels), fontsize=8, frameon=False, title=title, title_fontsize=9)
+    fig.subplots_adjust(left=0.06, right=0.99, top=0.93, bottom=0.06, hspace=0.75, wspace=0.25)
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(dest, f"figure.{ext}"), dpi=120,
+                    metadata={"Date": None} if ext == "svg" else {"Software": None})
 
 
 if __name__ == "__main__":

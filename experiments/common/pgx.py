@@ -50,7 +50,7 @@ def markdown_table(header, rows):
 def matplotlib_pyplot():
     """pyplot with the Agg backend. When this interpreter lacks matplotlib (e.g. a pyenv python3
     ahead of Debian's on PATH), the script re-runs itself once under $PIPEGRID_PYTHON or
-    /usr/bin/python3 (python3-matplotlib, which tools/setup installs); call this before any work.
+    /usr/bin/python3 (python3-matplotlib, which tools/setup --all installs); call this before any work.
     None (with a note) when no interpreter has it."""
     try:
         import matplotlib

@@ -8,7 +8,7 @@ HBM2 or its DDR4, 2 QSFP ports (ring) or 4 (2-D torus), 100/200/400 Gb/s links, 
 (tables, conclusions) and three figures (dsp.png, boards.png, links.png, and .svg) next to this
 script; the databases and CSVs go to out/ (not committed).
 
-    experiments/fpga-whatif/run.py [-j N] [--out DIR]     (after tools/setup)
+    experiments/fpga-whatif/run.py [-j N] [--out DIR]     (after tools/setup --all)
 """
 import argparse
 import csv

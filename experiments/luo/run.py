@@ -13,7 +13,7 @@ beside pipegrid's best ratio) and figure.png / figure.svg next to this script (o
 A planner that `pipegrid list planners` does not show (e.g. `luo` before it is merged) is
 reported as missing; its cells stay empty.
 
-    experiments/luo/run.py            (after tools/setup; a few minutes on 2 cores)
+    experiments/luo/run.py            (after tools/setup --all; a few minutes on 2 cores)
     experiments/luo/run.py --smallest (VGG-19 on one DGX-1 only: the ctest)
 """
 import argparse

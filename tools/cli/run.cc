@@ -70,8 +70,13 @@ std::optional<std::string> python_with_matplotlib() {
   if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
   candidates.push_back("/usr/bin/python3");
   candidates.push_back("python3");
+  // Finds the module without importing it: importing matplotlib costs about half a second, which
+  // the plotting script pays once anyway.
   for (const std::string& py : candidates)
-    if (spawn({py, "-c", "import matplotlib"}, /*quiet=*/true) == 0) return py;
+    if (spawn({py, "-c",
+               "import importlib.util, sys; sys.exit(importlib.util.find_spec('matplotlib') is None)"},
+              /*quiet=*/true) == 0)
+      return py;
   return std::nullopt;
 }
 
@@ -175,8 +180,9 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
           tasks, memory, script);
       return kOk;
     }
-    const int rc = spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title",
-                          exp->name.empty() ? where : exp->name},
+    // The figures' title: the experiment's name, or where it came from when it has none.
+    const std::string title = exp->name.empty() ? fmt::format("unnamed experiment ({})", where) : exp->name;
+    const int rc = spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
                          /*quiet=*/false);
     if (rc != 0) {
       fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);

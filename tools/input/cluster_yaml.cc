@@ -15,14 +15,8 @@
 namespace pipegrid::input {
 namespace {
 
-const std::vector<std::string_view> kKinds = {"switch", "ring", "torus",  "fat-tree",  "dragonfly",
-                                              "dgx",    "dgx1", "summit", "fpga-ring", "fpga-torus"};
-
-std::string join(const std::vector<std::string_view>& v, std::string_view sep = ", ") {
-  std::string out;
-  for (std::string_view s : v) out += fmt::format("{}{}", out.empty() ? "" : sep, s);
-  return out;
-}
+const std::vector<std::string_view> kClusterKinds = {"switch", "ring", "torus",  "fat-tree",  "dragonfly",
+                                                     "dgx",    "dgx1", "summit", "fpga-ring", "fpga-torus"};
 
 int count_of(const Node& n, std::string_view key) {
   return static_cast<int>(n.need(key, "a positive integer").integer(1, kMaxCount, "a positive integer"));
@@ -437,9 +431,9 @@ Cluster parse_form(const Node& n, bool references) {
   if (references && n.has("file")) return parse_file_reference(n);
   if (n.has("devices") && !n.has("kind")) return parse_written(n);
   const std::string kinds =
-      fmt::format("a cluster kind ({}){}", join(kKinds),
+      fmt::format("a cluster kind ({}){}", join(kClusterKinds),
                   references ? ", or preset, file, or devices and links" : ", or devices and links");
-  const std::string kind = n.need("kind", kinds).choice(kKinds, "a cluster kind");
+  const std::string kind = n.need("kind", kinds).choice(kClusterKinds, "a cluster kind");
   Cluster c = parse_generator(n, kind);
   if (std::optional<Node> name = n.get("name")) c.name = name->string("a name");
   return c;

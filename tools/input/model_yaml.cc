@@ -10,7 +10,7 @@
 namespace pipegrid::input {
 namespace {
 
-const std::vector<std::string_view> kKinds = {
+const std::vector<std::string_view> kLayerKinds = {
     "input",     "linear",        "conv2d",  "maxpool", "avgpool",   "adaptive_avgpool",
     "batchnorm", "layernorm",     "relu",    "gelu",    "dropout",   "elementwise",
     "add",       "concat",        "flatten", "lstm",    "attention", "transformer_block",
@@ -110,7 +110,7 @@ Layer custom_costs(const Node& n) {
 }  // namespace
 
 const std::vector<std::string_view>& layer_kinds() {
-  return kKinds;
+  return kLayerKinds;
 }
 
 Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
@@ -122,7 +122,7 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     item.require_map("a layer: a mapping with name, kind and its shape parameters");
     Entry e{item,
             item.need("name", "a layer name").string("a layer name"),
-            item.need("kind", "a layer kind").choice(kKinds, "a layer kind"),
+            item.need("kind", "a layer kind").choice(kLayerKinds, "a layer kind"),
             {}};
     std::vector<std::string_view> keys = {"name", "kind", "inputs"};
     for (std::string_view k : kind_keys(e.kind)) keys.push_back(k);

@@ -37,12 +37,6 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-std::string join(const std::vector<std::string_view>& v) {
-  std::string out;
-  for (std::string_view s : v) out += fmt::format("{}{}", out.empty() ? "" : ", ", s);
-  return out;
-}
-
 std::string suggestion(std::string_view word, const std::vector<std::string_view>& candidates) {
   std::vector<std::string> m = close_matches(word, candidates);
   if (m.empty()) return "";
@@ -137,6 +131,12 @@ class StrictnessCheck : public YAML::EventHandler {
 };
 
 }  // namespace
+
+std::string join(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view s : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", s);
+  return out;
+}
 
 std::vector<std::string> close_matches(std::string_view word,
                                        const std::vector<std::string_view>& candidates) {

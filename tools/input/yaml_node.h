@@ -140,4 +140,7 @@ std::string read_referenced_file(const Node& where, const std::string& path);
 std::vector<std::string> close_matches(std::string_view word,
                                        const std::vector<std::string_view>& candidates);
 
+// The names separated by ", " (for messages listing the valid choices).
+std::string join(const std::vector<std::string_view>& names);
+
 }  // namespace pipegrid::input
