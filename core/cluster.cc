@@ -88,10 +88,11 @@ long long torus_size(const std::vector<int>& dims) {
   return n;
 }
 
-Status validate_routes(const Cluster& c) {
+Status validate_routes(const Cluster& c, ClusterSubject& subject) {
   const int n = static_cast<int>(c.node_count());
   std::set<std::pair<int, int>> seen;
   for (size_t i = 0; i < c.routes.size(); ++i) {
+    subject = {ClusterSubject::Kind::Route, static_cast<int>(i)};
     const ExplicitRoute& r = c.routes[i];
     if (r.from < 0 || r.from >= n || r.to < 0 || r.to >= n)
       return Error{fmt::format("route {} joins an unknown node", i)};
@@ -124,6 +125,7 @@ Status validate_routes(const Cluster& c) {
       return Error{
           fmt::format("route {} from \"{}\" to \"{}\" ends at \"{}\"", i, from, to, c.node_name(at))};
   }
+  subject = {};
   return {};
 }
 
@@ -186,17 +188,29 @@ Status validate_fat_tree(const Cluster& c) {
 }  // namespace
 
 Status validate(const Cluster& c) {
+  return validate(c, nullptr);
+}
+
+Status validate(const Cluster& c, ClusterSubject* where) {
+  ClusterSubject unused;
+  ClusterSubject& subject = where ? *where : unused;
+  subject = {};
   if (c.devices.empty()) return Error{"the cluster has no device"};
   std::set<std::string_view> names;
   for (size_t n = 0; n < c.node_count(); ++n) {
+    subject = {ClusterSubject::Kind::Node, static_cast<int>(n)};
     const std::string& name = c.node_name(static_cast<int>(n));
     if (name.empty()) return Error{fmt::format("network node {} has no name", n)};
     if (!names.insert(name).second) return Error{fmt::format("two network nodes are named \"{}\"", name)};
   }
-  for (const Device& d : c.devices)
-    if (!(d.spec.memory_bytes > 0)) return Error{fmt::format("device \"{}\" has no memory capacity", d.name)};
+  for (size_t d = 0; d < c.devices.size(); ++d) {
+    subject = {ClusterSubject::Kind::Node, static_cast<int>(d)};
+    if (!(c.devices[d].spec.memory_bytes > 0))
+      return Error{fmt::format("device \"{}\" has no memory capacity", c.devices[d].name)};
+  }
   std::set<std::pair<int, int>> seen;
   for (size_t i = 0; i < c.links.size(); ++i) {
+    subject = {ClusterSubject::Kind::Link, static_cast<int>(i)};
     const Link& l = c.links[i];
     const int n = static_cast<int>(c.node_count());
     if (l.a < 0 || l.a >= n || l.b < 0 || l.b >= n)
@@ -211,7 +225,8 @@ Status validate(const Cluster& c) {
     if (!(l.latency >= 0) || !std::isfinite(l.latency))
       return Error{fmt::format("link {} between \"{}\" and \"{}\" needs a non-negative latency", i, a, b)};
   }
-  if (Status s = validate_routes(c); !s) return s;
+  subject = {};
+  if (Status s = validate_routes(c, subject); !s) return s;
   if (Status s = validate_torus(c); !s) return s;
   return validate_fat_tree(c);
 }
@@ -534,11 +549,13 @@ void for_each_subset(int n, int k, bool fix_first, F f) {
 
 }  // namespace
 
-Status check_connected(const Cluster& c) {
+Status check_connected(const Cluster& c, ClusterSubject* subject) {
   const std::vector<int> dist = hop_distances(make_graph(c), 0);
   for (size_t d = 1; d < c.devices.size(); ++d)
-    if (dist[d] < 0)
+    if (dist[d] < 0) {
+      if (subject) *subject = {ClusterSubject::Kind::Node, static_cast<int>(d)};
       return Error{fmt::format("\"{}\" and \"{}\" are not connected", c.devices[0].name, c.devices[d].name)};
+    }
   return {};
 }
 

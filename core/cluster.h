@@ -98,9 +98,18 @@ struct Cluster {
 // fat-tree shapes whose links exist.
 Status validate(const Cluster& c);
 
+// What a failed check is about, so that a reader can add the position the input gave it
+// (file:line:column): a network node (devices first, then switches), a link or a route, by index.
+struct ClusterSubject {
+  enum class Kind { None, Node, Link, Route };
+  Kind kind = Kind::None;
+  int index = -1;
+};
+Status validate(const Cluster& c, ClusterSubject* subject);
+
 // Fails if two devices are not connected by links; the message names the first device and the first
-// one it cannot reach.
-Status check_connected(const Cluster& c);
+// one it cannot reach (the subject: that device).
+Status check_connected(const Cluster& c, ClusterSubject* subject = nullptr);
 
 struct Route {
   std::vector<Hop> hops;

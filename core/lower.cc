@@ -28,6 +28,47 @@ TaskKind kind_of(Pass p) {
 
 }  // namespace
 
+TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
+  TaskCount n;
+  const size_t m = static_cast<size_t>(std::max(0, micro_batches));
+  std::vector<char> busy;
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const size_t r = p.stage(s).devices.size();
+    n.compute += r * m * static_cast<size_t>(passes);
+    for (int d : p.stage(s).devices) {
+      if (d >= static_cast<int>(busy.size())) busy.resize(d + 1, 0);
+      busy[d] = 1;
+    }
+    if (r > 1) n.ring_steps += 2 * (r - 1) * r;
+    for (int t : p.successors(static_cast<int>(s))) {
+      const auto& from = p.stage(s).devices;
+      const auto& to = p.stage(t).devices;
+      for (size_t i = 0; i < from.size(); ++i)
+        for (size_t j = 0; j < to.size(); ++j) {
+          if (overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
+                      static_cast<int>(to.size())) <= 0)
+            continue;
+          n.transfers += from[i] == to[j] ? 0 : 2 * m;
+          n.dependencies += 4 * m;
+        }
+    }
+  }
+  n.compute += static_cast<size_t>(std::count(busy.begin(), busy.end(), 1));  // optimizer steps
+  return n;
+}
+
+Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes) {
+  if (n.total() <= kMaxTasks) return {};
+  size_t replicas = 0;
+  for (size_t s = 0; s < p.stage_count(); ++s) replicas += p.stage(s).devices.size();
+  return Error{fmt::format(
+      "the plan is too large to simulate: {} micro-batches x {} stage replicas ({} stages) x {} passes "
+      "= {} compute tasks, + {} transfers + {} all-reduce steps = {} tasks in one iteration, above "
+      "pipegrid's limit of {} (2^25); use fewer micro-batches, stages or replicas",
+      micro_batches, replicas, p.stage_count(), passes, n.compute, n.transfers, n.ring_steps, n.total(),
+      kMaxTasks)};
+}
+
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
                                                         const Partition& p, double micro_batch_size,
                                                         Recompute recompute) {
@@ -81,11 +122,21 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
 
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
                         const LoweringOptions& o) {
-  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute);
-  if (!costs) return costs.error();
   const int m = o.micro_batches;
   const size_t S = p.stage_count();
   const size_t D = c.devices.size();
+  // Room for every task and dependency, counted up front: compute tasks and optimizer steps, two
+  // transfers (or two direct dependencies) per replica pair and micro-batch, ring all-reduce steps.
+  const int passes = sched.split_backward ? 3 : 2;
+  TaskCount count = count_tasks(p, m, passes);
+  count.compute = 0;
+  for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
+    count.compute += sched.device_actions[d].size() + (sched.device_actions[d].empty() ? 0 : 1);
+  if (Status s = check_task_count(count, p, m, passes); !s) return s.error();
+  const size_t compute = count.compute, transfers = count.transfers, ring_steps = count.ring_steps,
+               dependencies = count.dependencies;
+  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute);
+  if (!costs) return costs.error();
 
   TaskGraph g;
   g.samples_per_iteration = m * o.micro_batch_size;
@@ -108,27 +159,6 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   };
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
 
-  // Room for every task and dependency, counted up front: compute tasks and optimizer steps, two
-  // transfers (or two direct dependencies) per replica pair and micro-batch, ring all-reduce steps.
-  size_t compute = 0, transfers = 0, ring_steps = 0, dependencies = 0;
-  for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
-    compute += sched.device_actions[d].size() + (sched.device_actions[d].empty() ? 0 : 1);
-  for (size_t s = 0; s < S; ++s) {
-    const size_t r = p.stage(s).devices.size();
-    if (r > 1) ring_steps += 2 * (r - 1) * r;
-    for (int t : p.successors(static_cast<int>(s))) {
-      const auto& from = p.stage(s).devices;
-      const auto& to = p.stage(t).devices;
-      for (size_t i = 0; i < from.size(); ++i)
-        for (size_t j = 0; j < to.size(); ++j) {
-          if (overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
-                      static_cast<int>(to.size())) <= 0)
-            continue;
-          transfers += from[i] == to[j] ? 0 : 2 * static_cast<size_t>(m);
-          dependencies += 4 * static_cast<size_t>(m);
-        }
-    }
-  }
   g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
   g.memory_changes.reserve(compute * 2);
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)

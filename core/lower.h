@@ -49,7 +49,26 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
                                                         const Partition& p, double micro_batch_size,
                                                         Recompute recompute = Recompute::None);
 
-// Precondition: the schedule passed validate_schedule() (see validate.h).
+// The size of the task graph a plan lowers to, counted before anything is allocated: compute tasks
+// (`passes` per stage replica and micro-batch: 2, or 3 with a split backward; one optimizer step per
+// device), transfers (two per pair of replicas of neighbouring stages on different devices that
+// share samples, per micro-batch) and ring all-reduce steps (2 (r - 1) r per stage of r replicas).
+struct TaskCount {
+  size_t compute = 0, transfers = 0, ring_steps = 0, dependencies = 0;
+  size_t total() const { return compute + transfers + ring_steps; }
+};
+TaskCount count_tasks(const Partition& p, int micro_batches, int passes);
+
+// The most tasks one iteration may have: 2^25 = 33,554,432 (at about 150 bytes per task in the
+// task graph and as much again in a replay, some 10 GB; task ids are 32-bit). The largest
+// configuration measured (tests/bench/scale_bench.cc) has 16.8 M.
+inline constexpr size_t kMaxTasks = size_t{1} << 25;
+
+// An error naming the product and the limit when `n` is above kMaxTasks.
+Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes);
+
+// Precondition: the schedule passed validate_schedule() (see validate.h). Fails (before allocating)
+// on a graph of more than kMaxTasks tasks.
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                         const LoweringOptions& o);
 

@@ -787,12 +787,14 @@ class Reader {
     }
     // Explicit routes: a Full zone's routes between two hosts.
     std::map<std::pair<int, int>, const RawRoute*> seen;
+    std::vector<pugi::xml_node> explicit_where;  // per route of c
     auto add_explicit = [&](const RawRoute& r, int from, int to, std::vector<Hop> hops) {
       if (auto [it, fresh] = seen.emplace(std::pair{from, to}, &r); !fresh)
         fail(r.where,
              fmt::format("<route>: a route from \"{}\" to \"{}\" is already given (at {})", c.node_name(from),
                          c.node_name(to), location(it->second->where).substr(name_.size() + 1)));
       c.routes.push_back({from, to, std::move(hops)});
+      explicit_where.push_back(r.where);
     };
     for (const RawRoute& r : routes_) {
       if (r.role != RouteRole::Explicit) continue;
@@ -824,7 +826,37 @@ class Reader {
       if (r.symmetrical) add_explicit(r, to, from, std::move(back));
     }
     if (c.devices.empty()) throw XmlFail(fmt::format("{}: the platform has no host", name_));
-    if (Status s = validate(c); !s) throw XmlFail(fmt::format("{}: {}", name_, s.error().message));
+    // What validation finds is located at the element it is about: the <host> or <router>, the
+    // <link> (a junction: the first link that touches it), the <route>.
+    ClusterSubject subject;
+    Status s = validate(c, &subject);
+    if (s) s = check_connected(c, &subject);
+    if (!s) {
+      pugi::xml_node where;
+      switch (subject.kind) {
+        case ClusterSubject::Kind::Node:
+          if (auto it = nodes_.find(c.node_name(subject.index)); it != nodes_.end()) {
+            where = it->second.where;
+          } else {
+            for (size_t l = 0; l < cluster_link.size() && !where; ++l)
+              if (cluster_link[l] >= 0 && (c.links[cluster_link[l]].a == subject.index ||
+                                           c.links[cluster_link[l]].b == subject.index))
+                where = links_[l].where;
+          }
+          break;
+        case ClusterSubject::Kind::Link:
+          for (size_t l = 0; l < cluster_link.size() && !where; ++l)
+            if (cluster_link[l] == subject.index) where = links_[l].where;
+          break;
+        case ClusterSubject::Kind::Route:
+          if (subject.index < static_cast<int>(explicit_where.size())) where = explicit_where[subject.index];
+          break;
+        case ClusterSubject::Kind::None:
+          break;
+      }
+      if (where) fail(where, s.error().message);
+      throw XmlFail(fmt::format("{}: {}", name_, s.error().message));
+    }
     return c;
   }
 

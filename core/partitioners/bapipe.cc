@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <limits>
 
@@ -72,11 +73,20 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
     pbytes[k + 1] = pbytes[k] + l.parameter_bytes;
     stash[k + 1] = stash[k] + l.stash_bytes;
   }
-  // largest[j][k]: the largest layer output in [j, k) (the backward's workspace).
-  std::vector<std::vector<double>> largest(n + 1, std::vector<double>(n + 1, 0));
-  for (int j = 0; j < n; ++j)
-    for (int k = j + 1; k <= n; ++k)
-      largest[j][k] = std::max(largest[j][k - 1], w.layer(order[k - 1]).output_bytes);
+  // largest(j, k): the largest layer output in [j, k) (the backward's workspace), from a sparse
+  // table (level h holds the maxima of runs of 2^h layers): n log n memory, not n^2.
+  std::vector<std::vector<double>> runs(1, std::vector<double>(n));
+  for (int k = 0; k < n; ++k) runs[0][k] = w.layer(order[k]).output_bytes;
+  for (int h = 1; (1 << h) <= n; ++h) {
+    runs.emplace_back(n - (1 << h) + 1);
+    for (int k = 0; k + (1 << h) <= n; ++k)
+      runs[h][k] = std::max(runs[h - 1][k], runs[h - 1][k + (1 << (h - 1))]);
+  }
+  auto largest = [&](int j, int k) {
+    if (k <= j) return 0.0;
+    const int h = std::bit_width(static_cast<unsigned>(k - j)) - 1;
+    return std::max(runs[h][j], runs[h][k - (1 << h)]);
+  };
   // Per group of c devices from a: ring all-reduce bandwidth and latency (routes between
   // consecutive devices) and the smallest memory.
   struct Group {
@@ -120,7 +130,7 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
     MemoryBytes st = static_memory(params[k] - params[j], pbytes[k] - pbytes[j], r.memory);
     if (r.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;
     const int in_flight = gpipe ? m : std::min(p - i, m);
-    return total(st) + (in_flight * (stash[k] - stash[j]) + largest[j][k]) * (r.micro_batch_size / c) <=
+    return total(st) + (in_flight * (stash[k] - stash[j]) + largest(j, k)) * (r.micro_batch_size / c) <=
            groups[a][c].capacity;
   };
   // For a target: reach[i][d] = the longest prefix of the order that i stages on the first d

@@ -509,8 +509,37 @@ struct Planned {
 };
 
 // Plans `r` (whose workload may be a fused one) and builds the partition of the original workload.
+// The planner's memo grows with the runs of every node's children: per run (lo, hi) a time per
+// device count and the run's layer list. Estimated before planning, with a limit of 2^28 cells
+// (about 2 GB); a node of more than 4,095 children would also overflow the memo's keys.
+constexpr double kMaxMemoCells = 268435456;  // 2^28
+constexpr size_t kMaxChildren = 4095;
+
+Status check_memo_size(const SpTree& tree, size_t devices) {
+  double cells = 0;
+  size_t widest = 0;
+  for (const SpNode& n : tree.nodes) {
+    const double c = static_cast<double>(n.children.size());
+    widest = std::max(widest, n.children.size());
+    cells += c * (c + 1) / 2 * static_cast<double>(devices + 1) + c * (c + 1) * (c + 2) / 6;
+  }
+  if (widest > kMaxChildren)
+    return Error{
+        fmt::format("graphpipe: the model's series-parallel tree has a node of {} parts (a chain of "
+                    "{} layers or branches), above the planner's limit of {}",
+                    widest, widest, kMaxChildren)};
+  if (cells > kMaxMemoCells)
+    return Error{
+        fmt::format("graphpipe: planning needs about {:.3g} memo cells (runs of the series-parallel "
+                    "tree's children, widest {}, x {} device counts, and their layers), above the "
+                    "limit of {:.3g} (2^28); use fewer layers or devices, or another partitioner",
+                    cells, widest, devices, kMaxMemoCells)};
+  return {};
+}
+
 Result<Planned> plan_once(const PartitionRequest& r, const Workload& original, const Fused* fused) {
   const SpTree tree = sp_decompose(r.workload);
+  if (Status s = check_memo_size(tree, r.cluster.devices.size()); !s) return s.error();
   Planner planner(r, tree, fused ? &original : nullptr, fused ? &fused->members : nullptr);
   // graph-1f1b keeps min(m, 1 + k) micro-batches in flight; assume all m for any other schedule.
   if (Status s = planner.init(r.schedule != "graph-1f1b"); !s) return s.error();

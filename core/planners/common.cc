@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/evaluate.h"
+#include "core/lower.h"
 #include "core/metrics.h"
 
 namespace pipegrid {
@@ -44,6 +45,11 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
             fmt::format("partitioner {} does not place {} replicas per stage (stage {} has {} devices)",
                         partitioner.name, replicas, st, plan.partition.stage(st).devices.size())};
 
+  // The schedule and the task graph grow as micro-batches x stage replicas: refused before either is
+  // built when above the limit (counted with 2 passes; lower() counts again with the schedule's).
+  if (Status st = check_task_count(count_tasks(plan.partition, mb.count, 2), plan.partition, mb.count, 2);
+      !st)
+    return st.error();
   ScheduleRequest req{plan.partition, r.cluster.devices.size(), mb.count,
                       chunks,         s.schedule_text,          s.schedule_source};
   Result<Schedule> sched = scheduler.build(req);

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "core/lower.h"
 #include "core/planners/common.h"
 
 namespace pipegrid {
@@ -17,6 +18,28 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   if (!scheduler) return scheduler.error();
   if (r.strategy.mini_batch <= 0)
     return partition_and_schedule(r, **partitioner, **scheduler, r.micro_batchings[0]);
+  // Every micro-batch size is planned and its task graph kept until the best is picked: the sum of
+  // their sizes, estimated before planning (micro-batches x stage replicas x 2 passes, plus 2
+  // transfers per micro-batch between neighbouring stages), must stay within the limit of one graph.
+  {
+    const size_t D = r.cluster.devices.size();
+    const size_t replicas = static_cast<size_t>(std::max(1, r.strategy.replicas));
+    const size_t chunks = static_cast<size_t>(std::max(1, r.strategy.chunks));
+    size_t stages = r.strategy.stages > 0 ? static_cast<size_t>(r.strategy.stages)
+                                          : std::min(D / replicas, r.workload.layer_count() / chunks);
+    size_t stage_replicas = stages * chunks * replicas;
+    if (r.strategy.partitioner == "dp") stages = 1, stage_replicas = D;
+    size_t micro_batches = 0;
+    for (const MicroBatching& mb : r.micro_batchings) micro_batches += static_cast<size_t>(mb.count);
+    const size_t per_micro_batch = 2 * stage_replicas + 2 * (stages * chunks - std::min<size_t>(1, stages));
+    if (micro_batches * per_micro_batch > kMaxTasks)
+      return Error{fmt::format(
+          "mini_batch {}: its {} micro-batch sizes make {} micro-batches in all, x {} tasks each ({} stage "
+          "replicas x 2 passes + transfers) = {} tasks to plan and keep, above pipegrid's limit of {} "
+          "(2^25); use a smaller mini_batch, or micro_batches",
+          r.strategy.mini_batch, r.micro_batchings.size(), micro_batches, per_micro_batch, stage_replicas,
+          micro_batches * per_micro_batch, kMaxTasks)};
+  }
   std::vector<Candidate> scored;
   std::optional<Error> first_error;
   std::string sweep;

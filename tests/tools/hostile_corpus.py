@@ -215,13 +215,15 @@ def xml_cases():
         ("entity", XML_HEAD + '<zone id="z" routing="Full">\n<host id="gpu0" speed="1Gf"/>',
          '<?xml version="1.0"?>\n<!DOCTYPE p [<!ENTITY a "1Gf">]>\n<platform version="4.1">\n'
          '<zone id="z" routing="Full">\n<host id="gpu0" speed="&a;"/>'),
+        # Semantic errors found once the whole platform is read, located at the element they are
+        # about: the <host> no route reaches (before: the file's name only, from the run).
         ("no-route", '<route src="gpu0" dst="gpu1"><link_ctn id="l"/></route>', ""),
+        ("unreached-host", '<host id="gpu1" speed="1Gf"/>\n',
+         '<host id="gpu1" speed="1Gf"/>\n<host id="gpu2" speed="1Gf"/>\n'),
     ]
     for name, old, new in muts:
         assert old in XML_OK, name
-        # Connectivity is a property of the whole platform: there is no one position to name.
-        located = name != "no-route"
-        yield "xml-" + name, {"exp.yaml": exp, "c.xml": XML_OK.replace(old, new, 1)}, ["run", "exp.yaml"], located
+        yield "xml-" + name, {"exp.yaml": exp, "c.xml": XML_OK.replace(old, new, 1)}, ["run", "exp.yaml"], True
 
 
 MODEL = {"name": "m", "layers": [

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/file_io.h"
 #include "core/topologies/generators.h"
 #include "sim/simgrid_xml.h"
 #include "tools/builtin_cluster_presets.h"
@@ -460,15 +461,25 @@ Result<Cluster> load_cluster(const std::string& file_or_preset, const std::optio
     if (std::filesystem::is_regular_file(file_or_preset, ec)) {
       if (is_xml(file_or_preset)) return sim::read_simgrid_xml_file(file_or_preset, device);
       if (device) return Error{"--device is only used with SimGrid platform files (.xml)"};
-      const Document doc = load_document_file(file_or_preset);
-      Node root = Node::root(doc);
-      if (root.is_null())
-        root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
-      return parse_body(root, false);
+      Result<std::string> text = read_input_file(file_or_preset);
+      if (!text) return text.error();
+      return load_cluster_text(*text, file_or_preset);
     }
     if (const ClusterPreset* p = find_preset(file_or_preset)) return parse_preset(*p);
     return Error{fmt::format("no cluster file or preset named \"{}\" ({})", file_or_preset,
                              unknown_preset(file_or_preset))};
+  } catch (const InputError& e) {
+    return Error{e.what()};
+  }
+}
+
+Result<Cluster> load_cluster_text(const std::string& text, const std::string& name) {
+  try {
+    const Document doc = load_document_text(text, name);
+    Node root = Node::root(doc);
+    if (root.is_null())
+      root.fail("expected a cluster (a mapping with kind, or devices and links), got an empty document");
+    return parse_body(root, false);
   } catch (const InputError& e) {
     return Error{e.what()};
   }

@@ -38,6 +38,9 @@ std::span<const ClusterPreset> cluster_presets();
 Result<Cluster> load_cluster(const std::string& file_or_preset, const std::optional<DeviceSpec>& device);
 
 // A device given on the command line: a catalog name.
+// A cluster file's text (YAML; no presets or file references inside); `name` names it in messages.
+Result<Cluster> load_cluster_text(const std::string& text, const std::string& name);
+
 Result<DeviceSpec> catalog_device(const std::string& name);
 
 }  // namespace pipegrid::input

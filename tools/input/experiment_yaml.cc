@@ -97,8 +97,10 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   }
   if (auto h = n.get("hierarchy")) {
     long long machines = 1;
-    for (const Node& level :
-         h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]")) {
+    const std::vector<Node> levels =
+        h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]");
+    for (size_t i = 0; i < levels.size(); ++i) {
+      const Node& level = levels[i];
       level.require_map("a level: {workers: N, bandwidth: B}");
       level.check_keys({"workers", "bandwidth"});
       const int workers = static_cast<int>(
@@ -106,11 +108,13 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
                             .quantity(Dimension::Bandwidth, Sign::Positive);
       s.partitioner_options.hierarchy.emplace_back(workers, bw);
+      // Checked level by level: the product stays below kMaxCount^2 (no overflow).
       machines *= workers;
+      if (machines > static_cast<long long>(c.devices.size()))
+        h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}{}",
+                            c.devices.size(), c.devices.size(), machines,
+                            i + 1 < levels.size() ? " or more" : ""));
     }
-    if (machines > static_cast<long long>(c.devices.size()))
-      h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}",
-                          c.devices.size(), c.devices.size(), machines));
   }
   if (auto f = n.get("schedule_file")) {
     if (s.schedule != "file")

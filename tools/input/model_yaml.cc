@@ -258,6 +258,10 @@ Workload load_model_file(const Node& where, const std::string& path, std::option
     if (std::string(e.what()).rfind("cannot read", 0) == 0) where.fail(e.what());
     throw;
   }
+  return parse_model_document(doc, precision);
+}
+
+Workload parse_model_document(const Document& doc, std::optional<Precision> precision) {
   Node root = Node::root(doc);
   if (root.is_null()) root.fail("expected a model (a mapping with a `layers` list), got an empty document");
   root.require_map("a model: a mapping with a `layers` list");
@@ -272,6 +276,15 @@ Workload load_model_file(const Node& where, const std::string& path, std::option
   if (auto m = root.get("micro_batch_size"))
     w.micro_batch_size = static_cast<double>(m->integer(1, kMaxCount, "a positive integer"));
   return w;
+}
+
+Result<Workload> load_model_text(const std::string& text, const std::string& name,
+                                 std::optional<Precision> precision) {
+  try {
+    return parse_model_document(load_document_text(text, name), precision);
+  } catch (const InputError& e) {
+    return Error{e.what()};
+  }
 }
 
 Result<Workload> load_model_file(const std::string& path, std::optional<Precision> precision) {

@@ -36,4 +36,9 @@ Workload load_model_file(const Node& where, const std::string& path, std::option
 // The same for a path given on the command line; errors as values.
 Result<Workload> load_model_file(const std::string& path, std::optional<Precision> precision);
 
+// A model file's document (or text; `name` names it in messages).
+Workload parse_model_document(const Document& doc, std::optional<Precision> precision);
+Result<Workload> load_model_text(const std::string& text, const std::string& name,
+                                 std::optional<Precision> precision);
+
 }  // namespace pipegrid::input
