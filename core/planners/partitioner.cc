@@ -19,19 +19,19 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   if (r.strategy.mini_batch <= 0)
     return partition_and_schedule(r, **partitioner, **scheduler, r.micro_batchings[0]);
   // Every micro-batch size is planned and its task graph kept until the best is picked: the sum of
-  // their sizes, estimated before planning (micro-batches x stage replicas x 2 passes, plus 2
-  // transfers per micro-batch between neighbouring stages), must stay within the limit of one graph.
+  // their sizes, bounded before planning whatever the partitioner: a plan has at most devices x
+  // chunks stage replicas (or the stages asked for, if more), each running 2 passes per
+  // micro-batch, and at most 2 transfers per micro-batch across each boundary between them.
   {
     const size_t D = r.cluster.devices.size();
     const size_t replicas = static_cast<size_t>(std::max(1, r.strategy.replicas));
     const size_t chunks = static_cast<size_t>(std::max(1, r.strategy.chunks));
-    size_t stages = r.strategy.stages > 0 ? static_cast<size_t>(r.strategy.stages)
-                                          : std::min(D / replicas, r.workload.layer_count() / chunks);
-    size_t stage_replicas = stages * chunks * replicas;
-    if (r.strategy.partitioner == "dp") stages = 1, stage_replicas = D;
+    const size_t stage_replicas =
+        std::max(D * chunks, static_cast<size_t>(std::max(0, r.strategy.stages)) * chunks * replicas);
     size_t micro_batches = 0;
     for (const MicroBatching& mb : r.micro_batchings) micro_batches += static_cast<size_t>(mb.count);
-    const size_t per_micro_batch = 2 * stage_replicas + 2 * (stages * chunks - std::min<size_t>(1, stages));
+    const size_t per_micro_batch =
+        2 * stage_replicas + 2 * (stage_replicas - std::min<size_t>(1, stage_replicas));
     if (micro_batches * per_micro_batch > kMaxTasks)
       return Error{fmt::format(
           "mini_batch {}: its {} micro-batch sizes make {} micro-batches in all, x {} tasks each ({} stage "
