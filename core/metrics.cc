@@ -1,54 +1,68 @@
 #include "core/metrics.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace pipegrid {
 
-std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t) {
+namespace {
+
+// Calls emit(device, time, bytes) for every point of every device's memory step function, in time
+// order per device, starting with (0, static memory); a point may repeat the previous one's time
+// (the first group at time 0), in which case it replaces it.
+template <class Emit>
+void memory_points(const TaskGraph& g, const Timeline& t, Emit&& emit) {
   const size_t D = g.static_memory.size();
-  struct Event {
-    double time;
-    double bytes;
-    MemoryCategory category;
-  };
-  // Every device's events in one array (counting sort by device, keeping the lowering's order).
+  // Every device's changes in one array of indices into g.memory_changes (counting sort by device,
+  // keeping the lowering's order; 4 bytes per change, read with their times on the fly).
   std::vector<size_t> first(D + 1, 0);
   for (const MemoryChange& c : g.memory_changes) ++first[g.tasks[c.task].device + 1];
   for (size_t d = 0; d < D; ++d) first[d + 1] += first[d];
-  std::vector<Event> events(first[D]);
+  std::vector<uint32_t> events(first[D]);
   std::vector<size_t> fill(first.begin(), first.end() - 1);
-  for (const MemoryChange& c : g.memory_changes) {
-    const auto d = static_cast<size_t>(g.tasks[c.task].device);
-    events[fill[d]++] = {c.at_end ? t.end[c.task] : t.start[c.task], c.bytes, c.category};
-  }
-  std::vector<MemoryTrace> traces(D);
+  for (size_t i = 0; i < g.memory_changes.size(); ++i)
+    events[fill[g.tasks[g.memory_changes[i].task].device]++] = static_cast<uint32_t>(i);
+  auto time_of = [&](uint32_t i) {
+    const MemoryChange& c = g.memory_changes[i];
+    return c.at_end ? t.end[c.task] : t.start[c.task];
+  };
+  auto earlier = [&](uint32_t a, uint32_t b) { return time_of(a) < time_of(b); };
   for (size_t d = 0; d < D; ++d) {
     const auto lo = events.begin() + static_cast<std::ptrdiff_t>(first[d]);
     const auto hi = events.begin() + static_cast<std::ptrdiff_t>(first[d + 1]);
     // A device runs its tasks one after the other, and lower() lists each task's changes at its start
     // before those at its end: the times are then already in order, and one pass suffices. Other
     // graphs are sorted first.
-    if (!std::is_sorted(lo, hi, [](const Event& a, const Event& b) { return a.time < b.time; }))
-      std::stable_sort(lo, hi, [](const Event& a, const Event& b) { return a.time < b.time; });
+    if (!std::is_sorted(lo, hi, earlier)) std::stable_sort(lo, hi, earlier);
     MemoryBytes cur = g.static_memory[d];
-    traces[d].reserve(static_cast<size_t>(hi - lo) + 1);
-    traces[d].push_back({0.0, cur});
+    emit(d, 0.0, cur);
     for (auto i = lo; i != hi;) {
       // At one time, frees before allocations, each in their order.
-      const double time = i->time;
+      const double time = time_of(*i);
       auto j = i;
-      while (j != hi && j->time == time) ++j;
+      while (j != hi && time_of(*j) == time) ++j;
       for (auto k = i; k != j; ++k)
-        if (k->bytes < 0) cur[static_cast<int>(k->category)] += k->bytes;
+        if (const MemoryChange& c = g.memory_changes[*k]; c.bytes < 0)
+          cur[static_cast<int>(c.category)] += c.bytes;
       for (auto k = i; k != j; ++k)
-        if (k->bytes >= 0) cur[static_cast<int>(k->category)] += k->bytes;
+        if (const MemoryChange& c = g.memory_changes[*k]; c.bytes >= 0)
+          cur[static_cast<int>(c.category)] += c.bytes;
       i = j;
-      if (traces[d].back().time == time)
-        traces[d].back().bytes = cur;
-      else
-        traces[d].push_back({time, cur});
+      emit(d, time, cur);
     }
   }
+}
+
+}  // namespace
+
+std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t) {
+  std::vector<MemoryTrace> traces(g.static_memory.size());
+  memory_points(g, t, [&](size_t d, double time, const MemoryBytes& bytes) {
+    if (!traces[d].empty() && traces[d].back().time == time)
+      traces[d].back().bytes = bytes;
+    else
+      traces[d].push_back({time, bytes});
+  });
   return traces;
 }
 
@@ -70,15 +84,26 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     dm.bubble_ratio = dm.busy_s + dm.idle_s > 0 ? dm.idle_s / (dm.busy_s + dm.idle_s) : 0;
     dm.static_bytes = d < g.static_memory.size() ? total(g.static_memory[d]) : 0;
   }
-  const std::vector<MemoryTrace> traces = memory_traces(g, t);
-  for (size_t d = 0; d < D && d < traces.size(); ++d) {
+  // The peaks over the points of memory_traces(), without storing them: a point counts once no later
+  // point replaces it (same time).
+  std::vector<MemoryPoint> last(g.static_memory.size());
+  std::vector<char> open(g.static_memory.size(), 0);
+  auto fold = [&](size_t d) {
+    if (d >= D || !open[d]) return;
     DeviceMetrics& dm = m.devices[d];
-    for (const MemoryPoint& p : traces[d]) {
-      dm.peak_memory_bytes = std::max(dm.peak_memory_bytes, total(p.bytes));
-      dm.peak_activation_bytes =
-          std::max(dm.peak_activation_bytes, p.bytes[static_cast<int>(MemoryCategory::Activations)]);
-    }
-    if (dm.peak_memory_bytes > dm.capacity_bytes) m.over_capacity.push_back(static_cast<int>(d));
+    dm.peak_memory_bytes = std::max(dm.peak_memory_bytes, total(last[d].bytes));
+    dm.peak_activation_bytes =
+        std::max(dm.peak_activation_bytes, last[d].bytes[static_cast<int>(MemoryCategory::Activations)]);
+  };
+  memory_points(g, t, [&](size_t d, double time, const MemoryBytes& bytes) {
+    if (open[d] && last[d].time != time) fold(d);
+    last[d] = {time, bytes};
+    open[d] = 1;
+  });
+  for (size_t d = 0; d < D; ++d) {
+    fold(d);
+    if (m.devices[d].peak_memory_bytes > m.devices[d].capacity_bytes)
+      m.over_capacity.push_back(static_cast<int>(d));
   }
   double idle = 0, all = 0;
   for (const DeviceMetrics& dm : m.devices) {

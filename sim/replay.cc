@@ -4,13 +4,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/heap/fibonacci_heap.hpp>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <deque>
+#include <limits>
+#include <queue>
 #include <set>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
+#include <xbt/config.hpp>
+#include <xbt/utility.hpp>
 
 #include "core/executor.h"
 #include "sim/platform.h"
@@ -20,114 +26,178 @@ namespace sg4 = simgrid::s4u;
 namespace pipegrid::sim {
 namespace {
 
-// Starts the simulation's activities and collects their completions.
+// Starts the simulation's activities and collects their completions, all from maestro (SimGrid
+// completion callbacks and the engine's on_time_advance signal).
 //
-// By default everything starts from maestro, in SimGrid completion callbacks: each Exec when its
-// device may run it, each Comm when its dependencies are done (after its route's latency under
-// max-min sharing). SimGrid 3.32 keeps every activity in its starting actor's std::list and removes
-// it with std::list::remove when it ends (ExecImpl::post, CommImpl::finish): with everything started
-// from maestro, that list holds every activity in flight and each completion scans it (about 9% of
-// the CPU at 128 devices, 12% at 1,024, measured; README.md "Speed").
+// Transfers are SimGrid Comms, started when their dependencies are done (after their route's
+// latency under max-min sharing) and reported by Activity::on_completion.
 //
-// ReplayOptions::device_actors removes that scan for compute tasks: each device runs its compute
-// tasks from an actor of its own, whose list holds its one running Exec. Transfers stay in maestro:
-// SimGrid puts every host-to-host Comm on maestro's list whoever starts it, and reports its end
-// through Activity::on_completion only when maestro started it, so their scan covers the transfers in
-// flight. Results are the same as from maestro: at each simulated date, compute completions (reported
-// by the device actors as they wake) and transfer completions (reported in maestro) are collected and
-// handled in maestro in one batch at that date, compute tasks first, then transfers, each in
-// SimGrid's order (its CPU model reports before its network model), as the maestro callbacks see
-// them. The batch runs from a SimGrid timer at the current date set during the round of actors that
-// follows the completions (by the first device actor that reports, or by the flusher actor, which
-// maestro wakes when a transfer ends), so it fires after all of them reported. Measured here, the
-// actors' context switches and simcalls (three per compute task) cost more than the scan they save
-// up to 1,024 devices, so it is off by default.
+// Compute tasks are not SimGrid Execs by default ("device clocks"). A device runs one compute task
+// at a time (core/executor.h) at its host's fixed speed, so SimGrid's CPU model has nothing to
+// share: it would end each task at `start + flops / speed`. The replay computes that date itself,
+// with the same arithmetic, and keeps the pending ends in a heap; one SimGrid timer at the earliest
+// pending date bounds each step of the engine, and the ends are handled in on_time_advance, which
+// SimGrid fires after every step. This removes per compute task an ExecImpl, a CPU action, an lmm
+// variable, the completion signal and, above all, SimGrid 3.32's scan of maestro's activity list
+// (each activity started from maestro is appended to a std::list that ExecImpl::post and
+// CommImpl::finish search with std::list::remove: with every device's running task on it, 26-33% of
+// the CPU at 1,024 devices, measured; sim/README.md). Only transfers in flight remain on that list.
+//
+// Results are those of SimGrid's Execs, bit for bit (ReplayOptions::simgrid_execs keeps the Execs;
+// tests/sim/device_clock_test.cc compares the two on many configurations): what SimGrid 3.32 does,
+// read in its sources, and what is reproduced here:
+//  - an Exec's end date is `now + remains / rate` (Model::next_occurring_event_lazy), where remains is
+//    the flops, zeroed below maxmin/precision x surf/precision (double_update), and rate is
+//    the host's speed (the lone lmm variable of the host's constraint gets all of it);
+//  - each step of the engine advances the clock to the earliest event of its models and timers,
+//    computed as `now + (date - now)`: a timer at the same date bounds the step identically;
+//  - at each step the CPU model ends every action whose date is within surf/precision of the new
+//    clock, in date order and, at equal dates, in start order (its heap is a stable pairing heap),
+//    and reports them at that clock;
+//  - within a step: models' updates, on_time_advance, timers due (clock >= date), then completion
+//    callbacks, the CPU model's before the network model's. So here, in on_time_advance: the delayed
+//    transfer starts that are due (they were SimGrid timers; they are kept in a Fibonacci heap of the
+//    same type as SimGrid's timer heap, fed and drained in the same sequence, so equal dates come out
+//    in the same order), then the compute ends of the step; the transfer ends follow in SimGrid's
+//    callbacks.
+//  - an activity started at the current date with nothing left to do ends at the next step, of
+//    length zero: when a compute end or a transfer start falls due at the current date, a zero-flop
+//    Exec (a "tick") makes the engine take that step (a timer there would fire in the current step).
 class SimLauncher : public TaskLauncher {
  public:
-  SimLauncher(const TaskGraph& g, const Platform& p, bool device_actors)
+  SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs)
       : g_(g),
         p_(p),
-        actors_mode_(device_actors),
-        execs_(g.device_order.size()),
-        request_(g.device_order.size(), -1) {}
+        execs_mode_(simgrid_execs),
+        execs_(simgrid_execs ? g.device_order.size() : 0),
+        timing_precision_(simgrid::config::get_value<double>("surf/precision")),
+        work_precision_(simgrid::config::get_value<double>("maxmin/precision") * timing_precision_) {}
 
   void set_executor(Executor* e) { executor_ = e; }
 
-  // Called from maestro only (Executor::start before the run, and completions).
+  // Called from maestro only (Executor::start before the run, completions, on_time_advance).
   void launch(int32_t t, double) override {
     const Task& task = g_.tasks[t];
     ++in_flight_;
+    const double now = sg4::Engine::get_clock();
     if (task.is_compute()) {
-      if (actors_mode_) {
-        request_[task.device] = t;
-        actors_[task.device]->resume();
-      } else {
-        execs_[task.device] = start_exec(t);  // a device runs one compute task at a time
+      if (execs_mode_) {
+        execs_[task.device] = start_exec(t);
+        return;
       }
+      const double speed = p_.speeds[task.device];
+      double remains = task.duration * speed;
+      if (remains < work_precision_) remains = 0;
+      ends_.push({remains > 0 ? now + remains / speed : now, seq_++, t});
+      arm();
     } else if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
-      // Max-min sharing: the route's latency passes before the flow enters the network. Timers run
-      // in maestro, like completion callbacks, and Engine::run() does not return while one is pending.
-      simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock() + delay, [this, t] { start_comm(t); });
+      // Max-min sharing: the route's latency passes before the flow enters the network.
+      starts_.emplace(now + delay, t);
+      arm();
     } else {
       start_comm(t);
     }
   }
 
-  void create_actors() {
-    if (!actors_mode_) return;
-    actors_.resize(g_.device_order.size());
-    for (size_t d = 0; d < g_.device_order.size(); ++d)
-      if (!g_.device_order[d].empty())
-        actors_[d] =
-            sg4::Actor::create("device", p_.hosts[d], [this, d] { device_loop(static_cast<int>(d)); });
-    flusher_ = sg4::Actor::create("flusher", p_.hosts.front(), [this] { flusher_loop(); });
-  }
-
-  // Activity::on_completion: from maestro, or from the device's actor for compute tasks (actors mode).
+  // Activity::on_completion (maestro): transfers, Execs in simgrid_execs mode, ticks.
   void completed(const sg4::Activity& a) {
     const auto tag = reinterpret_cast<uintptr_t>(a.get_data<void>());
-    const auto t = static_cast<int32_t>(tag & 0xffffffffu);
-    const bool compute = g_.tasks[t].is_compute();
-    if (!actors_mode_) {
-      // SimGrid still uses the activity while this callback runs: release it one callback later.
-      graveyard_.clear();
-      graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
-      --in_flight_;
-      executor_->finished(t, a.get_finish_time());
+    // SimGrid still uses the activity while this callback runs: release it one callback later.
+    graveyard_.clear();
+    if (tag == kTick) {
+      graveyard_.push_back(std::move(ticks_.front()));
+      ticks_.pop_front();
       return;
     }
-    if (compute) {
-      computes_.emplace_back(t, a.get_finish_time());
-      schedule_batch();
-    } else {
-      transfers_.emplace_back(tag, a.get_finish_time());
-      if (!flusher_woken_) {
-        flusher_woken_ = true;
-        flusher_->resume();  // runs after the device actors woken at this date
-      }
+    const auto t = static_cast<int32_t>(tag & 0xffffffffu);
+    const bool compute = g_.tasks[t].is_compute();
+    graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
+    --in_flight_;
+    executor_->finished(t, a.get_finish_time());
+  }
+
+  // Engine::on_time_advance: after the models' updates of each step, before timers and callbacks.
+  void advance() {
+    const double now = sg4::Engine::get_clock();
+    tick_pending_ = false;  // a tick ends in the first step after its start: this one
+    start_due(now);
+    // Collect first: ends pushed while handling these belong to later steps.
+    batch_.clear();
+    while (!ends_.empty() && std::abs(ends_.top().date - now) < timing_precision_) {
+      batch_.push_back(ends_.top().task);
+      ends_.pop();
     }
+    for (int32_t t : batch_) {
+      --in_flight_;
+      executor_->finished(t, now);
+    }
+    arm();
   }
 
   size_t in_flight() const { return in_flight_; }
 
-  // Ends the actors (after the last task, or when nothing in flight can finish: stuck).
-  void stop() {
-    if (!actors_mode_) return;
-    quit_ = true;
-    for (const sg4::ActorPtr& a : actors_)
-      if (a) a->resume();
-    flusher_->resume();
-  }
-
   void clear() {
+    if (wake_ != nullptr) wake_->remove();
+    wake_ = nullptr;
     graveyard_.clear();
     execs_.clear();
     comms_.clear();
-    actors_.clear();
-    flusher_ = nullptr;
+    ticks_.clear();
   }
 
  private:
+  static constexpr uintptr_t kTick = ~uintptr_t{0};
+
+  struct End {
+    double date;
+    uint64_t seq;  // start order, for equal dates
+    int32_t task;
+    bool operator>(const End& o) const { return date != o.date ? date > o.date : seq > o.seq; }
+  };
+  // The type of SimGrid 3.32's timer heap (simgrid/kernel/Timer.hpp), for the same order of equal dates.
+  using Start = std::pair<double, int32_t>;
+  using StartHeap =
+      boost::heap::fibonacci_heap<Start, boost::heap::compare<simgrid::xbt::HeapComparator<Start>>>;
+
+  void start_due(double now) {
+    while (!starts_.empty() && now >= starts_.top().first) {
+      const int32_t t = starts_.top().second;
+      starts_.pop();
+      start_comm(t);
+    }
+  }
+
+  // Keeps one SimGrid timer at the earliest pending date, or a tick when that date is now.
+  void arm() {
+    double date = std::numeric_limits<double>::infinity();
+    if (!ends_.empty()) date = ends_.top().date;
+    if (!starts_.empty()) date = std::min(date, starts_.top().first);
+    if (wake_ != nullptr && wake_date_ == date) return;
+    if (wake_ != nullptr) wake_->remove();
+    wake_ = nullptr;
+    if (date == std::numeric_limits<double>::infinity()) return;
+    if (date <= sg4::Engine::get_clock()) {
+      if (!tick_pending_) {
+        tick_pending_ = true;
+        sg4::ExecPtr tick = sg4::Exec::init();
+        tick->set_host(p_.hosts.front());
+        tick->set_flops_amount(0);
+        tick->set_data(reinterpret_cast<void*>(kTick));
+        tick->start();
+        ticks_.push_back(std::move(tick));  // until its completion callback
+      }
+      return;
+    }
+    wake_date_ = date;
+    // advance() handles what falls due and moves the timer before it could fire; if it fires, it
+    // only hands over to advance()'s work of the step.
+    wake_ = simgrid::kernel::timer::Timer::set(date, [this] {
+      wake_ = nullptr;
+      start_due(sg4::Engine::get_clock());
+      arm();
+    });
+  }
+
   sg4::ExecPtr start_exec(int32_t t) {
     const int d = g_.tasks[t].device;
     sg4::ExecPtr e = sg4::Exec::init();
@@ -162,63 +232,24 @@ class SimLauncher : public TaskLauncher {
     return std::move(comms_[slot]);
   }
 
-  void device_loop(int d) {
-    for (;;) {
-      while (request_[d] < 0 && !quit_) sg4::this_actor::suspend();
-      if (quit_) return;
-      const int32_t t = request_[d];
-      request_[d] = -1;
-      start_exec(t)->wait();  // fires Activity::on_completion here
-    }
-  }
-
-  void flusher_loop() {
-    for (;;) {
-      sg4::this_actor::suspend();
-      if (quit_) return;
-      flusher_woken_ = false;
-      schedule_batch();
-    }
-  }
-
-  void schedule_batch() {
-    if (batch_set_) return;
-    batch_set_ = true;
-    simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock(), [this] { run_batch(); });
-  }
-
-  void run_batch() {
-    batch_set_ = false;
-    graveyard_.clear();
-    // Move out first: handling a completion starts activities whose completions come in later batches.
-    std::swap(batch_, computes_);
-    batch_.insert(batch_.end(), transfers_.begin(), transfers_.end());
-    transfers_.clear();
-    for (auto [tag, end] : batch_) {
-      const auto t = static_cast<int32_t>(tag & 0xffffffffu);
-      --in_flight_;
-      if (!g_.tasks[t].is_compute()) graveyard_.push_back(release_comm(tag));
-      executor_->finished(t, end);
-    }
-    batch_.clear();
-    if (in_flight_ == 0) stop();  // complete, or stuck
-  }
-
   const TaskGraph& g_;
   const Platform& p_;
-  const bool actors_mode_;
+  const bool execs_mode_;
+  std::vector<sg4::ActivityPtr> execs_;  // per device: its running Exec (simgrid_execs mode)
+  const double timing_precision_, work_precision_;
   Executor* executor_ = nullptr;
-  std::vector<sg4::ActivityPtr> execs_;  // per device: its running compute task (maestro mode)
   std::vector<sg4::ActivityPtr> comms_;  // slots of transfers in the network
   std::vector<uint32_t> free_;           // free slots of comms_
   std::vector<sg4::ActivityPtr> graveyard_;
+  std::priority_queue<End, std::vector<End>, std::greater<>> ends_;  // compute ends (device clocks)
+  StartHeap starts_;                                                 // delayed transfer starts
+  std::vector<int32_t> batch_;
+  uint64_t seq_ = 0;
+  simgrid::kernel::timer::Timer* wake_ = nullptr;
+  double wake_date_ = 0;
+  std::deque<sg4::ExecPtr> ticks_;  // started, completion not yet reported
+  bool tick_pending_ = false;       // a tick will end at the next step
   size_t in_flight_ = 0;
-  // Actors mode.
-  std::vector<int32_t> request_;  // per device: the compute task its actor is to run next, or -1
-  std::vector<sg4::ActorPtr> actors_;
-  sg4::ActorPtr flusher_;
-  std::vector<std::pair<uintptr_t, double>> computes_, transfers_, batch_;  // (data tag, end)
-  bool batch_set_ = false, flusher_woken_ = false, quit_ = false;
 };
 
 std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
@@ -231,10 +262,12 @@ std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
 }  // namespace
 
 Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions& o) {
-  std::vector<std::string> args = {"pipegrid", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
-                                   "--cfg=network/crosstraffic:0", "--cfg=network/optim:Lazy"};
-  // One actor per device: small stacks (SimGrid's default is 8 MiB each).
-  if (o.device_actors) args.push_back("--cfg=contexts/stack-size:256");
+  std::vector<std::string> args = {"pipegrid",
+                                   "--cfg=network/model:CM02",
+                                   "--cfg=network/TCP-gamma:0",
+                                   "--cfg=network/crosstraffic:0",
+                                   "--cfg=network/optim:Lazy",
+                                   "--cfg=cpu/optim:Lazy"};
   if (!o.log) args.insert(args.begin() + 1, "--log=root.thres:critical");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -244,14 +277,13 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   Result<Platform> platform = build_platform(c, communicating_pairs(g));
   if (!platform) return platform.error();
 
-  SimLauncher launcher(g, *platform, o.device_actors);
+  SimLauncher launcher(g, *platform, o.simgrid_execs);
   Executor ex(g, launcher);
   launcher.set_executor(&ex);
-  launcher.create_actors();
   sg4::Activity::on_completion_cb([&](sg4::Activity const& a) { launcher.completed(a); });
+  sg4::Engine::on_time_advance_cb([&](double) { launcher.advance(); });
   const auto t0 = std::chrono::steady_clock::now();
   ex.start();
-  if (launcher.in_flight() == 0) launcher.stop();  // nothing to simulate, or stuck from the start
   engine.run();
   Replay r;
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

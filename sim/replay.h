@@ -1,6 +1,7 @@
-// Replays a TaskGraph in SimGrid: compute tasks as Exec on the device's host, transfers as Comm
-// between hosts over the platform's routes (flow-level contention, CM02 with TCP-gamma 0 and
-// crosstraffic 0 so one flow can use a whole link). Under the cluster's default Sharing::MaxMin,
+// Replays a TaskGraph in SimGrid: transfers as Comms between hosts over the platform's routes
+// (flow-level contention, CM02 with TCP-gamma 0 and crosstraffic 0 so one flow can use a whole
+// link); compute tasks on device clocks, which end each task when SimGrid's CPU model would (or, as
+// an option, as Execs on the device's host). Under the cluster's default Sharing::MaxMin,
 // flows on a link direction get max-min fair shares and each transfer enters the network after its
 // route's latency (a SimGrid timer); under Sharing::Tcp, CM02 weighs shares by route latency. Activities are
 // created lazily, when their last dependency finishes (never the whole DAG up front: SimGrid 3.32 is
@@ -15,10 +16,10 @@ namespace pipegrid::sim {
 
 struct ReplayOptions {
   bool log = false;  // let SimGrid print its log (silent by default)
-  // Run each device's compute tasks from a SimGrid actor of its own instead of maestro (same results;
-  // avoids SimGrid 3.32's scan of maestro's in-flight activities at every compute task's end, but
-  // costs more in context switches than it saves up to 1,024 devices: see replay.cc).
-  bool device_actors = false;
+  // Run compute tasks as SimGrid Execs on the devices' hosts (SimGrid's CPU model) instead of the
+  // device clocks (the default: the same end dates, computed by the replay; see replay.cc). Same
+  // results, slower: kept as the reference the device clocks are tested against.
+  bool simgrid_execs = false;
 };
 
 struct Replay {

@@ -19,7 +19,7 @@ import tempfile
 
 CHAINS = [(64, 256), (128, 512), (128, 1024), (256, 1024), (128, 4096), (512, 2048), (1024, 2048),
           (1024, 4096)]
-OTHERS = ["Chain1F1BActors/128/1024", "Chain1F1BActors/512/2048", "FatTree1024", "GraphPipeMMT32", "DGX4096"]
+OTHERS = ["Chain1F1BExecs/128/1024", "Chain1F1BExecs/512/2048", "FatTree1024", "GraphPipeMMT32", "DGX4096"]
 
 
 def activities(p, m):

@@ -8,7 +8,7 @@
 //   GraphPipeMMT32     GraphPipe's MMT on 32 Summit GPUs (graphpipe + graph-1f1b, mini-batch 64: the
 //                      planner explores every micro-batch size, as experiments/graphpipe does)
 //   DGX4096            dgx-a100-4096: 512 stages x 8 replicas (one DGX node per stage), 64 micro-batches
-//   Chain1F1BActors/p/m  the same with ReplayOptions::device_actors (one SimGrid actor per device)
+//   Chain1F1BExecs/p/m   the same with ReplayOptions::simgrid_execs (compute tasks as SimGrid Execs)
 // Counters: activities, activities/s (end to end), prepare_s, replay_s (the child's simulation loop),
 // cpu_s (CPU time of both processes: user + system; the figure to trust on a loaded machine),
 // peak_rss_MB (this process or its children, whichever is larger: run one benchmark per process for a
@@ -42,7 +42,7 @@ double peak_rss_bytes() {
   return 1024.0 * static_cast<double>(std::max(self.ru_maxrss, children.ru_maxrss));
 }
 
-void run(benchmark::State& state, const std::string& yaml, bool device_actors = false) {
+void run(benchmark::State& state, const std::string& yaml, bool simgrid_execs = false) {
   Result<Experiment> e = input::load_experiment_text(yaml, "bench.yaml");
   if (!e) {
     state.SkipWithError(e.error().message.c_str());
@@ -51,7 +51,7 @@ void run(benchmark::State& state, const std::string& yaml, bool device_actors = 
   size_t activities = 0;
   double prepare_s = 0, replay_s = 0, cpu_s = 0;
   sim::ReplayOptions options;
-  options.device_actors = device_actors;
+  options.simgrid_execs = simgrid_execs;
   for (auto _ : state) {
     const double self0 = cpu_seconds(RUSAGE_SELF), children0 = cpu_seconds(RUSAGE_CHILDREN);
     const auto t0 = std::chrono::steady_clock::now();
@@ -106,8 +106,9 @@ void Chain1F1B(benchmark::State& state) {
   run(state, switch_chain(state));
 }
 
-// The same with every device's compute tasks started from its own SimGrid actor (ReplayOptions).
-void Chain1F1BActors(benchmark::State& state) {
+// The same with compute tasks as SimGrid Execs (ReplayOptions::simgrid_execs): the cost of the device clocks
+// saved.
+void Chain1F1BExecs(benchmark::State& state) {
   run(state, switch_chain(state), true);
 }
 
@@ -143,7 +144,7 @@ BENCHMARK(Chain1F1B)
     ->UseManualTime()
     ->Unit(benchmark::kSecond)
     ->Iterations(1);
-BENCHMARK(Chain1F1BActors)
+BENCHMARK(Chain1F1BExecs)
     ->Args({128, 1024})
     ->Args({512, 2048})
     ->UseManualTime()

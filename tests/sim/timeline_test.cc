@@ -9,8 +9,8 @@
 //  - the configuration where max-min sharing matters (the trunk cluster of sharing_test.cc) against
 //    the hand derivation repeated below.
 // Rows are compared as a set keyed by what each task is (device, kind, stage, micro-batch, peer,
-// bytes), so renumbering tasks does not matter; the times must be identical, with compute tasks
-// started from maestro (the default) and from one SimGrid actor per device (ReplayOptions).
+// bytes), so renumbering tasks does not matter; the times must be identical, with compute tasks on
+// device clocks (the default) and as SimGrid Execs (ReplayOptions::simgrid_execs).
 // Regenerate (only when a change of results is intended): PIPEGRID_WRITE_TIMELINES=1 test_sim
 // -tc='timelines*'.
 #include <doctest/doctest.h>
@@ -74,10 +74,10 @@ std::pair<PreparedRun, Timeline> check_stored(const Experiment& e, const std::st
     want << in.rdbuf();
     CHECK(got == want.str());
   }
-  // The same times with every device's compute tasks started from its own SimGrid actor.
-  sim::ReplayOptions actors;
-  actors.device_actors = true;
-  Result<sim::Replay> a = sim::replay_isolated(e.cluster, run->graph, actors);
+  // The same times with compute tasks as SimGrid Execs.
+  sim::ReplayOptions execs;
+  execs.simgrid_execs = true;
+  Result<sim::Replay> a = sim::replay_isolated(e.cluster, run->graph, execs);
   if (!a) FAIL(a.error().message);
   CHECK(rows(run->graph, a->timeline) == got);
   return {std::move(*run), std::move(r->timeline)};
