@@ -104,9 +104,11 @@ Result<const PlannerInfo*> planner_for(const StrategySpec& s);
 std::vector<std::string> device_names(const Cluster& c);
 
 // Validates a plan's schedule against its partition, lowers it to a task graph (with the request's
-// memory options and all-reduce), checks the graph for deadlock and numbers its tasks in an order they
-// run in (breadth first, see validate.h's execution_order). Planners use it to evaluate
-// candidates; the core pipeline runs it on the plan returned.
+// memory options and all-reduce), checks the graph for deadlock and, when it spans more than
+// kRenumberAboveDevices devices, numbers its tasks in an order they run in (breadth first, see
+// validate.h's execution_order; below that, lowering order). Planners use it to evaluate candidates;
+// the core pipeline runs it on the plan returned.
+inline constexpr size_t kRenumberAboveDevices = 256;
 Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p);
 
 // Implementations (each in its own file under planners/).
