@@ -45,11 +45,12 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
 Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher)
     : graph_(graph),
       launcher_(launcher),
-      pending_(graph.predecessor_count),
       cursor_(graph.device_order.size(), 0),
       busy_(graph.device_order.size(), 0) {
-  timeline_.start.assign(graph.tasks.size(), -1.0);
-  timeline_.end.assign(graph.tasks.size(), -1.0);
+  reserve_huge(pending_, graph.predecessor_count.size());
+  pending_.assign(graph.predecessor_count.begin(), graph.predecessor_count.end());
+  assign_huge(timeline_.start, graph.tasks.size(), -1.0);
+  assign_huge(timeline_.end, graph.tasks.size(), -1.0);
 }
 
 void Executor::start() {

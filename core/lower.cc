@@ -160,7 +160,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
 
   g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
-  g.memory_changes.reserve(compute * 2);
+  reserve_huge(g.memory_changes, compute * 2);
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
     g.device_order[d].reserve(sched.device_actions[d].size() + 1);
 

@@ -18,7 +18,8 @@ void memory_points(const TaskGraph& g, const Timeline& t, Emit&& emit) {
   std::vector<size_t> first(D + 1, 0);
   for (const MemoryChange& c : g.memory_changes) ++first[g.tasks[c.task].device + 1];
   for (size_t d = 0; d < D; ++d) first[d + 1] += first[d];
-  std::vector<uint32_t> events(first[D]);
+  std::vector<uint32_t> events;
+  assign_huge(events, first[D], uint32_t{0});
   std::vector<size_t> fill(first.begin(), first.end() - 1);
   for (size_t i = 0; i < g.memory_changes.size(); ++i)
     events[fill[g.tasks[g.memory_changes[i].task].device]++] = static_cast<uint32_t>(i);

@@ -6,11 +6,13 @@ namespace pipegrid {
 // order they were added in (the executor launches them in that order), packed rows first.
 void TaskGraph::pack() const {
   const size_t n = tasks.size();
-  std::vector<uint32_t> row(n + 1, 0);
+  std::vector<uint32_t> row;
+  assign_huge(row, n + 1, uint32_t{0});
   for (size_t t = 0; t + 1 < row_.size() && t < n; ++t) row[t + 1] = row_[t + 1] - row_[t];
   for (auto [before, after] : added_) ++row[static_cast<size_t>(before) + 1];
   for (size_t t = 0; t < n; ++t) row[t + 1] += row[t];
-  std::vector<int32_t> next(row[n]);
+  std::vector<int32_t> next;
+  assign_huge(next, row[n], int32_t{0});
   std::vector<uint32_t> fill(row.begin(), row.end() - 1);
   for (size_t t = 0; t + 1 < row_.size() && t < n; ++t)
     for (uint32_t i = row_[t]; i < row_[t + 1]; ++i) next[fill[t]++] = next_[i];
@@ -26,8 +28,10 @@ void TaskGraph::renumber(const std::vector<int32_t>& order) {
   std::vector<int32_t> id(n);
   for (size_t i = 0; i < n; ++i) id[order[i]] = static_cast<int32_t>(i);
   // Successor rows rebuilt in the new order (they change length), into new arrays.
-  std::vector<int32_t> next(next_.size());
-  std::vector<uint32_t> row(n + 1, 0);
+  std::vector<int32_t> next;
+  assign_huge(next, next_.size(), int32_t{0});
+  std::vector<uint32_t> row;
+  assign_huge(row, n + 1, uint32_t{0});
   for (size_t i = 0; i < n; ++i) {
     const int32_t old = order[i];
     row[i + 1] = row[i];

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/memory.h"
 
 namespace pipegrid {
@@ -59,9 +60,9 @@ struct TaskGraph {
   }
   // Room for `task_count` tasks and `dependency_count` dependencies.
   void reserve(size_t task_count, size_t dependency_count) {
-    tasks.reserve(task_count);
-    predecessor_count.reserve(task_count);
-    added_.reserve(dependency_count);
+    reserve_huge(tasks, task_count);
+    reserve_huge(predecessor_count, task_count);
+    reserve_huge(added_, dependency_count);
   }
 
   // The tasks that depend on `t` (data dependencies), in the order they were added.

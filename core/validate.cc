@@ -128,10 +128,12 @@ std::vector<int32_t> execution_order(const TaskGraph& g) {
   // A topological pass over the dependencies plus each device's order, with no backend and no times;
   // the order is also its queue.
   const size_t n = g.tasks.size();
-  std::vector<int32_t> pending(g.predecessor_count);
+  std::vector<int32_t> pending;
+  reserve_huge(pending, n);
+  pending.assign(g.predecessor_count.begin(), g.predecessor_count.end());
   std::vector<uint32_t> cursor(g.device_order.size(), 0);
   std::vector<int32_t> order;
-  order.reserve(n);
+  reserve_huge(order, n);
   auto head_ready = [&](size_t d) {
     if (cursor[d] < g.device_order[d].size() && pending[g.device_order[d][cursor[d]]] == 0)
       order.push_back(g.device_order[d][cursor[d]]);
