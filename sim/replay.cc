@@ -78,7 +78,6 @@ class SimLauncher : public TaskLauncher {
   // Called from maestro only (Executor::start before the run, completions, on_time_advance).
   void launch(int32_t t, double) override {
     const Task& task = g_.tasks[t];
-    ++in_flight_;
     const double now = sg4::Engine::get_clock();
     if (task.is_compute()) {
       if (execs_mode_) {
@@ -112,7 +111,6 @@ class SimLauncher : public TaskLauncher {
     const auto t = static_cast<int32_t>(tag & 0xffffffffu);
     const bool compute = g_.tasks[t].is_compute();
     graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
-    --in_flight_;
     executor_->finished(t, a.get_finish_time());
   }
 
@@ -127,14 +125,9 @@ class SimLauncher : public TaskLauncher {
       batch_.push_back(ends_.top().task);
       ends_.pop();
     }
-    for (int32_t t : batch_) {
-      --in_flight_;
-      executor_->finished(t, now);
-    }
+    for (int32_t t : batch_) executor_->finished(t, now);
     arm();
   }
-
-  size_t in_flight() const { return in_flight_; }
 
   void clear() {
     if (wake_ != nullptr) wake_->remove();
@@ -249,7 +242,6 @@ class SimLauncher : public TaskLauncher {
   double wake_date_ = 0;
   std::deque<sg4::ExecPtr> ticks_;  // started, completion not yet reported
   bool tick_pending_ = false;       // a tick will end at the next step
-  size_t in_flight_ = 0;
 };
 
 std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
