@@ -187,6 +187,20 @@ Status validate_fat_tree(const Cluster& c) {
 
 }  // namespace
 
+Status check_cluster_size(std::string_view what, double devices, double switches, double links) {
+  auto over = [&](double n, double limit, std::string_view of) {
+    return Error{
+        fmt::format("{} would have {:.0f} {}, above pipegrid's limit of {:.0f} (see README, "
+                    "\"Work-size limits\")",
+                    what, n, of, limit)};
+  };
+  if (!(devices <= kMaxClusterDevices)) return over(devices, kMaxClusterDevices, "devices");
+  if (!(devices + switches <= kMaxClusterNodes))
+    return over(devices + switches, kMaxClusterNodes, "network nodes (devices and switches)");
+  if (!(links <= kMaxClusterLinks)) return over(links, kMaxClusterLinks, "links");
+  return {};
+}
+
 Status validate(const Cluster& c) {
   return validate(c, nullptr);
 }

@@ -92,6 +92,18 @@ struct Cluster {
   const std::string& machine_of(int device) const;
 };
 
+// The largest cluster pipegrid builds, checked before anything is allocated (each generator, each
+// `count` of a cluster file, a SimGrid platform's radicals): 131,072 devices (8x the 16,384 GPUs of
+// the largest clusters the scale benchmarks name; a device costs about 2 KB before a run, so the
+// limit holds a cluster under 300 MB), 262,144 network nodes (devices and switches) and 2,097,152
+// links (a 128-ary fat-tree's switch links and 131,072 device links fit).
+inline constexpr double kMaxClusterDevices = 131072;
+inline constexpr double kMaxClusterNodes = 262144;
+inline constexpr double kMaxClusterLinks = 2097152;
+// Fails when a cluster of `devices`, `switches` and `links` (counted in floating point, so that a
+// product of input sizes cannot overflow) is above one of the limits; the message starts with `what`.
+Status check_cluster_size(std::string_view what, double devices, double switches, double links);
+
 // Checks what SimGrid would abort on, and more: unique names, links between known nodes, no
 // self-link, no duplicate link, positive bandwidth, non-negative latency, positive device memory,
 // explicit routes that are walks over existing links (at most one per ordered pair), and torus and

@@ -139,6 +139,11 @@ struct Workload {
   void add_edge(int from, int to) { boost::add_edge(from, to, graph); }
 };
 
+// The most layers a workload may have (a chain's `layers`, a zoo model's graph, a model file, a
+// profile): 2^17 = 131,072, 100x the largest built-in model's graph; checked as layers are added, so a
+// model above it is an error before it takes memory (a layer and its edges cost about 1 KB).
+inline constexpr int kMaxLayers = 131072;
+
 // Fails if the layer graph has a cycle; the message names one ("a -> b -> c -> a").
 // On a cycle, `closing_edge` (if given) receives the edge (from, to) whose traversal found it.
 Status check_acyclic(const Workload& w, std::pair<int, int>* closing_edge = nullptr);

@@ -363,6 +363,12 @@ class Reader {
   }
 
   void add_node(const pugi::xml_node& n, const std::string& id, bool host) {
+    if (static_cast<double>(host ? hosts_.size() : hosts_.size() + routers_.size()) >=
+        (host ? kMaxClusterDevices : kMaxClusterNodes))
+      fail(n, fmt::format("{}: one more {} would make the platform larger than pipegrid's limit of {:.0f} {} "
+                          "(see README, \"Work-size limits\")",
+                          describe(n), host ? "host" : "router", host ? kMaxClusterDevices : kMaxClusterNodes,
+                          host ? "hosts" : "hosts and routers"));
     if (auto it = nodes_.find(id); it != nodes_.end())
       fail(n, fmt::format("{}: the name \"{}\" is already used (at {})", describe(n), id,
                           location(it->second.where).substr(name_.size() + 1)));
@@ -574,6 +580,12 @@ class Reader {
       if (!ok || hi < lo || hi - lo > 1'000'000)
         fail(n, fmt::format("{}: radical: expected ranges like \"0-15\" or \"0-3,8\", got \"{}\"",
                             describe(n), text));
+      if (static_cast<double>(hosts_.size() + out.size()) + static_cast<double>(hi - lo) + 1 >
+          kMaxClusterDevices)
+        fail(n,
+             fmt::format("{}: radical: \"{}\" would make the platform larger than pipegrid's limit of {:.0f} "
+                         "hosts (see README, \"Work-size limits\")",
+                         describe(n), text, kMaxClusterDevices));
       for (long i = lo; i <= hi; ++i) out.push_back(i);
     }
     return out;

@@ -47,7 +47,16 @@ void set_totals(Layer& l) {
 
 }  // namespace
 
-int ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
+Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
+  if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
+    return Error{
+        fmt::format("the model has more than {} layers, pipegrid's limit (see README, \"Work-size "
+                    "limits\")",
+                    kMaxLayers)};
+  return push_layer(std::move(l), std::move(out), in);
+}
+
+int ModelBuilder::push_layer(Layer l, Shape out, const std::vector<int>& in) {
   set_totals(l);
   l.output_bytes = bytes(out);
   const int id = w_.add_layer(std::move(l));
@@ -65,7 +74,7 @@ int ModelBuilder::input(const std::string& name, Shape shape) {
   Layer l;
   l.name = name;
   l.kind = "input";
-  return add_layer(std::move(l), std::move(shape), {});
+  return push_layer(std::move(l), std::move(shape), {});
 }
 
 Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
@@ -393,8 +402,8 @@ Result<int> ModelBuilder::custom(const std::string& name, const std::vector<int>
   l.name = name;
   if (l.kind.empty()) l.kind = "custom";
   const double given_output = l.output_bytes;
-  int id = add_layer(std::move(l), std::move(output), in);
-  if (given_output > 0) w_.graph[id].output_bytes = given_output;
+  Result<int> id = add_layer(std::move(l), std::move(output), in);
+  if (id && given_output > 0) w_.graph[*id].output_bytes = given_output;
   return id;
 }
 

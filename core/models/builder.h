@@ -74,7 +74,9 @@ class ModelBuilder {
   Workload finish(double default_micro_batch_size = 1);
 
  private:
-  int add_layer(Layer l, Shape out, const std::vector<int>& in);
+  // Fails when the model already has kMaxLayers layers (input layers count, but are added regardless).
+  Result<int> add_layer(Layer l, Shape out, const std::vector<int>& in);
+  int push_layer(Layer l, Shape out, const std::vector<int>& in);
   double elems(const Shape& s) const;
   double bytes(const Shape& s) const { return elems(s) * element_bytes(w_.precision); }
   Error mismatch(const std::string& name, const std::string& expected, int in) const;

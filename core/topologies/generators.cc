@@ -1,6 +1,7 @@
 #include "core/topologies/generators.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -81,6 +82,7 @@ Cluster make_switch_cluster(int count, const std::string& prefix, const DeviceSp
 Result<Cluster> make_ring_cluster(int count, const std::string& prefix, const DeviceSpec& device,
                                   LinkSpec link) {
   if (count < 1) return Error{fmt::format("a ring needs at least 1 device, got {}", count)};
+  if (Status s = check_cluster_size("a ring", count, 0, count); !s) return s.error();
   if (Status s = check_link(link, "ring"); !s) return s.error();
   Cluster c;
   c.name = "ring";
@@ -93,13 +95,15 @@ Result<Cluster> make_torus_cluster(const std::vector<int>& dims, const std::stri
                                    const DeviceSpec& device, LinkSpec link) {
   if (dims.empty() || dims.size() > 3)
     return Error{fmt::format("a torus has 1, 2 or 3 dimensions, got {}", dims.size())};
-  long long points = 1;
+  double points = 1;
   for (int d : dims) {
     if (d < 1) return Error{fmt::format("torus dimensions must be at least 1, got {}", d)};
     points *= d;
   }
-  if (points > 1'000'000)
-    return Error{fmt::format("a torus of {} devices is too large (at most 1000000)", points)};
+  if (Status s = check_cluster_size(fmt::format("a torus of {}", fmt::join(dims, " x ")), points, 0,
+                                    points * static_cast<double>(dims.size()));
+      !s)
+    return s.error();
   if (Status s = check_link(link, "torus"); !s) return s.error();
   Cluster c;
   c.name = "torus";
@@ -116,6 +120,10 @@ Result<Cluster> make_fat_tree_cluster(int k, int count, const std::string& prefi
   const int slots = k * k * k / 4;
   if (count < 1 || count > slots)
     return Error{fmt::format("a {}-ary fat-tree has room for 1 to {} devices, got {}", k, slots, count)};
+  if (Status s = check_cluster_size(fmt::format("a {}-ary fat-tree", k), count, 5.0 * k * k / 4,
+                                    count + 2.0 * slots);
+      !s)
+    return s.error();
   if (Status s = check_link(link, "fat-tree"); !s) return s.error();
   Cluster c;
   c.name = fmt::format("fat-tree-k{}", k);
@@ -134,8 +142,13 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
         fmt::format("a dragonfly of {} groups needs routers x global >= {} (one global link to every other "
                     "group), got {} x {}",
                     s.groups, s.groups - 1, s.routers, s.global)};
-  if (static_cast<long long>(s.groups) * s.routers * s.hosts > 1'000'000)
-    return Error{"a dragonfly of more than 1000000 devices is too large"};
+  const double groups = s.groups, routers = s.routers, devices = groups * routers * s.hosts;
+  if (Status st = check_cluster_size(
+          fmt::format("a dragonfly of {} groups x {} routers x {} devices", s.groups, s.routers, s.hosts),
+          devices, groups * routers,
+          devices + groups * routers * (routers - 1) / 2 + groups * (groups - 1) / 2);
+      !st)
+    return st.error();
   for (auto [l, what] : {std::pair{s.host_link, "dragonfly device"},
                          {s.local_link, "dragonfly local"},
                          {s.global_link, "dragonfly global"}})
@@ -166,9 +179,17 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
 Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   if (s.nodes < 1 || s.gpus_per_node < 1)
     return Error{"a DGX cluster needs at least 1 node of at least 1 GPU"};
-  const long long total = static_cast<long long>(s.nodes) * s.gpus_per_node;
-  if (total > 1'000'000)
-    return Error{fmt::format("a DGX cluster of {} GPUs is too large (at most 1000000)", total)};
+  const double gpus = static_cast<double>(s.nodes) * s.gpus_per_node;
+  // A fat-tree fabric: the smallest even k with k^3/4 >= the GPUs, 5k^2/4 switches, k^3/2 switch links.
+  double k = 2;
+  while (k * k * k / 4 < gpus) k += 2;
+  const bool tree = s.fabric != DgxSpec::Fabric::Switch;
+  if (Status st = check_cluster_size(
+          fmt::format("a DGX cluster of {} nodes x {} GPUs", s.nodes, s.gpus_per_node), gpus,
+          s.nodes + (tree ? 5 * k * k / 4 : 1), 2 * gpus + (tree ? k * k * k / 2 : 0));
+      !st)
+    return st.error();
+  const int total = static_cast<int>(gpus);
   if (Status st = check_link(s.nvlink, "NVLink"); !st) return st.error();
   if (Status st = check_link(s.infiniband, "InfiniBand"); !st) return st.error();
   Cluster c;
@@ -196,8 +217,11 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
 }
 
 Result<Cluster> make_summit_cluster(const SummitSpec& s) {
-  if (s.nodes < 1 || s.nodes > 250'000)
-    return Error{fmt::format("a Summit cluster needs 1 to 250000 nodes, got {}", s.nodes)};
+  if (s.nodes < 1) return Error{fmt::format("a Summit cluster needs at least 1 node, got {}", s.nodes)};
+  if (Status st = check_cluster_size(fmt::format("a Summit cluster of {} nodes", s.nodes), 4.0 * s.nodes,
+                                     2.0 * s.nodes + 1, 9.0 * s.nodes);
+      !st)
+    return st.error();
   for (auto [l, what] : {std::pair{s.nvlink, "NVLink"}, {s.xbus, "X-Bus"}, {s.infiniband, "InfiniBand"}})
     if (Status st = check_link(l, what); !st) return st.error();
   Cluster c;
@@ -257,8 +281,13 @@ Result<Cluster> make_fpga_cluster(const FpgaClusterSpec& s) {
 }
 
 Result<Cluster> make_dgx1_cluster(const Dgx1Spec& s) {
-  if (s.servers < 1 || s.servers > 100'000)
-    return Error{fmt::format("a DGX-1 cluster needs 1 to 100000 servers, got {}", s.servers)};
+  if (s.servers < 1) return Error{fmt::format("a DGX-1 cluster needs at least 1 server, got {}", s.servers)};
+  // Per server: 8 GPUs, 2 CPUs and 4 PCIe switches; QPI, 4 uplinks, 8 GPU links, up to 4 NICs and
+  // 16 NVLink pairs.
+  if (Status st = check_cluster_size(fmt::format("a DGX-1 cluster of {} servers", s.servers), 8.0 * s.servers,
+                                     6.0 * s.servers + 1, 33.0 * s.servers);
+      !st)
+    return st.error();
   if (s.kinds.empty()) return Error{"a DGX-1 cluster needs at least one server kind"};
   if (s.nics != 1 && s.nics != 2 && s.nics != 4)
     return Error{fmt::format("a DGX-1 server has 1, 2 or 4 NICs, got {}", s.nics)};

@@ -5,6 +5,8 @@
 
 #include "core/experiment.h"
 #include "core/lower.h"
+#include "core/models/zoo.h"
+#include "core/topologies/generators.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -97,4 +99,85 @@ TEST_CASE("graphpipe refuses a series of more parts than its memo keys hold") {
   REQUIRE_FALSE(run.ok());
   CHECK(run.error().message.find("a node of 10000 parts") != std::string::npos);
   CHECK(run.error().message.find("limit of 4095") != std::string::npos);
+}
+
+// Cluster sizes (issue 16: a 683,277-device switch took the fuzzer's 2 GiB): each generator counts its
+// devices, network nodes and links before it allocates. The counts are checked at the boundary against
+// hand counts of what the generator then builds.
+TEST_CASE("cluster limits: a ring of 131072 devices builds, one more is refused") {
+  const LinkSpec link{25e9, 1e-6};
+  Result<Cluster> at = make_ring_cluster(131072, "gpu", test_device(), link);
+  REQUIRE(at.ok());
+  CHECK(at->devices.size() == 131072);
+  CHECK(at->links.size() == 131072);  // a ring of n > 2 devices has n links
+  Result<Cluster> over = make_ring_cluster(131073, "gpu", test_device(), link);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message ==
+        "a ring would have 131073 devices, above pipegrid's limit of 131072 (see README, \"Work-size "
+        "limits\")");
+}
+
+TEST_CASE("cluster limits: a one-group dragonfly's local links are counted before they are made") {
+  // One group of r routers with one device each: r device links and r (r - 1) / 2 local links, no global
+  // link. r = 2047: 2047 + 2,094,081 = 2,096,128 links (under 2^21 = 2,097,152); r = 2048: 2048 +
+  // 2,096,128 = 2,098,176 (over).
+  DragonflySpec s;
+  s.groups = 1;
+  s.routers = 2047;
+  s.hosts = 1;
+  s.global = 1;
+  s.device = test_device();
+  s.host_link = s.local_link = s.global_link = LinkSpec{25e9, 1e-6};
+  Result<Cluster> at = make_dragonfly_cluster(s);
+  REQUIRE(at.ok());
+  CHECK(at->links.size() == 2096128);
+  s.routers = 2048;
+  Result<Cluster> over = make_dragonfly_cluster(s);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message.find("would have 2098176 links, above pipegrid's limit of 2097152") !=
+        std::string::npos);
+}
+
+TEST_CASE("cluster limits: a fat-tree counts its switches and switch links") {
+  // k = 16: k^3/4 = 1024 device slots, 5 k^2 / 4 = 320 switches, k^3/4 edge-aggregation plus k^3/4
+  // aggregation-core links = 2048, plus one link per device.
+  Result<Cluster> c = make_fat_tree_cluster(16, 1000, "gpu", test_device(), LinkSpec{25e9, 1e-6});
+  REQUIRE(c.ok());
+  CHECK(c->switches.size() == 320);
+  CHECK(c->links.size() == 1000 + 2048);
+  // k = 128 with every slot (524,288 devices) is over the device limit; 131,072 of them fit.
+  CHECK_FALSE(make_fat_tree_cluster(128, 524288, "gpu", test_device(), LinkSpec{25e9, 1e-6}).ok());
+  CHECK(check_cluster_size("x", 131072, 5.0 * 128 * 128 / 4, 131072 + 2.0 * 524288).ok());
+}
+
+TEST_CASE("cluster limits: products of sizes cannot overflow the count") {
+  // 1,000,000^3 overflows 64-bit integers' 9.2e18 only as a product of three; in doubles it is 1e18.
+  DragonflySpec s;
+  s.groups = s.routers = s.hosts = 1000000;
+  s.global = 1;
+  s.device = test_device();
+  s.host_link = s.local_link = s.global_link = LinkSpec{25e9, 1e-6};
+  Result<Cluster> c = make_dragonfly_cluster(s);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.error().message.find("would have 1000000000000000000 devices") != std::string::npos);
+}
+
+TEST_CASE("layer limits: a model graph stops at 131072 layers, counted as it is built") {
+  // candle-uno with one branch of L fully connected layers and a one-layer trunk: its input, L layers,
+  // the trunk layer and the output = L + 3 layers (no concat with one branch). L = 131,069 gives
+  // exactly 131,072; one more is refused.
+  Result<const ModelInfo*> info = find_model("candle-uno");
+  REQUIRE(info.ok());
+  const ModelArgs small{{"branches", 1}, {"width", 8}, {"trunk_layers", 1}, {"trunk_width", 8}};
+  ModelArgs args = small;
+  args["layers"] = 131069;
+  Result<Workload> at = build_model(**info, args, Precision::FP32);
+  REQUIRE(at.ok());
+  CHECK(at->layer_count() == 131072);
+  args["layers"] = 131070;
+  Result<Workload> over = build_model(**info, args, Precision::FP32);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message ==
+        "model candle-uno: the model has more than 131072 layers, pipegrid's limit (see README, \"Work-size "
+        "limits\")");
 }

@@ -85,7 +85,11 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     const int count = count_of(n, "count");
     auto [name, spec] = named_device(n);
     const LinkSpec l = link_keys(n);
-    if (kind == "switch") return make_switch_cluster(count, name, spec, l.bandwidth, l.latency);
+    if (kind == "switch") {
+      if (Status st = check_cluster_size("a switch cluster", count, 1, count); !st)
+        n.fail(st.error().message);
+      return make_switch_cluster(count, name, spec, l.bandwidth, l.latency);
+    }
     return generated(make_ring_cluster(count, name, spec, l), n);
   }
   if (kind == "torus") {
@@ -210,13 +214,22 @@ int node_named(const Node& n, const std::unordered_map<std::string, int>& index,
 }
 
 // Names of one entry of `devices` or `switches`: `name`, or name0 .. name<count-1> with `count`.
-std::vector<std::string> entry_names(const Node& item) {
+// `room`: how many more the cluster may hold (the limits of check_cluster_size): `limit` `of`.
+std::vector<std::string> entry_names(const Node& item, double room, double limit, std::string_view of) {
+  auto too_many = [&](const Node& where, double n) {
+    where.fail(
+        fmt::format("{:.0f} more would make the cluster larger than pipegrid's limit of {:.0f} {} "
+                    "(see README, \"Work-size limits\")",
+                    n, limit, of));
+  };
+  if (room < 1) too_many(item, 1);
   if (item.is_scalar()) return {item.string("a name")};
   const std::string name = item.need("name", "a name").string("a name");
   std::optional<Node> count = item.get("count");
   if (!count) return {name};
   std::vector<std::string> out;
   const long long k = count->integer(1, kMaxCount, "a positive integer");
+  if (static_cast<double>(k) > room) too_many(*count, static_cast<double>(k));
   for (long long i = 0; i < k; ++i) out.push_back(name + std::to_string(i));
   return out;
 }
@@ -294,7 +307,8 @@ Cluster parse_written(const Node& n) {
     const DeviceSpec spec = parse_device_spec(item, {"name", "count", "node"});
     std::string node;
     if (std::optional<Node> nd = item.get("node")) node = nd->string("a machine name");
-    for (std::string& d : entry_names(item)) {
+    const double room = kMaxClusterDevices - static_cast<double>(c.devices.size());
+    for (std::string& d : entry_names(item, room, kMaxClusterDevices, "devices")) {
       names.add(*item.get("name"), d, item.path());
       c.devices.push_back({std::move(d), spec, node});
     }
@@ -302,7 +316,9 @@ Cluster parse_written(const Node& n) {
   if (std::optional<Node> switches = n.get("switches")) {
     for (const Node& item : switches->items("a list of switch names, or {name, count} mappings")) {
       if (item.is_map()) item.check_keys({"name", "count"});
-      for (std::string& s : entry_names(item)) {
+      const double room = kMaxClusterNodes - static_cast<double>(c.node_count());
+      for (std::string& s :
+           entry_names(item, room, kMaxClusterNodes, "network nodes (devices and switches)")) {
         names.add(item.is_map() ? *item.get("name") : item, s, item.path());
         c.switches.push_back(std::move(s));
       }
@@ -315,6 +331,11 @@ Cluster parse_written(const Node& n) {
   for (const Node& item :
        links.items("a list of links like [{between: [gpu0, switch], bandwidth: 25GBps, latency: 1us}]")) {
     item.require_map("a link like {between: [gpu0, switch], bandwidth: 25GBps, latency: 1us}");
+    if (static_cast<double>(c.links.size()) >= kMaxClusterLinks)
+      item.fail(
+          fmt::format("one more link would make the cluster larger than pipegrid's limit of {:.0f} links "
+                      "(see README, \"Work-size limits\")",
+                      kMaxClusterLinks));
     item.check_keys({"between", "bandwidth", "latency", "duplex"});
     Node between = item.need("between", "two node names like [gpu0, switch]");
     std::vector<Node> ends = between.items("two node names like [gpu0, switch]");

@@ -30,7 +30,8 @@ Workload parse_chain(const Node& n) {
                 "samples_per_micro_batch", "optimizer_step", "precision"});
   ChainSpec c;
   c.layers =
-      static_cast<int>(n.need("layers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+      static_cast<int>(n.need("layers", "a positive integer")
+                           .integer(1, kMaxLayers, fmt::format("a positive integer, at most {}", kMaxLayers)));
   c.forward_s = n.need("forward", describe(Dimension::Time, "non-negative"))
                     .quantity(Dimension::Time, Sign::NonNegative);
   c.backward_s = n.need("backward", describe(Dimension::Time, "non-negative"))
