@@ -97,3 +97,39 @@ TEST_CASE("the validator rejects a backward before its forward, marking it in th
         "invalid schedule: on gpu0, 1F0: stage 1 runs on gpu1\n"
         "  gpu0: [1F0] 0F1 0B0 0B1");
 }
+
+TEST_CASE("the validator names every other kind of bad action at its place") {
+  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
+  PreparedRun run = *prepare(e);
+  const std::vector<std::string> names = device_names(e.cluster);
+  auto message = [&](std::vector<Action> gpu1, bool split = false) {
+    Schedule s = run.schedule;
+    s.device_actions[1] = std::move(gpu1);
+    s.split_backward = split;
+    if (split)  // gpu0 complete with its weight passes, so that gpu1 is the first wrong device
+      s.device_actions[0] = {{0, Pass::Forward, 0}, {0, Pass::Backward, 0}, {0, Pass::Weight, 0},
+                             {0, Pass::Forward, 1}, {0, Pass::Backward, 1}, {0, Pass::Weight, 1}};
+    return validate_schedule(s, run.partition, 2, names).error().message;
+  };
+  const Action f0{1, Pass::Forward, 0}, f1{1, Pass::Forward, 1}, b0{1, Pass::Backward, 0},
+      b1{1, Pass::Backward, 1};
+  CHECK(message({f0, f0, b0, f1, b1}) ==
+        "invalid schedule: on gpu1, 1F0 appears twice\n  gpu1: 1F0 [1F0] 1B0 1F1 1B1");
+  CHECK(message({f0, {2, Pass::Forward, 1}, b0, f1, b1}) ==
+        "invalid schedule: on gpu1, 2F1 names stage 2, but there are 2 stages\n"
+        "  gpu1: 1F0 [2F1] 1B0 1F1 1B1");
+  CHECK(message({f0, b0, {1, Pass::Forward, 2}, b1}) ==
+        "invalid schedule: on gpu1, 1F2 names micro-batch 2, but there are 2 micro-batches\n"
+        "  gpu1: 1F0 1B0 [1F2] 1B1");
+  CHECK(message({f0, b0, {1, Pass::Forward, -1}, b1}) ==
+        "invalid schedule: on gpu1, 1F-1 names micro-batch -1, but there are 2 micro-batches\n"
+        "  gpu1: 1F0 1B0 [1F-1] 1B1");
+  CHECK(message({f0, b0, {1, Pass::Weight, 0}, f1, b1}) ==
+        "invalid schedule: on gpu1, 1W0 is a weight-gradient pass, but the backward is not split\n"
+        "  gpu1: 1F0 1B0 [1W0] 1F1 1B1");
+  CHECK(message({f0, {1, Pass::Weight, 0}, b0}, true) ==
+        "invalid schedule: on gpu1, 1W0 comes before its backward 1B0\n  gpu1: 1F0 [1W0] 1B0");
+  // Split backward, every pass present but 1W1: the first hole is named.
+  CHECK(message({f0, b0, {1, Pass::Weight, 0}, f1, b1}, true) ==
+        "invalid schedule: gpu1 hosts stage 1 but never runs 1W1");
+}
