@@ -1,6 +1,8 @@
 // GCC 12 reports a false maybe-uninitialized inside Boost's edge iterator when push-relabel is
 // instantiated (the headers come in through core/workload.h first, hence at the top).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "core/cluster.h"
 
 #include <fmt/format.h>

@@ -165,9 +165,8 @@ struct Placed {
 // The cost model of one micro-batching.
 class Model {
  public:
-  Model(const PlanRequest& r, const Net& net, const std::vector<int>& order, const std::vector<int>& cls,
-        int classes, MicroBatching mb)
-      : r_(r), net_(net), order_(order), cls_(cls), classes_(classes), b_(mb.size), m_(mb.count) {
+  Model(const PlanRequest& r, const Net& net, const std::vector<int>& order, int classes, MicroBatching mb)
+      : r_(r), net_(net), order_(order), classes_(classes), b_(mb.size), m_(mb.count) {
     const Workload& w = r.workload;
     n_ = static_cast<int>(order.size());
     std::vector<int> pos(w.layer_count());
@@ -332,7 +331,6 @@ class Model {
   const PlanRequest& r_;
   const Net& net_;
   const std::vector<int>& order_;
-  const std::vector<int>& cls_;
   int classes_;
   double b_;
   int m_;
@@ -631,7 +629,7 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   std::vector<Found> found;
   int runs = 0;
   for (size_t i = 0; i < r.micro_batchings.size(); ++i) {
-    Model model(r, *net, order, cls, classes, r.micro_batchings[i]);
+    Model model(r, *net, order, classes, r.micro_batchings[i]);
     for (int c = 1; c <= D; ++c)
       if (Status s = model.prepare(c, representative); !s) return s.error();
     for (const Family& f : families) search_family(model, f.groups, f.subsets, i, found, runs);
