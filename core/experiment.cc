@@ -14,7 +14,7 @@ std::vector<std::string> device_names(const Cluster& c) {
   return names;
 }
 
-Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p) {
+Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_deadlock_free) {
   const std::vector<std::string> names = device_names(r.cluster);
   if (Status s = validate_schedule(p.schedule, p.partition, p.micro_batches, names); !s) return s.error();
   LoweringOptions lo;
@@ -24,6 +24,14 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p) {
   lo.allreduce = r.strategy.allreduce;
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
+  // Wide pipelines: tasks renumbered in an order they run in, so the replay and the evaluator touch
+  // neighbouring tasks instead of one region per device (TLB and cache misses). Measured on 1F1B
+  // chains (sim/README.md): it saves 10-30% of the CPU time from 512 devices on, costs as much as it
+  // saves at 256 and costs 10-15% at 128 and below, where every device's region stays within reach.
+  size_t busy_devices = 0;
+  for (const std::vector<int32_t>& d : g->device_order) busy_devices += !d.empty();
+  const bool renumber = busy_devices > kRenumberAboveDevices;
+  if (!prove_deadlock_free && !renumber) return g;
   // Deadlock freedom, proved once by a topological pass (core/validate.h); only a graph that fails it
   // is run again symbolically, for the exact message.
   std::vector<int32_t> order = execution_order(*g);
@@ -31,13 +39,7 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p) {
     Status s = check_deadlock_free(*g, p.schedule, names);
     return s ? Error{"internal error: the task graph does not run to completion"} : s.error();
   }
-  // Wide pipelines: tasks renumbered in an order they run in, so the replay and the evaluator touch
-  // neighbouring tasks instead of one region per device (TLB and cache misses). Measured on 1F1B
-  // chains (sim/README.md): it saves 10-30% of the CPU time from 512 devices on, costs as much as it
-  // saves at 256 and costs 10-15% at 128 and below, where every device's region stays within reach.
-  size_t busy_devices = 0;
-  for (const std::vector<int32_t>& d : g->device_order) busy_devices += !d.empty();
-  if (busy_devices > kRenumberAboveDevices) g->renumber(order);
+  if (renumber) g->renumber(order);
   return g;
 }
 
@@ -62,7 +64,7 @@ std::string_view strategy_label(const Experiment& e, const PreparedRun& run) {
   return run.planner == kDefaultPlanner ? std::string_view(e.strategy.partitioner) : run.planner;
 }
 
-Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge) {
+Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool prove_deadlock_free) {
   if (Status s = validate(e.cluster); !s) return s.error();
   if (Status s = check_acyclic(e.workload); !s) return s.error();
   if (e.strategy.micro_batches < 1)
@@ -72,7 +74,7 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge) {
   const PlanRequest request{e.workload, e.cluster, e.strategy, e.memory, micro_batchings(e), judge};
   Result<Plan> plan = (*planner)->plan(request);
   if (!plan) return plan.error();
-  Result<TaskGraph> graph = lower_plan(request, *plan);
+  Result<TaskGraph> graph = lower_plan(request, *plan, prove_deadlock_free);
   if (!graph) return graph.error();
   PreparedRun run;
   static_cast<Plan&>(run) = std::move(*plan);

@@ -34,7 +34,9 @@ std::string_view strategy_label(const Experiment& e, const PreparedRun& run);
 
 // Asks the strategy's planner (planner_for) for a plan, then validates and lowers it. Planners that
 // explore rank candidates with the analytic evaluator and, with a judge, judge the finalists again;
-// plans that fit memory win over plans that do not, then the fastest.
-Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge = nullptr);
+// plans that fit memory win over plans that do not, then the fastest. prove_deadlock_free: see
+// lower_plan (false: the caller's replay reports a deadlock, with check_deadlock_free's message).
+Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge = nullptr,
+                            bool prove_deadlock_free = true);
 
 }  // namespace pipegrid

@@ -19,6 +19,8 @@
 #include <xbt/utility.hpp>
 
 #include "core/executor.h"
+#include "core/planner.h"
+#include "core/validate.h"
 #include "sim/platform.h"
 
 namespace sg4 = simgrid::s4u;
@@ -281,8 +283,9 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   launcher.clear();
   if (!ex.complete()) {
-    std::vector<std::string> names;
-    for (const Device& d : c.devices) names.push_back(d.name);
+    const std::vector<std::string> names = device_names(c);
+    if (o.schedule != nullptr)
+      if (Status s = check_deadlock_free(g, *o.schedule, names); !s) return s.error();
     return ex.stuck_error(names);
   }
   r.timeline = ex.take_timeline();

@@ -10,6 +10,7 @@
 
 #include "core/cluster.h"
 #include "core/result.h"
+#include "core/schedule.h"
 #include "core/task_graph.h"
 
 namespace pipegrid::sim {
@@ -20,6 +21,10 @@ struct ReplayOptions {
   // device clocks (the default: the same end dates, computed by the replay; see replay.cc). Same
   // results, slower: kept as the reference the device clocks are tested against.
   bool simgrid_execs = false;
+  // The schedule the graph was lowered from: a replay that cannot complete (a deadlock) then fails
+  // with check_deadlock_free's message, which marks each device's stuck action in the schedule (and
+  // its file position); without it, with the executor's list of what each device waits for.
+  const Schedule* schedule = nullptr;
 };
 
 struct Replay {

@@ -136,3 +136,36 @@ TEST_CASE("round trip: each schedule exported as CSV and replayed with `file` gi
     }
   }
 }
+
+TEST_CASE("a deadlocking schedule left to the replay fails it with the validator's located message") {
+  // gpu1 runs its second micro-batch first; gpu0 runs 0B0 before 0F1: each waits for the other.
+  Experiment e = schedule_experiment("1f1b", 2, 2, fast(2), 1, 1e-3, 2e-3, 0, kAct);
+  Result<PreparedRun> run = prepare(e, nullptr, /*prove_deadlock_free=*/false);
+  REQUIRE(run.ok());
+  Schedule bad = run->schedule;
+  bad.device_actions[0] = {{0, Pass::Forward, 0}, {0, Pass::Backward, 0}, {0, Pass::Forward, 1}, {0, Pass::Backward, 1}};
+  bad.device_actions[1] = {{1, Pass::Forward, 1}, {1, Pass::Backward, 1}, {1, Pass::Forward, 0}, {1, Pass::Backward, 0}};
+  const PlanRequest request{e.workload, e.cluster, e.strategy, e.memory, {{1, 2}}, nullptr};
+  Plan plan = *run;
+  plan.schedule = bad;
+  // Proving first refuses the plan...
+  Result<TaskGraph> proved = lower_plan(request, plan);
+  REQUIRE(!proved.ok());
+  const std::string expected =
+      "invalid schedule: it deadlocks; no device can run its marked action\n"
+      "  gpu0: 0F0 [0B0] 0F1 0B1  (waits for 1B0 on gpu1)\n"
+      "  gpu1: [1F1] 1B1 1F0 1B0  (waits for 0F1 on gpu0)";
+  CHECK(proved.error().message == expected);
+  // ...and without the proof the graph lowers, and the replay stops with the same message.
+  Result<TaskGraph> g = lower_plan(request, plan, /*prove_deadlock_free=*/false);
+  REQUIRE(g.ok());
+  sim::ReplayOptions o;
+  o.schedule = &bad;
+  Result<sim::Replay> r = sim::replay_isolated(e.cluster, *g, o);
+  REQUIRE(!r.ok());
+  CHECK(r.error().message == expected);
+  // Without the schedule, the executor says what each device waits for.
+  Result<sim::Replay> bare = sim::replay_isolated(e.cluster, *g);
+  REQUIRE(!bare.ok());
+  CHECK(bare.error().message.rfind("the schedule deadlocks:\n  gpu0 waits at 0B0 on gpu0 for 1B0 on gpu1", 0) == 0);
+}
