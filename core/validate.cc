@@ -54,7 +54,8 @@ Status validate_schedule(const Schedule& s, const Partition& p, int m,
                                 p.stage_count()));
       if (slot[a.stage] < 0) {
         std::string where;
-        for (int x : p.stage(a.stage).devices) where += fmt::format("{}{}", where.empty() ? "" : ", ", names[x]);
+        for (int x : p.stage(a.stage).devices)
+          where += fmt::format("{}{}", where.empty() ? "" : ", ", names[x]);
         return fail(d, i, fmt::format("{}: stage {} runs on {}", to_string(a), a.stage, where));
       }
       if (a.micro_batch < 0 || a.micro_batch >= m)
@@ -62,8 +63,10 @@ Status validate_schedule(const Schedule& s, const Partition& p, int m,
                     fmt::format("{} names micro-batch {}, but there are {} micro-batches", to_string(a),
                                 a.micro_batch, m));
       if (a.pass == Pass::Weight && !s.split_backward)
-        return fail(d, i, fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
-      uint8_t& st = seen[static_cast<size_t>(slot[a.stage]) * static_cast<size_t>(m) + static_cast<size_t>(a.micro_batch)];
+        return fail(d, i,
+                    fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
+      uint8_t& st = seen[static_cast<size_t>(slot[a.stage]) * static_cast<size_t>(m) +
+                         static_cast<size_t>(a.micro_batch)];
       const int bit = 1 << static_cast<int>(a.pass);
       if (st & bit) return fail(d, i, fmt::format("{} appears twice", to_string(a)));
       if (a.pass == Pass::Backward && !(st & 1))

@@ -99,7 +99,8 @@ TEST_CASE("the validator rejects a backward before its forward, marking it in th
 }
 
 TEST_CASE("the validator names every other kind of bad action at its place") {
-  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
+  Experiment e =
+      chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
   PreparedRun run = *prepare(e);
   const std::vector<std::string> names = device_names(e.cluster);
   auto message = [&](std::vector<Action> gpu1, bool split = false) {

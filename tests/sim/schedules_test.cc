@@ -143,8 +143,10 @@ TEST_CASE("a deadlocking schedule left to the replay fails it with the validator
   Result<PreparedRun> run = prepare(e, nullptr, /*prove_deadlock_free=*/false);
   REQUIRE(run.ok());
   Schedule bad = run->schedule;
-  bad.device_actions[0] = {{0, Pass::Forward, 0}, {0, Pass::Backward, 0}, {0, Pass::Forward, 1}, {0, Pass::Backward, 1}};
-  bad.device_actions[1] = {{1, Pass::Forward, 1}, {1, Pass::Backward, 1}, {1, Pass::Forward, 0}, {1, Pass::Backward, 0}};
+  bad.device_actions[0] = {
+      {0, Pass::Forward, 0}, {0, Pass::Backward, 0}, {0, Pass::Forward, 1}, {0, Pass::Backward, 1}};
+  bad.device_actions[1] = {
+      {1, Pass::Forward, 1}, {1, Pass::Backward, 1}, {1, Pass::Forward, 0}, {1, Pass::Backward, 0}};
   const PlanRequest request{e.workload, e.cluster, e.strategy, e.memory, {{1, 2}}, nullptr};
   Plan plan = *run;
   plan.schedule = bad;
@@ -167,5 +169,6 @@ TEST_CASE("a deadlocking schedule left to the replay fails it with the validator
   // Without the schedule, the executor says what each device waits for.
   Result<sim::Replay> bare = sim::replay_isolated(e.cluster, *g);
   REQUIRE(!bare.ok());
-  CHECK(bare.error().message.rfind("the schedule deadlocks:\n  gpu0 waits at 0B0 on gpu0 for 1B0 on gpu1", 0) == 0);
+  CHECK(bare.error().message.rfind("the schedule deadlocks:\n  gpu0 waits at 0B0 on gpu0 for 1B0 on gpu1",
+                                   0) == 0);
 }
