@@ -287,6 +287,8 @@ struct Router::Impl {
   std::unordered_map<uint64_t, int> links;            // for dimension-order and fat-tree routing
   long long torus_points = 0;
   std::unordered_map<int, int> fat_tree_slot;  // endpoint node -> slot
+  // The one link of a node that has exactly one (a leaf: a device on one switch port), else -1.
+  std::vector<int> leaf_link;
   mutable std::unordered_map<uint64_t, Route> cache;
   // A source asked about twice gets its whole shortest-path tree (kept for one source at a time):
   // queries grouped by source then cost one search per source.
@@ -353,6 +355,18 @@ struct Router::Impl {
       hops.push_back({li, cluster->links[li].a != path[i]});
     }
     return finish(std::move(hops));
+  }
+
+  // Two leaves on the same node: the two links are the only shortest path (any other walk
+  // revisits that node), what the search finds, without expanding a switch of many ports for
+  // each pair (a search per pair made routing a `switch` cluster quadratic in its devices).
+  std::optional<Route> sibling_route(int from, int to) const {
+    const int lf = leaf_link[from], lt = leaf_link[to];
+    if (lf < 0 || lt < 0 || lf == lt) return std::nullopt;
+    const Link &a = cluster->links[lf], &b = cluster->links[lt];
+    const int hub = a.a == from ? a.b : a.a;
+    if ((b.a == to ? b.b : b.a) != hub) return std::nullopt;
+    return finish({{lf, a.a != from}, {lt, b.a != hub}});
   }
 
   bool fat_tree_pair(int from, int to) const {
@@ -434,6 +448,19 @@ struct Router::Impl {
 Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c)}) {
   impl_->dist.assign(c.node_count(), kUnreached);
   impl_->pred_link.assign(c.node_count(), -1);
+  std::vector<int> degree(c.node_count(), 0);
+  impl_->leaf_link.assign(c.node_count(), -1);
+  for (size_t i = 0; i < c.links.size(); ++i) {
+    const Link& l = c.links[i];
+    if (l.a == l.b) {
+      degree[l.a] += 2;
+      continue;
+    }
+    if (++degree[l.a] == 1) impl_->leaf_link[l.a] = static_cast<int>(i);
+    if (++degree[l.b] == 1) impl_->leaf_link[l.b] = static_cast<int>(i);
+  }
+  for (size_t v = 0; v < degree.size(); ++v)
+    if (degree[v] != 1) impl_->leaf_link[v] = -1;
   for (size_t i = 0; i < c.routes.size(); ++i)
     impl_->explicit_routes.emplace(pair_key(c.routes[i].from, c.routes[i].to), static_cast<int>(i));
   if (!c.torus_dims.empty() || c.fat_tree) impl_->links = links_by_endpoints(c);
@@ -455,6 +482,7 @@ Result<Route> Router::route(int from, int to) const {
     return impl_->finish(impl_->cluster->routes[it->second].hops);
   if (from < impl_->torus_points && to < impl_->torus_points) return impl_->torus_route(from, to);
   if (impl_->fat_tree_pair(from, to)) return impl_->fat_tree_route(from, to);
+  if (std::optional<Route> r = impl_->sibling_route(from, to)) return std::move(*r);
   if (auto it = impl_->cache.find(key); it != impl_->cache.end()) return it->second;
   if (impl_->tree_source == from || impl_->last_source == from) {
     if (impl_->tree_source != from) (void)impl_->shortest_route(from, -1, /*keep_tree=*/true);

@@ -143,14 +143,20 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   g.device_order.resize(D);
   g.static_memory.assign(D, MemoryBytes{});
 
-  // Replica index of every (stage, device); (stage, replica) pairs are numbered rep_base[s] + j.
-  std::vector<std::vector<int>> replica_of(S, std::vector<int>(D, -1));
+  // (stage, replica) pairs are numbered rep_base[s] + j. A device's replicas, (stage, j) by stage,
+  // give the replica index of a (stage, device) (a stages x devices table would be quadratic).
+  std::vector<std::vector<std::pair<int, int>>> hosted(D);
   std::vector<size_t> rep_base(S + 1, 0);
   for (size_t s = 0; s < S; ++s) {
     const auto& devs = p.stage(s).devices;
-    for (size_t j = 0; j < devs.size(); ++j) replica_of[s][devs[j]] = static_cast<int>(j);
+    for (size_t j = 0; j < devs.size(); ++j) hosted[devs[j]].emplace_back(static_cast<int>(s), static_cast<int>(j));
     rep_base[s + 1] = rep_base[s] + devs.size();
   }
+  auto replica_of = [&](int s, size_t d) {
+    const auto& h = hosted[d];
+    auto it = std::lower_bound(h.begin(), h.end(), std::pair<int, int>{s, -1});
+    return it != h.end() && it->first == s ? it->second : -1;
+  };
   auto rep_index = [&](int s, int j) { return rep_base[s] + j; };
   // Compute task of every (stage, replica, pass, micro-batch).
   std::vector<int32_t> slot(rep_base[S] * m * 3, -1);
@@ -167,7 +173,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   // Compute tasks in device order, with their memory effects.
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d) {
     for (const Action& a : sched.device_actions[d]) {
-      const int j = replica_of[a.stage][d];
+      const int j = replica_of(a.stage, d);
       const StageCost& sc = (*costs)[a.stage][j];
       Task t;
       t.kind = kind_of(a.pass);

@@ -23,6 +23,49 @@ TEST_CASE("switch cluster: devices named <name><index>, two hops between any two
   CHECK(route.transfer_time(25e9) == doctest::Approx(1 + 2e-6));
 }
 
+TEST_CASE("two devices on one switch port each: the two links, whichever way each was written") {
+  // a (node 0) and b (node 1) hang off switch s (node 2); a's link is written s -> a, b's b -> s.
+  Cluster c;
+  for (const char* n : {"a", "b"}) c.devices.push_back({n, test_device(), ""});
+  c.switches = {"s"};
+  c.links = {{2, 0, 10e9, 1e-6, Duplex::Full}, {1, 2, 5e9, 2e-6, Duplex::Full}};
+  REQUIRE(validate(c).ok());
+  Router r(c);
+  Route ab = *r.route(0, 1);
+  REQUIRE(ab.hops.size() == 2);
+  CHECK(ab.hops[0] == Hop{0, true});   // a -> s over a link written s -> a
+  CHECK(ab.hops[1] == Hop{1, true});   // s -> b over a link written b -> s
+  CHECK(ab.latency == doctest::Approx(3e-6));
+  CHECK(ab.bandwidth == 5e9);
+  Route ba = *r.route(1, 0);
+  REQUIRE(ba.hops.size() == 2);
+  CHECK(ba.hops[0] == Hop{1, false});
+  CHECK(ba.hops[1] == Hop{0, false});
+}
+
+TEST_CASE("a device with two links is routed by the search, not as a single-port device") {
+  // a (0) is on switch s (2) over a 5 us link and on switch t (3) over a 1 us one; t -- s 0.5 us;
+  // b (1) on s. a -> b: a -> t -> s -> b (2.5 us) beats a -> s -> b (6 us).
+  Cluster c;
+  for (const char* n : {"a", "b"}) c.devices.push_back({n, test_device(), ""});
+  c.switches = {"s", "t"};
+  c.links = {{0, 2, 10e9, 5e-6, Duplex::Full},
+             {0, 3, 10e9, 1e-6, Duplex::Full},
+             {3, 2, 10e9, 0.5e-6, Duplex::Full},
+             {1, 2, 10e9, 1e-6, Duplex::Full}};
+  REQUIRE(validate(c).ok());
+  Router r(c);
+  Route ab = *r.route(0, 1);
+  REQUIRE(ab.hops.size() == 3);
+  CHECK(ab.hops[0] == Hop{1, false});
+  CHECK(ab.hops[1] == Hop{2, false});
+  CHECK(ab.hops[2] == Hop{3, true});
+  CHECK(ab.latency == doctest::Approx(2.5e-6));
+  Route ba = *r.route(1, 0);
+  REQUIRE(ba.hops.size() == 3);
+  CHECK(ba.hops[2] == Hop{1, true});
+}
+
 TEST_CASE("routes minimise latency, then hops") {
   // a -- b -- d (fast, 2 hops) versus a -- d (slow, 1 hop); a -- c -- d ties with a -- b -- d on
   // latency and hops: the first found is kept, deterministically.

@@ -3,6 +3,8 @@
 // message naming the product and the limit.
 #include <doctest/doctest.h>
 
+#include "core/cluster.h"
+#include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/models/zoo.h"
@@ -180,4 +182,23 @@ TEST_CASE("layer limits: a model graph stops at 131072 layers, counted as it is 
   CHECK(over.error().message ==
         "model candle-uno: the model has more than 131072 layers, pipegrid's limit (see README, \"Work-size "
         "limits\")");
+}
+
+TEST_CASE("the widest plan the limits allow, 131,072 one-layer stages on 131,072 devices, is simulated") {
+  // One stage per device of the largest cluster (kMaxClusterDevices) on one switch, GPipe, one
+  // micro-batch: the forward and the backward walk the chain once each. By hand: 131,072 x (1 ms +
+  // 2 ms) of compute plus 2 x 131,071 transfers of 1 MiB over two 25 GB/s, 1 us links, each
+  // 2 us + 2^20 / 25e9 s = 43.94304 us: 404.7353163... s. (Before: a stages x devices table in the
+  // lowering, 64 GiB here, and a search per pair through the switch's ports, 54 s at 32,768 devices
+  // and growing with the square.)
+  const int n = static_cast<int>(kMaxClusterDevices);
+  Experiment e = chain_experiment(n, 1, 1e-3, 2e-3, "gpipe", make_switch_cluster(n, "gpu", test_device(), 25e9, 1e-6));
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(run.ok());
+  CHECK(run->graph.tasks.size() == static_cast<size_t>(2 * n + n + 2 * (n - 1)));  // F, B, optimizer steps, transfers
+  Result<Timeline> t = evaluate(run->graph, e.cluster);
+  REQUIRE(t.ok());
+  const double hop = 2e-6 + 1048576 / 25e9;
+  const double expected = n * 3e-3 + 2.0 * (n - 1) * hop;
+  CHECK(t->makespan() == doctest::Approx(expected).epsilon(1e-9));
 }
