@@ -290,9 +290,15 @@ struct Router::Impl {
   // The one link of a node that has exactly one (a leaf: a device on one switch port), else -1.
   std::vector<int> leaf_link;
   mutable std::unordered_map<uint64_t, Route> cache;
-  // A source asked about twice gets its whole shortest-path tree (kept for one source at a time):
-  // queries grouped by source then cost one search per source.
+  // A source asked about more than kTreeAfter times in a row gets its whole shortest-path tree
+  // (kept for one source at a time): queries grouped by source then cost one search per source.
+  // Fewer queries (a pipeline's neighbours, a ring all-reduce's next device) each search only as
+  // far as their destination: a whole tree for the second query of every source made a ring of
+  // n devices cost n whole searches (8 s at 16,384). Either way a route is the same: the search
+  // settles the destination's predecessors before it, and never changes a settled one.
+  static constexpr int kTreeAfter = 4;
   mutable int last_source = -1;
+  mutable int source_queries = 0;  // queries in a row from last_source
   mutable int tree_source = -1;
   mutable std::vector<int> tree_pred;
   // Search state, reset after every search on the vertices it touched.
@@ -484,13 +490,18 @@ Result<Route> Router::route(int from, int to) const {
   if (impl_->fat_tree_pair(from, to)) return impl_->fat_tree_route(from, to);
   if (std::optional<Route> r = impl_->sibling_route(from, to)) return std::move(*r);
   if (auto it = impl_->cache.find(key); it != impl_->cache.end()) return it->second;
-  if (impl_->tree_source == from || impl_->last_source == from) {
+  if (impl_->last_source == from) {
+    ++impl_->source_queries;
+  } else {
+    impl_->last_source = from;
+    impl_->source_queries = 1;
+  }
+  if (impl_->tree_source == from || impl_->source_queries > Impl::kTreeAfter) {
     if (impl_->tree_source != from) (void)impl_->shortest_route(from, -1, /*keep_tree=*/true);
     std::optional<Route> found = impl_->follow(impl_->tree_pred, from, to);
     if (!found) return impl_->not_connected(from, to);
     return std::move(*found);  // cheap to rebuild from the tree: not cached
   }
-  impl_->last_source = from;
   Result<Route> found = impl_->shortest_route(from, to);
   if (!found) return found.error();
   return impl_->cache.emplace(key, std::move(*found)).first->second;

@@ -1,5 +1,6 @@
 // Cluster scale: route computation and SimGrid platform construction for the fat-tree and dgx
-// presets of about 1k, 4k and 16k devices. The pairs routed are those a 1F1B pipeline of 16 stages
+// presets of about 1k, 4k and 16k devices, and for generated clusters of 16k devices routed by
+// search (`switch`: one switch; `ring`). The pairs routed are those a 1F1B pipeline of 16 stages
 // with D/16 data-parallel replicas per stage talks over: replica j of stage s to replica j of
 // stages s - 1 and s + 1, and to its ring neighbour inside the stage (about 3 D ordered pairs).
 //   BM_Routes    Router construction and every pair's route (no SimGrid)
@@ -13,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "core/topologies/generators.h"
 #include "sim/platform.h"
 #include "tools/input/cluster_yaml.h"
 
@@ -20,14 +22,25 @@ using namespace pipegrid;
 
 namespace {
 
-const char* const kPresets[] = {"fat-tree-1024", "fat-tree-4096", "fat-tree-16384",
-                                "dgx-a100-1024", "dgx-a100-4096", "dgx-a100-16384"};
+const char* const kPresets[] = {"fat-tree-1024",  "fat-tree-4096",  "fat-tree-16384", "dgx-a100-1024",
+                                "dgx-a100-4096",  "dgx-a100-16384", "switch-16384",   "ring-16384"};
 
 const Cluster& preset(int index) {
   static std::map<int, Cluster> loaded;
   auto it = loaded.find(index);
-  if (it == loaded.end())
-    it = loaded.emplace(index, *input::load_cluster(kPresets[index], std::nullopt)).first;
+  if (it == loaded.end()) {
+    const std::string name = kPresets[index];
+    DeviceSpec gpu;
+    gpu.memory_bytes = 80e9;
+    Cluster c;
+    if (name == "switch-16384")
+      c = make_switch_cluster(16384, "gpu", gpu, 25e9, 1e-6);
+    else if (name == "ring-16384")
+      c = *make_ring_cluster(16384, "gpu", gpu, LinkSpec{25e9, 1e-6});
+    else
+      c = *input::load_cluster(name, std::nullopt);
+    it = loaded.emplace(index, std::move(c)).first;
+  }
   return it->second;
 }
 
@@ -105,7 +118,7 @@ void BM_Platform(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Routes)->DenseRange(0, 5)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Platform)->DenseRange(0, 5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Routes)->DenseRange(0, 7)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Platform)->DenseRange(0, 7)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/cluster.h"
 #include "core/topologies/generators.h"
 #include "tests/support/experiments.h"
@@ -64,6 +67,33 @@ TEST_CASE("a device with two links is routed by the search, not as a single-port
   Route ba = *r.route(1, 0);
   REQUIRE(ba.hops.size() == 3);
   CHECK(ba.hops[2] == Hop{1, true});
+}
+
+TEST_CASE("a route is the same whether its source's whole tree was built or one search stopped at it") {
+  // A 4 x 4 mesh with equal links: many equal shortest paths. A router asked about every
+  // destination of a source in a row builds the source's whole tree after a few queries; a fresh
+  // router per query searches only as far as the destination. Both must pick the same paths.
+  Cluster c;
+  const int n = 4;
+  for (int i = 0; i < n * n; ++i) c.devices.push_back({"d" + std::to_string(i), test_device(), ""});
+  for (int y = 0; y < n; ++y)
+    for (int x = 0; x < n; ++x) {
+      if (x + 1 < n) c.links.push_back({y * n + x, y * n + x + 1, 1e9, 1e-6, Duplex::Full});
+      if (y + 1 < n) c.links.push_back({y * n + x, (y + 1) * n + x, 1e9, 1e-6, Duplex::Full});
+    }
+  REQUIRE(validate(c).ok());
+  Router shared(c);
+  int compared = 0;
+  for (int from = 0; from < n * n; ++from)
+    for (int to = 0; to < n * n; ++to) {
+      if (from == to) continue;
+      Route a = *shared.route(from, to);
+      Route b = *Router(c).route(from, to);
+      CHECK(a.hops == b.hops);
+      CHECK(a.hops.size() == static_cast<size_t>(std::abs(from % n - to % n) + std::abs(from / n - to / n)));
+      ++compared;
+    }
+  CHECK(compared == 240);
 }
 
 TEST_CASE("routes minimise latency, then hops") {
