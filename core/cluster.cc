@@ -614,18 +614,91 @@ Status check_connected(const Cluster& c, ClusterSubject* subject) {
   return {};
 }
 
-Result<ClusterFigures> cluster_figures(const Cluster& c) {
-  ClusterFigures f;
+namespace {
+
+// Whether the cluster is its torus and nothing else: every device a point of torus_dims, no
+// switches, and exactly the links between neighbours along each dimension (one per pair; a
+// dimension of 2 has one link per pair, of 1 none). Then its diameter is the sum of floor(X / 2).
+bool plain_torus(const Cluster& c) {
+  if (c.torus_dims.empty() || !c.switches.empty() ||
+      torus_size(c.torus_dims) != static_cast<long long>(c.devices.size()))
+    return false;
+  size_t expected = 0;
+  for (int x : c.torus_dims) expected += x == 1 ? 0 : x == 2 ? c.devices.size() / 2 : c.devices.size();
+  if (c.links.size() != expected) return false;
+  std::set<std::pair<int, int>> seen;
+  for (const Link& l : c.links) {
+    const std::vector<int> a = torus_coords(c.torus_dims, l.a), b = torus_coords(c.torus_dims, l.b);
+    int differing = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (a[k] == b[k]) continue;
+      const int x = c.torus_dims[k], step = ((b[k] - a[k]) % x + x) % x;
+      if (step != 1 && step != x - 1) return false;
+      ++differing;
+    }
+    if (differing != 1 || !seen.insert(std::minmax(l.a, l.b)).second) return false;
+  }
+  return true;
+}
+
+// Largest number of hops between two devices; fails if two are not connected.
+Result<int> device_diameter(const Cluster& c, const NetGraph& g) {
+  int diameter = 0;
+  if (plain_torus(c)) {
+    for (int x : c.torus_dims) diameter += x / 2;
+    return diameter;
+  }
+  // A ring of D >= 3 devices and nothing else (each device on two links, one cycle): D / 2.
   const int D = static_cast<int>(c.devices.size());
-  const NetGraph g = make_graph(c);
+  if (D >= 3 && c.switches.empty() && c.links.size() == static_cast<size_t>(D)) {
+    std::vector<std::vector<int>> next(D);
+    for (const Link& l : c.links) {
+      next[l.a].push_back(l.b);
+      next[l.b].push_back(l.a);
+    }
+    if (std::all_of(next.begin(), next.end(), [](const auto& n) { return n.size() == 2 && n[0] != n[1]; })) {
+      int length = 1;
+      for (int prev = 0, at = next[0][0]; at != 0; ++length) {
+        const int step = next[at][0] == prev ? next[at][1] : next[at][0];
+        prev = at;
+        at = step;
+      }
+      if (length == D) return D / 2;
+    }
+  }
+  // Devices with the same neighbours (devices on one switch port each of the same switch, say) are
+  // as far from every other device as each other, and 2 hops apart: one search serves them all
+  // (a search from every device made `cluster show` quadratic: minutes for a 131,072-port switch).
+  std::vector<std::vector<int>> neighbours(D);
+  for (const Link& l : c.links) {
+    if (c.is_device(l.a)) neighbours[l.a].push_back(l.b);
+    if (c.is_device(l.b)) neighbours[l.b].push_back(l.a);
+  }
+  std::set<std::vector<int>> searched;
   for (int s = 0; s < D; ++s) {
+    std::vector<int>& key = neighbours[s];
+    std::sort(key.begin(), key.end());
+    key.erase(std::unique(key.begin(), key.end()), key.end());
+    if (!searched.insert(std::move(key)).second) continue;
     const std::vector<int> dist = hop_distances(g, s);
     for (int t = 0; t < D; ++t) {
       if (dist[t] < 0)
         return Error{fmt::format("\"{}\" and \"{}\" are not connected", c.node_name(s), c.node_name(t))};
-      f.diameter_hops = std::max(f.diameter_hops, dist[t]);
+      diameter = std::max(diameter, dist[t]);
     }
   }
+  return diameter;
+}
+
+}  // namespace
+
+Result<ClusterFigures> cluster_figures(const Cluster& c) {
+  ClusterFigures f;
+  const int D = static_cast<int>(c.devices.size());
+  const NetGraph g = make_graph(c);
+  Result<int> diameter = device_diameter(c, g);
+  if (!diameter) return diameter.error();
+  f.diameter_hops = *diameter;
   if (D < 2) {
     f.bisection_exact = true;
     return f;

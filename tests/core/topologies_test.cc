@@ -6,6 +6,8 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/topologies/generators.h"
@@ -130,6 +132,56 @@ TEST_CASE("torus: dimension-order routing, diameter and bisection 2 k^(n-1) link
   CHECK(make_torus_cluster({2, 3}, "gpu", test_device(), kLink)->links.size() == 3 + 6);
   CHECK(make_torus_cluster({2, 0}, "gpu", test_device(), kLink).error().message ==
         "torus dimensions must be at least 1, got 0");
+}
+
+TEST_CASE("diameter: a plain torus's closed form and twin devices agree with a search from every device") {
+  // The same links with torus_dims cleared (and a device's order kept) take the search from every
+  // device; the sum of floor(X / 2) must match it, including sizes 1, 2 and odd ones.
+  for (const std::vector<int>& dims : std::vector<std::vector<int>>{
+           {7}, {2, 3}, {1, 5}, {4, 4}, {3, 3, 3}, {2, 2, 2}, {5, 4, 2}, {6}}) {
+    Cluster t = *make_torus_cluster(dims, "gpu", test_device(), kLink);
+    Cluster plain = t;
+    plain.torus_dims.clear();
+    INFO("dims " << dims.size() << " first " << dims[0]);
+    CHECK(cluster_figures(t)->diameter_hops == cluster_figures(plain)->diameter_hops);
+  }
+  // Not a plain torus once it has extra links: the search runs. A ring of 8 with chords 0-4 and
+  // 2-6: 1 -> 5 and 3 -> 7 take 3 hops (1-0-4-5, 3-2-6-7), every other pair fewer.
+  Cluster extra = *make_torus_cluster({8}, "gpu", test_device(), kLink);
+  CHECK(cluster_figures(extra)->diameter_hops == 4);
+  extra.links.push_back({0, 4, 10e9, 1e-6, Duplex::Full});
+  extra.links.push_back({2, 6, 10e9, 1e-6, Duplex::Full});
+  CHECK(cluster_figures(extra)->diameter_hops == 3);
+  // Rings: D / 2 by the ring rule, against Floyd-Warshall on hop counts; two rings of 4 are not one
+  // ring of 8 (not connected).
+  for (int n : {3, 4, 5, 8, 9}) {
+    Cluster ring = *make_ring_cluster(n, "gpu", test_device(), kLink);
+    auto h = floyd(ring);
+    int diameter = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) diameter = std::max(diameter, h[i][j].hops);
+    CHECK(cluster_figures(ring)->diameter_hops == diameter);
+  }
+  Cluster two = *make_ring_cluster(8, "gpu", test_device(), kLink);
+  two.links = {};
+  for (int i = 0; i < 8; ++i) two.links.push_back({i, (i / 4) * 4 + (i + 1) % 4, 10e9, 1e-6, Duplex::Full});
+  CHECK_FALSE(cluster_figures(two).ok());
+  // Twins: devices 0-3 on switch s0, 4 on s1, s0 -- s1. One search serves 0-3; the diameter is
+  // 0 -> 4 (3 hops), and 2 between two of 0-3.
+  Cluster star;
+  for (int i = 0; i < 5; ++i) star.devices.push_back({"d" + std::to_string(i), test_device(), ""});
+  star.switches = {"s0", "s1"};
+  for (int i = 0; i < 4; ++i) star.links.push_back({i, 5, 10e9, 1e-6, Duplex::Full});
+  star.links.push_back({4, 6, 10e9, 1e-6, Duplex::Full});
+  star.links.push_back({5, 6, 10e9, 1e-6, Duplex::Full});
+  REQUIRE(validate(star).ok());
+  CHECK(cluster_figures(star)->diameter_hops == 3);
+  // Every device a twin of every other: one search, diameter 2.
+  star = Cluster{};
+  for (int i = 0; i < 4; ++i) star.devices.push_back({"d" + std::to_string(i), test_device(), ""});
+  star.switches = {"s0"};
+  for (int i = 0; i < 4; ++i) star.links.push_back({i, 4, 10e9, 1e-6, Duplex::Full});
+  CHECK(cluster_figures(star)->diameter_hops == 2);
 }
 
 TEST_CASE("fat-tree: Al-Fares structure, hop counts, full bisection bandwidth k^3/8") {
