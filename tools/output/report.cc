@@ -93,15 +93,35 @@ std::string stage_edges(const Partition& p) {
 }
 
 std::vector<std::string> plan_warnings(const PreparedRun& run) {
-  std::vector<std::string> out;
+  // One warning per replica count, naming its stages as ranges ("stages 0..255"): a wide plan
+  // would otherwise print the same line for every stage.
+  std::vector<std::pair<size_t, std::vector<int>>> split;  // replica count, its stages in order
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const size_t r = run.partition.stage(s).devices.size();
     const double slice = run.micro_batch_size / static_cast<double>(r);
-    if (r > 1 && slice != std::floor(slice))
-      out.push_back(fmt::format(
-          "stage {} splits each micro-batch of {} between {} replicas: {} per replica (costs scale with "
-          "the fraction); a micro-batch size divisible by {} avoids this",
-          s, plural(run.micro_batch_size, "sample", "samples"), r, plural(slice, "sample", "samples"), r));
+    if (r < 2 || slice == std::floor(slice)) continue;
+    auto it = std::find_if(split.begin(), split.end(), [r](const auto& g) { return g.first == r; });
+    if (it == split.end()) it = split.insert(split.end(), {r, {}});
+    it->second.push_back(static_cast<int>(s));
+  }
+  std::vector<std::string> out;
+  for (const auto& [r, stages] : split) {
+    std::string names;
+    for (size_t i = 0; i < stages.size();) {
+      size_t j = i;  // stages[i..j] are consecutive
+      while (j + 1 < stages.size() && stages[j + 1] == stages[j] + 1) ++j;
+      if (!names.empty()) names += ", ";
+      names += j == i ? std::to_string(stages[i])
+               : j == i + 1 ? fmt::format("{}, {}", stages[i], stages[j])
+                            : fmt::format("{}..{}", stages[i], stages[j]);
+      i = j + 1;
+    }
+    const double slice = run.micro_batch_size / static_cast<double>(r);
+    out.push_back(fmt::format(
+        "{} {} {} each micro-batch of {} between {} replicas: {} per replica (costs scale with the "
+        "fraction); a micro-batch size divisible by {} avoids this",
+        stages.size() == 1 ? "stage" : "stages", names, stages.size() == 1 ? "splits" : "split",
+        plural(run.micro_batch_size, "sample", "samples"), r, plural(slice, "sample", "samples"), r));
   }
   return out;
 }
