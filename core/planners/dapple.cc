@@ -70,8 +70,8 @@ Machines group_machines(const Cluster& c) {
     if (fresh) m.devices.emplace_back();
     m.devices[it->second].push_back(d);
   }
-  long long states = 1;
-  for (const auto& g : m.devices) states *= static_cast<long long>(g.size()) + 1;
+  long long states = 1;  // saturates above kMaxStates (a product over many machines overflows)
+  for (const auto& g : m.devices) states = std::min(states * (static_cast<long long>(g.size()) + 1), kMaxStates + 1);
   if (states > kMaxStates) {  // e.g. every device its own machine: the policies coincide anyway
     std::vector<int> all(c.devices.size());
     for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
@@ -213,15 +213,23 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     }
   }
 
+  // Routes of the pairs the search asks about, computed once each (a table of every pair was
+  // devices^2 routes: 19 GB at 16,384 devices). A route that cannot be found (the cluster was
+  // validated, so never in practice) counts as unusable and is reported after the search.
   Router router(cl);
-  std::vector<std::vector<Route>> routes(D, std::vector<Route>(D));
-  for (int a = 0; a < D; ++a)
-    for (int b = 0; b < D; ++b)
-      if (a != b) {
-        Result<Route> rt = router.route(a, b);
-        if (!rt) return rt.error();
-        routes[a][b] = std::move(*rt);
-      }
+  std::unordered_map<uint64_t, Route> route_cache;
+  std::optional<Error> route_error;
+  auto route = [&](int a, int b) -> const Route& {
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+    auto it = route_cache.find(key);
+    if (it != route_cache.end()) return it->second;
+    Result<Route> rt = router.route(a, b);
+    if (!rt) {
+      if (!route_error) route_error = rt.error();
+      return route_cache.emplace(key, Route{}).first->second;
+    }
+    return route_cache.emplace(key, std::move(*rt)).first->second;
+  };
   const Machines machines = group_machines(cl);
   const int M = static_cast<int>(machines.devices.size());
   auto decode = [&](long long s) {
@@ -298,11 +306,11 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
           const int a = devs[x % c], b = next[x % c2];
           if (a != b)
             f.transfer =
-                std::max(f.transfer, routes[a][b].transfer_time(bytes) + routes[b][a].transfer_time(bytes));
+                std::max(f.transfer, route(a, b).transfer_time(bytes) + route(b, a).transfer_time(bytes));
         }
       }
       for (int x = 0; c > 1 && x < c; ++x) {
-        const Route& rt = routes[devs[x]][devs[(x + 1) % c]];
+        const Route& rt = route(devs[x], devs[(x + 1) % c]);
         f.allreduce_bandwidth = std::min(f.allreduce_bandwidth, rt.bandwidth);
         f.allreduce_latency = std::max(f.allreduce_latency, rt.latency);
       }
@@ -393,6 +401,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     }
     for (Stages& p : plans) options.push_back({mb, std::move(p)});
   }
+  if (route_error) return *route_error;
   // The best estimates over every micro-batch size are lowered and evaluated.
   std::stable_sort(options.begin(), options.end(),
                    [](const Option& a, const Option& b) { return a.stages.estimate < b.stages.estimate; });

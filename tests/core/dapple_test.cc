@@ -98,3 +98,24 @@ TEST_CASE("dapple splits a model that does not fit one device, and replicates on
   REQUIRE(!none.ok());
   CHECK(none.error().message.find("dapple: no plan fits") != std::string::npos);
 }
+
+TEST_CASE("dapple on many one-device machines plans them as one machine, without overflowing") {
+  // 64 devices on a switch, each its own machine: 2^64 usage states overflowed the state count
+  // (a division by zero, SIGFPE, from 63 devices on). Above 1,024 states the planner treats all
+  // devices as one machine, so the plan must be the one for the same cluster with every device in
+  // one machine "m0" (that path never merges).
+  Cluster separate = make_switch_cluster(64, "gpu", test_device(), 100e9, 1e-6);
+  Cluster one = separate;
+  for (Device& d : one.devices) d.node = "m0";
+  Result<PreparedRun> a = prepare(two_layers(3e-3, 1e6, separate, 16));
+  Result<PreparedRun> b = prepare(two_layers(3e-3, 1e6, one, 16));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(a->partition.stage_count() == b->partition.stage_count());
+  for (size_t s = 0; s < a->partition.stage_count(); ++s) {
+    CHECK(a->partition.stage(s).layers == b->partition.stage(s).layers);
+    CHECK(a->partition.stage(s).devices == b->partition.stage(s).devices);
+  }
+  CHECK(a->micro_batch_size == b->micro_batch_size);
+  CHECK(a->micro_batches == b->micro_batches);
+}
