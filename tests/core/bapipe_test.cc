@@ -1,5 +1,7 @@
 // The BaPipe-style strategy: its partition step against exhaustive search, memory safety.
 #include <doctest/doctest.h>
+
+#include "core/models/zoo.h"
 #include <fmt/format.h>
 
 #include <functional>
@@ -228,4 +230,18 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
   }
   CHECK(constrained > 5);
   CHECK(uneven > 5);  // the search does pick different counts per stage
+}
+
+TEST_CASE("bapipe names the reason when no plan can be costed, not memory") {
+  // A zoo model on devices without compute rates (the test device): every combination fails to
+  // cost its layers; the message says so instead of blaming memory.
+  Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6));
+  e.workload = *build_model(**find_model("vgg16"), {}, Precision::FP32);
+  e.strategy.planner = "bapipe";
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(!run.ok());
+  INFO(run.error().message);
+  CHECK(run.error().message.rfind("bapipe: no plan (", 0) == 0);
+  CHECK(run.error().message.find("has no fp32 compute rate") != std::string::npos);
+  CHECK(run.error().message.find("memory") == std::string::npos);
 }
