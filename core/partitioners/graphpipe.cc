@@ -537,9 +537,38 @@ Status check_memo_size(const SpTree& tree, size_t devices) {
   return {};
 }
 
+// The search's time: per node of c children, runs (c^2 / 2) x device counts (D) x in-flight depths
+// (up to min(m, D): a stage needs a device) x splits (c x D); bisection and fusion repeat it a few
+// times. Counted as sum c^3 / 6 x D^2 x min(m, D), an upper bound: on chains of 48 layers with 16
+// micro-batches on 8, 16 and 32 devices it counts 9.4e6, 7.5e7 and 3.0e8 against 2.9e6, 3.7e7 and
+// 2.6e8 splits tried in all (0.1, 1.9 and 17 s); feasibility prunes more on branched models. Limit
+// 2^30: about a minute at the 60-90 ns per split measured; 48 layers on 64 devices (1.2e9) ran
+// for minutes.
+constexpr double kMaxSearchSteps = 1073741824;  // 2^30
+
+Status check_search_steps(const SpTree& tree, size_t devices, int micro_batches) {
+  double steps = 0;
+  size_t widest = 0;
+  const double d = static_cast<double>(devices);
+  const double depths = std::min(d, static_cast<double>(std::max(1, micro_batches)));
+  for (const SpNode& n : tree.nodes) {
+    const double c = static_cast<double>(n.children.size());
+    widest = std::max(widest, n.children.size());
+    steps += c * c * c / 6 * d * d * depths;
+  }
+  if (steps > kMaxSearchSteps)
+    return Error{fmt::format(
+        "graphpipe: the search would take about {:.3g} steps (runs of the series-parallel tree's "
+        "children, widest {}, x {} devices squared x {} in-flight depths), above the planner's limit of "
+        "{:.3g} (2^30, about a minute); use fewer layers, devices or micro-batches, or another partitioner",
+        steps, widest, devices, depths, kMaxSearchSteps)};
+  return {};
+}
+
 Result<Planned> plan_once(const PartitionRequest& r, const Workload& original, const Fused* fused) {
   const SpTree tree = sp_decompose(r.workload);
   if (Status s = check_memo_size(tree, r.cluster.devices.size()); !s) return s.error();
+  if (Status s = check_search_steps(tree, r.cluster.devices.size(), r.micro_batches); !s) return s.error();
   Planner planner(r, tree, fused ? &original : nullptr, fused ? &fused->members : nullptr);
   // graph-1f1b keeps min(m, 1 + k) micro-batches in flight; assume all m for any other schedule.
   if (Status s = planner.init(r.schedule != "graph-1f1b"); !s) return s.error();
