@@ -13,7 +13,7 @@ constexpr PartitionStrategy kPartitioners[] = {
      &partition_balanced},
     {"graphpipe",
      "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
-     &partition_graphpipe},
+     &partition_graphpipe, &graphpipe_search_steps},
     {"bapipe",
      "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
      &partition_bapipe},

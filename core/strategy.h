@@ -44,7 +44,13 @@ struct PartitionStrategy {
   std::string_view name;
   std::string_view description;
   Result<Partition> (*build)(const PartitionRequest&);
+  // Optional: the steps build() would take on a request, in the unit of its own limit (a search
+  // above kMaxPartitionSearchSteps is refused). A mini-batch sweep sums it over its micro-batch
+  // sizes and refuses the whole sweep above the limit before planning any of them.
+  double (*search_steps)(const PartitionRequest&) = nullptr;
 };
+// About a minute of search (graphpipe: 60-90 ns per step measured).
+inline constexpr double kMaxPartitionSearchSteps = 1073741824;  // 2^30
 
 struct ScheduleRequest {
   const Partition& partition;
@@ -72,6 +78,7 @@ Result<const ScheduleStrategy*> find_schedule(std::string_view name);
 Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
 Result<Partition> partition_graphpipe(const PartitionRequest& r);
+double graphpipe_search_steps(const PartitionRequest& r);
 Result<Partition> partition_bapipe(const PartitionRequest& r);
 Result<Partition> partition_pipedream(const PartitionRequest& r);
 Result<Partition> partition_dp(const PartitionRequest& r);

@@ -544,25 +544,28 @@ Status check_memo_size(const SpTree& tree, size_t devices) {
 // 2.6e8 splits tried in all (0.1, 1.9 and 17 s); feasibility prunes more on branched models. Limit
 // 2^30: about a minute at the 60-90 ns per split measured; 48 layers on 64 devices (1.2e9) ran
 // for minutes.
-constexpr double kMaxSearchSteps = 1073741824;  // 2^30
-
-Status check_search_steps(const SpTree& tree, size_t devices, int micro_batches) {
+double search_steps(const SpTree& tree, size_t devices, int micro_batches) {
   double steps = 0;
-  size_t widest = 0;
   const double d = static_cast<double>(devices);
   const double depths = std::min(d, static_cast<double>(std::max(1, micro_batches)));
   for (const SpNode& n : tree.nodes) {
     const double c = static_cast<double>(n.children.size());
-    widest = std::max(widest, n.children.size());
     steps += c * c * c / 6 * d * d * depths;
   }
-  if (steps > kMaxSearchSteps)
-    return Error{fmt::format(
-        "graphpipe: the search would take about {:.3g} steps (runs of the series-parallel tree's "
-        "children, widest {}, x {} devices squared x {} in-flight depths), above the planner's limit of "
-        "{:.3g} (2^30, about a minute); use fewer layers, devices or micro-batches, or another partitioner",
-        steps, widest, devices, depths, kMaxSearchSteps)};
-  return {};
+  return steps;
+}
+
+Status check_search_steps(const SpTree& tree, size_t devices, int micro_batches) {
+  const double steps = search_steps(tree, devices, micro_batches);
+  if (steps <= kMaxPartitionSearchSteps) return {};
+  size_t widest = 0;
+  for (const SpNode& n : tree.nodes) widest = std::max(widest, n.children.size());
+  return Error{fmt::format(
+      "graphpipe: the search would take about {:.3g} steps (runs of the series-parallel tree's children, "
+      "widest {}, x {} devices squared x {} in-flight depths), above the planner's limit of {:.3g} (2^30, "
+      "about a minute); use fewer layers, devices or micro-batches, or another partitioner",
+      steps, widest, devices, std::min<double>(static_cast<double>(devices), std::max(1, micro_batches)),
+      kMaxPartitionSearchSteps)};
 }
 
 Result<Planned> plan_once(const PartitionRequest& r, const Workload& original, const Fused* fused) {
@@ -600,6 +603,10 @@ Result<Planned> plan_once(const PartitionRequest& r, const Workload& original, c
 }
 
 }  // namespace
+
+double graphpipe_search_steps(const PartitionRequest& r) {
+  return search_steps(sp_decompose(r.workload), r.cluster.devices.size(), r.micro_batches);
+}
 
 Result<Partition> partition_graphpipe(const PartitionRequest& r) {
   const auto t0 = std::chrono::steady_clock::now();
