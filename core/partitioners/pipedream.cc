@@ -173,8 +173,9 @@ class Solver {
   Solver(const PipeDreamOptions& o, const std::vector<double>& out_act,
          const std::vector<std::vector<int>>& preds, const std::vector<std::vector<char>>& pred_set,
          const Sums& t, const Table* compute, int machines, int machines_within, double bandwidth,
-         bool many_rows)
-      : o_(o),
+         bool many_rows, std::atomic<double>* steps)
+      : steps_(steps),
+        o_(o),
         out_act_(out_act),
         preds_(preds),
         pred_set_(pred_set),
@@ -243,12 +244,14 @@ class Solver {
         // sees the candidates in the same order as a pass of its own, so ties resolve the same.
         open.clear();
         for (int m = mp; m < M_; ++m) open.push_back(m);
+        double counted = 0;
         for (const auto& [last, k] : lists[mp]) {
           size_t n = 0;
           for (int m : open)
             if (last < best_t[m]) open[n++] = m;
           open.resize(n);
           if (open.empty()) break;
+          counted += static_cast<double>(n);
           if (i > 0 && pred_set_[i - 1][k]) continue;
           double floor = last;
           if (o_.activation_compression_ratio) {
@@ -271,10 +274,14 @@ class Solver {
             }
           }
         }
+        // Over budget: stop (the caller reports it); the row is then incomplete and unused.
+        if (steps_->fetch_add(counted) + counted > o_.max_steps) return A;
       }
     }
     return A;
   }
+
+  std::atomic<double>* steps_;
 
  private:
   const PipeDreamOptions& o_;
@@ -484,10 +491,23 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     for (int k : preds[j]) pred_set[j][k] = 1;
   // level_compute[lv]: the compute level lv plans on (level 0: the sums).
   std::vector<Table> level_compute(o.levels.size());
+  std::atomic<double> steps{0};
+  auto over_budget = [&]() -> std::optional<Error> {
+    if (steps.load() <= o.max_steps) return std::nullopt;
+    return Error{fmt::format(
+        "pipedream: the search stopped after {:.3g} steps, above the planner's limit of {:.3g} (about 80 "
+        "s; {} states, {} machines at the widest level); use fewer machines per level (a hierarchy), "
+        "straight mode, or another partitioner",
+        steps.load(), o.max_steps, S, [&] {
+          int widest = 0;
+          for (const PipeDreamLevel& l : o.levels) widest = std::max(widest, l.machines);
+          return widest;
+        }())};
+  };
   int within = 1;
   for (size_t lv = 0; lv + 1 < o.levels.size(); ++lv) {
     const Solver solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
-                        o.levels[lv].machines, within, o.levels[lv].bandwidth, true);
+                        o.levels[lv].machines, within, o.levels[lv].bandwidth, true, &steps);
     std::vector<std::vector<double>> next(S + 1, std::vector<double>(S, nan));
     // Rows are independent: spread them over the machine's threads (deterministic results).
     const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
@@ -502,6 +522,7 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
     work();
     for (std::thread& th : pool) th.join();
+    if (auto e = over_budget()) return *e;
     level_compute[lv + 1] = std::move(next);
     within = o.levels[lv].machines;
   }
@@ -510,10 +531,11 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     int w_in = 1;
     for (int x = 0; x < lv; ++x) w_in = o.levels[x].machines;
     return Solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
-                  o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false)
+                  o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false, &steps)
         .row(i);
   };
   const auto top_row = row_at(top, 0);
+  if (auto e = over_budget()) return *e;
   const Entry& answer = top_row(S - 1, o.levels[top].machines - 1);
   if (!answer.has())
     return Error{o.memory_constraint ? "pipedream: no partition meets the memory constraint"
@@ -549,6 +571,7 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     std::vector<Range> refined;
     for (const Range& r : ranges) {
       const auto A = lv == top ? top_row : row_at(lv, r.start);
+      if (auto e = over_budget()) return *e;
       std::vector<size_t> splits;
       std::vector<int> reps;
       Entry meta = A(r.end - 1, o.levels[lv].machines - 1);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/experiment.h"
+#include "core/models/chain.h"
 #include "core/models/pipedream_profile.h"
 #include "core/topologies/generators.h"
 #include "tests/support/experiments.h"
@@ -133,4 +134,38 @@ TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6 - st
   }
   CHECK(cases == 164);
   MESSAGE(cases << " cases; replication differs from PipeDream's (a tie) in " << replica_differences);
+}
+
+TEST_CASE("pipedream: a search over its step budget stops with an error, not a partial plan") {
+  // A chain of 16 layers on one level of 256 machines: tens of thousands of steps. With a budget
+  // of 1,000 the search must stop and say so; with the default it plans, and the plan equals the
+  // one found with an unlimited budget.
+  ChainSpec spec;
+  spec.layers = 16;
+  spec.forward_s = 1e-3;
+  spec.backward_s = 2e-3;
+  spec.activation_bytes = 1 << 20;
+  spec.parameter_bytes = 64 << 20;
+  Workload w = make_chain(spec);
+  std::vector<double> time(w.layer_count()), act(w.layer_count());
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    time[l] = 3e-3 * (1 + static_cast<double>(l % 3));
+    act[l] = 1 << 20;
+  }
+  PipeDreamOptions o;
+  o.levels = {{256, 10e9}};
+  o.max_steps = 1000;
+  Result<PipeDreamPlan> stopped = plan_pipedream(w, time, act, o);
+  REQUIRE(!stopped.ok());
+  CHECK(stopped.error().message.rfind("pipedream: the search stopped after ", 0) == 0);
+  CHECK(stopped.error().message.find("above the planner's limit of 1e+03") != std::string::npos);
+  CHECK(stopped.error().message.find("256 machines at the widest level") != std::string::npos);
+  o.max_steps = PipeDreamOptions{}.max_steps;
+  Result<PipeDreamPlan> planned = plan_pipedream(w, time, act, o);
+  o.max_steps = 1e300;
+  Result<PipeDreamPlan> unlimited = plan_pipedream(w, time, act, o);
+  REQUIRE(planned.ok());
+  REQUIRE(unlimited.ok());
+  CHECK(planned->time_per_stage == unlimited->time_per_stage);
+  CHECK(planned->stages.size() == unlimited->stages.size());
 }
