@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/evaluate.h"
 #include "core/experiment.h"
@@ -98,4 +99,31 @@ TEST_CASE("the default planner runs the partitioner and schedule given, without 
   CHECK(run->micro_batches == 8);
   CHECK(run->exploration.empty());
   CHECK(run->partition.stage_count() == 4);
+}
+
+TEST_CASE("every partitioner and planner plans a chain over 64 one-device machines") {
+  // 64 devices on one switch, each its own machine (no `node`): the shape that overflowed dapple's
+  // state count (63 machines and up). Each strategy must return a plan (8 layers, 8 micro-batches)
+  // whose stages use distinct devices of the cluster.
+  for (const char* partitioner : {"uniform", "balanced", "dp", "pipedream", "bapipe", "graphpipe"}) {
+    Experiment e = chain_experiment(8, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+    e.strategy.partitioner = partitioner;
+    Result<PreparedRun> run = prepare(e);
+    INFO("partitioner " << partitioner << ": " << (run.ok() ? "" : run.error().message));
+    CHECK(run.ok());
+  }
+  for (const char* planner : {"luo", "dapple", "bapipe"}) {
+    Experiment e = chain_experiment(8, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+    e.strategy.planner = planner;
+    Result<PreparedRun> run = prepare(e);
+    INFO("planner " << planner << ": " << (run.ok() ? "" : run.error().message));
+    REQUIRE(run.ok());
+    std::set<int> used;
+    for (size_t s = 0; s < run->partition.stage_count(); ++s)
+      for (int d : run->partition.stage(s).devices) {
+        CHECK(d >= 0);
+        CHECK(d < 64);
+        CHECK(used.insert(d).second);
+      }
+  }
 }
