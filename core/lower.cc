@@ -149,7 +149,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   std::vector<size_t> rep_base(S + 1, 0);
   for (size_t s = 0; s < S; ++s) {
     const auto& devs = p.stage(s).devices;
-    for (size_t j = 0; j < devs.size(); ++j) hosted[devs[j]].emplace_back(static_cast<int>(s), static_cast<int>(j));
+    for (size_t j = 0; j < devs.size(); ++j)
+      hosted[devs[j]].emplace_back(static_cast<int>(s), static_cast<int>(j));
     rep_base[s + 1] = rep_base[s] + devs.size();
   }
   auto replica_of = [&](int s, size_t d) {

@@ -281,9 +281,8 @@ class Solver {
     return A;
   }
 
-  std::atomic<double>* steps_;
-
  private:
+  std::atomic<double>* steps_;  // shared by every row of the search, whatever its thread
   const PipeDreamOptions& o_;
   const std::vector<double>& out_act_;
   const std::vector<std::vector<int>>& preds_;
@@ -492,17 +491,15 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
   // level_compute[lv]: the compute level lv plans on (level 0: the sums).
   std::vector<Table> level_compute(o.levels.size());
   std::atomic<double> steps{0};
+  int widest = 0;
+  for (const PipeDreamLevel& l : o.levels) widest = std::max(widest, l.machines);
   auto over_budget = [&]() -> std::optional<Error> {
     if (steps.load() <= o.max_steps) return std::nullopt;
     return Error{fmt::format(
         "pipedream: the search stopped after {:.3g} steps, above the planner's limit of {:.3g} (about 80 "
         "s; {} states, {} machines at the widest level); use fewer machines per level (a hierarchy), "
         "straight mode, or another partitioner",
-        steps.load(), o.max_steps, S, [&] {
-          int widest = 0;
-          for (const PipeDreamLevel& l : o.levels) widest = std::max(widest, l.machines);
-          return widest;
-        }())};
+        steps.load(), o.max_steps, S, widest)};
   };
   int within = 1;
   for (size_t lv = 0; lv + 1 < o.levels.size(); ++lv) {

@@ -102,11 +102,13 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
   }
   if (options.empty()) {
     // Memory is the usual reason; another one (a layer the device cannot cost) is named as such.
-    const bool memory = !last_error || last_error->message.find("fits the devices' memory") != std::string::npos;
+    const bool memory =
+        !last_error || last_error->message.find("fits the devices' memory") != std::string::npos;
     if (!memory)
-      return Error{fmt::format("bapipe: no plan ({} combinations of schedule, micro-batch size, stages and "
-                               "replicas tried): {}",
-                               tried, last_error->message)};
+      return Error{
+          fmt::format("bapipe: no plan ({} combinations of schedule, micro-batch size, stages and "
+                      "replicas tried): {}",
+                      tried, last_error->message)};
     return Error{fmt::format(
         "bapipe: no plan fits the devices' memory ({} combinations of schedule, micro-batch size, "
         "stages and replicas tried; e.g. {})",

@@ -71,7 +71,8 @@ Machines group_machines(const Cluster& c) {
     m.devices[it->second].push_back(d);
   }
   long long states = 1;  // saturates above kMaxStates (a product over many machines overflows)
-  for (const auto& g : m.devices) states = std::min(states * (static_cast<long long>(g.size()) + 1), kMaxStates + 1);
+  for (const auto& g : m.devices)
+    states = std::min(states * (static_cast<long long>(g.size()) + 1), kMaxStates + 1);
   if (states > kMaxStates) {  // e.g. every device its own machine: the policies coincide anyway
     std::vector<int> all(c.devices.size());
     for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);

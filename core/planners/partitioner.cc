@@ -42,13 +42,13 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   }
   // A partitioner that can estimate its search: the sweep's total, bounded before any of it runs
   // (each size alone may be under the limit and the sweep still take many minutes).
-  if (partitioner.value()->search_steps != nullptr) {
+  if ((*partitioner)->search_steps != nullptr) {
     double steps = 0;
     for (const MicroBatching& mb : r.micro_batchings)
-      steps += (*partitioner)->search_steps({r.workload, r.cluster, r.strategy.stages, mb.size,
-                                             std::max(1, r.strategy.chunks), mb.count, r.memory,
-                                             (*scheduler)->name, std::max(1, r.strategy.replicas),
-                                             r.strategy.partitioner_options});
+      steps += (*partitioner)
+                   ->search_steps({r.workload, r.cluster, r.strategy.stages, mb.size,
+                                   std::max(1, r.strategy.chunks), mb.count, r.memory, (*scheduler)->name,
+                                   std::max(1, r.strategy.replicas), r.strategy.partitioner_options});
     if (steps > kMaxPartitionSearchSteps)
       return Error{fmt::format(
           "mini_batch {}: {} over its {} micro-batch sizes would take about {:.3g} search steps in all, "

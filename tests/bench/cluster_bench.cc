@@ -22,8 +22,8 @@ using namespace pipegrid;
 
 namespace {
 
-const char* const kPresets[] = {"fat-tree-1024",  "fat-tree-4096",  "fat-tree-16384", "dgx-a100-1024",
-                                "dgx-a100-4096",  "dgx-a100-16384", "switch-16384",   "ring-16384"};
+const char* const kPresets[] = {"fat-tree-1024", "fat-tree-4096",  "fat-tree-16384", "dgx-a100-1024",
+                                "dgx-a100-4096", "dgx-a100-16384", "switch-16384",   "ring-16384"};
 
 const Cluster& preset(int index) {
   static std::map<int, Cluster> loaded;

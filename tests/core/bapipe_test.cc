@@ -1,7 +1,5 @@
 // The BaPipe-style strategy: its partition step against exhaustive search, memory safety.
 #include <doctest/doctest.h>
-
-#include "core/models/zoo.h"
 #include <fmt/format.h>
 
 #include <functional>
@@ -11,6 +9,7 @@
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/metrics.h"
+#include "core/models/zoo.h"
 #include "core/strategy.h"
 #include "tests/support/experiments.h"
 
@@ -235,7 +234,8 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
 TEST_CASE("bapipe names the reason when no plan can be costed, not memory") {
   // A zoo model on devices without compute rates (the test device): every combination fails to
   // cost its layers; the message says so instead of blaming memory.
-  Experiment e = chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6));
+  Experiment e =
+      chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6));
   e.workload = *build_model(**find_model("vgg16"), {}, Precision::FP32);
   e.strategy.planner = "bapipe";
   Result<PreparedRun> run = prepare(e);

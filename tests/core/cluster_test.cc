@@ -1,9 +1,10 @@
+#include "core/cluster.h"
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <string>
 
-#include "core/cluster.h"
 #include "core/topologies/generators.h"
 #include "tests/support/experiments.h"
 
@@ -36,8 +37,8 @@ TEST_CASE("two devices on one switch port each: the two links, whichever way eac
   Router r(c);
   Route ab = *r.route(0, 1);
   REQUIRE(ab.hops.size() == 2);
-  CHECK(ab.hops[0] == Hop{0, true});   // a -> s over a link written s -> a
-  CHECK(ab.hops[1] == Hop{1, true});   // s -> b over a link written b -> s
+  CHECK(ab.hops[0] == Hop{0, true});  // a -> s over a link written s -> a
+  CHECK(ab.hops[1] == Hop{1, true});  // s -> b over a link written b -> s
   CHECK(ab.latency == doctest::Approx(3e-6));
   CHECK(ab.bandwidth == 5e9);
   Route ba = *r.route(1, 0);

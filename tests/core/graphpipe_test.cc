@@ -205,12 +205,15 @@ TEST_CASE("graphpipe refuses a search estimated above its limit, before searchin
   // A chain of 48 layers is one series node of 48 children: 48^3 / 6 = 18,432 runs x splits, x 64^2
   // device counts x min(16 micro-batches, 64 devices) in-flight depths = 1,207,959,552 steps > 2^30.
   // (It ran for minutes before the limit.) On 32 devices: 3.0e8, under the limit.
-  Experiment e = chain_experiment(48, 16, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+  Experiment e =
+      chain_experiment(48, 16, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
   e.strategy.partitioner = "graphpipe";
   Result<PreparedRun> run = prepare(e);
   REQUIRE(!run.ok());
-  CHECK(run.error().message.find("graphpipe: the search would take about 1.21e+09 steps") != std::string::npos);
-  CHECK(run.error().message.find("widest 48, x 64 devices squared x 16 in-flight depths") != std::string::npos);
+  CHECK(run.error().message.find("graphpipe: the search would take about 1.21e+09 steps") !=
+        std::string::npos);
+  CHECK(run.error().message.find("widest 48, x 64 devices squared x 16 in-flight depths") !=
+        std::string::npos);
   CHECK(run.error().message.find("limit of 1.07e+09 (2^30") != std::string::npos);
 }
 
@@ -219,11 +222,13 @@ TEST_CASE("a graphpipe mini-batch sweep is refused on its total search, before p
   // micro-batches, min(m, 32) in-flight depths = 32 + 32 + 16 + 8 + 4 + 2 + 1 = 95; each size
   // 48^3 / 6 x 32^2 = 18,874,368 steps per depth: 1,793,064,960 in all > 2^30, though every size
   // alone (at most 6.0e8) is under it.
-  Experiment e = chain_experiment(48, 1, 1e-3, 2e-3, "1f1b", make_switch_cluster(32, "gpu", test_device(), 25e9, 1e-6));
+  Experiment e =
+      chain_experiment(48, 1, 1e-3, 2e-3, "1f1b", make_switch_cluster(32, "gpu", test_device(), 25e9, 1e-6));
   e.strategy.partitioner = "graphpipe";
   e.strategy.mini_batch = 64;
   Result<PreparedRun> run = prepare(e);
   REQUIRE(!run.ok());
-  CHECK(run.error().message.find("mini_batch 64: graphpipe over its 7 micro-batch sizes would take about 1.79e+09 "
-                                 "search steps in all") != std::string::npos);
+  CHECK(run.error().message.find(
+            "mini_batch 64: graphpipe over its 7 micro-batch sizes would take about 1.79e+09 "
+            "search steps in all") != std::string::npos);
 }

@@ -137,8 +137,8 @@ TEST_CASE("torus: dimension-order routing, diameter and bisection 2 k^(n-1) link
 TEST_CASE("diameter: a plain torus's closed form and twin devices agree with a search from every device") {
   // The same links with torus_dims cleared (and a device's order kept) take the search from every
   // device; the sum of floor(X / 2) must match it, including sizes 1, 2 and odd ones.
-  for (const std::vector<int>& dims : std::vector<std::vector<int>>{
-           {7}, {2, 3}, {1, 5}, {4, 4}, {3, 3, 3}, {2, 2, 2}, {5, 4, 2}, {6}}) {
+  for (const std::vector<int>& dims :
+       std::vector<std::vector<int>>{{7}, {2, 3}, {1, 5}, {4, 4}, {3, 3, 3}, {2, 2, 2}, {5, 4, 2}, {6}}) {
     Cluster t = *make_torus_cluster(dims, "gpu", test_device(), kLink);
     Cluster plain = t;
     plain.torus_dims.clear();

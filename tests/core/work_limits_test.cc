@@ -192,10 +192,12 @@ TEST_CASE("the widest plan the limits allow, 131,072 one-layer stages on 131,072
   // lowering, 64 GiB here, and a search per pair through the switch's ports, 54 s at 32,768 devices
   // and growing with the square.)
   const int n = static_cast<int>(kMaxClusterDevices);
-  Experiment e = chain_experiment(n, 1, 1e-3, 2e-3, "gpipe", make_switch_cluster(n, "gpu", test_device(), 25e9, 1e-6));
+  Experiment e =
+      chain_experiment(n, 1, 1e-3, 2e-3, "gpipe", make_switch_cluster(n, "gpu", test_device(), 25e9, 1e-6));
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
-  CHECK(run->graph.tasks.size() == static_cast<size_t>(2 * n + n + 2 * (n - 1)));  // F, B, optimizer steps, transfers
+  CHECK(run->graph.tasks.size() ==
+        static_cast<size_t>(2 * n + n + 2 * (n - 1)));  // F, B, optimizer steps, transfers
   Result<Timeline> t = evaluate(run->graph, e.cluster);
   REQUIRE(t.ok());
   const double hop = 2e-6 + 1048576 / 25e9;

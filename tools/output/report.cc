@@ -111,7 +111,7 @@ std::vector<std::string> plan_warnings(const PreparedRun& run) {
       size_t j = i;  // stages[i..j] are consecutive
       while (j + 1 < stages.size() && stages[j + 1] == stages[j] + 1) ++j;
       if (!names.empty()) names += ", ";
-      names += j == i ? std::to_string(stages[i])
+      names += j == i       ? std::to_string(stages[i])
                : j == i + 1 ? fmt::format("{}, {}", stages[i], stages[j])
                             : fmt::format("{}..{}", stages[i], stages[j]);
       i = j + 1;
