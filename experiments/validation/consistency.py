@@ -11,9 +11,11 @@ B. One GPU against eight in the same table (same source, commit, model, batch pe
    precision): the per-GPU rate at 8 GPUs over the rate at 1, i.e. the published data-parallel
    scaling efficiency.
 C. BERT-Large in one source commit on one GPU and precision, pre-training at sequence 128 and 512
-   and SQuAD fine-tuning at 384: tokens/s per GPU, against the work per token, which grows with
-   the sequence (forward FLOPs per token and layer 24 h^2 + 4 s h, Narayanan et al., SC'21, eq. 2
-   without the vocabulary term; the heads are < 2% of the work and left out).
+   and SQuAD fine-tuning at 384: sequences/s per GPU, against the work per sequence, s (24 h^2 +
+   4 s h) (forward FLOPs per token and layer, Narayanan et al., SC'21, eq. 2 without the
+   vocabulary term; the heads are < 2% of the work and left out), s being the length the GPUs
+   compute (a row's `computed_sequence` where its loader pads a batch only to its longest
+   sequence, else its `sequence`).
 
 For a pair of rows whose published ratio differs by a factor F from the ratio a model predicts
 (equal rates for the same configuration in A; the work ratio in C), no model that predicts that
@@ -95,9 +97,10 @@ def scaling(rows):
     return sorted(out, key=lambda t: t[2])
 
 
-def work_per_token(row):
-    h, s = HIDDEN[row["model"]], float(vlib.model_param(row, "sequence"))
-    return 24 * h * h + 4 * s * h
+def work_per_sequence(row):
+    h = HIDDEN[row["model"]]
+    s = float(row.get("computed_sequence") or vlib.model_param(row, "sequence"))
+    return s * (24 * h * h + 4 * s * h)
 
 
 def bert_variants(rows):
@@ -113,8 +116,8 @@ def bert_variants(rows):
             task_a, task_b = ("squad" in a["id"]), ("squad" in b["id"])
             if vlib.model_param(a, "sequence") == vlib.model_param(b, "sequence") and task_a == task_b:
                 continue  # same variant (1 and 8 GPUs): that is comparison B
-            ra, rb = per_gpu_rate(a)[0], per_gpu_rate(b)[0]
-            expected = work_per_token(b) / work_per_token(a)  # rate a / rate b if efficiency were equal
+            ra, rb = float(a["value"]) / int(a["gpus"]), float(b["value"]) / int(b["gpus"])  # sequences/s
+            expected = work_per_sequence(b) / work_per_sequence(a)  # rate a / rate b if efficiency were equal
             out.append((a, b, ra / rb, expected, (ra / rb) / expected))
     return out
 
@@ -150,8 +153,9 @@ def main():
                  f"{ratio:.2f} | {one['source'].replace('NVIDIA DeepLearningExamples', 'DLE')} |")
 
     L += ["", "## C. BERT-Large variants in one source commit, same GPU and precision", "",
-          "Rate ratio = tokens/s per GPU of the first row / the second. Work ratio = work per token of "
-          "the second / the first (24h^2 + 4sh): the rate ratio a model with equal efficiency predicts. "
+          "Rate ratio = sequences/s per GPU of the first row / the second. Work ratio = work per sequence "
+          "of the second / the first (s (24h^2 + 4sh), s the computed length: `computed_sequence` where "
+          "a row has one): the rate ratio a model with equal efficiency predicts. "
           "F = rate ratio / work ratio.", "",
           "| first row (set) | second row (set) | rate ratio | work ratio | F | floor |", "|---|---|---|---|---|---|"]
     worst = {}

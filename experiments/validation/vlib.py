@@ -277,6 +277,12 @@ def experiment(row, efficiency=None):
                 "micro_batch_size": int(row["batch_per_gpu"]) * int(row["gpus"])}
     for k, v in sorted((row.get("model_params") or {}).items()):
         workload[k] = v
+    if row.get("computed_sequence"):
+        # The length the source's GPUs compute each sequence at, on average, where its data loader
+        # pads a batch only to the batch's longest sequence (README.md, "computed_sequence").
+        if row["model"] not in ("bert-large", "gpt", "gpt3-175b"):
+            raise MappingError(f"computed_sequence: {row['model']} has no sequence length")
+        workload["sequence"] = int(row["computed_sequence"])
     return {"name": f"validation {row['id']}",
             "workload": workload,
             "cluster": cluster_section(row, device_spec(row, efficiency)),

@@ -20,6 +20,22 @@ root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pipegrid = sys.argv[1]
 rows = yaml.safe_load(open(os.path.join(root, "experiments/validation/measurements.yaml")))
 sets = {s: sum(1 for r in rows if r["set"] == s) for s in ("check", "calibration")}
+# A row's computed_sequence is the sequence pipegrid computes (the phase-2 BERT rows: 305, from
+# LDDL's measured 1.73x; measurements.yaml's header); only calibration rows carry one, and a
+# model without a sequence length refuses it.
+sys.path.insert(0, os.path.join(root, "experiments/validation"))
+import vlib  # noqa: E402
+binned = [r for r in rows if r.get("computed_sequence")]
+if len(binned) != 3 or any(r["set"] != "calibration" for r in binned):
+    sys.exit(f"expected the 3 phase-2 calibration rows with computed_sequence, got {[r['id'] for r in binned]}")
+for r in binned:
+    if vlib.experiment(r)["workload"]["sequence"] != 305 or vlib.tokens_per_sample(r) != 512:
+        sys.exit(f"{r['id']}: computed_sequence not applied as documented")
+try:
+    vlib.experiment(dict(next(r for r in rows if r["model"] == "resnet50"), computed_sequence=100))
+    sys.exit("computed_sequence on resnet50 was accepted")
+except vlib.MappingError:
+    pass
 with tempfile.TemporaryDirectory() as out:
     p = subprocess.run([sys.executable, os.path.join(root, "experiments/validation/run.py"), "--pipegrid",
                         pipegrid, "--out", out], capture_output=True, text=True)
@@ -37,16 +53,19 @@ with tempfile.TemporaryDirectory() as out:
             sys.exit(f"{f} is empty")
     # The data-consistency report (consistency.py, measurements only): ResNet-50 on one V100 in fp32
     # is published at 289 (PipeDream's profile), 367, 384 and 412 img/s, so its spread is 412 / 289 =
-    # 1.426 and the floor (F - 1) / (F + 1) = 0.426 / 2.426 = 17.5%; BERT-Large SQuAD (61.5 seq/s x 384
-    # tokens) against pre-training at 128 (317 seq/s x 128) on one A100 in tf32: rate ratio
-    # 40,576 / 23,616 = 1.72, work ratio (24 + 4 x 384 / 1024) / (24 + 4 x 128 / 1024) = 1.041.
+    # 1.426 and the floor (F - 1) / (F + 1) = 0.426 / 2.426 = 17.5%; on one A100 in tf32, pre-training
+    # at 128 (317 seq/s) against SQuAD at 384 (61.5 seq/s): rate ratio 317 / 61.5 = 5.15, work per
+    # sequence 384 (24 + 4 x 384 / 1024) / (128 (24 + 4 x 128 / 1024)) = 9,792 / 3,136 = 3.122; against
+    # phase 2 at 512 computed at 305 (860 seq/s over 8 GPUs): 317 / 107.5 = 2.95, work ratio
+    # 305 (24 + 4 x 305 / 1024) / 3,136 = 7,683.4 / 3,136 = 2.450.
     p = subprocess.run([sys.executable, os.path.join(root, "experiments/validation/consistency.py"), "--out", out],
                        capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"consistency.py failed ({p.returncode}):\n{p.stderr}")
     text = open(os.path.join(out, "consistency.md")).read()
     for want in ("| resnet50 | v100 x 1 | fp32 | 289 samples/s", "| 1.43 | 18% |",
-                 "| dle-pyt-bertl-pretrain-s128-a100-tf32-1gpu (calibration) | dle-pyt-bertl-squad-s384-a100-tf32-1gpu (check) | 1.72 | 1.041 |"):
+                 "| dle-pyt-bertl-pretrain-s128-a100-tf32-1gpu (calibration) | dle-pyt-bertl-squad-s384-a100-tf32-1gpu (check) | 5.15 | 3.122 |",
+                 "| dle-pyt-bertl-pretrain-s128-a100-tf32-1gpu (calibration) | dle-pyt-bertl-pretrain-s512-a100-tf32-8gpu (calibration) | 2.95 | 2.450 |"):
         if want not in text:
             sys.exit(f"consistency.md lacks {want!r}:\n{text}")
 print(f"validation suite: {len(rows)} rows ran ({sets['check']} check, {sets['calibration']} calibration)")
