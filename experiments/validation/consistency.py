@@ -62,7 +62,8 @@ def pct(x):
 
 def same_config(rows):
     """A: groups of rows with the same model (and parameters, but for token models), GPU,
-    precision and GPU count from at least two sources."""
+    precision and GPU count from at least two sources (a row with a computed_sequence only with
+    rows of the same computed length)."""
     groups = {}
     for r in rows:
         rate = per_gpu_rate(r)
@@ -70,6 +71,8 @@ def same_config(rows):
             continue
         params = () if rate[1] == "tokens/s" and r["model"].startswith("gnmt") else \
             tuple(sorted((r.get("model_params") or {}).items()))
+        if r.get("computed_sequence"):  # another computation than the same sequence padded in full
+            params += (("computed_sequence", r["computed_sequence"]),)
         model = "gnmt (per token)" if r["model"].startswith("gnmt") else r["model"]
         if r["model"] == "gnmt16":
             continue  # twice GNMT-8's layers: not the same work per token

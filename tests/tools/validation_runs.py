@@ -46,6 +46,10 @@ with tempfile.TemporaryDirectory() as out:
         m = re.search(rf"^- {s} rows: (\d+), median", text, re.M)
         if not m or int(m.group(1)) != n:
             sys.exit(f"results.md does not report all {n} {s} rows:\n{text[-2000:]}")
+    # Rows added later (`batch: 2`) are reported apart; the batches' check rows add up to all of them.
+    per_batch = [int(n) for n in re.findall(r"^- batch \d+ check rows: (\d+), median", text, re.M)]
+    if sum(per_batch) != sets["check"] or len(per_batch) != len({r.get("batch", 1) for r in rows}):
+        sys.exit(f"results.md's per-batch check lines {per_batch} do not add up to {sets['check']}")
     if re.search(r"more could not run|: pipegrid could not run", text):
         sys.exit("some rows could not run:\n" + text[-2000:])
     for f in ("figure.png", "figure.svg"):
