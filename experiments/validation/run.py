@@ -31,6 +31,8 @@ def parse_args():
                                 epilog="Rules and results: experiments/validation/README.md")
     vlib.add_common_args(p, "results.md and figure.png/.svg")
     p.add_argument("--rows", choices=("calibration", "check", "all"), default="all", help="which rows (default all)")
+    p.add_argument("--scaling", metavar="FILE", default=vlib.SCALING,
+                   help="multi-node scaling series (default: scaling.yaml here; '' for none)")
     p.add_argument("--calibration", metavar="FILE",
                    help="apply a calibration.yaml's fitted efficiencies as device overrides (default: the catalog's)")
     return p.parse_args()
@@ -63,7 +65,23 @@ def group_medians(rows, results, key, label):
          for g, v in sorted(groups.items())])
 
 
-def write_results(path, rows, results, lines, failures):
+def write_scaling(f, scaling):
+    """The multi-node section of results.md."""
+    f.write("\nMulti-node data-parallel scaling (scaling.yaml; not part of the check): per-GPU rate at N "
+            "DGX A100 nodes over the rate at 1 node, published and pipegrid's; error = pipegrid's / "
+            "published - 1.\n\n")
+    table = []
+    for s, p, pub, mine, err in scaling:
+        if int(p["nodes"]) == 1:
+            continue
+        table.append([s["id"], p["nodes"], p["accumulation_steps"], f"{pub:.3f}",
+                      "error: " + err if err else f"{mine:.3f}", "-" if err else pct(mine / pub - 1),
+                      f"[{s['source']}]({s['url']})"])
+    f.write(pgx.markdown_table(["series", "nodes", "accumulation", "published", "pipegrid", "error", "source"],
+                               table) + "\n")
+
+
+def write_results(path, rows, results, lines, failures, scaling=()):
     order = sorted(rows, key=lambda r: (r["set"], r["id"]))
     table = []
     for r in order:
@@ -90,6 +108,8 @@ def write_results(path, rows, results, lines, failures):
         f.write("Per source (both sets):\n\n" + group_medians(rows, results, lambda r: r["source"], "source") + "\n\n")
         f.write("Per GPU and precision (both sets):\n\n" +
                 group_medians(rows, results, lambda r: f"{r['gpu']} {r['precision']}", "gpu, precision") + "\n")
+        if scaling:
+            write_scaling(f, scaling)
         errs = [r for r in order if "error" in results[r["id"]]]
         if errs:
             f.write("\nRows pipegrid could not run:\n\n" +
@@ -178,6 +198,15 @@ def main():
                     failures.append(f"{r['id']}: pipegrid could not run it")
                 elif abs(x["ratio"] - 1) > ROW_LIMIT:
                     failures.append(f"{r['id']}: error {pct(x['ratio'] - 1)} (outside +-25%)")
+    # Multi-node scaling (scaling.yaml): the communication model against published scaling.
+    scaling = vlib.predict_scaling(pg, vlib.load_scaling(args.scaling), efficiency_of) if args.scaling else []
+    multi = [(s, p, pub, mine, err) for s, p, pub, mine, err in scaling if int(p["nodes"]) > 1]
+    if multi:
+        errs = [mine / pub - 1 for _, _, pub, mine, err in multi if err is None]
+        broken = sum(1 for *_, err in multi if err)
+        lines.append(vlib.summary("multi-node scaling", errs).replace(" rows: ", " points: ", 1)
+                     .replace("|error|", "|scaling error|") +
+                     (f" ({broken} more could not run)" if broken else "") + " (not part of the check)")
     batches = sorted({int(r.get("batch", 1)) for r in rows})
     if len(batches) > 1:  # rows added later were split among themselves (measurements.yaml's header)
         for b in batches:
@@ -186,7 +215,7 @@ def main():
             outside = sum(1 for e in errs if abs(e) > ROW_LIMIT)
             lines.append(vlib.summary(f"batch {b} check", errs) + f", {outside} outside +-25%")
     os.makedirs(args.out, exist_ok=True)
-    write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures)
+    write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling)
     drawn = plot(plt, args.out, rows, results) if plt else False
     for line in lines:
         print(line)

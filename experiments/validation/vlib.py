@@ -377,6 +377,53 @@ def predict(pg, rows, efficiency_of=None, progress=None):
     return out
 
 
+SCALING = os.path.join(HERE, "scaling.yaml")
+
+
+def load_scaling(path=SCALING):
+    """The multi-node scaling series (scaling.yaml), or [] without the file."""
+    if not os.path.exists(path):
+        return []
+    series = load_yaml(path) or []
+    for s in series:
+        nodes = [p["nodes"] for p in s.get("points", [])]
+        if 1 not in nodes or len(nodes) < 2:
+            raise SystemExit(f"{path}: series {s.get('id')} needs a 1-node point and another")
+    return series
+
+
+def scaling_row(series, point):
+    """A measurement row for one point of a scaling series (the series' fields, the point's
+    nodes, accumulation and value)."""
+    r = {k: v for k, v in series.items() if k not in ("points", "table")}
+    per_node = SYSTEMS[series["system"]]["gpus_per_node"]
+    r.update(id=f"{series['id']}@{point['nodes']}", gpus=per_node * int(point["nodes"]),
+             accumulation_steps=int(point["accumulation_steps"]), value=point["value"], set="scaling")
+    return r
+
+
+def predict_scaling(pg, series, efficiency_of=None):
+    """For every series and point: published and pipegrid scaling, each the per-GPU rate at the
+    point's node count over the rate at 1 node. Returns [(series, point, published, pipegrid or
+    None, error message or None)]."""
+    rows = [scaling_row(s, p) for s in series for p in s["points"]]
+    res = predict(pg, rows, efficiency_of)
+    out = []
+    for s in series:
+        one = next(p for p in s["points"] if int(p["nodes"]) == 1)
+        base = res[scaling_row(s, one)["id"]]
+        for p in s["points"]:
+            r = scaling_row(s, p)
+            x = res[r["id"]]
+            published = (float(p["value"]) / int(r["gpus"])) / (float(one["value"]) / int(scaling_row(s, one)["gpus"]))
+            if "error" in x or "error" in base:
+                out.append((s, p, published, None, (x.get("error") or base.get("error")).splitlines()[0]))
+                continue
+            mine = (x["samples_per_s"] / int(r["gpus"])) / (base["samples_per_s"] / int(scaling_row(s, one)["gpus"]))
+            out.append((s, p, published, mine, None))
+    return out
+
+
 def percentile(values, q):
     """Linear interpolation between closest ranks (numpy's default)."""
     v = sorted(values)

@@ -50,7 +50,16 @@ with tempfile.TemporaryDirectory() as out:
     per_batch = [int(n) for n in re.findall(r"^- batch \d+ check rows: (\d+), median", text, re.M)]
     if sum(per_batch) != sets["check"] or len(per_batch) != len({r.get("batch", 1) for r in rows}):
         sys.exit(f"results.md's per-batch check lines {per_batch} do not add up to {sets['check']}")
-    if re.search(r"more could not run|: pipegrid could not run", text):
+    # Multi-node scaling series (scaling.yaml): every point beyond 1 node ran, and the published
+    # scaling is the per-GPU rate over the 1-node rate: PyTorch BERT at 128 in amp on 32 nodes,
+    # (138,294 / 256) / (4,553 / 8) = 540.21 / 569.13 = 0.949.
+    series = yaml.safe_load(open(os.path.join(root, "experiments/validation/scaling.yaml")))
+    points = sum(1 for x in series for p in x["points"] if p["nodes"] > 1)
+    if not re.search(rf"^- multi-node scaling points: {points}, median", text, re.M):
+        sys.exit(f"results.md lacks the {points} multi-node scaling points:\n{text[-3000:]}")
+    if "| dle-pyt-bertl-pretrain-s128-a100-amp-multinode | 32 | 1 | 0.949 |" not in text:
+        sys.exit("results.md: the 32-node scaling of PyTorch BERT (amp, 128) is not 0.949")
+    if re.search(r"more could not run|: pipegrid could not run|\| error: ", text):
         sys.exit("some rows could not run:\n" + text[-2000:])
     for f in ("figure.png", "figure.svg"):
         if os.path.getsize(os.path.join(out, f)) == 0:
