@@ -298,6 +298,10 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
         g.depend(in, id);  // compute inputs on d precede it in order
     g.device_order[d].push_back(id);
   }
+  // The dependency list (8 bytes per dependency) is freed here, not by the replay's first
+  // successors() call after the executor's arrays exist: at p = 1,024, m = 4,096 that moved the
+  // peak RSS from 1,846 MB to 1,675 MB when the tasks are not renumbered.
+  g.pack_dependencies();
   return g;
 }
 

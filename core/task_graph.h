@@ -71,6 +71,11 @@ struct TaskGraph {
     return {next_.data() + row_[t], next_.data() + row_[t + 1]};
   }
   size_t dependency_count() const { return next_.size() + added_.size(); }
+  // Packs the dependencies added so far now and frees their list (successors() would do it on
+  // first use): lower() calls it so that the list is gone before a replay allocates its arrays.
+  void pack_dependencies() const {
+    if (!added_.empty() || row_.size() != tasks.size() + 1) pack();
+  }
 
   // Renumbers the tasks: new task i is old task order[i] (a permutation of every task). Successor
   // lists keep their order, device orders and memory changes follow.
