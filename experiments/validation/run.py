@@ -69,7 +69,7 @@ def write_scaling(f, scaling):
     """The multi-node section of results.md."""
     f.write("\nMulti-node data-parallel scaling (scaling.yaml; not part of the check): per-GPU rate at N "
             "DGX A100 nodes over the rate at 1 node, published and pipegrid's; error = pipegrid's / "
-            "published - 1.\n\n")
+            "published - 1. Figure: scaling.png / scaling.svg.\n\n")
     table = []
     for s, p, pub, mine, err in scaling:
         if int(p["nodes"]) == 1:
@@ -114,6 +114,39 @@ def write_results(path, rows, results, lines, failures, scaling=()):
         if errs:
             f.write("\nRows pipegrid could not run:\n\n" +
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
+
+
+def plot_scaling(plt, out, scaling):
+    """scaling.png / .svg: per series, the published scaling (markers) and pipegrid's (line) against
+    the node count."""
+    import matplotlib
+    matplotlib.rcParams["svg.hashsalt"] = "pipegrid-validation"
+    ids = sorted({s["id"] for s, *_ in scaling})
+    if not ids:
+        return False
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    for i, sid in enumerate(ids):
+        pts = sorted([(int(p["nodes"]), pub, mine) for s, p, pub, mine, err in scaling
+                      if s["id"] == sid and err is None], key=lambda t: t[0])
+        label = sid.replace("dle-", "").replace("-bertl-pretrain", "").replace("-multinode", "")
+        ax.plot([t[0] for t in pts], [t[2] for t in pts], color=cmap(i % 10), lw=1.2)
+        ax.scatter([t[0] for t in pts], [t[1] for t in pts], color=cmap(i % 10), edgecolor="black",
+                   linewidth=0.5, s=30, zorder=3, label=label)
+    ax.set_xscale("log", base=2)
+    nodes = sorted({int(p["nodes"]) for _, p, *_ in scaling})
+    ax.set_xticks(nodes)
+    ax.set_xticklabels([str(n) for n in nodes])
+    ax.set_xlabel("DGX A100 nodes (8 GPUs each)")
+    ax.set_ylabel("per-GPU rate / rate on 1 node")
+    ax.set_title("Multi-node scaling: published (markers) and pipegrid (lines)")
+    ax.grid(True, color="0.92", lw=0.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"scaling.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
+    plt.close(fig)
+    return True
 
 
 def plot(plt, out, rows, results):
@@ -217,6 +250,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling)
     drawn = plot(plt, args.out, rows, results) if plt else False
+    if plt and scaling:
+        plot_scaling(plt, args.out, scaling)
     for line in lines:
         print(line)
     print(f"wrote {os.path.join(args.out, 'results.md')}" + (" and figure.png, figure.svg" if drawn else ""))

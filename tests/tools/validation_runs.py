@@ -61,7 +61,7 @@ with tempfile.TemporaryDirectory() as out:
         sys.exit("results.md: the 32-node scaling of PyTorch BERT (amp, 128) is not 0.949")
     if re.search(r"more could not run|: pipegrid could not run|\| error: ", text):
         sys.exit("some rows could not run:\n" + text[-2000:])
-    for f in ("figure.png", "figure.svg"):
+    for f in ("figure.png", "figure.svg", "scaling.png", "scaling.svg"):
         if os.path.getsize(os.path.join(out, f)) == 0:
             sys.exit(f"{f} is empty")
     # The data-consistency report (consistency.py, measurements only): ResNet-50 on one V100 in fp32
