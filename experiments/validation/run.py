@@ -116,11 +116,20 @@ def write_results(path, rows, results, lines, failures, scaling=()):
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
 
 
+def finish_figure(plt, fig, ax, out, name):
+    """Legend to the right, then out/name.png and .svg (deterministic SVG: fixed hash salt, no date)."""
+    import matplotlib
+    matplotlib.rcParams["svg.hashsalt"] = "pipegrid-validation"
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"{name}.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
+    plt.close(fig)
+
+
 def plot_scaling(plt, out, scaling):
     """scaling.png / .svg: per series, the published scaling (markers) and pipegrid's (line) against
     the node count."""
-    import matplotlib
-    matplotlib.rcParams["svg.hashsalt"] = "pipegrid-validation"
     ids = sorted({s["id"] for s, *_ in scaling})
     if not ids:
         return False
@@ -141,17 +150,11 @@ def plot_scaling(plt, out, scaling):
     ax.set_ylabel("per-GPU rate / rate on 1 node")
     ax.set_title("Multi-node scaling: published (markers) and pipegrid (lines)")
     ax.grid(True, color="0.92", lw=0.5)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(os.path.join(out, f"scaling.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
-    plt.close(fig)
+    finish_figure(plt, fig, ax, out, "scaling")
     return True
 
 
 def plot(plt, out, rows, results):
-    import matplotlib
-    matplotlib.rcParams["svg.hashsalt"] = "pipegrid-validation"
     ok = [r for r in sorted(rows, key=lambda r: r["id"]) if "error" not in results[r["id"]]]
     if not ok:
         return False
@@ -187,11 +190,7 @@ def plot(plt, out, rows, results):
     ax.set_ylabel("pipegrid throughput (samples/s)")
     ax.set_title("pipegrid against published training throughput (data parallel)")
     ax.grid(True, which="both", color="0.92", lw=0.5)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(os.path.join(out, f"figure.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
-    plt.close(fig)
+    finish_figure(plt, fig, ax, out, "figure")
     return True
 
 

@@ -410,16 +410,16 @@ def predict_scaling(pg, series, efficiency_of=None):
     res = predict(pg, rows, efficiency_of)
     out = []
     for s in series:
-        one = next(p for p in s["points"] if int(p["nodes"]) == 1)
-        base = res[scaling_row(s, one)["id"]]
+        one = scaling_row(s, next(p for p in s["points"] if int(p["nodes"]) == 1))
+        base = res[one["id"]]
         for p in s["points"]:
             r = scaling_row(s, p)
             x = res[r["id"]]
-            published = (float(p["value"]) / int(r["gpus"])) / (float(one["value"]) / int(scaling_row(s, one)["gpus"]))
+            published = (float(r["value"]) / r["gpus"]) / (float(one["value"]) / one["gpus"])
             if "error" in x or "error" in base:
                 out.append((s, p, published, None, (x.get("error") or base.get("error")).splitlines()[0]))
                 continue
-            mine = (x["samples_per_s"] / int(r["gpus"])) / (base["samples_per_s"] / int(scaling_row(s, one)["gpus"]))
+            mine = (x["samples_per_s"] / r["gpus"]) / (base["samples_per_s"] / one["gpus"])
             out.append((s, p, published, mine, None))
     return out
 

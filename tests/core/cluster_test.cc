@@ -21,7 +21,7 @@ TEST_CASE("switch cluster: devices named <name><index>, two hops between any two
   CHECK(route.hops[0].link == 0);
   CHECK(!route.hops[0].reverse);  // gpu0 -> switch is the link's a -> b
   CHECK(route.hops[1].link == 3);
-  CHECK(route.hops[1].reverse);   // switch -> gpu3 is b -> a
+  CHECK(route.hops[1].reverse);  // switch -> gpu3 is b -> a
   CHECK(route.latency == doctest::Approx(2e-6));
   CHECK(route.bandwidth == 25e9);
   CHECK(route.transfer_time(25e9) == doctest::Approx(1 + 2e-6));
@@ -115,7 +115,8 @@ TEST_CASE("routes minimise latency, then hops") {
   // Equal latency, fewer hops wins.
   Cluster c2;
   for (const char* n : {"a", "b", "c"}) c2.devices.push_back({n, test_device(), ""});
-  c2.links = {{0, 1, 1e9, 1e-6, Duplex::Full}, {1, 2, 1e9, 1e-6, Duplex::Full}, {0, 2, 1e9, 2e-6, Duplex::Full}};
+  c2.links = {
+      {0, 1, 1e9, 1e-6, Duplex::Full}, {1, 2, 1e9, 1e-6, Duplex::Full}, {0, 2, 1e9, 2e-6, Duplex::Full}};
   Router r2(c2);
   CHECK(r2.route(0, 2)->hops.size() == 1);
 }
@@ -130,7 +131,8 @@ TEST_CASE("invalid clusters are rejected before any simulation") {
   CHECK(validate(self).error().message == "link 2 joins \"gpu0\" to itself");
   Cluster zero = c;
   zero.links[0].bandwidth = 0;
-  CHECK(validate(zero).error().message == "link 0 between \"gpu0\" and \"switch\" needs a positive bandwidth");
+  CHECK(validate(zero).error().message ==
+        "link 0 between \"gpu0\" and \"switch\" needs a positive bandwidth");
   Cluster apart = c;
   apart.links.pop_back();
   REQUIRE(validate(apart).ok());

@@ -105,17 +105,19 @@ TEST_CASE("every partitioner and planner plans a chain over 64 one-device machin
   // 64 devices on one switch, each its own machine (no `node`): the shape that overflowed dapple's
   // state count (63 machines and up). Each strategy must return a plan (8 layers, 8 micro-batches)
   // whose stages use distinct devices of the cluster.
+  auto chain_on_64 = [] {
+    return chain_experiment(8, 8, 1e-3, 2e-3, "1f1b",
+                            make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+  };
   for (const char* partitioner : {"uniform", "balanced", "dp", "pipedream", "bapipe", "graphpipe"}) {
-    Experiment e =
-        chain_experiment(8, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+    Experiment e = chain_on_64();
     e.strategy.partitioner = partitioner;
     Result<PreparedRun> run = prepare(e);
     INFO("partitioner " << partitioner << ": " << (run.ok() ? "" : run.error().message));
     CHECK(run.ok());
   }
   for (const char* planner : {"luo", "dapple", "bapipe"}) {
-    Experiment e =
-        chain_experiment(8, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(64, "gpu", test_device(), 25e9, 1e-6));
+    Experiment e = chain_on_64();
     e.strategy.planner = planner;
     Result<PreparedRun> run = prepare(e);
     INFO("planner " << planner << ": " << (run.ok() ? "" : run.error().message));
