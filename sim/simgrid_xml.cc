@@ -586,7 +586,8 @@ class Reader {
              fmt::format("{}: radical: \"{}\" would make the platform larger than pipegrid's limit of {:.0f} "
                          "hosts (see README, \"Work-size limits\")",
                          describe(n), text, kMaxClusterDevices));
-      for (long i = lo; i <= hi; ++i) out.push_back(i);
+      // Counted loop: `i <= hi; ++i` would overflow when hi is the largest long.
+      for (long k = 0; k <= hi - lo; ++k) out.push_back(lo + k);
     }
     return out;
   }

@@ -297,6 +297,17 @@ TEST_CASE("SimGrid XML: routes in an early zone keep pointing at their routers w
   CHECK(Router(*c).route(0, 1)->latency == doctest::Approx(6e-6));
 }
 
+TEST_CASE("SimGrid XML: a radical may end at the largest long (found by fuzzing: the loop overflowed)") {
+  const std::string xml = R"(<platform version="4.1"><zone id="w" routing="Floyd">
+    <cluster id="c" prefix="n" radical="9223372036854775806-9223372036854775807" speed="1Gf" bw="1GBps"/>
+  </zone></platform>)";
+  Result<Cluster> c = sim::read_simgrid_xml(xml, "big.xml", test_device());
+  REQUIRE(c.ok());
+  REQUIRE(c->devices.size() == 2);
+  CHECK(c->devices[0].name == "n9223372036854775806");
+  CHECK(c->devices[1].name == "n9223372036854775807");
+}
+
 TEST_CASE("SimGrid XML: errors name file:line:column") {
   auto error = [](const std::string& xml) {
     Result<Cluster> c = sim::read_simgrid_xml(xml, "p.xml", test_device());
