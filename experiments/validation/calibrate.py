@@ -25,11 +25,12 @@ LO, HI = 0.01, 1.0
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def parse_args(doc=__doc__, out_what="calibration.yaml"):
+    """calibrate.py's options (crossval.py's too: the same fit, another output)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="See experiments/validation/README.md")
-    vlib.add_common_args(p, "calibration.yaml")
+    vlib.add_common_args(p, out_what)
     p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
     p.add_argument("--tolerance", type=float, default=0.005,
                    help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.005)")
@@ -119,31 +120,41 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     return "\n".join(lines) + "\n"
 
 
+def run_fit(pg, rows, sweeps, tolerance, log=print, start=None):
+    """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
+    catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
+    start: every parameter's first value (default: the catalog's)."""
+    fit = Fit(pg, rows)
+    if start is not None:
+        fit.values = {k: start for k in fit.values}
+    log(f"{len(rows)} calibration rows, {len(fit.values)} parameters "
+        f"({'per kernel class' if fit.by_class else 'scalar efficiency per device and precision'})")
+    before = fit.residuals(None)
+    cost0 = cost = sum(v * v for v in before.values() if v is not None)
+    log(f"start: cost {cost0:.4f}")
+    done = 0
+    for sweep in range(sweeps):
+        done += 1
+        for key in sorted(fit.values):
+            fit.line_search(key, tolerance)
+            log(f"sweep {sweep + 1}: {'/'.join(key)} = {fit.values[key]:.4f} ({pg.runs} pipegrid runs)")
+        new = fit.cost(fit.values)
+        log(f"sweep {sweep + 1}: cost {new:.4f}")
+        if cost - new < 1e-4:
+            cost = new
+            break
+        cost = new
+    return fit, before, fit.residuals(fit.values), cost0, cost, done
+
+
 def main():
     args = parse_args()
     rows = vlib.load_rows(args.measurements, "calibration")
     # The check rows stay unseen: only calibration rows were kept, and nothing else is read.
     assert rows and all(r["set"] == "calibration" for r in rows), "calibration needs calibration rows only"
     pg = vlib.Pipegrid(args.pipegrid, args.jobs)
-    fit = Fit(pg, rows)
-    print(f"{len(rows)} calibration rows, {len(fit.values)} parameters "
-          f"({'per kernel class' if fit.by_class else 'scalar efficiency per device and precision'})", flush=True)
-    before = fit.residuals(None)
-    cost0 = cost = sum(v * v for v in before.values() if v is not None)
-    print(f"start: cost {cost0:.4f}", flush=True)
-    sweeps = 0
-    for sweep in range(args.sweeps):
-        sweeps += 1
-        for key in sorted(fit.values):
-            fit.line_search(key, args.tolerance)
-            print(f"sweep {sweep + 1}: {'/'.join(key)} = {fit.values[key]:.4f} ({pg.runs} pipegrid runs)", flush=True)
-        new = fit.cost(fit.values)
-        print(f"sweep {sweep + 1}: cost {new:.4f}", flush=True)
-        if cost - new < 1e-4:
-            cost = new
-            break
-        cost = new
-    after = fit.residuals(fit.values)
+    fit, before, after, cost0, cost, sweeps = run_fit(pg, rows, args.sweeps, args.tolerance,
+                                                      lambda m: print(m, flush=True))
     text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "calibration.yaml"), "w") as f:

@@ -42,10 +42,6 @@ def pct(x):
     return f"{100 * x:+.1f}%"
 
 
-def fmt_value(v):
-    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}" if v >= 10 else f"{v:.2f}"
-
-
 UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU"}
 
 
@@ -87,11 +83,11 @@ def write_results(path, rows, results, lines, failures, scaling=()):
     for r in order:
         x = results[r["id"]]
         link = f"[{r['source']}]({r['url']})"
-        pub = f"{fmt_value(float(r['value']))} {UNITS.get(r['metric'], r['metric'])}"
+        pub = f"{vlib.fmt_value(float(r['value']))} {UNITS.get(r['metric'], r['metric'])}"
         if "error" in x:
             got, ratio = "error", "-"
         else:
-            got = fmt_value(x["pipegrid"]) + ("" if x["feasible"] else " (over memory)")
+            got = vlib.fmt_value(x["pipegrid"]) + ("" if x["feasible"] else " (over memory)")
             ratio = f"{x['ratio']:.3f}"
         table.append([r["id"], r["model"] + "".join(f" {k}={v}" for k, v in sorted((r.get("model_params") or {}).items())),
                       f"{r['gpu']} x {r['gpus']}", r["precision"], r["batch_per_gpu"], pub, got, ratio, r["set"], link])

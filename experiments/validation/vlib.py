@@ -435,6 +435,11 @@ def percentile(values, q):
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def fmt_value(v):
+    """A throughput as the tables print it: thousands separated, three significant figures or more."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}" if v >= 10 else f"{v:.2f}"
+
+
 def summary(label, errors):
     """`label rows: N, median |error| X%, 90th percentile Y%, max Z%` for a list of errors
     (pipegrid/published - 1)."""
