@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/models/builder.h"
+#include "core/models/zoo.h"
 
 using namespace pipegrid;
 
@@ -72,6 +73,29 @@ TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bou
     CHECK(m1.backward() == m2.backward());
     // A gather: only the looked-up rows move, per sample (no batch-independent weight traffic).
     CHECK(m1.forward - o == doctest::Approx(w.layer(bag).forward_bytes * batch / 460e9));
+  }
+}
+
+TEST_CASE("an FPGA's efficiency and DSP count enter only as their product (what-if sensitivity)") {
+  // experiments/fpga-whatif/sensitivity.md reads an error in the assumed efficiency as a shift along
+  // the DSP axis: rate = DSPs x clock x MACs x 2 x efficiency, so (2N DSPs, e / 2) is (N, e) for every
+  // layer, compute-bound or memory-bound; a different DSP-efficiency product is not.
+  for (const char* name : {"vgg16", "resnet50", "gnmt8"}) {
+    Workload w = *build_model(**find_model(name), {}, Precision::FP16);
+    DeviceSpec a = fpga(9024), b = fpga(18048), c = fpga(18048);
+    b.efficiency = a.efficiency / 2;
+    int differ = 0;
+    for (size_t i = 0; i < w.layer_count(); ++i) {
+      const Layer& l = w.layer(i);
+      for (double batch : {1.0, 8.0}) {
+        INFO(name << " " << l.name << " batch " << batch);
+        PassTimes ta = *layer_times(l, w.precision, a, batch), tb = *layer_times(l, w.precision, b, batch);
+        CHECK(tb.forward == doctest::Approx(ta.forward).epsilon(1e-12));
+        CHECK(tb.backward() == doctest::Approx(ta.backward()).epsilon(1e-12));
+        differ += layer_times(l, w.precision, c, batch)->forward != ta.forward;
+      }
+    }
+    CHECK(differ > 0);  // twice the DSPs at the same efficiency is another board
   }
 }
 
