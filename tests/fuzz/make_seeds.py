@@ -8,6 +8,9 @@ Seeds come from files in the repository and ../shared, never from a network:
   model       bad_inputs/models/*.yaml, the model files under experiments/, the corpus's m.yaml
   profile     ../shared/reference/{pipedream,dapple}/*.txt, bad_inputs/profiles, the corpus's p.txt
   schedule    bad_inputs/schedules/*.csv, the corpus's s.csv, and valid 1F1B/GPipe/interleaved CSVs
+  sweep       the sweep files under experiments/ with their base experiment inlined (a base: path
+              resolves against the harness's made-up name and is not found), and a few written here
+              that reach every axis form, zip groups and the filter language
 Files above 64 KiB are left out (the fuzzers run with -max_len 65536).
 
 It also writes OUT/../dict/<fuzzer>.dict, libFuzzer dictionaries: the word-like string literals
@@ -24,7 +27,7 @@ MAX = 65536
 
 def main():
     src, shared, out = sys.argv[1:4]
-    seeds = {k: {} for k in ("experiment", "cluster", "platform", "model", "profile", "schedule")}
+    seeds = {k: {} for k in ("experiment", "cluster", "platform", "model", "profile", "schedule", "sweep")}
 
     def add(kind, name, data):
         if isinstance(data, str):
@@ -75,6 +78,27 @@ def main():
         ",".join([f"{r + 4 * c}F{m}" for c in range(2) for m in range(4)] +
                  [f"{r + 4 * c}B{m}" for c in (1, 0) for m in range(4)]) + "\n" for r in range(4))))
 
+    for path in sorted(glob.glob(os.path.join(src, "experiments/**/*.yaml"), recursive=True)):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        base = re.search(r"^base: *(\S+)", text, re.M)
+        if not base or not re.search(r"^(grid|zip):", text, re.M):
+            continue
+        with open(os.path.join(os.path.dirname(path), base.group(1)), encoding="utf-8") as f:
+            inline = "experiment:\n" + "".join("  " + line + "\n" for line in f.read().splitlines())
+        add("sweep", "repo-" + os.path.relpath(path, src), text[:base.start()] + inline + text[base.end() + 1:])
+    chain = ("experiment:\n  workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB,"
+             " parameters: 1MiB}\n  cluster: {kind: switch, count: 4, bandwidth: 25GBps, latency: 1us}\n"
+             "  strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 4}\n")
+    add("sweep", "grid-where.yaml", chain + "grid:\n  strategy.micro_batches: [4, 8, 16]\n  cluster.count: [2, 4]\n"
+        "where: \"cluster.count * strategy.micro_batches <= 32\"\n"
+        "skip: [\"cluster.count == 2 and not (strategy.micro_batches > 4 or strategy.micro_batches / 2 < 1)\"]\n")
+    add("sweep", "zip-groups.yaml", chain + "zip:\n  - cluster.bandwidth: [25GBps, 50GBps]\n"
+        "    cluster.latency: [1us, 2us]\n  - strategy.schedule: [gpipe, 1f1b]\n    strategy.micro_batches: [4, 8]\n"
+        "skip: \"strategy.schedule == 'gpipe' and cluster.bandwidth >= 50GBps - 1\"\n")
+    add("sweep", "ranges.yaml", chain + "grid:\n  cluster.bandwidth: {from: 10GBps, to: 40GBps, times: 2}\n"
+        "  cluster.latency: {from: 1us, to: 3us, step: 1us}\n  workload.forward: {scale: [0.5, 2]}\n"
+        "  strategy.micro_batches: {values: [4, 8]}\n  workload.layers: {scale: [1, 2], of: 4}\n")
     spec = importlib.util.spec_from_file_location("hostile_corpus", os.path.join(src, "tests/tools/hostile_corpus.py"))
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
@@ -111,6 +135,7 @@ READERS = {
     "model": ["tools/input/model_yaml.cc", "tools/input/yaml_node.cc", "core/models/builder.cc", "core/units.cc"],
     "profile": ["core/models/pipedream_profile.cc"],
     "schedule": ["core/schedule.cc"],
+    "sweep": ["tools/sweep/sweep.cc", "tools/input/*.cc", "core/units.cc", "core/registry.cc"],
 }
 WORD = re.compile(r'"([A-Za-z_][A-Za-z0-9_:.+-]{0,30}=?)"')
 
@@ -126,13 +151,16 @@ def write_dictionaries(src, out):
                 words.update(WORD.findall(text))
                 if path.endswith(".yaml"):  # the catalog: device names and keys
                     words.update(re.findall(r"^\s*([A-Za-z_][A-Za-z0-9_-]*):", text, re.M))
-        if kind in ("experiment", "cluster", "model"):
+        if kind in ("experiment", "cluster", "model", "sweep"):
             words.update(w + ":" for w in list(words) if not w.endswith("="))
             words.update(["{", "}", "[", "]", "- ", ": ", "&a", "*a", "---", "<<: "])
         elif kind == "platform":
             words.update(["<", ">", "/>", "</", "=\"", "<?xml version=\"1.0\"?>"])
         elif kind == "profile":
             words.update(["node", " -- ", "\t", "::", "[", "]", "; "])
+        if kind == "sweep":
+            words.update(["and", "or", "not", "==", "!=", "<=", ">=", "(", ")", "'", " * ", " / ",
+                          "cluster.count", "strategy.micro_batches", "cluster.device.dsps", "workload.model"])
         elif kind == "schedule":
             words.update([",", "\n", "\r\n", "F", "B", "W", "I", "0F0", "1B2", "0W1"])
         with open(os.path.join(out, kind + ".dict"), "w") as f:

@@ -130,6 +130,13 @@ TEST_CASE("bad sweep files get located errors") {
   CHECK(error_of(dir, "base: nothere.yaml\n").find("nothere.yaml") != std::string::npos);
   CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  cluster.count: [2]\n  cluster.count: [3]\n")
             .find("duplicate key") != std::string::npos);
+  // Keys that are no text name no axis (found by fuzzing: the reader dereferenced a missing value).
+  CHECK(error_of(dir, "base: experiment.yaml\nzip:\n  : [8, 8]\n") ==
+        dir.path.string() +
+            "/sweep.yaml:3:3: zip: expected a key path like strategy.micro_batches, got nothing");
+  CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  [a, b]: [8, 8]\n") ==
+        dir.path.string() +
+            "/sweep.yaml:3:3: grid: expected a key path like strategy.micro_batches, got a list");
 }
 
 TEST_CASE("a bad value in a sweep is located in the sweep file when its point is read") {

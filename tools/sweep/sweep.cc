@@ -431,11 +431,15 @@ Sweep::Sweep(Sweep&&) noexcept = default;
 Sweep& Sweep::operator=(Sweep&&) noexcept = default;
 
 Sweep Sweep::load(const std::string& path) {
-  Sweep s;
-  s.path_ = path;
   Result<std::string> text = read_input_file(path);
   if (!text) throw InputError(text.error().message);
-  s.text_ = std::move(*text);
+  return load_text(std::move(*text), path);
+}
+
+Sweep Sweep::load_text(std::string text, const std::string& path) {
+  Sweep s;
+  s.path_ = path;
+  s.text_ = std::move(text);
   s.doc_ = std::make_unique<Document>(input::load_document_text(s.text_, path));
   const Node root = Node::root(*s.doc_);
   if (root.is_null())
@@ -474,9 +478,13 @@ Sweep Sweep::load(const std::string& path) {
   const auto keys_of = [](const Node& map) {
     std::vector<std::pair<Node, Node>> out;
     for (const auto& kv : map.yaml()) {
-      const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-      const Node value = *map.get(k);
-      out.emplace_back(Node(&map.document(), kv.first, value.path(), kv.first.Mark()), value);
+      // A key that is no text (`: [8, 8]` has a null key, `[a]: 1` a list) names no axis.
+      std::optional<Node> value;
+      if (kv.first.IsScalar() && !kv.first.Scalar().empty()) value = map.get(kv.first.Scalar());
+      if (!value)
+        Node(&map.document(), kv.first, map.path(), kv.first.Mark())
+            .expected("a key path like strategy.micro_batches");
+      out.emplace_back(Node(&map.document(), kv.first, value->path(), kv.first.Mark()), *value);
     }
     return out;
   };

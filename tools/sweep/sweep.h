@@ -51,6 +51,8 @@ class Sweep {
  public:
   // Reads a sweep file; throws input::InputError with file:line:column.
   static Sweep load(const std::string& path);
+  // The same from a file's text; `path` names it in errors and anchors a relative `base:`.
+  static Sweep load_text(std::string text, const std::string& path);
   ~Sweep();
   Sweep(Sweep&&) noexcept;
   Sweep& operator=(Sweep&&) noexcept;
