@@ -130,6 +130,21 @@ TEST_CASE("bad sweep files get located errors") {
   CHECK(error_of(dir, "base: nothere.yaml\n").find("nothere.yaml") != std::string::npos);
   CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  cluster.count: [2]\n  cluster.count: [3]\n")
             .find("duplicate key") != std::string::npos);
+  // Filters deep or long enough to exhaust the stack (parser, evaluation, destruction) are refused
+  // with a located error; the message shows the start of the filter only.
+  const std::string deep = "base: experiment.yaml\ngrid:\n  cluster.count: [2, 4]\nwhere: \"" +
+                           std::string(100000, '(') + "cluster.count > 2" + std::string(100000, ')') + "\"\n";
+  const std::string deep_error = error_of(dir, deep);
+  CHECK(deep_error.find("sweep.yaml:4:8: where: in the filter \"((((") != std::string::npos);
+  CHECK(deep_error.find("at character 102: nested deeper than 100 levels") != std::string::npos);
+  CHECK(deep_error.size() < 400);
+  std::string sum = "1";
+  for (int k = 0; k < 50000; ++k) sum += " + 1";
+  CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  cluster.count: [2, 4]\nwhere: \"" + sum + " > 2\"\n")
+            .find("more than 1000 operations: split it into a list of conditions") != std::string::npos);
+  // 100 levels and 1,000 operations are still read.
+  CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  cluster.count: [2, 4]\nwhere: \"" +
+                          std::string(99, '(') + "cluster.count > 2" + std::string(99, ')') + "\"\n") == "");
   // Keys that are no text name no axis (found by fuzzing: the reader dereferenced a missing value).
   CHECK(error_of(dir, "base: experiment.yaml\nzip:\n  : [8, 8]\n") ==
         dir.path.string() +

@@ -125,8 +125,22 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    where_.fail(fmt::format("in the filter \"{}\" at character {}: {}", s_, i_ + 1, why));
+    const std::string shown = s_.size() <= 200 ? s_ : s_.substr(0, 100) + "...";
+    where_.fail(fmt::format("in the filter \"{}\" at character {}: {}", shown, i_ + 1, why));
   }
+  // Bounds on what a filter builds, so that a hostile one gets an error instead of exhausting the
+  // stack: the parser recurses per nesting level ("(", "not", "-") and evaluation and destruction
+  // per level of the tree, whose depth is at most its operation count.
+  static constexpr int kMaxNesting = 100;
+  static constexpr size_t kMaxOperations = 1000;
+  struct Deeper {
+    Parser& p;
+    explicit Deeper(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting)
+        p.fail(fmt::format("nested deeper than {} levels (parentheses, not, unary minus)", kMaxNesting));
+    }
+    ~Deeper() { --p.depth_; }
+  };
   void skip_space() {
     while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
   }
@@ -147,6 +161,8 @@ class Parser {
   }
   std::unique_ptr<Expression> binary(std::string op, std::unique_ptr<Expression> a,
                                      std::unique_ptr<Expression> b) {
+    if (++operations_ > kMaxOperations)
+      fail(fmt::format("more than {} operations: split it into a list of conditions", kMaxOperations));
     auto o = std::make_unique<Operation>();
     o->op = std::move(op);
     o->a = std::move(a);
@@ -165,7 +181,10 @@ class Parser {
     return e;
   }
   std::unique_ptr<Expression> parse_not() {
-    if (word("not")) return binary("not", parse_not(), nullptr);
+    if (word("not")) {
+      Deeper d(*this);
+      return binary("not", parse_not(), nullptr);
+    }
     return parse_cmp();
   }
   std::unique_ptr<Expression> parse_cmp() {
@@ -197,7 +216,10 @@ class Parser {
     }
   }
   std::unique_ptr<Expression> parse_unary() {
-    if (symbol("-")) return binary("neg", parse_unary(), nullptr);
+    if (symbol("-")) {
+      Deeper d(*this);
+      return binary("neg", parse_unary(), nullptr);
+    }
     return parse_atom();
   }
   std::unique_ptr<Expression> parse_atom() {
@@ -206,6 +228,7 @@ class Parser {
     const char c = s_[i_];
     if (c == '(') {
       ++i_;
+      Deeper d(*this);
       auto e = parse_or();
       if (!symbol(")")) fail("expected \")\"");
       return e;
@@ -255,6 +278,8 @@ class Parser {
 
   std::string s_;
   size_t i_ = 0;
+  int depth_ = 0;
+  size_t operations_ = 0;
   const Node& where_;
   const std::vector<Axis>& axes_;
 };
