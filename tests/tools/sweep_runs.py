@@ -206,6 +206,29 @@ def main():
         # A database of another sweep is refused.
         r = subprocess.run([pipegrid, "sweep", bad, "--db", full_db], capture_output=True, text=True)
         check(r.returncode == 2 and "holds another sweep" in r.stderr, r.stderr)
+
+        # A database that is not a sweep's (an application's own `points` table) is refused before
+        # anything is written to it: no table added, its journal mode unchanged; a file that is no
+        # database at all likewise.
+        other = os.path.join(d, "other.sqlite")
+        c = sqlite3.connect(other)
+        c.execute("CREATE TABLE points(x)")
+        c.commit()
+        c.close()
+        for argv in ([pipegrid, "sweep", bad, "--db", other], [pipegrid, "sweep", "export", other]):
+            r = subprocess.run(argv, capture_output=True, text=True)
+            check(r.returncode == 2 and r.stderr == f'pipegrid: the results database "{other}" is not a pipegrid '
+                  "sweep's: its table points has no column point (give another --db)\n", r.stderr)
+        c = sqlite3.connect(other)
+        tables = [t for (t,) in c.execute("SELECT name FROM sqlite_master")]
+        mode = c.execute("PRAGMA journal_mode").fetchone()[0]
+        c.close()
+        check(tables == ["points"] and mode == "delete", f"the foreign database was changed: {tables}, {mode}")
+        junk = os.path.join(d, "junk.sqlite")
+        with open(junk, "wb") as f:
+            f.write(b"not a database" * 300)
+        r = subprocess.run([pipegrid, "sweep", "export", junk], capture_output=True, text=True)
+        check(r.returncode == 2 and "file is not a database" in r.stderr, r.stderr)
     print("ok")
 
 

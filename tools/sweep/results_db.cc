@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
+#include <vector>
 
 namespace pipegrid::sweep {
 namespace {
@@ -64,6 +66,14 @@ CREATE TABLE IF NOT EXISTS points(
 );
 )sql";
 
+// The columns the schema above gives each table (checked in a database that existed before).
+const std::pair<const char*, std::vector<const char*>> kColumns[] = {
+    {"meta", {"key", "value"}},
+    {"points",
+     {"point", "axes", "status", "message", "iteration_time_s", "throughput_samples_per_s", "bubble_ratio",
+      "peak_memory_bytes", "result", "pipegrid_version", "wall_s", "finished_at", "host"}},
+};
+
 }  // namespace
 
 Result<ResultsDb> ResultsDb::open(const std::string& path) {
@@ -75,6 +85,25 @@ Result<ResultsDb> ResultsDb::open(const std::string& path) {
   }
   ResultsDb r(db, path);
   sqlite3_busy_timeout(db, 60'000);  // shards merged while another process writes: wait
+  // A database of something else (a `points` or `meta` table of its own) would fail later with an
+  // SQL message, or export nothing: refuse it before anything is written to it.
+  for (const auto& [table, columns] : kColumns) {
+    const std::string sql = fmt::format("PRAGMA table_info({})", table);
+    Statement st(db, sql.c_str());
+    if (!st.ok()) return Error{fmt::format("the results database \"{}\": {}", path, sqlite3_errmsg(db))};
+    std::set<std::string> have;
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) have.insert(st.column_text(1));
+    if (rc != SQLITE_DONE)
+      return Error{fmt::format("the results database \"{}\": {}", path, sqlite3_errmsg(db))};
+    if (have.empty()) continue;  // a new database: the schema below creates the table
+    for (const char* c : columns)
+      if (!have.count(c))
+        return Error{
+            fmt::format("the results database \"{}\" is not a pipegrid sweep's: its table {} has no "
+                        "column {} (give another --db)",
+                        path, table, c)};
+  }
   // WAL: a commit is one append to the log, and a process killed at any moment leaves every
   // committed transaction readable (the next open recovers the log).
   if (Status s = r.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s) return s.error();
