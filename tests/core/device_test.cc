@@ -7,26 +7,15 @@
 
 #include "core/models/builder.h"
 #include "core/models/zoo.h"
+#include "tests/support/experiments.h"
 
 using namespace pipegrid;
 
 namespace {
 
-// A U280-like FPGA: 9,024 DSPs at 300 MHz, HBM2 at 460 GB/s.
+// A U280-like FPGA: 9,024 DSPs at 300 MHz, HBM2 at 460 GB/s (tests/support/experiments.h).
 DeviceSpec fpga(double dsps) {
-  DeviceSpec d;
-  d.kind = "u280";
-  d.memory_bytes = 8e9;
-  d.memory_bandwidth = 460e9;
-  d.efficiency = 0.7;
-  d.layer_overhead_s = 2e-6;
-  FpgaSpec f;
-  f.dsps = dsps;
-  f.clock_hz = 300e6;
-  f.macs_per_dsp = {0.2, 0, 1, 1, 2};  // fp32, tf32 (none), fp16, bf16, int8
-  d.fpga = f;
-  d.derive_peaks();
-  return d;
+  return testing::u280_like(dsps);
 }
 
 }  // namespace

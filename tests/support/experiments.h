@@ -30,6 +30,25 @@ inline DeviceSpec test_device(double memory = 1e12) {
 
 // p devices in a line: gpu0 -- gpu1 -- ... (one full-duplex link between neighbours), so that
 // activations and gradients never share a link direction.
+// A U280-like FPGA (Alveo U280 on its HBM2: 9,024 DSPs at 300 MHz, 460 GB/s), with `dsps` DSPs.
+inline DeviceSpec u280_like(double dsps = 9024) {
+  DeviceSpec d;
+  d.kind = "u280";
+  d.memory_bytes = 8e9;
+  d.memory_bandwidth = 460e9;
+  d.efficiency = 0.7;
+  d.layer_overhead_s = 2e-6;
+  FpgaSpec f;
+  f.dsps = dsps;
+  f.clock_hz = 300e6;
+  f.macs_per_dsp = {0.2, 0, 1, 1, 2};  // fp32, tf32 (none), fp16, bf16, int8
+  f.port_bandwidth = 12.5e9;
+  f.ports = 2;
+  d.fpga = f;
+  d.derive_peaks();
+  return d;
+}
+
 inline Cluster line_cluster(int p, double bandwidth, double latency) {
   Cluster c;
   c.name = "line";
