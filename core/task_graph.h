@@ -67,7 +67,7 @@ struct TaskGraph {
 
   // The tasks that depend on `t` (data dependencies), in the order they were added.
   std::span<const int32_t> successors(int32_t t) const {
-    if (!added_.empty() || row_.size() != tasks.size() + 1) pack();
+    pack_dependencies();
     return {next_.data() + row_[t], next_.data() + row_[t + 1]};
   }
   size_t dependency_count() const { return next_.size() + added_.size(); }

@@ -185,10 +185,8 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
   {
     std::vector<size_t> top(std::min(options.size(), kAnalytic));
     for (size_t i = 0; i < top.size(); ++i) top[i] = i;
-    std::stable_sort(top.begin(), top.end(), [&](size_t a, size_t b) {
-      return (scored[a].fits && !scored[b].fits) ||
-             (scored[a].fits == scored[b].fits && scored[a].analytic < scored[b].analytic);
-    });
+    std::stable_sort(top.begin(), top.end(),
+                     [&](size_t a, size_t b) { return ranks_before(scored[a], scored[b]); });
     for (size_t k = 0; k < top.size() && k < kJudged; ++k) always[top[k]] = 1;
   }
   Result<size_t> best = pick(scored, always, r, kJudged);

@@ -80,13 +80,16 @@ Status score(const PlanRequest& r, Candidate& c) {
   return {};
 }
 
+bool ranks_before(const Candidate& a, const Candidate& b) {
+  return (a.fits && !b.fits) || (a.fits == b.fits && a.analytic < b.analytic);
+}
+
 Result<size_t> pick(std::vector<Candidate>& all, const std::vector<char>& always, const PlanRequest& r,
                     size_t judged) {
   std::vector<size_t> order(all.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return (all[a].fits && !all[b].fits) || (all[a].fits == all[b].fits && all[a].analytic < all[b].analytic);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ranks_before(all[a], all[b]); });
   std::vector<size_t> finalists;
   for (size_t k = 0; k < order.size(); ++k)
     if (k < judged || always[order[k]]) finalists.push_back(order[k]);

@@ -32,6 +32,9 @@ Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& 
 // Times a candidate with the analytic evaluator (sets fits, analytic and judged).
 Status score(const PlanRequest& r, Candidate& c);
 
+// The analytic ranking pick() uses: a candidate that fits memory first, then the shorter analytic time.
+bool ranks_before(const Candidate& a, const Candidate& b);
+
 // Ranks scored candidates analytically (those that fit memory first), has the request's judge time
 // the best `judged` of them plus those flagged in `always`, and returns the winner's index: fits
 // memory first, then the fastest by the judge (the analytic time without one).

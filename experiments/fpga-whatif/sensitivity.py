@@ -12,15 +12,12 @@ the efficiency and doubling the DSPs must give the same throughput, point for po
     experiments/fpga-whatif/sensitivity.py [-j N] [--out DIR]     (after tools/setup --all)
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-import pgx  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import run as whatif  # noqa: E402  (run_sweep, load: the study's own sweep helpers)
 MODELS = {"vgg16": "VGG-16", "resnet50": "ResNet-50", "gnmt8": "GNMT-8"}
 DSPS = [4512, 9024, 18048, 36096]  # 0.5x, 1x, 2x, 4x the U280's
 EFFICIENCIES = [0.35, 0.7, 1.0]
@@ -33,15 +30,9 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     db = os.path.join(HERE, "out", "sensitivity.sqlite")
-    p = subprocess.run([pgx.binary(), "sweep", os.path.join(HERE, "sensitivity.yaml"), "--db", db,
-                        "-j", str(args.jobs)])
-    if p.returncode != 0:
-        sys.exit(f"pipegrid sweep failed (status {p.returncode})")
-    rows = subprocess.run([pgx.binary(), "sweep", "export", db, "--jsonl"], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    whatif.run_sweep(os.path.join(HERE, "sensitivity.yaml"), db, args.jobs)
     t = {}
-    for line in rows:
-        r = json.loads(line)
+    for r in whatif.load(db):
         a = r["axes"]
         if r["status"] != "ok":
             sys.exit(f"point {r['point']} did not run: {r.get('message')}")

@@ -11,17 +11,10 @@
 
 using namespace pipegrid;
 
-namespace {
-
-// A U280-like FPGA: 9,024 DSPs at 300 MHz, HBM2 at 460 GB/s (tests/support/experiments.h).
-DeviceSpec fpga(double dsps) {
-  return testing::u280_like(dsps);
-}
-
-}  // namespace
+using pipegrid::testing::u280_like;  // a U280 on its HBM2: 9,024 DSPs at 300 MHz, 460 GB/s
 
 TEST_CASE("an FPGA's peak is DSPs x clock x MACs per DSP x 2") {
-  DeviceSpec d = fpga(9024);
+  DeviceSpec d = u280_like(9024);
   CHECK(d.peak(Precision::FP32) == doctest::Approx(9024 * 300e6 * 0.2 * 2));  // 1.08 TFLOP/s
   CHECK(d.peak(Precision::FP16) == doctest::Approx(5.4144e12));
   CHECK(d.peak(Precision::INT8) == doctest::Approx(10.8288e12));
@@ -34,7 +27,7 @@ TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bou
   int ids = b.input("ids", {100});
   int bag = *b.embedding_bag("bag", ids, 1000000, 64, 100, true);  // no FLOP, 12.9 KB moved per sample
   Workload w = b.finish();
-  const DeviceSpec one = fpga(9024), two = fpga(18048);
+  const DeviceSpec one = u280_like(9024), two = u280_like(18048);
   // The fc layer's weights (4096^2 + 4096 fp16 values) are read once per micro-batch: 33.6 MB at
   // 460 GB/s = 73 us, against 8.9 us of compute per sample at 5.41 TFLOP/s x 0.7. So batches 1 and
   // 8 are memory-bound (the DSPs do not help), batch 64 is compute-bound (they halve it).
@@ -71,7 +64,7 @@ TEST_CASE("an FPGA's efficiency and DSP count enter only as their product (what-
   // layer, compute-bound or memory-bound; a different DSP-efficiency product is not.
   for (const char* name : {"vgg16", "resnet50", "gnmt8"}) {
     Workload w = *build_model(**find_model(name), {}, Precision::FP16);
-    DeviceSpec a = fpga(9024), b = fpga(18048), c = fpga(18048);
+    DeviceSpec a = u280_like(9024), b = u280_like(18048), c = u280_like(18048);
     b.efficiency = a.efficiency / 2;
     int differ = 0;
     for (size_t i = 0; i < w.layer_count(); ++i) {
