@@ -11,6 +11,7 @@
 #include "core/metrics.h"
 #include "core/models/zoo.h"
 #include "core/strategy.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -122,7 +123,7 @@ TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous 
       continue;
     }
     REQUIRE(part.ok());
-    CHECK(part->plan.predicted_time_per_stage_s == doctest::Approx(best).epsilon(1e-9));
+    CHECK(part->plan.predicted_time_per_stage_s == pipegrid::testing::approx(best).epsilon(1e-9));
   }
   CHECK(constrained > 5);
 }
@@ -216,7 +217,7 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
       continue;
     }
     REQUIRE(part.ok());
-    CHECK(part->plan.predicted_time_per_stage_s == doctest::Approx(best).epsilon(1e-9));
+    CHECK(part->plan.predicted_time_per_stage_s == pipegrid::testing::approx(best).epsilon(1e-9));
     std::vector<size_t> sizes;
     size_t used = 0;
     for (size_t st = 0; st < part->stage_count(); ++st) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -22,9 +23,9 @@ TEST_CASE("switch cluster: devices named <name><index>, two hops between any two
   CHECK(!route.hops[0].reverse);  // gpu0 -> switch is the link's a -> b
   CHECK(route.hops[1].link == 3);
   CHECK(route.hops[1].reverse);  // switch -> gpu3 is b -> a
-  CHECK(route.latency == doctest::Approx(2e-6));
+  CHECK(route.latency == pipegrid::testing::approx(2e-6));
   CHECK(route.bandwidth == 25e9);
-  CHECK(route.transfer_time(25e9) == doctest::Approx(1 + 2e-6));
+  CHECK(route.transfer_time(25e9) == pipegrid::testing::approx(1 + 2e-6));
 }
 
 TEST_CASE("two devices on one switch port each: the two links, whichever way each was written") {
@@ -39,7 +40,7 @@ TEST_CASE("two devices on one switch port each: the two links, whichever way eac
   REQUIRE(ab.hops.size() == 2);
   CHECK(ab.hops[0] == Hop{0, true});  // a -> s over a link written s -> a
   CHECK(ab.hops[1] == Hop{1, true});  // s -> b over a link written b -> s
-  CHECK(ab.latency == doctest::Approx(3e-6));
+  CHECK(ab.latency == pipegrid::testing::approx(3e-6));
   CHECK(ab.bandwidth == 5e9);
   Route ba = *r.route(1, 0);
   REQUIRE(ba.hops.size() == 2);
@@ -64,7 +65,7 @@ TEST_CASE("a device with two links is routed by the search, not as a single-port
   CHECK(ab.hops[0] == Hop{1, false});
   CHECK(ab.hops[1] == Hop{2, false});
   CHECK(ab.hops[2] == Hop{3, true});
-  CHECK(ab.latency == doctest::Approx(2.5e-6));
+  CHECK(ab.latency == pipegrid::testing::approx(2.5e-6));
   Route ba = *r.route(1, 0);
   REQUIRE(ba.hops.size() == 3);
   CHECK(ba.hops[2] == Hop{1, true});
@@ -111,7 +112,7 @@ TEST_CASE("routes minimise latency, then hops") {
   Router r(c);
   Route route = *r.route(0, 3);
   CHECK(route.hops.size() == 2);
-  CHECK(route.latency == doctest::Approx(2e-6));
+  CHECK(route.latency == pipegrid::testing::approx(2e-6));
   // Equal latency, fewer hops wins.
   Cluster c2;
   for (const char* n : {"a", "b", "c"}) c2.devices.push_back({n, test_device(), ""});

@@ -8,6 +8,7 @@
 #include "core/models/chain.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -57,7 +58,7 @@ TEST_CASE("ring all-reduce: 2(n-1) steps of n chunks of S/n - each device sends 
   }
   // On a ring of links without contention the evaluator gives the closed form exactly.
   Timeline t = *evaluate(g, c);
-  CHECK(t.makespan() == doctest::Approx(2.0 * 4 / 5 * 1e6 / 1e9));
+  CHECK(t.makespan() == pipegrid::testing::approx(2.0 * 4 / 5 * 1e6 / 1e9));
 }
 
 TEST_CASE("ring all-reduce: a device sends nothing of the reduce-scatter before its own data is ready") {
@@ -156,7 +157,7 @@ TEST_CASE("dp: one stage with every layer on every device, and an all-reduce per
   Timeline t = *evaluate(run.graph, e.cluster);
   const double compute = 2 * 4 * (1e-3 + 2e-3) / 4;
   const double ring = 6 * (2e-6 + (4.0 * (1 << 20) / 4) / 10e9);
-  CHECK(t.makespan() == doctest::Approx(compute + ring));
+  CHECK(t.makespan() == pipegrid::testing::approx(compute + ring));
 }
 
 TEST_CASE("replicas: a partitioner that places other device counts is refused") {

@@ -4,6 +4,7 @@
 #include "core/device.h"
 #include "core/memory.h"
 #include "core/models/builder.h"
+#include "tests/support/approx.h"
 
 using namespace pipegrid;
 
@@ -62,20 +63,20 @@ TEST_CASE("a GEMM's time: efficiency by precision and class, Hockney's startup, 
   const double flops = 2.0 * 256 * 4096 * 4096;
   PassTimes t = *layer_times(w.layer(fc), Precision::AMP, d, 256);
   // 4 us + max(compute 8.59e9 / (100e12 x 0.6) = 143.2 us, memory 37.7 MB / 1 TB/s = 37.7 us).
-  CHECK(t.forward == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
-  CHECK(t.backward_input == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
-  CHECK(t.backward_weight == doctest::Approx(4e-6 + flops / 60e12 + 1e-6));
+  CHECK(t.forward == pipegrid::testing::approx(4e-6 + flops / 60e12 + 1e-6));
+  CHECK(t.backward_input == pipegrid::testing::approx(4e-6 + flops / 60e12 + 1e-6));
+  CHECK(t.backward_weight == pipegrid::testing::approx(4e-6 + flops / 60e12 + 1e-6));
   // fp32 uses fp32's rate and, with no entry, `efficiency`: 8.59e9 / 9e12.
   PassTimes f32 = *layer_times(w.layer(fc), Precision::FP32, d, 256);
-  CHECK(f32.forward == doctest::Approx(4e-6 + flops / 9e12 + 1e-6));
+  CHECK(f32.forward == pipegrid::testing::approx(4e-6 + flops / 9e12 + 1e-6));
   // At batch 1 the weights dominate: 4 us + max((32 MiB + 16 KiB) / 1 TB/s, 0.56 us).
   PassTimes one = *layer_times(w.layer(fc), Precision::AMP, d, 1);
   const double weights = 4096.0 * 4096 * 2, streamed = (4096.0 + 4096) * 2;
-  CHECK(one.forward == doctest::Approx(4e-6 + (weights + streamed) / 1e12 + 1e-6));
+  CHECK(one.forward == pipegrid::testing::approx(4e-6 + (weights + streamed) / 1e12 + 1e-6));
   // Memory efficiency scales the memory side only.
   d.memory_efficiency_default = 0.5;
   PassTimes half = *layer_times(w.layer(fc), Precision::AMP, d, 1);
-  CHECK(half.forward == doctest::Approx(4e-6 + (weights + streamed) / 0.5e12 + 1e-6));
+  CHECK(half.forward == pipegrid::testing::approx(4e-6 + (weights + streamed) / 0.5e12 + 1e-6));
 }
 
 TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
@@ -90,10 +91,10 @@ TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
   d.efficiency = 0.5;
   d.kernel_startup_s = 10e-6;
   PassTimes t = *layer_times(w.layer(fc), Precision::FP16, d, 250);
-  CHECK(t.forward == doctest::Approx(20e-6));  // 500 MFLOP at 25 TFLOP/s
+  CHECK(t.forward == pipegrid::testing::approx(20e-6));  // 500 MFLOP at 25 TFLOP/s
   // Ten times the work reaches 10/11 of r_inf.
   PassTimes big = *layer_times(w.layer(fc), Precision::FP16, d, 2500);
-  CHECK(5e9 / big.forward == doctest::Approx(50e12 * 10 / 11));
+  CHECK(5e9 / big.forward == pipegrid::testing::approx(50e12 * 10 / 11));
 }
 
 TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
@@ -104,9 +105,9 @@ TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
   Workload w = b.finish();
   const Layer& layer = w.layer(l);
   // Totals: the forward 8 h (i + h) per step, 3 x that for forward + backward.
-  CHECK(layer.forward_flops == doctest::Approx(8.0 * 1024 * (512 + 1024) * 10));
-  CHECK(layer.backward_input_flops == doctest::Approx(layer.forward_flops));
-  CHECK(layer.backward_weight_flops == doctest::Approx(layer.forward_flops));
+  CHECK(layer.forward_flops == pipegrid::testing::approx(8.0 * 1024 * (512 + 1024) * 10));
+  CHECK(layer.backward_input_flops == pipegrid::testing::approx(layer.forward_flops));
+  CHECK(layer.backward_weight_flops == pipegrid::testing::approx(layer.forward_flops));
   DeviceSpec d = gpu();
   d.peak_flops.fill(1e18);  // compute free: only memory traffic counts
   // Forward by hand: input projection (one GEMM): weights 4 h i x 2 B = 4 MiB, streamed
@@ -115,13 +116,13 @@ TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
   const double input_gemm = (4.0 * 1024 * 512 * 2 + 10 * (512 + 4096) * 2) / 1e12;
   const double step = (4.0 * 1024 * 1024 * 2 + 8 * 1024 * 2) / 1e12;
   PassTimes t = *layer_times(layer, Precision::FP16, d, 1);
-  CHECK(t.forward == doctest::Approx(input_gemm + 10 * step));
+  CHECK(t.forward == pipegrid::testing::approx(input_gemm + 10 * step));
   // The weights' share does not depend on the batch: 10 x 8 MiB per pass at any batch size, so the
   // time per sample falls with the batch.
   PassTimes t8 = *layer_times(layer, Precision::FP16, d, 8);
   const double input_gemm8 = (4.0 * 1024 * 512 * 2 + 8 * 10 * (512 + 4096) * 2) / 1e12;
   const double step8 = (4.0 * 1024 * 1024 * 2 + 8 * 8 * 1024 * 2) / 1e12;
-  CHECK(t8.forward == doctest::Approx(input_gemm8 + 10 * step8));
+  CHECK(t8.forward == pipegrid::testing::approx(input_gemm8 + 10 * step8));
 }
 
 TEST_CASE("a convolution with BatchNorm and ReLU adds the element-wise kernels' memory time") {
@@ -139,7 +140,7 @@ TEST_CASE("a convolution with BatchNorm and ReLU adds the element-wise kernels' 
   const double weights = 64.0 * 64 * 9 * 2 + 2 * 64 * 2;
   PassTimes t = *layer_times(w.layer(conv), Precision::FP16, d, 32);
   const double conv_t = std::max(flops * 32 / 50e12, (2 * out * 32 + weights) / 1e12);
-  CHECK(t.forward == doctest::Approx(conv_t + 3 * out * 32 / 1e12 + 2 * out * 32 / 1e12));
+  CHECK(t.forward == pipegrid::testing::approx(conv_t + 3 * out * 32 / 1e12 + 2 * out * 32 / 1e12));
 }
 
 TEST_CASE("mixed precision keeps fp32 master weights and state: 16 bytes per parameter with Adam") {
@@ -171,7 +172,8 @@ TEST_CASE("the optimizer step reads and writes the state once, at the memory ban
   CHECK(optimizer_step_bytes_per_parameter(Optimizer::SGD, Precision::FP32) == 12);
   CHECK(optimizer_step_bytes_per_parameter(Optimizer::Momentum, Precision::AMP) == 20);
   CHECK(optimizer_step_bytes_per_parameter(Optimizer::SGD, Precision::FP16) == 6);
-  CHECK(optimizer_step_time(1e9, Optimizer::Adam, Precision::AMP, d) == doctest::Approx(28e9 / 0.8e12));
+  CHECK(optimizer_step_time(1e9, Optimizer::Adam, Precision::AMP, d) ==
+        pipegrid::testing::approx(28e9 / 0.8e12));
 }
 
 TEST_CASE("every kernel call pays the startup: a Transformer block's 15 launches per forward") {
@@ -186,9 +188,9 @@ TEST_CASE("every kernel call pays the startup: a Transformer block's 15 launches
   d.memory_bandwidth = 1e30;
   d.kernel_startup_s = 1e-6;
   PassTimes t = *layer_times(w.layer(blk), Precision::FP16, d, 8);
-  CHECK(t.forward == doctest::Approx(15e-6));
+  CHECK(t.forward == pipegrid::testing::approx(15e-6));
   // Backward: input gradients of the same 15 kernels (each has streamed bytes), weight gradients of
   // the 4 GEMMs only (the attention core and element-wise kernels have no weights).
-  CHECK(t.backward_input == doctest::Approx(15e-6));
-  CHECK(t.backward_weight == doctest::Approx(4e-6));
+  CHECK(t.backward_input == pipegrid::testing::approx(15e-6));
+  CHECK(t.backward_weight == pipegrid::testing::approx(4e-6));
 }

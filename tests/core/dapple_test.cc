@@ -4,6 +4,7 @@
 #include "core/experiment.h"
 #include "core/memory.h"
 #include "core/planner.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -72,7 +73,7 @@ TEST_CASE("dapple keeps each replicated stage inside a machine when its all-redu
   CHECK(run->schedule_name == "1f1b");
   CHECK(run->micro_batches == 16);
   // The planner's predicted slowest stage, 3.625 ms as derived above.
-  CHECK(run->partition.plan.predicted_time_per_stage_s == doctest::Approx(3.625e-3));
+  CHECK(run->partition.plan.predicted_time_per_stage_s == pipegrid::testing::approx(3.625e-3));
 }
 
 TEST_CASE("dapple splits a model that does not fit one device, and replicates one that does") {

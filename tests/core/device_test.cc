@@ -7,6 +7,7 @@
 
 #include "core/models/builder.h"
 #include "core/models/zoo.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -15,9 +16,9 @@ using pipegrid::testing::u280_like;  // a U280 on its HBM2: 9,024 DSPs at 300 MH
 
 TEST_CASE("an FPGA's peak is DSPs x clock x MACs per DSP x 2") {
   DeviceSpec d = u280_like(9024);
-  CHECK(d.peak(Precision::FP32) == doctest::Approx(9024 * 300e6 * 0.2 * 2));  // 1.08 TFLOP/s
-  CHECK(d.peak(Precision::FP16) == doctest::Approx(5.4144e12));
-  CHECK(d.peak(Precision::INT8) == doctest::Approx(10.8288e12));
+  CHECK(d.peak(Precision::FP32) == pipegrid::testing::approx(9024 * 300e6 * 0.2 * 2));  // 1.08 TFLOP/s
+  CHECK(d.peak(Precision::FP16) == pipegrid::testing::approx(5.4144e12));
+  CHECK(d.peak(Precision::INT8) == pipegrid::testing::approx(10.8288e12));
 }
 
 TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bound ones unchanged") {
@@ -39,12 +40,12 @@ TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bou
     INFO("batch " << batch);
     const double compute = 2.0 * 4096 * 4096 * batch / (5.4144e12 * 0.7);
     const double memory = (per_sample * batch + weights) / 460e9;
-    CHECK(a.forward - o == doctest::Approx(std::max(compute, memory)));
+    CHECK(a.forward - o == pipegrid::testing::approx(std::max(compute, memory)));
     if (batch == 64) {
       REQUIRE(compute > memory);
-      CHECK(c.forward - o == doctest::Approx((a.forward - o) / 2));
-      CHECK(c.backward_input - o == doctest::Approx((a.backward_input - o) / 2));
-      CHECK(c.backward_weight - o == doctest::Approx((a.backward_weight - o) / 2));
+      CHECK(c.forward - o == pipegrid::testing::approx((a.forward - o) / 2));
+      CHECK(c.backward_input - o == pipegrid::testing::approx((a.backward_input - o) / 2));
+      CHECK(c.backward_weight - o == pipegrid::testing::approx((a.backward_weight - o) / 2));
     } else {
       REQUIRE(compute < memory);
       CHECK(c.forward == a.forward);
@@ -54,7 +55,7 @@ TEST_CASE("twice the DSPs halves compute-bound layer times and leaves memory-bou
     CHECK(m1.forward == m2.forward);
     CHECK(m1.backward() == m2.backward());
     // A gather: only the looked-up rows move, per sample (no batch-independent weight traffic).
-    CHECK(m1.forward - o == doctest::Approx(w.layer(bag).forward_bytes * batch / 460e9));
+    CHECK(m1.forward - o == pipegrid::testing::approx(w.layer(bag).forward_bytes * batch / 460e9));
   }
 }
 
@@ -72,8 +73,8 @@ TEST_CASE("an FPGA's efficiency and DSP count enter only as their product (what-
       for (double batch : {1.0, 8.0}) {
         INFO(name << " " << l.name << " batch " << batch);
         PassTimes ta = *layer_times(l, w.precision, a, batch), tb = *layer_times(l, w.precision, b, batch);
-        CHECK(tb.forward == doctest::Approx(ta.forward).epsilon(1e-12));
-        CHECK(tb.backward() == doctest::Approx(ta.backward()).epsilon(1e-12));
+        CHECK(tb.forward == pipegrid::testing::approx(ta.forward).epsilon(1e-12));
+        CHECK(tb.backward() == pipegrid::testing::approx(ta.backward()).epsilon(1e-12));
         differ += layer_times(l, w.precision, c, batch)->forward != ta.forward;
       }
     }

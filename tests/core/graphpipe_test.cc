@@ -7,6 +7,7 @@
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/metrics.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -119,8 +120,8 @@ TEST_CASE("two equal branches on 4 devices: graphpipe's depth is 2 where the seq
     CHECK(s.run.partition.depth() == 4);  // a chain: a1, a2, b1, b2
     CHECK(close_rel(s.metrics.iteration_time_s, (m + 3) * (f + b), 1e-6));
     // Memory: the graph pipeline's first stages hold 2 micro-batches, the chain's first holds 4.
-    CHECK(g.metrics.devices[0].peak_activation_bytes == doctest::Approx(std::min(m, 2) * 8.0));
-    CHECK(s.metrics.devices[0].peak_activation_bytes == doctest::Approx(std::min(m, 4) * 8.0));
+    CHECK(g.metrics.devices[0].peak_activation_bytes == pipegrid::testing::approx(std::min(m, 2) * 8.0));
+    CHECK(s.metrics.devices[0].peak_activation_bytes == pipegrid::testing::approx(std::min(m, 4) * 8.0));
   }
 }
 

@@ -21,6 +21,7 @@
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "core/planner.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -430,7 +431,7 @@ TEST_CASE("luo's scheduler is never slower than 1F1B and never below the lower b
     REQUIRE_MESSAGE(c.ok(), c.error().message);
     CHECK(c->plan.schedule_name == "luo");
     const Score got = analytic(r, c->plan);  // re-lowered from the returned schedule alone
-    CHECK(got.time == doctest::Approx(c->analytic).epsilon(1e-12));
+    CHECK(got.time == pipegrid::testing::approx(c->analytic).epsilon(1e-12));
     CHECK(got.time <= one_f_one_b.time * (1 + 1e-12));
     Result<TaskGraph> g = lower_plan(r, c->plan);
     const Metrics metrics = compute_metrics(in.c, *g, *evaluate(*g, in.c));
@@ -465,7 +466,7 @@ TEST_CASE("the list scheduler alone meets the bound of a balanced chain exactly"
   Result<Schedule> s = list_schedule(r, plan.partition, 1, 8, policy);
   REQUIRE(s.ok());
   plan.schedule = *s;
-  CHECK(analytic(r, plan).time == doctest::Approx(33e-3).epsilon(1e-9));
+  CHECK(analytic(r, plan).time == pipegrid::testing::approx(33e-3).epsilon(1e-9));
 }
 
 namespace {

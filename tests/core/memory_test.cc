@@ -8,6 +8,7 @@
 #include "core/lower.h"
 #include "core/metrics.h"
 #include "core/strategy.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -59,9 +60,9 @@ TEST_CASE("full recomputation: one stage input per in-flight micro-batch plus on
         for (int i = 0; i < p; ++i) {
           const int in_flight = std::string(sched) == "gpipe" ? m : std::min(p - i, m);
           // Without recomputation the stage stashes its k layer outputs per micro-batch.
-          CHECK(none.devices[i].peak_activation_bytes == doctest::Approx(in_flight * k * a));
+          CHECK(none.devices[i].peak_activation_bytes == pipegrid::testing::approx(in_flight * k * a));
           // With it: the stage input (one layer output, A) per micro-batch, plus k A during a B.
-          CHECK(full.devices[i].peak_activation_bytes == doctest::Approx(in_flight * a + k * a));
+          CHECK(full.devices[i].peak_activation_bytes == pipegrid::testing::approx(in_flight * a + k * a));
         }
       }
     }
@@ -92,7 +93,7 @@ TEST_CASE("selective recomputation stashes the selective bytes and re-runs its f
   // p = 1: F and B of each micro-batch in turn; B pays 0.5 x 4 ms of recomputed forward.
   CHECK(close_rel(m.iteration_time_s, 3 * (4e-3 + 8e-3 + 2e-3), 1e-9));
   // Stash 2 x 4 B x 8 samples per micro-batch, one in flight, plus (10 - 4) x 2 x 8 re-materialised.
-  CHECK(m.devices[0].peak_activation_bytes == doctest::Approx(2 * 4 * 8 + 6 * 2 * 8));
+  CHECK(m.devices[0].peak_activation_bytes == pipegrid::testing::approx(2 * 4 * 8 + 6 * 2 * 8));
 }
 
 TEST_CASE("the backward's workspace (largest layer output) adds to the peak during B") {
@@ -100,7 +101,8 @@ TEST_CASE("the backward's workspace (largest layer output) adds to the peak duri
   Metrics m = analytic(e);
   for (int i = 0; i < 2; ++i)
     CHECK(m.devices[i].peak_memory_bytes ==
-          doctest::Approx(m.devices[i].static_bytes + m.devices[i].peak_activation_bytes + (1 << 20)));
+          pipegrid::testing::approx(m.devices[i].static_bytes + m.devices[i].peak_activation_bytes +
+                                    (1 << 20)));
 }
 
 TEST_CASE("ZeRO-1 shards the optimizer state of a replicated stage across its replicas") {
@@ -121,10 +123,10 @@ TEST_CASE("ZeRO-1 shards the optimizer state of a replicated stage across its re
     TaskGraph g = *lower(w, cl, part, s, o);
     const double pb = 64 << 20;
     const auto opt = static_cast<int>(MemoryCategory::OptimizerState);
-    CHECK(g.static_memory[0][opt] == doctest::Approx(2 * pb));  // Adam: m and v; not replicated
+    CHECK(g.static_memory[0][opt] == pipegrid::testing::approx(2 * pb));  // Adam: m and v; not replicated
     for (int d = 1; d < 4; ++d) {
-      CHECK(g.static_memory[d][opt] == doctest::Approx(zero ? 2 * pb / 3 : 2 * pb));
-      CHECK(g.static_memory[d][static_cast<int>(MemoryCategory::Weights)] == doctest::Approx(pb));
+      CHECK(g.static_memory[d][opt] == pipegrid::testing::approx(zero ? 2 * pb / 3 : 2 * pb));
+      CHECK(g.static_memory[d][static_cast<int>(MemoryCategory::Weights)] == pipegrid::testing::approx(pb));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "core/models/chain.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -97,7 +98,7 @@ TEST_CASE("balanced equals exhaustive search on random heterogeneous cases") {
       CHECK(part.stage(s).devices == std::vector<int>{static_cast<int>(s)});
     }
     INFO("trial " << trial << " n=" << n << " p=" << p);
-    CHECK(worst == doctest::Approx(best).epsilon(1e-12));
+    CHECK(worst == pipegrid::testing::approx(best).epsilon(1e-12));
   }
 }
 

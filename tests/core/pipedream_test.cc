@@ -11,6 +11,7 @@
 #include "core/models/chain.h"
 #include "core/models/pipedream_profile.h"
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
 
@@ -65,7 +66,7 @@ TEST_CASE("pipedream: the README's answers, with the same stage count and replic
     Result<PipeDreamPlan> plan = plan_pipedream(p.w, p.time, p.act, o);
     REQUIRE(plan.ok());
     INFO(c.file << (c.straight ? " straight" : ""));
-    CHECK(plan->time_per_stage == doctest::Approx(c.time).epsilon(1e-6));
+    CHECK(plan->time_per_stage == pipegrid::testing::approx(c.time).epsilon(1e-6));
     std::vector<int> reps;
     for (const PipeDreamStage& s : plan->stages) reps.push_back(s.replicas);
     CHECK(reps == c.replicas);
@@ -118,7 +119,7 @@ TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6 - st
     Result<PipeDreamPlan> plan = plan_pipedream(p.w, p.time, p.act, o);
     INFO(line);
     REQUIRE(plan.ok());
-    CHECK(plan->time_per_stage == doctest::Approx(std::stod(col[2])).epsilon(1e-6));
+    CHECK(plan->time_per_stage == pipegrid::testing::approx(std::stod(col[2])).epsilon(1e-6));
     // Hierarchies: PipeDream breaks ties between equally fast plans in Python's randomised set
     // order, so its stage count varies from run to run there (alexnet -n 4 2 gave 4, then 5).
     if (machines.size() == 1) {

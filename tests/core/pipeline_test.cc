@@ -7,6 +7,7 @@
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/metrics.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -38,7 +39,7 @@ TEST_CASE("analytic: gpipe and 1f1b iteration time, bubble and stash match the c
         CHECK(close_rel(mt.bubble_ratio, (p - 1.0) / (m + p - 1.0), 1e-9));
         for (int i = 0; i < p; ++i) {
           int in_flight = std::string(sched) == "gpipe" ? m : std::min(p - i, m);
-          CHECK(mt.devices[i].peak_activation_bytes == doctest::Approx(in_flight * act));
+          CHECK(mt.devices[i].peak_activation_bytes == pipegrid::testing::approx(in_flight * act));
         }
       }
     }
@@ -66,12 +67,13 @@ TEST_CASE("analytic: transfers of duration c per boundary match the independent 
     Metrics g = analytic(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "gpipe", line, bytes));
     Metrics o = analytic(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "1f1b", line, bytes));
     INFO("p=" << k.p << " m=" << k.m << " c=" << k.c);
-    CHECK(g.iteration_time_s == doctest::Approx(k.gpipe * unit).epsilon(1e-9));
-    CHECK(o.iteration_time_s == doctest::Approx(k.ofob * unit).epsilon(1e-9));
+    CHECK(g.iteration_time_s == pipegrid::testing::approx(k.gpipe * unit).epsilon(1e-9));
+    CHECK(o.iteration_time_s == pipegrid::testing::approx(k.ofob * unit).epsilon(1e-9));
     // GPipe's closed form with transfers: (m + p - 1)(T_F + T_BW) + 2 (p - 1) c, while c <= T_F.
     if (k.c <= k.tf)
       CHECK(g.iteration_time_s ==
-            doctest::Approx(((k.m + k.p - 1) * (k.tf + k.tbw) + 2 * (k.p - 1) * k.c) * unit).epsilon(1e-9));
+            pipegrid::testing::approx(((k.m + k.p - 1) * (k.tf + k.tbw) + 2 * (k.p - 1) * k.c) * unit)
+                .epsilon(1e-9));
   }
 }
 
@@ -95,9 +97,9 @@ TEST_CASE("analytic: transfers that share a link go in turn, the last when fair 
       g.add(t);
     }
     Timeline t = *evaluate(g, c);
-    CHECK(std::min(t.end[0], t.end[1]) == doctest::Approx(a + S / B));
-    CHECK(std::max(t.end[0], t.end[1]) == doctest::Approx(a + 2 * S / B));
-    CHECK(t.end[2] == doctest::Approx(duplex == Duplex::Full ? a + S / B : a + 3 * S / B));
+    CHECK(std::min(t.end[0], t.end[1]) == pipegrid::testing::approx(a + S / B));
+    CHECK(std::max(t.end[0], t.end[1]) == pipegrid::testing::approx(a + 2 * S / B));
+    CHECK(t.end[2] == pipegrid::testing::approx(duplex == Duplex::Full ? a + S / B : a + 3 * S / B));
   }
 }
 
@@ -113,13 +115,13 @@ TEST_CASE("static memory follows the optimizer") {
                  Case{Optimizer::Adam, 4 * pb}, Case{Optimizer::MixedAdam, 16 * pb / 4}}) {
     e.memory.optimizer = c.o;
     Metrics m = analytic(e);
-    CHECK(m.devices[0].static_bytes == doctest::Approx(c.per_layer));
+    CHECK(m.devices[0].static_bytes == pipegrid::testing::approx(c.per_layer));
     // Peak = static + stashed activations + the backward's workspace (one layer output, 1 MiB).
     CHECK(m.devices[0].peak_memory_bytes ==
-          doctest::Approx(c.per_layer + m.devices[0].peak_activation_bytes + (1 << 20)));
+          pipegrid::testing::approx(c.per_layer + m.devices[0].peak_activation_bytes + (1 << 20)));
   }
   e.memory.bytes_per_parameter = 20;
-  CHECK(analytic(e).devices[1].static_bytes == doctest::Approx(20 * pb / 4));
+  CHECK(analytic(e).devices[1].static_bytes == pipegrid::testing::approx(20 * pb / 4));
 }
 
 TEST_CASE("the optimizer step ends the iteration on every device") {
@@ -128,6 +130,6 @@ TEST_CASE("the optimizer step ends the iteration on every device") {
   e.workload.optimizer_step_s = 5e-3;
   Metrics m = analytic(e);
   // Device 0 finishes last (its final backward ends the flush), then steps.
-  CHECK(m.iteration_time_s == doctest::Approx(11 * 3e-3 + 5e-3).epsilon(1e-9));
-  CHECK(m.devices[0].busy_s == doctest::Approx(8 * 3e-3 + 5e-3).epsilon(1e-9));
+  CHECK(m.iteration_time_s == pipegrid::testing::approx(11 * 3e-3 + 5e-3).epsilon(1e-9));
+  CHECK(m.devices[0].busy_s == pipegrid::testing::approx(8 * 3e-3 + 5e-3).epsilon(1e-9));
 }

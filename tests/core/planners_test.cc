@@ -9,6 +9,7 @@
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "core/planner.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -73,7 +74,7 @@ TEST_CASE("bapipe through the planner table finds the work bound: one stage data
   REQUIRE(g.ok());
   const Metrics m = compute_metrics(e.cluster, *g, *evaluate(*g, e.cluster));
   CHECK(m.feasible());
-  CHECK(m.iteration_time_s == doctest::Approx(12e-3).epsilon(1e-6));
+  CHECK(m.iteration_time_s == pipegrid::testing::approx(12e-3).epsilon(1e-6));
 
   // The older spelling (partitioner: bapipe) and the pipeline give the same plan.
   e.strategy.planner.clear();

@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/models/pipedream_profile.h"
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 
 using namespace pipegrid;
@@ -69,9 +70,9 @@ TEST_CASE(
       CHECK(w->layer(i).measured->batch == 128);
       CHECK(w->layer(i).measured->device_kind == "v100");
     }
-    CHECK(fwd * 1e3 == doctest::Approx(s.forward_ms - s.input_forward_ms).epsilon(1e-9));
-    CHECK(bwd * 1e3 == doctest::Approx(s.backward_ms).epsilon(1e-9));
-    CHECK(total_parameter_bytes(*w) == doctest::Approx(s.params).epsilon(1e-12));
+    CHECK(fwd * 1e3 == pipegrid::testing::approx(s.forward_ms - s.input_forward_ms).epsilon(1e-9));
+    CHECK(bwd * 1e3 == pipegrid::testing::approx(s.backward_ms).epsilon(1e-9));
+    CHECK(total_parameter_bytes(*w) == pipegrid::testing::approx(s.params).epsilon(1e-12));
     CHECK(check_acyclic(*w).ok());
   }
   CHECK(files == 14);
@@ -95,8 +96,8 @@ TEST_CASE("VGG-16 and ResNet-50 profiles total models.md's 233.9 + 438.6 ms and 
       bwd += w.layer(i).measured->backward_s * 1e3;
     }
     INFO(c.file);
-    CHECK(fwd == doctest::Approx(c.forward_ms).epsilon(0.0005));
-    CHECK(bwd == doctest::Approx(c.backward_ms).epsilon(0.0005));
+    CHECK(fwd == pipegrid::testing::approx(c.forward_ms).epsilon(0.0005));
+    CHECK(bwd == pipegrid::testing::approx(c.backward_ms).epsilon(0.0005));
     CHECK(static_cast<int>(w.layer_count()) == c.nodes);
   }
   // VGG-16's conv1 output, per sample: 64 x 224 x 224 x 4 bytes (the file has it for 128 images).
@@ -132,8 +133,8 @@ TEST_CASE("profile rules: lists of sizes are summed, times scale with the batch,
   DeviceSpec v100;
   v100.kind = "v100";
   PassTimes t = *layer_times(w.layer(1), w.precision, v100, 2);  // 2 samples = a quarter of the batch
-  CHECK(t.forward == doctest::Approx(0.5e-3));
-  CHECK(t.backward() == doctest::Approx(1e-3));
+  CHECK(t.forward == pipegrid::testing::approx(0.5e-3));
+  CHECK(t.backward() == pipegrid::testing::approx(1e-3));
   DeviceSpec a100;
   a100.kind = "a100";
   CHECK(layer_times(w.layer(1), w.precision, a100, 2).error().message ==

@@ -11,6 +11,7 @@
 
 #include "core/cluster.h"
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -267,11 +268,11 @@ TEST_CASE("dgx: NVLink inside a node, InfiniBand across, switch or fat-tree fabr
   CHECK(c.devices[9].node == "dgx1");
   Route in = route(c, "gpu0", "gpu7");
   CHECK(walk(c, 0, in) == std::vector<std::string>{"gpu0", "dgx0-nvswitch", "gpu7"});
-  CHECK(in.latency == doctest::Approx(1e-6));
+  CHECK(in.latency == pipegrid::testing::approx(1e-6));
   CHECK(in.bandwidth == 300e9);
   Route across = route(c, "gpu0", "gpu8");
   CHECK(walk(c, 0, across) == std::vector<std::string>{"gpu0", "ib-switch", "gpu8"});
-  CHECK(across.latency == doctest::Approx(2e-6));
+  CHECK(across.latency == pipegrid::testing::approx(2e-6));
   CHECK(across.bandwidth == 25e9);
   s.fabric = DgxSpec::Fabric::FatTree;
   Cluster t = *make_dgx_cluster(s);
@@ -297,12 +298,12 @@ TEST_CASE("summit: NVLink pairs per socket, X-Bus between sockets, one EDR rail 
   CHECK(walk(c, 0, route(c, "gpu0", "gpu1")) == std::vector<std::string>{"gpu0", "gpu1"});
   Route sockets = route(c, "gpu0", "gpu2");
   CHECK(walk(c, 0, sockets) == std::vector<std::string>{"gpu0", "summit0-cpu0", "summit0-cpu1", "gpu2"});
-  CHECK(sockets.latency == doctest::Approx(1.5e-6));
+  CHECK(sockets.latency == pipegrid::testing::approx(1.5e-6));
   CHECK(sockets.bandwidth == 50e9);
   Route nodes = route(c, "gpu0", "gpu4");
   CHECK(walk(c, 0, nodes) ==
         std::vector<std::string>{"gpu0", "summit0-cpu0", "ib-switch", "summit1-cpu0", "gpu4"});
-  CHECK(nodes.latency == doctest::Approx(3e-6));
+  CHECK(nodes.latency == pipegrid::testing::approx(3e-6));
   CHECK(nodes.bandwidth == 12.5e9);
   Cluster one = *make_summit_cluster({1, test_device()});
   CHECK(cluster_figures(one)->bisection_bandwidth == brute_force_bisection(one));
@@ -371,7 +372,7 @@ TEST_CASE("routes: every computed route is a shortest path by latency, then hops
       for (int j = 0; j < nodes; ++j) {
         Route rt = *r.route(j, i);  // a new source every time: searches that stop at the destination
         INFO("trial " << trial << " " << j << "->" << i);
-        CHECK(rt.latency == doctest::Approx(d[j][i].latency));
+        CHECK(rt.latency == pipegrid::testing::approx(d[j][i].latency));
         CHECK(static_cast<int>(rt.hops.size()) == d[j][i].hops);
       }
     // Grouped by source, the router answers from whole shortest-path trees: the same routes.
@@ -437,7 +438,7 @@ TEST_CASE("dgx1: the V100 cube-mesh has 6 NVLink2 links per GPU, 16 linked pairs
         // One NVLink bundle: 25 GB/s per link, 1 us.
         CHECK(route.hops.size() == 1);
         CHECK(route.bandwidth == topo[a][b] * 25e9);
-        CHECK(route.latency == doctest::Approx(1e-6));
+        CHECK(route.latency == pipegrid::testing::approx(1e-6));
       } else {
         // No NVLink: every such pair is across the two quads, so across the CPUs: GPU-PLX, PLX-CPU,
         // QPI, CPU-PLX, PLX-GPU = 4 PCIe links of 1 us + 0.5 us QPI; the PCIe link (15.75 GB/s) is the
@@ -445,7 +446,7 @@ TEST_CASE("dgx1: the V100 cube-mesh has 6 NVLink2 links per GPU, 16 linked pairs
         CHECK(a / 4 != b / 4);
         CHECK(route.hops.size() == 5);
         CHECK(route.bandwidth == 15.75e9);
-        CHECK(route.latency == doctest::Approx(4.5e-6));
+        CHECK(route.latency == pipegrid::testing::approx(4.5e-6));
       }
     }
     CHECK(links == 6);
@@ -463,7 +464,7 @@ TEST_CASE("dgx1: NVLink forwarding, a PCIe-only server, NVLink1 and the network 
   // link, 1-5 two links: 25 GB/s) or gpu4 (0-4 two links, 4-5 one link: 25 GB/s): either way 25 GB/s.
   Route two = route(fwd, "gpu0", "gpu5");
   CHECK(two.hops.size() == 2);
-  CHECK(two.latency == doctest::Approx(2e-6));
+  CHECK(two.latency == pipegrid::testing::approx(2e-6));
   CHECK(two.bandwidth == 25e9);
 
   s.nvlink_forwarding = false;
@@ -480,16 +481,16 @@ TEST_CASE("dgx1: NVLink forwarding, a PCIe-only server, NVLink1 and the network 
   // PCIe server: gpu8-gpu9 share a PCIe switch (2 links, 2 us); gpu8-gpu10 meet at the CPU (4 links);
   // gpu8-gpu12 cross QPI (4.5 us). Never the network, though its NICs would be as short.
   CHECK(walk(c, 8, route(c, "gpu8", "gpu9")) == std::vector<std::string>{"gpu8", "dgx1-1-plx0", "gpu9"});
-  CHECK(route(c, "gpu8", "gpu9").latency == doctest::Approx(2e-6));
-  CHECK(route(c, "gpu8", "gpu10").latency == doctest::Approx(4e-6));
-  CHECK(route(c, "gpu8", "gpu12").latency == doctest::Approx(4.5e-6));
+  CHECK(route(c, "gpu8", "gpu9").latency == pipegrid::testing::approx(2e-6));
+  CHECK(route(c, "gpu8", "gpu10").latency == pipegrid::testing::approx(4e-6));
+  CHECK(route(c, "gpu8", "gpu12").latency == pipegrid::testing::approx(4.5e-6));
   CHECK(route(c, "gpu8", "gpu12").bandwidth == 15.75e9);
   // Between servers with one NIC each (on PCIe switch 0): gpu0 -> plx0 -> net -> plx0 of server 1 ->
   // gpu8: PCIe 1 + Ethernet 5 + 5 + PCIe 1 = 12 us, bottleneck 3.125 GB/s.
   Route across = route(c, "gpu0", "gpu8");
   CHECK(walk(c, 0, across) ==
         std::vector<std::string>{"gpu0", "dgx1-0-plx0", "net-switch", "dgx1-1-plx0", "gpu8"});
-  CHECK(across.latency == doctest::Approx(12e-6));
+  CHECK(across.latency == pipegrid::testing::approx(12e-6));
   CHECK(across.bandwidth == 3.125e9);
   CHECK_FALSE(make_dgx1_cluster({.servers = 0}).ok());
 }

@@ -1,15 +1,17 @@
+#include "core/units.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "core/units.h"
+#include "tests/support/approx.h"
 
 using namespace pipegrid;
 
 TEST_CASE("quantities parse to SI base units") {
-  CHECK(*parse_quantity("1ms", Dimension::Time) == doctest::Approx(1e-3).epsilon(1e-15));
-  CHECK(*parse_quantity("2.5us", Dimension::Time) == doctest::Approx(2.5e-6).epsilon(1e-15));
-  CHECK(*parse_quantity("3 ns", Dimension::Time) == doctest::Approx(3e-9).epsilon(1e-15));
+  CHECK(*parse_quantity("1ms", Dimension::Time) == pipegrid::testing::approx(1e-3).epsilon(1e-15));
+  CHECK(*parse_quantity("2.5us", Dimension::Time) == pipegrid::testing::approx(2.5e-6).epsilon(1e-15));
+  CHECK(*parse_quantity("3 ns", Dimension::Time) == pipegrid::testing::approx(3e-9).epsilon(1e-15));
   CHECK(*parse_quantity("0s", Dimension::Time) == 0.0);
   CHECK(*parse_quantity("25GBps", Dimension::Bandwidth) == 25e9);
   CHECK(*parse_quantity("25GB/s", Dimension::Bandwidth) == 25e9);
@@ -33,7 +35,8 @@ TEST_CASE("quantity errors say what was expected and what was found") {
         "expected a time like \"1ms\", got \"5 parsecs\" (unknown unit \"parsecs\")");
   CHECK(parse_quantity("-1ms", Dimension::Time).error().message ==
         "expected a non-negative time like \"1ms\", got \"-1ms\"");
-  CHECK(*parse_quantity("-1ms", Dimension::Time, /*allow_negative=*/true) == doctest::Approx(-1e-3));
+  CHECK(*parse_quantity("-1ms", Dimension::Time, /*allow_negative=*/true) ==
+        pipegrid::testing::approx(-1e-3));
 }
 
 TEST_CASE("formatting picks a readable unit") {

@@ -9,6 +9,7 @@
 #include "core/lower.h"
 #include "core/models/zoo.h"
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -202,5 +203,5 @@ TEST_CASE("the widest plan the limits allow, 131,072 one-layer stages on 131,072
   REQUIRE(t.ok());
   const double hop = 2e-6 + 1048576 / 25e9;
   const double expected = n * 3e-3 + 2.0 * (n - 1) * hop;
-  CHECK(t->makespan() == doctest::Approx(expected).epsilon(1e-9));
+  CHECK(t->makespan() == pipegrid::testing::approx(expected).epsilon(1e-9));
 }

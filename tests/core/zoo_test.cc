@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/approx.h"
+
 using namespace pipegrid;
 
 namespace {
@@ -107,16 +109,16 @@ TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti
   REQUIRE(block);
   CHECK(within(block->forward_flops, 7.63e12, 0.02));
   CHECK(block->backward_input_flops + block->backward_weight_flops ==
-        doctest::Approx(2 * block->forward_flops));
+        pipegrid::testing::approx(2 * block->forward_flops));
   // fp16: s h (34 + 5 a s / h) bytes stashed, 34 s h with selective recomputation, 2 s h sent.
   Workload gpt16 =
       model("gpt", {{"layers", 2}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}}, Precision::FP16);
   for (size_t i = 0; i < gpt16.layer_count(); ++i)
     if (gpt16.layer(i).kind == "transformer_block") {
       const double s = 512, h = 1024, a = 16;
-      CHECK(gpt16.layer(i).stash_bytes == doctest::Approx(s * h * (34 + 5 * a * s / h)));
-      CHECK(gpt16.layer(i).selective_stash_bytes == doctest::Approx(34 * s * h));
-      CHECK(gpt16.layer(i).output_bytes == doctest::Approx(2 * s * h));
+      CHECK(gpt16.layer(i).stash_bytes == pipegrid::testing::approx(s * h * (34 + 5 * a * s / h)));
+      CHECK(gpt16.layer(i).selective_stash_bytes == pipegrid::testing::approx(34 * s * h));
+      CHECK(gpt16.layer(i).output_bytes == pipegrid::testing::approx(2 * s * h));
     }
 }
 
@@ -149,7 +151,7 @@ TEST_CASE("GraphPipe's models: MMT, DLRM, CANDLE-Uno (models.md) and their branc
 TEST_CASE("precision changes bytes, not FLOPs - unknown models and parameters are errors") {
   Workload a = model("resnet50", {}, Precision::FP32), b = model("resnet50", {}, Precision::FP16);
   CHECK(total_forward_flops(a) == total_forward_flops(b));
-  CHECK(total_parameter_bytes(a) == doctest::Approx(2 * total_parameter_bytes(b)));
+  CHECK(total_parameter_bytes(a) == pipegrid::testing::approx(2 * total_parameter_bytes(b)));
   CHECK(find_model("resnet5").error().message.rfind("unknown model \"resnet5\" (valid: vgg16, resnet50,",
                                                     0) == 0);
   CHECK(build_model(**find_model("mmt"), {{"branchez", 2}}, Precision::FP32).error().message ==

@@ -4,6 +4,7 @@
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "sim/replay.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -32,7 +33,7 @@ void check_grid(const char* sched) {
       CHECK(close_rel(mt.throughput_samples_per_s, m / ((m + p - 1) * (tf + tbw)), 1e-6));
       for (int i = 0; i < p; ++i) {
         const int in_flight = std::string(sched) == "gpipe" ? m : std::min(p - i, m);
-        CHECK(mt.devices[i].peak_activation_bytes == doctest::Approx(in_flight * act));
+        CHECK(mt.devices[i].peak_activation_bytes == pipegrid::testing::approx(in_flight * act));
       }
     }
   }
@@ -60,10 +61,10 @@ TEST_CASE("simgrid: transfers add the hand-computed terms") {
     const double unit = 1e-3, bytes = 1 << 20;
     Cluster line = line_cluster(k.p, bytes / (k.c * unit), 0);
     INFO("p=" << k.p << " m=" << k.m << " c=" << k.c);
-    CHECK(simulate(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "gpipe", line, bytes)).iteration_time_s ==
-          doctest::Approx(k.gpipe * unit).epsilon(1e-6));
-    CHECK(simulate(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "1f1b", line, bytes)).iteration_time_s ==
-          doctest::Approx(k.ofob * unit).epsilon(1e-6));
+    CHECK(simulate(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "gpipe", line, bytes))
+              .iteration_time_s == pipegrid::testing::approx(k.gpipe * unit).epsilon(1e-6));
+    CHECK(simulate(chain_experiment(k.p, k.m, k.tf * unit, k.tbw * unit, "1f1b", line, bytes))
+              .iteration_time_s == pipegrid::testing::approx(k.ofob * unit).epsilon(1e-6));
   }
 }
 
@@ -78,6 +79,7 @@ TEST_CASE("simgrid: gpipe on a switch adds 2 (p - 1) c with c = 2 latency + S / 
     Experiment e = chain_experiment(k.p, k.m, tf, tbw, "gpipe", make_switch_cluster(k.p, "gpu", test_device(), k.bw, k.lat), k.bytes);
     const double c = 2 * k.lat + k.bytes / k.bw;
     INFO("p=" << k.p << " m=" << k.m);
-    CHECK(simulate(e).iteration_time_s == doctest::Approx((k.m + k.p - 1) * (tf + tbw) + 2 * (k.p - 1) * c).epsilon(1e-6));
+    CHECK(simulate(e).iteration_time_s ==
+          pipegrid::testing::approx((k.m + k.p - 1) * (tf + tbw) + 2 * (k.p - 1) * c).epsilon(1e-6));
   }
 }

@@ -12,6 +12,7 @@
 #include "core/models/pipedream_profile.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
 
@@ -100,10 +101,10 @@ TEST_CASE("every DAPPLE profile loads: nodes, edges, times, activations and para
       bwd += w->layer(i).measured->backward_s;
       act += w->layer(i).output_bytes * batch;  // stored per sample
     }
-    CHECK(fwd * 1e3 == doctest::Approx(s.forward_ms).epsilon(1e-9));
-    CHECK(bwd * 1e3 == doctest::Approx(s.backward_ms).epsilon(1e-9));
-    CHECK(act == doctest::Approx(s.activations).epsilon(1e-9));
-    CHECK(total_parameter_bytes(*w) == doctest::Approx(s.params).epsilon(1e-12));
+    CHECK(fwd * 1e3 == pipegrid::testing::approx(s.forward_ms).epsilon(1e-9));
+    CHECK(bwd * 1e3 == pipegrid::testing::approx(s.backward_ms).epsilon(1e-9));
+    CHECK(act == pipegrid::testing::approx(s.activations).epsilon(1e-9));
+    CHECK(total_parameter_bytes(*w) == pipegrid::testing::approx(s.params).epsilon(1e-12));
   }
   CHECK(files == 13);
   CHECK(trailing_space);  // the quirks this test is about are really in the files

@@ -7,6 +7,7 @@
 #include "core/models/pipedream_profile.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
 
@@ -33,7 +34,8 @@ TEST_CASE("pipedream plans replay with 1f1b on a switch cluster") {
   e.micro_batch_size = 128;  // the profiled batch: the planner sees PipeDream's own numbers
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
-  CHECK(run->partition.plan.predicted_time_per_stage_s == doctest::Approx(0.205520896).epsilon(1e-6));
+  CHECK(run->partition.plan.predicted_time_per_stage_s ==
+        pipegrid::testing::approx(0.205520896).epsilon(1e-6));
   CHECK(run->partition.stage_count() == 2);
   CHECK(run->partition.stage(0).devices.size() == 3);
   Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);

@@ -8,6 +8,7 @@
 #include "core/experiment.h"
 #include "core/task_graph.h"
 #include "sim/replay.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -56,12 +57,12 @@ Iteration iteration(Sharing sharing) {
   for (size_t t = 0; t < run->graph.tasks.size(); ++t) {
     const Task& task = run->graph.tasks[t];
     if (task.is_compute()) {
-      if (task.duration > 0) REQUIRE(task.duration == doctest::Approx(1 * ms));
+      if (task.duration > 0) REQUIRE(task.duration == pipegrid::testing::approx(1 * ms));
       continue;
     }
     if (task.transfer == TransferKind::Activation || task.transfer == TransferKind::Gradient)
-      REQUIRE(task.bytes == doctest::Approx(100e6));
-    if (task.transfer == TransferKind::AllReduce) REQUIRE(task.bytes == doctest::Approx(10e3));
+      REQUIRE(task.bytes == pipegrid::testing::approx(100e6));
+    if (task.transfer == TransferKind::AllReduce) REQUIRE(task.bytes == pipegrid::testing::approx(10e3));
     if (task.transfer == TransferKind::Activation && task.device == 0) activation = static_cast<int>(t);
   }
   REQUIRE(activation >= 0);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/topologies/generators.h"
+#include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -235,10 +236,10 @@ TEST_CASE(
   CHECK(ends(2) == "C-junction0");
   CHECK(c->links[2].duplex == Duplex::Full);
   CHECK(c->links[1].bandwidth == 5e9);
-  CHECK(c->links[1].latency == doctest::Approx(2e-6));
+  CHECK(c->links[1].latency == pipegrid::testing::approx(2e-6));
   CHECK(c->routes.size() == 6);  // three symmetrical routes
   Route ba = *Router(*c).route(1, 0);
-  CHECK(ba.latency == doctest::Approx(3e-6));
+  CHECK(ba.latency == pipegrid::testing::approx(3e-6));
   CHECK(ba.bandwidth == 5e9);
 }
 
@@ -268,7 +269,7 @@ TEST_CASE("SimGrid XML: Floyd zones give links, a FLAT cluster a switch, zoneRou
   CHECK(c->links[0].duplex == Duplex::Full);  // a cluster's links are split-duplex by default
   Route r = *Router(*c).route(0, 4);          // n0.lab -> gw1 -> gw2 -> x
   CHECK(r.hops.size() == 3);
-  CHECK(r.latency == doctest::Approx(50e-6 + 5e-3 + 10e-6));
+  CHECK(r.latency == pipegrid::testing::approx(50e-6 + 5e-3 + 10e-6));
   CHECK(r.bandwidth == 10e6);
   CHECK(Router(*c).route(0, 1)->hops.size() == 2);
 }
@@ -294,7 +295,7 @@ TEST_CASE("SimGrid XML: routes in an early zone keep pointing at their routers w
   CHECK(ends(0) == "a-r1");
   CHECK(ends(1) == "b-r2");
   CHECK(ends(2) == "r1-r2");
-  CHECK(Router(*c).route(0, 1)->latency == doctest::Approx(6e-6));
+  CHECK(Router(*c).route(0, 1)->latency == pipegrid::testing::approx(6e-6));
 }
 
 TEST_CASE("SimGrid XML: a radical may end at the largest long (found by fuzzing: the loop overflowed)") {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 
 using nlohmann::json;
@@ -71,22 +72,22 @@ TEST_CASE("--json: the documented keys, values from the closed form") {
   json j = json::parse(r.out);
   // Stage = 2 layers: T_F = 2 ms, T_BW = 4 ms; p = 4, m = 8.
   const double iter = (8 + 4 - 1) * 6e-3;
-  CHECK(j["iteration_time_s"].get<double>() == doctest::Approx(iter).epsilon(1e-6));
-  CHECK(j["throughput_samples_per_s"].get<double>() == doctest::Approx(32 / iter).epsilon(1e-6));
-  CHECK(j["bubble_ratio"].get<double>() == doctest::Approx(3.0 / 11).epsilon(1e-6));
+  CHECK(j["iteration_time_s"].get<double>() == pipegrid::testing::approx(iter).epsilon(1e-6));
+  CHECK(j["throughput_samples_per_s"].get<double>() == pipegrid::testing::approx(32 / iter).epsilon(1e-6));
+  CHECK(j["bubble_ratio"].get<double>() == pipegrid::testing::approx(3.0 / 11).epsilon(1e-6));
   REQUIRE(j["devices"].size() == 4);
   for (int i = 0; i < 4; ++i) {
     const json& d = j["devices"][i];
     CHECK(d["name"] == "gpu" + std::to_string(i));
-    CHECK(d["busy_s"].get<double>() == doctest::Approx(8 * 6e-3).epsilon(1e-6));
-    CHECK(d["idle_s"].get<double>() == doctest::Approx(iter - 8 * 6e-3).epsilon(1e-5));
-    CHECK(d["bubble_ratio"].get<double>() == doctest::Approx(3.0 / 11).epsilon(1e-5));
+    CHECK(d["busy_s"].get<double>() == pipegrid::testing::approx(8 * 6e-3).epsilon(1e-6));
+    CHECK(d["idle_s"].get<double>() == pipegrid::testing::approx(iter - 8 * 6e-3).epsilon(1e-5));
+    CHECK(d["bubble_ratio"].get<double>() == pipegrid::testing::approx(3.0 / 11).epsilon(1e-5));
     // Stash per micro-batch: 2 layers x 1 KiB; in flight: min(p - i, m).
-    CHECK(d["peak_activation_bytes"].get<double>() == doctest::Approx((4 - i) * 2 * 1024.0));
+    CHECK(d["peak_activation_bytes"].get<double>() == pipegrid::testing::approx((4 - i) * 2 * 1024.0));
     // Adam in fp32: 4 copies of 2 x 64 MiB of weights, the stash, and the backward's workspace
     // (one layer output, 1 KiB).
     CHECK(d["peak_memory_bytes"].get<double>() ==
-          doctest::Approx(4 * 2 * 64.0 * (1 << 20) + (4 - i) * 2048.0 + 1024).epsilon(1e-12));
+          pipegrid::testing::approx(4 * 2 * 64.0 * (1 << 20) + (4 - i) * 2048.0 + 1024).epsilon(1e-12));
   }
 }
 

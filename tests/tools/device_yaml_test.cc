@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/approx.h"
+
 using namespace pipegrid;
 using namespace pipegrid::input;
 
@@ -54,17 +56,17 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides deriv
   REQUIRE(u280 != nullptr);
   CHECK(u280->family == "fpga");
   REQUIRE(u280->spec.fpga.has_value());
-  CHECK(u280->spec.peak(Precision::FP32) == doctest::Approx(1.08288e12));  // hardware.md: ~1.08
-  CHECK(find_catalog_device("vu9p")->spec.peak(Precision::FP16) == doctest::Approx(4.104e12));
-  CHECK(find_catalog_device("u250")->spec.peak(Precision::INT8) == doctest::Approx(13.8096e12));
+  CHECK(u280->spec.peak(Precision::FP32) == pipegrid::testing::approx(1.08288e12));  // hardware.md: ~1.08
+  CHECK(find_catalog_device("vu9p")->spec.peak(Precision::FP16) == pipegrid::testing::approx(4.104e12));
+  CHECK(find_catalog_device("u250")->spec.peak(Precision::INT8) == pipegrid::testing::approx(13.8096e12));
   DeviceSpec twice = parse("device: {model: u280, dsps: 18048}");
-  CHECK(twice.peak(Precision::FP16) == doctest::Approx(2 * u280->spec.peak(Precision::FP16)));
+  CHECK(twice.peak(Precision::FP16) == pipegrid::testing::approx(2 * u280->spec.peak(Precision::FP16)));
   CHECK(twice.memory_bandwidth == 460e9);
   DeviceSpec ddr = parse("device: {model: u280, memory: 32GB, memory_bandwidth: 38GBps}");
   CHECK(ddr.memory_bandwidth == 38e9);
   CHECK(ddr.peak(Precision::FP32) == u280->spec.peak(Precision::FP32));
   DeviceSpec faster = parse("device: {model: vu9p, clock: 450MHz}");
-  CHECK(faster.peak(Precision::INT8) == doctest::Approx(6840 * 450e6 * 2 * 2));
+  CHECK(faster.peak(Precision::INT8) == pipegrid::testing::approx(6840 * 450e6 * 2 * 2));
   // Every catalog entry has memory, bandwidth and a compute rate in every precision.
   for (const CatalogDevice& d : device_catalog()) {
     INFO(d.name);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 
 using nlohmann::json;
@@ -72,7 +73,7 @@ TEST_CASE("an over-capacity run is reported infeasible (device, peak, capacity),
   CHECK(j["infeasible"][0]["device"] == "gpu0");
   CHECK(j["infeasible"][0]["capacity_bytes"].get<double>() == 600.0 * (1 << 20));
   CHECK(j["infeasible"][0]["peak_memory_bytes"].get<double>() ==
-        doctest::Approx(512.0 * (1 << 20) + 8 * 16.0 * (1 << 20) + 8.0 * (1 << 20)));
+        pipegrid::testing::approx(512.0 * (1 << 20) + 8 * 16.0 * (1 << 20) + 8.0 * (1 << 20)));
   CHECK(json::parse(read_file(trace))["traceEvents"].size() > 0);
   auto summary = run_command({PIPEGRID_BINARY, "run", exp});
   CHECK(summary.exit_code == 0);
@@ -96,7 +97,7 @@ TEST_CASE("--tasks and --memory CSVs: every task once, memory steps matching the
     end = std::max(end, std::stod(rows[i][5]));
   }
   for (int d = 0; d < 4; ++d) CHECK(compute["gpu" + std::to_string(d)] == 16);  // 8 F + 8 B
-  CHECK(end == doctest::Approx(j["iteration_time_s"].get<double>()).epsilon(1e-9));
+  CHECK(end == pipegrid::testing::approx(j["iteration_time_s"].get<double>()).epsilon(1e-9));
   auto mem = csv_rows(read_file(memory));
   CHECK(mem[0] == std::vector<std::string>{"device", "time_s", "weights", "gradients", "optimizer",
                                            "activations", "workspace", "total"});
@@ -106,8 +107,8 @@ TEST_CASE("--tasks and --memory CSVs: every task once, memory steps matching the
     act[mem[i][0]] = std::max(act[mem[i][0]], std::stod(mem[i][5]));
   }
   for (const json& d : j["devices"]) {
-    CHECK(peak[d["name"]] == doctest::Approx(d["peak_memory_bytes"].get<double>()));
-    CHECK(act[d["name"]] == doctest::Approx(d["peak_activation_bytes"].get<double>()));
+    CHECK(peak[d["name"]] == pipegrid::testing::approx(d["peak_memory_bytes"].get<double>()));
+    CHECK(act[d["name"]] == pipegrid::testing::approx(d["peak_activation_bytes"].get<double>()));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tools/input/experiment_yaml.h"
@@ -68,7 +69,7 @@ TEST_CASE("--set changes scalars, adds keys, and refines a device given by catal
   for (const Device& d : e.cluster.devices) {
     CHECK(d.spec.kind == "u280");  // `model: u280` kept
     CHECK(d.spec.fpga->dsps == 18048);
-    CHECK(d.spec.peak(Precision::FP32) == doctest::Approx(u280_fp32_peak(18048)));
+    CHECK(d.spec.peak(Precision::FP32) == pipegrid::testing::approx(u280_fp32_peak(18048)));
     CHECK(d.spec.memory_bytes == 8e9);  // the catalog's HBM, untouched
   }
   // A whole mapping as the value (YAML flow syntax), and a later --set wins over an earlier one.
@@ -94,7 +95,7 @@ TEST_CASE("a preset is refined in place: its device and its generator keys") {
   for (const Device& d : e.cluster.devices) {
     CHECK(d.spec.kind == "u280");
     CHECK(d.spec.fpga->dsps == 18048);
-    CHECK(d.spec.peak(Precision::FP32) == doctest::Approx(u280_fp32_peak(18048)));
+    CHECK(d.spec.peak(Precision::FP32) == pipegrid::testing::approx(u280_fp32_peak(18048)));
   }
   // The same with --set on the plain preset experiment, and a link figure of the generator.
   const Experiment s =

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 
 using nlohmann::json;
@@ -31,7 +32,8 @@ TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stage
   REQUIRE(r.exit_code == 0);
   json j = json::parse(r.out);
   // ../shared/reference/pipedream/README.md: 0.205520896 s, 2 stages, 3 replicas then 1.
-  CHECK(j["predicted_time_per_stage_s"].get<double>() == doctest::Approx(0.205520896).epsilon(1e-6));
+  CHECK(j["predicted_time_per_stage_s"].get<double>() ==
+        pipegrid::testing::approx(0.205520896).epsilon(1e-6));
   REQUIRE(j["stages"].size() == 2);
   CHECK(j["stages"][0]["replicas"] == 3);
   CHECK(j["stages"][1]["replicas"] == 1);
@@ -41,7 +43,7 @@ TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stage
   CHECK(layers == 41);
   CHECK(j["iteration_time_s"].get<double>() >= j["analytic_iteration_time_s"].get<double>() * (1 - 1e-9));
   CHECK(j["throughput_samples_per_s"].get<double>() ==
-        doctest::Approx(4 * 128 / j["iteration_time_s"].get<double>()));
+        pipegrid::testing::approx(4 * 128 / j["iteration_time_s"].get<double>()));
   CHECK(j["schedule"] == "1f1b");
   CHECK(j["devices"].size() == 4);
 }

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "tests/support/approx.h"
 #include "tests/support/temp_dir.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/sweep/sweep.h"
@@ -67,7 +68,7 @@ zip:
   CHECK(e.cluster.devices.size() == 4);
   for (const Link& l : e.cluster.links) {
     CHECK(l.bandwidth == 50e9);
-    CHECK(l.latency == doctest::Approx(2e-6));
+    CHECK(l.latency == pipegrid::testing::approx(2e-6));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -150,7 +151,7 @@ TEST_CASE("workload show takes a model file's micro_batch_size unless --micro-ba
   REQUIRE(own.exit_code == 0);
   json j = json::parse(own.out);
   CHECK(j["micro_batch_size"] == 8);
-  CHECK(j["layers"][1]["forward_flops"].get<double>() == doctest::Approx(8 * 2.0 * 16 * 16));
+  CHECK(j["layers"][1]["forward_flops"].get<double>() == pipegrid::testing::approx(8 * 2.0 * 16 * 16));
   auto given = pg({"workload", "show", model, "--micro-batch-size", "2", "--json"});
   CHECK(json::parse(given.out)["micro_batch_size"] == 2);
   auto text = pg({"workload", "show", model});
