@@ -144,7 +144,8 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
   // by it can all be pipelines of a few stage counts that are slower in fact. Two guards:
   //  - the best option of every other stage count (up to kOtherStageCounts of them, in the order of
   //    their best estimates) is evaluated analytically too and competes for the judged places (on the
-  //    FPGA what-if study's 510 points, 30 gained up to 1.24x and none lost, for 16% more planning);
+  //    FPGA what-if study's 510 points, 30 gained up to 1.24x and none lost, for 16% more planning;
+  //    tests/core/bapipe_test.cc checks the guarantee against a re-enumeration of the options);
   //  - data parallelism (one stage on every device), which is in BaPipe's space and is what BaPipe is
   //    measured against, is always evaluated and judged, as the uniform baselines are. ResNet-50 on
   //    16 U280s with 4x the DSPs: twelve pipelines estimated at 26 ms ran 41 ms, and data
