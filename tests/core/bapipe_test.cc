@@ -260,14 +260,7 @@ TEST_CASE(
   // the best estimate of each p and evaluates it. The case is the one that exposed the estimate's
   // weakness: ResNet-50 on 16 U280-like boards with 4x the DSPs, where pipelines of a few stage
   // counts filled the twelve and ran slower than other stage counts.
-  FpgaClusterSpec spec;
-  spec.dims = {16};
-  spec.device = u280_like(4 * 9024);
-  Experiment e;
-  e.workload = *build_model(**find_model("resnet50"), {}, Precision::FP16);
-  e.cluster = *make_fpga_cluster(spec);
-  e.memory.optimizer = Optimizer::MixedAdam;
-  e.strategy.mini_batch = 64;
+  Experiment e = resnet50_on_u280_ring(16, 4 * 9024, 64);
   e.strategy.planner = "bapipe";
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());

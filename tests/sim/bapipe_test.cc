@@ -55,14 +55,7 @@ TEST_CASE("bapipe beats or ties pure data parallelism, which is in its space (16
   // (estimated and run at 28 ms), which was then never evaluated. dp, planned on its own, is the
   // oracle: bapipe's plan must be at least as fast.
   const sim::SimGridJudge judge;
-  FpgaClusterSpec spec;
-  spec.dims = {16};
-  spec.device = u280_like(4 * 9024);
-  Experiment e;
-  e.workload = *build_model(**find_model("resnet50"), {}, Precision::FP16);
-  e.cluster = *make_fpga_cluster(spec);
-  e.memory.optimizer = Optimizer::MixedAdam;
-  e.strategy.mini_batch = 128;
+  Experiment e = resnet50_on_u280_ring(16, 4 * 9024, 128);
   e.strategy.schedule = "1f1b";
   e.strategy.schedule_given = true;
   e.strategy.partitioner = "bapipe";

@@ -6,6 +6,7 @@
 
 #include "core/experiment.h"
 #include "core/models/chain.h"
+#include "core/models/zoo.h"
 #include "core/task_graph.h"
 #include "core/topologies/generators.h"
 
@@ -47,6 +48,21 @@ inline DeviceSpec u280_like(double dsps = 9024) {
   d.fpga = f;
   d.derive_peaks();
   return d;
+}
+
+// ResNet-50 in fp16 with mixed-precision Adam on a ring of `boards` U280-like boards with `dsps`
+// DSPs each, mini-batch `mini_batch`: the case where bapipe's pipeline estimate misranked its options
+// (FPGA what-if study). Strategy left to the caller.
+inline Experiment resnet50_on_u280_ring(int boards, double dsps, int mini_batch) {
+  FpgaClusterSpec spec;
+  spec.dims = {boards};
+  spec.device = u280_like(dsps);
+  Experiment e;
+  e.workload = *build_model(**find_model("resnet50"), {}, Precision::FP16);
+  e.cluster = *make_fpga_cluster(spec);
+  e.memory.optimizer = Optimizer::MixedAdam;
+  e.strategy.mini_batch = mini_batch;
+  return e;
 }
 
 inline Cluster line_cluster(int p, double bandwidth, double latency) {
