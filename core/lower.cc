@@ -7,13 +7,6 @@
 namespace pipegrid {
 namespace {
 
-// Fraction of the micro-batch that replica i of n and replica j of m both hold.
-double overlap(int i, int n, int j, int m) {
-  double lo = std::max(static_cast<double>(i) / n, static_cast<double>(j) / m);
-  double hi = std::min(static_cast<double>(i + 1) / n, static_cast<double>(j + 1) / m);
-  return std::max(0.0, hi - lo);
-}
-
 TaskKind kind_of(Pass p) {
   switch (p) {
     case Pass::Forward:
@@ -45,8 +38,8 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
       const auto& to = p.stage(t).devices;
       for (size_t i = 0; i < from.size(); ++i)
         for (size_t j = 0; j < to.size(); ++j) {
-          if (overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
-                      static_cast<int>(to.size())) <= 0)
+          if (replica_overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
+                              static_cast<int>(to.size())) <= 0)
             continue;
           n.transfers += from[i] == to[j] ? 0 : 2 * m;
           n.dependencies += 4 * m;
@@ -222,8 +215,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       const auto& to = p.stage(t).devices;
       for (size_t i = 0; i < from.size(); ++i) {
         for (size_t j = 0; j < to.size(); ++j) {
-          const double share = overlap(static_cast<int>(i), static_cast<int>(from.size()),
-                                       static_cast<int>(j), static_cast<int>(to.size()));
+          const double share = replica_overlap(static_cast<int>(i), static_cast<int>(from.size()),
+                                               static_cast<int>(j), static_cast<int>(to.size()));
           if (share <= 0) continue;
           for (int k = 0; k < m; ++k) {
             const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);

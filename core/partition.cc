@@ -47,6 +47,12 @@ void add_sequence_edges(Partition& p) {
     if (!boost::edge(s, s + 1, p.graph).second) boost::add_edge(s, s + 1, StageEdge{0}, p.graph);
 }
 
+double replica_overlap(int i, int n, int j, int m) {
+  const double lo = std::max(static_cast<double>(i) / n, static_cast<double>(j) / m);
+  const double hi = std::min(static_cast<double>(i + 1) / n, static_cast<double>(j + 1) / m);
+  return std::max(0.0, hi - lo);
+}
+
 Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
                                  const std::vector<std::vector<int>>& devices_of_stage, size_t device_count) {
   const size_t n = w.layer_count();

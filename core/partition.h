@@ -53,6 +53,11 @@ struct Partition {
 Result<Partition> make_partition(const Workload& w, const std::vector<int>& stage_of_layer,
                                  const std::vector<std::vector<int>>& devices_of_stage, size_t device_count);
 
+// Fraction of a micro-batch that replica i of n and replica j of m both hold: replicas split every
+// micro-batch into equal contiguous slices, and the lowering sends each pair of replicas of
+// consecutive stages the samples they share.
+double replica_overlap(int i, int n, int j, int m);
+
 // Makes a sequential pipeline of a partition: adds a zero-byte dependency s -> s + 1 wherever
 // consecutive stages have no data edge (a linearised multi-branch model), so the stages run as
 // the chain that sequential pipeline parallelism (PipeDream, GPipe, Megatron) executes.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 
 #include "core/evaluate.h"
 #include "core/lower.h"
@@ -69,6 +70,39 @@ Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& 
   c.plan = std::move(*plan);
   c.graph = std::move(*g);
   return c;
+}
+
+Result<double> busiest_link_time(const Partition& p, double micro_batch_size, const Cluster& c,
+                                 const Router& router) {
+  std::unordered_map<int64_t, double> load;  // bytes per micro-batch, by link direction
+  auto add = [&](int from, int to, double bytes) -> Status {
+    Result<Route> route = router.route(from, to);
+    if (!route) return route.error();
+    for (const Hop& h : route->hops) {
+      const bool both = c.links[h.link].duplex == Duplex::Shared;
+      load[2 * int64_t{h.link} + (both ? 0 : h.reverse)] += bytes;
+    }
+    return {};
+  };
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    for (int t : p.successors(static_cast<int>(s))) {
+      const double bytes = p.graph[boost::edge(s, t, p.graph).first].bytes_per_sample * micro_batch_size;
+      if (bytes <= 0) continue;
+      const std::vector<int>& from = p.stage(s).devices;
+      const std::vector<int>& to = p.stage(t).devices;
+      const int n = static_cast<int>(from.size()), m = static_cast<int>(to.size());
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < m; ++j) {
+          const double share = replica_overlap(i, n, j, m);
+          if (share <= 0 || from[i] == to[j]) continue;
+          if (Status st = add(from[i], to[j], share * bytes); !st) return st.error();  // activations
+          if (Status st = add(to[j], from[i], share * bytes); !st) return st.error();  // gradients
+        }
+    }
+  }
+  double busiest = 0;
+  for (const auto& [key, bytes] : load) busiest = std::max(busiest, bytes / c.links[key / 2].bandwidth);
+  return busiest;
 }
 
 Status score(const PlanRequest& r, Candidate& c) {

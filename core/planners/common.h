@@ -29,6 +29,15 @@ Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& 
                                  const ScheduleStrategy& scheduler, MicroBatching mb, int stages = 0,
                                  int replicas = 0);
 
+// The busiest link of a partition, in seconds per micro-batch of `micro_batch_size` samples: every
+// stage edge's activations (forward) and gradients (backward) between the pairs of replicas that
+// share samples (as the lowering sends them), routed by `router` as the replay routes them, summed per
+// link direction (both directions on a shared link) and divided by the link's bandwidth. Every
+// micro-batch crosses that link once forward and once backward, so a pipeline's steady state takes
+// at least this long per micro-batch. Fails if two devices that exchange data are not connected.
+Result<double> busiest_link_time(const Partition& p, double micro_batch_size, const Cluster& c,
+                                 const Router& router);
+
 // Times a candidate with the analytic evaluator (sets fits, analytic and judged).
 Status score(const PlanRequest& r, Candidate& c);
 

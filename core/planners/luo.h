@@ -10,14 +10,6 @@
 
 namespace pipegrid {
 
-// Fraction of a micro-batch that replica i of n and replica j of m both hold (replicas split each
-// micro-batch into equal contiguous slices, as the lowering does).
-inline double replica_overlap(int i, int n, int j, int m) {
-  const double lo = std::max(static_cast<double>(i) / n, static_cast<double>(j) / m);
-  const double hi = std::min(static_cast<double>(i + 1) / n, static_cast<double>(j + 1) / m);
-  return std::max(0.0, hi - lo);
-}
-
 // How the list scheduler picks among the tasks ready on an idle device.
 struct ListPolicy {
   // Ready backwards before ready forwards (early backward: frees stashed activations sooner);

@@ -252,7 +252,8 @@ TEST_CASE("bapipe names the reason when no plan can be costed, not memory") {
 
 TEST_CASE(
     "bapipe's plan is at least as fast, analytically, as the best-estimate option of every stage count") {
-  // The planner ranks its options by the estimate (m + p - 1) x slowest stage, evaluates the best
+  // The planner ranks its options by the estimate (m + p - 1) x max(slowest stage, busiest link per
+  // micro-batch) (the estimate itself is tested below), evaluates the best
   // twelve, and also the best option of every other stage count (up to 32 of them; data
   // parallelism, p = 1, always). So without a judge its plan must be at least as fast, by the
   // analytic evaluator, as the best-estimate option of every stage count p. The oracle re-enumerates
@@ -273,6 +274,7 @@ TEST_CASE(
     if (e.strategy.mini_batch % b == 0) mbs.push_back({static_cast<double>(b), e.strategy.mini_batch / b});
   const PlanRequest r{e.workload, e.cluster, e.strategy, e.memory, mbs, nullptr};
   const PartitionStrategy& bapipe = **find_partitioner("bapipe");
+  const Router router(e.cluster);
   const int D = static_cast<int>(e.cluster.devices.size());
   const int stage_counts = std::min(D, static_cast<int>(e.workload.layer_count()));
   int evaluated = 0;
@@ -292,7 +294,9 @@ TEST_CASE(
           Result<Partition> part =
               bapipe.build({e.workload, e.cluster, p, mb.size, 1, mb.count, e.memory, s, k});
           if (!part) continue;
-          const double estimate = (mb.count + p - 1) * part->plan.predicted_time_per_stage_s;
+          Result<double> link = busiest_link_time(*part, mb.size, e.cluster, router);
+          REQUIRE(link.ok());
+          const double estimate = (mb.count + p - 1) * std::max(part->plan.predicted_time_per_stage_s, *link);
           if (estimate < best.estimate) best = {estimate, *find_schedule(s), mb, k};
         }
       }
@@ -309,4 +313,33 @@ TEST_CASE(
     CHECK(chosen <= c->analytic * (1 + 1e-9));
   }
   CHECK(evaluated >= 8);  // most stage counts have a plan that fits: the check is not vacuous
+}
+
+TEST_CASE("busiest_link_time: the receiving replica's link carries every slice (full and shared duplex)") {
+  // Two layers; layer 0 outputs A bytes per sample. Stage 0 on devices 0, 1, 2 (each holds a third of
+  // the micro-batch), stage 1 on device 3; a switch with one link of bandwidth B per device. Per
+  // micro-batch of b samples, device 3's link carries the three slices of activations inward (A b in
+  // all) and the three of gradients outward (A b); each sender's link a third of both. Full duplex:
+  // the busiest direction carries A b, so A b / B. Shared: device 3's link carries 2 A b, so 2 A b / B.
+  const double A = 3e6, B = 25e9, b = 4;
+  Workload w;
+  w.add_layer(timed(0, 1, 1e5, A));
+  w.add_layer(timed(1, 1, 1e5, A));
+  w.add_edge(0, 1);
+  Cluster c = make_switch_cluster(4, "gpu", test_device(), B, 1e-6);
+  Partition part = *make_partition(w, {0, 1}, {{0, 1, 2}, {3}}, 4);
+  {
+    const Router router(c);
+    Result<double> t = busiest_link_time(part, b, c, router);
+    REQUIRE(t.ok());
+    CHECK(*t == pipegrid::testing::approx(A * b / B).epsilon(1e-12));
+  }
+  for (Link& l : c.links) l.duplex = Duplex::Shared;
+  const Router router(c);
+  Result<double> t = busiest_link_time(part, b, c, router);
+  REQUIRE(t.ok());
+  CHECK(*t == pipegrid::testing::approx(2 * A * b / B).epsilon(1e-12));
+  // One stage on every device (data parallelism): nothing crosses a link per micro-batch.
+  Partition dp = *make_partition(w, {0, 0}, {{0, 1, 2, 3}}, 4);
+  CHECK(*busiest_link_time(dp, b, c, router) == 0);
 }
