@@ -1,12 +1,12 @@
 // bapipe: the BaPipe-style planner. Explores schedules x micro-batch sizes x stage counts x replica
 // counts. Every candidate is partitioned (core/partitioners/bapipe.cc) and ranked by the pipeline
 // estimate (m + p - 1) x max(slowest stage, busiest link per micro-batch) (busiest_link_time: the
-// partition objective leaves transfers out, and a pipeline is never faster per micro-batch than the
-// link that carries most of its boundary traffic; the sum of the two was tried instead and was
-// no better on the FPGA what-if study: README); the best by that estimate and the uniform baselines (equal
-// layer counts, one stage per device, each schedule and micro-batch size: BaPipe's space contains
-// them) and the best data-parallel option (one stage on every device: see below) are lowered and
-// run by the analytic evaluator; the judge (SimGrid from the CLI) then times the best few and the
+// partition objective leaves transfers out, and a pipeline is never faster per micro-batch than
+// the link that carries most of its boundary traffic; the sum of the two was tried instead and was
+// no better on the FPGA what-if study: README). The best by that estimate, the uniform baselines
+// (equal layer counts, one stage per device, each schedule and micro-batch size: BaPipe's space
+// contains them) and the best data-parallel option (one stage on every device: see below) are
+// lowered and run by the analytic evaluator; the judge (SimGrid from the CLI) then times the best few and the
 // baselines, and the fastest that fits memory is kept.
 #include <fmt/format.h>
 

@@ -15,6 +15,8 @@
 
 namespace pipegrid::testing {
 
-inline doctest::Approx approx(double value) { return doctest::Approx(value).scale(std::numeric_limits<double>::min()); }
+inline doctest::Approx approx(double value) {
+  return doctest::Approx(value).scale(std::numeric_limits<double>::min());
+}
 
 }  // namespace pipegrid::testing
