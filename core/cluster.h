@@ -92,6 +92,13 @@ struct Cluster {
   const std::string& machine_of(int device) const;
 };
 
+// The channel a hop uses, numbered 2 x link (+ 1 for the reverse direction of a full-duplex link): a
+// full-duplex link has one channel per direction, a shared one a single channel for both.
+inline size_t link_channel(const Cluster& c, const Hop& h) {
+  const bool split = c.links[h.link].duplex == Duplex::Full;
+  return 2 * static_cast<size_t>(h.link) + (split && h.reverse ? 1 : 0);
+}
+
 // The largest cluster pipegrid builds, checked before anything is allocated (each generator, each
 // `count` of a cluster file, a SimGrid platform's radicals): 131,072 devices (8x the 16,384 GPUs of
 // the largest clusters the scale benchmarks name; a device costs about 2 KB before a run, so the

@@ -41,11 +41,7 @@ class AnalyticLauncher : public TaskLauncher {
   std::optional<Error> error_;
 
  private:
-  // A full-duplex link has one channel per direction; a half-duplex one shares one.
-  size_t channel(const Hop& h) const {
-    const bool split = cluster_.links[h.link].duplex == Duplex::Full;
-    return 2 * static_cast<size_t>(h.link) + (split && h.reverse ? 1 : 0);
-  }
+  size_t channel(const Hop& h) const { return link_channel(cluster_, h); }
 
   const TaskGraph& g_;
   const Cluster& cluster_;

@@ -10,14 +10,16 @@ namespace pipegrid {
 
 std::vector<int> Partition::predecessors(int s) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::in_edges(s, graph); it != end; ++it) out.push_back(static_cast<int>(boost::source(*it, graph)));
+  for (auto [it, end] = boost::in_edges(s, graph); it != end; ++it)
+    out.push_back(static_cast<int>(boost::source(*it, graph)));
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::vector<int> Partition::successors(int s) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::out_edges(s, graph); it != end; ++it) out.push_back(static_cast<int>(boost::target(*it, graph)));
+  for (auto [it, end] = boost::out_edges(s, graph); it != end; ++it)
+    out.push_back(static_cast<int>(boost::target(*it, graph)));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -58,13 +60,15 @@ Result<Partition> make_partition(const Workload& w, const std::vector<int>& stag
   const size_t n = w.layer_count();
   const size_t stages = devices_of_stage.size();
   if (stage_of_layer.size() != n)
-    return Error{fmt::format("the partition assigns {} layers, the workload has {}", stage_of_layer.size(), n)};
+    return Error{
+        fmt::format("the partition assigns {} layers, the workload has {}", stage_of_layer.size(), n)};
   Partition p;
   for (size_t s = 0; s < stages; ++s) boost::add_vertex(Stage{{}, devices_of_stage[s]}, p.graph);
   for (int layer : topological_order(w)) {
     int s = stage_of_layer[layer];
     if (s < 0 || static_cast<size_t>(s) >= stages)
-      return Error{fmt::format("layer \"{}\" is assigned to stage {}, which does not exist", w.layer(layer).name, s)};
+      return Error{
+          fmt::format("layer \"{}\" is assigned to stage {}, which does not exist", w.layer(layer).name, s)};
     p.graph[s].layers.push_back(layer);
   }
   for (size_t s = 0; s < stages; ++s) {
@@ -86,8 +90,8 @@ Result<Partition> make_partition(const Workload& w, const std::vector<int>& stag
   }
   for (const auto& [st, b] : bytes) {
     if (st.first > st.second)
-      return Error{fmt::format("stage {} feeds stage {}: stages must be numbered in dependency order", st.first,
-                               st.second)};
+      return Error{fmt::format("stage {} feeds stage {}: stages must be numbered in dependency order",
+                               st.first, st.second)};
     boost::add_edge(st.first, st.second, StageEdge{b}, p.graph);
   }
   return p;

@@ -96,17 +96,15 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
             last_error = part.error();
             continue;
           }
-          Result<double> link = busiest_link_time(*part, mb.size, r.cluster, router);
-          if (!link) {
-            last_error = link.error();
+          Result<double> estimate = pipeline_estimate(*part, p, mb, r.cluster, router);
+          if (!estimate) {
+            last_error = estimate.error();
             continue;
           }
           std::string counts;
           for (size_t st = 0; st < part->stage_count(); ++st)
             counts += fmt::format("{}{}", st ? " " : "", part->stage(st).devices.size());
-          options.push_back({s, mb, p, k,
-                             (mb.count + p - 1) * std::max(part->plan.predicted_time_per_stage_s, *link),
-                             counts});
+          options.push_back({s, mb, p, k, *estimate, counts});
         }
       }
     }

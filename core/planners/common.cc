@@ -74,14 +74,11 @@ Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& 
 
 Result<double> busiest_link_time(const Partition& p, double micro_batch_size, const Cluster& c,
                                  const Router& router) {
-  std::unordered_map<int64_t, double> load;  // bytes per micro-batch, by link direction
+  std::unordered_map<size_t, double> load;  // bytes per micro-batch, by link channel
   auto add = [&](int from, int to, double bytes) -> Status {
     Result<Route> route = router.route(from, to);
     if (!route) return route.error();
-    for (const Hop& h : route->hops) {
-      const bool both = c.links[h.link].duplex == Duplex::Shared;
-      load[2 * int64_t{h.link} + (both ? 0 : h.reverse)] += bytes;
-    }
+    for (const Hop& h : route->hops) load[link_channel(c, h)] += bytes;
     return {};
   };
   for (size_t s = 0; s < p.stage_count(); ++s) {
@@ -103,6 +100,13 @@ Result<double> busiest_link_time(const Partition& p, double micro_batch_size, co
   double busiest = 0;
   for (const auto& [key, bytes] : load) busiest = std::max(busiest, bytes / c.links[key / 2].bandwidth);
   return busiest;
+}
+
+Result<double> pipeline_estimate(const Partition& part, int p, MicroBatching mb, const Cluster& c,
+                                 const Router& router) {
+  Result<double> link = busiest_link_time(part, mb.size, c, router);
+  if (!link) return link.error();
+  return (mb.count + p - 1) * std::max(part.plan.predicted_time_per_stage_s, *link);
 }
 
 Status score(const PlanRequest& r, Candidate& c) {

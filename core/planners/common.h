@@ -38,6 +38,11 @@ Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& 
 Result<double> busiest_link_time(const Partition& p, double micro_batch_size, const Cluster& c,
                                  const Router& router);
 
+// bapipe's ranking of a partition of p stages run as `mb`: (m + p - 1) x max(the partition's
+// predicted slowest stage, busiest_link_time). Fails as busiest_link_time does.
+Result<double> pipeline_estimate(const Partition& part, int p, MicroBatching mb, const Cluster& c,
+                                 const Router& router);
+
 // Times a candidate with the analytic evaluator (sets fits, analytic and judged).
 Status score(const PlanRequest& r, Candidate& c);
 

@@ -37,10 +37,7 @@ class Channels {
   }
 
  private:
-  size_t channel(const Hop& h) const {
-    const bool split = cluster_.links[h.link].duplex == Duplex::Full;
-    return 2 * static_cast<size_t>(h.link) + (split && h.reverse ? 1 : 0);
-  }
+  size_t channel(const Hop& h) const { return link_channel(cluster_, h); }
   const Cluster& cluster_;
   Router router_;
   std::vector<double> free_at_;

@@ -252,8 +252,8 @@ TEST_CASE("bapipe names the reason when no plan can be costed, not memory") {
 
 TEST_CASE(
     "bapipe's plan is at least as fast, analytically, as the best-estimate option of every stage count") {
-  // The planner ranks its options by the estimate (m + p - 1) x max(slowest stage, busiest link per
-  // micro-batch) (the estimate itself is tested below), evaluates the best
+  // The planner ranks its options by pipeline_estimate ((m + p - 1) x max(slowest stage, busiest link
+  // per micro-batch); busiest_link_time is tested below), evaluates the best
   // twelve, and also the best option of every other stage count (up to 32 of them; data
   // parallelism, p = 1, always). So without a judge its plan must be at least as fast, by the
   // analytic evaluator, as the best-estimate option of every stage count p. The oracle re-enumerates
@@ -294,10 +294,9 @@ TEST_CASE(
           Result<Partition> part =
               bapipe.build({e.workload, e.cluster, p, mb.size, 1, mb.count, e.memory, s, k});
           if (!part) continue;
-          Result<double> link = busiest_link_time(*part, mb.size, e.cluster, router);
-          REQUIRE(link.ok());
-          const double estimate = (mb.count + p - 1) * std::max(part->plan.predicted_time_per_stage_s, *link);
-          if (estimate < best.estimate) best = {estimate, *find_schedule(s), mb, k};
+          Result<double> estimate = pipeline_estimate(*part, p, mb, e.cluster, router);
+          REQUIRE(estimate.ok());
+          if (*estimate < best.estimate) best = {*estimate, *find_schedule(s), mb, k};
         }
       }
     }

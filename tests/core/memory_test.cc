@@ -42,7 +42,9 @@ Experiment layered(int p, int k, int m, const char* sched, double f, double b, d
 
 }  // namespace
 
-TEST_CASE("full recomputation: one stage input per in-flight micro-batch plus one full stash during B, +T_F per B") {
+TEST_CASE(
+    "full recomputation: one stage input per in-flight micro-batch plus one full stash during B, +T_F per "
+    "B") {
   const int k = 3;
   const double f = 1e-3, b = 2e-3, a = 1 << 20;
   for (const char* sched : {"1f1b", "gpipe"}) {

@@ -25,7 +25,8 @@ void check_grid(const char* sched) {
   const double tf = 1e-3, tbw = 2e-3, act = 1024;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
-      Experiment e = chain_experiment(p, m, tf, tbw, sched, make_switch_cluster(p, "gpu", test_device(), 1e15, 0), act);
+      Experiment e =
+          chain_experiment(p, m, tf, tbw, sched, make_switch_cluster(p, "gpu", test_device(), 1e15, 0), act);
       Metrics mt = simulate(e);
       INFO(sched << " p=" << p << " m=" << m);
       CHECK(close_rel(mt.iteration_time_s, (m + p - 1) * (tf + tbw), 1e-6));
@@ -41,7 +42,8 @@ void check_grid(const char* sched) {
 
 }  // namespace
 
-TEST_CASE("simgrid: gpipe matches (m + p - 1)(T_F + T_BW) and (p - 1)/(m + p - 1) for p in 1..8, m in 1..3p") {
+TEST_CASE(
+    "simgrid: gpipe matches (m + p - 1)(T_F + T_BW) and (p - 1)/(m + p - 1) for p in 1..8, m in 1..3p") {
   check_grid("gpipe");
 }
 
@@ -75,8 +77,10 @@ TEST_CASE("simgrid: gpipe on a switch adds 2 (p - 1) c with c = 2 latency + S / 
     int p, m;
     double bytes, bw, lat;
   };
-  for (Case k : {Case{4, 8, 8 << 20, 25e9, 1e-6}, Case{3, 5, 1 << 20, 12.5e9, 5e-6}, Case{8, 16, 4 << 20, 50e9, 0}}) {
-    Experiment e = chain_experiment(k.p, k.m, tf, tbw, "gpipe", make_switch_cluster(k.p, "gpu", test_device(), k.bw, k.lat), k.bytes);
+  for (Case k :
+       {Case{4, 8, 8 << 20, 25e9, 1e-6}, Case{3, 5, 1 << 20, 12.5e9, 5e-6}, Case{8, 16, 4 << 20, 50e9, 0}}) {
+    Experiment e = chain_experiment(k.p, k.m, tf, tbw, "gpipe",
+                                    make_switch_cluster(k.p, "gpu", test_device(), k.bw, k.lat), k.bytes);
     const double c = 2 * k.lat + k.bytes / k.bw;
     INFO("p=" << k.p << " m=" << k.m);
     CHECK(simulate(e).iteration_time_s ==

@@ -16,7 +16,9 @@ namespace {
 
 constexpr double kAct = 1024;
 
-Cluster fast(int p) { return make_switch_cluster(p, "gpu", test_device(), 1e15, 0); }
+Cluster fast(int p) {
+  return make_switch_cluster(p, "gpu", test_device(), 1e15, 0);
+}
 
 struct Run {
   PreparedRun prepared;
@@ -55,7 +57,9 @@ TEST_CASE("interleaved-1f1b: m (T_F + T_BW) + (p - 1)(T_F + T_BW) / v and rank 0
   }
 }
 
-TEST_CASE("zb-h1: m (T_F + T_BW) + (p - 1)(T_F + T_B - T_W) and p micro-batches in flight, equal and unequal times") {
+TEST_CASE(
+    "zb-h1: m (T_F + T_BW) + (p - 1)(T_F + T_B - T_W) and p micro-batches in flight, equal and unequal "
+    "times") {
   struct Times {
     double f, b, w;
   };
@@ -64,7 +68,8 @@ TEST_CASE("zb-h1: m (T_F + T_BW) + (p - 1)(T_F + T_B - T_W) and p micro-batches 
       for (int m = p; m <= 3 * p; ++m) {
         Run r = simulate(schedule_experiment("zb-h1", p, m, fast(p), 1, t.f, t.b, t.w, kAct));
         INFO("T=" << t.f << "," << t.b << "," << t.w << " p=" << p << " m=" << m);
-        CHECK(close_rel(r.metrics.iteration_time_s, m * (t.f + t.b + t.w) + (p - 1) * (t.f + t.b - t.w), 1e-6));
+        CHECK(
+            close_rel(r.metrics.iteration_time_s, m * (t.f + t.b + t.w) + (p - 1) * (t.f + t.b - t.w), 1e-6));
         CHECK(r.metrics.devices[0].peak_activation_bytes == pipegrid::testing::approx(p * kAct));
         for (int i = 1; i < p; ++i) CHECK(r.metrics.devices[i].peak_activation_bytes <= p * kAct + 1e-9);
       }
