@@ -24,14 +24,9 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   lo.allreduce = r.strategy.allreduce;
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
-  // Wide pipelines: tasks renumbered in an order they run in, so the replay and the evaluator touch
-  // neighbouring tasks instead of one region per device (TLB and cache misses). Measured on 1F1B
-  // chains (sim/README.md): it saves 10-30% of the CPU time from 512 devices on, costs as much as it
-  // saves at 256 and costs 10-15% at 128 and below, where every device's region stays within reach.
-  size_t busy_devices = 0;
-  for (const std::vector<int32_t>& d : g->device_order) busy_devices += !d.empty();
-  const bool renumber = busy_devices > kRenumberAboveDevices;
-  if (!prove_deadlock_free && !renumber) return g;
+  // Tasks are not renumbered in execution order any more: with jemalloc as the allocator that cost
+  // more than it saved, even at 1,024 devices (sim/README.md, "The allocator").
+  if (!prove_deadlock_free) return g;
   // Deadlock freedom, proved once by a topological pass (core/validate.h); only a graph that fails it
   // is run again symbolically, for the exact message.
   std::vector<int32_t> order = execution_order(*g);
@@ -39,7 +34,6 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
     Status s = check_deadlock_free(*g, p.schedule, names);
     return s ? Error{"internal error: the task graph does not run to completion"} : s.error();
   }
-  if (renumber) g->renumber(order);
   return g;
 }
 

@@ -8,13 +8,6 @@
 
 namespace pipegrid {
 
-// Sets glibc's allocator up for a simulation's many allocations, once, first thing in main (a hint
-// too: elsewhere it does nothing). Blocks up to 32 MiB stay in the heap instead of separate mmaps,
-// freed memory is kept rather than returned to the kernel, so a block freed by one phase is reused
-// by the next without new page faults; and the heap is grown by `heap_bytes` at once, on
-// transparent huge pages.
-void prepare_heap(size_t heap_bytes);
-
 // madvise(MADV_HUGEPAGE) on the whole pages of [data, data + bytes); nothing below 4 MiB or
 // where the system has no such hint.
 void advise_huge_pages(const void* data, size_t bytes);

@@ -104,16 +104,13 @@ Result<const PlannerInfo*> planner_for(const StrategySpec& s);
 std::vector<std::string> device_names(const Cluster& c);
 
 // Validates a plan's schedule against its partition, lowers it to a task graph (with the request's
-// memory options and all-reduce), checks the graph for deadlock and, when it spans more than
-// kRenumberAboveDevices devices, numbers its tasks in an order they run in (breadth first, see
-// validate.h's execution_order; below that, lowering order). Planners use it to evaluate candidates;
-// the core pipeline runs it on the plan returned.
+// memory options and all-reduce) and checks the graph for deadlock. Tasks keep the lowering's order.
+// Planners use it to evaluate candidates; the core pipeline runs it on the plan returned.
 //
 // With prove_deadlock_free = false the deadlock check is left to the caller's replay (one pass over
-// the graph less: about 5% of `pipegrid run` on a 1F1B chain of p = 128, m = 1,024), unless the
-// tasks are renumbered, which computes the same order anyway. The caller must then report a replay
-// that does not complete with check_deadlock_free's message (sim::ReplayOptions::schedule does).
-inline constexpr size_t kRenumberAboveDevices = 256;
+// the graph less: about 5% of `pipegrid run` on a 1F1B chain of p = 128, m = 1,024). The caller must
+// then report a replay that does not complete with check_deadlock_free's message
+// (sim::ReplayOptions::schedule does).
 Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_deadlock_free = true);
 
 // Implementations (each in its own file under planners/).

@@ -77,10 +77,6 @@ struct TaskGraph {
     if (!added_.empty() || row_.size() != tasks.size() + 1) pack();
   }
 
-  // Renumbers the tasks: new task i is old task order[i] (a permutation of every task). Successor
-  // lists keep their order, device orders and memory changes follow.
-  void renumber(const std::vector<int32_t>& order);
-
  private:
   void pack() const;  // merges added_ into row_ / next_
 

@@ -8,7 +8,6 @@
 #include <string_view>
 #include <vector>
 
-#include "core/huge_pages.h"
 #include "tools/cli/cli.h"
 #include "tools/input/yaml_node.h"
 
@@ -108,7 +107,6 @@ std::string explain_unknown(CLI::App& root, int argc, char** argv, CLI::App*& wh
 
 int main(int argc, char** argv) {
   namespace cli = pipegrid::cli;
-  pipegrid::prepare_heap(size_t{64} << 20);
   CLI::App app{
       "pipegrid: a discrete-event simulator of pipeline-parallel DNN training on GPU and FPGA clusters",
       "pipegrid"};
