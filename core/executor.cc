@@ -42,20 +42,21 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
   return "?";
 }
 
-Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher)
-    : graph_(graph),
-      launcher_(launcher),
-      cursor_(graph.device_order.size(), 0),
-      busy_(graph.device_order.size(), 0) {
-  reserve_huge(pending_, graph.predecessor_count.size());
-  pending_.assign(graph.predecessor_count.begin(), graph.predecessor_count.end());
+Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher) : graph_(graph), launcher_(launcher) {
+  const size_t n = graph.tasks.size();
+  reserve_huge(node_, n);
+  for (size_t t = 0; t < n; ++t)
+    node_.push_back({graph.predecessor_count[t], graph.tasks[t].is_compute() ? graph.tasks[t].device : -1});
+  devices_.reserve(graph.device_order.size());
+  for (const std::vector<int32_t>& order : graph.device_order)
+    devices_.push_back({order.data(), static_cast<uint32_t>(order.size()), 0, false});
   assign_huge(timeline_.start, graph.tasks.size(), -1.0);
   assign_huge(timeline_.end, graph.tasks.size(), -1.0);
 }
 
 void Executor::start() {
   for (size_t t = 0; t < graph_.tasks.size(); ++t)
-    if (!graph_.tasks[t].is_compute() && pending_[t] == 0) launch(static_cast<int32_t>(t), 0.0);
+    if (node_[t].device < 0 && node_[t].pending == 0) launch(static_cast<int32_t>(t), 0.0);
   for (size_t d = 0; d < graph_.device_order.size(); ++d) try_device(static_cast<int>(d), 0.0);
   drain();
 }
@@ -71,10 +72,11 @@ void Executor::launch(int32_t t, double now) {
 }
 
 void Executor::try_device(int d, double now) {
-  if (busy_[d] || cursor_[d] >= graph_.device_order[d].size()) return;
-  int32_t t = graph_.device_order[d][cursor_[d]];
-  if (pending_[t] != 0) return;
-  busy_[d] = 1;
+  DeviceState& dev = devices_[d];
+  if (dev.busy || dev.cursor >= dev.size) return;
+  const int32_t t = dev.order[dev.cursor];
+  if (node_[t].pending != 0) return;
+  dev.busy = true;
   launch(t, now);
 }
 
@@ -89,18 +91,18 @@ void Executor::drain() {
     instant_.pop_back();
     timeline_.end[t] = end;
     ++done_;
-    const Task& task = graph_.tasks[t];
     for (int32_t s : graph_.successors(t)) {
-      if (--pending_[s] != 0) continue;
-      if (graph_.tasks[s].is_compute())
-        try_device(graph_.tasks[s].device, end);
+      Node& next = node_[s];
+      if (--next.pending != 0) continue;
+      if (next.device >= 0)
+        try_device(next.device, end);
       else
         launch(s, end);
     }
-    if (task.is_compute()) {
-      busy_[task.device] = 0;
-      ++cursor_[task.device];
-      try_device(task.device, end);
+    if (const int d = node_[t].device; d >= 0) {
+      devices_[d].busy = false;
+      ++devices_[d].cursor;
+      try_device(d, end);
     }
   }
 }
@@ -108,7 +110,7 @@ void Executor::drain() {
 std::vector<std::pair<int, size_t>> Executor::stuck() const {
   std::vector<std::pair<int, size_t>> out;
   for (size_t d = 0; d < graph_.device_order.size(); ++d)
-    if (cursor_[d] < graph_.device_order[d].size()) out.emplace_back(static_cast<int>(d), cursor_[d]);
+    if (devices_[d].cursor < devices_[d].size) out.emplace_back(static_cast<int>(d), devices_[d].cursor);
   return out;
 }
 

@@ -43,12 +43,24 @@ class Executor {
   void try_device(int device, double now);
   void drain();
 
+  // What the loop reads of a task, in one place (one cache line instead of a task's 40 bytes and a
+  // separate count): its unfinished predecessors and, for a compute task, its device.
+  struct Node {
+    int32_t pending;
+    int32_t device;  // -1: a transfer
+  };
+  struct DeviceState {
+    const int32_t* order;  // graph_.device_order[d]
+    uint32_t size;
+    uint32_t cursor;  // next position in order
+    bool busy;
+  };
+
   const TaskGraph& graph_;
   TaskLauncher& launcher_;
   Timeline timeline_;
-  std::vector<int32_t> pending_;  // unfinished predecessors
-  std::vector<size_t> cursor_;    // next position in device_order
-  std::vector<char> busy_;
+  std::vector<Node> node_;
+  std::vector<DeviceState> devices_;
   std::vector<std::pair<int32_t, double>> instant_;  // finished without the backend, to process
   size_t done_ = 0;
 };

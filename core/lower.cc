@@ -158,6 +158,31 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     return slot[(rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass)];
   };
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
+  // Task numbering: each compute task is followed by the transfers it produces (activations after an
+  // F, gradients after a B), so that the replay's loop finds a task, its transfers, their times and
+  // successor rows in neighbouring memory (on a 1F1B chain of 1,024 devices the executor's loop went
+  // from 18.5% to 12.4% of the samples; sim/README.md). Count them per (stage, replica) first.
+  std::vector<int32_t> out_forward(rep_base[S], 0), out_backward(rep_base[S], 0);
+  auto for_each_transfer_pair = [&](auto&& f) {
+    for (size_t s = 0; s < S; ++s)
+      for (int t : p.successors(static_cast<int>(s))) {
+        const auto& from = p.stage(s).devices;
+        const auto& to = p.stage(t).devices;
+        for (size_t i = 0; i < from.size(); ++i)
+          for (size_t j = 0; j < to.size(); ++j) {
+            const double share = replica_overlap(static_cast<int>(i), static_cast<int>(from.size()),
+                                                 static_cast<int>(j), static_cast<int>(to.size()));
+            if (share > 0) f(s, t, i, j, share);
+          }
+      }
+  };
+  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double) {
+    if (p.stage(s).devices[i] == p.stage(t).devices[j]) return;
+    ++out_forward[rep_index(static_cast<int>(s), static_cast<int>(i))];
+    ++out_backward[rep_index(t, static_cast<int>(j))];
+  });
+  std::vector<int32_t> produced(slot.size(), 0);  // transfers placed after each compute task so far
+  size_t reserved = 0, placed = 0, missing = 0;
 
   g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
   reserve_huge(g.memory_changes, compute * 2);
@@ -188,6 +213,11 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       }
       int32_t id = g.add(t);
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
+      const int32_t out = a.pass == Pass::Forward    ? out_forward[rep_index(a.stage, j)]
+                          : a.pass == Pass::Backward ? out_backward[rep_index(a.stage, j)]
+                                                     : 0;
+      for (int32_t x = 0; x < out; ++x) g.add(Task{});  // its transfers, filled in below
+      reserved += out;
       g.device_order[d].push_back(id);
       // Memory: F stashes; B re-materialises what was recomputed and holds its workspace; the
       // activations go when the last backward pass of the micro-batch (B, or W when split) ends.
@@ -206,51 +236,48 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     }
   }
 
-  // Activations forward, gradients backward, between stages.
-  for (size_t s = 0; s < S; ++s) {
-    for (int t : p.successors(static_cast<int>(s))) {
-      auto e = boost::edge(s, t, p.graph).first;
-      const double bytes = p.graph[e].bytes_per_sample * o.micro_batch_size;
-      const auto& from = p.stage(s).devices;
-      const auto& to = p.stage(t).devices;
-      for (size_t i = 0; i < from.size(); ++i) {
-        for (size_t j = 0; j < to.size(); ++j) {
-          const double share = replica_overlap(static_cast<int>(i), static_cast<int>(from.size()),
-                                               static_cast<int>(j), static_cast<int>(to.size()));
-          if (share <= 0) continue;
-          for (int k = 0; k < m; ++k) {
-            const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
-            const int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
-            const int32_t b_src = slot_of(t, static_cast<int>(j), Pass::Backward, k);
-            const int32_t b_dst = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k);
-            if (from[i] == to[j]) {
-              g.depend(f_src, f_dst);
-              g.depend(b_src, b_dst);
-              continue;
-            }
-            Task act{TaskKind::Transfer,
-                     TransferKind::Activation,
-                     static_cast<int32_t>(s),
-                     t,
-                     k,
-                     from[i],
-                     to[j],
-                     0,
-                     bytes * share};
-            int32_t a = g.add(act);
-            g.depend(f_src, a);
-            g.depend(a, f_dst);
-            Task grad{
-                TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0,
-                bytes * share};
-            int32_t b = g.add(grad);
-            g.depend(b_src, b);
-            g.depend(b, b_dst);
-          }
-        }
+  // Activations forward, gradients backward, between stages, each in the place its producer left.
+  auto place = [&](int s, int replica, Pass pass, int k, const Task& task) {
+    const size_t at = (rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass);
+    const int32_t id = slot[at] + ++produced[at];
+    g.tasks[id] = task;
+    ++placed;
+    return id;
+  };
+  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double share) {
+    auto e = boost::edge(s, t, p.graph).first;
+    const double bytes = p.graph[e].bytes_per_sample * o.micro_batch_size;
+    const auto& from = p.stage(s).devices;
+    const auto& to = p.stage(t).devices;
+    for (int k = 0; k < m; ++k) {
+      const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
+      const int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
+      const int32_t b_src = slot_of(t, static_cast<int>(j), Pass::Backward, k);
+      const int32_t b_dst = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k);
+      if (f_src < 0 || f_dst < 0 || b_src < 0 || b_dst < 0) {  // validate_schedule rules it out
+        ++missing;
+        continue;
       }
+      if (from[i] == to[j]) {
+        g.depend(f_src, f_dst);
+        g.depend(b_src, b_dst);
+        continue;
+      }
+      Task act{TaskKind::Transfer, TransferKind::Activation, static_cast<int32_t>(s), t, k, from[i], to[j], 0,
+               bytes * share};
+      int32_t a = place(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k, act);
+      g.depend(f_src, a);
+      g.depend(a, f_dst);
+      Task grad{TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0,
+                bytes * share};
+      int32_t b = place(t, static_cast<int>(j), Pass::Backward, k, grad);
+      g.depend(b_src, b);
+      g.depend(b, b_dst);
     }
-  }
+  });
+  std::vector<int32_t>().swap(produced);
+  if (missing > 0 || placed != reserved)
+    return Error{"internal error: the schedule's passes and the transfers between them do not match"};
 
   // Static memory, gradient all-reduce of replicated stages, optimizer step.
   std::vector<std::vector<int32_t>> step_inputs(D);
