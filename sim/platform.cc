@@ -15,7 +15,7 @@ namespace {
 
 // A zone that holds explicit routes for the pairs that were given one, and nothing else. SimGrid's
 // Full zone keeps an N x N table of route pointers (16k hosts: 2 GB and 7 s to build, measured);
-// this keeps only the routes that exist. Routing inside the zone is a hash look-up.
+// this keeps only the routes that exist. Routing inside the zone is a look-up in a PairTable.
 class PairRoutedZone final : public kr::NetZoneImpl {
  public:
   explicit PairRoutedZone(const std::string& name) : NetZoneImpl(name) {}
@@ -28,10 +28,10 @@ class PairRoutedZone final : public kr::NetZoneImpl {
 
   void get_local_route(const kr::NetPoint* src, const kr::NetPoint* dst, kr::Route* into,
                        double* latency) override {
-    auto it = routes_.find(key(src, dst));
-    xbt_assert(it != routes_.end(), "pipegrid: no route from %s to %s", src->get_cname(), dst->get_cname());
-    into->link_list_.insert(into->link_list_.end(), it->second.links.begin(), it->second.links.end());
-    if (latency) *latency += it->second.latency;
+    const Entry* e = routes_.find(static_cast<uint32_t>(src->id()), static_cast<uint32_t>(dst->id()));
+    xbt_assert(e != nullptr, "pipegrid: no route from %s to %s", src->get_cname(), dst->get_cname());
+    into->link_list_.insert(into->link_list_.end(), e->links.begin(), e->links.end());
+    if (latency) *latency += e->latency;
   }
 
  private:
@@ -40,20 +40,16 @@ class PairRoutedZone final : public kr::NetZoneImpl {
     double latency = 0;
   };
 
-  static uint64_t key(const kr::NetPoint* a, const kr::NetPoint* b) {
-    return (uint64_t{a->id()} << 32) | b->id();
-  }
-
   void store(const kr::NetPoint* src, const kr::NetPoint* dst, const std::vector<sg4::LinkInRoute>& link_list,
              bool back) {
     Entry e;
     e.links = get_link_list_impl(link_list, back);
     if (back) std::reverse(e.links.begin(), e.links.end());
     for (const sg4::LinkInRoute& l : link_list) e.latency += l.get_link()->get_latency();
-    routes_[key(src, dst)] = std::move(e);
+    routes_.add(static_cast<uint32_t>(src->id()), static_cast<uint32_t>(dst->id()), std::move(e));
   }
 
-  std::unordered_map<uint64_t, Entry> routes_;
+  PairTable<Entry> routes_;
 };
 
 }  // namespace
@@ -95,11 +91,6 @@ Status check_link_names(const Cluster& c) {
   return {};
 }
 
-double Platform::start_delay(int from, int to) const {
-  auto it = delays.find(pair_key(from, to));
-  return it == delays.end() ? 0.0 : it->second;
-}
-
 Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
   // Routes first: a missing one is an error here, not an abort inside SimGrid.
   auto routes = plan_routes(c, pairs);
@@ -131,7 +122,8 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
     return links[i];
   };
   for (const auto& [pr, r] : *routes) {
-    if (!latency_in_simgrid && r.latency > 0) p.delays[pair_key(pr.first, pr.second)] = r.latency;
+    if (!latency_in_simgrid && r.latency > 0)
+      p.delays.add(static_cast<uint32_t>(pr.first), static_cast<uint32_t>(pr.second), r.latency);
     std::vector<sg4::LinkInRoute> hops;
     hops.reserve(r.hops.size());
     for (const Hop& h : r.hops) {

@@ -13,12 +13,12 @@
 
 #include <simgrid/s4u.hpp>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/cluster.h"
 #include "core/result.h"
+#include "sim/pair_table.h"
 
 namespace pipegrid::sim {
 
@@ -31,13 +31,12 @@ struct Platform {
   std::vector<double> speeds;              // FLOP/s of each host
   // Seconds a transfer between two devices waits before it enters SimGrid's network: its route's
   // latency under Sharing::MaxMin, 0 under Sharing::Tcp (SimGrid applies the latency itself).
-  double start_delay(int from, int to) const;
-  std::unordered_map<uint64_t, double> delays;  // by pair_key(from, to); absent: 0
+  double start_delay(int from, int to) const {
+    const double* d = delays.find(static_cast<uint32_t>(from), static_cast<uint32_t>(to));
+    return d != nullptr ? *d : 0.0;
+  }
+  PairTable<double> delays;  // absent: 0
 };
-
-inline uint64_t pair_key(int from, int to) {
-  return (uint64_t{static_cast<uint32_t>(from)} << 32) | static_cast<uint32_t>(to);
-}
 
 // Validates the cluster and routes every pair (no SimGrid involved): fails on an invalid cluster
 // or a pair that is not connected.

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Scale series of the replay: runs build/bench_scale one configuration per process (so that peak RSS
-is that configuration's), repeats each --repeat times and keeps the run with the least CPU time (the
-machine is shared: CPU time is the figure to trust, wall time is printed too), prints a table and fits CPU ~ activities^e over the 1F1B chains (least squares on logs).
+is that configuration's), --repeat rounds of every configuration (one run of each per round, so that
+a slow spell of the machine does not fall on every run of one configuration: on this VM the same
+binary drifts by 20-30% within an hour), keeps each configuration's run with the least CPU time
+(CPU time is the figure to trust, wall time is printed too), prints a table and fits
+CPU ~ activities^e over the 1F1B chains (least squares on logs).
 With --end-to-end it also times `pipegrid run` on the 1F1B chains (process start to exit, peak RSS
 from /usr/bin/time).
 
@@ -33,43 +36,50 @@ def bench_binary(build):
     sys.exit(f"no bench_scale under {build}: cmake --build {build} --target bench_scale")
 
 
-def bench(build, name, repeat):
-    best = None
-    for _ in range(repeat):
-        out = subprocess.run([bench_binary(build), f"--benchmark_filter=^{name}/iterations",
-                              "--benchmark_format=json"], capture_output=True, text=True, check=True)
-        b = json.loads(out.stdout)["benchmarks"][0]
-        if "error_message" in b:
-            sys.exit(f"{name}: {b['error_message']}")
-        row = {"name": name, "seconds": b["real_time"], "cpu_s": b["cpu_s"], "activities": b["activities"],
-               "prepare_s": b["prepare_s"], "replay_s": b["replay_s"], "peak_rss_MB": b["peak_rss_MB"]}
-        if best is None or row["cpu_s"] < best["cpu_s"]:
-            best = row
+def bench(build, name):
+    out = subprocess.run([bench_binary(build), f"--benchmark_filter=^{name}/iterations",
+                          "--benchmark_format=json"], capture_output=True, text=True, check=True)
+    b = json.loads(out.stdout)["benchmarks"][0]
+    if "error_message" in b:
+        sys.exit(f"{name}: {b['error_message']}")
+    return {"name": name, "seconds": b["real_time"], "cpu_s": b["cpu_s"], "activities": b["activities"],
+            "prepare_s": b["prepare_s"], "replay_s": b["replay_s"], "peak_rss_MB": b["peak_rss_MB"]}
+
+
+def finish(best):
     best["activities/s"] = best["activities"] / best["seconds"]
     best["activities/cpu_s"] = best["activities"] / best["cpu_s"]
     best["bytes/activity"] = best["peak_rss_MB"] * (1 << 20) / best["activities"]
     return best
 
 
-def end_to_end(build, p, m, repeat):
+def end_to_end(build, p, m):
     text = (f"name: scale\nworkload: {{kind: chain, layers: {p}, forward: 1ms, backward: 2ms, activation: 8MiB, "
             f"parameters: 64MiB}}\ncluster: {{kind: switch, count: {p}, device: {{name: gpu, memory: 80GiB}}, "
             f"bandwidth: 25GBps, latency: 1us}}\nstrategy: {{partitioner: uniform, schedule: 1f1b, "
             f"micro_batches: {m}}}\n")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(text)
-    best = None
     try:
-        for _ in range(repeat):
-            out = subprocess.run(["/usr/bin/time", "-f", "%e %M", os.path.join(build, "pipegrid"), "run", f.name],
-                                 capture_output=True, text=True, check=True)
-            wall, kb = out.stderr.strip().splitlines()[-1].split()
-            row = (float(wall), int(kb) / 1024)
-            best = row if best is None or row[0] < best[0] else best
+        out = subprocess.run(["/usr/bin/time", "-f", "%e %M", os.path.join(build, "pipegrid"), "run", f.name],
+                             capture_output=True, text=True, check=True)
+        wall, kb = out.stderr.strip().splitlines()[-1].split()
     finally:
         os.unlink(f.name)
-    return {"name": f"pipegrid run p={p} m={m}", "seconds": best[0], "peak_rss_MB": best[1],
+    return {"name": f"pipegrid run p={p} m={m}", "seconds": float(wall), "peak_rss_MB": int(kb) / 1024,
             "activities": activities(p, m)}
+
+
+def rounds(count, items, run, key):
+    """Runs every item once per round, `count` rounds; keeps each item's run with the least `key`."""
+    best = {}
+    for k in range(count):
+        for item in items:
+            row = run(item)
+            print(f"[round {k + 1}/{count}] {row['name']}: {row[key]:.2f} s", file=sys.stderr, flush=True)
+            if item not in best or row[key] < best[item][key]:
+                best[item] = row
+    return [best[item] for item in items]
 
 
 def fit(points):
@@ -90,13 +100,10 @@ def main():
     ap.add_argument("--end-to-end", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
-    rows = []
     names = [f"Chain1F1B/{p}/{m}" for p, m in CHAINS if activities(p, m) <= a.max_activities] + OTHERS
-    for name in names:
-        if a.filter and not re.search(a.filter, name):
-            continue
-        r = bench(a.build, name, a.repeat)
-        rows.append(r)
+    names = [n for n in names if not a.filter or re.search(a.filter, n)]
+    rows = [finish(r) for r in rounds(a.repeat, names, lambda n: bench(a.build, n), "cpu_s")]
+    for r in rows:
         print(f"{r['name']:24} {r['activities']:>10.0f} activities {r['seconds']:8.2f} s wall "
               f"(prepare {r['prepare_s']:6.2f}, replay {r['replay_s']:7.2f}) {r['cpu_s']:8.2f} s CPU "
               f"{r['activities/cpu_s']:>9.0f} /CPU s {r['peak_rss_MB']:6.0f} MB "
@@ -109,11 +116,10 @@ def main():
             e = fit([(r["activities"], r[key]) for r in chains])
             print(f"1F1B chains, {lo:.0f}..{hi:.0f} activities: {what} ~ activities^{e:.3f}")
     if a.end_to_end:
-        for p, m in CHAINS:
-            if activities(p, m) > a.max_activities:
-                continue
-            r = end_to_end(a.build, p, m, a.repeat)
-            rows.append(r)
+        points = [(p, m) for p, m in CHAINS if activities(p, m) <= a.max_activities]
+        timed = rounds(a.repeat, points, lambda pm: end_to_end(a.build, *pm), "seconds")
+        rows += timed
+        for r in timed:
             print(f"{r['name']:24} {r['activities']:>10.0f} activities {r['seconds']:8.2f} s "
                   f"{r['peak_rss_MB']:7.0f} MB", flush=True)
     if a.json:
