@@ -154,8 +154,11 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   auto rep_index = [&](int s, int j) { return rep_base[s] + j; };
   // Compute task of every (stage, replica, pass, micro-batch).
   std::vector<int32_t> slot(rep_base[S] * m * 3, -1);
+  auto slot_index = [&](int s, int replica, Pass pass, int k) {
+    return (rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass);
+  };
   auto slot_of = [&](int s, int replica, Pass pass, int k) -> int32_t& {
-    return slot[(rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass)];
+    return slot[slot_index(s, replica, pass, k)];
   };
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
   // Task numbering: each compute task is followed by the transfers it produces (activations after an
@@ -238,7 +241,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
 
   // Activations forward, gradients backward, between stages, each in the place its producer left.
   auto place = [&](int s, int replica, Pass pass, int k, const Task& task) {
-    const size_t at = (rep_index(s, replica) * m + k) * 3 + static_cast<int>(pass);
+    const size_t at = slot_index(s, replica, pass, k);
     const int32_t id = slot[at] + ++produced[at];
     g.tasks[id] = task;
     ++placed;
