@@ -45,8 +45,11 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
 Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher) : graph_(graph), launcher_(launcher) {
   const size_t n = graph.tasks.size();
   reserve_huge(node_, n);
-  for (size_t t = 0; t < n; ++t)
-    node_.push_back({graph.predecessor_count[t], graph.tasks[t].is_compute() ? graph.tasks[t].device : -1});
+  for (size_t t = 0; t < n; ++t) {
+    const std::span<const int32_t> next = graph.successors(static_cast<int32_t>(t));
+    node_.push_back({graph.predecessor_count[t], graph.tasks[t].is_compute() ? graph.tasks[t].device : -1,
+                     next.size() == 1 ? next[0] : -1});
+  }
   devices_.reserve(graph.device_order.size());
   for (const std::vector<int32_t>& order : graph.device_order)
     devices_.push_back({order.data(), static_cast<uint32_t>(order.size()), 0, false});
@@ -77,6 +80,16 @@ void Executor::try_device(int d, double now) {
   const int32_t t = dev.order[dev.cursor];
   if (node_[t].pending != 0) return;
   dev.busy = true;
+  // The device's next task runs after this one: ask for its lines now. With a device's tasks in one
+  // stretch of each array, a pipeline of p devices reads p places far apart, and at p = 1,024
+  // they no longer stay in the cache between two tasks of a device (sim/README.md, item 12).
+  if (dev.cursor + 1 < dev.size) {
+    const int32_t n = dev.order[dev.cursor + 1];
+    __builtin_prefetch(&node_[n], 1, 1);
+    __builtin_prefetch(&graph_.tasks[n], 0, 1);
+    __builtin_prefetch(&timeline_.start[n], 1, 1);
+    __builtin_prefetch(&timeline_.end[n], 1, 1);
+  }
   launch(t, now);
 }
 
@@ -91,14 +104,18 @@ void Executor::drain() {
     instant_.pop_back();
     timeline_.end[t] = end;
     ++done_;
-    for (int32_t s : graph_.successors(t)) {
+    auto release = [&](int32_t s) {
       Node& next = node_[s];
-      if (--next.pending != 0) continue;
+      if (--next.pending != 0) return;
       if (next.device >= 0)
         try_device(next.device, end);
       else
         launch(s, end);
-    }
+    };
+    if (const int32_t s = node_[t].single; s >= 0)
+      release(s);
+    else
+      for (int32_t s : graph_.successors(t)) release(s);
     if (const int d = node_[t].device; d >= 0) {
       devices_[d].busy = false;
       ++devices_[d].cursor;

@@ -145,7 +145,7 @@ class SimLauncher : public TaskLauncher {
 
   struct End {
     double date;
-    uint64_t seq;  // start order, for equal dates
+    uint32_t seq;  // start order, for equal dates (at most one per task: a 16-byte entry)
     int32_t task;
     bool operator>(const End& o) const { return date != o.date ? date > o.date : seq > o.seq; }
   };
@@ -239,7 +239,7 @@ class SimLauncher : public TaskLauncher {
   std::priority_queue<End, std::vector<End>, std::greater<>> ends_;  // compute ends (device clocks)
   StartHeap starts_;                                                 // delayed transfer starts
   std::vector<int32_t> batch_;
-  uint64_t seq_ = 0;
+  uint32_t seq_ = 0;
   simgrid::kernel::timer::Timer* wake_ = nullptr;
   double wake_date_ = 0;
   std::deque<sg4::ExecPtr> ticks_;  // started, completion not yet reported
