@@ -51,8 +51,10 @@ Executor::Executor(const TaskGraph& graph, TaskLauncher& launcher) : graph_(grap
                      next.size() == 1 ? next[0] : -1});
   }
   devices_.reserve(graph.device_order.size());
-  for (const std::vector<int32_t>& order : graph.device_order)
-    devices_.push_back({order.data(), static_cast<uint32_t>(order.size()), 0, false});
+  for (const std::vector<int32_t>& order : graph.device_order) {
+    const auto size = static_cast<uint32_t>(order.size());
+    devices_.push_back({order.data(), size, 0, size > 0 ? order[0] : -1, size > 1 ? order[1] : -1, false});
+  }
   assign_huge(timeline_.start, graph.tasks.size(), -1.0);
   assign_huge(timeline_.end, graph.tasks.size(), -1.0);
 }
@@ -76,21 +78,26 @@ void Executor::launch(int32_t t, double now) {
 
 void Executor::try_device(int d, double now) {
   DeviceState& dev = devices_[d];
-  if (dev.busy || dev.cursor >= dev.size) return;
-  const int32_t t = dev.order[dev.cursor];
-  if (node_[t].pending != 0) return;
+  const int32_t t = dev.next;
+  if (dev.busy || t < 0 || node_[t].pending != 0) return;
   dev.busy = true;
   // The device's next task runs after this one: ask for its lines now. With a device's tasks in one
   // stretch of each array, a pipeline of p devices reads p places far apart, and at p = 1,024
   // they no longer stay in the cache between two tasks of a device (sim/README.md, item 12).
-  if (dev.cursor + 1 < dev.size) {
-    const int32_t n = dev.order[dev.cursor + 1];
+  if (const int32_t n = dev.after; n >= 0) {
     __builtin_prefetch(&node_[n], 1, 1);
     __builtin_prefetch(&graph_.tasks[n], 0, 1);
     __builtin_prefetch(&timeline_.start[n], 1, 1);
     __builtin_prefetch(&timeline_.end[n], 1, 1);
   }
   launch(t, now);
+}
+
+void Executor::advance(DeviceState& dev) {
+  ++dev.cursor;
+  dev.next = dev.after;
+  dev.after = dev.cursor + 1 < dev.size ? dev.order[dev.cursor + 1] : -1;
+  __builtin_prefetch(dev.order + dev.cursor + 2, 0, 1);  // read at the next step (past the end: harmless)
 }
 
 void Executor::finished(int32_t t, double end) {
@@ -118,7 +125,7 @@ void Executor::drain() {
       for (int32_t s : graph_.successors(t)) release(s);
     if (const int d = node_[t].device; d >= 0) {
       devices_[d].busy = false;
-      ++devices_[d].cursor;
+      advance(devices_[d]);
       try_device(d, end);
     }
   }

@@ -27,6 +27,12 @@ class Executor {
 
   void start();  // launches what is ready at time 0
   void finished(int32_t task, double end);
+  // A hint from a backend that knows which task ends next: its state is fetched into the cache
+  // while the backend does the rest of its step. No effect on results.
+  void expect(int32_t task) const {
+    __builtin_prefetch(&node_[task], 1, 3);
+    __builtin_prefetch(&timeline_.end[task], 1, 3);
+  }
 
   bool complete() const { return done_ == graph_.tasks.size(); }
   // Explains an incomplete run: what each stuck device waits for (a deadlock).
@@ -56,8 +62,11 @@ class Executor {
     const int32_t* order;  // graph_.device_order[d]
     uint32_t size;
     uint32_t cursor;  // next position in order
+    int32_t next;     // order[cursor], or -1 past the end: read once per task, not at every try
+    int32_t after;    // order[cursor + 1], or -1
     bool busy;
   };
+  void advance(DeviceState& dev);  // moves the cursor one task on
 
   const TaskGraph& graph_;
   TaskLauncher& launcher_;

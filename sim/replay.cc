@@ -128,6 +128,7 @@ class SimLauncher : public TaskLauncher {
       ends_.pop();
     }
     for (int32_t t : batch_) executor_->finished(t, now);
+    if (!ends_.empty()) executor_->expect(ends_.top().task);
     arm();
   }
 
