@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-CHAINS = [(64, 256), (128, 512), (128, 1024), (256, 1024), (128, 4096), (512, 2048), (1024, 2048),
-          (1024, 4096)]
+CHAINS = [(64, 256), (128, 512), (128, 1024), (256, 1024), (128, 4096), (128, 8192), (512, 2048),
+          (1024, 2048), (1024, 4096)]
 OTHERS = ["Chain1F1BExecs/128/1024", "Chain1F1BExecs/512/2048", "FatTree1024", "GraphPipeMMT32", "DGX4096"]
 
 
@@ -115,6 +115,11 @@ def main():
                           ("replay_s", "wall time of the replay loop")):
             e = fit([(r["activities"], r[key]) for r in chains])
             print(f"1F1B chains, {lo:.0f}..{hi:.0f} activities: {what} ~ activities^{e:.3f}")
+        # The growth at one width (more micro-batches only) against the growth with the width.
+        narrow = [r for r in chains if r["name"].startswith("Chain1F1B/128/")]
+        if len(narrow) >= 2:
+            e = fit([(r["activities"], r["cpu_s"]) for r in narrow])
+            print(f"1F1B chains at p = 128 only ({len(narrow)} sizes): CPU time ~ activities^{e:.3f}")
     if a.end_to_end:
         points = [(p, m) for p, m in CHAINS if activities(p, m) <= a.max_activities]
         timed = rounds(a.repeat, points, lambda pm: end_to_end(a.build, *pm), "seconds")

@@ -3,7 +3,8 @@
 // SimGrid replay in a forked child (sim::replay_isolated), timed end to end (manual time: the wall
 // time of both, fork and result transfer included). Configurations:
 //   Chain1F1B/p/m      1F1B over a p-layer chain on a p-GPU switch (1 ms F, 2 ms B, 8 MiB
-//                      activations): 2 p m + p compute tasks and 2 (p - 1) m transfers
+//                      activations): 2 p m + p compute tasks and 2 (p - 1) m transfers; p = 64..1,024,
+//                      m = 4p..8,192 (issue 14)
 //   FatTree1024        128 stages x 8 replicas on the fat-tree-1024 preset, 128 micro-batches
 //   GraphPipeMMT32     GraphPipe's MMT on 32 Summit GPUs (graphpipe + graph-1f1b, mini-batch 64: the
 //                      planner explores every micro-batch size, as experiments/graphpipe does)
@@ -138,6 +139,7 @@ BENCHMARK(Chain1F1B)
     ->Args({128, 1024})
     ->Args({256, 1024})
     ->Args({128, 4096})
+    ->Args({128, 8192})
     ->Args({512, 2048})
     ->Args({1024, 2048})
     ->Args({1024, 4096})
