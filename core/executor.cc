@@ -97,7 +97,8 @@ void Executor::advance(DeviceState& dev) {
   ++dev.cursor;
   dev.next = dev.after;
   dev.after = dev.cursor + 1 < dev.size ? dev.order[dev.cursor + 1] : -1;
-  __builtin_prefetch(dev.order + dev.cursor + 2, 0, 1);  // read at the next step (past the end: harmless)
+  if (dev.cursor + 2 < dev.size)
+    __builtin_prefetch(dev.order + dev.cursor + 2, 0, 1);  // the next step's read
 }
 
 void Executor::finished(int32_t t, double end) {
@@ -107,7 +108,9 @@ void Executor::finished(int32_t t, double end) {
 
 void Executor::drain() {
   while (!instant_.empty()) {
-    auto [t, end] = instant_.back();
+    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in the lambda below.
+    const int32_t t = instant_.back().first;
+    const double end = instant_.back().second;
     instant_.pop_back();
     timeline_.end[t] = end;
     ++done_;
