@@ -184,7 +184,6 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     ++out_forward[rep_index(static_cast<int>(s), static_cast<int>(i))];
     ++out_backward[rep_index(t, static_cast<int>(j))];
   });
-  std::vector<int32_t> produced(slot.size(), 0);  // transfers placed after each compute task so far
   size_t reserved = 0, placed = 0, missing = 0;
 
   g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
@@ -240,9 +239,12 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   }
 
   // Activations forward, gradients backward, between stages, each in the place its producer left.
-  auto place = [&](int s, int replica, Pass pass, int k, const Task& task) {
-    const size_t at = slot_index(s, replica, pass, k);
-    const int32_t id = slot[at] + ++produced[at];
+  // The pairs come in the same order as when the places were counted, and every pair sends one
+  // transfer per micro-batch: a pair's place in the block after its producer's F (or B) is the
+  // same for every micro-batch, counted per (stage, replica) (no counter per compute task).
+  std::vector<int32_t> forward_offset(rep_base[S], 0), backward_offset(rep_base[S], 0);
+  auto place = [&](int s, int replica, Pass pass, int k, int32_t offset, const Task& task) {
+    const int32_t id = slot_of(s, replica, pass, k) + offset;
     g.tasks[id] = task;
     ++placed;
     return id;
@@ -252,6 +254,11 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     const double bytes = p.graph[e].bytes_per_sample * o.micro_batch_size;
     const auto& from = p.stage(s).devices;
     const auto& to = p.stage(t).devices;
+    int32_t fo = 0, bo = 0;  // this pair's places after the F and the B (from 1; 0: no transfer)
+    if (from[i] != to[j]) {
+      fo = ++forward_offset[rep_index(static_cast<int>(s), static_cast<int>(i))];
+      bo = ++backward_offset[rep_index(t, static_cast<int>(j))];
+    }
     for (int k = 0; k < m; ++k) {
       const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
       const int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
@@ -268,17 +275,16 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       }
       Task act{TaskKind::Transfer, TransferKind::Activation, static_cast<int32_t>(s), t, k, from[i], to[j], 0,
                bytes * share};
-      int32_t a = place(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k, act);
+      int32_t a = place(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k, fo, act);
       g.depend(f_src, a);
       g.depend(a, f_dst);
       Task grad{TaskKind::Transfer, TransferKind::Gradient, t, static_cast<int32_t>(s), k, to[j], from[i], 0,
                 bytes * share};
-      int32_t b = place(t, static_cast<int>(j), Pass::Backward, k, grad);
+      int32_t b = place(t, static_cast<int>(j), Pass::Backward, k, bo, grad);
       g.depend(b_src, b);
       g.depend(b, b_dst);
     }
   });
-  std::vector<int32_t>().swap(produced);
   if (missing > 0 || placed != reserved)
     return Error{"internal error: the schedule's passes and the transfers between them do not match"};
 
