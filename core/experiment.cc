@@ -22,6 +22,7 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   lo.micro_batch_size = p.micro_batch_size;
   lo.memory = r.memory;
   lo.allreduce = r.strategy.allreduce;
+  lo.tensor_parallel = {r.strategy.sequence_parallel, r.strategy.tp_overlap};
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
   // Tasks are not renumbered in execution order any more: with jemalloc as the allocator that cost

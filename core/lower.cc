@@ -19,6 +19,28 @@ TaskKind kind_of(Pass p) {
   return TaskKind::Forward;
 }
 
+// Calls f(i, j, share) for every pair of devices (index i in stage s's devices, j in stage t's) that
+// exchange activations and gradients, with the fraction of a micro-batch's edge bytes each sends.
+// Replicas split each micro-batch into equal contiguous slices and a pair of replicas shares what
+// both hold (replica_overlap). Under tensor parallelism, each device of a group sends its 1/t of the
+// activation to the device of the same rank in the consuming group (the scatter of Narayanan et al.,
+// arXiv 2104.04473, section 4.1; with sequence parallelism the activation is already split); groups
+// of different sizes pair rank q mod t.
+template <class F>
+void for_each_device_pair(const Partition& p, size_t s, int t, F&& f) {
+  const Stage& a = p.stage(s);
+  const Stage& b = p.stage(t);
+  const int ta = a.tensor_parallel, tb = b.tensor_parallel, ra = a.replicas(), rb = b.replicas();
+  const int ranks = std::max(ta, tb);
+  for (int i = 0; i < ra; ++i)
+    for (int j = 0; j < rb; ++j) {
+      const double share = replica_overlap(i, ra, j, rb);
+      if (share <= 0) continue;
+      for (int q = 0; q < ranks; ++q)
+        f(static_cast<size_t>(i * ta + q % ta), static_cast<size_t>(j * tb + q % tb), share / ranks);
+    }
+}
+
 }  // namespace
 
 TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
@@ -26,24 +48,20 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   const size_t m = static_cast<size_t>(std::max(0, micro_batches));
   std::vector<char> busy;
   for (size_t s = 0; s < p.stage_count(); ++s) {
-    const size_t r = p.stage(s).devices.size();
-    n.compute += r * m * static_cast<size_t>(passes);
+    const size_t r = static_cast<size_t>(p.stage(s).replicas());
+    n.compute += p.stage(s).devices.size() * m * static_cast<size_t>(passes);
     for (int d : p.stage(s).devices) {
       if (d >= static_cast<int>(busy.size())) busy.resize(d + 1, 0);
       busy[d] = 1;
     }
-    if (r > 1) n.ring_steps += 2 * (r - 1) * r;
+    if (r > 1) n.ring_steps += 2 * (r - 1) * r * static_cast<size_t>(p.stage(s).tensor_parallel);
     for (int t : p.successors(static_cast<int>(s))) {
       const auto& from = p.stage(s).devices;
       const auto& to = p.stage(t).devices;
-      for (size_t i = 0; i < from.size(); ++i)
-        for (size_t j = 0; j < to.size(); ++j) {
-          if (replica_overlap(static_cast<int>(i), static_cast<int>(from.size()), static_cast<int>(j),
-                              static_cast<int>(to.size())) <= 0)
-            continue;
-          n.transfers += from[i] == to[j] ? 0 : 2 * m;
-          n.dependencies += 4 * m;
-        }
+      for_each_device_pair(p, s, t, [&](size_t i, size_t j, double) {
+        n.transfers += from[i] == to[j] ? 0 : 2 * m;
+        n.dependencies += 4 * m;
+      });
     }
   }
   n.compute += static_cast<size_t>(std::count(busy.begin(), busy.end(), 1));  // optimizer steps
@@ -62,12 +80,165 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
       kMaxTasks)};
 }
 
+namespace {
+
+// A tensor-parallel stage's costs on each of its devices.
+Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& c, const Partition& p,
+                                              size_t s, double micro_batch_size, Recompute recompute,
+                                              const TensorParallelOptions& tp) {
+  const Stage& st = p.stage(s);
+  const int T = st.tensor_parallel;
+  const double share = micro_batch_size / st.replicas();
+  std::vector<TpLayer> layers;
+  for (int l : st.layers) {
+    Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision);
+    if (!r) return Error{fmt::format("stage {}: {}", s, r.error().message)};
+    layers.push_back(std::move(*r));
+  }
+  double largest_output = 0;
+  for (int l : st.layers) largest_output = std::max(largest_output, w.layer(l).output_bytes);
+  std::vector<StageCost> out;
+  for (int d : st.devices) {
+    const DeviceSpec& spec = c.devices[d].spec;
+    // The pieces of one layer pass pay the layer overhead once, as the layer would.
+    auto piece_times = [&](const Layer& layer, const std::vector<Kernel>& ks) -> Result<PassTimes> {
+      Layer piece;
+      piece.name = layer.name;
+      piece.kind = layer.kind;
+      piece.kernels = ks;
+      for (const Kernel& k : ks) {
+        piece.forward_flops += k.forward_flops;
+        piece.backward_input_flops += k.backward_input_flops;
+        piece.backward_weight_flops += k.backward_weight_flops;
+      }
+      Result<PassTimes> t = layer_times(piece, w.precision, spec, share);
+      if (!t) return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, t.error().message)};
+      return t;
+    };
+    StageCost sc;
+    TpProgram fwd, bwd, bwd_in, rec;  // rec: the transformer layers' forward, re-run by full recomputation
+    fwd.compute = {0.0};
+    rec.compute = {0.0};
+    bwd.compute = {0.0};
+    bwd_in.compute = {0.0};
+    auto push = [](TpProgram& prog, const TpPiece& piece) {
+      prog.kinds.push_back(piece.kind);
+      prog.bytes.push_back(piece.bytes);
+      prog.compute.push_back(0.0);
+    };
+    double selective_s = 0, recompute_full_s = 0, stash_none = 0, stash_sel = 0, stash_full = 0, largest_stash = 0, largest_recomputed = 0;
+    for (size_t i = 0; i < st.layers.size(); ++i) {
+      const Layer& layer = w.layer(st.layers[i]);
+      double overhead = 0;  // to take back: the layer's pieces after its first pay none
+      // Megatron's full recomputation checkpoints the transformer layers: their forward is re-run.
+      const bool checkpointed = layer.split.kind == TensorSplitKind::Transformer;
+      for (const TpPiece& piece : layers[i].forward) {
+        if (piece.collective) {
+          push(fwd, piece);
+          fwd.bytes.back() = piece.bytes * share;
+          if (checkpointed) {
+            push(rec, piece);
+            rec.bytes.back() = piece.bytes * share;
+          }
+          continue;
+        }
+        Result<PassTimes> t = piece_times(layer, piece.kernels);
+        if (!t) return t.error();
+        double x = t->forward;
+        if (x > 0) x -= overhead, overhead = spec.layer_overhead_s;
+        fwd.compute.back() += x;
+        sc.times.forward += x;
+        if (checkpointed) {
+          rec.compute.back() += x;
+          recompute_full_s += x;
+        }
+      }
+      if (!layers[i].recompute.empty()) {
+        Result<PassTimes> t = piece_times(layer, layers[i].recompute);
+        if (!t) return t.error();
+        selective_s += std::max(0.0, t->forward - spec.layer_overhead_s);
+      }
+      stash_none += layers[i].stash_none;
+      stash_sel += layers[i].stash_selective;
+      stash_full += layers[i].stash_full;
+      largest_stash = std::max(largest_stash, layers[i].stash_none);
+      largest_recomputed = std::max(largest_recomputed, layers[i].stash_none - layers[i].stash_selective);
+      sc.parameters += layers[i].parameters;
+      sc.parameter_bytes += layers[i].parameter_bytes;
+    }
+    for (size_t i = st.layers.size(); i-- > 0;) {
+      const Layer& layer = w.layer(st.layers[i]);
+      double over_in = 0, over_w = 0;
+      for (const TpPiece& piece : layers[i].backward) {
+        if (piece.collective) {
+          push(bwd, piece);
+          push(bwd_in, piece);
+          bwd.bytes.back() = bwd_in.bytes.back() = piece.bytes * share;
+          continue;
+        }
+        Result<PassTimes> t = piece_times(layer, piece.kernels);
+        if (!t) return t.error();
+        double bi = t->backward_input, bw = t->backward_weight;
+        if (bi > 0) bi -= over_in, over_in = spec.layer_overhead_s;
+        if (bw > 0) bw -= over_w, over_w = spec.layer_overhead_s;
+        bwd.compute.back() += bi + bw;
+        bwd_in.compute.back() += bi;
+        sc.times.backward_input += bi;
+        sc.times.backward_weight += bw;
+      }
+    }
+    switch (recompute) {
+      case Recompute::None:
+        sc.stash_bytes = stash_none * share;
+        break;
+      case Recompute::Selective:
+        sc.stash_bytes = stash_sel * share;
+        sc.recompute_bytes = largest_recomputed * share;
+        sc.recompute_s = selective_s;
+        bwd.compute.front() += selective_s;
+        bwd_in.compute.front() += selective_s;
+        break;
+      case Recompute::Full: {
+        sc.stash_bytes = stash_full * share;
+        sc.recompute_bytes = largest_stash * share;
+        sc.recompute_s = recompute_full_s;
+        // The backward re-runs the transformer layers' forward, collectives included, then runs.
+        auto prefixed = [&](const TpProgram& b) {
+          TpProgram r = rec;
+          r.compute.back() += b.compute.front();
+          r.compute.insert(r.compute.end(), b.compute.begin() + 1, b.compute.end());
+          r.kinds.insert(r.kinds.end(), b.kinds.begin(), b.kinds.end());
+          r.bytes.insert(r.bytes.end(), b.bytes.begin(), b.bytes.end());
+          return r;
+        };
+        bwd = prefixed(bwd);
+        bwd_in = prefixed(bwd_in);
+        break;
+      }
+    }
+    sc.workspace_bytes = largest_output * share / (tp.sequence_parallel ? T : 1);
+    sc.tp_forward = std::move(fwd);
+    sc.tp_backward = std::move(bwd);
+    sc.tp_backward_input = std::move(bwd_in);
+    out.push_back(std::move(sc));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
                                                         const Partition& p, double micro_batch_size,
-                                                        Recompute recompute) {
+                                                        Recompute recompute, const TensorParallelOptions& tp) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
     const Stage& st = p.stage(s);
+    if (st.tensor_parallel > 1) {
+      auto r = tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
+      if (!r) return r.error();
+      out[s] = std::move(*r);
+      continue;
+    }
     const double share = micro_batch_size / static_cast<double>(st.devices.size());
     // The stage's input per sample: what its predecessors send, or the model's input.
     double input = 0;
@@ -128,8 +299,33 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   if (Status s = check_task_count(count, p, m, passes); !s) return s.error();
   const size_t compute = count.compute, transfers = count.transfers, ring_steps = count.ring_steps,
                dependencies = count.dependencies;
-  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute);
+  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute, o.tensor_parallel);
   if (!costs) return costs.error();
+  // Tensor-parallel stages: a pass is several compute tasks and each device sends one flow per
+  // collective. Counted here, exactly, now that the programs are known.
+  auto program = [&](int stage, size_t j, Pass pass) -> const TpProgram* {
+    if (p.stage(stage).tensor_parallel <= 1 || pass == Pass::Weight) return nullptr;
+    const StageCost& sc = (*costs)[stage][j];
+    return pass == Pass::Forward ? &sc.tp_forward : sched.split_backward ? &sc.tp_backward_input : &sc.tp_backward;
+  };
+  bool any_tp = false;
+  size_t tp_tasks = 0, tp_flows = 0;
+  for (size_t st = 0; st < S; ++st)
+    if (p.stage(st).tensor_parallel > 1) {
+      any_tp = true;
+      for (size_t j = 0; j < p.stage(st).devices.size(); ++j)
+        for (Pass pass : {Pass::Forward, Pass::Backward}) {
+          const size_t n = program(static_cast<int>(st), j, pass)->collectives();
+          tp_tasks += n * static_cast<size_t>(m);
+          tp_flows += n * static_cast<size_t>(m);
+        }
+    }
+  if (any_tp) {
+    TaskCount with_tp = count;
+    with_tp.compute += tp_tasks;
+    with_tp.transfers += tp_flows;
+    if (Status st = check_task_count(with_tp, p, m, passes); !st) return st.error();
+  }
 
   TaskGraph g;
   g.samples_per_iteration = m * o.micro_batch_size;
@@ -168,16 +364,8 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   std::vector<int32_t> out_forward(rep_base[S], 0), out_backward(rep_base[S], 0);
   auto for_each_transfer_pair = [&](auto&& f) {
     for (size_t s = 0; s < S; ++s)
-      for (int t : p.successors(static_cast<int>(s))) {
-        const auto& from = p.stage(s).devices;
-        const auto& to = p.stage(t).devices;
-        for (size_t i = 0; i < from.size(); ++i)
-          for (size_t j = 0; j < to.size(); ++j) {
-            const double share = replica_overlap(static_cast<int>(i), static_cast<int>(from.size()),
-                                                 static_cast<int>(j), static_cast<int>(to.size()));
-            if (share > 0) f(s, t, i, j, share);
-          }
-      }
+      for (int t : p.successors(static_cast<int>(s)))
+        for_each_device_pair(p, s, t, [&](size_t i, size_t j, double share) { f(s, t, i, j, share); });
   };
   for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double) {
     if (p.stage(s).devices[i] == p.stage(t).devices[j]) return;
@@ -186,10 +374,14 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   });
   size_t reserved = 0, placed = 0, missing = 0;
 
-  g.reserve(compute + transfers + ring_steps, dependencies + 2 * ring_steps + compute);
+  g.reserve(compute + transfers + ring_steps + tp_tasks + tp_flows,
+            dependencies + 2 * ring_steps + compute + 4 * tp_flows);
   reserve_huge(g.memory_changes, compute * 2);
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
     g.device_order[d].reserve(sched.device_actions[d].size() + 1);
+  // Under tensor parallelism, the first compute task of each pass (slot_of holds the last).
+  std::vector<int32_t> head;
+  if (any_tp) head.assign(slot.size(), -1);
 
   // Compute tasks in device order, with their memory effects.
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d) {
@@ -201,6 +393,15 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       t.stage = a.stage;
       t.micro_batch = a.micro_batch;
       t.device = static_cast<int32_t>(d);
+      int32_t first = -1;  // the pass's first compute task when it has several (tensor parallelism)
+      if (const TpProgram* prog = program(a.stage, static_cast<size_t>(j), a.pass)) {
+        for (size_t piece = 0; piece + 1 < prog->compute.size(); ++piece) {
+          t.duration = prog->compute[piece];
+          const int32_t id = g.add(t);
+          if (first < 0) first = id;
+          g.device_order[d].push_back(id);
+        }
+      }
       switch (a.pass) {
         case Pass::Forward:
           t.duration = sc.times.forward;
@@ -213,8 +414,12 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
           t.duration = sc.times.backward_weight;
           break;
       }
+      if (const TpProgram* prog = program(a.stage, static_cast<size_t>(j), a.pass))
+        t.duration = prog->compute.back();
       int32_t id = g.add(t);
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
+      if (first < 0) first = id;
+      if (any_tp) head[slot_index(a.stage, j, a.pass, a.micro_batch)] = first;
       const int32_t out = a.pass == Pass::Forward    ? out_forward[rep_index(a.stage, j)]
                           : a.pass == Pass::Backward ? out_backward[rep_index(a.stage, j)]
                                                      : 0;
@@ -223,8 +428,9 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       g.device_order[d].push_back(id);
       // Memory: F stashes; B re-materialises what was recomputed and holds its workspace; the
       // activations go when the last backward pass of the micro-batch (B, or W when split) ends.
+      // Allocations when the pass starts (its first task), frees when it ends (its last).
       auto change = [&](MemoryCategory cat, bool at_end, double bytes) {
-        if (bytes != 0) g.memory_changes.push_back({id, cat, at_end, bytes});
+        if (bytes != 0) g.memory_changes.push_back({at_end ? id : first, cat, at_end, bytes});
       };
       if (a.pass == Pass::Forward) change(MemoryCategory::Activations, false, sc.stash_bytes);
       if (a.pass == Pass::Backward) {
@@ -261,12 +467,16 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     }
     for (int k = 0; k < m; ++k) {
       const int32_t f_src = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Forward, k);
-      const int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
+      int32_t f_dst = slot_of(t, static_cast<int>(j), Pass::Forward, k);
       const int32_t b_src = slot_of(t, static_cast<int>(j), Pass::Backward, k);
-      const int32_t b_dst = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k);
+      int32_t b_dst = slot_of(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k);
       if (f_src < 0 || f_dst < 0 || b_src < 0 || b_dst < 0) {  // validate_schedule rules it out
         ++missing;
         continue;
+      }
+      if (any_tp) {  // a pass receives into its first compute task
+        f_dst = head[slot_index(t, static_cast<int>(j), Pass::Forward, k)];
+        b_dst = head[slot_index(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k)];
       }
       if (from[i] == to[j]) {
         g.depend(f_src, f_dst);
@@ -288,30 +498,82 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   if (missing > 0 || placed != reserved)
     return Error{"internal error: the schedule's passes and the transfers between them do not match"};
 
+  // The tensor-parallel groups' collectives, each as one flow per device to the next device of its
+  // group (ring order), carrying what that device sends over all the ring's steps
+  // (ring_flow_bytes). A flow starts once both its ends reached the collective; a device goes on
+  // once its flows in and out are done (with overlap, one compute piece later).
+  if (any_tp) {
+    std::vector<int32_t> heads, flows;
+    for (size_t st = 0; st < S; ++st) {
+      const Stage& stage = p.stage(st);
+      const int T = stage.tensor_parallel;
+      if (T <= 1) continue;
+      for (int r = 0; r < stage.replicas(); ++r)
+        for (Pass pass : {Pass::Forward, Pass::Backward})
+          for (int k = 0; k < m; ++k) {
+            heads.assign(T, -1);
+            for (int q = 0; q < T; ++q) heads[q] = head[slot_index(static_cast<int>(st), r * T + q, pass, k)];
+            if (std::count(heads.begin(), heads.end(), -1) > 0) continue;
+            const TpProgram& prog = *program(static_cast<int>(st), static_cast<size_t>(r * T), pass);
+            const size_t n = prog.collectives();
+            for (size_t x = 0; x < n; ++x) {
+              flows.assign(T, -1);
+              for (int q = 0; q < T; ++q) {
+                Task f{TaskKind::Transfer,
+                       TransferKind::TensorParallel,
+                       static_cast<int32_t>(st),
+                       static_cast<int32_t>(st),
+                       k,
+                       stage.devices[r * T + q],
+                       stage.devices[r * T + (q + 1) % T],
+                       0,
+                       ring_flow_bytes(prog.kinds[x], prog.bytes[x], T)};
+                flows[q] = g.add(f);
+                g.depend(heads[q] + static_cast<int32_t>(x), flows[q]);
+                g.depend(heads[(q + 1) % T] + static_cast<int32_t>(x), flows[q]);
+              }
+              const size_t next = o.tensor_parallel.overlap ? std::min(x + 2, n) : x + 1;
+              for (int q = 0; q < T; ++q) {
+                g.depend(flows[q], heads[q] + static_cast<int32_t>(next));
+                g.depend(flows[(q - 1 + T) % T], heads[q] + static_cast<int32_t>(next));
+              }
+            }
+          }
+    }
+  }
+
   // Static memory, gradient all-reduce of replicated stages, optimizer step.
   std::vector<std::vector<int32_t>> step_inputs(D);
   std::vector<double> step_parameters(D, 0.0);  // parameters each device's optimizer step updates
   for (size_t s = 0; s < S; ++s) {
-    const auto& devs = p.stage(s).devices;
-    const int r = static_cast<int>(devs.size());
-    for (int j = 0; j < r; ++j) {
+    const auto& all = p.stage(s).devices;
+    const int r = p.stage(s).replicas();
+    const int T = p.stage(s).tensor_parallel;
+    for (size_t j = 0; j < all.size(); ++j) {
       const StageCost& sc = (*costs)[s][j];
       MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, o.memory);
       if (o.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;  // ZeRO-1 sharding
-      for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[devs[j]][k] += st[k];
-      step_parameters[devs[j]] += o.memory.zero1 ? sc.parameters / r : sc.parameters;
+      for (int k = 0; k < kMemoryCategoryCount; ++k) g.static_memory[all[j]][k] += st[k];
+      step_parameters[all[j]] += o.memory.zero1 ? sc.parameters / r : sc.parameters;
     }
-    if (r == 1) {
-      if (int32_t lb = last_backward[rep_index(static_cast<int>(s), 0)]; lb >= 0)
-        step_inputs[devs[0]].push_back(lb);
-      continue;
+    // Each rank of the tensor-parallel groups all-reduces its shard with the same rank of the other
+    // replicas (every device of the stage when there is no tensor parallelism).
+    for (int q = 0; q < T; ++q) {
+      std::vector<int> devs(r);
+      std::vector<int32_t> ready(r);
+      for (int j = 0; j < r; ++j) {
+        devs[j] = all[j * T + q];
+        ready[j] = last_backward[rep_index(static_cast<int>(s), j * T + q)];
+      }
+      if (r == 1) {
+        if (ready[0] >= 0) step_inputs[devs[0]].push_back(ready[0]);
+        continue;
+      }
+      auto done = append_allreduce(g, o.allreduce, c, devs, ready, (*costs)[s][q].parameter_bytes,
+                                   static_cast<int32_t>(s));
+      for (int j = 0; j < r; ++j)
+        step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
     }
-    std::vector<int32_t> ready(r);
-    for (int j = 0; j < r; ++j) ready[j] = last_backward[rep_index(static_cast<int>(s), j)];
-    auto done = append_allreduce(g, o.allreduce, c, devs, ready, (*costs)[s][0].parameter_bytes,
-                                 static_cast<int32_t>(s));
-    for (int j = 0; j < r; ++j)
-      step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
   }
   for (size_t d = 0; d < D; ++d) {
     if (g.device_order[d].empty()) continue;

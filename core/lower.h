@@ -16,6 +16,7 @@
 #include "core/result.h"
 #include "core/schedule.h"
 #include "core/task_graph.h"
+#include "core/tensor_parallel.h"
 #include "core/workload.h"
 
 namespace pipegrid {
@@ -25,6 +26,16 @@ struct LoweringOptions {
   double micro_batch_size = 1;  // samples per micro-batch
   MemoryOptions memory;
   AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
+  TensorParallelOptions tensor_parallel;                    // stages with tensor_parallel > 1
+};
+
+// A pass of a tensor-parallel stage on one device: compute pieces separated by the group's
+// collectives (core/tensor_parallel.h), merged across the stage's layers.
+struct TpProgram {
+  std::vector<double> compute;        // seconds; kinds.size() + 1 pieces
+  std::vector<CollectiveKind> kinds;  // the collectives between them
+  std::vector<double> bytes;          // each collective's whole tensor, for the replica's slice
+  size_t collectives() const { return kinds.size(); }
 };
 
 // Per stage and replica: what one micro-batch slice costs, under a recomputation mode.
@@ -42,12 +53,22 @@ struct StageCost {
   double workspace_bytes = 0;  // held during each B
   double parameters = 0;       // count
   double parameter_bytes = 0;
+  // Tensor parallelism (the stage's tensor_parallel > 1): F, B and B's input-gradient part (split
+  // backward) as programs; B's include the forward (with its collectives) under full recomputation
+  // and the attention core's forward under selective recomputation. Empty otherwise.
+  TpProgram tp_forward, tp_backward, tp_backward_input;
 };
 
-// cost[s][j] for replica j of stage s.
+// cost[s][j] for device j of stage s (replica j without tensor parallelism). Under tensor
+// parallelism, memory follows Korthikanti et al. (arXiv 2205.05198, Table 2): per transformer layer
+// and sample, s h (10 + 24/t + 5 a s / (h t)) x 2-byte units without recomputation, s h (34 + 5 a s /
+// h) / t with sequence parallelism, the attention core's 5 a s^2 dropped under selective
+// recomputation, and 2 s h (the layer's input) under full recomputation, which re-materialises one
+// layer at a time (recompute_bytes: the largest layer's activations).
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
                                                         const Partition& p, double micro_batch_size,
-                                                        Recompute recompute = Recompute::None);
+                                                        Recompute recompute = Recompute::None,
+                                                        const TensorParallelOptions& tp = {});
 
 // The size of the task graph a plan lowers to, counted before anything is allocated: compute tasks
 // (`passes` per stage replica and micro-batch: 2, or 3 with a split backward; one optimizer step per

@@ -106,6 +106,54 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     if (m.devices[d].peak_memory_bytes > m.devices[d].capacity_bytes)
       m.over_capacity.push_back(static_cast<int>(d));
   }
+  // The breakdown: every task's last-finishing dependency, then each device's gaps.
+  const size_t n = g.tasks.size();
+  std::vector<int32_t> waited(n, -1);
+  for (size_t u = 0; u < n; ++u)
+    for (int32_t v : g.successors(static_cast<int32_t>(u)))
+      if (waited[v] < 0 || t.end[u] > t.end[waited[v]]) waited[v] = static_cast<int32_t>(u);
+  auto explain = [&](TimeBreakdown& b, int32_t task, double from, double to) {
+    double until = to;
+    int32_t cur = task;
+    while (until > from) {
+      const int32_t p = waited[cur];
+      if (p < 0 || !(t.end[p] > from) || g.tasks[p].is_compute()) break;
+      const Task& x = g.tasks[p];
+      double& part = x.transfer == TransferKind::TensorParallel ? b.tensor_parallel_s
+                     : x.transfer == TransferKind::AllReduce    ? b.data_parallel_s
+                                                                : b.pipeline_s;
+      const double begin = std::max(from, t.start[p]);
+      part += until - begin;
+      until = begin;
+      cur = p;
+    }
+    if (until > from) b.bubble_s += until - from;
+  };
+  for (size_t d = 0; d < D && d < g.device_order.size(); ++d) {
+    TimeBreakdown& b = m.devices[d].breakdown;
+    double at = 0;
+    for (int32_t task : g.device_order[d]) {
+      if (t.start[task] > at) explain(b, task, at, t.start[task]);
+      (g.tasks[task].kind == TaskKind::Optimizer ? b.optimizer_s : b.compute_s) += t.end[task] - t.start[task];
+      at = std::max(at, t.end[task]);
+    }
+    if (!g.device_order[d].empty() && m.iteration_time_s > at) b.bubble_s += m.iteration_time_s - at;
+  }
+  int used = 0;
+  for (const DeviceMetrics& dm : m.devices) {
+    if (!dm.used) continue;
+    ++used;
+    m.breakdown.compute_s += dm.breakdown.compute_s;
+    m.breakdown.optimizer_s += dm.breakdown.optimizer_s;
+    m.breakdown.tensor_parallel_s += dm.breakdown.tensor_parallel_s;
+    m.breakdown.pipeline_s += dm.breakdown.pipeline_s;
+    m.breakdown.data_parallel_s += dm.breakdown.data_parallel_s;
+    m.breakdown.bubble_s += dm.breakdown.bubble_s;
+  }
+  if (used > 0)
+    for (double* x : {&m.breakdown.compute_s, &m.breakdown.optimizer_s, &m.breakdown.tensor_parallel_s,
+                      &m.breakdown.pipeline_s, &m.breakdown.data_parallel_s, &m.breakdown.bubble_s})
+      *x /= used;
   double idle = 0, all = 0;
   for (const DeviceMetrics& dm : m.devices) {
     if (!dm.used) continue;

@@ -10,6 +10,22 @@
 
 namespace pipegrid {
 
+// Where a device's iteration goes (seconds; the parts add up to the iteration time). Busy time is
+// compute (F, B, W) and the optimizer step. Each idle gap before a task is followed back along the
+// chain of what the task waited for (its last-finishing dependency, and that one's, while they are
+// transfers): the time a transfer ran, or its latency and wait for its start, counts as exposed
+// communication of its kind (tensor-parallel collective, pipeline activation or gradient, data-parallel
+// gradient collective); the rest of the gap (waiting for another device's compute, or nothing) is
+// bubble. Communication that overlaps compute is not exposed and does not appear.
+struct TimeBreakdown {
+  double compute_s = 0, optimizer_s = 0;
+  double tensor_parallel_s = 0, pipeline_s = 0, data_parallel_s = 0;
+  double bubble_s = 0;
+  double total() const {
+    return compute_s + optimizer_s + tensor_parallel_s + pipeline_s + data_parallel_s + bubble_s;
+  }
+};
+
 struct DeviceMetrics {
   std::string name;
   bool used = false;      // hosts at least one stage
@@ -20,6 +36,7 @@ struct DeviceMetrics {
   double peak_memory_bytes = 0;
   double peak_activation_bytes = 0;  // the activation part alone (its own peak)
   double capacity_bytes = 0;
+  TimeBreakdown breakdown;
 };
 
 struct Metrics {
@@ -29,6 +46,7 @@ struct Metrics {
   double bubble_ratio = 0;  // idle / (idle + busy) summed over the used devices
   std::vector<DeviceMetrics> devices;  // in cluster device order
   std::vector<int> over_capacity;      // devices whose peak memory exceeds their capacity
+  TimeBreakdown breakdown;             // the mean over the used devices
   bool feasible() const { return over_capacity.empty(); }
 };
 

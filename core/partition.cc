@@ -97,4 +97,18 @@ Result<Partition> make_partition(const Workload& w, const std::vector<int>& stag
   return p;
 }
 
+Parallelism parallelism(const Partition& p) {
+  Parallelism out;
+  std::vector<std::vector<int>> ranks;
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    out.tensor = std::max(out.tensor, st.tensor_parallel);
+    out.data = std::max(out.data, st.replicas());
+    if (std::find(ranks.begin(), ranks.end(), st.devices) == ranks.end()) ranks.push_back(st.devices);
+  }
+  out.pipeline = std::max<int>(1, static_cast<int>(ranks.size()));
+  out.chunks = std::max<int>(1, static_cast<int>(p.stage_count()) / out.pipeline);
+  return out;
+}
+
 }  // namespace pipegrid

@@ -14,7 +14,11 @@ namespace pipegrid {
 
 struct Stage {
   std::vector<int> layers;   // in topological order
-  std::vector<int> devices;  // cluster device indices; replicas when more than one
+  // Cluster device indices: replicas x tensor_parallel of them. Replica j is the tensor-parallel group
+  // devices[j t .. j t + t) (t = tensor_parallel); without tensor parallelism, one device per replica.
+  std::vector<int> devices;
+  int tensor_parallel = 1;
+  int replicas() const { return static_cast<int>(devices.size()) / tensor_parallel; }
 };
 
 struct StageEdge {
@@ -45,6 +49,13 @@ struct Partition {
   // Longest path in stages (number of stages on it).
   int depth() const;
 };
+
+// The plan's degrees of parallelism as Megatron-LM names them: t (the largest group), p (pipeline
+// ranks: the distinct device sets of the stages), chunks (stages per rank), d (the most replicas).
+struct Parallelism {
+  int tensor = 1, pipeline = 1, chunks = 1, data = 1;
+};
+Parallelism parallelism(const Partition& p);
 
 // Builds the stage graph from a layer -> stage map (stages numbered 0 .. S-1) and the devices of
 // each stage. Edge bytes = sum of the output bytes of every layer of s that feeds a layer of t.

@@ -36,6 +36,12 @@ struct StrategySpec {
   // the default stage count becomes devices / r.
   int replicas = 1;
   AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
+  // Tensor parallelism (core/tensor_parallel.h): each replica of every stage is a group of
+  // `tensor_parallel` consecutive devices. Ranks in Megatron's order: t fastest, then the replicas
+  // (d), then the pipeline stages (p): stage q, replica j, rank i on device (q d + j) t + i.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool tp_overlap = false;  // TP collectives overlap the compute piece after them
   // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.

@@ -11,6 +11,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      &partition_uniform},
     {"balanced", "contiguous stages minimising the slowest stage's compute time, stage i on device i",
      &partition_balanced},
+    {"megatron", "Megatron-LM's split: equal runs of transformer blocks, embeddings first, head last",
+     &partition_megatron},
     {"graphpipe",
      "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
      &partition_graphpipe, &graphpipe_search_steps},

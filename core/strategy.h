@@ -77,6 +77,7 @@ Result<const ScheduleStrategy*> find_schedule(std::string_view name);
 // Implementations (each in its own file under partitioners/ and schedules/).
 Result<Partition> partition_uniform(const PartitionRequest& r);
 Result<Partition> partition_balanced(const PartitionRequest& r);
+Result<Partition> partition_megatron(const PartitionRequest& r);
 Result<Partition> partition_graphpipe(const PartitionRequest& r);
 double graphpipe_search_steps(const PartitionRequest& r);
 Result<Partition> partition_bapipe(const PartitionRequest& r);

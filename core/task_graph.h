@@ -13,7 +13,9 @@
 namespace pipegrid {
 
 enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Transfer };
-enum class TransferKind : unsigned char { None, Activation, Gradient, AllReduce };
+// AllReduce: a data-parallel gradient collective (or the distributed optimizer's reduce-scatter and
+// all-gather); TensorParallel: one flow of a tensor-parallel group's collective (core/tensor_parallel.h).
+enum class TransferKind : unsigned char { None, Activation, Gradient, AllReduce, TensorParallel };
 
 struct Task {
   TaskKind kind = TaskKind::Forward;

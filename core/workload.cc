@@ -36,6 +36,24 @@ bool mixed_precision(Precision p) {
   return p == Precision::AMP || p == Precision::AMP_BF16;
 }
 
+std::string_view to_string(TensorSplitKind k) {
+  switch (k) {
+    case TensorSplitKind::Undefined:
+      return "none";
+    case TensorSplitKind::Input:
+      return "input";
+    case TensorSplitKind::Replicated:
+      return "replicated";
+    case TensorSplitKind::Transformer:
+      return "transformer";
+    case TensorSplitKind::VocabEmbedding:
+      return "vocabulary-parallel embedding";
+    case TensorSplitKind::VocabHead:
+      return "vocabulary-parallel head";
+  }
+  return "?";
+}
+
 std::string_view to_string(Precision p) {
   switch (p) {
     case Precision::FP32:

@@ -86,6 +86,29 @@ struct Kernel {
   double calls = 1;
 };
 
+// How a layer splits under Megatron-LM's tensor parallelism (Shoeybi et al., arXiv 1909.08053;
+// Korthikanti et al., arXiv 2205.05198), over a group of t devices; see core/tensor_parallel.h.
+enum class TensorSplitKind : unsigned char {
+  Undefined,       // no defined split (convolution, recurrent, custom): an error under t > 1
+  Input,           // the model's input: nothing to compute
+  Replicated,      // every device of the group runs it whole (norms, element-wise, positions), or its
+                   // 1/t of the sequence with sequence parallelism
+  Transformer,     // attention (QKV column-parallel, heads split; output projection row-parallel) and
+                   // MLP (column- then row-parallel)
+  VocabEmbedding,  // rows split by vocabulary; the output all-reduced (reduce-scattered with SP)
+  VocabHead,       // output head column-parallel over the vocabulary; cross-entropy over the split
+};
+std::string_view to_string(TensorSplitKind k);
+
+// The shapes the split needs (per sample: `sequence` tokens). Zero where the kind does not use it.
+struct TensorSplit {
+  TensorSplitKind kind = TensorSplitKind::Undefined;
+  double sequence = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocabulary = 0;
+  bool gated = false;     // gated MLP (SwiGLU: gate and up matrices, then down)
+  bool biases = true;     // GEMM biases (GPT, BERT); none in Llama
+  bool rotary = false;    // rotary position embedding applied to queries and keys
+};
+
 struct Layer {
   std::string name;
   std::string kind;         // "linear", "conv2d", "chain", "input", or a profiled module's class
@@ -116,6 +139,7 @@ struct Layer {
   // class with the totals above.
   std::vector<Kernel> kernels;
   std::optional<MeasuredCost> measured;
+  TensorSplit split;  // how it splits under tensor parallelism
 };
 
 // The layer's kernels, or one kernel of its kind's class carrying its totals when it has none.

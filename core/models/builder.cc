@@ -1,7 +1,10 @@
 #include "core/models/builder.h"
 
+#include "core/tensor_parallel.h"
+
 #include <fmt/format.h>
 
+#include <cmath>
 #include <numeric>
 
 namespace pipegrid {
@@ -58,6 +61,14 @@ Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& 
 
 int ModelBuilder::push_layer(Layer l, Shape out, const std::vector<int>& in) {
   set_totals(l);
+  // Kinds whose tensor-parallel split needs no shape: the input, and the element-wise and
+  // normalisation layers every device of a group runs whole (or 1/t of with sequence parallelism).
+  if (l.split.kind == TensorSplitKind::Undefined) {
+    if (l.kind == "input") l.split.kind = TensorSplitKind::Input;
+    if (l.kind == "layernorm" || l.kind == "rmsnorm" || l.kind == "add" || l.kind == "dropout" ||
+        l.kind == "relu" || l.kind == "gelu")
+      l.split.kind = TensorSplitKind::Replicated;
+  }
   l.output_bytes = bytes(out);
   const int id = w_.add_layer(std::move(l));
   shapes_.push_back(std::move(out));
@@ -366,6 +377,39 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   l.stash_bytes = seq * h * (34 + 5 * heads * seq / h) * eb / 2;
   l.selective_stash_bytes = 34 * seq * h * eb / 2;
   l.selective_recompute_fraction = scores / l.forward_flops;
+  l.split = {TensorSplitKind::Transformer, seq, h, a, a, f, 0, /*gated=*/false, /*biases=*/true, /*rotary=*/false};
+  return add_layer(std::move(l), s, {in});
+}
+
+Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const TensorSplit& split) {
+  const Shape& s = shape(in);
+  if (s.size() != 2) return mismatch(name, "[sequence, hidden]", in);
+  if (split.heads < 1 || std::fmod(split.hidden, split.heads) != 0 || split.kv_heads < 1 ||
+      std::fmod(split.heads, split.kv_heads) != 0)
+    return Error{fmt::format("layer \"{}\": {} heads must divide the hidden size {} and be a multiple of the {} "
+                             "key-value heads",
+                             name, split.heads, split.hidden, split.kv_heads)};
+  Layer l;
+  l.name = name;
+  l.kind = "decoder_block";
+  l.split = split;
+  l.split.kind = TensorSplitKind::Transformer;
+  l.split.sequence = static_cast<double>(s[0]);
+  l.split.hidden = static_cast<double>(s[1]);
+  Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w_.precision);
+  if (!tp) return tp.error();
+  l.kernels = transformer_kernels(l.split, w_.precision);
+  l.parameters = tp->parameters;
+  l.parameter_bytes = tp->parameter_bytes;
+  l.weight_bytes = l.parameter_bytes;
+  l.stash_bytes = tp->stash_none;
+  l.selective_stash_bytes = tp->stash_selective;
+  double core = 0, fwd = 0;
+  for (const Kernel& k : l.kernels) {
+    fwd += k.forward_flops;
+    if (k.cls == KernelClass::Attention) core += k.forward_flops;
+  }
+  l.selective_recompute_fraction = fwd > 0 ? core / fwd : 0;
   return add_layer(std::move(l), s, {in});
 }
 
@@ -376,6 +420,8 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   Layer l;
   l.name = name;
   l.kind = "embedding";
+  l.split = {TensorSplitKind::VocabEmbedding, static_cast<double>(s[0]), static_cast<double>(dim), 0, 0, 0,
+             static_cast<double>(vocabulary)};
   l.parameters = static_cast<double>(vocabulary) * dim;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   // Gather the rows and write the output; scatter-add the gradients.

@@ -63,6 +63,10 @@ class ModelBuilder {
   Result<int> lstm(const std::string& name, const std::vector<int>& in, int64_t hidden, bool bidirectional);
   Result<int> attention(const std::string& name, const std::vector<int>& in, int64_t heads);
   Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
+  // A decoder block of the Llama family (or any shape `s` describes: grouped-query attention with
+  // s.kv_heads, a gated MLP, rotary embeddings, biases or not, RMSNorm when without biases), costed
+  // by the same per-kernel formulas as its tensor-parallel split (core/tensor_parallel.h).
+  Result<int> decoder_block(const std::string& name, int in, const TensorSplit& s);
   Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim);
   // Looks up `bag` rows of a rows x dim table per sample; pooled (sum) to dim or kept (bag x dim).
   Result<int> embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag,

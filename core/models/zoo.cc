@@ -154,8 +154,9 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   ModelBuilder b("gpt", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
-  x = must(b.custom("embedding.positions", {x},
-                    position_table(static_cast<double>(s), static_cast<double>(h), p, 0), {s, h}));
+  Layer positions = position_table(static_cast<double>(s), static_cast<double>(h), p, 0);
+  positions.split.kind = TensorSplitKind::Replicated;  // every device of a tensor-parallel group adds them
+  x = must(b.custom("embedding.positions", {x}, positions, {s, h}));
   for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
   x = must(b.norm("final_norm", x, true));
   Layer head;
@@ -166,6 +167,52 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   head.forward_bytes = (static_cast<double>(s) * h + static_cast<double>(s) * vocab) * element_bytes(p);
   head.backward_bytes = 2 * head.forward_bytes;
   head.stash_bytes = static_cast<double>(s) * vocab * element_bytes(p);
+  head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
+                static_cast<double>(vocab)};
+  must(b.custom("lm_head", {x}, head, {s, vocab}));
+  return b.finish();
+}
+
+// Llama family (Touvron et al., arXiv 2302.13971 and 2307.09288; Llama 3: arXiv 2407.21783): token
+// embedding, `layers` decoder blocks (RMSNorm, grouped-query attention with `kv_heads`, rotary
+// embeddings, SwiGLU MLP of width `ffn`, no biases), a final RMSNorm and an untied output head.
+Result<Workload> build_llama(const ModelArgs& a, Precision p) {
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"), vocab = arg(a, "vocabulary");
+  ModelBuilder b("llama", p);
+  int x = b.input("tokens", {s});
+  x = must(b.embedding("embedding.words", x, vocab, h));
+  TensorSplit shape;
+  shape.heads = static_cast<double>(arg(a, "heads"));
+  shape.kv_heads = static_cast<double>(arg(a, "kv_heads"));
+  shape.ffn = static_cast<double>(arg(a, "ffn"));
+  shape.gated = true;
+  shape.biases = false;
+  shape.rotary = true;
+  for (int64_t i = 0; i < L; ++i) x = must(b.decoder_block(fmt::format("layer{}", i), x, shape));
+  const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
+  Layer norm;
+  norm.kind = "rmsnorm";
+  norm.parameters = static_cast<double>(h);
+  norm.parameter_bytes = norm.parameters * eb;
+  norm.forward_bytes = 2 * sh * eb;
+  norm.backward_bytes = 3 * sh * eb;
+  norm.stash_bytes = sh * eb;
+  norm.kernels = {Kernel{KernelClass::Norm, 0, 0, 0, 2 * sh * eb, 3 * sh * eb, 0, 1}};
+  norm.split.kind = TensorSplitKind::Replicated;
+  x = must(b.custom("final_norm", {x}, norm, {s, h}));
+  Layer head;
+  head.kind = "linear";
+  head.forward_flops = 2.0 * s * h * vocab;
+  head.backward_input_flops = head.forward_flops;
+  head.backward_weight_flops = head.forward_flops;
+  head.parameters = static_cast<double>(h) * vocab;  // untied
+  head.parameter_bytes = head.parameters * eb;
+  head.weight_bytes = head.parameter_bytes;
+  head.forward_bytes = (sh + static_cast<double>(s) * vocab) * eb;
+  head.backward_bytes = 2 * head.forward_bytes;
+  head.stash_bytes = static_cast<double>(s) * vocab * eb;
+  head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
+                static_cast<double>(vocab)};
   must(b.custom("lm_head", {x}, head, {s, vocab}));
   return b.finish();
 }
@@ -279,6 +326,34 @@ const ModelInfo kModels[] = {
      "GPT-3 175B: 96 layers, h 12288, 96 heads, sequence 2048",
      {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"sequence", 2048}, {"vocabulary", 50257}},
      &build_gpt},
+    {"llama",
+     "Llama-family decoder, configurable (defaults: Llama 2 7B)",
+     {{"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 32}, {"ffn", 11008}, {"sequence", 4096}, {"vocabulary", 32000}},
+     &build_llama},
+    {"llama2-7b",
+     "Llama 2 7B: 32 layers, h 4096, 32 heads, FFN 11008, sequence 4096",
+     {{"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 32}, {"ffn", 11008}, {"sequence", 4096}, {"vocabulary", 32000}},
+     &build_llama},
+    {"llama2-13b",
+     "Llama 2 13B: 40 layers, h 5120, 40 heads, FFN 13824, sequence 4096",
+     {{"layers", 40}, {"hidden", 5120}, {"heads", 40}, {"kv_heads", 40}, {"ffn", 13824}, {"sequence", 4096}, {"vocabulary", 32000}},
+     &build_llama},
+    {"llama2-70b",
+     "Llama 2 70B: 80 layers, h 8192, 64 heads (8 KV), FFN 28672, sequence 4096",
+     {{"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn", 28672}, {"sequence", 4096}, {"vocabulary", 32000}},
+     &build_llama},
+    {"llama3-8b",
+     "Llama 3 8B: 32 layers, h 4096, 32 heads (8 KV), FFN 14336, sequence 8192",
+     {{"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 8}, {"ffn", 14336}, {"sequence", 8192}, {"vocabulary", 128256}},
+     &build_llama},
+    {"llama3-70b",
+     "Llama 3 70B: 80 layers, h 8192, 64 heads (8 KV), FFN 28672, sequence 8192",
+     {{"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn", 28672}, {"sequence", 8192}, {"vocabulary", 128256}},
+     &build_llama},
+    {"llama3-405b",
+     "Llama 3.1 405B: 126 layers, h 16384, 128 heads (8 KV), FFN 53248, sequence 8192",
+     {{"layers", 126}, {"hidden", 16384}, {"heads", 128}, {"kv_heads", 8}, {"ffn", 53248}, {"sequence", 8192}, {"vocabulary", 128256}},
+     &build_llama},
     {"mmt",
      "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
      {{"branches", 4}, {"layers", 8}, {"sequence", 256}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},

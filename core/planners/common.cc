@@ -28,20 +28,39 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   plan.micro_batches = mb.count;
   plan.schedule_name = std::string(scheduler.name);
   const int chunks = std::max(1, s.chunks);
+  const int T = std::max(1, s.tensor_parallel);
   if (stages <= 0) stages = s.stages;
   if (replicas == 0) replicas = std::max(1, s.replicas);  // kAnyReplicas passes through
   if (stages == 0)
     stages = static_cast<int>(
-        std::min(r.cluster.devices.size() / std::max(1, replicas), r.workload.layer_count() / chunks));
+        std::min(r.cluster.devices.size() / T / std::max(1, replicas), r.workload.layer_count() / chunks));
+  // Under tensor parallelism the partitioner places groups: it sees one device per group (its first)
+  // and its plan's device q becomes the group q t .. q t + t - 1.
+  Cluster groups;
+  if (T > 1) {
+    if (r.cluster.devices.size() % T != 0)
+      return Error{fmt::format("tensor_parallel {} does not divide the cluster's {} devices", T,
+                               r.cluster.devices.size())};
+    for (size_t d = 0; d < r.cluster.devices.size(); d += T) groups.devices.push_back(r.cluster.devices[d]);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  Result<Partition> part = partitioner.build({r.workload, r.cluster, stages, mb.size, chunks, mb.count,
-                                              r.memory, scheduler.name, replicas, s.partitioner_options});
+  Result<Partition> part = partitioner.build({r.workload, T > 1 ? groups : r.cluster, stages, mb.size, chunks,
+                                              mb.count, r.memory, scheduler.name, replicas, s.partitioner_options});
   plan.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   plan.partition = std::move(*part);
+  if (T > 1)
+    for (size_t st = 0; st < plan.partition.stage_count(); ++st) {
+      Stage& stage = plan.partition.graph[st];
+      std::vector<int> devices;
+      for (int q : stage.devices)
+        for (int i = 0; i < T; ++i) devices.push_back(q * T + i);
+      stage.devices = std::move(devices);
+      stage.tensor_parallel = T;
+    }
   if (replicas > 1)
     for (size_t st = 0; st < plan.partition.stage_count(); ++st)
-      if (plan.partition.stage(st).devices.size() != static_cast<size_t>(replicas))
+      if (plan.partition.stage(st).replicas() != replicas)
         return Error{
             fmt::format("partitioner {} does not place {} replicas per stage (stage {} has {} devices)",
                         partitioner.name, replicas, st, plan.partition.stage(st).devices.size())};

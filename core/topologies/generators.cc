@@ -183,10 +183,12 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   // A fat-tree fabric: the smallest even k with k^3/4 >= the GPUs, 5k^2/4 switches, k^3/2 switch links.
   double k = 2;
   while (k * k * k / 4 < gpus) k += 2;
-  const bool tree = s.fabric != DgxSpec::Fabric::Switch;
+  const bool tree = s.fabric == DgxSpec::Fabric::FatTree;
+  const bool rail = s.fabric == DgxSpec::Fabric::Rail;
   if (Status st = check_cluster_size(
           fmt::format("a DGX cluster of {} nodes x {} GPUs", s.nodes, s.gpus_per_node), gpus,
-          s.nodes + (tree ? 5 * k * k / 4 : 1), 2 * gpus + (tree ? k * k * k / 2 : 0));
+          s.nodes + (tree ? 5 * k * k / 4 : rail ? s.gpus_per_node + 1.0 : 1),
+          2 * gpus + (tree ? k * k * k / 2 : rail ? s.gpus_per_node : 0));
       !st)
     return st.error();
   const int total = static_cast<int>(gpus);
@@ -208,6 +210,15 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   if (s.fabric == DgxSpec::Fabric::Switch) {
     const int ib = add_switch(c, "ib-switch");
     for (int nic : nics) add_link(c, nic, ib, s.infiniband);
+  } else if (rail) {
+    // Rail-optimised: the NIC of local GPU j of every node on rail switch j; the rails joined by a
+    // spine whose link to each rail carries every NIC of the rail at once (non-blocking).
+    const int spine = add_switch(c, "ib-spine");
+    for (int j = 0; j < s.gpus_per_node; ++j) {
+      const int leaf = add_switch(c, fmt::format("ib-rail{}", j));
+      for (int n = 0; n < s.nodes; ++n) add_link(c, n * s.gpus_per_node + j, leaf, s.infiniband);
+      add_link(c, leaf, spine, {s.infiniband.bandwidth * s.nodes, s.infiniband.latency});
+    }
   } else {
     int k = 2;
     while (static_cast<long long>(k) * k * k / 4 < total) k += 2;

@@ -68,7 +68,9 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s);
 // (NVLink 300 GB/s per direction per GPU, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU); latencies
 // [assumed]: 0.5 us per NVLink link (about 1 us GPU to GPU through the NVSwitch), 1 us per InfiniBand link.
 struct DgxSpec {
-  enum class Fabric { Switch, FatTree };
+  // Switch: one InfiniBand switch; FatTree: a k-ary fat-tree; Rail: rail-optimised (the NIC of local
+  // GPU j of every node on rail switch "ib-rail<j>", the rails joined by a non-blocking spine "ib-spine").
+  enum class Fabric { Switch, FatTree, Rail };
   int nodes = 1;
   int gpus_per_node = 8;
   DeviceSpec gpu;

@@ -136,8 +136,12 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     s.nvlink = link_override(n, "nvlink", s.nvlink);
     s.infiniband = link_override(n, "infiniband", s.infiniband);
     if (std::optional<Node> f = n.get("fabric"))
-      s.fabric = f->choice({"switch", "fat-tree"}, "a fabric") == "switch" ? DgxSpec::Fabric::Switch
-                                                                           : DgxSpec::Fabric::FatTree;
+    {
+      const std::string fabric = f->choice({"switch", "fat-tree", "rail"}, "a fabric");
+      s.fabric = fabric == "switch"     ? DgxSpec::Fabric::Switch
+                 : fabric == "fat-tree" ? DgxSpec::Fabric::FatTree
+                                        : DgxSpec::Fabric::Rail;
+    }
     return generated(make_dgx_cluster(s), n);
   }
   if (kind == "dgx1") {

@@ -27,7 +27,8 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   n.require_map("a mapping describing the strategy");
   n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
                 "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
-                "linearize", "replicas", "allreduce", "baselines"});
+                "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
+                "tp_overlap"});
   StrategySpec s;
   if (auto p = n.get("planner")) s.planner = p->choice(names_of(planners()), "a planner");
   if (auto p = n.get("partitioner"))
@@ -52,7 +53,7 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   }
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced")
+    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" && s.partitioner != "megatron")
       r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
     if (static_cast<size_t>(s.replicas) > c.devices.size())
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
@@ -60,11 +61,36 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   }
   if (auto a = n.get("allreduce"))
     s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical"}, "an all-reduce"));
+  if (auto t = n.get("tensor_parallel")) {
+    s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
+    if (s.tensor_parallel > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
+        s.partitioner != "megatron")
+      t->fail(fmt::format("used by the megatron, uniform and balanced partitioners, not {}", s.partitioner));
+    if (s.tensor_parallel > 1 && !s.planner.empty() && s.planner != "partitioner")
+      t->fail(fmt::format("used by the partitioner planner, not {}", s.planner));
+    if (static_cast<size_t>(s.tensor_parallel) * s.replicas > c.devices.size())
+      t->fail(fmt::format("expected at most {} devices per stage (the cluster has {}), got {} replicas x "
+                          "tensor_parallel {}",
+                          c.devices.size(), c.devices.size(), s.replicas, s.tensor_parallel));
+  }
+  for (const char* key : {"sequence_parallel", "tp_overlap"})
+    if (auto b = n.get(key)) {
+      const bool on = b->boolean();
+      if (on && s.tensor_parallel <= 1)
+        b->fail(fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
+      (std::string_view(key) == "sequence_parallel" ? s.sequence_parallel : s.tp_overlap) = on;
+    }
   if (auto st = n.get("stages")) {
     s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
+    if (s.replicas > 1 && s.tensor_parallel == 1 && static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
       st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
                            c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
+    if (s.tensor_parallel > 1 &&
+        static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
+      st->fail(fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
+                           "devices), got {}",
+                           c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
+                           c.devices.size(), s.stages));
     if (static_cast<size_t>(s.stages) > c.devices.size())
       st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}",
                            c.devices.size(), c.devices.size(), s.stages));

@@ -38,8 +38,9 @@ const char* task_category(const Task& t) {
       return "optimizer";
     case TaskKind::Transfer:
       return t.transfer == TransferKind::Activation ? "activation"
-             : t.transfer == TransferKind::Gradient ? "gradient"
-                                                    : "allreduce";
+             : t.transfer == TransferKind::Gradient       ? "gradient"
+             : t.transfer == TransferKind::TensorParallel ? "tensor-parallel"
+                                                          : "allreduce";
   }
   return "task";
 }
@@ -56,6 +57,8 @@ std::string task_name(const Task& t) {
       return "optimizer step";
     case TaskKind::Transfer:
       if (t.transfer == TransferKind::AllReduce) return fmt::format("all-reduce stage {}", t.stage);
+      if (t.transfer == TransferKind::TensorParallel)
+        return fmt::format("TP collective stage {} mb{}", t.stage, t.micro_batch);
       return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
   }
   return "task";
@@ -97,7 +100,7 @@ std::vector<std::string> plan_warnings(const PreparedRun& run) {
   // would otherwise print the same line for every stage.
   std::vector<std::pair<size_t, std::vector<int>>> split;  // replica count, its stages in order
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
-    const size_t r = run.partition.stage(s).devices.size();
+    const size_t r = static_cast<size_t>(run.partition.stage(s).replicas());
     const double slice = run.micro_batch_size / static_cast<double>(r);
     if (r < 2 || slice == std::floor(slice)) continue;
     auto it = std::find_if(split.begin(), split.end(), [r](const auto& g) { return g.first == r; });
@@ -135,11 +138,18 @@ void print_summary(std::ostream& out, const RunReport& r) {
              to_string(e.workload.precision));
   fmt::print(out, "  cluster    {} ({})\n", e.cluster.name,
              plural(static_cast<double>(e.cluster.devices.size()), "device", "devices"));
-  fmt::print(out, "  strategy   {} + {}, {} of {}\n\n", strategy_label(e, r.run), r.run.schedule_name,
+  fmt::print(out, "  strategy   {} + {}, {} of {}\n", strategy_label(e, r.run), r.run.schedule_name,
              plural(r.run.micro_batches, "micro-batch", "micro-batches"),
              plural(r.run.micro_batch_size, "sample", "samples"));
-  auto costs =
-      stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute);
+  const Parallelism par = parallelism(r.run.partition);
+  if (par.tensor > 1)
+    fmt::print(out, "  parallel   t = {} (tensor{}{}), p = {} (pipeline stages{}), d = {} (data)\n", par.tensor,
+               e.strategy.sequence_parallel ? ", sequence parallel" : "",
+               e.strategy.tp_overlap ? ", overlapped" : "", par.pipeline,
+               par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
+  fmt::print(out, "\n");
+  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
+                           {e.strategy.sequence_parallel, e.strategy.tp_overlap});
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
@@ -170,8 +180,17 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
   fmt::print(out, "throughput       {:.6g} samples/s ({} per iteration)\n", m.throughput_samples_per_s,
              plural(m.samples_per_iteration, "sample", "samples"));
-  fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n\n",
+  fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
              percent(m.bubble_ratio));
+  if (par.tensor > 1) {
+    const TimeBreakdown& b = m.breakdown;
+    fmt::print(out,
+               "time per device  compute {}, exposed TP {}, pipeline comm {}, data-parallel comm {}, bubble {}, "
+               "optimizer {} (means over the devices in use)\n",
+               format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+  }
+  fmt::print(out, "\n");
   fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
              "peak mem", "activations", "capacity");
   for (const DeviceMetrics& d : m.devices) {
@@ -301,10 +320,24 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
     stages.push_back({{"index", s},
                       {"layers", layers},
                       {"devices", devices},
-                      {"replicas", st.devices.size()},
+                      {"replicas", st.replicas()},
+                      {"tensor_parallel", st.tensor_parallel},
                       {"successors", run.partition.successors(static_cast<int>(s))}});
   }
   j["stages"] = stages;
+  const Parallelism par = parallelism(run.partition);
+  j["parallelism"] = {{"tensor", par.tensor},
+                      {"pipeline", par.pipeline},
+                      {"chunks", par.chunks},
+                      {"data", par.data},
+                      {"sequence_parallel", e.strategy.sequence_parallel},
+                      {"tp_overlap", e.strategy.tp_overlap}};
+  auto breakdown_json = [](const TimeBreakdown& b) {
+    return nlohmann::json{{"compute_s", b.compute_s},           {"tensor_parallel_s", b.tensor_parallel_s},
+                          {"pipeline_s", b.pipeline_s},         {"data_parallel_s", b.data_parallel_s},
+                          {"bubble_s", b.bubble_s},             {"optimizer_s", b.optimizer_s}};
+  };
+  j["breakdown"] = breakdown_json(m.breakdown);
   j["iteration_time_s"] = m.iteration_time_s;
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;
@@ -337,7 +370,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                        {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
                        {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
                        {"static_memory_bytes", json_number(d.static_bytes)},
-                       {"capacity_bytes", json_number(d.capacity_bytes)}});
+                       {"capacity_bytes", json_number(d.capacity_bytes)},
+                       {"breakdown", breakdown_json(d.breakdown)}});
   }
   j["devices"] = devices;
   return j;
@@ -415,7 +449,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   uint64_t flow = 0;
   for (int32_t t : transfers) {
     const Task& task = g.tasks[t];
-    if (task.transfer == TransferKind::AllReduce) continue;
+    if (task.transfer == TransferKind::AllReduce || task.transfer == TransferKind::TensorParallel) continue;
     for (int32_t consumer : g.successors(t)) {
       if (!g.tasks[consumer].is_compute()) continue;
       ++flow;

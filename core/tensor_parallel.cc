@@ -1,0 +1,272 @@
+#include "core/tensor_parallel.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace pipegrid {
+
+std::string_view to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce:
+      return "all-reduce";
+    case CollectiveKind::AllGather:
+      return "all-gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce-scatter";
+  }
+  return "?";
+}
+
+double ring_flow_bytes(CollectiveKind k, double bytes, int t) {
+  if (t < 2) return 0;
+  const double steps = k == CollectiveKind::AllReduce ? 2.0 * (t - 1) : static_cast<double>(t - 1);
+  return steps / t * bytes;
+}
+
+namespace {
+
+Kernel kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
+              double weight_bytes = 0, double calls = 1) {
+  return Kernel{cls, fwd, bwd_in, bwd_w, fwd_bytes, bwd_bytes, weight_bytes, calls};
+}
+
+Kernel scaled(Kernel k, double f) {
+  k.forward_flops *= f;
+  k.backward_input_flops *= f;
+  k.backward_weight_flops *= f;
+  k.forward_bytes *= f;
+  k.backward_bytes *= f;
+  return k;
+}
+
+TpPiece compute(std::vector<Kernel> ks) { return TpPiece{false, std::move(ks), CollectiveKind::AllReduce, 0}; }
+TpPiece collective(CollectiveKind k, double bytes) { return TpPiece{true, {}, k, bytes}; }
+
+// A transformer layer's kernels on one device of t (per sample), named by what they compute.
+struct TransformerKernels {
+  Kernel ln1, qkv, core, softmax_dropout, proj, dropout_residual1, ln2, up, act, down, dropout_residual2;
+  std::vector<Kernel> rotary;  // empty without rotary embeddings
+  double parameters = 0, parameter_bytes = 0;
+  double stash_none = 0, stash_selective = 0, stash_full = 0;
+};
+
+TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_parallel, Precision precision) {
+  const double eb = element_bytes(precision);
+  const double s = sp.sequence, h = sp.hidden, a = sp.heads, f = sp.ffn, T = t;
+  const double kv = sp.kv_heads > 0 ? sp.kv_heads : a;
+  const double hd = h / a;
+  const double qkv_out = h + 2 * kv * hd;
+  const double g = sp.gated ? 2 : 1;        // matrices of the MLP's first GEMM (gate and up)
+  const double seq_share = sequence_parallel ? 1 / T : 1;  // norms, dropouts, residuals
+  TransformerKernels k;
+  // Weights (and biases) per device: the column- and row-parallel matrices split, the row-parallel
+  // biases and the norms replicated.
+  const double w_qkv = h * qkv_out / T + (sp.biases ? qkv_out / T : 0);
+  const double w_proj = h * h / T;
+  const double w_up = h * f * g / T + (sp.biases ? f * g / T : 0);
+  const double w_down = f * h / T;
+  const double replicated = (sp.biases ? 2 * h : 0) + (sp.biases ? 4 * h : 2 * h);  // row biases, norms
+  k.parameters = w_qkv + w_proj + w_up + w_down + replicated;
+  k.parameter_bytes = k.parameters * eb;
+  auto gemm = [&](double flops, double io, double weights) {
+    return kernel(KernelClass::Gemm, flops, flops, flops, io * eb, 2 * io * eb, weights * eb);
+  };
+  k.qkv = gemm(2 * s * h * qkv_out / T, s * h + s * qkv_out / T, w_qkv);
+  k.proj = gemm(2 * s * h * h / T, s * h / T + s * h, w_proj);
+  k.up = gemm(2 * s * h * f * g / T, s * h + s * f * g / T, w_up);
+  k.down = gemm(2 * s * f * h / T, s * f / T + s * h, w_down);
+  const double scores = 4 * s * s * h / T;
+  const double core_io = (2 * s * h + 2 * s * kv * hd + 2 * a * s * s) / T * eb;
+  k.core = kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io, 0, 2);
+  const double sm = 4 * a * s * s / T * eb;  // softmax and dropout over the scores, read and written
+  k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, sm, 1.5 * sm, 0, 2);
+  const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
+  k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
+  const double dr = 5 * s * h * seq_share * eb;  // dropout (r + w) and residual add (2 r + w)
+  k.dropout_residual1 = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, 2);
+  k.dropout_residual2 = k.dropout_residual1;
+  const double ln = 2 * s * h * seq_share * eb;
+  k.ln1 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
+  k.ln2 = k.ln1;
+  if (sp.rotary) {
+    const double rot = 2 * s * (h + kv * hd) / T * eb;  // queries and keys, read and written
+    k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
+  }
+  // Activations kept for the backward, per sample, in 2-byte units (Korthikanti et al., section 4.1,
+  // generalised to grouped-query attention and a gated MLP the same way): the unsplit part (the
+  // inputs of the two norms, of QKV and of the MLP's first GEMM, two dropout masks) is 10 s h; the
+  // split part is Q, K, V (2 s h + 4 s kv hd), the projection's input (2 s h), the activation's input
+  // and the second GEMM's input (4 s f; gated: 6 s f), and the attention core's 5 a s^2.
+  const double unsplit = 10 * s * h;
+  const double split = 2 * s * h + 4 * s * kv * hd + 2 * s * h + (sp.gated ? 6 : 4) * s * f;
+  const double core_stash = 5 * a * s * s;
+  const double half = eb / 2;
+  if (sequence_parallel) {
+    k.stash_none = (unsplit + split + core_stash) / T * half;
+    k.stash_selective = (unsplit + split) / T * half;
+  } else {
+    k.stash_none = (unsplit + (split + core_stash) / T) * half;
+    k.stash_selective = (unsplit + split / T) * half;
+  }
+  k.stash_full = 2 * s * h * half;  // the layer's input (Table 2: 2 s b h L, whatever t)
+  return k;
+}
+
+Error no_split(const Layer& l, int t) {
+  return Error{fmt::format(
+      "layer \"{}\" (kind {}) has no tensor-parallel split, and tensor_parallel is {}: Megatron splits "
+      "transformer blocks, vocabulary-parallel embeddings and heads, and runs norms and element-wise "
+      "layers whole on every device; a model file can mark a layer `tensor_split: replicated`",
+      l.name, l.kind, t)};
+}
+
+Status divides(const Layer& l, int t, double value, std::string_view what) {
+  const double q = value / t;
+  if (value > 0 && q == std::floor(q)) return {};
+  return Error{fmt::format("layer \"{}\": tensor_parallel {} does not divide its {} ({:g})", l.name, t, what, value)};
+}
+
+}  // namespace
+
+std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision) {
+  TransformerKernels k = transformer(s, 1, false, precision);
+  std::vector<Kernel> out{k.ln1, k.qkv};
+  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
+  for (const Kernel& x : {k.core, k.softmax_dropout, k.proj, k.dropout_residual1, k.ln2, k.up, k.act, k.down,
+                          k.dropout_residual2})
+    out.push_back(x);
+  return out;
+}
+
+Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
+                                      Precision precision) {
+  const TensorSplit& sp = l.split;
+  const bool seq = o.sequence_parallel;
+  const double eb = element_bytes(precision);
+  TpLayer out;
+  if (t > 1 && l.measured)
+    return Error{fmt::format("layer \"{}\" has measured times, which cannot be split between {} devices: "
+                             "tensor parallelism needs layers described by their shapes", l.name, t)};
+  if (t > 1 && seq && (sp.kind == TensorSplitKind::Transformer || sp.kind == TensorSplitKind::VocabEmbedding ||
+                       sp.kind == TensorSplitKind::VocabHead))
+    if (Status st = divides(l, t, sp.sequence, "sequence length (sequence parallelism splits it)"); !st)
+      return st.error();
+  switch (sp.kind) {
+    case TensorSplitKind::Undefined:
+      if (t > 1) return no_split(l, t);
+      [[fallthrough]];
+    case TensorSplitKind::Replicated: {
+      const double share = seq ? 1.0 / t : 1.0;
+      std::vector<Kernel> ks;
+      for (const Kernel& k : layer_kernels(l)) ks.push_back(scaled(k, share));
+      out.forward.push_back(compute(ks));
+      out.backward.push_back(compute(ks));
+      out.parameters = l.parameters;
+      out.parameter_bytes = l.parameter_bytes;
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes * share;
+      return out;
+    }
+    case TensorSplitKind::Input:
+      return out;
+    case TensorSplitKind::Transformer: {
+      for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
+                                 std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
+                                 std::pair{sp.ffn, "FFN width"}})
+        if (Status st = divides(l, t, value, what); !st) return st.error();
+      TransformerKernels k = transformer(sp, t, seq, precision);
+      const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
+      std::vector<Kernel> attn{k.qkv};
+      attn.insert(attn.end(), k.rotary.begin(), k.rotary.end());
+      for (const Kernel& x : {k.core, k.softmax_dropout, k.proj}) attn.push_back(x);
+      std::vector<Kernel> mlp{k.up, k.act, k.down};
+      if (!seq) {
+        std::vector<Kernel> a{k.ln1};
+        a.insert(a.end(), attn.begin(), attn.end());
+        std::vector<Kernel> m{k.dropout_residual1, k.ln2};
+        m.insert(m.end(), mlp.begin(), mlp.end());
+        out.forward = {compute(a), collective(CollectiveKind::AllReduce, act), compute(m),
+                       collective(CollectiveKind::AllReduce, act), compute({k.dropout_residual2})};
+        // Backward: the MLP (last residual, down, activation, up), the all-reduce of the up GEMM's
+        // input gradient, then LN2, the first residual, the attention (projection .. QKV), the
+        // all-reduce of QKV's input gradient, LN1.
+        std::vector<Kernel> bm{k.dropout_residual2, k.down, k.act, k.up};
+        std::vector<Kernel> ba{k.ln2, k.dropout_residual1, k.proj, k.softmax_dropout, k.core};
+        ba.insert(ba.end(), k.rotary.begin(), k.rotary.end());
+        ba.push_back(k.qkv);
+        out.backward = {compute(bm), collective(CollectiveKind::AllReduce, act), compute(ba),
+                        collective(CollectiveKind::AllReduce, act), compute({k.ln1})};
+      } else {
+        out.forward = {compute({k.ln1}),
+                       collective(CollectiveKind::AllGather, act),
+                       compute(attn),
+                       collective(CollectiveKind::ReduceScatter, act),
+                       compute({k.dropout_residual1, k.ln2}),
+                       collective(CollectiveKind::AllGather, act),
+                       compute(mlp),
+                       collective(CollectiveKind::ReduceScatter, act),
+                       compute({k.dropout_residual2})};
+        std::vector<Kernel> ba{k.proj, k.softmax_dropout, k.core};
+        ba.insert(ba.end(), k.rotary.begin(), k.rotary.end());
+        ba.push_back(k.qkv);
+        out.backward = {compute({k.dropout_residual2}),
+                        collective(CollectiveKind::AllGather, act),
+                        compute({k.down, k.act, k.up}),
+                        collective(CollectiveKind::ReduceScatter, act),
+                        compute({k.ln2, k.dropout_residual1}),
+                        collective(CollectiveKind::AllGather, act),
+                        compute(ba),
+                        collective(CollectiveKind::ReduceScatter, act),
+                        compute({k.ln1})};
+      }
+      out.recompute = {k.core, k.softmax_dropout};
+      out.parameters = k.parameters;
+      out.parameter_bytes = k.parameter_bytes;
+      out.stash_none = k.stash_none;
+      out.stash_selective = k.stash_selective;
+      out.stash_full = k.stash_full;
+      return out;
+    }
+    case TensorSplitKind::VocabEmbedding: {
+      if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
+        return st.error();
+      const double act = sp.sequence * sp.hidden * eb;
+      const std::vector<Kernel> ks = layer_kernels(l);
+      out.forward = {compute(ks)};
+      if (t > 1)
+        out.forward.push_back(collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
+      if (t > 1 && seq) out.backward.push_back(collective(CollectiveKind::AllGather, act));
+      out.backward.push_back(compute(ks));
+      out.parameters = l.parameters / t;
+      out.parameter_bytes = l.parameter_bytes / t;
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1);
+      return out;
+    }
+    case TensorSplitKind::VocabHead: {
+      if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
+        return st.error();
+      const double s = sp.sequence, h = sp.hidden, V = sp.vocabulary, T = t;
+      const double act = s * h * eb;
+      const double flops = 2 * s * h * V / T;
+      const double io = (s * h + s * V / T) * eb;
+      const Kernel gemm = kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, l.weight_bytes / T);
+      // Cross-entropy over the device's V/t logits: read, exponentiate, normalise (fp32).
+      const double ce = 3 * s * V / T * 4;
+      const Kernel loss = kernel(KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2);
+      if (t > 1 && seq) out.forward.push_back(collective(CollectiveKind::AllGather, act));
+      out.forward.push_back(compute({gemm}));
+      if (t > 1) out.forward.push_back(collective(CollectiveKind::AllReduce, 3 * 4 * s));
+      out.forward.push_back(compute({loss}));
+      out.backward.push_back(compute({loss, gemm}));
+      if (t > 1)
+        out.backward.push_back(collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
+      out.parameters = l.parameters / T;
+      out.parameter_bytes = l.parameter_bytes / T;
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / T;
+      return out;
+    }
+  }
+  return no_split(l, t);
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,80 @@
+// Tensor parallelism as Megatron-LM runs it (Shoeybi et al., arXiv 1909.08053; Narayanan et al.,
+// arXiv 2104.04473; Korthikanti et al., arXiv 2205.05198): a stage replica is a group of t devices
+// that each hold 1/t of the weights of every split layer and run every pass together, separated by
+// the group's collectives.
+//
+// A pass of a layer on one device of the group is a list of pieces: compute (per-device kernels,
+// timed by the cost model like any layer) and collectives over the group. Per transformer layer:
+//   without sequence parallelism (SP), forward:
+//     [LN1, QKV (column), attention core (heads/t), softmax + dropout, output projection (row)]
+//     all-reduce(s h) [dropout + residual, LN2, MLP up (column), activation, MLP down (row)]
+//     all-reduce(s h) [dropout + residual]
+//   backward: the mirror, with the all-reduces after the column-parallel layers' input gradients;
+//   with SP, each all-reduce becomes a reduce-scatter (forward) / all-gather (backward) pair and the
+//   norms, dropouts and residuals run on 1/t of the sequence:
+//     [LN1] all-gather [QKV .. projection] reduce-scatter [dropout, residual, LN2] all-gather
+//     [MLP] reduce-scatter [dropout + residual]
+// Embedding (vocabulary-parallel): forward all-reduce (SP: reduce-scatter) of its output; its
+// backward's gradient all-gather with SP. Output head (vocabulary-parallel): SP all-gather of its
+// input, the logits' GEMM on V/t columns, one all-reduce of the cross-entropy's three per-token
+// fp32 statistics (max, sum of exponentials, target logit: Megatron issues three, merged here), and
+// in the backward the input gradient all-reduced (SP: reduce-scattered).
+#pragma once
+
+#include <vector>
+
+#include "core/result.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+struct TensorParallelOptions {
+  bool sequence_parallel = false;
+  // Megatron's overlap of TP communication with the GEMMs (--tp-comm-overlap): a collective runs
+  // beside the compute piece that follows it, which then does not wait for it; the piece after that
+  // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
+  bool overlap = false;
+};
+
+enum class CollectiveKind : unsigned char { AllReduce, AllGather, ReduceScatter };
+std::string_view to_string(CollectiveKind k);
+
+// One piece of a layer's pass on one device of a group of t.
+struct TpPiece {
+  bool collective = false;
+  // Compute: per-device kernels (per sample), timed by layer_times on the layer's device.
+  std::vector<Kernel> kernels;
+  // Collective: its kind and the bytes per sample of the whole tensor (the all-reduced tensor, the
+  // all-gather's output, the reduce-scatter's input).
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  double bytes = 0;
+};
+
+// A layer under tensor parallelism, on one device of the group.
+struct TpLayer {
+  std::vector<TpPiece> forward;   // in execution order
+  std::vector<TpPiece> backward;  // in execution order (the layer's backward)
+  std::vector<Kernel> recompute;  // selective recomputation: the forward kernels the backward re-runs
+  double parameters = 0;          // per device
+  double parameter_bytes = 0;
+  // Activation bytes per sample kept from F to B on one device, by recomputation mode
+  // (Korthikanti et al., Table 2, at 2 bytes per element, scaled to the precision).
+  double stash_none = 0, stash_selective = 0, stash_full = 0;
+};
+
+// Fails when the layer has no defined split for t > 1, or when t does not divide what Megatron
+// splits (heads, KV heads, FFN width, vocabulary; the sequence with SP). The message names the layer.
+Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
+                                      Precision precision);
+
+// The per-device kernels of a transformer layer for group size t without SP, all pieces together:
+// what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere.
+std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision);
+
+// Bytes one device sends in the merged-flow ring collective of `bytes` (the whole tensor) among t
+// devices: 2 (t - 1) / t x bytes for an all-reduce, (t - 1) / t x bytes for an all-gather or a
+// reduce-scatter. On a ring of equal links with no latency, one such flow per device takes exactly
+// the time of the 2 (t - 1) (or t - 1) pipelined steps of the ring algorithm.
+double ring_flow_bytes(CollectiveKind k, double bytes, int t);
+
+}  // namespace pipegrid

@@ -1,0 +1,183 @@
+// Tensor parallelism in the core: Korthikanti et al.'s activation memory (arXiv 2205.05198, section 4,
+// Table 2), Megatron's collectives per layer, published parameter counts, and the errors.
+#include "core/tensor_parallel.h"
+
+#include <doctest/doctest.h>
+
+#include "core/experiment.h"
+#include "core/lower.h"
+#include "core/models/zoo.h"
+#include "tests/support/approx.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+struct Config {
+  const char* name;
+  int layers, hidden, heads, t, p;
+};
+// Korthikanti et al., Table 3: the four configurations (s = 2048, vocabulary 51200 as Megatron pads it).
+constexpr Config kConfigs[] = {{"22B", 48, 6144, 64, 8, 1},
+                               {"175B", 96, 12288, 96, 8, 8},
+                               {"530B", 105, 20480, 128, 8, 35},
+                               {"1T", 128, 25600, 160, 8, 64}};
+constexpr double kSeq = 2048;
+
+Workload gpt(const Config& c) {
+  ModelArgs a{{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"sequence", kSeq},
+              {"vocabulary", 51200}};
+  return *build_model(**find_model("gpt"), a, Precision::AMP);
+}
+
+// Table 2, bytes per transformer layer and sample (16-bit activations).
+double table2(const Config& c, Recompute r, bool sp) {
+  const double s = kSeq, h = c.hidden, a = c.heads, t = c.t;
+  switch (r) {
+    case Recompute::None:
+      return sp ? s * h * (34 / t + 5 * a * s / (h * t)) : s * h * (10 + 24 / t + 5 * a * s / (h * t));
+    case Recompute::Selective:
+      return sp ? s * h * 34 / t : s * h * (10 + 24 / t);
+    case Recompute::Full:
+      return 2 * s * h;
+  }
+  return 0;
+}
+
+int count(const TaskGraph& g, TransferKind k) {
+  int n = 0;
+  for (const Task& t : g.tasks) n += t.kind == TaskKind::Transfer && t.transfer == k;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallelism: activation memory per layer is Korthikanti et al.'s Table 2, every mode") {
+  for (const Config& c : kConfigs)
+    for (bool sp : {false, true}) {
+      const Workload w = gpt(c);
+      const Layer& block = w.layer(3);  // tokens, embedding, positions, then the blocks
+      REQUIRE(block.split.kind == TensorSplitKind::Transformer);
+      Result<TpLayer> l = tensor_parallel_layer(block, c.t, {sp, false}, w.precision);
+      REQUIRE(l.ok());
+      INFO(c.name << (sp ? " with SP" : ""));
+      CHECK(close_rel(l->stash_none, table2(c, Recompute::None, sp), 1e-12));
+      CHECK(close_rel(l->stash_selective, table2(c, Recompute::Selective, sp), 1e-12));
+      CHECK(close_rel(l->stash_full, table2(c, Recompute::Full, sp), 1e-12));
+    }
+}
+
+TEST_CASE("tensor parallelism: a stage of the four 2205.05198 configurations stashes L/p layers' Table 2 bytes") {
+  for (const Config& c : kConfigs) {
+    if (c.p == 1) continue;  // its one stage also holds the embedding and the head
+    for (bool sp : {false, true})
+      for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        Experiment e;
+        e.workload = gpt(c);
+        e.cluster = line_cluster(c.t * c.p, 100e9, 1e-6);
+        for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+        e.strategy.partitioner = "megatron";
+        e.strategy.stages = c.p;
+        e.strategy.tensor_parallel = c.t;
+        e.strategy.sequence_parallel = sp;
+        e.strategy.micro_batches = 1;
+        e.micro_batch_size = 1;
+        e.memory.recompute = r;
+        Result<PreparedRun> run = prepare(e);
+        REQUIRE_MESSAGE(run.ok(), run.error().message);
+        auto costs = stage_costs(e.workload, e.cluster, run->partition, 1, r, {sp, false});
+        REQUIRE(costs.ok());
+        const StageCost& middle = (*costs)[1][0];  // stage 1: transformer blocks only
+        INFO(c.name << " recompute " << to_string(r) << (sp ? " SP" : ""));
+        CHECK(close_rel(middle.stash_bytes, c.layers / c.p * table2(c, r, sp), 1e-12));
+      }
+  }
+}
+
+TEST_CASE("tensor parallelism: Megatron's collectives per layer and micro-batch") {
+  // Without SP: 2 all-reduces in the forward and 2 in the backward per transformer layer, +2 forward ones
+  // re-run under full recomputation (which checkpoints the transformer layers only); with SP each
+  // becomes an all-gather and a reduce-scatter. Each collective is one flow per device of the group;
+  // the embedding adds 1 forward (and 1 backward with SP), the head 1 forward (the cross-entropy's
+  // statistics), 1 backward and, with SP, the all-gather of its input.
+  const Config c{"small", 4, 1024, 16, 4, 1};
+  for (bool sp : {false, true})
+    for (Recompute r : {Recompute::None, Recompute::Full}) {
+      Experiment e;
+      e.workload = gpt(c);
+      e.cluster = line_cluster(c.t, 100e9, 1e-6);
+      for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+      e.strategy.partitioner = "megatron";
+      e.strategy.stages = 1;
+      e.strategy.tensor_parallel = c.t;
+      e.strategy.sequence_parallel = sp;
+      const int m = 3;
+      e.strategy.micro_batches = m;
+      e.micro_batch_size = 1;
+      e.memory.recompute = r;
+      Result<PreparedRun> run = prepare(e);
+      REQUIRE_MESSAGE(run.ok(), run.error().message);
+      const int per_layer = (sp ? 2 : 1) * (4 + (r == Recompute::Full ? 2 : 0));
+      const int embedding = sp ? 2 : 1, head = sp ? 3 : 2;
+      INFO((sp ? "SP " : "") << to_string(r));
+      CHECK(count(run->graph, TransferKind::TensorParallel) == (c.layers * per_layer + embedding + head) * m * c.t);
+    }
+}
+
+TEST_CASE("tensor parallelism: per-device weights are 1/t of the split matrices, norms and row biases whole") {
+  const Config c{"x", 2, 1024, 16, 4, 1};
+  const Workload w = gpt(c);
+  const Layer& block = w.layer(3);
+  const double h = c.hidden;
+  Result<TpLayer> l = tensor_parallel_layer(block, c.t, {}, w.precision);
+  REQUIRE(l.ok());
+  // QKV 3h^2 + 3h, projection h^2, MLP 8h^2 + 4h split; projection and MLP-down biases (2h) and two
+  // LayerNorms (4h) on every device.
+  CHECK(close_rel(l->parameters, (12 * h * h + 7 * h) / c.t + 6 * h, 1e-12));
+  Result<TpLayer> one = tensor_parallel_layer(block, 1, {}, w.precision);
+  CHECK(close_rel(one->parameters, block.parameters, 1e-12));
+}
+
+TEST_CASE("llama: the zoo's parameter counts are the published ones") {
+  // Meta's model cards (Llama 2: arXiv 2307.09288; Llama 3: arXiv 2407.21783), counted exactly.
+  const std::pair<const char*, double> published[] = {{"llama2-7b", 6738415616.0},  {"llama2-13b", 13015864320.0},
+                                                      {"llama2-70b", 68976648192.0}, {"llama3-8b", 8030261248.0},
+                                                      {"llama3-70b", 70553706496.0}, {"llama3-405b", 405853388800.0}};
+  for (auto [name, n] : published) {
+    INFO(name);
+    Result<Workload> w = build_model(**find_model(name), {}, Precision::AMP_BF16);
+    REQUIRE(w.ok());
+    CHECK(total_parameters(*w) == n);
+  }
+}
+
+TEST_CASE("tensor parallelism: errors name the layer and what t must divide") {
+  Experiment e;
+  e.workload = gpt({"x", 2, 1024, 16, 3, 1});
+  e.cluster = line_cluster(3, 100e9, 1e-6);
+  for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+  e.strategy.partitioner = "megatron";
+  e.strategy.stages = 1;
+  e.strategy.tensor_parallel = 3;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(!run.ok());
+  CHECK(run.error().message.find("tensor_parallel 3 does not divide its") != std::string::npos);
+
+  e.workload = *build_model(**find_model("resnet50"), {}, Precision::AMP);
+  e.strategy.partitioner = "uniform";
+  e.cluster = line_cluster(2, 100e9, 1e-6);
+  e.strategy.tensor_parallel = 2;
+  run = prepare(e);
+  REQUIRE(!run.ok());
+  CHECK(run.error().message.find("has no tensor-parallel split") != std::string::npos);
+  CHECK(run.error().message.find("conv") != std::string::npos);
+}
+
+TEST_CASE("ring_flow_bytes: one flow per device carries the ring's 2(t-1)/t (all-reduce) or (t-1)/t") {
+  CHECK(ring_flow_bytes(CollectiveKind::AllReduce, 8e6, 8) == 14e6);
+  CHECK(ring_flow_bytes(CollectiveKind::AllGather, 8e6, 8) == 7e6);
+  CHECK(ring_flow_bytes(CollectiveKind::ReduceScatter, 8e6, 4) == 6e6);
+  CHECK(ring_flow_bytes(CollectiveKind::AllReduce, 8e6, 1) == 0);
+}
