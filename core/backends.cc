@@ -339,4 +339,12 @@ Result<Workload> apply_placement(const Workload& w, const Placement& p, const Ba
   return out;
 }
 
+std::string placed_backend(const Layer& layer) {
+  constexpr std::string_view kTag = "backend: ";
+  const size_t at = layer.description.rfind(kTag);
+  if (at == std::string::npos || (at > 0 && layer.description.compare(at - 2, 2, "; ") != 0)) return "";
+  const size_t from = at + kTag.size();
+  return layer.description.substr(from, layer.description.find(';', from) - from);
+}
+
 }  // namespace pipegrid

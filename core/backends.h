@@ -160,4 +160,7 @@ Status evaluate_placement(const Workload& w, const BackendCatalog& c, const Devi
 Result<Workload> apply_placement(const Workload& w, const Placement& p, const BackendCatalog& c,
                                  const DeviceSpec& device, const PlacementOptions& o);
 
+// The backend apply_placement() named in the layer's description, or "" if none.
+std::string placed_backend(const Layer& layer);
+
 }  // namespace pipegrid

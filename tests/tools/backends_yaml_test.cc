@@ -3,7 +3,11 @@
 
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/approx.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 using namespace pipegrid;
 using namespace pipegrid::input;
@@ -88,4 +92,51 @@ TEST_CASE("catalog errors name file:line:column, the key path, what was expected
             .starts_with("b.yaml:4:13: backends.x.launch: expected a time like"));
   CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\n    colour: red\n")
             .starts_with("b.yaml:5:5: backends.x.colour: unknown key"));
+}
+
+namespace {
+
+nlohmann::json plan_json(const std::string& path) {
+  auto r = pipegrid::testing::run_command({PIPEGRID_BINARY, "plan", path, "--json"});
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("an experiment with backends: planners plan on placed costs, outputs name each layer's backend") {
+  pipegrid::testing::TempDir dir;
+  const std::string base = R"(workload: {model: resnet50, precision: amp, micro_batch_size: 8}
+cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
+)";
+  const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
+  const nlohmann::json plain = plan_json(dir.write("plain.yaml", base));
+  // The `framework` backend has no figures of its own: the device catalog's cost model, so the same
+  // plan and times as no backends at all.
+  const nlohmann::json fw =
+      plan_json(dir.write("fw.yaml", base + "backends: {catalog: " + catalog + ", use: [framework]}\n"));
+  CHECK(fw["iteration_time_s"].get<double>() == approx(plain["iteration_time_s"].get<double>()));
+  CHECK(fw["stages"][0]["layers"] == plain["stages"][0]["layers"]);
+  CHECK(!plain["stages"][0].contains("backends"));  // outputs without placement are unchanged
+  for (const auto& s : fw["stages"]) {
+    REQUIRE(s["backends"].size() == s["layers"].size());
+    for (const auto& b : s["backends"]) CHECK(b == "framework");
+  }
+  // TVM-like alone: every layer on tvm.
+  const nlohmann::json tvm = plan_json(dir.write("tvm.yaml", base + "backends: {catalog: " + catalog + ", use: [tvm]}\n"));
+  for (const auto& s : tvm["stages"])
+    for (const auto& b : s["backends"]) CHECK(b == "tvm");
+  // The trace names each stage's backends on its compute tasks.
+  auto r = pipegrid::testing::run_command(
+      {PIPEGRID_BINARY, "run", (dir.path / "tvm.yaml").string(), "--trace", (dir.path / "t.json").string()});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json trace = nlohmann::json::parse(pipegrid::testing::read_file((dir.path / "t.json").string()));
+  int named = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("args") && e["args"].contains("backends")) {
+      CHECK(e["args"]["backends"].get<std::string>().starts_with("tvm "));
+      ++named;
+    }
+  CHECK(named > 0);
 }
