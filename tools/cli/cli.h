@@ -68,6 +68,7 @@ Command add_schedule_command(CLI::App& parent);
 Command add_workload_command(CLI::App& parent);
 Command add_device_command(CLI::App& parent);
 Command add_plan_command(CLI::App& parent);
+Command add_place_command(CLI::App& parent);
 Command add_cluster_command(CLI::App& parent);
 Command add_sweep_command(CLI::App& parent);
 

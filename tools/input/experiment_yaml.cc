@@ -10,6 +10,8 @@
 
 #include "core/planner.h"
 #include "core/strategy.h"
+#include "core/backends.h"
+#include "tools/input/backends_yaml.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/workload_yaml.h"
 #include "tools/input/yaml_node.h"
@@ -172,6 +174,56 @@ MemoryOptions parse_memory(const Node& n) {
   return m;
 }
 
+// `backends: FILE` or `backends: {catalog: FILE, use: [names]}`: places the workload's layers on
+// the catalog's backends for the cluster's device kind and replaces their costs by the placed
+// times (core/backends.h).
+void apply_backends(const Node& n, Experiment& e) {
+  const Node c = n.is_map() ? n.need("catalog", "a backend catalog file (YAML)") : n;
+  if (n.is_map()) n.check_keys({"catalog", "use"});
+  else if (!n.is_scalar()) n.expected("a backend catalog file, or a mapping with catalog and use");
+  const std::string file = c.string("a backend catalog file (YAML)");
+  const std::string path = resolve_path(c.document(), file);
+  const Document doc = load_document_text(read_referenced_file(c, path), path);
+  const BackendCatalog catalog = parse_backend_catalog(Node::root(doc));
+  PlacementOptions o;
+  if (auto u = n.is_map() ? n.get("use") : std::nullopt) {
+    std::vector<std::string_view> names;
+    for (const Backend& b : catalog.backends) names.push_back(b.name);
+    for (const Node& i : u->items("a list of backend names")) {
+      const std::string name = i.choice(names, fmt::format("a backend of {}", file));
+      o.allowed.push_back(static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin()));
+    }
+    if (o.allowed.empty()) u->expected("a non-empty list of backend names");
+  }
+  // The device kind: the cluster's, which the catalog must cover (one kind: a layer carries measured
+  // times for one device kind).
+  const DeviceSpec* device = nullptr;
+  for (const Device& d : e.cluster.devices) {
+    const bool covered = std::any_of(catalog.backends.begin(), catalog.backends.end(),
+                                     [&](const Backend& b) { return b.device_kind == d.spec.kind; });
+    if (!covered) continue;
+    if (device && device->kind != d.spec.kind)
+      n.fail(fmt::format("the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
+                         "supports one device kind per experiment",
+                         device->kind, d.spec.kind, file));
+    device = &d.spec;
+  }
+  if (!device) n.fail(fmt::format("no backend of {} runs on the cluster's device kinds", file));
+  if (!o.allowed.empty()) {
+    std::vector<int> kept;
+    for (int b : o.allowed)
+      if (catalog.backends[b].device_kind == device->kind) kept.push_back(b);
+    if (kept.empty()) n.fail(fmt::format("none of the backends in `use` runs on device kind \"{}\"", device->kind));
+    o.allowed = kept;
+  }
+  o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
+  auto placed = place(e.workload, catalog, *device, o);
+  if (!placed) n.fail(placed.error().message);
+  auto w = apply_placement(e.workload, *placed, catalog, *device, o);
+  if (!w) n.fail(w.error().message);
+  e.workload = std::move(*w);
+}
+
 }  // namespace
 
 Experiment parse_experiment(const Document& doc) {
@@ -179,7 +231,7 @@ Experiment parse_experiment(const Document& doc) {
   if (root.is_null())
     root.fail("expected a mapping with keys workload, cluster, strategy, got an empty document");
   root.require_map("a mapping with keys workload, cluster, strategy");
-  root.check_keys({"name", "workload", "cluster", "strategy", "memory"});
+  root.check_keys({"name", "workload", "cluster", "strategy", "memory", "backends"});
   Experiment e;
   if (auto n = root.get("name")) e.name = n->string("a name");
   e.workload = parse_workload(root.need("workload", "a mapping describing the workload"));
@@ -187,6 +239,7 @@ Experiment parse_experiment(const Document& doc) {
   e.strategy =
       parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
+  if (auto b = root.get("backends")) apply_backends(*b, e);
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
   return e;
 }

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <cmath>
 #include <tuple>
 
+#include "core/backends.h"
 #include "core/executor.h"
 #include "core/lower.h"
 #include "core/schedule.h"
@@ -315,7 +317,13 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const Stage& st = run.partition.stage(s);
     nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
-    for (int l : st.layers) layers.push_back(e.workload.layer(l).name);
+    nlohmann::json backends = nlohmann::json::array();
+    bool placed = false;
+    for (int l : st.layers) {
+      layers.push_back(e.workload.layer(l).name);
+      backends.push_back(placed_backend(e.workload.layer(l)));
+      placed = placed || !backends.back().get<std::string>().empty();
+    }
     for (int d : st.devices) devices.push_back(e.cluster.devices[d].name);
     stages.push_back({{"index", s},
                       {"layers", layers},
@@ -323,6 +331,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"replicas", st.replicas()},
                       {"tensor_parallel", st.tensor_parallel},
                       {"successors", run.partition.successors(static_cast<int>(s))}});
+    // Backend placement (core/backends.h): each layer's backend, beside `layers`.
+    if (placed) stages.back()["backends"] = backends;
   }
   j["stages"] = stages;
   const Parallelism par = parallelism(run.partition);
@@ -426,11 +436,22 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
             {"tid", kSendTid + static_cast<int>(lane)},
             {"args", {{"name", lane == 0 ? std::string("send") : fmt::format("send {}", lane)}}}});
   }
+  // Backend placement: per stage, how many of its layers run on each backend ("cudnn 3, tvm 5").
+  std::vector<std::string> stage_backends(r.run.partition.stage_count());
+  for (size_t s = 0; s < stage_backends.size(); ++s) {
+    std::map<std::string, int> count;
+    for (int l : r.run.partition.stage(s).layers)
+      if (std::string b = placed_backend(r.experiment.workload.layer(l)); !b.empty()) ++count[b];
+    for (const auto& [b, n] : count) stage_backends[s] += fmt::format("{}{} {}", stage_backends[s].empty() ? "" : ", ", b, n);
+  }
   for (size_t t = 0; t < g.tasks.size(); ++t) {
     const Task& task = g.tasks[t];
     const double dur = tl.end[t] - tl.start[t];
     if (task.is_compute() ? dur <= 0 : task.device == task.peer) continue;
     nlohmann::json args = {{"stage", task.stage}};
+    if (task.is_compute() && task.stage >= 0 && task.stage < static_cast<int>(stage_backends.size()) &&
+        !stage_backends[task.stage].empty())
+      args["backends"] = stage_backends[task.stage];
     if (task.micro_batch >= 0) args["micro_batch"] = task.micro_batch;
     if (!task.is_compute()) {
       args["bytes"] = task.bytes;

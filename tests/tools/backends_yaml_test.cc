@@ -1,0 +1,142 @@
+// Backend catalogs (tools/input/backends_yaml): the format, the shipped catalogs, located errors.
+#include "tools/input/backends_yaml.h"
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/approx.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using namespace pipegrid;
+using namespace pipegrid::input;
+using pipegrid::testing::approx;
+
+namespace {
+
+std::string error_of(const std::string& yaml) {
+  auto c = load_backend_catalog_text(yaml, "b.yaml");
+  return c ? "" : c.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("a catalog: backends with defaults that patterns refine, and conversions") {
+  auto c = load_backend_catalog_text(R"(backends:
+  lib:
+    device: a100
+    efficiency: {conv: 0.5}
+    launch: 3us
+    patterns:
+      - conv2d
+      - [conv2d, add, relu]
+      - {ops: [class:gemm], efficiency: {gemm: 0.7}, launch: 1us, source: "a paper, table 2"}
+      - {ops: attention, measured: {forward: 1ms, backward: 2ms, batch: 8}}
+  any:
+    device: u280
+    patterns: ["*"]
+conversions:
+  - {from: lib, to: "*", latency: 2us, bandwidth: 1TBps}
+)",
+                                     "b.yaml");
+  REQUIRE(c);
+  REQUIRE(c->backends.size() == 2);
+  const Backend& lib = c->backends[0];
+  CHECK(lib.name == "lib");
+  CHECK(lib.device_kind == "a100");
+  REQUIRE(lib.patterns.size() == 4);
+  CHECK(lib.patterns[0].cost.compute_efficiency[static_cast<int>(KernelClass::Conv)] == approx(0.5));
+  CHECK(lib.patterns[0].cost.launch_s == approx(3e-6));
+  CHECK(lib.patterns[1].ops.size() == 3);
+  CHECK(lib.patterns[1].ops[2].text == "relu");
+  CHECK(lib.patterns[2].ops[0].kind == PatternOp::Kind::Class);
+  CHECK(lib.patterns[2].ops[0].cls == KernelClass::Gemm);
+  CHECK(lib.patterns[2].cost.compute_efficiency[static_cast<int>(KernelClass::Gemm)] == approx(0.7));
+  CHECK(lib.patterns[2].cost.compute_efficiency[static_cast<int>(KernelClass::Conv)] == approx(0.5));  // inherited
+  CHECK(lib.patterns[2].cost.launch_s == approx(1e-6));
+  CHECK(lib.patterns[2].source == "a paper, table 2");
+  REQUIRE(lib.patterns[3].cost.measured);
+  CHECK(lib.patterns[3].cost.measured->backward_s == approx(2e-3));
+  CHECK(lib.patterns[3].cost.measured->batch == approx(8));
+  CHECK(c->backends[1].patterns[0].ops[0].kind == PatternOp::Kind::Any);
+  // 2 us + 1 MB at 1 TB/s = 3 us from lib to any; nothing listed the other way.
+  CHECK(c->conversion_time(0, 1, 1e6) == approx(3e-6));
+  CHECK(c->conversion_time(1, 0, 1e6) == 0);
+  CHECK(c->conversion_time(0, 0, 1e6) == 0);
+}
+
+TEST_CASE("the shipped catalogs parse") {
+  for (const char* f : {"a100.yaml", "u280.yaml"}) {
+    auto c = load_backend_catalog_file(std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/" + f);
+    INFO(f);
+    REQUIRE(c);
+    CHECK(c->backends.size() >= 4);
+  }
+}
+
+TEST_CASE("catalog errors name file:line:column, the key path, what was expected and what was found") {
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [class:gemmm]\n") ==
+        "b.yaml:4:16: backends.x.patterns[0]: expected a kernel class after \"class:\" (gemm, conv, attention, "
+        "recurrent, gather, elementwise, norm), got \"gemmm\"");
+  CHECK(error_of("backends:\n  x:\n    device: a101\n    patterns: [conv2d]\n")
+            .starts_with("b.yaml:3:13: backends.x.device: expected a device of the catalog ("));
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    efficiency: {conv: 1.5}\n    patterns: [conv2d]\n") ==
+        "b.yaml:4:24: backends.x.efficiency.conv: expected a number in (0, 1], got \"1.5\"");
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: []\n") ==
+        "b.yaml:4:15: backends.x.patterns: expected a non-empty list of patterns, got a list");
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\nconversions:\n  - {from: y}\n") ==
+        "b.yaml:6:12: conversions[0].from: expected a backend of this catalog or \"*\" (*, x), got \"y\" (did you mean "
+        "\"*\"?)");
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    launch: fast\n    patterns: [conv2d]\n")
+            .starts_with("b.yaml:4:13: backends.x.launch: expected a time like"));
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\n    colour: red\n")
+            .starts_with("b.yaml:5:5: backends.x.colour: unknown key"));
+}
+
+namespace {
+
+nlohmann::json plan_json(const std::string& path) {
+  auto r = pipegrid::testing::run_command({PIPEGRID_BINARY, "plan", path, "--json"});
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("an experiment with backends: planners plan on placed costs, outputs name each layer's backend") {
+  pipegrid::testing::TempDir dir;
+  const std::string base = R"(workload: {model: resnet50, precision: amp, micro_batch_size: 8}
+cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
+)";
+  const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
+  const nlohmann::json plain = plan_json(dir.write("plain.yaml", base));
+  // The `framework` backend has no figures of its own: the device catalog's cost model, so the same
+  // plan and times as no backends at all.
+  const nlohmann::json fw =
+      plan_json(dir.write("fw.yaml", base + "backends: {catalog: " + catalog + ", use: [framework]}\n"));
+  CHECK(fw["iteration_time_s"].get<double>() == approx(plain["iteration_time_s"].get<double>()));
+  CHECK(fw["stages"][0]["layers"] == plain["stages"][0]["layers"]);
+  CHECK(!plain["stages"][0].contains("backends"));  // outputs without placement are unchanged
+  for (const auto& s : fw["stages"]) {
+    REQUIRE(s["backends"].size() == s["layers"].size());
+    for (const auto& b : s["backends"]) CHECK(b == "framework");
+  }
+  // TVM-like alone: every layer on tvm.
+  const nlohmann::json tvm = plan_json(dir.write("tvm.yaml", base + "backends: {catalog: " + catalog + ", use: [tvm]}\n"));
+  for (const auto& s : tvm["stages"])
+    for (const auto& b : s["backends"]) CHECK(b == "tvm");
+  // The trace names each stage's backends on its compute tasks.
+  auto r = pipegrid::testing::run_command(
+      {PIPEGRID_BINARY, "run", (dir.path / "tvm.yaml").string(), "--trace", (dir.path / "t.json").string()});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json trace = nlohmann::json::parse(pipegrid::testing::read_file((dir.path / "t.json").string()));
+  int named = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("args") && e["args"].contains("backends")) {
+      CHECK(e["args"]["backends"].get<std::string>().starts_with("tvm "));
+      ++named;
+    }
+  CHECK(named > 0);
+}
