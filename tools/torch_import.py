@@ -21,8 +21,8 @@ What it does:
      weight is another layer's (tied, e.g. a language-model head) becomes a custom layer with the
      linear's FLOPs and no parameters, so parameters are counted once.
   3. An operation it does not know becomes a `custom` layer with what its shapes give (bytes read
-     and written, its module's parameters, its output shape; no FLOPs), listed in the report:
-     never dropped.
+     and written, its module's parameters, its output shape; FLOPs for other convolutions and
+     matrix products, none otherwise), listed in the report: never dropped.
   4. With --profile: times each layer's forward and backward on this machine (CPU, or CUDA when
      available and --device cuda) by re-running that layer's traced operations on its recorded
      inputs (median of --repeat runs after one warm-up) and writes a measured profile: the same
@@ -339,6 +339,10 @@ class Importer:
         elif isinstance(m, nn.LSTM) and m.num_layers == 1 and m.batch_first:
             self.module_parameters(m)
             self.add(node, "lstm", {"hidden": m.hidden_size, "bidirectional": m.bidirectional})
+        elif isinstance(m, nn.modules.conv._ConvNd):  # other convolutions: FLOPs from the shapes
+            flops = 2.0 * (m.in_channels // m.groups) * math.prod(m.kernel_size) * numel(shape_of(node))
+            self.custom_layer(node, f"module {type(m).__module__}.{type(m).__name__} (FLOPs from its shapes)",
+                              module=m, flops=flops)
         else:
             self.custom_layer(node, f"module {type(m).__module__}.{type(m).__name__}", module=m)
 
@@ -402,6 +406,13 @@ class Importer:
             if dim in (-1, len(out)) and len(tensor_args) >= 2:
                 self.add(node, "concat")
                 return
+        if (node.op == "call_function" and t in (torch.matmul, torch.bmm, operator.matmul) or
+                node.op == "call_method" and t in ("matmul", "bmm")) and len(node.all_input_nodes) == 2:
+            a = shape_of(node.all_input_nodes[0])
+            flops = 2.0 * numel(shape_of(node)) * (a[-1] if a else 1)
+            self.custom_layer(node, f"{node.op} matmul (FLOPs from its shapes)",
+                              extra_params=sum(self.value[a][1] for a in param_args), flops=flops)
+            return
         if not tensor_args:  # arange, zeros, ...: constants
             self.value[node] = ("const", None)
             return
@@ -437,11 +448,13 @@ def layer_parameters(importer):
     seen = set()
     for layer in importer.layers:
         n = 0
+        layer["_tensors"] = []
         for node in layer["_nodes"]:
             if node.op == "call_module":
                 for p in importer.gm.get_submodule(node.target).parameters():
                     if id(p) not in seen:
                         seen.add(id(p))
+                        layer["_tensors"].append(p)
                         n += p.numel()
             for a in node.all_input_nodes:
                 if a.op == "get_attr":
@@ -450,6 +463,7 @@ def layer_parameters(importer):
                         attr = getattr(attr, part)
                     if isinstance(attr, nn.Parameter) and id(attr) not in seen:
                         seen.add(id(attr))
+                        layer["_tensors"].append(attr)
                         n += attr.numel()
         layer["_params"] = n
 
@@ -611,7 +625,8 @@ def main(argv=None):
     report = [f"{name}: {len(imp.layers)} layers, {torch_params:,} parameters in torch, "
               f"{file_params:,} in the file"]
     if imp.custom:
-        report.append(f"{len(imp.custom)} operations imported as custom layers (no FLOPs counted; bytes from shapes):")
+        report.append(f"{len(imp.custom)} operations imported as custom layers (bytes from shapes; FLOPs only where "
+                      f"the line says so):")
         report += [f"  {n}: {why}" for n, why in imp.custom]
     else:
         report.append("no custom layers: every operation mapped to a pipegrid layer kind")
@@ -639,9 +654,14 @@ def main(argv=None):
             f.write("\n".join(lines) + "\n")
         report.append(f"profile: {args.profile} ({args.device}: {where}, batch {args.batch}, fp32)")
 
+    used = {id(p) for l in imp.layers for p in l["_tensors"]}
+    unused = [(n, p.numel()) for n, p in model.named_parameters() if id(p) not in used]
+    if unused:
+        report.append(f"{sum(c for _, c in unused):,} parameters the forward never uses are not in the file: "
+                      + ", ".join(f"{n} ({c:,})" for n, c in unused))
     out = open(args.report, "w") if args.report else sys.stderr
     out.write("\n".join(report) + "\n")
-    if file_params != torch_params:
+    if file_params + sum(c for _, c in unused) != torch_params:
         fail(f"the file holds {file_params:,} parameters, torch {torch_params:,}", status=1)
     return 0
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -277,6 +279,7 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
       } else if (type == "send" || type == "recv") {
         Result<int> peer = rank_of(i, "peer");
         if (!peer) return peer.error();
+        if (*peer == *rank) return Error{fmt::format("{}: a {} to its own rank", where(i), type)};
         const auto key = type == "send" ? std::tuple{*rank, *peer, n.at("tag").get<int64_t>()}
                                         : std::tuple{*peer, *rank, n.at("tag").get<int64_t>()};
         auto it = transfer.find(key);
@@ -298,11 +301,16 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         for (int r : group)
           if (r < 0 || static_cast<size_t>(r) >= devices)
             return Error{fmt::format("{}: group member {} is not a device of the cluster", where(i), r)};
+        if (std::set<int>(group.begin(), group.end()).size() != group.size())
+          return Error{fmt::format("{}: a rank appears twice in the group [{}]", where(i), fmt::join(group, ", "))};
+        const double bytes = n.at("bytes").get<double>();
+        if (!(bytes >= 0) || !std::isfinite(bytes))
+          return Error{fmt::format("{}: a size of {} bytes", where(i), bytes)};
         if (std::find(group.begin(), group.end(), *rank) == group.end())
           return Error{fmt::format("{}: rank {} is not in its own group", where(i), *rank)};
         Collective& col = collectives[{group, n.value("tag", int64_t{0})}];
         col.group = group;
-        col.bytes = n.at("bytes").get<double>();
+        col.bytes = bytes;
         if (!col.node.emplace(*rank, i).second)
           return Error{fmt::format("{}: a second collective with the same group and tag on this rank", where(i))};
       } else {
