@@ -195,9 +195,15 @@ class Importer:
         if name is None:
             name = node.target if node.op == "call_module" and node.target not in self.names else node.name
         name = self.unique(str(name))
+        last = (nodes or [node])[-1]
+        out = shape_of(last)
+        if out is None:  # a module returning a tuple (LSTM, MultiheadAttention): its first element
+            firsts = [u for u in last.users if u.op == "call_function" and u.target is operator.getitem
+                      and u.args[1] == 0]
+            out = shape_of(firsts[0]) if firsts else None
         layer = {"name": name, "kind": kind, **(keys or {}),
                  "inputs": inputs if inputs is not None else self.tensor_inputs(node),
-                 "_nodes": nodes or [node], "_out": shape_of((nodes or [node])[-1])}
+                 "_nodes": nodes or [node], "_out": out}
         self.layers.append(layer)
         for n in layer["_nodes"]:
             self.value[n] = ("layer", name)
@@ -368,6 +374,10 @@ class Importer:
 
     def function(self, node):
         t = node.target
+        if node.op == "call_function" and t is operator.getitem and node.args and \
+                self.value.get(node.args[0], ("const",))[0] == "layer":
+            self.alias(node)  # an element of a layer's tuple output (LSTM, attention): that layer
+            return
         if shape_of(node) is None:  # sizes, getattr, Python values: no layer
             self.value[node] = ("const", None)
             return
