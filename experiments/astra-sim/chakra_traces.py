@@ -23,19 +23,19 @@ Every dependency is a data dependency (Node.data_deps): the ET feeder of the pin
 Tags: 2 j for F(j)'s activation, 2 j + 1 for B(j)'s gradient (unique per pair and direction).
 Counts per rank: 2 m + 1 COMP, m SEND and m RECV per neighbour.
 
-Chakra's wire format, written here without generated code: a length-delimited (varint32 size)
-GlobalMetadata, then one length-delimited Node per node. The field numbers used (Chakra's
-schema/protobuf/et_def.proto, an interface fact): GlobalMetadata.version = 1; Node.id = 1,
-name = 2, type = 3, data_deps = 5 (packed), duration_micros = 7,
-attr = 10; AttributeProto.name = 1, int32_val = 7, int64_val = 9, bool_val = 27; NodeType
-COMP_NODE = 4, COMM_SEND_NODE = 5, COMM_RECV_NODE = 6. run.py parses the files back with the
+Chakra's wire format is written by tools/chakra.py (shared with `pipegrid export --chakra`;
+its docstring lists the field numbers, from Chakra's schema/protobuf/et_def.proto). run.py parses the files back with the
 protobuf module and Chakra's own et_def.proto (compiled by protoc) before running ASTRA-sim;
 test_traces.py parses them with a schema built from the numbers above.
 """
 import json
 import os
+import sys
 
-COMP, SEND, RECV = 4, 5, 6
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import chakra  # noqa: E402  (tools/chakra.py: Chakra's wire format)
+
+COMP, SEND, RECV = chakra.COMP, chakra.SEND, chakra.RECV
 
 
 def one_f_one_b(p, m, s):
@@ -85,56 +85,14 @@ def rank_nodes(p, m, s, forward_us, backward_us, step_us, activation_bytes):
     return nodes
 
 
-# --- protobuf wire format --------------------------------------------------------------------
-
-def _varint(n):
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _key(field, wire_type):
-    return _varint(field << 3 | wire_type)
-
-
-def _len_field(field, payload):
-    return _key(field, 2) + _varint(len(payload)) + payload
-
-
-def _attr(name, kind, value):
-    field = {"int32": 7, "int64": 9, "bool": 27}[kind]
-    return _len_field(1, name.encode()) + _key(field, 0) + _varint(int(value))
-
-
-def encode_node(n):
-    out = _key(1, 0) + _varint(n["id"]) + _len_field(2, n["name"].encode()) + _key(3, 0) + _varint(n["type"])
-    if n["data"]:
-        out += _len_field(5, b"".join(_varint(d) for d in n["data"]))
-    if n["duration_us"]:
-        out += _key(7, 0) + _varint(n["duration_us"])
-    for name, (kind, value) in n["attrs"].items():
-        out += _len_field(10, _attr(name, kind, value))
-    return out
-
-
-def delimited(payload):
-    return _varint(len(payload)) + payload
-
-
 def write_traces(directory, prefix, p, m, forward_us, backward_us, step_us, activation_bytes):
     """Writes DIRECTORY/PREFIX.<rank>.et for every rank (ASTRA-sim's --workload-configuration is
     DIRECTORY/PREFIX). Returns the number of nodes written."""
     os.makedirs(directory, exist_ok=True)
-    metadata = delimited(_len_field(1, b"0.0.4"))
     total = 0
     for s in range(p):
         nodes = rank_nodes(p, m, s, forward_us, backward_us, step_us, activation_bytes)
-        with open(os.path.join(directory, f"{prefix}.{s}.et"), "wb") as f:
-            f.write(metadata)
-            f.write(b"".join(delimited(encode_node(n)) for n in nodes))
+        chakra.write_rank(os.path.join(directory, f"{prefix}.{s}.et"), nodes)
         total += len(nodes)
     return total
 

@@ -51,6 +51,9 @@ namespace pipegrid::cli {
 // Runs argv (searching PATH) with output to this process's stderr; returns the exit status, or -1.
 int spawn(const std::vector<std::string>& argv, bool quiet);
 
+// Runs argv (searching PATH) with this process's standard streams; returns the exit status, or -1.
+int spawn_inherit(const std::vector<std::string>& argv);
+
 // A Python interpreter that has matplotlib: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
 std::optional<std::string> python_with_matplotlib();
 
@@ -71,5 +74,8 @@ Command add_plan_command(CLI::App& parent);
 Command add_place_command(CLI::App& parent);
 Command add_cluster_command(CLI::App& parent);
 Command add_sweep_command(CLI::App& parent);
+Command add_import_command(CLI::App& parent);  // tools/cli/interop.cc
+Command add_export_command(CLI::App& parent);
+Command add_replay_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

@@ -28,6 +28,7 @@ struct WorkloadOptions {
   std::string profile_device = "v100";
   double profile_batch = 128;
   bool json = false;
+  std::vector<std::string> model_args;  // --arg KEY=VALUE (zoo models)
 };
 
 Result<Workload> load(const WorkloadOptions& o) {
@@ -37,8 +38,18 @@ Result<Workload> load(const WorkloadOptions& o) {
     if (!precision)
       return Error{fmt::format("--precision: expected {}, got \"{}\"", precision_choices(), o.precision)};
   }
-  if (Result<const ModelInfo*> m = find_model(o.what); m)
-    return build_model(**m, {}, precision.value_or(Precision::FP32));
+  if (Result<const ModelInfo*> m = find_model(o.what); m) {
+    ModelArgs args;
+    for (const std::string& a : o.model_args) {
+      const size_t eq = a.find('=');
+      double v = 0;
+      if (eq == std::string::npos || !CLI::detail::lexical_cast(a.substr(eq + 1), v))
+        return Error{fmt::format("--arg: expected KEY=NUMBER, like layers=2, got \"{}\"", a)};
+      args[a.substr(0, eq)] = v;
+    }
+    return build_model(**m, args, precision.value_or(Precision::FP32));
+  }
+  if (!o.model_args.empty()) return Error{"--arg: only zoo models take parameters"};
   if (o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt") {
     Result<std::string> text = read_input_file(o.what);
     if (!text) return text.error();
@@ -155,6 +166,9 @@ Command add_workload_command(CLI::App& parent) {
   show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
       ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
+  show->add_option("--arg", o->model_args,
+                   "A zoo model's parameter, KEY=VALUE (repeatable): --arg layers=2 --arg hidden=64")
+      ->type_name("KEY=VALUE");
   return {show, [o] { return run(*o); }};
 }
 

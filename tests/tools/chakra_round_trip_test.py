@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""pipegrid -> Chakra -> pipegrid: `pipegrid export --chakra` then `pipegrid replay --chakra` gives
+the iteration time `pipegrid run` gives, for 1F1B, interleaved 1F1B, a data-parallel ring
+all-reduce and both together, with all-reduces as collective nodes and as their ring's
+send/receive pairs (--p2p). The traces are read back with tools/chakra.py's decoder and checked
+against closed forms: per rank 2 m / p_stage... compute nodes, one send and one receive per
+activation and gradient, one all-reduce node per replicated stage and rank.
+
+    chakra_round_trip_test.py PIPEGRID REPO
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+PIPEGRID, REPO = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import chakra  # noqa: E402
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what)
+    failures += 0 if ok else 1
+
+
+def pipegrid(*args):
+    r = subprocess.run([PIPEGRID, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        raise SystemExit(f"pipegrid {' '.join(args)}: status {r.returncode}")
+    return r
+
+
+MiB = 2 ** 20
+
+
+def experiment(layers, strategy):
+    return {"name": "round trip",
+            "workload": {"kind": "chain", "layers": layers, "forward": "1ms", "backward": "2ms",
+                         "activation": "8MiB", "parameters": "64MiB", "optimizer_step": "0.5ms",
+                         "samples_per_micro_batch": 4},
+            "cluster": {"kind": "switch", "count": 4, "device": {"name": "gpu", "memory": "80GiB"},
+                        "bandwidth": "25GBps", "latency": "1us"},
+            "strategy": strategy}
+
+
+CASES = {
+    # name: (experiment, compute nodes per rank, sends per rank (total), all-reduce nodes per rank)
+    "1f1b": (experiment(4, {"partitioner": "uniform", "schedule": "1f1b", "micro_batches": 8}),
+             [2 * 8 + 1] * 4, 2 * 8 * 3, 0),
+    "interleaved-1f1b": (experiment(8, {"partitioner": "uniform", "schedule": "interleaved-1f1b", "chunks": 2,
+                                        "micro_batches": 8}),
+                         [2 * 2 * 8 + 1] * 4, 2 * 8 * 7, 0),
+    "data-parallel": (experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "schedule": "1f1b",
+                                     "micro_batches": 4}),
+                      [2 * 4 + 1] * 4, 0, 1),
+    "pipeline+data-parallel": (experiment(4, {"partitioner": "uniform", "stages": 2, "replicas": 2,
+                                              "schedule": "1f1b", "micro_batches": 4}),
+                               None, None, 1),
+}
+
+with tempfile.TemporaryDirectory() as tmp:
+    for name, (exp, comps, sends, colls) in CASES.items():
+        path = os.path.join(tmp, name + ".yaml")
+        with open(path, "w") as f:
+            json.dump(exp, f)
+        want = json.loads(pipegrid("run", path, "--json").stdout)["iteration_time_s"]
+        for mode in ("collectives", "p2p"):
+            d = os.path.join(tmp, f"{name}-{mode}")
+            pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+            ranks = {r: chakra.read_rank(p) for r, p in chakra.rank_files(d, "pipegrid").items()}
+            count = {t: [sum(1 for n in ranks[r] if n["type"] == t) for r in sorted(ranks)]
+                     for t in (chakra.COMP, chakra.SEND, chakra.RECV, chakra.COLL)}
+            check(len(ranks) == 4, f"{name} ({mode}): 4 traces")
+            if comps is not None:
+                check(count[chakra.COMP] == comps, f"{name} ({mode}): compute nodes per rank {count[chakra.COMP]}, "
+                                                   f"closed form {comps}")
+            if mode == "collectives" and sends is not None:
+                check(sum(count[chakra.SEND]) == sends == sum(count[chakra.RECV]),
+                      f"{name}: {sum(count[chakra.SEND])} sends and {sum(count[chakra.RECV])} receives, closed form {sends}")
+            if mode == "collectives":
+                check(count[chakra.COLL] == [colls] * 4, f"{name}: all-reduce nodes per rank {count[chakra.COLL]}")
+                if colls:
+                    sizes = {n["attrs"]["comm_size"][1] for r in ranks for n in ranks[r] if n["type"] == chakra.COLL}
+                    layers_per_stage = 4 if name == "data-parallel" else 2
+                    check(sizes == {layers_per_stage * 64 * MiB},
+                          f"{name}: all-reduce of {sizes} bytes, the stage's {layers_per_stage} x 64 MiB")
+            else:
+                check(count[chakra.COLL] == [0] * 4, f"{name} (p2p): no collective nodes")
+            got = json.loads(pipegrid("replay", path, "--chakra", d, "--json").stdout)["iteration_time_s"]
+            check(abs(got - want) <= 1e-9 * want,
+                  f"{name} ({mode}): replayed {got * 1e3:.9f} ms, pipegrid run {want * 1e3:.9f} ms")
+    # A foreign trace's error is located: a receive without its send.
+    d = os.path.join(tmp, "broken")
+    os.makedirs(d)
+    chakra.write_rank(os.path.join(d, "pipegrid.0.et"), [
+        {"id": 0, "name": "recv", "type": chakra.RECV, "data": [], "duration_us": 0,
+         "attrs": {"comm_src": ("int32", 1), "comm_dst": ("int32", 0), "comm_size": ("int64", 8), "comm_tag": ("int32", 5)}}])
+    chakra.write_rank(os.path.join(d, "pipegrid.1.et"), [
+        {"id": 0, "name": "c", "type": chakra.COMP, "data": [], "duration_us": 10, "attrs": {}}])
+    path = os.path.join(tmp, "1f1b.yaml")
+    r = subprocess.run([PIPEGRID, "replay", path, "--chakra", d], capture_output=True, text=True)
+    check(r.returncode == 2 and "receive from rank 1 to rank 0 (tag 5) has no matching send" in r.stderr,
+          f"a receive without its send: status {r.returncode}, {r.stderr.strip()}")
+print(f"{failures} failures")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,119 @@
+// The trace graph (tools/output/trace_graph.h): a task graph as Chakra-style nodes and back, against
+// hand-written node lists and closed-form replay times (make_switch_cluster: 2 a + S / B per
+// transfer; core/collectives.h's ring on a ring of links: 2 (n - 1) a + 2 (n - 1)/n S / B).
+#include "tools/output/trace_graph.h"
+
+#include <doctest/doctest.h>
+
+#include "core/topologies/generators.h"
+#include "sim/replay.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+using nlohmann::json;
+
+namespace {
+
+json comp(int id, int rank, double seconds, std::vector<int> deps, const std::string& name = "F s0 m0") {
+  return {{"id", id}, {"rank", rank}, {"type", "comp"}, {"name", name}, {"duration_s", seconds}, {"deps", deps}};
+}
+json comm(int id, int rank, const char* type, int peer, double bytes, int tag, std::vector<int> deps) {
+  return {{"id", id},     {"rank", rank}, {"type", type}, {"name", "activation s0 s1 m0"},
+          {"peer", peer}, {"bytes", bytes}, {"tag", tag}, {"deps", deps}};
+}
+json graph(int ranks, json nodes) {
+  return {{"ranks", ranks}, {"nodes", std::move(nodes)}};
+}
+
+double makespan(const Cluster& c, const json& j) {
+  Result<TaskGraph> g = output::from_trace_graph(j, c);
+  REQUIRE(g.ok());
+  Result<sim::Replay> r = sim::replay_isolated(c, *g);
+  REQUIRE(r.ok());
+  return r->timeline.makespan();
+}
+
+}  // namespace
+
+TEST_CASE("trace graph in: compute, a send/receive pair, compute: t_F + 2 a + S / B + t_B") {
+  const double B = 25e9, a = 1e-6, S = 1e6;
+  const Cluster c = make_switch_cluster(2, "gpu", test_device(), B, a);
+  const json j = graph(2, json::array({comp(0, 0, 1e-3, {}), comm(1, 0, "send", 1, S, 7, {0}),
+                                       comm(2, 1, "recv", 0, S, 7, {}), comp(3, 1, 2e-3, {2})}));
+  CHECK(close_rel(makespan(c, j), 1e-3 + 2 * a + S / B + 2e-3, 1e-9));
+}
+
+TEST_CASE("trace graph in: an all-reduce node per rank is the ring all-reduce after each rank's compute") {
+  const double B = 25e9, a = 2e-6, S = 1e8;
+  const int n = 4;
+  const Cluster c = *make_ring_cluster(n, "gpu", test_device(), {B, a});
+  json nodes = json::array();
+  for (int r = 0; r < n; ++r) {
+    nodes.push_back(comp(2 * r, r, 1e-3, {}));
+    nodes.push_back({{"id", 2 * r + 1}, {"rank", r}, {"type", "allreduce"}, {"name", "allreduce s0 s0 m-1"},
+                     {"group", {0, 1, 2, 3}}, {"bytes", S}, {"tag", 0}, {"deps", {2 * r}}});
+  }
+  const double expected = 1e-3 + 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S / B;
+  CHECK(close_rel(makespan(c, graph(n, nodes)), expected, 0.01));
+}
+
+TEST_CASE("trace graph out: one producer, one transfer, one consumer, written as four nodes") {
+  TaskGraph g;
+  g.device_order.resize(2);
+  Task f;
+  f.kind = TaskKind::Forward;
+  f.stage = 0;
+  f.micro_batch = 0;
+  f.device = 0;
+  f.duration = 1e-3;
+  const int32_t t0 = g.add(f);
+  Task x;
+  x.kind = TaskKind::Transfer;
+  x.transfer = TransferKind::Activation;
+  x.stage = 0;
+  x.peer_stage = 1;
+  x.micro_batch = 0;
+  x.device = 0;
+  x.peer = 1;
+  x.bytes = 4096;
+  const int32_t t1 = g.add(x);
+  f.stage = 1;
+  f.device = 1;
+  const int32_t t2 = g.add(f);
+  g.depend(t0, t1);
+  g.depend(t1, t2);
+  g.device_order[0] = {t0};
+  g.device_order[1] = {t2};
+  Result<json> j = output::to_trace_graph(g, 2);
+  REQUIRE(j.ok());
+  const json want = json::array(
+      {comp(0, 0, 1e-3, {}, "F s0 m0"),
+       {{"id", 1}, {"rank", 0}, {"type", "send"}, {"name", "activation s0 s1 m0"}, {"peer", 1}, {"bytes", 4096.0},
+        {"tag", 1}, {"deps", {0}}},
+       {{"id", 2}, {"rank", 1}, {"type", "recv"}, {"name", "activation s0 s1 m0"}, {"peer", 0}, {"bytes", 4096.0},
+        {"tag", 1}, {"deps", json::array()}},
+       comp(3, 1, 1e-3, {2}, "F s1 m0")});
+  CHECK((*j)["nodes"] == want);
+  CHECK((*j)["ranks"] == 2);
+}
+
+TEST_CASE("trace graph in: located errors") {
+  const Cluster c = make_switch_cluster(2, "gpu", test_device(), 25e9, 1e-6);
+  auto error = [&](const json& nodes) {
+    Result<TaskGraph> g = output::from_trace_graph(graph(2, nodes), c);
+    REQUIRE_FALSE(g.ok());
+    return g.error().message;
+  };
+  CHECK(error(json::array({comm(0, 0, "send", 0, 8, 1, {})})) ==
+        "rank 0 node \"activation s0 s1 m0\" (id 0): a send to its own rank");
+  CHECK(error(json::array({comm(0, 1, "recv", 0, 8, 5, {})})) ==
+        "a receive from rank 0 to rank 1 (tag 5) has no matching send");
+  CHECK(error(json::array({comp(0, 0, 1e-3, {}), comp(1, 1, 1e-3, {0})})) ==
+        "rank 1 node \"F s0 m0\" (id 1): depends on node 0 of another rank");
+  CHECK(error(json::array({comp(0, 5, 1e-3, {})})) ==
+        "rank 5 node \"F s0 m0\" (id 0): rank 5 is not a device of the cluster (0 to 1)");
+  CHECK(error(json::array({{{"id", 0}, {"rank", 0}, {"type", "allreduce"}, {"group", {0, 0}}, {"bytes", 8},
+                            {"deps", json::array()}}})) ==
+        "rank 0 node \"\" (id 0): a rank appears twice in the group [0, 0]");
+}

@@ -1,0 +1,256 @@
+// pipegrid import ARGS...                    (PyTorch model -> model file; tools/torch_import.py)
+// pipegrid export --chakra DIR [EXPERIMENT]  (lowered task graph -> Chakra traces, one per rank)
+// pipegrid replay --chakra DIR [EXPERIMENT]  (Chakra traces replayed on the experiment's cluster)
+// The Python halves (tools/torch_import.py, tools/chakra.py) are compiled in and written to a
+// temporary folder when run, so the binary works from any directory. docs/import-export.md.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "core/experiment.h"
+#include "core/file_io.h"
+#include "core/metrics.h"
+#include "sim/judge.h"
+#include "sim/replay.h"
+#include "tools/builtin_chakra_script.h"
+#include "tools/builtin_example.h"
+#include "tools/builtin_torch_import_script.h"
+#include "tools/cli/cli.h"
+#include "tools/input/experiment_yaml.h"
+#include "tools/output/safe_write.h"
+#include "tools/output/trace_graph.h"
+
+namespace pipegrid::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A Python interpreter that can import `module`: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
+std::optional<std::string> python_with(const std::string& module) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
+  candidates.push_back("/usr/bin/python3");
+  candidates.push_back("python3");
+  for (const std::string& py : candidates)
+    if (spawn({py, "-c", fmt::format("import importlib.util, sys; sys.exit(importlib.util.find_spec('{}') is None)",
+                                     module)},
+              /*quiet=*/true) == 0)
+      return py;
+  return std::nullopt;
+}
+
+// A temporary folder, removed when this goes out of scope.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "pipegrid-XXXXXX").string();
+    if (mkdtemp(pattern.data())) path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (fs::path(path) / name).string(); }
+};
+
+Status write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return Error{fmt::format("cannot write \"{}\"", path)};
+  return {};
+}
+
+Result<Experiment> load(const std::string& file, const std::vector<std::string>& overrides) {
+  if (file.empty()) return input::load_experiment_text(kBuiltinExample, "<built-in example>", overrides);
+  return input::load_experiment_file(file, overrides);
+}
+
+// --- import -------------------------------------------------------------------------------------
+
+struct ImportOptions {
+  std::vector<std::string> args;
+};
+
+int run_import(const ImportOptions& o) {
+  std::optional<std::string> py = python_with("torch");
+  if (!py)
+    return bad_input(
+        "`pipegrid import` needs python3 with PyTorch (Debian: sudo apt-get install python3-torch "
+        "python3-torchvision, or `tools/setup --all`; or set PIPEGRID_PYTHON)");
+  TempDir tmp;
+  if (tmp.path.empty()) return bad_input("cannot create a temporary folder");
+  const std::string script = tmp.file("torch_import.py");
+  if (Status s = write_text(script, kTorchImportScript); !s) return bad_input(s.error().message);
+  std::vector<std::string> argv = {*py, script};
+  argv.insert(argv.end(), o.args.begin(), o.args.end());
+  // The script prints its own messages (stdout: the model file unless -o).
+  const int rc = spawn_inherit(argv);
+  return rc < 0 ? kInternal : rc;
+}
+
+// --- Chakra ---------------------------------------------------------------------------------------
+
+struct ChakraOptions {
+  std::string file;  // experiment
+  std::string dir;
+  std::string prefix = "pipegrid";
+  std::string graph;  // the trace graph as JSON (written by export; read by replay instead of DIR)
+  bool p2p = false;
+  bool json = false;
+  std::vector<std::string> overrides;
+};
+
+int run_chakra_script(const std::vector<std::string>& args) {
+  std::optional<std::string> py = python_with("json");
+  if (!py) return bad_input("Chakra traces need python3 (Debian: sudo apt-get install python3)");
+  TempDir tmp;
+  const std::string script = tmp.file("chakra.py");
+  if (Status s = write_text(script, kChakraScript); !s) return bad_input(s.error().message);
+  std::vector<std::string> argv = {*py, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn(argv, /*quiet=*/false);
+}
+
+int run_export(const ChakraOptions& o) {
+  if (o.dir.empty() && o.graph.empty()) return bad_input("export: give --chakra DIR (and/or --graph FILE)");
+  Result<Experiment> exp = load(o.file, o.overrides);
+  if (!exp) return bad_input(exp.error().message);
+  const std::string where = o.file.empty() ? "<built-in example>" : o.file;
+  const sim::SimGridJudge judge;
+  Result<PreparedRun> prepared = prepare(*exp, &judge, /*prove_deadlock_free=*/true);
+  if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
+  output::TraceExportOptions eo;
+  eo.collectives = !o.p2p;
+  Result<nlohmann::json> graph = output::to_trace_graph(prepared->graph, exp->cluster.devices.size(), eo);
+  if (!graph) return bad_input(fmt::format("{}: {}", where, graph.error().message));
+  const std::string text = graph->dump();
+  if (!o.graph.empty())
+    if (Status s = output::write_file_safely(o.graph, text); !s) return bad_input(s.error().message);
+  if (o.dir.empty()) return kOk;
+  TempDir tmp;
+  const std::string json_file = tmp.file("graph.json");
+  if (Status s = write_text(json_file, text); !s) return bad_input(s.error().message);
+  const int rc = run_chakra_script({"encode", json_file, o.dir, "--prefix", o.prefix});
+  if (rc != 0) return rc < 0 ? kInternal : rc;
+  return kOk;
+}
+
+int run_replay(const ChakraOptions& o) {
+  if (o.dir.empty() == o.graph.empty()) return bad_input("replay: give either --chakra DIR or --graph FILE");
+  Result<Experiment> exp = load(o.file, o.overrides);
+  if (!exp) return bad_input(exp.error().message);
+  std::string text;
+  std::string source = o.graph;
+  if (!o.dir.empty()) {
+    TempDir tmp;
+    const std::string json_file = tmp.file("graph.json");
+    const int rc = run_chakra_script({"decode", o.dir, "--prefix", o.prefix, "-o", json_file});
+    if (rc != 0) return rc < 0 ? kInternal : rc;
+    Result<std::string> t = read_input_file(json_file);
+    if (!t) return bad_input(t.error().message);
+    text = *t;
+    source = o.dir;
+  } else {
+    Result<std::string> t = read_input_file(o.graph);
+    if (!t) return bad_input(t.error().message);
+    text = *t;
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad_input(fmt::format("{}: not a trace graph (JSON)", source));
+  Result<TaskGraph> g = output::from_trace_graph(j, exp->cluster);
+  if (!g) return bad_input(fmt::format("{}: {}", source, g.error().message));
+  Result<sim::Replay> replay = sim::replay(exp->cluster, *g);
+  if (!replay) return bad_input(fmt::format("{}: {}", source, replay.error().message));
+  const Metrics m = compute_metrics(exp->cluster, *g, replay->timeline);
+  size_t compute = 0, transfers = 0;
+  for (const Task& t : g->tasks) (t.is_compute() ? compute : transfers)++;
+  if (o.json) {
+    nlohmann::json out = {{"traces", source},
+                          {"devices", exp->cluster.devices.size()},
+                          {"compute_tasks", compute},
+                          {"transfers", transfers},
+                          {"iteration_time_s", m.iteration_time_s},
+                          {"bubble_ratio", m.bubble_ratio}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    fmt::print("{}: {} compute tasks, {} transfers on {} devices\niteration time   {:.9g} s\n", source, compute,
+               transfers, exp->cluster.devices.size(), m.iteration_time_s);
+  }
+  return kOk;
+}
+
+void add_chakra_options(CLI::App* app, ChakraOptions& o) {
+  app->add_option("experiment", o.file, "Experiment file (YAML); without it, the built-in example")
+      ->check(kNonEmpty);
+  app->add_option("--chakra", o.dir, "Folder of Chakra traces, PREFIX.<rank>.et");
+  app->add_option("--prefix", o.prefix, "File name prefix of the traces");
+  add_set_option(*app, o.overrides);
+}
+
+}  // namespace
+
+int spawn_inherit(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::cout.flush();
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+Command add_import_command(CLI::App& parent) {
+  auto o = std::make_shared<ImportOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "import",
+      "Import a PyTorch model (torch.fx) as a model file, optionally with a measured profile: "
+      "`pipegrid import --torchvision resnet50 --input-shape 3,224,224 -o resnet50.yaml` "
+      "(`pipegrid import -- --help` lists the options)");
+  app->prefix_command();
+  app->set_help_flag();  // --help goes to the script
+  return {app, [o, app] {
+            ImportOptions opts;
+            opts.args = app->remaining();
+            if (!opts.args.empty() && opts.args.front() == "--") opts.args.erase(opts.args.begin());
+            return run_import(opts);
+          }};
+}
+
+Command add_export_command(CLI::App& parent) {
+  auto o = std::make_shared<ChakraOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "export", "Write an experiment's lowered task graph as Chakra execution traces, one per rank");
+  add_chakra_options(app, *o);
+  app->add_option("--graph", o->graph, "Also write the trace graph (JSON, docs/import-export.md) to this file");
+  app->add_flag("--p2p", o->p2p, "All-reduces as their ring's send/receive pairs instead of collective nodes");
+  return {app, [o] { return run_export(*o); }};
+}
+
+Command add_replay_command(CLI::App& parent) {
+  auto o = std::make_shared<ChakraOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "replay", "Replay Chakra execution traces on an experiment's cluster (its workload and strategy unused)");
+  add_chakra_options(app, *o);
+  app->add_option("--graph", o->graph, "Read a trace graph (JSON) instead of --chakra");
+  app->add_flag("--json", o->json, "Print one JSON object");
+  return {app, [o] { return run_replay(*o); }};
+}
+
+}  // namespace pipegrid::cli

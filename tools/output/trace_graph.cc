@@ -1,0 +1,383 @@
+#include "tools/output/trace_graph.h"
+
+#include <fmt/format.h>
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "core/collectives.h"
+
+namespace pipegrid::output {
+namespace {
+
+using nlohmann::json;
+
+// --- the mapping (the one place that knows the task and transfer kinds) -----------------------
+
+// A compute task's node name: "F s2 m3", "B ...", "W ...", "step s2 m-1".
+std::string compute_name(const Task& t) {
+  const char* k = t.kind == TaskKind::Forward    ? "F"
+                  : t.kind == TaskKind::Backward ? "B"
+                  : t.kind == TaskKind::Weight   ? "W"
+                                                 : "step";
+  return fmt::format("{} s{} m{}", k, t.stage, t.micro_batch);
+}
+
+// A transfer's send / receive name: "activation s1 s2 m3" (producing and consuming stages).
+std::string transfer_name(const Task& t) {
+  const char* k = t.transfer == TransferKind::Activation ? "activation"
+                  : t.transfer == TransferKind::Gradient ? "gradient"
+                  : t.transfer == TransferKind::AllReduce ? "allreduce"
+                                                          : "transfer";
+  return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
+}
+
+// The inverse of both names; anything else: a forward of stage 0 (compute) or an activation.
+void parse_name(const std::string& name, Task& t) {
+  char kind[16] = {0};
+  int a = 0, b = 0, m = -1;
+  if (t.kind == TaskKind::Transfer) {
+    t.transfer = TransferKind::Activation;
+    if (std::sscanf(name.c_str(), "%15s s%d s%d m%d", kind, &a, &b, &m) == 4) {
+      const std::string k = kind;
+      t.transfer = k == "gradient" ? TransferKind::Gradient : k == "allreduce" ? TransferKind::AllReduce
+                                                                               : TransferKind::Activation;
+      t.stage = a;
+      t.peer_stage = b;
+      t.micro_batch = m;
+    }
+    return;
+  }
+  t.kind = TaskKind::Forward;
+  t.stage = 0;
+  if (std::sscanf(name.c_str(), "%15s s%d m%d", kind, &a, &m) == 3) {
+    const std::string k = kind;
+    t.kind = k == "B" ? TaskKind::Backward : k == "W" ? TaskKind::Weight : k == "step" ? TaskKind::Optimizer
+                                                                                        : TaskKind::Forward;
+    t.stage = a;
+    t.micro_batch = m;
+  }
+}
+
+// Whether transfer t is one step of a collective (exported as one node per rank when it is a ring).
+bool collective_step(const Task& t) {
+  return t.kind == TaskKind::Transfer && t.transfer == TransferKind::AllReduce;
+}
+
+// --- export -----------------------------------------------------------------------------------
+
+// The all-reduce steps of one stage, when they form core/collectives.h's ring.
+struct Ring {
+  std::vector<int32_t> steps;
+  std::vector<int> members;  // ring order
+  double bytes = 0;          // the whole buffer
+  bool valid = false;
+};
+
+void check_ring(Ring& r, const TaskGraph& g) {
+  std::map<int, int> next;
+  std::map<int, size_t> sends;
+  for (int32_t t : r.steps) {
+    const Task& k = g.tasks[t];
+    auto [it, fresh] = next.emplace(k.device, k.peer);
+    if (!fresh && it->second != k.peer) return;
+    ++sends[k.device];
+    if (k.bytes != g.tasks[r.steps.front()].bytes) return;
+  }
+  const size_t n = next.size();
+  if (n < 2 || r.steps.size() != 2 * (n - 1) * n) return;
+  for (auto& [d, c] : sends)
+    if (c != 2 * (n - 1)) return;
+  int d = next.begin()->first;
+  for (size_t i = 0; i < n; ++i, d = next[d]) {
+    r.members.push_back(d);
+    if (!next.count(d)) return;
+  }
+  if (d != r.members.front()) return;
+  r.bytes = g.tasks[r.steps.front()].bytes * static_cast<double>(n);
+  r.valid = true;
+}
+
+}  // namespace
+
+Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExportOptions& o) {
+  const size_t n = g.tasks.size();
+  std::vector<std::vector<int32_t>> pred(n);
+  for (size_t t = 0; t < n; ++t)
+    for (int32_t s : g.successors(static_cast<int32_t>(t))) pred[s].push_back(static_cast<int32_t>(t));
+  std::vector<int32_t> previous(n, -1);  // the previous compute task on the device
+  for (const auto& order : g.device_order)
+    for (size_t i = 1; i < order.size(); ++i) previous[order[i]] = order[i - 1];
+
+  std::map<int32_t, Ring> rings;  // by stage
+  std::vector<int32_t> ring_of(n, -1);
+  if (o.collectives) {
+    for (size_t t = 0; t < n; ++t)
+      if (collective_step(g.tasks[t])) rings[g.tasks[t].stage].steps.push_back(static_cast<int32_t>(t));
+    for (auto& [stage, r] : rings) {
+      check_ring(r, g);
+      if (r.valid)
+        for (int32_t t : r.steps) ring_of[t] = stage;
+    }
+  }
+
+  // A topological order (data and device-order edges), lowest task first among the ready ones.
+  std::vector<int32_t> missing(n, 0);
+  for (size_t t = 0; t < n; ++t) missing[t] = static_cast<int32_t>(pred[t].size()) + (previous[t] >= 0 ? 1 : 0);
+  std::vector<std::vector<int32_t>> after_on_device(n);
+  for (size_t t = 0; t < n; ++t)
+    if (previous[t] >= 0) after_on_device[previous[t]].push_back(static_cast<int32_t>(t));
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
+  for (size_t t = 0; t < n; ++t)
+    if (missing[t] == 0) ready.push(static_cast<int32_t>(t));
+
+  json nodes = json::array();
+  std::vector<int64_t> node_of(n, -1);                      // compute: its node; transfer: its receive
+  std::map<std::pair<int32_t, int>, int64_t> ring_node;     // (stage, rank) -> collective node
+  auto add = [&](json node) {
+    node["id"] = static_cast<int64_t>(nodes.size());
+    nodes.push_back(std::move(node));
+    return static_cast<int64_t>(nodes.size() - 1);
+  };
+  // The node on `rank` that stands for task p's completion there.
+  auto dep = [&](int32_t p, int rank, int32_t user) -> Result<int64_t> {
+    const Task& k = g.tasks[p];
+    int64_t id = -1;
+    if (ring_of[p] >= 0) {
+      auto it = ring_node.find({ring_of[p], rank});
+      if (it != ring_node.end() && k.peer == rank) id = it->second;
+    } else if (k.is_compute() ? k.device == rank : k.peer == rank) {
+      id = node_of[p];
+    }
+    if (id < 0)
+      return Error{fmt::format("task {} on device {} depends on task {} ({}) of another device without a transfer; "
+                               "a Chakra trace cannot say that",
+                               user, rank, p, k.is_compute() ? compute_name(k) : transfer_name(k))};
+    return id;
+  };
+  auto deps_of = [&](int32_t t, int rank, bool skip_ring_steps) -> Result<json> {
+    std::set<int64_t> ids;
+    for (int32_t p : pred[t]) {
+      if (skip_ring_steps && ring_of[p] >= 0 && ring_of[p] == ring_of[t]) continue;
+      Result<int64_t> id = dep(p, rank, t);
+      if (!id) return id.error();
+      ids.insert(*id);
+    }
+    return json(std::vector<int64_t>(ids.begin(), ids.end()));
+  };
+
+  size_t done = 0;
+  while (!ready.empty()) {
+    const int32_t t = ready.top();
+    ready.pop();
+    ++done;
+    const Task& k = g.tasks[t];
+    if (k.is_compute()) {
+      Result<json> d = deps_of(t, k.device, false);
+      if (!d) return d.error();
+      if (previous[t] >= 0) d->push_back(node_of[previous[t]]);
+      std::sort(d->begin(), d->end());
+      d->erase(std::unique(d->begin(), d->end()), d->end());
+      node_of[t] = add({{"rank", k.device}, {"type", "comp"}, {"name", compute_name(k)}, {"duration_s", k.duration},
+                        {"deps", *d}});
+    } else if (ring_of[t] >= 0) {
+      const Ring& r = rings[ring_of[t]];
+      if (!ring_node.count({ring_of[t], k.device})) {
+        // The rank's collective node: after everything its ring steps wait for outside the ring.
+        std::set<int64_t> ids;
+        for (int32_t s : r.steps)
+          if (g.tasks[s].device == k.device)
+            for (int32_t p : pred[s]) {
+              if (ring_of[p] == ring_of[t]) continue;
+              Result<int64_t> id = dep(p, k.device, s);
+              if (!id) return id.error();
+              ids.insert(*id);
+            }
+        ring_node[{ring_of[t], k.device}] =
+            add({{"rank", k.device}, {"type", "allreduce"}, {"name", transfer_name(k)}, {"group", r.members},
+                 {"bytes", r.bytes}, {"tag", ring_of[t]}, {"deps", std::vector<int64_t>(ids.begin(), ids.end())}});
+      }
+    } else {
+      Result<json> d = deps_of(t, k.device, false);
+      if (!d) return d.error();
+      const std::string name = transfer_name(k);
+      add({{"rank", k.device}, {"type", "send"}, {"name", name}, {"peer", k.peer}, {"bytes", k.bytes},
+           {"tag", t}, {"deps", *d}});
+      node_of[t] = add({{"rank", k.peer}, {"type", "recv"}, {"name", name}, {"peer", k.device},
+                        {"bytes", k.bytes}, {"tag", t}, {"deps", json::array()}});
+    }
+    for (int32_t s : g.successors(t))
+      if (--missing[s] == 0) ready.push(s);
+    for (int32_t s : after_on_device[t])
+      if (--missing[s] == 0) ready.push(s);
+  }
+  if (done != n) return Error{"the task graph has a cycle; it cannot be exported"};
+  return json{{"format", "pipegrid-trace-graph"},
+              {"version", 1},
+              {"ranks", devices},
+              {"samples_per_iteration", g.samples_per_iteration},
+              {"nodes", std::move(nodes)}};
+}
+
+// --- import -----------------------------------------------------------------------------------
+
+Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
+  try {
+    const size_t devices = c.devices.size();
+    const json& nodes = j.at("nodes");
+    const size_t ranks = j.value("ranks", size_t{0});
+    if (ranks > devices)
+      return Error{fmt::format("the traces have {} ranks and the cluster {} devices", ranks, devices)};
+    TaskGraph g;
+    g.samples_per_iteration = j.value("samples_per_iteration", 0.0);
+    g.device_order.resize(devices);
+    g.static_memory.resize(devices);
+    std::map<int64_t, size_t> index;  // node id -> position
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (!index.emplace(nodes[i].at("id").get<int64_t>(), i).second)
+        return Error{fmt::format("node {}: a node with this id comes earlier", nodes[i].at("id").get<int64_t>())};
+    std::vector<std::vector<int32_t>> done(nodes.size());  // the tasks after which node i is complete
+    auto where = [&](size_t i) {
+      return fmt::format("rank {} node \"{}\" (id {})", nodes[i].value("rank", -1), nodes[i].value("name", ""),
+                         nodes[i].at("id").get<int64_t>());
+    };
+    auto rank_of = [&](size_t i, const char* key) -> Result<int> {
+      const int r = nodes[i].at(key).get<int>();
+      if (r < 0 || static_cast<size_t>(r) >= devices)
+        return Error{fmt::format("{}: {} {} is not a device of the cluster (0 to {})", where(i), key, r, devices - 1)};
+      return r;
+    };
+    // Compute nodes and point-to-point pairs.
+    std::map<std::tuple<int, int, int64_t>, int32_t> transfer;  // (sender, receiver, tag) -> task
+    std::map<std::tuple<int, int, int64_t>, int> ends;           // how many of send / receive were seen
+    struct Collective {
+      std::vector<int> group;
+      double bytes = 0;
+      std::map<int, size_t> node;  // rank -> node
+    };
+    std::map<std::pair<std::vector<int>, int64_t>, Collective> collectives;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const json& n = nodes[i];
+      const std::string type = n.at("type").get<std::string>();
+      Result<int> rank = rank_of(i, "rank");
+      if (!rank) return rank.error();
+      if (type == "comp") {
+        Task t;
+        parse_name(n.value("name", ""), t);
+        t.device = *rank;
+        t.duration = n.at("duration_s").get<double>();
+        if (!(t.duration >= 0) || !std::isfinite(t.duration))
+          return Error{fmt::format("{}: a duration of {} s", where(i), t.duration)};
+        const int32_t id = g.add(t);
+        g.device_order[*rank].push_back(id);
+        done[i] = {id};
+      } else if (type == "send" || type == "recv") {
+        Result<int> peer = rank_of(i, "peer");
+        if (!peer) return peer.error();
+        if (*peer == *rank) return Error{fmt::format("{}: a {} to its own rank", where(i), type)};
+        const auto key = type == "send" ? std::tuple{*rank, *peer, n.at("tag").get<int64_t>()}
+                                        : std::tuple{*peer, *rank, n.at("tag").get<int64_t>()};
+        auto it = transfer.find(key);
+        if (it == transfer.end()) {
+          Task t;
+          t.kind = TaskKind::Transfer;
+          parse_name(n.value("name", ""), t);
+          t.device = std::get<0>(key);
+          t.peer = std::get<1>(key);
+          t.bytes = n.at("bytes").get<double>();
+          if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
+            return Error{fmt::format("{}: a size of {} bytes", where(i), t.bytes)};
+          it = transfer.emplace(key, g.add(t)).first;
+        }
+        ends[key] += type == "send" ? 1 : 2;
+        done[i] = {it->second};
+      } else if (type == "allreduce") {
+        std::vector<int> group = n.at("group").get<std::vector<int>>();
+        for (int r : group)
+          if (r < 0 || static_cast<size_t>(r) >= devices)
+            return Error{fmt::format("{}: group member {} is not a device of the cluster", where(i), r)};
+        if (std::set<int>(group.begin(), group.end()).size() != group.size())
+          return Error{fmt::format("{}: a rank appears twice in the group [{}]", where(i), fmt::join(group, ", "))};
+        const double bytes = n.at("bytes").get<double>();
+        if (!(bytes >= 0) || !std::isfinite(bytes))
+          return Error{fmt::format("{}: a size of {} bytes", where(i), bytes)};
+        if (std::find(group.begin(), group.end(), *rank) == group.end())
+          return Error{fmt::format("{}: rank {} is not in its own group", where(i), *rank)};
+        Collective& col = collectives[{group, n.value("tag", int64_t{0})}];
+        col.group = group;
+        col.bytes = bytes;
+        if (!col.node.emplace(*rank, i).second)
+          return Error{fmt::format("{}: a second collective with the same group and tag on this rank", where(i))};
+      } else {
+        return Error{fmt::format("{}: unknown node type \"{}\"", where(i), type)};
+      }
+    }
+    for (const auto& [key, seen] : ends)
+      if (seen != 3)
+        return Error{fmt::format("a {} from rank {} to rank {} (tag {}) has no matching {}",
+                                 seen == 1 ? "send" : "receive", std::get<0>(key), std::get<1>(key), std::get<2>(key),
+                                 seen == 1 ? "receive" : "send")};
+    // Dependencies between compute and point-to-point nodes.
+    auto predecessors = [&](size_t i) -> Result<std::vector<size_t>> {
+      std::vector<size_t> out;
+      for (const json& d : nodes[i].at("deps")) {
+        auto it = index.find(d.get<int64_t>());
+        if (it == index.end()) return Error{fmt::format("{}: depends on node {}, which is not there", where(i), d.get<int64_t>())};
+        if (nodes[it->second].at("rank") != nodes[i].at("rank"))
+          return Error{fmt::format("{}: depends on node {} of another rank", where(i), d.get<int64_t>())};
+        out.push_back(it->second);
+      }
+      return out;
+    };
+    // Collectives: a ring all-reduce once every member's node is known, after the member's latest
+    // compute dependency in its device order.
+    std::vector<int32_t> position(g.tasks.size(), -1);
+    for (const auto& order : g.device_order)
+      for (size_t k = 0; k < order.size(); ++k) position[order[k]] = static_cast<int32_t>(k);
+    for (auto& [key, col] : collectives) {
+      std::vector<int32_t> ready;
+      for (int r : col.group) {
+        auto it = col.node.find(r);
+        if (it == col.node.end())
+          return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) has no node on rank {}",
+                                   fmt::join(col.group, ", "), key.second, r)};
+        Result<std::vector<size_t>> p = predecessors(it->second);
+        if (!p) return p.error();
+        int32_t last = -1;
+        for (size_t q : *p) {
+          if (nodes[q].at("type") != "comp")
+            return Error{fmt::format("{}: a collective may depend on compute nodes only", where(it->second))};
+          const int32_t task = done[q].front();
+          if (last < 0 || position[task] > position[last]) last = task;
+        }
+        ready.push_back(last);
+      }
+      std::vector<std::vector<int32_t>> out =
+          append_allreduce(g, AllReduceAlgorithm::Ring, c, col.group, ready, col.bytes, static_cast<int32_t>(key.second));
+      for (size_t m = 0; m < col.group.size(); ++m) {
+        const size_t i = col.node[col.group[m]];
+        done[i] = out[m].empty() ? (ready[m] >= 0 ? std::vector<int32_t>{ready[m]} : std::vector<int32_t>{}) : out[m];
+      }
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].at("type") == "allreduce") continue;
+      Result<std::vector<size_t>> p = predecessors(i);
+      if (!p) return p.error();
+      const int32_t task = done[i].front();
+      for (size_t q : *p)
+        for (int32_t before : done[q])
+          if (before != task) g.depend(before, task);
+    }
+    g.pack_dependencies();
+    return g;
+  } catch (const nlohmann::json::exception& e) {
+    return Error{fmt::format("malformed trace graph: {}", e.what())};
+  }
+}
+
+}  // namespace pipegrid::output
