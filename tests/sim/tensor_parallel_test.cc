@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "core/experiment.h"
+#include "core/metrics.h"
 #include "core/models/builder.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
@@ -32,7 +33,7 @@ DeviceSpec flop_device() {
   return d;
 }
 
-double replayed(Cluster c, int micro_batches = 1, bool sequence_parallel = false) {
+Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_parallel = false) {
   Experiment e;
   e.name = "tp";
   e.workload = two_blocks();
@@ -48,7 +49,11 @@ double replayed(Cluster c, int micro_batches = 1, bool sequence_parallel = false
   REQUIRE_MESSAGE(run.ok(), run.error().message);
   Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
-  return r->timeline.makespan();
+  return compute_metrics(e.cluster, run->graph, r->timeline);
+}
+
+double replayed(Cluster c, int micro_batches = 1, bool sequence_parallel = false) {
+  return replayed_metrics(std::move(c), micro_batches, sequence_parallel).iteration_time_s;
 }
 
 Cluster two_devices_one_link(double bandwidth, double latency) {
@@ -102,4 +107,17 @@ TEST_CASE("tensor parallelism: 1F1B over micro-batches runs them back to back on
   const double B = 50e9;
   const double one = 3 * forward_compute() + 8 * allreduce_bytes() / B;
   CHECK(close_rel(replayed(two_devices_one_link(B, 0), 3), 3 * one, 1e-6));
+}
+
+TEST_CASE("tensor parallelism: the time breakdown of the hand case: compute, exposed TP, nothing else") {
+  const double B = 50e9;
+  const Metrics m = replayed_metrics(two_devices_one_link(B, 0));
+  for (const DeviceMetrics& d : m.devices) {
+    CHECK(close_rel(d.breakdown.compute_s, 3 * forward_compute(), 1e-6));
+    CHECK(close_rel(d.breakdown.tensor_parallel_s, 8 * allreduce_bytes() / B, 1e-6));
+    CHECK(d.breakdown.pipeline_s == 0);
+    CHECK(d.breakdown.data_parallel_s == 0);
+    CHECK(d.breakdown.bubble_s < 1e-9 * m.iteration_time_s);
+    CHECK(close_rel(d.breakdown.total(), m.iteration_time_s, 1e-9));
+  }
 }

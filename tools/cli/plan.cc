@@ -41,8 +41,8 @@ int run(const PlanOptions& o) {
   Result<sim::Replay> replay = sim::replay(exp->cluster, run->graph);
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
-  auto costs =
-      stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute);
+  auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size,
+                           exp->memory.recompute, {exp->strategy.sequence_parallel, exp->strategy.tp_overlap});
   if (!costs) return bad_input(costs.error().message);
 
   const Partition& p = run->partition;
@@ -64,7 +64,8 @@ int run(const PlanOptions& o) {
     stages.push_back({{"index", s},
                       {"layers", layers},
                       {"devices", devices},
-                      {"replicas", st.devices.size()},
+                      {"replicas", st.replicas()},
+                      {"tensor_parallel", st.tensor_parallel},
                       {"successors", p.successors(static_cast<int>(s))},
                       {"predicted_time_s", t},
                       {"predicted_peak_memory_bytes", peak}});
@@ -86,6 +87,9 @@ int run(const PlanOptions& o) {
              output::plural(run->micro_batches, "micro-batch", "micro-batches"),
              output::plural(run->micro_batch_size, "sample", "samples"),
              output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth());
+  if (const Parallelism par = parallelism(p); par.tensor > 1)
+    fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
+               par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run->exploration.empty()) fmt::print("explored    {}\n", run->exploration);

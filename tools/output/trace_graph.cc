@@ -33,6 +33,7 @@ std::string transfer_name(const Task& t) {
   const char* k = t.transfer == TransferKind::Activation ? "activation"
                   : t.transfer == TransferKind::Gradient ? "gradient"
                   : t.transfer == TransferKind::AllReduce ? "allreduce"
+                  : t.transfer == TransferKind::TensorParallel ? "tp"  // one flow of a TP collective
                                                           : "transfer";
   return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
 }
@@ -45,8 +46,10 @@ void parse_name(const std::string& name, Task& t) {
     t.transfer = TransferKind::Activation;
     if (std::sscanf(name.c_str(), "%15s s%d s%d m%d", kind, &a, &b, &m) == 4) {
       const std::string k = kind;
-      t.transfer = k == "gradient" ? TransferKind::Gradient : k == "allreduce" ? TransferKind::AllReduce
-                                                                               : TransferKind::Activation;
+      t.transfer = k == "gradient"    ? TransferKind::Gradient
+                   : k == "allreduce" ? TransferKind::AllReduce
+                   : k == "tp"        ? TransferKind::TensorParallel
+                                      : TransferKind::Activation;
       t.stage = a;
       t.peer_stage = b;
       t.micro_batch = m;
