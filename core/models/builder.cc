@@ -48,7 +48,62 @@ void set_totals(Layer& l) {
   }
 }
 
+// A self-attention's kernels, as score_core and score_passes make them: the core (2 calls) directly
+// followed by the passes over the scores (4 calls); use_attention recognises that pair.
+constexpr double kCoreCalls = 2, kScorePassCalls = 4;
+
+// The attention core's two batched GEMMs (Q K^T and scores x V, `flops` forward, twice backward),
+// unfused: they read Q, K, V and write the output (4 s h elements), and write, then read, the scores
+// (`scores` = heads x s x s elements per sample); backward twice the traffic.
+Kernel score_core(double flops, double sh, double scores, double eb) {
+  const double io = (4 * sh + 2 * scores) * eb;
+  return make_kernel(KernelClass::Attention, flops, 2 * flops, 0, io, 2 * io, 0, kCoreCalls);
+}
+
+// The unfused element-wise passes over the scores, as frameworks without a fused attention run
+// them, each a kernel that reads and writes every score (`scores` elements per sample, eb bytes
+// each; dropout's mask 1 byte per score). Forward 4 kernels: scale, mask (add), softmax, dropout
+// (which also writes its mask): 8 eb + 1 bytes per score. Backward: dropout (reads the gradient and
+// the mask, writes), softmax (reads the gradient and its output, writes), scale (reads, writes);
+// the additive mask has no gradient: 7 eb + 1 bytes per score.
+Kernel score_passes(double scores, double eb) {
+  return make_kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0,
+                     kScorePassCalls);
+}
+
 }  // namespace
+
+void use_attention(Workload& w, AttentionImpl impl) {
+  if (impl == AttentionImpl::Unfused) return;
+  const double eb = element_bytes(w.precision);
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    Layer& l = w.graph[i];
+    if (l.kind != "transformer_block" && l.kind != "attention") continue;
+    std::vector<Kernel>& ks = l.kernels;
+    for (size_t j = 0; j + 1 < ks.size(); ++j) {
+      const Kernel& core = ks[j];
+      const Kernel& passes = ks[j + 1];
+      if (core.cls != KernelClass::Attention || core.calls != kCoreCalls ||
+          passes.cls != KernelClass::Elementwise || passes.calls != kScorePassCalls)
+        continue;
+      const double scores = passes.forward_bytes / (8 * eb + 1);  // score_passes' count, inverted
+      // FlashAttention (Dao et al., NeurIPS 2022): one kernel per pass reads Q, K, V (and the output
+      // and its gradient backward) and writes the output (the gradients of Q, K, V); the scores
+      // never reach memory; the backward recomputes Q K^T, half the forward's FLOPs.
+      Kernel f = core;
+      f.forward_bytes -= 2 * scores * eb;
+      f.backward_bytes -= 4 * scores * eb;
+      f.backward_input_flops += core.forward_flops / 2;
+      f.calls = 1;
+      ks[j] = f;
+      ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(j) + 1);  // the passes run inside it
+      set_totals(l);
+      // No score tensor is stashed: what selective recomputation keeps (Korthikanti et al.).
+      if (l.selective_stash_bytes > 0) l.stash_bytes = l.selective_stash_bytes;
+      break;
+    }
+  }
+}
 
 Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
   if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
@@ -273,15 +328,23 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
   l.weight_bytes = l.parameter_bytes;
   Shape out{steps, static_cast<int64_t>(dirs) * hidden};
   // As cuDNN runs it: the input projection of all steps is one GEMM (4 gates, 2 FLOP per MAC), and so
-  // are the weight gradients of both matrices; the recurrent projection runs once per time step and
-  // reads its weights (4 H x H per direction) at every step, with the gates' element-wise work.
+  // are the weight gradients of both matrices. Each time step then depends on the one before: per
+  // step and direction, one GEMM of the previous hidden state by the recurrent weights (a GEMM like
+  // any other, at the GEMM efficiency; it reads its 4 H x H weights at every step) and one
+  // element-wise kernel for the gates and the cell, forward, and the same two backward (the gates'
+  // gradient, then the hidden state's through the recurrent weights). Every one of these 2 T launches
+  // per direction and pass waits for the one before: each pays the kernel startup, none overlaps.
+  // Gate kernel traffic per step: forward reads the 4 H pre-activations and c_{t-1}, writes h and c;
+  // backward reads dh, dc, the 4 gates and c, writes the 4 H gate gradients and dc.
   const double input_proj = dirs * 8.0 * H * features * T, recurrent = dirs * 8.0 * H * H * T;
-  const double gates = dirs * T * 8.0 * H * eb;
+  const double step_gemm_io = dirs * T * 5.0 * H * eb;  // reads h (H), writes 4 H pre-activations
   l.kernels = {make_kernel(KernelClass::Gemm, input_proj, input_proj, input_proj + recurrent,
                            dirs * T * (features + 4.0 * H) * eb, 2 * dirs * T * (features + 4.0 * H) * eb,
                            dirs * 4.0 * H * features * eb),
-               make_kernel(KernelClass::Recurrent, recurrent, recurrent, 0, gates, 2 * gates,
-                           dirs * 4.0 * H * H * eb, T)};
+               make_kernel(KernelClass::Gemm, recurrent, recurrent, 0, step_gemm_io, step_gemm_io,
+                           4.0 * H * H * eb, dirs * T),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, dirs * T * 7.0 * H * eb, dirs * T * 11.0 * H * eb, 0,
+                           dirs * T)};
   l.stash_bytes = dirs * steps * 6.0 * hidden * element_bytes(w_.precision);  // 4 gates + cell + hidden
   return add_layer(std::move(l), std::move(out), in);
 }
@@ -305,11 +368,23 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
     l.parameter_bytes = l.parameters * eb;
     l.weight_bytes = l.parameter_bytes;
     const double proj_io = 2 * (tq + tm) * h * eb;
+    // The scores v^T tanh(W_q q_i + W_k k_j) need the sum of every query and key projection: a
+    // tq x tm x h tensor per sample (GNMT at batch 128 and 50 x 50 tokens: 327.7 M elements).
+    // Element-wise and memory-bound: forward the broadcast add writes it, tanh reads and writes it,
+    // the product with v reads it (4 passes; its tq tm h multiply-adds and the context's count as the
+    // attention kernel's FLOPs, as before); backward the product's gradient writes it, tanh's
+    // reads it twice (gradient and output) and writes it, the two reductions back to the query and
+    // key projections read it twice (6 passes). Then the softmax over the tm scores (2 passes
+    // forward, 3 backward of tq x tm) and the context, a batched GEMM of the tq x tm weights by the
+    // memory, which reads the weights.
+    const double big = tq * tm * h, small = tq * tm;
     l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, proj_io, 2 * proj_io,
                              l.weight_bytes / 2, 2),
-                 make_kernel(KernelClass::Attention, 4 * tq * tm * h, 8 * tq * tm * h, 0, tq * tm * eb,
-                             2 * tq * tm * eb)};
-    l.stash_bytes = (tq * h + tm * h + tq * tm) * element_bytes(w_.precision);
+                 make_kernel(KernelClass::Elementwise, 0, 0, 0, (4 * big + 2 * small) * eb,
+                             (6 * big + 3 * small) * eb, 0, 4),
+                 make_kernel(KernelClass::Attention, 4 * small * h, 8 * small * h, 0, (small + (tq + tm) * h) * eb,
+                             2 * (small + (tq + tm) * h) * eb)};
+    l.stash_bytes = (tq * h + tm * h + tq * tm + big) * eb;  // with the tanh output
     return add_layer(std::move(l), q, in);
   }
   if (in.size() != 1)
@@ -329,14 +404,13 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   l.parameter_bytes = l.parameters * eb;
   l.weight_bytes = l.parameter_bytes;
   const double a = static_cast<double>(heads);
-  // Projections (GEMMs), the attention core's batched GEMMs, softmax and dropout of the scores.
-  // Calls per pass: the fused QKV and the output projection; Q K^T and scores x V; softmax, dropout.
+  // Projections (GEMMs), the attention core's batched GEMMs and the unfused passes over the scores.
+  // Calls per pass: the fused QKV and the output projection; Q K^T and scores x V; scale, mask,
+  // softmax, dropout.
   l.kernels = {
       make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb,
                   12 * seq * h * eb, l.weight_bytes / 2, 2),
-      make_kernel(KernelClass::Attention, scores, 2 * scores, 0, (4 * seq * h + 2 * a * seq * seq) * eb,
-                  2 * (4 * seq * h + 2 * a * seq * seq) * eb, 0, 2),
-      make_kernel(KernelClass::Elementwise, 0, 0, 0, 4 * a * seq * seq * eb, 6 * a * seq * seq * eb, 0, 2)};
+      score_core(scores, seq * h, a * seq * seq, eb), score_passes(a * seq * seq, eb)};
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
@@ -361,16 +435,17 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   l.weight_bytes = l.parameter_bytes;
   const double a = static_cast<double>(heads);
   // The four GEMMs (each reads its input and writes its output), the attention core's batched
-  // GEMMs, the element-wise work (softmax and dropout of the scores, GeLU, two dropouts, two
-  // residual additions) and two LayerNorms, as separate kernels (no fusion assumed).
-  const double gemm_io = (8 * seq * h + 2 * seq * f) * eb, core_io = (4 * seq * h + 2 * a * seq * seq) * eb;
-  const double ew_io = (4 * a * seq * seq + 10 * seq * h + 2 * seq * f) * eb;
+  // GEMMs, the unfused passes over the scores (scale, mask, softmax, dropout: score_passes), the
+  // other element-wise work (GeLU, two dropouts, two residual additions) and two LayerNorms, as
+  // separate kernels (no fusion assumed; `attention: fused` fuses the core, use_attention).
+  const double gemm_io = (8 * seq * h + 2 * seq * f) * eb;
+  const double ew_io = (10 * seq * h + 2 * seq * f) * eb;
   // Calls per pass (each pays the kernel startup): 4 GEMMs (fused QKV, output projection, two MLP
-  // matrices), 2 batched GEMMs, 7 element-wise kernels, 2 LayerNorms.
+  // matrices), 2 batched GEMMs, 4 passes over the scores, 5 other element-wise kernels, 2 LayerNorms.
   l.kernels = {make_kernel(KernelClass::Gemm, weighted, weighted, weighted, gemm_io, 2 * gemm_io,
                            l.weight_bytes / 4, 4),
-               make_kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io, 0, 2),
-               make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io, 0, 7),
+               score_core(scores, seq * h, a * seq * seq, eb), score_passes(a * seq * seq, eb),
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io, 0, 5),
                make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb, 0, 2)};
   // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits; 34 s h with selective
   // recomputation of the attention core (its scores re-run in the backward).
@@ -427,6 +502,21 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   // Gather the rows and write the output; scatter-add the gradients.
   l.kernels = {make_kernel(KernelClass::Gather, 0, 0, 0, 2 * bytes(out), 2 * bytes(out))};
   return add_layer(std::move(l), std::move(out), {in});
+}
+
+Result<int> ModelBuilder::softmax_loss(const std::string& name, int in) {
+  const Shape& s = shape(in);
+  if (s.empty()) return mismatch(name, "logits", in);
+  const double n = elems(s), eb = element_bytes(w_.precision), f32 = 4;
+  Layer l;
+  l.name = name;
+  l.kind = "softmax_loss";
+  // Forward: log_softmax reads the logits twice (max and sum, then normalise) and writes the
+  // log-probabilities in fp32; the loss (with label smoothing, a mean over the vocabulary too) reads
+  // them. Backward: one kernel reads the log-probabilities and writes the logits' gradient.
+  l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, n * (2 * eb + 2 * f32), n * (f32 + eb), 0, 2)};
+  l.stash_bytes = n * f32;
+  return add_layer(std::move(l), Shape{1}, {in});
 }
 
 Result<int> ModelBuilder::embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim,

@@ -25,6 +25,15 @@
 namespace pipegrid {
 
 using Shape = std::vector<int64_t>;
+
+// How a Transformer's attention core runs: unfused (the default, as every published row of
+// experiments/validation ran: the scores go to memory, then scale, mask, softmax and dropout each
+// pass over them, forward and backward) or fused (FlashAttention: one kernel per pass, the scores
+// stay on chip and the backward recomputes Q K^T).
+enum class AttentionImpl { Unfused, Fused };
+// Rewrites the attention core of every transformer_block and self-attention layer of `w` for `impl`
+// (Unfused: no change; Fused: one kernel per pass, no score traffic, the backward recomputes Q K^T).
+void use_attention(Workload& w, AttentionImpl impl);
 // The most elements a tensor may have per sample (8 PB in fp64): larger shapes are input errors,
 // so every derived count stays exact in double and fits int64.
 inline constexpr double kMaxElements = 1e15;
@@ -68,6 +77,10 @@ class ModelBuilder {
   // by the same per-kernel formulas as its tensor-parallel split (core/tensor_parallel.h).
   Result<int> decoder_block(const std::string& name, int in, const TensorSplit& s);
   Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim);
+  // Softmax cross-entropy over the last dimension (a vocabulary's logits): memory-bound passes over
+  // the logits, in fp32 under mixed precision (PyTorch autocast runs log_softmax and the loss in
+  // float32); output: one loss value per sample.
+  Result<int> softmax_loss(const std::string& name, int in);
   // Looks up `bag` rows of a rows x dim table per sample; pooled (sum) to dim or kept (bag x dim).
   Result<int> embedding_bag(const std::string& name, int in, int64_t rows, int64_t dim, int64_t bag,
                             bool pooled);

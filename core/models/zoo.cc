@@ -109,7 +109,8 @@ Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
     int l = must(b.lstm(fmt::format("decoder.lstm{}", i), {y, context}, h, false));
     y = must(b.add(fmt::format("decoder.residual{}", i), {l, y}));
   }
-  must(b.linear("classifier", y, h, vocab));
+  y = must(b.linear("classifier", y, h, vocab));
+  must(b.softmax_loss("loss", y));  // over the vocabulary at every target position
   return b.finish();
 }
 

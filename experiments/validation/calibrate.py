@@ -2,8 +2,8 @@
 """Fit the cost model's compute-efficiency table on the CALIBRATION rows of measurements.yaml.
 
 Parameters: one efficiency per (device, precision, kernel class) that at least one calibration
-row exercises (resnet50/vgg16: conv, gemm; bert/gpt: gemm, attention; gnmt: recurrent, gemm,
-attention), set in each generated experiment as a device override
+row exercises (resnet50/vgg16: conv, gemm; bert/gpt and gnmt: gemm, with attention and recurrent
+tied to it), set in each generated experiment as a device override
 `compute_efficiency: {precision: {class: value}}`. With a pipegrid that only knows the scalar
 `efficiency:` of a device, one parameter per (device, precision) (class `all`). Minimises the sum
 of squared log ratios (pipegrid / published) by coordinate descent in log space (golden-section
@@ -25,7 +25,7 @@ LO, HI = 0.01, 1.0
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-def parse_args(doc=__doc__, out_what="calibration.yaml"):
+def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
     """calibrate.py's options (crossval.py's too: the same fit, another output)."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,6 +34,8 @@ def parse_args(doc=__doc__, out_what="calibration.yaml"):
     p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
     p.add_argument("--tolerance", type=float, default=0.005,
                    help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.005)")
+    if extra:
+        extra(p)
     return p.parse_args()
 
 

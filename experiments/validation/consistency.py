@@ -86,6 +86,31 @@ def same_config(rows):
     return out
 
 
+def row_groups(rows):
+    """{row id: (group label, spread max/min)} for every row in a same-configuration group: A's
+    groups (same_config), and rows of the tflops_per_gpu metric (which A leaves out) with the same
+    model and parameters, GPU, precision, GPU count and batch from two or more publications (urls),
+    compared by their published TFLOP/s per GPU (Megatron's paper against its v1.0 blog)."""
+    out = {}
+    for (model, params, gpu, prec, n), members, spread in same_config(rows):
+        label = f"{model}{''.join(f' {k}={v}' for k, v in params)} {gpu} x {n} {prec}"
+        for r, _ in members:
+            out[r["id"]] = (label, spread)
+    tflops = {}
+    for r in rows:
+        if r["metric"] == "tflops_per_gpu":
+            key = (r["model"], tuple(sorted((r.get("model_params") or {}).items())), r["gpu"], r["precision"],
+                   int(r["gpus"]), r["batch_per_gpu"])
+            tflops.setdefault(key, []).append(r)
+    for (model, params, gpu, prec, n, b), members in sorted(tflops.items(), key=lambda kv: str(kv[0])):
+        if len({r["url"] for r in members}) < 2:
+            continue
+        values = [float(r["value"]) for r in members]
+        for r in members:
+            out[r["id"]] = (f"{model} {gpu} x {n} {prec} b{b} (TFLOP/s per GPU)", max(values) / min(values))
+    return out
+
+
 def scaling(rows):
     """B: (row at 1 GPU, row at 8 GPUs, per-GPU rate ratio) in the same table."""
     def key(r):

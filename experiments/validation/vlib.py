@@ -28,7 +28,9 @@ MODEL_CLASSES = {
     # (the rows' sequence lengths tell it apart) it lowers the calibration error but predicts a
     # source left out worse (README.md, "Fitting it on its own was tried").
     "bert-large": ("gemm",), "gpt": ("gemm",), "gpt3-175b": ("gemm",),
-    "gnmt8": ("recurrent", "gemm"), "gnmt16": ("recurrent", "gemm"),
+    # GNMT's LSTMs run their per-time-step recurrent GEMMs as GEMMs (core/models/builder.cc, lstm):
+    # no recurrent efficiency of their own since issue 29 (it had absorbed the per-step costs).
+    "gnmt8": ("gemm",), "gnmt16": ("gemm",),
 }
 # The optimizer each model's published training runs use (a row's `optimizer` key overrides):
 # the image models SGD with momentum, the Transformers Adam or LAMB (the same state: two tensors),
@@ -56,6 +58,10 @@ SYSTEMS = {
     "DGX H100": {"gpu": "h100", "gpus_per_node": 8, "nvlink": "450GBps", "infiniband": "400Gbps",
                  "like": "preset dgx-h100-4 (same generator and figures)"},
 }
+# A row's (gpu, gpu_memory) -> the catalog entry of that part, where the memory size is a different
+# part with its own bandwidth (topologies/devices.yaml: A100 SXM4 40 GB 1,555 GB/s, 80 GB 2,039 GB/s).
+# The row's `gpu` (the chip) still keys the calibration: both parts share the chip's efficiencies.
+PARTS = {("a100", "40GB"): "a100-40gb", ("a100", "80GB"): "a100-80gb"}
 NVLINK = {"v100": "150GBps", "a100": "300GBps", "h100": "450GBps"}  # per GPU and direction (hardware.md)
 INFINIBAND = {"v100": "100Gbps", "a100": "200Gbps", "h100": "400Gbps"}  # one NIC per GPU (hardware.md)
 
@@ -220,9 +226,10 @@ def memory_section(row):
 def device_spec(row, efficiency=None):
     """The row's GPU as a catalog entry with overrides: its memory size and, for calibration,
     efficiencies ({class: value}, or {"all": value} for a pipegrid without per-class efficiency)."""
-    d = {"model": row["gpu"]}
     memory = str(row.get("gpu_memory") or "").replace(" ", "")
-    if re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
+    part = PARTS.get((row["gpu"], memory))
+    d = {"model": part or row["gpu"]}
+    if not part and re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
         d["memory"] = memory
     if efficiency:
         if "all" in efficiency:
@@ -231,6 +238,7 @@ def device_spec(row, efficiency=None):
             table = {k: round(v, 6) for k, v in sorted(efficiency.items())}
             if "gemm" in table:
                 table["attention"] = table["gemm"]  # tied (see MODEL_CLASSES)
+                table["recurrent"] = table["gemm"]  # likewise (a layer of kind lstm without kernels)
             table = dict(sorted(table.items()))
             prec = math_precision(row["precision"])
             d["compute_efficiency"] = {prec: table}

@@ -40,15 +40,40 @@ TEST_CASE("the compiled-in catalog holds the GPUs with hardware.md's figures") {
 
 TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(parse("device: v100").memory_bytes == 16e9);
-  DeviceSpec d = parse("device: {model: a100, memory: 40GB, peak: {fp16: 100TFLOPS}}");
+  DeviceSpec d = parse("device: {model: a100, memory: 64GB, peak: {fp16: 100TFLOPS}}");
   CHECK(d.kind == "a100");
-  CHECK(d.memory_bytes == 40e9);
+  CHECK(d.memory_bytes == 64e9);
   CHECK(d.peak(Precision::FP16) == 100e12);
   CHECK(d.peak(Precision::FP32) == 19.5e12);  // kept from the catalog
   DeviceSpec custom = parse("device: {memory: 16GiB, flops: 10TFLOPS, efficiency: 0.4}");
   CHECK(custom.kind == "custom");
   CHECK(custom.peak(Precision::INT8) == 10e12);
   CHECK(custom.efficiency == 0.4);
+}
+
+TEST_CASE("the A100's two SXM4 parts: 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s (NVIDIA datasheet)") {
+  const CatalogDevice* p40 = find_catalog_device("a100-40gb");
+  const CatalogDevice* p80 = find_catalog_device("a100-80gb");
+  REQUIRE(p40 != nullptr);
+  REQUIRE(p80 != nullptr);
+  CHECK(p40->spec.memory_bytes == 40e9);
+  CHECK(p40->spec.memory_bandwidth == 1555e9);
+  CHECK(p80->spec.memory_bytes == 80e9);
+  CHECK(p80->spec.memory_bandwidth == 2039e9);
+  // The same chip: the same peaks.
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16})
+    CHECK(p40->spec.peak(p) == p80->spec.peak(p));
+  // `a100` keeps working: the 80 GB part.
+  CHECK(find_catalog_device("a100")->spec.memory_bandwidth == 2039e9);
+  // The 80 GB entry given the 40 GB part's memory would run at the wrong bandwidth: refused, with
+  // the entry to use; with its bandwidth given too it is the user's device.
+  const std::string e = error_of("device: {model: a100, memory: 40GB}");
+  CHECK(e.find("t.yaml:1:") == 0);
+  CHECK(e.find("a100-40gb") != std::string::npos);
+  CHECK(e.find("1555 GB/s") != std::string::npos);
+  CHECK(error_of("device: {model: a100-80gb, memory: 40GB}").find("a100-40gb") != std::string::npos);
+  CHECK(parse("device: {model: a100, memory: 40GB, memory_bandwidth: 1555GBps}").memory_bandwidth == 1555e9);
+  CHECK(parse("device: {model: v100, memory: 32GB}").memory_bandwidth == 900e9);
 }
 
 TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides derive the peak again") {
@@ -75,7 +100,7 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides deriv
     for (Precision p : kPrecisions) CHECK(d.spec.peak(p) > 0);  // amp: fp16's rate; no tf32 rate: fp32's
     CHECK(!d.source.empty());
   }
-  CHECK(device_catalog().size() == 11);
+  CHECK(device_catalog().size() == 13);  // 3 V100/A100/H100 + a100-80gb, a100-40gb + 8 FPGAs
 }
 
 TEST_CASE("device errors: unknown names list close matches") {

@@ -83,13 +83,14 @@ with tempfile.TemporaryDirectory() as out:
             sys.exit(f"consistency.md lacks {want!r}:\n{text}")
 # Leave one source out (crossval.py), with an oracle independent of pipegrid: a row and its twin
 # under another source (same fields, same published value). Leaving out the twin's source fits the
-# efficiencies on the row (ResNet-50: conv, with a little gemm) and the GNMT row (recurrent, gemm),
-# which the three parameters can both match to within the line search's tolerance; the twin must
-# then come out at the same ratio, near 1. A GNMT row of a
-# third source exercises the recurrent class that no other row has: it is marked as a prior.
+# efficiencies on the row (ResNet-50: conv, with a little gemm) and the GNMT row (gemm, amp), which
+# the parameters can both match to within the line search's tolerance; the twin must then come out
+# at the same ratio, near 1. A GNMT row of a third source, the only one in amp, exercises the V100's
+# fp16 gemm that no other row has: it is marked as a prior. Leave one model family out: the
+# family table has a row per family (ResNet-50, GNMT).
 base = next(r for r in rows if r["id"] == "dle-tf-rn50-v100-fp32-8gpu")
 twin = dict(base, id="twin-rn50", source="Twin source")
-gnmt = dict(next(r for r in rows if r["id"] == "dle-pyt-gnmt-v100-fp32-8gpu"), source="GNMT source")
+gnmt = dict(next(r for r in rows if r["id"] == "dle-pyt-gnmt-v100-amp-8gpu"), source="GNMT source")
 with tempfile.TemporaryDirectory() as out:
     m = os.path.join(out, "m.yaml")
     with open(m, "w") as f:
@@ -103,6 +104,9 @@ with tempfile.TemporaryDirectory() as out:
     ratio = re.search(r"^\| twin-rn50 \| Twin source \| calibration \| [\d,.]+ \| [\d,.]+ \| ([\d.]+) \|", text, re.M)
     if not ratio or abs(float(ratio.group(1)) - 1) > 0.02:
         sys.exit(f"crossval.md: the twin of the only training row is not predicted at ~1:\n{text}")
-    if not re.search(r"^\| dle-pyt-gnmt-v100-fp32-8gpu \| GNMT source \| .* \| v100/fp32/recurrent \|$", text, re.M):
-        sys.exit(f"crossval.md: the GNMT row's recurrent efficiency is not marked as a prior:\n{text}")
+    if not re.search(r"^\| dle-pyt-gnmt-v100-amp-8gpu \| GNMT source \| .* \| v100/fp16/gemm \|$", text, re.M):
+        sys.exit(f"crossval.md: the GNMT row's fp16 gemm efficiency is not marked as a prior:\n{text}")
+    for family in ("ResNet-50", "GNMT"):
+        if not re.search(rf"^\| {family} \| \d+ rows \| \d+ \| [\d.]+ \|", text, re.M):
+            sys.exit(f"crossval.md: no leave-one-model-family-out line for {family}:\n{text}")
 print(f"validation suite: {len(rows)} rows ran ({sets['check']} check, {sets['calibration']} calibration)")

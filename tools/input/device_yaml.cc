@@ -154,6 +154,24 @@ std::vector<CatalogDevice> load_catalog() {
   return out;
 }
 
+// A GPU entry given another part's memory size, where the catalog holds that part with its own
+// bandwidth (`{model: a100, memory: 40GB}`: the A100 40 GB has 1,555 GB/s, not the 80 GB part's
+// 2,039), would silently run at the wrong bandwidth: refuse it and name the entry to use.
+void refuse_other_part(const Node& n, const DeviceSpec& spec) {
+  const std::optional<Node> mem = n.get("memory");
+  if (!mem || n.has("memory_bandwidth") || spec.family != "gpu") return;
+  const double bytes = mem->quantity(Dimension::Bytes, Sign::Positive);
+  if (bytes == spec.memory_bytes) return;
+  const std::string base = spec.kind.substr(0, spec.kind.find('-'));
+  for (const CatalogDevice& d : device_catalog())
+    if (d.name != spec.kind && d.name.rfind(base + "-", 0) == 0 && d.family == "gpu" &&
+        d.spec.memory_bytes == bytes && d.spec.memory_bandwidth != spec.memory_bandwidth)
+      mem->fail(fmt::format("\"{}\" has {:.0f} GB at {:.0f} GB/s; the {} part is \"{}\" ({}, {:.0f} GB/s): use "
+                            "model: {} (or give memory_bandwidth too)",
+                            spec.kind, spec.memory_bytes / 1e9, spec.memory_bandwidth / 1e9,
+                            mem->yaml().Scalar(), d.name, d.description, d.spec.memory_bandwidth / 1e9, d.name));
+}
+
 }  // namespace
 
 const std::vector<CatalogDevice>& device_catalog() {
@@ -177,12 +195,15 @@ const CatalogDevice* find_catalog_device(std::string_view name) {
 
 DeviceSpec parse_device_spec(const Node& n, const std::vector<std::string_view>& extra_keys) {
   if (n.is_scalar()) return lookup(n);
-  n.require_map("a device: a catalog name like \"a100\" or a mapping like {model: a100, memory: 40GB}");
+  n.require_map("a device: a catalog name like \"a100\" or a mapping like {model: v100, memory: 32GB}");
   std::vector<std::string_view> keys = extra_keys;
   keys.insert(keys.end(), kSpecKeys.begin(), kSpecKeys.end());
   n.check_keys(keys);
   DeviceSpec spec;
-  if (auto m = n.get("model")) spec = lookup(*m);
+  if (auto m = n.get("model")) {
+    spec = lookup(*m);
+    refuse_other_part(n, spec);
+  }
   apply_overrides(n, spec);
   if (!(spec.memory_bytes > 0)) n.need("memory", describe(Dimension::Bytes, "positive"));
   return spec;

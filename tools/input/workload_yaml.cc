@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/models/builder.h"
 #include "core/models/chain.h"
 #include "core/models/pipedream_profile.h"
 #include "core/models/zoo.h"
@@ -60,7 +61,7 @@ Workload parse_model(const Node& n) {
   for (const ModelInfo& m : model_zoo()) models.push_back(m.name);
   const std::string which = name.choice(models, "a model from the zoo");
   const ModelInfo* info = *find_model(which);
-  std::vector<std::string_view> keys = with_common({"model", "precision"});
+  std::vector<std::string_view> keys = with_common({"model", "precision", "attention"});
   for (const auto& d : info->defaults) keys.push_back(d.first);
   n.check_keys(keys);
   ModelArgs args;
@@ -71,6 +72,12 @@ Workload parse_model(const Node& n) {
     }
   Result<Workload> w = build_model(*info, args, precision_of(n).value_or(Precision::FP32));
   if (!w) n.fail(w.error().message);
+  // How the attention core runs (core/models/builder.h): unfused, as the published rows ran, or
+  // fused (FlashAttention).
+  if (auto a = n.get("attention"))
+    use_attention(*w, a->choice({"unfused", "fused"}, "an attention implementation") == "fused"
+                          ? AttentionImpl::Fused
+                          : AttentionImpl::Unfused);
   return std::move(*w);
 }
 
