@@ -76,11 +76,23 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   k.proj = gemm(2 * s * h * h / T, s * h / T + s * h, w_proj);
   k.up = gemm(2 * s * h * f * g / T, s * h + s * f * g / T, w_up);
   k.down = gemm(2 * s * f * h / T, s * f / T + s * h, w_down);
-  const double scores = 4 * s * s * h / T;
-  const double core_io = (2 * s * h + 2 * s * kv * hd + 2 * a * s * s) / T * eb;
-  k.core = kernel(KernelClass::Attention, scores, 2 * scores, 0, core_io, 2 * core_io, 0, 2);
-  const double sm = 4 * a * s * s / T * eb;  // softmax and dropout over the scores, read and written
-  k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, sm, 1.5 * sm, 0, 2);
+  // The attention core on the device's a/t heads, as the builder costs it (core/models/builder.cc:
+  // score_core, score_passes, use_attention): unfused, two batched GEMMs that write and read the
+  // a s^2 / t scores, and four element-wise passes over them (scale, mask, softmax, dropout: 8 eb + 1
+  // bytes per score forward, 7 eb + 1 backward); fused (FlashAttention), one kernel per pass, no score
+  // traffic, the backward recomputing Q K^T.
+  const double flops = 4 * s * s * h / T;
+  const double scores = a * s * s / T;
+  const double qkvo = (2 * s * h + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
+  const double core_io = (qkvo + 2 * scores) * eb;
+  if (sp.fused_attention) {
+    k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
+    k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, 0, 0, 0, 0);
+  } else {
+    k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
+    k.softmax_dropout =
+        kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0, 4);
+  }
   const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
   k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
   const double dr = 5 * s * h * seq_share * eb;  // dropout (r + w) and residual add (2 r + w)
@@ -100,8 +112,9 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   // and the second GEMM's input (4 s f; gated: 6 s f), and the attention core's 5 a s^2.
   const double unsplit = 10 * s * h;
   const double split = 2 * s * h + 4 * s * kv * hd + 2 * s * h + (sp.gated ? 6 : 4) * s * f;
-  const double core_stash = 5 * a * s * s;
+  double core_stash = 5 * a * s * s;
   const double half = eb / 2;
+  if (sp.fused_attention) core_stash = 0;  // FlashAttention keeps no scores (Korthikanti et al.)
   if (sequence_parallel) {
     k.stash_none = (unsplit + split + core_stash) / T * half;
     k.stash_selective = (unsplit + split) / T * half;
@@ -135,7 +148,7 @@ std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precisio
   out.insert(out.end(), k.rotary.begin(), k.rotary.end());
   for (const Kernel& x : {k.core, k.softmax_dropout, k.proj, k.dropout_residual1, k.ln2, k.up, k.act, k.down,
                           k.dropout_residual2})
-    out.push_back(x);
+    if (x.calls > 0) out.push_back(x);
   return out;
 }
 

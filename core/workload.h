@@ -107,6 +107,7 @@ struct TensorSplit {
   bool gated = false;     // gated MLP (SwiGLU: gate and up matrices, then down)
   bool biases = true;     // GEMM biases (GPT, BERT); none in Llama
   bool rotary = false;    // rotary position embedding applied to queries and keys
+  bool fused_attention = false;  // FlashAttention (workload `attention: fused`, core/models/builder.h)
 };
 
 struct Layer {

@@ -78,7 +78,8 @@ void use_attention(Workload& w, AttentionImpl impl) {
   const double eb = element_bytes(w.precision);
   for (size_t i = 0; i < w.layer_count(); ++i) {
     Layer& l = w.graph[i];
-    if (l.kind != "transformer_block" && l.kind != "attention") continue;
+    if (l.kind != "transformer_block" && l.kind != "decoder_block" && l.kind != "attention") continue;
+    l.split.fused_attention = true;
     std::vector<Kernel>& ks = l.kernels;
     for (size_t j = 0; j + 1 < ks.size(); ++j) {
       const Kernel& core = ks[j];
