@@ -192,8 +192,7 @@ Status validate_fat_tree(const Cluster& c) {
 Status check_cluster_size(std::string_view what, double devices, double switches, double links) {
   auto over = [&](double n, double limit, std::string_view of) {
     return Error{
-        fmt::format("{} would have {:.0f} {}, above pipegrid's limit of {:.0f} (see README, "
-                    "\"Work-size limits\")",
+        fmt::format("{} would have {:.0f} {}, above pipegrid's limit of {:.0f} (see docs/limits.md)",
                     what, n, of, limit)};
   };
   if (!(devices <= kMaxClusterDevices)) return over(devices, kMaxClusterDevices, "devices");

@@ -55,8 +55,10 @@ std::vector<MicroBatching> micro_batchings(const Experiment& e) {
 
 }  // namespace
 
-std::string_view strategy_label(const Experiment& e, const PreparedRun& run) {
-  return run.planner == kDefaultPlanner ? std::string_view(e.strategy.partitioner) : run.planner;
+std::string strategy_label(const Experiment& e, const PreparedRun& run) {
+  if (run.planner == kDefaultPlanner) return run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
+  if (run.partitioner.empty() || run.partitioner == run.planner) return run.planner;
+  return fmt::format("{} (stages by {})", run.planner, run.partitioner);
 }
 
 Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool prove_deadlock_free) {
@@ -75,6 +77,7 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool pr
   static_cast<Plan&>(run) = std::move(*plan);
   run.graph = std::move(*graph);
   run.planner = std::string((*planner)->name);
+  if (run.partitioner.empty()) run.partitioner = run.planner;
   return run;
 }
 

@@ -29,8 +29,10 @@ struct PreparedRun : Plan {
   std::string planner;  // the planner that chose the plan
 };
 
-// What planned the run, for reports: the partitioner under the default planner, else the planner.
-std::string_view strategy_label(const Experiment& e, const PreparedRun& run);
+// What planned the run, for reports: the partitioner under the default planner ("uniform"), else
+// the planner, with the partitioner that made its stages when that is another ("bapipe (stages by
+// uniform)"); never the strategy's partitioner when the planner did not use it.
+std::string strategy_label(const Experiment& e, const PreparedRun& run);
 
 // Asks the strategy's planner (planner_for) for a plan, then validates and lowers it. Planners that
 // explore rank candidates with the analytic evaluator and, with a judge, judge the finalists again;

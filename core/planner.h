@@ -81,14 +81,30 @@ struct PlanRequest {
 };
 
 // A whole plan: what runs where and in which order. No times; the simulator supplies them.
+// One plan a planner tried, for reports (`plan.tried` in the JSON): what it was and how it compared.
+struct TriedPlan {
+  std::string what;  // e.g. "gpipe, 16 micro-batches of 2, 4 stages x 2 replicas"
+  double micro_batch_size = 0;
+  int micro_batches = 0;
+  int stages = 0;                  // 0: no plan was made
+  double analytic_s = -1;          // the analytic evaluator's iteration time; < 0: not evaluated
+  double judged_s = -1;            // the judge's (SimGrid from the CLI); < 0: not judged
+  bool fits = true;                // every device within its memory
+  std::string outcome;             // "chosen", "" (a candidate), or why it was left out
+};
+
 struct Plan {
   Partition partition;        // stages (layers, devices: placement and replicas) and stage edges
   Schedule schedule;          // per device, the ordered actions: the micro-batch order
   std::string schedule_name;  // a schedule table name, or the planner's own name for its order
+  // The partitioner table name that made the stages; empty: the planner made them itself (prepare
+  // then records the planner's name), e.g. luo and dapple.
+  std::string partitioner;
   double micro_batch_size = 1;
   int micro_batches = 1;
   std::string exploration;      // what was explored and how the candidates compared; "" if nothing
   double planning_seconds = 0;  // wall time spent partitioning (summed over the candidates)
+  std::vector<TriedPlan> tried;  // what was tried, structured (planners that explore fill it)
 };
 
 struct PlannerInfo {

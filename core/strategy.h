@@ -40,6 +40,17 @@ struct PartitionRequest {
 };
 inline constexpr int kAnyReplicas = -1;
 
+// Whether `replicas` replicas of a stage split a micro-batch of `micro_batch_size` samples into whole
+// samples each (replicas divide the size). A fractional micro-batch (a scaled profile) has no whole
+// samples to keep: any count is allowed then. Planners and partitioners that choose replica counts
+// consider only the counts this allows (issue 30: a split into 0.25 samples, costed linearly, made
+// plans look faster than any real data loader runs them).
+inline bool whole_samples_per_replica(double micro_batch_size, int replicas) {
+  if (replicas <= 1 || micro_batch_size != static_cast<double>(static_cast<long long>(micro_batch_size)))
+    return true;
+  return static_cast<long long>(micro_batch_size) % replicas == 0;
+}
+
 struct PartitionStrategy {
   std::string_view name;
   std::string_view description;

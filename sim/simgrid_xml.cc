@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -223,8 +224,14 @@ class Reader {
   Cluster read() {
     pugi::xml_document doc;
     // In place: a platform with every pair's route is large (a 1024-device export is 350 MB).
-    pugi::xml_parse_result res = doc.load_buffer_inplace(text_.data(), text_.size(), pugi::parse_default);
+    pugi::xml_parse_result res =
+        doc.load_buffer_inplace(text_.data(), text_.size(), pugi::parse_default | pugi::parse_doctype);
     if (!res) throw XmlFail(fmt::format("{}: invalid XML: {}", location(res.offset), res.description()));
+    // pugixml expands no entity a DTD declares: "&e;" would stay in a name as text. SimGrid's own
+    // platforms carry only the DOCTYPE line naming simgrid.dtd, which declares nothing inline.
+    for (pugi::xml_node child : doc.children())
+      if (child.type() == pugi::node_doctype && std::string_view(child.value()).find('[') != std::string_view::npos)
+        fail(child, "<!DOCTYPE ...>: inline DTD declarations (entities) are not supported in a platform file");
     pugi::xml_node root = doc.document_element();
     if (std::string_view(root.name()) != "platform")
       fail(root, fmt::format("expected a SimGrid <platform>, got <{}>", root.name()));
@@ -366,7 +373,7 @@ class Reader {
     if (static_cast<double>(host ? hosts_.size() : hosts_.size() + routers_.size()) >=
         (host ? kMaxClusterDevices : kMaxClusterNodes))
       fail(n, fmt::format("{}: one more {} would make the platform larger than pipegrid's limit of {:.0f} {} "
-                          "(see README, \"Work-size limits\")",
+                          "(see docs/limits.md)",
                           describe(n), host ? "host" : "router", host ? kMaxClusterDevices : kMaxClusterNodes,
                           host ? "hosts" : "hosts and routers"));
     if (auto it = nodes_.find(id); it != nodes_.end())
@@ -404,6 +411,15 @@ class Reader {
       d.spec = *default_device_;
     } else if (!(d.spec.memory_bytes > 0)) {
       fail(h, fmt::format("{}: the property pipegrid:memory is missing", describe(h)));
+    }
+    // Rates, given or derived from an FPGA's figures, within the range a YAML device may state.
+    for (int i = 0; i < kPrecisionCount; ++i) {
+      const double derived = d.spec.fpga ? d.spec.fpga->peak(static_cast<Precision>(i)) : 0.0;
+      if (!(d.spec.peak_flops[i] <= 1e21) || !(derived <= 1e21))
+        fail(h, fmt::format("{}: its {} peak ({}) is {:g} FLOP/s, out of range: at most 1e21 FLOP/s", describe(h),
+                            to_string(static_cast<Precision>(i)),
+                            d.spec.peak_flops[i] <= 1e21 ? "DSPs x clock x MACs per DSP x 2" : "pipegrid:peak",
+                            d.spec.peak_flops[i] <= 1e21 ? derived : d.spec.peak_flops[i]));
     }
     add_node(h, id, true);
     devices_.push_back(std::move(d));
@@ -448,8 +464,13 @@ class Reader {
       fpga().clock_hz = number();
     else if (key == "fpga_onchip")
       fpga().onchip_bytes = number();
-    else if (key == "fpga_ports")
-      fpga().ports = static_cast<int>(number());
+    else if (key == "fpga_ports") {
+      const double v = number();  // as a YAML device's `ports`: a whole number up to 1024
+      if (v != std::floor(v) || v > 1024)
+        fail(p, fmt::format("<prop id=\"{}{}\">: expected a whole number of network ports from 0 to 1024, got \"{}\"",
+                            kPrefix, key, value));
+      fpga().ports = static_cast<int>(v);
+    }
     else if (key == "fpga_port_bandwidth")
       fpga().port_bandwidth = number();
     else {
@@ -584,7 +605,7 @@ class Reader {
           kMaxClusterDevices)
         fail(n,
              fmt::format("{}: radical: \"{}\" would make the platform larger than pipegrid's limit of {:.0f} "
-                         "hosts (see README, \"Work-size limits\")",
+                         "hosts (see docs/limits.md)",
                          describe(n), text, kMaxClusterDevices));
       // Counted loop: `i <= hi; ++i` would overflow when hi is the largest long.
       for (long k = 0; k <= hi - lo; ++k) out.push_back(lo + k);

@@ -28,6 +28,28 @@ void add_set_option(CLI::App& app, std::vector<std::string>& overrides) {
 
 namespace {
 
+// --help without CLI11's artefacts: the type alone ("INT", not "INT:INT in [1 - 100000]"), a default
+// only where there is one to state (not "=0 REQUIRED", not "=[]" on a repeatable option), and
+// "(repeatable)" instead of "...".
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+    std::string out;
+    if (opt->get_type_size() != 0) {
+      std::string type = opt->get_type_name();
+      type = type.substr(0, type.find(':'));  // validators append ":<description>"
+      if (!type.empty()) out += " " + type;
+      const std::string def = opt->get_default_str();
+      if (!opt->get_required() && !def.empty() && def != "[]") out += "=" + def;
+      if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) out += " (repeatable)";
+      if (opt->get_required()) out += " (required)";
+    }
+    for (const CLI::Option* x : opt->get_excludes()) out += " (not with " + x->get_name() + ")";
+    return out;
+  }
+};
+
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& names) {
   std::vector<std::string_view> views(names.begin(), names.end());
   std::vector<std::string> close = input::close_matches(word, views);
@@ -114,6 +136,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   app.set_version_flag("--version", "pipegrid " PIPEGRID_VERSION, "Print the version and exit");
   app.option_defaults()->always_capture_default();  // --help shows every option's default
+  app.formatter(std::make_shared<cli::HelpFormatter>());
 
   // One line per subcommand, in the order `--help` lists them.
   constexpr cli::Command (*kCommands[])(CLI::App&) = {

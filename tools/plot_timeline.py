@@ -84,10 +84,23 @@ def save(fig, out, name):
                     metadata={"Date": None} if ext == "svg" else {"Software": None})
 
 
+def shade(colour, chunk, chunks):
+    """The kind's colour for model chunk `chunk` of `chunks` (interleaved schedules): the first as it
+    is, later ones mixed towards white, so two chunks on one device never share a colour."""
+    if chunks <= 1 or chunk == 0:
+        return colour
+    r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    t = 0.55 * chunk / (chunks - 1)
+    return "#%02X%02X%02X" % tuple(round(255 * (c + (1 - c) * t)) for c in (r, g, b))
+
+
 def gantt(tasks, title, plt):
     from matplotlib.collections import PolyCollection
 
     stages = device_stages(tasks)
+    # A device's model chunks (interleaved-1f1b: stages s and s + p on one rank): its k-th stage.
+    chunk_of = {(d, s): k for d, ss in stages.items() for k, s in enumerate(ss)}
+    chunks = max((len(ss) for ss in stages.values()), default=1)
     devices = list(stages)
     row = {d: i for i, d in enumerate(devices)}
     end = max((float(r["end_s"]) for r in tasks), default=1.0) or 1.0
@@ -95,7 +108,7 @@ def gantt(tasks, title, plt):
     row_height = 0.5 if len(devices) <= 16 else 0.28 if len(devices) <= 32 else 0.2
     fig, ax = plt.subplots(figsize=(12, max(2.8, row_height * len(devices) + 1.6)))
     # One PolyCollection per kind (not one artist per task): thousands of tasks draw in milliseconds.
-    boxes = {k: [] for k in COLOURS}
+    boxes = {(k, c): [] for k in COLOURS for c in range(max(1, chunks))}
     labels = []
     fig_width_px = fig.get_figwidth() * fig.dpi * 0.75  # plot area, roughly
     for r in tasks:
@@ -113,11 +126,12 @@ def gantt(tasks, title, plt):
                 labels.append(((x0 + x1) / 2, y, label))
         else:
             y0, y1 = y + 0.35, y + 0.49  # outgoing transfers: a thin bar under the compute row
-        boxes[kind].append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
-    for kind, polys in boxes.items():
+        chunk = chunk_of.get((r["device"], int(r["stage"])), 0) if kind in ("forward", "backward", "weight") else 0
+        boxes[(kind, chunk)].append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
+    for (kind, chunk), polys in boxes.items():
         if polys:
-            ax.add_collection(PolyCollection(polys, facecolors=COLOURS[kind], edgecolors="white",
-                                             linewidths=0.3 if kind in COMPUTE else 0,
+            ax.add_collection(PolyCollection(polys, facecolors=shade(COLOURS[kind], chunk, chunks),
+                                             edgecolors="white", linewidths=0.3 if kind in COMPUTE else 0,
                                              alpha=1.0 if kind in COMPUTE else 0.8))
     for x, y, label in labels:
         ax.text(x, y, label, ha="center", va="center", fontsize=7, color="white")
@@ -128,12 +142,13 @@ def gantt(tasks, title, plt):
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("device and its stage(s)")
     ax.set_title(f"Timeline: {title}" if title else "Timeline")
-    present = [k for k in COLOURS if boxes[k]]
+    present = [(k, c) for (k, c), polys in boxes.items() if polys]
     if present:
-        handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in present]
-        names = [k if k in COMPUTE else f"{k} (send)" for k in present]
+        handles = [plt.Rectangle((0, 0), 1, 1, color=shade(COLOURS[k], c, chunks)) for k, c in present]
+        names = [(f"{k}, chunk {c}" if chunks > 1 and k in ("forward", "backward", "weight") else k)
+                 if k in COMPUTE else f"{k} (send)" for k, c in present]
         ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.6 / (row_height * len(devices) + 1.6)),
-                  ncol=len(present), frameon=False, fontsize=8)
+                  ncol=min(len(present), 6), frameon=False, fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -145,12 +160,15 @@ def memory(rows, stages, title, plt, end_time):
     for r in rows:
         by_device.setdefault(r["device"], []).append(r)
     devices = [d for d in stages if d in by_device] + [d for d in by_device if d not in stages]
-    stage_ids = sorted({s for d in devices for s in stages.get(d, [])})
-    colour_of_stage = dict(zip(stage_ids, stage_colours(len(stage_ids), plt)))
+    # A colour per set of stages a device runs (one stage, or its chunks' stages 0 and 8 when
+    # interleaved): the legend lists exactly the colours the lines use.
+    groups = sorted({tuple(stages.get(d, [])) for d in devices if stages.get(d)})
+    stage_ids = list(range(len(groups)))
+    colour_of_group = dict(zip(groups, stage_colours(len(groups), plt)))
 
     def colour(d):
-        s = stages.get(d, [])
-        return colour_of_stage[s[0]] if s else "#7F7F7F"
+        s = tuple(stages.get(d, []))
+        return colour_of_group[s] if s else "#7F7F7F"
 
     end = max([float(r["time_s"]) for r in rows] + [end_time, 1e-12])
     scale, unit = time_unit(end)
@@ -187,14 +205,14 @@ def memory(rows, stages, title, plt, end_time):
     bottom.grid(axis="y", alpha=0.3)
     # The stage legend, outside the axes on the right: it can cover nothing. Past 20 stages a
     # colour bar replaces it.
-    if stage_ids and len(stage_ids) <= 20:
-        handles = [plt.Line2D([], [], color=colour_of_stage[s], linewidth=3) for s in stage_ids]
-        fig.legend(handles, [f"stage {s}" for s in stage_ids], loc="upper left", bbox_to_anchor=(0.86, 0.88),
+    if groups and len(groups) <= 20:
+        handles = [plt.Line2D([], [], color=colour_of_group[g], linewidth=3) for g in groups]
+        fig.legend(handles, [stage_text(list(g)) for g in groups], loc="upper left", bbox_to_anchor=(0.86, 0.88),
                    fontsize=8, frameon=False, title="line colour")
         fig.subplots_adjust(left=0.08, right=0.85, top=0.94, bottom=0.12)
     elif stage_ids:
         from matplotlib.colors import ListedColormap, BoundaryNorm
-        cmap = ListedColormap([colour_of_stage[s] for s in stage_ids])
+        cmap = ListedColormap([colour_of_group[g] for g in groups])
         norm = BoundaryNorm([s - 0.5 for s in stage_ids] + [stage_ids[-1] + 0.5], cmap.N)
         fig.subplots_adjust(left=0.08, right=0.88, top=0.94, bottom=0.12)
         cax = fig.add_axes([0.9, 0.4, 0.015, 0.5])

@@ -109,8 +109,7 @@ void use_attention(Workload& w, AttentionImpl impl) {
 Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
   if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
     return Error{
-        fmt::format("the model has more than {} layers, pipegrid's limit (see README, \"Work-size "
-                    "limits\")",
+        fmt::format("the model has more than {} layers, pipegrid's limit (see docs/limits.md)",
                     kMaxLayers)};
   return push_layer(std::move(l), std::move(out), in);
 }

@@ -130,8 +130,7 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
     if (ids.count(node)) return fail(fmt::format("node {} appears twice", node));
     if (w.layer_count() >= static_cast<size_t>(kMaxLayers))
       return fail(
-          fmt::format("more than {} nodes, pipegrid's limit of layers in a model (see README, "
-                      "\"Work-size limits\")",
+          fmt::format("more than {} nodes, pipegrid's limit of layers in a model (see docs/limits.md)",
                       kMaxLayers));
     Layer l;
     l.name = node;

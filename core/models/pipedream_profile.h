@@ -1,4 +1,4 @@
-// PipeDream's measured layer profiles (graph.txt; format in ../shared/reference/pipedream/README.md)
+// PipeDream's measured layer profiles (graph.txt; format in workloads/profiles/pipedream/SOURCE.md)
 // as a workload: each node a layer with its measured forward and backward times for the profiled
 // mini-batch on the profiled device kind, its output (activation) bytes and parameter bytes.
 //

@@ -48,9 +48,15 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   const int m = r.micro_batches;
   // Replica counts a stage may take.
   std::vector<int> counts;
+  // Only counts that give every replica whole samples of the micro-batch.
   if (any) {
-    for (int c = 1; c <= D - (p - 1); ++c) counts.push_back(c);
+    for (int c = 1; c <= D - (p - 1); ++c)
+      if (whole_samples_per_replica(r.micro_batch_size, c)) counts.push_back(c);
   } else {
+    if (!whole_samples_per_replica(r.micro_batch_size, fixed))
+      return Error{fmt::format("bapipe: {} replicas would split each micro-batch of {} samples into {} samples "
+                               "each; a replica count must divide the micro-batch size",
+                               fixed, r.micro_batch_size, r.micro_batch_size / fixed)};
     counts.push_back(fixed);
   }
 

@@ -163,8 +163,13 @@ class Planner {
     auto feasible = [&](double target) {
       target_ = target;
       memo_.clear();
-      return solve_node(t_.root, D_, 0).feasible;
+      return solve_node(t_.root, root_n_, 0).feasible;
     };
+    // With whole samples per replica, every device may be out of reach (8 layers on 64 devices with
+    // micro-batches of 1 sample: no replication): then the most devices that have a plan.
+    root_n_ = D_;
+    if (r_.micro_batch_size == std::floor(r_.micro_batch_size))
+      while (root_n_ > 1 && !feasible(candidates.back())) --root_n_;
     if (!feasible(candidates.back()))
       return Error{
           fmt::format("graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
@@ -182,7 +187,7 @@ class Planner {
     feasible(candidates[hi]);
     *best_tps = candidates[hi];
     std::vector<std::pair<std::vector<int>, int>> stages;
-    emit_node(t_.root, D_, 0, stages);
+    emit_node(t_.root, root_n_, 0, stages);
     return stages;
   }
 
@@ -317,7 +322,9 @@ class Planner {
     Option best;
     best.depth = 1;
     best.memory = memory(info, n, k);
-    best.feasible = tps(info, n) <= target_ && best.memory <= spec_.memory_bytes;
+    // One stage on n devices splits each micro-batch between n replicas: only whole samples (issue 30).
+    best.feasible = whole_samples_per_replica(r_.micro_batch_size, n) && tps(info, n) <= target_ &&
+                    best.memory <= spec_.memory_bytes;
     if (s.kind != SpNode::Kind::Leaf && lo == hi) {
       Option d = solve_node(order_[node][lo], n, k);
       d.how = 1;
@@ -387,6 +394,7 @@ class Planner {
   const Workload* original_ = nullptr;
   const std::vector<std::vector<int>>* members_ = nullptr;
   int D_ = 0;
+  int root_n_ = 0;  // devices the whole model is planned on (D_ unless whole samples forbid it)
   DeviceSpec spec_;
   bool gpipe_memory_ = false;
   std::vector<std::vector<double>> fb_;  // per layer, per device count: F + B (+ recomputation)

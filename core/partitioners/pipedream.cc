@@ -1,5 +1,7 @@
 #include "core/partitioners/pipedream.h"
 
+#include "core/strategy.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -198,6 +200,7 @@ class Solver {
     for (int mp = 1; mp < max_mp_; ++mp) {
       const double dp_factor = 4.0 * (mp - 1) / (bw_ * mp);
       auto& list = out[mp];
+      if (!allowed(mp)) continue;  // no last stage on mp replicas: they would split samples
       list.reserve(preds_[j].size());
       for (int k : preds_[j]) {
         const double c = compute(k + 1, j);
@@ -217,6 +220,7 @@ class Solver {
       const double cum = compute(i, j);
       const int max_m = o_.straight ? 1 : M_;
       for (int m = 0; m < max_m; ++m) {
+        if (!allowed(m + 1)) continue;
         const double stashed = std::ceil(static_cast<double>(M_ - (m + 1)) / (m + 1)) *
                                (t_.activation(i, j) + t_.parameters(i, j));
         if (o_.memory_constraint && stashed > o_.memory_bytes) continue;
@@ -288,6 +292,9 @@ class Solver {
   const std::vector<std::vector<int>>& preds_;
   const std::vector<std::vector<char>>& pred_set_;
   double compute(size_t i, size_t j) const { return table_ ? (*table_)[i][j] : t_.compute(i, j); }
+  bool allowed(int replicas) const {
+    return !(o_.whole_samples_of > 0) || whole_samples_per_replica(o_.whole_samples_of, replicas);
+  }
 
   const Sums& t_;
   const Table* table_;
@@ -533,7 +540,13 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
   };
   const auto top_row = row_at(top, 0);
   if (auto e = over_budget()) return *e;
-  const Entry& answer = top_row(S - 1, o.levels[top].machines - 1);
+  // PipeDream uses every machine of the top level. With whole samples per replica, every machine may
+  // be out of reach (8 layers, 64 machines, micro-batches of 1 sample: no replication): then the
+  // most machines that have a plan, the rest left idle.
+  int top_m = o.levels[top].machines - 1;
+  if (o.whole_samples_of > 0)
+    while (top_m > 0 && !top_row(S - 1, static_cast<size_t>(top_m)).has()) --top_m;
+  const Entry& answer = top_row(S - 1, static_cast<size_t>(top_m));
   if (!answer.has())
     return Error{o.memory_constraint ? "pipedream: no partition meets the memory constraint"
                                      : "pipedream: no partition found"};
@@ -571,7 +584,7 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
       if (auto e = over_budget()) return *e;
       std::vector<size_t> splits;
       std::vector<int> reps;
-      Entry meta = A(r.end - 1, o.levels[lv].machines - 1);
+      Entry meta = A(r.end - 1, lv == top ? static_cast<size_t>(top_m) : o.levels[lv].machines - 1);
       while (meta.split_k >= 0) {
         splits.push_back(static_cast<size_t>(meta.split_k) + 1);
         reps.push_back(meta.machines);

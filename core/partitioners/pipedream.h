@@ -39,6 +39,9 @@ struct PipeDreamOptions {
   // reported, when the antichain DAG has more than `max_states` states (Inception-v3 has 221,564;
   // NASNet more: PipeDream's own planner does not finish on them).
   bool linearize = false;
+  // When > 0, a stage's replica count at each level must divide this micro-batch size (whole samples
+  // per replica; pipegrid's replicas split each micro-batch). 0: PipeDream's own search, any count.
+  double whole_samples_of = 0;
   size_t max_states = 5000;
   // The search stops with an error after this many inner steps (one machine count m tried for one
   // candidate last stage): the work depends on how much the candidates prune, so it is counted as

@@ -59,6 +59,7 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
   o.memory_constraint = r.options.memory_constraint;
   o.linearize = r.options.linearize;
   o.memory_bytes = spec.memory_bytes;
+  o.whole_samples_of = r.micro_batch_size;  // replicas take whole samples of a micro-batch
   if (r.options.hierarchy.empty()) {
     Result<std::vector<PipeDreamLevel>> levels = default_levels(r.cluster);
     if (!levels) return levels.error();
@@ -73,6 +74,14 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
                              r.cluster.devices.size())};
   Result<PipeDreamPlan> plan = plan_pipedream(w, time, act, o);
   if (!plan) return plan.error();
+  // Over several levels a stage's replicas multiply (2 x 2 on micro-batches of 2): refused, not split.
+  for (size_t s = 0; s < plan->stages.size(); ++s)
+    if (const int c = static_cast<int>(plan->stages[s].devices.size());
+        !whole_samples_per_replica(r.micro_batch_size, c))
+      return Error{fmt::format(
+          "pipedream: stage {} would have {} replicas over {} levels, splitting each micro-batch of {} samples "
+          "into {} samples each; use a micro-batch size divisible by {} (or mini_batch)",
+          s, c, o.levels.size(), r.micro_batch_size, r.micro_batch_size / c, c)};
   std::vector<int> stage_of(w.layer_count(), -1);
   std::vector<std::vector<int>> devices;
   for (size_t s = 0; s < plan->stages.size(); ++s) {

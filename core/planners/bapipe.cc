@@ -25,7 +25,7 @@ namespace {
 constexpr int kFreeReplicasUpTo = 32;
 
 // The most work a search may take, in the steps estimated below: 2^32, 30 to 75 s at the rates
-// measured on the 2-core development machine (README.md, "Hostile input").
+// measured on the 2-core development machine (docs/commands.md, "Hostile input").
 constexpr double kMaxSteps = 4294967296.0;  // 2^32
 
 }  // namespace
@@ -84,7 +84,8 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
         // Uniform replica counts, then (small clusters) free counts per stage, which also contain
         // the uniform ones but are ranked by the same estimate, so both stay candidates.
         std::vector<int> rs;
-        for (int k = 1; p * k <= D; ++k) rs.push_back(k);
+        for (int k = 1; p * k <= D; ++k)
+          if (whole_samples_per_replica(mb.size, k)) rs.push_back(k);  // whole samples per replica
         if (p < D && D <= kFreeReplicasUpTo) rs.push_back(kAnyReplicas);
         for (int k : rs) {
           ++tried;
@@ -200,7 +201,13 @@ Result<Plan> plan_bapipe(const PlanRequest& r) {
   }
   Result<size_t> best = pick(scored, always, r, kJudged);
   if (!best) return best.error();
+  std::vector<TriedPlan> candidates;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    candidates.push_back(tried_plan(scored[i], baseline[i] ? "baseline: " + labels[i] : labels[i]));
+    if (i == *best) candidates.back().outcome = "chosen";
+  }
   Candidate& w = scored[*best];
+  w.plan.tried = std::move(candidates);
   std::string names;
   for (const ScheduleStrategy* s : schedules)
     names += fmt::format("{}{}", names.empty() ? "" : ", ", s->name);

@@ -27,6 +27,7 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   plan.micro_batch_size = mb.size;
   plan.micro_batches = mb.count;
   plan.schedule_name = std::string(scheduler.name);
+  plan.partitioner = std::string(partitioner.name);
   const int chunks = std::max(1, s.chunks);
   const int T = std::max(1, s.tensor_parallel);
   if (stages <= 0) stages = s.stages;
@@ -128,6 +129,26 @@ Result<double> pipeline_estimate(const Partition& part, int p, MicroBatching mb,
   return (mb.count + p - 1) * std::max(part.plan.predicted_time_per_stage_s, *link);
 }
 
+TriedPlan tried_plan(const Candidate& c, std::string what) {
+  TriedPlan t;
+  t.what = std::move(what);
+  t.micro_batch_size = c.plan.micro_batch_size;
+  t.micro_batches = c.plan.micro_batches;
+  t.stages = static_cast<int>(c.plan.partition.stage_count());
+  t.analytic_s = c.analytic;
+  t.judged_s = c.was_judged ? c.judged : -1;
+  t.fits = c.fits;
+  return t;
+}
+
+std::optional<int> fractional_split(const Plan& p) {
+  for (size_t s = 0; s < p.partition.stage_count(); ++s)
+    if (const int c = static_cast<int>(p.partition.stage(s).devices.size());
+        !whole_samples_per_replica(p.micro_batch_size, c))
+      return c;
+  return std::nullopt;
+}
+
 Status score(const PlanRequest& r, Candidate& c) {
   Result<Timeline> t = evaluate(c.graph, r.cluster);
   if (!t) return t.error();
@@ -155,6 +176,7 @@ Result<size_t> pick(std::vector<Candidate>& all, const std::vector<char>& always
       Result<double> t = r.judge->iteration_time(r.cluster, all[i].graph);
       if (!t) return t.error();
       all[i].judged = *t;
+      all[i].was_judged = true;
     }
   size_t best = finalists.front();
   for (size_t i : finalists)

@@ -2,6 +2,8 @@
 // score, and the choice among candidates (analytic ranking, then the judge on the finalists).
 #pragma once
 
+#include <optional>
+
 #include <vector>
 
 #include "core/planner.h"
@@ -15,7 +17,11 @@ struct Candidate {
   bool fits = false;    // every device within its memory
   double analytic = 0;  // analytic evaluator's iteration time (s)
   double judged = 0;    // the judge's (or the analytic one without a judge)
+  bool was_judged = false;  // pick() had the request's judge time it
 };
+
+// A scored candidate as a TriedPlan (`what` describes it).
+TriedPlan tried_plan(const Candidate& c, std::string what);
 
 // Partitions with `partitioner` and schedules with `scheduler` for `mb`. `stages` and `replicas`
 // override the strategy's when non-zero (replicas may be kAnyReplicas); with replicas > 1 every
@@ -42,6 +48,10 @@ Result<double> busiest_link_time(const Partition& p, double micro_batch_size, co
 // predicted slowest stage, busiest_link_time). Fails as busiest_link_time does.
 Result<double> pipeline_estimate(const Partition& part, int p, MicroBatching mb, const Cluster& c,
                                  const Router& router);
+
+// The replica count of the first stage whose replicas would split the plan's micro-batches into
+// fractional samples (whole_samples_per_replica fails), or none.
+std::optional<int> fractional_split(const Plan& p);
 
 // Times a candidate with the analytic evaluator (sets fits, analytic and judged).
 Status score(const PlanRequest& r, Candidate& c);

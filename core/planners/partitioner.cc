@@ -58,6 +58,7 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
           kMaxPartitionSearchSteps)};
   }
   std::vector<Candidate> scored;
+  std::vector<TriedPlan> left_out;  // sizes without a plan, or whose plan splits samples
   std::optional<Error> first_error;
   std::string sweep;
   double planning = 0;
@@ -67,9 +68,26 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
       if (!first_error)
         first_error = Error{fmt::format("micro-batch size {}: {}", mb.size, c.error().message)};
       sweep += fmt::format("{}{}: no plan", sweep.empty() ? "" : "; ", mb.size);
+      left_out.push_back({fmt::format("{} micro-batch{} of {}", mb.count, mb.count == 1 ? "" : "es", mb.size), mb.size, mb.count, 0, -1, -1,
+                          true, "no plan: " + c.error().message});
       continue;
     }
     planning += c->plan.planning_seconds;
+    // Only sizes that give every replica whole samples (a stage of 3 replicas takes no 4-sample
+    // micro-batch: 1.33 samples each, costed linearly, looks faster than a data loader can run it).
+    if (const std::optional<int> r_split = fractional_split(c->plan)) {
+      if (!first_error)
+        first_error = Error{fmt::format(
+            "micro-batch size {}: a stage of {} replicas would split it into {} samples each", mb.size,
+            *r_split, mb.size / *r_split)};
+      sweep += fmt::format("{}{}: splits samples between {} replicas", sweep.empty() ? "" : "; ", mb.size,
+                           *r_split);
+      left_out.push_back({fmt::format("{} micro-batch{} of {}", mb.count, mb.count == 1 ? "" : "es", mb.size), mb.size, mb.count,
+                          static_cast<int>(c->plan.partition.stage_count()), -1, -1, true,
+                          fmt::format("left out: {} replicas would take {} samples each", *r_split,
+                                      mb.size / *r_split)});
+      continue;
+    }
     if (Status s = score(r, *c); !s) return s.error();
     sweep += fmt::format("{}{}: {:.6g} s{}", sweep.empty() ? "" : "; ", mb.size, c->analytic,
                          c->fits ? "" : " (over memory)");
@@ -78,7 +96,16 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   if (scored.empty()) return *first_error;
   Result<size_t> best = pick(scored, std::vector<char>(scored.size(), 0), r, 3);
   if (!best) return best.error();
+  std::vector<TriedPlan> tried;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const int m = scored[i].plan.micro_batches;
+    tried.push_back(tried_plan(
+        scored[i], fmt::format("{} micro-batch{} of {}", m, m == 1 ? "" : "es", scored[i].plan.micro_batch_size)));
+    if (i == *best) tried.back().outcome = "chosen";
+  }
+  tried.insert(tried.end(), left_out.begin(), left_out.end());
   Plan plan = std::move(scored[*best].plan);
+  plan.tried = std::move(tried);
   plan.exploration = fmt::format("micro-batch sizes tried (analytic iteration time): {}{}", sweep,
                                  r.judge ? fmt::format("; the best 3 judged by {}", r.judge->name()) : "");
   plan.planning_seconds = planning;

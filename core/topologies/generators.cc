@@ -195,7 +195,8 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   if (Status st = check_link(s.nvlink, "NVLink"); !st) return st.error();
   if (Status st = check_link(s.infiniband, "InfiniBand"); !st) return st.error();
   Cluster c;
-  c.name = fmt::format("dgx-{}", s.nodes);
+  // "dgx-1" read as NVIDIA's V100 DGX-1 (the dgx1 generator's): say nodes, GPUs and model instead.
+  c.name = fmt::format("dgx-{}x{}-{}", s.nodes, s.gpus_per_node, s.gpu.kind.empty() ? "gpu" : s.gpu.kind);
   add_devices(c, static_cast<int>(total), "gpu", s.gpu);
   for (int n = 0; n < s.nodes; ++n) {
     const int nvswitch = add_switch(c, fmt::format("dgx{}-nvswitch", n));

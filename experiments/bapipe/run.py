@@ -87,7 +87,11 @@ def main():
             reps = [st["replicas"] for st in b["stages"]]
             layout = f"{len(reps)} stages x {reps[0]}" if len(set(reps)) == 1 else \
                 f"{len(reps)} stages, replicas {'-'.join(str(x) for x in reps)}"
-            ratios = [MODELS[m], c, f"{b['schedule']}, {b['micro_batches']} x {b['micro_batch_size']:g}, {layout}"]
+            if len(reps) == 1:  # one stage: data parallelism, whatever order the schedule names
+                plan = f"data parallelism on {reps[0]}, {b['micro_batches']} x {b['micro_batch_size']:g}"
+            else:
+                plan = f"{b['schedule']}, {b['micro_batches']} x {b['micro_batch_size']:g}, {layout}"
+            ratios = [MODELS[m], c, plan]
             for s in ("gpipe", "uniform+1f1b"):
                 x = r[s]
                 if "error" not in x and x["feasible"] and \

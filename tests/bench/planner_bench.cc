@@ -1,5 +1,5 @@
 // Planning time of PipeDream's planner (core/partitioners/pipedream.h) on every profile of
-// ../shared/reference/pipedream/, one level of 4 and of 8 workers at 1 GB/s with activation
+// workloads/profiles/pipedream/, one level of 4 and of 8 workers at 1 GB/s with activation
 // transfers, and gnmt_large on two-level hierarchies (4 GPUs per server x 8 servers, and 8 x 4);
 // and of the graphpipe partitioner (one call: one micro-batch size) on GraphPipe's models on 4 to
 // 32 Summit GPUs, at the micro-batch sizes experiments/graphpipe chose; and of the luo planner (one
@@ -121,7 +121,7 @@ void luo(benchmark::State& state, fs::path profile, int batch, std::string clust
 }  // namespace
 
 int main(int argc, char** argv) {
-  const fs::path dir = fs::path(PIPEGRID_SHARED_DIR) / "reference/pipedream";
+  const fs::path dir = fs::path(PIPEGRID_PROFILES_DIR) / "pipedream";
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".txt") files.push_back(e.path());
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
               .c_str(),
           graphpipe, c.model, gpus, c.b, c.mini_batch)
           ->Unit(benchmark::kMillisecond);
-  const fs::path dapple = fs::path(PIPEGRID_SHARED_DIR) / "reference/dapple";
+  const fs::path dapple = fs::path(PIPEGRID_PROFILES_DIR) / "dapple";
   const std::string v100x16 =
       "{kind: dgx, nodes: 2, gpu: v100, nvlink: {bandwidth: 25GBps, latency: 1us}, infiniband: {bandwidth: "
       "12.5GBps, latency: 2us}}";

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Sweep speed: points per second of `pipegrid sweep` and its scaling with -j (a measured script;
-the figures go in README.md, "Speed").
+the figures go in docs/speed.md).
 
 Two sweeps, each run from an empty database with -j 1, 2 and 4, REPEATS times, best time kept:
   - "chain": 48 points of a small synthetic chain (4-16 layers on 2-8 devices): the per-point

@@ -80,8 +80,9 @@ TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous 
     Cluster c;
     const double capacity = (2 + rng() % 40) * 1e6;
     const std::vector<double> speed = add_random_devices(rng, c, p * r, capacity);
-    // Exhaustive: every cut; stage i on devices [i r, (i + 1) r), each with b / r = 1 / r samples.
-    const double share = 1.0 / r;
+    // Exhaustive: every cut; stage i on devices [i r, (i + 1) r), each with b / r = 2 / r samples
+    // (b = 2: whole samples for r = 1 and 2, which bapipe requires since issue 30).
+    const double share = 2.0 / r;
     double best = std::numeric_limits<double>::infinity();
     std::vector<int> cuts{0};
     std::function<void(int)> rec = [&](int stage) {
@@ -118,7 +119,7 @@ TEST_CASE("bapipe's partition equals exhaustive search (replicas, heterogeneous 
     c.switches = {"sw"};
     for (int d = 0; d < p * r; ++d) c.links.push_back({d, p * r, 1e30, 0, Duplex::Full});
     Result<Partition> part =
-        partition_bapipe({w, c, p, 1, 1, m, MemoryOptions{}, gpipe ? "gpipe" : "1f1b", r});
+        partition_bapipe({w, c, p, 2, 1, m, MemoryOptions{}, gpipe ? "gpipe" : "1f1b", r});
     INFO("trial " << trial << " n=" << n << " p=" << p << " r=" << r << " m=" << m);
     if (!std::isfinite(best)) {
       ++constrained;
@@ -203,6 +204,7 @@ TEST_CASE("bapipe with free replica counts equals exhaustive search over cuts an
       }
       for (int k = cuts.back() + 1; k <= n - (p - stage - 1); ++k)
         for (int r = 1; used + r <= D - (p - stage - 1); ++r) {
+          if (static_cast<int>(b) % r != 0) continue;  // whole samples per replica only (issue 30)
           cuts.push_back(k);
           counts.push_back(r);
           rec(stage + 1, used + r);

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kDir = fs::path(PIPEGRID_SHARED_DIR) / "reference/pipedream";
+const fs::path kDir = fs::path(PIPEGRID_PROFILES_DIR) / "pipedream";
 
 struct Profile {
   Workload w;

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kDir = fs::path(PIPEGRID_SHARED_DIR) / "reference/pipedream";
+const fs::path kDir = fs::path(PIPEGRID_PROFILES_DIR) / "pipedream";
 
 struct Sums {
   double forward_ms = 0, backward_ms = 0, input_forward_ms = 0, params = 0;

@@ -116,8 +116,7 @@ TEST_CASE("cluster limits: a ring of 131072 devices builds, one more is refused"
   Result<Cluster> over = make_ring_cluster(131073, "gpu", test_device(), link);
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().message ==
-        "a ring would have 131073 devices, above pipegrid's limit of 131072 (see README, \"Work-size "
-        "limits\")");
+        "a ring would have 131073 devices, above pipegrid's limit of 131072 (see docs/limits.md)");
 }
 
 TEST_CASE("cluster limits: a one-group dragonfly's local links are counted before they are made") {
@@ -181,8 +180,7 @@ TEST_CASE("layer limits: a model graph stops at 131072 layers, counted as it is 
   Result<Workload> over = build_model(**info, args, Precision::FP32);
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().message ==
-        "model candle-uno: the model has more than 131072 layers, pipegrid's limit (see README, \"Work-size "
-        "limits\")");
+        "model candle-uno: the model has more than 131072 layers, pipegrid's limit (see docs/limits.md)");
 }
 
 TEST_CASE("the widest plan the limits allow, 131,072 one-layer stages on 131,072 devices, is simulated") {

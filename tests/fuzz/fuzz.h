@@ -1,4 +1,4 @@
-// Shared by the libFuzzer harnesses (one per input parser; see README.md, "Fuzzing").
+// Shared by the libFuzzer harnesses (one per input parser; see docs/testing.md, "Fuzzing").
 // A harness hands the bytes to a parser as a file's text. A located error (a Result holding an
 // Error, or input::InputError) is a normal outcome; anything else is a finding: a crash, a
 // sanitizer report, a timeout, running out of memory, or an exception other than an input error

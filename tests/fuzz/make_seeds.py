@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Writes the fuzzers' seed corpora: SOURCE SHARED OUT -> OUT/<fuzzer>/<name>.
 
-Seeds come from files in the repository and ../shared, never from a network:
+Seeds come from files in the repository (SHARED is no longer read), never from a network:
   experiment  experiments/**/*.yaml, tests/tools/bad_inputs/*.yaml, the hostile corpus's exp.yaml
   cluster     topologies/clusters/*.yaml, bad_inputs/clusters/*.yaml, the hostile corpus's c.yaml
   platform    bad_inputs/clusters/*.xml, the hostile corpus's c.xml
   model       bad_inputs/models/*.yaml, the model files under experiments/, the corpus's m.yaml
-  profile     ../shared/reference/{pipedream,dapple}/*.txt, bad_inputs/profiles, the corpus's p.txt
+  profile     workloads/profiles/{pipedream,dapple}/*.txt, bad_inputs/profiles, the corpus's p.txt
   schedule    bad_inputs/schedules/*.csv, the corpus's s.csv, and valid 1F1B/GPipe/interleaved CSVs
   sweep       the sweep files under experiments/ with their base experiment inlined (a base: path
               resolves against the harness's made-up name and is not found), and a few written here
@@ -58,8 +58,8 @@ def main():
     add_files("cluster", os.path.join(bad, "clusters/*.yaml"), "bad-")
     add_files("platform", os.path.join(bad, "clusters/*.xml"), "bad-")
     add_files("model", os.path.join(bad, "models/*.yaml"), "bad-")
-    add_files("profile", os.path.join(shared, "reference/pipedream/*.txt"), "pipedream-")
-    add_files("profile", os.path.join(shared, "reference/dapple/*.txt"), "dapple-")
+    add_files("profile", os.path.join(src, "workloads/profiles/pipedream/*.txt"), "pipedream-")
+    add_files("profile", os.path.join(src, "workloads/profiles/dapple/*.txt"), "dapple-")
     add_files("profile", os.path.join(bad, "profiles/*.txt"), "bad-")
     add_files("schedule", os.path.join(bad, "schedules/*.csv"), "bad-")
     # Valid schedules for the harness's plan (4 ranks, 4 micro-batches); the harness plans 2 chunks

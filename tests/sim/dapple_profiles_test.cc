@@ -1,4 +1,4 @@
-// DAPPLE's published V100 layer profiles (../shared/reference/dapple/, PipeDream's format, with
+// DAPPLE's published V100 layer profiles (workloads/profiles/dapple/, PipeDream's format, with
 // trailing spaces, integer times and edges indented by spaces): every file loads (checked against sums read
 // here with a regex), plans with the default planner (uniform + 1F1B) and with PipeDream's planner, and
 // replays in SimGrid within bounds derived from the profile.
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kDir = fs::path(PIPEGRID_SHARED_DIR) / "reference/dapple";
+const fs::path kDir = fs::path(PIPEGRID_PROFILES_DIR) / "dapple";
 
 struct Sums {
   double forward_ms = 0, backward_ms = 0, params = 0, activations = 0;

@@ -15,7 +15,7 @@ using namespace pipegrid;
 namespace fs = std::filesystem;
 
 namespace {
-const fs::path kDir = fs::path(PIPEGRID_SHARED_DIR) / "reference/pipedream";
+const fs::path kDir = fs::path(PIPEGRID_PROFILES_DIR) / "pipedream";
 }
 
 TEST_CASE("pipedream plans replay with 1f1b on a switch cluster") {
@@ -34,15 +34,18 @@ TEST_CASE("pipedream plans replay with 1f1b on a switch cluster") {
   e.micro_batch_size = 128;  // the profiled batch: the planner sees PipeDream's own numbers
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
-  CHECK(run->partition.plan.predicted_time_per_stage_s ==
-        pipegrid::testing::approx(0.205520896).epsilon(1e-6));
-  CHECK(run->partition.stage_count() == 2);
-  CHECK(run->partition.stage(0).devices.size() == 3);
+  // PipeDream's own answer (workloads/profiles/pipedream/SOURCE.md) is 0.205520896 s with 3
+  // replicas then 1; 3 replicas would split 128 samples into 42.67 each, so pipegrid's pipedream
+  // takes whole samples only (issue 30): replica counts divide 128, and the answer cannot beat
+  // PipeDream's unconstrained optimum.
+  CHECK(run->partition.plan.predicted_time_per_stage_s >= 0.205520896 * (1 - 1e-6));
+  for (size_t s = 0; s < run->partition.stage_count(); ++s)
+    CHECK(128 % run->partition.stage(s).devices.size() == 0);
   Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
-  // The iteration cannot beat the replicated first stage's share of compute for 4 micro-batches.
+  // The iteration cannot beat the first stage's share of compute for 4 micro-batches.
   double first = 0;
   for (int l : run->partition.stage(0).layers)
     first += e.workload.layer(l).measured->forward_s + e.workload.layer(l).measured->backward_s;
-  CHECK(r->timeline.makespan() >= 4 * first / 3);
+  CHECK(r->timeline.makespan() >= 4 * first / static_cast<double>(run->partition.stage(0).devices.size()));
 }

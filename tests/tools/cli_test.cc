@@ -169,7 +169,7 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
   CHECK(list.out.find("  luo ") != std::string::npos);
   CHECK(list.out.find("Luo-style (INFOCOM'22, our interpretation)") != std::string::npos);
 
-  const fs::path profile = fs::path(PIPEGRID_SHARED_DIR) / "reference/dapple/vgg-19-pbs-32.txt";
+  const fs::path profile = fs::path(PIPEGRID_PROFILES_DIR) / "dapple/vgg-19-pbs-32.txt";
   if (!fs::exists(profile)) {
     MESSAGE("skipped: " << profile << " is missing");
     return;

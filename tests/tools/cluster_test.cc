@@ -99,15 +99,15 @@ TEST_CASE("a cluster file written out: mixed devices, counted names, shared link
   CHECK(j["diameter_hops"] == 4);
   // The given route fpga1 -> leaf1 -> fpga0 (2 us) replaces the direct link (0.5 us) one way only.
   json there = run_json({"cluster", "bench", file, "--op", "p2p", "--from", "fpga1", "--to", "fpga0",
-                         "--sizes", "1MB", "--json"});
+                         "--sizes", "1MB", "--json"})["results"];
   json back = run_json({"cluster", "bench", file, "--op", "p2p", "--from", "fpga0", "--to", "fpga1",
-                        "--sizes", "1MB", "--json"});
+                        "--sizes", "1MB", "--json"})["results"];
   CHECK(close(there[0]["time_s"], 2e-6 + 1e6 / 12.5e9, 1e-6));
   CHECK(close(back[0]["time_s"], 0.5e-6 + 1e6 / 12.5e9, 1e-6));
 }
 
 TEST_CASE("every preset loads, and the device count in its name is the one it builds") {
-  json list = run_json({"cluster", "list", "--json"});
+  json list = run_json({"cluster", "list", "--json"})["presets"];
   REQUIRE(list.size() >= 10);
   const std::regex trailing_count(".*-([0-9]+)$");
   int counted = 0;
@@ -178,7 +178,7 @@ TEST_CASE(
   const std::string ring = s.file("ring.yaml", kRing);
   const double a = 2e-6, B = 10e9;
   const int n = 5;
-  json all = run_json({"cluster", "bench", ring, "--op", "allreduce", "--sizes", "1MB,100MB,1GB", "--json"});
+  json all = run_json({"cluster", "bench", ring, "--op", "allreduce", "--sizes", "1MB,100MB,1GB", "--json"})["results"];
   REQUIRE(all.size() == 3);
   for (const json& row : all) {
     const double S = row["bytes"];
@@ -190,7 +190,7 @@ TEST_CASE(
   // Large messages: the bus bandwidth approaches the link bandwidth, as nccl-tests' busbw does.
   CHECK(close(all[2]["bus_bandwidth_Bps"], B, 0.01));
   json p2p = run_json({"cluster", "bench", ring, "--op", "p2p", "--sizes", "1MB", "--from", "gpu1", "--to",
-                       "gpu3", "--json"});
+                       "gpu3", "--json"})["results"];
   CHECK(close(p2p[0]["time_s"], 2 * a + 1e6 / B, 1e-6));  // two hops
   CHECK(p2p[0]["op"] == "p2p");
 }

@@ -3,7 +3,7 @@
 
 Usage: doc_examples.py PIPEGRID REPO_ROOT
 
-The convention (README.md, "Documentation examples are tested"):
+The convention (docs/testing.md, "Documentation"):
   - a block whose first line is `# fragment` is a deliberately partial snippet: skipped;
   - a block with a top-level `workload:` is an experiment: `pipegrid run -` from the repository
     root (its paths resolve against the root);
@@ -21,7 +21,7 @@ import tempfile
 
 import yaml
 
-DOCS = ["README.md", "workloads/README.md", "topologies/README.md", "experiments/*/README.md"]
+DOCS = ["README.md", "docs/*.md", "workloads/README.md", "topologies/README.md", "experiments/*/README.md"]
 
 
 def blocks(path):

@@ -119,6 +119,32 @@ def main(pipegrid, root):
         legends_clear(fig, "64-device memory")
         plt.close(fig)
 
+        # Interleaved 1F1B, 2 chunks on 4 GPUs (8 stages: gpu k runs stages k and k + 4): the two chunks
+        # of a device are drawn in two colours, and the memory legend lists the 4 colours the 4 lines
+        # use (stages 0,4 ... 3,7), not 8 stages for 4 lines (issue 30).
+        inter = os.path.join(tmp, "inter.yaml")
+        with open(inter, "w") as f:
+            f.write("workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+                    "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}\n"
+                    "strategy: {schedule: interleaved-1f1b, chunks: 2, micro_batches: 8}\n")
+        tasks, memory = os.path.join(tmp, "ti.csv"), os.path.join(tmp, "mi.csv")
+        run(pipegrid, ["run", inter, "--tasks", tasks, "--memory", memory])
+        rows = pt.read_csv(tasks)
+        fig = pt.gantt(rows, "interleaved", plt)
+        forward_colours = set()
+        for coll in fig.axes[0].collections:
+            for c in coll.get_facecolors():
+                forward_colours.add(tuple(round(x, 3) for x in c))
+        check(len(forward_colours) >= 4, f"two chunks, two shades of forward and backward: {len(forward_colours)} colours")
+        names = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        check("forward, chunk 0" in names and "forward, chunk 1" in names, f"chunk legend: {names}")
+        legends_clear(fig, "interleaved timeline")
+        plt.close(fig)
+        fig = pt.memory(pt.read_csv(memory), pt.device_stages(rows), "interleaved", plt, 1.0)
+        entries = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        check(entries == ["stages 0,4", "stages 1,5", "stages 2,6", "stages 3,7"], f"memory legend: {entries}")
+        plt.close(fig)
+
         # Titles through `pipegrid run --plot` (svg text is searchable).
         out = os.path.join(tmp, "named")
         run(pipegrid, ["run", path, "--plot", out])

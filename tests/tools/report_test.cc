@@ -84,7 +84,8 @@ TEST_CASE("replicas that split a micro-batch into fractional samples: a warning 
                          "}\n"
                          "cluster: {kind: switch, count: 16, device: {name: gpu, memory: 16GiB}, bandwidth: "
                          "10GBps, latency: 1us}\n"
-                         "strategy: {micro_batches: 4, replicas: 2}\n");
+                         "strategy: {micro_batches: 4, replicas: 2, stages: " +
+                         std::to_string(layers) + "}\n");  // stages given: no idle-device warning
   };
   auto odd = run_command({PIPEGRID_BINARY, "run", experiment(3), "--json"});
   CHECK(odd.exit_code == 0);

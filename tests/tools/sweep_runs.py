@@ -171,6 +171,13 @@ def main():
                                 "throughput_samples_per_s"}, f"CSV columns: {list(table[0])}")
         for row in table:
             check(float(row["iteration_time_s"]) == full[int(row["point"])][3], "CSV times are the database's")
+            # The chosen plan: uniform, one stage per device (cluster.count of them), 1F1B.
+            n = int(row["cluster.count"])
+            check(row["planner"] == "partitioner" and row["partitioner"] == "uniform" and row["schedule"] == "1f1b",
+                  f"CSV plan names: {row}")
+            check(row["stages"] == str(n) and row["devices_per_stage"] == " ".join(["1"] * n) and
+                  row["devices_used"] == str(n) and row["micro_batches"] == row["strategy.micro_batches"] and
+                  row["micro_batch_size"] == "1" and row["chunks"] == "1", f"CSV plan figures: {row}")
         r = subprocess.run([pipegrid, "sweep", "export", full_db, "--jsonl"], capture_output=True, text=True)
         lines = [json.loads(line) for line in r.stdout.splitlines()]
         check(len(lines) == EXPECTED_POINTS and all(line["result"]["schema_version"] >= 1 for line in lines),
@@ -183,6 +190,9 @@ def main():
             print("note: no python3 with matplotlib, sweep plot not checked")
         else:
             for kind, extra in (("line", ["--x", "strategy.micro_batches", "--lines", "cluster.count"]),
+                                ("line", ["--x", "strategy.micro_batches", "--lines", "cluster.count,cluster.bandwidth",
+                                          "--baseline", "strategy.micro_batches=2,cluster.count=2", "--title", "T",
+                                          "--xlabel", "m", "--size", "6x4"]),
                                 ("heatmap", ["--x", "strategy.micro_batches", "--y", "cluster.count"]),
                                 ("pareto", [])):
                 out = os.path.join(d, f"{kind}.png")
@@ -191,17 +201,25 @@ def main():
                 check(r.returncode == 0 and os.path.getsize(out) > 1000, f"sweep plot --kind {kind}: {r.stderr}")
             r = subprocess.run([pipegrid, "sweep", "plot", full_db, "-o", os.path.join(d, "x.png"), "--x", "nope"],
                                capture_output=True, text=True)
-            check(r.returncode == 2 and "not an axis" in r.stderr, f"a bad plot axis: {r.stderr}")
+            check(r.returncode == 2 and r.stderr.startswith("pipegrid: sweep plot: --x nope is not an axis") and
+                  r.stderr.rstrip().endswith("see `pipegrid sweep plot --help`"), f"a bad plot axis: {r.stderr}")
 
         # 4. A bad point is a recorded error located in the sweep file.
         bad = os.path.join(d, "bad.yaml")
         with open(bad, "w") as f:
             f.write("base: experiment.yaml\ngrid:\n  cluster.count: [2, lots]\n")
         r = subprocess.run([pipegrid, "sweep", bad, "-j", "2"], capture_output=True, text=True)
-        check(r.returncode == 0, f"a bad point does not stop the sweep: {r.stderr}")
+        # Every point runs and is recorded, but a sweep with failed points is no success (exit 2), and
+        # says so even under -q; a re-run that runs nothing counts the errors in the database.
+        check(r.returncode == 2 and "1 of 2 points failed" in r.stderr, f"a bad point: {r.returncode} {r.stderr}")
         b = rows(os.path.join(d, "bad.sqlite"))
         check(b[0][1] == "ok" and b[1][1] == "error", f"statuses {b}")
         check(b[1][2] == f"{bad}:3:22: cluster.count: expected a positive integer, got \"lots\"", b[1][2])
+        r = subprocess.run([pipegrid, "sweep", bad, "-q"], capture_output=True, text=True)
+        check(r.returncode == 2 and "1 of 2 points failed" in r.stderr, f"a re-run under -q: {r.returncode} {r.stderr}")
+        r = subprocess.run([pipegrid, "sweep", bad], capture_output=True, text=True)
+        check("0 to run" in r.stderr and "1 error," in r.stderr, f"a re-run counts the recorded error: {r.stderr}")
+        check(not os.path.exists(os.path.join(d, "bad.sqlite.lock")), "the sweep left its .lock file behind")
 
         # A database of another sweep is refused.
         r = subprocess.run([pipegrid, "sweep", bad, "--db", full_db], capture_output=True, text=True)
@@ -219,6 +237,9 @@ def main():
             r = subprocess.run(argv, capture_output=True, text=True)
             check(r.returncode == 2 and r.stderr == f'pipegrid: the results database "{other}" is not a pipegrid '
                   "sweep's: its table points has no column point (give another --db)\n", r.stderr)
+        # merge takes no --db: its advice names its first argument instead.
+        r = subprocess.run([pipegrid, "sweep", "merge", other, full_db], capture_output=True, text=True)
+        check(r.returncode == 2 and "--db" not in r.stderr and "merge's first argument" in r.stderr, r.stderr)
         c = sqlite3.connect(other)
         tables = [t for (t,) in c.execute("SELECT name FROM sqlite_master")]
         mode = c.execute("PRAGMA journal_mode").fetchone()[0]

@@ -67,7 +67,29 @@ def rows(db):
     return out
 
 
+def in_unresolvable_host():
+    """Re-runs this test in a UTS namespace whose host name nothing resolves (where that can be
+    done: root and unshare(1)), so that it holds on a fresh machine whose /etc/hosts does not name it
+    (issue 30). Returns only when it cannot; then the test runs under the real host name."""
+    if os.environ.get("PIPEGRID_SLURM_UTS") or os.geteuid() != 0 or not shutil.which("unshare"):
+        return
+    env = dict(os.environ, PIPEGRID_SLURM_UTS=f"pipegrid-slurm-{os.getpid()}-unresolvable")
+    probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return
+    sys.stdout.flush()
+    os.execvpe("unshare", ["unshare", "--uts", sys.executable] + sys.argv, env)
+
+
 def main():
+    in_unresolvable_host()
+    if os.environ.get("PIPEGRID_SLURM_UTS"):
+        socket.sethostname(os.environ["PIPEGRID_SLURM_UTS"])
+        try:
+            socket.getaddrinfo(os.environ["PIPEGRID_SLURM_UTS"], None)
+            fail("the test's made-up host name resolves")
+        except socket.gaierror:
+            print(f"host name {os.environ['PIPEGRID_SLURM_UTS']} (resolves to nothing)")
     pipegrid = os.path.abspath(sys.argv[1])
     missing = [p for p in NEEDED if not shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
     if missing:
@@ -100,11 +122,13 @@ def main():
                            capture_output=True, text=True)
         if r.returncode != 0:
             skip(f"munged cannot start here: {r.stderr.strip()}")
+        # The daemons are addressed by 127.0.0.1, never by name: on a fresh machine whose /etc/hosts
+        # does not name it, "slurm_set_addr: Unable to resolve" left the node down (issue 30).
         host = socket.gethostname().split(".")[0]
         cpus = os.cpu_count() or 1
         with open(env["SLURM_CONF"], "w") as f:
             f.write(f"""ClusterName=pipegrid-test
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 AuthType=auth/munge
 AuthInfo=socket={sock}
 CredType=cred/munge
@@ -129,7 +153,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
 SwitchType=switch/none
-NodeName={host} CPUs={cpus} State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """)
         for daemon in (["slurmctld", "-i"], ["slurmd"]):

@@ -120,7 +120,7 @@ TEST_CASE("pipegrid workload show --json: the documented keys - times on a catal
   CHECK(seen);
   auto profile =
       run_command({PIPEGRID_BINARY, "workload", "show",
-                   std::string(PIPEGRID_SHARED_DIR) + "/reference/pipedream/gnmt_graph.txt", "--json"});
+                   std::string(PIPEGRID_PROFILES_DIR) + "/pipedream/gnmt_graph.txt", "--json"});
   if (profile.exit_code == 0) CHECK(json::parse(profile.out)["layers"].size() == 48);
   auto bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet"});
   CHECK(bad.exit_code == 2);

@@ -20,6 +20,7 @@
 #include "sim/simgrid_xml.h"
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
+#include "tools/output/report.h"
 #include "tools/output/safe_write.h"
 
 namespace pipegrid::cli {
@@ -72,7 +73,8 @@ int run_list(const Options& o) {
     else
       fmt::print("{:<22} {:>7}  {}\n", p.name, c->devices.size(), preset_description(p.text));
   }
-  if (o.json) std::cout << all.dump(2) << "\n";
+  if (o.json)
+    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"presets", all}}.dump(2) << "\n";
   return kOk;
 }
 
@@ -85,16 +87,17 @@ int run_show(const Options& o) {
   if (!f) return bad_input(fmt::format("{}: {}", o.cluster, f.error().message));
   if (o.json) {
     nlohmann::json j;
+    j["schema_version"] = output::kJsonSchemaVersion;
     j["name"] = c->name;
     j["devices"] = nlohmann::json::array();
     for (const Device& d : c->devices) {
       nlohmann::json peak;
       for (int p = 0; p < kPrecisionCount; ++p)
-        peak[std::string(to_string(static_cast<Precision>(p)))] = d.spec.peak_flops[p];
+        peak[std::string(to_string(static_cast<Precision>(p)))] = output::json_number(d.spec.peak_flops[p]);
       j["devices"].push_back({{"name", d.name},
                               {"model", d.spec.kind},
                               {"node", d.node},
-                              {"memory_bytes", d.spec.memory_bytes},
+                              {"memory_bytes", output::json_number(d.spec.memory_bytes)},
                               {"peak_flops", peak}});
     }
     j["switches"] = c->switches;
@@ -102,14 +105,14 @@ int run_show(const Options& o) {
     for (const Link& l : c->links)
       j["links"].push_back({{"a", c->node_name(l.a)},
                             {"b", c->node_name(l.b)},
-                            {"bandwidth_Bps", l.bandwidth},
+                            {"bandwidth_Bps", output::json_number(l.bandwidth)},
                             {"latency_s", l.latency},
                             {"duplex", duplex_name(l.duplex)}});
     j["sharing"] = c->sharing == Sharing::Tcp ? "tcp" : "max-min";
     j["explicit_routes"] = c->routes.size();
     j["routing"] = c->torus_dims.empty() ? "shortest-path" : "dimension-order";
     j["diameter_hops"] = f->diameter_hops;
-    j["bisection_bandwidth_Bps"] = f->bisection_bandwidth;
+    j["bisection_bandwidth_Bps"] = output::json_number(f->bisection_bandwidth);
     j["bisection_exact"] = f->bisection_exact;
     j["bisection_candidates"] = f->bisection_candidates;
     std::cout << j.dump(2) << "\n";
@@ -221,12 +224,13 @@ int run_bench(const Options& o) {
     const double t = r->timeline.makespan();
     const double bus = t > 0 ? bytes / t * bus_factor : 0;
     if (o.json)
-      rows.push_back({{"op", o.op}, {"bytes", bytes}, {"time_s", t}, {"bus_bandwidth_Bps", bus}});
+      rows.push_back({{"op", o.op}, {"bytes", output::json_number(bytes)}, {"time_s", t}, {"bus_bandwidth_Bps", bus}});
     else
       fmt::print("{:>12} {:>12} {:>14} {:>14}\n", format_bytes(bytes), format_time(t),
                  format_bandwidth(t > 0 ? bytes / t : 0), format_bandwidth(bus));
   }
-  if (o.json) std::cout << rows.dump(2) << "\n";
+  if (o.json)
+    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"results", rows}}.dump(2) << "\n";
   return kOk;
 }
 
@@ -264,7 +268,7 @@ Command add_cluster_command(CLI::App& parent) {
       "Clusters: `pipegrid cluster list`, `show FILE|PRESET`, `bench FILE|PRESET`, `export FILE|PRESET`");
   app->require_subcommand(1);
   CLI::App* list = app->add_subcommand("list", "List the cluster presets");
-  list->add_flag("--json", o->json, "Print a JSON list");
+  list->add_flag("--json", o->json, "Print one JSON object: schema_version, presets (name, devices, description)");
   CLI::App* show =
       app->add_subcommand("show", "Devices, links, diameter and bisection bandwidth of a cluster");
   CLI::App* bench =
@@ -285,7 +289,8 @@ Command add_cluster_command(CLI::App& parent) {
       ->check(kFinitePositive);
   bench->add_option("--from", o->from, "p2p: sending device (default the first)");
   bench->add_option("--to", o->to, "p2p: receiving device (default the second)");
-  bench->add_flag("--json", o->json, "Print a JSON list of {op, bytes, time_s, bus_bandwidth_Bps}");
+  bench->add_flag("--json", o->json,
+                  "Print one JSON object: schema_version, results (each {op, bytes, time_s, bus_bandwidth_Bps})");
   exp->add_flag("--simgrid", o->simgrid, "SimGrid platform XML (routing Full, pipegrid's routes)");
   exp->add_option("-o,--output", o->output, "Write to this file (default: standard output)");
   return {app, [o, list, show, bench, exp]() -> int {

@@ -15,6 +15,7 @@ namespace {
 
 nlohmann::json to_json(const input::CatalogDevice& d) {
   nlohmann::json j = output::device_spec_json(d.spec);  // the figures, as in run and plan --json
+  j["schema_version"] = output::kJsonSchemaVersion;
   j["name"] = d.name;
   j["family"] = d.family;
   j["description"] = d.description;
@@ -37,13 +38,14 @@ Command add_device_command(CLI::App& parent) {
   CLI::App* show = app->add_subcommand("show", "A catalog device's figures");
   show->add_option("name", o->name, "Catalog name")->required();
   show->add_flag("--json", o->json, "Print one JSON object");
-  list->add_flag("--json", o->json, "Print a JSON list");
+  list->add_flag("--json", o->json, "Print one JSON object: schema_version, devices (each as device show --json)");
   return {app, [o, list, show]() -> int {
             if (*list) {
               if (o->json) {
                 nlohmann::json all = nlohmann::json::array();
                 for (const auto& d : input::device_catalog()) all.push_back(to_json(d));
-                std::cout << all.dump(2) << "\n";
+                std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"devices", all}}.dump(2)
+                          << "\n";
                 return kOk;
               }
               fmt::print("{:<14} {:<6} {:>14} {:>14} {:>10} {:>12}  {}\n", "name", "family", "fp32 peak",

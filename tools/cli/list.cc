@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "core/models/zoo.h"
 #include "core/planner.h"
@@ -13,6 +15,7 @@
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/device_yaml.h"
 #include "tools/input/yaml_node.h"
+#include "tools/output/report.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -47,32 +50,81 @@ int print_devices() {
   return kOk;
 }
 
+nlohmann::json strategies_json(const auto& table) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : table) out.push_back({{"name", s.name}, {"description", s.description}});
+  return out;
+}
+
+nlohmann::json models_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ModelInfo& m : model_zoo()) {
+    nlohmann::json params = nlohmann::json::object();
+    for (const auto& [name, value] : m.defaults) params[std::string(name)] = output::json_number(value);
+    out.push_back({{"name", m.name}, {"description", m.description}, {"parameters", params}});
+  }
+  return out;
+}
+
+nlohmann::json presets_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const input::ClusterPreset& p : input::cluster_presets()) {
+    Result<Cluster> c = input::load_cluster(std::string(p.name), std::nullopt);
+    if (!c) throw std::runtime_error(c.error().message);
+    out.push_back({{"name", p.name}, {"devices", c->devices.size()}, {"description", preset_description(p.text)}});
+  }
+  return out;
+}
+
+nlohmann::json devices_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const input::CatalogDevice& d : input::device_catalog())
+    out.push_back({{"name", d.name}, {"family", d.family}, {"description", d.description}});
+  return out;
+}
+
 struct Section {
   std::string_view name;
   int (*print)();
+  nlohmann::json (*json)();
 };
 
 // In the order `pipegrid list` prints them.
 constexpr Section kSections[] = {
-    {"partitioners", [] { return print_strategies(partition_strategies()); }},
-    {"schedules", [] { return print_strategies(schedule_strategies()); }},
-    {"planners", [] { return print_strategies(planners()); }},
-    {"models", &print_models},
-    {"presets", &print_presets},
-    {"devices", &print_devices},
+    {"partitioners", [] { return print_strategies(partition_strategies()); },
+     [] { return strategies_json(partition_strategies()); }},
+    {"schedules", [] { return print_strategies(schedule_strategies()); },
+     [] { return strategies_json(schedule_strategies()); }},
+    {"planners", [] { return print_strategies(planners()); }, [] { return strategies_json(planners()); }},
+    {"models", &print_models, &models_json},
+    {"presets", &print_presets, &presets_json},
+    {"devices", &print_devices, &devices_json},
 };
 
-int run(const std::string& only) {
+int run_json(const std::string& only) {
+  nlohmann::json j = {{"schema_version", output::kJsonSchemaVersion}};
+  try {
+    for (const Section& s : kSections)
+      if (only.empty() || s.name == only) j[std::string(s.name)] = s.json();
+  } catch (const std::runtime_error& e) {
+    return bad_input(e.what());
+  }
+  fmt::print("{}\n", j.dump(2));
+  return kOk;
+}
+
+int run(const std::string& only, bool json) {
   std::vector<std::string_view> names;
   for (const Section& s : kSections) names.push_back(s.name);
   if (!only.empty()) {
     for (const Section& s : kSections)
-      if (s.name == only) return s.print();
+      if (s.name == only) return json ? run_json(only) : s.print();
     std::vector<std::string> close = input::close_matches(only, names);
     return bad_input(fmt::format("list: unknown section \"{}\"{}; sections: {}", only,
                                  close.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", close.front()),
                                  fmt::join(names, ", ")));
   }
+  if (json) return run_json(only);
   for (const Section& s : kSections) {
     fmt::print("{}:\n", s.name);
     if (int rc = s.print(); rc != kOk) return rc;
@@ -84,12 +136,14 @@ int run(const std::string& only) {
 
 Command add_list_command(CLI::App& parent) {
   auto section = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
   CLI::App* app = parent.add_subcommand(
       "list",
       "List what an experiment can name: partitioners, schedules, planners, models, presets, devices");
   app->add_option("section", *section,
                   "Print one section: partitioners, schedules, planners, models, presets or devices");
-  return {app, [section] { return run(*section); }};
+  app->add_flag("--json", *json, "Print one JSON object: schema_version and a list per section");
+  return {app, [section, json] { return run(*section, *json); }};
 }
 
 }  // namespace pipegrid::cli

@@ -15,6 +15,7 @@
 #include "sim/judge.h"
 #include "sim/replay.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
 
@@ -31,14 +32,19 @@ int run(const PlanOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const sim::SimGridJudge judge;
+  Progress progress(fmt::format("planning with {}", exp->strategy.planner.empty() ? exp->strategy.partitioner
+                                                                                  : exp->strategy.planner));
   Result<PreparedRun> run = prepare(*exp, &judge);
+  progress.done();
   if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
-  for (const std::string& w : output::plan_warnings(*run))
+  for (const std::string& w : output::plan_warnings(*exp, *run))
     fmt::print(std::cerr, "pipegrid: warning: {}\n", w);
   Result<Timeline> analytic = evaluate(run->graph, exp->cluster);
   if (!analytic) return bad_input(fmt::format("{}: {}", o.file, analytic.error().message));
   const Metrics predicted = compute_metrics(exp->cluster, run->graph, *analytic);
+  Progress replaying("simulating the plan");
   Result<sim::Replay> replay = sim::replay(exp->cluster, run->graph);
+  replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
   auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size,
@@ -83,10 +89,16 @@ int run(const PlanOptions& o) {
     return kOk;
   }
   fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
-  fmt::print("plan        {} + {}, {} of {}; {}, depth {}\n", strategy_label(*exp, *run), run->schedule_name,
+  std::string per_stage;  // "2 2 2 2" devices per stage
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    per_stage += fmt::format("{}{}", s ? " " : "", p.stage(s).devices.size());
+  fmt::print("plan        {} ({}, depth {}; devices per stage {}), {} of {}\n", output::plan_shape(p),
+             output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth(), per_stage,
              output::plural(run->micro_batches, "micro-batch", "micro-batches"),
-             output::plural(run->micro_batch_size, "sample", "samples"),
-             output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth());
+             output::plural(run->micro_batch_size, "sample", "samples"));
+  fmt::print("chosen by   planner {}; stages by {}; schedule {}{}\n", run->planner,
+             run->partitioner.empty() ? exp->strategy.partitioner : run->partitioner, run->schedule_name,
+             exp->strategy.chunks > 1 ? fmt::format(", {} chunks per rank", exp->strategy.chunks) : "");
   if (const Parallelism par = parallelism(p); par.tensor > 1)
     fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);

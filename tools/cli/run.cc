@@ -22,6 +22,7 @@
 #include "tools/builtin_example.h"
 #include "tools/builtin_plot_script.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
@@ -135,14 +136,18 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
              const PlotFiles& plot) {
   const sim::SimGridJudge judge;
   // The replay finds a deadlock itself (ro.schedule), so prepare does not run the graph first.
+  Progress progress("planning");
   Result<PreparedRun> prepared = prepare(*exp, &judge, /*prove_deadlock_free=*/false);
+  progress.done();
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
-  for (const std::string& w : output::plan_warnings(*prepared))
+  for (const std::string& w : output::plan_warnings(*exp, *prepared))
     fmt::print(std::cerr, "pipegrid: warning: {}\n", w);
   sim::ReplayOptions ro;
   ro.log = o.sim_log;
   ro.schedule = &prepared->schedule;
+  Progress replaying("simulating");
   Result<sim::Replay> replay = sim::replay(exp->cluster, prepared->graph, ro);
+  replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", where, replay.error().message));
   const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, replay->timeline);
   const output::RunReport report{*exp, *prepared, replay->timeline, metrics};

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -61,6 +62,7 @@ struct SweepOptions {
   // plot
   std::string plot_db, plot_out, plot_metric = "throughput_samples_per_s", plot_x, plot_lines, plot_y,
                                  plot_kind = "line";
+  std::string plot_title, plot_xlabel, plot_ylabel, plot_legend_title, plot_size, plot_baseline;
 };
 
 std::string utc_now() {
@@ -375,9 +377,21 @@ int run_sweep(const SweepOptions& o) {
   const std::string lock_path = db_path + ".lock";
   const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock < 0) return bad_input(fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno)));
-  if (flock(lock, LOCK_EX | LOCK_NB) != 0)
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    close(lock);
     return bad_input(
         fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path));
+  }
+  // The lock file goes when this sweep ends, however it returns (a killed sweep leaves it: harmless,
+  // the next one takes the lock).
+  struct LockFile {
+    std::string path;
+    int fd;
+    ~LockFile() {
+      unlink(path.c_str());
+      close(fd);
+    }
+  } lock_file{lock_path, lock};
   Result<ResultsDb> db = ResultsDb::open(db_path);
   if (!db) return bad_input(db.error().message);
   if (Status st = db->bind(meta_of(*s, points.size(), o.shard)); !st) return bad_input(st.error().message);
@@ -429,10 +443,30 @@ int run_sweep(const SweepOptions& o) {
     progress.finished(c.point, r, s->describe(c.point));
   }
   progress.end();
+  // Counted over the database's rows of the selected points, not this run's alone: a re-run that runs
+  // nothing reports the errors recorded before.
+  size_t errors = 0, infeasible = 0;
+  std::string first_error;
+  const std::set<size_t> selected(points.begin(), points.end());
+  for (const Row& r : db->rows()) {
+    if (!selected.count(static_cast<size_t>(r.point))) continue;
+    if (r.status == "error") {
+      if (errors++ == 0) first_error = fmt::format("point {}: {}", r.point, r.message);
+    } else if (r.status == "infeasible") {
+      ++infeasible;
+    }
+  }
   if (!o.quiet)
-    fmt::print(
-        std::cerr, "pipegrid: sweep: {} points in {}: {} run now in {:.1f} s ({} errors, {} infeasible)\n",
-        points.size(), db_path, progress.run(), progress.elapsed(), progress.failed(), progress.infeasible());
+    fmt::print(std::cerr,
+               "pipegrid: sweep: {} points in {}: {} run now in {:.1f} s; {} {}, {} infeasible in all\n",
+               points.size(), db_path, progress.run(), progress.elapsed(), errors, errors == 1 ? "error" : "errors",
+               infeasible);
+  // Failed points are recorded results, but not a success: said even under -q, and exit status 2.
+  if (errors > 0) {
+    fmt::print(std::cerr, "pipegrid: sweep: {} of {} points failed (the first: {}); `pipegrid sweep export {}` lists them\n",
+               errors, points.size(), first_error.substr(0, first_error.find('\n')), db_path);
+    return kBadInput;
+  }
   return kOk;
 }
 
@@ -473,6 +507,48 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// The chosen plan's columns of `sweep export --csv`, read from a row's result (its `plan` object;
+// rows written before it existed fall back to the top-level fields). Lists are space-separated
+// ("2 2 2 2"). One table: a column added here (tensor parallel t, pipeline p, data-parallel d)
+// appears in the header and in every row.
+struct PlanColumn {
+  const char* name;
+  nlohmann::json (*value)(const nlohmann::json& result);
+};
+
+nlohmann::json plan_field(const nlohmann::json& result, const char* key) {
+  if (!result.is_object()) return nullptr;
+  if (auto p = result.find("plan"); p != result.end() && p->is_object())
+    if (auto v = p->find(key); v != p->end()) return *v;
+  if (auto v = result.find(key); v != result.end()) return *v;
+  return nullptr;
+}
+
+nlohmann::json joined(const nlohmann::json& list) {
+  if (!list.is_array()) return list;
+  std::string out;
+  for (const auto& x : list) out += (out.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+  return out;
+}
+
+const PlanColumn kPlanColumns[] = {
+    {"planner", [](const nlohmann::json& r) { return plan_field(r, "planner"); }},
+    {"partitioner", [](const nlohmann::json& r) { return plan_field(r, "partitioner"); }},
+    {"schedule", [](const nlohmann::json& r) { return plan_field(r, "schedule"); }},
+    {"chunks", [](const nlohmann::json& r) { return plan_field(r, "chunks"); }},
+    {"shape", [](const nlohmann::json& r) { return plan_field(r, "shape"); }},
+    {"stages",
+     [](const nlohmann::json& r) {
+       nlohmann::json v = plan_field(r, "stages");
+       return v.is_array() ? nlohmann::json(v.size()) : v;
+     }},
+    {"devices_per_stage", [](const nlohmann::json& r) { return joined(plan_field(r, "devices_per_stage")); }},
+    {"replicas_per_stage", [](const nlohmann::json& r) { return joined(plan_field(r, "replicas_per_stage")); }},
+    {"devices_used", [](const nlohmann::json& r) { return plan_field(r, "devices_used"); }},
+    {"micro_batch_size", [](const nlohmann::json& r) { return plan_field(r, "micro_batch_size"); }},
+    {"micro_batches", [](const nlohmann::json& r) { return plan_field(r, "micro_batches"); }},
+};
+
 int run_export(const SweepOptions& o) {
   if (!fs::is_regular_file(o.export_db))
     return bad_input(fmt::format("no results database \"{}\"", o.export_db));
@@ -494,6 +570,8 @@ int run_export(const SweepOptions& o) {
                           {"throughput_samples_per_s", opt(r.throughput_samples_per_s)},
                           {"bubble_ratio", opt(r.bubble_ratio)},
                           {"peak_memory_bytes", opt(r.peak_memory_bytes)},
+                          {"plan", r.result.is_object() && r.result.contains("plan") ? r.result["plan"]
+                                                                                     : nlohmann::json()},
                           {"pipegrid_version", r.pipegrid_version},
                           {"wall_s", r.wall_s},
                           {"finished_at", r.finished_at},
@@ -506,21 +584,30 @@ int run_export(const SweepOptions& o) {
   std::string header = "point";
   for (const std::string& a : axes) header += "," + csv_field(a);
   header +=
-      ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes,wall_s,"
-      "pipegrid_version,finished_at,host";
+      ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes";
+  for (const PlanColumn& c : kPlanColumns) header += fmt::format(",{}", c.name);
+  header += ",wall_s,pipegrid_version,finished_at,host";
   std::cout << header << "\n";
   for (const Row& r : rows) {
     std::string line = std::to_string(r.point);
     for (const std::string& a : axes)
       line += "," + csv_value(r.axes.contains(a) ? r.axes[a] : nlohmann::json());
-    line +=
-        fmt::format(",{},{},{},{},{},{},{},{},{},{}", r.status, csv_field(r.message),
-                    csv_value(opt(r.iteration_time_s)), csv_value(opt(r.throughput_samples_per_s)),
-                    csv_value(opt(r.bubble_ratio)), csv_value(opt(r.peak_memory_bytes)), csv_value(r.wall_s),
-                    csv_field(r.pipegrid_version), csv_field(r.finished_at), csv_field(r.host));
+    line += fmt::format(",{},{},{},{},{},{}", r.status, csv_field(r.message), csv_value(opt(r.iteration_time_s)),
+                        csv_value(opt(r.throughput_samples_per_s)), csv_value(opt(r.bubble_ratio)),
+                        csv_value(opt(r.peak_memory_bytes)));
+    for (const PlanColumn& c : kPlanColumns) line += "," + csv_value(c.value(r.result));
+    line += fmt::format(",{},{},{},{}", csv_value(r.wall_s), csv_field(r.pipegrid_version),
+                        csv_field(r.finished_at), csv_field(r.host));
     std::cout << line << "\n";
   }
   return kOk;
+}
+
+// The database's advice names --db, which merge does not take: its output is the first argument.
+std::string merge_message(std::string m) {
+  for (size_t at; (at = m.find("another --db")) != std::string::npos;)
+    m.replace(at, 12, "another output database (merge's first argument)");
+  return "sweep merge: " + m;
 }
 
 int run_merge(const SweepOptions& o) {
@@ -539,7 +626,7 @@ int run_merge(const SweepOptions& o) {
     inputs.push_back(std::move(*db));
   }
   Result<ResultsDb> out = ResultsDb::open(o.merge_out);
-  if (!out) return bad_input(out.error().message);
+  if (!out) return bad_input(merge_message(out.error().message));
   // Disjoint shards (distinct `shard` values) add up to the whole sweep's point count.
   std::set<std::string> shards;
   long long total = 0;
@@ -550,7 +637,7 @@ int run_merge(const SweepOptions& o) {
   }
   if (shards.size() == inputs.size() && !shards.count("")) (*meta)["points"] = std::to_string(total);
   (*meta)["shard"] = "";
-  if (Status st = out->bind(*meta); !st) return bad_input(st.error().message);
+  if (Status st = out->bind(*meta); !st) return bad_input(merge_message(st.error().message));
   std::set<long long> have = out->done();
   size_t added = 0, duplicates = 0;
   for (const ResultsDb& in : inputs)
@@ -580,12 +667,14 @@ Command add_sweep_command(CLI::App& parent) {
       "sweep", "Run every point of a sweep file (a base experiment and axes of values), results in SQLite");
   app->add_option("sweep", o->file, "Sweep file (YAML): base or experiment, grid, zip, where, skip");
   app->add_option("-j,--jobs", o->jobs, "Points run at once, each in its own process (default: every core)")
+      ->default_str("")
       ->check(CLI::Range(1, 4096));
   app->add_option("--db", o->db, "Results database (SQLite; default SWEEP.sqlite beside the sweep file)");
   app->add_option("--shard", o->shard,
                   "Run only shard I of N (I/N, I from 0): every N-th selected point from the I-th");
   app->add_option("--slurm", o->slurm,
                   "Write a Slurm job array of this many shards and its merge step, run nothing")
+      ->default_str("")
       ->check(CLI::Range(1, 100000));
   app->add_option("--slurm-option", o->slurm_options,
                   "An #SBATCH line for the scripts (repeatable): --partition=x");
@@ -619,8 +708,16 @@ Command add_sweep_command(CLI::App& parent) {
   plot->add_option("--metric", o->plot_metric,
                    "A column: throughput_samples_per_s, iteration_time_s, bubble_ratio, ...");
   plot->add_option("--x", o->plot_x, "Axis on the horizontal");
-  plot->add_option("--lines", o->plot_lines, "Axis whose values are separate lines (line)");
+  plot->add_option("--lines", o->plot_lines,
+                   "Axes whose values are separate lines, comma-separated: a line per combination (line)");
   plot->add_option("--y", o->plot_y, "Axis on the vertical (heatmap)");
+  plot->add_option("--baseline", o->plot_baseline,
+                   "AXIS=VALUE[,AXIS=VALUE...]: plot the speed-up against that point instead of the metric");
+  plot->add_option("--title", o->plot_title, "Title (default: the sweep's name)");
+  plot->add_option("--xlabel", o->plot_xlabel, "Horizontal axis label (default: the axis in words)");
+  plot->add_option("--ylabel", o->plot_ylabel, "Vertical axis (or colour bar) label (default: the metric)");
+  plot->add_option("--legend-title", o->plot_legend_title, "Legend title (default: the --lines axes)");
+  plot->add_option("--size", o->plot_size, "Figure size in inches, WxH (default 7x4.5)");
 
   return {app, [o, exp, merge, point, plot] {
             if (exp->parsed()) return run_export(*o);
@@ -642,8 +739,10 @@ int run_plot(const SweepOptions& o) {
         "PIPEGRID_PYTHON)");
   std::vector<std::string> argv = {*py,        "-c",     kSweepPlotScript, "--db",     o.plot_db,    "--out",
                                    o.plot_out, "--kind", o.plot_kind,      "--metric", o.plot_metric};
-  for (auto [flag, v] :
-       {std::pair{"--x", &o.plot_x}, std::pair{"--lines", &o.plot_lines}, std::pair{"--y", &o.plot_y}})
+  for (auto [flag, v] : {std::pair{"--x", &o.plot_x}, std::pair{"--lines", &o.plot_lines}, std::pair{"--y", &o.plot_y},
+                         std::pair{"--title", &o.plot_title}, std::pair{"--xlabel", &o.plot_xlabel},
+                         std::pair{"--ylabel", &o.plot_ylabel}, std::pair{"--legend-title", &o.plot_legend_title},
+                         std::pair{"--size", &o.plot_size}, std::pair{"--baseline", &o.plot_baseline}})
     if (!v->empty()) argv.insert(argv.end(), {flag, *v});
   const int rc = spawn(argv, /*quiet=*/false);
   return rc == 0 ? kOk : rc == 1 ? kBadInput : kInternal;

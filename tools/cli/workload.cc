@@ -16,6 +16,7 @@
 #include "tools/cli/cli.h"
 #include "tools/input/device_yaml.h"
 #include "tools/input/model_yaml.h"
+#include "tools/output/report.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -81,12 +82,12 @@ int run(const WorkloadOptions& o) {
     const Layer& l = w->layer(i);
     nlohmann::json j = {{"name", l.name},
                         {"kind", l.kind},
-                        {"forward_flops", l.forward_flops * b},
-                        {"backward_flops", (l.backward_input_flops + l.backward_weight_flops) * b},
-                        {"parameters", l.parameters},
-                        {"parameter_bytes", l.parameter_bytes},
-                        {"activation_bytes", l.output_bytes * b},
-                        {"stash_bytes", l.stash_bytes * b}};
+                        {"forward_flops", output::json_number(l.forward_flops * b)},
+                        {"backward_flops", output::json_number((l.backward_input_flops + l.backward_weight_flops) * b)},
+                        {"parameters", output::json_number(l.parameters)},
+                        {"parameter_bytes", output::json_number(l.parameter_bytes)},
+                        {"activation_bytes", output::json_number(l.output_bytes * b)},
+                        {"stash_bytes", output::json_number(l.stash_bytes * b)}};
     if (device) {
       Result<PassTimes> t = layer_times(l, w->precision, *device, b);
       if (!t) return bad_input(t.error().message);
@@ -98,12 +99,13 @@ int run(const WorkloadOptions& o) {
     layers.push_back(j);
   }
   if (o.json) {
-    nlohmann::json j = {{"name", w->name},
+    nlohmann::json j = {{"schema_version", output::kJsonSchemaVersion},
+                        {"name", w->name},
                         {"precision", to_string(w->precision)},
-                        {"micro_batch_size", b},
-                        {"parameters", total_parameters(*w)},
-                        {"parameter_bytes", total_parameter_bytes(*w)},
-                        {"forward_flops_per_sample", total_forward_flops(*w)},
+                        {"micro_batch_size", output::json_number(b)},
+                        {"parameters", output::json_number(total_parameters(*w))},
+                        {"parameter_bytes", output::json_number(total_parameter_bytes(*w))},
+                        {"forward_flops_per_sample", output::json_number(total_forward_flops(*w))},
                         {"layers", layers}};
     if (device) {
       j["device"] = o.device;

@@ -223,7 +223,7 @@ std::vector<std::string> entry_names(const Node& item, double room, double limit
   auto too_many = [&](const Node& where, double n) {
     where.fail(
         fmt::format("{:.0f} more would make the cluster larger than pipegrid's limit of {:.0f} {} "
-                    "(see README, \"Work-size limits\")",
+                    "(see docs/limits.md)",
                     n, limit, of));
   };
   if (room < 1) too_many(item, 1);
@@ -338,7 +338,7 @@ Cluster parse_written(const Node& n) {
     if (static_cast<double>(c.links.size()) >= kMaxClusterLinks)
       item.fail(
           fmt::format("one more link would make the cluster larger than pipegrid's limit of {:.0f} links "
-                      "(see README, \"Work-size limits\")",
+                      "(see docs/limits.md)",
                       kMaxClusterLinks));
     item.check_keys({"between", "bandwidth", "latency", "duplex"});
     Node between = item.need("between", "two node names like [gpu0, switch]");
@@ -400,7 +400,24 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
   if (!refined) return parse_body(root, false);
   root.require_map("a mapping describing the cluster");
   merge_into(doc, doc.root, n, skip);
-  return parse_body(Node(&doc, doc.root, n.path(), n.mark()), false);
+  Cluster c = parse_body(Node(&doc, doc.root, n.path(), n.mark()), false);
+  // The name says what was changed: a refined `fpga-ring-u280-8` of 32 boards is not that preset.
+  std::string changed;
+  auto leaves = [&](auto&& self, const YAML::Node& y, const std::string& path) -> void {
+    if (y.IsMap()) {
+      for (const auto& kv : y) self(self, kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar());
+    } else if (y.IsScalar()) {
+      changed += fmt::format("{}{}={}", changed.empty() ? "" : ", ", path, y.Scalar());
+    } else {
+      changed += fmt::format("{}{}=...", changed.empty() ? "" : ", ", path);
+    }
+  };
+  for (const auto& kv : n.yaml()) {
+    const std::string key = kv.first.Scalar();
+    if (std::find(skip.begin(), skip.end(), key) == skip.end() && key != "name") leaves(leaves, kv.second, key);
+  }
+  if (!changed.empty() && !n.has("name")) c.name = fmt::format("{} ({})", c.name, changed);
+  return c;
 }
 
 Cluster parse_preset(const ClusterPreset& p, const Node* refinements = nullptr) {

@@ -80,6 +80,15 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
   const bool fpga_keys = n.has("dsps") || n.has("clock") || n.has("macs_per_dsp") || n.has("onchip_memory") ||
                          n.has("ports") || n.has("port_bandwidth");
   if (fpga_keys) {
+    // A GPU's figures are its peaks: an FPGA key on one would silently turn it into an FPGA whose
+    // peak comes from DSPs it does not have (0 when no MACs per DSP are given).
+    if (spec.family == "gpu" && !spec.fpga)
+      for (std::string_view key : {"dsps", "clock", "macs_per_dsp", "onchip_memory", "ports", "port_bandwidth"})
+        if (auto v = n.get(key))
+          v->fail(fmt::format("an FPGA figure, but this device is a GPU{} (set `peak` to change a GPU's "
+                              "rates, or name an FPGA model such as u280)",
+                              n.has("model") ? fmt::format(" ({})", n.get("model")->string("a device name"))
+                                             : std::string()));
     if (!spec.fpga) spec.fpga = FpgaSpec{};
     spec.family = "fpga";
     FpgaSpec& f = *spec.fpga;
@@ -99,6 +108,18 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
       f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
   }
   spec.derive_peaks();
+  if (spec.fpga) {
+    // Derived figures are checked as given ones are (at most 1e21 FLOP/s): DSPs x clock x MACs per
+    // DSP x 2 of 1e308 MACs is infinite, which SimGrid cannot simulate.
+    for (int p = 0; p < kPrecisionCount; ++p)
+      if (!(spec.peak_flops[p] <= 1e21))
+        n.fail(fmt::format("the derived {} peak (DSPs x clock x MACs per DSP x 2) is {:g} FLOP/s, out of range: "
+                           "at most 1e21 FLOP/s",
+                           to_string(static_cast<Precision>(p)), spec.peak_flops[p]));
+    if (fpga_keys && *std::max_element(spec.peak_flops.begin(), spec.peak_flops.end()) <= 0 && !n.has("flops") &&
+        !n.has("peak"))
+      n.fail("an FPGA with a peak of 0 FLOP/s in every precision: give its macs_per_dsp (or dsps and clock)");
+  }
   if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
   if (auto p = n.get("peak"))
     per_precision(*p, "a mapping from precision to compute rate, like {fp32: 19.5TFLOPS, fp16: 312TFLOPS}",

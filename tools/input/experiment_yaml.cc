@@ -25,6 +25,12 @@ std::vector<std::string_view> names_of(auto table) {
   return out;
 }
 
+std::string join_names(auto table) {
+  std::string out;
+  for (const auto& t : table) out += fmt::format("{}{}", out.empty() ? "" : ", ", t.name);
+  return out;
+}
+
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
   n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
@@ -32,9 +38,30 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
                 "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
                 "tp_overlap"});
   StrategySpec s;
-  if (auto p = n.get("planner")) s.planner = p->choice(names_of(planners()), "a planner");
-  if (auto p = n.get("partitioner"))
+  // One model of the names: a planner decides the whole plan (stages, devices, schedule, micro-
+  // batches); a partitioner only cuts the stages, run by the default planner `partitioner` with the
+  // schedule given. A name of the other kind is pointed there instead of refused plainly.
+  const auto is_one_of = [](auto table, std::string_view name) {
+    for (const auto& t : table)
+      if (t.name == name) return true;
+    return false;
+  };
+  if (auto p = n.get("planner")) {
+    const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
+    if (!is_one_of(planners(), name) && is_one_of(partition_strategies(), name))
+      p->fail(fmt::format("\"{}\" is a partitioner, not a planner: write `partitioner: {}` (the default planner, "
+                          "`partitioner`, runs it with the schedule given); planners: {}",
+                          name, name, join_names(planners())));
+    s.planner = p->choice(names_of(planners()), "a planner");
+  }
+  if (auto p = n.get("partitioner")) {
+    const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
+    if (!is_one_of(partition_strategies(), name) && is_one_of(planners(), name))
+      p->fail(fmt::format("\"{}\" is a planner, not a partitioner: write `planner: {}` (it chooses the stages, "
+                          "their devices, the schedule and the micro-batches itself); partitioners: {}",
+                          name, name, join_names(partition_strategies())));
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
+  }
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
     s.schedule_given = true;
@@ -52,6 +79,13 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")
       ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}",
                            s.schedule, s.chunks));
+  }
+  // interleaved-1f1b with one chunk per rank is 1F1B: running it so would hide a missing key.
+  if (s.schedule == "interleaved-1f1b" && s.chunks < 2) {
+    if (auto ch = n.get("chunks"))
+      ch->fail("expected at least 2 model chunks per rank for interleaved-1f1b (with 1 it is 1f1b), got 1");
+    n.need("schedule", "a schedule").fail(
+        "interleaved-1f1b needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)");
   }
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
@@ -244,11 +278,22 @@ Experiment parse_experiment(const Document& doc) {
   return e;
 }
 
+// An experiment's name with the --set overrides that changed it: a title must not describe the file's
+// 16 boards when 32 were simulated.
+static std::string with_overrides(std::string name, const std::vector<std::string>& overrides) {
+  if (name.empty() || overrides.empty()) return name;
+  std::string sets;
+  for (const std::string& o : overrides) sets += (sets.empty() ? "" : ", ") + o;
+  return fmt::format("{} [{}]", name, sets);
+}
+
 Result<Experiment> load_experiment_file(const std::string& path, const std::vector<std::string>& overrides) {
   try {
     Document doc = load_document_file(path);
     apply_overrides(doc, overrides);
-    return parse_experiment(doc);
+    Experiment e = parse_experiment(doc);
+    e.name = with_overrides(std::move(e.name), overrides);
+    return e;
   } catch (const InputError& e) {
     return Error{e.what()};
   }
@@ -259,7 +304,9 @@ Result<Experiment> load_experiment_text(const std::string& text, const std::stri
   try {
     Document doc = load_document_text(text, name);
     apply_overrides(doc, overrides);
-    return parse_experiment(doc);
+    Experiment e = parse_experiment(doc);
+    e.name = with_overrides(std::move(e.name), overrides);
+    return e;
   } catch (const InputError& e) {
     return Error{e.what()};
   }

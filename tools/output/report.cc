@@ -97,7 +97,37 @@ std::string stage_edges(const Partition& p) {
   return out.empty() ? "none" : out;
 }
 
-std::vector<std::string> plan_warnings(const PreparedRun& run) {
+std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run) {
+  std::vector<std::string> out;
+  // The default stage count (one rank per device) is capped by the layers per chunk: say which
+  // devices that leaves idle instead of letting a `gpu7 (unused)` row be the only sign.
+  if (run.planner == kDefaultPlanner && e.strategy.stages == 0) {
+    std::vector<char> used(e.cluster.devices.size(), 0);
+    for (size_t s = 0; s < run.partition.stage_count(); ++s)
+      for (int d : run.partition.stage(s).devices) used[static_cast<size_t>(d)] = 1;
+    std::string idle;
+    size_t idle_count = 0;
+    for (size_t d = 0; d < used.size(); ++d)
+      if (!used[d]) {
+        if (idle_count < 4) idle += fmt::format("{}{}", idle.empty() ? "" : ", ", e.cluster.devices[d].name);
+        ++idle_count;
+      }
+    const int chunks = std::max(1, e.strategy.chunks);
+    if (idle_count > 0 && e.workload.layer_count() / static_cast<size_t>(chunks) <
+                              e.cluster.devices.size() / static_cast<size_t>(std::max(1, e.strategy.replicas)) /
+                                  static_cast<size_t>(std::max(1, e.strategy.tensor_parallel))) {
+      const size_t ranks = e.workload.layer_count() / static_cast<size_t>(chunks);
+      const std::string layers = plural(static_cast<double>(e.workload.layer_count()), "layer", "layers");
+      out.push_back(fmt::format(
+          "the workload's {}{} allow{} {}, so {} of {} devices {} left idle ({}{}); set strategy.stages{} to "
+          "choose",
+          layers, chunks > 1 ? fmt::format(" in {} chunks per rank", chunks) : "",
+          chunks == 1 && e.workload.layer_count() == 1 ? "s" : "",
+          plural(static_cast<double>(ranks), chunks > 1 ? "rank" : "stage", chunks > 1 ? "ranks" : "stages"),
+          idle_count, e.cluster.devices.size(), idle_count == 1 ? "is" : "are", idle, idle_count > 4 ? ", ..." : "",
+          chunks > 1 ? " or chunks" : ""));
+    }
+  }
   // One warning per replica count, naming its stages as ranges ("stages 0..255"): a wide plan
   // would otherwise print the same line for every stage.
   std::vector<std::pair<size_t, std::vector<int>>> split;  // replica count, its stages in order
@@ -109,7 +139,6 @@ std::vector<std::string> plan_warnings(const PreparedRun& run) {
     if (it == split.end()) it = split.insert(split.end(), {r, {}});
     it->second.push_back(static_cast<int>(s));
   }
-  std::vector<std::string> out;
   for (const auto& [r, stages] : split) {
     std::string names;
     for (size_t i = 0; i < stages.size();) {
@@ -298,6 +327,57 @@ nlohmann::json hardware_json(const Cluster& c) {
           {"links", links}};
 }
 
+std::string plan_shape(const Partition& p) {
+  size_t most = 0;
+  for (size_t s = 0; s < p.stage_count(); ++s) most = std::max(most, p.stage(s).devices.size());
+  if (p.stage_count() == 1) return most > 1 ? "data-parallel" : "one device";
+  const std::string kind = static_cast<size_t>(p.depth()) < p.stage_count() ? "stage DAG" : "pipeline";
+  return most > 1 ? kind + " of replicated stages" : kind;
+}
+
+nlohmann::json plan_json(const Experiment& e, const PreparedRun& run) {
+  const Partition& p = run.partition;
+  nlohmann::json per_stage_devices = nlohmann::json::array(), replicas = nlohmann::json::array(),
+                 samples = nlohmann::json::array(), tensor = nlohmann::json::array();
+  std::vector<char> used(e.cluster.devices.size(), 0);
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    for (int d : st.devices) used[static_cast<size_t>(d)] = 1;
+    per_stage_devices.push_back(st.devices.size());
+    replicas.push_back(st.replicas());  // data-parallel replicas: groups of tensor_parallel devices
+    tensor.push_back(st.tensor_parallel);
+    samples.push_back(json_number(run.micro_batch_size / static_cast<double>(st.replicas())));
+  }
+  nlohmann::json tried = nlohmann::json::array();
+  for (const TriedPlan& t : run.tried) {
+    nlohmann::json x = {{"what", t.what},
+                        {"micro_batch_size", json_number(t.micro_batch_size)},
+                        {"micro_batches", t.micro_batches},
+                        {"stages", t.stages},
+                        {"fits", t.fits},
+                        {"outcome", t.outcome}};
+    x["analytic_iteration_time_s"] = t.analytic_s >= 0 ? nlohmann::json(t.analytic_s) : nlohmann::json();
+    x["judged_iteration_time_s"] = t.judged_s >= 0 ? nlohmann::json(t.judged_s) : nlohmann::json();
+    tried.push_back(std::move(x));
+  }
+  return {{"planner", run.planner},
+          {"partitioner", run.partitioner},
+          {"schedule", run.schedule_name},
+          {"chunks", std::max(1, e.strategy.chunks)},
+          {"shape", plan_shape(p)},
+          {"stages", p.stage_count()},
+          {"depth", p.depth()},
+          {"devices_per_stage", per_stage_devices},
+          {"replicas_per_stage", replicas},
+          {"tensor_parallel_per_stage", tensor},
+          {"devices_used", static_cast<size_t>(std::count(used.begin(), used.end(), 1))},
+          {"devices_total", e.cluster.devices.size()},
+          {"micro_batch_size", json_number(run.micro_batch_size)},
+          {"micro_batches", run.micro_batches},
+          {"samples_per_replica", samples},
+          {"tried", tried}};
+}
+
 nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
                            const Metrics& m) {
   nlohmann::json j;
@@ -307,7 +387,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["experiment"] = e.name;
   j["hardware"] = hardware_json(e.cluster);
   j["planner"] = run.planner;
-  j["partitioner"] = e.strategy.partitioner;
+  j["partitioner"] = run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
   j["schedule"] = run.schedule_name;
   j["micro_batch_size"] = json_number(run.micro_batch_size);
   j["micro_batches"] = run.micro_batches;
@@ -384,6 +464,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                        {"breakdown", breakdown_json(d.breakdown)}});
   }
   j["devices"] = devices;
+  j["plan"] = plan_json(e, run);
   return j;
 }
 

@@ -31,9 +31,10 @@ std::string layer_list(const Workload& w, const std::vector<int>& layers);
 // The stage graph's edges, "0->1, 0->2, 1->3, 2->3" ("none" for a single stage).
 std::string stage_edges(const Partition& p);
 
-// Warnings about a prepared run, one line each: stages whose replicas split a micro-batch into
-// fractional samples (micro_batch_size not divisible by the stage's replica count).
-std::vector<std::string> plan_warnings(const PreparedRun& run);
+// Warnings about a prepared run, one line each: devices the default stage count leaves idle (fewer
+// layers per chunk than devices), stages whose replicas split a micro-batch into fractional samples
+// (micro_batch_size not divisible by the stage's replica count).
+std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run);
 
 // The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
 // "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.
@@ -58,6 +59,18 @@ nlohmann::json hardware_json(const Cluster& c);
 // added_dependencies, planning_seconds, devices (the simulated metrics of `metrics`).
 nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
                            const Metrics& metrics);
+
+// The chosen plan, structured (common_json's `plan`; the sweep CSV's plan columns): planner,
+// partitioner (the one that made the stages; the planner's name when it made them itself),
+// schedule, chunks, shape ("one device", "data-parallel", "pipeline", "stage DAG", "... of
+// replicated stages"), stages, depth, devices_per_stage, replicas_per_stage, devices_used,
+// devices_total, micro_batch_size, micro_batches, samples_per_replica (per stage), and `tried`
+// (each {what, micro_batch_size, micro_batches, stages, fits, outcome, analytic_iteration_time_s,
+// judged_iteration_time_s}; planners that explore fill it).
+nlohmann::json plan_json(const Experiment& e, const PreparedRun& run);
+
+// "one device", "data-parallel", "pipeline", "stage DAG", "pipeline of replicated stages", ...
+std::string plan_shape(const Partition& p);
 
 // Keys: experiment, iteration_time_s, throughput_samples_per_s, bubble_ratio, samples_per_iteration,
 // micro_batches, micro_batch_size, feasible, infeasible (list), stages, devices (in device order:

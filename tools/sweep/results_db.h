@@ -1,6 +1,6 @@
 // A sweep's results in SQLite (Debian's libsqlite3, C API): one row per point, each committed
 // when its point ends (WAL journal), so a sweep killed at any moment resumes where it stopped. The
-// schema (README.md, "Sweeps"):
+// schema (docs/sweeps.md):
 //
 //   meta(key TEXT PRIMARY KEY, value TEXT)   schema_version, fingerprint, sweep, axes (JSON list),
 //                                            points (selected count), grid_size, pipegrid_version

@@ -643,6 +643,9 @@ Document Sweep::experiment_document(size_t point) const {
   const std::vector<size_t> idx = value_indices(point);
   for (size_t a = 0; a < axes_.size(); ++a)
     input::set_path(d, axes_[a].path, axes_[a].values[idx[a]], doc_.get(), axis_keys_[a]);
+  // The point's name says which values it has (titles and the result's `experiment`).
+  if (d.root.IsMap() && d.root["name"] && d.root["name"].IsScalar() && !axes_.empty())
+    d.root["name"] = fmt::format("{} [{}]", d.root["name"].Scalar(), describe(point));
   return d;
 }
 

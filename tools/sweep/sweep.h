@@ -1,5 +1,5 @@
 // Sweep files: a base experiment and axes of values for any key path, combined as a grid
-// (product) and zipped groups, with ranges, scale factors and filters. See README.md, "Sweeps".
+// (product) and zipped groups, with ranges, scale factors and filters. See docs/sweeps.md.
 //
 //   base: experiment.yaml            # or `experiment:` with the experiment inline
 //   grid:                            # every combination (the first key varies slowest)

@@ -1,0 +1,190 @@
+// Issue 30 ("the user's second hour"): no silent wrong set-ups, the chosen plan in every output,
+// names that say what was simulated, one set of JSON conventions. The expectations are hand counts
+// (layers per chunk, divisors of a micro-batch) and the statements of the issue, not outputs of the
+// code under test.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+using pipegrid::testing::run_command;
+using pipegrid::testing::TempDir;
+
+namespace {
+
+constexpr const char* kChain28 =
+    "workload: {kind: chain, layers: 28, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n";
+constexpr const char* kSwitch8 =
+    "cluster: {kind: switch, count: 8, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}\n";
+
+json run_json(const TempDir& t, const std::string& file, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {PIPEGRID_BINARY, "plan", file, "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto r = run_command(argv, t.path.string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("chunks: 4 on 8 GPUs with 28 layers: the idle device is stated, not only an (unused) row") {
+  TempDir t;
+  const std::string f = t.write(
+      "e.yaml", std::string(kChain28) + kSwitch8 + "strategy: {schedule: interleaved-1f1b, chunks: 4, micro_batches: 8}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", f});
+  REQUIRE(r.exit_code == 0);
+  // 28 layers / 4 chunks = 7 ranks (by hand): gpu7 runs nothing.
+  CHECK(r.err ==
+        "pipegrid: warning: the workload's 28 layers in 4 chunks per rank allow 7 ranks, so 1 of 8 devices is "
+        "left idle (gpu7); set strategy.stages or chunks to choose\n");
+  // With the stages given, it is the user's choice: no warning.
+  auto given = run_command({PIPEGRID_BINARY, "run", f, "--set", "strategy.stages=7"});
+  REQUIRE(given.exit_code == 0);
+  CHECK(given.err.empty());
+}
+
+TEST_CASE("planners consider only micro-batch sizes that give every replica whole samples") {
+  TempDir t;
+  // dp on 8 devices over the divisors of 16: sizes 1, 2 and 4 would give each replica 1/8, 1/4 and
+  // 1/2 sample; only 8 and 16 are whole.
+  const std::string dp = t.write(
+      "dp.yaml", std::string(kChain28) + kSwitch8 + "strategy: {partitioner: dp, mini_batch: 16}\n");
+  json j = run_json(t, dp);
+  const double b = j["plan"]["micro_batch_size"].get<double>();
+  CHECK((b == 8 || b == 16));
+  int left_out = 0;
+  for (const json& x : j["plan"]["tried"]) {
+    const double size = x["micro_batch_size"].get<double>();
+    if (size == 1 || size == 2 || size == 4) {
+      CHECK(x["outcome"].get<std::string>().rfind("left out: 8 replicas would take", 0) == 0);
+      ++left_out;
+    }
+  }
+  CHECK(left_out == 3);
+  // The bapipe planner on 8 devices: every stage's replica count divides the chosen micro-batch size.
+  const std::string ba = t.write(
+      "ba.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: bapipe, mini_batch: 12}\n");
+  json k = run_json(t, ba);
+  const long long size = static_cast<long long>(k["plan"]["micro_batch_size"].get<double>());
+  for (const json& r : k["plan"]["replicas_per_stage"]) CHECK(size % r.get<long long>() == 0);
+}
+
+TEST_CASE("pipedream's replication divides the micro-batch (was 6 replicas of a 32-sample micro-batch)") {
+  TempDir t;
+  const std::string f = t.write(
+      "p.yaml", "workload: {profile: " + std::string(PIPEGRID_PROFILES_DIR) +
+                    "/dapple/vgg-19-pbs-32.txt, batch: 32, device: v100}\n"
+                    "cluster: {preset: dgx1-v100}\nstrategy: {partitioner: pipedream, micro_batches: 4}\n");
+  auto r = run_command({PIPEGRID_BINARY, "plan", f, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("warning") == std::string::npos);
+  json j = json::parse(r.out);
+  for (const json& s : j["stages"]) CHECK(32 % s["replicas"].get<int>() == 0);
+}
+
+TEST_CASE("the chosen plan, structured, in run and plan --json") {
+  TempDir t;
+  const std::string f = t.write("u.yaml", std::string(kChain28) + kSwitch8 + "strategy: {micro_batches: 8}\n");
+  json j = run_json(t, f);
+  const json& p = j["plan"];
+  CHECK(p["planner"] == "partitioner");
+  CHECK(p["partitioner"] == "uniform");
+  CHECK(p["schedule"] == "1f1b");
+  CHECK(p["chunks"] == 1);
+  CHECK(p["shape"] == "pipeline");
+  CHECK(p["stages"] == 8);  // one stage per device
+  CHECK(p["devices_per_stage"] == json::array({1, 1, 1, 1, 1, 1, 1, 1}));
+  CHECK(p["devices_used"] == 8);
+  CHECK(p["devices_total"] == 8);
+  CHECK(p["micro_batches"] == 8);
+  // A planner's plan names what made it, never the strategy's default partitioner it did not use.
+  const std::string l = t.write("l.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: luo, mini_batch: 8}\n");
+  json lj = run_json(t, l);
+  CHECK(lj["plan"]["planner"] == "luo");
+  CHECK(lj["partitioner"] == lj["plan"]["partitioner"]);
+  CHECK(lj["partitioner"] != "uniform");
+  auto text = run_command({PIPEGRID_BINARY, "plan", l}, t.path.string());
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("plan luo + luo") == std::string::npos);
+  CHECK(text.out.find("chosen by   planner luo; stages by luo") != std::string::npos);
+}
+
+TEST_CASE("names say what was simulated: --set in the title, a refined preset, dgx with one node") {
+  TempDir t;
+  const std::string f = t.write("n.yaml", "name: ResNet-50 on 16 U280 ring\n"
+                                          "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, "
+                                          "activation: 1MiB, parameters: 1MiB}\n"
+                                          "cluster: {preset: fpga-ring-u280-8, count: 16}\n"
+                                          "strategy: {micro_batches: 4}\n");
+  json j = run_json(t, f, {"--set", "cluster.count=32"});
+  CHECK(j["experiment"] == "ResNet-50 on 16 U280 ring [cluster.count=32]");
+  CHECK(j["hardware"]["cluster"] == "fpga-ring-u280-8 (count=32)");
+  CHECK(j["hardware"]["devices"] == 32);
+  auto dgx = run_command({PIPEGRID_BINARY, "cluster", "show", t.write("d.yaml", "kind: dgx\nnodes: 1\n"), "--json"});
+  REQUIRE(dgx.exit_code == 0);
+  CHECK(json::parse(dgx.out)["name"] == "dgx-1x8-a100");
+}
+
+TEST_CASE("JSON conventions: schema_version everywhere, whole numbers and byte counts as integers") {
+  auto w = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--json"});
+  REQUIRE(w.exit_code == 0);
+  CHECK(w.out.find("\"parameters\": 25557032,") != std::string::npos);  // ResNet-50: 25,557,032 exactly
+  CHECK(w.out.find(".0,") == std::string::npos);
+  CHECK(json::parse(w.out)["schema_version"] == 1);
+  auto c = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-2", "--json"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.out.find("\"memory_bytes\": 80000000000") != std::string::npos);
+  CHECK(c.out.find("80000000000.0") == std::string::npos);
+  CHECK(json::parse(c.out)["schema_version"] == 1);
+  auto b = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--sizes", "1MiB", "--json"});
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.out.find("\"bytes\": 1048576,") != std::string::npos);
+  CHECK(json::parse(b.out)["schema_version"] == 1);
+  for (const char* what : {"cluster", "device"}) {
+    auto l = run_command({PIPEGRID_BINARY, what, "list", "--json"});
+    REQUIRE(l.exit_code == 0);
+    CHECK(json::parse(l.out)["schema_version"] == 1);
+  }
+  auto d = run_command({PIPEGRID_BINARY, "device", "show", "u280", "--json"});
+  CHECK(json::parse(d.out)["schema_version"] == 1);
+  auto all = run_command({PIPEGRID_BINARY, "list", "--json"});
+  REQUIRE(all.exit_code == 0);
+  json lj = json::parse(all.out);
+  CHECK(lj["schema_version"] == 1);
+  std::set<std::string> planners;
+  for (const json& p : lj["planners"]) planners.insert(p["name"].get<std::string>());
+  CHECK(planners.count("luo") == 1);
+  CHECK(planners.count("graphpipe") == 0);  // a partitioner
+  auto one = run_command({PIPEGRID_BINARY, "list", "partitioners", "--json"});
+  REQUIRE(one.exit_code == 0);
+  json oj = json::parse(one.out);
+  CHECK(oj.size() == 2);  // schema_version and the one section
+  CHECK(oj["partitioners"].size() == 6);  // uniform, balanced, graphpipe, bapipe, pipedream, dp
+}
+
+TEST_CASE("--help without CLI11's artefacts") {
+  for (const std::vector<std::string>& cmd : {std::vector<std::string>{"run", "--help"},
+                                              std::vector<std::string>{"schedule", "--help"},
+                                              std::vector<std::string>{"sweep", "--help"}}) {
+    std::vector<std::string> argv = {PIPEGRID_BINARY};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    auto r = run_command(argv);
+    REQUIRE(r.exit_code == 0);
+    INFO(r.out);
+    CHECK(r.out.find("=[]") == std::string::npos);
+    CHECK(r.out.find("INT:INT") == std::string::npos);
+    CHECK(r.out.find("=0 REQUIRED") == std::string::npos);
+    CHECK(r.out.find(" ...") == std::string::npos);
+  }
+  auto s = run_command({PIPEGRID_BINARY, "sweep", "--help"});
+  CHECK(s.out.find("--jobs INT=0") == std::string::npos);
+  auto r = run_command({PIPEGRID_BINARY, "run", "--help"});
+  CHECK(r.out.find("--set KEY=VALUE (repeatable)") != std::string::npos);
+}
