@@ -166,7 +166,7 @@ TEST_CASE("JSON conventions: schema_version everywhere, whole numbers and byte c
   REQUIRE(one.exit_code == 0);
   json oj = json::parse(one.out);
   CHECK(oj.size() == 2);  // schema_version and the one section
-  CHECK(oj["partitioners"].size() == 6);  // uniform, balanced, graphpipe, bapipe, pipedream, dp
+  CHECK(oj["partitioners"].size() == 7);  // uniform, balanced, megatron, graphpipe, bapipe, pipedream, dp
 }
 
 TEST_CASE("--help without CLI11's artefacts") {
