@@ -414,6 +414,7 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
+  set_totals(l);  // forward_flops is the kernels' sum (it was 0 here: the fraction was infinite)
   l.selective_recompute_fraction = scores / l.forward_flops;
   return add_layer(std::move(l), s, in);
 }
@@ -451,6 +452,7 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   // recomputation of the attention core (its scores re-run in the backward).
   l.stash_bytes = seq * h * (34 + 5 * heads * seq / h) * eb / 2;
   l.selective_stash_bytes = 34 * seq * h * eb / 2;
+  set_totals(l);  // forward_flops is the kernels' sum (it was 0 here: the fraction was infinite)
   l.selective_recompute_fraction = scores / l.forward_flops;
   l.split = {TensorSplitKind::Transformer, seq, h, a, a, f, 0, /*gated=*/false, /*biases=*/true, /*rotary=*/false};
   return add_layer(std::move(l), s, {in});

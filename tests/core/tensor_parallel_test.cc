@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/models/zoo.h"
@@ -181,4 +183,26 @@ TEST_CASE("ring_flow_bytes: one flow per device carries the ring's 2(t-1)/t (all
   CHECK(ring_flow_bytes(CollectiveKind::AllGather, 8e6, 8) == 7e6);
   CHECK(ring_flow_bytes(CollectiveKind::ReduceScatter, 8e6, 4) == 6e6);
   CHECK(ring_flow_bytes(CollectiveKind::AllReduce, 8e6, 1) == 0);
+}
+
+TEST_CASE("selective recomputation re-runs the attention core's share of a block's forward, a finite time") {
+  // Per block and sample: weighted GEMMs 24 s h^2 (FFN 4h), the core 4 s^2 h (Megatron's counts).
+  // The fraction was divided by a total not yet summed (infinite: every backward never ended).
+  const Config c{"x", 2, 1024, 16, 1, 1};
+  const Workload w = gpt(c);
+  const Layer& block = w.layer(3);
+  const double s = kSeq, h = c.hidden;
+  CHECK(close_rel(block.selective_recompute_fraction, 4 * s * s * h / (24 * s * h * h + 4 * s * s * h), 1e-12));
+  Experiment e;
+  e.workload = w;
+  e.cluster = line_cluster(2, 100e9, 1e-6);
+  for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+  e.strategy.partitioner = "megatron";
+  e.strategy.stages = 2;
+  e.strategy.micro_batches = 2;
+  e.micro_batch_size = 1;
+  e.memory.recompute = Recompute::Selective;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  for (const Task& t : run->graph.tasks) CHECK(std::isfinite(t.duration));
 }
