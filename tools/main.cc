@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   constexpr cli::Command (*kCommands[])(CLI::App&) = {
       &cli::add_run_command,      &cli::add_list_command,   &cli::add_schedule_command,
       &cli::add_workload_command, &cli::add_device_command, &cli::add_plan_command,
-      &cli::add_cluster_command,  &cli::add_sweep_command,
+      &cli::add_cluster_command,  &cli::add_sweep_command,  &cli::add_search_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

@@ -70,5 +70,6 @@ Command add_device_command(CLI::App& parent);
 Command add_plan_command(CLI::App& parent);
 Command add_cluster_command(CLI::App& parent);
 Command add_sweep_command(CLI::App& parent);
+Command add_search_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli
