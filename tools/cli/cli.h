@@ -77,5 +77,6 @@ Command add_sweep_command(CLI::App& parent);
 Command add_import_command(CLI::App& parent);  // tools/cli/interop.cc
 Command add_export_command(CLI::App& parent);
 Command add_replay_command(CLI::App& parent);
+Command add_search_command(CLI::App& parent);
 
 }  // namespace pipegrid::cli

@@ -1,0 +1,77 @@
+// A search over 3D configurations (tensor x pipeline x data parallelism, micro-batch size, schedule
+// and interleaving, recomputation, sequence parallelism, distributed optimizer) for a transformer
+// model on a homogeneous cluster, ranked by the analytic evaluator (core/evaluate.h). Pure core: no
+// SimGrid; the caller replays the best candidates (tools/cli/search.cc). docs/3d-search.md says what is
+// enumerated and what is left out, and why.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/experiment.h"
+#include "core/memory.h"
+#include "core/metrics.h"
+#include "core/result.h"
+
+namespace pipegrid {
+
+struct Search3dOptions {
+  int global_batch = 0;  // samples per iteration (Megatron's --global-batch-size); required
+  // The axes; an empty list means every value the rules allow.
+  std::vector<int> tensor_parallel;     // t
+  std::vector<int> pipeline;            // p
+  std::vector<int> micro_batch_sizes;   // b, per replica (Megatron's --micro-batch-size)
+  std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-h2"};
+  std::vector<int> chunks = {2, 3, 4};  // v for interleaved-1f1b
+  // Selective is not searched by default: on some plans (t = 1, p = 2, d = 8 on two DGX A100) the
+  // plan deadlocks and prepare() does not return (docs/3d-search.md).
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  std::vector<bool> sequence_parallel = {false, true};
+  std::vector<bool> distributed_optimizer = {false, true};
+  // Called after each candidate (done, total) from the calling thread.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct Search3dCandidate {
+  int t = 1, p = 1, d = 1;
+  int b = 1;             // micro-batch size per replica
+  int micro_batches = 1;  // global / (b d)
+  std::string schedule;
+  int v = 1;  // chunks per rank (interleaved-1f1b), else 1
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  bool distributed_optimizer = false;
+  // Analytic evaluation.
+  double iteration_time_s = 0;
+  double throughput_samples_per_s = 0;
+  double mfu = 0;  // 6 x parameters x tokens per iteration / (time x devices x peak)
+  double peak_memory_bytes = 0;  // the largest device's peak
+  TimeBreakdown breakdown;       // the mean over the used devices
+  std::string label() const;     // "t2 p2 d4 b1 1f1b none" etc.
+};
+
+struct Search3dResult {
+  std::vector<Search3dCandidate> ranked;  // the feasible candidates, fastest first
+  // Combinations of the axes not ranked, by reason ("does not fit device memory", ...): never silent.
+  std::map<std::string, size_t> left_out;
+  size_t combinations = 0;  // every combination of the axes considered (ranked + left out)
+  size_t evaluated = 0;     // lowered and evaluated
+  double parameters = 0;    // the model's
+  double tokens_per_iteration = 0;
+  double peak_flops = 0;  // per device, at the workload's math precision
+};
+
+// The experiment of one candidate: `base` (workload, cluster, optimizer) with the candidate's strategy
+// and memory options (megatron partitioner, micro_batch_size b x d, micro_batches global / (b d)).
+Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c);
+
+// Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule.
+Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o);
+
+// Spearman's rank correlation of two equally long samples (ties get their average rank).
+double spearman(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace pipegrid

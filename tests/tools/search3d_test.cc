@@ -1,0 +1,180 @@
+// The 3D search (core/planners/search3d.h): its enumeration counted by hand, and its analytic ranking
+// against SimGrid's on cases small enough to replay every feasible candidate.
+#include "core/planners/search3d.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "sim/replay.h"
+#include "tools/input/experiment_yaml.h"
+
+using namespace pipegrid;
+
+namespace {
+
+// A small GPT (8 blocks, h 1024, 16 heads) on two DGX A100 (16 GPUs).
+constexpr const char* kGpt = R"(name: small GPT on two DGX A100
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-2}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+)";
+
+// A small Llama (8 blocks, h 2048, 16 heads, 4 KV heads, SwiGLU) on two DGX H100 (16 GPUs).
+constexpr const char* kLlama = R"(name: small Llama on two DGX H100
+workload: {model: llama, layers: 8, hidden: 2048, heads: 16, kv_heads: 4, ffn: 5632, sequence: 2048,
+           vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+)";
+
+Experiment load(const char* text) {
+  Result<Experiment> e = input::load_experiment_text(text, "search.yaml");
+  REQUIRE_MESSAGE(e.ok(), e.error().message);
+  return *e;
+}
+
+// Spearman's rho, written here independently of search3d's: average ranks for ties, then Pearson.
+std::vector<double> average_ranks(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    double less = 0, equal = 0;
+    for (double x : v) less += x < v[i], equal += x == v[i];
+    r[i] = less + (equal + 1) / 2;
+  }
+  return r;
+}
+double rho(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::vector<double> a = average_ranks(x), b = average_ranks(y);
+  const double n = static_cast<double>(a.size());
+  const double ma = std::accumulate(a.begin(), a.end(), 0.0) / n, mb = std::accumulate(b.begin(), b.end(), 0.0) / n;
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += (a[i] - ma) * (b[i] - mb);
+    aa += (a[i] - ma) * (a[i] - ma);
+    bb += (b[i] - mb) * (b[i] - mb);
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+struct Agreement {
+  size_t candidates = 0;
+  double analytic_choice_vs_fastest = 0;  // SimGrid time of the analytic choice / SimGrid's fastest
+  double spearman = 0;
+};
+
+Agreement replay_all(const Experiment& base, const Search3dOptions& o) {
+  Result<Search3dResult> res = search3d(base, o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  REQUIRE(res->ranked.size() >= 8);
+  std::vector<double> analytic, simulated;
+  for (const Search3dCandidate& c : res->ranked) {
+    const Experiment e = search3d_experiment(base, c);
+    Result<PreparedRun> run = prepare(e);
+    REQUIRE_MESSAGE(run.ok(), run.error().message);
+    Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+    REQUIRE_MESSAGE(r.ok(), r.error().message);
+    analytic.push_back(c.iteration_time_s);
+    simulated.push_back(r->timeline.makespan());
+  }
+  Agreement a;
+  a.candidates = analytic.size();
+  a.analytic_choice_vs_fastest = simulated.front() / *std::min_element(simulated.begin(), simulated.end());
+  a.spearman = rho(analytic, simulated);
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("search3d: the combinations of t, p, d and b counted by hand, and what is left out") {
+  // 16 GPUs, 8 devices per node, 8 blocks, 16 heads, global batch 16, one schedule and mode. The 15
+  // ordered (t, p, d) with t p d = 16: (16, 1, 1) has t above a node and (1, 16, 1) p not dividing
+  // the 8 blocks. For the other 13, b runs over the divisors of 16 / d:
+  //   t = 1: d = 16, 8, 4, 2 -> 1 + 2 + 3 + 4 = 10;  t = 2: d = 8, 4, 2, 1 -> 2 + 3 + 4 + 5 = 14;
+  //   t = 4: d = 4, 2, 1 -> 3 + 4 + 5 = 12;          t = 8: d = 2, 1 -> 4 + 5 = 9;  45 in all.
+  const Experiment base = load(kGpt);
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.sequence_parallel = {false};
+  o.distributed_optimizer = {false};
+  size_t calls = 0, last_done = 0, last_total = 0;
+  o.progress = [&](size_t done, size_t total) {
+    ++calls;
+    last_done = done;
+    last_total = total;
+  };
+  Result<Search3dResult> res = search3d(base, o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(res->combinations == 45);
+  CHECK(calls == 45);
+  CHECK(last_done == 45);
+  CHECK(last_total == 45);
+  CHECK(res->left_out.at("(t, p, d): t above the 8 devices of a node") == 1);
+  CHECK(res->left_out.at("(t, p, d): p does not divide the 8 transformer blocks") == 1);
+  size_t configurations_left_out = 0;
+  for (const auto& [reason, n] : res->left_out)
+    if (reason.rfind("(t, p, d)", 0) != 0) configurations_left_out += n;
+  CHECK(res->ranked.size() + configurations_left_out == 45);
+  for (size_t i = 1; i < res->ranked.size(); ++i)
+    CHECK(res->ranked[i - 1].iteration_time_s <= res->ranked[i].iteration_time_s);
+  // Every candidate keeps the global batch: b d m = 16.
+  for (const Search3dCandidate& c : res->ranked) CHECK(c.b * c.d * c.micro_batches == 16);
+
+  // Sequence parallelism at t = 1 and the distributed optimizer at d = 1 are the same runs as without.
+  o.sequence_parallel = {false, true};
+  o.distributed_optimizer = {false, true};
+  res = search3d(base, o);
+  REQUIRE(res.ok());
+  CHECK(res->combinations == 45 * 4);
+  // b-configurations at t = 1: 10 (each with SP on, two optimizer settings); at d = 1: t = 2, 4, 8 with
+  // p = 8, 4, 2: 5 + 5 + 5 b values, each with SP off (SP on: t > 1 is fine) and the distributed optimizer.
+  CHECK(res->left_out.at("sequence parallelism at t = 1 (the same run as without)") == 10 * 2);
+  CHECK(res->left_out.at("distributed optimizer at d = 1 (the same run as without)") == 15 * 2);
+}
+
+TEST_CASE("search3d: errors") {
+  Experiment base = load(kGpt);
+  Search3dOptions o;
+  CHECK(!search3d(base, o).ok());  // no global batch
+  o.global_batch = 16;
+  o.schedules = {"gpipe"};
+  CHECK(!search3d(base, o).ok());
+}
+
+// Restricted axes keep each case under a few hundred replays' worth of time: micro-batch sizes 1 and
+// 2, 1F1B and interleaved (v = 2), no recomputation and full, SP on and off, no distributed optimizer
+// (it changes memory, not time, here).
+TEST_CASE("search3d: on a small GPT on two DGX A100, the analytic choice is SimGrid's fastest within 2%, rho >= 0.9") {
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.micro_batch_sizes = {1, 2};
+  o.schedules = {"1f1b", "interleaved-1f1b"};
+  o.chunks = {2};
+  o.recompute = {Recompute::None, Recompute::Full};
+  o.distributed_optimizer = {false};
+  const Agreement a = replay_all(load(kGpt), o);
+  MESSAGE("GPT: " << a.candidates << " candidates, choice / fastest " << a.analytic_choice_vs_fastest
+                  << ", Spearman " << a.spearman);
+  CHECK(a.analytic_choice_vs_fastest <= 1.02);
+  CHECK(a.spearman >= 0.9);
+}
+
+TEST_CASE("search3d: on a small Llama on two DGX H100, the analytic choice is SimGrid's fastest within 2%, rho >= 0.9") {
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.micro_batch_sizes = {1, 2};
+  o.schedules = {"1f1b", "zb-h1"};
+  o.recompute = {Recompute::None, Recompute::Full};
+  o.distributed_optimizer = {false};
+  const Agreement a = replay_all(load(kLlama), o);
+  MESSAGE("Llama: " << a.candidates << " candidates, choice / fastest " << a.analytic_choice_vs_fastest
+                    << ", Spearman " << a.spearman);
+  CHECK(a.analytic_choice_vs_fastest <= 1.02);
+  CHECK(a.spearman >= 0.9);
+}

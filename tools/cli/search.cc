@@ -1,0 +1,254 @@
+// pipegrid search EXPERIMENT --global-batch B [--top K] [--json]: the 3D search (core/planners/search3d.h)
+// over the experiment's workload and cluster, ranked by the analytic evaluator; the best K replayed in
+// SimGrid (each in its own process) and ranked by the replay. docs/3d-search.md.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/metrics.h"
+#include "core/planners/search3d.h"
+#include "core/units.h"
+#include "sim/replay.h"
+#include "tools/cli/cli.h"
+#include "tools/input/experiment_yaml.h"
+#include "tools/output/report.h"
+
+namespace pipegrid::cli {
+namespace {
+
+struct SearchOptions {
+  std::string file;
+  int global_batch = 0;
+  int top = 5;
+  bool json = false;
+  std::string sweep;  // write the ranked candidates as a sweep file here
+  std::vector<int> tensor_parallel, pipeline, micro_batch_sizes;
+  std::vector<std::string> schedules, recompute;
+  std::vector<std::string> overrides;
+};
+
+struct Replayed {
+  Search3dCandidate c;
+  double simulated_s = 0;
+  Metrics metrics;
+};
+
+nlohmann::json breakdown_json(const TimeBreakdown& b) {
+  return {{"compute_s", b.compute_s},           {"optimizer_s", b.optimizer_s},
+          {"tensor_parallel_s", b.tensor_parallel_s}, {"pipeline_s", b.pipeline_s},
+          {"data_parallel_s", b.data_parallel_s}, {"bubble_s", b.bubble_s}};
+}
+
+nlohmann::json candidate_json(const Search3dCandidate& c) {
+  return {{"t", c.t},
+          {"p", c.p},
+          {"d", c.d},
+          {"micro_batch_size", c.b},
+          {"micro_batches", c.micro_batches},
+          {"schedule", c.schedule},
+          {"chunks", c.v},
+          {"recompute", std::string(to_string(c.recompute))},
+          {"sequence_parallel", c.sequence_parallel},
+          {"distributed_optimizer", c.distributed_optimizer},
+          {"analytic_iteration_time_s", c.iteration_time_s},
+          {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
+          {"analytic_mfu", c.mfu},
+          {"peak_memory_bytes", c.peak_memory_bytes},
+          {"analytic_breakdown", breakdown_json(c.breakdown)}};
+}
+
+// Why the winner beats the runner-up: the part of the breakdown that differs most.
+std::string why(const Replayed& w, const Replayed& r) {
+  const TimeBreakdown& a = w.metrics.breakdown;
+  const TimeBreakdown& b = r.metrics.breakdown;
+  const std::pair<const char*, double> parts[] = {{"compute", b.compute_s - a.compute_s},
+                                                  {"optimizer step", b.optimizer_s - a.optimizer_s},
+                                                  {"exposed TP communication", b.tensor_parallel_s - a.tensor_parallel_s},
+                                                  {"pipeline communication", b.pipeline_s - a.pipeline_s},
+                                                  {"data-parallel communication", b.data_parallel_s - a.data_parallel_s},
+                                                  {"bubble", b.bubble_s - a.bubble_s}};
+  if (r.simulated_s <= w.simulated_s)
+    return fmt::format("{} ties in SimGrid with {} ({}); the analytic ranking put it first", w.c.label(), r.c.label(),
+                       format_time(w.simulated_s));
+  const auto* best = std::max_element(std::begin(parts), std::end(parts),
+                                      [](const auto& x, const auto& y) { return x.second < y.second; });
+  return fmt::format("{} wins: {} faster in SimGrid than {}, mostly {} less {} per device", w.c.label(),
+                     format_time(r.simulated_s - w.simulated_s), r.c.label(), format_time(best->second),
+                     best->first);
+}
+
+// The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
+Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part;
+  for (const Search3dCandidate& c : res.ranked) {
+    t.push_back(std::to_string(c.t));
+    p.push_back(std::to_string(c.p));
+    d.push_back(std::to_string(c.d));
+    mbs.push_back(std::to_string(c.b * c.d));
+    m.push_back(std::to_string(c.micro_batches));
+    sched.push_back(c.schedule);
+    v.push_back(std::to_string(c.v));
+    rc.push_back(std::string(to_string(c.recompute)));
+    sp.push_back(c.sequence_parallel ? "true" : "false");
+    zero.push_back(c.distributed_optimizer ? "1" : "0");
+    part.push_back("megatron");
+  }
+  const std::string base = std::filesystem::absolute(o.file).string();
+  std::string text = fmt::format(
+      "# pipegrid search {} --global-batch {}: the {} candidates that fit memory, fastest (analytic) first.\n"
+      "base: \"{}\"\nzip:\n",
+      o.file, o.global_batch, res.ranked.size(), base);
+  auto axis = [&](const char* key, const std::vector<std::string>& values) {
+    text += fmt::format("  {}: [{}]\n", key, fmt::join(values, ", "));
+  };
+  axis("strategy.partitioner", part);
+  axis("strategy.tensor_parallel", t);
+  axis("strategy.stages", p);
+  axis("strategy.replicas", d);
+  axis("workload.micro_batch_size", mbs);
+  axis("strategy.micro_batches", m);
+  axis("strategy.schedule", sched);
+  axis("strategy.chunks", v);
+  axis("memory.recompute", rc);
+  axis("strategy.sequence_parallel", sp);
+  axis("memory.zero", zero);
+  std::ofstream out(o.sweep);
+  out << text;
+  if (!out) return Error{fmt::format("cannot write {}", o.sweep)};
+  return {};
+}
+
+int run(const SearchOptions& o) {
+  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
+  if (!exp) return bad_input(exp.error().message);
+  Search3dOptions so;
+  so.global_batch = o.global_batch;
+  so.tensor_parallel = o.tensor_parallel;
+  so.pipeline = o.pipeline;
+  so.micro_batch_sizes = o.micro_batch_sizes;
+  if (!o.schedules.empty()) so.schedules = o.schedules;
+  if (!o.recompute.empty()) {
+    so.recompute.clear();
+    for (const std::string& r : o.recompute) {
+      std::optional<Recompute> rc = parse_recompute(r);
+      if (!rc) return bad_input(fmt::format("--recompute: \"{}\" is not none, selective or full", r));
+      so.recompute.push_back(*rc);
+    }
+  }
+  const bool tty = isatty(STDERR_FILENO) == 1;
+  if (tty)
+    so.progress = [](size_t done, size_t total) {
+      if (done == total || done % 16 == 0) fmt::print(std::cerr, "\rsearch: {}/{} candidates evaluated", done, total);
+      if (done == total) fmt::print(std::cerr, "\n");
+    };
+  Result<Search3dResult> res = search3d(*exp, so);
+  if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
+
+  if (!o.sweep.empty()) {
+    if (Status st = write_sweep(o, *res); !st) return bad_input(st.error().message);
+    fmt::print(std::cerr, "search: {} candidates written to {} (run them with `pipegrid sweep {}`)\n",
+               res->ranked.size(), o.sweep, o.sweep);
+  }
+  std::vector<Replayed> replayed;
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res->ranked.size());
+  for (size_t i = 0; i < k; ++i) {
+    if (tty) fmt::print(std::cerr, "\rsearch: replaying {}/{} in SimGrid", i + 1, k);
+    const Search3dCandidate& c = res->ranked[i];
+    const Experiment e = search3d_experiment(*exp, c);
+    Result<PreparedRun> run = prepare(e);
+    if (!run) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), run.error().message));
+    Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+    if (!r) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), r.error().message));
+    Replayed rp{c, r->timeline.makespan(), compute_metrics(e.cluster, run->graph, r->timeline)};
+    replayed.push_back(std::move(rp));
+  }
+  if (tty && k > 0) fmt::print(std::cerr, "\n");
+  std::stable_sort(replayed.begin(), replayed.end(),
+                   [](const Replayed& a, const Replayed& b) { return a.simulated_s < b.simulated_s; });
+  const double n = static_cast<double>(exp->cluster.devices.size());
+  auto mfu = [&](double time) {
+    return res->peak_flops > 0 ? 6 * res->parameters * res->tokens_per_iteration / (time * n * res->peak_flops) : 0;
+  };
+
+  if (o.json) {
+    nlohmann::json j;
+    j["command"] = "search";
+    j["global_batch"] = o.global_batch;
+    j["devices"] = exp->cluster.devices.size();
+    j["combinations"] = res->combinations;
+    j["evaluated"] = res->evaluated;
+    j["feasible"] = res->ranked.size();
+    j["left_out"] = res->left_out;
+    nlohmann::json ranked = nlohmann::json::array();
+    for (const Search3dCandidate& c : res->ranked) ranked.push_back(candidate_json(c));
+    j["analytic_ranking"] = ranked;
+    nlohmann::json sim = nlohmann::json::array();
+    for (const Replayed& r : replayed) {
+      nlohmann::json x = candidate_json(r.c);
+      x["simulated_iteration_time_s"] = r.simulated_s;
+      x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
+      x["simulated_mfu"] = mfu(r.simulated_s);
+      x["simulated_breakdown"] = breakdown_json(r.metrics.breakdown);
+      sim.push_back(x);
+    }
+    j["simgrid_ranking"] = sim;
+    if (replayed.size() >= 2) j["why"] = why(replayed[0], replayed[1]);
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  fmt::print("{}: {} devices, global batch {}\n", exp->name.empty() ? o.file : exp->name, exp->cluster.devices.size(),
+             o.global_batch);
+  fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res->combinations, res->evaluated,
+             res->ranked.size());
+  for (const auto& [reason, count] : res->left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
+  if (replayed.empty()) {
+    fmt::print("no candidate fits\n");
+    return kOk;
+  }
+  fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>10}  {}\n", "rank", "configuration", "SimGrid",
+             "analytic", "samples/s", "MFU", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
+  for (size_t i = 0; i < replayed.size(); ++i) {
+    const Replayed& r = replayed[i];
+    const TimeBreakdown& b = r.metrics.breakdown;
+    fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n", i + 1,
+               r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
+               r.metrics.throughput_samples_per_s, 100 * mfu(r.simulated_s), format_bytes(r.c.peak_memory_bytes),
+               format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+  }
+  if (replayed.size() >= 2) fmt::print("\n{}\n", why(replayed[0], replayed[1]));
+  return kOk;
+}
+
+}  // namespace
+
+Command add_search_command(CLI::App& parent) {
+  auto o = std::make_shared<SearchOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "search", "Search tensor x pipeline x data parallelism, micro-batching, schedules and recomputation");
+  app->add_option("experiment", o->file, "Experiment file (YAML): its workload, cluster and optimizer")
+      ->required()
+      ->check(kNonEmpty);
+  app->add_option("--global-batch", o->global_batch, "Samples per iteration")->required()->check(CLI::PositiveNumber);
+  app->add_option("--top", o->top, "Replay the best K in SimGrid")->check(CLI::NonNegativeNumber);
+  app->add_option("--tensor-parallel", o->tensor_parallel, "Only these t (default: every t allowed)");
+  app->add_option("--pipeline", o->pipeline, "Only these p (default: every p allowed)");
+  app->add_option("--micro-batch", o->micro_batch_sizes, "Only these micro-batch sizes per replica");
+  app->add_option("--schedules", o->schedules, "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2)");
+  app->add_option("--recompute", o->recompute, "Only these recomputation modes (none, selective, full)");
+  app->add_flag("--json", o->json, "Print one JSON object");
+  app->add_option("--sweep", o->sweep, "Also write the candidates that fit as a sweep file (pipegrid sweep)")
+      ->check(kNonEmpty);
+  add_set_option(*app, o->overrides);
+  return {app, [o] { return run(*o); }};
+}
+
+}  // namespace pipegrid::cli
