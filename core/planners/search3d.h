@@ -26,9 +26,7 @@ struct Search3dOptions {
   std::vector<int> micro_batch_sizes;   // b, per replica (Megatron's --micro-batch-size)
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-h2"};
   std::vector<int> chunks = {2, 3, 4};  // v for interleaved-1f1b
-  // Selective is not searched by default: on some plans (t = 1, p = 2, d = 8 on two DGX A100) the
-  // plan deadlocks and prepare() does not return (docs/3d-search.md).
-  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<bool> sequence_parallel = {false, true};
   std::vector<bool> distributed_optimizer = {false, true};
   // Called after each candidate (done, total) from the calling thread.
