@@ -126,7 +126,8 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
       prog.bytes.push_back(piece.bytes);
       prog.compute.push_back(0.0);
     };
-    double selective_s = 0, recompute_full_s = 0, stash_none = 0, stash_sel = 0, stash_full = 0, largest_stash = 0, largest_recomputed = 0;
+    double selective_s = 0, recompute_full_s = 0, stash_none = 0, stash_sel = 0, stash_full = 0,
+           largest_stash = 0, largest_recomputed = 0;
     for (size_t i = 0; i < st.layers.size(); ++i) {
       const Layer& layer = w.layer(st.layers[i]);
       double overhead = 0;  // to take back: the layer's pieces after its first pay none
@@ -229,7 +230,8 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
 
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
                                                         const Partition& p, double micro_batch_size,
-                                                        Recompute recompute, const TensorParallelOptions& tp) {
+                                                        Recompute recompute,
+                                                        const TensorParallelOptions& tp) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
     const Stage& st = p.stage(s);
@@ -306,7 +308,9 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   auto program = [&](int stage, size_t j, Pass pass) -> const TpProgram* {
     if (p.stage(stage).tensor_parallel <= 1 || pass == Pass::Weight) return nullptr;
     const StageCost& sc = (*costs)[stage][j];
-    return pass == Pass::Forward ? &sc.tp_forward : sched.split_backward ? &sc.tp_backward_input : &sc.tp_backward;
+    return pass == Pass::Forward  ? &sc.tp_forward
+           : sched.split_backward ? &sc.tp_backward_input
+                                  : &sc.tp_backward;
   };
   bool any_tp = false;
   size_t tp_tasks = 0, tp_flows = 0;

@@ -134,7 +134,8 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     double at = 0;
     for (int32_t task : g.device_order[d]) {
       if (t.start[task] > at) explain(b, task, at, t.start[task]);
-      (g.tasks[task].kind == TaskKind::Optimizer ? b.optimizer_s : b.compute_s) += t.end[task] - t.start[task];
+      (g.tasks[task].kind == TaskKind::Optimizer ? b.optimizer_s : b.compute_s) +=
+          t.end[task] - t.start[task];
       at = std::max(at, t.end[task]);
     }
     if (!g.device_order[d].empty() && m.iteration_time_s > at) b.bubble_s += m.iteration_time_s - at;

@@ -40,8 +40,12 @@ Kernel scaled(Kernel k, double f) {
   return k;
 }
 
-TpPiece compute(std::vector<Kernel> ks) { return TpPiece{false, std::move(ks), CollectiveKind::AllReduce, 0}; }
-TpPiece collective(CollectiveKind k, double bytes) { return TpPiece{true, {}, k, bytes}; }
+TpPiece compute(std::vector<Kernel> ks) {
+  return TpPiece{false, std::move(ks), CollectiveKind::AllReduce, 0};
+}
+TpPiece collective(CollectiveKind k, double bytes) {
+  return TpPiece{true, {}, k, bytes};
+}
 
 // A transformer layer's kernels on one device of t (per sample), named by what they compute.
 struct TransformerKernels {
@@ -57,7 +61,7 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   const double kv = sp.kv_heads > 0 ? sp.kv_heads : a;
   const double hd = h / a;
   const double qkv_out = h + 2 * kv * hd;
-  const double g = sp.gated ? 2 : 1;        // matrices of the MLP's first GEMM (gate and up)
+  const double g = sp.gated ? 2 : 1;                       // matrices of the MLP's first GEMM (gate and up)
   const double seq_share = sequence_parallel ? 1 / T : 1;  // norms, dropouts, residuals
   TransformerKernels k;
   // Weights (and biases) per device: the column- and row-parallel matrices split, the row-parallel
@@ -137,7 +141,8 @@ Error no_split(const Layer& l, int t) {
 Status divides(const Layer& l, int t, double value, std::string_view what) {
   const double q = value / t;
   if (value > 0 && q == std::floor(q)) return {};
-  return Error{fmt::format("layer \"{}\": tensor_parallel {} does not divide its {} ({:g})", l.name, t, what, value)};
+  return Error{
+      fmt::format("layer \"{}\": tensor_parallel {} does not divide its {} ({:g})", l.name, t, what, value)};
 }
 
 }  // namespace
@@ -159,10 +164,13 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
   const double eb = element_bytes(precision);
   TpLayer out;
   if (t > 1 && l.measured)
-    return Error{fmt::format("layer \"{}\" has measured times, which cannot be split between {} devices: "
-                             "tensor parallelism needs layers described by their shapes", l.name, t)};
-  if (t > 1 && seq && (sp.kind == TensorSplitKind::Transformer || sp.kind == TensorSplitKind::VocabEmbedding ||
-                       sp.kind == TensorSplitKind::VocabHead))
+    return Error{
+        fmt::format("layer \"{}\" has measured times, which cannot be split between {} devices: "
+                    "tensor parallelism needs layers described by their shapes",
+                    l.name, t)};
+  if (t > 1 && seq &&
+      (sp.kind == TensorSplitKind::Transformer || sp.kind == TensorSplitKind::VocabEmbedding ||
+       sp.kind == TensorSplitKind::VocabHead))
     if (Status st = divides(l, t, sp.sequence, "sequence length (sequence parallelism splits it)"); !st)
       return st.error();
   switch (sp.kind) {
@@ -247,7 +255,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       const std::vector<Kernel> ks = layer_kernels(l);
       out.forward = {compute(ks)};
       if (t > 1)
-        out.forward.push_back(collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
+        out.forward.push_back(
+            collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
       if (t > 1 && seq) out.backward.push_back(collective(CollectiveKind::AllGather, act));
       out.backward.push_back(compute(ks));
       out.parameters = l.parameters / t;
@@ -272,7 +281,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.forward.push_back(compute({loss}));
       out.backward.push_back(compute({loss, gemm}));
       if (t > 1)
-        out.backward.push_back(collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
+        out.backward.push_back(
+            collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
       out.parameters = l.parameters / T;
       out.parameter_bytes = l.parameter_bytes / T;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / T;

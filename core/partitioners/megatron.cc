@@ -15,21 +15,24 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
   const std::vector<int> order = topological_order(r.workload);
   std::vector<int> blocks;  // positions in `order` of the transformer blocks
   for (size_t i = 0; i < order.size(); ++i)
-    if (r.workload.layer(order[i]).split.kind == TensorSplitKind::Transformer) blocks.push_back(static_cast<int>(i));
+    if (r.workload.layer(order[i]).split.kind == TensorSplitKind::Transformer)
+      blocks.push_back(static_cast<int>(i));
   const int stages = r.stages * r.chunks;
   const int n = static_cast<int>(blocks.size());
   if (n == 0)
-    return Error{fmt::format("the megatron partitioner splits transformer blocks, and workload \"{}\" has none",
-                             r.workload.name)};
+    return Error{fmt::format(
+        "the megatron partitioner splits transformer blocks, and workload \"{}\" has none", r.workload.name)};
   if (n % stages != 0)
-    return Error{fmt::format("the megatron partitioner needs the {} transformer blocks to be a multiple of the {} "
-                             "stages ({} ranks x {} chunks), as Megatron-LM does",
-                             n, stages, r.stages, r.chunks)};
+    return Error{
+        fmt::format("the megatron partitioner needs the {} transformer blocks to be a multiple of the {} "
+                    "stages ({} ranks x {} chunks), as Megatron-LM does",
+                    n, stages, r.stages, r.chunks)};
   for (int i = 1; i < n; ++i)
     if (blocks[i] != blocks[i - 1] + 1)
-      return Error{fmt::format("the megatron partitioner needs the transformer blocks to be consecutive in the "
-                               "layer order; layer \"{}\" lies between two of them",
-                               r.workload.layer(order[blocks[i - 1] + 1]).name)};
+      return Error{
+          fmt::format("the megatron partitioner needs the transformer blocks to be consecutive in the "
+                      "layer order; layer \"{}\" lies between two of them",
+                      r.workload.layer(order[blocks[i - 1] + 1]).name)};
   std::vector<int> bounds{0};
   const int per = n / stages;
   for (int s = 1; s < stages; ++s) bounds.push_back(blocks[0] + s * per);

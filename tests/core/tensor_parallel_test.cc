@@ -29,7 +29,10 @@ constexpr Config kConfigs[] = {{"22B", 48, 6144, 64, 8, 1},
 constexpr double kSeq = 2048;
 
 Workload gpt(const Config& c) {
-  ModelArgs a{{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"sequence", kSeq},
+  ModelArgs a{{"layers", c.layers},
+              {"hidden", c.hidden},
+              {"heads", c.heads},
+              {"sequence", kSeq},
               {"vocabulary", 51200}};
   return *build_model(**find_model("gpt"), a, Precision::AMP);
 }
@@ -71,7 +74,8 @@ TEST_CASE("tensor parallelism: activation memory per layer is Korthikanti et al.
     }
 }
 
-TEST_CASE("tensor parallelism: a stage of the four 2205.05198 configurations stashes L/p layers' Table 2 bytes") {
+TEST_CASE(
+    "tensor parallelism: a stage of the four 2205.05198 configurations stashes L/p layers' Table 2 bytes") {
   for (const Config& c : kConfigs) {
     if (c.p == 1) continue;  // its one stage also holds the embedding and the head
     for (bool sp : {false, true})
@@ -124,11 +128,13 @@ TEST_CASE("tensor parallelism: Megatron's collectives per layer and micro-batch"
       const int per_layer = (sp ? 2 : 1) * (4 + (r == Recompute::Full ? 2 : 0));
       const int embedding = sp ? 2 : 1, head = sp ? 3 : 2;
       INFO((sp ? "SP " : "") << to_string(r));
-      CHECK(count(run->graph, TransferKind::TensorParallel) == (c.layers * per_layer + embedding + head) * m * c.t);
+      CHECK(count(run->graph, TransferKind::TensorParallel) ==
+            (c.layers * per_layer + embedding + head) * m * c.t);
     }
 }
 
-TEST_CASE("tensor parallelism: per-device weights are 1/t of the split matrices, norms and row biases whole") {
+TEST_CASE(
+    "tensor parallelism: per-device weights are 1/t of the split matrices, norms and row biases whole") {
   const Config c{"x", 2, 1024, 16, 4, 1};
   const Workload w = gpt(c);
   const Layer& block = w.layer(3);
@@ -144,9 +150,9 @@ TEST_CASE("tensor parallelism: per-device weights are 1/t of the split matrices,
 
 TEST_CASE("llama: the zoo's parameter counts are the published ones") {
   // Meta's model cards (Llama 2: arXiv 2307.09288; Llama 3: arXiv 2407.21783), counted exactly.
-  const std::pair<const char*, double> published[] = {{"llama2-7b", 6738415616.0},  {"llama2-13b", 13015864320.0},
-                                                      {"llama2-70b", 68976648192.0}, {"llama3-8b", 8030261248.0},
-                                                      {"llama3-70b", 70553706496.0}, {"llama3-405b", 405853388800.0}};
+  const std::pair<const char*, double> published[] = {
+      {"llama2-7b", 6738415616.0}, {"llama2-13b", 13015864320.0}, {"llama2-70b", 68976648192.0},
+      {"llama3-8b", 8030261248.0}, {"llama3-70b", 70553706496.0}, {"llama3-405b", 405853388800.0}};
   for (const auto& row : published) {
     const std::string name = row.first;
     INFO(name);
@@ -192,7 +198,8 @@ TEST_CASE("selective recomputation re-runs the attention core's share of a block
   const Workload w = gpt(c);
   const Layer& block = w.layer(3);
   const double s = kSeq, h = c.hidden;
-  CHECK(close_rel(block.selective_recompute_fraction, 4 * s * s * h / (24 * s * h * h + 4 * s * s * h), 1e-12));
+  CHECK(
+      close_rel(block.selective_recompute_fraction, 4 * s * s * h / (24 * s * h * h + 4 * s * s * h), 1e-12));
   Experiment e;
   e.workload = w;
   e.cluster = line_cluster(2, 100e9, 1e-6);

@@ -74,7 +74,9 @@ double forward_compute() {
   const double mlp = 16 * kS * kH * kH / 2 * kB / kPeak;
   return 2 * (attn + mlp);
 }
-double allreduce_bytes() { return kB * kS * kH * 2; }
+double allreduce_bytes() {
+  return kB * kS * kH * 2;
+}
 
 }  // namespace
 
@@ -95,12 +97,13 @@ TEST_CASE("tensor parallelism: the same group split across two nodes is slower b
   CHECK(close_rel(across - one_link, 8 * allreduce_bytes() * (1 / B2 - 1 / B), 1e-6));
 }
 
-TEST_CASE("tensor parallelism: sequence parallelism moves the same bytes as all-gather/reduce-scatter pairs") {
+TEST_CASE(
+    "tensor parallelism: sequence parallelism moves the same bytes as all-gather/reduce-scatter pairs") {
   // 16 collectives of (t - 1)/t S = S/2 each instead of 8 all-reduces of S: the same time on one link
   // with no latency; the norms, dropouts and residuals are free on this device either way.
   const double B = 50e9;
-  CHECK(close_rel(replayed(two_devices_one_link(B, 0), 1, true), 3 * forward_compute() + 8 * allreduce_bytes() / B,
-                  1e-6));
+  CHECK(close_rel(replayed(two_devices_one_link(B, 0), 1, true),
+                  3 * forward_compute() + 8 * allreduce_bytes() / B, 1e-6));
 }
 
 TEST_CASE("tensor parallelism: 1F1B over micro-batches runs them back to back on one stage") {
