@@ -50,12 +50,21 @@ std::vector<Deps> ring(TaskGraph& g, const std::vector<int>& devices, const std:
 }  // namespace
 
 std::string_view to_string(AllReduceAlgorithm a) {
-  return a == AllReduceAlgorithm::Ring ? "ring" : "hierarchical";
+  switch (a) {
+    case AllReduceAlgorithm::Ring:
+      return "ring";
+    case AllReduceAlgorithm::Hierarchical:
+      return "hierarchical";
+    case AllReduceAlgorithm::MultiRing:
+      return "multi-ring";
+  }
+  return "ring";
 }
 
 std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name) {
   if (name == "ring") return AllReduceAlgorithm::Ring;
   if (name == "hierarchical") return AllReduceAlgorithm::Hierarchical;
+  if (name == "multi-ring") return AllReduceAlgorithm::MultiRing;
   return std::nullopt;
 }
 
@@ -75,6 +84,31 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
     auto [it, fresh] = machine.emplace(c.machine_of(devices[j]), members.size());
     if (fresh) members.emplace_back();
     members[it->second].push_back(j);
+  }
+  if (algorithm == AllReduceAlgorithm::MultiRing) {
+    const size_t m = members[0].size();
+    const bool uniform = std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
+    if (members.size() < 2 || m < 2 || !uniform) return ring(g, devices, ready_sets, bytes, stage);
+    // m rings, each over bytes / m; ring k visits every machine's devices starting at its k-th, so
+    // it leaves machine i from the (k - 1)-th device and enters machine i + 1 at the k-th: each
+    // device's NIC carries the crossings of exactly one ring.
+    std::vector<Deps> done(n);
+    for (size_t k = 0; k < m; ++k) {
+      std::vector<int> order;
+      std::vector<Deps> order_ready;
+      std::vector<size_t> index;
+      for (const auto& x : members)
+        for (size_t i = 0; i < m; ++i) {
+          const size_t j = x[(k + i) % m];
+          order.push_back(devices[j]);
+          order_ready.push_back(ready_sets[j]);
+          index.push_back(j);
+        }
+      std::vector<Deps> got = ring(g, order, order_ready, bytes / static_cast<double>(m), stage);
+      for (size_t i = 0; i < index.size(); ++i)
+        done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
+    }
+    return done;
   }
   std::vector<Deps> done(n);
   std::vector<int> leaders;

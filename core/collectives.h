@@ -22,10 +22,18 @@ enum class AllReduceAlgorithm {
   // all at once), ring all-reduce of S bytes among the leaders, then broadcast inside each machine
   // (the leader sends S bytes to every other device, all at once).
   Hierarchical,
+  // NCCL-style rings over several network ports ("channels"): when the devices sit m to a machine
+  // on two or more machines (every machine the same m >= 2), m rings run at once, each over S / m
+  // bytes, ring k entering every machine at its k-th device and leaving it from its (k - 1)-th, so
+  // that the machine-crossing hops of the m rings leave through m different devices' NICs (a DGX
+  // node's 8 rails). Time, bandwidth-bound: 2 (n - 1) / n x S / (m B_nic) against the single ring's
+  // 2 (n - 1) / n x S / B_nic. Otherwise (one machine, one device per machine, uneven machines):
+  // the ring.
+  MultiRing,
 };
 
 std::string_view to_string(AllReduceAlgorithm a);
-std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name);  // "ring", "hierarchical"
+std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name);  // "ring", "hierarchical", "multi-ring"
 
 // Appends the transfers of an all-reduce of `bytes` among `devices` (distinct device indices) to g,
 // as TransferKind::AllReduce tasks with stage = peer_stage = `stage` and micro-batch -1.

@@ -81,3 +81,36 @@ TEST_CASE(
   CHECK(
       close_rel(allreduce_time(one, AllReduceAlgorithm::Hierarchical, 4, S), 2 * (2 * a + 3 * S / B), 1e-6));
 }
+
+TEST_CASE("multi-ring all-reduce across DGX-style nodes: m rings, one per NIC, m times the ring's bandwidth") {
+  // L nodes of m GPUs (NVSwitch inside at Bn, one InfiniBand NIC per GPU at Bi, Bn >> Bi). The single
+  // ring crosses each node boundary through one NIC: bandwidth-bound 2 (n - 1)/n x S / Bi. The m
+  // rings of multi-ring carry S/m each and cross through m different NICs: 2 (n - 1)/n x S / (m Bi).
+  // Latency terms are < 0.1% at these sizes.
+  DgxSpec s;
+  s.gpu = test_device();
+  s.nvlink = {2400e9, 0.1e-6};
+  s.infiniband = {25e9, 0.1e-6};
+  const double S = 4e9;
+  for (auto [L, m] : {std::pair{2, 8}, {4, 4}, {3, 2}}) {
+    s.nodes = L;
+    s.gpus_per_node = m;
+    Cluster c = *make_dgx_cluster(s);
+    const int n = L * m;
+    const double ring_bound = 2.0 * (n - 1) / n * S / s.infiniband.bandwidth;
+    INFO("L=" << L << " m=" << m);
+    CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Ring, n, S), ring_bound, 0.02));
+    CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::MultiRing, n, S), ring_bound / m, 0.02));
+  }
+}
+
+TEST_CASE("multi-ring degenerates to the ring: one machine, or one device per machine") {
+  const double B = 10e9, a = 1e-6, S = 3e8;
+  Cluster ring = *make_ring_cluster(4, "gpu", test_device(), {B, a});
+  CHECK(allreduce_time(ring, AllReduceAlgorithm::MultiRing, 4, S) ==
+        allreduce_time(ring, AllReduceAlgorithm::Ring, 4, S));
+  Cluster one = make_switch_cluster(4, "gpu", test_device(), B, a);
+  for (Device& d : one.devices) d.node = "box";
+  CHECK(allreduce_time(one, AllReduceAlgorithm::MultiRing, 4, S) ==
+        allreduce_time(one, AllReduceAlgorithm::Ring, 4, S));
+}

@@ -281,7 +281,7 @@ Command add_cluster_command(CLI::App& parent) {
   show->add_flag("--json", o->json, "Print one JSON object");
   bench->add_option("--op", o->op, "p2p or allreduce (default)")->check(CLI::IsMember({"p2p", "allreduce"}));
   bench->add_option("--algorithm", o->algorithm, "All-reduce: ring (default) or hierarchical")
-      ->check(CLI::IsMember({"ring", "hierarchical"}));
+      ->check(CLI::IsMember({"ring", "hierarchical", "multi-ring"}));
   bench->add_option("--sizes", o->sizes, "Message sizes (default 1KiB,32KiB,1MiB,32MiB,1GiB)")
       ->delimiter(',');
   bench

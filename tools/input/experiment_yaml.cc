@@ -96,7 +96,7 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
                           c.devices.size(), c.devices.size(), s.replicas));
   }
   if (auto a = n.get("allreduce"))
-    s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical"}, "an all-reduce"));
+    s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring"}, "an all-reduce"));
   if (auto t = n.get("tensor_parallel")) {
     s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
     if (s.tensor_parallel > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
