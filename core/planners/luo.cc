@@ -697,9 +697,11 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     finals.push_back(std::move(*c));
     always.push_back(0);
   }
-  // The other planners' plans: as they came, and rescheduled by luo's scheduler.
+  // The other planners' plans: as they came, and rescheduled by luo's scheduler. They plan with the
+  // same judge as luo (with SimGrid from the CLI, each picks what it would pick run alone: without
+  // it bapipe's analytic pick was slower in SimGrid than its judged one, and luo + baselines lost to
+  // bapipe alone on VGG-19 over 25 GbE, experiments/luo).
   PlanRequest inner = r;
-  inner.judge = nullptr;
   std::string others;
   for (const PlannerInfo& p : planners()) {
     if (p.name == "luo" || !r.strategy.planner_baselines) continue;
