@@ -140,5 +140,6 @@ Result<Plan> plan_partitioner(const PlanRequest& r);
 Result<Plan> plan_bapipe(const PlanRequest& r);
 Result<Plan> plan_luo(const PlanRequest& r);
 Result<Plan> plan_dapple(const PlanRequest& r);
+Result<Plan> plan_piper(const PlanRequest& r);
 
 }  // namespace pipegrid

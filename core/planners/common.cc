@@ -129,6 +129,35 @@ Result<double> pipeline_estimate(const Partition& part, int p, MicroBatching mb,
   return (mb.count + p - 1) * std::max(part.plan.predicted_time_per_stage_s, *link);
 }
 
+const Route& RouteCache::operator()(int from, int to) {
+  const uint64_t key = (static_cast<uint64_t>(from) << 32) | static_cast<uint32_t>(to);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Result<Route> rt = router_.route(from, to);
+  if (!rt) {
+    if (!error_) error_ = rt.error();
+    return cache_.emplace(key, Route{}).first->second;
+  }
+  return cache_.emplace(key, std::move(*rt)).first->second;
+}
+
+std::vector<int> cost_blocks(const std::vector<double>& unit, int max_blocks) {
+  const int n = static_cast<int>(unit.size());
+  double total = 0;
+  for (double u : unit) total += u;
+  std::vector<int> start{0};
+  double run = 0;
+  for (int q = 0; q + 1 < n; ++q) {
+    run += unit[q];
+    const int b = static_cast<int>(start.size());
+    if (n <= max_blocks || (b < max_blocks && (total <= 0 ? q + 1 >= static_cast<double>(n) * b / max_blocks
+                                                          : run >= total * b / max_blocks)))
+      start.push_back(q + 1);
+  }
+  start.push_back(n);
+  return start;
+}
+
 TriedPlan tried_plan(const Candidate& c, std::string what) {
   TriedPlan t;
   t.what = std::move(what);
@@ -156,6 +185,18 @@ Status score(const PlanRequest& r, Candidate& c) {
   c.fits = m.feasible();
   c.analytic = c.judged = m.iteration_time_s;
   return {};
+}
+
+Status schedule_and_score(const PlanRequest& r, const ScheduleStrategy& scheduler, Candidate& c) {
+  ScheduleRequest req{c.plan.partition,         r.cluster.devices.size(), c.plan.micro_batches, 1,
+                      r.strategy.schedule_text, r.strategy.schedule_source};
+  Result<Schedule> sched = scheduler.build(req);
+  if (!sched) return sched.error();
+  c.plan.schedule = std::move(*sched);
+  Result<TaskGraph> g = lower_plan(r, c.plan);
+  if (!g) return g.error();
+  c.graph = std::move(*g);
+  return score(r, c);
 }
 
 bool ranks_before(const Candidate& a, const Candidate& b) {

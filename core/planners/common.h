@@ -2,8 +2,9 @@
 // score, and the choice among candidates (analytic ranking, then the judge on the finalists).
 #pragma once
 
+#include <cstdint>
 #include <optional>
-
+#include <unordered_map>
 #include <vector>
 
 #include "core/planner.h"
@@ -19,6 +20,27 @@ struct Candidate {
   double judged = 0;    // the judge's (or the analytic one without a judge)
   bool was_judged = false;  // pick() had the request's judge time it
 };
+
+// Routes between pairs of network nodes, each computed once (a table of every pair is devices^2
+// routes: 19 GB at 16,384 devices). A pair that cannot be routed (the cluster was validated, so never
+// in practice) gets an empty Route and its error is kept for the caller to report after its search.
+class RouteCache {
+ public:
+  explicit RouteCache(const Cluster& c) : router_(c) {}
+  const Route& operator()(int from, int to);
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  Router router_;
+  std::unordered_map<uint64_t, Route> cache_;
+  std::optional<Error> error_;
+};
+
+// Where stage boundaries may fall along a topological order whose layers cost `unit` each (any unit):
+// the first position of every block, then unit.size(). One block per layer up to `max_blocks` layers;
+// else a block ends where the running cost passes k / max_blocks of the total (by layer count when
+// the total is 0), so zero-cost layers join their neighbours.
+std::vector<int> cost_blocks(const std::vector<double>& unit, int max_blocks);
 
 // A scored candidate as a TriedPlan (`what` describes it).
 TriedPlan tried_plan(const Candidate& c, std::string what);
@@ -55,6 +77,10 @@ std::optional<int> fractional_split(const Plan& p);
 
 // Times a candidate with the analytic evaluator (sets fits, analytic and judged).
 Status score(const PlanRequest& r, Candidate& c);
+
+// Builds the candidate's schedule with `scheduler` (its plan's partition and micro-batches, one chunk),
+// lowers the plan (lower_plan) and scores it.
+Status schedule_and_score(const PlanRequest& r, const ScheduleStrategy& scheduler, Candidate& c);
 
 // The analytic ranking pick() uses: a candidate that fits memory first, then the shorter analytic time.
 bool ranks_before(const Candidate& a, const Candidate& b);

@@ -177,21 +177,8 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     if (!t) return Error{fmt::format("dapple: on {}: {}", cl.devices[0].name, t.error().message)};
     unit[q] = t->forward + t->backward();
   }
-  double total = 0;
-  for (double u : unit) total += u;
-  std::vector<int> start{0};  // first layer (position) of each block
-  {
-    double run = 0;
-    for (int q = 0; q + 1 < n; ++q) {
-      run += unit[q];
-      const int b = static_cast<int>(start.size());
-      if (n <= kBlocks || (b < kBlocks && (total <= 0 ? q + 1 >= static_cast<double>(n) * b / kBlocks
-                                                      : run >= total * b / kBlocks)))
-        start.push_back(q + 1);
-    }
-  }
-  const int B = static_cast<int>(start.size());
-  start.push_back(n);
+  std::vector<int> start = cost_blocks(unit, kBlocks);  // first layer (position) of each block, then n
+  const int B = static_cast<int>(start.size()) - 1;
 
   // Per block boundary (before block k): the bytes per sample crossing it (outputs of earlier layers
   // read later), and per block prefix sums of parameters, parameter bytes and stash.
@@ -214,23 +201,8 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     }
   }
 
-  // Routes of the pairs the search asks about, computed once each (a table of every pair was
-  // devices^2 routes: 19 GB at 16,384 devices). A route that cannot be found (the cluster was
-  // validated, so never in practice) counts as unusable and is reported after the search.
-  Router router(cl);
-  std::unordered_map<uint64_t, Route> route_cache;
-  std::optional<Error> route_error;
-  auto route = [&](int a, int b) -> const Route& {
-    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
-    auto it = route_cache.find(key);
-    if (it != route_cache.end()) return it->second;
-    Result<Route> rt = router.route(a, b);
-    if (!rt) {
-      if (!route_error) route_error = rt.error();
-      return route_cache.emplace(key, Route{}).first->second;
-    }
-    return route_cache.emplace(key, std::move(*rt)).first->second;
-  };
+  // Routes of the pairs the search asks about, computed once each.
+  RouteCache route(cl);
   const Machines machines = group_machines(cl);
   const int M = static_cast<int>(machines.devices.size());
   auto decode = [&](long long s) {
@@ -402,7 +374,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     }
     for (Stages& p : plans) options.push_back({mb, std::move(p)});
   }
-  if (route_error) return *route_error;
+  if (route.error()) return *route.error();
   // The best estimates over every micro-batch size are lowered and evaluated.
   std::stable_sort(options.begin(), options.end(),
                    [](const Option& a, const Option& b) { return a.stages.estimate < b.stages.estimate; });
@@ -424,15 +396,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     c.plan.micro_batch_size = mb.size;
     c.plan.micro_batches = m;
     c.plan.schedule_name = std::string((*schedule)->name);
-    ScheduleRequest req{c.plan.partition,         cl.devices.size(),         m, 1,
-                        r.strategy.schedule_text, r.strategy.schedule_source};
-    Result<Schedule> sched = (*schedule)->build(req);
-    if (!sched) return sched.error();
-    c.plan.schedule = std::move(*sched);
-    Result<TaskGraph> g = lower_plan(r, c.plan);
-    if (!g) return g.error();
-    c.graph = std::move(*g);
-    if (Status st = score(r, c); !st) return st.error();
+    if (Status st = schedule_and_score(r, **schedule, c); !st) return st.error();
     std::string shape;
     for (int st = 0; st < S; ++st)
       shape += fmt::format("{}{}x{}", st ? " " : "", start[p.blocks[st].second] - start[p.blocks[st].first],

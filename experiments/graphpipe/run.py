@@ -5,8 +5,9 @@ MMT, DLRM and CANDLE-Uno (fp16, mixed-precision Adam) on Summit nodes (4 V100 ea
 a node, EDR InfiniBand between nodes) with 4, 8, 16 and 32 GPUs:
 
   - graphpipe + graph-1f1b against the sequential planners: pipedream on the linearised graph
-    + 1f1b, and uniform + 1f1b; every planner picks its best micro-batch size dividing the
-    mini-batch. Simulated throughput, peak memory, search time.
+    + 1f1b, piper (Piper-style: contiguous stages in topological order, each with its own tensor-
+    and data-parallel degree) + 1f1b, and uniform + 1f1b; every planner picks its best micro-batch
+    size dividing the mini-batch. Simulated throughput, peak memory, search time.
   - the ablation at 32 GPUs: graphpipe held to the sequential plan's micro-batch size (concurrent
     stages alone) against full graphpipe (which may also grow the micro-batch).
   - branch scaling: CANDLE-Uno with 2 to 16 branches on 32 GPUs.
@@ -40,9 +41,11 @@ MODELS = {
 STRATEGIES = {
     "graphpipe": {"partitioner": "graphpipe", "schedule": "graph-1f1b"},
     "pipedream": {"partitioner": "pipedream", "schedule": "1f1b", "linearize": True},
+    "piper": {"planner": "piper"},
     "uniform": {"partitioner": "uniform", "schedule": "1f1b"},
 }
-SEQUENTIAL = ("pipedream", "uniform")
+# GraphPipe's sequential baselines are PipeDream and Piper; uniform is pipegrid's extra control.
+SEQUENTIAL = ("pipedream", "piper", "uniform")
 MEMORY = {"optimizer": "mixed-adam"}
 
 
@@ -163,6 +166,9 @@ def write(results, gpus_list, branch_list, top, plt, dest):
     lines += [pgx.markdown_table(["model", "GPUs"] + list(STRATEGIES) + ["graphpipe / best sequential"], rows), ""]
     lines += ["GraphPipe (published): up to 1.61x the throughput of the sequential planners (PipeDream, Piper); "
               f"pipegrid: up to {best_gain:.2f}x here.", ""]
+    over_piper = [f"{spec['label']} {fmt_x(speedup(results[('main', m, top, 'graphpipe')], results[('main', m, top, 'piper')]))}"
+                  for m, spec in MODELS.items()]
+    lines += [f"graphpipe over piper alone at {top} GPUs: " + ", ".join(over_piper) + ".", ""]
     top_losses = []
     for m, spec in MODELS.items():
         r = {s: results[("main", m, top, s)] for s in STRATEGIES}
@@ -171,6 +177,27 @@ def write(results, gpus_list, branch_list, top, plt, dest):
             top_losses.append(spec["label"])
     lines += [f"Check (at {top} GPUs graphpipe beats the best sequential plan on every model, within memory): " +
               ("holds." if not top_losses else "FAILS on " + ", ".join(top_losses) + "."), ""]
+
+    lines += ["## Piper's plans", "",
+              "The `piper` column's plans: each stage's tensor-parallel degree t and replicas d (runs of equal "
+              "stages as `t x d (n stages)`), and the devices the plan uses. Its DP minimises the slowest stage, "
+              "so devices that cannot shorten the bottleneck are left idle.", ""]
+    rows = []
+    for m, spec in MODELS.items():
+        for g in gpus_list:
+            r = results[("main", m, g, "piper")]
+            if "error" in r:
+                rows.append([spec["label"], g, "no plan", "-"])
+                continue
+            shape = []
+            for t, d in zip(r["plan"]["tensor_parallel_per_stage"], r["plan"]["replicas_per_stage"]):
+                if shape and shape[-1][0] == (t, d):
+                    shape[-1][1] += 1
+                else:
+                    shape.append([(t, d), 1])
+            text = ", ".join(f"{t} x {d}" + (f" ({n} stages)" if n > 1 else "") for (t, d), n in shape)
+            rows.append([spec["label"], g, text, f"{r['plan']['devices_used']} of {r['plan']['devices_total']}"])
+    lines += [pgx.markdown_table(["model", "GPUs", "stages: t x d", "devices used"], rows), ""]
 
     lines += [f"## Ablation at {top} GPUs", "",
               "Concurrent stages alone: graphpipe held to the best sequential plan's micro-batch size; full: graphpipe "
@@ -248,7 +275,7 @@ PUBLISHED_CONTROL = 1.00        # sequential GPT: matches the baselines
 def figure(results, gpus_list, branch_list, top, plt, dest):
     """Throughput per model against GPUs (zero-based), branch scaling, and every ratio the paper
     states drawn beside pipegrid's (a published marker or range per point)."""
-    colours = {"graphpipe": "#55A868", "pipedream": "#DD8452", "uniform": "#4C72B0"}
+    colours = {"graphpipe": "#55A868", "pipedream": "#DD8452", "piper": "#C44E52", "uniform": "#4C72B0"}
     published = "#222222"
     fig = plt.figure(figsize=(15, 8.6))
     grid = fig.add_gridspec(2, 6, height_ratios=(1, 1.05), hspace=0.55, wspace=1.4)

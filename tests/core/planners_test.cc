@@ -29,15 +29,15 @@ TEST_CASE("the planner table lists the partitioner wrapper (the default) and bap
 }
 
 TEST_CASE("an unknown planner is an error that lists the valid names") {
-  Result<const PlannerInfo*> p = find_planner("piper");
+  Result<const PlannerInfo*> p = find_planner("alpa");
   REQUIRE(!p.ok());
-  CHECK(p.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo, dapple)");
+  CHECK(p.error().message == "unknown planner \"alpa\" (valid: partitioner, bapipe, luo, dapple, piper)");
   Experiment e =
       chain_experiment(4, 8, 1e-3, 2e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 25e9, 1e-6));
-  e.strategy.planner = "piper";
+  e.strategy.planner = "alpa";
   Result<PreparedRun> run = prepare(e);
   REQUIRE(!run.ok());
-  CHECK(run.error().message == "unknown planner \"piper\" (valid: partitioner, bapipe, luo, dapple)");
+  CHECK(run.error().message == "unknown planner \"alpa\" (valid: partitioner, bapipe, luo, dapple, piper)");
 }
 
 TEST_CASE(
@@ -117,7 +117,7 @@ TEST_CASE("every partitioner and planner plans a chain over 64 one-device machin
     INFO("partitioner " << partitioner << ": " << (run.ok() ? "" : run.error().message));
     CHECK(run.ok());
   }
-  for (const char* planner : {"luo", "dapple", "bapipe"}) {
+  for (const char* planner : {"luo", "dapple", "bapipe", "piper"}) {
     Experiment e = chain_on_64();
     e.strategy.planner = planner;
     Result<PreparedRun> run = prepare(e);
