@@ -3,7 +3,8 @@
 
 Each row becomes an experiment (GPT of the row's shape, DGX A100 nodes with a rail-optimised
 InfiniBand fabric, the megatron partitioner, t, p and d = GPUs / (t p) as printed, micro-batch 1 per
-replica, 1F1B); pipegrid's iteration time is converted to the row's metric and compared. Rows on more
+replica, 1F1B); pipegrid's iteration time is converted to the row's metric and compared. Table 4's
+per-layer rows are two probes each (the 22B shape with 4 and with 2 layers; the difference, halved). Rows on more
 than --max-gpus GPUs are listed as not simulated (their task graphs take minutes each on a 2-core
 machine). Writes results.md.
 
@@ -11,6 +12,7 @@ machine). Writes results.md.
 """
 import argparse
 import concurrent.futures
+import csv
 import json
 import os
 import statistics
@@ -25,6 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SEQ, VOCAB = 2048, 51200
 
+# Table 4's 22B model (Table 3): its rows carry these fields too.
+T4_SHAPE = {"hidden": 6144, "heads": 64, "t": 8, "p": 1, "gpus": 8, "batch": 4}
+
 
 def rows():
     data = yaml.safe_load(open(os.path.join(HERE, "rows.yaml")))
@@ -32,9 +37,13 @@ def rows():
     for table, spec in data.items():
         for i, values in enumerate(spec["rows"]):
             r = dict(zip(spec["columns"], values))
+            if table == "korthikanti2022_table4":
+                r = dict(T4_SHAPE, **r)
             r["table"] = table
             r["source"] = spec["source"]
-            r["set"] = "calibration" if i % 2 == 0 else "check"
+            # Table 4: one configuration is two rows (forward, backward); split by configuration.
+            position = i // 2 if table == "korthikanti2022_table4" else i
+            r["set"] = "calibration" if position % 2 == 0 else "check"
             r.setdefault("recompute", "full")
             r.setdefault("sequence_parallel", False)
             out.append(r)
@@ -47,7 +56,17 @@ def flops_per_iteration(r):
     return 96 * B * SEQ * l * h * h * (1 + SEQ / (6 * h) + VOCAB / (16 * l * h))
 
 
-def experiment(r, gemm=None):
+def what_if_gpu(gemm):
+    """The A100 with its fp16/bf16 GEMM and attention efficiency set to `gemm` (None: the catalog's)."""
+    if gemm is None:
+        return "a100"
+    return {"model": "a100", "compute_efficiency": {x: {"gemm": gemm, "attention": gemm} for x in ("fp16", "bf16")}}
+
+
+def experiment(r, gpu="a100"):
+    """The row as a pipegrid experiment; `gpu` a catalog name or a device with overrides. The
+    data-parallel gradients are all-reduced as NCCL does across DGX nodes: one ring per NIC
+    (`multi-ring`)."""
     t, p, gpus = r["t"], r["p"], r["gpus"]
     d = gpus // (t * p)
     return {
@@ -55,21 +74,52 @@ def experiment(r, gemm=None):
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
                      "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d},
         "cluster": {"kind": "dgx", "nodes": gpus // 8,
-                    "gpu": "a100" if gemm is None else
-                    {"model": "a100", "compute_efficiency": {x: {"gemm": gemm, "attention": gemm} for x in ("fp16", "bf16")}},
+                    "gpu": gpu,
                     "fabric": "rail" if gpus > 8 else "switch"},
-        "strategy": {"partitioner": "megatron", "schedule": "1f1b", "stages": p, "replicas": d,
+        "strategy": {"partitioner": "megatron", "schedule": "1f1b", "stages": p, "replicas": d, "allreduce": "multi-ring",
                      "tensor_parallel": t, "sequence_parallel": bool(r["sequence_parallel"]),
                      "micro_batches": r["batch"] // d},
         "memory": {"optimizer": "mixed-adam", "recompute": r["recompute"]},
     }
 
 
+def layer_probe(r, layers, gpu="a100"):
+    """Table 4's probe: the 22B model's shape with `layers` layers, the batch of 4 in one micro-batch
+    (experiment() with d = 1 and micro-batch 1 gives 4 micro-batches of 1; here one of 4)."""
+    e = experiment(dict(T4_SHAPE, id=f"{r['id']}-{layers}", layers=layers, recompute=r["recompute"],
+                        sequence_parallel=r["sequence_parallel"]), gpu)
+    e["workload"]["micro_batch_size"] = T4_SHAPE["batch"]
+    e["strategy"]["micro_batches"] = 1
+    return e
+
+
+def layer_time(pipegrid, r, gpu="a100"):
+    """Seconds of one layer's pass (r["pass"]) on gpu0: (probe(4) - probe(2)) / 2."""
+    spans = {}
+    start = time.time()
+    for layers in (2, 4):
+        with tempfile.TemporaryDirectory() as tmp:
+            path, tasks = os.path.join(tmp, "probe.yaml"), os.path.join(tmp, "tasks.csv")
+            with open(path, "w") as f:
+                yaml.safe_dump(layer_probe(r, layers, gpu), f)
+            p = subprocess.run([pipegrid, "run", path, "--tasks", tasks], capture_output=True, text=True)
+            if p.returncode != 0:
+                return {"error": (p.stderr or p.stdout).strip().splitlines()[-1], "wall": time.time() - start}
+            with open(tasks) as f:
+                mine = [x for x in csv.DictReader(f) if x["device"] == "gpu0"]
+        fwd = [float(x["end_s"]) for x in mine if x["kind"] == "forward"]
+        bwd = [(float(x["start_s"]), float(x["end_s"])) for x in mine if x["kind"] == "backward"]
+        spans[layers] = max(fwd) if r["pass"] == "forward" else max(e for _, e in bwd) - min(s for s, _ in bwd)
+    return {"time": (spans[4] - spans[2]) / 2, "feasible": True, "breakdown": {}, "wall": time.time() - start}
+
+
 def simulate(pipegrid, r, gemm=None):
+    if r["table"] == "korthikanti2022_table4":
+        return layer_time(pipegrid, r, what_if_gpu(gemm))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, r["id"] + ".yaml")
         with open(path, "w") as f:
-            yaml.safe_dump(experiment(r, gemm), f)
+            yaml.safe_dump(experiment(r, what_if_gpu(gemm)), f)
         start = time.time()
         p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
         wall = time.time() - start
@@ -99,14 +149,15 @@ def main():
              f"Command: `experiments/megatron/run.py --max-gpus {a.max_gpus}"
              + (f" --gemm-efficiency {a.gemm_efficiency}`. WHAT-IF: the A100's fp16/bf16 GEMM and attention "
                 f"efficiency set to {a.gemm_efficiency} (not the catalog's)." if a.gemm_efficiency else
-                "`. Catalog: topologies/devices.yaml's a100 as it stands (no figure fitted on these rows).")
+                "`. Catalog: topologies/devices.yaml's a100 as it stands (its fp16 GEMM efficiency and kernel start-up "
+                "fitted on the calibration rows here and experiments/validation's together; check rows never).")
              + " Rows, sources and assumptions: rows.yaml.", "",
              "| row | set | t | p | d | GPUs | published | pipegrid | error | exposed TP / bubble per device | wall |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     errs = {"calibration": [], "check": []}
     for r in all_rows:
         d = r["gpus"] // (r["t"] * r["p"])
-        metric = "tflops_per_gpu" if "tflops_per_gpu" in r else "iteration_s"
+        metric = "tflops_per_gpu" if "tflops_per_gpu" in r else "time_ms" if "time_ms" in r else "iteration_s"
         published = r[metric]
         x = results.get(r["id"])
         if x is None:
@@ -121,6 +172,10 @@ def main():
             value = flops_per_iteration(r) / (x["time"] * r["gpus"]) / 1e12
             err = value / published - 1
             shown = f"{value:.1f} TFLOP/s"
+        elif metric == "time_ms":
+            value = 1000 * x["time"]
+            err = value / published - 1
+            shown = f"{value:.2f} ms ({r['pass']})"
         else:
             value = x["time"]
             err = value / published - 1

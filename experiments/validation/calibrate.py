@@ -31,6 +31,17 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="See experiments/validation/README.md")
     vlib.add_common_args(p, out_what)
+    p.add_argument("--megatron-max-gpus", type=int, default=512,
+                   help="fit on Megatron-LM's calibration rows (experiments/megatron/rows.yaml) on at most this "
+                        "many GPUs too (default 512: the larger ones take a minute each; 0: none)")
+    p.add_argument("--fit-startup", nargs="*", default=["a100"], metavar="GPU",
+                   help="devices whose kernel start-up (Hockney's t0, every kernel call pays it) is fitted too, "
+                        "in [1, 60] us (default: a100; none: the catalog's)")
+    p.add_argument("--only", nargs="*", metavar="GPU",
+                   help="fit only these devices' parameters (the others keep their start values: rows of "
+                        "different devices share no parameter, so their fit is not affected)")
+    p.add_argument("--start", metavar="FILE",
+                   help="start from a calibration.yaml's values (default: the catalog's)")
     p.add_argument("--sweeps", type=int, default=4, help="coordinate-descent sweeps at most (default 4)")
     p.add_argument("--tolerance", type=float, default=0.005,
                    help="golden-section stops when the bracket is this narrow in ln(efficiency) (default 0.005)")
@@ -39,8 +50,12 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
     return p.parse_args()
 
 
+STARTUP = "kernel_startup_us"
+STARTUP_LO, STARTUP_HI = 1.0, 60.0  # microseconds
+
+
 class Fit:
-    def __init__(self, pg, rows):
+    def __init__(self, pg, rows, startup_gpus=()):
         self.pg, self.rows = pg, rows
         self.by_class = pg.class_efficiency()
         self.values = {}  # (gpu, math precision, class) -> efficiency; starts at the catalog's
@@ -52,12 +67,19 @@ class Fit:
             for c in self.classes(r):
                 start = d.get("compute_efficiency", {}).get(prec, {}).get(c, d.get("efficiency", 0.5))
                 self.values[(r["gpu"], prec, c)] = min(HI, max(LO, start))
+            if r["gpu"] in startup_gpus:  # Hockney's t0 of the device: every kernel call pays it
+                self.values[(r["gpu"], "*", STARTUP)] = round(1e6 * d.get("kernel_startup_s", 5e-6), 4)
 
     def classes(self, row):
         return vlib.MODEL_CLASSES.get(row["model"], ("gemm",)) if self.by_class else ("all",)
 
     def efficiency_of(self, values):
-        return lambda r: {c: values[(r["gpu"], vlib.math_precision(r["precision"]), c)] for c in self.classes(r)}
+        def of(r):
+            e = {c: values[(r["gpu"], vlib.math_precision(r["precision"]), c)] for c in self.classes(r)}
+            if (r["gpu"], "*", STARTUP) in values:
+                e[STARTUP] = values[(r["gpu"], "*", STARTUP)]
+            return e
+        return of
 
     def residuals(self, values, rows=None):
         """{id: ln(pipegrid / published) or None (error)} for `rows` (default all); values None:
@@ -71,14 +93,19 @@ class Fit:
     def line_search(self, key, tol):
         """Golden-section search over ln(value) in [ln LO, ln HI] for the coordinate `key`, re-running
         only the rows that use it (the others do not change)."""
-        rows = [r for r in self.rows if (r["gpu"], vlib.math_precision(r["precision"])) == key[:2] and key[2] in self.classes(r)]
+        if key[2] == STARTUP:
+            rows = [r for r in self.rows if r["gpu"] == key[0]]
+            lo, hi = STARTUP_LO, STARTUP_HI
+        else:
+            rows = [r for r in self.rows if (r["gpu"], vlib.math_precision(r["precision"])) == key[:2] and key[2] in self.classes(r)]
+            lo, hi = LO, HI
 
         def f(logv):
             v = dict(self.values)
             v[key] = round(math.exp(logv), 4)
             return self.cost(v, rows)
 
-        a, b = math.log(LO), math.log(HI)
+        a, b = math.log(lo), math.log(hi)
         c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
         fc, fd = f(c), f(d)
         while b - a > tol:
@@ -103,15 +130,21 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
              "# Keyed by pipegrid's math precisions: amp rows fit fp16, amp-bf16 rows bf16. tf32 rows set the fp32",
              "# entries alike (what pipegrid uses for tf32 on a device without a TF32 rate).",
              f"# pipegrid mode: {'per kernel class' if fit.by_class else 'scalar efficiency (class all)'}.",
+             "# Rows: measurements.yaml's calibration rows and Megatron-LM's (experiments/megatron/rows.yaml, ids"
+             " megatron-*) on at most --megatron-max-gpus GPUs.",
              f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",
              "compute_efficiency:"]
-    for gpu in sorted({k[0] for k in fit.values}):
+    for gpu in sorted({k[0] for k in fit.values if k[2] != STARTUP}):
         lines.append(f"  {gpu}:")
-        for prec in sorted({k[1] for k in fit.values if k[0] == gpu}):
+        for prec in sorted({k[1] for k in fit.values if k[0] == gpu and k[2] != STARTUP}):
             items = ", ".join(f"{c}: {fit.values[(gpu, prec, c)]:.4f}" for c in sorted(
                 k[2] for k in fit.values if k[:2] == (gpu, prec)))
             lines.append(f"    {prec}: {{{items}}}")
+    startups = {k[0]: v for k, v in fit.values.items() if k[2] == STARTUP}
+    if startups:
+        lines.append("kernel_startup_us:  # Hockney's t0 per device (kernel_startup), fitted with the efficiencies")
+        lines += [f"  {gpu}: {v:.4f}" for gpu, v in sorted(startups.items())]
     lines.append("residuals:  # pipegrid / published with the catalog's efficiencies (before) and the fitted ones (after)")
     for r in sorted(rows, key=lambda r: r["id"]):
         b, a = before.get(r["id"]), after.get(r["id"])
@@ -122,13 +155,20 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     return "\n".join(lines) + "\n"
 
 
-def run_fit(pg, rows, sweeps, tolerance, log=print, start=None):
+def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None):
     """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
     start: every parameter's first value (default: the catalog's)."""
-    fit = Fit(pg, rows)
+    fit = Fit(pg, rows, startup_gpus)
     if start is not None:
-        fit.values = {k: start for k in fit.values}
+        fit.values = {k: (v if k[2] == STARTUP else start) for k, v in fit.values.items()}
+    if start_file:
+        y = vlib.load_yaml(start_file) or {}
+        for (gpu, prec, c) in list(fit.values):
+            v = (y.get("kernel_startup_us", {}).get(gpu) if c == STARTUP else
+                 y.get("compute_efficiency", {}).get(gpu, {}).get(prec, {}).get(c))
+            if v is not None:
+                fit.values[(gpu, prec, c)] = v
     log(f"{len(rows)} calibration rows, {len(fit.values)} parameters "
         f"({'per kernel class' if fit.by_class else 'scalar efficiency per device and precision'})")
     before = fit.residuals(None)
@@ -138,6 +178,8 @@ def run_fit(pg, rows, sweeps, tolerance, log=print, start=None):
     for sweep in range(sweeps):
         done += 1
         for key in sorted(fit.values):
+            if only is not None and key[0] not in only:
+                continue
             fit.line_search(key, tolerance)
             log(f"sweep {sweep + 1}: {'/'.join(key)} = {fit.values[key]:.4f} ({pg.runs} pipegrid runs)")
         new = fit.cost(fit.values)
@@ -151,12 +193,14 @@ def run_fit(pg, rows, sweeps, tolerance, log=print, start=None):
 
 def main():
     args = parse_args()
-    rows = vlib.load_rows(args.measurements, "calibration")
+    rows = vlib.load_rows(args.measurements, "calibration") + vlib.load_megatron_rows("calibration", args.megatron_max_gpus)
     # The check rows stay unseen: only calibration rows were kept, and nothing else is read.
     assert rows and all(r["set"] == "calibration" for r in rows), "calibration needs calibration rows only"
     pg = vlib.Pipegrid(args.pipegrid, args.jobs)
-    fit, before, after, cost0, cost, sweeps = run_fit(pg, rows, args.sweeps, args.tolerance,
-                                                      lambda m: print(m, flush=True))
+    fit, before, after, cost0, cost, sweeps = run_fit(pg, rows, args.sweeps, args.tolerance, start=None,
+                                                      startup_gpus=args.fit_startup, only=args.only,
+                                                      start_file=args.start,
+                                                      log=lambda m: print(m, flush=True))
     text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "calibration.yaml"), "w") as f:

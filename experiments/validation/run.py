@@ -37,6 +37,9 @@ def parse_args():
     p.add_argument("--rows", choices=("calibration", "check", "all"), default="all", help="which rows (default all)")
     p.add_argument("--scaling", metavar="FILE", default=vlib.SCALING,
                    help="multi-node scaling series (default: scaling.yaml here; '' for none)")
+    p.add_argument("--megatron-max-gpus", type=int, default=4096,
+                   help="Megatron-LM's rows (experiments/megatron/rows.yaml) on at most this many GPUs (default 4096: "
+                        "all that pipegrid can replay; 0: none)")
     p.add_argument("--calibration", metavar="FILE",
                    help="apply a calibration.yaml's fitted efficiencies as device overrides (default: the catalog's)")
     return p.parse_args()
@@ -46,7 +49,9 @@ def pct(x):
     return f"{100 * x:+.1f}%"
 
 
-UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU"}
+UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU",
+         "megatron_tflops_per_gpu": "TFLOP/s per GPU (Megatron's formula)", "iteration_s": "s per iteration",
+         "layer_ms": "ms per layer and pass"}
 
 
 def group_medians(rows, results, key, label):
@@ -170,7 +175,9 @@ def plot_scaling(plt, out, scaling):
 
 
 def plot(plt, out, rows, results):
-    ok = [r for r in sorted(rows, key=lambda r: r["id"]) if "error" not in results[r["id"]]]
+    # Per-layer rows (2205.05198 Table 4) have no throughput of the whole model: in results.md only.
+    ok = [r for r in sorted(rows, key=lambda r: r["id"])
+          if "error" not in results[r["id"]] and r["metric"] != "layer_ms"]
     if not ok:
         return False
     models = sorted({r["model"] for r in ok})
@@ -212,7 +219,7 @@ def plot(plt, out, rows, results):
 def main():
     plt = pgx.matplotlib_pyplot()  # first: may re-run this script under an interpreter that has it
     args = parse_args()
-    rows = vlib.load_rows(args.measurements, args.rows)
+    rows = vlib.load_rows(args.measurements, args.rows) + vlib.load_megatron_rows(args.rows, args.megatron_max_gpus)
     pg = vlib.Pipegrid(args.pipegrid, args.jobs)
     n = len(rows)
     done = []

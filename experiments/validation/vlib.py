@@ -3,6 +3,7 @@ reproduces each row, run pipegrid (in parallel, cached by the file's contents) a
 throughput to the row's metric. See README.md in this folder for the rules."""
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -21,13 +22,19 @@ PRECISIONS = ("fp32", "tf32", "amp", "fp16", "bf16", "amp-bf16")
 METRICS = ("samples_per_s", "tokens_per_s", "tflops_per_gpu")
 REQUIRED = ("id", "source", "url", "model", "gpu", "gpus", "precision", "batch_per_gpu", "metric", "value", "set")
 
+MEGATRON_RUN = os.path.join(ROOT, "experiments", "megatron", "run.py")
+# Megatron-LM's published multi-GPU runs (experiments/megatron/rows.yaml), in this suite as rows of
+# model `megatron-gpt`: calibration and check as rows.yaml assigns them (fixed before any run).
+MEGATRON_METRICS = {"tflops_per_gpu": "megatron_tflops_per_gpu", "iteration_s": "iteration_s",
+                    "time_ms": "layer_ms"}
+
 # Kernel classes a zoo model exercises (its compute-bound work), for calibration.
 MODEL_CLASSES = {
     "resnet50": ("conv", "gemm"), "vgg16": ("conv", "gemm"),
     # The attention core's efficiency is fitted as one with gemm (device_spec). Fitted on its own
     # (the rows' sequence lengths tell it apart) it lowers the calibration error but predicts a
     # source left out worse (README.md, "Fitting it on its own was tried").
-    "bert-large": ("gemm",), "gpt": ("gemm",), "gpt3-175b": ("gemm",),
+    "bert-large": ("gemm",), "gpt": ("gemm",), "gpt3-175b": ("gemm",), "megatron-gpt": ("gemm",),
     # GNMT's LSTMs run their per-time-step recurrent GEMMs as GEMMs (core/models/builder.cc, lstm):
     # no recurrent efficiency of their own since issue 29 (it had absorbed the per-step costs).
     "gnmt8": ("gemm",), "gnmt16": ("gemm",),
@@ -79,8 +86,13 @@ def calibrated(path):
     device and math precision (tf32 rows set the fp32 entries alike), or None without one."""
     table = (load_yaml(path) or {}).get("compute_efficiency", {})
 
+    startup = (load_yaml(path) or {}).get("kernel_startup_us", {})
+
     def efficiency_of(row):
-        return table.get(row["gpu"], {}).get(math_precision(row["precision"])) or None
+        e = dict(table.get(row["gpu"], {}).get(math_precision(row["precision"])) or {})
+        if row["gpu"] in startup:
+            e["kernel_startup_us"] = startup[row["gpu"]]
+        return e or None
     return efficiency_of
 
 
@@ -112,6 +124,34 @@ def load_rows(path, which="all"):
     if which != "all":
         rows = [r for r in rows if r["set"] == which]
     return rows
+
+
+def megatron_module():
+    """experiments/megatron/run.py as a module (its rows, experiments and FLOP formula)."""
+    spec = importlib.util.spec_from_file_location("megatron_run", MEGATRON_RUN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_megatron_rows(which="all", max_gpus=4096):
+    """Megatron-LM's rows (experiments/megatron/rows.yaml) on at most max_gpus GPUs, as suite rows:
+    gpu a100 (80 GB, Selene), precision amp (fp16), the published metric (Table 1's TFLOP/s per GPU by
+    its formula, or Table 5's iteration time), the row itself under `megatron`."""
+    out = []
+    for r in megatron_module().rows():
+        if r["gpus"] > max_gpus or (which != "all" and r["set"] != which):
+            continue
+        metric = "tflops_per_gpu" if "tflops_per_gpu" in r else "time_ms" if "time_ms" in r else "iteration_s"
+        out.append({"id": "megatron-" + r["id"], "source": r["source"].split(",")[0] + " (" +
+                    r["source"].split("(")[-1].split(")")[0] + ")",
+                    "url": "https://arxiv.org/abs/" + r["source"].split("arXiv ")[1].split(")")[0],
+                    "model": "megatron-gpt", "gpu": "a100", "gpus": r["gpus"], "precision": "amp",
+                    "batch_per_gpu": "-", "metric": MEGATRON_METRICS[metric], "value": r[metric],
+                    "set": r["set"], "megatron": r, "batch": 3,  # the third batch of rows added to the suite
+                    "model_params": {"layers": r.get("layers", 1), "hidden": r["hidden"], "heads": r["heads"],
+                                     "t": r["t"], "p": r["p"]}})
+    return out
 
 
 # ------------------------------------------------------------------------------------- pipegrid
@@ -231,6 +271,9 @@ def device_spec(row, efficiency=None):
     d = {"model": part or row["gpu"]}
     if not part and re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
         d["memory"] = memory
+    if efficiency and "kernel_startup_us" in efficiency:
+        efficiency = dict(efficiency)
+        d["kernel_startup"] = f"{round(efficiency.pop('kernel_startup_us'), 4)}us"
     if efficiency:
         if "all" in efficiency:
             d["efficiency"] = round(efficiency["all"], 6)
@@ -275,6 +318,8 @@ def experiment(row, efficiency=None):
     """The pipegrid experiment reproducing the row: the zoo model with its parameters and the row's
     precision, micro-batch = batch_per_gpu x gpus (dp gives each GPU batch_per_gpu), one micro-batch (`accumulation_steps` micro-batches if
     the row says so), pure data parallelism over the row's GPUs."""
+    if row["model"] == "megatron-gpt":
+        return megatron_module().experiment(row["megatron"], device_spec(row, efficiency))
     if row["model"] not in MODEL_CLASSES:
         raise MappingError(f"model {row['model']!r} is not one the validation knows ({', '.join(MODEL_CLASSES)})")
     if row["precision"] not in PRECISIONS:
@@ -295,7 +340,8 @@ def experiment(row, efficiency=None):
     return {"name": f"validation {row['id']}",
             "workload": workload,
             "cluster": cluster_section(row, device_spec(row, efficiency)),
-            "strategy": {"partitioner": "dp", "schedule": "1f1b", "micro_batches": int(row.get("accumulation_steps", 1))},
+            "strategy": {"partitioner": "dp", "schedule": "1f1b", "allreduce": "multi-ring",
+                         "micro_batches": int(row.get("accumulation_steps", 1))},
             "memory": memory_section(row)}
 
 
@@ -354,7 +400,13 @@ def predict(pg, rows, efficiency_of=None, progress=None):
     "published_samples_per_s", "ratio", "feasible"} or {"error": ...}}. efficiency_of(row) gives
     the row's efficiency overrides (calibration)."""
     jobs = []
+    probes = {}
     for r in rows:
+        if r["model"] == "megatron-gpt" and r["metric"] == "layer_ms":  # two probe runs (megatron/run.py)
+            probes[r["id"]] = megatron_module().layer_time(
+                pg.path, r["megatron"], device_spec(r, efficiency_of(r) if efficiency_of else None))
+            pg.runs += 2
+            continue
         try:
             jobs.append((("run", r["id"]), experiment(r, efficiency_of(r) if efficiency_of else None)))
             if r["metric"] == "tflops_per_gpu":
@@ -364,9 +416,20 @@ def predict(pg, rows, efficiency_of=None, progress=None):
     res = pg.run_all(jobs, progress)
     out = {}
     for r in rows:
-        x = res[("run", r["id"])]
+        x = probes.get(r["id"]) or res[("run", r["id"])]
         if "error" in x:
             out[r["id"]] = {"error": x["error"]}
+            continue
+        if r["model"] == "megatron-gpt":
+            m = r["megatron"]
+            time_s = x["time"] if r["metric"] == "layer_ms" else x["iteration_time_s"]
+            ratio = (megatron_module().flops_per_iteration(m) / (time_s * m["gpus"]) / 1e12 / float(r["value"])
+                     if r["metric"] == "megatron_tflops_per_gpu" else
+                     float(r["value"]) / 1000 / time_s if r["metric"] == "layer_ms" else float(r["value"]) / time_s)
+            sps = m["batch"] / time_s
+            out[r["id"]] = {"samples_per_s": sps, "pipegrid": float(r["value"]) * (ratio if r["metric"] == "megatron_tflops_per_gpu" else 1 / ratio),
+                            "published_samples_per_s": sps / ratio, "ratio": ratio,
+                            "feasible": x.get("feasible", True), "breakdown": x.get("breakdown", {})}
             continue
         try:
             flops = None
