@@ -68,6 +68,51 @@ std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name) {
   return std::nullopt;
 }
 
+Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
+                                   const std::vector<std::vector<int>>& rings, double bytes) {
+  size_t n = 0;
+  for (const auto& ring : rings) n = std::max(n, ring.size());
+  if (n < 2) return 0.0;
+  for (const auto& ring : rings)
+    if (ring.size() != n) return Error{"internal error: rings of different sizes"};
+  // One step's flows: device j of each ring to device j + 1; their routes, and the flows per channel.
+  std::vector<Route> routes;
+  std::map<size_t, int> load;
+  for (const auto& ring : rings)
+    for (size_t j = 0; j < n; ++j) {
+      Result<Route> r = router.route(ring[j], ring[(j + 1) % n]);
+      if (!r) return r.error();
+      for (const Hop& h : r->hops) ++load[link_channel(c, h)];
+      routes.push_back(std::move(*r));
+    }
+  const double chunk = bytes / static_cast<double>(n);
+  double longest = 0;
+  std::vector<double> latency(n), hold(n), received(n), sent(n), free_at(n);
+  for (size_t q = 0; q < rings.size(); ++q) {
+    for (size_t j = 0; j < n; ++j) {
+      const Route& r = routes[q * n + j];
+      int k = 1;
+      for (const Hop& h : r.hops) k = std::max(k, load[link_channel(c, h)]);
+      latency[j] = r.hops.empty() ? 0 : r.latency;
+      hold[j] = r.hops.empty() ? 0 : k * chunk / r.bandwidth;
+    }
+    // The evaluator's ring: device j sends step s once it received step s - 1 from j - 1 and its
+    // link is free (FIFO: the previous step's bytes have left); a flow takes latency + hold.
+    std::fill(received.begin(), received.end(), 0.0);
+    std::fill(free_at.begin(), free_at.end(), 0.0);
+    for (size_t step = 0; step < 2 * (n - 1); ++step) {
+      for (size_t j = 0; j < n; ++j) {
+        const double start = std::max(received[j], free_at[j]);
+        free_at[j] = start + hold[j];
+        sent[j] = start + latency[j] + hold[j];  // arrives at j + 1
+      }
+      for (size_t j = 0; j < n; ++j) received[(j + 1) % n] = sent[j];
+    }
+    for (double t : received) longest = std::max(longest, t);
+  }
+  return longest;
+}
+
 std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm,
                                                    const Cluster& c, const std::vector<int>& devices,
                                                    const std::vector<int32_t>& ready, double bytes,

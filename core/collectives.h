@@ -45,4 +45,17 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
                                                    const std::vector<int32_t>& ready, double bytes,
                                                    int32_t stage = -1);
 
+// The time of concurrent ring all-reduces (AllReduceAlgorithm::Ring), one of `bytes` per ring, all
+// rings of the same size n >= 2 and ready at time 0, as the analytic evaluator (core/evaluate.h) runs
+// their transfers, computed step by step without a task graph: in each of the 2 (n - 1) steps, device
+// j sends a chunk of bytes / n to j + 1 once it has the previous step's chunk from j - 1 and its link
+// has sent the previous step's bytes (FIFO); a flow takes its route's latency + k x chunk / the route's
+// bandwidth, where k is the most flows of one step (over every ring) that cross one link channel of
+// that route (shared channels carry them in turn). For one ring of equal routes that share no channel:
+// 2 (n - 1) (a + S / (n B)), the evaluator's time exactly; with shared channels it charges every flow
+// the whole queue (the evaluator lets the first ones through earlier: an upper bound there). 0 for
+// rings of one device. Fails when two devices of a ring are not connected.
+Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
+                                   const std::vector<std::vector<int>>& rings, double bytes);
+
 }  // namespace pipegrid

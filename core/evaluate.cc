@@ -4,6 +4,7 @@
 #include <optional>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/executor.h"
 
@@ -19,11 +20,20 @@ class AnalyticLauncher : public TaskLauncher {
     const Task& task = g_.tasks[t];
     double duration = task.duration;
     if (!task.is_compute()) {
-      Result<Route> route = router_.route(task.device, task.peer);
-      if (!route) {
-        if (!error_) error_ = route.error();
-        return;  // never finishes: the run ends incomplete and the error is reported
+      // Routes by (device, peer), kept for the run: the router rebuilds formula routes (fat-trees,
+      // tori) at every call, and a graph sends over few pairs many times.
+      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(task.device)) << 32) |
+                           static_cast<uint32_t>(task.peer);
+      auto known = routes_.find(key);
+      if (known == routes_.end()) {
+        Result<Route> r = router_.route(task.device, task.peer);
+        if (!r) {
+          if (!error_) error_ = r.error();
+          return;  // never finishes: the run ends incomplete and the error is reported
+        }
+        known = routes_.emplace(key, std::move(*r)).first;
       }
+      const Route* route = &known->second;
       // Links are FIFO resources: a transfer starts when every hop of its route is free (in launch
       // order) and holds each hop for bytes / the route's bandwidth; the latency is pipelined.
       double start = now;
@@ -47,6 +57,7 @@ class AnalyticLauncher : public TaskLauncher {
   const Cluster& cluster_;
   const Router& router_;
   std::vector<double> free_at_;  // per channel: when its last transfer stops sending
+  std::unordered_map<uint64_t, Route> routes_;
   uint64_t seq_ = 0;
 };
 
@@ -54,6 +65,10 @@ class AnalyticLauncher : public TaskLauncher {
 
 Result<Timeline> evaluate(const TaskGraph& g, const Cluster& c) {
   Router router(c);
+  return evaluate(g, c, router);
+}
+
+Result<Timeline> evaluate(const TaskGraph& g, const Cluster& c, const Router& router) {
   AnalyticLauncher l(g, c, router);
   Executor ex(g, l);
   ex.start();

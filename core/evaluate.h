@@ -14,5 +14,7 @@
 namespace pipegrid {
 
 Result<Timeline> evaluate(const TaskGraph& g, const Cluster& c);
+// The same with a router the caller keeps (its route cache then serves many evaluations).
+Result<Timeline> evaluate(const TaskGraph& g, const Cluster& c, const Router& router);
 
 }  // namespace pipegrid

@@ -301,8 +301,13 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   if (Status s = check_task_count(count, p, m, passes); !s) return s.error();
   const size_t compute = count.compute, transfers = count.transfers, ring_steps = count.ring_steps,
                dependencies = count.dependencies;
-  auto costs = stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute, o.tensor_parallel);
+  auto costs = o.costs ? Result<std::vector<std::vector<StageCost>>>(*o.costs)
+                       : stage_costs(w, c, p, o.micro_batch_size, o.memory.recompute, o.tensor_parallel);
   if (!costs) return costs.error();
+  if (costs->size() != S) return Error{"internal error: the stage costs given do not match the partition"};
+  for (size_t s = 0; s < S; ++s)
+    if ((*costs)[s].size() != p.stage(s).devices.size())
+      return Error{"internal error: the stage costs given do not match the partition"};
   // Tensor-parallel stages: a pass is several compute tasks and each device sends one flow per
   // collective. Counted here, exactly, now that the programs are known.
   auto program = [&](int stage, size_t j, Pass pass) -> const TpProgram* {

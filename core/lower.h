@@ -21,12 +21,17 @@
 
 namespace pipegrid {
 
+struct StageCost;
+
 struct LoweringOptions {
   int micro_batches = 1;
   double micro_batch_size = 1;  // samples per micro-batch
   MemoryOptions memory;
   AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
   TensorParallelOptions tensor_parallel;                    // stages with tensor_parallel > 1
+  // Costs per stage and device given by the caller instead of stage_costs() of the workload (the 3D
+  // search's one-replica estimate, core/planners/search3d.h); null: computed.
+  const std::vector<std::vector<StageCost>>* costs = nullptr;
 };
 
 // A pass of a tensor-parallel stage on one device: compute pieces separated by the group's

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
+#include <memory>
 #include <numeric>
+#include <thread>
+#include <optional>
 
 #include "core/evaluate.h"
 #include "core/tensor_parallel.h"
@@ -181,12 +185,61 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
     }
   }
 
-  Experiment e = base;  // one working copy, its strategy set per candidate
+  Experiment e = base;  // one working copy, its strategy set per candidate (exact ranking)
+  std::optional<Search3dEstimator> estimator;
+  if (!o.exact) estimator.emplace(base);
   size_t done = 0;
   std::vector<std::pair<size_t, Search3dCandidate>> ranked;  // enumeration index, candidate
+  auto rank = [&](Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown) {
+    c.iteration_time_s = time;
+    c.throughput_samples_per_s = time > 0 ? o.global_batch / time : 0;
+    c.mfu = res.peak_flops > 0 && time > 0
+                ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops)
+                : 0;
+    c.peak_memory_bytes = peak;
+    c.breakdown = breakdown;
+    ranked.emplace_back(ranked.size(), std::move(c));
+  };
+  if (!o.exact) {
+    // The estimates, on up to o.threads threads (each its own estimator: routes and caches are not
+    // shared); the calling thread takes every threads-th candidate and reports progress.
+    const size_t threads = pending.size() >= kSearch3dThreadedFrom ? static_cast<size_t>(std::max(1, o.threads)) : 1;
+    std::vector<std::optional<Result<Search3dEstimate>>> estimates(pending.size());
+    std::atomic<size_t> finished{0};
+    auto work = [&](size_t first, Search3dEstimator& est, bool report) {
+      for (size_t i = first; i < pending.size(); i += threads) {
+        estimates[i] = est.estimate(pending[i]);
+        const size_t now = ++finished;
+        if (report && o.progress) o.progress(now, pending.size());
+      }
+    };
+    std::vector<std::thread> helpers;
+    std::vector<std::unique_ptr<Search3dEstimator>> others;
+    for (size_t k = 1; k < threads; ++k) others.push_back(std::make_unique<Search3dEstimator>(base));
+    for (size_t k = 1; k < threads; ++k) helpers.emplace_back(work, k, std::ref(*others[k - 1]), false);
+    work(0, *estimator, true);
+    for (std::thread& h : helpers) h.join();
+    if (threads > 1 && o.progress) o.progress(pending.size(), pending.size());
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Search3dCandidate& c = pending[i];
+      const Result<Search3dEstimate>& est = *estimates[i];
+      if (!est) {
+        ++res.left_out["not lowered: " + reason_of(est.error().message)];
+      } else {
+        if (est->lowered) ++res.evaluated;
+        if (!est->lowered)
+          ++res.left_out["does not fit device memory (static memory + one micro-batch's activations, before lowering)"];
+        else if (!est->fits)
+          ++res.left_out["does not fit device memory"];
+        else
+          rank(c, est->iteration_time_s, est->peak_memory_bytes, est->breakdown);
+      }
+    }
+  }
   for (Search3dCandidate& c : pending) {
-    apply(e, c);
+    if (!o.exact) break;
     ++done;
+    apply(e, c);
     Result<PreparedRun> run = prepare(e);
     if (run) {
       ++res.evaluated;
@@ -198,14 +251,9 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
         if (!m.feasible()) {
           ++res.left_out["does not fit device memory"];
         } else {
-          c.iteration_time_s = m.iteration_time_s;
-          c.throughput_samples_per_s = m.throughput_samples_per_s;
-          c.mfu = res.peak_flops > 0 && m.iteration_time_s > 0
-                      ? 6 * res.parameters * res.tokens_per_iteration / (m.iteration_time_s * n * res.peak_flops)
-                      : 0;
-          for (const DeviceMetrics& dm : m.devices) c.peak_memory_bytes = std::max(c.peak_memory_bytes, dm.peak_memory_bytes);
-          c.breakdown = m.breakdown;
-          ranked.emplace_back(ranked.size(), std::move(c));
+          double peak = 0;
+          for (const DeviceMetrics& dm : m.devices) peak = std::max(peak, dm.peak_memory_bytes);
+          rank(c, m.iteration_time_s, peak, m.breakdown);
         }
       }
     } else {

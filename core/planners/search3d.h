@@ -9,12 +9,15 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/experiment.h"
+#include "core/lower.h"
 #include "core/memory.h"
 #include "core/metrics.h"
 #include "core/result.h"
+#include "core/cluster.h"
 
 namespace pipegrid {
 
@@ -29,9 +32,18 @@ struct Search3dOptions {
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<bool> sequence_parallel = {false, true};
   std::vector<bool> distributed_optimizer = {false, true};
+  // Rank every candidate by lowering its whole task graph (every replica, every TP rank, every
+  // micro-batch) for the analytic evaluator, instead of the one-replica estimate (Search3dEstimator):
+  // the reference the estimate is tested against, slow at scale (GPT-3 175B on 1,024 GPUs: hours).
+  bool exact = false;
+  // Candidates estimated at once (threads), from kSearch3dThreadedFrom candidates on (below, one:
+  // a thread costs more than it saves). Results do not depend on it.
+  int threads = 2;
   // Called after each candidate (done, total) from the calling thread.
   std::function<void(size_t, size_t)> progress;
 };
+
+inline constexpr size_t kSearch3dThreadedFrom = 256;
 
 struct Search3dCandidate {
   int t = 1, p = 1, d = 1;
@@ -65,6 +77,41 @@ struct Search3dResult {
 // The experiment of one candidate: `base` (workload, cluster, optimizer) with the candidate's strategy
 // and memory options (megatron partitioner, micro_batch_size b x d, micro_batches global / (b d)).
 Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c);
+
+// The one-replica estimate of a candidate (docs/3d-search.md, "How a candidate is costed"). The d
+// replicas of a stage and the t ranks of a group run alike, so one pipeline is lowered: one device
+// per pipeline rank (rank 0 of replica 0, Megatron's placement), its micro-batch b, each tensor-parallel
+// pass one task whose time is the pass's chain of compute pieces and ring flows on the group's routes
+// (exactly as the lowering chains them when the ranks are alike), the pipeline transfers 1/t of an
+// activation between representatives. The analytic evaluator runs it; then each stage's data-parallel
+// all-reduce starts when its last backward ends, in closed form (ring_allreduce_time over the t rings
+// of d devices, a device's stages one after another), and the optimizer step (on 1/d of the state with
+// the distributed optimizer) follows. Memory: the representatives' peaks. Exact against the whole
+// graph where replicas and ranks do not contend for links (tests/tools/search3d_test.cc measures
+// the difference on small cases).
+struct Search3dEstimate {
+  double iteration_time_s = 0;
+  double peak_memory_bytes = 0;  // the largest device's peak
+  bool fits = true;
+  // False when a lower bound on memory (static memory + one micro-batch's stash, re-materialised
+  // activations and workspace) is already above a device's capacity: not lowered, no times.
+  bool lowered = true;
+  TimeBreakdown breakdown;  // the mean over the representatives (every device is like one)
+};
+class Search3dEstimator {
+ public:
+  explicit Search3dEstimator(const Experiment& base);
+  Result<Search3dEstimate> estimate(const Search3dCandidate& c);
+
+ private:
+  Experiment base_;
+  Router router_;  // base_.cluster's, its route cache kept across candidates
+  // Stage costs by (t, p, v, b, recompute, sequence parallelism): the same for every d, schedule and
+  // optimizer sharding on a homogeneous cluster. Data-parallel all-reduce times by (t, d, pipeline
+  // rank, bytes).
+  std::map<std::tuple<int, int, int, int, int, bool>, std::vector<std::vector<StageCost>>> costs_;
+  std::map<std::tuple<int, int, int, double>, double> allreduce_;
+};
 
 // Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule.
 Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o);

@@ -3,6 +3,7 @@
 #include "core/collectives.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "core/evaluate.h"
 #include "core/models/chain.h"
@@ -167,4 +168,45 @@ TEST_CASE("replicas: a partitioner that places other device counts is refused") 
   e.strategy.replicas = 2;
   CHECK(prepare(e).error().message ==
         "partitioner dp does not place 2 replicas per stage (stage 0 has 4 devices)");
+}
+
+TEST_CASE("ring all-reduce closed form: 2 (n - 1) (a + S / (n B)) on a ring, the evaluator's time") {
+  // 6 devices on a ring of 25 GB/s links with 2 us latency; 600 MB: chunk 100 MB, 4 ms + 2 us a step.
+  const double B = 25e9, a = 2e-6, S = 600e6;
+  Cluster c = *make_ring_cluster(6, "gpu", test_device(), {B, a});
+  Router router(c);
+  const double expected = 2.0 * 5 * (a + S / 6 / B);
+  Result<double> t = ring_allreduce_time(c, router, {{0, 1, 2, 3, 4, 5}}, S);
+  REQUIRE(t.ok());
+  CHECK(*t == pipegrid::testing::approx(expected));
+  // The full evaluator on the ring's transfers, the oracle the search's estimate stands in for.
+  TaskGraph g = empty_graph(c);
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2, 3, 4, 5}, std::vector<int32_t>(6, -1), S);
+  CHECK(evaluate(g, c)->makespan() == pipegrid::testing::approx(expected));
+  // A ring of one device all-reduces nothing.
+  CHECK(*ring_allreduce_time(c, router, {{3}}, S) == 0);
+}
+
+TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel are charged the queue") {
+  // Two rings of 2 devices across one link: devices 0, 1 on switch s0, devices 2, 3 on switch s1, s0-s1
+  // one 10 GB/s link (device links 100 GB/s, every link 1 us). Rings {0, 2} and {1, 3}: each step sends
+  // both rings' flows s0 -> s1 (and s1 -> s0) on the shared link: 2 flows a channel, so a step is
+  // 3 us + 2 x (S / 2) / 10 GB/s; 2 (n - 1) = 2 steps.
+  Cluster c;
+  for (int i = 0; i < 4; ++i) c.devices.push_back({fmt::format("gpu{}", i), test_device()});
+  c.switches = {"s0", "s1"};
+  c.links = {{0, 4, 100e9, 1e-6}, {1, 4, 100e9, 1e-6}, {2, 5, 100e9, 1e-6}, {3, 5, 100e9, 1e-6}, {4, 5, 10e9, 1e-6}};
+  REQUIRE(validate(c).ok());
+  Router router(c);
+  const double S = 1e9;
+  Result<double> t = ring_allreduce_time(c, router, {{0, 2}, {1, 3}}, S);
+  REQUIRE(t.ok());
+  CHECK(*t == pipegrid::testing::approx(2 * (3e-6 + 2 * (S / 2) / 10e9)));
+  // One ring alone: one flow a channel.
+  CHECK(*ring_allreduce_time(c, router, {{0, 2}}, S) == pipegrid::testing::approx(2 * (3e-6 + (S / 2) / 10e9)));
+  // The evaluator runs the two rings' flows in turn on the shared link; the closed form is not below it.
+  TaskGraph g = empty_graph(c);
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 2}, {-1, -1}, S);
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {1, 3}, {-1, -1}, S);
+  CHECK(evaluate(g, c)->makespan() <= *t * (1 + 1e-12));
 }

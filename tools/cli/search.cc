@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -33,6 +37,8 @@ struct SearchOptions {
   std::vector<int> tensor_parallel, pipeline, micro_batch_sizes;
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
+  bool exact = false;  // --exact-ranking
+  int jobs = 2;        // replays at a time
 };
 
 struct Replayed {
@@ -63,6 +69,127 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
           {"analytic_mfu", c.mfu},
           {"peak_memory_bytes", c.peak_memory_bytes},
           {"analytic_breakdown", breakdown_json(c.breakdown)}};
+}
+
+// One candidate replayed in SimGrid, as a child process sends it back.
+struct ReplayOutcome {
+  std::string error;  // empty: replayed
+  double simulated_s = 0, throughput = 0;
+  TimeBreakdown breakdown;
+};
+
+bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Replays each experiment in its own child process, `jobs` at a time (SimGrid runs one simulation per
+// process): the child lowers the candidate, replays it and sends back its iteration time, throughput
+// and breakdown (a few numbers), so this process never holds a whole task graph.
+std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exps, int jobs,
+                                              const std::function<void(size_t)>& progress) {
+  std::vector<ReplayOutcome> out(exps.size());
+  std::map<pid_t, std::pair<size_t, int>> running;  // pid -> (index, read end)
+  size_t next = 0, finished = 0;
+  auto start = [&](size_t i) {
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      out[i].error = fmt::format("cannot create a pipe: {}", std::strerror(errno));
+      ++finished;
+      return;
+    }
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      out[i].error = fmt::format("cannot fork: {}", std::strerror(errno));
+      ::close(fds[0]);
+      ::close(fds[1]);
+      ++finished;
+      return;
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string error;
+      double figures[8] = {};
+      Result<PreparedRun> run = prepare(exps[i], nullptr, false);
+      if (!run) {
+        error = run.error().message;
+      } else {
+        sim::ReplayOptions ro;
+        ro.schedule = &run->schedule;
+        Result<sim::Replay> r = sim::replay(exps[i].cluster, run->graph, ro);
+        if (!r) {
+          error = r.error().message;
+        } else {
+          const Metrics m = compute_metrics(exps[i].cluster, run->graph, r->timeline);
+          const TimeBreakdown& b = m.breakdown;
+          const double f[8] = {r->timeline.makespan(), m.throughput_samples_per_s, b.compute_s, b.optimizer_s,
+                               b.tensor_parallel_s, b.pipeline_s, b.data_parallel_s, b.bubble_s};
+          std::copy(std::begin(f), std::end(f), figures);
+        }
+      }
+      const char ok = error.empty() ? 1 : 0;
+      bool good = write_all(fds[1], &ok, 1);
+      if (ok) {
+        good = good && write_all(fds[1], figures, sizeof figures);
+      } else {
+        const uint64_t n = error.size();
+        good = good && write_all(fds[1], &n, sizeof n) && write_all(fds[1], error.data(), n);
+      }
+      ::close(fds[1]);
+      ::_exit(good ? 0 : 1);
+    }
+    ::close(fds[1]);
+    running[pid] = {i, fds[0]};
+  };
+  while (finished < exps.size()) {
+    while (running.size() < static_cast<size_t>(std::max(1, jobs)) && next < exps.size()) start(next++);
+    if (running.empty()) continue;
+    // Any child: read what it sent (it exits once written; a short message never fills the pipe).
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      pid = running.begin()->first;  // no child left to wait for: read what the pipe holds
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const auto [i, fd] = it->second;
+    running.erase(it);
+    std::string data;
+    char buf[1 << 14];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      data.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    ReplayOutcome& o = out[i];
+    if (WIFSIGNALED(status)) {
+      o.error = fmt::format("the simulation process died ({})", strsignal(WTERMSIG(status)));
+    } else if (data.size() == 1 + 8 * sizeof(double) && data[0] == 1) {
+      double f[8];
+      std::memcpy(f, data.data() + 1, sizeof f);
+      o.simulated_s = f[0];
+      o.throughput = f[1];
+      o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7]};
+    } else if (data.size() >= 1 + sizeof(uint64_t) && data[0] == 0) {
+      o.error = data.substr(1 + sizeof(uint64_t));
+    } else {
+      o.error = "the simulation process failed without an answer";
+    }
+    ++finished;
+    if (progress) progress(finished);
+  }
+  return out;
 }
 
 // Why the winner beats the runner-up: the part of the breakdown that differs most.
@@ -134,6 +261,7 @@ int run(const SearchOptions& o) {
   so.tensor_parallel = o.tensor_parallel;
   so.pipeline = o.pipeline;
   so.micro_batch_sizes = o.micro_batch_sizes;
+  so.exact = o.exact;
   if (!o.schedules.empty()) so.schedules = o.schedules;
   if (!o.recompute.empty()) {
     so.recompute.clear();
@@ -159,15 +287,19 @@ int run(const SearchOptions& o) {
   }
   std::vector<Replayed> replayed;
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res->ranked.size());
+  std::vector<Experiment> exps;
+  for (size_t i = 0; i < k; ++i) exps.push_back(search3d_experiment(*exp, res->ranked[i]));
+  if (tty && k > 0) fmt::print(std::cerr, "search: replaying {} in SimGrid, {} at a time", k, o.jobs);
+  const std::vector<ReplayOutcome> outcomes = replay_in_children(exps, o.jobs, [&](size_t done) {
+    if (tty) fmt::print(std::cerr, "\rsearch: replayed {}/{} in SimGrid ({} at a time)   ", done, k, o.jobs);
+  });
   for (size_t i = 0; i < k; ++i) {
-    if (tty) fmt::print(std::cerr, "\rsearch: replaying {}/{} in SimGrid", i + 1, k);
     const Search3dCandidate& c = res->ranked[i];
-    const Experiment e = search3d_experiment(*exp, c);
-    Result<PreparedRun> run = prepare(e);
-    if (!run) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), run.error().message));
-    Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
-    if (!r) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), r.error().message));
-    Replayed rp{c, r->timeline.makespan(), compute_metrics(e.cluster, run->graph, r->timeline)};
+    if (!outcomes[i].error.empty()) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error));
+    Replayed rp{c, outcomes[i].simulated_s, {}};
+    rp.metrics.iteration_time_s = outcomes[i].simulated_s;
+    rp.metrics.throughput_samples_per_s = outcomes[i].throughput;
+    rp.metrics.breakdown = outcomes[i].breakdown;
     replayed.push_back(std::move(rp));
   }
   if (tty && k > 0) fmt::print(std::cerr, "\n");
@@ -209,10 +341,8 @@ int run(const SearchOptions& o) {
   fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res->combinations, res->evaluated,
              res->ranked.size());
   for (const auto& [reason, count] : res->left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
-  if (replayed.empty()) {
-    fmt::print("no candidate fits\n");
-    return kOk;
-  }
+  if (res->ranked.empty()) fmt::print("no candidate fits\n");
+  if (replayed.empty()) return kOk;
   fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>10}  {}\n", "rank", "configuration", "SimGrid",
              "analytic", "samples/s", "MFU", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
   for (size_t i = 0; i < replayed.size(); ++i) {
@@ -245,6 +375,10 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("--schedules", o->schedules, "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2)");
   app->add_option("--recompute", o->recompute, "Only these recomputation modes (none, selective, full)");
   app->add_flag("--json", o->json, "Print one JSON object");
+  app->add_flag("--exact-ranking", o->exact,
+                "Rank by lowering every candidate whole (every replica and rank) instead of the one-replica "
+                "estimate: slow at scale");
+  app->add_option("--jobs", o->jobs, "SimGrid replays at a time, each in its own process")->check(CLI::PositiveNumber);
   app->add_option("--sweep", o->sweep, "Also write the candidates that fit as a sweep file (pipegrid sweep)")
       ->check(kNonEmpty);
   add_set_option(*app, o->overrides);

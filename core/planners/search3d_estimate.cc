@@ -1,0 +1,274 @@
+// The 3D search's one-replica estimate (search3d.h, docs/3d-search.md "How a candidate is costed"):
+// one pipeline of one device per stage, the tensor-parallel collectives as delays inside each pass,
+// the data-parallel all-reduce in closed form.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "core/collectives.h"
+#include "core/device.h"
+#include "core/evaluate.h"
+#include "core/lower.h"
+#include "core/planners/search3d.h"
+#include "core/strategy.h"
+#include "core/tensor_parallel.h"
+
+namespace pipegrid {
+namespace {
+
+// A tensor-parallel pass on rank 0 of its group, as the lowering's chain of compute pieces and ring
+// flows runs it when every rank of the group is alike: flow x leaves once piece x has run on both
+// of its ends (the same time by symmetry) and takes the route's latency + its bytes / bandwidth,
+// queued behind the group's previous flow on the same links (FIFO, as the evaluator); piece x + 1
+// waits for it (with overlap, piece x + 2 does). Returns the pass's time.
+struct TpRoute {
+  double latency = 0, bandwidth = 0;
+};
+double tp_pass_time(const TpProgram& prog, const TpRoute& route, int T, bool overlap) {
+  const size_t n = prog.collectives();
+  std::vector<double> done(n, 0.0);
+  double end = 0, link_free = 0;
+  for (size_t k = 0; k <= n; ++k) {
+    double start = end;
+    if (!overlap && k >= 1) start = std::max(start, done[k - 1]);
+    if (overlap && k >= 2) start = std::max(start, done[k - 2]);
+    if (overlap && k == n && n >= 1) start = std::max(start, done[n - 1]);
+    end = start + prog.compute[k];
+    if (k < n) {
+      const double hold = ring_flow_bytes(prog.kinds[k], prog.bytes[k], T) / route.bandwidth;
+      const double begin = std::max(end, link_free);
+      link_free = begin + hold;
+      done[k] = begin + route.latency + hold;
+    }
+  }
+  return end;
+}
+
+double sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+}  // namespace
+
+Search3dEstimator::Search3dEstimator(const Experiment& base) : base_(base), router_(base_.cluster) {}
+
+Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
+  const Workload& w = base_.workload;
+  const Cluster& cl = base_.cluster;
+  const int T = c.t, d = c.d, p = c.p, m = c.micro_batches;
+  const size_t D = cl.devices.size();
+  // Pipeline rank r's representative: rank 0 of replica 0, device (r d) T in Megatron's order.
+  auto rep = [&](int rank, int replica = 0, int tp_rank = 0) { return (rank * d + replica) * T + tp_rank; };
+
+  // The plan of one replica without tensor parallelism: the megatron partitioner and the schedule,
+  // pipeline rank r on device r, then moved to its representative.
+  Result<const PartitionStrategy*> partitioner = find_partitioner("megatron");
+  if (!partitioner) return partitioner.error();
+  Result<const ScheduleStrategy*> scheduler = find_schedule(c.schedule);
+  if (!scheduler) return scheduler.error();
+  MemoryOptions memory = base_.memory;
+  memory.recompute = c.recompute;
+  memory.zero1 = false;  // sharded below, over the d replicas
+  Result<Partition> part = (*partitioner)->build(
+      {w, cl, p, static_cast<double>(c.b), c.v, m, memory, (*scheduler)->name, 1, {}});
+  if (!part) return part.error();
+  Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
+  if (!sched) return sched.error();
+  const size_t S = part->stage_count();
+  std::vector<int> rank_of(S);
+  for (size_t s = 0; s < S; ++s) {
+    Stage& st = part->graph[s];
+    if (st.devices.size() != 1) return Error{"internal error: a one-replica stage on several devices"};
+    rank_of[s] = st.devices[0];
+    st.devices = {rep(rank_of[s])};
+  }
+  {
+    std::vector<std::vector<Action>> moved(D);
+    for (int r = 0; r < p && static_cast<size_t>(r) < sched->device_actions.size(); ++r)
+      moved[rep(r)] = std::move(sched->device_actions[r]);
+    sched->device_actions = std::move(moved);
+  }
+
+  // Per-device costs of each stage: under tensor parallelism, of rank 0 of replica 0's group, with
+  // each pass's collectives folded into the pass (tp_pass_time).
+  std::vector<std::vector<StageCost>> costs;
+  std::vector<double> tp_exposed(S, 0.0);  // per stage: TP time in one F and one B of rank 0
+  const TensorParallelOptions tpo{c.sequence_parallel, base_.strategy.tp_overlap};
+  const auto key = std::make_tuple(T, p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel);
+  auto cached = costs_.find(key);
+  if (cached == costs_.end()) {
+    Partition groups = *part;  // under tensor parallelism, replica 0's groups
+    if (T > 1)
+      for (size_t s = 0; s < S; ++s) {
+        Stage& st = groups.graph[s];
+        st.devices.clear();
+        for (int i = 0; i < T; ++i) st.devices.push_back(rep(rank_of[s], 0, i));
+        st.tensor_parallel = T;
+      }
+    auto r = stage_costs(w, cl, groups, c.b, c.recompute, tpo);
+    if (!r) return r.error();
+    cached = costs_.emplace(key, std::move(*r)).first;
+  }
+  if (T == 1) {
+    costs = cached->second;
+  } else {
+    const std::vector<std::vector<StageCost>>* r = &cached->second;
+    // The group's ring: rank i to rank i + 1; the slowest of its routes stands for all.
+    TpRoute route{0, std::numeric_limits<double>::infinity()};
+    for (int i = 0; i < T; ++i) {
+      Result<Route> x = router_.route(rep(0, 0, i), rep(0, 0, (i + 1) % T));
+      if (!x) return x.error();
+      route.latency = std::max(route.latency, x->latency);
+      route.bandwidth = std::min(route.bandwidth, x->bandwidth);
+    }
+    const bool split = sched->split_backward;
+    for (size_t s = 0; s < S; ++s) {
+      StageCost sc = (*r)[s][0];
+      const double f = tp_pass_time(sc.tp_forward, route, T, tpo.overlap);
+      const TpProgram& bprog = split ? sc.tp_backward_input : sc.tp_backward;
+      const double b = tp_pass_time(bprog, route, T, tpo.overlap);
+      tp_exposed[s] = (f - sum(sc.tp_forward.compute)) + (b - sum(bprog.compute));
+      sc.times.forward = f;
+      // The lowering runs recompute_s + backward() (+ W when split) for a stage without TP.
+      sc.times.backward_input = split ? b : b - sc.times.backward_weight;
+      sc.recompute_s = 0;
+      sc.tp_forward = sc.tp_backward = sc.tp_backward_input = {};
+      costs.push_back({std::move(sc)});
+    }
+    // Each rank sends its 1/T of an activation to the same rank of the next group.
+    for (auto [it, end] = boost::edges(part->graph); it != end; ++it) part->graph[*it].bytes_per_sample /= T;
+  }
+
+  // A lower bound on each representative's peak before anything is lowered: its static memory and, in
+  // the backward pass of one of its stages, that micro-batch's stash, what it re-materialises and its
+  // workspace. Above the capacity, the candidate cannot fit.
+  {
+    std::map<int, MemoryBytes> statics;
+    std::map<int, double> transient;
+    for (size_t s = 0; s < S; ++s) {
+      const StageCost& sc = costs[s][0];
+      MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, memory);
+      if (c.distributed_optimizer) st[static_cast<int>(MemoryCategory::OptimizerState)] /= d;
+      for (int k = 0; k < kMemoryCategoryCount; ++k) statics[rank_of[s]][k] += st[k];
+      transient[rank_of[s]] =
+          std::max(transient[rank_of[s]], sc.stash_bytes + sc.recompute_bytes + sc.workspace_bytes);
+    }
+    Search3dEstimate over;
+    for (const auto& [rank, bytes] : statics) {
+      const double bound = total(bytes) + transient[rank];
+      if (bound > cl.devices[rep(rank)].spec.memory_bytes) {
+        over.fits = over.lowered = false;
+        over.peak_memory_bytes = std::max(over.peak_memory_bytes, bound);
+      }
+    }
+    if (!over.fits) return over;
+  }
+
+  LoweringOptions lo;
+  lo.micro_batches = m;
+  lo.micro_batch_size = c.b;
+  lo.memory = memory;
+  lo.allreduce = base_.strategy.allreduce;
+  lo.costs = &costs;
+  Result<TaskGraph> g = lower(w, cl, *part, *sched, lo);
+  if (!g) return g.error();
+  // The optimizer step comes after the data-parallel all-reduce, below: none here.
+  std::vector<double> step_parameters(D, 0.0);
+  for (size_t s = 0; s < S; ++s) step_parameters[rep(rank_of[s])] += costs[s][0].parameters;
+  for (Task& t : g->tasks)
+    if (t.kind == TaskKind::Optimizer) t.duration = 0;
+  if (c.distributed_optimizer)  // ZeRO-1: the optimizer state sharded over the d replicas
+    for (auto& bytes : g->static_memory) bytes[static_cast<int>(MemoryCategory::OptimizerState)] /= d;
+  Result<Timeline> tl = evaluate(*g, cl, router_);
+  if (!tl) return tl.error();
+  const Metrics pm = compute_metrics(cl, *g, *tl);
+
+  // Each stage's gradients are ready when its last backward pass (B, or W when split) ends.
+  std::vector<double> ready(S, 0.0);
+  for (size_t i = 0; i < g->tasks.size(); ++i) {
+    const Task& t = g->tasks[i];
+    if (t.kind == TaskKind::Backward || t.kind == TaskKind::Weight)
+      ready[t.stage] = std::max(ready[t.stage], tl->end[i]);
+  }
+  // The data-parallel all-reduce of each stage: rank i of each of the d replicas' groups (T rings
+  // at once), in closed form; a device's stages (interleaving) all-reduce one after another, in
+  // the order they become ready. Then the optimizer step.
+  std::map<int, std::vector<std::pair<double, double>>> per_device;  // rank -> (ready, all-reduce)
+  for (size_t s = 0; s < S; ++s) {
+    double ar = 0;
+    if (d > 1) {
+      const auto rkey = std::make_tuple(T, d, rank_of[s], costs[s][0].parameter_bytes);
+      auto hit = allreduce_.find(rkey);
+      if (hit == allreduce_.end()) {
+        std::vector<std::vector<int>> rings(T);
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < d; ++j) rings[i].push_back(rep(rank_of[s], j, i));
+        Result<double> x = ring_allreduce_time(cl, router_, rings, costs[s][0].parameter_bytes);
+        if (!x) return x.error();
+        hit = allreduce_.emplace(rkey, *x).first;
+      }
+      ar = hit->second;
+    }
+    per_device[rank_of[s]].emplace_back(ready[s], ar);
+  }
+  Search3dEstimate est;
+  const double pipeline_end = pm.iteration_time_s;
+  std::map<int, double> step_end, step_time, dp_exposed, last_ready;
+  for (auto& [rank, list] : per_device) {
+    std::sort(list.begin(), list.end());
+    double t = 0, last = 0;
+    for (auto [r, ar] : list) {
+      t = std::max(t, r) + ar;
+      last = std::max(last, r);
+    }
+    const double params = step_parameters[rep(rank)] / (c.distributed_optimizer ? d : 1);
+    const double step = w.optimizer_step_s >= 0
+                            ? w.optimizer_step_s
+                            : optimizer_step_time(params, memory.optimizer, w.precision, cl.devices[0].spec);
+    const double start = std::max(t, last);
+    step_end[rank] = start + step;
+    step_time[rank] = step;
+    dp_exposed[rank] = start - last;
+    last_ready[rank] = last;
+    est.iteration_time_s = std::max(est.iteration_time_s, start + step);
+  }
+  est.iteration_time_s = std::max(est.iteration_time_s, pipeline_end);
+
+  // Memory and the breakdown, from the representatives (every replica and rank alike).
+  int used = 0;
+  for (size_t dev = 0; dev < D; ++dev) {
+    const DeviceMetrics& dm = pm.devices[dev];
+    if (!dm.used) continue;
+    est.peak_memory_bytes = std::max(est.peak_memory_bytes, dm.peak_memory_bytes);
+    if (dm.peak_memory_bytes > dm.capacity_bytes) est.fits = false;
+    const int rank = static_cast<int>(dev) / (d * T);
+    double tp = 0;
+    for (size_t s = 0; s < S; ++s)
+      if (rank_of[s] == rank) tp += m * tp_exposed[s];
+    TimeBreakdown b = dm.breakdown;
+    b.compute_s -= tp;
+    b.tensor_parallel_s += tp;
+    b.bubble_s -= pipeline_end - last_ready[rank];  // the pipeline's trailing idle, replaced:
+    b.data_parallel_s += dp_exposed[rank];
+    b.optimizer_s += step_time[rank];
+    b.bubble_s += est.iteration_time_s - step_end[rank];
+    est.breakdown.compute_s += b.compute_s;
+    est.breakdown.optimizer_s += b.optimizer_s;
+    est.breakdown.tensor_parallel_s += b.tensor_parallel_s;
+    est.breakdown.pipeline_s += b.pipeline_s;
+    est.breakdown.data_parallel_s += b.data_parallel_s;
+    est.breakdown.bubble_s += b.bubble_s;
+    ++used;
+  }
+  if (used > 0)
+    for (double* x : {&est.breakdown.compute_s, &est.breakdown.optimizer_s, &est.breakdown.tensor_parallel_s,
+                      &est.breakdown.pipeline_s, &est.breakdown.data_parallel_s, &est.breakdown.bubble_s})
+      *x /= used;
+  return est;
+}
+
+}  // namespace pipegrid
