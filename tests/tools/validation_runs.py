@@ -36,9 +36,19 @@ try:
     sys.exit("computed_sequence on resnet50 was accepted")
 except vlib.MappingError:
     pass
+# Megatron-LM's rows (experiments/megatron/rows.yaml) on at most 64 GPUs join (the larger ones take
+# minutes: not in ctest); they count in their sets and as batch 3.
+MEGATRON_MAX_GPUS = 64
+megatron = vlib.load_megatron_rows("all", MEGATRON_MAX_GPUS)
+if not megatron or any(r["model"] != "megatron-gpt" for r in megatron):
+    sys.exit("no Megatron-LM rows on <= 64 GPUs")
+for s in sets:
+    sets[s] += sum(1 for r in megatron if r["set"] == s)
+rows = rows + megatron
 with tempfile.TemporaryDirectory() as out:
     p = subprocess.run([sys.executable, os.path.join(root, "experiments/validation/run.py"), "--pipegrid",
-                        pipegrid, "--out", out], capture_output=True, text=True)
+                        pipegrid, "--out", out, "--megatron-max-gpus", str(MEGATRON_MAX_GPUS)],
+                       capture_output=True, text=True)
     if p.returncode not in (0, 1):
         sys.exit(f"run.py failed ({p.returncode}):\n{p.stderr}")
     text = open(os.path.join(out, "results.md")).read()
