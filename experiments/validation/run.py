@@ -210,7 +210,7 @@ def plot(plt, out, rows, results):
     ax.set_aspect("equal")
     ax.set_xlabel("published throughput (samples/s; tokens/s and TFLOP/s rows converted to samples/s)")
     ax.set_ylabel("pipegrid throughput (samples/s)")
-    ax.set_title("pipegrid against published training throughput (data parallel)")
+    ax.set_title("pipegrid against published training throughput\n(data parallel; megatron-gpt: Megatron-LM's 3D-parallel runs)")
     ax.grid(True, which="both", color="0.92", lw=0.5)
     finish_figure(plt, fig, ax, out, "figure")
     return True
