@@ -132,7 +132,8 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
   }
   if (algorithm == AllReduceAlgorithm::MultiRing) {
     const size_t m = members[0].size();
-    const bool uniform = std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
+    const bool uniform =
+        std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
     if (members.size() < 2 || m < 2 || !uniform) return ring(g, devices, ready_sets, bytes, stage);
     // m rings, each over bytes / m; ring k visits every machine's devices starting at its k-th, so
     // it leaves machine i from the (k - 1)-th device and enters machine i + 1 at the k-th: each

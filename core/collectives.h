@@ -33,7 +33,8 @@ enum class AllReduceAlgorithm {
 };
 
 std::string_view to_string(AllReduceAlgorithm a);
-std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name);  // "ring", "hierarchical", "multi-ring"
+std::optional<AllReduceAlgorithm> parse_allreduce(
+    std::string_view name);  // "ring", "hierarchical", "multi-ring"
 
 // Appends the transfers of an all-reduce of `bytes` among `devices` (distinct device indices) to g,
 // as TransferKind::AllReduce tasks with stage = peer_stage = `stage` and micro-batch -1.

@@ -86,11 +86,11 @@ struct TriedPlan {
   std::string what;  // e.g. "gpipe, 16 micro-batches of 2, 4 stages x 2 replicas"
   double micro_batch_size = 0;
   int micro_batches = 0;
-  int stages = 0;                  // 0: no plan was made
-  double analytic_s = -1;          // the analytic evaluator's iteration time; < 0: not evaluated
-  double judged_s = -1;            // the judge's (SimGrid from the CLI); < 0: not judged
-  bool fits = true;                // every device within its memory
-  std::string outcome;             // "chosen", "" (a candidate), or why it was left out
+  int stages = 0;          // 0: no plan was made
+  double analytic_s = -1;  // the analytic evaluator's iteration time; < 0: not evaluated
+  double judged_s = -1;    // the judge's (SimGrid from the CLI); < 0: not judged
+  bool fits = true;        // every device within its memory
+  std::string outcome;     // "chosen", "" (a candidate), or why it was left out
 };
 
 struct Plan {
@@ -102,8 +102,8 @@ struct Plan {
   std::string partitioner;
   double micro_batch_size = 1;
   int micro_batches = 1;
-  std::string exploration;      // what was explored and how the candidates compared; "" if nothing
-  double planning_seconds = 0;  // wall time spent partitioning (summed over the candidates)
+  std::string exploration;       // what was explored and how the candidates compared; "" if nothing
+  double planning_seconds = 0;   // wall time spent partitioning (summed over the candidates)
   std::vector<TriedPlan> tried;  // what was tried, structured (planners that explore fill it)
 };
 

@@ -61,7 +61,8 @@ constexpr PlannerInfo kPlanners[] = {
      "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on machines, 1F1B",
      &plan_dapple},
     {"piper",
-     "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own t and d, 1F1B",
+     "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own t and d, "
+     "1F1B",
      &plan_piper},
 };
 

@@ -45,8 +45,9 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
     for (size_t d = 0; d < r.cluster.devices.size(); d += T) groups.devices.push_back(r.cluster.devices[d]);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Result<Partition> part = partitioner.build({r.workload, T > 1 ? groups : r.cluster, stages, mb.size, chunks,
-                                              mb.count, r.memory, scheduler.name, replicas, s.partitioner_options});
+  Result<Partition> part =
+      partitioner.build({r.workload, T > 1 ? groups : r.cluster, stages, mb.size, chunks, mb.count, r.memory,
+                         scheduler.name, replicas, s.partitioner_options});
   plan.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   plan.partition = std::move(*part);
@@ -188,7 +189,7 @@ Status score(const PlanRequest& r, Candidate& c) {
 }
 
 Status schedule_and_score(const PlanRequest& r, const ScheduleStrategy& scheduler, Candidate& c) {
-  ScheduleRequest req{c.plan.partition,         r.cluster.devices.size(), c.plan.micro_batches, 1,
+  ScheduleRequest req{c.plan.partition,         r.cluster.devices.size(),  c.plan.micro_batches, 1,
                       r.strategy.schedule_text, r.strategy.schedule_source};
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();

@@ -15,9 +15,9 @@ namespace pipegrid {
 struct Candidate {
   Plan plan;
   TaskGraph graph;
-  bool fits = false;    // every device within its memory
-  double analytic = 0;  // analytic evaluator's iteration time (s)
-  double judged = 0;    // the judge's (or the analytic one without a judge)
+  bool fits = false;        // every device within its memory
+  double analytic = 0;      // analytic evaluator's iteration time (s)
+  double judged = 0;        // the judge's (or the analytic one without a judge)
   bool was_judged = false;  // pick() had the request's judge time it
 };
 

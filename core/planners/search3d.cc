@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <numeric>
-#include <thread>
 #include <optional>
+#include <thread>
 
 #include "core/evaluate.h"
 #include "core/tensor_parallel.h"
@@ -76,17 +76,19 @@ Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& 
 Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o) {
   const Workload& w = base.workload;
   const Cluster& cl = base.cluster;
-  if (o.global_batch < 1) return Error{fmt::format("the global batch must be at least 1, got {}", o.global_batch)};
+  if (o.global_batch < 1)
+    return Error{fmt::format("the global batch must be at least 1, got {}", o.global_batch)};
   const int n = static_cast<int>(cl.devices.size());
   if (n == 0) return Error{"the cluster has no devices"};
   for (int i = 1; i < n; ++i)
     if (!same_device(cl.devices[i].spec, cl.devices[0].spec))
-      return Error{fmt::format("the 3D search needs a homogeneous cluster; device \"{}\" ({}) differs from \"{}\" ({})",
-                               cl.devices[i].name, cl.devices[i].spec.kind, cl.devices[0].name,
-                               cl.devices[0].spec.kind)};
+      return Error{fmt::format(
+          "the 3D search needs a homogeneous cluster; device \"{}\" ({}) differs from \"{}\" ({})",
+          cl.devices[i].name, cl.devices[i].spec.kind, cl.devices[0].name, cl.devices[0].spec.kind)};
   for (const std::string& s : o.schedules)
     if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2")
-      return Error{fmt::format("the 3D search knows schedules 1f1b, interleaved-1f1b, zb-h1 and zb-h2, not \"{}\"", s)};
+      return Error{fmt::format(
+          "the 3D search knows schedules 1f1b, interleaved-1f1b, zb-h1 and zb-h2, not \"{}\"", s)};
   int blocks = 0;
   double sequence = 0;
   for (size_t l = 0; l < w.layer_count(); ++l)
@@ -95,7 +97,8 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
       sequence = w.layer(static_cast<int>(l)).split.sequence;
     }
   if (blocks == 0)
-    return Error{fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w.name)};
+    return Error{
+        fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w.name)};
   int per_node = 0;
   for (int i = 0; i < n; ++i) per_node += cl.machine_of(i) == cl.machine_of(0);
 
@@ -159,7 +162,8 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
                       continue;
                     }
                     if (m % p != 0) {
-                      ++res.left_out["interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)"];
+                      ++res.left_out
+                            ["interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)"];
                       continue;
                     }
                   }
@@ -203,7 +207,8 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
   if (!o.exact) {
     // The estimates, on up to o.threads threads (each its own estimator: routes and caches are not
     // shared); the calling thread takes every threads-th candidate and reports progress.
-    const size_t threads = pending.size() >= kSearch3dThreadedFrom ? static_cast<size_t>(std::max(1, o.threads)) : 1;
+    const size_t threads =
+        pending.size() >= kSearch3dThreadedFrom ? static_cast<size_t>(std::max(1, o.threads)) : 1;
     std::vector<std::optional<Result<Search3dEstimate>>> estimates(pending.size());
     std::atomic<size_t> finished{0};
     auto work = [&](size_t first, Search3dEstimator& est, bool report) {
@@ -228,7 +233,9 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
       } else {
         if (est->lowered) ++res.evaluated;
         if (!est->lowered)
-          ++res.left_out["does not fit device memory (static memory + one micro-batch's activations, before lowering)"];
+          ++res.left_out
+                ["does not fit device memory (static memory + one micro-batch's activations, before "
+                 "lowering)"];
         else if (!est->fits)
           ++res.left_out["does not fit device memory"];
         else
@@ -288,7 +295,8 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
     return r;
   };
   const std::vector<double> rx = ranks(x), ry = ranks(y);
-  const double mx = std::accumulate(rx.begin(), rx.end(), 0.0) / n, my = std::accumulate(ry.begin(), ry.end(), 0.0) / n;
+  const double mx = std::accumulate(rx.begin(), rx.end(), 0.0) / n,
+               my = std::accumulate(ry.begin(), ry.end(), 0.0) / n;
   double sxy = 0, sxx = 0, syy = 0;
   for (size_t i = 0; i < n; ++i) {
     sxy += (rx[i] - mx) * (ry[i] - my);

@@ -12,21 +12,21 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/memory.h"
 #include "core/metrics.h"
 #include "core/result.h"
-#include "core/cluster.h"
 
 namespace pipegrid {
 
 struct Search3dOptions {
   int global_batch = 0;  // samples per iteration (Megatron's --global-batch-size); required
   // The axes; an empty list means every value the rules allow.
-  std::vector<int> tensor_parallel;     // t
-  std::vector<int> pipeline;            // p
-  std::vector<int> micro_batch_sizes;   // b, per replica (Megatron's --micro-batch-size)
+  std::vector<int> tensor_parallel;    // t
+  std::vector<int> pipeline;           // p
+  std::vector<int> micro_batch_sizes;  // b, per replica (Megatron's --micro-batch-size)
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-h2"};
   std::vector<int> chunks = {2, 3, 4};  // v for interleaved-1f1b
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
@@ -47,7 +47,7 @@ inline constexpr size_t kSearch3dThreadedFrom = 256;
 
 struct Search3dCandidate {
   int t = 1, p = 1, d = 1;
-  int b = 1;             // micro-batch size per replica
+  int b = 1;              // micro-batch size per replica
   int micro_batches = 1;  // global / (b d)
   std::string schedule;
   int v = 1;  // chunks per rank (interleaved-1f1b), else 1
@@ -57,7 +57,7 @@ struct Search3dCandidate {
   // Analytic evaluation.
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
-  double mfu = 0;  // 6 x parameters x tokens per iteration / (time x devices x peak)
+  double mfu = 0;                // 6 x parameters x tokens per iteration / (time x devices x peak)
   double peak_memory_bytes = 0;  // the largest device's peak
   TimeBreakdown breakdown;       // the mean over the used devices
   std::string label() const;     // "t2 p2 d4 b1 1f1b none" etc.

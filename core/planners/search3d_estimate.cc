@@ -73,8 +73,8 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   MemoryOptions memory = base_.memory;
   memory.recompute = c.recompute;
   memory.zero1 = false;  // sharded below, over the d replicas
-  Result<Partition> part = (*partitioner)->build(
-      {w, cl, p, static_cast<double>(c.b), c.v, m, memory, (*scheduler)->name, 1, {}});
+  Result<Partition> part =
+      (*partitioner)->build({w, cl, p, static_cast<double>(c.b), c.v, m, memory, (*scheduler)->name, 1, {}});
   if (!part) return part.error();
   Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
   if (!sched) return sched.error();

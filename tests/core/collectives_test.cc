@@ -195,7 +195,8 @@ TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel a
   Cluster c;
   for (int i = 0; i < 4; ++i) c.devices.push_back({fmt::format("gpu{}", i), test_device()});
   c.switches = {"s0", "s1"};
-  c.links = {{0, 4, 100e9, 1e-6}, {1, 4, 100e9, 1e-6}, {2, 5, 100e9, 1e-6}, {3, 5, 100e9, 1e-6}, {4, 5, 10e9, 1e-6}};
+  c.links = {
+      {0, 4, 100e9, 1e-6}, {1, 4, 100e9, 1e-6}, {2, 5, 100e9, 1e-6}, {3, 5, 100e9, 1e-6}, {4, 5, 10e9, 1e-6}};
   REQUIRE(validate(c).ok());
   Router router(c);
   const double S = 1e9;
@@ -203,7 +204,8 @@ TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel a
   REQUIRE(t.ok());
   CHECK(*t == pipegrid::testing::approx(2 * (3e-6 + 2 * (S / 2) / 10e9)));
   // One ring alone: one flow a channel.
-  CHECK(*ring_allreduce_time(c, router, {{0, 2}}, S) == pipegrid::testing::approx(2 * (3e-6 + (S / 2) / 10e9)));
+  CHECK(*ring_allreduce_time(c, router, {{0, 2}}, S) ==
+        pipegrid::testing::approx(2 * (3e-6 + (S / 2) / 10e9)));
   // The evaluator runs the two rings' flows in turn on the shared link; the closed form is not below it.
   TaskGraph g = empty_graph(c);
   append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 2}, {-1, -1}, S);

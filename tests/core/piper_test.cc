@@ -294,7 +294,8 @@ TEST_CASE("piper: tensor-parallel groups stay inside a machine") {
   }
 }
 
-TEST_CASE("piper: the plan gives every replica whole samples and lowers, and nothing fitting is a located error") {
+TEST_CASE(
+    "piper: the plan gives every replica whole samples and lowers, and nothing fitting is a located error") {
   // Through the whole pipeline (prepare): every micro-batch size dividing the mini-batch is planned and
   // the one the analytic evaluator finds fastest kept; each stage's replicas divide it.
   Experiment e;

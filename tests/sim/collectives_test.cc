@@ -82,7 +82,8 @@ TEST_CASE(
       close_rel(allreduce_time(one, AllReduceAlgorithm::Hierarchical, 4, S), 2 * (2 * a + 3 * S / B), 1e-6));
 }
 
-TEST_CASE("multi-ring all-reduce across DGX-style nodes: m rings, one per NIC, m times the ring's bandwidth") {
+TEST_CASE(
+    "multi-ring all-reduce across DGX-style nodes: m rings, one per NIC, m times the ring's bandwidth") {
   // L nodes of m GPUs (NVSwitch inside at Bn, one InfiniBand NIC per GPU at Bi, Bn >> Bi). The single
   // ring crosses each node boundary through one NIC: bandwidth-bound 2 (n - 1)/n x S / Bi. The m
   // rings of multi-ring carry S/m each and cross through m different NICs: 2 (n - 1)/n x S / (m Bi).

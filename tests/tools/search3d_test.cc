@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <string>
 #include <numeric>
+#include <string>
 
 #include "sim/replay.h"
 #include "tools/input/experiment_yaml.h"
@@ -53,7 +53,8 @@ std::vector<double> average_ranks(const std::vector<double>& v) {
 double rho(const std::vector<double>& x, const std::vector<double>& y) {
   const std::vector<double> a = average_ranks(x), b = average_ranks(y);
   const double n = static_cast<double>(a.size());
-  const double ma = std::accumulate(a.begin(), a.end(), 0.0) / n, mb = std::accumulate(b.begin(), b.end(), 0.0) / n;
+  const double ma = std::accumulate(a.begin(), a.end(), 0.0) / n,
+               mb = std::accumulate(b.begin(), b.end(), 0.0) / n;
   double ab = 0, aa = 0, bb = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     ab += (a[i] - ma) * (b[i] - mb);
@@ -152,7 +153,9 @@ TEST_CASE("search3d: errors") {
 // Restricted axes keep each case under a few hundred replays' worth of time: micro-batch sizes 1 and
 // 2, 1F1B and interleaved (v = 2), no recomputation and full, SP on and off, no distributed optimizer
 // (it changes memory, not time, here).
-TEST_CASE("search3d: on a small GPT on two DGX A100, the analytic choice is SimGrid's fastest within 2%, rho >= 0.9") {
+TEST_CASE(
+    "search3d: on a small GPT on two DGX A100, the analytic choice is SimGrid's fastest within 2%, rho >= "
+    "0.9") {
   Search3dOptions o;
   o.global_batch = 16;
   o.micro_batch_sizes = {1, 2};
@@ -167,7 +170,9 @@ TEST_CASE("search3d: on a small GPT on two DGX A100, the analytic choice is SimG
   CHECK(a.spearman >= 0.9);
 }
 
-TEST_CASE("search3d: on a small Llama on two DGX H100, the analytic choice is SimGrid's fastest within 2%, rho >= 0.9") {
+TEST_CASE(
+    "search3d: on a small Llama on two DGX H100, the analytic choice is SimGrid's fastest within 2%, rho >= "
+    "0.9") {
   Search3dOptions o;
   o.global_batch = 16;
   o.micro_batch_sizes = {1, 2};
@@ -188,7 +193,7 @@ TEST_CASE("search3d: on a small Llama on two DGX H100, the analytic choice is Si
 // inside a node (t d < 8 on 8-GPU nodes): docs/3d-search.md states the differences measured here.
 namespace {
 struct EstimateAgreement {
-  size_t both = 0, only_exact = 0, only_estimate = 0, equal = 0;  // equal: within 1e-9
+  size_t both = 0, only_exact = 0, only_estimate = 0, equal = 0;         // equal: within 1e-9
   double worst_time = 0, worst_time_across_nodes = 0, worst_memory = 0;  // largest relative differences
   std::string worst_label;
 };
@@ -214,7 +219,8 @@ EstimateAgreement compare_estimate(const Experiment& base, Search3dOptions o, in
     const double dm = std::abs(c.peak_memory_bytes / it->second->peak_memory_bytes - 1);
     a.equal += dt <= 1e-9;
     if (dt > a.worst_time) a.worst_time = dt, a.worst_label = c.label();
-    if (c.p == 1 || c.t * c.d >= per_node) a.worst_time_across_nodes = std::max(a.worst_time_across_nodes, dt);
+    if (c.p == 1 || c.t * c.d >= per_node)
+      a.worst_time_across_nodes = std::max(a.worst_time_across_nodes, dt);
     a.worst_memory = std::max(a.worst_memory, dm);
   }
   a.only_exact = exact->ranked.size() - a.both;
@@ -248,7 +254,7 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
     CHECK(a.both >= 500);
     CHECK(a.only_exact == 0);
     CHECK(a.only_estimate == 0);
-    CHECK(a.worst_memory <= 1e-9);                     // memory: the same peaks
+    CHECK(a.worst_memory <= 1e-9);                        // memory: the same peaks
     CHECK(static_cast<double>(a.equal) >= 0.7 * a.both);  // most candidates: the same time
     CHECK(a.worst_time_across_nodes <= 0.002);
     CHECK(a.worst_time <= k.worst);

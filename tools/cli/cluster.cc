@@ -74,7 +74,8 @@ int run_list(const Options& o) {
       fmt::print("{:<22} {:>7}  {}\n", p.name, c->devices.size(), preset_description(p.text));
   }
   if (o.json)
-    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"presets", all}}.dump(2) << "\n";
+    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"presets", all}}.dump(2)
+              << "\n";
   return kOk;
 }
 
@@ -224,13 +225,15 @@ int run_bench(const Options& o) {
     const double t = r->timeline.makespan();
     const double bus = t > 0 ? bytes / t * bus_factor : 0;
     if (o.json)
-      rows.push_back({{"op", o.op}, {"bytes", output::json_number(bytes)}, {"time_s", t}, {"bus_bandwidth_Bps", bus}});
+      rows.push_back(
+          {{"op", o.op}, {"bytes", output::json_number(bytes)}, {"time_s", t}, {"bus_bandwidth_Bps", bus}});
     else
       fmt::print("{:>12} {:>12} {:>14} {:>14}\n", format_bytes(bytes), format_time(t),
                  format_bandwidth(t > 0 ? bytes / t : 0), format_bandwidth(bus));
   }
   if (o.json)
-    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"results", rows}}.dump(2) << "\n";
+    std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"results", rows}}.dump(2)
+              << "\n";
   return kOk;
 }
 
@@ -268,7 +271,8 @@ Command add_cluster_command(CLI::App& parent) {
       "Clusters: `pipegrid cluster list`, `show FILE|PRESET`, `bench FILE|PRESET`, `export FILE|PRESET`");
   app->require_subcommand(1);
   CLI::App* list = app->add_subcommand("list", "List the cluster presets");
-  list->add_flag("--json", o->json, "Print one JSON object: schema_version, presets (name, devices, description)");
+  list->add_flag("--json", o->json,
+                 "Print one JSON object: schema_version, presets (name, devices, description)");
   CLI::App* show =
       app->add_subcommand("show", "Devices, links, diameter and bisection bandwidth of a cluster");
   CLI::App* bench =
@@ -289,8 +293,9 @@ Command add_cluster_command(CLI::App& parent) {
       ->check(kFinitePositive);
   bench->add_option("--from", o->from, "p2p: sending device (default the first)");
   bench->add_option("--to", o->to, "p2p: receiving device (default the second)");
-  bench->add_flag("--json", o->json,
-                  "Print one JSON object: schema_version, results (each {op, bytes, time_s, bus_bandwidth_Bps})");
+  bench->add_flag(
+      "--json", o->json,
+      "Print one JSON object: schema_version, results (each {op, bytes, time_s, bus_bandwidth_Bps})");
   exp->add_flag("--simgrid", o->simgrid, "SimGrid platform XML (routing Full, pipegrid's routes)");
   exp->add_option("-o,--output", o->output, "Write to this file (default: standard output)");
   return {app, [o, list, show, bench, exp]() -> int {

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -48,9 +48,12 @@ struct Replayed {
 };
 
 nlohmann::json breakdown_json(const TimeBreakdown& b) {
-  return {{"compute_s", b.compute_s},           {"optimizer_s", b.optimizer_s},
-          {"tensor_parallel_s", b.tensor_parallel_s}, {"pipeline_s", b.pipeline_s},
-          {"data_parallel_s", b.data_parallel_s}, {"bubble_s", b.bubble_s}};
+  return {{"compute_s", b.compute_s},
+          {"optimizer_s", b.optimizer_s},
+          {"tensor_parallel_s", b.tensor_parallel_s},
+          {"pipeline_s", b.pipeline_s},
+          {"data_parallel_s", b.data_parallel_s},
+          {"bubble_s", b.bubble_s}};
 }
 
 nlohmann::json candidate_json(const Search3dCandidate& c) {
@@ -130,8 +133,14 @@ std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exp
         } else {
           const Metrics m = compute_metrics(exps[i].cluster, run->graph, r->timeline);
           const TimeBreakdown& b = m.breakdown;
-          const double f[8] = {r->timeline.makespan(), m.throughput_samples_per_s, b.compute_s, b.optimizer_s,
-                               b.tensor_parallel_s, b.pipeline_s, b.data_parallel_s, b.bubble_s};
+          const double f[8] = {r->timeline.makespan(),
+                               m.throughput_samples_per_s,
+                               b.compute_s,
+                               b.optimizer_s,
+                               b.tensor_parallel_s,
+                               b.pipeline_s,
+                               b.data_parallel_s,
+                               b.bubble_s};
           std::copy(std::begin(f), std::end(f), figures);
         }
       }
@@ -196,15 +205,16 @@ std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exp
 std::string why(const Replayed& w, const Replayed& r) {
   const TimeBreakdown& a = w.metrics.breakdown;
   const TimeBreakdown& b = r.metrics.breakdown;
-  const std::pair<const char*, double> parts[] = {{"compute", b.compute_s - a.compute_s},
-                                                  {"optimizer step", b.optimizer_s - a.optimizer_s},
-                                                  {"exposed TP communication", b.tensor_parallel_s - a.tensor_parallel_s},
-                                                  {"pipeline communication", b.pipeline_s - a.pipeline_s},
-                                                  {"data-parallel communication", b.data_parallel_s - a.data_parallel_s},
-                                                  {"bubble", b.bubble_s - a.bubble_s}};
+  const std::pair<const char*, double> parts[] = {
+      {"compute", b.compute_s - a.compute_s},
+      {"optimizer step", b.optimizer_s - a.optimizer_s},
+      {"exposed TP communication", b.tensor_parallel_s - a.tensor_parallel_s},
+      {"pipeline communication", b.pipeline_s - a.pipeline_s},
+      {"data-parallel communication", b.data_parallel_s - a.data_parallel_s},
+      {"bubble", b.bubble_s - a.bubble_s}};
   if (r.simulated_s <= w.simulated_s)
-    return fmt::format("{} ties in SimGrid with {} ({}); the analytic ranking put it first", w.c.label(), r.c.label(),
-                       format_time(w.simulated_s));
+    return fmt::format("{} ties in SimGrid with {} ({}); the analytic ranking put it first", w.c.label(),
+                       r.c.label(), format_time(w.simulated_s));
   const auto* best = std::max_element(std::begin(parts), std::end(parts),
                                       [](const auto& x, const auto& y) { return x.second < y.second; });
   return fmt::format("{} wins: {} faster in SimGrid than {}, mostly {} less {} per device", w.c.label(),
@@ -274,7 +284,8 @@ int run(const SearchOptions& o) {
   const bool tty = isatty(STDERR_FILENO) == 1;
   if (tty)
     so.progress = [](size_t done, size_t total) {
-      if (done == total || done % 16 == 0) fmt::print(std::cerr, "\rsearch: {}/{} candidates evaluated", done, total);
+      if (done == total || done % 16 == 0)
+        fmt::print(std::cerr, "\rsearch: {}/{} candidates evaluated", done, total);
       if (done == total) fmt::print(std::cerr, "\n");
     };
   Result<Search3dResult> res = search3d(*exp, so);
@@ -295,7 +306,8 @@ int run(const SearchOptions& o) {
   });
   for (size_t i = 0; i < k; ++i) {
     const Search3dCandidate& c = res->ranked[i];
-    if (!outcomes[i].error.empty()) return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error));
+    if (!outcomes[i].error.empty())
+      return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error));
     Replayed rp{c, outcomes[i].simulated_s, {}};
     rp.metrics.iteration_time_s = outcomes[i].simulated_s;
     rp.metrics.throughput_samples_per_s = outcomes[i].throughput;
@@ -307,7 +319,9 @@ int run(const SearchOptions& o) {
                    [](const Replayed& a, const Replayed& b) { return a.simulated_s < b.simulated_s; });
   const double n = static_cast<double>(exp->cluster.devices.size());
   auto mfu = [&](double time) {
-    return res->peak_flops > 0 ? 6 * res->parameters * res->tokens_per_iteration / (time * n * res->peak_flops) : 0;
+    return res->peak_flops > 0
+               ? 6 * res->parameters * res->tokens_per_iteration / (time * n * res->peak_flops)
+               : 0;
   };
 
   if (o.json) {
@@ -336,8 +350,8 @@ int run(const SearchOptions& o) {
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  fmt::print("{}: {} devices, global batch {}\n", exp->name.empty() ? o.file : exp->name, exp->cluster.devices.size(),
-             o.global_batch);
+  fmt::print("{}: {} devices, global batch {}\n", exp->name.empty() ? o.file : exp->name,
+             exp->cluster.devices.size(), o.global_batch);
   fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res->combinations, res->evaluated,
              res->ranked.size());
   for (const auto& [reason, count] : res->left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
@@ -350,9 +364,10 @@ int run(const SearchOptions& o) {
     const TimeBreakdown& b = r.metrics.breakdown;
     fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n", i + 1,
                r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
-               r.metrics.throughput_samples_per_s, 100 * mfu(r.simulated_s), format_bytes(r.c.peak_memory_bytes),
-               format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
-               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+               r.metrics.throughput_samples_per_s, 100 * mfu(r.simulated_s),
+               format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
+               format_time(b.tensor_parallel_s), format_time(b.pipeline_s), format_time(b.data_parallel_s),
+               format_time(b.bubble_s), format_time(b.optimizer_s));
   }
   if (replayed.size() >= 2) fmt::print("\n{}\n", why(replayed[0], replayed[1]));
   return kOk;
@@ -367,7 +382,9 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("experiment", o->file, "Experiment file (YAML): its workload, cluster and optimizer")
       ->required()
       ->check(kNonEmpty);
-  app->add_option("--global-batch", o->global_batch, "Samples per iteration")->required()->check(CLI::PositiveNumber);
+  app->add_option("--global-batch", o->global_batch, "Samples per iteration")
+      ->required()
+      ->check(CLI::PositiveNumber);
   app->add_option("--top", o->top, "Replay the best K in SimGrid")->check(CLI::NonNegativeNumber);
   app->add_option("--tensor-parallel", o->tensor_parallel, "Only these t (default: every t allowed)");
   app->add_option("--pipeline", o->pipeline, "Only these p (default: every p allowed)");
@@ -378,7 +395,8 @@ Command add_search_command(CLI::App& parent) {
   app->add_flag("--exact-ranking", o->exact,
                 "Rank by lowering every candidate whole (every replica and rank) instead of the one-replica "
                 "estimate: slow at scale");
-  app->add_option("--jobs", o->jobs, "SimGrid replays at a time, each in its own process")->check(CLI::PositiveNumber);
+  app->add_option("--jobs", o->jobs, "SimGrid replays at a time, each in its own process")
+      ->check(CLI::PositiveNumber);
   app->add_option("--sweep", o->sweep, "Also write the candidates that fit as a sweep file (pipegrid sweep)")
       ->check(kNonEmpty);
   add_set_option(*app, o->overrides);

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/backends.h"
 #include "core/planner.h"
 #include "core/strategy.h"
-#include "core/backends.h"
 #include "tools/input/backends_yaml.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/workload_yaml.h"
@@ -49,17 +49,19 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   if (auto p = n.get("planner")) {
     const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
     if (!is_one_of(planners(), name) && is_one_of(partition_strategies(), name))
-      p->fail(fmt::format("\"{}\" is a partitioner, not a planner: write `partitioner: {}` (the default planner, "
-                          "`partitioner`, runs it with the schedule given); planners: {}",
-                          name, name, join_names(planners())));
+      p->fail(
+          fmt::format("\"{}\" is a partitioner, not a planner: write `partitioner: {}` (the default planner, "
+                      "`partitioner`, runs it with the schedule given); planners: {}",
+                      name, name, join_names(planners())));
     s.planner = p->choice(names_of(planners()), "a planner");
   }
   if (auto p = n.get("partitioner")) {
     const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
     if (!is_one_of(partition_strategies(), name) && is_one_of(planners(), name))
-      p->fail(fmt::format("\"{}\" is a planner, not a partitioner: write `planner: {}` (it chooses the stages, "
-                          "their devices, the schedule and the micro-batches itself); partitioners: {}",
-                          name, name, join_names(partition_strategies())));
+      p->fail(
+          fmt::format("\"{}\" is a planner, not a partitioner: write `planner: {}` (it chooses the stages, "
+                      "their devices, the schedule and the micro-batches itself); partitioners: {}",
+                      name, name, join_names(partition_strategies())));
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   }
   if (auto p = n.get("schedule")) {
@@ -84,12 +86,15 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   if (s.schedule == "interleaved-1f1b" && s.chunks < 2) {
     if (auto ch = n.get("chunks"))
       ch->fail("expected at least 2 model chunks per rank for interleaved-1f1b (with 1 it is 1f1b), got 1");
-    n.need("schedule", "a schedule").fail(
-        "interleaved-1f1b needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)");
+    n.need("schedule", "a schedule")
+        .fail(
+            "interleaved-1f1b needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is "
+            "1f1b)");
   }
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" && s.partitioner != "megatron")
+    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
+        s.partitioner != "megatron")
       r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
     if (static_cast<size_t>(s.replicas) > c.devices.size())
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
@@ -105,28 +110,32 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     if (s.tensor_parallel > 1 && !s.planner.empty() && s.planner != "partitioner")
       t->fail(fmt::format("used by the partitioner planner, not {}", s.planner));
     if (static_cast<size_t>(s.tensor_parallel) * s.replicas > c.devices.size())
-      t->fail(fmt::format("expected at most {} devices per stage (the cluster has {}), got {} replicas x "
-                          "tensor_parallel {}",
-                          c.devices.size(), c.devices.size(), s.replicas, s.tensor_parallel));
+      t->fail(
+          fmt::format("expected at most {} devices per stage (the cluster has {}), got {} replicas x "
+                      "tensor_parallel {}",
+                      c.devices.size(), c.devices.size(), s.replicas, s.tensor_parallel));
   }
   for (const char* key : {"sequence_parallel", "tp_overlap"})
     if (auto b = n.get(key)) {
       const bool on = b->boolean();
       if (on && s.tensor_parallel <= 1)
-        b->fail(fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
+        b->fail(
+            fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
       (std::string_view(key) == "sequence_parallel" ? s.sequence_parallel : s.tp_overlap) = on;
     }
   if (auto st = n.get("stages")) {
     s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.tensor_parallel == 1 && static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
+    if (s.replicas > 1 && s.tensor_parallel == 1 &&
+        static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
       st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
                            c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
     if (s.tensor_parallel > 1 &&
         static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
-                           "devices), got {}",
-                           c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
-                           c.devices.size(), s.stages));
+      st->fail(
+          fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
+                      "devices), got {}",
+                      c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
+                      c.devices.size(), s.stages));
     if (static_cast<size_t>(s.stages) > c.devices.size())
       st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}",
                            c.devices.size(), c.devices.size(), s.stages));
@@ -213,8 +222,10 @@ MemoryOptions parse_memory(const Node& n) {
 // times (core/backends.h).
 void apply_backends(const Node& n, Experiment& e) {
   const Node c = n.is_map() ? n.need("catalog", "a backend catalog file (YAML)") : n;
-  if (n.is_map()) n.check_keys({"catalog", "use"});
-  else if (!n.is_scalar()) n.expected("a backend catalog file, or a mapping with catalog and use");
+  if (n.is_map())
+    n.check_keys({"catalog", "use"});
+  else if (!n.is_scalar())
+    n.expected("a backend catalog file, or a mapping with catalog and use");
   const std::string file = c.string("a backend catalog file (YAML)");
   const std::string path = resolve_path(c.document(), file);
   const Document doc = load_document_text(read_referenced_file(c, path), path);
@@ -237,9 +248,10 @@ void apply_backends(const Node& n, Experiment& e) {
                                      [&](const Backend& b) { return b.device_kind == d.spec.kind; });
     if (!covered) continue;
     if (device && device->kind != d.spec.kind)
-      n.fail(fmt::format("the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
-                         "supports one device kind per experiment",
-                         device->kind, d.spec.kind, file));
+      n.fail(
+          fmt::format("the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
+                      "supports one device kind per experiment",
+                      device->kind, d.spec.kind, file));
     device = &d.spec;
   }
   if (!device) n.fail(fmt::format("no backend of {} runs on the cluster's device kinds", file));
@@ -247,7 +259,8 @@ void apply_backends(const Node& n, Experiment& e) {
     std::vector<int> kept;
     for (int b : o.allowed)
       if (catalog.backends[b].device_kind == device->kind) kept.push_back(b);
-    if (kept.empty()) n.fail(fmt::format("none of the backends in `use` runs on device kind \"{}\"", device->kind));
+    if (kept.empty())
+      n.fail(fmt::format("none of the backends in `use` runs on device kind \"{}\"", device->kind));
     o.allowed = kept;
   }
   o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
