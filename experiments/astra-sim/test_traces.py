@@ -7,7 +7,8 @@ built here from Chakra's field numbers (chakra_traces.py's docstring), and compa
   2. the closed-form counts for p = 5, m = 7 (per rank 2 m + 1 COMP, m SEND and m RECV per
      neighbour) and the pairing of every SEND with exactly one RECV across ranks;
   3. iteration times of the traces under ASTRA-sim's rules (chakra_traces.simulate) against values
-     computed by hand or taken from ../shared/reference/closed-forms.md's independent list simulation.
+     computed by hand or by an independent list simulation of the same traces (written apart from
+     chakra_traces.simulate).
 Exit 0 on success, 1 with a message on the first mismatch, 77 (skipped) without python3-protobuf."""
 import os
 import subprocess
