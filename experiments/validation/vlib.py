@@ -2,6 +2,7 @@
 reproduces each row, run pipegrid (in parallel, cached by the file's contents) and convert its
 throughput to the row's metric. See README.md in this folder for the rules."""
 import concurrent.futures
+import functools
 import hashlib
 import importlib.util
 import json
@@ -126,8 +127,9 @@ def load_rows(path, which="all"):
     return rows
 
 
+@functools.lru_cache(maxsize=None)
 def megatron_module():
-    """experiments/megatron/run.py as a module (its rows, experiments and FLOP formula)."""
+    """experiments/megatron/run.py as a module (its rows, experiments and FLOP formula), loaded once."""
     spec = importlib.util.spec_from_file_location("megatron_run", MEGATRON_RUN)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
