@@ -47,6 +47,19 @@ std::vector<Deps> ring(TaskGraph& g, const std::vector<int>& devices, const std:
   return done;
 }
 
+// The devices' machines (Cluster::machine_of) in order of first appearance, each as indices into
+// `devices` in the order given (members[m][0] is the hierarchical all-reduce's leader).
+std::vector<std::vector<size_t>> machines(const Cluster& c, const std::vector<int>& devices) {
+  std::vector<std::vector<size_t>> members;
+  std::map<std::string, size_t> machine;
+  for (size_t j = 0; j < devices.size(); ++j) {
+    auto [it, fresh] = machine.emplace(c.machine_of(devices[j]), members.size());
+    if (fresh) members.emplace_back();
+    members[it->second].push_back(j);
+  }
+  return members;
+}
+
 }  // namespace
 
 std::string_view to_string(AllReduceAlgorithm a) {
@@ -76,25 +89,27 @@ Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
   for (const auto& ring : rings)
     if (ring.size() != n) return Error{"internal error: rings of different sizes"};
   // One step's flows: device j of each ring to device j + 1; their routes, and the flows per channel.
+  // A flow holds every channel of its route for chunk / the route's bandwidth (as the evaluator
+  // runs a transfer); load = a channel's time held per step, over every ring's flow.
+  const double chunk = bytes / static_cast<double>(n);
   std::vector<Route> routes;
-  std::map<size_t, int> load;
+  std::map<size_t, double> load;
   for (const auto& ring : rings)
     for (size_t j = 0; j < n; ++j) {
       Result<Route> r = router.route(ring[j], ring[(j + 1) % n]);
       if (!r) return r.error();
-      for (const Hop& h : r->hops) ++load[link_channel(c, h)];
+      for (const Hop& h : r->hops) load[link_channel(c, h)] += chunk / r->bandwidth;
       routes.push_back(std::move(*r));
     }
-  const double chunk = bytes / static_cast<double>(n);
   double longest = 0;
   std::vector<double> latency(n), hold(n), received(n), sent(n), free_at(n);
   for (size_t q = 0; q < rings.size(); ++q) {
     for (size_t j = 0; j < n; ++j) {
       const Route& r = routes[q * n + j];
-      int k = 1;
-      for (const Hop& h : r.hops) k = std::max(k, load[link_channel(c, h)]);
+      double busy = 0;  // the most any of its channels is held in one step
+      for (const Hop& h : r.hops) busy = std::max(busy, load[link_channel(c, h)]);
       latency[j] = r.hops.empty() ? 0 : r.latency;
-      hold[j] = r.hops.empty() ? 0 : k * chunk / r.bandwidth;
+      hold[j] = busy;
     }
     // The evaluator's ring: device j sends step s once it received step s - 1 from j - 1 and its
     // link is free (FIFO: the previous step's bytes have left); a flow takes latency + hold.
@@ -122,40 +137,24 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
   for (size_t j = 0; j < n; ++j) ready_sets[j] = {ready[j]};
   if (algorithm == AllReduceAlgorithm::Ring) return ring(g, devices, ready_sets, bytes, stage);
 
-  // Machines in order of first appearance; members[m][0] is the leader.
-  std::vector<std::vector<size_t>> members;
-  std::map<std::string, size_t> machine;
-  for (size_t j = 0; j < n; ++j) {
-    auto [it, fresh] = machine.emplace(c.machine_of(devices[j]), members.size());
-    if (fresh) members.emplace_back();
-    members[it->second].push_back(j);
-  }
   if (algorithm == AllReduceAlgorithm::MultiRing) {
-    const size_t m = members[0].size();
-    const bool uniform =
-        std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
-    if (members.size() < 2 || m < 2 || !uniform) return ring(g, devices, ready_sets, bytes, stage);
-    // m rings, each over bytes / m; ring k visits every machine's devices starting at its k-th, so
-    // it leaves machine i from the (k - 1)-th device and enters machine i + 1 at the k-th: each
-    // device's NIC carries the crossings of exactly one ring.
+    const std::vector<std::vector<size_t>> orders = multi_ring_orders(c, devices);
+    if (orders.size() < 2) return ring(g, devices, ready_sets, bytes, stage);
     std::vector<Deps> done(n);
-    for (size_t k = 0; k < m; ++k) {
+    for (const std::vector<size_t>& index : orders) {
       std::vector<int> order;
       std::vector<Deps> order_ready;
-      std::vector<size_t> index;
-      for (const auto& x : members)
-        for (size_t i = 0; i < m; ++i) {
-          const size_t j = x[(k + i) % m];
-          order.push_back(devices[j]);
-          order_ready.push_back(ready_sets[j]);
-          index.push_back(j);
-        }
-      std::vector<Deps> got = ring(g, order, order_ready, bytes / static_cast<double>(m), stage);
+      for (size_t j : index) {
+        order.push_back(devices[j]);
+        order_ready.push_back(ready_sets[j]);
+      }
+      std::vector<Deps> got = ring(g, order, order_ready, bytes / static_cast<double>(orders.size()), stage);
       for (size_t i = 0; i < index.size(); ++i)
         done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
     }
     return done;
   }
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
   std::vector<Deps> done(n);
   std::vector<int> leaders;
   std::vector<Deps> leader_ready;
@@ -180,6 +179,28 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
       done[m[i]] = {add_transfer(g, devices[m[0]], devices[m[i]], bytes, stage, have)};
   }
   return done;
+}
+
+std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices) {
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
+  const size_t m = members.empty() ? 0 : members[0].size();
+  const bool uniform =
+      std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
+  std::vector<std::vector<size_t>> orders;
+  if (members.size() < 2 || m < 2 || !uniform) {
+    orders.emplace_back(devices.size());
+    for (size_t j = 0; j < devices.size(); ++j) orders[0][j] = j;
+    return orders;
+  }
+  // Ring k visits every machine's devices starting at its k-th, so it leaves machine i from the
+  // (k - 1)-th device and enters machine i + 1 at the k-th: each device's NIC carries the crossings
+  // of exactly one ring.
+  for (size_t k = 0; k < m; ++k) {
+    std::vector<size_t>& order = orders.emplace_back();
+    for (const auto& x : members)
+      for (size_t i = 0; i < m; ++i) order.push_back(x[(k + i) % m]);
+  }
+  return orders;
 }
 
 }  // namespace pipegrid

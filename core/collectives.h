@@ -50,13 +50,20 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
 // rings of the same size n >= 2 and ready at time 0, as the analytic evaluator (core/evaluate.h) runs
 // their transfers, computed step by step without a task graph: in each of the 2 (n - 1) steps, device
 // j sends a chunk of bytes / n to j + 1 once it has the previous step's chunk from j - 1 and its link
-// has sent the previous step's bytes (FIFO); a flow takes its route's latency + k x chunk / the route's
-// bandwidth, where k is the most flows of one step (over every ring) that cross one link channel of
-// that route (shared channels carry them in turn). For one ring of equal routes that share no channel:
+// has sent the previous step's bytes (FIFO); a flow takes its route's latency + the longest that one
+// channel of its route is held in a step, where every flow of the step (over every ring) holds each
+// channel of its route for chunk / its route's bandwidth (shared channels carry them in turn; for k
+// flows of equal routes on a channel, k x chunk / B). For one ring of equal routes that share no channel:
 // 2 (n - 1) (a + S / (n B)), the evaluator's time exactly; with shared channels it charges every flow
 // the whole queue (the evaluator lets the first ones through earlier: an upper bound there). 0 for
 // rings of one device. Fails when two devices of a ring are not connected.
 Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
                                    const std::vector<std::vector<int>>& rings, double bytes);
+
+// The rings AllReduceAlgorithm::MultiRing runs over `devices`, as indices into `devices`: m rings
+// (each to carry bytes / m) when the devices sit m >= 2 to a machine on two or more machines, ring k
+// visiting the machines in order of first appearance and each machine's devices from its k-th;
+// otherwise one ring, `devices` in the order given.
+std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices);
 
 }  // namespace pipegrid

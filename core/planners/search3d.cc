@@ -85,6 +85,10 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
       return Error{fmt::format(
           "the 3D search needs a homogeneous cluster; device \"{}\" ({}) differs from \"{}\" ({})",
           cl.devices[i].name, cl.devices[i].spec.kind, cl.devices[0].name, cl.devices[0].spec.kind)};
+  if (!o.exact && base.strategy.allreduce == AllReduceAlgorithm::Hierarchical)
+    return Error{
+        "the 3D search's one-replica estimate times ring and multi-ring data-parallel all-reduces, not "
+        "allreduce: hierarchical; rank with --exact-ranking (the whole graph) or choose ring or multi-ring"};
   for (const std::string& s : o.schedules)
     if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2")
       return Error{fmt::format(

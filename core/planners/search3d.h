@@ -85,7 +85,7 @@ Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& 
 // (exactly as the lowering chains them when the ranks are alike), the pipeline transfers 1/t of an
 // activation between representatives. The analytic evaluator runs it; then each stage's data-parallel
 // all-reduce starts when its last backward ends, in closed form (ring_allreduce_time over the t rings
-// of d devices, a device's stages one after another), and the optimizer step (on 1/d of the state with
+// of d devices, or with multi-ring their multi_ring_orders of 1/m of the bytes each, a device's stages one after another), and the optimizer step (on 1/d of the state with
 // the distributed optimizer) follows. Memory: the representatives' peaks. Exact against the whole
 // graph where replicas and ranks do not contend for links (tests/tools/search3d_test.cc measures
 // the difference on small cases).
@@ -113,7 +113,8 @@ class Search3dEstimator {
   std::map<std::tuple<int, int, int, double>, double> allreduce_;
 };
 
-// Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule.
+// Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule, a
+// hierarchical all-reduce without `exact` (the estimate times ring and multi-ring only).
 Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o);
 
 // Spearman's rank correlation of two equally long samples (ties get their average rank).

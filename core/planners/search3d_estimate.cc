@@ -204,12 +204,30 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
       const auto rkey = std::make_tuple(T, d, rank_of[s], costs[s][0].parameter_bytes);
       auto hit = allreduce_.find(rkey);
       if (hit == allreduce_.end()) {
-        std::vector<std::vector<int>> rings(T);
-        for (int i = 0; i < T; ++i)
-          for (int j = 0; j < d; ++j) rings[i].push_back(rep(rank_of[s], j, i));
-        Result<double> x = ring_allreduce_time(cl, router_, rings, costs[s][0].parameter_bytes);
-        if (!x) return x.error();
-        hit = allreduce_.emplace(rkey, *x).first;
+        // The T groups' rings; with multi-ring each group's m rings (one per NIC of a node) carry
+        // 1/m of the bytes each (core/collectives.h), all T m rings at once.
+        std::map<size_t, std::vector<std::vector<int>>> rings_by_m;
+        for (int i = 0; i < T; ++i) {
+          std::vector<int> group;
+          for (int j = 0; j < d; ++j) group.push_back(rep(rank_of[s], j, i));
+          if (base_.strategy.allreduce != AllReduceAlgorithm::MultiRing) {
+            rings_by_m[1].push_back(std::move(group));
+            continue;
+          }
+          const std::vector<std::vector<size_t>> orders = multi_ring_orders(cl, group);
+          for (const std::vector<size_t>& order : orders) {
+            std::vector<int>& ring = rings_by_m[orders.size()].emplace_back();
+            for (size_t j : order) ring.push_back(group[j]);
+          }
+        }
+        double longest = 0;  // groups of different m (not on a homogeneous cluster): timed apart
+        for (const auto& [m, rings] : rings_by_m) {
+          Result<double> x =
+              ring_allreduce_time(cl, router_, rings, costs[s][0].parameter_bytes / static_cast<double>(m));
+          if (!x) return x.error();
+          longest = std::max(longest, *x);
+        }
+        hit = allreduce_.emplace(rkey, longest).first;
       }
       ar = hit->second;
     }

@@ -170,6 +170,21 @@ TEST_CASE("replicas: a partitioner that places other device counts is refused") 
         "partitioner dp does not place 2 replicas per stage (stage 0 has 4 devices)");
 }
 
+TEST_CASE("multi-ring orders: one ring per device of a machine, entering each machine at its k-th device") {
+  DgxSpec s;
+  s.nodes = 3;
+  s.gpus_per_node = 4;
+  s.gpu = test_device();
+  Cluster c = *make_dgx_cluster(s);
+  // Two devices on each machine (gpu0, gpu1 | gpu4, gpu5 | gpu8, gpu9): 2 rings, by hand.
+  const std::vector<std::vector<size_t>> two = multi_ring_orders(c, {0, 1, 4, 5, 8, 9});
+  CHECK(two == std::vector<std::vector<size_t>>{{0, 1, 2, 3, 4, 5}, {1, 0, 3, 2, 5, 4}});
+  // Uneven machines (2, 1), one machine, one device per machine: the plain ring, in the order given.
+  CHECK(multi_ring_orders(c, {4, 0, 1}) == std::vector<std::vector<size_t>>{{0, 1, 2}});
+  CHECK(multi_ring_orders(c, {0, 1, 2, 3}) == std::vector<std::vector<size_t>>{{0, 1, 2, 3}});
+  CHECK(multi_ring_orders(c, {0, 4, 8}) == std::vector<std::vector<size_t>>{{0, 1, 2}});
+}
+
 TEST_CASE("ring all-reduce closed form: 2 (n - 1) (a + S / (n B)) on a ring, the evaluator's time") {
   // 6 devices on a ring of 25 GB/s links with 2 us latency; 600 MB: chunk 100 MB, 4 ms + 2 us a step.
   const double B = 25e9, a = 2e-6, S = 600e6;

@@ -142,6 +142,17 @@ TEST_CASE("search3d: the combinations of t, p, d and b counted by hand, and what
 }
 
 TEST_CASE("search3d: errors") {
+  {
+    std::string text = kGpt;
+    const std::string plain = "strategy: {partitioner: megatron, micro_batches: 1}";
+    text.replace(text.find(plain), plain.size(),
+                 "strategy: {partitioner: megatron, micro_batches: 1, allreduce: hierarchical}");
+    Search3dOptions o;
+    o.global_batch = 16;
+    Result<Search3dResult> r = search3d(load(text.c_str()), o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("hierarchical") != std::string::npos);
+  }
   Experiment base = load(kGpt);
   Search3dOptions o;
   CHECK(!search3d(base, o).ok());  // no global batch
@@ -231,7 +242,8 @@ EstimateAgreement compare_estimate(const Experiment& base, Search3dOptions o, in
 TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluation, every axis") {
   struct Case {
     std::string text;
-    double worst;  // the largest relative difference allowed, as measured (docs/3d-search.md)
+    double worst;        // the largest relative difference allowed, as measured (docs/3d-search.md)
+    double equal = 0.7;  // the least fraction of candidates whose times agree within 1e-9
   };
   // The same with TP communication overlapped with the compute piece after it (tp_overlap; the
   // base's tensor_parallel is only there because the option needs it: the search sets t).
@@ -241,8 +253,18 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
                  "strategy: {partitioner: megatron, micro_batches: 1, tensor_parallel: 2, tp_overlap: true}");
     return text;
   };
+  // The data-parallel gradients all-reduced as NCCL's rings over a node's NICs (allreduce: multi-ring).
+  auto multi_ring = [](std::string text) {
+    const std::string plain = "strategy: {partitioner: megatron, micro_batches: 1}";
+    text.replace(text.find(plain), plain.size(),
+                 "strategy: {partitioner: megatron, micro_batches: 1, allreduce: multi-ring}");
+    return text;
+  };
   for (const Case& k : {Case{kGpt, 0.002}, Case{kLlama, 0.02}, Case{overlapped(kGpt), 0.002},
-                        Case{overlapped(kLlama), 0.02}}) {
+                        Case{overlapped(kLlama), 0.02}, Case{multi_ring(kGpt), 0.002},
+                        // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of
+                        // its group's rings per step, each charged the channel's whole step
+                        Case{multi_ring(kLlama), 0.02, 0.5}}) {
     Search3dOptions o;
     o.global_batch = 16;
     o.micro_batch_sizes = {1, 2};
@@ -254,8 +276,8 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
     CHECK(a.both >= 500);
     CHECK(a.only_exact == 0);
     CHECK(a.only_estimate == 0);
-    CHECK(a.worst_memory <= 1e-9);                        // memory: the same peaks
-    CHECK(static_cast<double>(a.equal) >= 0.7 * a.both);  // most candidates: the same time
+    CHECK(a.worst_memory <= 1e-9);                            // memory: the same peaks
+    CHECK(static_cast<double>(a.equal) >= k.equal * a.both);  // most candidates: the same time
     CHECK(a.worst_time_across_nodes <= 0.002);
     CHECK(a.worst_time <= k.worst);
   }
