@@ -36,8 +36,7 @@ def run_search(pipegrid, top):
     return wall, json.loads(p.stdout)
 
 
-def figure(data, out_base):
-    plt = pgx.matplotlib_pyplot()
+def figure(plt, data, out_base):
     if plt is None:
         return
     ranked = data["analytic_ranking"]
@@ -88,6 +87,7 @@ def main():
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--figure-only", action="store_true", help="draw from search.json, no run")
     a = ap.parse_args()
+    plt = pgx.matplotlib_pyplot()  # first: may re-run this script under an interpreter that has it
     data_file = os.path.join(HERE, "search.json")
     if not a.figure_only:
         walls, data = [], None
@@ -105,7 +105,7 @@ def main():
             json.dump(data, f, separators=(",", ":"))
     with open(data_file) as f:
         data = json.load(f)
-    figure(data, os.path.join(HERE, "search"))
+    figure(plt, data, os.path.join(HERE, "search"))
 
 
 if __name__ == "__main__":
