@@ -155,13 +155,16 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
     return "\n".join(lines) + "\n"
 
 
-def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None):
+def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None,
+            startup_start=None):
     """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
-    start: every parameter's first value (default: the catalog's)."""
+    start: every efficiency's first value, startup_start every start-up's in us (default: the catalog's)."""
     fit = Fit(pg, rows, startup_gpus)
     if start is not None:
         fit.values = {k: (v if k[2] == STARTUP else start) for k, v in fit.values.items()}
+    if startup_start is not None:
+        fit.values = {k: (startup_start if k[2] == STARTUP else v) for k, v in fit.values.items()}
     if start_file:
         y = vlib.load_yaml(start_file) or {}
         for (gpu, prec, c) in list(fit.values):
