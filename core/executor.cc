@@ -145,18 +145,24 @@ std::vector<std::pair<int, size_t>> Executor::stuck() const {
 }
 
 std::vector<int32_t> Executor::blockers(int32_t task) const {
+  // Each task is visited once: transfers can wait on each other in a cycle (a trace graph whose
+  // receives depend on their rank's own sends around a ring), and the walk must still end.
   std::vector<int32_t> out, frontier{task};
+  std::vector<bool> seen(graph_.tasks.size(), false);
+  seen[task] = true;
   while (!frontier.empty()) {
     int32_t t = frontier.back();
     frontier.pop_back();
     for (size_t u = 0; u < graph_.tasks.size(); ++u) {
-      if (timeline_.end[u] >= 0) continue;
+      if (timeline_.end[u] >= 0 || seen[u]) continue;
       for (int32_t s : graph_.successors(static_cast<int32_t>(u))) {
         if (s != t) continue;
+        seen[u] = true;
         if (graph_.tasks[u].is_compute())
           out.push_back(static_cast<int32_t>(u));
         else
           frontier.push_back(static_cast<int32_t>(u));
+        break;
       }
     }
   }
@@ -165,12 +171,15 @@ std::vector<int32_t> Executor::blockers(int32_t task) const {
 
 Error Executor::stuck_error(const std::vector<std::string>& names) const {
   std::string msg = "the schedule deadlocks:";
-  for (auto [d, pos] : stuck()) {
+  const auto devices = stuck();
+  if (devices.empty()) msg += " transfers wait on each other (a cycle of dependencies)";
+  for (auto [d, pos] : devices) {
     int32_t t = graph_.device_order[d][pos];
     msg += fmt::format("\n  {} waits at {} for", names.at(d), describe_task(graph_.tasks[t], names));
     std::vector<int32_t> missing = blockers(t);
     for (size_t i = 0; i < missing.size(); ++i)
       msg += fmt::format("{} {}", i ? "," : "", describe_task(graph_.tasks[missing[i]], names));
+    if (missing.empty()) msg += " transfers that wait on each other (a cycle of dependencies)";
   }
   return Error{msg};
 }

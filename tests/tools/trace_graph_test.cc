@@ -117,3 +117,26 @@ TEST_CASE("trace graph in: located errors") {
                             {"deps", json::array()}}})) ==
         "rank 0 node \"\" (id 0): a rank appears twice in the group [0, 0]");
 }
+
+// Each rank sends to the other, and its receive waits for its own send (as in ASTRA-sim's custom
+// collective traces, whose sends are eager). pipegrid's transfer starts when both its send's and its
+// receive's dependencies are done, so transfer 0 -> 1 waits for 1 -> 0 and 1 -> 0 for 0 -> 1: a cycle
+// through transfers only. The replay must report it, not loop while looking for a compute task.
+TEST_CASE("trace graph in: receives that wait for their rank's own send around a ring deadlock, reported") {
+  const Cluster c = make_switch_cluster(2, "gpu", test_device(), 25e9, 1e-6);
+  for (bool with_compute : {false, true}) {
+    json nodes = json::array({comm(0, 0, "send", 1, 8, 0, {}), comm(1, 0, "recv", 1, 8, 0, {0}),
+                              comm(2, 1, "send", 0, 8, 0, {}), comm(3, 1, "recv", 0, 8, 0, {2})});
+    if (with_compute) {
+      nodes.push_back(comp(4, 0, 1e-3, {1}));
+      nodes.push_back(comp(5, 1, 1e-3, {3}));
+    }
+    Result<TaskGraph> g = output::from_trace_graph(graph(2, nodes), c);
+    REQUIRE(g.ok());
+    Result<sim::Replay> r = sim::replay_isolated(c, *g);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("the schedule deadlocks:") != std::string::npos);
+    CHECK(r.error().message.find("transfers") != std::string::npos);
+    CHECK(r.error().message.find("wait on each other (a cycle of dependencies)") != std::string::npos);
+  }
+}
