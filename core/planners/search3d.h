@@ -85,10 +85,10 @@ Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& 
 // (exactly as the lowering chains them when the ranks are alike), the pipeline transfers 1/t of an
 // activation between representatives. The analytic evaluator runs it; then each stage's data-parallel
 // all-reduce starts when its last backward ends, in closed form (ring_allreduce_time over the t rings
-// of d devices, or with multi-ring their multi_ring_orders of 1/m of the bytes each, a device's stages one after another), and the optimizer step (on 1/d of the state with
-// the distributed optimizer) follows. Memory: the representatives' peaks. Exact against the whole
-// graph where replicas and ranks do not contend for links (tests/tools/search3d_test.cc measures
-// the difference on small cases).
+// of d devices, or with multi-ring their multi_ring_orders of 1/m of the bytes each, a device's stages one
+// after another), and the optimizer step (on 1/d of the state with the distributed optimizer) follows.
+// Memory: the representatives' peaks. Exact against the whole graph where replicas and ranks do not contend
+// for links (tests/tools/search3d_test.cc measures the difference on small cases).
 struct Search3dEstimate {
   double iteration_time_s = 0;
   double peak_memory_bytes = 0;  // the largest device's peak
@@ -102,8 +102,29 @@ class Search3dEstimator {
  public:
   explicit Search3dEstimator(const Experiment& base);
   Result<Search3dEstimate> estimate(const Search3dCandidate& c);
+  // The candidate's TP-folded replay (docs/3d-search.md, "TP-folded replays"): every replica and
+  // pipeline rank, but each tensor-parallel group as its rank 0 alone, whose passes carry the group's
+  // collectives as the estimate folds them (tp_pass_time); pipeline transfers carry 1/t of an
+  // activation and each data-parallel ring 1/t of a stage's gradients between the groups' ranks 0,
+  // on the real routes. t times fewer devices busy and no TP flows: for SimGrid when the whole graph
+  // is too large to replay in time. Equal to the whole graph where the other ranks' flows use links
+  // of their own (a TP group filling a node on a rail-optimised fabric).
+  Result<PreparedRun> tp_folded(const Search3dCandidate& c);
 
  private:
+  // One plan of the candidate on the groups' ranks 0 (the estimate's with replicas = 1, tp_folded's
+  // with replicas = d): stages, schedule, per-stage costs with the TP collectives folded in, each
+  // stage's pipeline rank and the TP time folded into one F and one B.
+  struct FoldedPlan {
+    Partition part;
+    Schedule sched;
+    std::vector<std::vector<StageCost>> costs;
+    std::vector<int> rank_of;
+    std::vector<double> tp_exposed;
+    MemoryOptions memory;
+  };
+  Result<FoldedPlan> folded_plan(const Search3dCandidate& c, int replicas);
+
   Experiment base_;
   Router router_;  // base_.cluster's, its route cache kept across candidates
   // Stage costs by (t, p, v, b, recompute, sequence parallelism): the same for every d, schedule and

@@ -56,7 +56,8 @@ double sum(const std::vector<double>& v) {
 
 Search3dEstimator::Search3dEstimator(const Experiment& base) : base_(base), router_(base_.cluster) {}
 
-Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
+Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Search3dCandidate& c,
+                                                                     int replicas) {
   const Workload& w = base_.workload;
   const Cluster& cl = base_.cluster;
   const int T = c.t, d = c.d, p = c.p, m = c.micro_batches;
@@ -70,7 +71,9 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   if (!partitioner) return partitioner.error();
   Result<const ScheduleStrategy*> scheduler = find_schedule(c.schedule);
   if (!scheduler) return scheduler.error();
-  MemoryOptions memory = base_.memory;
+  FoldedPlan fp;
+  MemoryOptions& memory = fp.memory;
+  memory = base_.memory;
   memory.recompute = c.recompute;
   memory.zero1 = false;  // sharded below, over the d replicas
   Result<Partition> part =
@@ -79,7 +82,8 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
   if (!sched) return sched.error();
   const size_t S = part->stage_count();
-  std::vector<int> rank_of(S);
+  std::vector<int>& rank_of = fp.rank_of;
+  rank_of.resize(S);
   for (size_t s = 0; s < S; ++s) {
     Stage& st = part->graph[s];
     if (st.devices.size() != 1) return Error{"internal error: a one-replica stage on several devices"};
@@ -95,8 +99,8 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
 
   // Per-device costs of each stage: under tensor parallelism, of rank 0 of replica 0's group, with
   // each pass's collectives folded into the pass (tp_pass_time).
-  std::vector<std::vector<StageCost>> costs;
-  std::vector<double> tp_exposed(S, 0.0);  // per stage: TP time in one F and one B of rank 0
+  std::vector<std::vector<StageCost>>& costs = fp.costs;
+  fp.tp_exposed.assign(S, 0.0);  // per stage: TP time in one F and one B of rank 0
   const TensorParallelOptions tpo{c.sequence_parallel, base_.strategy.tp_overlap};
   const auto key = std::make_tuple(T, p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel);
   auto cached = costs_.find(key);
@@ -114,7 +118,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
     cached = costs_.emplace(key, std::move(*r)).first;
   }
   if (T == 1) {
-    costs = cached->second;
+    for (const auto& x : cached->second) costs.push_back({x[0]});
   } else {
     const std::vector<std::vector<StageCost>>* r = &cached->second;
     // The group's ring: rank i to rank i + 1; the slowest of its routes stands for all.
@@ -131,7 +135,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
       const double f = tp_pass_time(sc.tp_forward, route, T, tpo.overlap);
       const TpProgram& bprog = split ? sc.tp_backward_input : sc.tp_backward;
       const double b = tp_pass_time(bprog, route, T, tpo.overlap);
-      tp_exposed[s] = (f - sum(sc.tp_forward.compute)) + (b - sum(bprog.compute));
+      fp.tp_exposed[s] = (f - sum(sc.tp_forward.compute)) + (b - sum(bprog.compute));
       sc.times.forward = f;
       // The lowering runs recompute_s + backward() (+ W when split) for a stage without TP.
       sc.times.backward_input = split ? b : b - sc.times.backward_weight;
@@ -142,6 +146,94 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
     // Each rank sends its 1/T of an activation to the same rank of the next group.
     for (auto [it, end] = boost::edges(part->graph); it != end; ++it) part->graph[*it].bytes_per_sample /= T;
   }
+
+  if (replicas > 1) {
+    // The same plan with every replica: the partitioner's d devices of a stage, replica j of pipeline
+    // rank r moved to rep(r, j), each with rank 0's costs.
+    Result<Partition> all = (*partitioner)
+                                ->build({w,
+                                         cl,
+                                         p,
+                                         static_cast<double>(c.b) * replicas,
+                                         c.v,
+                                         m,
+                                         memory,
+                                         (*scheduler)->name,
+                                         replicas,
+                                         {}});
+    if (!all) return all.error();
+    Result<Schedule> all_sched = (*scheduler)->build({*all, D, m, c.v, {}, {}});
+    if (!all_sched) return all_sched.error();
+    if (all->stage_count() != S) return Error{"internal error: the replicated plan has other stages"};
+    std::map<int, std::pair<int, int>> where;  // partitioner's device -> (pipeline rank, replica)
+    for (size_t s = 0; s < S; ++s) {
+      Stage& st = all->graph[s];
+      if (st.devices.size() != static_cast<size_t>(replicas))
+        return Error{"internal error: a replicated stage on another number of devices"};
+      for (int j = 0; j < replicas; ++j) {
+        auto [it, fresh] = where.emplace(st.devices[j], std::make_pair(rank_of[s], j));
+        if (!fresh && it->second != std::make_pair(rank_of[s], j))
+          return Error{"internal error: the replicated plan places its stages otherwise"};
+        st.devices[j] = rep(rank_of[s], j);
+      }
+      costs[s].assign(static_cast<size_t>(replicas), costs[s][0]);
+    }
+    std::vector<std::vector<Action>> moved(D);
+    for (const auto& [dev, at] : where)
+      if (static_cast<size_t>(dev) < all_sched->device_actions.size())
+        moved[rep(at.first, at.second)] = std::move(all_sched->device_actions[dev]);
+    all_sched->device_actions = std::move(moved);
+    if (T > 1)
+      for (auto [it, end] = boost::edges(all->graph); it != end; ++it) all->graph[*it].bytes_per_sample /= T;
+    fp.part = std::move(*all);
+    fp.sched = std::move(*all_sched);
+  } else {
+    fp.part = std::move(*part);
+    fp.sched = std::move(*sched);
+  }
+  return fp;
+}
+
+Result<PreparedRun> Search3dEstimator::tp_folded(const Search3dCandidate& c) {
+  Result<FoldedPlan> fp = folded_plan(c, c.d);
+  if (!fp) return fp.error();
+  LoweringOptions lo;
+  lo.micro_batches = c.micro_batches;
+  lo.micro_batch_size = static_cast<double>(c.b) * c.d;
+  lo.memory = fp->memory;
+  lo.memory.zero1 = c.distributed_optimizer;  // the lowering shards the optimizer over the d replicas
+  lo.allreduce = base_.strategy.allreduce;
+  lo.costs = &fp->costs;
+  Result<TaskGraph> g = lower(base_.workload, base_.cluster, fp->part, fp->sched, lo);
+  if (!g) return g.error();
+  PreparedRun run;
+  run.partition = std::move(fp->part);
+  run.schedule = std::move(fp->sched);
+  run.schedule_name = c.schedule;
+  run.partitioner = "megatron";
+  run.micro_batch_size = lo.micro_batch_size;
+  run.micro_batches = c.micro_batches;
+  run.graph = std::move(*g);
+  run.planner = "search (TP-folded)";
+  return run;
+}
+
+Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
+  const Workload& w = base_.workload;
+  const Cluster& cl = base_.cluster;
+  const int T = c.t, d = c.d, m = c.micro_batches;
+  const size_t D = cl.devices.size();
+  auto rep = [&](int rank, int replica = 0, int tp_rank = 0) { return (rank * d + replica) * T + tp_rank; };
+  Result<FoldedPlan> fpr = folded_plan(c, 1);
+  if (!fpr) return fpr.error();
+  FoldedPlan& fp = *fpr;
+  const MemoryOptions& memory = fp.memory;
+  const std::vector<std::vector<StageCost>>& costs = fp.costs;
+  const std::vector<int>& rank_of = fp.rank_of;
+  const std::vector<double>& tp_exposed = fp.tp_exposed;
+  const size_t S = fp.part.stage_count();
+  Partition* part = &fp.part;
+  Schedule* sched = &fp.sched;
 
   // A lower bound on each representative's peak before anything is lowered: its static memory and, in
   // the backward pass of one of its stages, that micro-batch's stash, what it re-materialises and its

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -200,4 +201,47 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
        tmp.write("bad.yaml", base + "strategy: {planner: bapipe, mini_batch: 64, baselines: false}\n")});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("used by the luo planner only") != std::string::npos);
+}
+
+// `pipegrid search --top K` replays its best K in SimGrid, as whole graphs or TP-folded: with t = 8
+// filling each DGX node, the two replays agree to rounding (the whole graph is the oracle; the core
+// test compares every candidate), and the output says which replay ran.
+TEST_CASE("cli: search --top 3, whole graphs and --tp-folded, agree where a TP group fills its node") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", R"(name: small GPT on two DGX A100
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-2}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}
+)");
+  std::map<std::string, double> times[2];
+  for (int folded = 0; folded < 2; ++folded) {
+    std::vector<std::string> argv = {
+        PIPEGRID_BINARY, "search", exp,     "--global-batch", "16", "--top", "3", "--tensor-parallel", "8",
+        "--micro-batch", "1",      "--json"};
+    if (folded) argv.push_back("--tp-folded");
+    auto r = run_command(argv);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const json j = json::parse(r.out);
+    CHECK(j["simgrid_replays"] == (folded ? "tp-folded" : "whole graph"));
+    REQUIRE(j["simgrid_ranking"].size() == 3);
+    for (const json& c : j["simgrid_ranking"]) {
+      CHECK(c["t"] == 8);
+      const std::string key = c["schedule"].get<std::string>() + "/" + std::to_string(c["p"].get<int>()) +
+                              "/" + c["recompute"].get<std::string>() + "/" +
+                              std::to_string(c["sequence_parallel"].get<bool>()) + "/" +
+                              std::to_string(c["distributed_optimizer"].get<bool>()) + "/" +
+                              std::to_string(c["chunks"].get<int>());
+      times[folded][key] = c["simulated_iteration_time_s"].get<double>();
+    }
+  }
+  REQUIRE(times[0].size() == 3);
+  for (const auto& [key, whole] : times[0]) {
+    REQUIRE(times[1].count(key) == 1);
+    CHECK(times[1][key] == pipegrid::testing::approx(whole).epsilon(1e-9));
+  }
+  auto text = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "2",
+                           "--tensor-parallel", "8", "--micro-batch", "1", "--tp-folded"});
+  REQUIRE_MESSAGE(text.exit_code == 0, text.err);
+  CHECK(text.out.find("SimGrid replays TP-folded") != std::string::npos);
 }

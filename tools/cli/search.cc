@@ -37,8 +37,9 @@ struct SearchOptions {
   std::vector<int> tensor_parallel, pipeline, micro_batch_sizes;
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
-  bool exact = false;  // --exact-ranking
-  int jobs = 2;        // replays at a time
+  bool exact = false;      // --exact-ranking
+  bool tp_folded = false;  // --tp-folded: replay each TP group as its rank 0 (Search3dEstimator::tp_folded)
+  int jobs = 2;            // replays at a time
 };
 
 struct Replayed {
@@ -96,9 +97,11 @@ bool write_all(int fd, const void* data, size_t n) {
 // Replays each experiment in its own child process, `jobs` at a time (SimGrid runs one simulation per
 // process): the child lowers the candidate, replays it and sends back its iteration time, throughput
 // and breakdown (a few numbers), so this process never holds a whole task graph.
-std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exps, int jobs,
-                                              const std::function<void(size_t)>& progress) {
-  std::vector<ReplayOutcome> out(exps.size());
+// Replays count runs, run i's task graph from prepare_i (called in the child), on `cluster`.
+std::vector<ReplayOutcome> replay_in_children(size_t count, const Cluster& cluster,
+                                              const std::function<Result<PreparedRun>(size_t)>& prepare_i,
+                                              int jobs, const std::function<void(size_t)>& progress) {
+  std::vector<ReplayOutcome> out(count);
   std::map<pid_t, std::pair<size_t, int>> running;  // pid -> (index, read end)
   size_t next = 0, finished = 0;
   auto start = [&](size_t i) {
@@ -121,17 +124,17 @@ std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exp
       ::close(fds[0]);
       std::string error;
       double figures[8] = {};
-      Result<PreparedRun> run = prepare(exps[i], nullptr, false);
+      Result<PreparedRun> run = prepare_i(i);
       if (!run) {
         error = run.error().message;
       } else {
         sim::ReplayOptions ro;
         ro.schedule = &run->schedule;
-        Result<sim::Replay> r = sim::replay(exps[i].cluster, run->graph, ro);
+        Result<sim::Replay> r = sim::replay(cluster, run->graph, ro);
         if (!r) {
           error = r.error().message;
         } else {
-          const Metrics m = compute_metrics(exps[i].cluster, run->graph, r->timeline);
+          const Metrics m = compute_metrics(cluster, run->graph, r->timeline);
           const TimeBreakdown& b = m.breakdown;
           const double f[8] = {r->timeline.makespan(),
                                m.throughput_samples_per_s,
@@ -158,8 +161,8 @@ std::vector<ReplayOutcome> replay_in_children(const std::vector<Experiment>& exp
     ::close(fds[1]);
     running[pid] = {i, fds[0]};
   };
-  while (finished < exps.size()) {
-    while (running.size() < static_cast<size_t>(std::max(1, jobs)) && next < exps.size()) start(next++);
+  while (finished < count) {
+    while (running.size() < static_cast<size_t>(std::max(1, jobs)) && next < count) start(next++);
     if (running.empty()) continue;
     // Any child: read what it sent (it exits once written; a short message never fills the pipe).
     int status = 0;
@@ -298,12 +301,19 @@ int run(const SearchOptions& o) {
   }
   std::vector<Replayed> replayed;
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res->ranked.size());
-  std::vector<Experiment> exps;
-  for (size_t i = 0; i < k; ++i) exps.push_back(search3d_experiment(*exp, res->ranked[i]));
-  if (tty && k > 0) fmt::print(std::cerr, "search: replaying {} in SimGrid, {} at a time", k, o.jobs);
-  const std::vector<ReplayOutcome> outcomes = replay_in_children(exps, o.jobs, [&](size_t done) {
-    if (tty) fmt::print(std::cerr, "\rsearch: replayed {}/{} in SimGrid ({} at a time)   ", done, k, o.jobs);
-  });
+  // Whole graphs (every rank of every TP group), or TP-folded ones (Search3dEstimator::tp_folded).
+  auto prepare_i = [&](size_t i) -> Result<PreparedRun> {
+    if (o.tp_folded) return Search3dEstimator(*exp).tp_folded(res->ranked[i]);
+    return prepare(search3d_experiment(*exp, res->ranked[i]), nullptr, false);
+  };
+  if (tty && k > 0)
+    fmt::print(std::cerr, "search: replaying {} in SimGrid{}, {} at a time", k,
+               o.tp_folded ? " (TP-folded)" : "", o.jobs);
+  const std::vector<ReplayOutcome> outcomes =
+      replay_in_children(k, exp->cluster, prepare_i, o.jobs, [&](size_t done) {
+        if (tty)
+          fmt::print(std::cerr, "\rsearch: replayed {}/{} in SimGrid ({} at a time)   ", done, k, o.jobs);
+      });
   for (size_t i = 0; i < k; ++i) {
     const Search3dCandidate& c = res->ranked[i];
     if (!outcomes[i].error.empty())
@@ -346,6 +356,7 @@ int run(const SearchOptions& o) {
       sim.push_back(x);
     }
     j["simgrid_ranking"] = sim;
+    j["simgrid_replays"] = o.tp_folded ? "tp-folded" : "whole graph";
     if (replayed.size() >= 2) j["why"] = why(replayed[0], replayed[1]);
     std::cout << j.dump(2) << "\n";
     return kOk;
@@ -357,6 +368,10 @@ int run(const SearchOptions& o) {
   for (const auto& [reason, count] : res->left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
   if (res->ranked.empty()) fmt::print("no candidate fits\n");
   if (replayed.empty()) return kOk;
+  if (o.tp_folded)
+    fmt::print(
+        "\nSimGrid replays TP-folded: each tensor-parallel group as its rank 0, its collectives folded "
+        "into its passes (docs/3d-search.md)\n");
   fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>10}  {}\n", "rank", "configuration", "SimGrid",
              "analytic", "samples/s", "MFU", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
   for (size_t i = 0; i < replayed.size(); ++i) {
@@ -392,6 +407,9 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("--schedules", o->schedules, "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2)");
   app->add_option("--recompute", o->recompute, "Only these recomputation modes (none, selective, full)");
   app->add_flag("--json", o->json, "Print one JSON object");
+  app->add_flag("--tp-folded", o->tp_folded,
+                "Replay each tensor-parallel group as its rank 0 with its collectives folded into its passes "
+                "(t times fewer devices, no TP flows; docs/3d-search.md)");
   app->add_flag("--exact-ranking", o->exact,
                 "Rank by lowering every candidate whole (every replica and rank) instead of the one-replica "
                 "estimate: slow at scale");
