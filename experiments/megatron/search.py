@@ -4,7 +4,10 @@ whole `pipegrid search ... --top 10` (enumeration, ranking of every candidate th
 replayed in SimGrid) a few times, and draws its candidates: iteration time against peak memory per
 device, the replayed ones marked (search.png, search.svg; data in search.json).
 
-    experiments/megatron/search.py [--pipegrid build/pipegrid] [--runs 3] [--top 10] [--figure-only]
+    experiments/megatron/search.py [--pipegrid build/pipegrid] [--runs 3] [--top 10] [--tp-folded] [--figure-only]
+
+--tp-folded replays the best 10 TP-folded (docs/3d-search.md): only the timing is printed and the
+JSON kept in search-tp-folded.json; search.json and the figure stay the whole-graph run's.
 
 Timing is the wall time of the whole process (time.monotonic around it), median and range over the
 runs; run it on an otherwise idle machine for a figure worth quoting.
@@ -26,8 +29,10 @@ EXPERIMENT = os.path.join(HERE, "gpt3-175b-1024.yaml")
 GLOBAL_BATCH = 1536
 
 
-def run_search(pipegrid, top):
+def run_search(pipegrid, top, tp_folded=False):
     cmd = [pipegrid, "search", EXPERIMENT, "--global-batch", str(GLOBAL_BATCH), "--top", str(top), "--json"]
+    if tp_folded:
+        cmd.append("--tp-folded")
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - t0
@@ -86,21 +91,26 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--figure-only", action="store_true", help="draw from search.json, no run")
+    ap.add_argument("--tp-folded", action="store_true", help="replay TP-folded; timing and search-tp-folded.json only")
     a = ap.parse_args()
     plt = pgx.matplotlib_pyplot()  # first: may re-run this script under an interpreter that has it
     data_file = os.path.join(HERE, "search.json")
     if not a.figure_only:
         walls, data = [], None
         for i in range(a.runs):
-            wall, data = run_search(a.pipegrid, a.top)
+            wall, data = run_search(a.pipegrid, a.top, a.tp_folded)
             walls.append(wall)
             print(f"run {i + 1}: {wall:.1f} s", flush=True)
-        print(f"pipegrid search (GPT-3 175B, 1,024 A100, top {a.top}): median {statistics.median(walls):.1f} s, "
+        print(f"pipegrid search (GPT-3 175B, 1,024 A100, top {a.top}{' TP-folded' if a.tp_folded else ''}): median {statistics.median(walls):.1f} s, "
               f"{min(walls):.1f}-{max(walls):.1f} s over {len(walls)} runs; {data['combinations']} combinations, "
               f"{data['feasible']} fit and are ranked")
         keep = ("t", "p", "d", "micro_batch_size", "micro_batches", "schedule", "chunks", "recompute",
                 "sequence_parallel", "distributed_optimizer", "analytic_iteration_time_s", "peak_memory_bytes")
         data["analytic_ranking"] = [{k: c[k] for k in keep} for c in data["analytic_ranking"]]  # what the figure needs
+        if a.tp_folded:
+            with open(os.path.join(HERE, "search-tp-folded.json"), "w") as f:
+                json.dump(data, f, separators=(",", ":"))
+            return
         with open(data_file, "w") as f:
             json.dump(data, f, separators=(",", ":"))
     with open(data_file) as f:
