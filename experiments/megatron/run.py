@@ -113,17 +113,18 @@ def layer_time(pipegrid, r, gpu="a100"):
     return {"time": (spans[4] - spans[2]) / 2, "feasible": True, "breakdown": {}, "wall": time.time() - start}
 
 
-def replay_folded(pipegrid, r, gemm=None, why=""):
+def replay_folded(pipegrid, r, gemm=None, why="", gpu=None):
     """A row whose whole graph is above pipegrid's task limit: exactly the row's configuration replayed
     in SimGrid TP-folded (`pipegrid search --tp-folded`: every replica and pipeline rank, each TP group
     as its rank 0; equal to the whole graph where a TP group fills its node, t = 8 on DGX nodes, as
     here: docs/3d-search.md). The search's filters leave sequence parallelism and the distributed
-    optimizer free: its best 4 are replayed and the row's own is taken."""
+    optimizer free: its best 4 are replayed and the row's own is taken. gpu: a device spec (default the
+    catalog's A100, or the what-if GEMM efficiency)."""
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, r["id"] + ".yaml")
         with open(path, "w") as f:
-            yaml.safe_dump(experiment(r, what_if_gpu(gemm)), f)
+            yaml.safe_dump(experiment(r, gpu or what_if_gpu(gemm)), f)
         cmd = [pipegrid, "search", path, "--global-batch", str(r["batch"]), "--tensor-parallel", str(r["t"]),
                "--pipeline", str(r["p"]), "--micro-batch", "1", "--schedules", "1f1b", "--recompute",
                r["recompute"], "--top", "4", "--tp-folded", "--json"]

@@ -109,7 +109,8 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
         if "error" in x:
             got, ratio = "error", "-"
         else:
-            got = vlib.fmt_value(x["pipegrid"]) + ("" if x["feasible"] else " (over memory)")
+            got = (vlib.fmt_value(x["pipegrid"]) + ("" if x["feasible"] else " (over memory)")
+                   + (" (SimGrid, TP-folded: above the task limit as a whole graph)" if x.get("folded") else ""))
             ratio = f"{x['ratio']:.3f}"
         table.append([r["id"], r["model"] + "".join(f" {k}={v}" for k, v in sorted((r.get("model_params") or {}).items())),
                       f"{r['gpu']} x {r['gpus']}", r["precision"], r["batch_per_gpu"], pub, got, ratio, r["set"], link])

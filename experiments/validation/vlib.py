@@ -419,6 +419,14 @@ def predict(pg, rows, efficiency_of=None, progress=None):
     out = {}
     for r in rows:
         x = probes.get(r["id"]) or res[("run", r["id"])]
+        if "error" in x and r["model"] == "megatron-gpt" and "too large to simulate" in x["error"]:
+            # Above the task limit as a whole graph: replayed TP-folded (megatron/run.py, exact where a
+            # TP group fills its node).
+            f = megatron_module().replay_folded(pg.path, r["megatron"], why=x["error"],
+                                                gpu=device_spec(r, efficiency_of(r) if efficiency_of else None))
+            pg.runs += 1
+            if "error" not in f:
+                x = {"iteration_time_s": f["time"], "feasible": True, "breakdown": f["breakdown"], "folded": True}
         if "error" in x:
             out[r["id"]] = {"error": x["error"]}
             continue
@@ -431,7 +439,8 @@ def predict(pg, rows, efficiency_of=None, progress=None):
             sps = m["batch"] / time_s
             out[r["id"]] = {"samples_per_s": sps, "pipegrid": float(r["value"]) * (ratio if r["metric"] == "megatron_tflops_per_gpu" else 1 / ratio),
                             "published_samples_per_s": sps / ratio, "ratio": ratio,
-                            "feasible": x.get("feasible", True), "breakdown": x.get("breakdown", {})}
+                            "feasible": x.get("feasible", True), "breakdown": x.get("breakdown", {}),
+                            "folded": x.get("folded", False)}
             continue
         try:
             flops = None
