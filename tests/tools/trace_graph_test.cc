@@ -16,11 +16,12 @@ using nlohmann::json;
 namespace {
 
 json comp(int id, int rank, double seconds, std::vector<int> deps, const std::string& name = "F s0 m0") {
-  return {{"id", id}, {"rank", rank}, {"type", "comp"}, {"name", name}, {"duration_s", seconds}, {"deps", deps}};
+  return {{"id", id},     {"rank", rank},          {"type", "comp"},
+          {"name", name}, {"duration_s", seconds}, {"deps", deps}};
 }
 json comm(int id, int rank, const char* type, int peer, double bytes, int tag, std::vector<int> deps) {
-  return {{"id", id},     {"rank", rank}, {"type", type}, {"name", "activation s0 s1 m0"},
-          {"peer", peer}, {"bytes", bytes}, {"tag", tag}, {"deps", deps}};
+  return {{"id", id},     {"rank", rank},   {"type", type}, {"name", "activation s0 s1 m0"},
+          {"peer", peer}, {"bytes", bytes}, {"tag", tag},   {"deps", deps}};
 }
 json graph(int ranks, json nodes) {
   return {{"ranks", ranks}, {"nodes", std::move(nodes)}};
@@ -51,8 +52,14 @@ TEST_CASE("trace graph in: an all-reduce node per rank is the ring all-reduce af
   json nodes = json::array();
   for (int r = 0; r < n; ++r) {
     nodes.push_back(comp(2 * r, r, 1e-3, {}));
-    nodes.push_back({{"id", 2 * r + 1}, {"rank", r}, {"type", "allreduce"}, {"name", "allreduce s0 s0 m-1"},
-                     {"group", {0, 1, 2, 3}}, {"bytes", S}, {"tag", 0}, {"deps", {2 * r}}});
+    nodes.push_back({{"id", 2 * r + 1},
+                     {"rank", r},
+                     {"type", "allreduce"},
+                     {"name", "allreduce s0 s0 m-1"},
+                     {"group", {0, 1, 2, 3}},
+                     {"bytes", S},
+                     {"tag", 0},
+                     {"deps", {2 * r}}});
   }
   const double expected = 1e-3 + 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S / B;
   CHECK(close_rel(makespan(c, graph(n, nodes)), expected, 0.01));
@@ -87,13 +94,24 @@ TEST_CASE("trace graph out: one producer, one transfer, one consumer, written as
   g.device_order[1] = {t2};
   Result<json> j = output::to_trace_graph(g, 2);
   REQUIRE(j.ok());
-  const json want = json::array(
-      {comp(0, 0, 1e-3, {}, "F s0 m0"),
-       {{"id", 1}, {"rank", 0}, {"type", "send"}, {"name", "activation s0 s1 m0"}, {"peer", 1}, {"bytes", 4096.0},
-        {"tag", 1}, {"deps", {0}}},
-       {{"id", 2}, {"rank", 1}, {"type", "recv"}, {"name", "activation s0 s1 m0"}, {"peer", 0}, {"bytes", 4096.0},
-        {"tag", 1}, {"deps", json::array()}},
-       comp(3, 1, 1e-3, {2}, "F s1 m0")});
+  const json want = json::array({comp(0, 0, 1e-3, {}, "F s0 m0"),
+                                 {{"id", 1},
+                                  {"rank", 0},
+                                  {"type", "send"},
+                                  {"name", "activation s0 s1 m0"},
+                                  {"peer", 1},
+                                  {"bytes", 4096.0},
+                                  {"tag", 1},
+                                  {"deps", {0}}},
+                                 {{"id", 2},
+                                  {"rank", 1},
+                                  {"type", "recv"},
+                                  {"name", "activation s0 s1 m0"},
+                                  {"peer", 0},
+                                  {"bytes", 4096.0},
+                                  {"tag", 1},
+                                  {"deps", json::array()}},
+                                 comp(3, 1, 1e-3, {2}, "F s1 m0")});
   CHECK((*j)["nodes"] == want);
   CHECK((*j)["ranks"] == 2);
 }
@@ -113,7 +131,11 @@ TEST_CASE("trace graph in: located errors") {
         "rank 1 node \"F s0 m0\" (id 1): depends on node 0 of another rank");
   CHECK(error(json::array({comp(0, 5, 1e-3, {})})) ==
         "rank 5 node \"F s0 m0\" (id 0): rank 5 is not a device of the cluster (0 to 1)");
-  CHECK(error(json::array({{{"id", 0}, {"rank", 0}, {"type", "allreduce"}, {"group", {0, 0}}, {"bytes", 8},
+  CHECK(error(json::array({{{"id", 0},
+                            {"rank", 0},
+                            {"type", "allreduce"},
+                            {"group", {0, 0}},
+                            {"bytes", 8},
                             {"deps", json::array()}}})) ==
         "rank 0 node \"\" (id 0): a rank appears twice in the group [0, 0]");
 }
