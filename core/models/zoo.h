@@ -1,5 +1,5 @@
 // The model zoo: layer DAGs built from shapes (core/models/builder.h), with named parameters.
-// Figures they reproduce are in ../shared/reference/models.md and the tests.
+// Figures they reproduce are in docs/reference/models.md and the tests.
 #pragma once
 
 #include <cstdint>

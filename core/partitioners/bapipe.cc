@@ -1,5 +1,5 @@
 // bapipe: the partition step of the BaPipe-style strategy (BaPipe, Zhao et al. 2020; only its
-// abstract is known, so this is an interpretation: ../shared/reference/papers.md, README).
+// abstract is known, so this is an interpretation: docs/reference/papers.md, README).
 //
 // Given a schedule, m micro-batches of b samples and p = `stages`: contiguous stages of layers
 // (topological order), stage i data-parallel on r_i consecutive devices (each replica takes b / r_i

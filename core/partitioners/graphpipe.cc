@@ -1,5 +1,5 @@
 // graphpipe: GraphPipe-style graph pipeline partitioner (Jeon et al., ASPLOS'25; our reading of
-// ../shared/reference/papers.md, which also says what is [inferred]).
+// docs/reference/papers.md, which also says what is [inferred]).
 //
 // The layer DAG is decomposed into a series-parallel tree (core/sp_tree.h). For a target
 // bottleneck time-per-sample T, a memoised DP over the tree answers "can this part of the model,

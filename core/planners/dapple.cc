@@ -1,5 +1,5 @@
 // dapple: a DAPPLE-style planner (Fan et al., PPoPP'21, "DAPPLE: A Pipelined Data Parallel Approach for
-// Training Large Models"; ../shared/reference/papers.md gives only its outline: pipeline + data-parallel
+// Training Large Models"; docs/reference/papers.md gives only its outline: pipeline + data-parallel
 // stages, early backward scheduling, topology-aware device placement). Our interpretation, named so:
 //
 // - Stages are contiguous ranges of the workload's topological order, coarsened to at most kBlocks

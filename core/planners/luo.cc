@@ -1,7 +1,7 @@
 // luo: the Luo-style planner - "Efficient Pipeline Planning for Expedited Distributed DNN Training"
 // (Luo et al., INFOCOM'22), our interpretation: only the paper's abstract is known (partition and
 // device mapping over arbitrary inter-GPU connectivity, plus a scheduler ordering micro-batches, both
-// minimising the iteration time of a synchronous pipeline). See ../shared/reference/papers.md and
+// minimising the iteration time of a synchronous pipeline). See docs/reference/papers.md and
 // README.md "Planners".
 //
 // Partition and mapping. Stages are contiguous ranges of a topological order of the layers; each

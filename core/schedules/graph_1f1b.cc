@@ -1,5 +1,5 @@
 // graph-1f1b: synchronous 1F1B generalised to stage DAGs (GraphPipe's schedule, our reading:
-// ../shared/reference/papers.md, [inferred] part). A stage s runs min(m, 1 + L(s)) forwards before
+// docs/reference/papers.md, [inferred] part). A stage s runs min(m, 1 + L(s)) forwards before
 // its first backward, where L(s) is the longest path, in stage edges, from s to a sink stage; then
 // it alternates one backward and one forward (each backward as early as its stage's order allows),
 // then drains. Stages nearer the sinks keep fewer micro-batches in flight, which is what makes a

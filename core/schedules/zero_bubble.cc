@@ -1,7 +1,7 @@
 // Zero-bubble schedules (Qi et al., ICLR'24): the backward is split into B (input gradient, on the
 // critical path) and W (weight gradient, deferrable). Activations are freed after W.
 //
-// zb-h1 (the rule of ../shared/reference/closed-forms.md, checked there by an independent list
+// zb-h1 (the rule of docs/reference/closed-forms.md, checked there by an independent list
 // simulation): 1F1B's warm-up (p - i - 1 forwards) and F/B alternation, and worker i runs W(k)
 // once B(k + i) is done, keeping i weight-gradient passes pending; the rest at the end. Same peak
 // memory as 1F1B (p micro-batches on worker 0); iteration m (T_F + T_BW) + (p - 1)(T_F + T_B - T_W)

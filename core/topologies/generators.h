@@ -4,7 +4,7 @@
 // Router (shortest paths by latency, then hops) except the tori, which use dimension-order routing
 // (Cluster::torus_dims). Devices are numbered so that consecutive indices are close in the network
 // (same switch, same node, same pod): pipeline stage i runs on device i. The figures given as
-// defaults below are from ../shared/reference/hardware.md; [assumed] marks modelling assumptions.
+// defaults below are from docs/reference/hardware.md; [assumed] marks modelling assumptions.
 #pragma once
 
 #include <string>

@@ -31,7 +31,7 @@ PROFILES = os.path.join(pgx.ROOT, "workloads", "profiles", "dapple")
 
 # DAPPLE's profiles carry the per-GPU batch they were measured with (`pbs-N`). The mini-batch of an
 # iteration is 16 such batches: one profiled batch per GPU on 16 GPUs, two on 8 (pipegrid's choice;
-# DAPPLE's and Luo et al.'s global batch sizes are not in ../shared/reference/papers.md).
+# DAPPLE's and Luo et al.'s global batch sizes are not in docs/reference/papers.md).
 BATCHES_PER_ITERATION = 16
 MODELS = {
     "vgg19": {"label": "VGG-19", "file": "vgg-19-pbs-32.txt", "batch": 32},

@@ -46,10 +46,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }  // namespace
 
 TEST_CASE("pipedream: the README's answers, with the same stage count and replication") {
-  if (!fs::exists(kDir)) {
-    MESSAGE("skipped: " << kDir << " is missing");
-    return;
-  }
+  REQUIRE_MESSAGE(fs::exists(kDir), kDir << " is missing: the profiles are part of the repository");
   struct Case {
     const char* file;
     bool straight;
@@ -83,10 +80,7 @@ TEST_CASE("pipedream: the README's answers, with the same stage count and replic
 }
 
 TEST_CASE("pipedream: 164 answers of PipeDream's own planner (times to 1e-6 - stage counts on one level)") {
-  if (!fs::exists(kDir)) {
-    MESSAGE("skipped: " << kDir << " is missing");
-    return;
-  }
+  REQUIRE_MESSAGE(fs::exists(kDir), kDir << " is missing: the profiles are part of the repository");
   std::stringstream rows(
       testing::read_file(std::string(PIPEGRID_SOURCE_DIR) + "/tests/core/data/pipedream_reference.tsv"));
   std::map<std::string, Profile> profiles;

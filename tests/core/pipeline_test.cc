@@ -1,5 +1,5 @@
 // The core pipeline (partition, schedule, lowering) run by the analytic evaluator, against the
-// closed forms of ../shared/reference/closed-forms.md (independent oracle).
+// closed forms of docs/reference/closed-forms.md (independent oracle).
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The model zoo against published figures (../shared/reference/models.md): exact parameter counts
+// The model zoo against published figures (docs/reference/models.md): exact parameter counts
 // where the architecture is exact, FLOPs within 2%.
 #include "core/models/zoo.h"
 

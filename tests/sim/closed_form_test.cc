@@ -1,4 +1,4 @@
-// The SimGrid replay against the closed forms of ../shared/reference/closed-forms.md.
+// The SimGrid replay against the closed forms of docs/reference/closed-forms.md.
 #include <doctest/doctest.h>
 
 #include "core/experiment.h"

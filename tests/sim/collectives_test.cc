@@ -1,5 +1,5 @@
 // All-reduce collectives as transfers on the simulated network, against closed forms
-// (../shared/reference/closed-forms.md for the ring; the hierarchical one derived in the test).
+// (docs/reference/closed-forms.md for the ring; the hierarchical one derived in the test).
 #include "core/collectives.h"
 
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// The schedule library in SimGrid, against ../shared/reference/closed-forms.md (communication made
+// The schedule library in SimGrid, against docs/reference/closed-forms.md (communication made
 // negligible: 1000 TB/s links, zero latency, 1 KiB activations).
 #include <doctest/doctest.h>
 

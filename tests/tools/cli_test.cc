@@ -171,10 +171,7 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
   CHECK(list.out.find("Luo-style (INFOCOM'22, our interpretation)") != std::string::npos);
 
   const fs::path profile = fs::path(PIPEGRID_PROFILES_DIR) / "dapple/vgg-19-pbs-32.txt";
-  if (!fs::exists(profile)) {
-    MESSAGE("skipped: " << profile << " is missing");
-    return;
-  }
+  REQUIRE_MESSAGE(fs::exists(profile), profile << " is missing: the profiles are part of the repository");
   TempDir tmp;
   // VGG-19 as DAPPLE profiled it (32 samples) on 8 Summit V100s (2 nodes), mini-batch 64.
   const std::string base =
