@@ -92,6 +92,14 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   if (sp.fused_attention) {
     k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
     k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, 0, 0, 0, 0);
+  } else if (sp.megatron_fusion) {
+    // Megatron-LM's FusedScaleMaskSoftmax: scale, mask and softmax one kernel (reads the scores,
+    // writes the probabilities), then dropout (reads, writes, and writes its 1-byte mask): 4 eb + 1
+    // bytes per score forward. Backward: dropout (reads the gradient and the mask, writes) and the
+    // fused softmax (reads the gradient and its output, writes): 5 eb + 1. Two kernels per pass.
+    k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
+    k.softmax_dropout =
+        kernel(KernelClass::Elementwise, 0, 0, 0, (4 * eb + 1) * scores, (5 * eb + 1) * scores, 0, 2);
   } else {
     k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
     k.softmax_dropout =
@@ -99,8 +107,12 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   }
   const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
   k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
-  const double dr = 5 * s * h * seq_share * eb;  // dropout (r + w) and residual add (2 r + w)
-  k.dropout_residual1 = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, 2);
+  // Dropout (r + w) and residual add (2 r + w), two kernels; Megatron-LM's fused bias-dropout-add
+  // one kernel reading the input and the residual and writing the sum (3 s h). Backward 1.5 times
+  // the forward's traffic, as for every element-wise kernel here.
+  const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
+  k.dropout_residual1 =
+      kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
   k.dropout_residual2 = k.dropout_residual1;
   const double ln = 2 * s * h * seq_share * eb;
   k.ln1 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);

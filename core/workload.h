@@ -104,10 +104,13 @@ std::string_view to_string(TensorSplitKind k);
 struct TensorSplit {
   TensorSplitKind kind = TensorSplitKind::Undefined;
   double sequence = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocabulary = 0;
-  bool gated = false;     // gated MLP (SwiGLU: gate and up matrices, then down)
-  bool biases = true;     // GEMM biases (GPT, BERT); none in Llama
-  bool rotary = false;    // rotary position embedding applied to queries and keys
+  bool gated = false;            // gated MLP (SwiGLU: gate and up matrices, then down)
+  bool biases = true;            // GEMM biases (GPT, BERT); none in Llama
+  bool rotary = false;           // rotary position embedding applied to queries and keys
   bool fused_attention = false;  // FlashAttention (workload `attention: fused`, core/models/builder.h)
+  // Megatron-LM's fused element-wise kernels (workload `kernel_fusion: megatron`): scale, mask and
+  // softmax as one kernel, bias, dropout and residual addition as one.
+  bool megatron_fusion = false;
 };
 
 struct Layer {

@@ -1,11 +1,11 @@
 #include "core/models/builder.h"
 
-#include "core/tensor_parallel.h"
-
 #include <fmt/format.h>
 
 #include <cmath>
 #include <numeric>
+
+#include "core/tensor_parallel.h"
 
 namespace pipegrid {
 
@@ -106,11 +106,30 @@ void use_attention(Workload& w, AttentionImpl impl) {
   }
 }
 
+Status use_megatron_fusion(Workload& w) {
+  int blocks = 0;
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    Layer& l = w.graph[i];
+    if ((l.kind != "decoder_block" && l.kind != "transformer_block") ||
+        l.split.kind != TensorSplitKind::Transformer)
+      continue;
+    l.split.megatron_fusion = true;
+    l.kernels = transformer_kernels(l.split, w.precision);  // keeps fused_attention (use_attention)
+    set_totals(l);
+    ++blocks;
+  }
+  if (blocks == 0)
+    return Error{
+        fmt::format("megatron fusion rewrites Transformer blocks (models gpt, llama, bert, ...); \"{}\" "
+                    "has none, and its kernels would stay unfused",
+                    w.name)};
+  return {};
+}
+
 Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
   if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
     return Error{
-        fmt::format("the model has more than {} layers, pipegrid's limit (see docs/limits.md)",
-                    kMaxLayers)};
+        fmt::format("the model has more than {} layers, pipegrid's limit (see docs/limits.md)", kMaxLayers)};
   return push_layer(std::move(l), std::move(out), in);
 }
 
@@ -343,8 +362,8 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
                            dirs * 4.0 * H * features * eb),
                make_kernel(KernelClass::Gemm, recurrent, recurrent, 0, step_gemm_io, step_gemm_io,
                            4.0 * H * H * eb, dirs * T),
-               make_kernel(KernelClass::Elementwise, 0, 0, 0, dirs * T * 7.0 * H * eb, dirs * T * 11.0 * H * eb, 0,
-                           dirs * T)};
+               make_kernel(KernelClass::Elementwise, 0, 0, 0, dirs * T * 7.0 * H * eb,
+                           dirs * T * 11.0 * H * eb, 0, dirs * T)};
   l.stash_bytes = dirs * steps * 6.0 * hidden * element_bytes(w_.precision);  // 4 gates + cell + hidden
   return add_layer(std::move(l), std::move(out), in);
 }
@@ -382,8 +401,8 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
                              l.weight_bytes / 2, 2),
                  make_kernel(KernelClass::Elementwise, 0, 0, 0, (4 * big + 2 * small) * eb,
                              (6 * big + 3 * small) * eb, 0, 4),
-                 make_kernel(KernelClass::Attention, 4 * small * h, 8 * small * h, 0, (small + (tq + tm) * h) * eb,
-                             2 * (small + (tq + tm) * h) * eb)};
+                 make_kernel(KernelClass::Attention, 4 * small * h, 8 * small * h, 0,
+                             (small + (tq + tm) * h) * eb, 2 * (small + (tq + tm) * h) * eb)};
     l.stash_bytes = (tq * h + tm * h + tq * tm + big) * eb;  // with the tanh output
     return add_layer(std::move(l), q, in);
   }
@@ -407,10 +426,9 @@ Result<int> ModelBuilder::attention(const std::string& name, const std::vector<i
   // Projections (GEMMs), the attention core's batched GEMMs and the unfused passes over the scores.
   // Calls per pass: the fused QKV and the output projection; Q K^T and scores x V; scale, mask,
   // softmax, dropout.
-  l.kernels = {
-      make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb,
-                  12 * seq * h * eb, l.weight_bytes / 2, 2),
-      score_core(scores, seq * h, a * seq * seq, eb), score_passes(a * seq * seq, eb)};
+  l.kernels = {make_kernel(KernelClass::Gemm, projections, projections, projections, 6 * seq * h * eb,
+                           12 * seq * h * eb, l.weight_bytes / 2, 2),
+               score_core(scores, seq * h, a * seq * seq, eb), score_passes(a * seq * seq, eb)};
   // Korthikanti et al. for the attention half of a block: 11 s h + 5 a s^2 bytes at 16 bits.
   l.stash_bytes = (11 * seq * h + 5 * heads * seq * seq) * eb / 2;
   l.selective_stash_bytes = 11 * seq * h * eb / 2;
@@ -454,7 +472,8 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
   l.selective_stash_bytes = 34 * seq * h * eb / 2;
   set_totals(l);  // forward_flops is the kernels' sum (it was 0 here: the fraction was infinite)
   l.selective_recompute_fraction = scores / l.forward_flops;
-  l.split = {TensorSplitKind::Transformer, seq, h, a, a, f, 0, /*gated=*/false, /*biases=*/true, /*rotary=*/false};
+  l.split = {
+      TensorSplitKind::Transformer, seq, h, a, a, f, 0, /*gated=*/false, /*biases=*/true, /*rotary=*/false};
   return add_layer(std::move(l), s, {in});
 }
 
@@ -463,9 +482,10 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
   if (s.size() != 2) return mismatch(name, "[sequence, hidden]", in);
   if (split.heads < 1 || std::fmod(split.hidden, split.heads) != 0 || split.kv_heads < 1 ||
       std::fmod(split.heads, split.kv_heads) != 0)
-    return Error{fmt::format("layer \"{}\": {} heads must divide the hidden size {} and be a multiple of the {} "
-                             "key-value heads",
-                             name, split.heads, split.hidden, split.kv_heads)};
+    return Error{
+        fmt::format("layer \"{}\": {} heads must divide the hidden size {} and be a multiple of the {} "
+                    "key-value heads",
+                    name, split.heads, split.hidden, split.kv_heads)};
   Layer l;
   l.name = name;
   l.kind = "decoder_block";

@@ -34,6 +34,14 @@ enum class AttentionImpl { Unfused, Fused };
 // Rewrites the attention core of every transformer_block and self-attention layer of `w` for `impl`
 // (Unfused: no change; Fused: one kernel per pass, no score traffic, the backward recomputes Q K^T).
 void use_attention(Workload& w, AttentionImpl impl);
+// Megatron-LM's fused element-wise kernels (its defaults: --masked-softmax-fusion,
+// --bias-dropout-fusion; bias-GeLU is one kernel here either way) in every Transformer block of
+// `w` (transformer_block, decoder_block): scale, mask and softmax one kernel, bias, dropout and
+// residual addition one kernel. The blocks' kernels are rebuilt from their split as tensor
+// parallelism builds them (core/tensor_parallel.h: the same totals, unfused), keeping
+// FlashAttention (apply after use_attention). An error when `w` has no Transformer block (the
+// kernels of other layer kinds are not rewritten).
+Status use_megatron_fusion(Workload& w);
 // The most elements a tensor may have per sample (8 PB in fp64): larger shapes are input errors,
 // so every derived count stays exact in double and fits int64.
 inline constexpr double kMaxElements = 1e15;

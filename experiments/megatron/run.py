@@ -66,13 +66,15 @@ def what_if_gpu(gemm):
 def experiment(r, gpu="a100"):
     """The row as a pipegrid experiment; `gpu` a catalog name or a device with overrides. The
     data-parallel gradients are all-reduced as NCCL does across DGX nodes: one ring per NIC
-    (`multi-ring`)."""
+    (`multi-ring`); the element-wise kernels fused as Megatron-LM fuses them by default
+    (`kernel_fusion: megatron`: scale-mask-softmax, bias-dropout-add)."""
     t, p, gpus = r["t"], r["p"], r["gpus"]
     d = gpus // (t * p)
     return {
         "name": r["id"],
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
-                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d},
+                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d,
+                     "kernel_fusion": "megatron"},
         "cluster": {"kind": "dgx", "nodes": gpus // 8,
                     "gpu": gpu,
                     "fabric": "rail" if gpus > 8 else "switch"},

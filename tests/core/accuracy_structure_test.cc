@@ -144,3 +144,57 @@ TEST_CASE("unfused attention: scale, mask, softmax and dropout each pass over th
   CHECK(gap >= 17 * scores * 8 / 1e12);
   CHECK(gap <= 21 * scores * 8 / 1e12);
 }
+
+TEST_CASE("Megatron-LM's fused kernels: scale-mask-softmax one kernel, bias-dropout-add one kernel") {
+  // One GPT decoder block, s 512, h 1024, 16 heads, MLP 4096, fp16, hand-counted per sample.
+  // Score passes forward: unfused 4 kernels, (8 x 2 + 1) bytes per score; fused softmax then
+  // dropout, 2 kernels, (4 x 2 + 1); backward (7 x 2 + 1) -> (5 x 2 + 1). Dropout and residual add:
+  // unfused 2 kernels, 5 s h elements (dropout reads and writes, the add reads 2 and writes), twice
+  // per block; fused 1 kernel, 3 s h (reads the input and the residual, writes); backward 1.5 x.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {512, 1024});
+  TensorSplit sp;
+  sp.heads = sp.kv_heads = 16;
+  sp.ffn = 4096;
+  int blk = *b.decoder_block("blk", x, sp);
+  Workload w = b.finish();
+  Workload fw = w;
+  REQUIRE(use_megatron_fusion(fw).ok());
+  const Layer& unfused = w.layer(blk);
+  const Layer& fused = fw.layer(blk);
+  const double scores = 16.0 * 512 * 512, sh = 512.0 * 1024;
+  CHECK(unfused.forward_bytes - fused.forward_bytes == approx(4 * 2 * scores + 2 * (5 - 3) * sh * 2));
+  CHECK(unfused.backward_bytes - fused.backward_bytes == approx(2 * 2 * scores + 2 * 1.5 * (5 - 3) * sh * 2));
+  CHECK(fused.forward_flops == unfused.forward_flops);
+  // Launches per pass: unfused 2 norms, 4 GEMMs, 2 core, 4 score passes, GeLU, 2 x 2 dropout-add =
+  // 17; fused 13.
+  const DeviceSpec d = launches_only(1e-6);
+  CHECK(layer_times(unfused, Precision::FP16, d, 8)->forward == approx(17e-6));
+  CHECK(layer_times(fused, Precision::FP16, d, 8)->forward == approx(13e-6));
+  // With FlashAttention first, the fusion keeps it (no score passes at all): 2 + 4 + 1 + 1 + 2 = 10.
+  Workload ff = w;
+  use_attention(ff, AttentionImpl::Fused);
+  REQUIRE(use_megatron_fusion(ff).ok());
+  CHECK(ff.layer(blk).split.fused_attention);
+  CHECK(layer_times(ff.layer(blk), Precision::FP16, d, 8)->forward == approx(10e-6));
+  // BERT's and GPT's transformer_block: the same counts, 17 -> 13 launches.
+  ModelBuilder b2("bert-like", Precision::FP16);
+  int y = b2.input("x", {512, 1024});
+  int tb = *b2.transformer_block("blk", y, 16, 4096);
+  Workload bert = b2.finish();
+  Workload bf = bert;
+  REQUIRE(use_megatron_fusion(bf).ok());
+  CHECK(bert.layer(tb).forward_bytes - bf.layer(tb).forward_bytes ==
+        approx(4 * 2 * scores + 2 * (5 - 3) * sh * 2));
+  CHECK(bf.layer(tb).forward_flops == approx(bert.layer(tb).forward_flops));
+  CHECK(layer_times(bert.layer(tb), Precision::FP16, d, 8)->forward == approx(17e-6));
+  CHECK(layer_times(bf.layer(tb), Precision::FP16, d, 8)->forward == approx(13e-6));
+  // A model without Transformer blocks is refused, not silently left unfused.
+  ModelBuilder b3("mlp", Precision::FP16);
+  int z = b3.input("x", {1024});
+  (void)*b3.linear("fc", z, 1024, 1024);
+  Workload mlp = b3.finish();
+  Status st = use_megatron_fusion(mlp);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("Transformer blocks") != std::string::npos);
+}

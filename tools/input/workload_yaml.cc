@@ -30,9 +30,9 @@ Workload parse_chain(const Node& n) {
   n.check_keys({"kind", "layers", "forward", "backward", "backward_weight", "activation", "parameters",
                 "samples_per_micro_batch", "optimizer_step", "precision"});
   ChainSpec c;
-  c.layers =
-      static_cast<int>(n.need("layers", "a positive integer")
-                           .integer(1, kMaxLayers, fmt::format("a positive integer, at most {}", kMaxLayers)));
+  c.layers = static_cast<int>(
+      n.need("layers", "a positive integer")
+          .integer(1, kMaxLayers, fmt::format("a positive integer, at most {}", kMaxLayers)));
   c.forward_s = n.need("forward", describe(Dimension::Time, "non-negative"))
                     .quantity(Dimension::Time, Sign::NonNegative);
   c.backward_s = n.need("backward", describe(Dimension::Time, "non-negative"))
@@ -61,7 +61,7 @@ Workload parse_model(const Node& n) {
   for (const ModelInfo& m : model_zoo()) models.push_back(m.name);
   const std::string which = name.choice(models, "a model from the zoo");
   const ModelInfo* info = *find_model(which);
-  std::vector<std::string_view> keys = with_common({"model", "precision", "attention"});
+  std::vector<std::string_view> keys = with_common({"model", "precision", "attention", "kernel_fusion"});
   for (const auto& d : info->defaults) keys.push_back(d.first);
   n.check_keys(keys);
   ModelArgs args;
@@ -78,6 +78,10 @@ Workload parse_model(const Node& n) {
     use_attention(*w, a->choice({"unfused", "fused"}, "an attention implementation") == "fused"
                           ? AttentionImpl::Fused
                           : AttentionImpl::Unfused);
+  // Element-wise kernels as Megatron-LM fuses them (after use_attention: the blocks are rebuilt).
+  if (auto f = n.get("kernel_fusion"))
+    if (f->choice({"none", "megatron"}, "a kernel fusion") == "megatron")
+      if (Status st = use_megatron_fusion(*w); !st) f->fail(st.error().message);
   return std::move(*w);
 }
 
