@@ -90,8 +90,13 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   return t;
 }
 
-double optimizer_step_bytes_per_parameter(Optimizer o, Precision p) {
+double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKernels k) {
   const bool mixed = mixed_precision(p) || o == Optimizer::MixedAdam;
+  if (k == OptimizerKernels::Unfused) {
+    const int passes = o == Optimizer::SGD ? 3 : o == Optimizer::Momentum ? 8 : 21;
+    if (mixed) return 4.0 * passes + (2 + 4) + (4 + 2);
+    return element_bytes(p) * passes;
+  }
   // Besides the gradient (read) and the weights (read and written), each state tensor is read and
   // written.
   const int state = optimizer_state_tensors(o);
@@ -99,9 +104,10 @@ double optimizer_step_bytes_per_parameter(Optimizer o, Precision p) {
   return element_bytes(p) * (3 + 2 * state);
 }
 
-double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device) {
+double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
+                           OptimizerKernels k) {
   if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
-  return parameters * optimizer_step_bytes_per_parameter(o, p) /
+  return parameters * optimizer_step_bytes_per_parameter(o, p, k) /
          (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
 }
 

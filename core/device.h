@@ -87,12 +87,19 @@ struct PassTimes {
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch);
 
-// Bytes one optimizer step reads and writes per parameter (fused, element-wise): SGD reads the
-// weights and gradients and writes the weights; momentum and Adam also read and write one and two
-// state tensors; mixed precision keeps the state and fp32 master weights at 4 bytes and writes the
-// half-precision working weights too.
-double optimizer_step_bytes_per_parameter(Optimizer o, Precision p);
+// Bytes one optimizer step reads and writes per parameter. Fused (one element-wise pass): SGD reads
+// the weights and gradients and writes the weights; momentum and Adam also read and write one and
+// two state tensors; mixed precision keeps the state and fp32 master weights at 4 bytes and writes
+// the half-precision working weights too. Unfused (torch.optim's loop, PyTorch 1.x, no weight
+// decay), in passes over a tensor of the state's element size: SGD `p.add_(g)` 3; momentum
+// `buf.mul_().add_(g)`, `p.add_(buf)` 2 + 3 + 3 = 8; Adam `m.mul_().add_(g)` 2 + 3,
+// `v.mul_().addcmul_(g, g)` 2 + 4, `denom = v.sqrt() / c + eps` 2 + 2 + 2, `p.addcdiv_(m, denom)` 4:
+// 21. Mixed precision adds the copies around it: fp16 gradients to fp32 (2 + 4 bytes) and the
+// fp32 master weights back to fp16 (4 + 2).
+double optimizer_step_bytes_per_parameter(Optimizer o, Precision p,
+                                          OptimizerKernels k = OptimizerKernels::Fused);
 // Seconds one optimizer step takes for `parameters` on the device (memory-bound).
-double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device);
+double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
+                           OptimizerKernels k = OptimizerKernels::Fused);
 
 }  // namespace pipegrid

@@ -30,6 +30,11 @@ std::optional<Optimizer> parse_optimizer(std::string_view s);  // sgd, momentum,
 // Adam and mixed-precision Adam 2 (m and v).
 int optimizer_state_tensors(Optimizer o);
 
+// How the optimizer step runs: fused (one element-wise kernel over every tensor, as apex's
+// FusedAdam or FusedLAMB) or unfused (PyTorch's torch.optim loop before 2.0: one kernel per
+// arithmetic operation and tensor, each reading and writing whole tensors).
+enum class OptimizerKernels { Fused, Unfused };
+
 enum class Recompute {
   None,       // every layer stashes its activations from F to B
   Full,       // a stage stashes only its input; its backward re-runs the forward first
@@ -48,6 +53,7 @@ struct MemoryOptions {
   // Mixed precision (amp, amp-bf16): the optimizer keeps fp32 master weights and fp32 state
   // (4 bytes per parameter each) beside the half-precision working weights and gradients.
   bool mixed_precision = false;
+  OptimizerKernels optimizer_kernels = OptimizerKernels::Fused;  // the step's time only
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

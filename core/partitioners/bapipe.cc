@@ -54,9 +54,10 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
       if (whole_samples_per_replica(r.micro_batch_size, c)) counts.push_back(c);
   } else {
     if (!whole_samples_per_replica(r.micro_batch_size, fixed))
-      return Error{fmt::format("bapipe: {} replicas would split each micro-batch of {} samples into {} samples "
-                               "each; a replica count must divide the micro-batch size",
-                               fixed, r.micro_batch_size, r.micro_batch_size / fixed)};
+      return Error{
+          fmt::format("bapipe: {} replicas would split each micro-batch of {} samples into {} samples "
+                      "each; a replica count must divide the micro-batch size",
+                      fixed, r.micro_batch_size, r.micro_batch_size / fixed)};
     counts.push_back(fixed);
   }
 
@@ -126,10 +127,11 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
     // The stage's optimizer step, once per iteration like the all-reduce (slowest replica).
     double step = 0;
     for (int x = 0; x < c; ++x)
-      step = std::max(step, w.optimizer_step_s >= 0
-                                ? w.optimizer_step_s
-                                : optimizer_step_time(params[k] - params[j], r.memory.optimizer, w.precision,
-                                                      r.cluster.devices[a + x].spec));
+      step = std::max(step,
+                      w.optimizer_step_s >= 0
+                          ? w.optimizer_step_s
+                          : optimizer_step_time(params[k] - params[j], r.memory.optimizer, w.precision,
+                                                r.cluster.devices[a + x].spec, r.memory.optimizer_kernels));
     return t + step / m;
   };
   auto fits = [&](int i, int a, int c, int j, int k) {

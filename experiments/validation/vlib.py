@@ -260,6 +260,10 @@ def memory_section(row):
     if optimizer not in ("sgd", "momentum", "adam"):
         raise MappingError(f"optimizer {optimizer!r}: expected sgd, momentum or adam")
     m = {"optimizer": optimizer}
+    if row.get("optimizer_kernels"):  # fused (default) | unfused: how the step runs (core/device.h)
+        if row["optimizer_kernels"] not in ("fused", "unfused"):
+            raise MappingError(f"optimizer_kernels {row['optimizer_kernels']!r}: expected fused or unfused")
+        m["optimizer_kernels"] = row["optimizer_kernels"]
     if row.get("recompute"):  # activation checkpointing, when a row says so: none | full | selective
         m["recompute"] = row["recompute"]
     return m

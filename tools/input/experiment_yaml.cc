@@ -201,10 +201,15 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
 
 MemoryOptions parse_memory(const Node& n) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "bytes_per_parameter", "recompute", "zero"});
+  n.check_keys({"optimizer", "optimizer_kernels", "bytes_per_parameter", "recompute", "zero"});
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
     m.optimizer = *parse_optimizer(o->choice({"sgd", "momentum", "adam", "mixed-adam"}, "an optimizer"));
+  // How the step runs (core/device.h, optimizer_step_bytes_per_parameter): fused by default.
+  if (auto k = n.get("optimizer_kernels"))
+    m.optimizer_kernels = k->choice({"fused", "unfused"}, "how the optimizer step runs") == "unfused"
+                              ? OptimizerKernels::Unfused
+                              : OptimizerKernels::Fused;
   if (auto b = n.get("bytes_per_parameter")) {
     double v = b->number("a non-negative number of bytes");
     if (v < 0) b->expected("a non-negative number of bytes");
