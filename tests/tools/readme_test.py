@@ -10,7 +10,9 @@ Checks, against the files themselves (no output of pipegrid is taken on trust):
     line shown under it (but `...`) appears, whole, in what it printed;
   - every relative link of README.md and docs/*.md names a file that exists (and a `#anchor` into a
     Markdown file names one of its headings);
-  - no typed count of tests in README.md or docs/install.md (`ctest -N` prints it; such counts drifted).
+  - no typed count of tests in README.md or docs/install.md (`ctest -N` prints it; such counts drifted);
+  - docs/cost-model.md's table of calibrated efficiencies and start-ups equals topologies/devices.yaml
+    (it drifted once: every refit changes both).
 """
 import glob
 import os
@@ -52,6 +54,33 @@ def anchors(path):
             a = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
             result.add(a)
     return result
+
+
+def calibrated_table(root):
+    """docs/cost-model.md's rows `| device | precision | gemm | conv | attention | recurrent | start-up
+    | calibrated ... |` against topologies/devices.yaml (3 decimals; start-up in us)."""
+    import yaml
+    catalog = yaml.safe_load(open(os.path.join(root, "topologies", "devices.yaml"), encoding="utf-8"))
+    doc = os.path.join("docs", "cost-model.md")
+    out, seen = [], 0
+    for number, line in enumerate(open(os.path.join(root, doc), encoding="utf-8"), 1):
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) != 8 or not c[7].startswith("calibrated") or c[0] not in catalog:
+            continue
+        seen += 1
+        d = catalog[c[0]]
+        precision = {"fp16 / amp": "fp16", "tf32": "tf32", "fp32 (and tf32)": "fp32"}.get(c[1], c[1])
+        table = (d.get("compute_efficiency") or {}).get(precision, {})
+        for column, cls in zip(c[2:6], ("gemm", "conv", "attention", "recurrent")):
+            if column != f"{table.get(cls, -1):.3f}":
+                out.append(f"{doc}:{number}: {c[0]} {precision} {cls} is {column}, topologies/devices.yaml "
+                           f"says {table.get(cls)}")
+        startup = str(d.get("kernel_startup", ""))
+        if c[6] != startup:
+            out.append(f"{doc}:{number}: {c[0]} start-up is {c[6]}, topologies/devices.yaml says {startup}")
+    if seen < 4:
+        out.append(f"{doc}: {seen} calibrated rows found in its efficiency table (expected 4)")
+    return out
 
 
 def main():
@@ -109,6 +138,7 @@ def main():
         for m in re.finditer(r"\b\d[\d,]* tests\b", text):
             failures.append(f"{doc}:{text.count(chr(10), 0, m.start()) + 1}: a typed test count "
                             f"(\"{m.group(0)}\"): say `ctest --test-dir build -N` instead")
+    failures += calibrated_table(root)
     for f in failures:
         print(f)
     print(f"readme: {len(failures)} problem(s)")
