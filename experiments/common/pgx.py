@@ -18,6 +18,35 @@ def binary():
     return path
 
 
+def check_catalog(pipegrid, devices=("v100", "a100")):
+    """Exits with a message when `pipegrid`'s built-in device catalog (topologies/devices.yaml is
+    compiled into the binary) differs from this checkout's file for `devices`: their compute
+    efficiencies and kernel start-up. Without it, a refit copied into devices.yaml but not rebuilt
+    replays the old figures and every table looks plausible."""
+    import yaml
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    with open(os.path.join(ROOT, "topologies", "devices.yaml"), encoding="utf-8") as f:
+        catalog = yaml.safe_load(f)
+    for name in devices:
+        p = subprocess.run([pipegrid, "device", "show", name, "--json"], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"{pipegrid} device show {name}: {p.stderr.strip()}")
+        built, entry = json.loads(p.stdout), catalog[name]
+        for prec, table in (entry.get("compute_efficiency") or {}).items():
+            for cls, value in table.items():
+                if abs(built["compute_efficiency"][prec][cls] - value) > 1e-9:
+                    sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} {prec} {cls}: "
+                             f"{built['compute_efficiency'][prec][cls]} built in, {value} in the file): rebuild it "
+                             f"(cmake --build build --target pipegrid)")
+        text = str(entry.get("kernel_startup", "0s"))
+        unit = next(u for u in ("ns", "us", "ms", "s") if text.endswith(u))
+        startup = float(text[:-len(unit)]) * units[unit]
+        if abs(built["kernel_startup_s"] - startup) > 1e-12:
+            sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} kernel_startup: "
+                     f"{built['kernel_startup_s']} s built in, {text} in the file): rebuild it "
+                     f"(cmake --build build --target pipegrid)")
+
+
 def plan(experiment, path):
     """Writes `experiment` (a dict; JSON is valid YAML) to `path` and returns pipegrid plan's JSON,
     or {"error": message} when pipegrid refuses it (e.g. nothing fits memory)."""

@@ -179,6 +179,9 @@ def main():
                     help="what-if: the A100's fp16/bf16 GEMM and attention efficiency set to X instead of the "
                          "catalog's (a diagnostic, not a fit; the table says so)")
     a = ap.parse_args()
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
+    import pgx  # noqa: E402
+    pgx.check_catalog(a.pipegrid, ("a100",))  # the catalog's A100 is what this run reports
     all_rows = rows()
     todo = [r for r in all_rows if r["gpus"] <= a.max_gpus]
     with concurrent.futures.ThreadPoolExecutor(a.j) as ex:

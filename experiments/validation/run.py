@@ -221,6 +221,7 @@ def main():
     plt = pgx.matplotlib_pyplot()  # first: may re-run this script under an interpreter that has it
     args = parse_args()
     rows = vlib.load_rows(args.measurements, args.rows) + vlib.load_megatron_rows(args.rows, args.megatron_max_gpus)
+    pgx.check_catalog(args.pipegrid)  # the catalog's figures are what this run reports
     pg = vlib.Pipegrid(args.pipegrid, args.jobs)
     n = len(rows)
     done = []

@@ -120,3 +120,21 @@ with tempfile.TemporaryDirectory() as out:
         if not re.search(rf"^\| {family} \| \d+ rows \| \d+ \| [\d.]+ \|", text, re.M):
             sys.exit(f"crossval.md: no leave-one-model-family-out line for {family}:\n{text}")
 print(f"validation suite: {len(rows)} rows ran ({sets['check']} check, {sets['calibration']} calibration)")
+# The device catalog is compiled into pipegrid: run.py refuses a binary built from another
+# topologies/devices.yaml (a refit copied into the file but not rebuilt would replay old figures).
+with tempfile.TemporaryDirectory() as tmp:
+    fake = os.path.join(tmp, "pipegrid")
+    with open(fake, "w") as f:  # the real binary, but a start-up 1 us off on `device show`
+        f.write("#!/usr/bin/env python3\nimport json, subprocess, sys\n"
+                f"p = subprocess.run([{pipegrid!r}] + sys.argv[1:], capture_output=True, text=True)\n"
+                "d = json.loads(p.stdout)\nd['kernel_startup_s'] += 1e-6\nprint(json.dumps(d))\n")
+    os.chmod(fake, 0o755)
+    check = "import sys; sys.path.insert(0, sys.argv[1]); import pgx; pgx.check_catalog(sys.argv[2])"
+    common = os.path.join(root, "experiments", "common")
+    good = subprocess.run([sys.executable, "-c", check, common, pipegrid], capture_output=True, text=True)
+    if good.returncode != 0:
+        sys.exit(f"check_catalog refused the freshly built pipegrid: {good.stderr}")
+    stale = subprocess.run([sys.executable, "-c", check, common, fake], capture_output=True, text=True)
+    if stale.returncode == 0 or "built with another topologies/devices.yaml" not in stale.stderr:
+        sys.exit(f"check_catalog accepted a binary whose catalog differs: {stale.returncode} {stale.stderr}")
+print("catalog check: a stale binary is refused")
