@@ -92,18 +92,17 @@ TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_paral
   if (sp.fused_attention) {
     k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
     k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, 0, 0, 0, 0);
-  } else if (sp.megatron_fusion) {
-    // Megatron-LM's FusedScaleMaskSoftmax: scale, mask and softmax one kernel (reads the scores,
-    // writes the probabilities), then dropout (reads, writes, and writes its 1-byte mask): 4 eb + 1
-    // bytes per score forward. Backward: dropout (reads the gradient and the mask, writes) and the
-    // fused softmax (reads the gradient and its output, writes): 5 eb + 1. Two kernels per pass.
-    k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
-    k.softmax_dropout =
-        kernel(KernelClass::Elementwise, 0, 0, 0, (4 * eb + 1) * scores, (5 * eb + 1) * scores, 0, 2);
   } else {
     k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
+    // Unfused: scale, mask, softmax and dropout, four kernels, 8 eb + 1 bytes per score forward
+    // (dropout writes a 1-byte mask), 7 eb + 1 backward. Megatron-LM's FusedScaleMaskSoftmax: scale,
+    // mask and softmax one kernel (reads the scores, writes the probabilities), then dropout: 4 eb + 1
+    // forward; backward dropout (reads the gradient and the mask, writes) and the fused softmax (reads
+    // the gradient and its output, writes): 5 eb + 1. Two kernels per pass.
     k.softmax_dropout =
-        kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0, 4);
+        sp.megatron_fusion
+            ? kernel(KernelClass::Elementwise, 0, 0, 0, (4 * eb + 1) * scores, (5 * eb + 1) * scores, 0, 2)
+            : kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0, 4);
   }
   const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
   k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);

@@ -11,8 +11,8 @@
 // free, runs a B if one is ready, else an F if it holds fewer than 2p - 1 micro-batches in
 // flight, else a W. With equal times the iteration takes m (T_F + T_BW) + (p - 1) T_F for m >= p,
 // with at most 2p - 1 micro-batches in flight, and when there is a steady state (m >= 2p - 1) it is
-// the paper's parallelogram: worker i is busy without a gap from i T_F on. (The paper's post-validation that also hides the (p - 1) T_F
-// skew behind the optimizer step is not modelled: the iteration is synchronous.)
+// the paper's parallelogram: worker i is busy without a gap from i T_F on. (The paper's post-validation that
+// also hides the (p - 1) T_F skew behind the optimizer step is not modelled: the iteration is synchronous.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,7 +48,8 @@ Result<Schedule> schedule_zb_h2(const ScheduleRequest& r) {
   const int cap = 2 * p - 1;
   constexpr int kNever = 1 << 30;
   // Completion step of F and B of (worker, micro-batch); kNever until scheduled.
-  std::vector<std::vector<int>> f_done(p, std::vector<int>(m, kNever)), b_done(p, std::vector<int>(m, kNever));
+  std::vector<std::vector<int>> f_done(p, std::vector<int>(m, kNever)),
+      b_done(p, std::vector<int>(m, kNever));
   std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
   std::vector<std::vector<Action>> stages(p);
   int remaining = 3 * m * p;
