@@ -28,7 +28,8 @@ bool op_matches(const PatternOp& op, const Layer& layer) {
       return layer.kind == op.text;
     case PatternOp::Kind::Class: {
       const std::vector<Kernel> ks = layer_kernels(layer);
-      return !ks.empty() && std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.cls == op.cls; });
+      return !ks.empty() &&
+             std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.cls == op.cls; });
     }
   }
   return false;
@@ -40,7 +41,8 @@ DeviceSpec on_backend(const DeviceSpec& device, const PatternCost& c) {
   DeviceSpec d = device;
   for (int k = 0; k < kKernelClassCount; ++k) {
     if (c.compute_efficiency[k] > 0)
-      for (Precision p : kMathPrecisions) d.compute_efficiency[static_cast<int>(p)][k] = c.compute_efficiency[k];
+      for (Precision p : kMathPrecisions)
+        d.compute_efficiency[static_cast<int>(p)][k] = c.compute_efficiency[k];
     if (c.memory_efficiency[k] > 0) d.memory_efficiency[k] = c.memory_efficiency[k];
   }
   if (c.launch_s >= 0) d.kernel_startup_s = c.launch_s;
@@ -63,7 +65,9 @@ std::vector<int> match_chain(const Workload& w, const BackendPattern& p, int v) 
   return chain;
 }
 
-double sum(const PassTimes& t) { return t.forward + t.backward(); }
+double sum(const PassTimes& t) {
+  return t.forward + t.backward();
+}
 
 Result<Candidate> cost_candidate(const Workload& w, const BackendCatalog& c, const DeviceSpec& device,
                                  const PlacementOptions& o, int b, int pi, std::vector<int> chain) {
@@ -92,8 +96,7 @@ Result<Candidate> cost_candidate(const Workload& w, const BackendCatalog& c, con
         for (Kernel& k : l.kernels) k.forward_bytes = k.backward_bytes = 0;
       }
       auto t = layer_times(l, w.precision, i == 0 ? head : fused, o.batch);
-      if (!t)
-        return Error{fmt::format("backend \"{}\": {}", c.backends[b].name, t.error().message)};
+      if (!t) return Error{fmt::format("backend \"{}\": {}", c.backends[b].name, t.error().message)};
       cand.times[i] = *t;
     }
   }
@@ -101,7 +104,8 @@ Result<Candidate> cost_candidate(const Workload& w, const BackendCatalog& c, con
   return cand;
 }
 
-std::vector<int> allowed_backends(const BackendCatalog& c, const DeviceSpec& device, const PlacementOptions& o) {
+std::vector<int> allowed_backends(const BackendCatalog& c, const DeviceSpec& device,
+                                  const PlacementOptions& o) {
   if (!o.allowed.empty()) return o.allowed;
   std::vector<int> out;
   for (size_t b = 0; b < c.backends.size(); ++b)
@@ -109,7 +113,9 @@ std::vector<int> allowed_backends(const BackendCatalog& c, const DeviceSpec& dev
   return out;
 }
 
-double output_bytes(const Workload& w, int u, double batch) { return w.layer(u).output_bytes * batch; }
+double output_bytes(const Workload& w, int u, double batch) {
+  return w.layer(u).output_bytes * batch;
+}
 
 }  // namespace
 
@@ -258,14 +264,16 @@ Result<Placement> place(const Workload& w, const BackendCatalog& c, const Device
       }
     }
     if (next.empty())
-      return Error{fmt::format("no allowed backend implements layer \"{}\" (kind \"{}\") on device kind \"{}\"",
-                               w.layer(v).name, w.layer(v).kind, device.kind)};
+      return Error{
+          fmt::format("no allowed backend implements layer \"{}\" (kind \"{}\") on device kind \"{}\"",
+                      w.layer(v).name, w.layer(v).kind, device.kind)};
     if (static_cast<long long>(next.size()) > o.max_states) {
       std::vector<std::pair<double, const Key*>> by_cost;
       for (const auto& [k, e] : next) by_cost.emplace_back(e.cost, &k);
       std::nth_element(by_cost.begin(), by_cost.begin() + o.max_states, by_cost.end());
       std::map<Key, Entry> kept;
-      for (long long j = 0; j < o.max_states; ++j) kept.emplace(*by_cost[j].second, next.at(*by_cost[j].second));
+      for (long long j = 0; j < o.max_states; ++j)
+        kept.emplace(*by_cost[j].second, next.at(*by_cost[j].second));
       next = std::move(kept);
       result.exact = false;
     }

@@ -230,8 +230,10 @@ class Reader {
     // pugixml expands no entity a DTD declares: "&e;" would stay in a name as text. SimGrid's own
     // platforms carry only the DOCTYPE line naming simgrid.dtd, which declares nothing inline.
     for (pugi::xml_node child : doc.children())
-      if (child.type() == pugi::node_doctype && std::string_view(child.value()).find('[') != std::string_view::npos)
-        fail(child, "<!DOCTYPE ...>: inline DTD declarations (entities) are not supported in a platform file");
+      if (child.type() == pugi::node_doctype &&
+          std::string_view(child.value()).find('[') != std::string_view::npos)
+        fail(child,
+             "<!DOCTYPE ...>: inline DTD declarations (entities) are not supported in a platform file");
     pugi::xml_node root = doc.document_element();
     if (std::string_view(root.name()) != "platform")
       fail(root, fmt::format("expected a SimGrid <platform>, got <{}>", root.name()));
@@ -416,10 +418,11 @@ class Reader {
     for (int i = 0; i < kPrecisionCount; ++i) {
       const double derived = d.spec.fpga ? d.spec.fpga->peak(static_cast<Precision>(i)) : 0.0;
       if (!(d.spec.peak_flops[i] <= 1e21) || !(derived <= 1e21))
-        fail(h, fmt::format("{}: its {} peak ({}) is {:g} FLOP/s, out of range: at most 1e21 FLOP/s", describe(h),
-                            to_string(static_cast<Precision>(i)),
-                            d.spec.peak_flops[i] <= 1e21 ? "DSPs x clock x MACs per DSP x 2" : "pipegrid:peak",
-                            d.spec.peak_flops[i] <= 1e21 ? derived : d.spec.peak_flops[i]));
+        fail(h,
+             fmt::format("{}: its {} peak ({}) is {:g} FLOP/s, out of range: at most 1e21 FLOP/s",
+                         describe(h), to_string(static_cast<Precision>(i)),
+                         d.spec.peak_flops[i] <= 1e21 ? "DSPs x clock x MACs per DSP x 2" : "pipegrid:peak",
+                         d.spec.peak_flops[i] <= 1e21 ? derived : d.spec.peak_flops[i]));
     }
     add_node(h, id, true);
     devices_.push_back(std::move(d));
@@ -467,11 +470,11 @@ class Reader {
     else if (key == "fpga_ports") {
       const double v = number();  // as a YAML device's `ports`: a whole number up to 1024
       if (v != std::floor(v) || v > 1024)
-        fail(p, fmt::format("<prop id=\"{}{}\">: expected a whole number of network ports from 0 to 1024, got \"{}\"",
-                            kPrefix, key, value));
+        fail(p, fmt::format(
+                    "<prop id=\"{}{}\">: expected a whole number of network ports from 0 to 1024, got \"{}\"",
+                    kPrefix, key, value));
       fpga().ports = static_cast<int>(v);
-    }
-    else if (key == "fpga_port_bandwidth")
+    } else if (key == "fpga_port_bandwidth")
       fpga().port_bandwidth = number();
     else {
       for (int i = 0; i < kPrecisionCount; ++i) {

@@ -118,9 +118,8 @@ TEST_CASE("pipegrid workload show --json: the documented keys - times on a catal
             pipegrid::testing::approx(v100["layer_overhead_s"].get<double>() + std::max(compute, memory)));
     }
   CHECK(seen);
-  auto profile =
-      run_command({PIPEGRID_BINARY, "workload", "show",
-                   std::string(PIPEGRID_PROFILES_DIR) + "/pipedream/gnmt_graph.txt", "--json"});
+  auto profile = run_command({PIPEGRID_BINARY, "workload", "show",
+                              std::string(PIPEGRID_PROFILES_DIR) + "/pipedream/gnmt_graph.txt", "--json"});
   if (profile.exit_code == 0) CHECK(json::parse(profile.out)["layers"].size() == 48);
   auto bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet"});
   CHECK(bad.exit_code == 2);

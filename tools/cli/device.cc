@@ -38,13 +38,15 @@ Command add_device_command(CLI::App& parent) {
   CLI::App* show = app->add_subcommand("show", "A catalog device's figures");
   show->add_option("name", o->name, "Catalog name")->required();
   show->add_flag("--json", o->json, "Print one JSON object");
-  list->add_flag("--json", o->json, "Print one JSON object: schema_version, devices (each as device show --json)");
+  list->add_flag("--json", o->json,
+                 "Print one JSON object: schema_version, devices (each as device show --json)");
   return {app, [o, list, show]() -> int {
             if (*list) {
               if (o->json) {
                 nlohmann::json all = nlohmann::json::array();
                 for (const auto& d : input::device_catalog()) all.push_back(to_json(d));
-                std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"devices", all}}.dump(2)
+                std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"devices", all}}
+                                 .dump(2)
                           << "\n";
                 return kOk;
               }

@@ -83,12 +83,14 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     // A GPU's figures are its peaks: an FPGA key on one would silently turn it into an FPGA whose
     // peak comes from DSPs it does not have (0 when no MACs per DSP are given).
     if (spec.family == "gpu" && !spec.fpga)
-      for (std::string_view key : {"dsps", "clock", "macs_per_dsp", "onchip_memory", "ports", "port_bandwidth"})
+      for (std::string_view key :
+           {"dsps", "clock", "macs_per_dsp", "onchip_memory", "ports", "port_bandwidth"})
         if (auto v = n.get(key))
-          v->fail(fmt::format("an FPGA figure, but this device is a GPU{} (set `peak` to change a GPU's "
-                              "rates, or name an FPGA model such as u280)",
-                              n.has("model") ? fmt::format(" ({})", n.get("model")->string("a device name"))
-                                             : std::string()));
+          v->fail(
+              fmt::format("an FPGA figure, but this device is a GPU{} (set `peak` to change a GPU's "
+                          "rates, or name an FPGA model such as u280)",
+                          n.has("model") ? fmt::format(" ({})", n.get("model")->string("a device name"))
+                                         : std::string()));
     if (!spec.fpga) spec.fpga = FpgaSpec{};
     spec.family = "fpga";
     FpgaSpec& f = *spec.fpga;
@@ -113,11 +115,12 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     // DSP x 2 of 1e308 MACs is infinite, which SimGrid cannot simulate.
     for (int p = 0; p < kPrecisionCount; ++p)
       if (!(spec.peak_flops[p] <= 1e21))
-        n.fail(fmt::format("the derived {} peak (DSPs x clock x MACs per DSP x 2) is {:g} FLOP/s, out of range: "
-                           "at most 1e21 FLOP/s",
-                           to_string(static_cast<Precision>(p)), spec.peak_flops[p]));
-    if (fpga_keys && *std::max_element(spec.peak_flops.begin(), spec.peak_flops.end()) <= 0 && !n.has("flops") &&
-        !n.has("peak"))
+        n.fail(
+            fmt::format("the derived {} peak (DSPs x clock x MACs per DSP x 2) is {:g} FLOP/s, out of range: "
+                        "at most 1e21 FLOP/s",
+                        to_string(static_cast<Precision>(p)), spec.peak_flops[p]));
+    if (fpga_keys && *std::max_element(spec.peak_flops.begin(), spec.peak_flops.end()) <= 0 &&
+        !n.has("flops") && !n.has("peak"))
       n.fail("an FPGA with a peak of 0 FLOP/s in every precision: give its macs_per_dsp (or dsps and clock)");
   }
   if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
@@ -187,10 +190,11 @@ void refuse_other_part(const Node& n, const DeviceSpec& spec) {
   for (const CatalogDevice& d : device_catalog())
     if (d.name != spec.kind && d.name.rfind(base + "-", 0) == 0 && d.family == "gpu" &&
         d.spec.memory_bytes == bytes && d.spec.memory_bandwidth != spec.memory_bandwidth)
-      mem->fail(fmt::format("\"{}\" has {:.0f} GB at {:.0f} GB/s; the {} part is \"{}\" ({}, {:.0f} GB/s): use "
-                            "model: {} (or give memory_bandwidth too)",
-                            spec.kind, spec.memory_bytes / 1e9, spec.memory_bandwidth / 1e9,
-                            mem->yaml().Scalar(), d.name, d.description, d.spec.memory_bandwidth / 1e9, d.name));
+      mem->fail(
+          fmt::format("\"{}\" has {:.0f} GB at {:.0f} GB/s; the {} part is \"{}\" ({}, {:.0f} GB/s): use "
+                      "model: {} (or give memory_bandwidth too)",
+                      spec.kind, spec.memory_bytes / 1e9, spec.memory_bandwidth / 1e9, mem->yaml().Scalar(),
+                      d.name, d.description, d.spec.memory_bandwidth / 1e9, d.name));
 }
 
 }  // namespace

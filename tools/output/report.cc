@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "core/backends.h"
@@ -39,7 +39,7 @@ const char* task_category(const Task& t) {
     case TaskKind::Optimizer:
       return "optimizer";
     case TaskKind::Transfer:
-      return t.transfer == TransferKind::Activation ? "activation"
+      return t.transfer == TransferKind::Activation       ? "activation"
              : t.transfer == TransferKind::Gradient       ? "gradient"
              : t.transfer == TransferKind::TensorParallel ? "tensor-parallel"
                                                           : "allreduce";
@@ -114,7 +114,8 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
       }
     const int chunks = std::max(1, e.strategy.chunks);
     if (idle_count > 0 && e.workload.layer_count() / static_cast<size_t>(chunks) <
-                              e.cluster.devices.size() / static_cast<size_t>(std::max(1, e.strategy.replicas)) /
+                              e.cluster.devices.size() /
+                                  static_cast<size_t>(std::max(1, e.strategy.replicas)) /
                                   static_cast<size_t>(std::max(1, e.strategy.tensor_parallel))) {
       const size_t ranks = e.workload.layer_count() / static_cast<size_t>(chunks);
       const std::string layers = plural(static_cast<double>(e.workload.layer_count()), "layer", "layers");
@@ -124,8 +125,8 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
           layers, chunks > 1 ? fmt::format(" in {} chunks per rank", chunks) : "",
           chunks == 1 && e.workload.layer_count() == 1 ? "s" : "",
           plural(static_cast<double>(ranks), chunks > 1 ? "rank" : "stage", chunks > 1 ? "ranks" : "stages"),
-          idle_count, e.cluster.devices.size(), idle_count == 1 ? "is" : "are", idle, idle_count > 4 ? ", ..." : "",
-          chunks > 1 ? " or chunks" : ""));
+          idle_count, e.cluster.devices.size(), idle_count == 1 ? "is" : "are", idle,
+          idle_count > 4 ? ", ..." : "", chunks > 1 ? " or chunks" : ""));
     }
   }
   // One warning per replica count, naming its stages as ranges ("stages 0..255"): a wide plan
@@ -174,8 +175,8 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(r.run.micro_batch_size, "sample", "samples"));
   const Parallelism par = parallelism(r.run.partition);
   if (par.tensor > 1)
-    fmt::print(out, "  parallel   t = {} (tensor{}{}), p = {} (pipeline stages{}), d = {} (data)\n", par.tensor,
-               e.strategy.sequence_parallel ? ", sequence parallel" : "",
+    fmt::print(out, "  parallel   t = {} (tensor{}{}), p = {} (pipeline stages{}), d = {} (data)\n",
+               par.tensor, e.strategy.sequence_parallel ? ", sequence parallel" : "",
                e.strategy.tp_overlap ? ", overlapped" : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
   fmt::print(out, "\n");
@@ -215,11 +216,12 @@ void print_summary(std::ostream& out, const RunReport& r) {
              percent(m.bubble_ratio));
   if (par.tensor > 1) {
     const TimeBreakdown& b = m.breakdown;
-    fmt::print(out,
-               "time per device  compute {}, exposed TP {}, pipeline comm {}, data-parallel comm {}, bubble {}, "
-               "optimizer {} (means over the devices in use)\n",
-               format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
-               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+    fmt::print(
+        out,
+        "time per device  compute {}, exposed TP {}, pipeline comm {}, data-parallel comm {}, bubble {}, "
+        "optimizer {} (means over the devices in use)\n",
+        format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+        format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
   }
   fmt::print(out, "\n");
   fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
@@ -423,9 +425,9 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"sequence_parallel", e.strategy.sequence_parallel},
                       {"tp_overlap", e.strategy.tp_overlap}};
   auto breakdown_json = [](const TimeBreakdown& b) {
-    return nlohmann::json{{"compute_s", b.compute_s},           {"tensor_parallel_s", b.tensor_parallel_s},
-                          {"pipeline_s", b.pipeline_s},         {"data_parallel_s", b.data_parallel_s},
-                          {"bubble_s", b.bubble_s},             {"optimizer_s", b.optimizer_s}};
+    return nlohmann::json{{"compute_s", b.compute_s},   {"tensor_parallel_s", b.tensor_parallel_s},
+                          {"pipeline_s", b.pipeline_s}, {"data_parallel_s", b.data_parallel_s},
+                          {"bubble_s", b.bubble_s},     {"optimizer_s", b.optimizer_s}};
   };
   j["breakdown"] = breakdown_json(m.breakdown);
   j["iteration_time_s"] = m.iteration_time_s;
@@ -523,7 +525,8 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     std::map<std::string, int> count;
     for (int l : r.run.partition.stage(s).layers)
       if (std::string b = placed_backend(r.experiment.workload.layer(l)); !b.empty()) ++count[b];
-    for (const auto& [b, n] : count) stage_backends[s] += fmt::format("{}{} {}", stage_backends[s].empty() ? "" : ", ", b, n);
+    for (const auto& [b, n] : count)
+      stage_backends[s] += fmt::format("{}{} {}", stage_backends[s].empty() ? "" : ", ", b, n);
   }
   for (size_t t = 0; t < g.tasks.size(); ++t) {
     const Task& task = g.tasks[t];
