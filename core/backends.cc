@@ -87,6 +87,7 @@ Result<Candidate> cost_candidate(const Workload& w, const BackendCatalog& c, con
     const DeviceSpec head = on_backend(device, p.cost);
     DeviceSpec fused = head;
     fused.kernel_startup_s = 0;
+    fused.kernel_dispatch_s = 0;
     fused.layer_overhead_s = 0;
     for (size_t i = 0; i < cand.layers.size(); ++i) {
       Layer l = w.layer(cand.layers[i]);

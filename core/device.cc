@@ -69,7 +69,8 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     const double compute = flops > 0 ? flops / (peak * device.compute_eff(precision, k.cls)) : 0.0;
     const double memory =
         (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
-    return device.kernel_startup_s + std::max(compute, memory);  // every launch pays the startup
+    // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work.
+    return std::max(device.kernel_dispatch_s, device.kernel_startup_s + std::max(compute, memory));
   };
   auto pass_time = [&](const Kernel& k, double flops, double bytes) {
     const double calls = std::max(1.0, k.calls);

@@ -33,6 +33,12 @@ struct FpgaSpec {
 // convolutions reach a smaller fraction of peak than large ones. Memory traffic runs at the
 // memory bandwidth times a memory efficiency; a call takes the startup plus the larger of the two
 // (roofline), memory-bound calls included (every launch pays it).
+//
+// The host issues kernels asynchronously: a framework spends kernel_dispatch on the CPU per call
+// (its op dispatch and the CUDA launch call), which overlaps the GPU's work on earlier calls. A
+// stream of calls is bound by the slower of the two sides, so a call takes
+// max(kernel_dispatch, kernel_startup + max(compute, memory)): short kernels run at the host's
+// rate, long ones hide it (0, the default, is a host that is never the limit).
 struct DeviceSpec {
   std::string kind = "custom";                       // catalog name, or "custom"
   std::string family;                                // "gpu", "fpga", or empty for custom devices
@@ -47,8 +53,9 @@ struct DeviceSpec {
   // Achieved fraction of memory_bandwidth per kernel class; 0 = `memory_efficiency_default`.
   double memory_efficiency_default = 1.0;
   std::array<double, kKernelClassCount> memory_efficiency{};
-  double kernel_startup_s = 0;  // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
-  double layer_overhead_s = 0;  // fixed cost per layer and pass (framework, pipeline fill)
+  double kernel_startup_s = 0;   // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
+  double kernel_dispatch_s = 0;  // host time per kernel call, overlapped with the GPU's work
+  double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
 
   std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
 
@@ -78,8 +85,9 @@ struct PassTimes {
 // kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise each
 // pass adds up its kernels (layer.kernels, or one kernel of the layer kind's class built from the
 // layer's totals), each call of a kernel taking
-//   kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
-//                        (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class)))
+//   max(kernel_dispatch,
+//       kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
+//                            (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class))))
 // with flops and bytes for the batch split over the kernel's calls, plus layer_overhead once per
 // pass that has work. The backward's streamed bytes are split between its input-gradient and
 // weight-gradient parts in proportion to their FLOPs.

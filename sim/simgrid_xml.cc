@@ -70,6 +70,7 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
       {"efficiency", num(s.efficiency)},
       {"layer_overhead", num(s.layer_overhead_s)},
       {"kernel_startup", num(s.kernel_startup_s)},
+      {"kernel_dispatch", num(s.kernel_dispatch_s)},
       {"memory_efficiency", num(s.memory_efficiency_default)},
   };
   for (Precision prec : kMathPrecisions)
@@ -459,6 +460,8 @@ class Reader {
       s.layer_overhead_s = number();
     else if (key == "kernel_startup")
       s.kernel_startup_s = number();
+    else if (key == "kernel_dispatch")
+      s.kernel_dispatch_s = number();
     else if (key == "memory_efficiency")
       s.memory_efficiency_default = number();
     else if (key == "fpga_dsps")

@@ -38,13 +38,14 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
                     sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} {prec} {cls}: "
                              f"{built['compute_efficiency'][prec][cls]} built in, {value} in the file): rebuild it "
                              f"(cmake --build build --target pipegrid)")
-        text = str(entry.get("kernel_startup", "0s"))
-        unit = next(u for u in ("ns", "us", "ms", "s") if text.endswith(u))
-        startup = float(text[:-len(unit)]) * units[unit]
-        if abs(built["kernel_startup_s"] - startup) > 1e-12:
-            sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} kernel_startup: "
-                     f"{built['kernel_startup_s']} s built in, {text} in the file): rebuild it "
-                     f"(cmake --build build --target pipegrid)")
+        for key in ("kernel_startup", "kernel_dispatch"):
+            text = str(entry.get(key, "0s"))
+            unit = next(u for u in ("ns", "us", "ms", "s") if text.endswith(u))
+            value = float(text[:-len(unit)]) * units[unit]
+            if abs(built.get(f"{key}_s", 0.0) - value) > 1e-12:
+                sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} {key}: "
+                         f"{built.get(key + '_s')} s built in, {text} in the file): rebuild it "
+                         f"(cmake --build build --target pipegrid)")
 
 
 def plan(experiment, path):

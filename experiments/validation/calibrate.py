@@ -37,6 +37,9 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
     p.add_argument("--fit-startup", nargs="*", default=["a100"], metavar="GPU",
                    help="devices whose kernel start-up (Hockney's t0, every kernel call pays it) is fitted too, "
                         "in [1, 60] us (default: a100; none: the catalog's)")
+    p.add_argument("--fit-dispatch", nargs="*", default=[], metavar="GPU",
+                   help="devices whose kernel dispatch (host time per kernel call, overlapped with the GPU: a call "
+                        "takes max(dispatch, start-up + work)) is fitted too, in [1, 100] us (default: none)")
     p.add_argument("--only", nargs="*", metavar="GPU",
                    help="fit only these devices' parameters (the others keep their start values: rows of "
                         "different devices share no parameter, so their fit is not affected)")
@@ -51,11 +54,15 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
 
 
 STARTUP = "kernel_startup_us"
-STARTUP_LO, STARTUP_HI = 1.0, 60.0  # microseconds
+DISPATCH = "kernel_dispatch_us"
+# Per-device parameters in microseconds: (search range, the catalog's key in `device show --json`,
+# first value when the catalog has none).
+DEVICE_PARAMS = {STARTUP: ((1.0, 60.0), "kernel_startup_s", 5.0),
+                 DISPATCH: ((1.0, 100.0), "kernel_dispatch_s", 10.0)}
 
 
 class Fit:
-    def __init__(self, pg, rows, startup_gpus=()):
+    def __init__(self, pg, rows, startup_gpus=(), dispatch_gpus=()):
         self.pg, self.rows = pg, rows
         self.by_class = pg.class_efficiency()
         self.values = {}  # (gpu, math precision, class) -> efficiency; starts at the catalog's
@@ -67,8 +74,11 @@ class Fit:
             for c in self.classes(r):
                 start = d.get("compute_efficiency", {}).get(prec, {}).get(c, d.get("efficiency", 0.5))
                 self.values[(r["gpu"], prec, c)] = min(HI, max(LO, start))
-            if r["gpu"] in startup_gpus:  # Hockney's t0 of the device: every kernel call pays it
-                self.values[(r["gpu"], "*", STARTUP)] = round(1e6 * d.get("kernel_startup_s", 5e-6), 4)
+            # Hockney's t0 of the device (every kernel call pays it) and the host's dispatch per call
+            for param, gpus in ((STARTUP, startup_gpus), (DISPATCH, dispatch_gpus)):
+                if r["gpu"] in gpus:
+                    _, key, first = DEVICE_PARAMS[param]
+                    self.values[(r["gpu"], "*", param)] = round(1e6 * d.get(key, 0), 4) or first
 
     def classes(self, row):
         return vlib.MODEL_CLASSES.get(row["model"], ("gemm",)) if self.by_class else ("all",)
@@ -76,8 +86,9 @@ class Fit:
     def efficiency_of(self, values):
         def of(r):
             e = {c: values[(r["gpu"], vlib.math_precision(r["precision"]), c)] for c in self.classes(r)}
-            if (r["gpu"], "*", STARTUP) in values:
-                e[STARTUP] = values[(r["gpu"], "*", STARTUP)]
+            for param in DEVICE_PARAMS:
+                if (r["gpu"], "*", param) in values:
+                    e[param] = values[(r["gpu"], "*", param)]
             return e
         return of
 
@@ -93,9 +104,9 @@ class Fit:
     def line_search(self, key, tol):
         """Golden-section search over ln(value) in [ln LO, ln HI] for the coordinate `key`, re-running
         only the rows that use it (the others do not change)."""
-        if key[2] == STARTUP:
+        if key[2] in DEVICE_PARAMS:
             rows = [r for r in self.rows if r["gpu"] == key[0]]
-            lo, hi = STARTUP_LO, STARTUP_HI
+            lo, hi = DEVICE_PARAMS[key[2]][0]
         else:
             rows = [r for r in self.rows if (r["gpu"], vlib.math_precision(r["precision"])) == key[:2] and key[2] in self.classes(r)]
             lo, hi = LO, HI
@@ -135,16 +146,18 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
              f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",
              "compute_efficiency:"]
-    for gpu in sorted({k[0] for k in fit.values if k[2] != STARTUP}):
+    for gpu in sorted({k[0] for k in fit.values if k[2] not in DEVICE_PARAMS}):
         lines.append(f"  {gpu}:")
-        for prec in sorted({k[1] for k in fit.values if k[0] == gpu and k[2] != STARTUP}):
+        for prec in sorted({k[1] for k in fit.values if k[0] == gpu and k[2] not in DEVICE_PARAMS}):
             items = ", ".join(f"{c}: {fit.values[(gpu, prec, c)]:.4f}" for c in sorted(
                 k[2] for k in fit.values if k[:2] == (gpu, prec)))
             lines.append(f"    {prec}: {{{items}}}")
-    startups = {k[0]: v for k, v in fit.values.items() if k[2] == STARTUP}
-    if startups:
-        lines.append("kernel_startup_us:  # Hockney's t0 per device (kernel_startup), fitted with the efficiencies")
-        lines += [f"  {gpu}: {v:.4f}" for gpu, v in sorted(startups.items())]
+    for param, what in ((STARTUP, "Hockney's t0 per device (kernel_startup)"),
+                        (DISPATCH, "host time per kernel call (kernel_dispatch)")):
+        fitted = {k[0]: v for k, v in fit.values.items() if k[2] == param}
+        if fitted:
+            lines.append(f"{param}:  # {what}, fitted with the efficiencies")
+            lines += [f"  {gpu}: {v:.4f}" for gpu, v in sorted(fitted.items())]
     lines.append("residuals:  # pipegrid / published with the catalog's efficiencies (before) and the fitted ones (after)")
     for r in sorted(rows, key=lambda r: r["id"]):
         b, a = before.get(r["id"]), after.get(r["id"])
@@ -156,19 +169,19 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
 
 
 def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None,
-            startup_start=None):
+            startup_start=None, dispatch_gpus=()):
     """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
     start: every efficiency's first value, startup_start every start-up's in us (default: the catalog's)."""
-    fit = Fit(pg, rows, startup_gpus)
+    fit = Fit(pg, rows, startup_gpus, dispatch_gpus)
     if start is not None:
-        fit.values = {k: (v if k[2] == STARTUP else start) for k, v in fit.values.items()}
+        fit.values = {k: (v if k[2] in DEVICE_PARAMS else start) for k, v in fit.values.items()}
     if startup_start is not None:
         fit.values = {k: (startup_start if k[2] == STARTUP else v) for k, v in fit.values.items()}
     if start_file:
         y = vlib.load_yaml(start_file) or {}
         for (gpu, prec, c) in list(fit.values):
-            v = (y.get("kernel_startup_us", {}).get(gpu) if c == STARTUP else
+            v = (y.get(c, {}).get(gpu) if c in DEVICE_PARAMS else
                  y.get("compute_efficiency", {}).get(gpu, {}).get(prec, {}).get(c))
             if v is not None:
                 fit.values[(gpu, prec, c)] = v
@@ -177,6 +190,9 @@ def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(),
     before = fit.residuals(None)
     cost0 = cost = sum(v * v for v in before.values() if v is not None)
     log(f"start: cost {cost0:.4f}")
+    if fit.values != Fit(pg, rows, startup_gpus, dispatch_gpus).values:  # a start other than the catalog's
+        cost = fit.cost(fit.values)
+        log(f"start values: cost {cost:.4f}")
     done = 0
     for sweep in range(sweeps):
         done += 1
@@ -202,6 +218,7 @@ def main():
     pg = vlib.Pipegrid(args.pipegrid, args.jobs)
     fit, before, after, cost0, cost, sweeps = run_fit(pg, rows, args.sweeps, args.tolerance, start=None,
                                                       startup_gpus=args.fit_startup, only=args.only,
+                                                      dispatch_gpus=args.fit_dispatch,
                                                       start_file=args.start,
                                                       log=lambda m: print(m, flush=True))
     text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)

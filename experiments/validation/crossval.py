@@ -37,9 +37,9 @@ def held_out_efficiency(fit, row):
         same = [v for k, v in fit.values.items() if k[2] == c] or list(fit.values.values())
         values[c] = statistics.median(same)
         prior.append("/".join(key))
-    startup = (row["gpu"], "*", calibrate.STARTUP)
-    if startup in fit.values:  # the device's kernel start-up, fitted in the fold as well
-        values[calibrate.STARTUP] = fit.values[startup]
+    for param in calibrate.DEVICE_PARAMS:  # the device's start-up and dispatch, fitted in the fold as well
+        if (row["gpu"], "*", param) in fit.values:
+            values[param] = fit.values[(row["gpu"], "*", param)]
     return values, prior
 
 
@@ -62,7 +62,8 @@ def run_folds(pg, rows, args, key):
         # The start-up of --fit-startup's devices is fitted in each fold too, from the catalog's value
         # before any fit (5 us), so that no fold inherits the joint fit's 27.8 us.
         fit, _, _, _, cost, _ = calibrate.run_fit(pg, train, args.sweeps, args.tolerance, lambda m: None, start=0.5,
-                                                  startup_gpus=args.fit_startup, startup_start=5.0)
+                                                  startup_gpus=args.fit_startup, startup_start=5.0,
+                                                  dispatch_gpus=args.fit_dispatch)
         effs = {r["id"]: held_out_efficiency(fit, r) for r in held}
         res = vlib.predict(pg, held, lambda r: effs[r["id"]][0])
         folds.append((left, train, held, effs, res))

@@ -87,12 +87,13 @@ def calibrated(path):
     device and math precision (tf32 rows set the fp32 entries alike), or None without one."""
     table = (load_yaml(path) or {}).get("compute_efficiency", {})
 
-    startup = (load_yaml(path) or {}).get("kernel_startup_us", {})
+    per_device = {k: (load_yaml(path) or {}).get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us")}
 
     def efficiency_of(row):
         e = dict(table.get(row["gpu"], {}).get(math_precision(row["precision"])) or {})
-        if row["gpu"] in startup:
-            e["kernel_startup_us"] = startup[row["gpu"]]
+        for key, values in per_device.items():
+            if row["gpu"] in values:
+                e[key] = values[row["gpu"]]
         return e or None
     return efficiency_of
 
@@ -277,9 +278,10 @@ def device_spec(row, efficiency=None):
     d = {"model": part or row["gpu"]}
     if not part and re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
         d["memory"] = memory
-    if efficiency and "kernel_startup_us" in efficiency:
-        efficiency = dict(efficiency)
-        d["kernel_startup"] = f"{round(efficiency.pop('kernel_startup_us'), 4)}us"
+    for key in ("kernel_startup", "kernel_dispatch"):  # per-device parameters in microseconds
+        if efficiency and f"{key}_us" in efficiency:
+            efficiency = dict(efficiency)
+            d[key] = f"{round(efficiency.pop(key + '_us'), 4)}us"
     if efficiency:
         if "all" in efficiency:
             d["efficiency"] = round(efficiency["all"], 6)

@@ -97,6 +97,35 @@ TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
   CHECK(5e9 / big.forward == pipegrid::testing::approx(50e12 * 10 / 11));
 }
 
+TEST_CASE("host dispatch overlaps the GPU: a call takes max(dispatch, start-up + work)") {
+  // The same layer: r_inf 50 TFLOP/s, start-up 2 us, dispatch 20 us. At 25 rows the work is
+  // 50 MFLOP = 1 us: 2 + 1 = 3 us on the GPU, so the host's 20 us bounds the call. At 2,500 rows
+  // it is 100 us: 102 us, and the dispatch is hidden. Never their sum (22 us and 122 us).
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {1000});
+  int fc = *b.linear("fc", x, 1000, 1000, false);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.kernel_startup_s = 2e-6;
+  d.kernel_dispatch_s = 20e-6;
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 25)->forward == pipegrid::testing::approx(20e-6));
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 2500)->forward == pipegrid::testing::approx(102e-6));
+  // Per call: an LSTM of 10 steps makes 1 + 10 + 10 kernel calls per forward (input GEMM, a GEMM
+  // and a gates kernel per step), each tiny here, so the forward is 21 dispatches.
+  ModelBuilder r("r", Precision::FP16);
+  int in = r.input("x", {10, 8});
+  int l = *r.lstm("lstm", {in}, 8, false);
+  Workload rw = r.finish();
+  CHECK(layer_times(rw.layer(l), Precision::FP16, d, 1)->forward == pipegrid::testing::approx(21 * 20e-6));
+  // Without dispatch (0, the default) the start-up + work form is unchanged: 21 x (2 us + tiny).
+  d.kernel_dispatch_s = 0;
+  const double no_dispatch = layer_times(rw.layer(l), Precision::FP16, d, 1)->forward;
+  CHECK(no_dispatch > 21 * 2e-6);
+  CHECK(no_dispatch < 21 * 2.01e-6);
+}
+
 TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
   // One LSTM layer, 4 inputs... features 512, hidden 1024, 10 steps, fp16, batch 1.
   ModelBuilder b("m", Precision::FP16);

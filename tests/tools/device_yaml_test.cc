@@ -49,6 +49,15 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(custom.kind == "custom");
   CHECK(custom.peak(Precision::INT8) == 10e12);
   CHECK(custom.efficiency == 0.4);
+  // Per-call times: kernel_startup and kernel_dispatch are times, never negative.
+  DeviceSpec host = parse("device: {model: v100, kernel_startup: 2us, kernel_dispatch: 12.5us}");
+  CHECK(host.kernel_startup_s == pipegrid::testing::approx(2e-6));
+  CHECK(host.kernel_dispatch_s == pipegrid::testing::approx(12.5e-6));
+  CHECK(parse("device: v100").kernel_dispatch_s == 0);  // the catalog's V100: the host never bounds a call
+  const std::string bad = error_of("device: {model: v100, kernel_dispatch: -3us}");
+  CHECK(bad.find("t.yaml:1:") != std::string::npos);
+  CHECK(bad.find("kernel_dispatch") != std::string::npos);
+  CHECK(error_of("device: {model: v100, kernel_dispatch: 3GB}").find("kernel_dispatch") != std::string::npos);
 }
 
 TEST_CASE("the A100's two SXM4 parts: 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s (NVIDIA datasheet)") {

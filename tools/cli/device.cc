@@ -40,7 +40,7 @@ Command add_device_command(CLI::App& parent) {
   show->add_flag("--json", o->json, "Print one JSON object");
   list->add_flag("--json", o->json,
                  "Print one JSON object: schema_version, devices (each as device show --json)");
-  return {app, [o, list, show]() -> int {
+  return {app, [o, list]() -> int {
             if (*list) {
               if (o->json) {
                 nlohmann::json all = nlohmann::json::array();
@@ -82,8 +82,9 @@ Command add_device_command(CLI::App& parent) {
                        format_bytes(d->spec.memory_bytes), format_bandwidth(d->spec.memory_bandwidth));
             for (KernelClass k : kKernelClasses)
               fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
-            fmt::print("\n  kernel startup   {}\n  layer overhead   {}\n",
-                       format_time(d->spec.kernel_startup_s), format_time(d->spec.layer_overhead_s));
+            fmt::print("\n  kernel startup   {}\n  kernel dispatch  {}\n  layer overhead   {}\n",
+                       format_time(d->spec.kernel_startup_s), format_time(d->spec.kernel_dispatch_s),
+                       format_time(d->spec.layer_overhead_s));
             if (d->spec.fpga) {
               const FpgaSpec& f = *d->spec.fpga;
               fmt::print("  DSPs             {}\n  clock            {}\n  MACs per DSP    ", f.dsps,

@@ -9,22 +9,12 @@
 namespace pipegrid::input {
 namespace {
 
-const std::vector<std::string_view> kSpecKeys = {"model",
-                                                 "memory",
-                                                 "memory_bandwidth",
-                                                 "flops",
-                                                 "peak",
-                                                 "efficiency",
-                                                 "compute_efficiency",
-                                                 "memory_efficiency",
-                                                 "kernel_startup",
-                                                 "layer_overhead",
-                                                 "dsps",
-                                                 "clock",
-                                                 "macs_per_dsp",
-                                                 "onchip_memory",
-                                                 "ports",
-                                                 "port_bandwidth"};
+const std::vector<std::string_view> kSpecKeys = {
+    "model",          "memory",          "memory_bandwidth",   "flops",
+    "peak",           "efficiency",      "compute_efficiency", "memory_efficiency",
+    "kernel_startup", "kernel_dispatch", "layer_overhead",     "dsps",
+    "clock",          "macs_per_dsp",    "onchip_memory",      "ports",
+    "port_bandwidth"};
 
 // Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ...} (arithmetic
 // formats: amp runs at fp16's figures), each read by `read`.
@@ -149,6 +139,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
   }
   if (auto o = n.get("kernel_startup"))
     spec.kernel_startup_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  if (auto o = n.get("kernel_dispatch"))
+    spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto o = n.get("layer_overhead"))
     spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
 }

@@ -270,6 +270,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"compute_efficiency", eff},
                       {"memory_efficiency", mem},
                       {"kernel_startup_s", spec.kernel_startup_s},
+                      {"kernel_dispatch_s", spec.kernel_dispatch_s},
                       {"layer_overhead_s", spec.layer_overhead_s}};
   if (spec.fpga) {
     const FpgaSpec& f = *spec.fpga;
