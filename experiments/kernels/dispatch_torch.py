@@ -22,8 +22,8 @@ median of 7 repetitions. Run on the device machine:
 
 The stored run is h200/dispatch/ (dispatch.json, dispatch.log, gpu.txt); dispatch.md is its table.
 """
-import os
 import json
+import os
 import platform
 import statistics
 import sys

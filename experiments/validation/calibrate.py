@@ -174,6 +174,7 @@ def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(),
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
     start: every efficiency's first value, startup_start every start-up's in us (default: the catalog's)."""
     fit = Fit(pg, rows, startup_gpus, dispatch_gpus)
+    catalog = dict(fit.values)
     if start is not None:
         fit.values = {k: (v if k[2] in DEVICE_PARAMS else start) for k, v in fit.values.items()}
     if startup_start is not None:
@@ -190,7 +191,7 @@ def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(),
     before = fit.residuals(None)
     cost0 = cost = sum(v * v for v in before.values() if v is not None)
     log(f"start: cost {cost0:.4f}")
-    if fit.values != Fit(pg, rows, startup_gpus, dispatch_gpus).values:  # a start other than the catalog's
+    if fit.values != catalog:  # a start other than the catalog's: the sweeps must beat its cost, not cost0
         cost = fit.cost(fit.values)
         log(f"start values: cost {cost:.4f}")
     done = 0
