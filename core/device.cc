@@ -26,6 +26,12 @@ double DeviceSpec::compute_eff(Precision p, KernelClass k) const {
   return e > 0 ? e : efficiency;
 }
 
+bool DeviceSpec::runs_winograd(Precision p) const {
+  Precision m = math_precision(p);
+  if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) m = Precision::FP32;
+  return winograd[static_cast<int>(m)];
+}
+
 double DeviceSpec::memory_eff(KernelClass k) const {
   const double e = memory_efficiency[static_cast<int>(k)];
   return e > 0 ? e : memory_efficiency_default;
@@ -66,7 +72,8 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   auto call_time = [&](const Kernel& k, double flops, double bytes) {
     const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
-    const double compute = flops > 0 ? flops / (peak * device.compute_eff(precision, k.cls)) : 0.0;
+    const double work = k.winograd && device.runs_winograd(precision) ? flops / kWinogradSpeedup : flops;
+    const double compute = flops > 0 ? work / (peak * device.compute_eff(precision, k.cls)) : 0.0;
     const double memory =
         (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
     // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work.
@@ -91,10 +98,10 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   return t;
 }
 
-double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKernels k) {
+double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKernels k, int passes) {
   const bool mixed = mixed_precision(p) || o == Optimizer::MixedAdam;
   if (k == OptimizerKernels::Unfused) {
-    const int passes = o == Optimizer::SGD ? 3 : o == Optimizer::Momentum ? 8 : 21;
+    if (passes <= 0) passes = o == Optimizer::SGD ? 3 : o == Optimizer::Momentum ? 8 : 21;
     if (mixed) return 4.0 * passes + (2 + 4) + (4 + 2);
     return element_bytes(p) * passes;
   }
@@ -106,10 +113,14 @@ double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKer
 }
 
 double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
-                           OptimizerKernels k) {
+                           OptimizerKernels k, int passes) {
   if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
-  return parameters * optimizer_step_bytes_per_parameter(o, p, k) /
+  return parameters * optimizer_step_bytes_per_parameter(o, p, k, passes) /
          (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
+}
+
+double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device) {
+  return optimizer_step_time(parameters, m.optimizer, p, device, m.optimizer_kernels, m.optimizer_passes);
 }
 
 }  // namespace pipegrid

@@ -39,6 +39,9 @@ struct FpgaSpec {
 // stream of calls is bound by the slower of the two sides, so a call takes
 // max(kernel_dispatch, kernel_startup + max(compute, memory)): short kernels run at the host's
 // rate, long ones hide it (0, the default, is a host that is never the limit).
+// Winograd F(2x2, 3x3): (2 + 3 - 1)^2 = 16 multiplies per 2x2 output tile against 2^2 x 3^2 = 36.
+inline constexpr double kWinogradSpeedup = 36.0 / 16.0;
+
 struct DeviceSpec {
   std::string kind = "custom";                       // catalog name, or "custom"
   std::string family;                                // "gpu", "fpga", or empty for custom devices
@@ -56,12 +59,18 @@ struct DeviceSpec {
   double kernel_startup_s = 0;   // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
   double kernel_dispatch_s = 0;  // host time per kernel call, overlapped with the GPU's work
   double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
+  // Math precisions (kMathPrecisions) in which the device's convolution library runs 3x3 stride-1
+  // convolutions (Kernel::winograd) as Winograd F(2x2, 3x3): such a call does 1/kWinogradSpeedup of
+  // its direct FLOPs. cuDNN has Winograd algorithms for all three passes (forward, backward data,
+  // backward filter); on tensor cores it runs implicit GEMM instead.
+  std::array<bool, kPrecisionCount> winograd{};
 
   std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
 
   // The peak rate the precision's math runs at (amp: fp16; tf32 without a tf32 rate: fp32).
   double peak(Precision p) const;
   double compute_eff(Precision p, KernelClass k) const;
+  bool runs_winograd(Precision p) const;  // in p's math precision (tf32 without a rate: fp32's)
   double memory_eff(KernelClass k) const;
   // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
   void derive_peaks();
@@ -88,10 +97,11 @@ struct PassTimes {
 //   max(kernel_dispatch,
 //       kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
 //                            (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class))))
-// with flops and bytes for the batch split over the kernel's calls, plus layer_overhead once per
-// pass that has work. The backward's streamed bytes are split between its input-gradient and
-// weight-gradient parts in proportion to their FLOPs.
-// Fails if neither applies (no measured time for this device and no compute rate for the precision).
+// with flops and bytes for the batch split over the kernel's calls (a Winograd-eligible convolution's
+// flops divided by kWinogradSpeedup where the device runs Winograd in the precision), plus
+// layer_overhead once per pass that has work. The backward's streamed bytes are split between its
+// input-gradient and weight-gradient parts in proportion to their FLOPs. Fails if neither applies (no
+// measured time for this device and no compute rate for the precision).
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch);
 
@@ -104,10 +114,13 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
 // `v.mul_().addcmul_(g, g)` 2 + 4, `denom = v.sqrt() / c + eps` 2 + 2 + 2, `p.addcdiv_(m, denom)` 4:
 // 21. Mixed precision adds the copies around it: fp16 gradients to fp32 (2 + 4 bytes) and the
 // fp32 master weights back to fp16 (4 + 2).
+// `passes` > 0 replaces the unfused count (a script's own loop, counted the same way).
 double optimizer_step_bytes_per_parameter(Optimizer o, Precision p,
-                                          OptimizerKernels k = OptimizerKernels::Fused);
+                                          OptimizerKernels k = OptimizerKernels::Fused, int passes = 0);
 // Seconds one optimizer step takes for `parameters` on the device (memory-bound).
 double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
-                           OptimizerKernels k = OptimizerKernels::Fused);
+                           OptimizerKernels k = OptimizerKernels::Fused, int passes = 0);
+// The same, as the memory options say the step runs (optimizer, kernels, passes).
+double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device);
 
 }  // namespace pipegrid

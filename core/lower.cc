@@ -591,8 +591,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     t.device = static_cast<int32_t>(d);
     t.duration = w.optimizer_step_s >= 0
                      ? w.optimizer_step_s
-                     : optimizer_step_time(step_parameters[d], o.memory.optimizer, w.precision,
-                                           c.devices[d].spec, o.memory.optimizer_kernels);
+                     : optimizer_step_time(step_parameters[d], o.memory, w.precision, c.devices[d].spec);
     int32_t id = g.add(t);
     for (int32_t in : step_inputs[d])
       if (g.tasks[in].kind == TaskKind::Transfer)

@@ -54,6 +54,9 @@ struct MemoryOptions {
   // (4 bytes per parameter each) beside the half-precision working weights and gradients.
   bool mixed_precision = false;
   OptimizerKernels optimizer_kernels = OptimizerKernels::Fused;  // the step's time only
+  // Unfused only: element-wise passes over a parameter-sized tensor per step, counted from the
+  // training script's own loop (0: torch.optim's count for the optimizer, core/device.h).
+  int optimizer_passes = 0;
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

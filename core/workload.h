@@ -84,6 +84,11 @@ struct Kernel {
   double backward_bytes = 0;
   double weight_bytes = 0;
   double calls = 1;
+  // A 3x3, stride-1, ungrouped convolution: a device whose convolution library runs such layers as
+  // Winograd F(2x2, 3x3) in the math precision (DeviceSpec::winograd) does 16 multiplies per 2x2
+  // output tile where direct convolution does 36 (Lavin and Gray, CVPR 2016): 2.25x fewer FLOPs in
+  // each pass. The FLOP counts above stay the direct ones (the model's FLOPs).
+  bool winograd = false;
 };
 
 // How a layer splits under Megatron-LM's tensor parallelism (Shoeybi et al., arXiv 1909.08053;

@@ -80,6 +80,8 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
   for (KernelClass k : kKernelClasses)
     if (double e = s.memory_efficiency[static_cast<int>(k)]; e > 0)
       p.emplace_back(fmt::format("memory_efficiency_{}", to_string(k)), num(e));
+  for (Precision prec : kMathPrecisions)
+    if (s.winograd[static_cast<int>(prec)]) p.emplace_back(fmt::format("winograd_{}", to_string(prec)), "1");
   if (!s.family.empty()) p.emplace_back("family", s.family);
   if (!d.node.empty()) p.emplace_back("node", d.node);
   for (int i = 0; i < kPrecisionCount; ++i)
@@ -484,6 +486,11 @@ class Reader {
         const std::string_view prec = to_string(static_cast<Precision>(i));
         if (key == fmt::format("peak_{}", prec)) return void(s.peak_flops[i] = number());
         if (key == fmt::format("fpga_macs_{}", prec)) return void(fpga().macs_per_dsp[i] = number());
+        if (key == fmt::format("winograd_{}", prec)) {
+          if (value != "0" && value != "1")
+            fail(p, fmt::format("<prop id=\"{}{}\">: expected 0 or 1, got \"{}\"", kPrefix, key, value));
+          return void(s.winograd[i] = value == "1");
+        }
         for (KernelClass k : kKernelClasses) {
           if (key == fmt::format("efficiency_{}_{}", prec, to_string(k)))
             return void(s.compute_efficiency[i][static_cast<int>(k)] = number());

@@ -211,6 +211,7 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   // The convolution, then (as separate kernels, as frameworks run them in training) the BatchNorm -
   // two passes over its input forward (statistics, normalisation) and two backward - and the ReLU.
   l.kernels = {make_kernel(KernelClass::Conv, 2 * macs, 2 * macs, 2 * macs, io, 2 * io, l.weight_bytes)};
+  l.kernels[0].winograd = c.kernel == 3 && c.stride == 1 && c.groups == 1;
   if (c.batchnorm)
     l.kernels.push_back(make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), 5 * bytes(out)));
   if (c.relu)

@@ -127,11 +127,10 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
     // The stage's optimizer step, once per iteration like the all-reduce (slowest replica).
     double step = 0;
     for (int x = 0; x < c; ++x)
-      step = std::max(step,
-                      w.optimizer_step_s >= 0
-                          ? w.optimizer_step_s
-                          : optimizer_step_time(params[k] - params[j], r.memory.optimizer, w.precision,
-                                                r.cluster.devices[a + x].spec, r.memory.optimizer_kernels));
+      step = std::max(step, w.optimizer_step_s >= 0
+                                ? w.optimizer_step_s
+                                : optimizer_step_time(params[k] - params[j], r.memory, w.precision,
+                                                      r.cluster.devices[a + x].spec));
     return t + step / m;
   };
   auto fits = [&](int i, int a, int c, int j, int k) {

@@ -295,11 +295,9 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       double t = 0, step = 0;
       for (int d : f.classes) {
         t = std::max(t, time[c][d][j] - time[c][d][i]);
-        step =
-            std::max(step, w.optimizer_step_s >= 0
-                               ? w.optimizer_step_s
-                               : optimizer_step_time(params[j] - params[i], r.memory.optimizer, w.precision,
-                                                     cl.devices[d].spec, r.memory.optimizer_kernels));
+        step = std::max(step, w.optimizer_step_s >= 0 ? w.optimizer_step_s
+                                                      : optimizer_step_time(params[j] - params[i], r.memory,
+                                                                            w.precision, cl.devices[d].spec));
       }
       MemoryBytes st = static_memory(params[j] - params[i], pbytes[j] - pbytes[i], r.memory);
       if (r.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;

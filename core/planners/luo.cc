@@ -145,9 +145,9 @@ Group make_group(const PlanRequest& r, const Net& net, std::vector<int> devs, co
     g.mask |= d < 64 ? uint64_t{1} << d : 0;
     if (std::find(g.classes.begin(), g.classes.end(), cls[d]) == g.classes.end()) g.classes.push_back(cls[d]);
     g.capacity = std::min(g.capacity, r.cluster.devices[d].spec.memory_bytes);
-    g.step_per_parameter = std::max(
-        g.step_per_parameter, optimizer_step_time(1.0, r.memory.optimizer, r.workload.precision,
-                                                  r.cluster.devices[d].spec, r.memory.optimizer_kernels));
+    g.step_per_parameter =
+        std::max(g.step_per_parameter,
+                 optimizer_step_time(1.0, r.memory, r.workload.precision, r.cluster.devices[d].spec));
     if (c > 1) {
       const int e = g.devs[(x + 1) % c];
       g.ring_latency = std::max(g.ring_latency, net.latency(d, e));
@@ -571,8 +571,7 @@ Result<Plan> plan_luo(const PlanRequest& r) {
       sig.push_back(t ? t->backward() : -1);
     }
     sig.push_back(r.cluster.devices[d].spec.memory_bytes);
-    sig.push_back(optimizer_step_time(1.0, r.memory.optimizer, w.precision, r.cluster.devices[d].spec,
-                                      r.memory.optimizer_kernels));
+    sig.push_back(optimizer_step_time(1.0, r.memory, w.precision, r.cluster.devices[d].spec));
     auto it = std::find(signature.begin(), signature.end(), sig);
     if (it == signature.end()) {
       cls[d] = static_cast<int>(signature.size());

@@ -291,11 +291,10 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
             if (t > 1)
               time += (c.collectives[j] - c.collectives[i]) * pl.tp_latency +
                       (c.flow[j] - c.flow[i]) / pl.tp_bandwidth;
-            double sync =
-                w.optimizer_step_s >= 0
-                    ? w.optimizer_step_s
-                    : optimizer_step_time(r.memory.zero1 ? params / d : params, r.memory.optimizer,
-                                          w.precision, cl.devices[a].spec, r.memory.optimizer_kernels);
+            double sync = w.optimizer_step_s >= 0
+                              ? w.optimizer_step_s
+                              : optimizer_step_time(r.memory.zero1 ? params / d : params, r.memory,
+                                                    w.precision, cl.devices[a].spec);
             if (d > 1)
               sync += 2.0 * (d - 1) * pl.dp_latency +
                       2.0 * (d - 1) / d * (c.parameter_bytes[j] - c.parameter_bytes[i]) / pl.dp_bandwidth;

@@ -338,8 +338,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
     const double params = step_parameters[rep(rank)] / (c.distributed_optimizer ? d : 1);
     const double step = w.optimizer_step_s >= 0
                             ? w.optimizer_step_s
-                            : optimizer_step_time(params, memory.optimizer, w.precision, cl.devices[0].spec,
-                                                  memory.optimizer_kernels);
+                            : optimizer_step_time(params, memory, w.precision, cl.devices[0].spec);
     const double start = std::max(t, last);
     step_end[rank] = start + step;
     step_time[rank] = step;

@@ -21,8 +21,8 @@ def binary():
 def check_catalog(pipegrid, devices=("v100", "a100")):
     """Exits with a message when `pipegrid`'s built-in device catalog (topologies/devices.yaml is
     compiled into the binary) differs from this checkout's file for `devices`: their compute
-    efficiencies and kernel start-up. Without it, a refit copied into devices.yaml but not rebuilt
-    replays the old figures and every table looks plausible."""
+    efficiencies, kernel start-up and dispatch, and Winograd precisions. Without it, a refit copied
+    into devices.yaml but not rebuilt replays the old figures and every table looks plausible."""
     import yaml
     units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     with open(os.path.join(ROOT, "topologies", "devices.yaml"), encoding="utf-8") as f:
@@ -38,6 +38,10 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
                     sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} {prec} {cls}: "
                              f"{built['compute_efficiency'][prec][cls]} built in, {value} in the file): rebuild it "
                              f"(cmake --build build --target pipegrid)")
+        if sorted(built.get("winograd", [])) != sorted(entry.get("winograd") or []):
+            sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} winograd: "
+                     f"{built.get('winograd')} built in, {entry.get('winograd') or []} in the file): rebuild it "
+                     f"(cmake --build build --target pipegrid)")
         for key in ("kernel_startup", "kernel_dispatch"):
             text = str(entry.get(key, "0s"))
             unit = next(u for u in ("ns", "us", "ms", "s") if text.endswith(u))

@@ -265,6 +265,10 @@ def memory_section(row):
         if row["optimizer_kernels"] not in ("fused", "unfused"):
             raise MappingError(f"optimizer_kernels {row['optimizer_kernels']!r}: expected fused or unfused")
         m["optimizer_kernels"] = row["optimizer_kernels"]
+    if row.get("optimizer_passes"):  # an unfused loop's passes, counted from the row's script (notes)
+        if row.get("optimizer_kernels") != "unfused":
+            raise MappingError("optimizer_passes needs optimizer_kernels: unfused")
+        m["optimizer_passes"] = int(row["optimizer_passes"])
     if row.get("recompute"):  # activation checkpointing, when a row says so: none | full | selective
         m["recompute"] = row["recompute"]
     return m

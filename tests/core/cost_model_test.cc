@@ -172,6 +172,50 @@ TEST_CASE("a convolution with BatchNorm and ReLU adds the element-wise kernels' 
   CHECK(t.forward == pipegrid::testing::approx(conv_t + 3 * out * 32 / 1e12 + 2 * out * 32 / 1e12));
 }
 
+TEST_CASE("Winograd F(2x2, 3x3): a 3x3 stride-1 convolution does 16 multiplies per 2x2 tile, not 36") {
+  // Lavin and Gray (CVPR 2016): F(m x m, r x r) takes (m + r - 1)^2 multiplies for m^2 outputs, so
+  // F(2x2, 3x3) 16 where direct convolution takes 4 x 9 = 36: 2.25x fewer in each pass, on a device
+  // that runs it in the math precision. 64 -> 64 channels on 56 x 56, no BatchNorm or ReLU, a
+  // compute-bound batch of 32 (memory free), startup 0.
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.winograd[static_cast<int>(Precision::FP32)] = true;
+  CHECK(kWinogradSpeedup == 2.25);
+  ModelBuilder b("m", Precision::FP32);
+  int x = b.input("x", {64, 56, 56});
+  int s1 = *b.conv2d("s1", x, {64, 64, 3, 1, 1, 1, false, false, false});
+  int s2 = *b.conv2d("s2", x, {64, 64, 3, 2, 1, 1, false, false, false});  // stride 2: direct
+  int k1 = *b.conv2d("k1", x, {64, 64, 1, 1, 0, 1, false, false, false});  // 1x1: direct
+  int g2 = *b.conv2d("g2", x, {64, 64, 3, 1, 1, 2, false, false, false});  // grouped: direct
+  Workload w = b.finish();
+  const double direct = 2.0 * 64 * 64 * 9 * 56 * 56 * 32;  // FLOPs per pass of s1, batch 32
+  PassTimes t = *layer_times(w.layer(s1), Precision::FP32, d, 32);
+  CHECK(t.forward == pipegrid::testing::approx(direct / 2.25 / 5e12));
+  CHECK(t.backward_input == pipegrid::testing::approx(direct / 2.25 / 5e12));
+  CHECK(t.backward_weight == pipegrid::testing::approx(direct / 2.25 / 5e12));
+  CHECK(w.layer(s1).forward_flops == 2.0 * 64 * 64 * 9 * 56 * 56);  // the model's FLOPs stay direct
+  CHECK(layer_times(w.layer(s2), Precision::FP32, d, 32)->forward ==
+        pipegrid::testing::approx(2.0 * 64 * 64 * 9 * 28 * 28 * 32 / 5e12));
+  CHECK(layer_times(w.layer(k1), Precision::FP32, d, 32)->forward ==
+        pipegrid::testing::approx(2.0 * 64 * 64 * 56 * 56 * 32 / 5e12));
+  CHECK(layer_times(w.layer(g2), Precision::FP32, d, 32)->forward ==
+        pipegrid::testing::approx(2.0 * 64 * 32 * 9 * 56 * 56 * 32 / 5e12));
+  // Not in the precisions it lists: tf32 and fp16 run direct (implicit GEMM on tensor cores).
+  CHECK(layer_times(w.layer(s1), Precision::TF32, d, 32)->forward ==
+        pipegrid::testing::approx(direct / 25e12));
+  CHECK(layer_times(w.layer(s1), Precision::AMP, d, 32)->forward ==
+        pipegrid::testing::approx(direct / 50e12));
+  // A device without a tf32 rate runs tf32 as fp32: Winograd too.
+  d.peak_flops[static_cast<int>(Precision::TF32)] = 0;
+  CHECK(layer_times(w.layer(s1), Precision::TF32, d, 32)->forward ==
+        pipegrid::testing::approx(direct / 2.25 / 5e12));
+  // And a device that lists none runs every convolution direct.
+  d.winograd.fill(false);
+  CHECK(layer_times(w.layer(s1), Precision::FP32, d, 32)->forward ==
+        pipegrid::testing::approx(direct / 5e12));
+}
+
 TEST_CASE("mixed precision keeps fp32 master weights and state: 16 bytes per parameter with Adam") {
   MemoryOptions o;
   o.mixed_precision = true;
@@ -226,6 +270,17 @@ TEST_CASE("an unfused optimizer step (torch.optim's loop): one pass per operatio
         pipegrid::testing::approx(160e6 * 84 / 0.8e12));
   CHECK(optimizer_step_time(160e6, Optimizer::Adam, Precision::FP32, d) ==
         pipegrid::testing::approx(160e6 * 28 / 0.8e12));
+  // A script's own loop, counted the same way, replaces the count: BertAdam in PyTorch 21.11
+  // (DLE's run_squad.py; experiments/validation/measurements.yaml) 34 passes of 4 bytes; with
+  // mixed precision the copies around it still add 12.
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::Adam, Precision::FP32, u, 34) == 136);
+  CHECK(optimizer_step_bytes_per_parameter(Optimizer::Adam, Precision::AMP, u, 34) == 4 * 34 + 12);
+  MemoryOptions m;
+  m.optimizer_kernels = u;
+  m.optimizer_passes = 34;
+  CHECK(optimizer_step_time(335e6, m, Precision::TF32, d) == pipegrid::testing::approx(335e6 * 136 / 0.8e12));
+  m.optimizer_passes = 0;  // torch.optim's Adam
+  CHECK(optimizer_step_time(335e6, m, Precision::TF32, d) == pipegrid::testing::approx(335e6 * 84 / 0.8e12));
 }
 
 TEST_CASE("every kernel call pays the startup: a Transformer block's 17 launches per forward") {

@@ -29,6 +29,11 @@ DeviceSpec gpu() {
   d.peak_flops = {19.5e12, 156e12, 312e12, 312e12, 624e12};  // fp32, tf32, fp16, bf16, int8
   d.efficiency = 0.5;
   d.layer_overhead_s = 1e-5;
+  d.kernel_startup_s = 4.5e-6;
+  d.kernel_dispatch_s = 8e-6;
+  d.compute_efficiency[static_cast<int>(Precision::FP16)][static_cast<int>(KernelClass::Gemm)] = 0.7;
+  d.memory_efficiency[static_cast<int>(KernelClass::Gather)] = 0.5;
+  d.winograd[static_cast<int>(Precision::FP32)] = true;
   return d;
 }
 
@@ -46,6 +51,11 @@ void check_same_spec(const DeviceSpec& a, const DeviceSpec& b) {
   CHECK(a.peak_flops == b.peak_flops);
   CHECK(a.efficiency == b.efficiency);
   CHECK(a.layer_overhead_s == b.layer_overhead_s);
+  CHECK(a.kernel_startup_s == b.kernel_startup_s);
+  CHECK(a.kernel_dispatch_s == b.kernel_dispatch_s);
+  CHECK(a.compute_efficiency == b.compute_efficiency);
+  CHECK(a.memory_efficiency == b.memory_efficiency);
+  CHECK(a.winograd == b.winograd);
   REQUIRE(a.fpga.has_value() == b.fpga.has_value());
   if (a.fpga) {
     CHECK(a.fpga->dsps == b.fpga->dsps);

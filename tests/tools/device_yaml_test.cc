@@ -60,6 +60,26 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(error_of("device: {model: v100, kernel_dispatch: 3GB}").find("kernel_dispatch") != std::string::npos);
 }
 
+TEST_CASE("winograd: the math precisions whose 3x3 stride-1 convolutions run as Winograd") {
+  // The catalog's V100 runs fp32 convolutions as cuDNN's Winograd (topologies/devices.yaml); its
+  // tensor-core precisions and every other entry run them direct.
+  const DeviceSpec v100 = parse("device: v100");
+  CHECK(v100.runs_winograd(Precision::FP32));
+  CHECK(v100.runs_winograd(Precision::TF32));  // no tf32 rate: tf32 runs as fp32
+  CHECK_FALSE(v100.runs_winograd(Precision::AMP));
+  CHECK_FALSE(parse("device: a100").runs_winograd(Precision::FP32));
+  CHECK_FALSE(parse("device: {model: v100, winograd: []}").runs_winograd(Precision::FP32));  // replaced
+  const DeviceSpec both = parse("device: {model: a100, winograd: [fp32, fp16]}");
+  CHECK(both.runs_winograd(Precision::FP32));
+  CHECK(both.runs_winograd(Precision::AMP));
+  CHECK_FALSE(both.runs_winograd(Precision::TF32));  // the A100 has a tf32 rate
+  const std::string bad = error_of("device: {model: v100, winograd: [fp33]}");
+  CHECK(bad.find("t.yaml:1:") != std::string::npos);
+  CHECK(bad.find("winograd") != std::string::npos);
+  CHECK(bad.find("fp32") != std::string::npos);  // the close choice
+  CHECK(error_of("device: {model: v100, winograd: fp32}").find("a list") != std::string::npos);
+}
+
 TEST_CASE("the A100's two SXM4 parts: 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s (NVIDIA datasheet)") {
   const CatalogDevice* p40 = find_catalog_device("a100-40gb");
   const CatalogDevice* p80 = find_catalog_device("a100-80gb");

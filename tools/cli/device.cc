@@ -1,5 +1,6 @@
 // pipegrid device list | pipegrid device show NAME [--json]: the device catalog.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 #include <memory>
@@ -85,6 +86,14 @@ Command add_device_command(CLI::App& parent) {
             fmt::print("\n  kernel startup   {}\n  kernel dispatch  {}\n  layer overhead   {}\n",
                        format_time(d->spec.kernel_startup_s), format_time(d->spec.kernel_dispatch_s),
                        format_time(d->spec.layer_overhead_s));
+            std::vector<std::string_view> winograd;
+            for (Precision p : kMathPrecisions)
+              if (d->spec.winograd[static_cast<int>(p)]) winograd.push_back(to_string(p));
+            fmt::print("  winograd         {}\n",
+                       winograd.empty() ? std::string("none (3x3 convolutions costed at their direct FLOPs)")
+                                        : fmt::format("{} (3x3 stride-1 convolutions as F(2x2, 3x3): 2.25x "
+                                                      "fewer FLOPs)",
+                                                      fmt::join(winograd, ", ")));
             if (d->spec.fpga) {
               const FpgaSpec& f = *d->spec.fpga;
               fmt::print("  DSPs             {}\n  clock            {}\n  MACs per DSP    ", f.dsps,

@@ -14,7 +14,7 @@ const std::vector<std::string_view> kSpecKeys = {
     "peak",           "efficiency",      "compute_efficiency", "memory_efficiency",
     "kernel_startup", "kernel_dispatch", "layer_overhead",     "dsps",
     "clock",          "macs_per_dsp",    "onchip_memory",      "ports",
-    "port_bandwidth"};
+    "port_bandwidth", "winograd"};
 
 // Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ...} (arithmetic
 // formats: amp runs at fp16's figures), each read by `read`.
@@ -143,6 +143,16 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto o = n.get("layer_overhead"))
     spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  // Precisions whose 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3) (core/device.h); the
+  // list replaces the entry's.
+  if (auto w = n.get("winograd")) {
+    spec.winograd.fill(false);
+    std::vector<std::string_view> names;
+    for (Precision prec : kMathPrecisions) names.push_back(to_string(prec));
+    for (const Node& item :
+         w->items("a list of math precisions whose 3x3 stride-1 convolutions run as Winograd, like [fp32]"))
+      spec.winograd[static_cast<int>(*parse_precision(item.choice(names, "a math precision")))] = true;
+  }
 }
 
 std::vector<CatalogDevice> load_catalog() {

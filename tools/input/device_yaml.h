@@ -8,7 +8,8 @@
 // efficiency (every precision and kernel class), compute_efficiency ({amp: {gemm: 0.6, ...}, ...}:
 // per arithmetic precision and compute kernel class), memory_efficiency (a fraction, or per kernel
 // class), kernel_startup (Hockney's t0 per kernel call), kernel_dispatch (host time per kernel call,
-// overlapped with the GPU: a call takes at least this), layer_overhead, and for FPGAs dsps, clock,
+// overlapped with the GPU: a call takes at least this), layer_overhead, winograd (math precisions
+// whose 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3): [fp32]), and for FPGAs dsps, clock,
 // macs_per_dsp ({fp32: 0.2, ...}), onchip_memory, ports, port_bandwidth: the peak is then derived (DSPs x
 // clock x MACs x 2) unless `peak`/`flops` is given too. "A U280 with twice the DSPs": {model: u280, dsps:
 // 18048}.

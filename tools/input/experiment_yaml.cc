@@ -201,7 +201,8 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
 
 MemoryOptions parse_memory(const Node& n) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "optimizer_kernels", "bytes_per_parameter", "recompute", "zero"});
+  n.check_keys(
+      {"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute", "zero"});
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
     m.optimizer = *parse_optimizer(o->choice({"sgd", "momentum", "adam", "mixed-adam"}, "an optimizer"));
@@ -210,6 +211,15 @@ MemoryOptions parse_memory(const Node& n) {
     m.optimizer_kernels = k->choice({"fused", "unfused"}, "how the optimizer step runs") == "unfused"
                               ? OptimizerKernels::Unfused
                               : OptimizerKernels::Fused;
+  // The passes of a script's own unfused loop; a fused step has no passes to count.
+  if (auto p = n.get("optimizer_passes")) {
+    if (m.optimizer_kernels != OptimizerKernels::Unfused)
+      p->fail(
+          "counts the passes of an unfused step, but optimizer_kernels is fused (the default): set "
+          "optimizer_kernels: unfused, or leave optimizer_passes out");
+    m.optimizer_passes = static_cast<int>(
+        p->integer(1, 1000, "a whole number of element-wise passes over the parameters per step"));
+  }
   if (auto b = n.get("bytes_per_parameter")) {
     double v = b->number("a non-negative number of bytes");
     if (v < 0) b->expected("a non-negative number of bytes");

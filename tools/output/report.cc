@@ -254,9 +254,10 @@ nlohmann::json json_number(double x) {
 }
 
 nlohmann::json device_spec_json(const DeviceSpec& spec) {
-  nlohmann::json peak, eff, mem;
+  nlohmann::json peak, eff, mem, winograd = nlohmann::json::array();
   for (Precision p : kMathPrecisions) {
     peak[std::string(to_string(p))] = json_number(spec.peak(p));
+    if (spec.winograd[static_cast<int>(p)]) winograd.push_back(std::string(to_string(p)));
     for (KernelClass k : kComputeClasses)
       eff[std::string(to_string(p))][std::string(to_string(k))] = spec.compute_eff(p, k);
   }
@@ -271,7 +272,8 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"memory_efficiency", mem},
                       {"kernel_startup_s", spec.kernel_startup_s},
                       {"kernel_dispatch_s", spec.kernel_dispatch_s},
-                      {"layer_overhead_s", spec.layer_overhead_s}};
+                      {"layer_overhead_s", spec.layer_overhead_s},
+                      {"winograd", winograd}};
   if (spec.fpga) {
     const FpgaSpec& f = *spec.fpga;
     nlohmann::json macs;
