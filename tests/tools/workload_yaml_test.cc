@@ -119,6 +119,32 @@ TEST_CASE("pipegrid workload show --json: the documented keys - times on a catal
             pipegrid::testing::approx(v100["layer_overhead_s"].get<double>() + call));
     }
   CHECK(seen);
+  // conv2 (64 -> 64 channels, 3x3, stride 1, on 224 x 224, bias, ReLU) is costed as Winograd
+  // F(2x2, 3x3) where the device lists fp32 (`winograd`, as the catalog's V100 does): its direct
+  // FLOPs / 2.25 (Lavin and Gray, CVPR 2016). Then its ReLU reads and writes the output.
+  REQUIRE(v100["winograd"] == json::array({"fp32"}));
+  const double out = 64.0 * 224 * 224 * 4 * 32, in = out;
+  const double conv_compute =
+      2.0 * 64 * 64 * 9 * 224 * 224 * 32 / 2.25 /
+      (v100["peak_flops"]["fp32"].get<double>() * v100["compute_efficiency"]["fp32"]["conv"].get<double>());
+  const double conv_memory =
+      (in + out + (64.0 * 64 * 9 + 64) * 4) /
+      (v100["memory_bandwidth_Bps"].get<double>() * v100["memory_efficiency"]["conv"].get<double>());
+  const double relu =
+      2 * out /
+      (v100["memory_bandwidth_Bps"].get<double>() * v100["memory_efficiency"]["elementwise"].get<double>());
+  auto kernel = [&](double work) {
+    return std::max(v100["kernel_dispatch_s"].get<double>(), v100["kernel_startup_s"].get<double>() + work);
+  };
+  seen = false;
+  for (const json& l : j["layers"])
+    if (l["name"] == "conv2") {
+      seen = true;
+      CHECK(l["forward_s"].get<double>() ==
+            pipegrid::testing::approx(v100["layer_overhead_s"].get<double>() +
+                                      kernel(std::max(conv_compute, conv_memory)) + kernel(relu)));
+    }
+  CHECK(seen);
   auto profile = run_command({PIPEGRID_BINARY, "workload", "show",
                               std::string(PIPEGRID_PROFILES_DIR) + "/pipedream/gnmt_graph.txt", "--json"});
   if (profile.exit_code == 0) CHECK(json::parse(profile.out)["layers"].size() == 48);
