@@ -11,25 +11,24 @@ void DeviceSpec::derive_peaks() {
   for (int p = 0; p < kPrecisionCount; ++p) peak_flops[p] = fpga->peak(static_cast<Precision>(p));
 }
 
-double DeviceSpec::peak(Precision p) const {
+Precision DeviceSpec::runs_as(Precision p) const {
   const Precision m = math_precision(p);
-  const double rate = peak_flops[static_cast<int>(m)];
-  if (rate <= 0 && m == Precision::TF32) return peak_flops[static_cast<int>(Precision::FP32)];
-  return rate;
+  // A device without a TF32 rate runs TF32 as FP32: at FP32's rate, efficiency and algorithms.
+  if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) return Precision::FP32;
+  return m;
+}
+
+double DeviceSpec::peak(Precision p) const {
+  return peak_flops[static_cast<int>(runs_as(p))];
 }
 
 double DeviceSpec::compute_eff(Precision p, KernelClass k) const {
-  Precision m = math_precision(p);
-  // A device without a TF32 rate runs TF32 as FP32, at FP32's efficiency.
-  if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) m = Precision::FP32;
-  const double e = compute_efficiency[static_cast<int>(m)][static_cast<int>(k)];
+  const double e = compute_efficiency[static_cast<int>(runs_as(p))][static_cast<int>(k)];
   return e > 0 ? e : efficiency;
 }
 
 bool DeviceSpec::runs_winograd(Precision p) const {
-  Precision m = math_precision(p);
-  if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) m = Precision::FP32;
-  return winograd[static_cast<int>(m)];
+  return winograd[static_cast<int>(runs_as(p))];
 }
 
 double DeviceSpec::memory_eff(KernelClass k) const {

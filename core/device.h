@@ -67,7 +67,10 @@ struct DeviceSpec {
 
   std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
 
-  // The peak rate the precision's math runs at (amp: fp16; tf32 without a tf32 rate: fp32).
+  // The arithmetic format the precision's math runs in here (amp: fp16; tf32 without a tf32 rate:
+  // fp32), which keys the figures below.
+  Precision runs_as(Precision p) const;
+  // The peak rate the precision's math runs at.
   double peak(Precision p) const;
   double compute_eff(Precision p, KernelClass k) const;
   bool runs_winograd(Precision p) const;  // in p's math precision (tf32 without a rate: fp32's)
