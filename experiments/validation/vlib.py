@@ -85,9 +85,9 @@ def add_common_args(p, out_what):
 def calibrated(path):
     """efficiency_of(row) for predict() from a calibration.yaml: the fitted entries of the row's
     device and math precision (tf32 rows set the fp32 entries alike), or None without one."""
-    table = (load_yaml(path) or {}).get("compute_efficiency", {})
-
-    per_device = {k: (load_yaml(path) or {}).get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us")}
+    fitted = load_yaml(path) or {}
+    table = fitted.get("compute_efficiency", {})
+    per_device = {k: fitted.get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us")}
 
     def efficiency_of(row):
         e = dict(table.get(row["gpu"], {}).get(math_precision(row["precision"])) or {})
