@@ -242,3 +242,49 @@ strategy: {partitioner: megatron, micro_batches: 1}
   REQUIRE_MESSAGE(text.exit_code == 0, text.err);
   CHECK(text.out.find("SimGrid replays TP-folded") != std::string::npos);
 }
+
+// `--chunks` restricts v of interleaved-1f1b like the other axes: with t, p, b, the schedule and the
+// recomputation fixed, only SP stays free (16 GPUs = t 8 x p 2 leaves d = 1, where the distributed
+// optimizer is the same run), so 2 candidates, both with v = 2 (8 blocks, p = 2: v = 4 would also
+// divide them and is left out by the option alone).
+TEST_CASE("cli: search --chunks keeps only those v of interleaved-1f1b, and refuses 0") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", R"(name: small GPT on two DGX A100
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-2}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}
+)");
+  auto r = run_command({PIPEGRID_BINARY,
+                        "search",
+                        exp,
+                        "--global-batch",
+                        "16",
+                        "--top",
+                        "0",
+                        "--tensor-parallel",
+                        "8",
+                        "--pipeline",
+                        "2",
+                        "--micro-batch",
+                        "1",
+                        "--schedules",
+                        "interleaved-1f1b",
+                        "--chunks",
+                        "2",
+                        "--recompute",
+                        "none",
+                        "--json"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  REQUIRE(j["analytic_ranking"].size() == 2);
+  for (const json& c : j["analytic_ranking"]) CHECK(c["chunks"] == 2);
+  auto all = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0",
+                          "--tensor-parallel", "8", "--pipeline", "2", "--micro-batch", "1", "--schedules",
+                          "interleaved-1f1b", "--recompute", "none", "--json"});
+  REQUIRE_MESSAGE(all.exit_code == 0, all.err);
+  CHECK(json::parse(all.out)["analytic_ranking"].size() == 4);  // v = 2 and v = 4
+  auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--chunks", "0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--chunks: Value 0 not in range 1 to 1024") != std::string::npos);
+}

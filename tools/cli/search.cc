@@ -34,7 +34,7 @@ struct SearchOptions {
   int top = 5;
   bool json = false;
   std::string sweep;  // write the ranked candidates as a sweep file here
-  std::vector<int> tensor_parallel, pipeline, micro_batch_sizes;
+  std::vector<int> tensor_parallel, pipeline, micro_batch_sizes, chunks;
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
   bool exact = false;      // --exact-ranking
@@ -274,6 +274,7 @@ int run(const SearchOptions& o) {
   so.tensor_parallel = o.tensor_parallel;
   so.pipeline = o.pipeline;
   so.micro_batch_sizes = o.micro_batch_sizes;
+  if (!o.chunks.empty()) so.chunks = o.chunks;
   so.exact = o.exact;
   if (!o.schedules.empty()) so.schedules = o.schedules;
   if (!o.recompute.empty()) {
@@ -405,6 +406,9 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("--pipeline", o->pipeline, "Only these p (default: every p allowed)");
   app->add_option("--micro-batch", o->micro_batch_sizes, "Only these micro-batch sizes per replica");
   app->add_option("--schedules", o->schedules, "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2)");
+  app->add_option("--chunks", o->chunks,
+                  "Only these chunks per rank for interleaved-1f1b (default: 2, 3 and 4)")
+      ->check(CLI::Range(1, 1024));
   app->add_option("--recompute", o->recompute, "Only these recomputation modes (none, selective, full)");
   app->add_flag("--json", o->json, "Print one JSON object");
   app->add_flag("--tp-folded", o->tp_folded,
