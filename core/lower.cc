@@ -82,6 +82,21 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
 
 namespace {
 
+// The times of some of a layer's kernels (a piece of it), run as one layer.
+Result<PassTimes> kernel_times(const Layer& layer, const std::vector<Kernel>& ks, Precision precision,
+                               const DeviceSpec& spec, double share) {
+  Layer piece;
+  piece.name = layer.name;
+  piece.kind = layer.kind;
+  piece.kernels = ks;
+  for (const Kernel& k : ks) {
+    piece.forward_flops += k.forward_flops;
+    piece.backward_input_flops += k.backward_input_flops;
+    piece.backward_weight_flops += k.backward_weight_flops;
+  }
+  return layer_times(piece, precision, spec, share);
+}
+
 // A tensor-parallel stage's costs on each of its devices.
 Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& c, const Partition& p,
                                               size_t s, double micro_batch_size, Recompute recompute,
@@ -102,16 +117,7 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
     const DeviceSpec& spec = c.devices[d].spec;
     // The pieces of one layer pass pay the layer overhead once, as the layer would.
     auto piece_times = [&](const Layer& layer, const std::vector<Kernel>& ks) -> Result<PassTimes> {
-      Layer piece;
-      piece.name = layer.name;
-      piece.kind = layer.kind;
-      piece.kernels = ks;
-      for (const Kernel& k : ks) {
-        piece.forward_flops += k.forward_flops;
-        piece.backward_input_flops += k.backward_input_flops;
-        piece.backward_weight_flops += k.backward_weight_flops;
-      }
-      Result<PassTimes> t = layer_times(piece, w.precision, spec, share);
+      Result<PassTimes> t = kernel_times(layer, ks, w.precision, spec, share);
       if (!t) return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, t.error().message)};
       return t;
     };
@@ -250,10 +256,35 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
     for (int d : st.devices) {
       StageCost sc;
       double full_stash = 0, selective_stash = 0, selective_s = 0, largest_output = 0;
+      // Full recomputation of transformer blocks is Megatron's, as at t > 1 (tp_stage_costs): each
+      // block keeps its input and re-runs its forward one block at a time; the other layers keep
+      // their stash and are not re-run. A stage without blocks recomputes as GPipe does: it keeps
+      // its input and re-runs its whole forward.
+      double block_stash = 0, block_forward_s = 0, largest_stash = 0;
+      // Selective recomputation of blocks likewise: the attention core's kernels re-run
+      // (TpLayer::recompute), one block's scores re-materialised at a time.
+      double block_selective_s = 0, largest_recomputed = 0;
+      bool blocks = false;
       for (int l : st.layers) {
         const Layer& layer = w.layer(l);
         Result<PassTimes> t = layer_times(layer, w.precision, c.devices[d].spec, share);
         if (!t) return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, t.error().message)};
+        largest_stash = std::max(largest_stash, layer.stash_bytes);
+        if (layer.split.kind == TensorSplitKind::Transformer) {
+          Result<TpLayer> whole = tensor_parallel_layer(layer, 1, tp, w.precision);
+          if (!whole) return Error{fmt::format("stage {}: {}", s, whole.error().message)};
+          blocks = true;
+          block_stash += whole->stash_full;
+          block_forward_s += t->forward;
+          Result<PassTimes> core =
+              kernel_times(layer, whole->recompute, w.precision, c.devices[d].spec, share);
+          if (!core)
+            return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, core.error().message)};
+          block_selective_s += std::max(0.0, core->forward - c.devices[d].spec.layer_overhead_s);
+          largest_recomputed = std::max(largest_recomputed, whole->stash_none - whole->stash_selective);
+        } else {
+          block_stash += layer.stash_bytes;
+        }
         sc.times.forward += t->forward;
         sc.times.backward_input += t->backward_input;
         sc.times.backward_weight += t->backward_weight;
@@ -269,14 +300,21 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
           sc.stash_bytes = full_stash * share;
           break;
         case Recompute::Full:
-          sc.stash_bytes = input * share;
-          sc.recompute_bytes = full_stash * share;
-          sc.recompute_s = sc.times.forward;
+          if (blocks) {
+            sc.stash_bytes = block_stash * share;
+            sc.recompute_bytes = largest_stash * share;
+            sc.recompute_s = block_forward_s;
+          } else {
+            sc.stash_bytes = input * share;
+            sc.recompute_bytes = full_stash * share;
+            sc.recompute_s = sc.times.forward;
+          }
           break;
         case Recompute::Selective:
           sc.stash_bytes = selective_stash * share;
-          sc.recompute_bytes = std::max(0.0, full_stash - selective_stash) * share;
-          sc.recompute_s = selective_s;
+          sc.recompute_bytes =
+              (blocks ? largest_recomputed : std::max(0.0, full_stash - selective_stash)) * share;
+          sc.recompute_s = blocks ? block_selective_s : selective_s;
           break;
       }
       sc.workspace_bytes = largest_output * share;

@@ -102,6 +102,43 @@ TEST_CASE(
   }
 }
 
+// At t = 1 full recomputation is Megatron's too, not GPipe's whole-stage one: each block keeps its
+// input (Table 2: 2 s h bytes per layer and sample), the backward re-materialises one block at a
+// time (Table 2's no-recomputation bytes at t = 1: s h (34 + 5 a s / h)) and re-runs the blocks'
+// forward only, not the head's. Selective likewise: Table 2's 34 s h kept, one block's 5 a s^2
+// scores re-materialised at a time.
+TEST_CASE("recomputation at t = 1 is Megatron's: Table 2's bytes per block, one block re-materialised") {
+  const Config c{"175B at t = 1", 96, 12288, 96, 1, 8};
+  Experiment e;
+  e.workload = gpt(c);
+  e.cluster = line_cluster(c.p, 100e9, 1e-6);
+  for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+  e.strategy.partitioner = "megatron";
+  e.strategy.stages = c.p;
+  e.strategy.micro_batches = 1;
+  e.micro_batch_size = 1;
+  e.memory.recompute = Recompute::Full;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  auto costs = stage_costs(e.workload, e.cluster, run->partition, 1, Recompute::Full, {});
+  REQUIRE(costs.ok());
+  const StageCost& middle = (*costs)[1][0];      // 12 blocks
+  const StageCost& last = (*costs)[c.p - 1][0];  // 12 blocks, the final norm and the head
+  const double s = kSeq, h = c.hidden, a = c.heads;
+  CHECK(close_rel(middle.stash_bytes, c.layers / c.p * 2 * s * h, 1e-12));
+  CHECK(close_rel(middle.recompute_bytes, s * h * (34 + 5 * a * s / h), 1e-12));
+  CHECK(close_rel(middle.recompute_s, middle.times.forward, 1e-12));
+  CHECK(close_rel(last.recompute_s, middle.recompute_s, 1e-12));
+  // The head's forward, not re-run: at least its 2 s h V FLOPs at the 312 TFLOP/s peak.
+  CHECK(last.times.forward - last.recompute_s >= 2 * s * h * 51200 / 312e12);
+  // Selective: 34 s h per block kept, one block's scores (5 a s^2) re-materialised at a time.
+  auto sel = stage_costs(e.workload, e.cluster, run->partition, 1, Recompute::Selective, {});
+  REQUIRE(sel.ok());
+  CHECK(close_rel((*sel)[1][0].stash_bytes, c.layers / c.p * 34 * s * h, 1e-12));
+  CHECK(close_rel((*sel)[1][0].recompute_bytes, 5 * a * s * s, 1e-12));
+  CHECK((*sel)[1][0].recompute_s > 0);
+}
+
 TEST_CASE("tensor parallelism: Megatron's collectives per layer and micro-batch") {
   // Without SP: 2 all-reduces in the forward and 2 in the backward per transformer layer, +2 forward ones
   // re-run under full recomputation (which checkpoints the transformer layers only); with SP each
