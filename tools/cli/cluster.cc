@@ -298,7 +298,7 @@ Command add_cluster_command(CLI::App& parent) {
       "Print one JSON object: schema_version, results (each {op, bytes, time_s, bus_bandwidth_Bps})");
   exp->add_flag("--simgrid", o->simgrid, "SimGrid platform XML (routing Full, pipegrid's routes)");
   exp->add_option("-o,--output", o->output, "Write to this file (default: standard output)");
-  return {app, [o, list, show, bench, exp]() -> int {
+  return {app, [o, list, show, bench]() -> int {
             if (*list) return run_list(*o);
             if (*show) return run_show(*o);
             if (*bench) return run_bench(*o);
