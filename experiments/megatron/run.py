@@ -2,8 +2,9 @@
 """Megatron-LM's published multi-GPU runs (rows.yaml) replayed in pipegrid with 3D parallelism.
 
 Each row becomes an experiment (GPT of the row's shape, DGX A100 nodes with a rail-optimised
-InfiniBand fabric, the megatron partitioner, t, p and d = GPUs / (t p) as printed, micro-batch 1 per
-replica, 1F1B); pipegrid's iteration time is converted to the row's metric and compared. Table 4's
+InfiniBand fabric, the megatron partitioner, t, p and d = GPUs / (t p) as printed; Table 1's
+micro-batch size and interleaving from the authors' run scripts, micro-batch 1 and 1F1B elsewhere:
+rows.yaml); pipegrid's iteration time is converted to the row's metric and compared. Table 4's
 per-layer rows are two probes each (the 22B shape with 4 and with 2 layers; the difference, halved). Rows on more
 than --max-gpus GPUs are listed as not simulated (their task graphs take minutes each on a 2-core
 machine). Writes results.md.
@@ -63,6 +64,15 @@ def what_if_gpu(gemm):
     return {"model": "a100", "compute_efficiency": {x: {"gemm": gemm, "attention": gemm} for x in ("fp16", "bf16")}}
 
 
+def micro_batch(r):
+    """Per-replica micro-batch size: the row's `mbs` (Table 1, from the authors' run scripts), else 1
+    (rows.yaml's assumption for Tables 4 and 5). It must divide the batch per replica."""
+    b, d = r.get("mbs", 1), r["gpus"] // (r["t"] * r["p"])
+    if r["batch"] % (d * b) != 0:
+        raise ValueError(f"{r['id']}: micro-batch {b} x d {d} does not divide the batch {r['batch']}")
+    return b
+
+
 def experiment(r, gpu="a100"):
     """The row as a pipegrid experiment; `gpu` a catalog name or a device with overrides. The
     data-parallel gradients are all-reduced as NCCL does across DGX nodes: one ring per NIC
@@ -70,17 +80,21 @@ def experiment(r, gpu="a100"):
     (`kernel_fusion: megatron`: scale-mask-softmax, bias-dropout-add)."""
     t, p, gpus = r["t"], r["p"], r["gpus"]
     d = gpus // (t * p)
+    b, v = micro_batch(r), r.get("v", 1)
+    strategy = {"partitioner": "megatron", "schedule": "interleaved-1f1b" if v > 1 else "1f1b", "stages": p,
+                "replicas": d, "allreduce": "multi-ring", "tensor_parallel": t,
+                "sequence_parallel": bool(r["sequence_parallel"]), "micro_batches": r["batch"] // (d * b)}
+    if v > 1:
+        strategy["chunks"] = v
     return {
         "name": r["id"],
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
-                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d,
+                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d * b,
                      "kernel_fusion": "megatron"},
         "cluster": {"kind": "dgx", "nodes": gpus // 8,
                     "gpu": gpu,
                     "fabric": "rail" if gpus > 8 else "switch"},
-        "strategy": {"partitioner": "megatron", "schedule": "1f1b", "stages": p, "replicas": d, "allreduce": "multi-ring",
-                     "tensor_parallel": t, "sequence_parallel": bool(r["sequence_parallel"]),
-                     "micro_batches": r["batch"] // d},
+        "strategy": strategy,
         "memory": {"optimizer": "mixed-adam", "recompute": r["recompute"]},
     }
 
@@ -128,15 +142,17 @@ def replay_folded(pipegrid, r, gemm=None, why="", gpu=None):
         with open(path, "w") as f:
             yaml.safe_dump(experiment(r, gpu or what_if_gpu(gemm)), f)
         cmd = [pipegrid, "search", path, "--global-batch", str(r["batch"]), "--tensor-parallel", str(r["t"]),
-               "--pipeline", str(r["p"]), "--micro-batch", "1", "--schedules", "1f1b", "--recompute",
-               r["recompute"], "--top", "4", "--tp-folded", "--json"]
+               "--pipeline", str(r["p"]), "--micro-batch", str(micro_batch(r)), "--recompute", r["recompute"],
+               "--top", "4", "--tp-folded", "--json"]
+        v = r.get("v", 1)
+        cmd += ["--schedules", "interleaved-1f1b", "--chunks", str(v)] if v > 1 else ["--schedules", "1f1b"]
         p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": why + "; TP-folded replay failed: " + (p.stderr or p.stdout).strip().splitlines()[-1],
                 "wall": time.time() - start}
     j = json.loads(p.stdout)
     mine = [c for c in j.get("simgrid_ranking", []) if c["t"] == r["t"] and c["p"] == r["p"]
-            and c.get("chunks", 1) in (1, None) and c["sequence_parallel"] == bool(r["sequence_parallel"])
+            and (c.get("chunks") or 1) == r.get("v", 1) and c["sequence_parallel"] == bool(r["sequence_parallel"])
             and not c["distributed_optimizer"]]
     if not mine or r["t"] != 8:
         return {"error": why + "; no TP-folded replay of this configuration (or t below the node size)",
@@ -194,21 +210,23 @@ def main():
                 "`. Catalog: topologies/devices.yaml's a100 as it stands (its fp16 GEMM efficiency and kernel start-up "
                 "fitted on the calibration rows here and experiments/validation's together; check rows never).")
              + " Rows, sources and assumptions: rows.yaml.", "",
-             "| row | set | t | p | d | GPUs | published | pipegrid | error | exposed TP / bubble per device | wall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| row | set | t | p | d | b | schedule | GPUs | published | pipegrid | error | exposed TP / bubble per device | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     errs = {"calibration": [], "check": []}
     folded = {"calibration": 0, "check": 0}
     for r in all_rows:
         d = r["gpus"] // (r["t"] * r["p"])
+        b = T4_SHAPE["batch"] if r["table"] == "korthikanti2022_table4" else micro_batch(r)  # layer_probe's
+        cfg = f"{r['t']} | {r['p']} | {d} | {b} | " + (f"interleaved v{r['v']}" if r.get("v", 1) > 1 else "1F1B")
         metric = "tflops_per_gpu" if "tflops_per_gpu" in r else "time_ms" if "time_ms" in r else "iteration_s"
         published = r[metric]
         x = results.get(r["id"])
         if x is None:
-            lines.append(f"| {r['id']} | {r['set']} | {r['t']} | {r['p']} | {d} | {r['gpus']} | {published} | "
+            lines.append(f"| {r['id']} | {r['set']} | {cfg} | {r['gpus']} | {published} | "
                          f"not simulated (> {a.max_gpus} GPUs) | | | |")
             continue
         if "error" in x:
-            lines.append(f"| {r['id']} | {r['set']} | {r['t']} | {r['p']} | {d} | {r['gpus']} | {published} | "
+            lines.append(f"| {r['id']} | {r['set']} | {cfg} | {r['gpus']} | {published} | "
                          f"error: {x['error']} | | | |")
             continue
         if metric == "tflops_per_gpu":
@@ -228,7 +246,7 @@ def main():
         b = x["breakdown"]
         if x.get("folded"):
             shown += " (SimGrid, TP-folded: the whole graph is above the task limit)"
-        lines.append(f"| {r['id']} | {r['set']} | {r['t']} | {r['p']} | {d} | {r['gpus']} | {published} | {shown}"
+        lines.append(f"| {r['id']} | {r['set']} | {cfg} | {r['gpus']} | {published} | {shown}"
                      f"{'' if x['feasible'] else ' (over memory)'} | {100 * err:+.1f}% | "
                      f"{b.get('tensor_parallel_s', 0):.3g} s / {b.get('bubble_s', 0):.3g} s | {x['wall']:.0f} s |")
     lines.append("")
