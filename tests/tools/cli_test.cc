@@ -200,17 +200,20 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
   CHECK(bad.err.find("used by the luo planner only") != std::string::npos);
 }
 
+// A small GPT on two DGX A100 nodes (16 GPUs, 8 blocks), for the `search` tests.
+constexpr const char* kSmallGptOnTwoDgx = R"(name: small GPT on two DGX A100
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-2}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}
+)";
+
 // `pipegrid search --top K` replays its best K in SimGrid, as whole graphs or TP-folded: with t = 8
 // filling each DGX node, the two replays agree to rounding (the whole graph is the oracle; the core
 // test compares every candidate), and the output says which replay ran.
 TEST_CASE("cli: search --top 3, whole graphs and --tp-folded, agree where a TP group fills its node") {
   TempDir tmp;
-  const std::string exp = tmp.write("gpt.yaml", R"(name: small GPT on two DGX A100
-workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
-cluster: {preset: dgx-a100-2}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}
-)");
+  const std::string exp = tmp.write("gpt.yaml", kSmallGptOnTwoDgx);
   std::map<std::string, double> times[2];
   for (int folded = 0; folded < 2; ++folded) {
     std::vector<std::string> argv = {
@@ -249,39 +252,33 @@ strategy: {partitioner: megatron, micro_batches: 1}
 // divide them and is left out by the option alone).
 TEST_CASE("cli: search --chunks keeps only those v of interleaved-1f1b, and refuses 0") {
   TempDir tmp;
-  const std::string exp = tmp.write("gpt.yaml", R"(name: small GPT on two DGX A100
-workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
-cluster: {preset: dgx-a100-2}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}
-)");
-  auto r = run_command({PIPEGRID_BINARY,
-                        "search",
-                        exp,
-                        "--global-batch",
-                        "16",
-                        "--top",
-                        "0",
-                        "--tensor-parallel",
-                        "8",
-                        "--pipeline",
-                        "2",
-                        "--micro-batch",
-                        "1",
-                        "--schedules",
-                        "interleaved-1f1b",
-                        "--chunks",
-                        "2",
-                        "--recompute",
-                        "none",
-                        "--json"});
+  const std::string exp = tmp.write("gpt.yaml", kSmallGptOnTwoDgx);
+  const std::vector<std::string> axes = {PIPEGRID_BINARY,
+                                         "search",
+                                         exp,
+                                         "--global-batch",
+                                         "16",
+                                         "--top",
+                                         "0",
+                                         "--tensor-parallel",
+                                         "8",
+                                         "--pipeline",
+                                         "2",
+                                         "--micro-batch",
+                                         "1",
+                                         "--schedules",
+                                         "interleaved-1f1b",
+                                         "--recompute",
+                                         "none",
+                                         "--json"};
+  std::vector<std::string> only2 = axes;
+  only2.insert(only2.end(), {"--chunks", "2"});
+  auto r = run_command(only2);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json j = json::parse(r.out);
   REQUIRE(j["analytic_ranking"].size() == 2);
   for (const json& c : j["analytic_ranking"]) CHECK(c["chunks"] == 2);
-  auto all = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0",
-                          "--tensor-parallel", "8", "--pipeline", "2", "--micro-batch", "1", "--schedules",
-                          "interleaved-1f1b", "--recompute", "none", "--json"});
+  auto all = run_command(axes);
   REQUIRE_MESSAGE(all.exit_code == 0, all.err);
   CHECK(json::parse(all.out)["analytic_ranking"].size() == 4);  // v = 2 and v = 4
   auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--chunks", "0"});
