@@ -209,12 +209,18 @@ Result<int> ModelBuilder::conv2d(const std::string& name, int in, const Conv& c)
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   l.weight_bytes = l.parameter_bytes;
   // The convolution, then (as separate kernels, as frameworks run them in training) the BatchNorm -
-  // two passes over its input forward (statistics, normalisation) and two backward - and the ReLU.
+  // two passes over its input forward (statistics: read; normalisation: read, write) and two
+  // backward (reduction: read the gradient and the input; input gradient: read both, write) - and
+  // the ReLU (read, write; backward: read the gradient and the output, write). Fused, the ReLU is
+  // applied in the normalisation's write and its mask read in each backward pass (+1 read each):
+  // 3 and 7 tensors' bytes in one kernel each way, against 3 + 2 and 5 + 3 in two.
   l.kernels = {make_kernel(KernelClass::Conv, 2 * macs, 2 * macs, 2 * macs, io, 2 * io, l.weight_bytes)};
   l.kernels[0].winograd = c.kernel == 3 && c.stride == 1 && c.groups == 1;
+  const bool fused = c.fused_bn_relu && c.batchnorm && c.relu;
   if (c.batchnorm)
-    l.kernels.push_back(make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), 5 * bytes(out)));
-  if (c.relu)
+    l.kernels.push_back(
+        make_kernel(KernelClass::Norm, 0, 0, 0, 3 * bytes(out), (fused ? 7 : 5) * bytes(out)));
+  if (c.relu && !fused)
     l.kernels.push_back(make_kernel(KernelClass::Elementwise, 0, 0, 0, 2 * bytes(out), 3 * bytes(out)));
   l.stash_bytes = bytes(out) * (c.batchnorm ? 2 : 1);  // the BatchNorm input too
   return add_layer(std::move(l), std::move(out), {in});
@@ -289,6 +295,25 @@ Result<int> ModelBuilder::add(const std::string& name, const std::vector<int>& i
   const double io = static_cast<double>(in.size() + 1) * bytes(shape(in.front()));
   l.kernels = {make_kernel(KernelClass::Elementwise, 0, 0, 0, io, io)};
   return add_layer(std::move(l), shape(in.front()), in);
+}
+
+Result<int> ModelBuilder::batchnorm_add_relu(const std::string& name, int in, int residual) {
+  const Shape& s = shape(in);
+  if (s.empty()) return mismatch(name, "a tensor", in);
+  if (shape(residual) != s) return mismatch(name, shape_text(s) + " like its first input", residual);
+  Layer l;
+  l.name = name;
+  l.kind = "batchnorm_add_relu";
+  l.parameters = 2.0 * static_cast<double>(s.front());
+  l.parameter_bytes = l.parameters * element_bytes(w_.precision);
+  l.weight_bytes = l.parameter_bytes;
+  // Forward: statistics (read the input), then normalise, add and ReLU (read the input and the
+  // residual, write): 4 tensors' bytes. Backward: reduction (read the gradient, the output for the
+  // ReLU's mask and the input), then the gradients (read those three, write the input's and the
+  // residual's): 8. Unfused (BatchNorm, add, a ReLU layer) the same work is 3 + 3 + 2 and 5 + 3 + 2.
+  l.kernels = {make_kernel(KernelClass::Norm, 0, 0, 0, 4 * bytes(s), 8 * bytes(s))};
+  l.stash_bytes = bytes(s);  // the output, for the ReLU's mask (the input is the convolution's)
+  return add_layer(std::move(l), s, {in, residual});
 }
 
 Result<int> ModelBuilder::concat(const std::string& name, const std::vector<int>& in) {

@@ -66,8 +66,14 @@ class ModelBuilder {
     bool bias = true;
     bool batchnorm = false;  // fused BatchNorm: 2 parameters per output channel
     bool relu = false;       // fused ReLU
+    // BatchNorm and ReLU as one kernel each way (cuDNN's BN-activation, MXNet's --fuse-bn-relu,
+    // XLA's fusion of the expanded BatchNorm): the ReLU's own kernel and memory passes go.
+    bool fused_bn_relu = false;
   };
   Result<int> conv2d(const std::string& name, int in, const Conv& c);
+  // BatchNorm of `in` (2 parameters per channel), plus `residual`, then ReLU, as one kernel each
+  // way (cuDNN's BN-add-activation, MXNet's --fuse-bn-add-relu, XLA's fusion).
+  Result<int> batchnorm_add_relu(const std::string& name, int in, int residual);
   Result<int> pool(const std::string& name, int in, int64_t kernel, int64_t stride, int64_t padding = 0);
   Result<int> adaptive_pool(const std::string& name, int in, int64_t out_h, int64_t out_w);
   Result<int> norm(const std::string& name, int in,

@@ -51,12 +51,16 @@ Result<Workload> build_vgg16(const ModelArgs& a, Precision p) {
 }
 
 // ResNet-50 v1.5 (torchvision): bottlenecks [3, 4, 6, 3], stride on the 3x3 convolution,
-// BatchNorm (and ReLU where applicable) fused into each convolution; residuals are DAG edges.
+// BatchNorm (and ReLU where applicable) in each convolution's layer; residuals are DAG edges.
+// fused_bn_relu = 1: BatchNorm + ReLU and BatchNorm + add + ReLU run as one kernel each way, as
+// MXNet's --fuse-bn-relu / --fuse-bn-add-relu and XLA's fusion of the expanded BatchNorm do;
+// 0 (default): separate kernels, as PyTorch eager runs them.
 Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
   ModelBuilder b("resnet50", p);
   const int64_t img = arg(a, "image");
+  const bool fused = arg(a, "fused_bn_relu") != 0;
   int x = b.input("input", {3, img, img});
-  x = must(b.conv2d("conv1", x, {3, 64, 7, 2, 3, 1, false, true, true}));
+  x = must(b.conv2d("conv1", x, {3, 64, 7, 2, 3, 1, false, true, true, fused}));
   x = must(b.pool("maxpool", x, 3, 2, 1));
   int64_t in = 64;
   const int blocks[] = {3, 4, 6, 3};
@@ -66,14 +70,18 @@ Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
       const int64_t w = widths[stage];
       const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
       const std::string n = fmt::format("layer{}.{}", stage + 1, i);
-      int c1 = must(b.conv2d(n + ".conv1", x, {in, w, 1, 1, 0, 1, false, true, true}));
-      int c2 = must(b.conv2d(n + ".conv2", c1, {w, w, 3, stride, 1, 1, false, true, true}));
-      int c3 = must(b.conv2d(n + ".conv3", c2, {w, 4 * w, 1, 1, 0, 1, false, true, false}));
+      int c1 = must(b.conv2d(n + ".conv1", x, {in, w, 1, 1, 0, 1, false, true, true, fused}));
+      int c2 = must(b.conv2d(n + ".conv2", c1, {w, w, 3, stride, 1, 1, false, true, true, fused}));
+      int c3 = must(b.conv2d(n + ".conv3", c2, {w, 4 * w, 1, 1, 0, 1, false, !fused, false}));
       int skip = x;
       if (i == 0)
         skip = must(b.conv2d(n + ".downsample", x, {in, 4 * w, 1, stride, 0, 1, false, true, false}));
-      int sum = must(b.add(n + ".add", {c3, skip}));
-      x = must(b.elementwise(n + ".relu", "relu", sum));
+      if (fused) {
+        x = must(b.batchnorm_add_relu(n + ".bn3_add_relu", c3, skip));
+      } else {
+        int sum = must(b.add(n + ".add", {c3, skip}));
+        x = must(b.elementwise(n + ".relu", "relu", sum));
+      }
       in = 4 * w;
     }
   }
@@ -305,7 +313,7 @@ const ModelInfo kModels[] = {
     {"vgg16", "VGG-16 (torchvision D), 224x224 images", {{"image", 224}, {"classes", 1000}}, &build_vgg16},
     {"resnet50",
      "ResNet-50 v1.5 (torchvision), residuals as DAG edges",
-     {{"image", 224}, {"classes", 1000}},
+     {{"image", 224}, {"classes", 1000}, {"fused_bn_relu", 0}},
      &build_resnet50},
     {"gnmt8",
      "GNMT with 4 + 4 LSTM layers (h 1024), attention, per sentence of source_length/target_length tokens",
@@ -397,7 +405,7 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 }
 
 ParameterRange parameter_range(std::string_view parameter) {
-  if (parameter == "pooled") return {0, 1};
+  if (parameter == "pooled" || parameter == "fused_bn_relu") return {0, 1};
   return {};
 }
 

@@ -198,3 +198,51 @@ TEST_CASE("Megatron-LM's fused kernels: scale-mask-softmax one kernel, bias-drop
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("Transformer blocks") != std::string::npos);
 }
+
+TEST_CASE("fused BatchNorm + ReLU and BatchNorm + add + ReLU: one kernel each way, hand-counted passes") {
+  // A 1x1 convolution 64 -> 256 on 56 x 56, fp16: the output Y is 256 x 56 x 56 x 2 bytes.
+  // Unfused: BatchNorm 3 Y forward (statistics read; normalise read + write), 5 Y backward; ReLU
+  // 2 Y and 3 Y (read the gradient and the output, write) in a convolution's layer, 2 Y and 2 Y as a
+  // layer of its own (ModelBuilder::elementwise); add 3 Y each way. Fused BN + ReLU: 3 Y
+  // and 7 Y (the mask read in both backward passes); fused BN + add + ReLU: 4 Y (+ the residual's
+  // read) and 8 Y (+ the mask's reads and the residual's gradient write).
+  const double Y = 256.0 * 56 * 56 * 2;
+  auto build = [](bool fused) {
+    ModelBuilder b("m", Precision::FP16);
+    int x = b.input("x", {64, 56, 56});
+    ModelBuilder::Conv relu_conv{64, 256, 1, 1, 0, 1, false, true, true, fused};
+    int c = *b.conv2d("c", x, relu_conv);
+    ModelBuilder::Conv plain{256, 256, 1, 1, 0, 1, false, !fused, false};
+    int d = *b.conv2d("d", c, plain);
+    if (fused) {
+      (void)*b.batchnorm_add_relu("bn_add_relu", d, c);
+    } else {
+      int s = *b.add("add", {d, c});
+      (void)*b.elementwise("relu", "relu", s);
+    }
+    return b.finish();
+  };
+  Workload u = build(false), f = build(true);
+  auto total = [](const Workload& w, double Layer::*field) {
+    double s = 0;
+    for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).*field;
+    return s;
+  };
+  // Convolution c: BN + ReLU 5 Y -> 3 Y forward, 8 Y -> 7 Y backward; the block's end: BN + add +
+  // ReLU 8 Y -> 4 Y, 10 Y -> 8 Y.
+  CHECK(total(u, &Layer::forward_bytes) - total(f, &Layer::forward_bytes) == approx((5 - 3 + 8 - 4) * Y));
+  CHECK(total(u, &Layer::backward_bytes) - total(f, &Layer::backward_bytes) == approx((8 - 7 + 10 - 8) * Y));
+  CHECK(total(u, &Layer::parameters) == total(f, &Layer::parameters));
+  CHECK(total(u, &Layer::forward_flops) == total(f, &Layer::forward_flops));
+  // Launches per pass: unfused conv, BN, ReLU, conv, BN, add, ReLU = 7; fused conv, BN-ReLU, conv,
+  // BN-add-ReLU = 4.
+  const DeviceSpec dev = launches_only(1e-6);
+  auto launches = [&](const Workload& w) {
+    double t = 0;
+    for (size_t i = 0; i < w.layer_count(); ++i)
+      t += layer_times(w.layer(i), Precision::FP16, dev, 1)->forward;
+    return t;
+  };
+  CHECK(launches(u) == approx(7e-6));
+  CHECK(launches(f) == approx(4e-6));
+}

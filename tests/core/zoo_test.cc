@@ -74,6 +74,25 @@ TEST_CASE("VGG-16 and ResNet-50: exact parameter counts, FLOPs within 2% of 30.9
       CHECK(boost::in_degree(i, resnet.graph) == 2);
     }
   CHECK(adds == 16);
+  // Fused BatchNorm-ReLU (MXNet's, XLA's): the same parameters (torchvision's 25,557,032) and
+  // FLOPs; each block ends in one BN-add-ReLU layer with the residual edge, no ReLU layers left.
+  Workload fused = model("resnet50", {{"fused_bn_relu", 1}});
+  CHECK(total_parameters(fused) == 25557032);
+  CHECK(total_forward_flops(fused) == total_forward_flops(resnet));
+  int ends = 0, relus = 0;
+  for (size_t i = 0; i < fused.layer_count(); ++i) {
+    if (fused.layer(i).kind == "relu") ++relus;
+    if (fused.layer(i).kind == "batchnorm_add_relu") {
+      ++ends;
+      CHECK(boost::in_degree(i, fused.graph) == 2);
+    }
+  }
+  CHECK(ends == 16);
+  CHECK(relus == 0);
+  CHECK(fused.layer_count() == resnet.layer_count() - 16);
+  Result<Workload> two = build_model(**find_model("resnet50"), {{"fused_bn_relu", 2}}, Precision::FP32);
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.error().message.find("fused_bn_relu must be 0 or 1") != std::string::npos);
 }
 
 TEST_CASE("GNMT-8 and GNMT-16: parameters and FLOP per source and target token") {
