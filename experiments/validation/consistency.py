@@ -60,6 +60,16 @@ def pct(x):
     return f"{100 * x:.0f}%"
 
 
+# Model parameters that say how a stack runs the model, not what it computes (kernel fusion): rows
+# that differ only in them are the same configuration.
+IMPLEMENTATION_PARAMS = {"fused_bn_relu"}
+
+
+def config_params(r):
+    """A row's model parameters that define the configuration (sorted (key, value) pairs)."""
+    return tuple(sorted((k, v) for k, v in (r.get("model_params") or {}).items() if k not in IMPLEMENTATION_PARAMS))
+
+
 def same_config(rows):
     """A: groups of rows with the same model (and parameters, but for token models), GPU,
     precision and GPU count from at least two sources (a row with a computed_sequence only with
@@ -69,8 +79,7 @@ def same_config(rows):
         rate = per_gpu_rate(r)
         if rate is None:
             continue
-        params = () if rate[1] == "tokens/s" and r["model"].startswith("gnmt") else \
-            tuple(sorted((r.get("model_params") or {}).items()))
+        params = () if rate[1] == "tokens/s" and r["model"].startswith("gnmt") else config_params(r)
         if r.get("computed_sequence"):  # another computation than the same sequence padded in full
             params += (("computed_sequence", r["computed_sequence"]),)
         model = "gnmt (per token)" if r["model"].startswith("gnmt") else r["model"]
@@ -99,8 +108,7 @@ def row_groups(rows):
     tflops = {}
     for r in rows:
         if r["metric"] == "tflops_per_gpu":
-            key = (r["model"], tuple(sorted((r.get("model_params") or {}).items())), r["gpu"], r["precision"],
-                   int(r["gpus"]), r["batch_per_gpu"])
+            key = (r["model"], config_params(r), r["gpu"], r["precision"], int(r["gpus"]), r["batch_per_gpu"])
             tflops.setdefault(key, []).append(r)
     for (model, params, gpu, prec, n, b), members in sorted(tflops.items(), key=lambda kv: str(kv[0])):
         if len({r["url"] for r in members}) < 2:
