@@ -250,3 +250,43 @@ TEST_CASE("selective recomputation re-runs the attention core's share of a block
   REQUIRE_MESSAGE(run.ok(), run.error().message);
   for (const Task& t : run->graph.tasks) CHECK(std::isfinite(t.duration));
 }
+
+TEST_CASE(
+    "the language-model head at t = 1 is VocabHead's at t = 1: the logits' GEMM and the fp32 cross-entropy") {
+  // Hand count, amp (2-byte activations), s 128, h 256, V 1024: the GEMM reads s h and writes s V
+  // elements, 2 s h V FLOPs; the cross-entropy makes 3 fp32 passes over the s V logits (read,
+  // exponentiate, normalise) in 2 launches, the same backward.
+  const double s = 128, h = 256, V = 1024;
+  for (const char* name : {"gpt", "llama"}) {
+    CAPTURE(name);
+    ModelArgs a{{"layers", 1}, {"hidden", h}, {"heads", 4}, {"sequence", s}, {"vocabulary", V}};
+    if (std::string(name) == "llama") {
+      a["kv_heads"] = 4;
+      a["ffn"] = 512;
+    }
+    Result<Workload> w = build_model(**find_model(name), a, Precision::AMP);
+    REQUIRE(w.ok());
+    const Layer& head = w->layer(w->layer_count() - 1);
+    REQUIRE(head.name == "lm_head");
+    REQUIRE(head.kernels.size() == 2);
+    CHECK(head.forward_flops == approx(2 * s * h * V));
+    CHECK(head.forward_bytes == approx((s * h + s * V) * 2 + 3 * s * V * 4));
+    CHECK(head.kernels[1].calls == 2);
+    // tensor_parallel_layer at t = 1 costs the same kernels, so t = 1 and t > 1 agree.
+    Result<TpLayer> one = tensor_parallel_layer(head, 1, {}, w->precision);
+    REQUIRE(one.ok());
+    double fwd_bytes = 0, fwd_flops = 0, bwd_bytes = 0, calls = 0;
+    for (const TpPiece& p : one->forward)
+      for (const Kernel& k : p.kernels) {
+        fwd_bytes += k.forward_bytes;
+        fwd_flops += k.forward_flops;
+        calls += k.calls;
+      }
+    for (const TpPiece& p : one->backward)
+      for (const Kernel& k : p.kernels) bwd_bytes += k.backward_bytes;
+    CHECK(fwd_bytes == approx(head.forward_bytes));
+    CHECK(fwd_flops == approx(head.forward_flops));
+    CHECK(bwd_bytes == approx(head.backward_bytes));
+    CHECK(calls == 3);
+  }
+}
