@@ -168,6 +168,16 @@ std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precisio
   return out;
 }
 
+std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes,
+                                       Precision precision) {
+  const double eb = element_bytes(precision), T = t;
+  const double flops = 2 * s.sequence * s.hidden * s.vocabulary / T;
+  const double io = (s.sequence * s.hidden + s.sequence * s.vocabulary / T) * eb;
+  const double ce = 3 * s.sequence * s.vocabulary / T * 4;
+  return {kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, weight_bytes / T),
+          kernel(KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2)};
+}
+
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
                                       Precision precision) {
   const TensorSplit& sp = l.split;
@@ -278,14 +288,9 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::VocabHead: {
       if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
         return st.error();
-      const double s = sp.sequence, h = sp.hidden, V = sp.vocabulary, T = t;
-      const double act = s * h * eb;
-      const double flops = 2 * s * h * V / T;
-      const double io = (s * h + s * V / T) * eb;
-      const Kernel gemm = kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, l.weight_bytes / T);
-      // Cross-entropy over the device's V/t logits: read, exponentiate, normalise (fp32).
-      const double ce = 3 * s * V / T * 4;
-      const Kernel loss = kernel(KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2);
+      const double s = sp.sequence, act = s * sp.hidden * eb, T = t;
+      const std::vector<Kernel> k = vocab_head_kernels(sp, t, l.weight_bytes, precision);
+      const Kernel &gemm = k[0], &loss = k[1];
       if (t > 1 && seq) out.forward.push_back(collective(CollectiveKind::AllGather, act));
       out.forward.push_back(compute({gemm}));
       if (t > 1) out.forward.push_back(collective(CollectiveKind::AllReduce, 3 * 4 * s));

@@ -71,6 +71,12 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
 // what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere.
 std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision);
 
+// The per-device kernels of a vocabulary-parallel language-model head (TensorSplitKind::VocabHead)
+// for group size t: the logits' GEMM over V/t columns, then the cross-entropy's three fp32 passes
+// over those logits (read, exponentiate, normalise; two launches each way). A builder uses t = 1, so
+// the head costs the same at every t.
+std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes, Precision precision);
+
 // Bytes one device sends in the merged-flow ring collective of `bytes` (the whole tensor) among t
 // devices: 2 (t - 1) / t x bytes for an all-reduce, (t - 1) / t x bytes for an all-gather or a
 // reduce-scatter. On a ring of equal links with no latency, one such flow per device takes exactly

@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <vector>
 
 #include "core/models/builder.h"
+#include "core/tensor_parallel.h"
 
 namespace pipegrid {
 namespace {
@@ -25,16 +25,6 @@ int must(Result<int> r) {
 int64_t arg(const ModelArgs& a, std::string_view key) {
   auto it = a.find(key);
   return static_cast<int64_t>(std::llround(it->second));
-}
-
-// A language-model head's kernels: the logits' GEMM, then the cross-entropy's passes over the
-// logits in fp32 (read, exponentiate, normalise; two launches each way), as tensor_parallel.cc costs
-// the VocabHead split at t > 1 (here t = 1), so the head costs the same at every t.
-std::vector<Kernel> vocab_head_kernels(const Layer& head, double s, double vocab) {
-  const double ce = 3 * s * vocab * 4;
-  return {Kernel{KernelClass::Gemm, head.forward_flops, head.backward_input_flops, head.backward_weight_flops,
-                 head.forward_bytes, head.backward_bytes, head.weight_bytes, 1},
-          Kernel{KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2}};
 }
 
 // VGG-16 (torchvision "D"): 13 3x3 convolutions (ReLU fused), 5 max-pools, 3 fully connected.
@@ -189,7 +179,7 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   head.stash_bytes = static_cast<double>(s) * vocab * element_bytes(p);
   head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
                 static_cast<double>(vocab)};
-  head.kernels = vocab_head_kernels(head, static_cast<double>(s), static_cast<double>(vocab));
+  head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);  // as at t > 1
   must(b.custom("lm_head", {x}, head, {s, vocab}));
   return b.finish();
 }
@@ -234,7 +224,7 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
   head.stash_bytes = static_cast<double>(s) * vocab * eb;
   head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
                 static_cast<double>(vocab)};
-  head.kernels = vocab_head_kernels(head, static_cast<double>(s), static_cast<double>(vocab));
+  head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);  // as at t > 1
   must(b.custom("lm_head", {x}, head, {s, vocab}));
   return b.finish();
 }

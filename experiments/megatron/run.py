@@ -216,8 +216,8 @@ def main():
     folded = {"calibration": 0, "check": 0}
     for r in all_rows:
         d = r["gpus"] // (r["t"] * r["p"])
-        b = T4_SHAPE["batch"] if r["table"] == "korthikanti2022_table4" else micro_batch(r)  # layer_probe's
-        cfg = f"{r['t']} | {r['p']} | {d} | {b} | " + (f"interleaved v{r['v']}" if r.get("v", 1) > 1 else "1F1B")
+        mb = T4_SHAPE["batch"] if r["table"] == "korthikanti2022_table4" else micro_batch(r)  # layer_probe's
+        cfg = f"{r['t']} | {r['p']} | {d} | {mb} | " + (f"interleaved v{r['v']}" if r.get("v", 1) > 1 else "1F1B")
         metric = "tflops_per_gpu" if "tflops_per_gpu" in r else "time_ms" if "time_ms" in r else "iteration_s"
         published = r[metric]
         x = results.get(r["id"])
