@@ -62,7 +62,7 @@ def pct(x):
 
 # Model parameters that say how a stack runs the model, not what it computes (kernel fusion): rows
 # that differ only in them are the same configuration.
-IMPLEMENTATION_PARAMS = {"fused_bn_relu"}
+IMPLEMENTATION_PARAMS = {"fused_bn_relu", "kernel_fusion"}
 
 
 def config_params(r):
