@@ -536,7 +536,8 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
   return add_layer(std::move(l), s, {in});
 }
 
-Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim) {
+Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim,
+                                    bool shared) {
   const Shape& s = shape(in);
   if (s.size() != 1) return mismatch(name, "[tokens] (token ids)", in);
   Shape out{s[0], dim};
@@ -545,7 +546,7 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   l.kind = "embedding";
   l.split = {TensorSplitKind::VocabEmbedding, static_cast<double>(s[0]), static_cast<double>(dim), 0, 0, 0,
              static_cast<double>(vocabulary)};
-  l.parameters = static_cast<double>(vocabulary) * dim;
+  l.parameters = shared ? 0 : static_cast<double>(vocabulary) * dim;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   // Gather the rows and write the output; scatter-add the gradients.
   l.kernels = {make_kernel(KernelClass::Gather, 0, 0, 0, 2 * bytes(out), 2 * bytes(out))};

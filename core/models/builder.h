@@ -90,7 +90,10 @@ class ModelBuilder {
   // s.kv_heads, a gated MLP, rotary embeddings, biases or not, RMSNorm when without biases), costed
   // by the same per-kernel formulas as its tensor-parallel split (core/tensor_parallel.h).
   Result<int> decoder_block(const std::string& name, int in, const TensorSplit& s);
-  Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim);
+  // A token embedding: gathers `dim` values per token from a vocabulary x dim table. `shared`: the
+  // table is another layer's (counted there): the lookup's traffic, no parameters.
+  Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim,
+                        bool shared = false);
   // Softmax cross-entropy over the last dimension (a vocabulary's logits): memory-bound passes over
   // the logits, in fp32 under mixed precision (PyTorch autocast runs log_softmax and the loss in
   // float32); output: one loss value per sample.

@@ -96,6 +96,10 @@ Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
 // first encoder layer is bidirectional; residual connections from the third layer on; the
 // decoder's first layer feeds a normalised additive attention over the encoder's output, whose
 // context joins the input of every later decoder layer. GNMT-8 = 4 + 4 layers, GNMT-16 = 8 + 8.
+// `shared_embedding` 1: the decoder looks its tokens up in the encoder's table (NVIDIA's GNMT v2,
+// DeepLearningExamples, `--share-embedding`, its default): the decoder's lookup keeps its traffic and
+// has no parameters of its own, as a tied language-model head (build_gpt). PipeDream's GNMT has two
+// tables (its profile lists two 32320 x 1024 embeddings), the default 0.
 Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
   const int64_t layers = arg(a, "layers"), h = arg(a, "hidden"), vocab = arg(a, "vocabulary");
   ModelBuilder b(fmt::format("gnmt{}", 2 * layers), p);
@@ -110,7 +114,7 @@ Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
   }
   const int memory = x;
   int tgt = b.input("target", {arg(a, "target_length")});
-  int y = must(b.embedding("decoder.embedding", tgt, vocab, h));
+  int y = must(b.embedding("decoder.embedding", tgt, vocab, h, arg(a, "shared_embedding") != 0));
   y = must(b.lstm("decoder.lstm1", {y}, h, false));
   const int context = must(b.attention("decoder.attention", {y, memory}, 1));
   y = must(b.lstm("decoder.lstm2", {y, context}, h, false));
@@ -321,11 +325,21 @@ const ModelInfo kModels[] = {
      &build_resnet50},
     {"gnmt8",
      "GNMT with 4 + 4 LSTM layers (h 1024), attention, per sentence of source_length/target_length tokens",
-     {{"layers", 4}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
+     {{"layers", 4},
+      {"hidden", 1024},
+      {"vocabulary", 32320},
+      {"source_length", 25},
+      {"target_length", 25},
+      {"shared_embedding", 0}},
      &build_gnmt},
     {"gnmt16",
      "GNMT with 8 + 8 LSTM layers (h 1024), attention",
-     {{"layers", 8}, {"hidden", 1024}, {"vocabulary", 32320}, {"source_length", 25}, {"target_length", 25}},
+     {{"layers", 8},
+      {"hidden", 1024},
+      {"vocabulary", 32320},
+      {"source_length", 25},
+      {"target_length", 25},
+      {"shared_embedding", 0}},
      &build_gnmt},
     {"bert-large",
      "BERT-Large: 24 Transformer layers, h 1024, 16 heads, sequence 512",
@@ -451,7 +465,7 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 }
 
 ParameterRange parameter_range(std::string_view parameter) {
-  if (parameter == "pooled" || parameter == "fused_bn_relu") return {0, 1};
+  if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding") return {0, 1};
   return {};
 }
 

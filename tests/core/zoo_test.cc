@@ -112,6 +112,35 @@ TEST_CASE("GNMT-8 and GNMT-16: parameters and FLOP per source and target token")
   }
 }
 
+TEST_CASE("GNMT's shared embedding: one 32320 x 1024 table fewer, the same lookups") {
+  // NVIDIA's GNMT v2 (DeepLearningExamples README: "encoder and decoder are using shared
+  // embeddings") against PipeDream's, whose profile lists two Embedding(32320, 1024) of
+  // parameter_size 132,382,720 bytes each (32320 x 1024 x 4, fp32).
+  for (const char* name : {"gnmt8", "gnmt16"}) {
+    INFO(name);
+    Workload two = model(name);
+    Workload one = model(name, {{"shared_embedding", 1}});
+    CHECK(total_parameters(two) - total_parameters(one) == 32320.0 * 1024);
+    int tables = 0;
+    for (size_t i = 0; i < two.layer_count(); ++i) {
+      const Layer &a = two.layer(i), &b = one.layer(i);
+      CHECK(a.name == b.name);
+      CHECK(a.forward_bytes == b.forward_bytes);
+      CHECK(a.backward_bytes == b.backward_bytes);
+      CHECK(a.forward_flops == b.forward_flops);
+      if (a.kind == "embedding") {
+        ++tables;
+        CHECK(a.parameter_bytes == 132382720.0);
+        CHECK(b.parameter_bytes == (a.name == "decoder.embedding" ? 0 : 132382720.0));
+      }
+    }
+    CHECK(tables == 2);
+  }
+  Result<Workload> bad = build_model(**find_model("gnmt8"), {{"shared_embedding", 2}}, Precision::FP32);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("shared_embedding must be 0 or 1") != std::string::npos);
+}
+
 TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti's activations") {
   Workload bert = model("bert-large");
   CHECK(within(total_parameters(bert), 334e6 + 1.6e6, 0.02));
