@@ -163,7 +163,7 @@ int ModelBuilder::input(const std::string& name, Shape shape) {
 }
 
 Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
-                                 bool bias) {
+                                 bool bias, bool tied) {
   const Shape& s = shape(in);
   if (s.empty() || s.back() != in_features)
     return mismatch(name, fmt::format("{} input features (last dimension)", in_features), in);
@@ -174,9 +174,10 @@ Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_fea
   l.name = name;
   l.kind = "linear";
   const double flops = 2.0 * rows * in_features * out_features;
-  l.parameters = static_cast<double>(in_features) * out_features + (bias ? out_features : 0);
+  const double matrix = static_cast<double>(in_features) * out_features, biases = bias ? out_features : 0;
+  l.parameters = (tied ? 0 : matrix) + biases;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
-  l.weight_bytes = l.parameter_bytes;
+  l.weight_bytes = (matrix + biases) * element_bytes(w_.precision);  // read either way
   const double io = bytes(s) + bytes(out);
   l.kernels = {make_kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, l.weight_bytes)};
   l.stash_bytes = bytes(out);

@@ -59,8 +59,10 @@ class ModelBuilder {
   // A zero-cost layer standing for the model's input (its output is the input tensor).
   int input(const std::string& name, Shape shape);
 
+  // `tied`: the weight matrix is another layer's (a language-model head tied to the token
+  // embedding, counted there): the GEMM reads it, only the bias is this layer's parameters.
   Result<int> linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
-                     bool bias = true);
+                     bool bias = true, bool tied = false);
   struct Conv {
     int64_t in_channels = 0, out_channels = 0, kernel = 3, stride = 1, padding = 0, groups = 1;
     bool bias = true;

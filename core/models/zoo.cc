@@ -139,15 +139,25 @@ Layer position_table(double positions, double h, Precision p, double extra_param
 }
 
 // BERT-Large style encoder: token, position and type embeddings with LayerNorm, `layers`
-// Transformer blocks (FFN 4h), pooler.
+// Transformer blocks (FFN 4h), pooler. `mlm_positions` > 0 adds the pre-training heads (Devlin et
+// al., NAACL 2019; BertPreTrainingHeads in NVIDIA's DeepLearningExamples): the masked-LM head runs on
+// that many positions per sequence (a dense h x h with GeLU, a LayerNorm, the vocabulary projection
+// tied to the token embedding with its own bias, softmax cross-entropy over the vocabulary) and the
+// next-sentence head (h x 2) on the pooled token. Fewer positions than the sequence are first
+// gathered from it (TensorFlow's gather_indexes of max_predictions_per_seq positions, PyTorch's
+// dense sequence output); all of them, as PyTorch's code ran it before the dense output. 0 (the
+// default): no pre-training heads (fine-tuning heads such as SQuAD's h x 2 span head are left out).
 Result<Workload> build_bert(const ModelArgs& a, Precision p) {
-  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence");
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence"),
+                vocab = arg(a, "vocabulary"), mlm = arg(a, "mlm_positions");
+  if (mlm > s) throw BuildError(fmt::format("mlm_positions ({}) must be at most the sequence ({})", mlm, s));
   ModelBuilder b("bert", p);
   int x = b.input("tokens", {s});
-  x = must(b.embedding("embedding.words", x, arg(a, "vocabulary"), h));
+  x = must(b.embedding("embedding.words", x, vocab, h));
   Layer pos = position_table(static_cast<double>(s), static_cast<double>(h), p, 2.0 * h + 2.0 * h);
   x = must(b.custom("embedding.position_type_norm", {x}, pos, {s, h}));
   for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
+  const int encoded = x;
   Layer pooler;
   pooler.kind = "linear";
   pooler.forward_flops = 2.0 * h * h;
@@ -156,7 +166,27 @@ Result<Workload> build_bert(const ModelArgs& a, Precision p) {
   pooler.parameters = static_cast<double>(h) * h + h;
   pooler.parameter_bytes = pooler.parameters * element_bytes(p);
   pooler.stash_bytes = h * element_bytes(p);
-  must(b.custom("pooler", {x}, pooler, {h}));
+  const int pooled = must(b.custom("pooler", {x}, pooler, {h}));
+  if (mlm == 0) return b.finish();
+  int m = encoded;
+  if (mlm < s) {
+    // index_select of the masked rows: reads and writes them; backward scatters their gradient
+    // into a zeroed sequence-sized one.
+    Layer gather;
+    gather.kind = "index_select";
+    gather.forward_bytes = 2.0 * mlm * h * element_bytes(p);
+    gather.backward_bytes = (2.0 * mlm * h + static_cast<double>(s) * h) * element_bytes(p);
+    m = must(b.custom("mlm.gather", {m}, gather, {mlm, h}));
+  }
+  m = must(b.linear("mlm.transform", m, h, h));
+  m = must(b.elementwise("mlm.gelu", "gelu", m));
+  m = must(b.norm("mlm.norm", m, true));
+  m = must(b.linear("mlm.decoder", m, h, vocab, true, true));
+  m = must(b.softmax_loss("mlm.loss", m));
+  const int nsp = must(b.linear("nsp", pooled, h, 2));
+  Layer sum;  // the two losses added: one scalar each
+  sum.kind = "add";
+  must(b.custom("loss", {m, nsp}, sum, {1}));
   return b.finish();
 }
 
@@ -351,7 +381,12 @@ const ModelInfo kModels[] = {
      &build_gnmt},
     {"bert-large",
      "BERT-Large: 24 Transformer layers, h 1024, 16 heads, sequence 512",
-     {{"layers", 24}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}, {"vocabulary", 30522}},
+     {{"layers", 24},
+      {"hidden", 1024},
+      {"heads", 16},
+      {"sequence", 512},
+      {"vocabulary", 30522},
+      {"mlm_positions", 0}},
      &build_bert},
     {"gpt",
      "GPT-style decoder, configurable (defaults: GPT-2 small)",
@@ -418,6 +453,7 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 
 ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding") return {0, 1};
+  if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};
 }
 

@@ -170,6 +170,53 @@ TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti
     }
 }
 
+TEST_CASE("BERT's pre-training heads: hand-counted parameters and FLOPs, gathered or on every position") {
+  // Devlin et al.'s heads, counted by hand from the architecture (BertPreTrainingHeads): the masked-LM
+  // transform (dense h x h + h, LayerNorm 2 h), the vocabulary projection tied to the token embedding
+  // with a bias of its own (V), the next-sentence classifier (h x 2 + 2).
+  const double h = 1024, V = 30522;
+  Workload bare = model("bert-large", {{"sequence", 128}});
+  for (double n : {20.0, 128.0}) {
+    INFO("mlm_positions " << n);
+    Workload heads = model("bert-large", {{"sequence", 128}, {"mlm_positions", n}});
+    CHECK(total_parameters(heads) - total_parameters(bare) == 1084220.0);
+    CHECK(total_parameters(heads) - total_parameters(bare) == (h * h + h) + 2 * h + V + (2 * h + 2));
+    // Forward FLOPs: the transform's and the projection's GEMMs on n positions, the classifier's.
+    CHECK(total_forward_flops(heads) - total_forward_flops(bare) ==
+          pipegrid::testing::approx(2 * n * h * h + 2 * n * h * V + 2 * h * 2));
+    bool gathered = false, decoder = false, loss = false;
+    for (size_t i = 0; i < heads.layer_count(); ++i) {
+      const Layer& l = heads.layer(i);
+      if (l.name == "mlm.gather") {
+        gathered = true;
+        CHECK(l.forward_bytes == 2 * n * h * 4);  // reads and writes the n rows, fp32
+      }
+      if (l.name == "mlm.decoder") {
+        decoder = true;
+        CHECK(l.parameters == V);                         // the bias only: the matrix is the embedding's
+        CHECK(l.weight_bytes == (h * V + V) * 4);         // but every pass reads it
+        CHECK(l.backward_weight_flops == 2 * n * h * V);  // and its gradient is computed
+      }
+      if (l.name == "mlm.loss") {
+        loss = true;
+        CHECK(l.forward_bytes == n * V * (2 * 4 + 2 * 4));  // fp32 logits: read twice, write, read
+      }
+    }
+    CHECK(gathered == (n < 128));  // on every position (PyTorch before its dense output): no gather
+    CHECK(decoder);
+    CHECK(loss);
+  }
+  Result<Workload> more =
+      build_model(**find_model("bert-large"), {{"sequence", 128}, {"mlm_positions", 129}}, Precision::FP32);
+  REQUIRE_FALSE(more.ok());
+  CHECK(more.error().message.find("mlm_positions (129) must be at most the sequence (128)") !=
+        std::string::npos);
+  Result<Workload> negative =
+      build_model(**find_model("bert-large"), {{"mlm_positions", -1}}, Precision::FP32);
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.error().message.find("mlm_positions must be an integer from 0") != std::string::npos);
+}
+
 TEST_CASE("GraphPipe's models: MMT, DLRM, CANDLE-Uno (models.md) and their branches") {
   Workload mmt = model("mmt");
   CHECK(within(total_parameters(mmt), 403e6, 0.02));
