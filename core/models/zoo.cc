@@ -127,34 +127,40 @@ Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
   return b.finish();
 }
 
-// The parameters and FLOPs of a learned position table (and LayerNorm) next to a token embedding.
-Layer position_table(double positions, double h, Precision p, double extra_params) {
+// The parameters and traffic of a learned position table of `rows` positions (and LayerNorm) next to
+// a token embedding, of which a sequence looks up `looked_up`.
+Layer position_table(double rows, double looked_up, double h, Precision p, double extra_params) {
   Layer l;
   l.kind = "embedding";
-  l.parameters = positions * h + extra_params;
+  l.parameters = rows * h + extra_params;
   l.parameter_bytes = l.parameters * element_bytes(p);
-  l.forward_bytes = 3 * positions * h * element_bytes(p);
+  l.forward_bytes = 3 * looked_up * h * element_bytes(p);
   l.backward_bytes = l.forward_bytes;
   return l;
 }
 
 // BERT-Large style encoder: token, position and type embeddings with LayerNorm, `layers`
-// Transformer blocks (FFN 4h), pooler. `mlm_positions` > 0 adds the pre-training heads (Devlin et
-// al., NAACL 2019; BertPreTrainingHeads in NVIDIA's DeepLearningExamples): the masked-LM head runs on
-// that many positions per sequence (a dense h x h with GeLU, a LayerNorm, the vocabulary projection
-// tied to the token embedding with its own bias, softmax cross-entropy over the vocabulary) and the
-// next-sentence head (h x 2) on the pooled token. Fewer positions than the sequence are first
-// gathered from it (TensorFlow's gather_indexes of max_predictions_per_seq positions, PyTorch's
-// dense sequence output); all of them, as PyTorch's code ran it before the dense output. 0 (the
-// default): no pre-training heads (fine-tuning heads such as SQuAD's h x 2 span head are left out).
+// Transformer blocks (FFN 4h), pooler. The position table has `positions` rows (BERT's
+// max_position_embeddings, 512) whatever the sequence, which may not exceed it. `mlm_positions` > 0 adds the
+// pre-training heads (Devlin et al., NAACL 2019; BertPreTrainingHeads in NVIDIA's DeepLearningExamples): the
+// masked-LM head runs on that many positions per sequence (a dense h x h with GeLU, a LayerNorm, the
+// vocabulary projection tied to the token embedding with its own bias, softmax cross-entropy over the
+// vocabulary) and the next-sentence head (h x 2) on the pooled token. Fewer positions than the sequence are
+// first gathered from it (TensorFlow's gather_indexes of max_predictions_per_seq positions, PyTorch's dense
+// sequence output); all of them, as PyTorch's code ran it before the dense output. 0 (the default): no
+// pre-training heads (fine-tuning heads such as SQuAD's h x 2 span head are left out).
 Result<Workload> build_bert(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence"),
-                vocab = arg(a, "vocabulary"), mlm = arg(a, "mlm_positions");
+                vocab = arg(a, "vocabulary"), mlm = arg(a, "mlm_positions"), rows = arg(a, "positions");
   if (mlm > s) throw BuildError(fmt::format("mlm_positions ({}) must be at most the sequence ({})", mlm, s));
+  if (s > rows)
+    throw BuildError(
+        fmt::format("sequence ({}) must be at most positions, the position table's rows ({})", s, rows));
   ModelBuilder b("bert", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
-  Layer pos = position_table(static_cast<double>(s), static_cast<double>(h), p, 2.0 * h + 2.0 * h);
+  Layer pos = position_table(static_cast<double>(rows), static_cast<double>(s), static_cast<double>(h), p,
+                             2.0 * h + 2.0 * h);
   x = must(b.custom("embedding.position_type_norm", {x}, pos, {s, h}));
   for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
   const int encoded = x;
@@ -198,7 +204,8 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   ModelBuilder b("gpt", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
-  Layer positions = position_table(static_cast<double>(s), static_cast<double>(h), p, 0);
+  Layer positions =
+      position_table(static_cast<double>(s), static_cast<double>(s), static_cast<double>(h), p, 0);
   positions.split.kind = TensorSplitKind::Replicated;  // every device of a tensor-parallel group adds them
   x = must(b.custom("embedding.positions", {x}, positions, {s, h}));
   for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
@@ -386,6 +393,7 @@ const ModelInfo kModels[] = {
       {"heads", 16},
       {"sequence", 512},
       {"vocabulary", 30522},
+      {"positions", 512},
       {"mlm_positions", 0}},
      &build_bert},
     {"gpt",

@@ -206,6 +206,21 @@ TEST_CASE("BERT's pre-training heads: hand-counted parameters and FLOPs, gathere
     CHECK(decoder);
     CHECK(loss);
   }
+  // The position table keeps BERT's 512 rows (max_position_embeddings) at any sequence; a sequence
+  // looks up only its own rows. BertModel: 335,141,888 parameters (24 x 12,596,224 + 31,782,912 of
+  // embeddings, the pooler's 1,049,600), counted by hand.
+  const double bert_model = 24 * (12.0 * h * h + 13 * h) + (V + 512 + 2) * h + 2 * h + (h * h + h);
+  CHECK(bert_model == 335141888.0);
+  for (double s : {128.0, 384.0, 512.0}) {
+    INFO("sequence " << s);
+    Workload w = model("bert-large", {{"sequence", s}});
+    CHECK(total_parameters(w) == bert_model);
+    for (size_t i = 0; i < w.layer_count(); ++i)
+      if (w.layer(i).name == "embedding.position_type_norm") CHECK(w.layer(i).forward_bytes == 3 * s * h * 4);
+  }
+  Result<Workload> longer = build_model(**find_model("bert-large"), {{"sequence", 1024}}, Precision::FP32);
+  REQUIRE_FALSE(longer.ok());
+  CHECK(longer.error().message.find("sequence (1024) must be at most positions") != std::string::npos);
   Result<Workload> more =
       build_model(**find_model("bert-large"), {{"sequence", 128}, {"mlm_positions", 129}}, Precision::FP32);
   REQUIRE_FALSE(more.ok());
