@@ -31,6 +31,10 @@ bool DeviceSpec::runs_winograd(Precision p) const {
   return winograd[static_cast<int>(runs_as(p))];
 }
 
+double DeviceSpec::recurrent_step(Precision p) const {
+  return recurrent_step_s[static_cast<int>(runs_as(p))];
+}
+
 double DeviceSpec::memory_eff(KernelClass k) const {
   const double e = memory_efficiency[static_cast<int>(k)];
   return e > 0 ? e : memory_efficiency_default;
@@ -75,8 +79,10 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     const double compute = flops > 0 ? work / (peak * device.compute_eff(precision, k.cls)) : 0.0;
     const double memory =
         (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
-    // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work.
-    return std::max(device.kernel_dispatch_s, device.kernel_startup_s + std::max(compute, memory));
+    // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work. A
+    // recurrent layer's step also pays the library's per-step time, serially, on the GPU side.
+    const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(precision) : 0.0;
+    return std::max(device.kernel_dispatch_s, device.kernel_startup_s + step + std::max(compute, memory));
   };
   auto pass_time = [&](const Kernel& k, double flops, double bytes) {
     const double calls = std::max(1.0, k.calls);

@@ -59,6 +59,11 @@ struct DeviceSpec {
   double kernel_startup_s = 0;   // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
   double kernel_dispatch_s = 0;  // host time per kernel call, overlapped with the GPU's work
   double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
+  // Time per time step of a recurrent layer, per direction and pass, on top of the step's kernels
+  // (Kernel::recurrent_step), per math precision (kMathPrecisions; 0 = none): what the RNN library
+  // spends per step beyond the roofline of its per-step GEMM and gate kernels. Measured, never
+  // fitted: the V100's is DeepBench's cuDNN LSTM against those kernels (topologies/devices.yaml).
+  std::array<double, kPrecisionCount> recurrent_step_s{};
   // Math precisions (kMathPrecisions) in which the device's convolution library runs 3x3 stride-1
   // convolutions (Kernel::winograd) as Winograd F(2x2, 3x3): such a call does 1/kWinogradSpeedup of
   // its direct FLOPs. cuDNN has Winograd algorithms for all three passes (forward, backward data,
@@ -75,6 +80,7 @@ struct DeviceSpec {
   double compute_eff(Precision p, KernelClass k) const;
   bool runs_winograd(Precision p) const;  // in p's math precision (tf32 without a rate: fp32's)
   double memory_eff(KernelClass k) const;
+  double recurrent_step(Precision p) const;  // recurrent_step_s in p's math precision
   // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
   void derive_peaks();
 };
@@ -100,6 +106,7 @@ struct PassTimes {
 //   max(kernel_dispatch,
 //       kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
 //                            (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class))))
+// (a recurrent layer's per-step kernel adding recurrent_step(precision) inside the outer max),
 // with flops and bytes for the batch split over the kernel's calls (a Winograd-eligible convolution's
 // flops divided by kWinogradSpeedup where the device runs Winograd in the precision), plus
 // layer_overhead once per pass that has work. The backward's streamed bytes are split between its

@@ -89,6 +89,9 @@ struct Kernel {
   // output tile where direct convolution does 36 (Lavin and Gray, CVPR 2016): 2.25x fewer FLOPs in
   // each pass. The FLOP counts above stay the direct ones (the model's FLOPs).
   bool winograd = false;
+  // Each call is one time step of a recurrent layer (one direction, one pass): the call also pays the
+  // device's recurrent_step for its math precision (DeviceSpec::recurrent_step_s).
+  bool recurrent_step = false;
 };
 
 // How a layer splits under Megatron-LM's tensor parallelism (Shoeybi et al., arXiv 1909.08053;

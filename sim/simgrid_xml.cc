@@ -82,6 +82,9 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
       p.emplace_back(fmt::format("memory_efficiency_{}", to_string(k)), num(e));
   for (Precision prec : kMathPrecisions)
     if (s.winograd[static_cast<int>(prec)]) p.emplace_back(fmt::format("winograd_{}", to_string(prec)), "1");
+  for (Precision prec : kMathPrecisions)
+    if (double r = s.recurrent_step_s[static_cast<int>(prec)]; r > 0)
+      p.emplace_back(fmt::format("recurrent_step_{}", to_string(prec)), num(r));
   if (!s.family.empty()) p.emplace_back("family", s.family);
   if (!d.node.empty()) p.emplace_back("node", d.node);
   for (int i = 0; i < kPrecisionCount; ++i)
@@ -486,6 +489,7 @@ class Reader {
         const std::string_view prec = to_string(static_cast<Precision>(i));
         if (key == fmt::format("peak_{}", prec)) return void(s.peak_flops[i] = number());
         if (key == fmt::format("fpga_macs_{}", prec)) return void(fpga().macs_per_dsp[i] = number());
+        if (key == fmt::format("recurrent_step_{}", prec)) return void(s.recurrent_step_s[i] = number());
         if (key == fmt::format("winograd_{}", prec)) {
           if (value != "0" && value != "1")
             fail(p, fmt::format("<prop id=\"{}{}\">: expected 0 or 1, got \"{}\"", kPrefix, key, value));

@@ -391,6 +391,7 @@ Result<int> ModelBuilder::lstm(const std::string& name, const std::vector<int>& 
                            4.0 * H * H * eb, dirs * T),
                make_kernel(KernelClass::Elementwise, 0, 0, 0, dirs * T * 7.0 * H * eb,
                            dirs * T * 11.0 * H * eb, 0, dirs * T)};
+  l.kernels[1].recurrent_step = true;  // one call per step: the library's per-step work on top
   l.stash_bytes = dirs * steps * 6.0 * hidden * element_bytes(w_.precision);  // 4 gates + cell + hidden
   return add_layer(std::move(l), std::move(out), in);
 }

@@ -23,6 +23,12 @@ DeviceSpec gpu() {
   return d;
 }
 
+DeviceSpec gpu_with_startup(double s) {
+  DeviceSpec d = gpu();
+  d.kernel_startup_s = s;
+  return d;
+}
+
 double& eff(DeviceSpec& d, Precision p, KernelClass k) {
   return d.compute_efficiency[static_cast<int>(p)][static_cast<int>(k)];
 }
@@ -152,6 +158,37 @@ TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
   const double input_gemm8 = (4.0 * 1024 * 512 * 2 + 8 * 10 * (512 + 4096) * 2) / 1e12;
   const double step8 = (4.0 * 1024 * 1024 * 2 + 8 * 5 * 1024 * 2) / 1e12 + 8 * 7.0 * 1024 * 2 / 1e12;
   CHECK(t8.forward == pipegrid::testing::approx(input_gemm8 + 10 * step8));
+}
+
+TEST_CASE("a recurrent step pays the device's recurrent_step once per step, direction and pass") {
+  // Bidirectional LSTM, 10 steps, fp16; memory free, compute at round figures. By hand: the step
+  // GEMM's 2 x 10 calls per pass each pay the per-step time on top of start-up + work; the input
+  // projection (one call), the gates' kernel and the weight-gradient pass do not.
+  ModelBuilder b("m", Precision::AMP);
+  int x = b.input("x", {10, 256});
+  int l = *b.lstm("lstm", {x}, 256, true);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.kernel_startup_s = 2e-6;
+  const PassTimes base = *layer_times(w.layer(l), Precision::AMP, d, 4);
+  d.recurrent_step_s[static_cast<int>(Precision::FP16)] = 30e-6;  // amp runs at fp16's figures
+  const PassTimes with = *layer_times(w.layer(l), Precision::AMP, d, 4);
+  CHECK(with.forward - base.forward == pipegrid::testing::approx(2 * 10 * 30e-6));
+  CHECK(with.backward_input - base.backward_input == pipegrid::testing::approx(2 * 10 * 30e-6));
+  CHECK(with.backward_weight == pipegrid::testing::approx(base.backward_weight));
+  // Keyed by the math precision: fp32's entry is 0, so fp32 runs are unchanged.
+  CHECK(layer_times(w.layer(l), Precision::FP32, d, 4)->forward ==
+        pipegrid::testing::approx(
+            layer_times(w.layer(l), Precision::FP32, gpu_with_startup(2e-6), 4)->forward));
+  // A layer without recurrence never pays it.
+  ModelBuilder b2("m", Precision::AMP);
+  int y = b2.input("y", {256});
+  int fc = *b2.linear("fc", y, 256, 256);
+  Workload w2 = b2.finish();
+  d.kernel_startup_s = 2e-6;
+  CHECK(layer_times(w2.layer(fc), Precision::AMP, d, 4)->forward ==
+        pipegrid::testing::approx(
+            layer_times(w2.layer(fc), Precision::AMP, gpu_with_startup(2e-6), 4)->forward));
 }
 
 TEST_CASE("a convolution with BatchNorm and ReLU adds the element-wise kernels' memory time") {

@@ -34,6 +34,7 @@ DeviceSpec gpu() {
   d.compute_efficiency[static_cast<int>(Precision::FP16)][static_cast<int>(KernelClass::Gemm)] = 0.7;
   d.memory_efficiency[static_cast<int>(KernelClass::Gather)] = 0.5;
   d.winograd[static_cast<int>(Precision::FP32)] = true;
+  d.recurrent_step_s[static_cast<int>(Precision::FP16)] = 31e-6;
   return d;
 }
 
@@ -56,6 +57,7 @@ void check_same_spec(const DeviceSpec& a, const DeviceSpec& b) {
   CHECK(a.compute_efficiency == b.compute_efficiency);
   CHECK(a.memory_efficiency == b.memory_efficiency);
   CHECK(a.winograd == b.winograd);
+  CHECK(a.recurrent_step_s == b.recurrent_step_s);
   REQUIRE(a.fpga.has_value() == b.fpga.has_value());
   if (a.fpga) {
     CHECK(a.fpga->dsps == b.fpga->dsps);

@@ -58,6 +58,17 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(bad.find("t.yaml:1:") != std::string::npos);
   CHECK(bad.find("kernel_dispatch") != std::string::npos);
   CHECK(error_of("device: {model: v100, kernel_dispatch: 3GB}").find("kernel_dispatch") != std::string::npos);
+  // recurrent_step: a time per math precision; given entries replace the catalog's, others stay.
+  DeviceSpec rnn = parse("device: {model: v100, recurrent_step: {fp32: 12us}}");
+  CHECK(rnn.recurrent_step(Precision::FP32) == pipegrid::testing::approx(12e-6));
+  CHECK(rnn.recurrent_step(Precision::AMP) == pipegrid::testing::approx(31e-6));  // the catalog's
+  CHECK(parse("device: {model: v100, recurrent_step: {fp16: 0us}}").recurrent_step(Precision::FP16) == 0);
+  const std::string neg = error_of("device: {model: v100, recurrent_step: {fp16: -1us}}");
+  CHECK(neg.find("t.yaml:1:") != std::string::npos);
+  CHECK(neg.find("recurrent_step") != std::string::npos);
+  CHECK(error_of("device: {model: v100, recurrent_step: {fp8: 1us}}").find("fp8") != std::string::npos);
+  CHECK(error_of("device: {model: v100, recurrent_step: 31us}").find("like {fp16: 31us}") !=
+        std::string::npos);
 }
 
 TEST_CASE("winograd: the math precisions whose 3x3 stride-1 convolutions run as Winograd") {

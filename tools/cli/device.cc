@@ -86,6 +86,14 @@ Command add_device_command(CLI::App& parent) {
             fmt::print("\n  kernel startup   {}\n  kernel dispatch  {}\n  layer overhead   {}\n",
                        format_time(d->spec.kernel_startup_s), format_time(d->spec.kernel_dispatch_s),
                        format_time(d->spec.layer_overhead_s));
+            std::vector<std::string> steps;
+            for (Precision p : kMathPrecisions)
+              if (double r = d->spec.recurrent_step_s[static_cast<int>(p)]; r > 0)
+                steps.push_back(fmt::format("{} {}", to_string(p), format_time(r)));
+            fmt::print("  recurrent step   {}\n",
+                       steps.empty() ? std::string("none (a recurrent step costs its kernels only)")
+                                     : fmt::format("{} (per step, direction and pass, beyond its kernels)",
+                                                   fmt::join(steps, ", ")));
             std::vector<std::string_view> winograd;
             for (Precision p : kMathPrecisions)
               if (d->spec.winograd[static_cast<int>(p)]) winograd.push_back(to_string(p));

@@ -14,7 +14,7 @@ const std::vector<std::string_view> kSpecKeys = {
     "peak",           "efficiency",      "compute_efficiency", "memory_efficiency",
     "kernel_startup", "kernel_dispatch", "layer_overhead",     "dsps",
     "clock",          "macs_per_dsp",    "onchip_memory",      "ports",
-    "port_bandwidth", "winograd"};
+    "port_bandwidth", "winograd",        "recurrent_step"};
 
 // Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ...} (arithmetic
 // formats: amp runs at fp16's figures), each read by `read`.
@@ -143,6 +143,12 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto o = n.get("layer_overhead"))
     spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  if (auto r = n.get("recurrent_step"))
+    per_precision(*r, "a mapping from precision to the time per recurrent step, like {fp16: 31us}",
+                  [&](Precision prec, const Node& v) {
+                    spec.recurrent_step_s[static_cast<int>(prec)] =
+                        v.quantity(Dimension::Time, Sign::NonNegative);
+                  });
   // Precisions whose 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3) (core/device.h); the
   // list replaces the entry's.
   if (auto w = n.get("winograd")) {

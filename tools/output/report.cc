@@ -254,9 +254,10 @@ nlohmann::json json_number(double x) {
 }
 
 nlohmann::json device_spec_json(const DeviceSpec& spec) {
-  nlohmann::json peak, eff, mem, winograd = nlohmann::json::array();
+  nlohmann::json peak, eff, mem, step, winograd = nlohmann::json::array();
   for (Precision p : kMathPrecisions) {
     peak[std::string(to_string(p))] = json_number(spec.peak(p));
+    step[std::string(to_string(p))] = spec.recurrent_step(p);
     if (spec.winograd[static_cast<int>(p)]) winograd.push_back(std::string(to_string(p)));
     for (KernelClass k : kComputeClasses)
       eff[std::string(to_string(p))][std::string(to_string(k))] = spec.compute_eff(p, k);
@@ -273,6 +274,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"kernel_startup_s", spec.kernel_startup_s},
                       {"kernel_dispatch_s", spec.kernel_dispatch_s},
                       {"layer_overhead_s", spec.layer_overhead_s},
+                      {"recurrent_step_s", step},
                       {"winograd", winograd}};
   if (spec.fpga) {
     const FpgaSpec& f = *spec.fpga;
