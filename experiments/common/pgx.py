@@ -21,8 +21,9 @@ def binary():
 def check_catalog(pipegrid, devices=("v100", "a100")):
     """Exits with a message when `pipegrid`'s built-in device catalog (topologies/devices.yaml is
     compiled into the binary) differs from this checkout's file for `devices`: their compute
-    efficiencies, kernel start-up and dispatch, and Winograd precisions. Without it, a refit copied
-    into devices.yaml but not rebuilt replays the old figures and every table looks plausible."""
+    efficiencies, kernel start-up and dispatch, recurrent step times, and Winograd precisions.
+    Without it, a refit copied into devices.yaml but not rebuilt replays the old figures and every
+    table looks plausible."""
     import yaml
     units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     with open(os.path.join(ROOT, "topologies", "devices.yaml"), encoding="utf-8") as f:
@@ -50,6 +51,14 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
                 sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} {key}: "
                          f"{built.get(key + '_s')} s built in, {text} in the file): rebuild it "
                          f"(cmake --build build --target pipegrid)")
+        for prec, text in (entry.get("recurrent_step") or {}).items():
+            text = str(text)
+            unit = next(u for u in ("ns", "us", "ms", "s") if text.endswith(u))
+            value = float(text[:-len(unit)]) * units[unit]
+            if abs(built.get("recurrent_step_s", {}).get(prec, 0.0) - value) > 1e-12:
+                sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} recurrent_step "
+                         f"{prec}: {built.get('recurrent_step_s', {}).get(prec)} s built in, {text} in the file): "
+                         f"rebuild it (cmake --build build --target pipegrid)")
 
 
 def plan(experiment, path):
