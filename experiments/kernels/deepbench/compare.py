@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""pipegrid's V100 LSTM step against DeepBench's cuDNN measurements (v100_lstm.csv, README.md).
+"""pipegrid's V100 LSTM step and GEMMs against DeepBench's measurements (v100_lstm.csv,
+v100_gemm.csv, README.md).
 
 DeepBench times one unidirectional LSTM layer without its input projection (CUDNN_SKIP_INPUT). pipegrid
 costs a whole `lstm` layer, input projection included, so for each row this script costs two model
@@ -7,6 +8,9 @@ files on the catalog's `v100` with `pipegrid workload show --json`: the LSTM lay
 hidden H) and a `linear` layer that is exactly its input projection (H -> 4 H per step, no bias:
 the same FLOPs, streamed bytes and weights, and the same layer overhead). Their difference is
 pipegrid's cost of DeepBench's layer: forward per step, and the backward (data + weights).
+Each GEMM row (C[M, N] = A[M, K] B[K, N], cuBLAS) is a `linear` layer of K inputs and M outputs, no
+bias, at a micro-batch of N: pipegrid's forward time minus the device's layer overhead (a framework
+cost, not the kernel's) is its time for that GEMM.
 
     compare.py            writes compare.md here
     compare.py --check    recomputes and fails (exit 1) if compare.md differs (a ctest)
@@ -38,9 +42,24 @@ def layer_times(pipegrid, model, batch, folder):
     return layer["forward_s"], layer["backward_s"]
 
 
-def rows():
-    with open(os.path.join(HERE, "v100_lstm.csv"), newline="") as f:
+def rows(name="v100_lstm.csv"):
+    with open(os.path.join(HERE, name), newline="") as f:
         return list(csv.DictReader(f))
+
+
+def compare_gemms(pipegrid, layer_overhead):
+    out = []
+    with tempfile.TemporaryDirectory() as folder:
+        for r in rows("v100_gemm.csv"):
+            m, n, k, prec = int(r["m"]), int(r["n"]), int(r["k"]), r["precision"]
+            model = {"name": "gemm", "precision": prec, "micro_batch_size": n,
+                     "layers": [{"name": "x", "kind": "input", "shape": [k]},
+                                {"name": "g", "kind": "linear", "inputs": ["x"], "in_features": k,
+                                 "out_features": m, "bias": False}]}
+            fwd, _ = layer_times(pipegrid, model, n, folder)
+            out.append({"precision": prec, "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k,
+                        "measured": float(r["time_ms"]) * 1e-3, "pipegrid": fwd - layer_overhead})
+    return out
 
 
 def compare(pipegrid):
@@ -63,6 +82,25 @@ def compare(pipegrid):
             out.append({"precision": prec, "hidden": h, "batch": n, "steps": t, "m_fwd": m_fwd, "p_fwd": fwd_step,
                         "m_bwd": m_bwd, "p_bwd": bwd})
     return out
+
+
+def gemm_markdown(res):
+    lines = ["## GEMMs (cuBLAS, CUDA 10.1, the 2019 workbook)", "",
+             "pipegrid / DeepBench time per GEMM, by size (FLOPs = 2 M N K), and the rate DeepBench measured:", "",
+             "| precision | FLOPs | GEMMs | ratio: median | range | DeepBench TFLOP/s: median | range |",
+             "|---|---|---|---|---|---|---|"]
+    bins = [(0, 1e9, "under 1 G"), (1e9, 1e11, "1-100 G"), (1e11, float("inf"), "100 G and more")]
+    for prec in ("fp16", "fp32"):
+        for lo, hi, label in bins:
+            sel = [r for r in res if r["precision"] == prec and lo <= r["flops"] < hi]
+            if not sel:
+                continue
+            ratio = [r["pipegrid"] / r["measured"] for r in sel]
+            rate = [r["flops"] / r["measured"] / 1e12 for r in sel]
+            lines.append(f"| {prec} | {label} | {len(sel)} | {statistics.median(ratio):.2f} | {min(ratio):.2f}-"
+                         f"{max(ratio):.2f} | {statistics.median(rate):.1f} | {min(rate):.1f}-{max(rate):.1f} |")
+    lines.append("")
+    return "\n".join(lines)
 
 
 def markdown(res):
@@ -96,7 +134,9 @@ def main():
     args = ap.parse_args()
     pipegrid = pgx.binary()
     pgx.check_catalog(pipegrid, devices=("v100",))
-    text = markdown(compare(pipegrid))
+    device = json.loads(subprocess.run([pipegrid, "device", "show", "v100", "--json"], capture_output=True,
+                                       text=True, check=True).stdout)
+    text = markdown(compare(pipegrid)) + "\n" + gemm_markdown(compare_gemms(pipegrid, device["layer_overhead_s"]))
     path = os.path.join(HERE, "compare.md")
     if args.check:
         with open(path, encoding="utf-8") as f:
