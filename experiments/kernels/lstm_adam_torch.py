@@ -5,15 +5,24 @@ the per-call cost of an unfused optimizer loop, in PyTorch eager mode (prepared;
 pipegrid costs an LSTM time step as two launches per direction and pass (the recurrent GEMM of
 [B, H] by [H, 4H], then the gates' element-wise kernel), each paying the device's kernel start-up
 (core/models/builder.cc, ModelBuilder::lstm), and an optimizer step as memory traffic only
-(core/device.cc, optimizer_step_time). DLE's GNMT on one GPU in amp is -30% on the A100 and +28% on
-the V100 with the fitted start-ups (docs/accuracy.md, known misses). This measures, on the machine
-it runs on:
+(core/device.cc, optimizer_step_time). Since the sixteenth session the V100's fp16 steps also pay
+a measured `recurrent_step` (31 us, DeepBench's cuDNN LSTM: experiments/kernels/deepbench), which
+took DLE's GNMT on one V100 in amp from +28% to +7%; the A100 has none (no measurement), and GNMT on
+one A100 in amp stays -30% (docs/accuracy.md, known misses). This measures, on the machine it runs
+on:
 
 1. LSTM, GNMT's shapes (batch 128, hidden 1024, 50 steps; input 1024, and 2048 for the decoder's
    layers fed the attention context), fp16 and fp32, one unidirectional layer through torch.nn.LSTM
    (cuDNN): forward, and forward + backward, per time step; beside it the per-step recurrent GEMM
    alone (torch.mm, back to back) and the all-steps input projection, so that the per-step time can
-   be set against GEMM + launch.
+   be set against GEMM + launch. Each LSTM is timed twice: as PyTorch calls it (its cuDNN heuristic,
+   `get_algo` in aten/src/ATen/native/cudnn/RNN.cpp, picks the persistent algorithm for fp16 at
+   these shapes on Volta with 40 steps or more, and on sm80 and later GPUs of 98 SMs or more, sm86
+   excluded, at batches <= 128 that are multiples of 8) and with the
+   input packed at equal lengths, which the heuristic always runs with the standard algorithm, the one
+   DeepBench measured. The standard algorithm's per-step time, less the input projection's share
+   (measured beside it) and the step's GEMM and gate kernels as pipegrid costs them
+   (experiments/kernels/deepbench/compare.py), is the device's `recurrent_step`.
 2. Optimizer steps over two models' parameter lists, as their scripts hold them: DLE's GNMT v2 with
    the shared embedding (44 tensors, 160.7 M parameters; docs/accuracy.md lists them) and BERT-Large
    with SQuAD's span head (393 tensors): torch.optim.Adam with foreach=False (the per-tensor loop of
@@ -109,6 +118,17 @@ def lstm_part(torch, dev, dtype, B, H, I, T):
     r = {"dtype": str(dtype).split(".")[-1], "batch": B, "hidden": H, "input": I, "steps": T}
     r["forward_per_step_s"] = median_time(torch, fwd, dev) / T
     r["forward_backward_per_step_s"] = median_time(torch, fwd_bwd, dev) / T
+    # Packed input (every sequence T long): PyTorch never picks a persistent algorithm for packed
+    # input, so this is cuDNN's standard algorithm at the same shape.
+    pack = torch.nn.utils.rnn.pack_padded_sequence
+    packed = lambda: pack(x, [T] * B)
+
+    def fwd_bwd_packed():
+        y, _ = lstm(packed())
+        y.data.sum().backward()
+
+    r["forward_per_step_packed_s"] = median_time(torch, lambda: lstm(packed()), dev) / T
+    r["forward_backward_per_step_packed_s"] = median_time(torch, fwd_bwd_packed, dev) / T
     r["recurrent_gemm_s"] = median_time(torch, steps, dev) / T
     r["input_projection_per_step_s"] = median_time(torch, proj, dev) / T
     r["forward_kernels_per_step"] = (lambda k: k / T if k is not None else None)(kernels_per_call(torch, fwd, dev))
