@@ -99,7 +99,58 @@ def write_outside(f, outside_rows):
              else "(none)") + "\n\n")
 
 
-def write_results(path, rows, results, lines, failures, scaling=(), outside_rows=()):
+def scaling_pairs(rows, results):
+    """Pairs of rows that differ only in their GPU count (and the accumulation that keeps the global
+    batch): 1 and N GPUs of one server, the same source, model, parameters, GPU, precision and batch per
+    GPU. Per-GPU rate at N GPUs over the rate at 1, published and pipegrid's. Both sets; a diagnostic,
+    not part of the check."""
+    def key(r):
+        return (r["source"], r["model"], tuple(sorted((r.get("model_params") or {}).items())), r["gpu"],
+                str(r.get("gpu_memory")), r["precision"], str(r["batch_per_gpu"]), r["metric"])
+    by = {}
+    for r in rows:
+        if r["id"].startswith("megatron-") or "error" in results.get(r["id"], {"error": 1}):
+            continue
+        by.setdefault(key(r), {})[int(r["gpus"])] = r
+    out = []
+    for k, g in sorted(by.items(), key=lambda kv: sorted(r["id"] for r in kv[1].values())):
+        if 1 not in g or len(g) < 2:
+            continue
+        one = g[1]
+        for n, r in sorted(g.items()):
+            if n == 1:
+                continue
+            pub = float(r["value"]) / (n * float(one["value"]))
+            mine = results[r["id"]]["pipegrid"] / (n * results[one["id"]]["pipegrid"])
+            # the published time per micro-batch at 1 GPU, and what the N-GPU run takes beyond pipegrid's
+            step = float(one["batch_per_gpu"]) / (float(one["value"]) * vlib.samples_per_unit(one))
+            out.append((one, r, n, (int(one.get("accumulation_steps", 1)), int(r.get("accumulation_steps", 1))),
+                        pub, mine, step * (1 / pub - 1 / mine)))
+    return out
+
+
+def write_pairs(f, pairs):
+    f.write("\nIn-server data-parallel scaling (both sets; a diagnostic, not part of the check): pairs of rows "
+            "that differ only in their GPU count; efficiency = per-GPU rate at N GPUs over the rate at 1, "
+            "published and pipegrid's; accumulation = micro-batches per optimizer step at 1 / N GPUs (at N, "
+            "1 means the gradients are all-reduced after every micro-batch); missing = the published time per "
+            "micro-batch at 1 GPU x (1 / published - 1 / pipegrid's), the time per micro-batch the N-GPU run "
+            "takes beyond pipegrid's scaling.\n\n")
+    table = [[one["id"], r["id"], f"{acc[0]} / {acc[1]}", f"{pub:.3f}", f"{mine:.3f}", pct(mine / pub - 1),
+              f"{1e3 * lost:.1f}"] for one, r, n, acc, pub, mine, lost in pairs]
+    f.write(pgx.markdown_table(["1 GPU", "N GPUs", "accumulation", "published", "pipegrid", "pipegrid / published - 1",
+                                "missing, ms"], table) + "\n\n")
+    for label, sel in (("all-reduce after every micro-batch at N GPUs", lambda a: a[1] == 1),
+                       ("accumulating at N GPUs", lambda a: a[1] > 1)):
+        d = [mine / pub - 1 for _, _, _, acc, pub, mine, _ in pairs if sel(acc)]
+        lost = [1e3 * x for *_, acc, _, _, x in pairs if sel(acc)]
+        if d:
+            f.write(f"- {label}: {len(d)} pairs, pipegrid's efficiency over the published median "
+                    f"{pct(statistics.median(d))}, range {pct(min(d))} to {pct(max(d))}; missing per micro-batch "
+                    f"median {statistics.median(lost):.1f} ms, range {min(lost):.1f} to {max(lost):.1f}\n")
+
+
+def write_results(path, rows, results, lines, failures, scaling=(), outside_rows=(), pairs=()):
     order = sorted(rows, key=lambda r: (r["set"], r["id"]))
     table = []
     for r in order:
@@ -129,6 +180,8 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
         f.write("Per source (both sets):\n\n" + group_medians(rows, results, lambda r: r["source"], "source") + "\n\n")
         f.write("Per GPU and precision (both sets):\n\n" +
                 group_medians(rows, results, lambda r: f"{r['gpu']} {r['precision']}", "gpu, precision") + "\n")
+        if pairs:
+            write_pairs(f, pairs)
         if scaling:
             write_scaling(f, scaling)
         errs = [r for r in order if "error" in results[r["id"]]]
@@ -278,7 +331,8 @@ def main():
             outside = sum(1 for e in errs if abs(e) > ROW_LIMIT)
             lines.append(vlib.summary(f"batch {b} check", errs) + f", {outside} outside +-25%")
     os.makedirs(args.out, exist_ok=True)
-    write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling, outside_rows)
+    write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling, outside_rows,
+                  scaling_pairs(rows, results))
     drawn = plot(plt, args.out, rows, results) if plt else False
     if plt and scaling:
         plot_scaling(plt, args.out, scaling)
