@@ -108,3 +108,51 @@ TEST_CASE("replicas that split a micro-batch into fractional samples: a warning 
         "pipegrid: warning: stage 0 splits each micro-batch of 3 samples between 2 replicas: 1.5 samples "
         "per replica (costs scale with the fraction); a micro-batch size divisible by 2 avoids this\n");
 }
+
+TEST_CASE("GPU replicas that all-reduce every micro-batch: the scaling caveat on standard error") {
+  TempDir tmp;
+  const std::string caveat =
+      " the gradients of every micro-batch between GPU replicas (1 micro-batch per iteration): published "
+      "runs "
+      "of this kind scale worse from 1 to 8 GPUs than pipegrid predicts, since per-step costs of synchronous "
+      "training (input pipeline, stragglers, host synchronisation) are not modelled "
+      "(experiments/validation/results.md, in-server pairs; docs/accuracy.md)\n";
+  auto experiment = [&](const std::string& name, const std::string& device, int count,
+                        const std::string& strategy) {
+    return tmp.write(name + ".yaml",
+                     "workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1KiB, "
+                     "parameters: 1MiB, samples_per_micro_batch: 8}\n"
+                     "cluster: {kind: switch, count: " +
+                         std::to_string(count) + ", device: {name: d, " + device +
+                         "}, bandwidth: 10GBps, latency: 1us}\n"
+                         "strategy: " +
+                         strategy + "\n");
+  };
+  // Data parallelism over 2 A100s, one micro-batch: the one stage is said.
+  auto dp =
+      run_command({PIPEGRID_BINARY, "run",
+                   experiment("dp", "model: a100", 2, "{partitioner: dp, micro_batches: 1}"), "--json"});
+  CHECK(dp.exit_code == 0);
+  CHECK(dp.err == "pipegrid: warning: the stage all-reduces" + caveat);
+  // Two stages of 2 replicas each: both stages, counted.
+  auto pp = run_command({PIPEGRID_BINARY, "run",
+                         experiment("pp", "model: a100", 4, "{micro_batches: 1, replicas: 2, stages: 2}"),
+                         "--json"});
+  CHECK(pp.exit_code == 0);
+  CHECK(pp.err == "pipegrid: warning: 2 stages all-reduce" + caveat);
+  // Accumulating (4 micro-batches per all-reduce), an FPGA, a device of no family, one GPU: nothing.
+  struct Quiet {
+    std::string name, device;
+    int count;
+    std::string strategy;
+  };
+  for (const Quiet& q : {Quiet{"acc", "model: a100", 2, "{partitioner: dp, micro_batches: 4}"},
+                         Quiet{"fpga", "model: u280", 2, "{partitioner: dp, micro_batches: 1}"},
+                         Quiet{"custom", "memory: 16GiB", 2, "{partitioner: dp, micro_batches: 1}"},
+                         Quiet{"one", "model: a100", 1, "{partitioner: dp, micro_batches: 1}"}}) {
+    auto r =
+        run_command({PIPEGRID_BINARY, "run", experiment(q.name, q.device, q.count, q.strategy), "--json"});
+    CHECK(r.exit_code == 0);
+    CHECK_MESSAGE(r.err.empty(), q.name, ": ", r.err);
+  }
+}

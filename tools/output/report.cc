@@ -140,6 +140,28 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
     if (it == split.end()) it = split.insert(split.end(), {r, {}});
     it->second.push_back(static_cast<int>(s));
   }
+  // Synchronous data parallelism on GPUs with one micro-batch per iteration all-reduces after every
+  // micro-batch: the kind of run whose published scaling pipegrid overstates (experiments/validation
+  // results.md, in-server pairs; docs/accuracy.md, twelfth step). Said once, for the stages it concerns.
+  if (run.micro_batches == 1) {
+    size_t gpu_stages = 0;
+    for (size_t s = 0; s < run.partition.stage_count(); ++s) {
+      const Stage& st = run.partition.stage(s);
+      if (st.replicas() >= 2 && std::any_of(st.devices.begin(), st.devices.end(), [&](int d) {
+            return e.cluster.devices[static_cast<size_t>(d)].spec.family == "gpu";
+          }))
+        ++gpu_stages;
+    }
+    if (gpu_stages > 0)
+      out.push_back(fmt::format(
+          "{} the gradients of every micro-batch between GPU replicas (1 micro-batch per iteration): "
+          "published runs of this kind scale worse from 1 to 8 GPUs than pipegrid predicts, since per-step "
+          "costs of synchronous training (input pipeline, stragglers, host synchronisation) are not modelled "
+          "(experiments/validation/results.md, in-server pairs; docs/accuracy.md)",
+          run.partition.stage_count() == 1 ? "the stage all-reduces"
+          : gpu_stages == 1                ? "1 stage all-reduces"
+                                           : fmt::format("{} stages all-reduce", gpu_stages)));
+  }
   for (const auto& [r, stages] : split) {
     std::string names;
     for (size_t i = 0; i < stages.size();) {
