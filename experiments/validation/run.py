@@ -113,7 +113,7 @@ def scaling_pairs(rows, results):
             continue
         by.setdefault(key(r), {})[int(r["gpus"])] = r
     out = []
-    for k, g in sorted(by.items(), key=lambda kv: sorted(r["id"] for r in kv[1].values())):
+    for _, g in sorted(by.items(), key=lambda kv: sorted(r["id"] for r in kv[1].values())):
         if 1 not in g or len(g) < 2:
             continue
         one = g[1]

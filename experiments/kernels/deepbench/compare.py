@@ -123,7 +123,9 @@ def hockney_fit(device, gemms, wave=False):
                 continue
             m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
             if wave:
-                work = min(-(-(-(-m // 128) * -(-n // 128) * s) // sms) * 2 * 128 * 128 * -(-k // s) * sms
+                # whole waves x one tile's work (128 x 128 x K / s), each SM at peak / sms
+                tiles = math.ceil(m / 128) * math.ceil(n / 128)
+                work = min(math.ceil(tiles * s / sms) * 2 * 128 * 128 * math.ceil(k / s) * sms
                            for s in (1, 2, 4, 8)) / peak[prec]
             else:
                 work = 2 * m * n * k / peak[prec]
