@@ -63,7 +63,8 @@ Status write_file_safely(const std::string& path, std::string_view content) {
     return fail(fmt::format("folder \"{}\": {}", folder.string(), std::strerror(errno)));
   if (!S_ISDIR(dir.st_mode)) return fail(fmt::format("\"{}\" is not a folder", folder.string()));
 
-  std::string temp = (folder / ("." + fs::path(path).filename().string() + ".pipegrid-XXXXXX")).string();
+  std::string temp =
+      (folder / fmt::format(".{}.pipegrid-XXXXXX", fs::path(path).filename().string())).string();
   const int fd = ::mkstemp(temp.data());
   if (fd < 0)
     return fail(
