@@ -2,8 +2,8 @@
 """Checks measurements.yaml's DeepLearningExamples rows against their sources: each row's quoted
 table line must occur in the README at the row's commit (whitespace and `*` aside), its value must
 be a cell of that line, and the column the value sits in must name the row's precision. Run by hand
-with a clone of NVIDIA/DeepLearningExamples (not needed by any test; the rows of other sources are
-listed as not checked):
+with a clone of NVIDIA/DeepLearningExamples (the rows of other sources are listed as not checked;
+tests/tools/audit_quotes_test.py runs it on a hand-made source, no clone needed):
 
   experiments/validation/audit_quotes.py --dle PATH/TO/DeepLearningExamples [--measurements FILE]
 
