@@ -23,8 +23,9 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
     compiled into the binary) differs from this checkout's file for `devices`: their compute
     efficiencies, kernel start-up and dispatch, recurrent step times, and Winograd precisions.
     Without it, a refit copied into devices.yaml but not rebuilt replays the old figures and every
-    table looks plausible."""
+    table looks plausible. Returns each device's `pipegrid device show NAME --json`, by name."""
     import yaml
+    shown = {}
     units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     with open(os.path.join(ROOT, "topologies", "devices.yaml"), encoding="utf-8") as f:
         catalog = yaml.safe_load(f)
@@ -33,6 +34,7 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
         if p.returncode != 0:
             sys.exit(f"{pipegrid} device show {name}: {p.stderr.strip()}")
         built, entry = json.loads(p.stdout), catalog[name]
+        shown[name] = built
         for prec, table in (entry.get("compute_efficiency") or {}).items():
             for cls, value in table.items():
                 if abs(built["compute_efficiency"][prec][cls] - value) > 1e-9:
@@ -59,6 +61,19 @@ def check_catalog(pipegrid, devices=("v100", "a100")):
                 sys.exit(f"{pipegrid} was built with another topologies/devices.yaml ({name} recurrent_step "
                          f"{prec}: {built.get('recurrent_step_s', {}).get(prec)} s built in, {text} in the file): "
                          f"rebuild it (cmake --build build --target pipegrid)")
+    return shown
+
+
+def compare_setup(doc, device="v100"):
+    """The start of a compare.py against published kernel measurements: parses --check (fail if
+    compare.md is not what the binary gives), finds the binary, checks its catalog against
+    topologies/devices.yaml and returns (args, pipegrid, `device show DEVICE --json`)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="fail if compare.md is not what the binary gives")
+    args = ap.parse_args()
+    pipegrid = binary()
+    return args, pipegrid, check_catalog(pipegrid, devices=(device,))[device]
 
 
 def plan(experiment, path):

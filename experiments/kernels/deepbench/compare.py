@@ -16,7 +16,6 @@ cost, not the kernel's) is its time for that GEMM.
     compare.py --check    recomputes and fails (exit 1) if compare.md differs (a ctest)
 
 The pipegrid binary is build/pipegrid of this checkout, or $PIPEGRID."""
-import argparse
 import csv
 import json
 import math
@@ -186,13 +185,7 @@ def markdown(res):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="fail if compare.md is not what the binary gives")
-    args = ap.parse_args()
-    pipegrid = pgx.binary()
-    pgx.check_catalog(pipegrid, devices=("v100",))
-    device = json.loads(subprocess.run([pipegrid, "device", "show", "v100", "--json"], capture_output=True,
-                                       text=True, check=True).stdout)
+    args, pipegrid, device = pgx.compare_setup(__doc__)
     text = (markdown(compare(pipegrid)) + "\n" + gemm_markdown(compare_gemms(pipegrid, device["layer_overhead_s"])) +
             "\n" + fit_markdown(device))
     path = os.path.join(HERE, "compare.md")
