@@ -21,6 +21,7 @@ layer's forward + backward (`layer0`). It sets beside it:
 
 The pipegrid binary is build/pipegrid of this checkout, or $PIPEGRID."""
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -38,12 +39,34 @@ def rows():
         return list(csv.DictReader(f))
 
 
+def deepbench_fit(device):
+    """DeepBench's V100 fp16 GEMMs fitted alone (../deepbench/compare.py, hockney_fit): (r, t0 in s)."""
+    spec = importlib.util.spec_from_file_location("deepbench_compare",
+                                                  os.path.join(HERE, "..", "deepbench", "compare.py"))
+    db = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(db)
+    rate, t0, *_ = db.hockney_fit(device, db.rows("v100_gemm.csv"))["fp16"]
+    return rate, t0 * 1e-6
+
+
+def layer_gemm_time(tokens, h, f, device, rate, t0):
+    """The four weight GEMMs of one layer, forward and backward (input gradient and weight gradient),
+    each timed by DeepBench's fit: t0 + max(2 M N K / (r peak), 2 (M K + K N + M N) bytes / bandwidth)."""
+    peak = device["peak_flops"]["fp16"]
+    bw = device["memory_bandwidth_Bps"] * device["memory_efficiency"]["gemm"]
+    total = 0.0
+    for k_in, n_out in ((h, 3 * h), (h, h), (h, f), (f, h)):
+        for m, n, k in ((tokens, n_out, k_in), (tokens, k_in, n_out), (k_in, n_out, tokens)):
+            total += t0 + max(2.0 * m * n * k / (rate * peak), 2.0 * (m * k + k * n + m * n) / bw)
+    return total
+
+
 def gemm_flops(s, h, f):
     """Forward FLOPs per sample of the four weight GEMMs (QKV, output projection, two MLP matrices)."""
     return 2.0 * s * h * (4 * h + 2 * f)
 
 
-def compare(pipegrid, peak, efficiency):
+def compare(pipegrid, peak, efficiency, device):
     out = []
     for r in rows():
         if r["framework"] != "PyTorch":
@@ -70,6 +93,10 @@ def compare(pipegrid, peak, efficiency):
         rest = out[-1]["pipegrid"] - gemm / (peak * efficiency)
         out[-1]["rest"] = rest
         out[-1]["gemm_efficiency_needed"] = gemm / (peak * (measured - rest))
+        # The GEMMs at cuBLAS's measured V100 rate (DeepBench), and what that leaves for the rest.
+        rate, t0 = deepbench_fit(device)
+        out[-1]["deepbench_gemm"] = layer_gemm_time(b * s, h, f, device, rate, t0)
+        out[-1]["deepbench_fit"] = (rate, t0)
     return out
 
 
@@ -102,6 +129,16 @@ def markdown(res, efficiency):
         k = (t1 - g1 * inv_e) / r1
         lines += ["", f"One GEMM rate for both layers, and the rest of each at one multiple of pipegrid's cost: "
                   f"GEMMs at {1 / inv_e:.3f} of peak, the rest at {k:.2f}x."]
+    rate, t0 = res[0]["deepbench_fit"]
+    lines += ["", f"With the GEMMs at cuBLAS's rate on a V100 as DeepBench measured it (its fp16 GEMMs fitted alone: "
+              f"r = {rate:.2f} of peak, t0 = {t0 * 1e6:.0f} us; ../deepbench/compare.md), the rest of each layer "
+              "(the attention core's batched GEMMs and every memory-bound kernel) takes:", "",
+              "| batch | sequence | GEMMs at DeepBench's rate (ms) | rest, measured less those (ms) | pipegrid's rest (ms) | ratio |",
+              "|---|---|---|---|---|---|"]
+    for r in res:
+        left = r["measured"] - r["deepbench_gemm"]
+        lines.append(f"| {r['batch']} | {r['sequence']} | {r['deepbench_gemm'] * 1e3:.2f} | {left * 1e3:.2f} | "
+                     f"{r['rest'] * 1e3:.2f} | {left / r['rest']:.2f} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -110,7 +147,7 @@ def main():
     args, pipegrid, device = pgx.compare_setup(__doc__)
     peak = device["peak_flops"]["fp16"]
     efficiency = device["compute_efficiency"]["fp16"]["gemm"]
-    res = compare(pipegrid, peak, efficiency)
+    res = compare(pipegrid, peak, efficiency, device)
     text = markdown(res, efficiency)
     path = os.path.join(HERE, "compare.md")
     if not args.check:
