@@ -5,6 +5,7 @@ Every row of measurements.yaml (a published, measured training throughput) becom
 experiment that reproduces its setting: the zoo model with its parameters, the row's precision,
 micro-batch = batch per GPU, pure data parallelism (`dp`) over the row's GPUs in its system.
 pipegrid's throughput is converted to the row's metric and compared. Writes results.md,
+accuracy.yaml (the check rows' errors by GPU and precision, which `pipegrid run` prints),
 figure.png and figure.svg; exits 1 when the check rows fail (median |error| > 10%, max > 30%, or
 a check row outside +-25% that is not in a same-configuration group whose published values
 disagree by more than 1.4x: those are listed with the group's spread and floor).
@@ -190,6 +191,34 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
 
 
+def write_accuracy(path, rows, results):
+    """accuracy.yaml: the check rows of measurements.yaml (Megatron-LM's rows are reported apart, in
+    docs/3d-parallelism.md) by GPU and precision, which `pipegrid run` prints for the catalog GPUs
+    and precision it uses (tools/output/report.cc). Deterministic: tests/tools/validation_runs.py
+    compares a fresh run's with the committed one."""
+    groups, names = {}, {}
+    for r in rows:
+        if r["set"] != "check" or r["model"] == "megatron-gpt" or "error" in results[r["id"]]:
+            continue
+        groups.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(
+            (abs(results[r["id"]]["ratio"] - 1), r["id"]))
+        names.setdefault(r["gpu"], {r["gpu"]}).add(vlib.device_spec(r)["model"])
+    out = ["# Written by experiments/validation/run.py (its last run, as results.md): the check rows of",
+           "# measurements.yaml (published training runs, never fitted on) by GPU and precision, |error| =",
+           "# |pipegrid / published - 1|. `pipegrid run` prints the entry of each catalog GPU (`catalog`",
+           "# names it) and precision it uses. tests/tools/validation_runs.py fails when a fresh run differs."]
+    for gpu in sorted(groups):
+        out.append(f"{gpu}:")
+        out.append(f"  catalog: [{', '.join(sorted(names[gpu]))}]")
+        for prec in sorted(groups[gpu]):
+            errs = sorted(groups[gpu][prec])
+            out.append(f"  {prec}: {{check_rows: {len(errs)}, median_error: "
+                       f"{statistics.median(e for e, _ in errs):.4f}, max_error: {errs[-1][0]:.4f}, "
+                       f"worst: {errs[-1][1]}}}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def finish_figure(plt, fig, ax, out, name):
     """Legend to the right, then out/name.png and .svg (deterministic SVG: fixed hash salt, no date)."""
     import matplotlib
@@ -333,6 +362,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling, outside_rows,
                   scaling_pairs(rows, results))
+    if any(r["set"] == "check" for r in rows):
+        write_accuracy(os.path.join(args.out, "accuracy.yaml"), rows, results)
     drawn = plot(plt, args.out, rows, results) if plt else False
     if plt and scaling:
         plot_scaling(plt, args.out, scaling)

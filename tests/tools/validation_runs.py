@@ -90,6 +90,25 @@ with tempfile.TemporaryDirectory() as out:
     for f in ("figure.png", "figure.svg", "scaling.png", "scaling.svg"):
         if os.path.getsize(os.path.join(out, f)) == 0:
             sys.exit(f"{f} is empty")
+    # accuracy.yaml (compiled into pipegrid, which prints it for the catalog GPU and precision a run
+    # uses) is this run's: the check rows of measurements.yaml by GPU and precision. Its v100 fp32
+    # count by hand: the suite's V100 fp32 check rows, and each entry's max is its worst row's.
+    fresh = open(os.path.join(out, "accuracy.yaml")).read()
+    if fresh != open(os.path.join(root, "experiments/validation/accuracy.yaml")).read():
+        sys.exit("experiments/validation/accuracy.yaml is not what this pipegrid gives: run "
+                 "experiments/validation/run.py and rebuild (it is compiled in)")
+    acc = yaml.safe_load(fresh)
+    mine = [r for r in rows if r["set"] == "check" and r["model"] != "megatron-gpt"]
+    for gpu, entry in acc.items():
+        for prec, e in entry.items():
+            if prec == "catalog":
+                continue
+            ids = [r["id"] for r in mine if r["gpu"] == gpu and r["precision"] == prec]
+            if e["check_rows"] != len(ids) or e["worst"] not in ids:
+                sys.exit(f"accuracy.yaml {gpu} {prec}: {e} against the check rows {ids}")
+            m = re.search(rf"^\| {re.escape(e['worst'])} \|.*\| ([\d.]+) \| check \|", text, re.M)
+            if not m or abs(abs(float(m.group(1)) - 1) - e["max_error"]) > 0.0006:
+                sys.exit(f"accuracy.yaml {gpu} {prec}: max_error {e['max_error']} is not {e['worst']}'s in results.md")
     # The data-consistency report (consistency.py, measurements only): ResNet-50 on one V100 in fp32
     # is published at 289 (PipeDream's profile), 367, 384 and 412 img/s, so its spread is 412 / 289 =
     # 1.426 and the floor (F - 1) / (F + 1) = 0.426 / 2.426 = 17.5%; on one A100 in tf32, pre-training
