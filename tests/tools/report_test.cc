@@ -2,6 +2,9 @@
 #include "tools/output/report.h"
 
 #include <doctest/doctest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/models/chain.h"
 #include "tests/support/process.h"
@@ -155,4 +158,73 @@ TEST_CASE("GPU replicas that all-reduce every micro-batch: the scaling caveat on
     CHECK(r.exit_code == 0);
     CHECK_MESSAGE(r.err.empty(), q.name, ": ", r.err);
   }
+}
+
+namespace {
+
+// experiments/validation/accuracy.yaml read here (the oracle for what `run` reports; the file itself
+// is held to a fresh validation run by tests/tools/validation_runs.py).
+YAML::Node accuracy_file() {
+  return YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/validation/accuracy.yaml");
+}
+
+nlohmann::json run_json(TempDir& tmp, const std::string& device, const std::string& precision) {
+  const std::string e = tmp.write(
+      "c.yaml", "workload: {model: bert-large, layers: 2, micro_batch_size: 4, precision: " + precision +
+                    "}\n" +
+                    "cluster: {kind: switch, count: 2, bandwidth: 100GBps, latency: "
+                    "1us, device: " +
+                    device +
+                    "}\n"
+                    "strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 4}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", e, "--json"});
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out)["cost_model_checks"];
+}
+
+}  // namespace
+
+TEST_CASE("run reports the validation suite's check rows for the catalog GPU and precision it uses") {
+  TempDir tmp;
+  const YAML::Node acc = accuracy_file();
+  // A catalog V100 in amp: the file's v100 amp entry, as it is.
+  auto c = run_json(tmp, "{name: gpu, model: v100}", "amp");
+  REQUIRE(c.size() == 1);
+  CHECK(c[0]["device"] == "v100");
+  CHECK(c[0]["status"] == "checked");
+  CHECK(c[0]["check_rows"] == acc["v100"]["amp"]["check_rows"].as<int>());
+  CHECK(c[0]["median_error"] == acc["v100"]["amp"]["median_error"].as<double>());
+  CHECK(c[0]["max_error"] == acc["v100"]["amp"]["max_error"].as<double>());
+  CHECK(c[0]["worst"] == acc["v100"]["amp"]["worst"].as<std::string>());
+  // Plain fp16 takes amp's rows (the same fp16 math); the A100's 40 GB part its chip's rows.
+  CHECK(run_json(tmp, "{name: gpu, model: v100}", "fp16")[0]["check_rows"] ==
+        acc["v100"]["amp"]["check_rows"].as<int>());
+  auto a = run_json(tmp, "{name: gpu, model: a100-40gb}", "tf32");
+  CHECK(a[0]["status"] == "checked");
+  CHECK(a[0]["max_error"] == acc["a100"]["tf32"]["max_error"].as<double>());
+  // A memory size changes no time: still the catalog's figures.
+  CHECK(run_json(tmp, "{name: gpu, model: v100, memory: 16GB}", "fp32")[0]["status"] == "checked");
+  // Overridden cost figures: the rows do not apply, and the line says which figure.
+  auto o = run_json(tmp, "{name: gpu, model: v100, compute_efficiency: {fp16: {gemm: 0.8}}}", "amp");
+  CHECK(o[0]["status"] == "overridden");
+  auto text = run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()});
+  CHECK(text.out.find("cost model       v100 amp: compute_efficiency overridden; the catalog's check rows") !=
+        std::string::npos);
+  // A precision or a GPU the suite has no rows for.
+  CHECK(!acc["a100"]["fp32"]);
+  CHECK(run_json(tmp, "{name: gpu, model: a100}", "fp32")[0]["status"] == "not checked");
+  CHECK(!acc["h100"]);
+  CHECK(run_json(tmp, "{name: gpu, model: h100}", "bf16")[0]["status"] == "not checked");
+  // A custom device: its figures are the user's, and nothing is claimed for them.
+  CHECK(run_json(tmp, "{name: gpu, flops: 100TFLOPS, memory: 16GB}", "fp32").empty());
+  // A profile's measured layer times on the device they were measured on use no cost model.
+  const std::string p =
+      tmp.write("p.yaml", "workload: {profile: " + std::string(PIPEGRID_PROFILES_DIR) +
+                              "/pipedream/vgg16_graph.txt, batch: 64, device: v100}\n"
+                              "cluster: {kind: switch, count: 2, bandwidth: 100GBps, latency: "
+                              "1us, device: {name: gpu, model: v100}}\n"
+                              "strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 4}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", p, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["cost_model_checks"].empty());
 }

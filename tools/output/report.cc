@@ -14,6 +14,8 @@
 #include "core/lower.h"
 #include "core/schedule.h"
 #include "core/units.h"
+#include "tools/builtin_accuracy.h"
+#include "tools/input/device_yaml.h"
 
 namespace pipegrid::output {
 namespace {
@@ -183,6 +185,130 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   return out;
 }
 
+namespace {
+
+struct GpuChecks {
+  std::vector<std::string> catalog;  // the catalog kinds the rows ran on
+  std::map<std::string, CostModelCheck, std::less<>> by_precision;
+};
+
+// experiments/validation/accuracy.yaml, parsed once (a generated file: its test is
+// tests/tools/validation_runs.py; report_test checks this reader against the file).
+const std::vector<GpuChecks>& validation_checks() {
+  static const std::vector<GpuChecks> table = [] {
+    std::vector<GpuChecks> t;
+    for (const auto& gpu : YAML::Load(kBuiltinAccuracy)) {
+      GpuChecks g;
+      for (const auto& n : gpu.second["catalog"]) g.catalog.push_back(n.as<std::string>());
+      for (const auto& p : gpu.second) {
+        const std::string key = p.first.as<std::string>();
+        if (key == "catalog") continue;
+        CostModelCheck c;
+        c.check_rows = p.second["check_rows"].as<int>();
+        c.median_error = p.second["median_error"].as<double>();
+        c.max_error = p.second["max_error"].as<double>();
+        c.worst = p.second["worst"].as<std::string>();
+        g.by_precision[key] = c;
+      }
+      t.push_back(std::move(g));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// The cost figures of `a` that differ from the catalog entry `b` (memory capacity changes no time).
+std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpec& b) {
+  std::vector<std::string> out;
+  auto differ = [&](bool d, const char* key) {
+    if (d) out.emplace_back(key);
+  };
+  differ(a.peak_flops != b.peak_flops, "peak");
+  differ(a.efficiency != b.efficiency, "efficiency");
+  differ(a.compute_efficiency != b.compute_efficiency, "compute_efficiency");
+  differ(a.memory_bandwidth != b.memory_bandwidth, "memory_bandwidth");
+  differ(a.memory_efficiency != b.memory_efficiency ||
+             a.memory_efficiency_default != b.memory_efficiency_default,
+         "memory_efficiency");
+  differ(a.kernel_startup_s != b.kernel_startup_s, "kernel_startup");
+  differ(a.kernel_dispatch_s != b.kernel_dispatch_s, "kernel_dispatch");
+  differ(a.layer_overhead_s != b.layer_overhead_s, "layer_overhead");
+  differ(a.recurrent_step_s != b.recurrent_step_s, "recurrent_step");
+  differ(a.winograd != b.winograd, "winograd");
+  return out;
+}
+
+std::string figures_text(const CostModelCheck& c) {
+  return fmt::format("{} check rows, median |error| {:.1f}%, max {:.1f}% ({})", c.check_rows,
+                     100 * c.median_error, 100 * c.max_error, c.worst);
+}
+
+}  // namespace
+
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p) {
+  std::vector<CostModelCheck> out;
+  const Workload& w = e.workload;
+  bool costed = false;  // some layer is costed by the cost model, not by measured times
+  for (size_t l = 0; l < w.layer_count(); ++l) costed = costed || !w.layer(l).measured;
+  if (!costed) return out;
+  const std::string precision(to_string(w.precision));
+  // amp keys the rows of mixed precision; plain fp16 runs the same fp16 math without fp32 state.
+  const std::string key = precision == "fp16" ? "amp" : precision;
+  std::vector<std::string> seen;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int d : p.stage(s).devices) {
+      const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
+      const input::CatalogDevice* entry = input::find_catalog_device(spec.kind);
+      if (!entry || std::find(seen.begin(), seen.end(), spec.kind) != seen.end()) continue;
+      seen.push_back(spec.kind);
+      CostModelCheck c;
+      c.device = spec.kind;
+      c.precision = precision;
+      const GpuChecks* gpu = nullptr;
+      for (const GpuChecks& g : validation_checks())
+        if (std::find(g.catalog.begin(), g.catalog.end(), spec.kind) != g.catalog.end()) gpu = &g;
+      const bool has = gpu && gpu->by_precision.count(key) > 0;
+      if (!has) {
+        std::vector<std::string> checked;
+        if (gpu)
+          for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
+        c.status = "not checked";
+        c.note = gpu ? fmt::format(
+                           "{} {}: not checked against published training runs in {} (checked: {}; the "
+                           "figures and their sources: pipegrid device show {})",
+                           c.device, precision, precision, fmt::join(checked, ", "), c.device)
+                     : fmt::format(
+                           "{} {}: not checked against published training runs (the figures and "
+                           "their sources: pipegrid device show {})",
+                           c.device, precision, c.device);
+        out.push_back(std::move(c));
+        continue;
+      }
+      const CostModelCheck& f = gpu->by_precision.find(key)->second;
+      c.check_rows = f.check_rows;
+      c.median_error = f.median_error;
+      c.max_error = f.max_error;
+      c.worst = f.worst;
+      const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
+      if (!changed.empty()) {
+        c.status = "overridden";
+        c.note = fmt::format(
+            "{} {}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
+            "{:.1f}%) do not apply",
+            c.device, precision, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error,
+            100 * f.max_error);
+      } else {
+        c.status = "checked";
+        c.note = fmt::format(
+            "{} {}: {}{}, published training runs never fitted on "
+            "(experiments/validation/results.md)",
+            c.device, precision, key != precision ? "the rows ran amp (fp16 math): " : "", figures_text(f));
+      }
+      out.push_back(std::move(c));
+    }
+  return out;
+}
+
 void print_summary(std::ostream& out, const RunReport& r) {
   const Experiment& e = r.experiment;
   const Metrics& m = r.metrics;
@@ -245,6 +371,8 @@ void print_summary(std::ostream& out, const RunReport& r) {
         format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
         format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
   }
+  for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
+    fmt::print(out, "cost model       {}\n", c.note);
   fmt::print(out, "\n");
   fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
              "peak mem", "activations", "capacity");
@@ -422,6 +550,18 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["micro_batches"] = run.micro_batches;
   j["samples_per_iteration"] = json_number(m.samples_per_iteration);
   j["depth"] = run.partition.depth();
+  nlohmann::json checks = nlohmann::json::array();
+  for (const CostModelCheck& c : cost_model_checks(e, run.partition)) {
+    nlohmann::json x = {{"device", c.device}, {"precision", c.precision}, {"status", c.status}};
+    if (c.status != "not checked") {
+      x["check_rows"] = c.check_rows;
+      x["median_error"] = c.median_error;
+      x["max_error"] = c.max_error;
+      x["worst"] = c.worst;
+    }
+    checks.push_back(std::move(x));
+  }
+  j["cost_model_checks"] = std::move(checks);
   nlohmann::json stages = nlohmann::json::array();
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const Stage& st = run.partition.stage(s);

@@ -36,6 +36,22 @@ std::string stage_edges(const Partition& p);
 // (micro_batch_size not divisible by the stage's replica count).
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run);
 
+// What the validation suite says of the cost model behind a run, per catalog device kind in use
+// (experiments/validation/accuracy.yaml, compiled in): the check rows' errors for that GPU and the
+// workload's precision (published training runs, never fitted on), or that the kind or precision
+// was never checked, or that the run overrides the catalog's cost figures. Custom devices, and
+// workloads whose every layer carries measured times, get none.
+struct CostModelCheck {
+  std::string device;     // catalog kind, e.g. "v100"
+  std::string precision;  // the workload's
+  std::string status;     // "checked", "not checked" or "overridden"
+  int check_rows = 0;     // for "checked" and "overridden": the rows' figures
+  double median_error = 0, max_error = 0;
+  std::string worst;  // the row with the largest |error|
+  std::string note;   // one readable line
+};
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
+
 // The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
 // "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.
 inline constexpr int kJsonSchemaVersion = 1;
