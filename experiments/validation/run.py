@@ -191,30 +191,41 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
 
 
-def write_accuracy(path, rows, results):
+def write_accuracy(path, rows, results, groups):
     """accuracy.yaml: the check rows of measurements.yaml (Megatron-LM's rows are reported apart, in
     docs/3d-parallelism.md) by GPU and precision, which `pipegrid run` prints for the catalog GPUs
     and precision it uses (tools/output/report.cc). Deterministic: tests/tools/validation_runs.py
-    compares a fresh run's with the committed one."""
-    groups, names = {}, {}
+    compares a fresh run's with the committed one. Beside each entry, the data's own spread:
+    the same-configuration groups (consistency.row_groups: published by two or more sources) of
+    measurements.yaml on that GPU and precision, check and calibration rows alike, their max / min."""
+    by_gpu, names = {}, {}
     for r in rows:
         if r["set"] != "check" or r["model"] == "megatron-gpt" or "error" in results[r["id"]]:
             continue
-        groups.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(
+        by_gpu.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(
             (abs(results[r["id"]]["ratio"] - 1), r["id"]))
         names.setdefault(r["gpu"], {r["gpu"]}).add(vlib.device_spec(r)["model"])
+    spreads = {}
+    for r in rows:
+        if r["id"] in groups:
+            spreads.setdefault((r["gpu"], r["precision"]), {}).update([groups[r["id"]]])
     out = ["# Written by experiments/validation/run.py (its last run, as results.md): the check rows of",
            "# measurements.yaml (published training runs, never fitted on) by GPU and precision, |error| =",
            "# |pipegrid / published - 1|. `pipegrid run` prints the entry of each catalog GPU (`catalog`",
-           "# names it) and precision it uses. tests/tools/validation_runs.py fails when a fresh run differs."]
-    for gpu in sorted(groups):
+           "# names it) and precision it uses. spread: the data's own floor, the same-configuration groups",
+           "# of measurements.yaml on that GPU and precision (published by two or more sources), max / min.",
+           "# tests/tools/validation_runs.py fails when a fresh run differs."]
+    for gpu in sorted(by_gpu):
         out.append(f"{gpu}:")
         out.append(f"  catalog: [{', '.join(sorted(names[gpu]))}]")
-        for prec in sorted(groups[gpu]):
-            errs = sorted(groups[gpu][prec])
+        for prec in sorted(by_gpu[gpu]):
+            errs = sorted(by_gpu[gpu][prec])
+            spread = sorted(spreads.get((gpu, prec), {}).values())
             out.append(f"  {prec}: {{check_rows: {len(errs)}, median_error: "
                        f"{statistics.median(e for e, _ in errs):.4f}, max_error: {errs[-1][0]:.4f}, "
-                       f"worst: {errs[-1][1]}}}")
+                       f"worst: {errs[-1][1]}, spread_groups: {len(spread)}" +
+                       (f", median_spread: {statistics.median(spread):.4f}, max_spread: {spread[-1]:.4f}"
+                        if spread else "") + "}")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
 
@@ -363,7 +374,7 @@ def main():
     write_results(os.path.join(args.out, "results.md"), rows, results, lines, failures, scaling, outside_rows,
                   scaling_pairs(rows, results))
     if any(r["set"] == "check" for r in rows):
-        write_accuracy(os.path.join(args.out, "accuracy.yaml"), rows, results)
+        write_accuracy(os.path.join(args.out, "accuracy.yaml"), rows, results, groups)
     drawn = plot(plt, args.out, rows, results) if plt else False
     if plt and scaling:
         plot_scaling(plt, args.out, scaling)

@@ -196,6 +196,8 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   CHECK(c[0]["median_error"] == acc["v100"]["amp"]["median_error"].as<double>());
   CHECK(c[0]["max_error"] == acc["v100"]["amp"]["max_error"].as<double>());
   CHECK(c[0]["worst"] == acc["v100"]["amp"]["worst"].as<std::string>());
+  CHECK(c[0]["spread_groups"] == acc["v100"]["amp"]["spread_groups"].as<int>());
+  CHECK(c[0]["max_spread"] == acc["v100"]["amp"]["max_spread"].as<double>());
   // Plain fp16 takes amp's rows (the same fp16 math); the A100's 40 GB part its chip's rows.
   CHECK(run_json(tmp, "{name: gpu, model: v100}", "fp16")[0]["check_rows"] ==
         acc["v100"]["amp"]["check_rows"].as<int>());

@@ -208,6 +208,11 @@ const std::vector<GpuChecks>& validation_checks() {
         c.median_error = p.second["median_error"].as<double>();
         c.max_error = p.second["max_error"].as<double>();
         c.worst = p.second["worst"].as<std::string>();
+        c.spread_groups = p.second["spread_groups"].as<int>();
+        if (c.spread_groups > 0) {
+          c.median_spread = p.second["median_spread"].as<double>();
+          c.max_spread = p.second["max_spread"].as<double>();
+        }
         g.by_precision[key] = c;
       }
       t.push_back(std::move(g));
@@ -239,8 +244,14 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
 }
 
 std::string figures_text(const CostModelCheck& c) {
-  return fmt::format("{} check rows, median |error| {:.1f}%, max {:.1f}% ({})", c.check_rows,
-                     100 * c.median_error, 100 * c.max_error, c.worst);
+  std::string text = fmt::format("{} check rows, median |error| {:.1f}%, max {:.1f}% ({})", c.check_rows,
+                                 100 * c.median_error, 100 * c.max_error, c.worst);
+  if (c.spread_groups > 0)
+    text += fmt::format(
+        "; where sources publish the same configuration they differ by {:.2f}x (median of {}, "
+        "max {:.2f}x)",
+        c.median_spread, plural(c.spread_groups, "group", "groups"), c.max_spread);
+  return text;
 }
 
 }  // namespace
@@ -289,6 +300,9 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partiti
       c.median_error = f.median_error;
       c.max_error = f.max_error;
       c.worst = f.worst;
+      c.spread_groups = f.spread_groups;
+      c.median_spread = f.median_spread;
+      c.max_spread = f.max_spread;
       const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
       if (!changed.empty()) {
         c.status = "overridden";
@@ -558,6 +572,11 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
       x["median_error"] = c.median_error;
       x["max_error"] = c.max_error;
       x["worst"] = c.worst;
+      x["spread_groups"] = c.spread_groups;
+      if (c.spread_groups > 0) {
+        x["median_spread"] = c.median_spread;
+        x["max_spread"] = c.max_spread;
+      }
     }
     checks.push_back(std::move(x));
   }

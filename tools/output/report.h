@@ -48,7 +48,11 @@ struct CostModelCheck {
   int check_rows = 0;     // for "checked" and "overridden": the rows' figures
   double median_error = 0, max_error = 0;
   std::string worst;  // the row with the largest |error|
-  std::string note;   // one readable line
+  // The data's own floor: same-configuration groups on that GPU and precision published by two or
+  // more sources, and their spread (max / min of the published values).
+  int spread_groups = 0;
+  double median_spread = 0, max_spread = 0;
+  std::string note;  // one readable line
 };
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
 
