@@ -191,41 +191,53 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
 
 
+def accuracy_entry(errs, spread=()):
+    """One accuracy.yaml entry: errs [(|error|, row id)], spread the groups' max / min."""
+    errs, spread = sorted(errs), sorted(spread)
+    return (f"{{check_rows: {len(errs)}, median_error: {statistics.median(e for e, _ in errs):.4f}, "
+            f"max_error: {errs[-1][0]:.4f}, worst: {errs[-1][1]}, spread_groups: {len(spread)}" +
+            (f", median_spread: {statistics.median(spread):.4f}, max_spread: {spread[-1]:.4f}" if spread else "") +
+            "}")
+
+
 def write_accuracy(path, rows, results, groups):
-    """accuracy.yaml: the check rows of measurements.yaml (Megatron-LM's rows are reported apart, in
-    docs/3d-parallelism.md) by GPU and precision, which `pipegrid run` prints for the catalog GPUs
-    and precision it uses (tools/output/report.cc). Deterministic: tests/tools/validation_runs.py
-    compares a fresh run's with the committed one. Beside each entry, the data's own spread:
-    the same-configuration groups (consistency.row_groups: published by two or more sources) of
-    measurements.yaml on that GPU and precision, check and calibration rows alike, their max / min."""
-    by_gpu, names = {}, {}
+    """accuracy.yaml: the check rows by GPU and precision, which `pipegrid run` prints for the
+    catalog GPUs and precision it uses (tools/output/report.cc): measurements.yaml's, and apart,
+    under `megatron-lm`, Megatron-LM's published 3D runs (experiments/megatron/rows.yaml, those
+    this run ran). Beside each measurements.yaml entry, the data's own spread: the
+    same-configuration groups (consistency.row_groups: published by two or more sources) on that
+    GPU and precision, check and calibration rows alike, their max / min. Deterministic:
+    tests/tools/validation_runs.py compares a fresh run's measurements.yaml entries with the
+    committed ones, and the Megatron-LM entries with the committed results.md."""
+    by_gpu, megatron, names = {}, {}, {}
     for r in rows:
-        if r["set"] != "check" or r["model"] == "megatron-gpt" or "error" in results[r["id"]]:
+        if r["set"] != "check" or "error" in results[r["id"]]:
             continue
-        by_gpu.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(
-            (abs(results[r["id"]]["ratio"] - 1), r["id"]))
-        names.setdefault(r["gpu"], {r["gpu"]}).add(vlib.device_spec(r)["model"])
+        err = (abs(results[r["id"]]["ratio"] - 1), r["id"])
+        into = megatron if r["model"] == "megatron-gpt" else by_gpu
+        into.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(err)
+        if r["model"] != "megatron-gpt":
+            names.setdefault(r["gpu"], {r["gpu"]}).add(vlib.device_spec(r)["model"])
     spreads = {}
     for r in rows:
         if r["id"] in groups:
             spreads.setdefault((r["gpu"], r["precision"]), {}).update([groups[r["id"]]])
-    out = ["# Written by experiments/validation/run.py (its last run, as results.md): the check rows of",
-           "# measurements.yaml (published training runs, never fitted on) by GPU and precision, |error| =",
-           "# |pipegrid / published - 1|. `pipegrid run` prints the entry of each catalog GPU (`catalog`",
-           "# names it) and precision it uses. spread: the data's own floor, the same-configuration groups",
-           "# of measurements.yaml on that GPU and precision (published by two or more sources), max / min.",
-           "# tests/tools/validation_runs.py fails when a fresh run differs."]
+    out = ["# Written by experiments/validation/run.py (its last run, as results.md): the check rows",
+           "# (published training runs, never fitted on) by GPU and precision, |error| = |pipegrid /",
+           "# published - 1|: measurements.yaml's, and under megatron-lm Megatron-LM's 3D runs",
+           "# (experiments/megatron/rows.yaml). `pipegrid run` prints the entries of each catalog GPU",
+           "# (`catalog` names it) and precision it uses. spread: the data's own floor, the",
+           "# same-configuration groups of measurements.yaml on that GPU and precision (published by two",
+           "# or more sources), max / min. tests/tools/validation_runs.py fails when a fresh run differs."]
     for gpu in sorted(by_gpu):
         out.append(f"{gpu}:")
         out.append(f"  catalog: [{', '.join(sorted(names[gpu]))}]")
         for prec in sorted(by_gpu[gpu]):
-            errs = sorted(by_gpu[gpu][prec])
-            spread = sorted(spreads.get((gpu, prec), {}).values())
-            out.append(f"  {prec}: {{check_rows: {len(errs)}, median_error: "
-                       f"{statistics.median(e for e, _ in errs):.4f}, max_error: {errs[-1][0]:.4f}, "
-                       f"worst: {errs[-1][1]}, spread_groups: {len(spread)}" +
-                       (f", median_spread: {statistics.median(spread):.4f}, max_spread: {spread[-1]:.4f}"
-                        if spread else "") + "}")
+            out.append(f"  {prec}: " + accuracy_entry(by_gpu[gpu][prec], spreads.get((gpu, prec), {}).values()))
+        if gpu in megatron:
+            out.append("  megatron-lm:")
+            for prec in sorted(megatron[gpu]):
+                out.append(f"    {prec}: " + accuracy_entry(megatron[gpu][prec]))
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
 

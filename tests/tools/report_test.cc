@@ -201,9 +201,18 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   // Plain fp16 takes amp's rows (the same fp16 math); the A100's 40 GB part its chip's rows.
   CHECK(run_json(tmp, "{name: gpu, model: v100}", "fp16")[0]["check_rows"] ==
         acc["v100"]["amp"]["check_rows"].as<int>());
+  CHECK(c[0]["source"] == "validation");
   auto a = run_json(tmp, "{name: gpu, model: a100-40gb}", "tf32");
+  REQUIRE(a.size() == 1);  // Megatron-LM's runs are amp only
   CHECK(a[0]["status"] == "checked");
   CHECK(a[0]["max_error"] == acc["a100"]["tf32"]["max_error"].as<double>());
+  // The A100 in amp: measurements.yaml's rows, then Megatron-LM's 3D runs apart.
+  auto m = run_json(tmp, "{name: gpu, model: a100}", "amp");
+  REQUIRE(m.size() == 2);
+  CHECK(m[0]["check_rows"] == acc["a100"]["amp"]["check_rows"].as<int>());
+  CHECK(m[1]["source"] == "megatron-lm");
+  CHECK(m[1]["check_rows"] == acc["a100"]["megatron-lm"]["amp"]["check_rows"].as<int>());
+  CHECK(m[1]["worst"] == acc["a100"]["megatron-lm"]["amp"]["worst"].as<std::string>());
   // A memory size changes no time: still the catalog's figures.
   CHECK(run_json(tmp, "{name: gpu, model: v100, memory: 16GB}", "fp32")[0]["status"] == "checked");
   // Overridden cost figures: the rows do not apply, and the line says which figure.

@@ -190,7 +190,22 @@ namespace {
 struct GpuChecks {
   std::vector<std::string> catalog;  // the catalog kinds the rows ran on
   std::map<std::string, CostModelCheck, std::less<>> by_precision;
+  std::map<std::string, CostModelCheck, std::less<>> megatron;  // Megatron-LM's 3D runs
 };
+
+CostModelCheck read_check(const YAML::Node& n) {
+  CostModelCheck c;
+  c.check_rows = n["check_rows"].as<int>();
+  c.median_error = n["median_error"].as<double>();
+  c.max_error = n["max_error"].as<double>();
+  c.worst = n["worst"].as<std::string>();
+  c.spread_groups = n["spread_groups"].as<int>();
+  if (c.spread_groups > 0) {
+    c.median_spread = n["median_spread"].as<double>();
+    c.max_spread = n["max_spread"].as<double>();
+  }
+  return c;
+}
 
 // experiments/validation/accuracy.yaml, parsed once (a generated file: its test is
 // tests/tools/validation_runs.py; report_test checks this reader against the file).
@@ -203,17 +218,11 @@ const std::vector<GpuChecks>& validation_checks() {
       for (const auto& p : gpu.second) {
         const std::string key = p.first.as<std::string>();
         if (key == "catalog") continue;
-        CostModelCheck c;
-        c.check_rows = p.second["check_rows"].as<int>();
-        c.median_error = p.second["median_error"].as<double>();
-        c.max_error = p.second["max_error"].as<double>();
-        c.worst = p.second["worst"].as<std::string>();
-        c.spread_groups = p.second["spread_groups"].as<int>();
-        if (c.spread_groups > 0) {
-          c.median_spread = p.second["median_spread"].as<double>();
-          c.max_spread = p.second["max_spread"].as<double>();
+        if (key == "megatron-lm") {
+          for (const auto& m : p.second) g.megatron[m.first.as<std::string>()] = read_check(m.second);
+          continue;
         }
-        g.by_precision[key] = c;
+        g.by_precision[key] = read_check(p.second);
       }
       t.push_back(std::move(g));
     }
@@ -244,13 +253,12 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
 }
 
 std::string figures_text(const CostModelCheck& c) {
-  std::string text = fmt::format("{} check rows, median |error| {:.1f}%, max {:.1f}% ({})", c.check_rows,
-                                 100 * c.median_error, 100 * c.max_error, c.worst);
+  std::string text =
+      fmt::format("against {} published runs never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
+                  c.check_rows, 100 * c.median_error, 100 * c.max_error, c.worst);
   if (c.spread_groups > 0)
-    text += fmt::format(
-        "; where sources publish the same configuration they differ by {:.2f}x (median of {}, "
-        "max {:.2f}x)",
-        c.median_spread, plural(c.spread_groups, "group", "groups"), c.max_spread);
+    text += fmt::format("; sources of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)",
+                        c.median_spread, c.spread_groups, c.max_spread);
   return text;
 }
 
@@ -273,6 +281,7 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partiti
       if (!entry || std::find(seen.begin(), seen.end(), spec.kind) != seen.end()) continue;
       seen.push_back(spec.kind);
       CostModelCheck c;
+      c.source = "validation";
       c.device = spec.kind;
       c.precision = precision;
       const GpuChecks* gpu = nullptr;
@@ -295,30 +304,32 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partiti
         out.push_back(std::move(c));
         continue;
       }
-      const CostModelCheck& f = gpu->by_precision.find(key)->second;
-      c.check_rows = f.check_rows;
-      c.median_error = f.median_error;
-      c.max_error = f.max_error;
-      c.worst = f.worst;
-      c.spread_groups = f.spread_groups;
-      c.median_spread = f.median_spread;
-      c.max_spread = f.max_spread;
       const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
-      if (!changed.empty()) {
-        c.status = "overridden";
-        c.note = fmt::format(
-            "{} {}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
-            "{:.1f}%) do not apply",
-            c.device, precision, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error,
-            100 * f.max_error);
-      } else {
-        c.status = "checked";
-        c.note = fmt::format(
-            "{} {}: {}{}, published training runs never fitted on "
-            "(experiments/validation/results.md)",
-            c.device, precision, key != precision ? "the rows ran amp (fp16 math): " : "", figures_text(f));
-      }
-      out.push_back(std::move(c));
+      auto add = [&](const CostModelCheck& f, const std::string& source) {
+        CostModelCheck x = f;
+        x.source = source;
+        x.device = c.device;
+        x.precision = precision;
+        const std::string what = source == "megatron-lm"
+                                     ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
+                                     : fmt::format("{} {}", x.device, precision);
+        if (!changed.empty()) {
+          x.status = "overridden";
+          x.note = fmt::format(
+              "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
+              "{:.1f}%) do not apply",
+              what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
+        } else {
+          x.status = "checked";
+          x.note = fmt::format(
+              "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "",
+              figures_text(f),
+              source == "megatron-lm" ? "docs/3d-parallelism.md" : "experiments/validation/results.md");
+        }
+        out.push_back(std::move(x));
+      };
+      add(gpu->by_precision.find(key)->second, "validation");
+      if (auto m = gpu->megatron.find(key); m != gpu->megatron.end()) add(m->second, "megatron-lm");
     }
   return out;
 }
@@ -566,7 +577,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["depth"] = run.partition.depth();
   nlohmann::json checks = nlohmann::json::array();
   for (const CostModelCheck& c : cost_model_checks(e, run.partition)) {
-    nlohmann::json x = {{"device", c.device}, {"precision", c.precision}, {"status", c.status}};
+    nlohmann::json x = {
+        {"source", c.source}, {"device", c.device}, {"precision", c.precision}, {"status", c.status}};
     if (c.status != "not checked") {
       x["check_rows"] = c.check_rows;
       x["median_error"] = c.median_error;

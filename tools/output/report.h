@@ -40,8 +40,10 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
 // (experiments/validation/accuracy.yaml, compiled in): the check rows' errors for that GPU and the
 // workload's precision (published training runs, never fitted on), or that the kind or precision
 // was never checked, or that the run overrides the catalog's cost figures. Custom devices, and
-// workloads whose every layer carries measured times, get none.
+// workloads whose every layer carries measured times, get none. A GPU and precision with
+// Megatron-LM's published 3D runs among the check rows gets a second entry for them.
 struct CostModelCheck {
+  std::string source;     // "validation" (experiments/validation) or "megatron-lm" (its 3D runs)
   std::string device;     // catalog kind, e.g. "v100"
   std::string precision;  // the workload's
   std::string status;     // "checked", "not checked" or "overridden"
