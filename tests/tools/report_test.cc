@@ -219,6 +219,9 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   auto o = run_json(tmp, "{name: gpu, model: v100, compute_efficiency: {fp16: {gemm: 0.8}}}", "amp");
   CHECK(o[0]["status"] == "overridden");
   auto text = run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()});
+  auto plan = run_command({PIPEGRID_BINARY, "plan", (tmp.path / "c.yaml").string()});
+  CHECK(plan.out.find("cost model                          v100 amp: compute_efficiency overridden") !=
+        std::string::npos);
   CHECK(text.out.find("cost model       v100 amp: compute_efficiency overridden; the catalog's check rows") !=
         std::string::npos);
   // A precision or a GPU the suite has no rows for.

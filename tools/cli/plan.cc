@@ -32,8 +32,8 @@ int run(const PlanOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const sim::SimGridJudge judge;
-  Progress progress(fmt::format("planning with {}", exp->strategy.planner.empty() ? exp->strategy.partitioner
-                                                                                  : exp->strategy.planner));
+  Progress progress(fmt::format(
+      "planning with {}", exp->strategy.planner.empty() ? exp->strategy.partitioner : exp->strategy.planner));
   Result<PreparedRun> run = prepare(*exp, &judge);
   progress.done();
   if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
@@ -47,8 +47,9 @@ int run(const PlanOptions& o) {
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
-  auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size,
-                           exp->memory.recompute, {exp->strategy.sequence_parallel, exp->strategy.tp_overlap});
+  auto costs =
+      stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute,
+                  {exp->strategy.sequence_parallel, exp->strategy.tp_overlap});
   if (!costs) return bad_input(costs.error().message);
 
   const Partition& p = run->partition;
@@ -123,6 +124,8 @@ int run(const PlanOptions& o) {
              format_time(simulated.iteration_time_s),
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
+  for (const output::CostModelCheck& c : output::cost_model_checks(*exp, p))
+    fmt::print("cost model                          {}\n", c.note);
   if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
   return kOk;
 }
