@@ -242,3 +242,22 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   REQUIRE(r.exit_code == 0);
   CHECK(nlohmann::json::parse(r.out)["cost_model_checks"].empty());
 }
+
+TEST_CASE("device show lists the validation suite's check rows of a catalog device, or says there are none") {
+  const YAML::Node acc = accuracy_file();
+  auto r = run_command({PIPEGRID_BINARY, "device", "show", "a100-40gb", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json checks = nlohmann::json::parse(r.out)["checks"];
+  // amp and tf32 from measurements.yaml, and Megatron-LM's amp runs.
+  REQUIRE(checks.size() == 3);
+  for (const auto& c : checks) {
+    const std::string prec = c["precision"].get<std::string>();
+    const YAML::Node f = c["source"] == "megatron-lm" ? acc["a100"]["megatron-lm"][prec] : acc["a100"][prec];
+    REQUIRE(f);
+    CHECK(c["check_rows"] == f["check_rows"].as<int>());
+    CHECK(c["median_error"] == f["median_error"].as<double>());
+  }
+  auto h = run_command({PIPEGRID_BINARY, "device", "show", "h100"});
+  REQUIRE(h.exit_code == 0);
+  CHECK(h.out.find("checked          not against published training runs") != std::string::npos);
+}

@@ -21,6 +21,24 @@ nlohmann::json to_json(const input::CatalogDevice& d) {
   j["family"] = d.family;
   j["description"] = d.description;
   j["source"] = d.source;
+  // What the validation suite says of these figures (report.h, CostModelCheck; run's
+  // cost_model_checks without the run).
+  nlohmann::json checks = nlohmann::json::array();
+  for (const output::CostModelCheck& c : output::catalog_checks(d.name)) {
+    nlohmann::json x = {{"source", c.source},
+                        {"precision", c.precision},
+                        {"check_rows", c.check_rows},
+                        {"median_error", c.median_error},
+                        {"max_error", c.max_error},
+                        {"worst", c.worst},
+                        {"spread_groups", c.spread_groups}};
+    if (c.spread_groups > 0) {
+      x["median_spread"] = c.median_spread;
+      x["max_spread"] = c.max_spread;
+    }
+    checks.push_back(std::move(x));
+  }
+  j["checks"] = std::move(checks);
   return j;
 }
 
@@ -113,6 +131,13 @@ Command add_device_command(CLI::App& parent) {
                          f.ports, format_bandwidth(f.port_bandwidth));
             }
             fmt::print("  source           {}\n", d->source);
+            const std::vector<output::CostModelCheck> checks = output::catalog_checks(d->name);
+            if (checks.empty()) fmt::print("  checked          not against published training runs\n");
+            for (size_t i = 0; i < checks.size(); ++i)
+              fmt::print("  {:<17}{}\n", i == 0 ? "checked" : "", checks[i].note);
+            if (!checks.empty())
+              fmt::print(
+                  "  {:<17}(experiments/validation/results.md; Megatron-LM's: docs/3d-parallelism.md)\n", "");
             return kOk;
           }};
 }

@@ -264,6 +264,25 @@ std::string figures_text(const CostModelCheck& c) {
 
 }  // namespace
 
+std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
+  std::vector<CostModelCheck> out;
+  for (const GpuChecks& g : validation_checks()) {
+    if (std::find(g.catalog.begin(), g.catalog.end(), kind) == g.catalog.end()) continue;
+    for (const auto* table : {&g.by_precision, &g.megatron})
+      for (const auto& [precision, f] : *table) {
+        CostModelCheck c = f;
+        c.source = table == &g.megatron ? "megatron-lm" : "validation";
+        c.device = std::string(kind);
+        c.precision = precision;
+        c.status = "checked";
+        c.note = fmt::format("{}{}: {}", precision, table == &g.megatron ? ", Megatron-LM's 3D runs" : "",
+                             figures_text(f));
+        out.push_back(std::move(c));
+      }
+  }
+  return out;
+}
+
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p) {
   std::vector<CostModelCheck> out;
   const Workload& w = e.workload;

@@ -57,6 +57,9 @@ struct CostModelCheck {
   std::string note;  // one readable line
 };
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
+// Every entry the validation suite has for a catalog device kind, all precisions (status
+// "checked"; empty when it has none): what `pipegrid device show` lists.
+std::vector<CostModelCheck> catalog_checks(std::string_view kind);
 
 // The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
 // "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.
