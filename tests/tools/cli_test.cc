@@ -224,6 +224,11 @@ TEST_CASE("cli: search --top 3, whole graphs and --tp-folded, agree where a TP g
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const json j = json::parse(r.out);
     CHECK(j["simgrid_replays"] == (folded ? "tp-folded" : "whole graph"));
+    // The cost model's check rows for the cluster's GPU, as run reports them (report_test): the
+    // A100 in the workload's precision, measurements.yaml's rows and Megatron-LM's 3D runs.
+    REQUIRE(j["cost_model_checks"].size() == 2);
+    CHECK(j["cost_model_checks"][0]["device"] == "a100");
+    CHECK(j["cost_model_checks"][1]["source"] == "megatron-lm");
     REQUIRE(j["simgrid_ranking"].size() == 3);
     for (const json& c : j["simgrid_ranking"]) {
       CHECK(c["t"] == 8);
@@ -244,6 +249,7 @@ TEST_CASE("cli: search --top 3, whole graphs and --tp-folded, agree where a TP g
                            "--tensor-parallel", "8", "--micro-batch", "1", "--tp-folded"});
   REQUIRE_MESSAGE(text.exit_code == 0, text.err);
   CHECK(text.out.find("SimGrid replays TP-folded") != std::string::npos);
+  CHECK(text.out.find("\ncost model  a100 amp: against ") != std::string::npos);
 }
 
 // `--chunks` restricts v of interleaved-1f1b like the other axes: with t, p, b, the schedule and the

@@ -335,6 +335,8 @@ int run(const SearchOptions& o) {
                : 0;
   };
 
+  std::vector<int> all_devices(exp->cluster.devices.size());
+  for (size_t d = 0; d < all_devices.size(); ++d) all_devices[d] = static_cast<int>(d);
   if (o.json) {
     nlohmann::json j;
     j["command"] = "search";
@@ -359,6 +361,7 @@ int run(const SearchOptions& o) {
     j["simgrid_ranking"] = sim;
     j["simgrid_replays"] = o.tp_folded ? "tp-folded" : "whole graph";
     if (replayed.size() >= 2) j["why"] = why(replayed[0], replayed[1]);
+    j["cost_model_checks"] = output::cost_model_checks_json(output::cost_model_checks(*exp, all_devices));
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
@@ -386,6 +389,9 @@ int run(const SearchOptions& o) {
                format_time(b.bubble_s), format_time(b.optimizer_s));
   }
   if (replayed.size() >= 2) fmt::print("\n{}\n", why(replayed[0], replayed[1]));
+  const std::vector<output::CostModelCheck> checks = output::cost_model_checks(*exp, all_devices);
+  if (!checks.empty()) fmt::print("\n");
+  for (const output::CostModelCheck& c : checks) fmt::print("cost model  {}\n", c.note);
   return kOk;
 }
 

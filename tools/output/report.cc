@@ -284,6 +284,13 @@ std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
 }
 
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p) {
+  std::vector<int> devices;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int d : p.stage(s).devices) devices.push_back(d);
+  return cost_model_checks(e, devices);
+}
+
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::vector<int>& devices) {
   std::vector<CostModelCheck> out;
   const Workload& w = e.workload;
   bool costed = false;  // some layer is costed by the cost model, not by measured times
@@ -293,63 +300,61 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partiti
   // amp keys the rows of mixed precision; plain fp16 runs the same fp16 math without fp32 state.
   const std::string key = precision == "fp16" ? "amp" : precision;
   std::vector<std::string> seen;
-  for (size_t s = 0; s < p.stage_count(); ++s)
-    for (int d : p.stage(s).devices) {
-      const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
-      const input::CatalogDevice* entry = input::find_catalog_device(spec.kind);
-      if (!entry || std::find(seen.begin(), seen.end(), spec.kind) != seen.end()) continue;
-      seen.push_back(spec.kind);
-      CostModelCheck c;
-      c.source = "validation";
-      c.device = spec.kind;
-      c.precision = precision;
-      const GpuChecks* gpu = nullptr;
-      for (const GpuChecks& g : validation_checks())
-        if (std::find(g.catalog.begin(), g.catalog.end(), spec.kind) != g.catalog.end()) gpu = &g;
-      const bool has = gpu && gpu->by_precision.count(key) > 0;
-      if (!has) {
-        std::vector<std::string> checked;
-        if (gpu)
-          for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
-        c.status = "not checked";
-        c.note = gpu ? fmt::format(
-                           "{} {}: not checked against published training runs in {} (checked: {}; the "
-                           "figures and their sources: pipegrid device show {})",
-                           c.device, precision, precision, fmt::join(checked, ", "), c.device)
-                     : fmt::format(
-                           "{} {}: not checked against published training runs (the figures and "
-                           "their sources: pipegrid device show {})",
-                           c.device, precision, c.device);
-        out.push_back(std::move(c));
-        continue;
-      }
-      const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
-      auto add = [&](const CostModelCheck& f, const std::string& source) {
-        CostModelCheck x = f;
-        x.source = source;
-        x.device = c.device;
-        x.precision = precision;
-        const std::string what = source == "megatron-lm"
-                                     ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
-                                     : fmt::format("{} {}", x.device, precision);
-        if (!changed.empty()) {
-          x.status = "overridden";
-          x.note = fmt::format(
-              "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
-              "{:.1f}%) do not apply",
-              what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
-        } else {
-          x.status = "checked";
-          x.note = fmt::format(
-              "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "",
-              figures_text(f),
-              source == "megatron-lm" ? "docs/3d-parallelism.md" : "experiments/validation/results.md");
-        }
-        out.push_back(std::move(x));
-      };
-      add(gpu->by_precision.find(key)->second, "validation");
-      if (auto m = gpu->megatron.find(key); m != gpu->megatron.end()) add(m->second, "megatron-lm");
+  for (int d : devices) {
+    const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
+    const input::CatalogDevice* entry = input::find_catalog_device(spec.kind);
+    if (!entry || std::find(seen.begin(), seen.end(), spec.kind) != seen.end()) continue;
+    seen.push_back(spec.kind);
+    CostModelCheck c;
+    c.source = "validation";
+    c.device = spec.kind;
+    c.precision = precision;
+    const GpuChecks* gpu = nullptr;
+    for (const GpuChecks& g : validation_checks())
+      if (std::find(g.catalog.begin(), g.catalog.end(), spec.kind) != g.catalog.end()) gpu = &g;
+    const bool has = gpu && gpu->by_precision.count(key) > 0;
+    if (!has) {
+      std::vector<std::string> checked;
+      if (gpu)
+        for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
+      c.status = "not checked";
+      c.note = gpu ? fmt::format(
+                         "{} {}: not checked against published training runs in {} (checked: {}; the "
+                         "figures and their sources: pipegrid device show {})",
+                         c.device, precision, precision, fmt::join(checked, ", "), c.device)
+                   : fmt::format(
+                         "{} {}: not checked against published training runs (the figures and "
+                         "their sources: pipegrid device show {})",
+                         c.device, precision, c.device);
+      out.push_back(std::move(c));
+      continue;
     }
+    const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
+    auto add = [&](const CostModelCheck& f, const std::string& source) {
+      CostModelCheck x = f;
+      x.source = source;
+      x.device = c.device;
+      x.precision = precision;
+      const std::string what = source == "megatron-lm"
+                                   ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
+                                   : fmt::format("{} {}", x.device, precision);
+      if (!changed.empty()) {
+        x.status = "overridden";
+        x.note = fmt::format(
+            "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
+            "{:.1f}%) do not apply",
+            what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
+      } else {
+        x.status = "checked";
+        x.note = fmt::format(
+            "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "", figures_text(f),
+            source == "megatron-lm" ? "docs/3d-parallelism.md" : "experiments/validation/results.md");
+      }
+      out.push_back(std::move(x));
+    };
+    add(gpu->by_precision.find(key)->second, "validation");
+    if (auto m = gpu->megatron.find(key); m != gpu->megatron.end()) add(m->second, "megatron-lm");
+  }
   return out;
 }
 
@@ -579,6 +584,27 @@ nlohmann::json plan_json(const Experiment& e, const PreparedRun& run) {
           {"tried", tried}};
 }
 
+nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CostModelCheck& c : checks) {
+    nlohmann::json x = {
+        {"source", c.source}, {"device", c.device}, {"precision", c.precision}, {"status", c.status}};
+    if (c.status != "not checked") {
+      x["check_rows"] = c.check_rows;
+      x["median_error"] = c.median_error;
+      x["max_error"] = c.max_error;
+      x["worst"] = c.worst;
+      x["spread_groups"] = c.spread_groups;
+      if (c.spread_groups > 0) {
+        x["median_spread"] = c.median_spread;
+        x["max_spread"] = c.max_spread;
+      }
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
                            const Metrics& m) {
   nlohmann::json j;
@@ -594,24 +620,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["micro_batches"] = run.micro_batches;
   j["samples_per_iteration"] = json_number(m.samples_per_iteration);
   j["depth"] = run.partition.depth();
-  nlohmann::json checks = nlohmann::json::array();
-  for (const CostModelCheck& c : cost_model_checks(e, run.partition)) {
-    nlohmann::json x = {
-        {"source", c.source}, {"device", c.device}, {"precision", c.precision}, {"status", c.status}};
-    if (c.status != "not checked") {
-      x["check_rows"] = c.check_rows;
-      x["median_error"] = c.median_error;
-      x["max_error"] = c.max_error;
-      x["worst"] = c.worst;
-      x["spread_groups"] = c.spread_groups;
-      if (c.spread_groups > 0) {
-        x["median_spread"] = c.median_spread;
-        x["max_spread"] = c.max_spread;
-      }
-    }
-    checks.push_back(std::move(x));
-  }
-  j["cost_model_checks"] = std::move(checks);
+  j["cost_model_checks"] = cost_model_checks_json(cost_model_checks(e, run.partition));
   nlohmann::json stages = nlohmann::json::array();
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const Stage& st = run.partition.stage(s);

@@ -57,6 +57,10 @@ struct CostModelCheck {
   std::string note;  // one readable line
 };
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
+// The same over the given devices (indices into e.cluster.devices): `search` asks it of them all.
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::vector<int>& devices);
+// As JSON: the `cost_model_checks` array of run, plan and search --json.
+nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks);
 // Every entry the validation suite has for a catalog device kind, all precisions (status
 // "checked"; empty when it has none): what `pipegrid device show` lists.
 std::vector<CostModelCheck> catalog_checks(std::string_view kind);
