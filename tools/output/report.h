@@ -9,6 +9,7 @@
 
 #include "core/experiment.h"
 #include "core/metrics.h"
+#include "tools/output/cost_model_checks.h"
 
 namespace pipegrid::output {
 
@@ -35,35 +36,6 @@ std::string stage_edges(const Partition& p);
 // layers per chunk than devices), stages whose replicas split a micro-batch into fractional samples
 // (micro_batch_size not divisible by the stage's replica count).
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run);
-
-// What the validation suite says of the cost model behind a run, per catalog device kind in use
-// (experiments/validation/accuracy.yaml, compiled in): the check rows' errors for that GPU and the
-// workload's precision (published training runs, never fitted on), or that the kind or precision
-// was never checked, or that the run overrides the catalog's cost figures. Custom devices, and
-// workloads whose every layer carries measured times, get none. A GPU and precision with
-// Megatron-LM's published 3D runs among the check rows gets a second entry for them.
-struct CostModelCheck {
-  std::string source;     // "validation" (experiments/validation) or "megatron-lm" (its 3D runs)
-  std::string device;     // catalog kind, e.g. "v100"
-  std::string precision;  // the workload's
-  std::string status;     // "checked", "not checked" or "overridden"
-  int check_rows = 0;     // for "checked" and "overridden": the rows' figures
-  double median_error = 0, max_error = 0;
-  std::string worst;  // the row with the largest |error|
-  // The data's own floor: same-configuration groups on that GPU and precision published by two or
-  // more sources, and their spread (max / min of the published values).
-  int spread_groups = 0;
-  double median_spread = 0, max_spread = 0;
-  std::string note;  // one readable line
-};
-std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
-// The same over the given devices (indices into e.cluster.devices): `search` asks it of them all.
-std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::vector<int>& devices);
-// As JSON: the `cost_model_checks` array of run, plan and search --json.
-nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks);
-// Every entry the validation suite has for a catalog device kind, all precisions (status
-// "checked"; empty when it has none): what `pipegrid device show` lists.
-std::vector<CostModelCheck> catalog_checks(std::string_view kind);
 
 // The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
 // "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.

@@ -1,0 +1,210 @@
+#include "tools/output/cost_model_checks.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tools/builtin_accuracy.h"
+#include "tools/input/device_yaml.h"
+#include "tools/output/report.h"
+
+namespace pipegrid::output {
+
+namespace {
+
+struct GpuChecks {
+  std::vector<std::string> catalog;  // the catalog kinds the rows ran on
+  std::map<std::string, CostModelCheck, std::less<>> by_precision;
+  std::map<std::string, CostModelCheck, std::less<>> megatron;  // Megatron-LM's 3D runs
+};
+
+CostModelCheck read_check(const YAML::Node& n) {
+  CostModelCheck c;
+  c.check_rows = n["check_rows"].as<int>();
+  c.median_error = n["median_error"].as<double>();
+  c.max_error = n["max_error"].as<double>();
+  c.worst = n["worst"].as<std::string>();
+  c.spread_groups = n["spread_groups"].as<int>();
+  if (c.spread_groups > 0) {
+    c.median_spread = n["median_spread"].as<double>();
+    c.max_spread = n["max_spread"].as<double>();
+  }
+  return c;
+}
+
+// experiments/validation/accuracy.yaml, parsed once (a generated file: its test is
+// tests/tools/validation_runs.py; report_test checks this reader against the file).
+const std::vector<GpuChecks>& validation_checks() {
+  static const std::vector<GpuChecks> table = [] {
+    std::vector<GpuChecks> t;
+    for (const auto& gpu : YAML::Load(kBuiltinAccuracy)) {
+      GpuChecks g;
+      for (const auto& n : gpu.second["catalog"]) g.catalog.push_back(n.as<std::string>());
+      for (const auto& p : gpu.second) {
+        const std::string key = p.first.as<std::string>();
+        if (key == "catalog") continue;
+        if (key == "megatron-lm") {
+          for (const auto& m : p.second) g.megatron[m.first.as<std::string>()] = read_check(m.second);
+          continue;
+        }
+        g.by_precision[key] = read_check(p.second);
+      }
+      t.push_back(std::move(g));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// The cost figures of `a` that differ from the catalog entry `b` (memory capacity changes no time).
+std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpec& b) {
+  std::vector<std::string> out;
+  auto differ = [&](bool d, const char* key) {
+    if (d) out.emplace_back(key);
+  };
+  differ(a.peak_flops != b.peak_flops, "peak");
+  differ(a.efficiency != b.efficiency, "efficiency");
+  differ(a.compute_efficiency != b.compute_efficiency, "compute_efficiency");
+  differ(a.memory_bandwidth != b.memory_bandwidth, "memory_bandwidth");
+  differ(a.memory_efficiency != b.memory_efficiency ||
+             a.memory_efficiency_default != b.memory_efficiency_default,
+         "memory_efficiency");
+  differ(a.kernel_startup_s != b.kernel_startup_s, "kernel_startup");
+  differ(a.kernel_dispatch_s != b.kernel_dispatch_s, "kernel_dispatch");
+  differ(a.layer_overhead_s != b.layer_overhead_s, "layer_overhead");
+  differ(a.recurrent_step_s != b.recurrent_step_s, "recurrent_step");
+  differ(a.winograd != b.winograd, "winograd");
+  return out;
+}
+
+std::string figures_text(const CostModelCheck& c) {
+  std::string text =
+      fmt::format("against {} published runs never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
+                  c.check_rows, 100 * c.median_error, 100 * c.max_error, c.worst);
+  if (c.spread_groups > 0)
+    text += fmt::format("; sources of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)",
+                        c.median_spread, c.spread_groups, c.max_spread);
+  return text;
+}
+
+}  // namespace
+
+std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
+  std::vector<CostModelCheck> out;
+  for (const GpuChecks& g : validation_checks()) {
+    if (std::find(g.catalog.begin(), g.catalog.end(), kind) == g.catalog.end()) continue;
+    for (const auto* table : {&g.by_precision, &g.megatron})
+      for (const auto& [precision, f] : *table) {
+        CostModelCheck c = f;
+        c.source = table == &g.megatron ? "megatron-lm" : "validation";
+        c.device = std::string(kind);
+        c.precision = precision;
+        c.status = "checked";
+        c.note = fmt::format("{}{}: {}", precision, table == &g.megatron ? ", Megatron-LM's 3D runs" : "",
+                             figures_text(f));
+        out.push_back(std::move(c));
+      }
+  }
+  return out;
+}
+
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p) {
+  std::vector<int> devices;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int d : p.stage(s).devices) devices.push_back(d);
+  return cost_model_checks(e, devices);
+}
+
+std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::vector<int>& devices) {
+  std::vector<CostModelCheck> out;
+  const Workload& w = e.workload;
+  bool costed = false;  // some layer is costed by the cost model, not by measured times
+  for (size_t l = 0; l < w.layer_count(); ++l) costed = costed || !w.layer(l).measured;
+  if (!costed) return out;
+  const std::string precision(to_string(w.precision));
+  // amp keys the rows of mixed precision; plain fp16 runs the same fp16 math without fp32 state.
+  const std::string key = precision == "fp16" ? "amp" : precision;
+  std::vector<std::string> seen;
+  for (int d : devices) {
+    const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
+    const input::CatalogDevice* entry = input::find_catalog_device(spec.kind);
+    if (!entry || std::find(seen.begin(), seen.end(), spec.kind) != seen.end()) continue;
+    seen.push_back(spec.kind);
+    CostModelCheck c;
+    c.source = "validation";
+    c.device = spec.kind;
+    c.precision = precision;
+    const GpuChecks* gpu = nullptr;
+    for (const GpuChecks& g : validation_checks())
+      if (std::find(g.catalog.begin(), g.catalog.end(), spec.kind) != g.catalog.end()) gpu = &g;
+    const bool has = gpu && gpu->by_precision.count(key) > 0;
+    if (!has) {
+      std::vector<std::string> checked;
+      if (gpu)
+        for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
+      c.status = "not checked";
+      c.note = gpu ? fmt::format(
+                         "{} {}: not checked against published training runs in {} (checked: {}; the "
+                         "figures and their sources: pipegrid device show {})",
+                         c.device, precision, precision, fmt::join(checked, ", "), c.device)
+                   : fmt::format(
+                         "{} {}: not checked against published training runs (the figures and "
+                         "their sources: pipegrid device show {})",
+                         c.device, precision, c.device);
+      out.push_back(std::move(c));
+      continue;
+    }
+    const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
+    auto add = [&](const CostModelCheck& f, const std::string& source) {
+      CostModelCheck x = f;
+      x.source = source;
+      x.device = c.device;
+      x.precision = precision;
+      const std::string what = source == "megatron-lm"
+                                   ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
+                                   : fmt::format("{} {}", x.device, precision);
+      if (!changed.empty()) {
+        x.status = "overridden";
+        x.note = fmt::format(
+            "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
+            "{:.1f}%) do not apply",
+            what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
+      } else {
+        x.status = "checked";
+        x.note = fmt::format(
+            "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "", figures_text(f),
+            source == "megatron-lm" ? "docs/3d-parallelism.md" : "experiments/validation/results.md");
+      }
+      out.push_back(std::move(x));
+    };
+    add(gpu->by_precision.find(key)->second, "validation");
+    if (auto m = gpu->megatron.find(key); m != gpu->megatron.end()) add(m->second, "megatron-lm");
+  }
+  return out;
+}
+
+nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CostModelCheck& c : checks) {
+    nlohmann::json x = {
+        {"source", c.source}, {"device", c.device}, {"precision", c.precision}, {"status", c.status}};
+    if (c.status != "not checked") {
+      x["check_rows"] = c.check_rows;
+      x["median_error"] = c.median_error;
+      x["max_error"] = c.max_error;
+      x["worst"] = c.worst;
+      x["spread_groups"] = c.spread_groups;
+      if (c.spread_groups > 0) {
+        x["median_spread"] = c.median_spread;
+        x["max_spread"] = c.max_spread;
+      }
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+}  // namespace pipegrid::output
