@@ -21,24 +21,8 @@ nlohmann::json to_json(const input::CatalogDevice& d) {
   j["family"] = d.family;
   j["description"] = d.description;
   j["source"] = d.source;
-  // What the validation suite says of these figures (report.h, CostModelCheck; run's
-  // cost_model_checks without the run).
-  nlohmann::json checks = nlohmann::json::array();
-  for (const output::CostModelCheck& c : output::catalog_checks(d.name)) {
-    nlohmann::json x = {{"source", c.source},
-                        {"precision", c.precision},
-                        {"check_rows", c.check_rows},
-                        {"median_error", c.median_error},
-                        {"max_error", c.max_error},
-                        {"worst", c.worst},
-                        {"spread_groups", c.spread_groups}};
-    if (c.spread_groups > 0) {
-      x["median_spread"] = c.median_spread;
-      x["max_spread"] = c.max_spread;
-    }
-    checks.push_back(std::move(x));
-  }
-  j["checks"] = std::move(checks);
+  // What the validation suite says of these figures, as run's cost_model_checks without the run.
+  j["checks"] = output::cost_model_checks_json(output::catalog_checks(d.name));
   return j;
 }
 

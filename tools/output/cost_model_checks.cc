@@ -9,7 +9,6 @@
 
 #include "tools/builtin_accuracy.h"
 #include "tools/input/device_yaml.h"
-#include "tools/output/report.h"
 
 namespace pipegrid::output {
 
@@ -59,6 +58,13 @@ const std::vector<GpuChecks>& validation_checks() {
   return table;
 }
 
+// The suite's entry whose rows ran on catalog kind `kind`, or none.
+const GpuChecks* find_gpu(std::string_view kind) {
+  for (const GpuChecks& g : validation_checks())
+    if (std::find(g.catalog.begin(), g.catalog.end(), kind) != g.catalog.end()) return &g;
+  return nullptr;
+}
+
 // The cost figures of `a` that differ from the catalog entry `b` (memory capacity changes no time).
 std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpec& b) {
   std::vector<std::string> out;
@@ -94,20 +100,19 @@ std::string figures_text(const CostModelCheck& c) {
 
 std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
   std::vector<CostModelCheck> out;
-  for (const GpuChecks& g : validation_checks()) {
-    if (std::find(g.catalog.begin(), g.catalog.end(), kind) == g.catalog.end()) continue;
-    for (const auto* table : {&g.by_precision, &g.megatron})
-      for (const auto& [precision, f] : *table) {
-        CostModelCheck c = f;
-        c.source = table == &g.megatron ? "megatron-lm" : "validation";
-        c.device = std::string(kind);
-        c.precision = precision;
-        c.status = "checked";
-        c.note = fmt::format("{}{}: {}", precision, table == &g.megatron ? ", Megatron-LM's 3D runs" : "",
-                             figures_text(f));
-        out.push_back(std::move(c));
-      }
-  }
+  const GpuChecks* g = find_gpu(kind);
+  if (!g) return out;
+  for (const auto* table : {&g->by_precision, &g->megatron})
+    for (const auto& [precision, f] : *table) {
+      CostModelCheck c = f;
+      c.source = table == &g->megatron ? "megatron-lm" : "validation";
+      c.device = std::string(kind);
+      c.precision = precision;
+      c.status = "checked";
+      c.note = fmt::format("{}{}: {}", precision, table == &g->megatron ? ", Megatron-LM's 3D runs" : "",
+                           figures_text(f));
+      out.push_back(std::move(c));
+    }
   return out;
 }
 
@@ -122,7 +127,7 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
   std::vector<CostModelCheck> out;
   const Workload& w = e.workload;
   bool costed = false;  // some layer is costed by the cost model, not by measured times
-  for (size_t l = 0; l < w.layer_count(); ++l) costed = costed || !w.layer(l).measured;
+  for (size_t l = 0; l < w.layer_count() && !costed; ++l) costed = !w.layer(l).measured;
   if (!costed) return out;
   const std::string precision(to_string(w.precision));
   // amp keys the rows of mixed precision; plain fp16 runs the same fp16 math without fp32 state.
@@ -137,9 +142,7 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     c.source = "validation";
     c.device = spec.kind;
     c.precision = precision;
-    const GpuChecks* gpu = nullptr;
-    for (const GpuChecks& g : validation_checks())
-      if (std::find(g.catalog.begin(), g.catalog.end(), spec.kind) != g.catalog.end()) gpu = &g;
+    const GpuChecks* gpu = find_gpu(spec.kind);
     const bool has = gpu && gpu->by_precision.count(key) > 0;
     if (!has) {
       std::vector<std::string> checked;
