@@ -23,6 +23,8 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   lo.memory = r.memory;
   lo.allreduce = r.strategy.allreduce;
   lo.tensor_parallel = {r.strategy.sequence_parallel, r.strategy.tp_overlap};
+  lo.dp_overlap = r.strategy.dp_overlap;
+  lo.gradient_reduce_bytes = r.strategy.gradient_reduce_bytes;
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
   // Tasks are not renumbered in execution order any more: with jemalloc as the allocator that cost
@@ -56,7 +58,8 @@ std::vector<MicroBatching> micro_batchings(const Experiment& e) {
 }  // namespace
 
 std::string strategy_label(const Experiment& e, const PreparedRun& run) {
-  if (run.planner == kDefaultPlanner) return run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
+  if (run.planner == kDefaultPlanner)
+    return run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
   if (run.partitioner.empty() || run.partitioner == run.planner) return run.planner;
   return fmt::format("{} (stages by {})", run.planner, run.partitioner);
 }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
 
 namespace pipegrid {
 namespace {
@@ -324,6 +327,11 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
   return out;
 }
 
+int dp_buckets(double parameters, int replicas) {
+  const double bucket = std::max(40e6, 1e6 * replicas);
+  return static_cast<int>(std::clamp(std::ceil(parameters / bucket), 1.0, 1e6));
+}
+
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
                         const LoweringOptions& o) {
   const int m = o.micro_batches;
@@ -367,10 +375,20 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
           tp_flows += n * static_cast<size_t>(m);
         }
     }
-  if (any_tp) {
+  // Data-parallel overlap (o.dp_overlap): the first stage's gradients in `buckets` all-reduces, each
+  // after its share of the last backward; without tensor parallelism that backward becomes `buckets`
+  // compute tasks (under it, its pieces are shared out).
+  const bool bucketed = o.dp_overlap && S > 0 && p.stage(0).replicas() > 1;
+  const int buckets = bucketed ? dp_buckets((*costs)[0][0].parameters, p.stage(0).replicas()) : 1;
+  if (any_tp || bucketed) {
     TaskCount with_tp = count;
     with_tp.compute += tp_tasks;
     with_tp.transfers += tp_flows;
+    if (bucketed) {
+      const size_t r0 = static_cast<size_t>(p.stage(0).replicas()), t0 = p.stage(0).tensor_parallel;
+      if (t0 == 1) with_tp.compute += (buckets - 1) * p.stage(0).devices.size();
+      with_tp.ring_steps += (buckets - 1) * 2 * (r0 - 1) * r0 * t0;
+    }
     if (Status st = check_task_count(with_tp, p, m, passes); !st) return st.error();
   }
 
@@ -404,6 +422,15 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
     return slot[slot_index(s, replica, pass, k)];
   };
   std::vector<int32_t> last_backward(rep_base[S], -1);  // last B or W of each (stage, replica)
+  // Bucketed overlap: where the first stage's last backward (B, or W when split) sits on each of its
+  // devices (device, action index), and the task after which bucket k is ready there.
+  std::vector<std::pair<size_t, size_t>> dp_last(bucketed ? p.stage(0).devices.size() : 0, {SIZE_MAX, 0});
+  std::vector<std::vector<int32_t>> dp_piece(dp_last.size());
+  for (size_t d = 0; bucketed && d < D && d < sched.device_actions.size(); ++d)
+    for (size_t i = 0; i < sched.device_actions[d].size(); ++i) {
+      const Action& a = sched.device_actions[d][i];
+      if (a.stage == 0 && a.pass != Pass::Forward) dp_last[replica_of(0, d)] = {d, i};
+    }
   // Task numbering: each compute task is followed by the transfers it produces (activations after an
   // F, gradients after a B), so that the replay's loop finds a task, its transfers, their times and
   // successor rows in neighbouring memory (on a 1F1B chain of 1,024 devices the executor's loop went
@@ -426,13 +453,16 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
   reserve_huge(g.memory_changes, compute * 2);
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d)
     g.device_order[d].reserve(sched.device_actions[d].size() + 1);
-  // Under tensor parallelism, the first compute task of each pass (slot_of holds the last).
+  // Under tensor parallelism or bucketed overlap, the first compute task of each pass (slot_of holds the
+  // last).
   std::vector<int32_t> head;
-  if (any_tp) head.assign(slot.size(), -1);
+  const bool multi_task_passes = any_tp || bucketed;
+  if (multi_task_passes) head.assign(slot.size(), -1);
 
   // Compute tasks in device order, with their memory effects.
   for (size_t d = 0; d < D && d < sched.device_actions.size(); ++d) {
-    for (const Action& a : sched.device_actions[d]) {
+    for (size_t action = 0; action < sched.device_actions[d].size(); ++action) {
+      const Action& a = sched.device_actions[d][action];
       const int j = replica_of(a.stage, d);
       const StageCost& sc = (*costs)[a.stage][j];
       Task t;
@@ -461,12 +491,31 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
           t.duration = sc.times.backward_weight;
           break;
       }
-      if (const TpProgram* prog = program(a.stage, static_cast<size_t>(j), a.pass))
-        t.duration = prog->compute.back();
+      const TpProgram* tp_prog = program(a.stage, static_cast<size_t>(j), a.pass);
+      if (tp_prog) t.duration = tp_prog->compute.back();
+      const bool split = bucketed && a.stage == 0 && dp_last[j] == std::pair<size_t, size_t>{d, action};
+      if (split && !tp_prog) {  // `buckets` equal pieces, the gradients coming out evenly
+        t.duration /= buckets;
+        for (int k = 0; k + 1 < buckets; ++k) {
+          const int32_t piece = g.add(t);
+          if (first < 0) first = piece;
+          g.device_order[d].push_back(piece);
+          dp_piece[j].push_back(piece);
+        }
+      }
       int32_t id = g.add(t);
+      // Under tensor parallelism the pass's P pieces (first .. id): bucket k after piece
+      // ceil((k + 1) P / K) - 1.
+      if (split && tp_prog) {
+        const int64_t P = static_cast<int64_t>(tp_prog->compute.size());
+        for (int64_t k = 0; k < buckets; ++k)
+          dp_piece[j].push_back(first + ((k + 1) * P + buckets - 1) / buckets - 1);
+      } else if (split) {
+        dp_piece[j].push_back(id);
+      }
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
       if (first < 0) first = id;
-      if (any_tp) head[slot_index(a.stage, j, a.pass, a.micro_batch)] = first;
+      if (multi_task_passes) head[slot_index(a.stage, j, a.pass, a.micro_batch)] = first;
       const int32_t out = a.pass == Pass::Forward    ? out_forward[rep_index(a.stage, j)]
                           : a.pass == Pass::Backward ? out_backward[rep_index(a.stage, j)]
                                                      : 0;
@@ -521,7 +570,7 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
         ++missing;
         continue;
       }
-      if (any_tp) {  // a pass receives into its first compute task
+      if (multi_task_passes) {  // a pass receives into its first compute task
         f_dst = head[slot_index(t, static_cast<int>(j), Pass::Forward, k)];
         b_dst = head[slot_index(static_cast<int>(s), static_cast<int>(i), Pass::Backward, k)];
       }
@@ -616,10 +665,20 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
         if (ready[0] >= 0) step_inputs[devs[0]].push_back(ready[0]);
         continue;
       }
-      auto done = append_allreduce(g, o.allreduce, c, devs, ready, (*costs)[s][q].parameter_bytes,
-                                   static_cast<int32_t>(s));
-      for (int j = 0; j < r; ++j)
-        step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
+      const StageCost& sq = (*costs)[s][q];
+      double bytes =
+          o.gradient_reduce_bytes > 0 ? sq.parameters * o.gradient_reduce_bytes : sq.parameter_bytes;
+      if (o.dp_overlap && o.memory.zero1) bytes /= 2;  // the reduce-scatter; the all-gather hidden
+      const int k_count = bucketed && s == 0 ? buckets : 1;
+      for (int k = 0; k < k_count; ++k) {
+        if (k_count > 1)
+          for (int j = 0; j < r; ++j)
+            ready[j] = dp_piece[static_cast<size_t>(j * T + q)][static_cast<size_t>(k)];
+        auto done =
+            append_allreduce(g, o.allreduce, c, devs, ready, bytes / k_count, static_cast<int32_t>(s));
+        for (int j = 0; j < r; ++j)
+          step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
+      }
     }
   }
   for (size_t d = 0; d < D; ++d) {

@@ -4,7 +4,8 @@
 //    that shares samples with it (replicas split each micro-batch into equal contiguous slices);
 //  - gradients of the same size back, from the consumer's backward to the producer's backward;
 //  - an all-reduce of each replicated stage's gradients after its last backward on each replica
-//    (core/collectives.h: ring by default);
+//    (core/collectives.h: ring by default); with `dp_overlap`, the first stage's in buckets while
+//    its last backward runs (dp_buckets);
 //  - one optimizer step per device at the end.
 // Dependencies between stages on the same device need no transfer.
 #pragma once
@@ -23,12 +24,28 @@ namespace pipegrid {
 
 struct StageCost;
 
+// Megatron-LM's default gradient bucket under --overlap-grad-reduce (megatron/core/distributed/
+// distributed_data_parallel.py at core_r0.8.0): max(40 M, 1 M x d) parameters; the buckets of a
+// stage holding `parameters` per device, at least 1.
+int dp_buckets(double parameters, int replicas);
+
 struct LoweringOptions {
   int micro_batches = 1;
   double micro_batch_size = 1;  // samples per micro-batch
   MemoryOptions memory;
   AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
   TensorParallelOptions tensor_parallel;                    // stages with tensor_parallel > 1
+  // Megatron-LM's --overlap-grad-reduce: the first stage's gradient all-reduce runs in dp_buckets()
+  // buckets, bucket k once the (k + 1)-th of as many equal pieces of its last backward has run (the
+  // gradients come out evenly over the pass); other stages all-reduce in one piece after their last
+  // backward, as Megatron does (it buckets pipeline rank 0's first model chunk only). With ZeRO-1
+  // (memory.zero1) the reduction is a reduce-scatter, half an all-reduce's traffic, and the
+  // parameter all-gather is taken as hidden behind the next iteration's forward
+  // (--overlap-param-gather).
+  bool dp_overlap = false;
+  // Bytes per parameter the data-parallel gradients are reduced in; 0: the workload's element size
+  // (Megatron-LM reduces in fp32, 4, under bf16: --accumulate-allreduce-grads-in-fp32).
+  double gradient_reduce_bytes = 0;
   // Costs per stage and device given by the caller instead of stage_costs() of the workload (the 3D
   // search's one-replica estimate, core/planners/search3d.h); null: computed.
   const std::vector<std::vector<StageCost>>* costs = nullptr;

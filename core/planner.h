@@ -42,6 +42,11 @@ struct StrategySpec {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   bool tp_overlap = false;  // TP collectives overlap the compute piece after them
+  // Data-parallel gradients: reduced in buckets during the first stage's last backward (Megatron-LM's
+  // --overlap-grad-reduce; LoweringOptions::dp_overlap), and in this many bytes per parameter (0: the
+  // workload's element size).
+  bool dp_overlap = false;
+  double gradient_reduce_bytes = 0;
   // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
   // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
   // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "core/collectives.h"
 #include "core/device.h"
@@ -203,6 +205,8 @@ Result<PreparedRun> Search3dEstimator::tp_folded(const Search3dCandidate& c) {
   lo.memory = fp->memory;
   lo.memory.zero1 = c.distributed_optimizer;  // the lowering shards the optimizer over the d replicas
   lo.allreduce = base_.strategy.allreduce;
+  lo.dp_overlap = base_.strategy.dp_overlap;
+  lo.gradient_reduce_bytes = base_.strategy.gradient_reduce_bytes;
   lo.costs = &fp->costs;
   Result<TaskGraph> g = lower(base_.workload, base_.cluster, fp->part, fp->sched, lo);
   if (!g) return g.error();
@@ -281,19 +285,41 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
 
   // Each stage's gradients are ready when its last backward pass (B, or W when split) ends.
   std::vector<double> ready(S, 0.0);
+  size_t last0 = SIZE_MAX;  // the first stage's last backward task (its last piece)
   for (size_t i = 0; i < g->tasks.size(); ++i) {
     const Task& t = g->tasks[i];
-    if (t.kind == TaskKind::Backward || t.kind == TaskKind::Weight)
+    if (t.kind == TaskKind::Backward || t.kind == TaskKind::Weight) {
       ready[t.stage] = std::max(ready[t.stage], tl->end[i]);
+      if (t.stage == 0 && (last0 == SIZE_MAX || tl->end[i] >= tl->end[last0])) last0 = i;
+    }
+  }
+  // Bucketed overlap (strategy dp_overlap, as lower() builds it): the first stage's buckets follow
+  // its last backward pass, which starts where that pass's first piece starts.
+  const bool bucketed = base_.strategy.dp_overlap && d > 1 && last0 != SIZE_MAX;
+  const int buckets = bucketed ? dp_buckets(costs[0][0].parameters, d) : 1;
+  double start0 = 0;
+  if (bucketed) {
+    start0 = tl->start[last0];
+    const Task& l = g->tasks[last0];
+    for (size_t i = 0; i < g->tasks.size(); ++i) {
+      const Task& t = g->tasks[i];
+      if (t.stage == 0 && t.kind == l.kind && t.micro_batch == l.micro_batch && t.device == l.device)
+        start0 = std::min(start0, tl->start[i]);
+    }
   }
   // The data-parallel all-reduce of each stage: rank i of each of the d replicas' groups (T rings
   // at once), in closed form; a device's stages (interleaving) all-reduce one after another, in
   // the order they become ready. Then the optimizer step.
-  std::map<int, std::vector<std::pair<double, double>>> per_device;  // rank -> (ready, all-reduce)
+  // rank -> (ready, all-reduce, start of the last backward, buckets)
+  std::map<int, std::vector<std::tuple<double, double, double, int>>> per_device;
   for (size_t s = 0; s < S; ++s) {
     double ar = 0;
     if (d > 1) {
-      const auto rkey = std::make_tuple(T, d, rank_of[s], costs[s][0].parameter_bytes);
+      double bytes = base_.strategy.gradient_reduce_bytes > 0
+                         ? costs[s][0].parameters * base_.strategy.gradient_reduce_bytes
+                         : costs[s][0].parameter_bytes;
+      if (base_.strategy.dp_overlap && c.distributed_optimizer) bytes /= 2;  // reduce-scatter (lower.h)
+      const auto rkey = std::make_tuple(T, d, rank_of[s], bytes);
       auto hit = allreduce_.find(rkey);
       if (hit == allreduce_.end()) {
         // The T groups' rings; with multi-ring each group's m rings (one per NIC of a node) carry
@@ -314,8 +340,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
         }
         double longest = 0;  // groups of different m (not on a homogeneous cluster): timed apart
         for (const auto& [m, rings] : rings_by_m) {
-          Result<double> x =
-              ring_allreduce_time(cl, router_, rings, costs[s][0].parameter_bytes / static_cast<double>(m));
+          Result<double> x = ring_allreduce_time(cl, router_, rings, bytes / static_cast<double>(m));
           if (!x) return x.error();
           longest = std::max(longest, *x);
         }
@@ -323,7 +348,8 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
       }
       ar = hit->second;
     }
-    per_device[rank_of[s]].emplace_back(ready[s], ar);
+    const bool b0 = bucketed && s == 0;
+    per_device[rank_of[s]].emplace_back(ready[s], ar, b0 ? start0 : ready[s], b0 ? buckets : 1);
   }
   Search3dEstimate est;
   const double pipeline_end = pm.iteration_time_s;
@@ -331,8 +357,10 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   for (auto& [rank, list] : per_device) {
     std::sort(list.begin(), list.end());
     double t = 0, last = 0;
-    for (auto [r, ar] : list) {
-      t = std::max(t, r) + ar;
+    for (auto [r, ar, from, k] : list) {
+      // K buckets, bucket i ready once (i + 1) / K of the last backward (from .. r) has run, each
+      // all-reduced after the one before (lower.h); one bucket: ready at r.
+      for (int i = 0; i < k; ++i) t = std::max(t, from + (i + 1) * (r - from) / k) + ar / k;
       last = std::max(last, r);
     }
     const double params = step_parameters[rep(rank)] / (c.distributed_optimizer ? d : 1);

@@ -5,7 +5,10 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <map>
+
 #include "core/evaluate.h"
+#include "core/lower.h"
 #include "core/models/chain.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
@@ -226,4 +229,89 @@ TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel a
   append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 2}, {-1, -1}, S);
   append_allreduce(g, AllReduceAlgorithm::Ring, c, {1, 3}, {-1, -1}, S);
   CHECK(evaluate(g, c)->makespan() <= *t * (1 + 1e-12));
+}
+
+// Megatron-LM's --overlap-grad-reduce (strategy dp_overlap, core/lower.h): the first stage's
+// gradients in max(40 M, 1 M d)-parameter buckets, bucket k all-reduced once (k + 1) / K of its last
+// backward has run. One stage of 4 layers on 2 replicas, 2 micro-batches (1F1B: F B F B, F = 4 ms,
+// B = 8 ms per replica's half), 4 x 100 MB of fp32 parameters = 100 M: K = 3 buckets of 400 MB / 3.
+// A ring of 2 through a switch moves an all-reduce of S bytes in S / B. The buckets follow each
+// other on the links (each link carries them in turn), so the gradients are reduced at
+// max_k (r_k + (K - k) A / K), r_k = 16 ms + (k + 1) 8 ms / 3, A = 400 MB / B: by hand.
+TEST_CASE("dp overlap: the first stage's buckets during its last backward, the closed form") {
+  auto run = [](double bandwidth, bool overlap, bool zero1, double reduce_bytes) {
+    Experiment e = chain_experiment(4, 2, 2e-3, 4e-3, "1f1b",
+                                    make_switch_cluster(2, "gpu", test_device(), bandwidth, 0));
+    ChainSpec c;
+    c.layers = 4;
+    c.forward_s = 2e-3;
+    c.backward_s = 4e-3;
+    c.activation_bytes = 1 << 20;
+    c.parameter_bytes = 100e6;
+    e.workload = make_chain(c);
+    e.strategy.stages = 1;
+    e.strategy.replicas = 2;
+    e.strategy.dp_overlap = overlap;
+    e.strategy.gradient_reduce_bytes = reduce_bytes;
+    e.memory.zero1 = zero1;
+    PreparedRun p = *prepare(e);
+    double step = 0;
+    int buckets = 0;
+    for (const Task& t : p.graph.tasks) {
+      if (t.kind == TaskKind::Optimizer) step = t.duration;
+      buckets += t.transfer == TransferKind::AllReduce && t.device == 0;
+    }
+    const double end = evaluate(p.graph, e.cluster)->makespan() - step;
+    return std::make_pair(end, buckets / 2);  // a ring of 2: 2 steps per all-reduce
+  };
+  const double ms = 1e-3;
+  auto fluid = [&](double a) {  // a: the whole all-reduce's time
+    double t = 0;
+    for (int k = 0; k < 3; ++k) t = std::max(t, 16 * ms + (k + 1) * 8 * ms / 3) + a / 3;
+    return t;
+  };
+  // Not overlapped: F B F B, then the whole all-reduce: 24 ms + 40 ms at 10 GB/s.
+  CHECK(run(10e9, false, false, 0).first == pipegrid::testing::approx(24 * ms + 40 * ms));
+  CHECK(run(10e9, false, false, 0).second == 1);
+  // Overlapped, bandwidth-bound (A = 40 ms > B): the first bucket's start + A = 58.67 ms.
+  CHECK(run(10e9, true, false, 0).second == 3);
+  CHECK(run(10e9, true, false, 0).first == pipegrid::testing::approx(fluid(40 * ms)));
+  CHECK(fluid(40 * ms) == pipegrid::testing::approx((16 + 8.0 / 3 + 40) * ms));
+  // Compute-bound (A = 4 ms < B): the last bucket after the backward, 24 + 4 / 3 ms.
+  CHECK(run(100e9, true, false, 0).first == pipegrid::testing::approx((24 + 4.0 / 3) * ms));
+  // ZeRO-1: a reduce-scatter, half the traffic (the parameter all-gather hidden): A = 20 ms.
+  CHECK(run(10e9, true, true, 0).first == pipegrid::testing::approx(fluid(20 * ms)));
+  // Reduced at 2 bytes per parameter instead of fp32's 4: A = 20 ms, overlapped or not.
+  CHECK(run(10e9, true, false, 2).first == pipegrid::testing::approx(fluid(20 * ms)));
+  CHECK(run(10e9, false, false, 2).first == pipegrid::testing::approx(44 * ms));
+  // Megatron's bucket: max(40 M, 1 M x d) parameters.
+  CHECK(dp_buckets(100e6, 2) == 3);
+  CHECK(dp_buckets(100e6, 64) == 2);
+  CHECK(dp_buckets(40e6, 8) == 1);
+  CHECK(dp_buckets(0, 8) == 1);
+}
+
+TEST_CASE("dp overlap: only the first stage is bucketed (Megatron's pipeline rank 0)") {
+  Experiment e =
+      chain_experiment(4, 4, 2e-3, 4e-3, "1f1b", make_switch_cluster(4, "gpu", test_device(), 10e9, 0));
+  ChainSpec c;
+  c.layers = 4;
+  c.forward_s = 2e-3;
+  c.backward_s = 4e-3;
+  c.activation_bytes = 1 << 20;
+  c.parameter_bytes = 100e6;  // 50 M parameters per stage of 2 layers: 2 buckets
+  e.workload = make_chain(c);
+  e.strategy.stages = 2;
+  e.strategy.replicas = 2;
+  e.strategy.dp_overlap = true;
+  PreparedRun p = *prepare(e);
+  std::map<int, int> steps;  // all-reduce ring steps per stage
+  int backward_tasks_gpu0 = 0;
+  for (const Task& t : p.graph.tasks) {
+    if (t.transfer == TransferKind::AllReduce) ++steps[t.stage];
+    backward_tasks_gpu0 += t.kind == TaskKind::Backward && t.device == 0;
+  }
+  CHECK(steps[0] == 2 * 2 * 2);  // 2 buckets x 2 devices x 2 steps
+  CHECK(steps[1] == 2 * 2);
+  CHECK(backward_tasks_gpu0 == 4 + 1);  // 4 micro-batches, the last in 2 pieces
 }

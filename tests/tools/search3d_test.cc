@@ -211,6 +211,7 @@ namespace {
 struct EstimateAgreement {
   size_t both = 0, only_exact = 0, only_estimate = 0, equal = 0;         // equal: within 1e-9
   double worst_time = 0, worst_time_across_nodes = 0, worst_memory = 0;  // largest relative differences
+  double worst_time_t1 = 0;                                              // without tensor parallelism
   std::string worst_label;
 };
 EstimateAgreement compare_estimate(const Experiment& base, Search3dOptions o, int per_node) {
@@ -238,6 +239,7 @@ EstimateAgreement compare_estimate(const Experiment& base, Search3dOptions o, in
     if (c.p == 1 || c.t * c.d >= per_node)
       a.worst_time_across_nodes = std::max(a.worst_time_across_nodes, dt);
     a.worst_memory = std::max(a.worst_memory, dm);
+    if (c.t == 1) a.worst_time_t1 = std::max(a.worst_time_t1, dt);
   }
   a.only_exact = exact->ranked.size() - a.both;
   return a;
@@ -253,13 +255,22 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
   // Also with TP communication overlapped with the compute piece after it (tp_overlap; the base's
   // tensor_parallel is only there because the option needs it: the search sets t), and with the
   // data-parallel gradients all-reduced as NCCL's rings over a node's NICs (multi-ring).
-  for (const Case& k : {Case{kGpt, 0.002}, Case{kLlama, 0.02},
-                        Case{with_strategy(kGpt, "tensor_parallel: 2, tp_overlap: true"), 0.002},
-                        Case{with_strategy(kLlama, "tensor_parallel: 2, tp_overlap: true"), 0.02},
-                        Case{with_strategy(kGpt, "allreduce: multi-ring"), 0.002},
-                        // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of
-                        // its group's rings per step, each charged the channel's whole step
-                        Case{with_strategy(kLlama, "allreduce: multi-ring"), 0.02, 0.5}}) {
+  for (const Case& k :
+       {Case{kGpt, 0.002}, Case{kLlama, 0.02},
+        Case{with_strategy(kGpt, "tensor_parallel: 2, tp_overlap: true"), 0.002},
+        Case{with_strategy(kLlama, "tensor_parallel: 2, tp_overlap: true"), 0.02},
+        Case{with_strategy(kGpt, "allreduce: multi-ring"), 0.002},
+        // The first stage's gradients in buckets during its last backward, fp32
+        // (replicas only there because the option needs them: the search sets d).
+        // The estimate times the buckets alone on their links; in the whole graph
+        // they share NVLink with the backward's TP collectives (t > 1) and wait in
+        // turn behind them (the evaluator's FIFO): measured 6.3% (GPT) and 27.4%
+        // (Llama, t 2 p 1 d 8), where SimGrid's sharing gives 14% (docs/3d-search.md).
+        Case{with_strategy(kGpt, "replicas: 2, dp_overlap: true, gradient_reduce: fp32"), 0.07, 0.7},
+        Case{with_strategy(kLlama, "replicas: 2, dp_overlap: true"), 0.28, 0.24},
+        // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of
+        // its group's rings per step, each charged the channel's whole step
+        Case{with_strategy(kLlama, "allreduce: multi-ring"), 0.02, 0.5}}) {
     Search3dOptions o;
     o.global_batch = 16;
     o.micro_batch_sizes = {1, 2};
@@ -273,7 +284,9 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
     CHECK(a.only_estimate == 0);
     CHECK(a.worst_memory <= 1e-9);                            // memory: the same peaks
     CHECK(static_cast<double>(a.equal) >= k.equal * a.both);  // most candidates: the same time
-    CHECK(a.worst_time_across_nodes <= 0.002);
+    CHECK(a.worst_time_across_nodes <= std::max(0.002, k.worst));
+    MESSAGE("without tensor parallelism: worst time difference " << a.worst_time_t1);
+    CHECK(a.worst_time_t1 <= 0.002);
     CHECK(a.worst_time <= k.worst);
   }
 }

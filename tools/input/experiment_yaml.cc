@@ -33,10 +33,12 @@ std::string join_names(auto table) {
 
 StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
   n.require_map("a mapping describing the strategy");
+  // clang-format off
   n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
                 "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
                 "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
-                "tp_overlap"});
+                "tp_overlap", "dp_overlap", "gradient_reduce"});
+  // clang-format on
   StrategySpec s;
   // One model of the names: a planner decides the whole plan (stages, devices, schedule, micro-
   // batches); a partitioner only cuts the stages, run by the default planner `partitioner` with the
@@ -146,6 +148,19 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
                             w.layer_count(), w.layer_count(), s.stages)
               : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
                             w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+  }
+  // Data-parallel gradients (core/lower.h): overlapped with the first stage's last backward, and
+  // reduced in another precision than the workload's.
+  if (auto b = n.get("dp_overlap")) {
+    s.dp_overlap = b->boolean();
+    const bool default_planner = s.planner.empty() || s.planner == "partitioner";
+    if (s.dp_overlap && default_planner && s.replicas <= 1)
+      b->fail("expected false without replicas > 1 (no gradient is all-reduced then), got true");
+  }
+  if (auto g = n.get("gradient_reduce")) {
+    const std::string p =
+        g->choice({"fp32", "bf16", "fp16"}, "the precision the data-parallel gradients are reduced in");
+    s.gradient_reduce_bytes = p == "fp32" ? 4 : 2;
   }
   // Partitioner settings (PipeDream's command-line options).
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();

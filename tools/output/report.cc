@@ -201,9 +201,23 @@ void print_summary(std::ostream& out, const RunReport& r) {
                par.tensor, e.strategy.sequence_parallel ? ", sequence parallel" : "",
                e.strategy.tp_overlap ? ", overlapped" : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
-  fmt::print(out, "\n");
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
                            {e.strategy.sequence_parallel, e.strategy.tp_overlap});
+  if (costs && (e.strategy.dp_overlap || e.strategy.gradient_reduce_bytes > 0)) {
+    const Stage& first = r.run.partition.stage(0);
+    std::string how = e.strategy.gradient_reduce_bytes > 0
+                          ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
+                          : "reduced at the workload's element size";
+    if (e.strategy.dp_overlap && first.replicas() > 1)
+      how += fmt::format(
+          "; stage 0's in {} during its last backward (--overlap-grad-reduce)",
+          plural(dp_buckets((*costs)[0].front().parameters, first.replicas()), "bucket", "buckets"));
+    if (e.strategy.dp_overlap && e.memory.zero1)
+      how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
+    if (e.strategy.dp_overlap && par.data <= 1) how += "; no stage is replicated: nothing overlapped";
+    fmt::print(out, "  gradients  {}\n", how);
+  }
+  fmt::print(out, "\n");
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
@@ -453,7 +467,15 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"chunks", par.chunks},
                       {"data", par.data},
                       {"sequence_parallel", e.strategy.sequence_parallel},
-                      {"tp_overlap", e.strategy.tp_overlap}};
+                      {"tp_overlap", e.strategy.tp_overlap},
+                      {"dp_overlap", e.strategy.dp_overlap},
+                      {"dp_buckets", 1},
+                      {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};
+  if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
+    if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
+                                 e.memory.recompute, {e.strategy.sequence_parallel, e.strategy.tp_overlap}))
+      j["parallelism"]["dp_buckets"] =
+          dp_buckets((*costs)[0].front().parameters, run.partition.stage(0).replicas());
   auto breakdown_json = [](const TimeBreakdown& b) {
     return nlohmann::json{{"compute_s", b.compute_s},   {"tensor_parallel_s", b.tensor_parallel_s},
                           {"pipeline_s", b.pipeline_s}, {"data_parallel_s", b.data_parallel_s},
