@@ -129,40 +129,47 @@ def layer_time(pipegrid, r, gpu="a100"):
     return {"time": (spans[4] - spans[2]) / 2, "feasible": True, "breakdown": {}, "wall": time.time() - start}
 
 
-def replay_folded(pipegrid, r, gemm=None, why="", gpu=None):
-    """A row whose whole graph is above pipegrid's task limit: exactly the row's configuration replayed
-    in SimGrid TP-folded (`pipegrid search --tp-folded`: every replica and pipeline rank, each TP group
-    as its rank 0; equal to the whole graph where a TP group fills its node, t = 8 on DGX nodes, as
-    here: docs/3d-search.md). The search's filters leave sequence parallelism and the distributed
-    optimizer free: its best 4 are replayed and the row's own is taken. gpu: a device spec (default the
-    catalog's A100, or the what-if GEMM efficiency)."""
+def folded_search(pipegrid, exp, batch, t, p, micro_batch, recompute, chunks, mine, why=""):
+    """The experiment `exp` replayed in SimGrid TP-folded (`pipegrid search --tp-folded`: every
+    replica and pipeline rank, each TP group as its rank 0; equal to the whole graph where a TP group
+    fills its node, t = 8 on DGX nodes: docs/3d-search.md), the search restricted to t, p, the
+    micro-batch, recomputation and schedule (chunks > 1: interleaved). Its filters leave sequence
+    parallelism and the distributed optimizer free: its best 4 are replayed and the first for which
+    mine(candidate) holds is taken."""
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, r["id"] + ".yaml")
+        path = os.path.join(tmp, exp["name"] + ".yaml")
         with open(path, "w") as f:
-            yaml.safe_dump(experiment(r, gpu or what_if_gpu(gemm)), f)
-        cmd = [pipegrid, "search", path, "--global-batch", str(r["batch"]), "--tensor-parallel", str(r["t"]),
-               "--pipeline", str(r["p"]), "--micro-batch", str(micro_batch(r)), "--recompute", r["recompute"],
+            yaml.safe_dump(exp, f)
+        cmd = [pipegrid, "search", path, "--global-batch", str(batch), "--tensor-parallel", str(t),
+               "--pipeline", str(p), "--micro-batch", str(micro_batch), "--recompute", recompute,
                "--top", "4", "--tp-folded", "--json"]
-        v = r.get("v", 1)
-        cmd += ["--schedules", "interleaved-1f1b", "--chunks", str(v)] if v > 1 else ["--schedules", "1f1b"]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        return {"error": why + "; TP-folded replay failed: " + (p.stderr or p.stdout).strip().splitlines()[-1],
+        cmd += ["--schedules", "interleaved-1f1b", "--chunks", str(chunks)] if chunks > 1 else ["--schedules", "1f1b"]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        return {"error": why + "; TP-folded replay failed: " + (run.stderr or run.stdout).strip().splitlines()[-1],
                 "wall": time.time() - start}
-    j = json.loads(p.stdout)
-    mine = [c for c in j.get("simgrid_ranking", []) if c["t"] == r["t"] and c["p"] == r["p"]
-            and (c.get("chunks") or 1) == r.get("v", 1) and c["sequence_parallel"] == bool(r["sequence_parallel"])
-            and not c["distributed_optimizer"]]
-    if not mine or r["t"] != 8:
+    found = [c for c in json.loads(run.stdout).get("simgrid_ranking", [])
+             if c["t"] == t and c["p"] == p and (c.get("chunks") or 1) == chunks and mine(c)]
+    if not found or t != 8:
         return {"error": why + "; no TP-folded replay of this configuration (or t below the node size)",
                 "wall": time.time() - start}
-    c = mine[0]
+    c = found[0]
     # The fold puts the TP collectives inside the passes: the exposed TP time is the estimate's.
     breakdown = dict(c.get("simulated_breakdown", {}))
     breakdown["tensor_parallel_s"] = c.get("analytic_breakdown", {}).get("tensor_parallel_s", 0)
-    return {"time": c["simulated_iteration_time_s"], "feasible": True, "breakdown": breakdown,
-            "wall": time.time() - start, "folded": True}
+    return {"time": c["simulated_iteration_time_s"], "feasible": True,  # the search ranks only what fits
+            "breakdown": breakdown, "wall": time.time() - start, "folded": True}
+
+
+def replay_folded(pipegrid, r, gemm=None, why="", gpu=None):
+    """A row whose whole graph is above pipegrid's task limit, replayed TP-folded (folded_search)
+    as the row runs: its sequence parallelism, no distributed optimizer (2104.04473 predates it).
+    gpu: a device spec (default the catalog's A100, or the what-if GEMM efficiency)."""
+    return folded_search(pipegrid, experiment(r, gpu or what_if_gpu(gemm)), r["batch"], r["t"], r["p"],
+                         micro_batch(r), r["recompute"], r.get("v", 1),
+                         lambda c: c["sequence_parallel"] == bool(r["sequence_parallel"])
+                         and not c["distributed_optimizer"], why)
 
 
 def simulate(pipegrid, r, gemm=None):

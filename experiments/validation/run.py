@@ -225,7 +225,8 @@ def write_accuracy(path, rows, results, groups):
     out = ["# Written by experiments/validation/run.py (its last run, as results.md): the check rows",
            "# (published training runs, never fitted on) by GPU and precision, |error| = |pipegrid /",
            "# published - 1|: measurements.yaml's, and under megatron-lm Megatron-LM's 3D runs",
-           "# (experiments/megatron/rows.yaml). `pipegrid run` prints the entries of each catalog GPU",
+           "# (experiments/megatron/rows.yaml; the H100's: experiments/megatron/h100.yaml, Megatron-Core's",
+           "# runs, written by h100.py). `pipegrid run` prints the entries of each catalog GPU",
            "# (`catalog` names it) and precision it uses. spread: the data's own floor, the",
            "# same-configuration groups of measurements.yaml on that GPU and precision (published by two",
            "# or more sources), max / min. tests/tools/validation_runs.py fails when a fresh run differs."]
@@ -238,6 +239,14 @@ def write_accuracy(path, rows, results, groups):
             out.append("  megatron-lm:")
             for prec in sorted(megatron[gpu]):
                 out.append(f"    {prec}: " + accuracy_entry(megatron[gpu][prec]))
+    # Megatron-Core's H100 runs (experiments/megatron/h100.py's last full run, h100.yaml): a GPU
+    # with no measurements.yaml row, its catalog figures measured, never fitted.
+    h100 = os.path.join(vlib.ROOT, "experiments", "megatron", "h100.yaml")
+    if os.path.exists(h100):
+        x = vlib.load_yaml(h100)
+        out += ["h100:", "  catalog: [h100]", "  megatron-lm:",
+                f"    amp-bf16: {{check_rows: {x['check_rows']}, median_error: {x['median_error']:.4f}, "
+                f"max_error: {x['max_error']:.4f}, worst: megatron-{x['worst']}, spread_groups: 0}}"]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
 

@@ -227,8 +227,21 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   // A precision or a GPU the suite has no rows for.
   CHECK(!acc["a100"]["fp32"]);
   CHECK(run_json(tmp, "{name: gpu, model: a100}", "fp32")[0]["status"] == "not checked");
-  CHECK(!acc["h100"]);
-  CHECK(run_json(tmp, "{name: gpu, model: h100}", "bf16")[0]["status"] == "not checked");
+  CHECK(!acc["h200"]);
+  CHECK(run_json(tmp, "{name: gpu, model: h200}", "bf16")[0]["status"] == "not checked");
+  // The H100: no row of measurements.yaml, Megatron-Core's runs in amp-bf16 only.
+  CHECK(!acc["h100"]["amp-bf16"]);
+  auto h = run_json(tmp, "{name: gpu, model: h100}", "amp-bf16");
+  REQUIRE(h.size() == 1);
+  CHECK(h[0]["status"] == "checked");
+  CHECK(h[0]["source"] == "megatron-lm");
+  CHECK(h[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
+  CHECK(h[0]["max_error"] == acc["h100"]["megatron-lm"]["amp-bf16"]["max_error"].as<double>());
+  auto hb = run_json(tmp, "{name: gpu, model: h100}", "bf16");
+  CHECK(hb[0]["status"] == "not checked");
+  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+            .out.find("h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16;") !=
+        std::string::npos);
   // A custom device: its figures are the user's, and nothing is claimed for them.
   CHECK(run_json(tmp, "{name: gpu, flops: 100TFLOPS, memory: 16GB}", "fp32").empty());
   // A profile's measured layer times on the device they were measured on use no cost model.
@@ -257,7 +270,14 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
     CHECK(c["check_rows"] == f["check_rows"].as<int>());
     CHECK(c["median_error"] == f["median_error"].as<double>());
   }
-  auto h = run_command({PIPEGRID_BINARY, "device", "show", "h100"});
+  auto h = run_command({PIPEGRID_BINARY, "device", "show", "h200"});
   REQUIRE(h.exit_code == 0);
   CHECK(h.out.find("checked          not against published training runs") != std::string::npos);
+  // The H100: Megatron-Core's runs (experiments/megatron/h100.md).
+  auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
+  REQUIRE(h100.exit_code == 0);
+  const nlohmann::json hc = nlohmann::json::parse(h100.out)["checks"];
+  REQUIRE(hc.size() == 1);
+  CHECK(hc[0]["precision"] == "amp-bf16");
+  CHECK(hc[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
 }

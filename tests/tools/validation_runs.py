@@ -105,11 +105,17 @@ with tempfile.TemporaryDirectory() as out:
         sys.exit("experiments/validation/accuracy.yaml is not what this pipegrid gives: run "
                  "experiments/validation/run.py and rebuild (it is compiled in)")
     shown = open(os.path.join(root, "experiments/validation/results.md")).read()
+    h100_md = open(os.path.join(root, "experiments/megatron/h100.md")).read()
     for gpu, entries in megatron_entries.items():
         for prec, e in entries.items():
             ratios = {i: float(v) for i, g, p, v in re.findall(
                 r"^\| (megatron-\S+) \| [^|]* \| (\w+) x \d+ \| (\S+) \|.*\| ([\d.]+) \| check \|", shown, re.M)
                 if g == gpu and p == prec}
+            if gpu == "h100":  # Megatron-Core's H100 runs: experiments/megatron/h100.md (h100.py), bf16
+                ratios = {"megatron-" + i: 1 + float(v) / 100 for i, v in re.findall(
+                    r"^\| (h100-\S+) \|(?: [^|]* \|){7} ([+-][\d.]+)% \|", h100_md, re.M)}
+                if prec != "amp-bf16" or e["worst"] not in ratios:
+                    sys.exit(f"accuracy.yaml h100 megatron-lm {prec}: {e} against h100.md's {ratios}")
             errs = sorted(abs(v - 1) for v in ratios.values())
             if (len(errs) != e["check_rows"] or abs(errs[-1] - e["max_error"]) > 0.0006 or
                     abs(errs[(len(errs) - 1) // 2] + errs[len(errs) // 2] - 2 * e["median_error"]) > 0.0012):

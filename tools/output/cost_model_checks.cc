@@ -143,11 +143,17 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     c.device = spec.kind;
     c.precision = precision;
     const GpuChecks* gpu = find_gpu(spec.kind);
-    const bool has = gpu && gpu->by_precision.count(key) > 0;
-    if (!has) {
+    // Rows of the validation suite, or (a GPU the suite has no row for, the H100) Megatron's 3D runs.
+    const bool has_rows = gpu && gpu->by_precision.count(key) > 0;
+    const bool has_megatron = gpu && gpu->megatron.count(key) > 0;
+    if (!has_rows && !has_megatron) {
       std::vector<std::string> checked;
-      if (gpu)
+      if (gpu) {
         for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
+        for (const auto& kv : gpu->megatron)
+          if (std::find(checked.begin(), checked.end(), kv.first) == checked.end())
+            checked.push_back(kv.first);
+      }
       c.status = "not checked";
       c.note = gpu ? fmt::format(
                          "{} {}: not checked against published training runs in {} (checked: {}; the "
@@ -183,8 +189,8 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
       }
       out.push_back(std::move(x));
     };
-    add(gpu->by_precision.find(key)->second, "validation");
-    if (auto m = gpu->megatron.find(key); m != gpu->megatron.end()) add(m->second, "megatron-lm");
+    if (has_rows) add(gpu->by_precision.find(key)->second, "validation");
+    if (has_megatron) add(gpu->megatron.find(key)->second, "megatron-lm");
   }
   return out;
 }

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Megatron-Core's published H100 weak-scaling runs (h100_rows.yaml) replayed in pipegrid.
+
+Each row becomes an experiment: a GPT of the row's shape (sequence 4,096, vocabulary 131,072, bf16,
+fused attention and element-wise kernels), DGX H100 nodes (topologies/clusters/dgx-h100-*.yaml's
+NVLink 4 and NDR figures, rail-optimised), the megatron partitioner with the row's t, p and d,
+micro-batch 1 per replica and 1F1B, the distributed optimizer, the gradients reduced in fp32 and
+overlapped with the backward (dp_overlap), sequence parallelism and overlapped TP communication
+where t > 1 (h100_rows.yaml says what is printed and what is assumed). pipegrid's iteration time
+becomes TFLOP/s per GPU by Megatron's formula and is compared with the table. Rows whose whole
+graph is above pipegrid's task limit (or above --whole-max-gpus) are replayed TP-folded (`pipegrid
+search --tp-folded`: exact where a TP group fills its node, t = 8 here). Writes h100.md and
+h100.yaml (the summary experiments/validation/run.py copies into accuracy.yaml).
+
+    experiments/megatron/h100.py [--pipegrid build/pipegrid] [--max-gpus 6144] [-j 2]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import run as megatron_run  # noqa: E402  (run.py: the TP-folded replay)
+H100_PEAK_BF16 = 989e12  # dense, NVIDIA H100 SXM5 datasheet (topologies/devices.yaml)
+
+
+def table():
+    return yaml.safe_load(open(os.path.join(HERE, "h100_rows.yaml")))
+
+
+def rows():
+    t = table()
+    out = []
+    for values in t["rows"]:
+        r = dict(zip(t["columns"], values))
+        r.update(sequence=t["sequence"], vocabulary=t["vocabulary"], set="check", source=t["source"], url=t["url"])
+        out.append(r)
+    return out
+
+
+def flops_per_iteration(r):
+    """Megatron-Core r0.8.0's num_floating_point_operations for this GPT (no GQA, f = 4h, no SwiGLU):
+    12 B s l h^2 (6 + s/h + V/(2 l h))."""
+    B, s, l, h, V = r["batch"], r["sequence"], r["layers"], r["hidden"], r["vocabulary"]
+    return 12 * B * s * l * h * h * (6 + s / h + V / (2 * l * h))
+
+
+def micro_batches(r):
+    if r["batch"] % r["d"] != 0:
+        raise ValueError(f"{r['id']}: d {r['d']} does not divide the batch {r['batch']}")
+    return r["batch"] // r["d"]  # micro-batch 1 per replica
+
+
+WHAT_IF = None  # --what-if: a diagnostic variant of the assumptions (the table says so)
+
+
+def experiment(r):
+    t, p, d = r["t"], r["p"], r["d"]
+    e = {
+        "name": r["id"],
+        "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
+                     "sequence": r["sequence"], "vocabulary": r["vocabulary"], "precision": "amp-bf16",
+                     "micro_batch_size": d, "kernel_fusion": "megatron", "attention": "fused"},
+        "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": "h100",
+                    "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
+                    "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
+                    "fabric": "rail" if r["gpus"] > 8 else "switch"},
+        "strategy": {"partitioner": "megatron", "schedule": "1f1b", "stages": p, "replicas": d,
+                     "allreduce": "multi-ring", "tensor_parallel": t, "sequence_parallel": t > 1,
+                     "tp_overlap": t > 1, "dp_overlap": True, "gradient_reduce": "fp32",
+                     "micro_batches": micro_batches(r)},
+        "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1},
+    }
+    if WHAT_IF == "no-dp-overlap":
+        e["strategy"]["dp_overlap"] = False
+    elif WHAT_IF == "bf16-gradients":
+        e["strategy"]["gradient_reduce"] = "bf16"
+    return e
+
+
+def replay_folded(pipegrid, r, why):
+    """The row replayed TP-folded (run.py's folded_search): the candidate with the distributed
+    optimizer and, at t > 1, sequence parallelism is the row's."""
+    return megatron_run.folded_search(pipegrid, experiment(r), r["batch"], r["t"], r["p"], 1, "none", 1,
+                                      lambda c: c["distributed_optimizer"] and c["sequence_parallel"] == (r["t"] > 1),
+                                      why)
+
+
+def simulate(pipegrid, r, whole_max_gpus):
+    if r["gpus"] > whole_max_gpus:
+        return replay_folded(pipegrid, r, f"above --whole-max-gpus {whole_max_gpus}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, r["id"] + ".yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(experiment(r), f)
+        start = time.time()
+        p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
+        wall = time.time() - start
+    if p.returncode != 0:
+        err = (p.stderr or p.stdout).strip().splitlines()[-1]
+        if "too large to simulate" in err:
+            return replay_folded(pipegrid, r, "not replayed whole: " + err.split(": ", 2)[-1])
+        return {"error": err, "wall": wall}
+    j = json.loads(p.stdout)
+    return {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {}),
+            "wall": wall, "buckets": j.get("parallelism", {}).get("dp_buckets")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pipegrid", default=os.environ.get("PIPEGRID", os.path.join(ROOT, "build", "pipegrid")))
+    ap.add_argument("--max-gpus", type=int, default=6144, help="rows on more GPUs are not simulated")
+    ap.add_argument("--whole-max-gpus", type=int, default=192,
+                    help="rows on more GPUs are replayed TP-folded (default 192: the t = 8 rows)")
+    ap.add_argument("--only", nargs="*", help="row ids")
+    ap.add_argument("-j", type=int, default=2)
+    ap.add_argument("--out", default=HERE, help="folder for h100.md and h100.yaml")
+    ap.add_argument("--what-if", choices=["no-dp-overlap", "bf16-gradients"],
+                    help="a diagnostic: the gradients all-reduced after the backward, or in bf16 (writes no "
+                         "h100.yaml; h100.md says so)")
+    a = ap.parse_args()
+    global WHAT_IF
+    WHAT_IF = a.what_if
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
+    import pgx  # noqa: E402
+    pgx.check_catalog(a.pipegrid, ("h100",))  # the catalog's H100 is what this run reports
+    all_rows = rows()
+    todo = [r for r in all_rows if r["gpus"] <= a.max_gpus and (not a.only or r["id"] in a.only)]
+    with concurrent.futures.ThreadPoolExecutor(a.j) as ex:
+        results = dict(zip([r["id"] for r in todo], ex.map(lambda r: simulate(a.pipegrid, r, a.whole_max_gpus), todo)))
+    t = table()
+    lines = ["# Megatron-Core's published H100 runs, replayed (generated by h100.py)", "",
+             f"Command: `experiments/megatron/h100.py --max-gpus {a.max_gpus} --whole-max-gpus {a.whole_max_gpus}"
+             + (f" --what-if {a.what_if}`. WHAT-IF: not the assumptions of h100_rows.yaml. " if a.what_if else "`. ")
+             +
+             "Catalog: topologies/devices.yaml's h100 as it stands (measured kernel rates, never fitted to a "
+             "training run). Source: " + t["source"] + f" ({t['url']}). Printed values and assumptions: "
+             "h100_rows.yaml; every row is a check row.", "",
+             "| row | t | p | d | micro-batches | GPUs | published TFLOP/s per GPU | pipegrid | error | "
+             "exposed TP / DP / bubble per device | replay | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    errs = []
+    for r in all_rows:
+        cfg = f"{r['t']} | {r['p']} | {r['d']} | {micro_batches(r)} | {r['gpus']}"
+        x = results.get(r["id"])
+        if x is None:
+            lines.append(f"| {r['id']} | {cfg} | {r['tflops_per_gpu']} | not simulated | | | | |")
+            continue
+        if "error" in x:
+            lines.append(f"| {r['id']} | {cfg} | {r['tflops_per_gpu']} | error: {x['error']} | | | | |")
+            continue
+        value = flops_per_iteration(r) / (x["time"] * r["gpus"]) / 1e12
+        err = value / r["tflops_per_gpu"] - 1
+        errs.append((abs(err), r["id"]))
+        b = x["breakdown"]
+        lines.append(f"| {r['id']} | {cfg} | {r['tflops_per_gpu']} | {value:.1f}"
+                     f"{'' if x['feasible'] else ' (over memory)'} | {100 * err:+.1f}% | "
+                     f"{b.get('tensor_parallel_s', 0):.3g} / {b.get('data_parallel_s', 0):.3g} / "
+                     f"{b.get('bubble_s', 0):.3g} s | {'TP-folded' if x.get('folded') else 'whole graph'} | "
+                     f"{x['wall']:.0f} s |")
+    lines.append("")
+    summary = {}
+    if errs:
+        e = sorted(errs)
+        summary = {"check_rows": len(e), "median_error": round(statistics.median(x for x, _ in e), 4),
+                   "max_error": round(e[-1][0], 4), "worst": e[-1][1]}
+        lines.append(f"- check rows simulated: {len(e)} of {len(all_rows)}, median |error| "
+                     f"{100 * summary['median_error']:.1f}%, max {100 * summary['max_error']:.1f}% ({e[-1][1]})")
+    open(os.path.join(a.out, "h100.md"), "w").write("\n".join(lines) + "\n")
+    if len(errs) == len(all_rows) and not a.what_if:  # the summary stands for every row only
+        with open(os.path.join(a.out, "h100.yaml"), "w") as f:
+            f.write("# Written by experiments/megatron/h100.py (its last full run, h100.md): Megatron-Core's\n"
+                    "# published H100 runs as check rows; experiments/validation/run.py copies it into\n"
+                    "# accuracy.yaml (h100, megatron-lm, amp-bf16).\n")
+            yaml.safe_dump(summary, f, sort_keys=False)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
