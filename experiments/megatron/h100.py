@@ -4,7 +4,8 @@
 Each row becomes an experiment: a GPT of the row's shape (sequence 4,096, vocabulary 131,072, bf16,
 fused attention and element-wise kernels), DGX H100 nodes (topologies/clusters/dgx-h100-*.yaml's
 NVLink 4 and NDR figures, rail-optimised), the megatron partitioner with the row's t, p and d,
-micro-batch 1 per replica and 1F1B, the distributed optimizer, the gradients reduced in fp32 and
+micro-batch 1 per replica, the interleaved schedule with one layer per model chunk where p > 1
+(1F1B at p = 1), the distributed optimizer, the gradients reduced in fp32 and
 overlapped with the backward (dp_overlap), sequence parallelism and overlapped TP communication
 where t > 1 (h100_rows.yaml says what is printed and what is assumed). pipegrid's iteration time
 becomes TFLOP/s per GPU by Megatron's formula and is compared with the table. Rows whose whole
@@ -54,6 +55,13 @@ def flops_per_iteration(r):
     return 12 * B * s * l * h * h * (6 + s / h + V / (2 * l * h))
 
 
+def chunks(r):
+    """Model chunks per pipeline rank: one transformer layer each where p > 1 (h100_rows.yaml: the
+    interleaved schedule, the only one with the pipeline overlap the README states); 1F1B at p = 1 or
+    under --what-if 1f1b."""
+    return r["layers"] // r["p"] if r["p"] > 1 and WHAT_IF != "1f1b" else 1
+
+
 def micro_batches(r):
     if r["batch"] % r["d"] != 0:
         raise ValueError(f"{r['id']}: d {r['d']} does not divide the batch {r['batch']}")
@@ -74,14 +82,18 @@ def experiment(r):
                     "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
                     "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
                     "fabric": "rail" if r["gpus"] > 8 else "switch"},
-        "strategy": {"partitioner": "megatron", "schedule": "1f1b", "stages": p, "replicas": d,
+        "strategy": {"partitioner": "megatron", "schedule": "interleaved-1f1b" if chunks(r) > 1 else "1f1b",
+                     "stages": p, "replicas": d,
                      "allreduce": "multi-ring", "tensor_parallel": t, "sequence_parallel": t > 1,
                      "tp_overlap": t > 1, "dp_overlap": True, "gradient_reduce": "fp32",
                      "micro_batches": micro_batches(r)},
         "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1},
     }
+    if chunks(r) > 1:
+        e["strategy"]["chunks"] = chunks(r)
     if WHAT_IF == "no-dp-overlap":
         e["strategy"]["dp_overlap"] = False
+
     elif WHAT_IF == "bf16-gradients":
         e["strategy"]["gradient_reduce"] = "bf16"
     return e
@@ -90,7 +102,7 @@ def experiment(r):
 def replay_folded(pipegrid, r, why):
     """The row replayed TP-folded (run.py's folded_search): the candidate with the distributed
     optimizer and, at t > 1, sequence parallelism is the row's."""
-    return megatron_run.folded_search(pipegrid, experiment(r), r["batch"], r["t"], r["p"], 1, "none", 1,
+    return megatron_run.folded_search(pipegrid, experiment(r), r["batch"], r["t"], r["p"], 1, "none", chunks(r),
                                       lambda c: c["distributed_optimizer"] and c["sequence_parallel"] == (r["t"] > 1),
                                       why)
 
@@ -124,9 +136,9 @@ def main():
     ap.add_argument("--only", nargs="*", help="row ids")
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("--out", default=HERE, help="folder for h100.md and h100.yaml")
-    ap.add_argument("--what-if", choices=["no-dp-overlap", "bf16-gradients"],
-                    help="a diagnostic: the gradients all-reduced after the backward, or in bf16 (writes no "
-                         "h100.yaml; h100.md says so)")
+    ap.add_argument("--what-if", choices=["no-dp-overlap", "bf16-gradients", "1f1b"],
+                    help="a diagnostic: the gradients all-reduced after the backward, or in bf16, or the p > 1 "
+                         "rows in non-interleaved 1F1B (writes no h100.yaml; h100.md says so)")
     a = ap.parse_args()
     global WHAT_IF
     WHAT_IF = a.what_if
@@ -145,12 +157,13 @@ def main():
              "Catalog: topologies/devices.yaml's h100 as it stands (measured kernel rates, never fitted to a "
              "training run). Source: " + t["source"] + f" ({t['url']}). Printed values and assumptions: "
              "h100_rows.yaml; every row is a check row.", "",
-             "| row | t | p | d | micro-batches | GPUs | published TFLOP/s per GPU | pipegrid | error | "
+             "| row | t | p | d | micro-batches (interleaved: v chunks) | GPUs | published TFLOP/s per GPU | pipegrid | error | "
              "exposed TP / DP / bubble per device | replay | wall |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     errs = []
     for r in all_rows:
-        cfg = f"{r['t']} | {r['p']} | {r['d']} | {micro_batches(r)} | {r['gpus']}"
+        v = chunks(r)
+        cfg = f"{r['t']} | {r['p']} | {r['d']} | {micro_batches(r)}{f', v {v}' if v > 1 else ''} | {r['gpus']}"
         x = results.get(r["id"])
         if x is None:
             lines.append(f"| {r['id']} | {cfg} | {r['tflops_per_gpu']} | not simulated | | | | |")
