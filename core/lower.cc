@@ -375,19 +375,24 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
           tp_flows += n * static_cast<size_t>(m);
         }
     }
-  // Data-parallel overlap (o.dp_overlap): the first stage's gradients in `buckets` all-reduces, each
-  // after its share of the last backward; without tensor parallelism that backward becomes `buckets`
-  // compute tasks (under it, its pieces are shared out).
+  // Data-parallel overlap (o.dp_overlap): the first stage's gradients in K buckets, bucket k ready
+  // once (k + 1) / K of its last backward (length L) has run, all-reduced one after another (NCCL
+  // runs them in turn on one stream; on a ring of links they go in turn anyway). Bucket k then ends at
+  // max_j<=k (r_j + (k + 1 - j) A / K), A the whole all-reduce's time, and the last at
+  // max(r_0 + A, r_K-1 + A / K): r_j is linear in j, so the maximum is at an end. Lowered as two
+  // all-reduces with the same ends: buckets 0 .. K - 2 together from r_0 (the backward's first K-th
+  // done), then the last after the backward; without tensor parallelism the backward becomes those
+  // two compute tasks (under it, its pieces are shared out).
   const bool bucketed = o.dp_overlap && S > 0 && p.stage(0).replicas() > 1;
   const int buckets = bucketed ? dp_buckets((*costs)[0][0].parameters, p.stage(0).replicas()) : 1;
   if (any_tp || bucketed) {
     TaskCount with_tp = count;
     with_tp.compute += tp_tasks;
     with_tp.transfers += tp_flows;
-    if (bucketed) {
+    if (bucketed && buckets > 1) {
       const size_t r0 = static_cast<size_t>(p.stage(0).replicas()), t0 = p.stage(0).tensor_parallel;
-      if (t0 == 1) with_tp.compute += (buckets - 1) * p.stage(0).devices.size();
-      with_tp.ring_steps += (buckets - 1) * 2 * (r0 - 1) * r0 * t0;
+      if (t0 == 1) with_tp.compute += p.stage(0).devices.size();
+      with_tp.ring_steps += 2 * (r0 - 1) * r0 * t0;
     }
     if (Status st = check_task_count(with_tp, p, m, passes); !st) return st.error();
   }
@@ -494,25 +499,22 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       const TpProgram* tp_prog = program(a.stage, static_cast<size_t>(j), a.pass);
       if (tp_prog) t.duration = tp_prog->compute.back();
       const bool split = bucketed && a.stage == 0 && dp_last[j] == std::pair<size_t, size_t>{d, action};
-      if (split && !tp_prog) {  // `buckets` equal pieces, the gradients coming out evenly
-        t.duration /= buckets;
-        for (int k = 0; k + 1 < buckets; ++k) {
-          const int32_t piece = g.add(t);
-          if (first < 0) first = piece;
-          g.device_order[d].push_back(piece);
-          dp_piece[j].push_back(piece);
-        }
+      if (split && !tp_prog && buckets > 1) {  // its first K-th, then the rest
+        Task head_piece = t;
+        head_piece.duration = t.duration / buckets;
+        t.duration -= head_piece.duration;
+        const int32_t piece = g.add(head_piece);
+        if (first < 0) first = piece;
+        g.device_order[d].push_back(piece);
+        dp_piece[j].push_back(piece);
       }
       int32_t id = g.add(t);
-      // Under tensor parallelism the pass's P pieces (first .. id): bucket k after piece
-      // ceil((k + 1) P / K) - 1.
-      if (split && tp_prog) {
-        const int64_t P = static_cast<int64_t>(tp_prog->compute.size());
-        for (int64_t k = 0; k < buckets; ++k)
-          dp_piece[j].push_back(first + ((k + 1) * P + buckets - 1) / buckets - 1);
-      } else if (split) {
-        dp_piece[j].push_back(id);
-      }
+      // Under tensor parallelism the pass's P pieces (first .. id): the first K-th is taken as done
+      // after piece ceil(P / K) - 1.
+      if (split && tp_prog && buckets > 1)
+        dp_piece[j].push_back(first +
+                              (static_cast<int64_t>(tp_prog->compute.size()) + buckets - 1) / buckets - 1);
+      if (split) dp_piece[j].push_back(id);
       slot_of(a.stage, j, a.pass, a.micro_batch) = id;
       if (first < 0) first = id;
       if (multi_task_passes) head[slot_index(a.stage, j, a.pass, a.micro_batch)] = first;
@@ -669,13 +671,14 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
       double bytes =
           o.gradient_reduce_bytes > 0 ? sq.parameters * o.gradient_reduce_bytes : sq.parameter_bytes;
       if (o.dp_overlap && o.memory.zero1) bytes /= 2;  // the reduce-scatter; the all-gather hidden
-      const int k_count = bucketed && s == 0 ? buckets : 1;
+      // Bucketed (above): buckets 0 .. K - 2 together, then the last.
+      const int k_count = bucketed && s == 0 && buckets > 1 ? 2 : 1;
       for (int k = 0; k < k_count; ++k) {
         if (k_count > 1)
           for (int j = 0; j < r; ++j)
             ready[j] = dp_piece[static_cast<size_t>(j * T + q)][static_cast<size_t>(k)];
-        auto done =
-            append_allreduce(g, o.allreduce, c, devs, ready, bytes / k_count, static_cast<int32_t>(s));
+        const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets - 1.0) / buckets : 1.0 / buckets;
+        auto done = append_allreduce(g, o.allreduce, c, devs, ready, bytes * share, static_cast<int32_t>(s));
         for (int j = 0; j < r; ++j)
           step_inputs[devs[j]].insert(step_inputs[devs[j]].end(), done[j].begin(), done[j].end());
       }

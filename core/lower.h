@@ -35,13 +35,13 @@ struct LoweringOptions {
   MemoryOptions memory;
   AllReduceAlgorithm allreduce = AllReduceAlgorithm::Ring;  // gradients of replicated stages
   TensorParallelOptions tensor_parallel;                    // stages with tensor_parallel > 1
-  // Megatron-LM's --overlap-grad-reduce: the first stage's gradient all-reduce runs in dp_buckets()
-  // buckets, bucket k once the (k + 1)-th of as many equal pieces of its last backward has run (the
-  // gradients come out evenly over the pass); other stages all-reduce in one piece after their last
-  // backward, as Megatron does (it buckets pipeline rank 0's first model chunk only). With ZeRO-1
-  // (memory.zero1) the reduction is a reduce-scatter, half an all-reduce's traffic, and the
-  // parameter all-gather is taken as hidden behind the next iteration's forward
-  // (--overlap-param-gather).
+  // Megatron-LM's --overlap-grad-reduce: the first stage's gradients in K = dp_buckets() buckets,
+  // bucket k ready once (k + 1) / K of its last backward has run (the gradients come out evenly over
+  // the pass), the buckets all-reduced in turn; lowered as two all-reduces that end when the K would
+  // (lower.cc). Other stages all-reduce in one piece after their last backward, as Megatron does (it
+  // buckets pipeline rank 0's first model chunk only). With ZeRO-1 (memory.zero1) the reduction is a
+  // reduce-scatter, half an all-reduce's traffic, and the parameter all-gather is taken as hidden
+  // behind the next iteration's forward (--overlap-param-gather).
   bool dp_overlap = false;
   // Bytes per parameter the data-parallel gradients are reduced in; 0: the workload's element size
   // (Megatron-LM reduces in fp32, 4, under bf16: --accumulate-allreduce-grads-in-fp32).
