@@ -153,9 +153,15 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
   // reduced in another precision than the workload's.
   if (auto b = n.get("dp_overlap")) {
     s.dp_overlap = b->boolean();
+    // Where `replicas` alone decides the replication (the other partitioners and planners choose it).
     const bool default_planner = s.planner.empty() || s.planner == "partitioner";
-    if (s.dp_overlap && default_planner && s.replicas <= 1)
-      b->fail("expected false without replicas > 1 (no gradient is all-reduced then), got true");
+    const bool by_replicas =
+        s.partitioner == "uniform" || s.partitioner == "balanced" || s.partitioner == "megatron";
+    if (s.dp_overlap && default_planner && by_replicas && s.replicas <= 1)
+      b->fail(
+          fmt::format("expected false without replicas > 1 (the {} partitioner then replicates no stage: "
+                      "no gradient is all-reduced), got true",
+                      s.partitioner));
   }
   if (auto g = n.get("gradient_reduce")) {
     const std::string p =
