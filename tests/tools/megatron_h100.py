@@ -9,6 +9,7 @@
    embedding, a lookup) plus attention's 12 B s^2 l h, by hand for the 1.7B row.
 3. A fresh replay of the rows on at most 96 GPUs gives the committed h100.md's values, and
    h100.yaml's summary is h100.md's table.
+4. experiments/megatron/h100-1.7b.yaml, the 1.7B row as a file, gives h100.md's value.
 """
 import os
 import re
@@ -72,4 +73,14 @@ with tempfile.TemporaryDirectory() as tmp:
         if not m or m.group(1) != cells.get(rid):
             sys.exit(f"{rid}: a fresh replay gives {m.group(1) if m else None}, h100.md has {cells.get(rid)}: "
                      "run experiments/megatron/h100.py")
-print(f"h100_rows.yaml: 9 rows consistent; replayed {small}: as committed")
+# 4. experiments/megatron/h100-1.7b.yaml (the 1.7B row as a file a user runs) gives h100.md's value.
+p = subprocess.run([pipegrid, "run", os.path.join(root, "experiments/megatron/h100-1.7b.yaml"), "--json"],
+                   capture_output=True, text=True)
+if p.returncode != 0:
+    sys.exit(p.stderr)
+import json  # noqa: E402
+value = h100.flops_per_iteration(one) / (json.loads(p.stdout)["iteration_time_s"] * one["gpus"]) / 1e12
+shown = float(cells["h100-1.7b"].split("|")[6])  # t, p, d, micro-batches, GPUs, published, pipegrid
+if abs(value - shown) > 0.051:
+    sys.exit(f"h100-1.7b.yaml gives {value:.2f} TFLOP/s per GPU, h100.md {shown}")
+print(f"h100_rows.yaml: 9 rows consistent; replayed {small}: as committed; h100-1.7b.yaml: {value:.1f}")
