@@ -127,6 +127,32 @@ def simulate(pipegrid, r, whole_max_gpus):
             "wall": wall, "buckets": j.get("parallelism", {}).get("dp_buckets")}
 
 
+WHAT_IFS = {"1f1b": "the pipelined rows in non-interleaved 1F1B (Megatron-LM's example script)",
+            "no-dp-overlap": "the gradients all-reduced after the backward (no dp_overlap)",
+            "bf16-gradients": "the gradients reduced in bf16 instead of fp32"}
+
+
+def sensitivity(a, all_rows):
+    """The table's lines for each --what-if: one assumption changed at a time, every row re-run."""
+    global WHAT_IF
+    lines = ["", "What each assumption carries (`--what-if`, one changed at a time; the error of every row, "
+             "then the median and max |error|):", "", "| what-if | " + " | ".join(r["id"] for r in all_rows)
+             + " | median | max |", "|---|" + "---|" * (len(all_rows) + 2)]
+    for name, what in WHAT_IFS.items():
+        WHAT_IF = name
+        try:
+            with concurrent.futures.ThreadPoolExecutor(a.j) as ex:
+                res = list(ex.map(lambda r: simulate(a.pipegrid, r, a.whole_max_gpus), all_rows))
+        finally:
+            WHAT_IF = None
+        errs = [None if "error" in x else flops_per_iteration(r) / (x["time"] * r["gpus"]) / 1e12 / r["tflops_per_gpu"] - 1
+                for r, x in zip(all_rows, res)]
+        ok = [abs(e) for e in errs if e is not None]
+        lines.append(f"| {name}: {what} | " + " | ".join("error" if e is None else f"{100 * e:+.1f}%" for e in errs)
+                     + f" | {100 * statistics.median(ok):.1f}% | {100 * max(ok):.1f}% |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pipegrid", default=os.environ.get("PIPEGRID", os.path.join(ROOT, "build", "pipegrid")))
@@ -188,6 +214,8 @@ def main():
                    "max_error": round(e[-1][0], 4), "worst": e[-1][1]}
         lines.append(f"- check rows simulated: {len(e)} of {len(all_rows)}, median |error| "
                      f"{100 * summary['median_error']:.1f}%, max {100 * summary['max_error']:.1f}% ({e[-1][1]})")
+    if len(errs) == len(all_rows) and not a.what_if:
+        lines += sensitivity(a, all_rows)
     open(os.path.join(a.out, "h100.md"), "w").write("\n".join(lines) + "\n")
     if len(errs) == len(all_rows) and not a.what_if:  # the summary stands for every row only
         with open(os.path.join(a.out, "h100.yaml"), "w") as f:
