@@ -10,8 +10,9 @@ overlapped with the backward (dp_overlap), sequence parallelism and overlapped T
 where t > 1 (h100_rows.yaml says what is printed and what is assumed). pipegrid's iteration time
 becomes TFLOP/s per GPU by Megatron's formula and is compared with the table. Rows whose whole
 graph is above pipegrid's task limit (or above --whole-max-gpus) are replayed TP-folded (`pipegrid
-search --tp-folded`: exact where a TP group fills its node, t = 8 here). Writes h100.md and
-h100.yaml (the summary experiments/validation/run.py copies into accuracy.yaml).
+search --tp-folded`: exact where a TP group fills its node, t = 8 here). Writes h100.md (with
+every row under each --what-if), h100.yaml (the summary experiments/validation/run.py copies into
+accuracy.yaml) and h100.png / .svg (published against pipegrid, each assumption).
 
     experiments/megatron/h100.py [--pipegrid build/pipegrid] [--max-gpus 6144] [-j 2]
 """
@@ -132,8 +133,9 @@ WHAT_IFS = {"1f1b": "the pipelined rows in non-interleaved 1F1B (Megatron-LM's e
             "bf16-gradients": "the gradients reduced in bf16 instead of fp32"}
 
 
-def sensitivity(a, all_rows):
-    """The table's lines for each --what-if: one assumption changed at a time, every row re-run."""
+def sensitivity(a, all_rows, by_what_if):
+    """The table's lines for each --what-if: one assumption changed at a time, every row re-run;
+    each what-if's errors (pipegrid / published - 1, None: an error) into by_what_if."""
     global WHAT_IF
     lines = ["", "What each assumption carries (`--what-if`, one changed at a time; the error of every row, "
              "then the median and max |error|):", "", "| what-if | " + " | ".join(r["id"] for r in all_rows)
@@ -150,7 +152,37 @@ def sensitivity(a, all_rows):
         ok = [abs(e) for e in errs if e is not None]
         lines.append(f"| {name}: {what} | " + " | ".join("error" if e is None else f"{100 * e:+.1f}%" for e in errs)
                      + f" | {100 * statistics.median(ok):.1f}% | {100 * max(ok):.1f}% |")
+        by_what_if[name] = errs
     return lines
+
+
+def plot(plt, out, all_rows, errors):
+    """h100.png / .svg: published TFLOP/s per GPU against pipegrid's (the table's assumptions, and
+    each --what-if), one group of markers per row."""
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    x = list(range(len(all_rows)))
+    ax.plot(x, [r["tflops_per_gpu"] for r in all_rows], "s", color="black", ms=7, label="published (Megatron-Core r0.8.0)")
+    styles = {"main": ("o", "tab:blue", "pipegrid: interleaved where p > 1 (the table's assumption)"),
+              "1f1b": ("^", "tab:orange", "pipegrid: 1F1B where p > 1 (--what-if 1f1b)"),
+              "no-dp-overlap": ("x", "tab:red", "pipegrid: no data-parallel overlap"),
+              "bf16-gradients": ("+", "tab:green", "pipegrid: gradients reduced in bf16")}
+    for name, (marker, color, label) in styles.items():
+        errs = errors.get(name)
+        if errs:
+            ax.plot(x, [None if e is None else r["tflops_per_gpu"] * (1 + e) for r, e in zip(all_rows, errs)],
+                    marker, color=color, ms=7, mfc="none" if marker in "o^" else color, label=label)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{r['model_size']}\n{r['gpus']:,}\nt{r['t']} p{r['p']}" for r in all_rows], fontsize=9)
+    ax.set_ylabel("TFLOP/s per GPU (Megatron's formula)")
+    ax.set_xlabel("model, GPUs, tensor (t) and pipeline (p) parallelism; d = 48 throughout")
+    ax.set_ylim(250, 600)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title("Megatron-Core r0.8.0 on H100s: published and pipegrid's (catalog H100, never fitted)", fontsize=11)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"h100.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
+    plt.close(fig)
 
 
 def main():
@@ -170,6 +202,8 @@ def main():
     WHAT_IF = a.what_if
     sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
     import pgx  # noqa: E402
+    full = not a.what_if and not a.only and a.max_gpus >= max(r["gpus"] for r in rows())
+    plt = pgx.matplotlib_pyplot() if full else None  # first: may re-run this script under another python
     pgx.check_catalog(a.pipegrid, ("h100",))  # the catalog's H100 is what this run reports
     all_rows = rows()
     todo = [r for r in all_rows if r["gpus"] <= a.max_gpus and (not a.only or r["id"] in a.only)]
@@ -215,7 +249,12 @@ def main():
         lines.append(f"- check rows simulated: {len(e)} of {len(all_rows)}, median |error| "
                      f"{100 * summary['median_error']:.1f}%, max {100 * summary['max_error']:.1f}% ({e[-1][1]})")
     if len(errs) == len(all_rows) and not a.what_if:
-        lines += sensitivity(a, all_rows)
+        errors = {"main": [flops_per_iteration(r) / (results[r["id"]]["time"] * r["gpus"]) / 1e12 / r["tflops_per_gpu"] - 1
+                           for r in all_rows]}
+        lines += sensitivity(a, all_rows, errors)
+        if plt:
+            plot(plt, a.out, all_rows, errors)
+            lines += ["", "![published against pipegrid](h100.png)"]
     open(os.path.join(a.out, "h100.md"), "w").write("\n".join(lines) + "\n")
     if len(errs) == len(all_rows) and not a.what_if:  # the summary stands for every row only
         with open(os.path.join(a.out, "h100.yaml"), "w") as f:
