@@ -197,7 +197,8 @@ Result<Workload> build_bert(const ModelArgs& a, Precision p) {
 }
 
 // GPT-style decoder: token embedding and learned positions, `layers` Transformer blocks (FFN 4h),
-// a final LayerNorm and a language-model head tied to the token embedding.
+// a final LayerNorm and a language-model head tied to the token embedding (`tied_embeddings` 1, GPT-2's
+// and Megatron-LM's default) or with weights of its own (0: --untie-embeddings-and-output-weights).
 Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), heads = arg(a, "heads"), s = arg(a, "sequence"),
                 vocab = arg(a, "vocabulary");
@@ -212,9 +213,14 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   x = must(b.norm("final_norm", x, true));
   Layer head;
   head.kind = "linear";
-  head.forward_flops = 2.0 * s * h * vocab;  // weights tied to the token embedding: no parameters
+  head.forward_flops = 2.0 * s * h * vocab;  // tied: the token embedding's weights, no parameters of its own
   head.backward_input_flops = head.forward_flops;
   head.backward_weight_flops = head.forward_flops;
+  if (arg(a, "tied_embeddings") == 0) {  // untied, as the Llama head below
+    head.parameters = static_cast<double>(h) * vocab;
+    head.parameter_bytes = head.parameters * element_bytes(p);
+    head.weight_bytes = head.parameter_bytes;
+  }
   head.forward_bytes = (static_cast<double>(s) * h + static_cast<double>(s) * vocab) * element_bytes(p);
   head.backward_bytes = 2 * head.forward_bytes;
   head.stash_bytes = static_cast<double>(s) * vocab * element_bytes(p);
@@ -398,11 +404,21 @@ const ModelInfo kModels[] = {
      &build_bert},
     {"gpt",
      "GPT-style decoder, configurable (defaults: GPT-2 small)",
-     {{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"sequence", 1024}, {"vocabulary", 50257}},
+     {{"layers", 12},
+      {"hidden", 768},
+      {"heads", 12},
+      {"sequence", 1024},
+      {"vocabulary", 50257},
+      {"tied_embeddings", 1}},
      &build_gpt},
     {"gpt3-175b",
      "GPT-3 175B: 96 layers, h 12288, 96 heads, sequence 2048",
-     {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"sequence", 2048}, {"vocabulary", 50257}},
+     {{"layers", 96},
+      {"hidden", 12288},
+      {"heads", 96},
+      {"sequence", 2048},
+      {"vocabulary", 50257},
+      {"tied_embeddings", 1}},
      &build_gpt},
     {"llama", "Llama-family decoder, configurable (defaults: Llama 2 7B)",
      llama_defaults(32, 4096, 32, 32, 11008, 4096, 32000), &build_llama},
@@ -460,7 +476,9 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 }
 
 ParameterRange parameter_range(std::string_view parameter) {
-  if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding") return {0, 1};
+  if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
+      parameter == "tied_embeddings")
+    return {0, 1};
   if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};
 }

@@ -5,7 +5,7 @@ Each row becomes an experiment: a GPT of the row's shape (sequence 4,096, vocabu
 fused attention and element-wise kernels), DGX H100 nodes (topologies/clusters/dgx-h100-*.yaml's
 NVLink 4 and NDR figures, rail-optimised), the megatron partitioner with the row's t, p and d,
 micro-batch 1 per replica, the interleaved schedule with one layer per model chunk where p > 1
-(1F1B at p = 1), the distributed optimizer, the gradients reduced in fp32 and
+(1F1B at p = 1), untied embeddings, the distributed optimizer, the gradients reduced in fp32 and
 overlapped with the backward (dp_overlap), sequence parallelism and overlapped TP communication
 where t > 1 (h100_rows.yaml says what is printed and what is assumed). pipegrid's iteration time
 becomes TFLOP/s per GPU by Megatron's formula and is compared with the table. Rows whose whole
@@ -78,7 +78,8 @@ def experiment(r):
         "name": r["id"],
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
                      "sequence": r["sequence"], "vocabulary": r["vocabulary"], "precision": "amp-bf16",
-                     "micro_batch_size": d, "kernel_fusion": "megatron", "attention": "fused"},
+                     "micro_batch_size": d, "kernel_fusion": "megatron", "attention": "fused",
+                     "tied_embeddings": 0},
         "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": "h100",
                     "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
                     "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},

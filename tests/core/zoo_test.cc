@@ -170,6 +170,20 @@ TEST_CASE("Transformers: BERT-Large, GPT-3 175B, per-layer FLOPs and Korthikanti
     }
 }
 
+TEST_CASE("GPT's output layer: tied to the token embedding by default, V h parameters of its own untied") {
+  // Megatron-Core's H100 table (experiments/megatron/h100_rows.yaml) prints sizes that fit untied
+  // embeddings: 1.7B = 12 l h^2 + 13 l h + 2 V h at l 24, h 2048, V 131072, and tied would be 1.48 B.
+  const ModelArgs shape = {
+      {"layers", 24}, {"hidden", 2048}, {"heads", 16}, {"sequence", 4096}, {"vocabulary", 131072}};
+  ModelArgs untied_args = shape;
+  untied_args["tied_embeddings"] = 0;
+  Workload tied = model("gpt", shape), untied = model("gpt", untied_args);
+  CHECK(total_parameters(untied) - total_parameters(tied) == 131072.0 * 2048);
+  CHECK(within(total_parameters(untied), 1.745e9, 0.01));
+  CHECK(within(total_parameters(tied), 1.477e9, 0.01));
+  CHECK(total_forward_flops(untied) == total_forward_flops(tied));  // the same GEMM either way
+}
+
 TEST_CASE("BERT's pre-training heads: hand-counted parameters and FLOPs, gathered or on every position") {
   // Devlin et al.'s heads, counted by hand from the architecture (BertPreTrainingHeads): the masked-LM
   // transform (dense h x h + h, LayerNorm 2 h), the vocabulary projection tied to the token embedding

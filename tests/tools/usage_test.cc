@@ -47,7 +47,8 @@ TEST_CASE("pipegrid list: six sections in order, one line per entry, and one sec
   CHECK(models.exit_code == 0);
   CHECK(starts_with(models.out, "  vgg16 "));
   CHECK(models.out.find("\n  gpt ") != std::string::npos);
-  CHECK(models.out.find("(layers 12, hidden 768, heads 12, sequence 1024, vocabulary 50257)\n") !=
+  CHECK(models.out.find(
+            "(layers 12, hidden 768, heads 12, sequence 1024, vocabulary 50257, tied_embeddings 1)\n") !=
         std::string::npos);
   CHECK(models.out.find("schedules") == std::string::npos);
   auto presets = pg({"list", "presets"});
