@@ -281,3 +281,36 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
   CHECK(hc[0]["precision"] == "amp-bf16");
   CHECK(hc[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
 }
+
+TEST_CASE("run and plan state how the data-parallel gradients are reduced, when the experiment says") {
+  // experiments/megatron/h100-1.7b.yaml: GPT 1.7B untied (12 l h^2 + 13 l h + 2 V h + s h + 2 h =
+  // 1.7538 B parameters), d = 48: Megatron's bucket max(40 M, 48 M) = 48 M, ceil(36.5) = 37 buckets.
+  const std::string file = std::string(PIPEGRID_SOURCE_DIR) + "/experiments/megatron/h100-1.7b.yaml";
+  const std::string line =
+      "reduced at 4 bytes per parameter; stage 0's in 37 buckets during its last backward "
+      "(--overlap-grad-reduce); ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind "
+      "the forward\n";
+  auto run = run_command({PIPEGRID_BINARY, "run", file});
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.find("  gradients  " + line) != std::string::npos);
+  auto plan = run_command({PIPEGRID_BINARY, "plan", file});
+  REQUIRE(plan.exit_code == 0);
+  CHECK(plan.out.find("gradients   " + line) != std::string::npos);
+  auto json = run_command({PIPEGRID_BINARY, "run", file, "--json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json par = nlohmann::json::parse(json.out)["parallelism"];
+  CHECK(par["dp_overlap"] == true);
+  CHECK(par["dp_buckets"] == 37);
+  CHECK(par["gradient_reduce_bytes"] == 4.0);
+  // Without either key: no line, one bucket.
+  TempDir tmp;
+  const std::string plain = tmp.write(
+      "p.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 100MB}\n"
+      "cluster: {preset: dgx-a100-2}\n"
+      "strategy: {stages: 1, replicas: 2, micro_batches: 2}\n");
+  auto p = run_command({PIPEGRID_BINARY, "run", plain, "--json"});
+  REQUIRE(p.exit_code == 0);
+  CHECK(nlohmann::json::parse(p.out)["parallelism"]["dp_buckets"] == 1);
+  CHECK(run_command({PIPEGRID_BINARY, "run", plain}).out.find("gradients") == std::string::npos);
+}

@@ -103,6 +103,8 @@ int run(const PlanOptions& o) {
   if (const Parallelism par = parallelism(p); par.tensor > 1)
     fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
+  if (const std::string how = output::gradients_note(*exp, p, *costs); !how.empty())
+    fmt::print("gradients   {}\n", how);
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run->exploration.empty()) fmt::print("explored    {}\n", run->exploration);

@@ -203,20 +203,9 @@ void print_summary(std::ostream& out, const RunReport& r) {
                par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
                            {e.strategy.sequence_parallel, e.strategy.tp_overlap});
-  if (costs && (e.strategy.dp_overlap || e.strategy.gradient_reduce_bytes > 0)) {
-    const Stage& first = r.run.partition.stage(0);
-    std::string how = e.strategy.gradient_reduce_bytes > 0
-                          ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
-                          : "reduced at the workload's element size";
-    if (e.strategy.dp_overlap && first.replicas() > 1)
-      how += fmt::format(
-          "; stage 0's in {} during its last backward (--overlap-grad-reduce)",
-          plural(dp_buckets((*costs)[0].front().parameters, first.replicas()), "bucket", "buckets"));
-    if (e.strategy.dp_overlap && e.memory.zero1)
-      how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
-    if (e.strategy.dp_overlap && par.data <= 1) how += "; no stage is replicated: nothing overlapped";
-    fmt::print(out, "  gradients  {}\n", how);
-  }
+  if (costs)
+    if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
+      fmt::print(out, "  gradients  {}\n", how);
   fmt::print(out, "\n");
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
@@ -370,6 +359,24 @@ nlohmann::json hardware_json(const Cluster& c) {
           {"sharing", c.sharing == Sharing::Tcp ? "tcp" : "max-min"},
           {"device_models", device_models},
           {"links", links}};
+}
+
+std::string gradients_note(const Experiment& e, const Partition& p,
+                           const std::vector<std::vector<StageCost>>& costs) {
+  if (!e.strategy.dp_overlap && e.strategy.gradient_reduce_bytes <= 0) return "";
+  const Stage& first = p.stage(0);
+  std::string how = e.strategy.gradient_reduce_bytes > 0
+                        ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
+                        : "reduced at the workload's element size";
+  if (e.strategy.dp_overlap && first.replicas() > 1 && !costs.empty())
+    how +=
+        fmt::format("; stage 0's in {} during its last backward (--overlap-grad-reduce)",
+                    plural(dp_buckets(costs[0].front().parameters, first.replicas()), "bucket", "buckets"));
+  if (e.strategy.dp_overlap && e.memory.zero1)
+    how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
+  if (e.strategy.dp_overlap && parallelism(p).data <= 1)
+    how += "; no stage is replicated: nothing overlapped";
+  return how;
 }
 
 std::string plan_shape(const Partition& p) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/experiment.h"
+#include "core/lower.h"
 #include "core/metrics.h"
 #include "tools/output/cost_model_checks.h"
 
@@ -74,6 +75,11 @@ nlohmann::json plan_json(const Experiment& e, const PreparedRun& run);
 
 // "one device", "data-parallel", "pipeline", "stage DAG", "pipeline of replicated stages", ...
 std::string plan_shape(const Partition& p);
+
+// How the data-parallel gradients are reduced (strategy dp_overlap, gradient_reduce), for the
+// `gradients` line of run and plan; empty when neither is set.
+std::string gradients_note(const Experiment& e, const Partition& p,
+                           const std::vector<std::vector<StageCost>>& costs);
 
 // Keys: experiment, iteration_time_s, throughput_samples_per_s, bubble_ratio, samples_per_iteration,
 // micro_batches, micro_batch_size, feasible, infeasible (list), stages, devices (in device order:
