@@ -18,13 +18,9 @@ accuracy.yaml) and h100.png / .svg (published against pipegrid, each assumption)
 """
 import argparse
 import concurrent.futures
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 import yaml
 
@@ -112,21 +108,7 @@ def replay_folded(pipegrid, r, why):
 def simulate(pipegrid, r, whole_max_gpus):
     if r["gpus"] > whole_max_gpus:
         return replay_folded(pipegrid, r, f"above --whole-max-gpus {whole_max_gpus}")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, r["id"] + ".yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(experiment(r), f)
-        start = time.time()
-        p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
-        wall = time.time() - start
-    if p.returncode != 0:
-        err = (p.stderr or p.stdout).strip().splitlines()[-1]
-        if "too large to simulate" in err:
-            return replay_folded(pipegrid, r, "not replayed whole: " + err.split(": ", 2)[-1])
-        return {"error": err, "wall": wall}
-    j = json.loads(p.stdout)
-    return {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {}),
-            "wall": wall, "buckets": j.get("parallelism", {}).get("dp_buckets")}
+    return megatron_run.run_whole(pipegrid, experiment(r), lambda why: replay_folded(pipegrid, r, why))
 
 
 WHAT_IFS = {"1f1b": "the pipelined rows in non-interleaved 1F1B (Megatron-LM's example script)",

@@ -172,24 +172,30 @@ def replay_folded(pipegrid, r, gemm=None, why="", gpu=None):
                          and not c["distributed_optimizer"], why)
 
 
-def simulate(pipegrid, r, gemm=None):
-    if r["table"] == "korthikanti2022_table4":
-        return layer_time(pipegrid, r, what_if_gpu(gemm))
+def run_whole(pipegrid, exp, fold):
+    """`pipegrid run --json` of the experiment `exp` as a whole graph: its time, feasibility, breakdown
+    and wall time; above pipegrid's task limit, fold(why) instead (a TP-folded replay)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, r["id"] + ".yaml")
+        path = os.path.join(tmp, exp["name"] + ".yaml")
         with open(path, "w") as f:
-            yaml.safe_dump(experiment(r, what_if_gpu(gemm)), f)
+            yaml.safe_dump(exp, f)
         start = time.time()
         p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
         wall = time.time() - start
-        if p.returncode != 0:
-            err = (p.stderr or p.stdout).strip().splitlines()[-1]
-            if "too large to simulate" in err:
-                return replay_folded(pipegrid, r, gemm, "not replayed whole: " + err.split(": ", 2)[-1])
-            return {"error": err, "wall": wall}
-        j = json.loads(p.stdout)
-        return {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {}),
-                "wall": wall}
+    if p.returncode != 0:
+        err = (p.stderr or p.stdout).strip().splitlines()[-1]
+        if "too large to simulate" in err:
+            return fold("not replayed whole: " + err.split(": ", 2)[-1])
+        return {"error": err, "wall": wall}
+    j = json.loads(p.stdout)
+    return {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {}),
+            "wall": wall}
+
+
+def simulate(pipegrid, r, gemm=None):
+    if r["table"] == "korthikanti2022_table4":
+        return layer_time(pipegrid, r, what_if_gpu(gemm))
+    return run_whole(pipegrid, experiment(r, what_if_gpu(gemm)), lambda why: replay_folded(pipegrid, r, gemm, why))
 
 
 def main():
