@@ -7,13 +7,12 @@
 namespace pipegrid {
 namespace {
 
-using Deps = std::vector<int32_t>;
-
-int32_t add_transfer(TaskGraph& g, int from, int to, double bytes, int32_t stage, const Deps& after) {
+int32_t add_flow(TaskGraph& g, int from, int to, double bytes, const FlowTag& tag, const Deps& after) {
   Task t;
   t.kind = TaskKind::Transfer;
-  t.transfer = TransferKind::AllReduce;
-  t.stage = t.peer_stage = stage;
+  t.transfer = tag.kind;
+  t.stage = t.peer_stage = tag.stage;
+  t.micro_batch = tag.micro_batch;
   t.device = from;
   t.peer = to;
   t.bytes = bytes;
@@ -23,23 +22,23 @@ int32_t add_transfer(TaskGraph& g, int from, int to, double bytes, int32_t stage
   return id;
 }
 
-// Ring all-reduce among devices[0..n): returns each device's last receive (empty for n = 1).
-std::vector<Deps> ring(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
-                       double bytes, int32_t stage) {
+// A ring of `steps` steps of S / n among devices[0..n): in each step device j sends to j + 1 once
+// it received the previous step's chunk from j - 1; the first `own_steps` steps also send the
+// device's own data (they need ready[j]). Returns each device's last receive (empty for n = 1).
+std::vector<Deps> stepped_ring(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
+                               double bytes, int steps, int own_steps, const FlowTag& tag) {
   const int n = static_cast<int>(devices.size());
   std::vector<Deps> done(n);
   if (n < 2) return done;
   const double chunk = bytes / n;
   std::vector<int32_t> prev(n, -1);
-  for (int step = 0; step < 2 * (n - 1); ++step) {
+  for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> cur(n);
     for (int j = 0; j < n; ++j) {
       Deps after;
-      // The reduce-scatter steps and the first all-gather step send chunks that include the
-      // device's own data: they need it as well as what arrived.
-      if (step < n) after = ready[j];
+      if (step < own_steps) after = ready[j];
       if (step > 0) after.push_back(prev[(j - 1 + n) % n]);
-      cur[j] = add_transfer(g, devices[j], devices[(j + 1) % n], chunk, stage, after);
+      cur[j] = add_flow(g, devices[j], devices[(j + 1) % n], chunk, tag, after);
     }
     prev = std::move(cur);
   }
@@ -62,6 +61,24 @@ std::vector<std::vector<size_t>> machines(const Cluster& c, const std::vector<in
 
 }  // namespace
 
+std::string_view to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce:
+      return "all-reduce";
+    case CollectiveKind::AllGather:
+      return "all-gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce-scatter";
+    case CollectiveKind::AllToAll:
+      return "all-to-all";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+    case CollectiveKind::SendRecv:
+      return "send/receive";
+  }
+  return "?";
+}
+
 std::string_view to_string(AllReduceAlgorithm a) {
   switch (a) {
     case AllReduceAlgorithm::Ring:
@@ -81,8 +98,283 @@ std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name) {
   return std::nullopt;
 }
 
-Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
-                                   const std::vector<std::vector<int>>& rings, double bytes) {
+double ring_flow_bytes(CollectiveKind k, double bytes, int t) {
+  if (t < 2) return 0;
+  const double steps = k == CollectiveKind::AllReduce ? 2.0 * (t - 1) : static_cast<double>(t - 1);
+  return steps / t * bytes;
+}
+
+// ---- Flows ---------------------------------------------------------------------------------------
+
+std::vector<Deps> append_ring_allreduce(TaskGraph& g, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+  // The reduce-scatter steps and the first all-gather step send chunks that include the device's
+  // own data: they need it as well as what arrived.
+  const int n = static_cast<int>(devices.size());
+  return stepped_ring(g, devices, ready, bytes, 2 * (n - 1), n, tag);
+}
+
+std::vector<Deps> append_ring_reduce_scatter(TaskGraph& g, const std::vector<int>& devices,
+                                             const std::vector<Deps>& ready, double bytes,
+                                             const FlowTag& tag) {
+  const int n = static_cast<int>(devices.size());
+  return stepped_ring(g, devices, ready, bytes, n - 1, n - 1, tag);
+}
+
+std::vector<Deps> append_ring_allgather(TaskGraph& g, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+  // Only the first step sends the device's own chunk; the others forward what arrived.
+  const int n = static_cast<int>(devices.size());
+  return stepped_ring(g, devices, ready, bytes, n - 1, 1, tag);
+}
+
+std::vector<Deps> append_multiring(TaskGraph& g, const Cluster& c, CollectiveKind kind,
+                                   const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                   double bytes, const FlowTag& tag) {
+  auto ring = [&](const std::vector<int>& order, const std::vector<Deps>& order_ready, double b) {
+    return kind == CollectiveKind::ReduceScatter ? append_ring_reduce_scatter(g, order, order_ready, b, tag)
+                                                 : append_ring_allreduce(g, order, order_ready, b, tag);
+  };
+  const std::vector<std::vector<size_t>> orders = multi_ring_orders(c, devices);
+  if (orders.size() < 2) return ring(devices, ready, bytes);
+  std::vector<Deps> done(devices.size());
+  for (const std::vector<size_t>& index : orders) {
+    std::vector<int> order;
+    std::vector<Deps> order_ready;
+    for (size_t j : index) {
+      order.push_back(devices[j]);
+      order_ready.push_back(ready[j]);
+    }
+    std::vector<Deps> got = ring(order, order_ready, bytes / static_cast<double>(orders.size()));
+    for (size_t i = 0; i < index.size(); ++i)
+      done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
+  }
+  return done;
+}
+
+std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, CollectiveKind kind,
+                                      const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                      double bytes, const FlowTag& tag) {
+  const bool scatter = kind == CollectiveKind::ReduceScatter;
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
+  std::vector<Deps> done(devices.size());
+  std::vector<int> leaders;
+  std::vector<Deps> leader_ready;
+  for (const auto& m : members) {
+    const size_t lead = m[0];
+    Deps reduced = ready[lead];
+    for (size_t i = 1; i < m.size(); ++i)
+      reduced.push_back(add_flow(g, devices[m[i]], devices[lead], bytes, tag, ready[m[i]]));
+    leaders.push_back(devices[lead]);
+    leader_ready.push_back(std::move(reduced));
+  }
+  std::vector<Deps> across = scatter ? append_ring_reduce_scatter(g, leaders, leader_ready, bytes, tag)
+                                     : append_ring_allreduce(g, leaders, leader_ready, bytes, tag);
+  // The leader sends the others of its machine the whole result (all-reduce) or their shard.
+  const double out = scatter ? bytes / static_cast<double>(devices.size()) : bytes;
+  for (size_t k = 0; k < members.size(); ++k) {
+    const auto& m = members[k];
+    // With one machine the leader's result is the reduction itself.
+    Deps have = leaders.size() > 1 ? across[k] : leader_ready[k];
+    if (m.size() > 1 || leaders.size() > 1) {
+      done[m[0]] = have;
+      done[m[0]].erase(std::remove(done[m[0]].begin(), done[m[0]].end(), -1), done[m[0]].end());
+    }
+    for (size_t i = 1; i < m.size(); ++i) done[m[i]] = {add_flow(g, devices[m[0]], devices[m[i]], out, tag, have)};
+  }
+  return done;
+}
+
+std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+  const int n = static_cast<int>(devices.size());
+  std::vector<Deps> done(n);
+  if (n < 2) return done;
+  const double flow_bytes = ring_flow_bytes(kind, bytes, n);
+  std::vector<int32_t> flows(n);
+  for (int q = 0; q < n; ++q) {
+    flows[q] = add_flow(g, devices[q], devices[(q + 1) % n], flow_bytes, tag, ready[q]);
+    for (int32_t d : ready[(q + 1) % n])
+      if (d >= 0) g.depend(d, flows[q]);
+  }
+  for (int q = 0; q < n; ++q) done[q] = {flows[q], flows[(q - 1 + n) % n]};
+  return done;
+}
+
+std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& devices,
+                                    const std::vector<Deps>& ready,
+                                    const std::vector<std::vector<double>>& bytes, const FlowTag& tag) {
+  const size_t n = devices.size();
+  std::vector<std::vector<int32_t>> flow(n, std::vector<int32_t>(n, -1));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j || bytes[i][j] <= 0) continue;
+      flow[i][j] = add_flow(g, devices[i], devices[j], bytes[i][j], tag, ready[i]);
+      for (int32_t d : ready[j])
+        if (d >= 0) g.depend(d, flow[i][j]);
+    }
+  std::vector<Deps> done(n);
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t x = 0; x < n; ++x)
+      if (flow[j][x] >= 0) done[j].push_back(flow[j][x]);
+    for (size_t x = 0; x < n; ++x)
+      if (flow[x][j] >= 0) done[j].push_back(flow[x][j]);
+  }
+  return done;
+}
+
+std::vector<Deps> append_chain_broadcast(TaskGraph& g, const std::vector<int>& devices,
+                                         const std::vector<Deps>& ready, double bytes, int chunks,
+                                         const FlowTag& tag) {
+  const size_t n = devices.size();
+  std::vector<Deps> done(n);
+  if (n < 2) return done;
+  const int k_count = std::max(1, chunks);
+  const double chunk = bytes / k_count;
+  // left[j]: the flow of the previous chunk from device j; arrived[j]: this chunk's arrival at j.
+  std::vector<int32_t> left(n, -1);
+  for (int k = 0; k < k_count; ++k) {
+    int32_t arrived = -1;
+    for (size_t j = 0; j + 1 < n; ++j) {
+      Deps after = j == 0 ? ready[0] : Deps{arrived};
+      after.push_back(left[j]);
+      arrived = left[j] = add_flow(g, devices[j], devices[j + 1], chunk, tag, after);
+      if (k == k_count - 1) done[j + 1] = {arrived};
+    }
+  }
+  done[0] = {left[0]};
+  return done;
+}
+
+int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& after, const FlowTag& tag) {
+  return add_flow(g, from, to, bytes, tag, after);
+}
+
+std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
+                                       const Cluster& c, const std::vector<int>& devices,
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage) {
+  std::vector<Deps> ready_sets(devices.size());
+  for (size_t j = 0; j < devices.size(); ++j) ready_sets[j] = {ready[j]};
+  const FlowTag tag{TransferKind::DataParallel, stage, -1};
+  switch (algorithm) {
+    case AllReduceAlgorithm::Ring:
+      return kind == CollectiveKind::ReduceScatter ? append_ring_reduce_scatter(g, devices, ready_sets, bytes, tag)
+                                                   : append_ring_allreduce(g, devices, ready_sets, bytes, tag);
+    case AllReduceAlgorithm::MultiRing:
+      return append_multiring(g, c, kind, devices, ready_sets, bytes, tag);
+    case AllReduceAlgorithm::Hierarchical:
+      return append_hierarchical(g, c, kind, devices, ready_sets, bytes, tag);
+  }
+  return {};
+}
+
+std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
+                                   const std::vector<int>& devices, const std::vector<int32_t>& ready,
+                                   double bytes, int32_t stage) {
+  return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage);
+}
+
+std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices) {
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
+  const size_t m = members.empty() ? 0 : members[0].size();
+  const bool uniform =
+      std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
+  std::vector<std::vector<size_t>> orders;
+  if (members.size() < 2 || m < 2 || !uniform) {
+    orders.emplace_back(devices.size());
+    for (size_t j = 0; j < devices.size(); ++j) orders[0][j] = j;
+    return orders;
+  }
+  // Ring k visits every machine's devices starting at its k-th, so it leaves machine i from the
+  // (k - 1)-th device and enters machine i + 1 at the k-th: each device's NIC carries the crossings
+  // of exactly one ring.
+  for (size_t k = 0; k < m; ++k) {
+    std::vector<size_t>& order = orders.emplace_back();
+    for (const auto& x : members)
+      for (size_t i = 0; i < m; ++i) order.push_back(x[(k + i) % m]);
+  }
+  return orders;
+}
+
+// ---- Closed forms --------------------------------------------------------------------------------
+
+Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& devices) {
+  LinkCost cost;
+  const size_t n = devices.size();
+  if (n < 2) return cost;
+  for (size_t i = 0; i < n; ++i) {
+    Result<Route> r = router.route(devices[i], devices[(i + 1) % n]);
+    if (!r) return r.error();
+    cost.add_hop(r->latency, r->bandwidth);
+  }
+  return cost;
+}
+
+namespace closed_form {
+
+double ring_allreduce(int n, double bytes, const LinkCost& hop) {
+  if (n < 2) return 0;
+  return 2.0 * (n - 1) * hop.latency + 2.0 * (n - 1) / n * bytes / hop.bandwidth;
+}
+
+double ring_reduce_scatter(int n, double bytes, const LinkCost& hop) {
+  if (n < 2) return 0;
+  return (n - 1.0) * hop.latency + (n - 1.0) / n * bytes / hop.bandwidth;
+}
+
+double ring_allgather(int n, double bytes, const LinkCost& hop) { return ring_reduce_scatter(n, bytes, hop); }
+
+double merged_ring(CollectiveKind kind, int n, double bytes, const LinkCost& hop) {
+  if (n < 2) return 0;
+  return hop.latency + ring_flow_bytes(kind, bytes, n) / hop.bandwidth;
+}
+
+double multiring_allreduce(int machines, int per_machine, double bytes, const LinkCost& intra,
+                           const LinkCost& inter) {
+  const int n = machines * per_machine;
+  if (machines < 2 || per_machine < 2) {
+    LinkCost slower = intra;
+    slower.add_hop(inter.latency, inter.bandwidth);
+    return ring_allreduce(n, bytes, machines < 2 ? intra : slower);
+  }
+  const double c = bytes / (static_cast<double>(per_machine) * n);
+  const double step = std::max(intra.latency + (per_machine - 1) * c / intra.bandwidth,
+                               inter.latency + c / inter.bandwidth);
+  return 2.0 * (n - 1) * step;
+}
+
+double hierarchical_allreduce(int machines, int per_machine, double bytes, const LinkCost& leader,
+                              const LinkCost& inter) {
+  const double gather = per_machine > 1 ? leader.latency + (per_machine - 1) * bytes / leader.bandwidth : 0;
+  return 2 * gather + ring_allreduce(machines, bytes, inter);
+}
+
+double all_to_all(int n, double bytes_per_pair, const LinkCost& port) {
+  if (n < 2 || bytes_per_pair <= 0) return 0;
+  return port.latency + (n - 1) * bytes_per_pair / port.bandwidth;
+}
+
+double all_to_all(int machines, int per_machine, double bytes_per_pair, const LinkCost& intra,
+                  const LinkCost& inter) {
+  const double inside = all_to_all(per_machine, bytes_per_pair, intra);
+  if (machines < 2 || bytes_per_pair <= 0) return inside;
+  const double across = inter.latency + (machines - 1.0) * per_machine * bytes_per_pair / inter.bandwidth;
+  return std::max(inside, across);
+}
+
+double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop) {
+  if (n < 2) return 0;
+  const int k = std::max(1, chunks);
+  return (n - 2.0 + k) * (hop.latency + bytes / k / hop.bandwidth);
+}
+
+double send(double bytes, const LinkCost& hop) { return hop.latency + bytes / hop.bandwidth; }
+
+}  // namespace closed_form
+
+Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
+                                    const std::vector<std::vector<int>>& rings, double bytes,
+                                    CollectiveKind kind) {
   size_t n = 0;
   for (const auto& ring : rings) n = std::max(n, ring.size());
   if (n < 2) return 0.0;
@@ -115,7 +407,8 @@ Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
     // link is free (FIFO: the previous step's bytes have left); a flow takes latency + hold.
     std::fill(received.begin(), received.end(), 0.0);
     std::fill(free_at.begin(), free_at.end(), 0.0);
-    for (size_t step = 0; step < 2 * (n - 1); ++step) {
+    const size_t steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
+    for (size_t step = 0; step < steps; ++step) {
       for (size_t j = 0; j < n; ++j) {
         const double start = std::max(received[j], free_at[j]);
         free_at[j] = start + hold[j];
@@ -126,81 +419,6 @@ Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
     for (double t : received) longest = std::max(longest, t);
   }
   return longest;
-}
-
-std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm,
-                                                   const Cluster& c, const std::vector<int>& devices,
-                                                   const std::vector<int32_t>& ready, double bytes,
-                                                   int32_t stage) {
-  const size_t n = devices.size();
-  std::vector<Deps> ready_sets(n);
-  for (size_t j = 0; j < n; ++j) ready_sets[j] = {ready[j]};
-  if (algorithm == AllReduceAlgorithm::Ring) return ring(g, devices, ready_sets, bytes, stage);
-
-  if (algorithm == AllReduceAlgorithm::MultiRing) {
-    const std::vector<std::vector<size_t>> orders = multi_ring_orders(c, devices);
-    if (orders.size() < 2) return ring(g, devices, ready_sets, bytes, stage);
-    std::vector<Deps> done(n);
-    for (const std::vector<size_t>& index : orders) {
-      std::vector<int> order;
-      std::vector<Deps> order_ready;
-      for (size_t j : index) {
-        order.push_back(devices[j]);
-        order_ready.push_back(ready_sets[j]);
-      }
-      std::vector<Deps> got = ring(g, order, order_ready, bytes / static_cast<double>(orders.size()), stage);
-      for (size_t i = 0; i < index.size(); ++i)
-        done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
-    }
-    return done;
-  }
-  const std::vector<std::vector<size_t>> members = machines(c, devices);
-  std::vector<Deps> done(n);
-  std::vector<int> leaders;
-  std::vector<Deps> leader_ready;
-  for (const auto& m : members) {
-    const size_t lead = m[0];
-    Deps reduced = ready_sets[lead];
-    for (size_t i = 1; i < m.size(); ++i)
-      reduced.push_back(add_transfer(g, devices[m[i]], devices[lead], bytes, stage, ready_sets[m[i]]));
-    leaders.push_back(devices[lead]);
-    leader_ready.push_back(std::move(reduced));
-  }
-  std::vector<Deps> across = ring(g, leaders, leader_ready, bytes, stage);
-  for (size_t k = 0; k < members.size(); ++k) {
-    const auto& m = members[k];
-    // With one machine the leader's result is the reduction itself.
-    Deps have = leaders.size() > 1 ? across[k] : leader_ready[k];
-    if (m.size() > 1 || leaders.size() > 1) {
-      done[m[0]] = have;
-      done[m[0]].erase(std::remove(done[m[0]].begin(), done[m[0]].end(), -1), done[m[0]].end());
-    }
-    for (size_t i = 1; i < m.size(); ++i)
-      done[m[i]] = {add_transfer(g, devices[m[0]], devices[m[i]], bytes, stage, have)};
-  }
-  return done;
-}
-
-std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices) {
-  const std::vector<std::vector<size_t>> members = machines(c, devices);
-  const size_t m = members.empty() ? 0 : members[0].size();
-  const bool uniform =
-      std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
-  std::vector<std::vector<size_t>> orders;
-  if (members.size() < 2 || m < 2 || !uniform) {
-    orders.emplace_back(devices.size());
-    for (size_t j = 0; j < devices.size(); ++j) orders[0][j] = j;
-    return orders;
-  }
-  // Ring k visits every machine's devices starting at its k-th, so it leaves machine i from the
-  // (k - 1)-th device and enters machine i + 1 at the k-th: each device's NIC carries the crossings
-  // of exactly one ring.
-  for (size_t k = 0; k < m; ++k) {
-    std::vector<size_t>& order = orders.emplace_back();
-    for (const auto& x : members)
-      for (size_t i = 0; i < m; ++i) order.push_back(x[(k + i) % m]);
-  }
-  return orders;
 }
 
 }  // namespace pipegrid

@@ -1,17 +1,48 @@
-// Collectives as point-to-point transfers in a TaskGraph, so that they run on the simulated network
-// with its contention like any other transfer. The reduction arithmetic itself takes no time.
+// The collectives module: every collective pipegrid simulates, one function per algorithm, each in
+// two views of one definition:
+//  (a) the flows it appends to a TaskGraph between given devices (point-to-point transfers, so that
+//      they run on the simulated network with its routes and contention like any other transfer;
+//      the reduction arithmetic itself takes no time), and
+//  (b) its closed-form time on an uncontended network, in namespace closed_form.
+// Tests hold (a) to (b) per algorithm on a ring of links, a switch and a two-node DGX
+// (tests/sim/collectives_test.cc). Data-parallel gradients, the distributed optimizer, tensor-parallel
+// groups and every planner's cost model use these functions; no other file writes a collective's
+// flows or formula.
+//
+// Flow granularity (what one Task is), and where the flows are exact:
+//  - step rings (ring all-reduce, reduce-scatter, all-gather; multi-ring and hierarchical, which are
+//    built of them): one flow per device per step, each step's flow waiting for the previous step's
+//    arrival. Exact for the algorithm as NCCL's ring runs it with one chunk in flight per step;
+//    NCCL's pipelining of a step's chunk into slices is not modelled (it hides latency, not
+//    bandwidth).
+//  - merged rings (tensor-parallel collectives): one flow per device to the next device of the ring,
+//    carrying what that device sends over all the ring's steps (ring_flow_bytes). On a ring of equal
+//    links it takes the bandwidth time of the stepped ring exactly and one latency instead of one per
+//    step; used where a collective sits inside every pass (thousands per iteration), to keep the
+//    graph small.
+//  - all-to-all: one flow per ordered pair with bytes to send, all at once (NCCL's grouped
+//    send/receive, as Megatron-Core's all-to-all dispatcher issues it). Exact for that algorithm.
+//  - broadcast: a pipelined chain from the root in `chunks` chunks (NCCL's ring broadcast); exact.
+//  - send/receive: one flow.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/result.h"
 #include "core/task_graph.h"
 
 namespace pipegrid {
 
+// What a collective computes.
+enum class CollectiveKind : unsigned char { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, SendRecv };
+std::string_view to_string(CollectiveKind k);  // "all-reduce", "all-gather", ...
+
+// How a data-parallel all-reduce runs (strategy `allreduce`).
 enum class AllReduceAlgorithm {
   // Ring all-reduce (reduce-scatter then all-gather): 2 (n - 1) steps; in each, device j sends a 1/n
   // chunk to device j + 1 (in the order given) once it has received the previous step's chunk
@@ -31,22 +62,145 @@ enum class AllReduceAlgorithm {
   // the ring.
   MultiRing,
 };
-
 std::string_view to_string(AllReduceAlgorithm a);
 std::optional<AllReduceAlgorithm> parse_allreduce(
     std::string_view name);  // "ring", "hierarchical", "multi-ring"
 
-// Appends the transfers of an all-reduce of `bytes` among `devices` (distinct device indices) to g,
-// as TransferKind::AllReduce tasks with stage = peer_stage = `stage` and micro-batch -1.
-// ready[j] is the task after which devices[j] holds its input, or -1 for "from the start".
-// Returns, for each j, the tasks after which devices[j] holds the result (empty when it receives
-// nothing: a single device).
-std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm,
-                                                   const Cluster& c, const std::vector<int>& devices,
-                                                   const std::vector<int32_t>& ready, double bytes,
-                                                   int32_t stage = -1);
+// The tasks after which something holds: a device's input is ready, or it holds the result.
+using Deps = std::vector<int32_t>;
 
-// The time of concurrent ring all-reduces (AllReduceAlgorithm::Ring), one of `bytes` per ring, all
+// How a collective's flows are labelled in the task graph (and so in the breakdown and the trace).
+struct FlowTag {
+  TransferKind kind = TransferKind::DataParallel;
+  int32_t stage = -1;        // Task::stage and Task::peer_stage
+  int32_t micro_batch = -1;  // -1: once per iteration
+};
+
+// ---- (a) Flows -------------------------------------------------------------------------------
+// Common contract: `devices` are distinct device indices, in the algorithm's order (a ring's order);
+// ready[j] lists the tasks after which devices[j] holds its input (empty, or -1 entries: from the
+// start). The result has one entry per device: the tasks after which devices[j] holds its result
+// (empty when it receives nothing, e.g. a group of one).
+
+// Ring all-reduce, 2 (n - 1) steps of S / n.
+std::vector<Deps> append_ring_allreduce(TaskGraph& g, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// Ring reduce-scatter of S bytes (each device ends with its reduced S / n): n - 1 steps of S / n.
+std::vector<Deps> append_ring_reduce_scatter(TaskGraph& g, const std::vector<int>& devices,
+                                             const std::vector<Deps>& ready, double bytes,
+                                             const FlowTag& tag);
+// Ring all-gather of S bytes (each device starts with S / n): n - 1 steps of S / n.
+std::vector<Deps> append_ring_allgather(TaskGraph& g, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// AllReduceAlgorithm::MultiRing: multi_ring_orders' rings, each a ring all-reduce of S / m (or, with
+// kind ReduceScatter, a ring reduce-scatter of S / m).
+std::vector<Deps> append_multiring(TaskGraph& g, const Cluster& c, CollectiveKind kind,
+                                   const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                   double bytes, const FlowTag& tag);
+// AllReduceAlgorithm::Hierarchical. With kind ReduceScatter: the reduce to each machine's leader,
+// a ring reduce-scatter of S among the leaders, then each leader sends each other device of its
+// machine that device's S / n.
+std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, CollectiveKind kind,
+                                      const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                      double bytes, const FlowTag& tag);
+// A merged-ring collective (AllReduce, AllGather or ReduceScatter of S bytes, the whole tensor):
+// device j sends one flow of ring_flow_bytes(kind, S, n) to device j + 1 once both of them are ready
+// (ready[j] and ready[j + 1]); device j holds the result once its flows out and in are done:
+// result[j] = {flow j, flow j - 1}.
+std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// All-to-all: devices[i] sends bytes[i][j] to devices[j] (i != j; zero sends nothing), every flow
+// once both ends are ready; a device holds its result once all its flows out and in are done (in the
+// order: out by destination, then in by source).
+std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& devices,
+                                    const std::vector<Deps>& ready,
+                                    const std::vector<std::vector<double>>& bytes, const FlowTag& tag);
+// Broadcast of S bytes from devices[0] along the chain devices[0] -> devices[1] -> ..., in `chunks`
+// chunks (pipelined: chunk k leaves device j once it arrived there and chunk k - 1 has left).
+std::vector<Deps> append_chain_broadcast(TaskGraph& g, const std::vector<int>& devices,
+                                         const std::vector<Deps>& ready, double bytes, int chunks,
+                                         const FlowTag& tag);
+// One transfer of S bytes from `from` to `to` after every task of `after`; returns its task.
+int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& after, const FlowTag& tag);
+
+// The data-parallel gradient collective by `algorithm`: an all-reduce (kind AllReduce), or the
+// distributed optimizer's reduce-scatter (kind ReduceScatter), as TransferKind::DataParallel tasks of
+// stage `stage` (stage = peer_stage, micro-batch -1). ready[j] is the task after which devices[j]
+// holds its input, or -1 for "from the start".
+std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
+                                       const Cluster& c, const std::vector<int>& devices,
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage = -1);
+// append_data_parallel's all-reduce.
+std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
+                                   const std::vector<int>& devices, const std::vector<int32_t>& ready,
+                                   double bytes, int32_t stage = -1);
+
+// The rings AllReduceAlgorithm::MultiRing runs over `devices`, as indices into `devices`: m rings
+// (each to carry bytes / m) when the devices sit m >= 2 to a machine on two or more machines, ring k
+// visiting the machines in order of first appearance and each machine's devices from its k-th;
+// otherwise one ring, `devices` in the order given.
+std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices);
+
+// Bytes one device sends in the merged-ring collective of `bytes` (the whole tensor) among t
+// devices: 2 (t - 1) / t x bytes for an all-reduce, (t - 1) / t x bytes for an all-gather or a
+// reduce-scatter. On a ring of equal links with no latency, one such flow per device takes exactly
+// the time of the 2 (t - 1) (or t - 1) pipelined steps of the ring algorithm.
+double ring_flow_bytes(CollectiveKind k, double bytes, int t);
+
+// ---- (b) Closed forms ------------------------------------------------------------------------
+
+// The cost of one hop of a collective on an uncontended network: a flow of S bytes takes
+// latency + S / bandwidth. For a ring, the slowest of its hops stands for all (add each hop).
+struct LinkCost {
+  double latency = 0;
+  double bandwidth = std::numeric_limits<double>::infinity();
+  void add_hop(double hop_latency, double hop_bandwidth) {
+    latency = std::max(latency, hop_latency);
+    bandwidth = std::min(bandwidth, hop_bandwidth);
+  }
+};
+// The slowest hop of the ring devices[0] -> devices[1] -> ... -> devices[0] (routes by `router`).
+Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& devices);
+
+namespace closed_form {
+// Ring all-reduce: 2 (n - 1) a + 2 (n - 1)/n x S / B (0 for n < 2).
+double ring_allreduce(int n, double bytes, const LinkCost& hop);
+// Ring reduce-scatter or all-gather of S bytes: (n - 1) a + (n - 1)/n x S / B.
+double ring_reduce_scatter(int n, double bytes, const LinkCost& hop);
+double ring_allgather(int n, double bytes, const LinkCost& hop);
+// Merged ring: a + ring_flow_bytes(kind, S, n) / B (0 for n < 2).
+double merged_ring(CollectiveKind kind, int n, double bytes, const LinkCost& hop);
+// Multi-ring over L machines of m devices (n = L m), the rings' hops inside a machine costing
+// `intra` and across machines `inter`, each device's intra-machine port shared by the m - 1 rings
+// that stay inside and its NIC by the one that leaves: 2 (n - 1) steps, each
+// max(intra.a + (m - 1) c / intra.B, inter.a + c / inter.B) with c = S / (m n). L < 2 or m < 2:
+// the ring over the slower of the two.
+double multiring_allreduce(int machines, int per_machine, double bytes, const LinkCost& intra,
+                           const LinkCost& inter);
+// Hierarchical over L machines of m devices, `leader` the route between a device and its machine's
+// leader and `inter` the leaders' ring hop: reduce and broadcast each leader.a + (m - 1) S / leader.B
+// (the m - 1 flows share the leader's port), plus the leaders' ring all-reduce.
+double hierarchical_allreduce(int machines, int per_machine, double bytes, const LinkCost& leader,
+                              const LinkCost& inter);
+// All-to-all of c bytes per ordered pair among n devices, each with one port (`port`: a device's
+// route to any other, every route through the device's own link of bandwidth B): every device sends
+// (n - 1) c and receives as much through its port: a + (n - 1) c / B.
+double all_to_all(int n, double bytes_per_pair, const LinkCost& port);
+// All-to-all of c bytes per ordered pair among L machines of m devices, each device with one port
+// inside its machine (`intra`: its route to a device of its machine) and one out of it (`inter`: its
+// route to a device of another machine, not through the intra port, as a DGX's NIC): the two ports
+// carry (m - 1) c and (L - 1) m c at once: max(intra.a + (m - 1) c / intra.B, inter.a + (L - 1) m c /
+// inter.B). One machine: all_to_all over intra.
+double all_to_all(int machines, int per_machine, double bytes_per_pair, const LinkCost& intra,
+                  const LinkCost& inter);
+// Chain broadcast of S bytes in k chunks over n devices: (n - 2 + k) (a + S / (k B)).
+double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop);
+// Send/receive: a + S / B.
+double send(double bytes, const LinkCost& hop);
+}  // namespace closed_form
+
+// The time of concurrent stepped rings (an all-reduce, AllReduceAlgorithm::Ring, or with `kind`
+// ReduceScatter / AllGather, the ring of n - 1 steps), one of `bytes` per ring, all
 // rings of the same size n >= 2 and ready at time 0, as the analytic evaluator (core/evaluate.h) runs
 // their transfers, computed step by step without a task graph: in each of the 2 (n - 1) steps, device
 // j sends a chunk of bytes / n to j + 1 once it has the previous step's chunk from j - 1 and its link
@@ -54,16 +208,11 @@ std::vector<std::vector<int32_t>> append_allreduce(TaskGraph& g, AllReduceAlgori
 // channel of its route is held in a step, where every flow of the step (over every ring) holds each
 // channel of its route for chunk / its route's bandwidth (shared channels carry them in turn; for k
 // flows of equal routes on a channel, k x chunk / B). For one ring of equal routes that share no channel:
-// 2 (n - 1) (a + S / (n B)), the evaluator's time exactly; with shared channels it charges every flow
-// the whole queue (the evaluator lets the first ones through earlier: an upper bound there). 0 for
-// rings of one device. Fails when two devices of a ring are not connected.
-Result<double> ring_allreduce_time(const Cluster& c, const Router& router,
-                                   const std::vector<std::vector<int>>& rings, double bytes);
-
-// The rings AllReduceAlgorithm::MultiRing runs over `devices`, as indices into `devices`: m rings
-// (each to carry bytes / m) when the devices sit m >= 2 to a machine on two or more machines, ring k
-// visiting the machines in order of first appearance and each machine's devices from its k-th;
-// otherwise one ring, `devices` in the order given.
-std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices);
+// closed_form::ring_allreduce exactly; with shared channels it charges every flow the whole queue (the
+// evaluator lets the first ones through earlier: an upper bound there). 0 for rings of one device.
+// Fails when two devices of a ring are not connected.
+Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
+                                    const std::vector<std::vector<int>>& rings, double bytes,
+                                    CollectiveKind kind = CollectiveKind::AllReduce);
 
 }  // namespace pipegrid

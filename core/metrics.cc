@@ -120,7 +120,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
       if (p < 0 || !(t.end[p] > from) || g.tasks[p].is_compute()) break;
       const Task& x = g.tasks[p];
       double& part = x.transfer == TransferKind::TensorParallel ? b.tensor_parallel_s
-                     : x.transfer == TransferKind::AllReduce    ? b.data_parallel_s
+                     : x.transfer == TransferKind::DataParallel    ? b.data_parallel_s
                                                                 : b.pipeline_s;
       const double begin = std::max(from, t.start[p]);
       part += until - begin;

@@ -13,9 +13,11 @@
 namespace pipegrid {
 
 enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Transfer };
-// AllReduce: a data-parallel gradient collective (or the distributed optimizer's reduce-scatter and
-// all-gather); TensorParallel: one flow of a tensor-parallel group's collective (core/tensor_parallel.h).
-enum class TransferKind : unsigned char { None, Activation, Gradient, AllReduce, TensorParallel };
+// Which traffic a transfer belongs to (the breakdown and the trace group by it); the collectives
+// themselves are core/collectives.h's. Activation / Gradient: between pipeline stages; DataParallel:
+// a flow of the replicas' gradient collective (all-reduce, or the distributed optimizer's
+// reduce-scatter); TensorParallel: a flow of a tensor-parallel group's collective.
+enum class TransferKind : unsigned char { None, Activation, Gradient, DataParallel, TensorParallel };
 
 struct Task {
   TaskKind kind = TaskKind::Forward;

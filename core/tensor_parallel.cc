@@ -6,24 +6,6 @@
 
 namespace pipegrid {
 
-std::string_view to_string(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::AllReduce:
-      return "all-reduce";
-    case CollectiveKind::AllGather:
-      return "all-gather";
-    case CollectiveKind::ReduceScatter:
-      return "reduce-scatter";
-  }
-  return "?";
-}
-
-double ring_flow_bytes(CollectiveKind k, double bytes, int t) {
-  if (t < 2) return 0;
-  const double steps = k == CollectiveKind::AllReduce ? 2.0 * (t - 1) : static_cast<double>(t - 1);
-  return steps / t * bytes;
-}
-
 namespace {
 
 Kernel kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,

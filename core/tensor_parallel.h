@@ -23,6 +23,7 @@
 
 #include <vector>
 
+#include "core/collectives.h"
 #include "core/result.h"
 #include "core/workload.h"
 
@@ -35,9 +36,6 @@ struct TensorParallelOptions {
   // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
   bool overlap = false;
 };
-
-enum class CollectiveKind : unsigned char { AllReduce, AllGather, ReduceScatter };
-std::string_view to_string(CollectiveKind k);
 
 // One piece of a layer's pass on one device of a group of t.
 struct TpPiece {
@@ -76,11 +74,5 @@ std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precisio
 // over those logits (read, exponentiate, normalise; two launches each way). A builder uses t = 1, so
 // the head costs the same at every t.
 std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes, Precision precision);
-
-// Bytes one device sends in the merged-flow ring collective of `bytes` (the whole tensor) among t
-// devices: 2 (t - 1) / t x bytes for an all-reduce, (t - 1) / t x bytes for an all-gather or a
-// reduce-scatter. On a ring of equal links with no latency, one such flow per device takes exactly
-// the time of the 2 (t - 1) (or t - 1) pipelined steps of the ring algorithm.
-double ring_flow_bytes(CollectiveKind k, double bytes, int t);
 
 }  // namespace pipegrid

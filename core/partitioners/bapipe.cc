@@ -24,6 +24,7 @@
 #include <chrono>
 #include <limits>
 
+#include "core/collectives.h"
 #include "core/partitioners/common.h"
 #include "core/strategy.h"
 #include "core/units.h"
@@ -97,7 +98,7 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   // Per group of c devices from a: ring all-reduce bandwidth and latency (routes between
   // consecutive devices) and the smallest memory.
   struct Group {
-    double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+    LinkCost ring;
     double capacity = std::numeric_limits<double>::infinity();
   };
   Router router(r.cluster);
@@ -111,8 +112,7 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
         if (c == 1) continue;
         Result<Route> route = router.route(a + x, a + (x + 1) % c);
         if (!route) return route.error();
-        g.bandwidth = std::min(g.bandwidth, route->bandwidth);
-        g.latency = std::max(g.latency, route->latency);
+        g.ring.add_hop(route->latency, route->bandwidth);
       }
     }
   const bool gpipe = r.schedule == "gpipe";
@@ -120,10 +120,7 @@ Result<Partition> partition_bapipe(const PartitionRequest& r) {
   auto stage_time = [&](int a, int c, int j, int k) {
     double t = 0;
     for (int x = 0; x < c; ++x) t = std::max(t, time[c][a + x][k] - time[c][a + x][j]);
-    if (c > 1) {
-      const double bytes = pbytes[k] - pbytes[j];
-      t += (2.0 * (c - 1) * groups[a][c].latency + 2.0 * (c - 1) / c * bytes / groups[a][c].bandwidth) / m;
-    }
+    if (c > 1) t += closed_form::ring_allreduce(c, pbytes[k] - pbytes[j], groups[a][c].ring) / m;
     // The stage's optimizer step, once per iteration like the all-reduce (slowest replica).
     double step = 0;
     for (int x = 0; x < c; ++x)

@@ -30,10 +30,12 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
+#include "core/collectives.h"
 #include "core/sp_tree.h"
 #include "core/strategy.h"
 
@@ -92,18 +94,13 @@ class Planner {
     // Ring all-reduce over devices 0..n-1: the slowest and the longest of the routes between
     // consecutive devices (and back to the first).
     Router router(r_.cluster);
-    ring_bw_.assign(D_ + 1, kInf);
-    ring_lat_.assign(D_ + 1, 0.0);
+    ring_.assign(D_ + 1, LinkCost{});
     for (int n = 2; n <= D_; ++n) {
-      double bw = kInf, lat = 0;
-      for (int i = 0; i < n; ++i) {
-        Result<Route> route = router.route(i, (i + 1) % n);
-        if (!route) return route.error();
-        bw = std::min(bw, route->bandwidth);
-        lat = std::max(lat, route->latency);
-      }
-      ring_bw_[n] = bw;
-      ring_lat_[n] = lat;
+      std::vector<int> ring(n);
+      std::iota(ring.begin(), ring.end(), 0);
+      Result<LinkCost> cost = ring_link_cost(router, ring);
+      if (!cost) return cost.error();
+      ring_[n] = *cost;
     }
     // Interchangeable children: a parallel node's branches with identical costs and structure are
     // made adjacent, so that a run inside one group of identical branches is solved once.
@@ -224,7 +221,7 @@ class Planner {
 
   double allreduce_s(double bytes, int n) const {
     if (n < 2 || bytes <= 0) return 0;
-    return 2.0 * (n - 1) * ring_lat_[n] + 2.0 * (n - 1) / n * bytes / ring_bw_[n];
+    return closed_form::ring_allreduce(n, bytes, ring_[n]);
   }
 
   // A run inside one group of identical branches is solved as the group's first run of that length.
@@ -398,7 +395,7 @@ class Planner {
   DeviceSpec spec_;
   bool gpipe_memory_ = false;
   std::vector<std::vector<double>> fb_;  // per layer, per device count: F + B (+ recomputation)
-  std::vector<double> ring_bw_, ring_lat_;
+  std::vector<LinkCost> ring_;  // the ring over devices 0 .. n - 1: its slowest hop
   std::vector<int> signature_;
   std::vector<std::vector<int>> order_, group_start_;
   std::unordered_map<uint64_t, RangeInfo> ranges_;

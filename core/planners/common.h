@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +11,17 @@
 #include "core/planner.h"
 
 namespace pipegrid {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// The order the dynamic programmes (dapple, piper) keep partial plans in: the smaller slowest stage
+// first, equal within a relative 1e-12, then the smaller sum of stage times. `e` has slowest and sum.
+template <class E>
+bool better(double slowest, double sum, const E& e) {
+  constexpr double eps = 1e-12;
+  if (slowest < e.slowest * (1 - eps)) return true;
+  return slowest <= e.slowest * (1 + eps) && sum < e.sum * (1 - eps);
+}
 
 // A plan being compared: lowered, and timed by the analytic evaluator (and maybe the judge).
 struct Candidate {

@@ -41,6 +41,7 @@
 #include <map>
 #include <optional>
 
+#include "core/collectives.h"
 #include "core/planners/common.h"
 
 namespace pipegrid {
@@ -51,7 +52,6 @@ constexpr int kBlocks = 32;  // layer blocks the stage boundaries choose from
 // one (the policies then coincide), e.g. a cluster whose every device is its own machine.
 constexpr long long kMaxStates = 1024;  // 3 DGX-1 (9^3 = 729) keep their machines; 4 (6561) do not
 constexpr size_t kFinalists = 6, kDappleJudged = 3;
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 enum Policy { FreshFirst, AppendFirst, ScatterFirst };
 constexpr const char* kPolicyNames[] = {"fresh-first", "append-first", "scatter-first"};
@@ -131,7 +131,7 @@ std::vector<int> allocate(const Machines& m, const std::vector<int>& used, int c
   return out;
 }
 
-struct Entry {
+struct DappleState {
   double slowest = kInfinity, sum = kInfinity;
   std::vector<int> devices;   // of the first stage of this suffix
   int next_block = -1;        // where the stage after it starts (n: none)
@@ -139,12 +139,6 @@ struct Entry {
   Policy policy = FreshFirst;
   double stage_time = 0;
 };
-
-bool better(double slowest, double sum, const Entry& e) {
-  constexpr double eps = 1e-12;
-  if (slowest < e.slowest * (1 - eps)) return true;
-  return slowest <= e.slowest * (1 + eps) && sum < e.sum * (1 - eps);
-}
 
 struct Stages {
   std::vector<std::pair<int, int>> blocks;  // [first, last) block of each stage
@@ -262,7 +256,8 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     // micro-batch: the activation sent and the gradient received at boundary j, and the all-reduce.
     struct Fixed {
       std::vector<int> classes;
-      double capacity = kInfinity, transfer = 0, allreduce_latency = 0, allreduce_bandwidth = kInfinity;
+      double capacity = kInfinity, transfer = 0;
+      LinkCost ring;  // the replicas' all-reduce ring, its slowest hop
     };
     auto fixed_costs = [&](const std::vector<int>& devs, const std::vector<int>& next, int j) {
       Fixed f;
@@ -284,8 +279,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       }
       for (int x = 0; c > 1 && x < c; ++x) {
         const Route& rt = route(devs[x], devs[(x + 1) % c]);
-        f.allreduce_bandwidth = std::min(f.allreduce_bandwidth, rt.bandwidth);
-        f.allreduce_latency = std::max(f.allreduce_latency, rt.latency);
+        f.ring.add_hop(rt.latency, rt.bandwidth);
       }
       return f;
     };
@@ -305,18 +299,15 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       if (pipegrid::total(st) + (in_flight * (stash[j] - stash[i]) + big) * (mb.size / c) > f.capacity)
         return kInfinity;
       t += f.transfer;
-      if (c > 1)
-        t += (2.0 * (c - 1) * f.allreduce_latency +
-              2.0 * (c - 1) / c * (pbytes[j] - pbytes[i]) / f.allreduce_bandwidth) /
-             m;
+      if (c > 1) t += closed_form::ring_allreduce(c, pbytes[j] - pbytes[i], f.ring) / m;
       return t + step / m;
     };
 
     const int P = std::min(D, B);  // stages at most
     // best[k][j][s]: k stages covering blocks [j, B) on the devices of usage state s (reached states only).
-    std::vector<std::vector<std::map<long long, Entry>>> best(P + 1,
-                                                              std::vector<std::map<long long, Entry>>(B + 1));
-    best[0][B][0] = Entry{0, 0, {}, -1, -1, FreshFirst, 0};
+    std::vector<std::vector<std::map<long long, DappleState>>> best(P + 1,
+                                                              std::vector<std::map<long long, DappleState>>(B + 1));
+    best[0][B][0] = DappleState{0, 0, {}, -1, -1, FreshFirst, 0};
     for (int k = 0; k < P; ++k)
       for (int j = B; j >= 1; --j)
         for (const auto& [s, from] : best[k][j]) {
@@ -341,8 +332,8 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
                 const double t = stage_cost(i, j, c, f, k, big);
                 if (t == kInfinity) break;  // a longer stage needs more memory
                 const double slowest = std::max(from.slowest, t), sum = from.sum + t;
-                Entry& to = best[k + 1][i][s2];
-                if (better(slowest, sum, to)) to = Entry{slowest, sum, devs, j, s, pol, t};
+                DappleState& to = best[k + 1][i][s2];
+                if (better(slowest, sum, to)) to = DappleState{slowest, sum, devs, j, s, pol, t};
               }
             }
           }
@@ -350,7 +341,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
     // Every stage count's best complete plan.
     std::vector<Stages> plans;
     for (int k = 1; k <= P; ++k) {
-      const Entry* top = nullptr;
+      const DappleState* top = nullptr;
       long long arg = -1;
       for (const auto& [s, e] : best[k][0])
         if (!top || better(e.slowest, e.sum, *top)) top = &e, arg = s;
@@ -361,7 +352,7 @@ Result<Plan> plan_dapple(const PlanRequest& r) {
       int j = 0;
       long long s = arg;
       for (int left = k; left > 0; --left) {
-        const Entry& e = best[left][j].at(s);
+        const DappleState& e = best[left][j].at(s);
         p.blocks.push_back({j, e.next_block});
         p.devices.push_back(e.devices);
         p.policies.push_back(e.policy);

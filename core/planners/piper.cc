@@ -19,7 +19,6 @@
 namespace pipegrid {
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr size_t kPiperJudged = 3;
 // Stage options the DP may evaluate for one micro-batching; above, a located refusal instead of a
 // search of minutes (the DP is blocks^2 x stages x devices x (t, d) options).
@@ -39,22 +38,16 @@ struct Costs {
 // Where a stage of (t, d) starting at device a runs: its links and its memory.
 struct Place {
   bool ok = false;  // every group of t devices in one machine
-  double tp_bandwidth = kInfinity, tp_latency = 0, dp_bandwidth = kInfinity, dp_latency = 0;
+  LinkCost tp, dp;  // the slowest hop of its tensor-parallel and of its data-parallel rings
   double capacity = kInfinity;
 };
 
-struct Entry {
+struct PiperState {
   double slowest = kInfinity, sum = kInfinity;
   int next_j = -1, next_s = -1, next_k = -1;  // the suffix after this state's first stage
   int t = 1, d = 1;
   double time = 0;
 };
-
-bool better(double slowest, double sum, const Entry& e) {
-  constexpr double eps = 1e-12;
-  if (slowest < e.slowest * (1 - eps)) return true;
-  return slowest <= e.slowest * (1 + eps) && sum < e.sum * (1 - eps);
-}
 
 }  // namespace
 
@@ -213,14 +206,12 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
     for (int j = 0; j < d; ++j)
       for (int q = 0; q < t && t > 1; ++q) {
         const Route& rt = route(a + j * t + q, a + j * t + (q + 1) % t);
-        p.tp_bandwidth = std::min(p.tp_bandwidth, rt.bandwidth);
-        p.tp_latency = std::max(p.tp_latency, rt.latency);
+        p.tp.add_hop(rt.latency, rt.bandwidth);
       }
     for (int q = 0; q < t && d > 1; ++q)
       for (int j = 0; j < d; ++j) {
         const Route& rt = route(a + j * t + q, a + ((j + 1) % d) * t + q);
-        p.dp_bandwidth = std::min(p.dp_bandwidth, rt.bandwidth);
-        p.dp_latency = std::max(p.dp_latency, rt.latency);
+        p.dp.add_hop(rt.latency, rt.bandwidth);
       }
     return p;
   };
@@ -241,14 +232,14 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
   // best[s][j][k]: the pipeline over blocks [j, B) on the last k devices, its first stage followed by s
   // stages (capped at `cap`).
   auto idx = [&](int s, int j, int k) { return (static_cast<size_t>(s) * (B + 1) + j) * (D + 1) + k; };
-  std::vector<Entry> best(static_cast<size_t>(cap + 1) * (B + 1) * (D + 1));
-  best[idx(0, B, 0)] = Entry{0, 0, -1, -1, -1, 1, 1, 0};
+  std::vector<PiperState> best(static_cast<size_t>(cap + 1) * (B + 1) * (D + 1));
+  best[idx(0, B, 0)] = PiperState{0, 0, -1, -1, -1, 1, 1, 0};
   PiperSolution sol;
   sol.blocks = B;
   for (int j = B; j >= 1; --j)
     for (int s = 0; s <= cap; ++s)
       for (int k = 0; k <= D; ++k) {
-        const Entry from = best[idx(s, j, k)];
+        const PiperState from = best[idx(s, j, k)];
         if (from.slowest == kInfinity) continue;
         if ((k == 0) != (j == B)) continue;      // only the empty suffix uses no device
         const int after = (j == B) ? 0 : s + 1;  // stages after a stage prepended here
@@ -288,20 +279,17 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
             const double rec = t == 1 ? c.recompute[j] - c.recompute[i] : rec_max;
             if (fixed + in_flight * stash + rec + ws_max > pl.capacity) continue;
             double time = c.time[j] - c.time[i] + transfer;
-            if (t > 1)
-              time += (c.collectives[j] - c.collectives[i]) * pl.tp_latency +
-                      (c.flow[j] - c.flow[i]) / pl.tp_bandwidth;
+            // The blocks' merged-ring collectives (closed_form::merged_ring each), summed by prefix.
+            if (t > 1) time += (c.collectives[j] - c.collectives[i]) * pl.tp.latency + (c.flow[j] - c.flow[i]) / pl.tp.bandwidth;
             double sync = w.optimizer_step_s >= 0
                               ? w.optimizer_step_s
                               : optimizer_step_time(r.memory.zero1 ? params / d : params, r.memory,
                                                     w.precision, cl.devices[a].spec);
-            if (d > 1)
-              sync += 2.0 * (d - 1) * pl.dp_latency +
-                      2.0 * (d - 1) / d * (c.parameter_bytes[j] - c.parameter_bytes[i]) / pl.dp_bandwidth;
+            if (d > 1) sync += closed_form::ring_allreduce(d, c.parameter_bytes[j] - c.parameter_bytes[i], pl.dp);
             time += sync / m;
             const double slowest = std::max(from.slowest, time), sum = from.sum + time;
-            Entry& to = best[idx(to_s, i, k + t * d)];
-            if (better(slowest, sum, to)) to = Entry{slowest, sum, j, s, k, t, d, time};
+            PiperState& to = best[idx(to_s, i, k + t * d)];
+            if (better(slowest, sum, to)) to = PiperState{slowest, sum, j, s, k, t, d, time};
           }
         }
       }
@@ -311,7 +299,7 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
   int bs = -1, bk = -1;
   for (int k = 1; k <= D; ++k)
     for (int s = 0; s <= cap; ++s) {
-      const Entry& e = best[idx(s, 0, k)];
+      const PiperState& e = best[idx(s, 0, k)];
       if (e.slowest == kInfinity) continue;
       if (bs < 0 || better(e.slowest, e.sum, best[idx(bs, 0, bk)])) bs = s, bk = k;
     }
@@ -320,13 +308,13 @@ Result<PiperSolution> piper_partition(const PlanRequest& r, MicroBatching mb) {
         fmt::format("piper: no stage assignment fits the devices' memory at micro-batches of {} "
                     "({} blocks, {} devices, t in {{{}}})",
                     mb.size, B, D, fmt::join(degrees, ", "))};
-  const Entry& top = best[idx(bs, 0, bk)];
+  const PiperState& top = best[idx(bs, 0, bk)];
   sol.bottleneck_s = top.slowest;
   sol.sum_s = top.sum;
   sol.devices = bk;
   int j = 0, s = bs, k = bk;
   while (j < B) {
-    const Entry& e = best[idx(s, j, k)];
+    const PiperState& e = best[idx(s, j, k)];
     PiperStage st;
     st.first = start[j];
     st.last = start[e.next_j];

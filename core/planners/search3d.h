@@ -84,7 +84,7 @@ Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& 
 // pass one task whose time is the pass's chain of compute pieces and ring flows on the group's routes
 // (exactly as the lowering chains them when the ranks are alike), the pipeline transfers 1/t of an
 // activation between representatives. The analytic evaluator runs it; then each stage's data-parallel
-// all-reduce starts when its last backward ends, in closed form (ring_allreduce_time over the t rings
+// all-reduce starts when its last backward ends, in closed form (concurrent_ring_time over the t rings
 // of d devices, or with multi-ring their multi_ring_orders of 1/m of the bytes each, a device's stages one
 // after another), and the optimizer step (on 1/d of the state with the distributed optimizer) follows.
 // Memory: the representatives' peaks. Exact against the whole graph where replicas and ranks do not contend
@@ -131,7 +131,7 @@ class Search3dEstimator {
   // optimizer sharding on a homogeneous cluster. Data-parallel all-reduce times by (t, d, pipeline
   // rank, bytes).
   std::map<std::tuple<int, int, int, int, int, bool>, std::vector<std::vector<StageCost>>> costs_;
-  std::map<std::tuple<int, int, int, double>, double> allreduce_;
+  std::map<std::tuple<int, int, int, double, CollectiveKind>, double> allreduce_;
 };
 
 // Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule, a

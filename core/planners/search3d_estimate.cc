@@ -25,10 +25,7 @@ namespace {
 // of its ends (the same time by symmetry) and takes the route's latency + its bytes / bandwidth,
 // queued behind the group's previous flow on the same links (FIFO, as the evaluator); piece x + 1
 // waits for it (with overlap, piece x + 2 does). Returns the pass's time.
-struct TpRoute {
-  double latency = 0, bandwidth = 0;
-};
-double tp_pass_time(const TpProgram& prog, const TpRoute& route, int T, bool overlap) {
+double tp_pass_time(const TpProgram& prog, const LinkCost& route, int T, bool overlap) {
   const size_t n = prog.collectives();
   std::vector<double> done(n, 0.0);
   double end = 0, link_free = 0;
@@ -124,19 +121,16 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
   } else {
     const std::vector<std::vector<StageCost>>* r = &cached->second;
     // The group's ring: rank i to rank i + 1; the slowest of its routes stands for all.
-    TpRoute route{0, std::numeric_limits<double>::infinity()};
-    for (int i = 0; i < T; ++i) {
-      Result<Route> x = router_.route(rep(0, 0, i), rep(0, 0, (i + 1) % T));
-      if (!x) return x.error();
-      route.latency = std::max(route.latency, x->latency);
-      route.bandwidth = std::min(route.bandwidth, x->bandwidth);
-    }
+    std::vector<int> group(T);
+    for (int i = 0; i < T; ++i) group[i] = rep(0, 0, i);
+    Result<LinkCost> route = ring_link_cost(router_, group);
+    if (!route) return route.error();
     const bool split = sched->split_backward;
     for (size_t s = 0; s < S; ++s) {
       StageCost sc = (*r)[s][0];
-      const double f = tp_pass_time(sc.tp_forward, route, T, tpo.overlap);
+      const double f = tp_pass_time(sc.tp_forward, *route, T, tpo.overlap);
       const TpProgram& bprog = split ? sc.tp_backward_input : sc.tp_backward;
-      const double b = tp_pass_time(bprog, route, T, tpo.overlap);
+      const double b = tp_pass_time(bprog, *route, T, tpo.overlap);
       fp.tp_exposed[s] = (f - sum(sc.tp_forward.compute)) + (b - sum(bprog.compute));
       sc.times.forward = f;
       // The lowering runs recompute_s + backward() (+ W when split) for a stage without TP.
@@ -318,8 +312,11 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
       double bytes = base_.strategy.gradient_reduce_bytes > 0
                          ? costs[s][0].parameters * base_.strategy.gradient_reduce_bytes
                          : costs[s][0].parameter_bytes;
-      if (base_.strategy.dp_overlap && c.distributed_optimizer) bytes /= 2;  // reduce-scatter (lower.h)
-      const auto rkey = std::make_tuple(T, d, rank_of[s], bytes);
+      // The distributed optimizer's reduce-scatter under overlap (the lowering's; core/lower.cc).
+      const CollectiveKind kind = base_.strategy.dp_overlap && c.distributed_optimizer
+                                      ? CollectiveKind::ReduceScatter
+                                      : CollectiveKind::AllReduce;
+      const auto rkey = std::make_tuple(T, d, rank_of[s], bytes, kind);
       auto hit = allreduce_.find(rkey);
       if (hit == allreduce_.end()) {
         // The T groups' rings; with multi-ring each group's m rings (one per NIC of a node) carry
@@ -340,7 +337,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
         }
         double longest = 0;  // groups of different m (not on a homogeneous cluster): timed apart
         for (const auto& [m, rings] : rings_by_m) {
-          Result<double> x = ring_allreduce_time(cl, router_, rings, bytes / static_cast<double>(m));
+          Result<double> x = concurrent_ring_time(cl, router_, rings, bytes / static_cast<double>(m), kind);
           if (!x) return x.error();
           longest = std::max(longest, *x);
         }

@@ -47,7 +47,7 @@ TEST_CASE("ring all-reduce: 2(n-1) steps of n chunks of S/n - each device sends 
   REQUIRE(g.tasks.size() == 2 * 4 * 5);
   std::vector<int> sent(5), received(5);
   for (const Task& t : g.tasks) {
-    CHECK(t.transfer == TransferKind::AllReduce);
+    CHECK(t.transfer == TransferKind::DataParallel);
     CHECK(t.stage == 7);
     CHECK(t.bytes == 2e5);
     CHECK(t.peer == (t.device + 1) % 5);
@@ -153,7 +153,7 @@ TEST_CASE("dp: one stage with every layer on every device, and an all-reduce per
   CHECK(run.partition.stage(0).devices == std::vector<int>{0, 1, 2, 3});
   CHECK(run.partition.stage(0).layers.size() == 4);
   int allreduce = 0;
-  for (const Task& t : run.graph.tasks) allreduce += t.transfer == TransferKind::AllReduce;
+  for (const Task& t : run.graph.tasks) allreduce += t.transfer == TransferKind::DataParallel;
   CHECK(allreduce == 2 * 3 * 4);
   // Each device: 2 micro-batches of a quarter of the samples (times scale with the batch), F then B
   // of all 4 layers, then the ring all-reduce of 4 MiB of parameters through the switch: 6 steps of
@@ -194,7 +194,7 @@ TEST_CASE("ring all-reduce closed form: 2 (n - 1) (a + S / (n B)) on a ring, the
   Cluster c = *make_ring_cluster(6, "gpu", test_device(), {B, a});
   Router router(c);
   const double expected = 2.0 * 5 * (a + S / 6 / B);
-  Result<double> t = ring_allreduce_time(c, router, {{0, 1, 2, 3, 4, 5}}, S);
+  Result<double> t = concurrent_ring_time(c, router, {{0, 1, 2, 3, 4, 5}}, S);
   REQUIRE(t.ok());
   CHECK(*t == pipegrid::testing::approx(expected));
   // The full evaluator on the ring's transfers, the oracle the search's estimate stands in for.
@@ -202,7 +202,7 @@ TEST_CASE("ring all-reduce closed form: 2 (n - 1) (a + S / (n B)) on a ring, the
   append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2, 3, 4, 5}, std::vector<int32_t>(6, -1), S);
   CHECK(evaluate(g, c)->makespan() == pipegrid::testing::approx(expected));
   // A ring of one device all-reduces nothing.
-  CHECK(*ring_allreduce_time(c, router, {{3}}, S) == 0);
+  CHECK(*concurrent_ring_time(c, router, {{3}}, S) == 0);
 }
 
 TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel are charged the queue") {
@@ -218,11 +218,11 @@ TEST_CASE("ring all-reduce closed form: rings whose flows share a link channel a
   REQUIRE(validate(c).ok());
   Router router(c);
   const double S = 1e9;
-  Result<double> t = ring_allreduce_time(c, router, {{0, 2}, {1, 3}}, S);
+  Result<double> t = concurrent_ring_time(c, router, {{0, 2}, {1, 3}}, S);
   REQUIRE(t.ok());
   CHECK(*t == pipegrid::testing::approx(2 * (3e-6 + 2 * (S / 2) / 10e9)));
   // One ring alone: one flow a channel.
-  CHECK(*ring_allreduce_time(c, router, {{0, 2}}, S) ==
+  CHECK(*concurrent_ring_time(c, router, {{0, 2}}, S) ==
         pipegrid::testing::approx(2 * (3e-6 + (S / 2) / 10e9)));
   // The evaluator runs the two rings' flows in turn on the shared link; the closed form is not below it.
   TaskGraph g = empty_graph(c);
@@ -260,7 +260,7 @@ TEST_CASE("dp overlap: the first stage's buckets during its last backward, the c
     int buckets = 0;
     for (const Task& t : p.graph.tasks) {
       if (t.kind == TaskKind::Optimizer) step = t.duration;
-      buckets += t.transfer == TransferKind::AllReduce && t.device == 0;
+      buckets += t.transfer == TransferKind::DataParallel && t.device == 0;
     }
     const double end = evaluate(p.graph, e.cluster)->makespan() - step;
     return std::make_pair(end, buckets / 2);  // all-reduces: a ring of 2 takes 2 steps each
@@ -309,7 +309,7 @@ TEST_CASE("dp overlap: only the first stage is bucketed (Megatron's pipeline ran
   std::map<int, int> steps;  // all-reduce ring steps per stage
   int backward_tasks_gpu0 = 0;
   for (const Task& t : p.graph.tasks) {
-    if (t.transfer == TransferKind::AllReduce) ++steps[t.stage];
+    if (t.transfer == TransferKind::DataParallel) ++steps[t.stage];
     backward_tasks_gpu0 += t.kind == TaskKind::Backward && t.device == 0;
   }
   CHECK(steps[0] == 2 * 2 * 2);  // 2 all-reduces (2 buckets) x 2 devices x 2 steps

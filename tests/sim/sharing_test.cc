@@ -62,7 +62,7 @@ Iteration iteration(Sharing sharing) {
     }
     if (task.transfer == TransferKind::Activation || task.transfer == TransferKind::Gradient)
       REQUIRE(task.bytes == pipegrid::testing::approx(100e6));
-    if (task.transfer == TransferKind::AllReduce) REQUIRE(task.bytes == pipegrid::testing::approx(10e3));
+    if (task.transfer == TransferKind::DataParallel) REQUIRE(task.bytes == pipegrid::testing::approx(10e3));
     if (task.transfer == TransferKind::Activation && task.device == 0) activation = static_cast<int>(t);
   }
   REQUIRE(activation >= 0);

@@ -113,7 +113,7 @@ TEST_CASE("timelines: gpipe on 2 stages of 2 replicas with a ring all-reduce") {
   auto [run, t] = check_stored(e, "gpipe_2x2_m4");
   check_against_evaluator(e, run, t);
   size_t allreduce = 0;
-  for (const Task& k : run.graph.tasks) allreduce += k.transfer == TransferKind::AllReduce;
+  for (const Task& k : run.graph.tasks) allreduce += k.transfer == TransferKind::DataParallel;
   CHECK(allreduce == 2 * 2 * 2);  // 2 stages x 2 replicas x 2 (n - 1) ring steps
 }
 

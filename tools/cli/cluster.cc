@@ -209,8 +209,9 @@ int run_bench(const Options& o) {
     for (int i = 0; i < n; ++i) devices.push_back(i);
   }
   const int n = static_cast<int>(devices.size());
-  // nccl-tests' bus bandwidth: algorithm bandwidth (bytes / time) x 2 (n - 1) / n for all-reduce.
-  const double bus_factor = o.op == "p2p" ? 1.0 : 2.0 * (n - 1) / n;
+  // nccl-tests' bus bandwidth: algorithm bandwidth (bytes / time) x what one device of a ring
+  // sends per byte reduced (ring_flow_bytes: 2 (n - 1) / n for an all-reduce).
+  const double bus_factor = o.op == "p2p" ? 1.0 : ring_flow_bytes(CollectiveKind::AllReduce, 1.0, n);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json) {
     if (o.op == "p2p")

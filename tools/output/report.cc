@@ -58,7 +58,7 @@ std::string task_name(const Task& t) {
     case TaskKind::Optimizer:
       return "optimizer step";
     case TaskKind::Transfer:
-      if (t.transfer == TransferKind::AllReduce) return fmt::format("all-reduce stage {}", t.stage);
+      if (t.transfer == TransferKind::DataParallel) return fmt::format("all-reduce stage {}", t.stage);
       if (t.transfer == TransferKind::TensorParallel)
         return fmt::format("TP collective stage {} mb{}", t.stage, t.micro_batch);
       return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
@@ -613,7 +613,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   uint64_t flow = 0;
   for (int32_t t : transfers) {
     const Task& task = g.tasks[t];
-    if (task.transfer == TransferKind::AllReduce || task.transfer == TransferKind::TensorParallel) continue;
+    if (task.transfer == TransferKind::DataParallel || task.transfer == TransferKind::TensorParallel) continue;
     for (int32_t consumer : g.successors(t)) {
       if (!g.tasks[consumer].is_compute()) continue;
       ++flow;

@@ -32,7 +32,7 @@ std::string compute_name(const Task& t) {
 std::string transfer_name(const Task& t) {
   const char* k = t.transfer == TransferKind::Activation ? "activation"
                   : t.transfer == TransferKind::Gradient ? "gradient"
-                  : t.transfer == TransferKind::AllReduce ? "allreduce"
+                  : t.transfer == TransferKind::DataParallel ? "allreduce"
                   : t.transfer == TransferKind::TensorParallel ? "tp"  // one flow of a TP collective
                                                           : "transfer";
   return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
@@ -47,7 +47,7 @@ void parse_name(const std::string& name, Task& t) {
     if (std::sscanf(name.c_str(), "%15s s%d s%d m%d", kind, &a, &b, &m) == 4) {
       const std::string k = kind;
       t.transfer = k == "gradient"    ? TransferKind::Gradient
-                   : k == "allreduce" ? TransferKind::AllReduce
+                   : k == "allreduce" ? TransferKind::DataParallel
                    : k == "tp"        ? TransferKind::TensorParallel
                                       : TransferKind::Activation;
       t.stage = a;
@@ -69,7 +69,7 @@ void parse_name(const std::string& name, Task& t) {
 
 // Whether transfer t is one step of a collective (exported as one node per rank when it is a ring).
 bool collective_step(const Task& t) {
-  return t.kind == TaskKind::Transfer && t.transfer == TransferKind::AllReduce;
+  return t.kind == TaskKind::Transfer && t.transfer == TransferKind::DataParallel;
 }
 
 // --- export -----------------------------------------------------------------------------------

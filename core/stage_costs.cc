@@ -1,0 +1,314 @@
+#include "core/stage_costs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace pipegrid {
+namespace {
+
+// The times of some of a layer's kernels (a piece of it), run as one layer.
+Result<PassTimes> kernel_times(const Layer& layer, const std::vector<Kernel>& ks, Precision precision,
+                               const DeviceSpec& spec, double share) {
+  Layer piece;
+  piece.name = layer.name;
+  piece.kind = layer.kind;
+  piece.kernels = ks;
+  for (const Kernel& k : ks) {
+    piece.forward_flops += k.forward_flops;
+    piece.backward_input_flops += k.backward_input_flops;
+    piece.backward_weight_flops += k.backward_weight_flops;
+  }
+  return layer_times(piece, precision, spec, share);
+}
+
+// ---- Tensor-parallel stages ------------------------------------------------------------------------
+
+// One device of a tensor-parallel stage, while its programs are built: the pieces of one layer pass
+// pay the layer overhead once, as the layer would.
+struct TpDevice {
+  const Workload& w;
+  const Cluster& c;
+  size_t stage;
+  int device;
+  double share;  // samples of the replica's slice
+  Result<PassTimes> times(const Layer& layer, const std::vector<Kernel>& ks) const {
+    Result<PassTimes> t = kernel_times(layer, ks, w.precision, c.devices[device].spec, share);
+    if (!t) return Error{fmt::format("stage {} on {}: {}", stage, c.devices[device].name, t.error().message)};
+    return t;
+  }
+  double overhead() const { return c.devices[device].spec.layer_overhead_s; }
+};
+
+// A collective between a program's compute pieces (and the piece after it).
+void push_collective(TpProgram& prog, const TpPiece& piece, double share) {
+  prog.kinds.push_back(piece.kind);
+  prog.bytes.push_back(piece.bytes * share);
+  prog.compute.push_back(0.0);
+}
+
+// What the forward pass over the stage's layers gives: its program, the transformer layers' forward
+// (what full recomputation re-runs, collectives included) and the memory and recompute figures.
+struct TpForward {
+  TpProgram forward, recompute;
+  double selective_s = 0, recompute_full_s = 0, stash_none = 0, stash_selective = 0, stash_full = 0,
+         largest_stash = 0, largest_recomputed = 0;
+};
+
+Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_ids,
+                             const std::vector<TpLayer>& layers, StageCost& sc) {
+  TpForward f;
+  f.forward.compute = {0.0};
+  f.recompute.compute = {0.0};
+  for (size_t i = 0; i < layer_ids.size(); ++i) {
+    const Layer& layer = dev.w.layer(layer_ids[i]);
+    double overhead = 0;  // to take back: the layer's pieces after its first pay none
+    // Megatron's full recomputation checkpoints the transformer layers: their forward is re-run.
+    const bool checkpointed = layer.split.kind == TensorSplitKind::Transformer;
+    for (const TpPiece& piece : layers[i].forward) {
+      if (piece.collective) {
+        push_collective(f.forward, piece, dev.share);
+        if (checkpointed) push_collective(f.recompute, piece, dev.share);
+        continue;
+      }
+      Result<PassTimes> t = dev.times(layer, piece.kernels);
+      if (!t) return t.error();
+      double x = t->forward;
+      if (x > 0) x -= overhead, overhead = dev.overhead();
+      f.forward.compute.back() += x;
+      sc.times.forward += x;
+      if (checkpointed) {
+        f.recompute.compute.back() += x;
+        f.recompute_full_s += x;
+      }
+    }
+    if (!layers[i].recompute.empty()) {
+      Result<PassTimes> t = dev.times(layer, layers[i].recompute);
+      if (!t) return t.error();
+      f.selective_s += std::max(0.0, t->forward - dev.overhead());
+    }
+    f.stash_none += layers[i].stash_none;
+    f.stash_selective += layers[i].stash_selective;
+    f.stash_full += layers[i].stash_full;
+    f.largest_stash = std::max(f.largest_stash, layers[i].stash_none);
+    f.largest_recomputed = std::max(f.largest_recomputed, layers[i].stash_none - layers[i].stash_selective);
+    sc.parameters += layers[i].parameters;
+    sc.parameter_bytes += layers[i].parameter_bytes;
+  }
+  return f;
+}
+
+// The backward over the stage's layers (last first): the whole backward's program and its
+// input-gradient part's (split backward), with the same collectives.
+Status tp_backward(const TpDevice& dev, const std::vector<int>& layer_ids, const std::vector<TpLayer>& layers,
+                   StageCost& sc, TpProgram& bwd, TpProgram& bwd_in) {
+  bwd.compute = {0.0};
+  bwd_in.compute = {0.0};
+  for (size_t i = layer_ids.size(); i-- > 0;) {
+    const Layer& layer = dev.w.layer(layer_ids[i]);
+    double over_in = 0, over_w = 0;
+    for (const TpPiece& piece : layers[i].backward) {
+      if (piece.collective) {
+        push_collective(bwd, piece, dev.share);
+        push_collective(bwd_in, piece, dev.share);
+        continue;
+      }
+      Result<PassTimes> t = dev.times(layer, piece.kernels);
+      if (!t) return t.error();
+      double bi = t->backward_input, bw = t->backward_weight;
+      if (bi > 0) bi -= over_in, over_in = dev.overhead();
+      if (bw > 0) bw -= over_w, over_w = dev.overhead();
+      bwd.compute.back() += bi + bw;
+      bwd_in.compute.back() += bi;
+      sc.times.backward_input += bi;
+      sc.times.backward_weight += bw;
+    }
+  }
+  return {};
+}
+
+// `before`, then `after`: the last piece of one and the first of the other run as one piece.
+TpProgram concatenated(const TpProgram& before, const TpProgram& after) {
+  TpProgram r = before;
+  r.compute.back() += after.compute.front();
+  r.compute.insert(r.compute.end(), after.compute.begin() + 1, after.compute.end());
+  r.kinds.insert(r.kinds.end(), after.kinds.begin(), after.kinds.end());
+  r.bytes.insert(r.bytes.end(), after.bytes.begin(), after.bytes.end());
+  return r;
+}
+
+// Memory and the backward's re-run forward under the recomputation mode.
+void apply_tp_recompute(Recompute recompute, const TpForward& f, double share, StageCost& sc, TpProgram& bwd,
+                        TpProgram& bwd_in) {
+  switch (recompute) {
+    case Recompute::None:
+      sc.stash_bytes = f.stash_none * share;
+      break;
+    case Recompute::Selective:
+      sc.stash_bytes = f.stash_selective * share;
+      sc.recompute_bytes = f.largest_recomputed * share;
+      sc.recompute_s = f.selective_s;
+      bwd.compute.front() += f.selective_s;
+      bwd_in.compute.front() += f.selective_s;
+      break;
+    case Recompute::Full:
+      sc.stash_bytes = f.stash_full * share;
+      sc.recompute_bytes = f.largest_stash * share;
+      sc.recompute_s = f.recompute_full_s;
+      // The backward re-runs the transformer layers' forward, collectives included, then runs.
+      bwd = concatenated(f.recompute, bwd);
+      bwd_in = concatenated(f.recompute, bwd_in);
+      break;
+  }
+}
+
+// A tensor-parallel stage's costs on each of its devices.
+Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& c, const Partition& p,
+                                              size_t s, double micro_batch_size, Recompute recompute,
+                                              const TensorParallelOptions& tp) {
+  const Stage& st = p.stage(s);
+  const int T = st.tensor_parallel;
+  const double share = micro_batch_size / st.replicas();
+  std::vector<TpLayer> layers;
+  for (int l : st.layers) {
+    Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision);
+    if (!r) return Error{fmt::format("stage {}: {}", s, r.error().message)};
+    layers.push_back(std::move(*r));
+  }
+  double largest_output = 0;
+  for (int l : st.layers) largest_output = std::max(largest_output, w.layer(l).output_bytes);
+  std::vector<StageCost> out;
+  for (int d : st.devices) {
+    const TpDevice dev{w, c, s, d, share};
+    StageCost sc;
+    Result<TpForward> f = tp_forward(dev, st.layers, layers, sc);
+    if (!f) return f.error();
+    TpProgram bwd, bwd_in;
+    if (Status b = tp_backward(dev, st.layers, layers, sc, bwd, bwd_in); !b) return b.error();
+    apply_tp_recompute(recompute, *f, share, sc, bwd, bwd_in);
+    sc.workspace_bytes = largest_output * share / (tp.sequence_parallel ? T : 1);
+    sc.tp_forward = std::move(f->forward);
+    sc.tp_backward = std::move(bwd);
+    sc.tp_backward_input = std::move(bwd_in);
+    out.push_back(std::move(sc));
+  }
+  return out;
+}
+
+// ---- Stages without tensor parallelism ---------------------------------------------------------------
+
+// A stage's layers on one device, summed: pass times, parameters and the activation figures each
+// recomputation mode needs.
+struct PlainSums {
+  double full_stash = 0, selective_stash = 0, selective_s = 0, largest_output = 0;
+  // Full recomputation of transformer blocks is Megatron's, as at t > 1 (tp_stage_costs): each
+  // block keeps its input and re-runs its forward one block at a time; the other layers keep
+  // their stash and are not re-run. A stage without blocks recomputes as GPipe does: it keeps
+  // its input and re-runs its whole forward.
+  double block_stash = 0, block_forward_s = 0, largest_stash = 0;
+  // Selective recomputation of blocks likewise: the attention core's kernels re-run
+  // (TpLayer::recompute), one block's scores re-materialised at a time.
+  double block_selective_s = 0, largest_recomputed = 0;
+  bool blocks = false;
+};
+
+Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& st, size_t s, int d,
+                             double share, const TensorParallelOptions& tp, StageCost& sc) {
+  PlainSums x;
+  const DeviceSpec& spec = c.devices[d].spec;
+  auto located = [&](const Error& e) { return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, e.message)}; };
+  for (int l : st.layers) {
+    const Layer& layer = w.layer(l);
+    Result<PassTimes> t = layer_times(layer, w.precision, spec, share);
+    if (!t) return located(t.error());
+    x.largest_stash = std::max(x.largest_stash, layer.stash_bytes);
+    if (layer.split.kind == TensorSplitKind::Transformer) {
+      Result<TpLayer> whole = tensor_parallel_layer(layer, 1, tp, w.precision);
+      if (!whole) return Error{fmt::format("stage {}: {}", s, whole.error().message)};
+      x.blocks = true;
+      x.block_stash += whole->stash_full;
+      x.block_forward_s += t->forward;
+      Result<PassTimes> core = kernel_times(layer, whole->recompute, w.precision, spec, share);
+      if (!core) return located(core.error());
+      x.block_selective_s += std::max(0.0, core->forward - spec.layer_overhead_s);
+      x.largest_recomputed = std::max(x.largest_recomputed, whole->stash_none - whole->stash_selective);
+    } else {
+      x.block_stash += layer.stash_bytes;
+    }
+    sc.times.forward += t->forward;
+    sc.times.backward_input += t->backward_input;
+    sc.times.backward_weight += t->backward_weight;
+    x.full_stash += layer.stash_bytes;
+    x.selective_stash += layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
+    x.selective_s += layer.selective_recompute_fraction * t->forward;
+    x.largest_output = std::max(x.largest_output, layer.output_bytes);
+    sc.parameters += layer.parameters;
+    sc.parameter_bytes += layer.parameter_bytes;
+  }
+  return x;
+}
+
+void apply_plain_recompute(Recompute recompute, const PlainSums& x, double input, double share, StageCost& sc) {
+  switch (recompute) {
+    case Recompute::None:
+      sc.stash_bytes = x.full_stash * share;
+      break;
+    case Recompute::Full:
+      if (x.blocks) {
+        sc.stash_bytes = x.block_stash * share;
+        sc.recompute_bytes = x.largest_stash * share;
+        sc.recompute_s = x.block_forward_s;
+      } else {
+        sc.stash_bytes = input * share;
+        sc.recompute_bytes = x.full_stash * share;
+        sc.recompute_s = sc.times.forward;
+      }
+      break;
+    case Recompute::Selective:
+      sc.stash_bytes = x.selective_stash * share;
+      sc.recompute_bytes =
+          (x.blocks ? x.largest_recomputed : std::max(0.0, x.full_stash - x.selective_stash)) * share;
+      sc.recompute_s = x.blocks ? x.block_selective_s : x.selective_s;
+      break;
+  }
+  sc.workspace_bytes = x.largest_output * share;
+}
+
+Result<std::vector<StageCost>> plain_stage_costs(const Workload& w, const Cluster& c, const Partition& p,
+                                                 size_t s, double micro_batch_size, Recompute recompute,
+                                                 const TensorParallelOptions& tp) {
+  const Stage& st = p.stage(s);
+  const double share = micro_batch_size / static_cast<double>(st.devices.size());
+  // The stage's input per sample: what its predecessors send, or the model's input.
+  double input = 0;
+  for (auto [it, end] = boost::in_edges(s, p.graph); it != end; ++it) input += p.graph[*it].bytes_per_sample;
+  if (boost::in_degree(s, p.graph) == 0) input = w.input_bytes_per_sample;
+  std::vector<StageCost> out;
+  for (int d : st.devices) {
+    StageCost sc;
+    Result<PlainSums> x = plain_sums(w, c, st, s, d, share, tp, sc);
+    if (!x) return x.error();
+    apply_plain_recompute(recompute, *x, input, share, sc);
+    out.push_back(sc);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
+                                                        const Partition& p, double micro_batch_size,
+                                                        Recompute recompute,
+                                                        const TensorParallelOptions& tp) {
+  std::vector<std::vector<StageCost>> out(p.stage_count());
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    auto r = p.stage(s).tensor_parallel > 1 ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
+                                            : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
+    if (!r) return r.error();
+    out[s] = std::move(*r);
+  }
+  return out;
+}
+
+}  // namespace pipegrid
