@@ -24,6 +24,7 @@ double DeviceSpec::peak(Precision p) const {
 
 double DeviceSpec::compute_eff(Precision p, KernelClass k) const {
   const double e = compute_efficiency[static_cast<int>(runs_as(p))][static_cast<int>(k)];
+  if (e <= 0 && k == KernelClass::GroupedGemm) return compute_eff(p, KernelClass::Gemm);
   return e > 0 ? e : efficiency;
 }
 
@@ -37,6 +38,7 @@ double DeviceSpec::recurrent_step(Precision p) const {
 
 double DeviceSpec::memory_eff(KernelClass k) const {
   const double e = memory_efficiency[static_cast<int>(k)];
+  if (e <= 0 && k == KernelClass::GroupedGemm) return memory_eff(KernelClass::Gemm);
   return e > 0 ? e : memory_efficiency_default;
 }
 

@@ -108,7 +108,7 @@ class Lowering {
     reserve();
     add_compute_tasks();
     if (Status s = add_pipeline_transfers(); !s) return s.error();
-    if (any_tp_) add_tensor_parallel_collectives();
+    if (any_grouped_) add_group_collectives();
     add_data_parallel_collectives();
     add_optimizer_steps();
     // The dependency list (8 bytes per dependency) is freed here, not by the replay's first
@@ -130,8 +130,8 @@ class Lowering {
   TaskCount count_;
   std::vector<std::vector<StageCost>> owned_costs_;
   const std::vector<std::vector<StageCost>>* costs_ = nullptr;
-  bool any_tp_ = false, bucketed_ = false;
-  size_t tp_flows_ = 0;
+  bool any_grouped_ = false, bucketed_ = false;
+  size_t piece_tasks_ = 0, group_flows_ = 0;  // grouped stages' extra compute pieces and their flows
   int buckets_ = 1;
   // (stage, replica) pairs are numbered rep_base_[s] + j. A device's replicas, (stage, j) by stage,
   // give the replica index of a (stage, device) (a stages x devices table would be quadratic).
@@ -164,10 +164,11 @@ class Lowering {
     return (rep_index(s, replica) * m_ + k) * 3 + static_cast<int>(pass);
   }
   int32_t& slot_of(int s, int replica, Pass pass, int k) { return slot_[slot_index(s, replica, pass, k)]; }
-  bool multi_task_passes() const { return any_tp_ || bucketed_; }
-  // A tensor-parallel stage's pass as compute pieces and collectives; null without tensor parallelism.
+  bool multi_task_passes() const { return any_grouped_ || bucketed_; }
+  // A grouped stage's pass (tensor or expert parallelism) as compute pieces and collectives; null
+  // otherwise.
   const TpProgram* program(int stage, size_t j, Pass pass) const {
-    if (p_.stage(stage).tensor_parallel <= 1 || pass == Pass::Weight) return nullptr;
+    if (!p_.stage(stage).grouped() || pass == Pass::Weight) return nullptr;
     const StageCost& sc = cost(stage, j);
     return pass == Pass::Forward  ? &sc.tp_forward
            : sched_.split_backward ? &sc.tp_backward_input
@@ -188,8 +189,10 @@ class Lowering {
   void add_compute_tasks();
   void add_pass(size_t d, size_t action);
   Status add_pipeline_transfers();
-  void add_tensor_parallel_collectives();
+  void add_group_collectives();
+  void add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members);
   void add_data_parallel_collectives();
+  void reduce_gradients(size_t s, const std::vector<int>& positions, double bytes, bool bucketed);
   void add_optimizer_steps();
 };
 
@@ -214,14 +217,19 @@ Status Lowering::count() {
   for (size_t s = 0; s < S_; ++s)
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
-  // Tensor-parallel stages: a pass is several compute tasks and each device sends one flow per
-  // collective. Counted here, exactly, now that the programs are known.
+  // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
+  // collective, one per peer of an all-to-all. Counted here, exactly, now that the programs are known.
   for (size_t st = 0; st < S_; ++st)
-    if (p_.stage(st).tensor_parallel > 1) {
-      any_tp_ = true;
+    if (p_.stage(st).grouped()) {
+      any_grouped_ = true;
+      const int ep = p_.stage(st).expert_parallel;
       for (size_t j = 0; j < p_.stage(st).devices.size(); ++j)
-        for (Pass pass : {Pass::Forward, Pass::Backward})
-          tp_flows_ += program(static_cast<int>(st), j, pass)->collectives() * static_cast<size_t>(m_);
+        for (Pass pass : {Pass::Forward, Pass::Backward}) {
+          const TpProgram& prog = *program(static_cast<int>(st), j, pass);
+          piece_tasks_ += prog.collectives() * static_cast<size_t>(m_);
+          for (CollectiveKind kind : prog.kinds)
+            group_flows_ += (kind == CollectiveKind::AllToAll ? ep - 1 : 1) * static_cast<size_t>(m_);
+        }
     }
   // Data-parallel overlap (o.dp_overlap): the first stage's gradients in K buckets, bucket k ready
   // once (k + 1) / K of its last backward (length L) has run, reduced one after another (NCCL
@@ -232,11 +240,11 @@ Status Lowering::count() {
   // done), then the last after the backward; without tensor parallelism the backward becomes those
   // two compute tasks (under it, its pieces are shared out).
   bucketed_ = o_.dp_overlap && S_ > 0 && p_.stage(0).replicas() > 1;
-  buckets_ = bucketed_ ? dp_buckets(cost(0, 0).parameters, p_.stage(0).replicas()) : 1;
-  if (any_tp_ || bucketed_) {
+  buckets_ = bucketed_ ? dp_buckets(cost(0, 0).parameters - cost(0, 0).expert_parameters, p_.stage(0).replicas()) : 1;
+  if (any_grouped_ || bucketed_) {
     TaskCount with_tp = count_;
-    with_tp.compute += tp_flows_;
-    with_tp.transfers += tp_flows_;
+    with_tp.compute += piece_tasks_;
+    with_tp.transfers += group_flows_;
     if (bucketed_ && buckets_ > 1) {
       const size_t r0 = static_cast<size_t>(p_.stage(0).replicas()), t0 = p_.stage(0).tensor_parallel;
       if (t0 == 1) with_tp.compute += p_.stage(0).devices.size();
@@ -287,8 +295,8 @@ void Lowering::count_pipeline_transfers() {
 }
 
 void Lowering::reserve() {
-  g_.reserve(count_.compute + count_.transfers + count_.ring_steps + 2 * tp_flows_,
-             count_.dependencies + 2 * count_.ring_steps + count_.compute + 4 * tp_flows_);
+  g_.reserve(count_.compute + count_.transfers + count_.ring_steps + piece_tasks_ + group_flows_,
+             count_.dependencies + 2 * count_.ring_steps + count_.compute + 4 * group_flows_);
   reserve_huge(g_.memory_changes, count_.compute * 2);
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
     g_.device_order[d].reserve(sched_.device_actions[d].size() + 1);
@@ -433,38 +441,77 @@ Status Lowering::add_pipeline_transfers() {
   return {};
 }
 
-// The tensor-parallel groups' collectives, each a merged ring (core/collectives.h): one flow per
-// device to the next device of its group, once both its ends reached the collective; a device goes
-// on once its flows in and out are done (with overlap, one compute piece later).
-void Lowering::add_tensor_parallel_collectives() {
-  std::vector<int> devices;
-  std::vector<Deps> ready;
+// The grouped stages' collectives (core/collectives.h): a tensor-parallel or expert tensor-parallel
+// all-reduce, all-gather or reduce-scatter as a merged ring over its group, an expert-parallel
+// all-to-all as one flow per pair; each once the group's members reached it. A device goes on once
+// its flows in and out are done (with overlap, one compute piece later).
+void Lowering::add_group_collectives() {
   for (size_t st = 0; st < S_; ++st) {
     const Stage& stage = p_.stage(st);
-    const int T = stage.tensor_parallel;
-    if (T <= 1) continue;
-    const int s = static_cast<int>(st);
-    for (int r = 0; r < stage.replicas(); ++r) {
-      devices.assign(stage.devices.begin() + r * T, stage.devices.begin() + (r + 1) * T);
-      for (Pass pass : {Pass::Forward, Pass::Backward})
-        for (int k = 0; k < m_; ++k) {
-          std::vector<int32_t> heads(T);
-          for (int q = 0; q < T; ++q) heads[q] = head_[slot_index(s, r * T + q, pass, k)];
-          if (std::count(heads.begin(), heads.end(), -1) > 0) continue;
-          const TpProgram& prog = *program(s, static_cast<size_t>(r * T), pass);
-          const size_t n = prog.collectives();
-          for (size_t x = 0; x < n; ++x) {
-            ready.assign(T, {});
-            for (int q = 0; q < T; ++q) ready[q] = {heads[q] + static_cast<int32_t>(x)};
-            const std::vector<Deps> done = append_merged_ring(g_, prog.kinds[x], devices, ready, prog.bytes[x],
-                                                              FlowTag{TransferKind::TensorParallel, s, k});
-            const size_t next = o_.tensor_parallel.overlap ? std::min(x + 2, n) : x + 1;
-            for (int q = 0; q < T; ++q)
-              for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));
-          }
+    if (!stage.grouped()) continue;
+    const int s = static_cast<int>(st), n = static_cast<int>(stage.devices.size());
+    const ExpertSizes es{stage.expert_parallel, stage.expert_tensor_parallel};
+    // Per pass and collective, the groups by their first position (the collectives' kinds and groups
+    // are alike on every device of the stage). A group is lowered when its first position comes up:
+    // tensor-parallel groups replica by replica, as before expert parallelism.
+    std::vector<std::vector<std::vector<std::vector<int>>>> groups(2);
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      const TpProgram& prog = *program(s, 0, pass);
+      auto& by_x = groups[pass == Pass::Forward ? 0 : 1];
+      by_x.assign(prog.collectives(), std::vector<std::vector<int>>(static_cast<size_t>(n)));
+      for (size_t x = 0; x < prog.collectives(); ++x)
+        for (int r = 0; r < n; ++r) {
+          std::vector<int> members = group_members(prog.groups[x], r, stage.tensor_parallel, es);
+          if (members.front() == r) by_x[x][static_cast<size_t>(r)] = std::move(members);
         }
     }
+    for (int r = 0; r < n; ++r)
+      for (Pass pass : {Pass::Forward, Pass::Backward}) {
+        const auto& by_x = groups[pass == Pass::Forward ? 0 : 1];
+        for (int k = 0; k < m_; ++k)
+          for (size_t x = 0; x < by_x.size(); ++x)
+            if (!by_x[x][static_cast<size_t>(r)].empty()) add_collective(s, pass, k, x, by_x[x][static_cast<size_t>(r)]);
+      }
   }
+}
+
+// Collective x of stage s's pass of micro-batch k among the stage positions `members`.
+void Lowering::add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members) {
+  const Stage& stage = p_.stage(s);
+  const size_t n = members.size();
+  std::vector<int32_t> heads(n);
+  for (size_t q = 0; q < n; ++q) heads[q] = head_[slot_index(s, members[q], pass, k)];
+  if (std::count(heads.begin(), heads.end(), -1) > 0) return;
+  std::vector<int> devices(n);
+  std::vector<Deps> ready(n);
+  for (size_t q = 0; q < n; ++q) {
+    devices[q] = stage.devices[static_cast<size_t>(members[q])];
+    ready[q] = {heads[q] + static_cast<int32_t>(x)};
+  }
+  const TpProgram& prog = *program(s, static_cast<size_t>(members[0]), pass);
+  const TransferKind traffic =
+      prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel : TransferKind::ExpertParallel;
+  const FlowTag tag{traffic, s, k};
+  std::vector<Deps> done;
+  if (prog.kinds[x] == CollectiveKind::AllToAll) {
+    // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns
+    // them); its own share stays.
+    std::vector<std::vector<double>> bytes(n, std::vector<double>(n, 0.0));
+    for (size_t i = 0; i < n; ++i) {
+      const double sent = program(s, static_cast<size_t>(members[i]), pass)->bytes[x];
+      for (size_t j = 0; j < n; ++j) {
+        if (i == j) continue;
+        const double load = cost(s, static_cast<size_t>(members[j])).expert_load / stage.expert_parallel;
+        (prog.combines[x] ? bytes[j][i] : bytes[i][j]) = sent * load;
+      }
+    }
+    done = append_all_to_all(g_, devices, ready, bytes, tag);
+  } else {
+    done = append_merged_ring(g_, prog.kinds[x], devices, ready, prog.bytes[x], tag);
+  }
+  const size_t next = o_.tensor_parallel.overlap ? std::min(x + 2, prog.collectives()) : x + 1;
+  for (size_t q = 0; q < n; ++q)
+    for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));
 }
 
 // Static memory, then each replicated stage's gradients: each rank of the tensor-parallel groups
@@ -475,45 +522,76 @@ void Lowering::add_tensor_parallel_collectives() {
 void Lowering::add_data_parallel_collectives() {
   step_inputs_.assign(D_, {});
   step_parameters_.assign(D_, 0.0);
-  const CollectiveKind kind = o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter
-                                                                 : CollectiveKind::AllReduce;
   for (size_t s = 0; s < S_; ++s) {
-    const auto& all = p_.stage(s).devices;
-    const int r = p_.stage(s).replicas();
-    const int T = p_.stage(s).tensor_parallel;
+    const Stage& stage = p_.stage(s);
+    const auto& all = stage.devices;
+    const int r = stage.replicas(), T = stage.tensor_parallel;
+    // The expert data-parallel size: the devices holding the same experts (core/moe.h).
+    const int edp = static_cast<int>(all.size()) / (stage.expert_parallel * stage.expert_tensor_parallel);
     for (size_t j = 0; j < all.size(); ++j) {
       const StageCost& sc = cost(s, j);
-      MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, o_.memory);
-      if (o_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;  // ZeRO-1 sharding
-      for (int k = 0; k < kMemoryCategoryCount; ++k) g_.static_memory[all[j]][k] += st[k];
-      step_parameters_[all[j]] += o_.memory.zero1 ? sc.parameters / r : sc.parameters;
+      const double dense = sc.parameters - sc.expert_parameters;
+      MemoryBytes st = static_memory(dense, sc.parameter_bytes - sc.expert_parameter_bytes, o_.memory);
+      MemoryBytes ex = static_memory(sc.expert_parameters, sc.expert_parameter_bytes, o_.memory);
+      if (o_.memory.zero1) {  // ZeRO-1 sharding over the (expert) data-parallel group
+        st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;
+        ex[static_cast<int>(MemoryCategory::OptimizerState)] /= edp;
+      }
+      for (int k = 0; k < kMemoryCategoryCount; ++k) g_.static_memory[all[j]][k] += st[k] + ex[k];
+      step_parameters_[all[j]] += o_.memory.zero1 ? dense / r + sc.expert_parameters / edp
+                                                  : dense + sc.expert_parameters;
     }
+    // Dense gradients: each rank of the tensor-parallel groups with the same rank of the other
+    // replicas (every device of the stage when there is no tensor parallelism).
     for (int q = 0; q < T; ++q) {
-      std::vector<int> devs(r);
-      std::vector<int32_t> ready(r);
-      for (int j = 0; j < r; ++j) {
-        devs[j] = all[j * T + q];
-        ready[j] = last_backward_[rep_index(static_cast<int>(s), j * T + q)];
-      }
-      if (r == 1) {
-        if (ready[0] >= 0) step_inputs_[devs[0]].push_back(ready[0]);
-        continue;
-      }
+      std::vector<int> positions(r);
+      for (int j = 0; j < r; ++j) positions[j] = j * T + q;
       const StageCost& sq = cost(s, q);
-      const double bytes =
-          o_.gradient_reduce_bytes > 0 ? sq.parameters * o_.gradient_reduce_bytes : sq.parameter_bytes;
-      // Bucketed (count()): buckets 0 .. K - 2 together, then the last.
-      const int k_count = bucketed_ && s == 0 && buckets_ > 1 ? 2 : 1;
-      for (int k = 0; k < k_count; ++k) {
-        if (k_count > 1)
-          for (int j = 0; j < r; ++j) ready[j] = dp_piece_[static_cast<size_t>(j * T + q)][static_cast<size_t>(k)];
-        const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
-        auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share,
-                                         static_cast<int32_t>(s));
-        for (int j = 0; j < r; ++j)
-          step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
-      }
+      const double params = sq.parameters - sq.expert_parameters;
+      const double bytes = o_.gradient_reduce_bytes > 0 ? params * o_.gradient_reduce_bytes
+                                                        : sq.parameter_bytes - sq.expert_parameter_bytes;
+      reduce_gradients(s, positions, bytes, bucketed_ && s == 0 && buckets_ > 1);
     }
+    // Expert gradients: over the expert data-parallel group (same expert tensor- and expert-parallel
+    // rank), after the last backward, in one piece.
+    const int inner = stage.expert_parallel * stage.expert_tensor_parallel;
+    for (int c = 0; c < inner && cost(s, 0).expert_parameters > 0; ++c) {
+      std::vector<int> positions(edp);
+      for (int j = 0; j < edp; ++j) positions[j] = j * inner + c;
+      const StageCost& sq = cost(s, c);
+      const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
+                                                        : sq.expert_parameter_bytes;
+      reduce_gradients(s, positions, bytes, false);
+    }
+  }
+}
+
+// The gradient reduction of `bytes` among stage s's positions, after their last backward (bucketed:
+// buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count()). With
+// dp_overlap under ZeRO-1 it is the distributed optimizer's reduce-scatter (the parameter all-gather
+// taken as hidden behind the next forward), else an all-reduce. A device's optimizer step waits for it.
+void Lowering::reduce_gradients(size_t s, const std::vector<int>& positions, double bytes, bool bucketed) {
+  const CollectiveKind kind = o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter
+                                                                 : CollectiveKind::AllReduce;
+  const auto& all = p_.stage(s).devices;
+  const size_t r = positions.size();
+  std::vector<int> devs(r);
+  std::vector<int32_t> ready(r);
+  for (size_t j = 0; j < r; ++j) {
+    devs[j] = all[static_cast<size_t>(positions[j])];
+    ready[j] = last_backward_[rep_index(static_cast<int>(s), positions[j])];
+  }
+  if (r == 1) {
+    if (ready[0] >= 0) step_inputs_[devs[0]].push_back(ready[0]);
+    return;
+  }
+  const int k_count = bucketed ? 2 : 1;
+  for (int k = 0; k < k_count; ++k) {
+    if (k_count > 1)
+      for (size_t j = 0; j < r; ++j) ready[j] = dp_piece_[static_cast<size_t>(positions[j])][static_cast<size_t>(k)];
+    const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
+    auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, static_cast<int32_t>(s));
+    for (size_t j = 0; j < r; ++j) step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
   }
 }
 

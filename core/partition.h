@@ -18,7 +18,12 @@ struct Stage {
   // devices[j t .. j t + t) (t = tensor_parallel); without tensor parallelism, one device per replica.
   std::vector<int> devices;
   int tensor_parallel = 1;
+  // The MoE blocks' expert parallelism over the same devices (core/moe.h): expert-parallel and expert
+  // tensor-parallel sizes; ep x etp divides devices.size(). 1 and 1 without MoE.
+  int expert_parallel = 1, expert_tensor_parallel = 1;
   int replicas() const { return static_cast<int>(devices.size()) / tensor_parallel; }
+  // A pass of the stage runs as compute pieces separated by group collectives (stage_costs' programs).
+  bool grouped() const { return tensor_parallel > 1 || expert_parallel > 1 || expert_tensor_parallel > 1; }
 };
 
 struct StageEdge {

@@ -12,6 +12,7 @@
 #include "core/cluster.h"
 #include "core/collectives.h"
 #include "core/memory.h"
+#include "core/moe.h"
 #include "core/partition.h"
 #include "core/result.h"
 #include "core/schedule.h"
@@ -42,6 +43,12 @@ struct StrategySpec {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   bool tp_overlap = false;  // TP collectives overlap the compute piece after them
+  // Expert parallelism of the stages holding MoE blocks (core/moe.h, Megatron-Core's MoE parallel
+  // folding): expert-parallel size, expert tensor-parallel size (0: the tensor-parallel size, Megatron's
+  // default for --expert-tensor-parallel-size), the dispatcher, capacity factor and routing.
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 0;
+  MoeOptions moe;
   // Data-parallel gradients: reduced in buckets during the first stage's last backward (Megatron-LM's
   // --overlap-grad-reduce; LoweringOptions::dp_overlap), and in this many bytes per parameter (0: the
   // workload's element size).

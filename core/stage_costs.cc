@@ -32,7 +32,23 @@ struct TpDevice {
   const Cluster& c;
   size_t stage;
   int device;
-  double share;  // samples of the replica's slice
+  double share;      // samples of the replica's slice
+  double load = 1;   // MoE: the device's expert load factor
+  // The times of a piece's kernels (scaled by the device's expert load when the piece's are).
+  Result<PassTimes> times(const Layer& layer, const TpPiece& piece) const {
+    if (!piece.expert_load || load == 1) return times(layer, piece.kernels);
+    std::vector<Kernel> ks;
+    for (const Kernel& k : piece.kernels) {
+      Kernel x = k;
+      x.forward_flops *= load;
+      x.backward_input_flops *= load;
+      x.backward_weight_flops *= load;
+      x.forward_bytes *= load;
+      x.backward_bytes *= load;
+      ks.push_back(x);
+    }
+    return times(layer, ks);
+  }
   Result<PassTimes> times(const Layer& layer, const std::vector<Kernel>& ks) const {
     Result<PassTimes> t = kernel_times(layer, ks, w.precision, c.devices[device].spec, share);
     if (!t) return Error{fmt::format("stage {} on {}: {}", stage, c.devices[device].name, t.error().message)};
@@ -42,9 +58,11 @@ struct TpDevice {
 };
 
 // A collective between a program's compute pieces (and the piece after it).
-void push_collective(TpProgram& prog, const TpPiece& piece, double share) {
+void push_collective(TpProgram& prog, const TpPiece& piece, const TpDevice& dev) {
   prog.kinds.push_back(piece.kind);
-  prog.bytes.push_back(piece.bytes * share);
+  prog.bytes.push_back(piece.bytes * dev.share * (piece.expert_load ? dev.load : 1));
+  prog.groups.push_back(piece.group);
+  prog.combines.push_back(piece.combine ? 1 : 0);
   prog.compute.push_back(0.0);
 }
 
@@ -65,14 +83,14 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
     const Layer& layer = dev.w.layer(layer_ids[i]);
     double overhead = 0;  // to take back: the layer's pieces after its first pay none
     // Megatron's full recomputation checkpoints the transformer layers: their forward is re-run.
-    const bool checkpointed = layer.split.kind == TensorSplitKind::Transformer;
+    const bool checkpointed = is_block(layer.split.kind);
     for (const TpPiece& piece : layers[i].forward) {
       if (piece.collective) {
-        push_collective(f.forward, piece, dev.share);
-        if (checkpointed) push_collective(f.recompute, piece, dev.share);
+        push_collective(f.forward, piece, dev);
+        if (checkpointed) push_collective(f.recompute, piece, dev);
         continue;
       }
-      Result<PassTimes> t = dev.times(layer, piece.kernels);
+      Result<PassTimes> t = dev.times(layer, piece);
       if (!t) return t.error();
       double x = t->forward;
       if (x > 0) x -= overhead, overhead = dev.overhead();
@@ -88,13 +106,16 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
       if (!t) return t.error();
       f.selective_s += std::max(0.0, t->forward - dev.overhead());
     }
-    f.stash_none += layers[i].stash_none;
-    f.stash_selective += layers[i].stash_selective;
+    const double experts = layers[i].expert_stash * dev.load;  // MoE: the experts' activations
+    f.stash_none += layers[i].stash_none + experts;
+    f.stash_selective += layers[i].stash_selective + experts;
     f.stash_full += layers[i].stash_full;
-    f.largest_stash = std::max(f.largest_stash, layers[i].stash_none);
+    f.largest_stash = std::max(f.largest_stash, layers[i].stash_none + experts);
     f.largest_recomputed = std::max(f.largest_recomputed, layers[i].stash_none - layers[i].stash_selective);
     sc.parameters += layers[i].parameters;
     sc.parameter_bytes += layers[i].parameter_bytes;
+    sc.expert_parameters += layers[i].expert_parameters;
+    sc.expert_parameter_bytes += layers[i].expert_parameter_bytes;
   }
   return f;
 }
@@ -110,11 +131,11 @@ Status tp_backward(const TpDevice& dev, const std::vector<int>& layer_ids, const
     double over_in = 0, over_w = 0;
     for (const TpPiece& piece : layers[i].backward) {
       if (piece.collective) {
-        push_collective(bwd, piece, dev.share);
-        push_collective(bwd_in, piece, dev.share);
+        push_collective(bwd, piece, dev);
+        push_collective(bwd_in, piece, dev);
         continue;
       }
-      Result<PassTimes> t = dev.times(layer, piece.kernels);
+      Result<PassTimes> t = dev.times(layer, piece);
       if (!t) return t.error();
       double bi = t->backward_input, bw = t->backward_weight;
       if (bi > 0) bi -= over_in, over_in = dev.overhead();
@@ -135,6 +156,8 @@ TpProgram concatenated(const TpProgram& before, const TpProgram& after) {
   r.compute.insert(r.compute.end(), after.compute.begin() + 1, after.compute.end());
   r.kinds.insert(r.kinds.end(), after.kinds.begin(), after.kinds.end());
   r.bytes.insert(r.bytes.end(), after.bytes.begin(), after.bytes.end());
+  r.groups.insert(r.groups.end(), after.groups.begin(), after.groups.end());
+  r.combines.insert(r.combines.end(), after.combines.begin(), after.combines.end());
   return r;
 }
 
@@ -170,18 +193,26 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
   const Stage& st = p.stage(s);
   const int T = st.tensor_parallel;
   const double share = micro_batch_size / st.replicas();
+  const ExpertSizes es{st.expert_parallel, st.expert_tensor_parallel};
   std::vector<TpLayer> layers;
+  double experts = 0;  // the stage's MoE blocks' routed experts (0: none)
   for (int l : st.layers) {
-    Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision);
+    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) experts = w.layer(l).split.moe.experts;
+    Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision, es);
     if (!r) return Error{fmt::format("stage {}: {}", s, r.error().message)};
     layers.push_back(std::move(*r));
   }
   double largest_output = 0;
   for (int l : st.layers) largest_output = std::max(largest_output, w.layer(l).output_bytes);
+  const std::vector<double> loads =
+      experts > 0 ? expert_loads(tp.moe, static_cast<int>(experts), es.ep) : std::vector<double>(1, 1.0);
   std::vector<StageCost> out;
-  for (int d : st.devices) {
-    const TpDevice dev{w, c, s, d, share};
+  for (size_t j = 0; j < st.devices.size(); ++j) {
+    const int d = st.devices[j];
+    TpDevice dev{w, c, s, d, share};
+    if (experts > 0) dev.load = es.ep * loads[static_cast<size_t>(expert_rank(static_cast<int>(j), es))];
     StageCost sc;
+    sc.expert_load = dev.load;
     Result<TpForward> f = tp_forward(dev, st.layers, layers, sc);
     if (!f) return f.error();
     TpProgram bwd, bwd_in;
@@ -223,7 +254,7 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     Result<PassTimes> t = layer_times(layer, w.precision, spec, share);
     if (!t) return located(t.error());
     x.largest_stash = std::max(x.largest_stash, layer.stash_bytes);
-    if (layer.split.kind == TensorSplitKind::Transformer) {
+    if (is_block(layer.split.kind)) {
       Result<TpLayer> whole = tensor_parallel_layer(layer, 1, tp, w.precision);
       if (!whole) return Error{fmt::format("stage {}: {}", s, whole.error().message)};
       x.blocks = true;
@@ -303,7 +334,7 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
                                                         const TensorParallelOptions& tp) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
-    auto r = p.stage(s).tensor_parallel > 1 ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
+    auto r = p.stage(s).grouped() ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
                                             : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
     if (!r) return r.error();
     out[s] = std::move(*r);

@@ -22,7 +22,10 @@ namespace pipegrid {
 struct TpProgram {
   std::vector<double> compute;        // seconds; kinds.size() + 1 pieces
   std::vector<CollectiveKind> kinds;  // the collectives between them
-  std::vector<double> bytes;          // each collective's whole tensor, for the replica's slice
+  std::vector<double> bytes;          // each collective's whole tensor, for the replica's slice (an
+                                      // all-to-all: what this device sends in all)
+  std::vector<CommGroup> groups;      // the group each runs over (core/moe.h)
+  std::vector<char> combines;         // all-to-alls: 1 for a combine (TpPiece::combine)
   size_t collectives() const { return kinds.size(); }
 };
 
@@ -41,6 +44,9 @@ struct StageCost {
   double workspace_bytes = 0;  // held during each B
   double parameters = 0;       // count
   double parameter_bytes = 0;
+  // Of which expert weights (MoE blocks), reduced over the expert data-parallel group.
+  double expert_parameters = 0, expert_parameter_bytes = 0;
+  double expert_load = 1;  // MoE: this device's load factor (ep x its expert-parallel rank's load)
   // Tensor parallelism (the stage's tensor_parallel > 1): F, B and B's input-gradient part (split
   // backward) as programs; B's include the forward (with its collectives) under full recomputation
   // and the attention core's forward under selective recomputation. Empty otherwise.

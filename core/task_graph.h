@@ -16,8 +16,9 @@ enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Tran
 // Which traffic a transfer belongs to (the breakdown and the trace group by it); the collectives
 // themselves are core/collectives.h's. Activation / Gradient: between pipeline stages; DataParallel:
 // a flow of the replicas' gradient collective (all-reduce, or the distributed optimizer's
-// reduce-scatter); TensorParallel: a flow of a tensor-parallel group's collective.
-enum class TransferKind : unsigned char { None, Activation, Gradient, DataParallel, TensorParallel };
+// reduce-scatter); TensorParallel: a flow of a tensor-parallel group's collective; ExpertParallel: a
+// flow of an MoE block's expert-parallel all-to-all or expert tensor-parallel collective (core/moe.h).
+enum class TransferKind : unsigned char { None, Activation, Gradient, DataParallel, TensorParallel, ExpertParallel };
 
 struct Task {
   TaskKind kind = TaskKind::Forward;

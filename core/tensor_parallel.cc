@@ -1,126 +1,53 @@
 #include "core/tensor_parallel.h"
 
+#include "core/block_kernels.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
+#include <initializer_list>
 
 namespace pipegrid {
 
 namespace {
 
-Kernel kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
-              double weight_bytes = 0, double calls = 1) {
-  return Kernel{cls, fwd, bwd_in, bwd_w, fwd_bytes, bwd_bytes, weight_bytes, calls};
+using blocks::kernel;
+using blocks::scaled;
+
+TpPiece compute(std::vector<Kernel> ks, bool expert_load = false) {
+  TpPiece p{false, std::move(ks), CollectiveKind::AllReduce, 0};
+  p.expert_load = expert_load;
+  return p;
+}
+TpPiece collective(CollectiveKind k, double bytes, CommGroup group = CommGroup::Tensor, bool expert_load = false) {
+  TpPiece p{true, {}, k, bytes};
+  p.group = group;
+  p.expert_load = expert_load;
+  return p;
 }
 
-Kernel scaled(Kernel k, double f) {
-  k.forward_flops *= f;
-  k.backward_input_flops *= f;
-  k.backward_weight_flops *= f;
-  k.forward_bytes *= f;
-  k.backward_bytes *= f;
-  return k;
+// Kernels joined in order, skipping the empty ones (a fused attention's passes).
+std::vector<Kernel> join(std::initializer_list<std::vector<Kernel>> parts) {
+  std::vector<Kernel> out;
+  for (const auto& part : parts)
+    for (const Kernel& k : part)
+      if (k.calls > 0) out.push_back(k);
+  return out;
 }
 
-TpPiece compute(std::vector<Kernel> ks) {
-  return TpPiece{false, std::move(ks), CollectiveKind::AllReduce, 0};
+// The attention's forward kernels from QKV to the projection, and their backward order (a fused
+// core's empty score passes kept: they cost nothing).
+std::vector<Kernel> attention_forward(const blocks::Attention& k) {
+  std::vector<Kernel> out = k.qkv;
+  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
+  out.insert(out.end(), {k.core, k.softmax_dropout, k.proj});
+  return out;
 }
-TpPiece collective(CollectiveKind k, double bytes) {
-  return TpPiece{true, {}, k, bytes};
-}
-
-// A transformer layer's kernels on one device of t (per sample), named by what they compute.
-struct TransformerKernels {
-  Kernel ln1, qkv, core, softmax_dropout, proj, dropout_residual1, ln2, up, act, down, dropout_residual2;
-  std::vector<Kernel> rotary;  // empty without rotary embeddings
-  double parameters = 0, parameter_bytes = 0;
-  double stash_none = 0, stash_selective = 0, stash_full = 0;
-};
-
-TransformerKernels transformer(const TensorSplit& sp, int t, bool sequence_parallel, Precision precision) {
-  const double eb = element_bytes(precision);
-  const double s = sp.sequence, h = sp.hidden, a = sp.heads, f = sp.ffn, T = t;
-  const double kv = sp.kv_heads > 0 ? sp.kv_heads : a;
-  const double hd = h / a;
-  const double qkv_out = h + 2 * kv * hd;
-  const double g = sp.gated ? 2 : 1;                       // matrices of the MLP's first GEMM (gate and up)
-  const double seq_share = sequence_parallel ? 1 / T : 1;  // norms, dropouts, residuals
-  TransformerKernels k;
-  // Weights (and biases) per device: the column- and row-parallel matrices split, the row-parallel
-  // biases and the norms replicated.
-  const double w_qkv = h * qkv_out / T + (sp.biases ? qkv_out / T : 0);
-  const double w_proj = h * h / T;
-  const double w_up = h * f * g / T + (sp.biases ? f * g / T : 0);
-  const double w_down = f * h / T;
-  const double replicated = (sp.biases ? 2 * h : 0) + (sp.biases ? 4 * h : 2 * h);  // row biases, norms
-  k.parameters = w_qkv + w_proj + w_up + w_down + replicated;
-  k.parameter_bytes = k.parameters * eb;
-  auto gemm = [&](double flops, double io, double weights) {
-    return kernel(KernelClass::Gemm, flops, flops, flops, io * eb, 2 * io * eb, weights * eb);
-  };
-  k.qkv = gemm(2 * s * h * qkv_out / T, s * h + s * qkv_out / T, w_qkv);
-  k.proj = gemm(2 * s * h * h / T, s * h / T + s * h, w_proj);
-  k.up = gemm(2 * s * h * f * g / T, s * h + s * f * g / T, w_up);
-  k.down = gemm(2 * s * f * h / T, s * f / T + s * h, w_down);
-  // The attention core on the device's a/t heads, as the builder costs it (core/models/builder.cc:
-  // score_core, score_passes, use_attention): unfused, two batched GEMMs that write and read the
-  // a s^2 / t scores, and four element-wise passes over them (scale, mask, softmax, dropout: 8 eb + 1
-  // bytes per score forward, 7 eb + 1 backward); fused (FlashAttention), one kernel per pass, no score
-  // traffic, the backward recomputing Q K^T.
-  const double flops = 4 * s * s * h / T;
-  const double scores = a * s * s / T;
-  const double qkvo = (2 * s * h + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
-  const double core_io = (qkvo + 2 * scores) * eb;
-  if (sp.fused_attention) {
-    k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
-    k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, 0, 0, 0, 0);
-  } else {
-    k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
-    // Unfused: scale, mask, softmax and dropout, four kernels, 8 eb + 1 bytes per score forward
-    // (dropout writes a 1-byte mask), 7 eb + 1 backward. Megatron-LM's FusedScaleMaskSoftmax: scale,
-    // mask and softmax one kernel (reads the scores, writes the probabilities), then dropout: 4 eb + 1
-    // forward; backward dropout (reads the gradient and the mask, writes) and the fused softmax (reads
-    // the gradient and its output, writes): 5 eb + 1. Two kernels per pass.
-    k.softmax_dropout =
-        sp.megatron_fusion
-            ? kernel(KernelClass::Elementwise, 0, 0, 0, (4 * eb + 1) * scores, (5 * eb + 1) * scores, 0, 2)
-            : kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0, 4);
-  }
-  const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
-  k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
-  // Dropout (r + w) and residual add (2 r + w), two kernels; Megatron-LM's fused bias-dropout-add
-  // one kernel reading the input and the residual and writing the sum (3 s h). Backward 1.5 times
-  // the forward's traffic, as for every element-wise kernel here.
-  const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
-  k.dropout_residual1 =
-      kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
-  k.dropout_residual2 = k.dropout_residual1;
-  const double ln = 2 * s * h * seq_share * eb;
-  k.ln1 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
-  k.ln2 = k.ln1;
-  if (sp.rotary) {
-    const double rot = 2 * s * (h + kv * hd) / T * eb;  // queries and keys, read and written
-    k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
-  }
-  // Activations kept for the backward, per sample, in 2-byte units (Korthikanti et al., section 4.1,
-  // generalised to grouped-query attention and a gated MLP the same way): the unsplit part (the
-  // inputs of the two norms, of QKV and of the MLP's first GEMM, two dropout masks) is 10 s h; the
-  // split part is Q, K, V (2 s h + 4 s kv hd), the projection's input (2 s h), the activation's input
-  // and the second GEMM's input (4 s f; gated: 6 s f), and the attention core's 5 a s^2.
-  const double unsplit = 10 * s * h;
-  const double split = 2 * s * h + 4 * s * kv * hd + 2 * s * h + (sp.gated ? 6 : 4) * s * f;
-  double core_stash = 5 * a * s * s;
-  const double half = eb / 2;
-  if (sp.fused_attention) core_stash = 0;  // FlashAttention keeps no scores (Korthikanti et al.)
-  if (sequence_parallel) {
-    k.stash_none = (unsplit + split + core_stash) / T * half;
-    k.stash_selective = (unsplit + split) / T * half;
-  } else {
-    k.stash_none = (unsplit + (split + core_stash) / T) * half;
-    k.stash_selective = (unsplit + split / T) * half;
-  }
-  k.stash_full = 2 * s * h * half;  // the layer's input (Table 2: 2 s b h L, whatever t)
-  return k;
+std::vector<Kernel> attention_backward(const blocks::Attention& k) {
+  std::vector<Kernel> out{k.proj, k.softmax_dropout, k.core};
+  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
+  out.insert(out.end(), k.qkv.rbegin(), k.qkv.rend());
+  return out;
 }
 
 Error no_split(const Layer& l, int t) {
@@ -141,13 +68,31 @@ Status divides(const Layer& l, int t, double value, std::string_view what) {
 }  // namespace
 
 std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision) {
-  TransformerKernels k = transformer(s, 1, false, precision);
-  std::vector<Kernel> out{k.ln1, k.qkv};
-  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
-  for (const Kernel& x : {k.core, k.softmax_dropout, k.proj, k.dropout_residual1, k.ln2, k.up, k.act, k.down,
-                          k.dropout_residual2})
-    if (x.calls > 0) out.push_back(x);
-  return out;
+  const blocks::Attention a = blocks::attention(s, 1, false, precision);
+  auto attention_forward = [&](const blocks::Attention& k) { return join({k.qkv, k.rotary, {k.core, k.softmax_dropout, k.proj}}); };
+  if (s.kind == TensorSplitKind::MoeBlock) {
+    const blocks::Moe m = blocks::moe(s, 1, false, {}, precision);
+    std::vector<Kernel> shared;
+    if (m.shared) shared = {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down};
+    return join({{a.ln1}, attention_forward(a), {a.dropout_residual, m.ln2, m.router, m.route, m.permute},
+                 m.expert, {m.unpermute}, shared, {m.dropout_residual}});
+  }
+  const blocks::Mlp m = blocks::mlp(s, s.ffn, 1, false, precision);
+  return join({{a.ln1}, attention_forward(a), {a.dropout_residual, m.ln2, m.up, m.act, m.down, m.dropout_residual}});
+}
+
+double block_parameters(const TensorSplit& s) {
+  const double attention = blocks::attention(s, 1, false, Precision::FP32).parameters;
+  if (s.kind != TensorSplitKind::MoeBlock) return attention + blocks::mlp(s, s.ffn, 1, false, Precision::FP32).parameters;
+  const blocks::Moe m = blocks::moe(s, 1, false, {}, Precision::FP32);
+  return attention + m.dense_parameters + m.expert_parameters;
+}
+
+double block_active_parameters(const TensorSplit& s) {
+  if (s.kind != TensorSplitKind::MoeBlock) return block_parameters(s);
+  const blocks::Moe m = blocks::moe(s, 1, false, {}, Precision::FP32);
+  return blocks::attention(s, 1, false, Precision::FP32).parameters + m.dense_parameters +
+         m.expert_parameters * s.moe.top_k / s.moe.experts;
 }
 
 std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes,
@@ -160,8 +105,223 @@ std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weigh
           kernel(KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2)};
 }
 
+namespace {
+
+// The attention part's pieces, forward and backward, around `mlp_forward` / `mlp_backward` (each
+// starting and ending with compute). With sequence parallelism each all-reduce is an all-gather
+// before the column-parallel GEMMs and a reduce-scatter after the row-parallel ones, the norms,
+// dropouts and residuals on 1/t of the sequence; at t = 1 no collective.
+void attention_pieces(const blocks::Attention& k, int t, bool seq, double act, std::vector<TpPiece> mlp_forward,
+                      std::vector<TpPiece> mlp_backward, TpLayer& out) {
+  const std::vector<Kernel> fwd = attention_forward(k), bwd = attention_backward(k);
+  auto append = [](std::vector<TpPiece>& to, std::vector<TpPiece> from) {
+    // The first piece of `from` continues the last of `to` (both compute).
+    to.back().kernels.insert(to.back().kernels.end(), from.front().kernels.begin(), from.front().kernels.end());
+    to.insert(to.end(), std::make_move_iterator(from.begin() + 1), std::make_move_iterator(from.end()));
+  };
+  if (t == 1) {
+    std::vector<Kernel> f{k.ln1}, b{k.dropout_residual};
+    f.insert(f.end(), fwd.begin(), fwd.end());
+    f.push_back(k.dropout_residual);
+    b.insert(b.end(), bwd.begin(), bwd.end());
+    b.push_back(k.ln1);
+    out.forward = {compute(f)};
+    append(out.forward, std::move(mlp_forward));
+    out.backward = std::move(mlp_backward);
+    append(out.backward, {compute(b)});
+  } else if (!seq) {
+    std::vector<Kernel> f{k.ln1};
+    f.insert(f.end(), fwd.begin(), fwd.end());
+    out.forward = {compute(f), collective(CollectiveKind::AllReduce, act),
+                   compute({k.dropout_residual})};
+    append(out.forward, std::move(mlp_forward));
+    out.backward = std::move(mlp_backward);
+    std::vector<Kernel> rest{k.dropout_residual};
+    rest.insert(rest.end(), bwd.begin(), bwd.end());
+    append(out.backward, {compute(rest), collective(CollectiveKind::AllReduce, act), compute({k.ln1})});
+  } else {
+    out.forward = {compute({k.ln1}), collective(CollectiveKind::AllGather, act), compute(fwd),
+                   collective(CollectiveKind::ReduceScatter, act), compute({k.dropout_residual})};
+    append(out.forward, std::move(mlp_forward));
+    out.backward = std::move(mlp_backward);
+    append(out.backward, {compute({k.dropout_residual}), collective(CollectiveKind::AllGather, act), compute(bwd),
+                          collective(CollectiveKind::ReduceScatter, act), compute({k.ln1})});
+  }
+}
+
+// A dense MLP's pieces (from LN2 to the last residual): under t > 1 an all-reduce after the down
+// GEMM's output (SP: all-gather before the up GEMM, reduce-scatter after the down GEMM); backward the
+// mirror, the collective after the up GEMM's input gradient.
+void mlp_pieces(const blocks::Mlp& m, int t, bool seq, double act, std::vector<TpPiece>& fwd,
+                std::vector<TpPiece>& bwd) {
+  const std::vector<Kernel> up{m.up, m.act, m.down}, down{m.down, m.act, m.up};
+  if (t == 1) {
+    fwd = {compute({m.ln2, m.up, m.act, m.down, m.dropout_residual})};
+    bwd = {compute({m.dropout_residual, m.down, m.act, m.up, m.ln2})};
+  } else if (!seq) {
+    fwd = {compute({m.ln2, m.up, m.act, m.down}), collective(CollectiveKind::AllReduce, act),
+           compute({m.dropout_residual})};
+    bwd = {compute({m.dropout_residual, m.down, m.act, m.up}), collective(CollectiveKind::AllReduce, act),
+           compute({m.ln2})};
+  } else {
+    fwd = {compute({m.ln2}), collective(CollectiveKind::AllGather, act), compute(up),
+           collective(CollectiveKind::ReduceScatter, act), compute({m.dropout_residual})};
+    bwd = {compute({m.dropout_residual}), collective(CollectiveKind::AllGather, act), compute(down),
+           collective(CollectiveKind::ReduceScatter, act), compute({m.ln2})};
+  }
+}
+
+void set_stash(TpLayer& out, const blocks::Stash& stash, int t, bool seq, double eb, double input_bytes) {
+  blocks::Stash selective = stash;
+  selective.scores = 0;
+  out.stash_none = blocks::stash_bytes(stash, t, seq, eb);
+  out.stash_selective = blocks::stash_bytes(selective, t, seq, eb);
+  out.stash_full = input_bytes;  // the layer's input (Table 2: 2 s b h L, whatever t)
+}
+
+Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision) {
+  const TensorSplit& sp = l.split;
+  for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
+                             std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
+                             std::pair{sp.ffn, "FFN width"}})
+    if (Status st = divides(l, t, value, what); !st) return st.error();
+  const double eb = element_bytes(precision);
+  const blocks::Attention a = blocks::attention(sp, t, seq, precision);
+  const blocks::Mlp m = blocks::mlp(sp, sp.ffn, t, seq, precision);
+  const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
+  TpLayer out;
+  std::vector<TpPiece> mf, mb;
+  mlp_pieces(m, t, seq, act, mf, mb);
+  attention_pieces(a, t, seq, act, std::move(mf), std::move(mb), out);
+  out.recompute = {a.core, a.softmax_dropout};
+  out.parameters = a.parameters + m.parameters;
+  out.parameter_bytes = out.parameters * eb;
+  blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
+                      a.stash.scores};
+  set_stash(out, stash, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
+  return out;
+}
+
+// An MoE block's MLP pieces (from LN2 to the last residual), with the all-to-all dispatcher:
+//   [LN2, router, top-k, permute] all-to-all (ep > 1) all-gather over etp (etp > 1) [experts]
+//   reduce-scatter over etp (etp > 1) all-to-all (ep > 1) [un-permute] (shared experts as a dense MLP:
+//   all-gather, [up, act, down], reduce-scatter over t) [residual];
+// with the all-gather dispatcher the tokens are all-gathered over the ep x etp group after the router
+// and the un-permuted outputs reduce-scattered back. Backward: the mirror.
+void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const ExpertSizes& e, MoeDispatcher d,
+                double act, std::vector<TpPiece>& fwd, std::vector<TpPiece>& bwd) {
+  const std::vector<Kernel> experts_b(m.expert.rbegin(), m.expert.rend());
+  if (d == MoeDispatcher::AllGather) {
+    const int n = e.ep * e.etp;
+    const double all = n * m.token_bytes;
+    auto gather = [&](std::vector<TpPiece>& to, CollectiveKind k) {
+      if (n > 1) to.push_back(collective(k, all, CommGroup::ExpertAndTensor));
+    };
+    fwd = {compute({m.ln2, m.router, m.route})};
+    gather(fwd, CollectiveKind::AllGather);
+    fwd.push_back(compute({m.permute}));
+    fwd.push_back(compute(m.expert, true));
+    fwd.push_back(compute({m.unpermute}));
+    gather(fwd, CollectiveKind::ReduceScatter);
+    bwd = {compute({})};
+    gather(bwd, CollectiveKind::AllGather);
+    bwd.push_back(compute({m.unpermute}));
+    bwd.push_back(compute(experts_b, true));
+    bwd.push_back(compute({m.permute}));
+    gather(bwd, CollectiveKind::ReduceScatter);
+    bwd.push_back(compute({m.route, m.router, m.ln2}));
+  } else {
+    // Each device sends top_k copies of its tokens in all; the expert tensor-parallel group gathers
+    // what its members received (etp x that, scaled by the rank's load).
+    const double sent = sp.moe.top_k * m.token_bytes, gathered = e.etp * sent;
+    auto around = [&](std::vector<TpPiece>& to, std::vector<Kernel> experts) {
+      if (e.ep > 1) to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
+      if (e.etp > 1) to.push_back(collective(CollectiveKind::AllGather, gathered, CommGroup::ExpertTensor, true));
+      to.push_back(compute(std::move(experts), true));
+      if (e.etp > 1) to.push_back(collective(CollectiveKind::ReduceScatter, gathered, CommGroup::ExpertTensor, true));
+      if (e.ep > 1) {
+        to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
+        to.back().combine = true;
+      }
+    };
+    fwd = {compute({m.ln2, m.router, m.route, m.permute})};
+    around(fwd, m.expert);
+    fwd.push_back(compute({m.unpermute}));
+    bwd = {compute({m.unpermute})};
+    around(bwd, experts_b);
+    bwd.push_back(compute({m.permute, m.route, m.router, m.ln2}));
+  }
+  // Shared experts: a dense MLP on the layer's input, split over the tensor-parallel group.
+  if (m.shared) {
+    const blocks::Mlp& s = m.shared_mlp;
+    auto tp = [&](std::vector<TpPiece>& to, CollectiveKind k) {
+      if (t > 1) to.push_back(collective(k, act));
+    };
+    tp(fwd, CollectiveKind::AllGather);
+    fwd.push_back(compute({s.up, s.act, s.down}));
+    tp(fwd, CollectiveKind::ReduceScatter);
+    std::vector<TpPiece> b{compute({})};
+    tp(b, CollectiveKind::AllGather);
+    b.push_back(compute({s.down, s.act, s.up}));
+    tp(b, CollectiveKind::ReduceScatter);
+    b.insert(b.end(), std::make_move_iterator(bwd.begin()), std::make_move_iterator(bwd.end()));
+    bwd = std::move(b);
+  }
+  fwd.push_back(compute({m.dropout_residual}));
+  bwd.front().kernels.insert(bwd.front().kernels.begin(), m.dropout_residual);
+  // Consecutive compute pieces run as one (a piece between two collectives).
+  for (std::vector<TpPiece>* v : {&fwd, &bwd}) {
+    std::vector<TpPiece> merged;
+    for (TpPiece& p : *v) {
+      if (!merged.empty() && !p.collective && !merged.back().collective && p.expert_load == merged.back().expert_load) {
+        merged.back().kernels.insert(merged.back().kernels.end(), p.kernels.begin(), p.kernels.end());
+        continue;
+      }
+      merged.push_back(std::move(p));
+    }
+    *v = std::move(merged);
+  }
+}
+
+Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o, Precision precision,
+                          const ExpertSizes& e) {
+  const TensorSplit& sp = l.split;
+  if (Status st = check_moe(l, e, o.moe); !st) return st.error();
+  for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
+                             std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
+                             std::pair{sp.moe.shared_ffn, "shared experts' FFN width"}})
+    if (value > 0)
+      if (Status st = divides(l, t, value, what); !st) return st.error();
+  if (t > 1 && !o.sequence_parallel)
+    return Error{fmt::format(
+        "layer \"{}\" is a mixture-of-experts block and tensor_parallel is {}: Megatron-Core requires "
+        "sequence parallelism with MoE under tensor parallelism (set strategy.sequence_parallel: true)",
+        l.name, t)};
+  const bool seq = t > 1;
+  const double eb = element_bytes(precision);
+  const blocks::Attention a = blocks::attention(sp, t, seq, precision);
+  const blocks::Moe m = blocks::moe(sp, t, seq, e, precision);
+  const double act = sp.sequence * sp.hidden * eb;
+  TpLayer out;
+  std::vector<TpPiece> mf, mb;
+  moe_pieces(m, sp, t, e, o.moe.dispatcher, act, mf, mb);
+  attention_pieces(a, t, seq, act, std::move(mf), std::move(mb), out);
+  out.recompute = {a.core, a.softmax_dropout};
+  out.expert_parameters = m.expert_parameters;
+  out.expert_parameter_bytes = m.expert_parameters * eb;
+  out.parameters = a.parameters + m.dense_parameters + m.expert_parameters;
+  out.parameter_bytes = out.parameters * eb;
+  blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
+                      a.stash.scores};
+  set_stash(out, stash, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
+  out.expert_stash = m.expert_stash_bytes;
+  return out;
+}
+
+}  // namespace
+
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
-                                      Precision precision) {
+                                      Precision precision, const ExpertSizes& e) {
   const TensorSplit& sp = l.split;
   const bool seq = o.sequence_parallel;
   const double eb = element_bytes(precision);
@@ -172,8 +332,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
                     "tensor parallelism needs layers described by their shapes",
                     l.name, t)};
   if (t > 1 && seq &&
-      (sp.kind == TensorSplitKind::Transformer || sp.kind == TensorSplitKind::VocabEmbedding ||
-       sp.kind == TensorSplitKind::VocabHead))
+      (is_block(sp.kind) || sp.kind == TensorSplitKind::VocabEmbedding || sp.kind == TensorSplitKind::VocabHead))
     if (Status st = divides(l, t, sp.sequence, "sequence length (sequence parallelism splits it)"); !st)
       return st.error();
   switch (sp.kind) {
@@ -193,64 +352,10 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     }
     case TensorSplitKind::Input:
       return out;
-    case TensorSplitKind::Transformer: {
-      for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
-                                 std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
-                                 std::pair{sp.ffn, "FFN width"}})
-        if (Status st = divides(l, t, value, what); !st) return st.error();
-      TransformerKernels k = transformer(sp, t, seq, precision);
-      const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
-      std::vector<Kernel> attn{k.qkv};
-      attn.insert(attn.end(), k.rotary.begin(), k.rotary.end());
-      for (const Kernel& x : {k.core, k.softmax_dropout, k.proj}) attn.push_back(x);
-      std::vector<Kernel> mlp{k.up, k.act, k.down};
-      if (!seq) {
-        std::vector<Kernel> a{k.ln1};
-        a.insert(a.end(), attn.begin(), attn.end());
-        std::vector<Kernel> m{k.dropout_residual1, k.ln2};
-        m.insert(m.end(), mlp.begin(), mlp.end());
-        out.forward = {compute(a), collective(CollectiveKind::AllReduce, act), compute(m),
-                       collective(CollectiveKind::AllReduce, act), compute({k.dropout_residual2})};
-        // Backward: the MLP (last residual, down, activation, up), the all-reduce of the up GEMM's
-        // input gradient, then LN2, the first residual, the attention (projection .. QKV), the
-        // all-reduce of QKV's input gradient, LN1.
-        std::vector<Kernel> bm{k.dropout_residual2, k.down, k.act, k.up};
-        std::vector<Kernel> ba{k.ln2, k.dropout_residual1, k.proj, k.softmax_dropout, k.core};
-        ba.insert(ba.end(), k.rotary.begin(), k.rotary.end());
-        ba.push_back(k.qkv);
-        out.backward = {compute(bm), collective(CollectiveKind::AllReduce, act), compute(ba),
-                        collective(CollectiveKind::AllReduce, act), compute({k.ln1})};
-      } else {
-        out.forward = {compute({k.ln1}),
-                       collective(CollectiveKind::AllGather, act),
-                       compute(attn),
-                       collective(CollectiveKind::ReduceScatter, act),
-                       compute({k.dropout_residual1, k.ln2}),
-                       collective(CollectiveKind::AllGather, act),
-                       compute(mlp),
-                       collective(CollectiveKind::ReduceScatter, act),
-                       compute({k.dropout_residual2})};
-        std::vector<Kernel> ba{k.proj, k.softmax_dropout, k.core};
-        ba.insert(ba.end(), k.rotary.begin(), k.rotary.end());
-        ba.push_back(k.qkv);
-        out.backward = {compute({k.dropout_residual2}),
-                        collective(CollectiveKind::AllGather, act),
-                        compute({k.down, k.act, k.up}),
-                        collective(CollectiveKind::ReduceScatter, act),
-                        compute({k.ln2, k.dropout_residual1}),
-                        collective(CollectiveKind::AllGather, act),
-                        compute(ba),
-                        collective(CollectiveKind::ReduceScatter, act),
-                        compute({k.ln1})};
-      }
-      out.recompute = {k.core, k.softmax_dropout};
-      out.parameters = k.parameters;
-      out.parameter_bytes = k.parameter_bytes;
-      out.stash_none = k.stash_none;
-      out.stash_selective = k.stash_selective;
-      out.stash_full = k.stash_full;
-      return out;
-    }
+    case TensorSplitKind::Transformer:
+      return transformer_layer(l, t, seq, precision);
+    case TensorSplitKind::MoeBlock:
+      return moe_layer(l, t, o, precision, e);
     case TensorSplitKind::VocabEmbedding: {
       if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
         return st.error();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/collectives.h"
+#include "core/moe.h"
 #include "core/result.h"
 #include "core/workload.h"
 
@@ -35,6 +36,7 @@ struct TensorParallelOptions {
   // beside the compute piece that follows it, which then does not wait for it; the piece after that
   // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
   bool overlap = false;
+  MoeOptions moe;  // MoE blocks: the dispatcher, capacity factor and routing
 };
 
 // One piece of a layer's pass on one device of a group of t.
@@ -46,6 +48,16 @@ struct TpPiece {
   // all-gather's output, the reduce-scatter's input).
   CollectiveKind kind = CollectiveKind::AllReduce;
   double bytes = 0;
+  // The group the collective runs over (the tensor-parallel group, or an MoE block's expert groups,
+  // core/moe.h). For an all-to-all, `bytes` is what one device sends in all (its share for each
+  // peer follows the peers' expert loads).
+  CommGroup group = CommGroup::Tensor;
+  // Scales with the device's expert load (ep x its expert-parallel rank's load, 1 when balanced):
+  // the experts' compute, and the expert tensor-parallel collectives around it.
+  bool expert_load = false;
+  // An all-to-all that returns the experts' outputs to the tokens' devices (the combine, and the
+  // backward's second all-to-all): each device sends back to each peer what that peer sent it.
+  bool combine = false;
 };
 
 // A layer under tensor parallelism, on one device of the group.
@@ -55,19 +67,31 @@ struct TpLayer {
   std::vector<Kernel> recompute;  // selective recomputation: the forward kernels the backward re-runs
   double parameters = 0;          // per device
   double parameter_bytes = 0;
+  // Of which expert weights (MoE blocks): their gradients reduce over the expert data-parallel group.
+  double expert_parameters = 0, expert_parameter_bytes = 0;
+  // MoE blocks: the experts' activations kept for the backward, bytes per sample at balanced load
+  // (a device holds its load factor times this), beside stash_none / stash_selective.
+  double expert_stash = 0;
   // Activation bytes per sample kept from F to B on one device, by recomputation mode
   // (Korthikanti et al., Table 2, at 2 bytes per element, scaled to the precision).
   double stash_none = 0, stash_selective = 0, stash_full = 0;
 };
 
 // Fails when the layer has no defined split for t > 1, or when t does not divide what Megatron
-// splits (heads, KV heads, FFN width, vocabulary; the sequence with SP). The message names the layer.
+// splits (heads, KV heads, FFN width, vocabulary; the sequence with SP), or an MoE block's experts do
+// not split over `e` (check_moe), or t > 1 without sequence parallelism on an MoE block (Megatron
+// requires it). The message names the layer.
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
-                                      Precision precision);
+                                      Precision precision, const ExpertSizes& e = {});
 
 // The per-device kernels of a transformer layer for group size t without SP, all pieces together:
-// what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere.
+// what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere. An MoE
+// block's (TensorSplitKind::MoeBlock) on one device holding every expert, balanced.
 std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision);
+// The parameters of a Transformer or MoE block on one device of a group of 1 (all of them), and the
+// parameters one token uses (MoE: top_k routed experts, the shared experts, the router).
+double block_parameters(const TensorSplit& s);
+double block_active_parameters(const TensorSplit& s);
 
 // The per-device kernels of a vocabulary-parallel language-model head (TensorSplitKind::VocabHead)
 // for group size t: the logits' GEMM over V/t columns, then the cross-entropy's three fp32 passes

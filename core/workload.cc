@@ -50,6 +50,8 @@ std::string_view to_string(TensorSplitKind k) {
       return "vocabulary-parallel embedding";
     case TensorSplitKind::VocabHead:
       return "vocabulary-parallel head";
+    case TensorSplitKind::MoeBlock:
+      return "mixture-of-experts block";
   }
   return "?";
 }
@@ -107,6 +109,8 @@ std::string_view to_string(KernelClass k) {
       return "elementwise";
     case KernelClass::Norm:
       return "norm";
+    case KernelClass::GroupedGemm:
+      return "grouped-gemm";
   }
   return "gemm";
 }

@@ -56,13 +56,17 @@ struct MeasuredCost {
 // What kind of GPU/FPGA kernel a piece of work is: the cost model's efficiency table is indexed by
 // it (with the device and the precision). The first four are compute kernels (a fraction of the
 // peak rate), the other three memory-bound ones (a fraction of the memory bandwidth).
-enum class KernelClass { Gemm, Conv, Attention, Recurrent, Gather, Elementwise, Norm };
-inline constexpr int kKernelClassCount = 7;
+// GroupedGemm: the experts' GEMMs of a mixture-of-experts layer, one grouped kernel over the device's
+// experts (TransformerEngine's GroupedLinear, Megatron's --moe-grouped-gemm); without an efficiency
+// of its own it runs at the device's GEMM efficiency (DeepGEMM's published H800 figures: grouped
+// GEMMs at 0.95-1.04x the dense GEMM's rate for the same per-group shape).
+enum class KernelClass { Gemm, Conv, Attention, Recurrent, Gather, Elementwise, Norm, GroupedGemm };
+inline constexpr int kKernelClassCount = 8;
 inline constexpr std::array<KernelClass, kKernelClassCount> kKernelClasses = {
     KernelClass::Gemm,   KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
-    KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm};
-inline constexpr std::array<KernelClass, 4> kComputeClasses = {
-    KernelClass::Gemm, KernelClass::Conv, KernelClass::Attention, KernelClass::Recurrent};
+    KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm,      KernelClass::GroupedGemm};
+inline constexpr std::array<KernelClass, 5> kComputeClasses = {
+    KernelClass::Gemm, KernelClass::Conv, KernelClass::Attention, KernelClass::Recurrent, KernelClass::GroupedGemm};
 std::string_view to_string(KernelClass k);
 std::optional<KernelClass> parse_kernel_class(std::string_view s);  // gemm, conv, attention, ...
 // The class of a layer kind ("linear" -> gemm, "conv2d" -> conv, "lstm" -> recurrent, ...), for
@@ -105,8 +109,35 @@ enum class TensorSplitKind : unsigned char {
                    // MLP (column- then row-parallel)
   VocabEmbedding,  // rows split by vocabulary; the output all-reduced (reduce-scattered with SP)
   VocabHead,       // output head column-parallel over the vocabulary; cross-entropy over the split
+  MoeBlock,        // a Transformer block whose MLP is a mixture of experts (TensorSplit::moe): attention
+                   // as Transformer; the router, the experts split over an expert-parallel group
+                   // (core/moe.h), optional shared experts as a tensor-parallel MLP
 };
 std::string_view to_string(TensorSplitKind k);
+// Transformer and MoE blocks: what the megatron partitioner spreads over the stages.
+inline bool is_block(TensorSplitKind k) { return k == TensorSplitKind::Transformer || k == TensorSplitKind::MoeBlock; }
+
+// A mixture-of-experts MLP (Shazeer et al., arXiv 1701.06538; Megatron-Core's MoELayer): a router
+// scores each token against `experts` experts and sends it to its `top_k` best; each routed expert is
+// an MLP of width `expert_ffn` (gated like the block's MLP); `shared_ffn` > 0 adds shared experts that
+// every token runs (DeepSeek-V2/V3: their total width).
+struct MoeShape {
+  double experts = 0;     // routed experts E (0: not an MoE block)
+  double top_k = 0;       // experts per token k (<= E)
+  double expert_ffn = 0;  // one routed expert's FFN width
+  double shared_ffn = 0;  // the shared experts' FFN width, all together (0: none)
+  bool sigmoid = false;   // router scores by sigmoid (DeepSeek-V3) instead of softmax
+};
+
+// Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434; DeepSeek-V3, arXiv 2412.19437): queries
+// through a rank-`q_rank` down/up projection (0: a plain h x heads (nope + rope) projection), keys and
+// values through a shared rank-`kv_rank` latent, plus a `rope_dim` decoupled rotary key per token
+// (shared by the heads); per head: TensorSplit::head_dim (the non-rotary query/key part) + rope_dim for
+// queries and keys, `v_dim` for values.
+struct MlaShape {
+  double q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0;
+  bool enabled() const { return kv_rank > 0; }
+};
 
 // The shapes the split needs (per sample: `sequence` tokens). Zero where the kind does not use it.
 struct TensorSplit {
@@ -119,6 +150,16 @@ struct TensorSplit {
   // Megatron-LM's fused element-wise kernels (workload `kernel_fusion: megatron`): scale, mask and
   // softmax as one kernel, bias, dropout and residual addition as one.
   bool megatron_fusion = false;
+  double head_dim = 0;  // width of one attention head (Megatron's kv_channels); 0: hidden / heads
+  MoeShape moe;         // MoeBlock: the experts
+  MlaShape mla;         // multi-head latent attention instead of (grouped-query) attention
+  // Causal self-attention whose kernels skip the masked half of the scores (FlashAttention with a
+  // causal mask): the core's FLOPs are halved. Off for the blocks built before 2026-12 (their costs
+  // were calibrated without it); the MoE zoo models set it.
+  bool causal = false;
+  // Sliding-window attention: each query attends to the last `window` keys (0: all); GPT-OSS
+  // alternates such blocks with full ones.
+  double window = 0;
 };
 
 struct Layer {

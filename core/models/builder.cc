@@ -78,6 +78,14 @@ void use_attention(Workload& w, AttentionImpl impl) {
   const double eb = element_bytes(w.precision);
   for (size_t i = 0; i < w.layer_count(); ++i) {
     Layer& l = w.graph[i];
+    if (l.kind == "moe_block") {  // rebuilt from its shape, as tensor parallelism builds it
+      l.split.fused_attention = true;
+      l.kernels = transformer_kernels(l.split, w.precision);
+      set_totals(l);
+      Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w.precision);
+      if (tp) l.stash_bytes = l.selective_stash_bytes = tp->stash_selective + tp->expert_stash;
+      continue;
+    }
     if (l.kind != "transformer_block" && l.kind != "decoder_block" && l.kind != "attention") continue;
     l.split.fused_attention = true;
     std::vector<Kernel>& ks = l.kernels;
@@ -110,8 +118,8 @@ Status use_megatron_fusion(Workload& w) {
   int blocks = 0;
   for (size_t i = 0; i < w.layer_count(); ++i) {
     Layer& l = w.graph[i];
-    if ((l.kind != "decoder_block" && l.kind != "transformer_block") ||
-        l.split.kind != TensorSplitKind::Transformer)
+    if ((l.kind != "decoder_block" && l.kind != "transformer_block" && l.kind != "moe_block") ||
+        !is_block(l.split.kind))
       continue;
     l.split.megatron_fusion = true;
     l.kernels = transformer_kernels(l.split, w.precision);  // keeps fused_attention (use_attention)
@@ -508,17 +516,18 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
 Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const TensorSplit& split) {
   const Shape& s = shape(in);
   if (s.size() != 2) return mismatch(name, "[sequence, hidden]", in);
-  if (split.heads < 1 || std::fmod(split.hidden, split.heads) != 0 || split.kv_heads < 1 ||
-      std::fmod(split.heads, split.kv_heads) != 0)
+  const bool moe = split.kind == TensorSplitKind::MoeBlock;
+  if (split.heads < 1 || (split.head_dim <= 0 && !split.mla.enabled() && std::fmod(split.hidden, split.heads) != 0) ||
+      split.kv_heads < 1 || std::fmod(split.heads, split.kv_heads) != 0)
     return Error{
         fmt::format("layer \"{}\": {} heads must divide the hidden size {} and be a multiple of the {} "
                     "key-value heads",
                     name, split.heads, split.hidden, split.kv_heads)};
   Layer l;
   l.name = name;
-  l.kind = "decoder_block";
+  l.kind = moe ? "moe_block" : "decoder_block";
   l.split = split;
-  l.split.kind = TensorSplitKind::Transformer;
+  l.split.kind = moe ? TensorSplitKind::MoeBlock : TensorSplitKind::Transformer;
   l.split.sequence = static_cast<double>(s[0]);
   l.split.hidden = static_cast<double>(s[1]);
   Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w_.precision);
@@ -527,8 +536,9 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
   l.parameters = tp->parameters;
   l.parameter_bytes = tp->parameter_bytes;
   l.weight_bytes = l.parameter_bytes;
-  l.stash_bytes = tp->stash_none;
-  l.selective_stash_bytes = tp->stash_selective;
+  // One device holding every expert at balanced load.
+  l.stash_bytes = tp->stash_none + tp->expert_stash;
+  l.selective_stash_bytes = tp->stash_selective + tp->expert_stash;
   double core = 0, fwd = 0;
   for (const Kernel& k : l.kernels) {
     fwd += k.forward_flops;

@@ -89,8 +89,10 @@ class ModelBuilder {
   Result<int> attention(const std::string& name, const std::vector<int>& in, int64_t heads);
   Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
   // A decoder block of the Llama family (or any shape `s` describes: grouped-query attention with
-  // s.kv_heads, a gated MLP, rotary embeddings, biases or not, RMSNorm when without biases), costed
-  // by the same per-kernel formulas as its tensor-parallel split (core/tensor_parallel.h).
+  // s.kv_heads and s.head_dim, or multi-head latent attention (s.mla), a gated MLP, rotary
+  // embeddings, biases or not, RMSNorm when without biases), costed by the same per-kernel formulas
+  // as its tensor-parallel split (core/tensor_parallel.h). With s.kind MoeBlock, its MLP is s.moe's
+  // mixture of experts (kind "moe_block"; costed on one device holding every expert, balanced).
   Result<int> decoder_block(const std::string& name, int in, const TensorSplit& s);
   // A token embedding: gathers `dim` values per token from a vocabulary x dim table. `shared`: the
   // table is another layer's (counted there): the lookup's traffic, no parameters.

@@ -277,6 +277,93 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
   return b.finish();
 }
 
+// Mixture-of-experts decoders (Mixtral, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS): token embedding,
+// `dense_layers` dense decoder blocks (FFN `ffn`), then MoE blocks (`experts` routed experts of width
+// `expert_ffn`, `top_k` per token, shared experts of total width `shared_ffn`), a final RMSNorm and an
+// untied head. Attention: grouped-query (`kv_heads`, `head_dim`; 0: hidden / heads), or multi-head
+// latent attention when `kv_rank` > 0 (`q_rank`, `rope_dim`, `v_dim`; head_dim is the non-rotary
+// query/key width); `sliding_window` > 0 restricts every other block's attention (the first, third,
+// ...) to that many keys (GPT-OSS). The 2026 training stack as these models are trained: causal
+// FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts, RMSNorm; `biases` 1 adds
+// the attention, expert and router biases (GPT-OSS).
+Result<Workload> build_moe(const ModelArgs& a, Precision p) {
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"), vocab = arg(a, "vocabulary"),
+                dense = arg(a, "dense_layers"), window = arg(a, "sliding_window");
+  ModelBuilder b("moe", p);
+  int x = b.input("tokens", {s});
+  x = must(b.embedding("embedding.words", x, vocab, h));
+  TensorSplit shape;
+  shape.heads = static_cast<double>(arg(a, "heads"));
+  shape.kv_heads = static_cast<double>(arg(a, "kv_heads"));
+  shape.head_dim = static_cast<double>(arg(a, "head_dim"));
+  shape.ffn = static_cast<double>(arg(a, "ffn"));
+  shape.gated = true;
+  shape.biases = arg(a, "biases") != 0;
+  shape.rotary = true;
+  shape.causal = true;
+  shape.fused_attention = true;
+  shape.megatron_fusion = true;
+  shape.mla = {static_cast<double>(arg(a, "q_rank")), static_cast<double>(arg(a, "kv_rank")),
+               static_cast<double>(arg(a, "rope_dim")), static_cast<double>(arg(a, "v_dim"))};
+  if (shape.mla.enabled()) shape.kv_heads = shape.heads;
+  shape.moe = {static_cast<double>(arg(a, "experts")), static_cast<double>(arg(a, "top_k")),
+               static_cast<double>(arg(a, "expert_ffn")), static_cast<double>(arg(a, "shared_ffn")),
+               arg(a, "sigmoid") != 0};
+  if (dense > L) throw BuildError(fmt::format("dense_layers {} is more than the {} layers", dense, L));
+  for (int64_t i = 0; i < L; ++i) {
+    TensorSplit block = shape;
+    block.kind = i < dense ? TensorSplitKind::Transformer : TensorSplitKind::MoeBlock;
+    if (window > 0 && window < s && i % 2 == 0) block.window = static_cast<double>(window);
+    x = must(b.decoder_block(fmt::format("layer{}", i), x, block));
+  }
+  const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
+  Layer norm;
+  norm.kind = "rmsnorm";
+  norm.parameters = static_cast<double>(h);
+  norm.parameter_bytes = norm.parameters * eb;
+  norm.forward_bytes = 2 * sh * eb;
+  norm.backward_bytes = 3 * sh * eb;
+  norm.stash_bytes = sh * eb;
+  norm.kernels = {Kernel{KernelClass::Norm, 0, 0, 0, 2 * sh * eb, 3 * sh * eb, 0, 1}};
+  norm.split.kind = TensorSplitKind::Replicated;
+  x = must(b.custom("final_norm", {x}, norm, {s, h}));
+  Layer head;
+  head.kind = "linear";
+  head.forward_flops = 2.0 * s * h * vocab;
+  head.backward_input_flops = head.forward_flops;
+  head.backward_weight_flops = head.forward_flops;
+  head.parameters = static_cast<double>(h) * vocab;  // untied
+  head.parameter_bytes = head.parameters * eb;
+  head.weight_bytes = head.parameter_bytes;
+  head.forward_bytes = (sh + static_cast<double>(s) * vocab) * eb;
+  head.backward_bytes = 2 * head.forward_bytes;
+  head.stash_bytes = static_cast<double>(s) * vocab * eb;
+  head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
+                static_cast<double>(vocab)};
+  head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);
+  must(b.custom("lm_head", {x}, head, {s, vocab}));
+  return b.finish();
+}
+
+// An MoE entry's parameters, in build_moe's order.
+struct MoeDefaults {
+  double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
+      sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
+      sliding_window = 0;
+};
+std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
+  return {{"layers", d.layers},         {"hidden", d.hidden},
+          {"heads", d.heads},           {"kv_heads", d.kv_heads},
+          {"head_dim", d.head_dim},     {"ffn", d.ffn},
+          {"dense_layers", d.dense_layers}, {"experts", d.experts},
+          {"top_k", d.top_k},           {"expert_ffn", d.expert_ffn},
+          {"shared_ffn", d.shared_ffn}, {"sequence", d.sequence},
+          {"vocabulary", d.vocabulary}, {"q_rank", d.q_rank},
+          {"kv_rank", d.kv_rank},       {"rope_dim", d.rope_dim},
+          {"v_dim", d.v_dim},           {"biases", d.biases},
+          {"sigmoid", d.sigmoid},       {"sliding_window", d.sliding_window}};
+}
+
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
 // input, concatenated at the end.
 Result<Workload> build_mmt(const ModelArgs& a, Precision p) {
@@ -434,6 +521,22 @@ const ModelInfo kModels[] = {
      llama_defaults(80, 8192, 64, 8, 28672, 8192, 128256), &build_llama},
     {"llama3-405b", "Llama 3.1 405B: 126 layers, h 16384, 128 heads (8 KV), FFN 53248, sequence 8192",
      llama_defaults(126, 16384, 128, 8, 53248, 8192, 128256), &build_llama},
+    // Shapes from each model's published configuration (docs/reference/models.md cites them).
+    {"mixtral-8x7b", "Mixtral 8x7B: 32 MoE layers, h 4096, 32 heads (8 KV), 8 experts of FFN 14336, top-2",
+     moe_defaults({32, 4096, 32, 8, 0, 14336, 0, 8, 2, 14336, 0, 4096, 32000}), &build_moe},
+    {"mixtral-8x22b", "Mixtral 8x22B: 56 MoE layers, h 6144, 48 heads (8 KV), 8 experts of FFN 16384, top-2",
+     moe_defaults({56, 6144, 48, 8, 0, 16384, 0, 8, 2, 16384, 0, 4096, 32000}), &build_moe},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 MoE layers, h 2048, 32 heads (4 KV) of 128, 128 experts of FFN 768, top-8",
+     moe_defaults({48, 2048, 32, 4, 128, 6144, 0, 128, 8, 768, 0, 4096, 151936}), &build_moe},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B: 94 MoE layers, h 4096, 64 heads (4 KV) of 128, 128 experts of FFN 1536, top-8",
+     moe_defaults({94, 4096, 64, 4, 128, 12288, 0, 128, 8, 1536, 0, 4096, 151936}), &build_moe},
+    {"deepseek-v2-lite", "DeepSeek-V2-Lite: 27 layers (1 dense), h 2048, MLA, 64 experts of FFN 1408 + 2 shared, top-6",
+     moe_defaults({27, 2048, 16, 16, 128, 10944, 1, 64, 6, 1408, 2816, 4096, 102400, 0, 512, 64, 128}), &build_moe},
+    {"deepseek-v3", "DeepSeek-V3: 61 layers (3 dense), h 7168, MLA, 256 experts of FFN 2048 + 1 shared, top-8, sigmoid",
+     moe_defaults({61, 7168, 128, 128, 128, 18432, 3, 256, 8, 2048, 2048, 4096, 129280, 1536, 512, 64, 128, 0, 1}),
+     &build_moe},
+    {"gpt-oss-120b", "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",
+     moe_defaults({36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128}), &build_moe},
     {"mmt",
      "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
      {{"branches", 4}, {"layers", 8}, {"sequence", 256}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
@@ -477,8 +580,11 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 
 ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
-      parameter == "tied_embeddings")
+      parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid")
     return {0, 1};
+  if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" || parameter == "q_rank" ||
+      parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" || parameter == "sliding_window")
+    return {0, 1'000'000'000};
   if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};
 }

@@ -19,6 +19,27 @@ bool better(const Candidate& a, const Candidate& b) {
 
 }  // namespace
 
+Status apply_expert_parallel(const PlanRequest& r, Partition& p) {
+  const StrategySpec& s = r.strategy;
+  const int ep = std::max(1, s.expert_parallel);
+  const int etp = s.expert_tensor_parallel > 0 ? s.expert_tensor_parallel : std::max(1, s.tensor_parallel);
+  for (size_t st = 0; st < p.stage_count(); ++st) {
+    Stage& stage = p.graph[st];
+    bool moe = false;
+    for (int l : stage.layers) moe = moe || r.workload.layer(l).split.kind == TensorSplitKind::MoeBlock;
+    if (!moe) continue;  // dense stages keep their tensor-parallel groups only
+    const int n = static_cast<int>(stage.devices.size());
+    if (n % (ep * etp) != 0)
+      return Error{fmt::format(
+          "expert_parallel {} x expert_tensor_parallel {} = {} does not divide stage {}'s {} devices (t x d = {} x "
+          "{}): Megatron folds the MoE layers' etp x ep x edp over the same devices",
+          ep, etp, ep * etp, st, n, stage.tensor_parallel, stage.replicas())};
+    stage.expert_parallel = ep;
+    stage.expert_tensor_parallel = etp;
+  }
+  return {};
+}
+
 Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrategy& partitioner,
                                     const ScheduleStrategy& scheduler, MicroBatching mb, int stages,
                                     int replicas) {
@@ -60,6 +81,7 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
       stage.devices = std::move(devices);
       stage.tensor_parallel = T;
     }
+  if (Status e = apply_expert_parallel(r, plan.partition); !e) return e.error();
   if (replicas > 1)
     for (size_t st = 0; st < plan.partition.stage_count(); ++st)
       if (plan.partition.stage(st).replicas() != replicas)

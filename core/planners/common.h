@@ -64,6 +64,10 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
                                     const ScheduleStrategy& scheduler, MicroBatching mb, int stages = 0,
                                     int replicas = 0);
 
+// Sets the expert-parallel and expert tensor-parallel sizes of the stages that hold MoE blocks from
+// the strategy (etp 0: the tensor-parallel size); fails when ep x etp does not divide a stage's devices.
+Status apply_expert_parallel(const PlanRequest& r, Partition& p);
+
 // partition_and_schedule, then lower_plan: a candidate not scored yet.
 Result<Candidate> make_candidate(const PlanRequest& r, const PartitionStrategy& partitioner,
                                  const ScheduleStrategy& scheduler, MicroBatching mb, int stages = 0,

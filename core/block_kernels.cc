@@ -1,0 +1,206 @@
+#include "core/block_kernels.h"
+
+#include <algorithm>
+
+namespace pipegrid::blocks {
+
+Kernel kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
+              double weight_bytes, double calls) {
+  return Kernel{cls, fwd, bwd_in, bwd_w, fwd_bytes, bwd_bytes, weight_bytes, calls};
+}
+
+Kernel scaled(Kernel k, double f) {
+  k.forward_flops *= f;
+  k.backward_input_flops *= f;
+  k.backward_weight_flops *= f;
+  k.forward_bytes *= f;
+  k.backward_bytes *= f;
+  return k;
+}
+
+namespace {
+
+// A GEMM with weights: the backward's input- and weight-gradient GEMMs each as many FLOPs as the
+// forward, twice its activation traffic.
+Kernel gemm(double flops, double io, double weights, double eb, KernelClass cls = KernelClass::Gemm) {
+  return kernel(cls, flops, flops, flops, io * eb, 2 * io * eb, weights * eb);
+}
+
+// Element-wise and normalisation passes: the backward moves 1.5 times the forward's bytes.
+Kernel pass(KernelClass cls, double bytes, double calls = 1) { return kernel(cls, 0, 0, 0, bytes, 1.5 * bytes, 0, calls); }
+
+// The attention core over `scores` = heads x s^2 / t scores, its FLOPs and the bytes of Q, K, V and
+// the output (core/models/builder.cc's score_core, score_passes, use_attention): unfused, two
+// batched GEMMs that write and read the scores, and four element-wise passes over them (scale, mask,
+// softmax, dropout: 8 eb + 1 bytes per score forward, 7 eb + 1 backward; Megatron's fusions two
+// passes of 4 eb + 1 and 5 eb + 1); fused (FlashAttention), one kernel per pass, no score traffic, the
+// backward recomputing Q K^T. A causal core skips the masked half of the FLOPs.
+void attention_core(const TensorSplit& sp, double flops, double scores, double qkvo, double eb, Attention& k) {
+  if (sp.causal && sp.window <= 0) flops /= 2;  // a window's keys all precede its query
+  const double core_io = (qkvo + 2 * scores) * eb;
+  if (sp.fused_attention) {
+    k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
+    k.softmax_dropout = kernel(KernelClass::Elementwise, 0, 0, 0, 0, 0, 0, 0);
+  } else {
+    k.core = kernel(KernelClass::Attention, flops, 2 * flops, 0, core_io, 2 * core_io, 0, 2);
+    k.softmax_dropout =
+        sp.megatron_fusion
+            ? kernel(KernelClass::Elementwise, 0, 0, 0, (4 * eb + 1) * scores, (5 * eb + 1) * scores, 0, 2)
+            : kernel(KernelClass::Elementwise, 0, 0, 0, (8 * eb + 1) * scores, (7 * eb + 1) * scores, 0, 4);
+  }
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3): the down projections and their norms run whole on
+// every device of the group (Megatron-Core builds them unsplit), the up projections and the output
+// projection split by heads.
+void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) {
+  const double s = sp.sequence, h = sp.hidden, a = sp.heads;
+  const double nope = sp.head_dim, rope = sp.mla.rope_dim, v = sp.mla.v_dim, qr = sp.mla.q_rank,
+               kr = sp.mla.kv_rank;
+  const double qk = a * (nope + rope);  // the queries' (and keys') width over all heads
+  double replicated = 0, split = 0;
+  if (qr > 0) {
+    k.qkv.push_back(gemm(2 * s * h * qr, s * h + s * qr, h * qr, eb));
+    k.qkv.push_back(pass(KernelClass::Norm, 2 * s * qr * eb));
+    k.qkv.push_back(gemm(2 * s * qr * qk / T, s * qr + s * qk / T, qr * qk / T, eb));
+    replicated += h * qr + qr;
+    split += qr * qk / T;
+  } else {
+    k.qkv.push_back(gemm(2 * s * h * qk / T, s * h + s * qk / T, h * qk / T, eb));
+    split += h * qk / T;
+  }
+  k.qkv.push_back(gemm(2 * s * h * (kr + rope), s * h + s * (kr + rope), h * (kr + rope), eb));
+  k.qkv.push_back(pass(KernelClass::Norm, 2 * s * kr * eb));
+  const double kv_up = a * (nope + v);
+  k.qkv.push_back(gemm(2 * s * kr * kv_up / T, s * kr + s * kv_up / T, kr * kv_up / T, eb));
+  replicated += h * (kr + rope) + kr;
+  split += kr * kv_up / T;
+  if (sp.rotary) k.rotary.push_back(pass(KernelClass::Elementwise, 2 * s * (a * rope / T + rope) * eb));
+  const double keys = sp.window > 0 ? std::min(s, sp.window) : s;
+  const double flops = 2 * s * keys * (qk + a * v) / T;
+  attention_core(sp, flops, a * s * keys / T, (2 * s * qk + s * a * v + s * a * v) / T, eb, k);
+  k.proj = gemm(2 * s * a * v * h / T, s * a * v / T + s * h, a * v * h / T, eb);
+  split += a * v * h / T;
+  k.parameters = replicated + split + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
+  // Q and K (qk wide each), V and the projection's input (a v each); the latents and the down
+  // projections' inputs whole on every device.
+  k.stash.split = 2 * s * qk + 2 * s * qk + 2 * s * a * v + 2 * s * a * v;
+  k.stash.replicated = 2 * s * (qr + kr + rope);
+}
+
+}  // namespace
+
+Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precision precision) {
+  const double eb = element_bytes(precision);
+  const double s = sp.sequence, h = sp.hidden, a = sp.heads, T = t;
+  const double seq_share = sequence_parallel ? 1 / T : 1;  // norms, dropouts, residuals
+  Attention k;
+  const double ln = 2 * s * h * seq_share * eb;
+  k.ln1 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
+  // Dropout (r + w) and residual add (2 r + w), two kernels; Megatron-LM's fused bias-dropout-add
+  // one kernel reading the input and the residual and writing the sum (3 s h).
+  const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
+  k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
+  // The unsplit part: LN1's input, QKV's input, the dropout mask (5 s h).
+  k.stash.unsplit = 5 * s * h;
+  k.stash.scores = sp.fused_attention ? 0 : 5 * a * s * (sp.window > 0 ? std::min(s, sp.window) : s);
+  if (sp.mla.enabled()) {
+    latent_attention(sp, T, eb, k);
+    return k;
+  }
+  const double kv = sp.kv_heads > 0 ? sp.kv_heads : a;
+  const double hd = sp.head_dim > 0 ? sp.head_dim : h / a;
+  const double q = sp.head_dim > 0 ? a * hd : h;  // the queries' width (the core's output)
+  const double qkv_out = q + 2 * kv * hd;
+  // Weights (and biases) per device: QKV column-parallel, the projection row-parallel (its bias
+  // replicated).
+  const double w_qkv = h * qkv_out / T + (sp.biases ? qkv_out / T : 0);
+  const double w_proj = q * h / T;
+  k.qkv = {gemm(2 * s * h * qkv_out / T, s * h + s * qkv_out / T, w_qkv, eb)};
+  k.proj = gemm(2 * s * q * h / T, s * q / T + s * h, w_proj, eb);
+  const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
+  const double keys = sp.window > 0 ? std::min(s, sp.window) : s;  // keys per query
+  attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
+  if (sp.rotary) {
+    const double rot = 2 * s * (q + kv * hd) / T * eb;  // queries and keys, read and written
+    k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
+  }
+  k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
+  // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q).
+  k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q;
+  return k;
+}
+
+Mlp mlp(const TensorSplit& sp, double f, int t, bool sequence_parallel, Precision precision) {
+  const double eb = element_bytes(precision);
+  const double s = sp.sequence, h = sp.hidden, T = t;
+  const double g = sp.gated ? 2 : 1;  // matrices of the first GEMM (gate and up)
+  const double seq_share = sequence_parallel ? 1 / T : 1;
+  Mlp k;
+  const double w_up = h * f * g / T + (sp.biases ? f * g / T : 0);
+  const double w_down = f * h / T;
+  k.up = gemm(2 * s * h * f * g / T, s * h + s * f * g / T, w_up, eb);
+  k.down = gemm(2 * s * f * h / T, s * f / T + s * h, w_down, eb);
+  const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
+  k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
+  const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
+  k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
+  const double ln = 2 * s * h * seq_share * eb;
+  k.ln2 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
+  k.parameters = w_up + w_down + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // down bias, LN2
+  // LN2's input, the MLP's input, the dropout mask (5 s h); the activation's input and the second
+  // GEMM's input (4 s f; gated 6 s f).
+  k.stash.unsplit = 5 * s * h;
+  k.stash.split = (sp.gated ? 6 : 4) * s * f;
+  return k;
+}
+
+Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision) {
+  const double eb = element_bytes(precision);
+  const MoeShape& m = sp.moe;
+  const double s = sp.sequence, h = sp.hidden, T = t, E = m.experts, kk = m.top_k, f = m.expert_ffn;
+  const double g = sp.gated ? 2 : 1;
+  const double seq_share = sequence_parallel ? 1 / T : 1;
+  const double tokens = s * seq_share;  // the device's tokens (per sample)
+  Moe k;
+  const double ln = 2 * s * h * seq_share * eb;
+  k.ln2 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
+  const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
+  k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
+  // The router: a GEMM to E logits (replicated weights), then the scores and top-k in fp32.
+  k.router = gemm(2 * tokens * h * E, tokens * h + tokens * E, h * E, eb);
+  k.route = pass(KernelClass::Elementwise, 3 * tokens * E * 4, 2);
+  // Permutation: read the tokens, write top_k copies; un-permutation: read them back, write the sum.
+  k.token_bytes = tokens * h * eb;
+  k.permute = pass(KernelClass::Gather, (1 + kk) * k.token_bytes);
+  k.unpermute = pass(KernelClass::Gather, (1 + kk) * k.token_bytes);
+  // The experts: etp x top_k x tokens copies on the device (balanced), each expert 1 / etp wide.
+  const double copies = e.etp * kk * tokens, fe = f / e.etp, local = E / e.ep;
+  const double w1 = local * h * fe * g, w2 = local * fe * h;
+  k.expert = {gemm(2 * copies * h * fe * g, copies * h + copies * fe * g, w1, eb, KernelClass::GroupedGemm),
+              kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
+                     1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1),
+              gemm(2 * copies * fe * h, copies * fe + copies * h, w2, eb, KernelClass::GroupedGemm)};
+  k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
+  // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
+  k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;
+  k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
+  // Router input and logits (fp32: 2 units per element), the copies returned by the combine, the
+  // dropout mask, LN2's input.
+  k.stash.unsplit = 5 * s * h + 4 * s * E + 2 * kk * s * h;
+  if (m.shared_ffn > 0) {
+    k.shared = true;
+    k.shared_mlp = mlp(sp, m.shared_ffn, t, sequence_parallel, precision);
+    k.dense_parameters += k.shared_mlp.parameters - (sp.biases ? 2 * h : h);  // LN2 counted once
+    k.stash.split += k.shared_mlp.stash.split;
+  }
+  return k;
+}
+
+double stash_bytes(const Stash& x, int t, bool sequence_parallel, double eb) {
+  const double T = t, half = eb / 2;
+  if (sequence_parallel) return ((x.unsplit + x.split + x.scores) / T + x.replicated) * half;
+  return (x.unsplit + (x.split + x.scores) / T + x.replicated) * half;
+}
+
+}  // namespace pipegrid::blocks

@@ -1,0 +1,71 @@
+// The per-device kernels of a Transformer or MoE block's parts, per sample, under tensor parallelism
+// t (and for MoE, expert parallelism), named by what they compute. One source for every builder (at
+// t = 1) and for tensor_parallel_layer (core/tensor_parallel.h), so a block costs the same wherever
+// it runs. Internal to core: the pieces and collectives are tensor_parallel.h's.
+#pragma once
+
+#include <vector>
+
+#include "core/moe.h"
+#include "core/workload.h"
+
+namespace pipegrid::blocks {
+
+Kernel kernel(KernelClass cls, double fwd, double bwd_in, double bwd_w, double fwd_bytes, double bwd_bytes,
+              double weight_bytes = 0, double calls = 1);
+Kernel scaled(Kernel k, double f);
+
+// Activation bytes kept from the forward to the backward (Korthikanti et al., arXiv 2205.05198,
+// section 4.1), in 2-byte units per sample: `unsplit` is divided by t under sequence parallelism only,
+// `split` always, `replicated` never (tensors every device of the group computes whole, e.g. MLA's
+// latents), `scores` (the attention core's 5 a s^2, none with FlashAttention) always.
+struct Stash {
+  double unsplit = 0, split = 0, replicated = 0, scores = 0;
+};
+
+// Self-attention: LN1, the projections to Q, K, V (grouped-query attention with TensorSplit::kv_heads
+// and head_dim; multi-head latent attention with TensorSplit::mla), rotary embeddings, the core, the
+// output projection, dropout and residual.
+struct Attention {
+  Kernel ln1;
+  std::vector<Kernel> qkv;  // the projections before the core
+  std::vector<Kernel> rotary;
+  Kernel core, softmax_dropout, proj, dropout_residual;
+  double parameters = 0;
+  Stash stash;
+};
+Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precision precision);
+
+// The dense MLP (up, activation, down; gated: gate and up) of width `ffn`, with LN2, dropout and
+// residual.
+struct Mlp {
+  Kernel ln2, up, act, down, dropout_residual;
+  double parameters = 0;
+  Stash stash;
+};
+Mlp mlp(const TensorSplit& sp, double ffn, int t, bool sequence_parallel, Precision precision);
+
+// The MoE MLP on one device: LN2, the router (a GEMM to E logits, then softmax or sigmoid and top-k,
+// in fp32), the permutation of the device's b s / t tokens into top_k copies, the experts' grouped
+// GEMMs on what the device receives (balanced: etp x top_k x s / t token copies, each expert's
+// FFN split etp ways), the un-permutation (the weighted sum of the copies), shared experts (a dense
+// MLP split t ways) and the dropout and residual. `expert` kernels and `expert_stash` are for
+// balanced routing: a device with load factor lambda (ep x its rank's load) runs lambda x them.
+struct Moe {
+  Kernel ln2, router, route, permute, unpermute, dropout_residual;
+  std::vector<Kernel> expert;  // fc1, activation, fc2: grouped GEMMs over the device's experts
+  bool shared = false;
+  Mlp shared_mlp;
+  double dense_parameters = 0;   // router and norm (replicated), shared experts (1/t)
+  double expert_parameters = 0;  // E / ep experts, 1 / etp of each
+  Stash stash;                   // the router's and permutation's, the shared experts'
+  double expert_stash_bytes = 0; // bytes per sample of the experts' activations (balanced)
+  double token_bytes = 0;        // bytes per sample of one device's tokens (b s / t x h): what the
+                                 // dispatch sends per copy, x top_k
+};
+Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision);
+
+// Stash bytes per sample on one device of t.
+double stash_bytes(const Stash& s, int t, bool sequence_parallel, double element_bytes);
+
+}  // namespace pipegrid::blocks

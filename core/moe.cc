@@ -1,0 +1,116 @@
+#include "core/moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace pipegrid {
+
+std::string_view to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::AllToAll:
+      return "alltoall";
+    case MoeDispatcher::AllGather:
+      return "allgather";
+  }
+  return "alltoall";
+}
+
+std::string_view to_string(CommGroup g) {
+  switch (g) {
+    case CommGroup::Tensor:
+      return "tensor-parallel";
+    case CommGroup::Expert:
+      return "expert-parallel";
+    case CommGroup::ExpertTensor:
+      return "expert tensor-parallel";
+    case CommGroup::ExpertAndTensor:
+      return "expert and expert tensor-parallel";
+  }
+  return "?";
+}
+
+std::vector<double> zipf_shares(int experts, double exponent) {
+  std::vector<double> s(static_cast<size_t>(std::max(0, experts)));
+  for (size_t k = 0; k < s.size(); ++k) s[k] = 1 / std::pow(static_cast<double>(k + 1), exponent);
+  const double total = std::accumulate(s.begin(), s.end(), 0.0);
+  for (double& x : s) x /= total;
+  return s;
+}
+
+std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep) {
+  std::vector<double> loads(static_cast<size_t>(std::max(1, ep)), 0.0);
+  const bool balanced = o.expert_shares.empty();
+  if (balanced && o.capacity_factor <= 0) {
+    std::fill(loads.begin(), loads.end(), 1.0 / ep);
+    return loads;
+  }
+  const double cap = o.capacity_factor > 0 ? o.capacity_factor / experts : 1.0;
+  const int per_rank = experts / std::max(1, ep);
+  for (int e = 0; e < experts; ++e) {
+    const double share = balanced ? 1.0 / experts : o.expert_shares[static_cast<size_t>(e)];
+    loads[static_cast<size_t>(std::min(ep - 1, e / std::max(1, per_rank)))] += std::min(share, cap);
+  }
+  return loads;
+}
+
+double load_imbalance(const std::vector<double>& loads) {
+  if (loads.empty()) return 1;
+  const double mean = std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(loads.size());
+  return mean > 0 ? *std::max_element(loads.begin(), loads.end()) / mean : 1;
+}
+
+Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
+  const MoeShape& m = l.split.moe;
+  auto bad = [&](std::string what) { return Error{fmt::format("layer \"{}\": {}", l.name, what)}; };
+  if (m.experts < 1 || m.experts != std::floor(m.experts))
+    return bad(fmt::format("a mixture-of-experts block needs a whole number of experts, got {:g}", m.experts));
+  if (m.top_k < 1 || m.top_k > m.experts || m.top_k != std::floor(m.top_k))
+    return bad(fmt::format("top_k must be a whole number from 1 to the {:g} experts, got {:g}", m.experts, m.top_k));
+  if (std::fmod(m.experts, e.ep) != 0)
+    return bad(fmt::format("expert_parallel {} does not divide its {:g} experts (each device holds E / ep)", e.ep,
+                           m.experts));
+  if (std::fmod(m.expert_ffn, e.etp) != 0)
+    return bad(fmt::format("expert_tensor_parallel {} does not divide its expert FFN width {:g}", e.etp,
+                           m.expert_ffn));
+  if (!o.expert_shares.empty()) {
+    if (o.expert_shares.size() != static_cast<size_t>(m.experts))
+      return bad(fmt::format("the routing gives {} expert shares for {:g} experts", o.expert_shares.size(),
+                             m.experts));
+    double total = 0;
+    for (double x : o.expert_shares) {
+      if (!(x >= 0)) return bad(fmt::format("a routing share is {:g}; shares are fractions >= 0", x));
+      total += x;
+    }
+    if (std::abs(total - 1) > 1e-6)
+      return bad(fmt::format("the routing's expert shares sum to {:.6g}, not 1", total));
+  }
+  return {};
+}
+
+std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e) {
+  std::vector<int> out;
+  switch (g) {
+    case CommGroup::Tensor:
+      for (int i = 0; i < t; ++i) out.push_back(r - r % t + i);
+      break;
+    case CommGroup::ExpertTensor:
+      for (int i = 0; i < e.etp; ++i) out.push_back(r - r % e.etp + i);
+      break;
+    case CommGroup::Expert: {
+      const int base = r % e.etp + (r / (e.etp * e.ep)) * e.etp * e.ep;
+      for (int x = 0; x < e.ep; ++x) out.push_back(base + x * e.etp);
+      break;
+    }
+    case CommGroup::ExpertAndTensor: {
+      const int base = (r / (e.etp * e.ep)) * e.etp * e.ep;
+      for (int x = 0; x < e.etp * e.ep; ++x) out.push_back(base + x);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,83 @@
+// Mixture-of-experts training with expert parallelism, as Megatron-Core runs it (megatron/core/
+// transformer/moe/README.md; "MoE Parallel Folding", Liu et al., arXiv 2504.14960):
+//  - the attention part of a stage keeps its t x d devices in tensor-parallel groups of t (rank order
+//    tp-cp-dp within the stage); the MoE part regroups the same devices as etp x ep x edp, expert
+//    tensor parallelism fastest, then expert parallelism, then expert data parallelism (Megatron's
+//    expert RankGenerator with the same order string), so an expert-parallel group may span
+//    data-parallel replicas;
+//  - each device holds E / ep routed experts, each split etp ways; shared experts and the router are
+//    the dense part (shared experts split over the tensor-parallel group like a dense MLP);
+//  - tokens: a device routes its b s / t tokens (sequence parallelism: Megatron requires it for MoE
+//    under t > 1); each token goes to top_k experts. The all-to-all dispatcher sends each copy to
+//    the expert's device (all-to-all over the expert-parallel group), all-gathers them over the
+//    expert tensor-parallel group when etp > 1, runs the experts, reduce-scatters (etp > 1) and
+//    sends the results back (the combine all-to-all). The all-gather dispatcher all-gathers every
+//    token of the expert and expert-tensor group instead, and reduce-scatters the outputs.
+//  - gradients of expert weights reduce over the expert data-parallel group (devices with the same
+//    etp and ep rank), the others over the data-parallel group as before.
+// Routing imbalance is data: the share of token copies each expert receives (balanced, a Zipf law, or
+// a measured histogram) gives each expert-parallel rank's load, which scales both its expert compute
+// and the all-to-all bytes sent to it (expert_loads); a capacity factor drops what exceeds capacity.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "core/workload.h"
+
+namespace pipegrid {
+
+// How tokens reach the experts (Megatron-Core's --moe-token-dispatcher-type).
+enum class MoeDispatcher : unsigned char { AllToAll, AllGather };
+std::string_view to_string(MoeDispatcher d);  // "alltoall", "allgather"
+
+struct MoeOptions {
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
+  // Megatron's --moe-expert-capacity-factor: an expert takes at most cf x (its balanced share) of the
+  // token copies, the rest are dropped (before the dispatch); 0: dropless (Megatron's default).
+  double capacity_factor = 0;
+  // The share of token copies each routed expert receives (sums to 1); empty: balanced (1 / E each,
+  // what the published benchmarks force with --moe-router-force-load-balancing).
+  std::vector<double> expert_shares;
+};
+
+// The parallel sizes of a stage's MoE part: ep and etp (the expert data-parallel size follows from
+// the stage's devices).
+struct ExpertSizes {
+  int ep = 1, etp = 1;
+};
+
+// Zipf's law over `experts` experts (share of the k-th most popular proportional to 1 / k^exponent),
+// the most popular first; exponent 0 is balanced.
+std::vector<double> zipf_shares(int experts, double exponent);
+
+// The fraction of all token copies each expert-parallel rank receives (size ep): rank x holds experts
+// [x E/ep, (x+1) E/ep). With a capacity factor, each expert's share is capped at cf / E (the rest is
+// dropped, so the fractions sum to less than 1). Balanced and dropless: exactly 1 / ep each.
+std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
+
+// The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
+double load_imbalance(const std::vector<double>& loads);
+
+// Checks a MoE block's shape against the sizes (E divisible by ep, the expert FFN by etp, top-k <= E)
+// and the routing (as many shares as experts, none negative, summing to 1 within 1e-6). The message
+// names the layer.
+Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o);
+
+// The groups of a stage's devices, as positions in the stage's device list (position r = j t + i for
+// replica j, tensor-parallel rank i): the tensor-parallel group of t, and the MoE part's groups.
+enum class CommGroup : unsigned char {
+  Tensor,           // t consecutive positions
+  Expert,           // the expert-parallel group: ep positions of stride etp
+  ExpertTensor,     // the expert tensor-parallel group: etp consecutive positions
+  ExpertAndTensor,  // both: etp x ep positions (the all-gather dispatcher's group)
+};
+std::string_view to_string(CommGroup g);
+// The members of position r's group, in rank order (ring order for the collectives).
+std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e);
+// Position r's rank in the expert-parallel group.
+inline int expert_rank(int r, const ExpertSizes& e) { return (r / e.etp) % e.ep; }
+
+}  // namespace pipegrid

@@ -1,0 +1,112 @@
+// Mixture-of-experts with expert parallelism replayed in SimGrid, against iteration times computed by
+// hand: one MoE block of two experts (top-1) on two devices, each holding one expert.
+#include <doctest/doctest.h>
+
+#include "core/experiment.h"
+#include "core/metrics.h"
+#include "core/models/builder.h"
+#include "core/topologies/generators.h"
+#include "sim/replay.h"
+#include "tests/support/experiments.h"
+
+using namespace pipegrid;
+using namespace pipegrid::testing;
+
+namespace {
+
+constexpr double kPeak = 100e12;  // FLOP/s, fp16; efficiency 1, no startup, memory traffic free
+constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
+
+// One MoE block (2 experts of an ungated FFN kF, top-1; attention with 16 heads, no biases, RMSNorm,
+// unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
+Workload one_moe_block() {
+  ModelBuilder b("moe", Precision::FP16);
+  int x = b.input("x", {static_cast<int64_t>(kS), static_cast<int64_t>(kH)});
+  TensorSplit s;
+  s.kind = TensorSplitKind::MoeBlock;
+  s.heads = s.kv_heads = kHeads;
+  s.ffn = kF;
+  s.gated = false;
+  s.biases = false;
+  s.moe = {2, 1, kF, 0, false};
+  x = *b.decoder_block("block", x, s);
+  Workload w = b.finish();
+  w.optimizer_step_s = 0;
+  return w;
+}
+
+DeviceSpec flop_device() {
+  DeviceSpec d = test_device();
+  d.peak_flops[static_cast<int>(Precision::FP16)] = kPeak;
+  return d;
+}
+
+// One iteration, one micro-batch of one sample per device, both devices replicas of the one stage and
+// the block's expert-parallel group of 2.
+double replayed(Cluster c, const std::vector<double>& shares = {}) {
+  for (Device& d : c.devices) d.spec = flop_device();
+  Experiment e;
+  e.name = "moe";
+  e.workload = one_moe_block();
+  e.cluster = std::move(c);
+  e.micro_batch_size = 2;
+  e.strategy.partitioner = "uniform";
+  e.strategy.schedule = "1f1b";
+  e.strategy.micro_batches = 1;
+  e.strategy.stages = 1;
+  e.strategy.replicas = 2;
+  e.strategy.expert_parallel = 2;
+  e.strategy.moe.expert_shares = shares;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  REQUIRE(r.ok());
+  return r->timeline.makespan();
+}
+
+// By hand, per device and sample (FLOP = 2 MAC; the backward twice the forward; memory-bound kernels
+// free on this device): before the dispatch, QKV 6 s h^2, the core 4 s^2 h, the projection 2 s h^2 and
+// the router 2 s h E; the experts on the device's s copies at balanced load, 4 s h f.
+double before_experts() { return (8 * kS * kH * kH + 4 * kS * kS * kH + 2 * kS * kH * 2) / kPeak; }
+double experts() { return 4 * kS * kH * kF / kPeak; }
+// The dispatch and the combine move each device's s h fp16 elements x its share for the other device.
+double all_to_all(double share, double bandwidth, double latency) { return latency + share * kS * kH * kEb / bandwidth; }
+// The dense gradients (attention 4 h^2 + h, router 2 h, norm h) all-reduced by a ring of two: two steps
+// of half the bytes each way. The expert gradients have no replica to reduce with (edp = 1).
+double allreduce(double bandwidth, double latency) {
+  const double bytes = (4 * kH * kH + 4 * kH) * kEb;
+  return 2 * latency + bytes / bandwidth;
+}
+
+}  // namespace
+
+TEST_CASE("MoE, two experts on two devices joined by one link, balanced: both all-to-alls by hand") {
+  const double B = 50e9, a = 5e-6;
+  // Forward: [attention, router] dispatch [expert] combine [rest: free]; backward the mirror, twice
+  // the compute; then the dense all-reduce.
+  const double a2a = all_to_all(0.5, B, a);
+  const double expected = 3 * (before_experts() + experts()) + 4 * a2a + allreduce(B, a);
+  CHECK(close_rel(replayed(line_cluster(2, B, a)), expected, 1e-6));
+}
+
+TEST_CASE("MoE, 3:1 routing skew: the busier expert's device sets the pace, by hand") {
+  const double B = 50e9, a = 5e-6;
+  // Expert 0 (device 0) takes 3/4 of the copies: device 1 sends it 3/4 of its tokens, device 0 sends
+  // 1/4; the link is full duplex, so each all-to-all takes the 3/4 flow's time. Device 0 computes
+  // 1.5x the balanced experts, device 1 0.5x, and the combine waits for device 0.
+  const double a2a = all_to_all(0.75, B, a);
+  const double expected = 3 * (before_experts() + 1.5 * experts()) + 4 * a2a + allreduce(B, a);
+  CHECK(close_rel(replayed(line_cluster(2, B, a), {0.75, 0.25}), expected, 1e-6));
+}
+
+TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the hand-computed amount") {
+  const double B = 50e9, a = 5e-6;
+  // Across two nodes: each device's NIC link (12.5 GB/s, 2 us) to one switch, routes of two links.
+  const double Bn = 12.5e9, an = 2e-6;
+  Cluster nodes = make_switch_cluster(2, "gpu", test_device(), Bn, an);
+  nodes.devices[0].node = "node0";
+  nodes.devices[1].node = "node1";
+  const double slower =
+      4 * (all_to_all(0.5, Bn, 2 * an) - all_to_all(0.5, B, a)) + allreduce(Bn, 2 * an) - allreduce(B, a);
+  CHECK(close_rel(replayed(nodes) - replayed(line_cluster(2, B, a)), slower, 1e-6));
+}
