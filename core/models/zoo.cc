@@ -231,23 +231,8 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   return b.finish();
 }
 
-// Llama family (Touvron et al., arXiv 2302.13971 and 2307.09288; Llama 3: arXiv 2407.21783): token
-// embedding, `layers` decoder blocks (RMSNorm, grouped-query attention with `kv_heads`, rotary
-// embeddings, SwiGLU MLP of width `ffn`, no biases), a final RMSNorm and an untied output head.
-Result<Workload> build_llama(const ModelArgs& a, Precision p) {
-  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
-                vocab = arg(a, "vocabulary");
-  ModelBuilder b("llama", p);
-  int x = b.input("tokens", {s});
-  x = must(b.embedding("embedding.words", x, vocab, h));
-  TensorSplit shape;
-  shape.heads = static_cast<double>(arg(a, "heads"));
-  shape.kv_heads = static_cast<double>(arg(a, "kv_heads"));
-  shape.ffn = static_cast<double>(arg(a, "ffn"));
-  shape.gated = true;
-  shape.biases = false;
-  shape.rotary = true;
-  for (int64_t i = 0; i < L; ++i) x = must(b.decoder_block(fmt::format("layer{}", i), x, shape));
+// A final RMSNorm and an untied output head over [s, h] (the Llama family's and the MoE decoders').
+void final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vocab, Precision p) {
   const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
   Layer norm;
   norm.kind = "rmsnorm";
@@ -274,6 +259,26 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
                 static_cast<double>(vocab)};
   head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);  // as at t > 1
   must(b.custom("lm_head", {x}, head, {s, vocab}));
+}
+
+// Llama family (Touvron et al., arXiv 2302.13971 and 2307.09288; Llama 3: arXiv 2407.21783): token
+// embedding, `layers` decoder blocks (RMSNorm, grouped-query attention with `kv_heads`, rotary
+// embeddings, SwiGLU MLP of width `ffn`, no biases), a final RMSNorm and an untied output head.
+Result<Workload> build_llama(const ModelArgs& a, Precision p) {
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
+                vocab = arg(a, "vocabulary");
+  ModelBuilder b("llama", p);
+  int x = b.input("tokens", {s});
+  x = must(b.embedding("embedding.words", x, vocab, h));
+  TensorSplit shape;
+  shape.heads = static_cast<double>(arg(a, "heads"));
+  shape.kv_heads = static_cast<double>(arg(a, "kv_heads"));
+  shape.ffn = static_cast<double>(arg(a, "ffn"));
+  shape.gated = true;
+  shape.biases = false;
+  shape.rotary = true;
+  for (int64_t i = 0; i < L; ++i) x = must(b.decoder_block(fmt::format("layer{}", i), x, shape));
+  final_norm_and_head(b, x, s, h, vocab, p);
   return b.finish();
 }
 
@@ -316,32 +321,7 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
     if (window > 0 && window < s && i % 2 == 0) block.window = static_cast<double>(window);
     x = must(b.decoder_block(fmt::format("layer{}", i), x, block));
   }
-  const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
-  Layer norm;
-  norm.kind = "rmsnorm";
-  norm.parameters = static_cast<double>(h);
-  norm.parameter_bytes = norm.parameters * eb;
-  norm.forward_bytes = 2 * sh * eb;
-  norm.backward_bytes = 3 * sh * eb;
-  norm.stash_bytes = sh * eb;
-  norm.kernels = {Kernel{KernelClass::Norm, 0, 0, 0, 2 * sh * eb, 3 * sh * eb, 0, 1}};
-  norm.split.kind = TensorSplitKind::Replicated;
-  x = must(b.custom("final_norm", {x}, norm, {s, h}));
-  Layer head;
-  head.kind = "linear";
-  head.forward_flops = 2.0 * s * h * vocab;
-  head.backward_input_flops = head.forward_flops;
-  head.backward_weight_flops = head.forward_flops;
-  head.parameters = static_cast<double>(h) * vocab;  // untied
-  head.parameter_bytes = head.parameters * eb;
-  head.weight_bytes = head.parameter_bytes;
-  head.forward_bytes = (sh + static_cast<double>(s) * vocab) * eb;
-  head.backward_bytes = 2 * head.forward_bytes;
-  head.stash_bytes = static_cast<double>(s) * vocab * eb;
-  head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
-                static_cast<double>(vocab)};
-  head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);
-  must(b.custom("lm_head", {x}, head, {s, vocab}));
+  final_norm_and_head(b, x, s, h, vocab, p);
   return b.finish();
 }
 
