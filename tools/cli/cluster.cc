@@ -22,6 +22,7 @@
 #include "tools/input/cluster_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
+#include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -221,7 +222,7 @@ int run_bench(const Options& o) {
     fmt::print("{:>12} {:>12} {:>14} {:>14}\n", "bytes", "time", "algbw", "busbw");
   }
   for (double bytes : sizes) {
-    Result<sim::Replay> r = sim::replay_isolated(*c, single_op(*c, o, devices, bytes, algorithm));
+    Result<sim::Replay> r = process::replay_isolated(*c, single_op(*c, o, devices, bytes, algorithm));
     if (!r) return bad_input(fmt::format("{}: {}", o.cluster, r.error().message));
     const double t = r->timeline.makespan();
     const double bus = t > 0 ? bytes / t * bus_factor : 0;
