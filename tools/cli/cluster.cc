@@ -17,11 +17,11 @@
 #include "core/collectives.h"
 #include "core/units.h"
 #include "sim/replay.h"
-#include "sim/simgrid_xml.h"
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
+#include "tools/output/simgrid_xml.h"
 #include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
@@ -248,12 +248,12 @@ int run_export(const Options& o) {
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
   if (o.output.empty()) {
-    if (Status s = sim::write_simgrid_xml(*c, std::cout); !s)
+    if (Status s = output::write_simgrid_xml(*c, std::cout); !s)
       return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
     return kOk;
   }
   std::ostringstream out;
-  if (Status s = sim::write_simgrid_xml(*c, out); !s)
+  if (Status s = output::write_simgrid_xml(*c, out); !s)
     return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
   if (Status s = output::write_file_safely(o.output, out.str()); !s) return bad_input(s.error().message);
   return kOk;
