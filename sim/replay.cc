@@ -1,14 +1,8 @@
 #include "sim/replay.h"
 
-#include <fmt/format.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <boost/heap/fibonacci_heap.hpp>
 #include <chrono>
 #include <cmath>
-#include <csignal>
-#include <cstring>
 #include <deque>
 #include <limits>
 #include <queue>
@@ -43,7 +37,7 @@ namespace {
 // variable, the completion signal and, above all, SimGrid 3.32's scan of maestro's activity list
 // (each activity started from maestro is appended to a std::list that ExecImpl::post and
 // CommImpl::finish search with std::list::remove: with every device's running task on it, 26-33% of
-// the CPU at 1,024 devices, measured; sim/README.md). Only transfers in flight remain on that list.
+// the CPU at 1,024 devices, measured; docs/speed.md). Only transfers in flight remain on that list.
 //
 // Results are those of SimGrid's Execs, bit for bit (ReplayOptions::simgrid_execs keeps the Execs;
 // tests/sim/device_clock_test.cc compares the two on many configurations): what SimGrid 3.32 does,
@@ -290,79 +284,6 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
     return ex.stuck_error(names);
   }
   r.timeline = ex.take_timeline();
-  return r;
-}
-
-namespace {
-
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-}  // namespace
-
-Result<Replay> replay_isolated(const Cluster& c, const TaskGraph& g, const ReplayOptions& o) {
-  int fds[2];
-  if (::pipe(fds) != 0) return Error{fmt::format("cannot create a pipe: {}", std::strerror(errno))};
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) return Error{fmt::format("cannot fork: {}", std::strerror(errno))};
-  if (pid == 0) {
-    ::close(fds[0]);
-    Result<Replay> r = replay(c, g, o);
-    // Message: status byte, then either (n, wall, start[n], end[n]) or (length, text).
-    char ok = r.ok() ? 1 : 0;
-    bool good = write_all(fds[1], &ok, 1);
-    if (r.ok()) {
-      uint64_t n = r->timeline.start.size();
-      good = good && write_all(fds[1], &n, sizeof n) && write_all(fds[1], &r->wall_seconds, sizeof(double)) &&
-             write_all(fds[1], r->timeline.start.data(), n * sizeof(double)) &&
-             write_all(fds[1], r->timeline.end.data(), n * sizeof(double));
-    } else {
-      uint64_t n = r.error().message.size();
-      good = good && write_all(fds[1], &n, sizeof n) && write_all(fds[1], r.error().message.data(), n);
-    }
-    ::close(fds[1]);
-    ::_exit(good ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(status))
-    return Error{fmt::format("the simulation process died ({})", strsignal(WTERMSIG(status)))};
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || data.size() < 1 + sizeof(uint64_t))
-    return Error{"the simulation process failed without an answer"};
-  uint64_t n = 0;
-  std::memcpy(&n, data.data() + 1, sizeof n);
-  size_t at = 1 + sizeof n;
-  if (data[0] == 0) return Error{data.substr(at, n)};
-  if (data.size() != at + sizeof(double) * (1 + 2 * n))
-    return Error{"the simulation process sent a truncated answer"};
-  Replay r;
-  std::memcpy(&r.wall_seconds, data.data() + at, sizeof(double));
-  at += sizeof(double);
-  r.timeline.start.resize(n);
-  r.timeline.end.resize(n);
-  std::memcpy(r.timeline.start.data(), data.data() + at, n * sizeof(double));
-  std::memcpy(r.timeline.end.data(), data.data() + at + n * sizeof(double), n * sizeof(double));
   return r;
 }
 

@@ -32,10 +32,8 @@ struct Replay {
   double wall_seconds = 0;  // time spent in the simulation loop
 };
 
-// Runs in this process. SimGrid allows one simulation per process: call this at most once.
+// Runs in this process. SimGrid allows one simulation per process: call this at most once (any
+// number of them, each in a forked child: tools/process/isolated_replay.h).
 Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions& o = {});
-
-// Runs replay() in a forked child process: any number per process (tests, sweeps, benchmarks).
-Result<Replay> replay_isolated(const Cluster& c, const TaskGraph& g, const ReplayOptions& o = {});
 
 }  // namespace pipegrid::sim

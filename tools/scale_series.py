@@ -10,6 +10,7 @@ from /usr/bin/time).
 
     tools/scale_series.py [--build build] [--repeat 2] [--max-activities 2e7] [--filter REGEX]
                           [--end-to-end] [--json OUT.json]
+    tools/scale_series.py --chain P M > chain.yaml   # one chain's experiment, to profile it alone
 """
 import argparse
 import json
@@ -53,11 +54,16 @@ def finish(best):
     return best
 
 
-def end_to_end(build, p, m):
-    text = (f"name: scale\nworkload: {{kind: chain, layers: {p}, forward: 1ms, backward: 2ms, activation: 8MiB, "
+def chain_yaml(p, m):
+    """The experiment of the 1F1B chain p, m: what --end-to-end runs and --chain prints."""
+    return (f"name: scale\nworkload: {{kind: chain, layers: {p}, forward: 1ms, backward: 2ms, activation: 8MiB, "
             f"parameters: 64MiB}}\ncluster: {{kind: switch, count: {p}, device: {{name: gpu, memory: 80GiB}}, "
             f"bandwidth: 25GBps, latency: 1us}}\nstrategy: {{partitioner: uniform, schedule: 1f1b, "
             f"micro_batches: {m}}}\n")
+
+
+def end_to_end(build, p, m):
+    text = chain_yaml(p, m)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(text)
     try:
@@ -99,7 +105,12 @@ def main():
     ap.add_argument("--filter", default="")
     ap.add_argument("--end-to-end", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--chain", nargs=2, type=int, metavar=("P", "M"),
+                    help="print the experiment of the 1F1B chain P, M (for `pipegrid run`, perf) and exit")
     a = ap.parse_args()
+    if a.chain:
+        sys.stdout.write(chain_yaml(*a.chain))
+        return
     names = [f"Chain1F1B/{p}/{m}" for p, m in CHAINS if activities(p, m) <= a.max_activities] + OTHERS
     names = [n for n in names if not a.filter or re.search(a.filter, n)]
     rows = [finish(r) for r in rounds(a.repeat, names, lambda n: bench(a.build, n), "cpu_s")]

@@ -7,16 +7,16 @@
 //   BM_Platform  SimGrid engine, hosts, links and routes (build_platform), timed inside a forked child
 // Presets are loaded once per benchmark, outside the timed region.
 #include <benchmark/benchmark.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "core/topologies/generators.h"
 #include "sim/platform.h"
 #include "tools/input/cluster_yaml.h"
+#include "tools/process/process.h"
 
 using namespace pipegrid;
 
@@ -75,11 +75,7 @@ void BM_Routes(benchmark::State& state) {
 
 // Seconds build_platform took in a child process (SimGrid allows one engine per process).
 double platform_seconds(const Cluster& c, const std::vector<std::pair<int, int>>& pairs) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
+  const process::ChildResult child = process::run_child([&](int fd) {
     int argc = 2;
     char arg0[] = "bench", arg1[] = "--log=root.thres:critical";
     char* argv[] = {arg0, arg1, nullptr};
@@ -88,15 +84,10 @@ double platform_seconds(const Cluster& c, const std::vector<std::pair<int, int>>
     Result<sim::Platform> p = sim::build_platform(c, pairs);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!p) seconds = -1;
-    const bool ok = write(fds[1], &seconds, sizeof seconds) == sizeof seconds;
-    _exit(ok ? 0 : 1);
-  }
-  close(fds[1]);
+    return process::write_all(fd, &seconds, sizeof seconds) ? 0 : 1;
+  });
   double seconds = -1;
-  if (read(fds[0], &seconds, sizeof seconds) != sizeof seconds) seconds = -1;
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  if (child.answer.size() == sizeof seconds) std::memcpy(&seconds, child.answer.data(), sizeof seconds);
   return seconds;
 }
 

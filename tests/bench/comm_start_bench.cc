@@ -19,13 +19,14 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <simgrid/s4u.hpp>
 #include <string>
 #include <vector>
+
+#include "tools/process/process.h"
 
 namespace sg4 = simgrid::s4u;
 
@@ -111,27 +112,15 @@ void run(benchmark::State& state, bool actors) {
   const int hosts = static_cast<int>(state.range(0)), per_host = static_cast<int>(state.range(1));
   std::array<double, 2> out{};
   for (auto _ : state) {
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      state.SkipWithError("pipe");
-      return;
-    }
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
+    const pipegrid::process::ChildResult child = pipegrid::process::run_child([&](int fd) {
       const std::array<double, 2> r = simulate(hosts, per_host, actors);
-      const bool ok = ::write(fds[1], r.data(), sizeof r) == static_cast<ssize_t>(sizeof r);
-      ::_exit(ok ? 0 : 1);
-    }
-    ::close(fds[1]);
-    const bool got = ::read(fds[0], out.data(), sizeof out) == static_cast<ssize_t>(sizeof out);
-    ::close(fds[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return pipegrid::process::write_all(fd, r.data(), sizeof r) ? 0 : 1;
+    });
+    if (child.exit_code() != 0 || child.answer.size() != sizeof out) {
       state.SkipWithError("the simulation failed");
       return;
     }
+    std::memcpy(out.data(), child.answer.data(), sizeof out);
     state.SetIterationTime(out[0]);
   }
   const double transfers = static_cast<double>(hosts) * per_host;

@@ -10,6 +10,7 @@
 #include "core/models/chain.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 
@@ -38,7 +39,7 @@ static void BM_Replay1F1B(benchmark::State& state) {
   for (const Task& t : run->graph.tasks) compute += t.is_compute();
   const size_t all = run->graph.tasks.size();
   for (auto _ : state) {
-    Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+    Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
     if (!r) {
       state.SkipWithError(r.error().message.c_str());
       return;

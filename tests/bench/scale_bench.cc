@@ -1,6 +1,6 @@
 // How the whole pipeline scales with the number of simulated activities (compute tasks + transfers):
 // one iteration is prepare() (plan, validate, lower, deadlock freedom) in this process, then the
-// SimGrid replay in a forked child (sim::replay_isolated), timed end to end (manual time: the wall
+// SimGrid replay in a forked child (process::replay_isolated), timed end to end (manual time: the wall
 // time of both, fork and result transfer included). Configurations:
 //   Chain1F1B/p/m      1F1B over a p-layer chain on a p-GPU switch (1 ms F, 2 ms B, 8 MiB
 //                      activations): 2 p m + p compute tasks and 2 (p - 1) m transfers; p = 64..1,024,
@@ -24,6 +24,7 @@
 #include "core/experiment.h"
 #include "sim/replay.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 
@@ -62,7 +63,7 @@ void run(benchmark::State& state, const std::string& yaml, bool simgrid_execs = 
       return;
     }
     const auto t1 = std::chrono::steady_clock::now();
-    Result<sim::Replay> r = sim::replay_isolated(e->cluster, run->graph, options);
+    Result<sim::Replay> r = process::replay_isolated(e->cluster, run->graph, options);
     if (!r) {
       state.SkipWithError(r.error().message.c_str());
       return;

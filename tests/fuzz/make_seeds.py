@@ -131,7 +131,7 @@ READERS = {
     "experiment": ["tools/input/*.cc", "core/units.cc", "core/registry.cc", "core/models/zoo.cc"],
     "cluster": ["tools/input/cluster_yaml.cc", "tools/input/device_yaml.cc", "tools/input/yaml_node.cc",
                 "core/units.cc", "topologies/devices.yaml"],
-    "platform": ["sim/simgrid_xml.cc"],
+    "platform": ["tools/input/simgrid_xml.cc"],
     "model": ["tools/input/model_yaml.cc", "tools/input/yaml_node.cc", "core/models/builder.cc", "core/units.cc"],
     "profile": ["core/models/pipedream_profile.cc"],
     "schedule": ["core/schedule.cc"],

@@ -4,8 +4,8 @@
 #include "core/experiment.h"
 #include "core/models/zoo.h"
 #include "core/topologies/generators.h"
-#include "sim/judge.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -21,7 +21,7 @@ double simulated(const Experiment& e, const PlanJudge& judge) {
 }  // namespace
 
 TEST_CASE("bapipe beats or ties uniform + 1f1b and uniform + gpipe with the same micro-batch freedom") {
-  const sim::SimGridJudge judge;
+  const process::SimGridJudge judge;
   DeviceSpec v100;
   v100.kind = "v100";
   v100.memory_bytes = 16e9;
@@ -54,7 +54,7 @@ TEST_CASE("bapipe beats or ties pure data parallelism, which is in its space (16
   // estimate ranked twelve pipelines (estimated 26 ms, run 41 ms) above every data-parallel plan
   // (estimated and run at 28 ms), which was then never evaluated. dp, planned on its own, is the
   // oracle: bapipe's plan must be at least as fast.
-  const sim::SimGridJudge judge;
+  const process::SimGridJudge judge;
   Experiment e = resnet50_on_u280_ring(16, 4 * 9024, 128);
   e.strategy.schedule = "1f1b";
   e.strategy.schedule_given = true;

@@ -6,6 +6,7 @@
 #include "sim/replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -15,7 +16,7 @@ namespace {
 Metrics simulate(const Experiment& e) {
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   if (!r) FAIL(r.error().message);
   return compute_metrics(e.cluster, run->graph, r->timeline);
 }

@@ -11,6 +11,7 @@
 #include "sim/replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -25,7 +26,7 @@ double simulated(const Cluster& c, const std::vector<int>& devices, const Append
   g.device_order.resize(c.devices.size());
   g.static_memory.resize(c.devices.size());
   append(g, devices, std::vector<Deps>(devices.size()));
-  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  Result<sim::Replay> r = process::replay_isolated(c, g);
   REQUIRE(r.ok());
   return r->timeline.makespan();
 }

@@ -7,6 +7,7 @@
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -21,7 +22,7 @@ double allreduce_time(const Cluster& c, AllReduceAlgorithm a, int n, double byte
   std::vector<int> devices(n);
   for (int i = 0; i < n; ++i) devices[i] = i;
   append_allreduce(g, a, c, devices, std::vector<int32_t>(n, -1), bytes);
-  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  Result<sim::Replay> r = process::replay_isolated(c, g);
   REQUIRE(r.ok());
   return r->timeline.makespan();
 }

@@ -15,6 +15,7 @@
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 namespace fs = std::filesystem;
@@ -135,7 +136,7 @@ TEST_CASE("every DAPPLE profile plans (uniform + 1f1b and pipedream) and replays
         layers.insert(run->partition.stage(s).layers.begin(), run->partition.stage(s).layers.end());
       CHECK(layers.size() == e.workload.layer_count());
       CHECK(std::set<int>(layers.begin(), layers.end()).size() == e.workload.layer_count());
-      Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+      Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
       REQUIRE(r.ok());
       const double t = r->timeline.makespan();
       // Lower bound: a stage's replicas share its m micro-batches' forward and backward compute.

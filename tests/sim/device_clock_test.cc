@@ -14,6 +14,7 @@
 #include "core/experiment.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -31,11 +32,11 @@ std::vector<std::string> hex_rows(const TaskGraph& g, const Timeline& t) {
 size_t compare_modes(const Experiment& e) {
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
-  Result<sim::Replay> clocks = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> clocks = process::replay_isolated(e.cluster, run->graph);
   REQUIRE_MESSAGE(clocks.ok(), clocks.error().message);
   sim::ReplayOptions o;
   o.simgrid_execs = true;
-  Result<sim::Replay> execs = sim::replay_isolated(e.cluster, run->graph, o);
+  Result<sim::Replay> execs = process::replay_isolated(e.cluster, run->graph, o);
   REQUIRE_MESSAGE(execs.ok(), execs.error().message);
   const std::vector<std::string> a = hex_rows(run->graph, clocks->timeline);
   const std::vector<std::string> b = hex_rows(run->graph, execs->timeline);
@@ -154,7 +155,7 @@ TEST_CASE("device clocks: exact ties, near ties and durations below SimGrid's pr
     REQUIRE(run.ok());
     sim::ReplayOptions o;
     o.simgrid_execs = true;
-    Result<sim::Replay> r = sim::replay_isolated(near.cluster, run->graph, o);
+    Result<sim::Replay> r = process::replay_isolated(near.cluster, run->graph, o);
     REQUIRE(r.ok());
     // The first task of each device starting at 0: those of a1's and b1's devices end together.
     std::vector<double> first_ends;

@@ -7,6 +7,7 @@
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -22,7 +23,7 @@ TEST_CASE("1F1B with 64 replicas per stage on a 1024-device 16-ary fat-tree") {
   REQUIRE(run.partition.stage_count() == static_cast<size_t>(p));
   CHECK(run.partition.stage(3).devices.front() == 3 * r);
   CHECK(run.partition.stage(3).devices.back() == 4 * r - 1);
-  Result<sim::Replay> replay = sim::replay_isolated(e.cluster, run.graph);
+  Result<sim::Replay> replay = process::replay_isolated(e.cluster, run.graph);
   REQUIRE(replay.ok());
   const Metrics metrics = compute_metrics(e.cluster, run.graph, replay->timeline);
   int used = 0;

@@ -10,6 +10,7 @@
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/process.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 namespace fs = std::filesystem;
@@ -38,7 +39,7 @@ TEST_CASE("pipedream plans replay with 1f1b on a switch cluster") {
   CHECK(run->partition.plan.predicted_time_per_stage_s >= 0.205520896 * (1 - 1e-6));
   for (size_t s = 0; s < run->partition.stage_count(); ++s)
     CHECK(128 % run->partition.stage(s).devices.size() == 0);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
   // The iteration cannot beat the first stage's share of compute for 4 micro-batches.
   double first = 0;

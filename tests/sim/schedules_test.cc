@@ -8,6 +8,7 @@
 #include "sim/replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -29,7 +30,7 @@ struct Run {
 Run simulate(const Experiment& e) {
   Result<PreparedRun> run = prepare(e);
   if (!run) FAIL(run.error().message);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   if (!r) FAIL(r.error().message);
   Metrics m = compute_metrics(e.cluster, run->graph, r->timeline);
   return {std::move(*run), std::move(r->timeline), m};
@@ -171,11 +172,11 @@ TEST_CASE("a deadlocking schedule left to the replay fails it with the validator
   REQUIRE(g.ok());
   sim::ReplayOptions o;
   o.schedule = &bad;
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, *g, o);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, *g, o);
   REQUIRE(!r.ok());
   CHECK(r.error().message == expected);
   // Without the schedule, the executor says what each device waits for.
-  Result<sim::Replay> bare = sim::replay_isolated(e.cluster, *g);
+  Result<sim::Replay> bare = process::replay_isolated(e.cluster, *g);
   REQUIRE(!bare.ok());
   CHECK(bare.error().message.rfind("the schedule deadlocks:\n  gpu0 waits at 0B0 on gpu0 for 1B0 on gpu1",
                                    0) == 0);

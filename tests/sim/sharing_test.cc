@@ -10,6 +10,7 @@
 #include "sim/replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -66,7 +67,7 @@ Iteration iteration(Sharing sharing) {
     if (task.transfer == TransferKind::Activation && task.device == 0) activation = static_cast<int>(t);
   }
   REQUIRE(activation >= 0);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   if (!r) FAIL(r.error().message);
   out.iteration = r->timeline.makespan();
   out.first_activation_end = r->timeline.end[activation];
@@ -139,7 +140,7 @@ TEST_CASE("max-min sharing: progressive filling with three flows, two bottleneck
   g.add(transfer(0, 3, 240e6));
   g.add(transfer(1, 4, 100e6));
   g.add(transfer(2, 5, 44e6));
-  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  Result<sim::Replay> r = process::replay_isolated(c, g);
   REQUIRE(r.ok());
   CHECK(close_rel(r->timeline.end[0], 33 * ms, 1e-9));
   CHECK(close_rel(r->timeline.end[1], 43 * ms, 1e-9));

@@ -7,6 +7,7 @@
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -47,7 +48,7 @@ Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_paralle
   e.strategy.sequence_parallel = sequence_parallel;
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
   return compute_metrics(e.cluster, run->graph, r->timeline);
 }

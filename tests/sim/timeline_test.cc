@@ -25,6 +25,7 @@
 #include "core/experiment.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -61,7 +62,7 @@ std::string rows(const TaskGraph& g, const Timeline& t) {
 std::pair<PreparedRun, Timeline> check_stored(const Experiment& e, const std::string& name) {
   Result<PreparedRun> run = prepare(e);
   if (!run) FAIL(run.error().message);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   if (!r) FAIL(r.error().message);
   const std::string got = rows(run->graph, r->timeline);
   const std::string path = std::string(PIPEGRID_SOURCE_DIR) + "/tests/sim/data/timelines/" + name + ".txt";
@@ -77,7 +78,7 @@ std::pair<PreparedRun, Timeline> check_stored(const Experiment& e, const std::st
   // The same times with compute tasks as SimGrid Execs.
   sim::ReplayOptions execs;
   execs.simgrid_execs = true;
-  Result<sim::Replay> a = sim::replay_isolated(e.cluster, run->graph, execs);
+  Result<sim::Replay> a = process::replay_isolated(e.cluster, run->graph, execs);
   if (!a) FAIL(a.error().message);
   CHECK(rows(run->graph, a->timeline) == got);
   return {std::move(*run), std::move(r->timeline)};

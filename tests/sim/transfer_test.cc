@@ -7,6 +7,7 @@
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -25,7 +26,7 @@ std::vector<double> durations(const Cluster& c, const std::vector<Task>& transfe
   g.device_order.resize(c.devices.size());
   g.static_memory.resize(c.devices.size());
   for (const Task& t : transfers) g.add(t);
-  Result<sim::Replay> r = sim::replay_isolated(c, g);
+  Result<sim::Replay> r = process::replay_isolated(c, g);
   REQUIRE(r.ok());
   std::vector<double> out;
   for (size_t i = 0; i < transfers.size(); ++i) out.push_back(r->timeline.end[i] - r->timeline.start[i]);

@@ -12,6 +12,7 @@
 
 #include "sim/replay.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 
@@ -87,7 +88,7 @@ Agreement replay_all(const Experiment& base, const Search3dOptions& o) {
     const Experiment e = search3d_experiment(base, c);
     Result<PreparedRun> run = prepare(e);
     REQUIRE_MESSAGE(run.ok(), run.error().message);
-    Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+    Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
     REQUIRE_MESSAGE(r.ok(), r.error().message);
     analytic.push_back(c.iteration_time_s);
     simulated.push_back(r->timeline.makespan());
@@ -323,11 +324,11 @@ TEST_CASE("search3d: the TP-folded replay against the whole graph's, both in Sim
       const Experiment e = search3d_experiment(base, c);
       Result<PreparedRun> whole = prepare(e);
       REQUIRE_MESSAGE(whole.ok(), whole.error().message);
-      Result<sim::Replay> a = sim::replay_isolated(e.cluster, whole->graph);
+      Result<sim::Replay> a = process::replay_isolated(e.cluster, whole->graph);
       REQUIRE_MESSAGE(a.ok(), a.error().message);
       Result<PreparedRun> f = folded.tp_folded(c);
       REQUIRE_MESSAGE(f.ok(), f.error().message);
-      Result<sim::Replay> b = sim::replay_isolated(base.cluster, f->graph);
+      Result<sim::Replay> b = process::replay_isolated(base.cluster, f->graph);
       REQUIRE_MESSAGE(b.ok(), b.error().message);
       const double diff = std::abs(b->timeline.makespan() / a->timeline.makespan() - 1);
       worst = std::max(worst, diff);

@@ -8,6 +8,7 @@
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -30,7 +31,7 @@ json graph(int ranks, json nodes) {
 double makespan(const Cluster& c, const json& j) {
   Result<TaskGraph> g = output::from_trace_graph(j, c);
   REQUIRE(g.ok());
-  Result<sim::Replay> r = sim::replay_isolated(c, *g);
+  Result<sim::Replay> r = process::replay_isolated(c, *g);
   REQUIRE(r.ok());
   return r->timeline.makespan();
 }
@@ -155,7 +156,7 @@ TEST_CASE("trace graph in: receives that wait for their rank's own send around a
     }
     Result<TaskGraph> g = output::from_trace_graph(graph(2, nodes), c);
     REQUIRE(g.ok());
-    Result<sim::Replay> r = sim::replay_isolated(c, *g);
+    Result<sim::Replay> r = process::replay_isolated(c, *g);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().message.find("the schedule deadlocks:") != std::string::npos);
     CHECK(r.error().message.find("transfers") != std::string::npos);

@@ -48,15 +48,6 @@ struct Experiment;
 }
 namespace pipegrid::cli {
 
-// Runs argv (searching PATH) with output to this process's stderr; returns the exit status, or -1.
-int spawn(const std::vector<std::string>& argv, bool quiet);
-
-// Runs argv (searching PATH) with this process's standard streams; returns the exit status, or -1.
-int spawn_inherit(const std::vector<std::string>& argv);
-
-// A Python interpreter that has matplotlib: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
-std::optional<std::string> python_with_matplotlib();
-
 // `pipegrid run --json` on an experiment already read (`where` names it in messages).
 int run_loaded(const Experiment& exp, const std::string& where);
 

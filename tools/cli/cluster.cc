@@ -17,11 +17,12 @@
 #include "core/collectives.h"
 #include "core/units.h"
 #include "sim/replay.h"
-#include "sim/simgrid_xml.h"
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
+#include "tools/output/simgrid_xml.h"
+#include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -221,7 +222,7 @@ int run_bench(const Options& o) {
     fmt::print("{:>12} {:>12} {:>14} {:>14}\n", "bytes", "time", "algbw", "busbw");
   }
   for (double bytes : sizes) {
-    Result<sim::Replay> r = sim::replay_isolated(*c, single_op(*c, o, devices, bytes, algorithm));
+    Result<sim::Replay> r = process::replay_isolated(*c, single_op(*c, o, devices, bytes, algorithm));
     if (!r) return bad_input(fmt::format("{}: {}", o.cluster, r.error().message));
     const double t = r->timeline.makespan();
     const double bus = t > 0 ? bytes / t * bus_factor : 0;
@@ -247,12 +248,12 @@ int run_export(const Options& o) {
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
   if (o.output.empty()) {
-    if (Status s = sim::write_simgrid_xml(*c, std::cout); !s)
+    if (Status s = output::write_simgrid_xml(*c, std::cout); !s)
       return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
     return kOk;
   }
   std::ostringstream out;
-  if (Status s = sim::write_simgrid_xml(*c, out); !s)
+  if (Status s = output::write_simgrid_xml(*c, out); !s)
     return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
   if (Status s = output::write_file_safely(o.output, out.str()); !s) return bad_input(s.error().message);
   return kOk;

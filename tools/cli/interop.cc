@@ -6,10 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,7 +17,6 @@
 #include "core/experiment.h"
 #include "core/file_io.h"
 #include "core/metrics.h"
-#include "sim/judge.h"
 #include "sim/replay.h"
 #include "tools/builtin_chakra_script.h"
 #include "tools/builtin_example.h"
@@ -29,25 +25,13 @@
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/safe_write.h"
 #include "tools/output/trace_graph.h"
+#include "tools/process/isolated_replay.h"
+#include "tools/process/process.h"
 
 namespace pipegrid::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A Python interpreter that can import `module`: $PIPEGRID_PYTHON, Debian's /usr/bin/python3, python3.
-std::optional<std::string> python_with(const std::string& module) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
-  candidates.push_back("/usr/bin/python3");
-  candidates.push_back("python3");
-  for (const std::string& py : candidates)
-    if (spawn({py, "-c", fmt::format("import importlib.util, sys; sys.exit(importlib.util.find_spec('{}') is None)",
-                                     module)},
-              /*quiet=*/true) == 0)
-      return py;
-  return std::nullopt;
-}
 
 // A temporary folder, removed when this goes out of scope.
 struct TempDir {
@@ -83,7 +67,7 @@ struct ImportOptions {
 };
 
 int run_import(const ImportOptions& o) {
-  std::optional<std::string> py = python_with("torch");
+  std::optional<std::string> py = process::python_with("torch");
   if (!py)
     return bad_input(
         "`pipegrid import` needs python3 with PyTorch (Debian: sudo apt-get install python3-torch "
@@ -95,7 +79,7 @@ int run_import(const ImportOptions& o) {
   std::vector<std::string> argv = {*py, script};
   argv.insert(argv.end(), o.args.begin(), o.args.end());
   // The script prints its own messages (stdout: the model file unless -o).
-  const int rc = spawn_inherit(argv);
+  const int rc = process::spawn(argv, process::Output::Inherit);
   return rc < 0 ? kInternal : rc;
 }
 
@@ -112,14 +96,14 @@ struct ChakraOptions {
 };
 
 int run_chakra_script(const std::vector<std::string>& args) {
-  std::optional<std::string> py = python_with("json");
+  std::optional<std::string> py = process::python_with("json");
   if (!py) return bad_input("Chakra traces need python3 (Debian: sudo apt-get install python3)");
   TempDir tmp;
   const std::string script = tmp.file("chakra.py");
   if (Status s = write_text(script, kChakraScript); !s) return bad_input(s.error().message);
   std::vector<std::string> argv = {*py, script};
   argv.insert(argv.end(), args.begin(), args.end());
-  return spawn(argv, /*quiet=*/false);
+  return process::spawn(argv, process::Output::ToStderr);
 }
 
 int run_export(const ChakraOptions& o) {
@@ -127,7 +111,7 @@ int run_export(const ChakraOptions& o) {
   Result<Experiment> exp = load(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file;
-  const sim::SimGridJudge judge;
+  const process::SimGridJudge judge;
   Result<PreparedRun> prepared = prepare(*exp, &judge, /*prove_deadlock_free=*/true);
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
   output::TraceExportOptions eo;
@@ -199,22 +183,6 @@ void add_chakra_options(CLI::App* app, ChakraOptions& o) {
 }
 
 }  // namespace
-
-int spawn_inherit(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::cout.flush();
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
 
 Command add_import_command(CLI::App& parent) {
   auto o = std::make_shared<ImportOptions>();

@@ -12,12 +12,12 @@
 #include "core/lower.h"
 #include "core/metrics.h"
 #include "core/units.h"
-#include "sim/judge.h"
 #include "sim/replay.h"
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
+#include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -31,7 +31,7 @@ struct PlanOptions {
 int run(const PlanOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
-  const sim::SimGridJudge judge;
+  const process::SimGridJudge judge;
   Progress progress(fmt::format(
       "planning with {}", exp->strategy.planner.empty() ? exp->strategy.partitioner : exp->strategy.planner));
   Result<PreparedRun> run = prepare(*exp, &judge);

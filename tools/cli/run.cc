@@ -1,12 +1,8 @@
 // pipegrid run [EXPERIMENT.yaml|-] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR]
 // [--sim-log]
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -17,7 +13,6 @@
 #include "core/experiment.h"
 #include "core/file_io.h"
 #include "core/metrics.h"
-#include "sim/judge.h"
 #include "sim/replay.h"
 #include "tools/builtin_example.h"
 #include "tools/builtin_plot_script.h"
@@ -26,6 +21,8 @@
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
+#include "tools/process/isolated_replay.h"
+#include "tools/process/process.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -40,48 +37,6 @@ struct RunOptions {
   bool sim_log = false;
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
-
-}  // namespace
-
-extern "C" char** environ;
-
-int spawn(const std::vector<std::string>& argv, bool quiet) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (quiet) {
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  } else {
-    posix_spawn_file_actions_adddup2(&actions, 2, 1);  // keep stdout clean for --json
-  }
-  pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
-std::optional<std::string> python_with_matplotlib() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
-  candidates.push_back("/usr/bin/python3");
-  candidates.push_back("python3");
-  // Finds the module without importing it: importing matplotlib costs about half a second, which
-  // the plotting script pays once anyway.
-  for (const std::string& py : candidates)
-    if (spawn({py, "-c",
-               "import importlib.util, sys; sys.exit(importlib.util.find_spec('matplotlib') is None)"},
-              /*quiet=*/true) == 0)
-      return py;
-  return std::nullopt;
-}
-
-namespace {
 
 // Writes a file with `write`, all or nothing (output::write_file_safely).
 Status write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
@@ -134,7 +89,7 @@ int run(const RunOptions& o) {
 
 int simulate(const Result<Experiment>& exp, const std::string& where, const RunOptions& o,
              const PlotFiles& plot) {
-  const sim::SimGridJudge judge;
+  const process::SimGridJudge judge;
   // The replay finds a deadlock itself (ro.schedule), so prepare does not run the graph first.
   Progress progress("planning");
   Result<PreparedRun> prepared = prepare(*exp, &judge, /*prove_deadlock_free=*/false);
@@ -178,7 +133,7 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
     if (s) s = write_file(memory, writer(&output::write_memory_csv));
     if (s) s = write_file(script, [](std::ostream& out) { out << kPlotScript; });
     if (!s) return bad_input(s.error().message);
-    std::optional<std::string> py = python_with_matplotlib();
+    std::optional<std::string> py = process::python_with("matplotlib");
     if (!py) {
       fmt::print(
           std::cerr,
@@ -189,8 +144,8 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
     }
     // The figures' title: the experiment's name, or where it came from when it has none.
     const std::string title = exp->name.empty() ? fmt::format("unnamed experiment ({})", where) : exp->name;
-    const int rc = spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
-                         /*quiet=*/false);
+    const int rc = process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
+                                  process::Output::ToStderr);
     if (rc != 0) {
       fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
       return kInternal;

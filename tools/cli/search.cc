@@ -4,16 +4,13 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +21,7 @@
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
+#include "tools/process/process.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -82,16 +80,41 @@ struct ReplayOutcome {
   TimeBreakdown breakdown;
 };
 
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
+// What a child sends back: iteration time, throughput and the six parts of the breakdown.
+constexpr size_t kFigures = 8;
+constexpr std::string_view kChild = "the simulation process";
+
+// In the child: lowers run i, replays it and encodes its figures.
+Result<std::string> replay_figures(const Cluster& cluster, Result<PreparedRun> run) {
+  if (!run) return run.error();
+  sim::ReplayOptions ro;
+  ro.schedule = &run->schedule;
+  Result<sim::Replay> r = sim::replay(cluster, run->graph, ro);
+  if (!r) return r.error();
+  const Metrics m = compute_metrics(cluster, run->graph, r->timeline);
+  const TimeBreakdown& b = m.breakdown;
+  const double f[kFigures] = {r->timeline.makespan(), m.throughput_samples_per_s,
+                              b.compute_s,            b.optimizer_s,
+                              b.tensor_parallel_s,    b.pipeline_s,
+                              b.data_parallel_s,      b.bubble_s};
+  return std::string(reinterpret_cast<const char*>(f), sizeof f);
+}
+
+ReplayOutcome outcome_of(const process::ChildResult& child) {
+  ReplayOutcome o;
+  Result<std::string> answer = process::answer_of(child, kChild);
+  if (!answer) {
+    o.error = answer.error().message;
+  } else if (answer->size() != sizeof(double) * kFigures) {
+    o.error = fmt::format("{} failed without an answer", kChild);
+  } else {
+    double f[kFigures];
+    std::memcpy(f, answer->data(), sizeof f);
+    o.simulated_s = f[0];
+    o.throughput = f[1];
+    o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7]};
   }
-  return true;
+  return o;
 }
 
 // Replays each experiment in its own child process, `jobs` at a time (SimGrid runs one simulation per
@@ -102,105 +125,15 @@ std::vector<ReplayOutcome> replay_in_children(size_t count, const Cluster& clust
                                               const std::function<Result<PreparedRun>(size_t)>& prepare_i,
                                               int jobs, const std::function<void(size_t)>& progress) {
   std::vector<ReplayOutcome> out(count);
-  std::map<pid_t, std::pair<size_t, int>> running;  // pid -> (index, read end)
-  size_t next = 0, finished = 0;
-  auto start = [&](size_t i) {
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      out[i].error = fmt::format("cannot create a pipe: {}", std::strerror(errno));
-      ++finished;
-      return;
-    }
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      out[i].error = fmt::format("cannot fork: {}", std::strerror(errno));
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ++finished;
-      return;
-    }
-    if (pid == 0) {
-      ::close(fds[0]);
-      std::string error;
-      double figures[8] = {};
-      Result<PreparedRun> run = prepare_i(i);
-      if (!run) {
-        error = run.error().message;
-      } else {
-        sim::ReplayOptions ro;
-        ro.schedule = &run->schedule;
-        Result<sim::Replay> r = sim::replay(cluster, run->graph, ro);
-        if (!r) {
-          error = r.error().message;
-        } else {
-          const Metrics m = compute_metrics(cluster, run->graph, r->timeline);
-          const TimeBreakdown& b = m.breakdown;
-          const double f[8] = {r->timeline.makespan(),
-                               m.throughput_samples_per_s,
-                               b.compute_s,
-                               b.optimizer_s,
-                               b.tensor_parallel_s,
-                               b.pipeline_s,
-                               b.data_parallel_s,
-                               b.bubble_s};
-          std::copy(std::begin(f), std::end(f), figures);
-        }
-      }
-      const char ok = error.empty() ? 1 : 0;
-      bool good = write_all(fds[1], &ok, 1);
-      if (ok) {
-        good = good && write_all(fds[1], figures, sizeof figures);
-      } else {
-        const uint64_t n = error.size();
-        good = good && write_all(fds[1], &n, sizeof n) && write_all(fds[1], error.data(), n);
-      }
-      ::close(fds[1]);
-      ::_exit(good ? 0 : 1);
-    }
-    ::close(fds[1]);
-    running[pid] = {i, fds[0]};
-  };
-  while (finished < count) {
-    while (running.size() < static_cast<size_t>(std::max(1, jobs)) && next < count) start(next++);
-    if (running.empty()) continue;
-    // Any child: read what it sent (it exits once written; a short message never fills the pipe).
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      pid = running.begin()->first;  // no child left to wait for: read what the pipe holds
-    }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const auto [i, fd] = it->second;
-    running.erase(it);
-    std::string data;
-    char buf[1 << 14];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      data.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    ReplayOutcome& o = out[i];
-    if (WIFSIGNALED(status)) {
-      o.error = fmt::format("the simulation process died ({})", strsignal(WTERMSIG(status)));
-    } else if (data.size() == 1 + 8 * sizeof(double) && data[0] == 1) {
-      double f[8];
-      std::memcpy(f, data.data() + 1, sizeof f);
-      o.simulated_s = f[0];
-      o.throughput = f[1];
-      o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7]};
-    } else if (data.size() >= 1 + sizeof(uint64_t) && data[0] == 0) {
-      o.error = data.substr(1 + sizeof(uint64_t));
-    } else {
-      o.error = "the simulation process failed without an answer";
-    }
-    ++finished;
-    if (progress) progress(finished);
-  }
+  size_t finished = 0;
+  process::run_pool(
+      count, jobs,
+      [&](size_t i, int fd) { return process::send_answer(fd, replay_figures(cluster, prepare_i(i))); },
+      [&](size_t i, process::ChildResult&& child) {
+        out[i] = outcome_of(child);
+        if (progress) progress(++finished);
+        return true;
+      });
   return out;
 }
 
@@ -266,9 +199,8 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   return {};
 }
 
-int run(const SearchOptions& o) {
-  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
-  if (!exp) return bad_input(exp.error().message);
+// The search's options from the command line's; an Error for a mode --recompute does not know.
+Result<Search3dOptions> search_options(const SearchOptions& o, bool tty) {
   Search3dOptions so;
   so.global_batch = o.global_batch;
   so.tensor_parallel = o.tensor_parallel;
@@ -281,44 +213,40 @@ int run(const SearchOptions& o) {
     so.recompute.clear();
     for (const std::string& r : o.recompute) {
       std::optional<Recompute> rc = parse_recompute(r);
-      if (!rc) return bad_input(fmt::format("--recompute: \"{}\" is not none, selective or full", r));
+      if (!rc) return Error{fmt::format("--recompute: \"{}\" is not none, selective or full", r)};
       so.recompute.push_back(*rc);
     }
   }
-  const bool tty = isatty(STDERR_FILENO) == 1;
   if (tty)
     so.progress = [](size_t done, size_t total) {
       if (done == total || done % 16 == 0)
         fmt::print(std::cerr, "\rsearch: {}/{} candidates evaluated", done, total);
       if (done == total) fmt::print(std::cerr, "\n");
     };
-  Result<Search3dResult> res = search3d(*exp, so);
-  if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
+  return so;
+}
 
-  if (!o.sweep.empty()) {
-    if (Status st = write_sweep(o, *res); !st) return bad_input(st.error().message);
-    fmt::print(std::cerr, "search: {} candidates written to {} (run them with `pipegrid sweep {}`)\n",
-               res->ranked.size(), o.sweep, o.sweep);
-  }
-  std::vector<Replayed> replayed;
-  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res->ranked.size());
+// The best `--top` candidates replayed in SimGrid, fastest first; an Error names the first that failed.
+Result<std::vector<Replayed>> replay_best(const SearchOptions& o, const Experiment& exp,
+                                          const Search3dResult& res, bool tty) {
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res.ranked.size());
   // Whole graphs (every rank of every TP group), or TP-folded ones (Search3dEstimator::tp_folded).
   auto prepare_i = [&](size_t i) -> Result<PreparedRun> {
-    if (o.tp_folded) return Search3dEstimator(*exp).tp_folded(res->ranked[i]);
-    return prepare(search3d_experiment(*exp, res->ranked[i]), nullptr, false);
+    if (o.tp_folded) return Search3dEstimator(exp).tp_folded(res.ranked[i]);
+    return prepare(search3d_experiment(exp, res.ranked[i]), nullptr, false);
   };
   if (tty && k > 0)
     fmt::print(std::cerr, "search: replaying {} in SimGrid{}, {} at a time", k,
                o.tp_folded ? " (TP-folded)" : "", o.jobs);
   const std::vector<ReplayOutcome> outcomes =
-      replay_in_children(k, exp->cluster, prepare_i, o.jobs, [&](size_t done) {
+      replay_in_children(k, exp.cluster, prepare_i, o.jobs, [&](size_t done) {
         if (tty)
           fmt::print(std::cerr, "\rsearch: replayed {}/{} in SimGrid ({} at a time)   ", done, k, o.jobs);
       });
+  std::vector<Replayed> replayed;
   for (size_t i = 0; i < k; ++i) {
-    const Search3dCandidate& c = res->ranked[i];
-    if (!outcomes[i].error.empty())
-      return bad_input(fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error));
+    const Search3dCandidate& c = res.ranked[i];
+    if (!outcomes[i].error.empty()) return Error{fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error)};
     Replayed rp{c, outcomes[i].simulated_s, {}};
     rp.metrics.iteration_time_s = outcomes[i].simulated_s;
     rp.metrics.throughput_samples_per_s = outcomes[i].throughput;
@@ -328,70 +256,108 @@ int run(const SearchOptions& o) {
   if (tty && k > 0) fmt::print(std::cerr, "\n");
   std::stable_sort(replayed.begin(), replayed.end(),
                    [](const Replayed& a, const Replayed& b) { return a.simulated_s < b.simulated_s; });
-  const double n = static_cast<double>(exp->cluster.devices.size());
-  auto mfu = [&](double time) {
-    return res->peak_flops > 0
-               ? 6 * res->parameters * res->tokens_per_iteration / (time * n * res->peak_flops)
-               : 0;
-  };
+  return replayed;
+}
 
-  std::vector<int> all_devices(exp->cluster.devices.size());
-  for (size_t d = 0; d < all_devices.size(); ++d) all_devices[d] = static_cast<int>(d);
-  if (o.json) {
-    nlohmann::json j;
-    j["command"] = "search";
-    j["global_batch"] = o.global_batch;
-    j["devices"] = exp->cluster.devices.size();
-    j["combinations"] = res->combinations;
-    j["evaluated"] = res->evaluated;
-    j["feasible"] = res->ranked.size();
-    j["left_out"] = res->left_out;
-    nlohmann::json ranked = nlohmann::json::array();
-    for (const Search3dCandidate& c : res->ranked) ranked.push_back(candidate_json(c));
-    j["analytic_ranking"] = ranked;
-    nlohmann::json sim = nlohmann::json::array();
-    for (const Replayed& r : replayed) {
-      nlohmann::json x = candidate_json(r.c);
-      x["simulated_iteration_time_s"] = r.simulated_s;
-      x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
-      x["simulated_mfu"] = mfu(r.simulated_s);
-      x["simulated_breakdown"] = breakdown_json(r.metrics.breakdown);
-      sim.push_back(x);
-    }
-    j["simgrid_ranking"] = sim;
-    j["simgrid_replays"] = o.tp_folded ? "tp-folded" : "whole graph";
-    if (replayed.size() >= 2) j["why"] = why(replayed[0], replayed[1]);
-    j["cost_model_checks"] = output::cost_model_checks_json(output::cost_model_checks(*exp, all_devices));
-    std::cout << j.dump(2) << "\n";
-    return kOk;
+// What search found, for printing: the experiment, the search's result, the replayed candidates.
+struct Found {
+  const SearchOptions& o;
+  const Experiment& exp;
+  const Search3dResult& res;
+  const std::vector<Replayed>& replayed;
+
+  // Model FLOPs utilisation at an iteration time (6 x parameters x tokens / (time x N x peak)).
+  double mfu(double time) const {
+    const double n = static_cast<double>(exp.cluster.devices.size());
+    return res.peak_flops > 0 ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops) : 0;
   }
-  fmt::print("{}: {} devices, global batch {}\n", exp->name.empty() ? o.file : exp->name,
-             exp->cluster.devices.size(), o.global_batch);
-  fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res->combinations, res->evaluated,
-             res->ranked.size());
-  for (const auto& [reason, count] : res->left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
-  if (res->ranked.empty()) fmt::print("no candidate fits\n");
-  if (replayed.empty()) return kOk;
-  if (o.tp_folded)
+  std::vector<output::CostModelCheck> checks() const {
+    std::vector<int> all_devices(exp.cluster.devices.size());
+    for (size_t d = 0; d < all_devices.size(); ++d) all_devices[d] = static_cast<int>(d);
+    return output::cost_model_checks(exp, all_devices);
+  }
+};
+
+void print_json(const Found& f) {
+  const Search3dResult& res = f.res;
+  nlohmann::json j;
+  j["command"] = "search";
+  j["global_batch"] = f.o.global_batch;
+  j["devices"] = f.exp.cluster.devices.size();
+  j["combinations"] = res.combinations;
+  j["evaluated"] = res.evaluated;
+  j["feasible"] = res.ranked.size();
+  j["left_out"] = res.left_out;
+  nlohmann::json ranked = nlohmann::json::array();
+  for (const Search3dCandidate& c : res.ranked) ranked.push_back(candidate_json(c));
+  j["analytic_ranking"] = ranked;
+  nlohmann::json sim = nlohmann::json::array();
+  for (const Replayed& r : f.replayed) {
+    nlohmann::json x = candidate_json(r.c);
+    x["simulated_iteration_time_s"] = r.simulated_s;
+    x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
+    x["simulated_mfu"] = f.mfu(r.simulated_s);
+    x["simulated_breakdown"] = breakdown_json(r.metrics.breakdown);
+    sim.push_back(x);
+  }
+  j["simgrid_ranking"] = sim;
+  j["simgrid_replays"] = f.o.tp_folded ? "tp-folded" : "whole graph";
+  if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
+  j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_text(const Found& f) {
+  const Search3dResult& res = f.res;
+  fmt::print("{}: {} devices, global batch {}\n", f.exp.name.empty() ? f.o.file : f.exp.name,
+             f.exp.cluster.devices.size(), f.o.global_batch);
+  fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res.combinations, res.evaluated,
+             res.ranked.size());
+  for (const auto& [reason, count] : res.left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
+  if (res.ranked.empty()) fmt::print("no candidate fits\n");
+  if (f.replayed.empty()) return;
+  if (f.o.tp_folded)
     fmt::print(
         "\nSimGrid replays TP-folded: each tensor-parallel group as its rank 0, its collectives folded "
         "into its passes (docs/3d-search.md)\n");
   fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>10}  {}\n", "rank", "configuration", "SimGrid",
              "analytic", "samples/s", "MFU", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
-  for (size_t i = 0; i < replayed.size(); ++i) {
-    const Replayed& r = replayed[i];
+  for (size_t i = 0; i < f.replayed.size(); ++i) {
+    const Replayed& r = f.replayed[i];
     const TimeBreakdown& b = r.metrics.breakdown;
     fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n", i + 1,
                r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
-               r.metrics.throughput_samples_per_s, 100 * mfu(r.simulated_s),
+               r.metrics.throughput_samples_per_s, 100 * f.mfu(r.simulated_s),
                format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
                format_time(b.tensor_parallel_s), format_time(b.pipeline_s), format_time(b.data_parallel_s),
                format_time(b.bubble_s), format_time(b.optimizer_s));
   }
-  if (replayed.size() >= 2) fmt::print("\n{}\n", why(replayed[0], replayed[1]));
-  const std::vector<output::CostModelCheck> checks = output::cost_model_checks(*exp, all_devices);
+  if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
+  const std::vector<output::CostModelCheck> checks = f.checks();
   if (!checks.empty()) fmt::print("\n");
   for (const output::CostModelCheck& c : checks) fmt::print("cost model  {}\n", c.note);
+}
+
+int run(const SearchOptions& o) {
+  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
+  if (!exp) return bad_input(exp.error().message);
+  const bool tty = isatty(STDERR_FILENO) == 1;
+  Result<Search3dOptions> so = search_options(o, tty);
+  if (!so) return bad_input(so.error().message);
+  Result<Search3dResult> res = search3d(*exp, *so);
+  if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
+  if (!o.sweep.empty()) {
+    if (Status st = write_sweep(o, *res); !st) return bad_input(st.error().message);
+    fmt::print(std::cerr, "search: {} candidates written to {} (run them with `pipegrid sweep {}`)\n",
+               res->ranked.size(), o.sweep, o.sweep);
+  }
+  Result<std::vector<Replayed>> replayed = replay_best(o, *exp, *res, tty);
+  if (!replayed) return bad_input(replayed.error().message);
+  const Found found{o, *exp, *res, *replayed};
+  if (o.json)
+    print_json(found);
+  else
+    print_text(found);
   return kOk;
 }
 

@@ -8,21 +8,17 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <sys/file.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
+#include <cstring>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "core/units.h"
@@ -30,6 +26,7 @@
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/safe_write.h"
+#include "tools/process/process.h"
 #include "tools/sweep/results_db.h"
 
 namespace pipegrid::cli {
@@ -78,14 +75,6 @@ std::string hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
   return buf;
-}
-
-std::string read_fd(int fd) {
-  std::string out;
-  lseek(fd, 0, SEEK_SET);
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  return out;
 }
 
 // "pipegrid: x\npipegrid: warning: y\n" -> the lines without the prefix, warnings last.
@@ -214,45 +203,16 @@ class Progress {
 
 // --- the local runner ---------------------------------------------------------------------------
 
-struct Child {
-  size_t point;
-  int out, err;
-  std::chrono::steady_clock::time_point start;
-};
-
 int run_point(const SweepOptions& o);
 
-// Runs one point in a child process (SimGrid allows one simulation per process) with its outputs in
-// memory files. The child is a fork without exec: it already has the program and its 32 shared
-// libraries loaded, which is most of what a small point costs as a new process (sim/README.md,
-// "Start-up"). It runs the point exactly as `pipegrid sweep point SWEEP INDEX` would (re-reading the
-// sweep file and checking its fingerprint) and leaves with _exit, so nothing of the parent's (the
-// database connection, buffers) is closed or flushed twice.
-std::optional<std::pair<pid_t, Child>> spawn_point(const Sweep& s, size_t point) {
-  const int out = memfd_create("pipegrid-point-stdout", MFD_CLOEXEC);
-  const int err = memfd_create("pipegrid-point-stderr", MFD_CLOEXEC);
-  if (out < 0 || err < 0) return std::nullopt;
-  const pid_t parent = getpid();
-  std::cout.flush();  // the child must not inherit buffered output
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return std::nullopt;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed sweep leaves no point running
-    if (getppid() != parent) _exit(127);
-    dup2(out, STDOUT_FILENO);
-    dup2(err, STDERR_FILENO);
-    SweepOptions po;
-    po.point_file = s.path();
-    po.point_index = static_cast<long long>(point);
-    po.point_fingerprint = s.fingerprint();
-    const int rc = run_point(po);
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    _exit(rc);
-  }
-  return std::pair{pid, Child{point, out, err, std::chrono::steady_clock::now()}};
+// The options of `pipegrid sweep point SWEEP INDEX --fingerprint F`, which a forked child runs for
+// each point (re-reading the sweep file and checking its fingerprint).
+SweepOptions point_options(const Sweep& s, size_t point) {
+  SweepOptions po;
+  po.point_file = s.path();
+  po.point_index = static_cast<long long>(point);
+  po.point_fingerprint = s.fingerprint();
+  return po;
 }
 
 Result<std::pair<size_t, size_t>> parse_shard(const std::string& text) {
@@ -346,109 +306,97 @@ std::map<std::string, std::string> meta_of(const Sweep& s, size_t points, const 
           {"pipegrid_version", PIPEGRID_VERSION}};
 }
 
-int run_sweep(const SweepOptions& o) {
-  if (o.file.empty()) return bad_input("sweep: a sweep file is needed; see `pipegrid sweep --help`");
-  std::optional<Sweep> s;
+// The points this run selects: the sweep's `where`/`skip` selection, and of it the shard's.
+struct Selection {
+  std::optional<Sweep> sweep;
   std::vector<size_t> points;
-  try {
-    s.emplace(Sweep::load(o.file));
-    points = s->points();
-  } catch (const input::InputError& e) {
-    return bad_input(e.what());
-  }
   std::optional<std::pair<size_t, size_t>> shard;
-  if (!o.shard.empty()) {
-    Result<std::pair<size_t, size_t>> sh = parse_shard(o.shard);
-    if (!sh) return bad_input(sh.error().message);
-    shard = *sh;
-    std::vector<size_t> mine;
-    for (size_t k = 0; k < points.size(); ++k)
-      if (k % shard->second == shard->first) mine.push_back(points[k]);
-    points = std::move(mine);
+};
+
+Result<Selection> select_points(const SweepOptions& o) {
+  Selection sel;
+  try {
+    sel.sweep.emplace(Sweep::load(o.file));
+    sel.points = sel.sweep->points();
+  } catch (const input::InputError& e) {
+    return Error{e.what()};
   }
-  if (o.slurm > 0) return write_slurm(o, *s);
-  if (o.list) {
-    for (size_t p : points) fmt::print("{} {}\n", p, s->describe(p));
-    return kOk;
+  if (o.shard.empty()) return sel;
+  Result<std::pair<size_t, size_t>> sh = parse_shard(o.shard);
+  if (!sh) return sh.error();
+  sel.shard = *sh;
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < sel.points.size(); ++k)
+    if (k % sh->second == sh->first) mine.push_back(sel.points[k]);
+  sel.points = std::move(mine);
+  return sel;
+}
+
+// The lock of a results database: one sweep process per database, since two would run the same
+// pending points. Held by the process (also released when it is killed); the lock file goes when
+// this sweep ends, however it returns (a killed sweep leaves it: harmless, the next one takes the lock).
+struct LockFile {
+  std::string path;
+  int fd;
+  LockFile(std::string p, int f) : path(std::move(p)), fd(f) {}
+  LockFile(const LockFile&) = delete;
+  LockFile& operator=(const LockFile&) = delete;
+  ~LockFile() {
+    unlink(path.c_str());
+    close(fd);
   }
-  const std::string db_path = o.db.empty() ? default_db(o.file, shard) : o.db;
-  // One sweep process per database: two would run the same pending points. The lock goes with the
-  // process (also when it is killed).
+};
+
+Result<std::unique_ptr<LockFile>> lock_database(const std::string& db_path) {
   const std::string lock_path = db_path + ".lock";
   const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock < 0) return bad_input(fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno)));
+  if (lock < 0) return Error{fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno))};
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
     close(lock);
-    return bad_input(
-        fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path));
+    return Error{fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path)};
   }
-  // The lock file goes when this sweep ends, however it returns (a killed sweep leaves it: harmless,
-  // the next one takes the lock).
-  struct LockFile {
-    std::string path;
-    int fd;
-    ~LockFile() {
-      unlink(path.c_str());
-      close(fd);
-    }
-  } lock_file{lock_path, lock};
-  Result<ResultsDb> db = ResultsDb::open(db_path);
-  if (!db) return bad_input(db.error().message);
-  if (Status st = db->bind(meta_of(*s, points.size(), o.shard)); !st) return bad_input(st.error().message);
-  const std::set<long long> done = db->done();
-  std::deque<size_t> pending;
-  for (size_t p : points)
-    if (!done.count(static_cast<long long>(p))) pending.push_back(p);
-  const size_t already = points.size() - pending.size();
-  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
-  if (!o.quiet)
-    fmt::print(std::cerr,
-               "pipegrid: sweep: {} points ({} in the grid{}), {} already in {}, {} to run on {} processes\n",
-               points.size(), s->grid_size(), shard ? fmt::format(", shard {}", o.shard) : "", already,
-               db_path, pending.size(), jobs);
-  Progress progress(points.size(), already, o.quiet);
-  std::map<pid_t, Child> running;
-  while (!pending.empty() || !running.empty()) {
-    while (!pending.empty() && running.size() < static_cast<size_t>(jobs)) {
-      auto c = spawn_point(*s, pending.front());
-      if (!c) {
-        if (running.empty()) {
-          fmt::print(std::cerr, "pipegrid: sweep: cannot start a process: {}\n", std::strerror(errno));
-          return kInternal;
+  return std::make_unique<LockFile>(lock_path, lock);
+}
+
+// Runs the pending points, each in a forked child (tools/process/process.h; SimGrid allows one
+// simulation per process), `jobs` at a time, each point's row committed as it ends. The child runs
+// the point as `pipegrid sweep point` would, its outputs in memory files, and dies with this process.
+int run_pending(const Sweep& s, const std::vector<size_t>& pending, int jobs, ResultsDb& db, Progress& progress) {
+  process::ChildOptions co;
+  co.capture_output = true;
+  co.die_with_parent = true;  // a killed sweep leaves no point running
+  int failure = kOk;
+  process::run_pool(
+      pending.size(), jobs, [&](size_t k, int) { return run_point(point_options(s, pending[k])); },
+      [&](size_t k, process::ChildResult&& c) {
+        if (!c.started()) {
+          fmt::print(std::cerr, "pipegrid: sweep: cannot start a process: {}\n", std::strerror(c.start_errno));
+          failure = kInternal;
+          return false;
         }
-        break;  // wait for one to end
-      }
-      pending.pop_front();
-      running.emplace(c->first, c->second);
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      fmt::print(std::cerr, "pipegrid: sweep: waitpid: {}\n", std::strerror(errno));
-      return kInternal;
-    }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const Child c = it->second;
-    running.erase(it);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
-    const Row r = row_of(*s, c.point, status, read_fd(c.out), read_fd(c.err), wall);
-    close(c.out);
-    close(c.err);
-    if (Status st = db->insert(r); !st) {
-      fmt::print(std::cerr, "pipegrid: sweep: {}\n", st.error().message);
-      return kInternal;
-    }
-    progress.finished(c.point, r, s->describe(c.point));
-  }
-  progress.end();
-  // Counted over the database's rows of the selected points, not this run's alone: a re-run that runs
-  // nothing reports the errors recorded before.
+        const size_t point = pending[k];
+        const Row r = row_of(s, point, c.status, c.out, c.err, c.wall_s);
+        if (Status st = db.insert(r); !st) {
+          fmt::print(std::cerr, "pipegrid: sweep: {}\n", st.error().message);
+          failure = kInternal;
+          return false;
+        }
+        progress.finished(point, r, s.describe(point));
+        return true;
+      },
+      co);
+  return failure;
+}
+
+// The closing summary, counted over the database's rows of the selected points, not this run's
+// alone: a re-run that runs nothing reports the errors recorded before. Failed points are recorded
+// results, but not a success: said even under -q, and exit status 2.
+int report(const SweepOptions& o, const std::vector<size_t>& points, const std::string& db_path,
+           const ResultsDb& db, const Progress& progress) {
   size_t errors = 0, infeasible = 0;
   std::string first_error;
   const std::set<size_t> selected(points.begin(), points.end());
-  for (const Row& r : db->rows()) {
+  for (const Row& r : db.rows()) {
     if (!selected.count(static_cast<size_t>(r.point))) continue;
     if (r.status == "error") {
       if (errors++ == 0) first_error = fmt::format("point {}: {}", r.point, r.message);
@@ -461,13 +409,46 @@ int run_sweep(const SweepOptions& o) {
                "pipegrid: sweep: {} points in {}: {} run now in {:.1f} s; {} {}, {} infeasible in all\n",
                points.size(), db_path, progress.run(), progress.elapsed(), errors, errors == 1 ? "error" : "errors",
                infeasible);
-  // Failed points are recorded results, but not a success: said even under -q, and exit status 2.
   if (errors > 0) {
     fmt::print(std::cerr, "pipegrid: sweep: {} of {} points failed (the first: {}); `pipegrid sweep export {}` lists them\n",
                errors, points.size(), first_error.substr(0, first_error.find('\n')), db_path);
     return kBadInput;
   }
   return kOk;
+}
+
+int run_sweep(const SweepOptions& o) {
+  if (o.file.empty()) return bad_input("sweep: a sweep file is needed; see `pipegrid sweep --help`");
+  Result<Selection> sel = select_points(o);
+  if (!sel) return bad_input(sel.error().message);
+  const Sweep& s = *sel->sweep;
+  const std::vector<size_t>& points = sel->points;
+  if (o.slurm > 0) return write_slurm(o, s);
+  if (o.list) {
+    for (size_t p : points) fmt::print("{} {}\n", p, s.describe(p));
+    return kOk;
+  }
+  const std::string db_path = o.db.empty() ? default_db(o.file, sel->shard) : o.db;
+  Result<std::unique_ptr<LockFile>> lock = lock_database(db_path);
+  if (!lock) return bad_input(lock.error().message);
+  Result<ResultsDb> db = ResultsDb::open(db_path);
+  if (!db) return bad_input(db.error().message);
+  if (Status st = db->bind(meta_of(s, points.size(), o.shard)); !st) return bad_input(st.error().message);
+  const std::set<long long> done = db->done();
+  std::vector<size_t> pending;
+  for (size_t p : points)
+    if (!done.count(static_cast<long long>(p))) pending.push_back(p);
+  const size_t already = points.size() - pending.size();
+  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  if (!o.quiet)
+    fmt::print(std::cerr,
+               "pipegrid: sweep: {} points ({} in the grid{}), {} already in {}, {} to run on {} processes\n",
+               points.size(), s.grid_size(), sel->shard ? fmt::format(", shard {}", o.shard) : "", already,
+               db_path, pending.size(), jobs);
+  Progress progress(points.size(), already, o.quiet);
+  if (int rc = run_pending(s, pending, jobs, *db, progress); rc != kOk) return rc;
+  progress.end();
+  return report(o, points, db_path, *db, progress);
 }
 
 // --- point, export, merge -----------------------------------------------------------------------
@@ -732,7 +713,7 @@ namespace {
 
 int run_plot(const SweepOptions& o) {
   if (!fs::is_regular_file(o.plot_db)) return bad_input(fmt::format("no results database \"{}\"", o.plot_db));
-  std::optional<std::string> py = python_with_matplotlib();
+  std::optional<std::string> py = process::python_with("matplotlib");
   if (!py)
     return bad_input(
         "sweep plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; or set "
@@ -744,7 +725,7 @@ int run_plot(const SweepOptions& o) {
                          std::pair{"--ylabel", &o.plot_ylabel}, std::pair{"--legend-title", &o.plot_legend_title},
                          std::pair{"--size", &o.plot_size}, std::pair{"--baseline", &o.plot_baseline}})
     if (!v->empty()) argv.insert(argv.end(), {flag, *v});
-  const int rc = spawn(argv, /*quiet=*/false);
+  const int rc = process::spawn(argv, process::Output::ToStderr);
   return rc == 0 ? kOk : rc == 1 ? kBadInput : kInternal;
 }
 

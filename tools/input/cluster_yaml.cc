@@ -9,9 +9,9 @@
 
 #include "core/file_io.h"
 #include "core/topologies/generators.h"
-#include "sim/simgrid_xml.h"
 #include "tools/builtin_cluster_presets.h"
 #include "tools/input/device_yaml.h"
+#include "tools/input/simgrid_xml.h"
 
 namespace pipegrid::input {
 namespace {
@@ -440,7 +440,7 @@ Cluster parse_file_reference(const Node& n) {
   if (is_xml(path)) {
     std::optional<DeviceSpec> device;
     if (std::optional<Node> d = n.get("device")) device = parse_device_spec(*d);
-    Result<Cluster> c = sim::read_simgrid_xml(text, path, device);
+    Result<Cluster> c = read_simgrid_xml(text, path, device);
     if (!c) throw InputError(c.error().message);
     return std::move(*c);
   }
@@ -501,7 +501,7 @@ Result<Cluster> load_cluster(const std::string& file_or_preset, const std::optio
   try {
     std::error_code ec;
     if (std::filesystem::is_regular_file(file_or_preset, ec)) {
-      if (is_xml(file_or_preset)) return sim::read_simgrid_xml_file(file_or_preset, device);
+      if (is_xml(file_or_preset)) return read_simgrid_xml_file(file_or_preset, device);
       if (device) return Error{"--device is only used with SimGrid platform files (.xml)"};
       Result<std::string> text = read_input_file(file_or_preset);
       if (!text) return text.error();

@@ -1,20 +1,19 @@
 // SimGrid platform XML: export then import gives the same cluster (devices, links, routes, figures);
 // SimGrid itself loads the export and routes like pipegrid; hand-written SimGrid platforms are read
 // into the graphs a reader of the file would draw.
-#include "sim/simgrid_xml.h"
-
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <simgrid/s4u.hpp>
 #include <sstream>
 
 #include "core/topologies/generators.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
+#include "tests/support/temp_dir.h"
+#include "tools/input/simgrid_xml.h"
+#include "tools/output/simgrid_xml.h"
+#include "tools/process/process.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -40,7 +39,7 @@ DeviceSpec gpu() {
 
 std::string export_text(const Cluster& c) {
   std::ostringstream out;
-  REQUIRE(sim::write_simgrid_xml(c, out).ok());
+  REQUIRE(output::write_simgrid_xml(c, out).ok());
   return out.str();
 }
 
@@ -70,7 +69,7 @@ void check_same_spec(const DeviceSpec& a, const DeviceSpec& b) {
 }
 
 void check_round_trip(const Cluster& c) {
-  Result<Cluster> back = sim::read_simgrid_xml(export_text(c), "exported.xml", std::nullopt);
+  Result<Cluster> back = input::read_simgrid_xml(export_text(c), "exported.xml", std::nullopt);
   REQUIRE(back.ok());
   CHECK(back->name == c.name);
   REQUIRE(back->devices.size() == c.devices.size());
@@ -105,20 +104,15 @@ void check_round_trip(const Cluster& c) {
 // Routes as SimGrid computes them from a platform file: "src dst latency link link ..." per pair,
 // from a child process (one SimGrid engine per process).
 std::vector<std::string> simgrid_routes(const std::string& xml, const std::vector<std::string>& hosts) {
-  char dir[] = "/tmp/pipegrid-xml-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string platform = std::string(dir) + "/platform.xml", answer = std::string(dir) + "/routes.txt";
-  std::ofstream(platform) << xml;
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  TempDir dir;
+  const std::string platform = dir.write("platform.xml", xml);
+  const process::ChildResult child = process::run_child([&](int fd) {
     int argc = 2;
     char arg0[] = "test", arg1[] = "--log=root.thres:critical";
     char* argv[] = {arg0, arg1, nullptr};
     simgrid::s4u::Engine e(&argc, argv);
     e.load_platform(platform);
-    std::ofstream out(answer);
+    std::ostringstream out;
     for (const std::string& a : hosts)
       for (const std::string& b : hosts) {
         if (a == b) continue;
@@ -129,19 +123,13 @@ std::vector<std::string> simgrid_routes(const std::string& xml, const std::vecto
         for (auto* l : links) out << " " << l->get_name();
         out << "\n";
       }
-    out.close();
-    _exit(out ? 0 : 1);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+    const std::string text = out.str();
+    return process::write_all(fd, text.data(), text.size()) ? 0 : 1;
+  });
+  REQUIRE(child.exit_code() == 0);
   std::vector<std::string> lines;
-  std::ifstream in(answer);
+  std::istringstream in(child.answer);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  std::remove(platform.c_str());
-  std::remove(answer.c_str());
-  rmdir(dir);
   return lines;
 }
 
@@ -237,7 +225,7 @@ TEST_CASE(
   </zone>
 </platform>
 )";
-  Result<Cluster> c = sim::read_simgrid_xml(xml, "lab.xml", test_device());
+  Result<Cluster> c = input::read_simgrid_xml(xml, "lab.xml", test_device());
   REQUIRE(c.ok());
   CHECK(c->name == "lab");
   CHECK(c->switches == std::vector<std::string>{"junction0"});
@@ -271,7 +259,7 @@ TEST_CASE("SimGrid XML: Floyd zones give links, a FLAT cluster a switch, zoneRou
   </zone>
 </platform>
 )";
-  Result<Cluster> c = sim::read_simgrid_xml(xml, "world.xml", test_device());
+  Result<Cluster> c = input::read_simgrid_xml(xml, "world.xml", test_device());
   REQUIRE(c.ok());
   REQUIRE(c->devices.size() == 5);
   CHECK(c->devices[0].name == "n0.lab");
@@ -301,7 +289,7 @@ TEST_CASE("SimGrid XML: routes in an early zone keep pointing at their routers w
     <zoneRoute src="z1" dst="z2" gw_src="r1" gw_dst="r2"><link_ctn id="wan"/></zoneRoute>
   </zone>
 </platform>)";
-  Result<Cluster> c = sim::read_simgrid_xml(xml, "late.xml", test_device());
+  Result<Cluster> c = input::read_simgrid_xml(xml, "late.xml", test_device());
   REQUIRE(c.ok());
   auto ends = [&](int i) { return c->node_name(c->links[i].a) + "-" + c->node_name(c->links[i].b); };
   CHECK(ends(0) == "a-r1");
@@ -314,7 +302,7 @@ TEST_CASE("SimGrid XML: a radical may end at the largest long (found by fuzzing:
   const std::string xml = R"(<platform version="4.1"><zone id="w" routing="Floyd">
     <cluster id="c" prefix="n" radical="9223372036854775806-9223372036854775807" speed="1Gf" bw="1GBps"/>
   </zone></platform>)";
-  Result<Cluster> c = sim::read_simgrid_xml(xml, "big.xml", test_device());
+  Result<Cluster> c = input::read_simgrid_xml(xml, "big.xml", test_device());
   REQUIRE(c.ok());
   REQUIRE(c->devices.size() == 2);
   CHECK(c->devices[0].name == "n9223372036854775806");
@@ -323,7 +311,7 @@ TEST_CASE("SimGrid XML: a radical may end at the largest long (found by fuzzing:
 
 TEST_CASE("SimGrid XML: errors name file:line:column") {
   auto error = [](const std::string& xml) {
-    Result<Cluster> c = sim::read_simgrid_xml(xml, "p.xml", test_device());
+    Result<Cluster> c = input::read_simgrid_xml(xml, "p.xml", test_device());
     REQUIRE(!c.ok());
     return c.error().message;
   };

@@ -1,192 +1,27 @@
-#include "sim/simgrid_xml.h"
+#include "tools/input/simgrid_xml.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
 #include <pugixml.hpp>
 #include <set>
-#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "core/file_io.h"
 #include "core/units.h"
-#include "sim/platform.h"
+#include "tools/output/simgrid_xml.h"
 
-namespace pipegrid::sim {
+namespace pipegrid::input {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Export
-
-std::string escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
-// Shortest text that reads back as the same double.
-std::string num(double v) {
-  return fmt::format("{}", v);
-}
-
-constexpr const char* kPrefix = "pipegrid:";
-
-std::vector<std::pair<std::string, std::string>> device_properties(const Device& d) {
-  const DeviceSpec& s = d.spec;
-  std::vector<std::pair<std::string, std::string>> p = {
-      {"model", s.kind},
-      {"memory", num(s.memory_bytes)},
-      {"memory_bandwidth", num(s.memory_bandwidth)},
-      {"efficiency", num(s.efficiency)},
-      {"layer_overhead", num(s.layer_overhead_s)},
-      {"kernel_startup", num(s.kernel_startup_s)},
-      {"kernel_dispatch", num(s.kernel_dispatch_s)},
-      {"memory_efficiency", num(s.memory_efficiency_default)},
-  };
-  for (Precision prec : kMathPrecisions)
-    for (KernelClass k : kComputeClasses)
-      if (double e = s.compute_efficiency[static_cast<int>(prec)][static_cast<int>(k)]; e > 0)
-        p.emplace_back(fmt::format("efficiency_{}_{}", to_string(prec), to_string(k)), num(e));
-  for (KernelClass k : kKernelClasses)
-    if (double e = s.memory_efficiency[static_cast<int>(k)]; e > 0)
-      p.emplace_back(fmt::format("memory_efficiency_{}", to_string(k)), num(e));
-  for (Precision prec : kMathPrecisions)
-    if (s.winograd[static_cast<int>(prec)]) p.emplace_back(fmt::format("winograd_{}", to_string(prec)), "1");
-  for (Precision prec : kMathPrecisions)
-    if (double r = s.recurrent_step_s[static_cast<int>(prec)]; r > 0)
-      p.emplace_back(fmt::format("recurrent_step_{}", to_string(prec)), num(r));
-  if (!s.family.empty()) p.emplace_back("family", s.family);
-  if (!d.node.empty()) p.emplace_back("node", d.node);
-  for (int i = 0; i < kPrecisionCount; ++i)
-    p.emplace_back(fmt::format("peak_{}", to_string(static_cast<Precision>(i))), num(s.peak_flops[i]));
-  if (s.fpga) {
-    const FpgaSpec& f = *s.fpga;
-    p.emplace_back("fpga_dsps", num(f.dsps));
-    p.emplace_back("fpga_clock", num(f.clock_hz));
-    for (int i = 0; i < kPrecisionCount; ++i)
-      p.emplace_back(fmt::format("fpga_macs_{}", to_string(static_cast<Precision>(i))),
-                     num(f.macs_per_dsp[i]));
-    p.emplace_back("fpga_onchip", num(f.onchip_bytes));
-    p.emplace_back("fpga_ports", std::to_string(f.ports));
-    p.emplace_back("fpga_port_bandwidth", num(f.port_bandwidth));
-  }
-  return p;
-}
-
-// Hops packed as link * 2 + reverse.
-uint32_t pack(const Hop& h) {
-  return static_cast<uint32_t>(h.link) * 2 + (h.reverse ? 1 : 0);
-}
-Hop unpack(uint32_t v) {
-  return {static_cast<int>(v / 2), (v & 1) != 0};
-}
-
-}  // namespace
-
-Status write_simgrid_xml(const Cluster& c, std::ostream& out) {
-  if (Status s = validate(c); !s) return s;
-  if (Status s = check_link_names(c); !s) return s;
-  const int D = static_cast<int>(c.devices.size());
-  // Every ordered pair's route, packed (queries grouped by source: one search per source).
-  Router router(c);
-  std::vector<uint32_t> hops;
-  std::vector<size_t> start(static_cast<size_t>(D) * D + 1, 0);
-  for (int a = 0; a < D; ++a)
-    for (int b = 0; b < D; ++b) {
-      if (a != b) {
-        Result<Route> r = router.route(a, b);
-        if (!r) return r.error();
-        for (const Hop& h : r->hops) hops.push_back(pack(h));
-      }
-      start[static_cast<size_t>(a) * D + b + 1] = hops.size();
-    }
-  auto route_of = [&](int a, int b) {
-    const size_t i = static_cast<size_t>(a) * D + b;
-    return std::span<const uint32_t>(hops.data() + start[i], start[i + 1] - start[i]);
-  };
-
-  const std::string zone = c.name.empty() ? "cluster" : c.name;
-  out << "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n";
-  out << "<!-- Written by pipegrid: the routes are the ones pipegrid uses; the pipegrid:* properties let "
-         "pipegrid read the cluster back exactly. -->\n";
-  out << "<platform version=\"4.1\">\n";
-  out << "  <zone id=\"" << escape(zone) << "\" routing=\"Full\">\n";
-  for (const Device& d : c.devices) {
-    out << "    <host id=\"" << escape(d.name) << "\" speed=\"" << num(host_speed(d.spec)) << "f\">\n";
-    for (const auto& [k, v] : device_properties(d))
-      out << "      <prop id=\"" << kPrefix << k << "\" value=\"" << escape(v) << "\"/>\n";
-    out << "    </host>\n";
-  }
-  for (const std::string& s : c.switches) out << "    <router id=\"" << escape(s) << "\"/>\n";
-  for (size_t i = 0; i < c.links.size(); ++i) {
-    const Link& l = c.links[i];
-    out << "    <link id=\"" << escape(link_name(c, static_cast<int>(i))) << "\" bandwidth=\""
-        << num(l.bandwidth) << "Bps\" latency=\"" << num(l.latency) << "s\" sharing_policy=\""
-        << (l.duplex == Duplex::Full ? "SPLITDUPLEX" : "SHARED") << "\">\n";
-    out << "      <prop id=\"" << kPrefix << "a\" value=\"" << escape(c.node_name(l.a)) << "\"/>\n";
-    out << "      <prop id=\"" << kPrefix << "b\" value=\"" << escape(c.node_name(l.b)) << "\"/>\n";
-    out << "    </link>\n";
-  }
-  auto write_route = [&](int a, int b, bool symmetrical) {
-    out << "    <route src=\"" << escape(c.devices[a].name) << "\" dst=\"" << escape(c.devices[b].name)
-        << "\" symmetrical=\"" << (symmetrical ? "YES" : "NO") << "\">";
-    for (uint32_t v : route_of(a, b)) {
-      const Hop h = unpack(v);
-      out << "<link_ctn id=\"" << escape(link_name(c, h.link)) << "\"";
-      if (c.links[h.link].duplex == Duplex::Full)
-        out << " direction=\"" << (h.reverse ? "DOWN" : "UP") << "\"";
-      out << "/>";
-    }
-    out << "</route>\n";
-  };
-  for (int a = 0; a < D; ++a)
-    for (int b = a + 1; b < D; ++b) {
-      auto there = route_of(a, b), back = route_of(b, a);
-      bool mirror = there.size() == back.size();
-      for (size_t k = 0; mirror && k < there.size(); ++k)
-        mirror = back[there.size() - 1 - k] == (there[k] ^ 1u);
-      write_route(a, b, mirror);
-      if (!mirror) write_route(b, a, false);
-    }
-  out << "  </zone>\n</platform>\n";
-  if (!out) return Error{"cannot write the SimGrid platform"};
-  return {};
-}
-
-// ---------------------------------------------------------------------------------------------
-// Import
-
-namespace {
+constexpr const char* kPrefix = output::kSimGridPropertyPrefix;
 
 struct XmlFail : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -723,24 +558,54 @@ class Reader {
     if (k.named[x] < 0) k.named[x] = k.named[y];
   }
 
+  // What build() assembles, step by step.
+  struct Assembly {
+    Classes k;                // the network elements found to be one node
+    std::vector<char> used;   // per link read: some route or pipegrid:a/b uses it
+    std::vector<int> cluster_link;               // per link read: its index in c.links, -1 if left out
+    std::vector<pugi::xml_node> explicit_where;  // per route of c: its <route>
+    Cluster c;
+  };
+
+  // The element of end e (0 or 1) of link l in the union-find: after the hosts and routers.
+  int link_end(int l, int e) const { return static_cast<int>(hosts_.size() + routers_.size()) + 2 * l + e; }
+
   Cluster build() {
+    Assembly a = join_declared_ends();
+    join_route_ends(a);
+    a.c.name = zone_name_;
+    a.c.devices = std::move(devices_);
+    a.c.switches = routers_;
+    add_links(a);
+    add_explicit_routes(a);
+    if (a.c.devices.empty()) throw XmlFail(fmt::format("{}: the platform has no host", name_));
+    check_cluster(a);
+    return std::move(a.c);
+  }
+
+  // One class per host, router and link end, the ends joined to the nodes their pipegrid:a and
+  // pipegrid:b properties name.
+  Assembly join_declared_ends() const {
     const int N = static_cast<int>(hosts_.size() + routers_.size());
     const int L = static_cast<int>(links_.size());
-    auto end = [&](int link, int e) { return N + 2 * link + e; };
-    Classes k;
-    k.parent.resize(N + 2 * L);
-    std::iota(k.parent.begin(), k.parent.end(), 0);
-    k.named.assign(N + 2 * L, -1);
-    for (int i = 0; i < N; ++i) k.named[i] = i;
-    std::vector<char> used(L, 0);
+    Assembly a;
+    a.k.parent.resize(N + 2 * L);
+    std::iota(a.k.parent.begin(), a.k.parent.end(), 0);
+    a.k.named.assign(N + 2 * L, -1);
+    for (int i = 0; i < N; ++i) a.k.named[i] = i;
+    a.used.assign(L, 0);
     for (int l = 0; l < L; ++l) {
       if (links_[l].prop_a.empty()) continue;
-      used[l] = 1;
-      unite(k, end(l, 0), node_id(links_[l].where, links_[l].prop_a), links_[l].where);
-      unite(k, end(l, 1), node_id(links_[l].where, links_[l].prop_b), links_[l].where);
+      a.used[l] = 1;
+      unite(a.k, link_end(l, 0), node_id(links_[l].where, links_[l].prop_a), links_[l].where);
+      unite(a.k, link_end(l, 1), node_id(links_[l].where, links_[l].prop_b), links_[l].where);
     }
-    // Routes as constraints, resolved from both ends inwards; a hop whose orientation is not yet
-    // known waits for another pass, and when no pass makes progress one is oriented a to b.
+    return a;
+  }
+
+  // Routes as constraints, resolved from both ends inwards; a hop whose orientation is not yet
+  // known waits for another pass, and when no pass makes progress one is oriented a to b.
+  void join_route_ends(Assembly& a) const {
     struct Pending {
       const RawRoute* r;
       size_t lo = 0, hi = 0;
@@ -749,9 +614,10 @@ class Reader {
     std::vector<Pending> pending;
     for (const RawRoute& r : routes_) {
       if (r.src == r.dst) continue;  // loopback
-      for (const RawHop& h : r.hops) used[h.link] = 1;
+      for (const RawHop& h : r.hops) a.used[h.link] = 1;
       pending.push_back({&r, 0, r.hops.size(), node_of_code(r.src), node_of_code(r.dst)});
     }
+    Classes& k = a.k;
     bool force = false;
     while (!pending.empty()) {
       bool progress = false;
@@ -760,17 +626,17 @@ class Reader {
           const int l = p.r->hops[p.lo].link;
           int e = p.r->hops[p.lo].dir;
           if (e < 0) {
-            if (k.find(end(l, 0)) == k.find(p.cur_lo))
+            if (k.find(link_end(l, 0)) == k.find(p.cur_lo))
               e = 0;
-            else if (k.find(end(l, 1)) == k.find(p.cur_lo))
+            else if (k.find(link_end(l, 1)) == k.find(p.cur_lo))
               e = 1;
             else if (force)
               e = 0, force = false;
             else
               break;
           }
-          unite(k, p.cur_lo, end(l, e), p.r->where);
-          p.cur_lo = end(l, 1 - e);
+          unite(k, p.cur_lo, link_end(l, e), p.r->where);
+          p.cur_lo = link_end(l, 1 - e);
           ++p.lo;
           progress = true;
         }
@@ -779,14 +645,14 @@ class Reader {
           int x = p.r->hops[p.hi - 1].dir;  // UP leaves at end 1
           if (x >= 0)
             x = 1 - x;
-          else if (k.find(end(l, 1)) == k.find(p.cur_hi))
+          else if (k.find(link_end(l, 1)) == k.find(p.cur_hi))
             x = 1;
-          else if (k.find(end(l, 0)) == k.find(p.cur_hi))
+          else if (k.find(link_end(l, 0)) == k.find(p.cur_hi))
             x = 0;
           else
             break;
-          unite(k, p.cur_hi, end(l, x), p.r->where);
-          p.cur_hi = end(l, 1 - x);
+          unite(k, p.cur_hi, link_end(l, x), p.r->where);
+          p.cur_hi = link_end(l, 1 - x);
           --p.hi;
           progress = true;
         }
@@ -796,18 +662,19 @@ class Reader {
       std::erase_if(pending, [](const Pending& p) { return p.lo == p.hi; });
       if (!progress) force = true;
     }
+  }
 
-    Cluster c;
-    c.name = zone_name_;
-    c.devices = std::move(devices_);
-    c.switches = routers_;
+  // The used links as cluster links between the classes' nodes: a class without a host or router
+  // becomes a switch named junction0, junction1, ...
+  void add_links(Assembly& a) const {
+    Cluster& c = a.c;
     std::unordered_map<int, int> node_of_class;  // class root -> cluster node
     std::set<std::string> names(hosts_.begin(), hosts_.end());
     names.insert(routers_.begin(), routers_.end());
     int junctions = 0;
     auto node_of = [&](int element) {
-      const int root = k.find(element);
-      if (k.named[root] >= 0) return k.named[root];  // hosts, then routers: the cluster's numbering
+      const int root = a.k.find(element);
+      if (a.k.named[root] >= 0) return a.k.named[root];  // hosts, then routers: the cluster's numbering
       auto [it, fresh] = node_of_class.emplace(root, -1);
       if (fresh) {
         std::string name;
@@ -819,96 +686,111 @@ class Reader {
       }
       return it->second;
     };
-    std::vector<int> cluster_link(L, -1);
+    const int L = static_cast<int>(links_.size());
+    a.cluster_link.assign(L, -1);
     std::map<std::pair<int, int>, int> by_ends;
     for (int l = 0; l < L; ++l) {
-      if (!used[l]) continue;
-      const int a = node_of(end(l, 0)), b = node_of(end(l, 1));
+      if (!a.used[l]) continue;
+      const int x = node_of(link_end(l, 0)), y = node_of(link_end(l, 1));
       const RawLink& raw = links_[l];
-      if (a == b)
+      if (x == y)
         fail(raw.where, fmt::format("<link id=\"{}\">: the routes through it make it join \"{}\" to itself",
-                                    raw.name, c.node_name(a)));
-      if (auto [it, fresh] = by_ends.emplace(std::minmax(a, b), l); !fresh)
+                                    raw.name, c.node_name(x)));
+      if (auto [it, fresh] = by_ends.emplace(std::minmax(x, y), l); !fresh)
         fail(raw.where,
              fmt::format("<link id=\"{}\">: \"{}\" also joins \"{}\" and \"{}\" (pipegrid allows one link "
                          "between two nodes)",
-                         raw.name, links_[it->second].name, c.node_name(a), c.node_name(b)));
-      cluster_link[l] = static_cast<int>(c.links.size());
-      c.links.push_back({a, b, raw.bandwidth, raw.latency, raw.duplex});
+                         raw.name, links_[it->second].name, c.node_name(x), c.node_name(y)));
+      a.cluster_link[l] = static_cast<int>(c.links.size());
+      c.links.push_back({x, y, raw.bandwidth, raw.latency, raw.duplex});
     }
-    // Explicit routes: a Full zone's routes between two hosts.
+  }
+
+  // Explicit routes: a Full zone's routes between two hosts, each hop checked against the links.
+  void add_explicit_routes(Assembly& a) const {
+    Cluster& c = a.c;
     std::map<std::pair<int, int>, const RawRoute*> seen;
-    std::vector<pugi::xml_node> explicit_where;  // per route of c
-    auto add_explicit = [&](const RawRoute& r, int from, int to, std::vector<Hop> hops) {
+    auto add = [&](const RawRoute& r, int from, int to, std::vector<Hop> hops) {
       if (auto [it, fresh] = seen.emplace(std::pair{from, to}, &r); !fresh)
         fail(r.where,
              fmt::format("<route>: a route from \"{}\" to \"{}\" is already given (at {})", c.node_name(from),
                          c.node_name(to), location(it->second->where).substr(name_.size() + 1)));
       c.routes.push_back({from, to, std::move(hops)});
-      explicit_where.push_back(r.where);
+      a.explicit_where.push_back(r.where);
     };
     for (const RawRoute& r : routes_) {
       if (r.role != RouteRole::Explicit) continue;
       const int from = node_of_code(r.src), to = node_of_code(r.dst);
       if (from == to || !c.is_device(from) || !c.is_device(to)) continue;
-      std::vector<Hop> hops;
-      int at = from;
-      for (const RawHop& h : r.hops) {
-        const int li = cluster_link[h.link];
-        const Link& l = c.links[li];
-        const bool reverse = l.b == at;
-        if (l.a != at && l.b != at)
-          fail(h.where,
-               fmt::format("<link_ctn id=\"{}\">: the link does not touch \"{}\", where the route is", h.link,
-                           c.node_name(at)));
-        if (h.dir >= 0 && reverse != (h.dir == 1))
-          fail(h.where,
-               fmt::format("<link_ctn id=\"{}\">: direction {} goes against the way the route crosses it",
-                           h.link, h.dir == 0 ? "UP" : "DOWN"));
-        hops.push_back({li, reverse});
-        at = reverse ? l.a : l.b;
-      }
-      if (at != to)
-        fail(r.where,
-             fmt::format("<route>: the links end at \"{}\", not \"{}\"", c.node_name(at), c.node_name(to)));
+      std::vector<Hop> hops = route_hops(a, r, from, to);
       std::vector<Hop> back;
       for (auto it = hops.rbegin(); it != hops.rend(); ++it) back.push_back({it->link, !it->reverse});
-      add_explicit(r, from, to, std::move(hops));
-      if (r.symmetrical) add_explicit(r, to, from, std::move(back));
+      add(r, from, to, std::move(hops));
+      if (r.symmetrical) add(r, to, from, std::move(back));
     }
-    if (c.devices.empty()) throw XmlFail(fmt::format("{}: the platform has no host", name_));
-    // What validation finds is located at the element it is about: the <host> or <router>, the
-    // <link> (a junction: the first link that touches it), the <route>.
+  }
+
+  // The hops of route r from `from` to `to` over the cluster's links.
+  std::vector<Hop> route_hops(const Assembly& a, const RawRoute& r, int from, int to) const {
+    const Cluster& c = a.c;
+    std::vector<Hop> hops;
+    int at = from;
+    for (const RawHop& h : r.hops) {
+      const int li = a.cluster_link[h.link];
+      const Link& l = c.links[li];
+      const bool reverse = l.b == at;
+      if (l.a != at && l.b != at)
+        fail(h.where,
+             fmt::format("<link_ctn id=\"{}\">: the link does not touch \"{}\", where the route is", h.link,
+                         c.node_name(at)));
+      if (h.dir >= 0 && reverse != (h.dir == 1))
+        fail(h.where,
+             fmt::format("<link_ctn id=\"{}\">: direction {} goes against the way the route crosses it",
+                         h.link, h.dir == 0 ? "UP" : "DOWN"));
+      hops.push_back({li, reverse});
+      at = reverse ? l.a : l.b;
+    }
+    if (at != to)
+      fail(r.where,
+           fmt::format("<route>: the links end at \"{}\", not \"{}\"", c.node_name(at), c.node_name(to)));
+    return hops;
+  }
+
+  // Validates the cluster; what validation finds is located at the element it is about: the <host>
+  // or <router>, the <link> (a junction: the first link that touches it), the <route>.
+  void check_cluster(const Assembly& a) const {
+    const Cluster& c = a.c;
     ClusterSubject subject;
     Status s = validate(c, &subject);
     if (s) s = check_connected(c, &subject);
-    if (!s) {
-      pugi::xml_node where;
-      switch (subject.kind) {
-        case ClusterSubject::Kind::Node:
-          if (auto it = nodes_.find(c.node_name(subject.index)); it != nodes_.end()) {
-            where = it->second.where;
-          } else {
-            for (size_t l = 0; l < cluster_link.size() && !where; ++l)
-              if (cluster_link[l] >= 0 && (c.links[cluster_link[l]].a == subject.index ||
-                                           c.links[cluster_link[l]].b == subject.index))
-                where = links_[l].where;
-          }
-          break;
-        case ClusterSubject::Kind::Link:
-          for (size_t l = 0; l < cluster_link.size() && !where; ++l)
-            if (cluster_link[l] == subject.index) where = links_[l].where;
-          break;
-        case ClusterSubject::Kind::Route:
-          if (subject.index < static_cast<int>(explicit_where.size())) where = explicit_where[subject.index];
-          break;
-        case ClusterSubject::Kind::None:
-          break;
-      }
-      if (where) fail(where, s.error().message);
-      throw XmlFail(fmt::format("{}: {}", name_, s.error().message));
+    if (s) return;
+    const pugi::xml_node where = subject_element(a, subject);
+    if (where) fail(where, s.error().message);
+    throw XmlFail(fmt::format("{}: {}", name_, s.error().message));
+  }
+
+  pugi::xml_node subject_element(const Assembly& a, const ClusterSubject& subject) const {
+    const Cluster& c = a.c;
+    const std::vector<int>& cluster_link = a.cluster_link;
+    switch (subject.kind) {
+      case ClusterSubject::Kind::Node:
+        if (auto it = nodes_.find(c.node_name(subject.index)); it != nodes_.end()) return it->second.where;
+        for (size_t l = 0; l < cluster_link.size(); ++l)
+          if (cluster_link[l] >= 0 &&
+              (c.links[cluster_link[l]].a == subject.index || c.links[cluster_link[l]].b == subject.index))
+            return links_[l].where;
+        return {};
+      case ClusterSubject::Kind::Link:
+        for (size_t l = 0; l < cluster_link.size(); ++l)
+          if (cluster_link[l] == subject.index) return links_[l].where;
+        return {};
+      case ClusterSubject::Kind::Route:
+        if (subject.index < static_cast<int>(a.explicit_where.size())) return a.explicit_where[subject.index];
+        return {};
+      case ClusterSubject::Kind::None:
+        break;
     }
-    return c;
+    return {};
   }
 
   std::string text_;  // parsed in place by pugixml
@@ -946,4 +828,4 @@ Result<Cluster> read_simgrid_xml_file(const std::string& path,
   }
 }
 
-}  // namespace pipegrid::sim
+}  // namespace pipegrid::input

@@ -1,15 +1,7 @@
-// SimGrid platform files (XML, DTD version 4.1) to and from pipegrid clusters. The XML is parsed
-// with pugixml, and everything is checked before SimGrid could see it: errors name
-// file:line:column.
+// SimGrid platform files (XML, DTD version 4.1) read as pipegrid clusters. The XML is parsed with
+// pugixml, and everything is checked before SimGrid could see it: errors name file:line:column.
 //
-// Export writes one zone with routing="Full": a host per device (speed = the device's highest peak,
-// its figures as pipegrid:* properties), a router per switch, a link per cluster link
-// (SPLITDUPLEX for full-duplex links, SHARED otherwise; endpoints as pipegrid:a and pipegrid:b
-// properties) and, for every ordered pair of devices, the route pipegrid uses (one symmetrical
-// route when the way back is the same path reversed). SimGrid loads it as it is; the file grows as
-// the square of the device count (a 1024-device cluster: about half a million routes).
-//
-// Import reads what export writes, and the common hand-written constructs:
+// It reads what tools/output/simgrid_xml.h writes, and the common hand-written constructs:
 //  - nested <zone> with routing Full, Floyd, Dijkstra or DijkstraCache;
 //  - <host> (a device), <router> (a switch), <link> (bandwidth, latency, sharing_policy SHARED or
 //    SPLITDUPLEX), <prop>;
@@ -28,16 +20,12 @@
 #pragma once
 
 #include <optional>
-#include <ostream>
 #include <string>
 
 #include "core/cluster.h"
 #include "core/result.h"
 
-namespace pipegrid::sim {
-
-// Fails on an invalid cluster or a disconnected pair of devices.
-Status write_simgrid_xml(const Cluster& c, std::ostream& out);
+namespace pipegrid::input {
 
 Result<Cluster> read_simgrid_xml_file(const std::string& path,
                                       const std::optional<DeviceSpec>& default_device);
@@ -45,4 +33,4 @@ Result<Cluster> read_simgrid_xml_file(const std::string& path,
 Result<Cluster> read_simgrid_xml(const std::string& text, const std::string& name,
                                  const std::optional<DeviceSpec>& default_device);
 
-}  // namespace pipegrid::sim
+}  // namespace pipegrid::input
