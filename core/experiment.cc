@@ -28,7 +28,7 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
   if (!g) return g.error();
   // Tasks are not renumbered in execution order any more: with jemalloc as the allocator that cost
-  // more than it saved, even at 1,024 devices (sim/README.md, item 9).
+  // more than it saved, even at 1,024 devices (docs/speed.md, "Tasks kept in the lowering's order").
   if (!prove_deadlock_free) return g;
   // Deadlock freedom, proved once by a topological pass (core/validate.h); only a graph that fails it
   // is run again symbolically, for the exact message.

@@ -67,7 +67,7 @@ struct StrategySpec {
 };
 
 // Judges candidate plans during an exploration more precisely than the analytic evaluator, e.g. by
-// replaying them in SimGrid (sim/judge.h). Returns the iteration time in seconds.
+// replaying them in SimGrid (tools/process/isolated_replay.h). Returns the iteration time in seconds.
 class PlanJudge {
  public:
   virtual ~PlanJudge() = default;

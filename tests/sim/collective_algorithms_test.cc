@@ -9,6 +9,7 @@
 #include "core/collectives.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
+#include "tools/process/isolated_replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tools/process/isolated_replay.h"

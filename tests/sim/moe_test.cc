@@ -7,6 +7,7 @@
 #include "core/models/builder.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
+#include "tools/process/isolated_replay.h"
 #include "tests/support/experiments.h"
 
 using namespace pipegrid;
@@ -59,7 +60,7 @@ double replayed(Cluster c, const std::vector<double>& shares = {}) {
   e.strategy.moe.expert_shares = shares;
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
-  Result<sim::Replay> r = sim::replay_isolated(e.cluster, run->graph);
+  Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
   return r->timeline.makespan();
 }
