@@ -69,10 +69,10 @@ double sum(const PassTimes& t) {
   return t.forward + t.backward();
 }
 
-Result<Candidate> cost_candidate(const Workload& w, const BackendCatalog& c, const DeviceSpec& device,
-                                 const PlacementOptions& o, int b, int pi, std::vector<int> chain) {
+Result<BackendCandidate> cost_candidate(const Workload& w, const BackendCatalog& c, const DeviceSpec& device,
+                                        const PlacementOptions& o, int b, int pi, std::vector<int> chain) {
   const BackendPattern& p = c.backends[b].patterns[pi];
-  Candidate cand;
+  BackendCandidate cand;
   cand.backend = b;
   cand.pattern = pi;
   cand.layers = std::move(chain);
@@ -120,16 +120,17 @@ double output_bytes(const Workload& w, int u, double batch) {
 
 }  // namespace
 
-Result<std::vector<std::vector<Candidate>>> placement_candidates(const Workload& w, const BackendCatalog& c,
-                                                                 const DeviceSpec& device,
-                                                                 const PlacementOptions& o) {
+Result<std::vector<std::vector<BackendCandidate>>> placement_candidates(const Workload& w,
+                                                                        const BackendCatalog& c,
+                                                                        const DeviceSpec& device,
+                                                                        const PlacementOptions& o) {
   const std::vector<int> allowed = allowed_backends(c, device, o);
   if (allowed.empty())
     return Error{fmt::format("no backend in the catalog runs on device kind \"{}\"", device.kind)};
   for (int b : allowed)
     if (b < 0 || b >= static_cast<int>(c.backends.size()))
       return Error{fmt::format("backend index {} is not in the catalog", b)};
-  std::vector<std::vector<Candidate>> out(w.layer_count());
+  std::vector<std::vector<BackendCandidate>> out(w.layer_count());
   for (size_t v = 0; v < w.layer_count(); ++v) {
     const Layer& l = w.layer(v);
     if (l.measured && (l.measured->device_kind.empty() || l.measured->device_kind == device.kind))
@@ -182,114 +183,158 @@ Status evaluate_placement(const Workload& w, const BackendCatalog& c, const Devi
   return {};
 }
 
-Result<Placement> place(const Workload& w, const BackendCatalog& c, const DeviceSpec& device,
-                        const PlacementOptions& o) {
-  auto cands_r = placement_candidates(w, c, device, o);
-  if (!cands_r) return cands_r.error();
-  const auto& cands = *cands_r;
-  const size_t n = w.layer_count();
-  if (n == 0) return Placement{};
-  const std::vector<int> order = topological_order(w);
-  std::vector<int> pos(n);
-  for (size_t i = 0; i < n; ++i) pos[order[i]] = static_cast<int>(i);
+namespace {
 
-  // A state: (layer, backend) for every placed layer that is ahead of the current position or has
-  // an unplaced consumer, sorted by layer. Layers absent from it are placed and done, or unplaced
-  // (pos >= current position).
+// place()'s dynamic programme over the layers in topological order. A state: (layer, backend) for
+// every placed layer that is ahead of the current position or has an unplaced consumer, sorted by
+// layer. Layers absent from it are placed and done, or unplaced (pos >= current position).
+class PlacementSearch {
+ public:
+  PlacementSearch(const Workload& w, const BackendCatalog& c, const PlacementOptions& o,
+                  const std::vector<std::vector<BackendCandidate>>& cands)
+      : w_(w), c_(c), o_(o), cands_(cands), n_(w.layer_count()), order_(topological_order(w)), pos_(n_) {
+    for (size_t i = 0; i < n_; ++i) pos_[order_[i]] = static_cast<int>(i);
+    steps_.resize(n_ + 1);
+    steps_[0][Key{}] = Entry{};
+  }
+
+  // Fails when no allowed backend implements a layer on `device`.
+  Status run(const DeviceSpec& device) {
+    for (size_t i = 0; i < n_; ++i) {
+      for (const auto& [key, entry] : steps_[i]) expand(i, key, entry);
+      const int v = order_[i];
+      if (steps_[i + 1].empty())
+        return Error{
+            fmt::format("no allowed backend implements layer \"{}\" (kind \"{}\") on device kind \"{}\"",
+                        w_.layer(v).name, w_.layer(v).kind, device.kind)};
+      if (static_cast<long long>(steps_[i + 1].size()) > o_.max_states) prune(steps_[i + 1]);
+    }
+    return {};
+  }
+
+  // The final state is empty (every layer placed, none ahead): walk the parents back.
+  Placement result() {
+    const Key* key = &steps_[n_].begin()->first;
+    for (size_t i = n_; i-- > 0;) {
+      const Entry& e = steps_[i + 1].at(*key);
+      if (e.cand >= 0) {
+        const BackendCandidate& cd = cands_[order_[i]][e.cand];
+        result_.groups.push_back(PlacedGroup{cd.backend, cd.pattern, cd.layers});
+      }
+      key = e.parent;
+    }
+    std::reverse(result_.groups.begin(), result_.groups.end());
+    return std::move(result_);
+  }
+
+ private:
   using Key = std::vector<std::pair<int, int>>;
   struct Entry {
     double cost = 0;
     const Key* parent = nullptr;  // the state one step earlier
     int cand = -1;                // candidate index at order[step] taken from the parent; -1: skipped
   };
-  std::vector<std::map<Key, Entry>> steps(n + 1);
-  steps[0][Key{}] = Entry{};
-  Placement result;
-  auto placed_in = [](const Key& k, int layer) -> int {
+
+  static int placed_in(const Key& k, int layer) {
     auto it = std::lower_bound(k.begin(), k.end(), std::make_pair(layer, std::numeric_limits<int>::min()));
     return it != k.end() && it->first == layer ? it->second : -1;
-  };
+  }
+
   // Keeps the entries that still matter at position `next`.
-  auto canonical = [&](Key k, int next) {
+  Key canonical(Key k, int next) const {
     std::sort(k.begin(), k.end());
     Key out;
     for (const auto& [u, b] : k) {
-      bool keep = pos[u] >= next;
-      for (auto [e, end] = boost::out_edges(u, w.graph); !keep && e != end; ++e) {
-        const int s = static_cast<int>(boost::target(*e, w.graph));
-        if (pos[s] >= next && placed_in(k, s) < 0) keep = true;
+      bool keep = pos_[u] >= next;
+      for (auto [e, end] = boost::out_edges(u, w_.graph); !keep && e != end; ++e) {
+        const int s = static_cast<int>(boost::target(*e, w_.graph));
+        if (pos_[s] >= next && placed_in(k, s) < 0) keep = true;
       }
       if (keep) out.emplace_back(u, b);
     }
     return out;
-  };
+  }
 
-  for (size_t i = 0; i < n; ++i) {
-    const int v = order[i];
-    auto& next = steps[i + 1];
-    auto relax = [&](Key k, double cost, const Key* parent, int cand) {
-      auto [it, inserted] = next.try_emplace(std::move(k), Entry{cost, parent, cand});
-      if (!inserted && cost < it->second.cost) it->second = Entry{cost, parent, cand};
-    };
-    for (const auto& [key, entry] : steps[i]) {
-      ++result.states;
-      if (placed_in(key, v) >= 0) {  // placed ahead by a chain
-        relax(canonical(key, static_cast<int>(i) + 1), entry.cost, &key, -1);
-        continue;
-      }
-      for (size_t ci = 0; ci < cands[v].size(); ++ci) {
-        const Candidate& cd = cands[v][ci];
-        bool free = true;
-        for (size_t j = 1; j < cd.layers.size(); ++j) free = free && placed_in(key, cd.layers[j]) < 0;
-        if (!free) continue;
-        double cost = entry.cost + cd.total_s;
-        for (int m : cd.layers) {
-          for (auto [e, end] = boost::in_edges(m, w.graph); e != end; ++e) {
-            const int u = static_cast<int>(boost::source(*e, w.graph));
-            if (std::find(cd.layers.begin(), cd.layers.end(), u) != cd.layers.end()) continue;
-            // A producer not placed yet (the residual input of a fused add) pays when it is placed.
-            const int bu = placed_in(key, u);
-            if (bu >= 0) cost += 2 * c.conversion_time(bu, cd.backend, output_bytes(w, u, o.batch));
-          }
-          // Consumers a chain placed ahead of their turn.
-          for (auto [e, end] = boost::out_edges(m, w.graph); e != end; ++e) {
-            const int s = static_cast<int>(boost::target(*e, w.graph));
-            if (std::find(cd.layers.begin(), cd.layers.end(), s) != cd.layers.end()) continue;
-            const int bs = placed_in(key, s);
-            if (bs >= 0) cost += 2 * c.conversion_time(cd.backend, bs, output_bytes(w, m, o.batch));
-          }
-        }
-        Key k = key;
-        for (int m : cd.layers) k.emplace_back(m, cd.backend);
-        relax(canonical(std::move(k), static_cast<int>(i) + 1), cost, &key, static_cast<int>(ci));
-      }
+  void relax(size_t i, Key k, double cost, const Key* parent, int cand) {
+    auto [it, inserted] = steps_[i + 1].try_emplace(std::move(k), Entry{cost, parent, cand});
+    if (!inserted && cost < it->second.cost) it->second = Entry{cost, parent, cand};
+  }
+
+  // State `key` at step i: layer order[i] skipped when a chain placed it ahead, else every candidate
+  // whose other layers are free.
+  void expand(size_t i, const Key& key, const Entry& entry) {
+    const int v = order_[i];
+    ++result_.states;
+    if (placed_in(key, v) >= 0) {  // placed ahead by a chain
+      relax(i, canonical(key, static_cast<int>(i) + 1), entry.cost, &key, -1);
+      return;
     }
-    if (next.empty())
-      return Error{
-          fmt::format("no allowed backend implements layer \"{}\" (kind \"{}\") on device kind \"{}\"",
-                      w.layer(v).name, w.layer(v).kind, device.kind)};
-    if (static_cast<long long>(next.size()) > o.max_states) {
-      std::vector<std::pair<double, const Key*>> by_cost;
-      for (const auto& [k, e] : next) by_cost.emplace_back(e.cost, &k);
-      std::nth_element(by_cost.begin(), by_cost.begin() + o.max_states, by_cost.end());
-      std::map<Key, Entry> kept;
-      for (long long j = 0; j < o.max_states; ++j)
-        kept.emplace(*by_cost[j].second, next.at(*by_cost[j].second));
-      next = std::move(kept);
-      result.exact = false;
+    for (size_t ci = 0; ci < cands_[v].size(); ++ci) {
+      const BackendCandidate& cd = cands_[v][ci];
+      bool free = true;
+      for (size_t j = 1; j < cd.layers.size(); ++j) free = free && placed_in(key, cd.layers[j]) < 0;
+      if (!free) continue;
+      const double cost = add_conversions(entry.cost + cd.total_s, key, cd);
+      Key k = key;
+      for (int m : cd.layers) k.emplace_back(m, cd.backend);
+      relax(i, canonical(std::move(k), static_cast<int>(i) + 1), cost, &key, static_cast<int>(ci));
     }
   }
-  // The final state is empty (every layer placed, none ahead): walk the parents back.
-  const Key* key = &steps[n].begin()->first;
-  for (size_t i = n; i-- > 0;) {
-    const Entry& e = steps[i + 1].at(*key);
-    if (e.cand >= 0) {
-      const Candidate& cd = cands[order[i]][e.cand];
-      result.groups.push_back(PlacedGroup{cd.backend, cd.pattern, cd.layers});
+
+  // `cost` plus the conversions candidate cd adds in state `key`, forward and backward.
+  double add_conversions(double cost, const Key& key, const BackendCandidate& cd) const {
+    for (int m : cd.layers) {
+      for (auto [e, end] = boost::in_edges(m, w_.graph); e != end; ++e) {
+        const int u = static_cast<int>(boost::source(*e, w_.graph));
+        if (std::find(cd.layers.begin(), cd.layers.end(), u) != cd.layers.end()) continue;
+        // A producer not placed yet (the residual input of a fused add) pays when it is placed.
+        const int bu = placed_in(key, u);
+        if (bu >= 0) cost += 2 * c_.conversion_time(bu, cd.backend, output_bytes(w_, u, o_.batch));
+      }
+      // Consumers a chain placed ahead of their turn.
+      for (auto [e, end] = boost::out_edges(m, w_.graph); e != end; ++e) {
+        const int s = static_cast<int>(boost::target(*e, w_.graph));
+        if (std::find(cd.layers.begin(), cd.layers.end(), s) != cd.layers.end()) continue;
+        const int bs = placed_in(key, s);
+        if (bs >= 0) cost += 2 * c_.conversion_time(cd.backend, bs, output_bytes(w_, m, o_.batch));
+      }
     }
-    key = e.parent;
+    return cost;
   }
-  std::reverse(result.groups.begin(), result.groups.end());
+
+  // Above max_states: the cheapest kept (a beam), the result inexact.
+  void prune(std::map<Key, Entry>& next) {
+    std::vector<std::pair<double, const Key*>> by_cost;
+    for (const auto& [k, e] : next) by_cost.emplace_back(e.cost, &k);
+    std::nth_element(by_cost.begin(), by_cost.begin() + o_.max_states, by_cost.end());
+    std::map<Key, Entry> kept;
+    for (long long j = 0; j < o_.max_states; ++j)
+      kept.emplace(*by_cost[j].second, next.at(*by_cost[j].second));
+    next = std::move(kept);
+    result_.exact = false;
+  }
+
+  const Workload& w_;
+  const BackendCatalog& c_;
+  const PlacementOptions& o_;
+  const std::vector<std::vector<BackendCandidate>>& cands_;
+  const size_t n_;
+  const std::vector<int> order_;
+  std::vector<int> pos_;
+  std::vector<std::map<Key, Entry>> steps_;
+  Placement result_;
+};
+
+}  // namespace
+
+Result<Placement> place(const Workload& w, const BackendCatalog& c, const DeviceSpec& device,
+                        const PlacementOptions& o) {
+  auto cands = placement_candidates(w, c, device, o);
+  if (!cands) return cands.error();
+  if (w.layer_count() == 0) return Placement{};
+  PlacementSearch search(w, c, o, *cands);
+  if (Status s = search.run(device); !s) return s.error();
+  Placement result = search.result();
   if (Status s = evaluate_placement(w, c, device, o, result); !s) return s.error();
   return result;
 }
@@ -305,7 +350,7 @@ Result<Placement> refine_placement(const Workload& w, const BackendCatalog& c, c
     bool improved = false;
     for (size_t g = 0; g < start.groups.size(); ++g) {
       const PlacedGroup current = start.groups[g];
-      for (const Candidate& cd : (*cands_r)[current.layers.front()]) {
+      for (const BackendCandidate& cd : (*cands_r)[current.layers.front()]) {
         if (cd.layers != current.layers || (cd.backend == current.backend && cd.pattern == current.pattern))
           continue;
         Placement trial = start;

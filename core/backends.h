@@ -116,17 +116,17 @@ struct PlacementOptions {
 
 // The instances that may cover layers: for each layer, every (backend, pattern) whose chain
 // matches starting at it, with its cost. Exposed for tests and reports.
-struct Candidate {
+struct BackendCandidate {
   int backend = -1;
   int pattern = -1;
   std::vector<int> layers;
   std::vector<PassTimes> times;  // per layer of `layers`, without conversions
   double total_s = 0;            // forward + backward of all its layers
 };
-Result<std::vector<std::vector<Candidate>>> placement_candidates(const Workload& w,
-                                                                 const BackendCatalog& c,
-                                                                 const DeviceSpec& device,
-                                                                 const PlacementOptions& o);
+Result<std::vector<std::vector<BackendCandidate>>> placement_candidates(const Workload& w,
+                                                                        const BackendCatalog& c,
+                                                                        const DeviceSpec& device,
+                                                                        const PlacementOptions& o);
 
 // The operator-level search: a dynamic programme over the layers in topological order whose state
 // is the backend of every placed layer that still has an unplaced consumer (and the layers a chain

@@ -21,90 +21,122 @@ std::string mark_action(const std::vector<Action>& actions, size_t index, const 
   return out;
 }
 
-Status validate_schedule(const Schedule& s, const Partition& p, int m,
-                         const std::vector<std::string>& names) {
-  const size_t D = names.size();
-  if (s.device_actions.size() > D)
-    return Error{fmt::format("invalid schedule: it has {} device rows, the cluster has {} devices",
-                             s.device_actions.size(), D)};
-  auto fail = [&](size_t d, size_t i, const std::string& what) {
-    return Error{fmt::format("{}invalid schedule: on {}, {}\n{}", s.location(d, i), names[d], what,
-                             mark_action(s.device_actions[d], i, names[d]))};
-  };
-  // The stages each device hosts, and while a device is checked, each hosted stage's slot in `seen`
+namespace {
+
+// The checks of validate_schedule, device by device, then across the devices.
+class ScheduleCheck {
+ public:
+  ScheduleCheck(const Schedule& s, const Partition& p, int m, const std::vector<std::string>& names)
+      : s_(s), p_(p), m_(m), names_(names), D_(names.size()) {}
+
+  Status run() {
+    if (s_.device_actions.size() > D_)
+      return Error{fmt::format("invalid schedule: it has {} device rows, the cluster has {} devices",
+                               s_.device_actions.size(), D_)};
+    find_hosted();
+    for (size_t d = 0; d < s_.device_actions.size(); ++d)
+      if (Status st = check_device(d); !st) return st;
+    for (size_t stage = 0; stage < p_.stage_count(); ++stage)
+      for (int d : p_.stage(stage).devices)
+        if (static_cast<size_t>(d) >= s_.device_actions.size() || s_.device_actions[d].empty())
+          return Error{
+              fmt::format("invalid schedule: {} hosts stage {} but has no actions", names_[d], stage)};
+    for (size_t stage = 0; stage < p_.stage_count(); ++stage)
+      if (Status st = check_replica_order(stage); !st) return st;
+    return {};
+  }
+
+ private:
+  Error fail(size_t d, size_t i, const std::string& what) const {
+    return Error{fmt::format("{}invalid schedule: on {}, {}\n{}", s_.location(d, i), names_[d], what,
+                             mark_action(s_.device_actions[d], i, names_[d]))};
+  }
+
+  // The stages each device hosts. While a device is checked, each hosted stage's slot in `seen_`
   // (-1: not hosted there). Linear in the actions and the stages' device lists, with no string built
   // unless something is wrong (1F1B at p = 128, m = 1,024 has 262,144 actions to check).
-  std::vector<std::vector<int>> hosted(D);
-  for (size_t stage = 0; stage < p.stage_count(); ++stage)
-    for (int d : p.stage(stage).devices)
-      if (d >= 0 && static_cast<size_t>(d) < D &&
-          (hosted[d].empty() || hosted[d].back() != static_cast<int>(stage)))
-        hosted[d].push_back(static_cast<int>(stage));
-  std::vector<int> slot(p.stage_count(), -1);
-  std::vector<uint8_t> seen;  // per (hosted stage, micro-batch): bit 0 F seen, bit 1 B seen, bit 2 W seen
-  for (size_t d = 0; d < s.device_actions.size(); ++d) {
-    const auto& acts = s.device_actions[d];
-    for (size_t k = 0; k < hosted[d].size(); ++k) slot[hosted[d][k]] = static_cast<int>(k);
-    seen.assign(hosted[d].size() * static_cast<size_t>(std::max(m, 0)), 0);
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const Action& a = acts[i];
-      if (a.stage < 0 || static_cast<size_t>(a.stage) >= p.stage_count())
-        return fail(d, i,
-                    fmt::format("{} names stage {}, but there are {} stages", to_string(a), a.stage,
-                                p.stage_count()));
-      if (slot[a.stage] < 0) {
-        std::string where;
-        for (int x : p.stage(a.stage).devices)
-          where += fmt::format("{}{}", where.empty() ? "" : ", ", names[x]);
-        return fail(d, i, fmt::format("{}: stage {} runs on {}", to_string(a), a.stage, where));
-      }
-      if (a.micro_batch < 0 || a.micro_batch >= m)
-        return fail(d, i,
-                    fmt::format("{} names micro-batch {}, but there are {} micro-batches", to_string(a),
-                                a.micro_batch, m));
-      if (a.pass == Pass::Weight && !s.split_backward)
-        return fail(d, i,
-                    fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
-      uint8_t& st = seen[static_cast<size_t>(slot[a.stage]) * static_cast<size_t>(m) +
-                         static_cast<size_t>(a.micro_batch)];
-      const int bit = 1 << static_cast<int>(a.pass);
-      if (st & bit) return fail(d, i, fmt::format("{} appears twice", to_string(a)));
-      if (a.pass == Pass::Backward && !(st & 1))
-        return fail(d, i,
-                    fmt::format("{} comes before its forward {}", to_string(a),
-                                to_string({a.stage, Pass::Forward, a.micro_batch})));
-      if (a.pass == Pass::Weight && !(st & 2))
-        return fail(d, i,
-                    fmt::format("{} comes before its backward {}", to_string(a),
-                                to_string({a.stage, Pass::Backward, a.micro_batch})));
-      st = static_cast<uint8_t>(st | bit);
+  void find_hosted() {
+    hosted_.assign(D_, {});
+    for (size_t stage = 0; stage < p_.stage_count(); ++stage)
+      for (int d : p_.stage(stage).devices)
+        if (d >= 0 && static_cast<size_t>(d) < D_ &&
+            (hosted_[d].empty() || hosted_[d].back() != static_cast<int>(stage)))
+          hosted_[d].push_back(static_cast<int>(stage));
+    slot_.assign(p_.stage_count(), -1);
+  }
+
+  Status check_device(size_t d) {
+    const auto& acts = s_.device_actions[d];
+    for (size_t k = 0; k < hosted_[d].size(); ++k) slot_[hosted_[d][k]] = static_cast<int>(k);
+    seen_.assign(hosted_[d].size() * static_cast<size_t>(std::max(m_, 0)), 0);
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (Status st = check_action(d, i); !st) return st;
+    if (Status st = check_complete(d); !st) return st;
+    for (int stage : hosted_[d]) slot_[stage] = -1;
+    return {};
+  }
+
+  // Action i of device d: a stage hosted there, a micro-batch that exists, once, after the passes it
+  // needs.
+  Status check_action(size_t d, size_t i) {
+    const Action& a = s_.device_actions[d][i];
+    if (a.stage < 0 || static_cast<size_t>(a.stage) >= p_.stage_count())
+      return fail(
+          d, i,
+          fmt::format("{} names stage {}, but there are {} stages", to_string(a), a.stage, p_.stage_count()));
+    if (slot_[a.stage] < 0) {
+      std::string where;
+      for (int x : p_.stage(a.stage).devices)
+        where += fmt::format("{}{}", where.empty() ? "" : ", ", names_[x]);
+      return fail(d, i, fmt::format("{}: stage {} runs on {}", to_string(a), a.stage, where));
     }
-    // Completeness: every stage hosted here runs every pass of every micro-batch.
-    const int want = s.split_backward ? 7 : 3;
-    for (size_t h = 0; h < hosted[d].size(); ++h) {
-      const int stage = hosted[d][h];
-      for (int k = 0; k < m; ++k) {
-        const int have = seen[h * static_cast<size_t>(m) + static_cast<size_t>(k)];
+    if (a.micro_batch < 0 || a.micro_batch >= m_)
+      return fail(d, i,
+                  fmt::format("{} names micro-batch {}, but there are {} micro-batches", to_string(a),
+                              a.micro_batch, m_));
+    if (a.pass == Pass::Weight && !s_.split_backward)
+      return fail(d, i,
+                  fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
+    uint8_t& st = seen_[static_cast<size_t>(slot_[a.stage]) * static_cast<size_t>(m_) +
+                        static_cast<size_t>(a.micro_batch)];
+    const int bit = 1 << static_cast<int>(a.pass);
+    if (st & bit) return fail(d, i, fmt::format("{} appears twice", to_string(a)));
+    if (a.pass == Pass::Backward && !(st & 1))
+      return fail(d, i,
+                  fmt::format("{} comes before its forward {}", to_string(a),
+                              to_string({a.stage, Pass::Forward, a.micro_batch})));
+    if (a.pass == Pass::Weight && !(st & 2))
+      return fail(d, i,
+                  fmt::format("{} comes before its backward {}", to_string(a),
+                              to_string({a.stage, Pass::Backward, a.micro_batch})));
+    st = static_cast<uint8_t>(st | bit);
+    return {};
+  }
+
+  // Completeness: every stage hosted on d runs every pass of every micro-batch.
+  Status check_complete(size_t d) const {
+    const int want = s_.split_backward ? 7 : 3;
+    for (size_t h = 0; h < hosted_[d].size(); ++h) {
+      const int stage = hosted_[d][h];
+      for (int k = 0; k < m_; ++k) {
+        const int have = seen_[h * static_cast<size_t>(m_) + static_cast<size_t>(k)];
         if (have == want) continue;
         Pass miss = !(have & 1) ? Pass::Forward : !(have & 2) ? Pass::Backward : Pass::Weight;
-        return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names[d], stage,
+        return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names_[d], stage,
                                  to_string(Action{stage, miss, k}))};
       }
     }
-    for (int stage : hosted[d]) slot[stage] = -1;
+    return {};
   }
-  for (size_t stage = 0; stage < p.stage_count(); ++stage)
-    for (int d : p.stage(stage).devices)
-      if (static_cast<size_t>(d) >= s.device_actions.size() || s.device_actions[d].empty())
-        return Error{fmt::format("invalid schedule: {} hosts stage {} but has no actions", names[d], stage)};
+
   // Replicas of a stage split each micro-batch: they must run that stage's actions in one order.
-  for (size_t stage = 0; stage < p.stage_count(); ++stage) {
-    const auto& devs = p.stage(stage).devices;
+  Status check_replica_order(size_t stage) const {
+    const auto& devs = p_.stage(stage).devices;
     auto order_of = [&](int d) {
       std::vector<std::pair<size_t, Action>> out;  // (position in the device's list, action)
-      for (size_t i = 0; i < s.device_actions[d].size(); ++i)
-        if (s.device_actions[d][i].stage == static_cast<int>(stage))
-          out.emplace_back(i, s.device_actions[d][i]);
+      for (size_t i = 0; i < s_.device_actions[d].size(); ++i)
+        if (s_.device_actions[d][i].stage == static_cast<int>(stage))
+          out.emplace_back(i, s_.device_actions[d][i]);
       return out;
     };
     const auto first = order_of(devs.front());
@@ -115,13 +147,29 @@ Status validate_schedule(const Schedule& s, const Partition& p, int m,
         return Error{fmt::format(
             "{}invalid schedule: stage {} runs on {} and {}, which disagree on its order: {} runs "
             "{} where {} runs {}\n{}",
-            s.location(devs[r], other[k].first), stage, names[devs.front()], names[devs[r]], names[devs[r]],
-            to_string(other[k].second), names[devs.front()], to_string(first[k].second),
-            mark_action(s.device_actions[devs[r]], other[k].first, names[devs[r]]))};
+            s_.location(devs[r], other[k].first), stage, names_[devs.front()], names_[devs[r]],
+            names_[devs[r]], to_string(other[k].second), names_[devs.front()], to_string(first[k].second),
+            mark_action(s_.device_actions[devs[r]], other[k].first, names_[devs[r]]))};
       }
     }
+    return {};
   }
-  return {};
+
+  const Schedule& s_;
+  const Partition& p_;
+  const int m_;
+  const std::vector<std::string>& names_;
+  const size_t D_;
+  std::vector<std::vector<int>> hosted_;
+  std::vector<int> slot_;
+  std::vector<uint8_t> seen_;  // per (hosted stage, micro-batch): bit 0 F seen, bit 1 B seen, bit 2 W seen
+};
+
+}  // namespace
+
+Status validate_schedule(const Schedule& s, const Partition& p, int m,
+                         const std::vector<std::string>& names) {
+  return ScheduleCheck(s, p, m, names).run();
 }
 
 namespace {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "core/units.h"
@@ -44,6 +46,94 @@ bool size_value(std::string_view s, double* out, double max) {
   return true;
 }
 
+// The message for a node line that does not have the expected shape.
+std::string expected_node(std::string_view line) {
+  return fmt::format(
+      "expected \"nodeN -- description -- forward_compute_time=<ms>, backward_compute_time=<ms>, "
+      "activation_size=<bytes>, parameter_size=<bytes>\", got \"{}\"",
+      line.size() > 120 ? std::string(line.substr(0, 117)) + "..." : std::string(line));
+}
+
+using KeyValues = std::map<std::string, std::string, std::less<>>;
+
+// "key=value, key=[a; b], ..." split at the commas outside brackets; none when an item has no '='.
+std::optional<KeyValues> metrics_of(std::string_view metrics) {
+  KeyValues kv;
+  while (!metrics.empty()) {
+    size_t end = 0;
+    int depth = 0;
+    for (; end < metrics.size(); ++end) {
+      if (metrics[end] == '[') ++depth;
+      if (metrics[end] == ']') --depth;
+      if (metrics[end] == ',' && depth == 0) break;
+    }
+    std::string_view item = trim(metrics.substr(0, end));
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return std::nullopt;
+    kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
+    metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
+  }
+  return kv;
+}
+
+// A node line, "nodeN -- description -- forward_compute_time=..., ... [-- stage_id=k]", as a layer
+// named nodeN. Errors without the location.
+Result<Layer> parse_node(std::string_view line, const ProfileOptions& o) {
+  const size_t first = line.find(" -- ");
+  if (first == std::string_view::npos) return Error{expected_node(line)};
+  std::string_view rest = line.substr(first + 4);
+  size_t last = rest.rfind(" -- ");
+  if (last != std::string_view::npos && trim(rest.substr(last + 4)).rfind("stage_id=", 0) == 0) {
+    rest = rest.substr(0, last);  // partitioned graphs end with " -- stage_id=k"
+    last = rest.rfind(" -- ");
+  }
+  if (last == std::string_view::npos) return Error{expected_node(line)};
+  const std::string node(trim(line.substr(0, first)));
+  const std::string description(trim(rest.substr(0, last)));
+  std::optional<KeyValues> kv = metrics_of(rest.substr(last + 4));
+  if (!kv) return Error{expected_node(line)};
+  // The bounds of quantities in every other input (core/units.h), in the profile's units.
+  const double kMaxMs = max_magnitude(Dimension::Time) * 1e3, kMaxBytes = max_magnitude(Dimension::Bytes);
+  double fwd = 0, bwd = 0, act = 0, params = 0;
+  for (auto [key, out, sized, max, unit] :
+       {std::tuple{"forward_compute_time", &fwd, false, kMaxMs, "ms"},
+        std::tuple{"backward_compute_time", &bwd, false, kMaxMs, "ms"},
+        std::tuple{"activation_size", &act, true, kMaxBytes, "bytes"},
+        std::tuple{"parameter_size", &params, false, kMaxBytes, "bytes"}}) {
+    auto it = kv->find(key);
+    if (it == kv->end()) return Error{fmt::format("node {} has no {}", node, key)};
+    if (!(sized ? size_value(it->second, out, max) : number(it->second, out, max)))
+      return Error{fmt::format("node {}: {} must be a number from 0 to {:.0e} ({}), got \"{}\"", node, key,
+                               max, unit, it->second)};
+  }
+  Layer l;
+  l.name = node;
+  l.description = description;
+  l.kind = description.substr(0, description.find('('));
+  const bool input = description.rfind("Input", 0) == 0;
+  if (input) l.kind = "input";
+  l.output_bytes = act / o.batch;
+  l.stash_bytes = l.output_bytes;
+  l.parameter_bytes = params;
+  l.parameters = params / 4;
+  l.measured = MeasuredCost{input ? 0.0 : fwd / 1e3, input ? 0.0 : bwd / 1e3, 0, o.batch, o.device_kind};
+  return l;
+}
+
+// The profile's edges added to w; a cycle is named by the line of the edge that closes it.
+Status add_edges(Workload& w, std::string_view name, const std::vector<std::pair<int, int>>& edges,
+                 const std::vector<size_t>& edge_lines) {
+  for (auto [a, b] : edges) w.add_edge(a, b);
+  std::pair<int, int> closing{-1, -1};
+  if (Status s = check_acyclic(w, &closing); !s) {
+    const auto it = std::find(edges.begin(), edges.end(), closing);
+    if (it == edges.end()) return Error{fmt::format("{}: {}", name, s.error().message)};
+    return Error{fmt::format("{}:{}: {} (this edge closes it)", name, edge_lines[it - edges.begin()],
+                             s.error().message)};
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view name,
@@ -78,85 +168,19 @@ Result<Workload> parse_pipedream_profile(std::string_view text, std::string_view
       edge_lines.push_back(line_no);
       continue;
     }
-    // Node: "nodeN -- description -- forward_compute_time=..., ... [-- stage_id=k]".
-    auto expected = [&] {
-      return fail(fmt::format(
-          "expected \"nodeN -- description -- forward_compute_time=<ms>, backward_compute_time=<ms>, "
-          "activation_size=<bytes>, parameter_size=<bytes>\", got \"{}\"",
-          line.size() > 120 ? std::string(line.substr(0, 117)) + "..." : std::string(line)));
-    };
-    const size_t first = line.find(" -- ");
-    if (first == std::string_view::npos) return expected();
-    std::string_view rest = line.substr(first + 4);
-    size_t last = rest.rfind(" -- ");
-    if (last != std::string_view::npos && trim(rest.substr(last + 4)).rfind("stage_id=", 0) == 0) {
-      rest = rest.substr(0, last);  // partitioned graphs end with " -- stage_id=k"
-      last = rest.rfind(" -- ");
-    }
-    if (last == std::string_view::npos) return expected();
-    const std::string node(trim(line.substr(0, first)));
-    const std::string description(trim(rest.substr(0, last)));
-    std::string_view metrics = rest.substr(last + 4);
-    std::map<std::string, std::string, std::less<>> kv;
-    while (!metrics.empty()) {
-      // Split at ", " outside brackets.
-      size_t end = 0;
-      int depth = 0;
-      for (; end < metrics.size(); ++end) {
-        if (metrics[end] == '[') ++depth;
-        if (metrics[end] == ']') --depth;
-        if (metrics[end] == ',' && depth == 0) break;
-      }
-      std::string_view item = trim(metrics.substr(0, end));
-      size_t eq = item.find('=');
-      if (eq == std::string_view::npos) return expected();
-      kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
-      metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
-    }
-    // The bounds of quantities in every other input (core/units.h), in the profile's units.
-    const double kMaxMs = max_magnitude(Dimension::Time) * 1e3, kMaxBytes = max_magnitude(Dimension::Bytes);
-    double fwd = 0, bwd = 0, act = 0, params = 0;
-    for (auto [key, out, sized, max, unit] :
-         {std::tuple{"forward_compute_time", &fwd, false, kMaxMs, "ms"},
-          std::tuple{"backward_compute_time", &bwd, false, kMaxMs, "ms"},
-          std::tuple{"activation_size", &act, true, kMaxBytes, "bytes"},
-          std::tuple{"parameter_size", &params, false, kMaxBytes, "bytes"}}) {
-      auto it = kv.find(key);
-      if (it == kv.end()) return fail(fmt::format("node {} has no {}", node, key));
-      if (!(sized ? size_value(it->second, out, max) : number(it->second, out, max)))
-        return fail(fmt::format("node {}: {} must be a number from 0 to {:.0e} ({}), got \"{}\"", node, key,
-                                max, unit, it->second));
-    }
-    if (ids.count(node)) return fail(fmt::format("node {} appears twice", node));
+    Result<Layer> l = parse_node(line, o);
+    if (!l) return fail(l.error().message);
+    if (ids.count(l->name)) return fail(fmt::format("node {} appears twice", l->name));
     if (w.layer_count() >= static_cast<size_t>(kMaxLayers))
-      return fail(
-          fmt::format("more than {} nodes, pipegrid's limit of layers in a model (see docs/limits.md)",
-                      kMaxLayers));
-    Layer l;
-    l.name = node;
-    l.description = description;
-    l.kind = description.substr(0, description.find('('));
-    const bool input = description.rfind("Input", 0) == 0;
-    if (input) l.kind = "input";
-    l.output_bytes = act / o.batch;
-    l.stash_bytes = l.output_bytes;
-    l.parameter_bytes = params;
-    l.parameters = params / 4;
-    l.measured = MeasuredCost{input ? 0.0 : fwd / 1e3, input ? 0.0 : bwd / 1e3, 0, o.batch, o.device_kind};
-    ids.emplace(node, w.add_layer(std::move(l)));
+      return fail(fmt::format(
+          "more than {} nodes, pipegrid's limit of layers in a model (see docs/limits.md)", kMaxLayers));
+    std::string node = l->name;
+    ids.emplace(std::move(node), w.add_layer(std::move(*l)));
   }
   if (w.layer_count() == 0) return Error{fmt::format("{}: the profile has no node", name)};
-  for (auto [a, b] : edges) w.add_edge(a, b);
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).kind == "input") w.input_bytes_per_sample += w.layer(i).output_bytes;
-  std::pair<int, int> closing{-1, -1};
-  if (Status s = check_acyclic(w, &closing); !s) {
-    // Name the line of the edge that closes the cycle.
-    const auto it = std::find(edges.begin(), edges.end(), closing);
-    if (it == edges.end()) return Error{fmt::format("{}: {}", name, s.error().message)};
-    return Error{fmt::format("{}:{}: {} (this edge closes it)", name, edge_lines[it - edges.begin()],
-                             s.error().message)};
-  }
+  if (Status s = add_edges(w, name, edges, edge_lines); !s) return s.error();
   return w;
 }
 

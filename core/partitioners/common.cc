@@ -28,15 +28,24 @@ Status check_stage_count(const PartitionRequest& r) {
 
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds) {
-  std::vector<int> stage_of(order.size(), -1);
+  std::vector<std::pair<int, int>> ranges;
   std::vector<std::vector<int>> devices;
   for (size_t s = 0; s + 1 < bounds.size(); ++s) {
-    for (int k = bounds[s]; k < bounds[s + 1]; ++k) stage_of[order[k]] = static_cast<int>(s);
+    ranges.emplace_back(bounds[s], bounds[s + 1]);
     const int rank = static_cast<int>(s) % r.stages;
     devices.emplace_back();
     for (int j = 0; j < r.replicas; ++j) devices.back().push_back(rank * r.replicas + j);
   }
-  Result<Partition> p = make_partition(r.workload, stage_of, devices, r.cluster.devices.size());
+  return contiguous_stages(r.workload, order, ranges, devices, r.cluster.devices.size());
+}
+
+Result<Partition> contiguous_stages(const Workload& w, const std::vector<int>& order,
+                                    const std::vector<std::pair<int, int>>& ranges,
+                                    const std::vector<std::vector<int>>& devices, size_t device_count) {
+  std::vector<int> stage_of(w.layer_count(), -1);
+  for (size_t s = 0; s < ranges.size(); ++s)
+    for (int k = ranges[s].first; k < ranges[s].second; ++k) stage_of[order[k]] = static_cast<int>(s);
+  Result<Partition> p = make_partition(w, stage_of, devices, device_count);
   if (p) add_sequence_edges(*p);
   return p;
 }

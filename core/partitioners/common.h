@@ -16,4 +16,10 @@ Status check_stage_count(const PartitionRequest& r);
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds);
 
+// Stage i = layers order[ranges[i].first, ranges[i].second) on devices[i] (the ranges cover the
+// order, in pipeline order), consecutive stages chained (add_sequence_edges). Fails as make_partition.
+Result<Partition> contiguous_stages(const Workload& w, const std::vector<int>& order,
+                                    const std::vector<std::pair<int, int>>& ranges,
+                                    const std::vector<std::vector<int>>& devices, size_t device_count);
+
 }  // namespace pipegrid

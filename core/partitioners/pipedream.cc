@@ -1,7 +1,5 @@
 #include "core/partitioners/pipedream.h"
 
-#include "core/strategy.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +10,8 @@
 #include <map>
 #include <optional>
 #include <thread>
+
+#include "core/strategy.h"
 
 namespace pipegrid {
 namespace {
@@ -305,15 +305,17 @@ class Solver {
   std::vector<std::vector<std::vector<std::pair<double, int>>>> last_;  // [j][mp] -> (last stage time, k)
 };
 
-}  // namespace
-
-Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double>& time_s,
-                                     const std::vector<double>& activation_bytes, const PipeDreamOptions& o) {
-  if (o.levels.empty()) return Error{"pipedream: no machine level given"};
-  for (const PipeDreamLevel& l : o.levels)
-    if (l.machines < 1 || !(l.bandwidth > 0))
-      return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
+// The planning graph of a workload: without its "Input" sources (they go to the first stage and are
+// not planned) and its "__getitem__" sinks (dropped, then given to the last stage).
+struct Planned {
   Graph g;
+  std::vector<int> getitem;
+  int first_source = -1;
+};
+
+Result<Planned> planning_graph(const Workload& w) {
+  Planned p;
+  Graph& g = p.g;
   g.n = w.layer_count();
   g.alive.assign(g.n, 1);
   g.out.resize(g.n);
@@ -331,195 +333,250 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     g.out[v].clear();
     g.in[v].clear();
   };
-  // "Input" sources go to the first stage and are not planned; "__getitem__" sinks are dropped.
   std::vector<int> inputs;
   for (size_t v = 0; v < g.n; ++v)
     if (g.in[v].empty() && (w.layer(v).kind == "input" || w.layer(v).description.rfind("Input", 0) == 0))
       inputs.push_back(static_cast<int>(v));
   for (int v : inputs) remove(v);
-  std::vector<int> getitem;
   for (size_t v = 0; v < g.n; ++v)
     if (g.alive[v] && g.out[v].empty() && w.layer(v).description.rfind("__getitem__", 0) == 0)
-      getitem.push_back(static_cast<int>(v));
-  for (int v : getitem) remove(v);
-  int first_source = -1;
-  for (size_t v = 0; v < g.n && first_source < 0; ++v)
-    if (g.alive[v] && g.in[v].empty()) first_source = static_cast<int>(v);
-  if (first_source < 0) return Error{"pipedream: the model has no layer to plan"};
+      p.getitem.push_back(static_cast<int>(v));
+  for (int v : p.getitem) remove(v);
+  for (size_t v = 0; v < g.n && p.first_source < 0; ++v)
+    if (g.alive[v] && g.in[v].empty()) p.first_source = static_cast<int>(v);
+  if (p.first_source < 0) return Error{"pipedream: the model has no layer to plan"};
   g.compute_reachability();
+  return p;
+}
 
-  // States: PipeDream's antichain DAG (breadth first from the first source), or the prefixes of a
-  // topological order when linearised. For each: the layers it covers, their compute, activations
-  // and parameters, the activations crossing its cut, and its predecessor states.
+// The states planned over: for each, the layers it covers, the activations crossing its cut and its
+// predecessor states.
+struct States {
   std::vector<std::vector<char>> covers;
-  std::vector<double> ct, act, par, out_act;
+  std::vector<double> out_act;
   std::vector<std::vector<int>> preds;
-  bool linear = o.linearize;
-  std::string note;
-  if (!linear) {
-    AntichainBuilder builder(g);
-    std::map<Antichain, int> id;
-    std::vector<Antichain> augmented;
-    std::vector<std::vector<int>> dag_out;
-    std::vector<int> insertion;  // DAG nodes in the order PipeDream's graph gets them (edges added)
-    std::vector<char> inserted;
-    auto node_of = [&](const Antichain& a) {
-      Antichain key = key_of(a);
-      auto it = id.find(key);
-      if (it != id.end()) return it->second;
-      const int n = static_cast<int>(augmented.size());
-      id.emplace(std::move(key), n);
-      augmented.push_back(builder.augment(a));
-      dag_out.emplace_back();
-      inserted.push_back(0);
-      return n;
-    };
-    auto insert = [&](int n) {
-      if (!inserted[n]) {
-        inserted[n] = 1;
-        insertion.push_back(n);
-      }
-    };
-    std::deque<Antichain> queue{{first_source}};
-    node_of(queue.front());
-    std::map<Antichain, char> expanded;
-    while (!queue.empty() && augmented.size() <= o.max_states) {
-      Antichain a = queue.front();
-      queue.pop_front();
-      const Antichain key = key_of(a);
-      if (expanded.count(key)) continue;
-      expanded.emplace(key, 1);
-      const int from = node_of(a);
-      for (Antichain& next : builder.next(a)) {
-        const int to = node_of(next);
-        insert(from);
-        insert(to);
-        dag_out[from].push_back(to);
-        queue.push_back(std::move(next));
-      }
-    }
-    if (augmented.size() > o.max_states) {
-      linear = true;
-      note = fmt::format("the antichain DAG has more than {} states: planned on the linearised graph",
-                         o.max_states);
-    } else {
-      if (insertion.empty()) insertion.push_back(0);
-      // Topological order as PipeDream's depth-first sort gives it (reverse post-order).
-      std::vector<int> order;
-      std::vector<char> mark(augmented.size(), 0);
-      for (int root : insertion) {
-        if (mark[root]) continue;
-        std::vector<std::pair<int, size_t>> stack{{root, 0}};
-        mark[root] = 1;
-        while (!stack.empty()) {
-          auto& [v, next] = stack.back();
-          if (next < dag_out[v].size()) {
-            const int c = dag_out[v][next++];
-            if (!mark[c]) {
-              mark[c] = 1;
-              stack.emplace_back(c, 0);
-            }
-          } else {
-            order.push_back(v);
-            stack.pop_back();
-          }
-        }
-      }
-      std::reverse(order.begin(), order.end());
-      const size_t S = order.size();
-      std::vector<int> index(augmented.size(), -1);
-      for (size_t i = 0; i < S; ++i) index[order[i]] = static_cast<int>(i);
-      covers.assign(S, std::vector<char>(g.n, 0));
-      out_act.assign(S, 0);
-      for (size_t i = 0; i < S; ++i) {
-        const Antichain& a = augmented[order[i]];
-        for (int x : a) out_act[i] += activation_bytes[x];
-        for (int x : a) {
-          covers[i][x] = 1;
-          for (int p : g.topo)
-            if (g.pred.get(x, p)) covers[i][p] = 1;
-        }
-      }
-      // Transitive predecessors of each state in the antichain DAG.
-      std::vector<std::vector<char>> reach(S, std::vector<char>(S, 0));
-      for (size_t i = 0; i < S; ++i)
-        for (int c : dag_out[order[i]]) {
-          const int j = index[c];
-          reach[j][i] = 1;
-          for (size_t k = 0; k < S; ++k)
-            if (reach[i][k]) reach[j][k] = 1;
-        }
-      preds.assign(S, {});
-      for (size_t j = 0; j < S; ++j)
-        for (size_t k = 0; k < S; ++k)
-          if (reach[j][k]) preds[j].push_back(static_cast<int>(k));
-    }
-  }
-  if (linear) {
-    // Prefixes of the workload's topological order (ties by layer index) over the planned layers.
-    std::vector<int> order;
-    for (int v : topological_order(w))
-      if (g.alive[v]) order.push_back(v);
-    const size_t S = order.size();
-    covers.assign(S, std::vector<char>(g.n, 0));
-    out_act.assign(S, 0);
-    preds.assign(S, {});
-    std::vector<char> in_prefix(g.n, 0);
-    for (size_t k = 0; k < S; ++k) {
-      in_prefix[order[k]] = 1;
-      covers[k] = in_prefix;
-      for (size_t x = 0; x <= k; ++x) {
-        bool crosses = false;
-        for (int o2 : g.out[order[x]]) crosses = crosses || !in_prefix[o2];
-        if (crosses) out_act[k] += activation_bytes[order[x]];
-      }
-      for (size_t x = 0; x < k; ++x) preds[k].push_back(static_cast<int>(x));
-    }
-  }
-  const size_t S = covers.size();
-  ct.assign(S, 0);
-  act.assign(S, 0);
-  par.assign(S, 0);
-  for (size_t i = 0; i < S; ++i)
-    for (int v : g.topo)
-      if (covers[i][v]) {
-        ct[i] += time_s[v];
-        act[i] += activation_bytes[v];
-        par[i] += w.layer(v).parameter_bytes;
-      }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const Sums t{ct, act, par};
+};
 
-  // Levels innermost first; each non-final level's best times (every row, all its machines)
-  // become the next level's compute. The tables of each level are kept for the reconstruction.
-  std::vector<std::vector<char>> pred_set(S, std::vector<char>(S, 0));
-  for (size_t j = 0; j < S; ++j)
-    for (int k : preds[j]) pred_set[j][k] = 1;
-  // level_compute[lv]: the compute level lv plans on (level 0: the sums).
-  std::vector<Table> level_compute(o.levels.size());
-  std::atomic<double> steps{0};
-  int widest = 0;
-  for (const PipeDreamLevel& l : o.levels) widest = std::max(widest, l.machines);
-  auto over_budget = [&]() -> std::optional<Error> {
-    if (steps.load() <= o.max_steps) return std::nullopt;
-    return Error{fmt::format(
-        "pipedream: the search stopped after {:.3g} steps, above the planner's limit of {:.3g} (about 80 "
-        "s; {} states, {} machines at the widest level); use fewer machines per level (a hierarchy), "
-        "straight mode, or another partitioner",
-        steps.load(), o.max_steps, S, widest)};
+// PipeDream's antichain DAG, breadth first from the first source: the augmented antichain of each
+// node and its successors, and the nodes in the order PipeDream's graph gets them (edges added).
+struct AntichainDag {
+  std::vector<Antichain> augmented;
+  std::vector<std::vector<int>> out;
+  std::vector<int> insertion;
+};
+
+AntichainDag antichain_dag(const Graph& g, int first_source, size_t max_states) {
+  AntichainBuilder builder(g);
+  AntichainDag dag;
+  std::map<Antichain, int> id;
+  std::vector<char> inserted;
+  auto node_of = [&](const Antichain& a) {
+    Antichain key = key_of(a);
+    auto it = id.find(key);
+    if (it != id.end()) return it->second;
+    const int n = static_cast<int>(dag.augmented.size());
+    id.emplace(std::move(key), n);
+    dag.augmented.push_back(builder.augment(a));
+    dag.out.emplace_back();
+    inserted.push_back(0);
+    return n;
   };
+  auto insert = [&](int n) {
+    if (!inserted[n]) {
+      inserted[n] = 1;
+      dag.insertion.push_back(n);
+    }
+  };
+  std::deque<Antichain> queue{{first_source}};
+  node_of(queue.front());
+  std::map<Antichain, char> expanded;
+  while (!queue.empty() && dag.augmented.size() <= max_states) {
+    Antichain a = queue.front();
+    queue.pop_front();
+    const Antichain key = key_of(a);
+    if (expanded.count(key)) continue;
+    expanded.emplace(key, 1);
+    const int from = node_of(a);
+    for (Antichain& next : builder.next(a)) {
+      const int to = node_of(next);
+      insert(from);
+      insert(to);
+      dag.out[from].push_back(to);
+      queue.push_back(std::move(next));
+    }
+  }
+  if (dag.insertion.empty()) dag.insertion.push_back(0);
+  return dag;
+}
+
+// Topological order of the DAG as PipeDream's depth-first sort gives it (reverse post-order).
+std::vector<int> dag_order(const AntichainDag& dag) {
+  std::vector<int> order;
+  std::vector<char> mark(dag.augmented.size(), 0);
+  for (int root : dag.insertion) {
+    if (mark[root]) continue;
+    std::vector<std::pair<int, size_t>> stack{{root, 0}};
+    mark[root] = 1;
+    while (!stack.empty()) {
+      auto& [v, next] = stack.back();
+      if (next < dag.out[v].size()) {
+        const int c = dag.out[v][next++];
+        if (!mark[c]) {
+          mark[c] = 1;
+          stack.emplace_back(c, 0);
+        }
+      } else {
+        order.push_back(v);
+        stack.pop_back();
+      }
+    }
+  }
+  std::reverse(order.begin(), order.end());
+  return order;
+}
+
+// The states of the antichain DAG, in dag_order: each covers every layer that precedes or is in its
+// augmented antichain.
+States antichain_states(const Graph& g, const AntichainDag& dag,
+                        const std::vector<double>& activation_bytes) {
+  const std::vector<int> order = dag_order(dag);
+  const size_t S = order.size();
+  std::vector<int> index(dag.augmented.size(), -1);
+  for (size_t i = 0; i < S; ++i) index[order[i]] = static_cast<int>(i);
+  States st;
+  st.covers.assign(S, std::vector<char>(g.n, 0));
+  st.out_act.assign(S, 0);
+  for (size_t i = 0; i < S; ++i) {
+    const Antichain& a = dag.augmented[order[i]];
+    for (int x : a) st.out_act[i] += activation_bytes[x];
+    for (int x : a) {
+      st.covers[i][x] = 1;
+      for (int p : g.topo)
+        if (g.pred.get(x, p)) st.covers[i][p] = 1;
+    }
+  }
+  // Transitive predecessors of each state in the antichain DAG.
+  std::vector<std::vector<char>> reach(S, std::vector<char>(S, 0));
+  for (size_t i = 0; i < S; ++i)
+    for (int c : dag.out[order[i]]) {
+      const int j = index[c];
+      reach[j][i] = 1;
+      for (size_t k = 0; k < S; ++k)
+        if (reach[i][k]) reach[j][k] = 1;
+    }
+  st.preds.assign(S, {});
+  for (size_t j = 0; j < S; ++j)
+    for (size_t k = 0; k < S; ++k)
+      if (reach[j][k]) st.preds[j].push_back(static_cast<int>(k));
+  return st;
+}
+
+// The prefixes of the workload's topological order (ties by layer index) over the planned layers.
+States linear_states(const Workload& w, const Graph& g, const std::vector<double>& activation_bytes) {
+  std::vector<int> order;
+  for (int v : topological_order(w))
+    if (g.alive[v]) order.push_back(v);
+  const size_t S = order.size();
+  States st;
+  st.covers.assign(S, std::vector<char>(g.n, 0));
+  st.out_act.assign(S, 0);
+  st.preds.assign(S, {});
+  std::vector<char> in_prefix(g.n, 0);
+  for (size_t k = 0; k < S; ++k) {
+    in_prefix[order[k]] = 1;
+    st.covers[k] = in_prefix;
+    for (size_t x = 0; x <= k; ++x) {
+      bool crosses = false;
+      for (int o2 : g.out[order[x]]) crosses = crosses || !in_prefix[o2];
+      if (crosses) st.out_act[k] += activation_bytes[order[x]];
+    }
+    for (size_t x = 0; x < k; ++x) st.preds[k].push_back(static_cast<int>(x));
+  }
+  return st;
+}
+
+// A range of states being split into stages, level by level from the outermost.
+struct Range {
+  size_t start, end;          // states [start, end)
+  std::vector<int> replicas;  // per level above the current one, outermost first
+  std::vector<int> bases;     // first machine of each unit it holds at the enclosing level
+};
+
+// The search over the states: the levels' programmes (innermost first, each non-final level's best
+// times becoming the next level's compute), then the stages reconstructed outermost first.
+class PipeDreamSearch {
+ public:
+  PipeDreamSearch(const Workload& w, const std::vector<double>& time_s,
+                  const std::vector<double>& activation_bytes, const PipeDreamOptions& o,
+                  const Planned& planned, States states)
+      : w_(w), o_(o), planned_(planned), g_(planned.g), st_(std::move(states)), S_(st_.covers.size()) {
+    ct_.assign(S_, 0);
+    act_.assign(S_, 0);
+    par_.assign(S_, 0);
+    for (size_t i = 0; i < S_; ++i)
+      for (int v : g_.topo)
+        if (st_.covers[i][v]) {
+          ct_[i] += time_s[v];
+          act_[i] += activation_bytes[v];
+          par_[i] += w.layer(v).parameter_bytes;
+        }
+    t_ = Sums{ct_, act_, par_};
+    pred_set_.assign(S_, std::vector<char>(S_, 0));
+    for (size_t j = 0; j < S_; ++j)
+      for (int k : st_.preds[j]) pred_set_[j][k] = 1;
+    level_compute_.resize(o.levels.size());
+    for (const PipeDreamLevel& l : o.levels) widest_ = std::max(widest_, l.machines);
+  }
+
+  Status solve_inner_levels();
+  Result<PipeDreamPlan> plan(bool linear, const std::string& note);
+
+ private:
+  std::optional<Error> over_budget() const;
+  Row row_at(int lv, size_t i) const;
+  Result<std::vector<Range>> reconstruct(const Row& top_row, int top_m);
+  void refine(const Row& A, const Range& r, int lv, size_t last_m, const std::vector<int>& unit,
+              std::vector<Range>& refined) const;
+  std::vector<PipeDreamStage> stages_of(const std::vector<Range>& ranges) const;
+
+  const Workload& w_;
+  const PipeDreamOptions& o_;
+  const Planned& planned_;
+  const Graph& g_;
+  const States st_;
+  const size_t S_;
+  std::vector<double> ct_, act_, par_;  // per state: the sums over the layers it covers
+  Sums t_;
+  std::vector<std::vector<char>> pred_set_;
+  std::vector<Table> level_compute_;      // [lv]: the compute level lv plans on (level 0: the sums)
+  mutable std::atomic<double> steps_{0};  // Solver rows count their steps here
+  int widest_ = 0;
+};
+
+std::optional<Error> PipeDreamSearch::over_budget() const {
+  if (steps_.load() <= o_.max_steps) return std::nullopt;
+  return Error{fmt::format(
+      "pipedream: the search stopped after {:.3g} steps, above the planner's limit of {:.3g} (about 80 "
+      "s; {} states, {} machines at the widest level); use fewer machines per level (a hierarchy), "
+      "straight mode, or another partitioner",
+      steps_.load(), o_.max_steps, S_, widest_)};
+}
+
+// Every non-final level's programme, all rows; its all-machines times become the next level's compute.
+Status PipeDreamSearch::solve_inner_levels() {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   int within = 1;
-  for (size_t lv = 0; lv + 1 < o.levels.size(); ++lv) {
-    const Solver solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
-                        o.levels[lv].machines, within, o.levels[lv].bandwidth, true, &steps);
-    std::vector<std::vector<double>> next(S + 1, std::vector<double>(S, nan));
+  for (size_t lv = 0; lv + 1 < o_.levels.size(); ++lv) {
+    const Solver solver(o_, st_.out_act, st_.preds, pred_set_, t_, lv == 0 ? nullptr : &level_compute_[lv],
+                        o_.levels[lv].machines, within, o_.levels[lv].bandwidth, true, &steps_);
+    std::vector<std::vector<double>> next(S_ + 1, std::vector<double>(S_, nan));
     // Rows are independent: spread them over the machine's threads (deterministic results).
     const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8));
     std::atomic<size_t> next_row{0};
     auto work = [&] {
-      for (size_t i; (i = next_row++) < S;) {
+      for (size_t i; (i = next_row++) < S_;) {
         auto A = solver.row(i);
-        for (size_t j = 0; j < S; ++j) next[i][j] = A(j, A.machines - 1).time;
+        for (size_t j = 0; j < S_; ++j) next[i][j] = A(j, A.machines - 1).time;
       }
     };
     std::vector<std::thread> pool;
@@ -527,112 +584,159 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
     work();
     for (std::thread& th : pool) th.join();
     if (auto e = over_budget()) return *e;
-    level_compute[lv + 1] = std::move(next);
-    within = o.levels[lv].machines;
+    level_compute_[lv + 1] = std::move(next);
+    within = o_.levels[lv].machines;
   }
-  const int top = static_cast<int>(o.levels.size()) - 1;
-  auto row_at = [&](int lv, size_t i) {
-    int w_in = 1;
-    for (int x = 0; x < lv; ++x) w_in = o.levels[x].machines;
-    return Solver(o, out_act, preds, pred_set, t, lv == 0 ? nullptr : &level_compute[lv],
-                  o.levels[lv].machines, w_in, o.levels[lv].bandwidth, false, &steps)
-        .row(i);
-  };
-  const auto top_row = row_at(top, 0);
+  return {};
+}
+
+Row PipeDreamSearch::row_at(int lv, size_t i) const {
+  int w_in = 1;
+  for (int x = 0; x < lv; ++x) w_in = o_.levels[x].machines;
+  return Solver(o_, st_.out_act, st_.preds, pred_set_, t_, lv == 0 ? nullptr : &level_compute_[lv],
+                o_.levels[lv].machines, w_in, o_.levels[lv].bandwidth, false, &steps_)
+      .row(i);
+}
+
+Result<PipeDreamPlan> PipeDreamSearch::plan(bool linear, const std::string& note) {
+  const int top = static_cast<int>(o_.levels.size()) - 1;
+  const Row top_row = row_at(top, 0);
   if (auto e = over_budget()) return *e;
   // PipeDream uses every machine of the top level. With whole samples per replica, every machine may
   // be out of reach (8 layers, 64 machines, micro-batches of 1 sample: no replication): then the
   // most machines that have a plan, the rest left idle.
-  int top_m = o.levels[top].machines - 1;
-  if (o.whole_samples_of > 0)
-    while (top_m > 0 && !top_row(S - 1, static_cast<size_t>(top_m)).has()) --top_m;
-  const Entry& answer = top_row(S - 1, static_cast<size_t>(top_m));
+  int top_m = o_.levels[top].machines - 1;
+  if (o_.whole_samples_of > 0)
+    while (top_m > 0 && !top_row(S_ - 1, static_cast<size_t>(top_m)).has()) --top_m;
+  const Entry& answer = top_row(S_ - 1, static_cast<size_t>(top_m));
   if (!answer.has())
-    return Error{o.memory_constraint ? "pipedream: no partition meets the memory constraint"
-                                     : "pipedream: no partition found"};
-
+    return Error{o_.memory_constraint ? "pipedream: no partition meets the memory constraint"
+                                      : "pipedream: no partition found"};
   PipeDreamPlan plan;
-  plan.states = S;
+  plan.states = S_;
   plan.linearized = linear;
   plan.note = note;
   plan.time_per_stage = answer.time;
-  plan.single_stage_time = ct[S - 1];
-  {
-    double dp = ct[S - 1];
-    int w_in = 1;
-    for (const PipeDreamLevel& l : o.levels) {
-      dp = (dp + (4.0 * (l.machines - 1) * par[S - 1]) / (l.bandwidth * l.machines) / w_in) / l.machines;
-      w_in = l.machines;
-    }
-    plan.data_parallel_time = dp;
+  plan.single_stage_time = ct_[S_ - 1];
+  double dp = ct_[S_ - 1];
+  int w_in = 1;
+  for (const PipeDreamLevel& l : o_.levels) {
+    dp = (dp + (4.0 * (l.machines - 1) * par_[S_ - 1]) / (l.bandwidth * l.machines) / w_in) / l.machines;
+    w_in = l.machines;
   }
-  // Reconstruct the stages level by level (outermost first), like PipeDream's analysis.
-  // Machines: level lv's unit spans the product of the machine counts below it; a stage gets
-  // consecutive units of its level inside every unit its enclosing stage holds.
-  struct Range {
-    size_t start, end;          // states [start, end)
-    std::vector<int> replicas;  // per level above the current one, outermost first
-    std::vector<int> bases;     // first machine of each unit it holds at the enclosing level
-  };
-  std::vector<int> unit(o.levels.size() + 1, 1);
-  for (size_t lv = 0; lv < o.levels.size(); ++lv) unit[lv + 1] = unit[lv] * o.levels[lv].machines;
-  std::vector<Range> ranges{{0, S, {}, {0}}};
+  plan.data_parallel_time = dp;
+  Result<std::vector<Range>> ranges = reconstruct(top_row, top_m);
+  if (!ranges) return ranges.error();
+  plan.stages = stages_of(*ranges);
+  return plan;
+}
+
+// The stages, level by level (outermost first), like PipeDream's analysis. Machines: level lv's unit
+// spans the product of the machine counts below it; a stage gets consecutive units of its level
+// inside every unit its enclosing stage holds.
+Result<std::vector<Range>> PipeDreamSearch::reconstruct(const Row& top_row, int top_m) {
+  const int top = static_cast<int>(o_.levels.size()) - 1;
+  std::vector<int> unit(o_.levels.size() + 1, 1);
+  for (size_t lv = 0; lv < o_.levels.size(); ++lv) unit[lv + 1] = unit[lv] * o_.levels[lv].machines;
+  std::vector<Range> ranges{{0, S_, {}, {0}}};
   for (int lv = top; lv >= 0; --lv) {
     std::vector<Range> refined;
     for (const Range& r : ranges) {
-      const auto A = lv == top ? top_row : row_at(lv, r.start);
+      const Row A = lv == top ? top_row : row_at(lv, r.start);
       if (auto e = over_budget()) return *e;
-      std::vector<size_t> splits;
-      std::vector<int> reps;
-      Entry meta = A(r.end - 1, lv == top ? static_cast<size_t>(top_m) : o.levels[lv].machines - 1);
-      while (meta.split_k >= 0) {
-        splits.push_back(static_cast<size_t>(meta.split_k) + 1);
-        reps.push_back(meta.machines);
-        meta = A(meta.split_k, meta.split_m);
-      }
-      reps.push_back(meta.machines);
-      std::reverse(splits.begin(), splits.end());
-      std::reverse(reps.begin(), reps.end());
-      splits.push_back(r.end);
-      size_t from = r.start;
-      int offset = 0;
-      for (size_t q = 0; q < splits.size(); ++q) {
-        Range sub{from, splits[q], r.replicas, {}};
-        sub.replicas.push_back(reps[q]);
-        for (int b : r.bases)
-          for (int t = 0; t < reps[q]; ++t) sub.bases.push_back(b + (offset + t) * unit[lv]);
-        offset += reps[q];
-        refined.push_back(sub);
-        from = splits[q];
-      }
+      refine(A, r, lv, lv == top ? static_cast<size_t>(top_m) : o_.levels[lv].machines - 1, unit, refined);
     }
     ranges = std::move(refined);
   }
-  std::vector<int> stage_of(g.n, -1);
+  return ranges;
+}
+
+// Range r split at level lv as row A's entry (r.end - 1, last_m) says.
+void PipeDreamSearch::refine(const Row& A, const Range& r, int lv, size_t last_m,
+                             const std::vector<int>& unit, std::vector<Range>& refined) const {
+  std::vector<size_t> splits;
+  std::vector<int> reps;
+  Entry meta = A(r.end - 1, last_m);
+  while (meta.split_k >= 0) {
+    splits.push_back(static_cast<size_t>(meta.split_k) + 1);
+    reps.push_back(meta.machines);
+    meta = A(meta.split_k, meta.split_m);
+  }
+  reps.push_back(meta.machines);
+  std::reverse(splits.begin(), splits.end());
+  std::reverse(reps.begin(), reps.end());
+  splits.push_back(r.end);
+  size_t from = r.start;
+  int offset = 0;
+  for (size_t q = 0; q < splits.size(); ++q) {
+    Range sub{from, splits[q], r.replicas, {}};
+    sub.replicas.push_back(reps[q]);
+    for (int b : r.bases)
+      for (int t = 0; t < reps[q]; ++t) sub.bases.push_back(b + (offset + t) * unit[lv]);
+    offset += reps[q];
+    refined.push_back(sub);
+    from = splits[q];
+  }
+}
+
+// The stages of the innermost ranges, with their layers: layers outside the planned graph (Input
+// sources and unreached nodes) go to the first stage, dropped sinks to the last.
+std::vector<PipeDreamStage> PipeDreamSearch::stages_of(const std::vector<Range>& ranges) const {
+  std::vector<PipeDreamStage> stages;
+  std::vector<int> stage_of(g_.n, -1);
   for (size_t q = 0; q < ranges.size(); ++q) {
     PipeDreamStage st;
-    for (int v : g.topo)
-      if (covers[ranges[q].end - 1][v] && stage_of[v] < 0) stage_of[v] = static_cast<int>(q);
+    for (int v : g_.topo)
+      if (st_.covers[ranges[q].end - 1][v] && stage_of[v] < 0) stage_of[v] = static_cast<int>(q);
     st.replicas_per_level.assign(ranges[q].replicas.rbegin(), ranges[q].replicas.rend());  // innermost first
     st.replicas = 1;
     for (int r : st.replicas_per_level) st.replicas *= r;
     st.devices = ranges[q].bases;
     std::sort(st.devices.begin(), st.devices.end());
     const size_t a = ranges[q].start, b = ranges[q].end;
-    st.time = (a == 0 ? ct[b - 1] : ct[b - 1] - ct[a - 1]);
-    plan.stages.push_back(std::move(st));
+    st.time = (a == 0 ? ct_[b - 1] : ct_[b - 1] - ct_[a - 1]);
+    stages.push_back(std::move(st));
   }
-  // Layers outside the planned graph: Input sources and unreached nodes go to the first stage,
-  // dropped sinks to the last.
-  for (size_t v = 0; v < g.n; ++v) {
+  const std::vector<int>& getitem = planned_.getitem;
+  for (size_t v = 0; v < g_.n; ++v) {
     int s = stage_of[v];
     if (s < 0)
       s = (std::find(getitem.begin(), getitem.end(), static_cast<int>(v)) != getitem.end())
-              ? static_cast<int>(plan.stages.size()) - 1
+              ? static_cast<int>(stages.size()) - 1
               : 0;
-    plan.stages[s].layers.push_back(static_cast<int>(v));
+    stages[s].layers.push_back(static_cast<int>(v));
   }
-  return plan;
+  return stages;
+}
+
+}  // namespace
+
+Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double>& time_s,
+                                     const std::vector<double>& activation_bytes, const PipeDreamOptions& o) {
+  if (o.levels.empty()) return Error{"pipedream: no machine level given"};
+  for (const PipeDreamLevel& l : o.levels)
+    if (l.machines < 1 || !(l.bandwidth > 0))
+      return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
+  Result<Planned> planned = planning_graph(w);
+  if (!planned) return planned.error();
+  // States: PipeDream's antichain DAG, or the prefixes of a topological order when linearised.
+  bool linear = o.linearize;
+  std::string note;
+  States states;
+  if (!linear) {
+    const AntichainDag dag = antichain_dag(planned->g, planned->first_source, o.max_states);
+    if (dag.augmented.size() > o.max_states) {
+      linear = true;
+      note = fmt::format("the antichain DAG has more than {} states: planned on the linearised graph",
+                         o.max_states);
+    } else {
+      states = antichain_states(planned->g, dag, activation_bytes);
+    }
+  }
+  if (linear) states = linear_states(w, planned->g, activation_bytes);
+  PipeDreamSearch search(w, time_s, activation_bytes, o, *planned, std::move(states));
+  if (Status s = search.solve_inner_levels(); !s) return s.error();
+  return search.plan(linear, note);
 }
 
 }  // namespace pipegrid

@@ -164,6 +164,16 @@ const Route& RouteCache::operator()(int from, int to) {
   return cache_.emplace(key, std::move(*rt)).first->second;
 }
 
+LinkCost RouteCache::ring(const std::vector<int>& devices) {
+  LinkCost cost;
+  const size_t n = devices.size();
+  for (size_t i = 0; n > 1 && i < n; ++i) {
+    const Route& r = (*this)(devices[i], devices[(i + 1) % n]);
+    cost.add_hop(r.latency, r.bandwidth);
+  }
+  return cost;
+}
+
 std::vector<int> cost_blocks(const std::vector<double>& unit, int max_blocks) {
   const int n = static_cast<int>(unit.size());
   double total = 0;

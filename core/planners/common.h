@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/collectives.h"
 #include "core/planner.h"
 
 namespace pipegrid {
@@ -40,6 +41,9 @@ class RouteCache {
  public:
   explicit RouteCache(const Cluster& c) : router_(c) {}
   const Route& operator()(int from, int to);
+  // The slowest hop of the ring devices[0] -> devices[1] -> ... -> devices[0] (none below 2 devices),
+  // as ring_link_cost (core/collectives.h) but over the cached routes.
+  LinkCost ring(const std::vector<int>& devices);
   const std::optional<Error>& error() const { return error_; }
 
  private:

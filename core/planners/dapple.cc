@@ -42,6 +42,8 @@
 #include <optional>
 
 #include "core/collectives.h"
+#include "core/partitioners/common.h"
+#include "core/planners/block_profile.h"
 #include "core/planners/common.h"
 
 namespace pipegrid {
@@ -148,272 +150,335 @@ struct Stages {
   double slowest = 0, estimate = 0;
 };
 
-}  // namespace
+// The planner: the layer blocks and their profile (shared by every micro-batching), the programme of
+// one micro-batching (the compute table, device classes and the states), and the finalists.
+class DapplePlanner {
+ public:
+  DapplePlanner(const PlanRequest& r, const ScheduleStrategy& schedule)
+      : r_(r),
+        w_(r.workload),
+        cl_(r.cluster),
+        D_(static_cast<int>(r.cluster.devices.size())),
+        schedule_(schedule),
+        gpipe_(schedule.name == "gpipe"),
+        order_(topological_order(r.workload)),
+        route_(r.cluster),
+        machines_(group_machines(r.cluster)),
+        M_(static_cast<int>(machines_.devices.size())) {}
 
-Result<Plan> plan_dapple(const PlanRequest& r) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Workload& w = r.workload;
-  const Cluster& cl = r.cluster;
-  const int D = static_cast<int>(cl.devices.size());
-  auto schedule = find_schedule(r.strategy.schedule_given ? r.strategy.schedule : "1f1b");
-  if (!schedule) return schedule.error();
-  const bool gpipe = (*schedule)->name == "gpipe";
-  const std::vector<int> order = topological_order(w);
-  const int n = static_cast<int>(order.size());
-  std::vector<int> position(n);
-  for (int q = 0; q < n; ++q) position[order[q]] = q;
-
-  // Blocks: one per layer up to kBlocks layers; else cut the order where the running compute (on device
-  // 0, one sample) passes k / kBlocks of the total (zero-cost layers join their neighbours).
-  std::vector<double> unit(n);
-  for (int q = 0; q < n; ++q) {
-    Result<PassTimes> t = layer_times(w.layer(order[q]), w.precision, cl.devices[0].spec, 1);
-    if (!t) return Error{fmt::format("dapple: on {}: {}", cl.devices[0].name, t.error().message)};
-    unit[q] = t->forward + t->backward();
-  }
-  std::vector<int> start = cost_blocks(unit, kBlocks);  // first layer (position) of each block, then n
-  const int B = static_cast<int>(start.size()) - 1;
-
-  // Per block boundary (before block k): the bytes per sample crossing it (outputs of earlier layers
-  // read later), and per block prefix sums of parameters, parameter bytes and stash.
-  std::vector<double> cut(B + 1, 0), params(B + 1, 0), pbytes(B + 1, 0), stash(B + 1, 0), largest(B, 0);
-  for (int k = 1; k < B; ++k)
-    for (int q = 0; q < start[k]; ++q) {
-      bool crosses = false;
-      for (auto e : boost::make_iterator_range(boost::out_edges(order[q], w.graph)))
-        crosses |= position[boost::target(e, w.graph)] >= start[k];
-      if (crosses) cut[k] += w.layer(order[q]).output_bytes;
-    }
-  for (int k = 0; k < B; ++k) {
-    params[k + 1] = params[k], pbytes[k + 1] = pbytes[k], stash[k + 1] = stash[k];
-    for (int q = start[k]; q < start[k + 1]; ++q) {
-      const Layer& l = w.layer(order[q]);
-      params[k + 1] += l.parameters;
-      pbytes[k + 1] += l.parameter_bytes;
-      stash[k + 1] += l.stash_bytes;
-      largest[k] = std::max(largest[k], l.output_bytes);
-    }
+  // Blocks: one per layer up to kBlocks layers; else the order cut where the running compute (on
+  // device 0, one sample) passes k / kBlocks of the total (zero-cost layers join their neighbours).
+  Status init() {
+    Result<std::vector<int>> start = compute_blocks(w_, order_, cl_.devices[0], kBlocks);
+    if (!start) return Error{"dapple: " + start.error().message};
+    profile_.emplace(w_, order_, std::move(*start));
+    B_ = profile_->blocks();
+    return {};
   }
 
-  // Routes of the pairs the search asks about, computed once each.
-  RouteCache route(cl);
-  const Machines machines = group_machines(cl);
-  const int M = static_cast<int>(machines.devices.size());
-  auto decode = [&](long long s) {
-    std::vector<int> u(M);
-    for (int i = 0; i < M; ++i)
-      u[i] = s / machines.radix[i] % (static_cast<int>(machines.devices[i].size()) + 1);
-    return u;
-  };
-  auto encode = [&](const std::vector<int>& u) {
-    long long s = 0;
-    for (int i = 0; i < M; ++i) s += u[i] * machines.radix[i];
-    return s;
-  };
+  // Every micro-batching's programme; its complete plans become options.
+  Status explore() {
+    for (MicroBatching mb : r_.micro_batchings) {
+      Result<std::vector<Stages>> plans = plan_micro_batching(mb);
+      if (!plans) return plans.error();
+      for (Stages& p : *plans) options_.push_back({mb, std::move(p)});
+    }
+    if (route_.error()) return *route_.error();
+    return {};
+  }
 
+  // The best estimates over every micro-batch size, lowered and evaluated; the winner.
+  Result<Plan> choose(std::chrono::steady_clock::time_point t0);
+
+ private:
   struct Option {
     MicroBatching mb;
     Stages stages;
   };
-  std::vector<Option> options;
+  // What a stage on `devs` followed by a stage on `next` (empty: none) costs besides its compute, per
+  // micro-batch: the activation sent and the gradient received at the boundary, and the all-reduce.
+  struct Fixed {
+    std::vector<int> classes;
+    double capacity = kInfinity, transfer = 0;
+    LinkCost ring;  // the replicas' all-reduce ring, its slowest hop
+  };
+  using States = std::vector<std::vector<std::map<long long, DappleState>>>;
+
+  Result<std::vector<Stages>> plan_micro_batching(MicroBatching mb);
+  Status times_for(int c);
+  void find_classes();
+  Fixed fixed_costs(const std::vector<int>& devs, const std::vector<int>& next, int j);
+  double stage_cost(int i, int j, int c, const Fixed& f, int after, double big) const;
+  Status expand(int k, int j, long long s, const DappleState& from);
+  void extend(int k, int j, long long s, const DappleState& from, const std::vector<int>& devs, long long s2,
+              Policy pol);
+  std::vector<Stages> complete_plans() const;
+  Result<Candidate> lower_option(const Option& o, std::string& label);
+
+  std::vector<int> decode(long long s) const {
+    std::vector<int> u(M_);
+    for (int i = 0; i < M_; ++i)
+      u[i] = s / machines_.radix[i] % (static_cast<int>(machines_.devices[i].size()) + 1);
+    return u;
+  }
+  long long encode(const std::vector<int>& u) const {
+    long long s = 0;
+    for (int i = 0; i < M_; ++i) s += u[i] * machines_.radix[i];
+    return s;
+  }
+
+  const PlanRequest& r_;
+  const Workload& w_;
+  const Cluster& cl_;
+  const int D_;
+  const ScheduleStrategy& schedule_;
+  const bool gpipe_;
+  const std::vector<int> order_;
+  RouteCache route_;  // routes of the pairs the search asks about, computed once each
+  const Machines machines_;
+  const int M_;
+  std::optional<BlockProfile> profile_;
+  int B_ = 0;
+  long long explored_ = 0;
+  std::vector<Option> options_;
+  // The programme of the micro-batching being planned.
+  MicroBatching mb_;
+  // time_[c][d][k]: prefix over blocks of F + B on device d at b / c samples.
+  std::vector<std::vector<std::vector<double>>> time_;
+  std::vector<int> rep_;  // per device, the first device of its class
+  // best_[k][j][s]: k stages covering blocks [j, B) on the devices of usage state s (reached states).
+  States best_;
+};
+
+Result<std::vector<Stages>> DapplePlanner::plan_micro_batching(MicroBatching mb) {
+  mb_ = mb;
+  time_.assign(D_ + 1, {});
+  if (Status st = times_for(1); !st) return st.error();
+  find_classes();
+  const int P = std::min(D_, B_);  // stages at most
+  best_.assign(P + 1, std::vector<std::map<long long, DappleState>>(B_ + 1));
+  best_[0][B_][0] = DappleState{0, 0, {}, -1, -1, FreshFirst, 0};
+  for (int k = 0; k < P; ++k)
+    for (int j = B_; j >= 1; --j)
+      for (const auto& [s, from] : best_[k][j])
+        if (Status st = expand(k, j, s, from); !st) return st.error();
+  return complete_plans();
+}
+
+// time_[c], each block's layers summed first, then added to the prefix.
+Status DapplePlanner::times_for(int c) {
+  if (!time_[c].empty()) return {};
+  const std::vector<int>& start = profile_->starts();
+  time_[c].assign(D_, std::vector<double>(B_ + 1, 0));
+  for (int d = 0; d < D_; ++d)
+    for (int k = 0; k < B_; ++k) {
+      double t = 0;
+      for (int q = start[k]; q < start[k + 1]; ++q) {
+        Result<PassTimes> pt =
+            layer_times(w_.layer(order_[q]), w_.precision, cl_.devices[d].spec, mb_.size / c);
+        if (!pt) return Error{fmt::format("dapple: on {}: {}", cl_.devices[d].name, pt.error().message)};
+        t += pt->forward + pt->backward();
+      }
+      time_[c][d][k + 1] = time_[c][d][k] + t;
+    }
+  return {};
+}
+
+// Devices with the same times and memory (class representatives): a stage's slowest replica is found
+// among its distinct classes only.
+void DapplePlanner::find_classes() {
+  rep_.assign(D_, 0);
+  for (int d = 0; d < D_; ++d) {
+    rep_[d] = d;
+    for (int e = 0; e < d; ++e)
+      if (rep_[e] == e && time_[1][e] == time_[1][d] &&
+          cl_.devices[e].spec.memory_bytes == cl_.devices[d].spec.memory_bytes) {
+        rep_[d] = e;
+        break;
+      }
+  }
+}
+
+DapplePlanner::Fixed DapplePlanner::fixed_costs(const std::vector<int>& devs, const std::vector<int>& next,
+                                                int j) {
+  Fixed f;
+  const int c = static_cast<int>(devs.size());
+  for (int d : devs) {
+    f.capacity = std::min(f.capacity, cl_.devices[d].spec.memory_bytes);
+    if (std::find(f.classes.begin(), f.classes.end(), rep_[d]) == f.classes.end())
+      f.classes.push_back(rep_[d]);
+  }
+  if (!next.empty()) {
+    const int c2 = static_cast<int>(next.size()), k = std::max(c, c2);
+    const double bytes = profile_->cut(j) * mb_.size / k;
+    for (int x = 0; x < k; ++x) {
+      const int a = devs[x % c], b = next[x % c2];
+      if (a != b)
+        f.transfer =
+            std::max(f.transfer, route_(a, b).transfer_time(bytes) + route_(b, a).transfer_time(bytes));
+    }
+  }
+  f.ring = route_.ring(devs);
+  return f;
+}
+
+// Stage [i, j) on c devices (their fixed costs f), `after` stages after it; `big` the largest output
+// in [i, j). Infinite when it does not fit memory.
+double DapplePlanner::stage_cost(int i, int j, int c, const Fixed& f, int after, double big) const {
+  const BlockProfile& pr = *profile_;
+  const int m = mb_.count;
+  double t = 0, step = 0;
+  for (int d : f.classes) {
+    t = std::max(t, time_[c][d][j] - time_[c][d][i]);
+    step = std::max(step, w_.optimizer_step_s >= 0 ? w_.optimizer_step_s
+                                                   : optimizer_step_time(pr.parameters(i, j), r_.memory,
+                                                                         w_.precision, cl_.devices[d].spec));
+  }
+  MemoryBytes st = static_memory(pr.parameters(i, j), pr.parameter_bytes(i, j), r_.memory);
+  if (r_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;
+  const int in_flight = gpipe_ ? m : std::min(after + 1, m);
+  if (pipegrid::total(st) + (in_flight * pr.stash(i, j) + big) * (mb_.size / c) > f.capacity)
+    return kInfinity;
+  t += f.transfer;
+  if (c > 1) t += closed_form::ring_allreduce(c, pr.parameter_bytes(i, j), f.ring) / m;
+  return t + step / m;
+}
+
+// Every stage prepended to state (k stages from block j, usage s): each replica count that takes
+// whole samples, each policy's devices (once per distinct set).
+Status DapplePlanner::expand(int k, int j, long long s, const DappleState& from) {
+  const std::vector<int> used = decode(s);
+  int free = D_;
+  for (int u : used) free -= u;
+  for (int c = 1; c <= free; ++c) {
+    if (std::fmod(mb_.size, c) != 0) continue;  // replicas take whole samples
+    if (Status st = times_for(c); !st) return st;
+    std::vector<std::vector<int>> seen;
+    for (Policy pol : {FreshFirst, AppendFirst, ScatterFirst}) {
+      std::vector<int> used_after;
+      std::vector<int> devs = allocate(machines_, used, c, pol, used_after);
+      if (devs.empty() || std::find(seen.begin(), seen.end(), devs) != seen.end()) continue;
+      seen.push_back(devs);
+      extend(k, j, s, from, devs, encode(used_after), pol);
+    }
+  }
+  return {};
+}
+
+// The stages [i, j) on `devs` (usage s2 with them), longest last: a longer stage needs more memory.
+void DapplePlanner::extend(int k, int j, long long s, const DappleState& from, const std::vector<int>& devs,
+                           long long s2, Policy pol) {
+  const int c = static_cast<int>(devs.size());
+  const Fixed f = fixed_costs(devs, from.devices, j);
+  double big = 0;
+  for (int i = j - 1; i >= 0; --i) {
+    ++explored_;
+    big = std::max(big, profile_->largest_output(i));
+    const double t = stage_cost(i, j, c, f, k, big);
+    if (t == kInfinity) break;
+    const double slowest = std::max(from.slowest, t), sum = from.sum + t;
+    DappleState& to = best_[k + 1][i][s2];
+    if (better(slowest, sum, to)) to = DappleState{slowest, sum, devs, j, s, pol, t};
+  }
+}
+
+// Every stage count's best complete plan.
+std::vector<Stages> DapplePlanner::complete_plans() const {
+  std::vector<Stages> plans;
+  for (int k = 1; k < static_cast<int>(best_.size()); ++k) {
+    const DappleState* top = nullptr;
+    long long arg = -1;
+    for (const auto& [s, e] : best_[k][0])
+      if (!top || better(e.slowest, e.sum, *top)) top = &e, arg = s;
+    if (!top) continue;
+    Stages p;
+    p.slowest = top->slowest;
+    p.estimate = top->sum + (mb_.count - 1) * p.slowest;
+    int j = 0;
+    long long s = arg;
+    for (int left = k; left > 0; --left) {
+      const DappleState& e = best_[left][j].at(s);
+      p.blocks.push_back({j, e.next_block});
+      p.devices.push_back(e.devices);
+      p.policies.push_back(e.policy);
+      p.times.push_back(e.stage_time);
+      j = e.next_block;
+      s = e.next_state;
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+// An option lowered with the schedule and scored; `label` describes it.
+Result<Candidate> DapplePlanner::lower_option(const Option& o, std::string& label) {
+  const Stages& p = o.stages;
+  const int S = static_cast<int>(p.blocks.size());
+  const std::vector<int>& start = profile_->starts();
+  std::vector<std::pair<int, int>> ranges;
+  for (int st = 0; st < S; ++st) ranges.emplace_back(start[p.blocks[st].first], start[p.blocks[st].second]);
+  Result<Partition> part = contiguous_stages(w_, order_, ranges, p.devices, D_);
+  if (!part) return part.error();
+  part->plan.predicted_time_per_stage_s = p.slowest;
+  part->plan.predicted_stage_time_s = p.times;
+  Candidate c;
+  c.plan.partition = std::move(*part);
+  c.plan.micro_batch_size = o.mb.size;
+  c.plan.micro_batches = o.mb.count;
+  c.plan.schedule_name = std::string(schedule_.name);
+  if (Status st = schedule_and_score(r_, schedule_, c); !st) return st.error();
+  std::string shape, pols;
+  for (int st = 0; st < S; ++st) {
+    shape += fmt::format("{}{}x{}", st ? " " : "", start[p.blocks[st].second] - start[p.blocks[st].first],
+                         p.devices[st].size());
+    pols += fmt::format("{}{}", st ? "/" : "", kPolicyNames[p.policies[st]]);
+  }
+  label = fmt::format("{} micro-batches of {}, {} stages (layers x replicas: {}; {})", o.mb.count, o.mb.size,
+                      S, shape, pols);
+  return c;
+}
+
+Result<Plan> DapplePlanner::choose(std::chrono::steady_clock::time_point t0) {
+  std::stable_sort(options_.begin(), options_.end(),
+                   [](const Option& a, const Option& b) { return a.stages.estimate < b.stages.estimate; });
   std::vector<Candidate> scored;
   std::vector<std::string> labels;
-  long long explored = 0;
-  for (MicroBatching mb : r.micro_batchings) {
-    const int m = mb.count;
-    // time[c][d][k]: prefix over blocks of F + B on device d at b / c samples.
-    std::vector<std::vector<std::vector<double>>> time(D + 1);
-    auto times_for = [&](int c) -> Status {
-      if (!time[c].empty()) return {};
-      time[c].assign(D, std::vector<double>(B + 1, 0));
-      for (int d = 0; d < D; ++d)
-        for (int k = 0; k < B; ++k) {
-          double t = 0;
-          for (int q = start[k]; q < start[k + 1]; ++q) {
-            Result<PassTimes> pt =
-                layer_times(w.layer(order[q]), w.precision, cl.devices[d].spec, mb.size / c);
-            if (!pt) return Error{fmt::format("dapple: on {}: {}", cl.devices[d].name, pt.error().message)};
-            t += pt->forward + pt->backward();
-          }
-          time[c][d][k + 1] = time[c][d][k] + t;
-        }
-      return {};
-    };
-    // Devices with the same times and memory (class representatives): a stage's slowest replica is
-    // found among its distinct classes only.
-    if (Status st = times_for(1); !st) return st.error();
-    std::vector<int> rep(D);
-    for (int d = 0; d < D; ++d) {
-      rep[d] = d;
-      for (int e = 0; e < d; ++e)
-        if (rep[e] == e && time[1][e] == time[1][d] &&
-            cl.devices[e].spec.memory_bytes == cl.devices[d].spec.memory_bytes) {
-          rep[d] = e;
-          break;
-        }
-    }
-    // What a stage on `devs` followed by a stage on `next` (empty: none) costs besides its compute, per
-    // micro-batch: the activation sent and the gradient received at boundary j, and the all-reduce.
-    struct Fixed {
-      std::vector<int> classes;
-      double capacity = kInfinity, transfer = 0;
-      LinkCost ring;  // the replicas' all-reduce ring, its slowest hop
-    };
-    auto fixed_costs = [&](const std::vector<int>& devs, const std::vector<int>& next, int j) {
-      Fixed f;
-      const int c = static_cast<int>(devs.size());
-      for (int d : devs) {
-        f.capacity = std::min(f.capacity, cl.devices[d].spec.memory_bytes);
-        if (std::find(f.classes.begin(), f.classes.end(), rep[d]) == f.classes.end())
-          f.classes.push_back(rep[d]);
-      }
-      if (!next.empty()) {
-        const int c2 = static_cast<int>(next.size()), k = std::max(c, c2);
-        const double bytes = cut[j] * mb.size / k;
-        for (int x = 0; x < k; ++x) {
-          const int a = devs[x % c], b = next[x % c2];
-          if (a != b)
-            f.transfer =
-                std::max(f.transfer, route(a, b).transfer_time(bytes) + route(b, a).transfer_time(bytes));
-        }
-      }
-      for (int x = 0; c > 1 && x < c; ++x) {
-        const Route& rt = route(devs[x], devs[(x + 1) % c]);
-        f.ring.add_hop(rt.latency, rt.bandwidth);
-      }
-      return f;
-    };
-    // Stage [i, j) on c devices (their fixed costs f), `after` stages after it; `big` the largest output
-    // in [i, j). Infinite when it does not fit memory.
-    auto stage_cost = [&](int i, int j, int c, const Fixed& f, int after, double big) -> double {
-      double t = 0, step = 0;
-      for (int d : f.classes) {
-        t = std::max(t, time[c][d][j] - time[c][d][i]);
-        step = std::max(step, w.optimizer_step_s >= 0 ? w.optimizer_step_s
-                                                      : optimizer_step_time(params[j] - params[i], r.memory,
-                                                                            w.precision, cl.devices[d].spec));
-      }
-      MemoryBytes st = static_memory(params[j] - params[i], pbytes[j] - pbytes[i], r.memory);
-      if (r.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;
-      const int in_flight = gpipe ? m : std::min(after + 1, m);
-      if (pipegrid::total(st) + (in_flight * (stash[j] - stash[i]) + big) * (mb.size / c) > f.capacity)
-        return kInfinity;
-      t += f.transfer;
-      if (c > 1) t += closed_form::ring_allreduce(c, pbytes[j] - pbytes[i], f.ring) / m;
-      return t + step / m;
-    };
-
-    const int P = std::min(D, B);  // stages at most
-    // best[k][j][s]: k stages covering blocks [j, B) on the devices of usage state s (reached states only).
-    std::vector<std::vector<std::map<long long, DappleState>>> best(P + 1,
-                                                              std::vector<std::map<long long, DappleState>>(B + 1));
-    best[0][B][0] = DappleState{0, 0, {}, -1, -1, FreshFirst, 0};
-    for (int k = 0; k < P; ++k)
-      for (int j = B; j >= 1; --j)
-        for (const auto& [s, from] : best[k][j]) {
-          const std::vector<int> used = decode(s);
-          int free = D;
-          for (int u : used) free -= u;
-          for (int c = 1; c <= free; ++c) {
-            if (std::fmod(mb.size, c) != 0) continue;  // replicas take whole samples
-            if (Status st = times_for(c); !st) return st.error();
-            std::vector<std::vector<int>> seen;
-            for (Policy pol : {FreshFirst, AppendFirst, ScatterFirst}) {
-              std::vector<int> used_after;
-              std::vector<int> devs = allocate(machines, used, c, pol, used_after);
-              if (devs.empty() || std::find(seen.begin(), seen.end(), devs) != seen.end()) continue;
-              seen.push_back(devs);
-              const long long s2 = encode(used_after);
-              const Fixed f = fixed_costs(devs, from.devices, j);
-              double big = 0;
-              for (int i = j - 1; i >= 0; --i) {
-                ++explored;
-                big = std::max(big, largest[i]);
-                const double t = stage_cost(i, j, c, f, k, big);
-                if (t == kInfinity) break;  // a longer stage needs more memory
-                const double slowest = std::max(from.slowest, t), sum = from.sum + t;
-                DappleState& to = best[k + 1][i][s2];
-                if (better(slowest, sum, to)) to = DappleState{slowest, sum, devs, j, s, pol, t};
-              }
-            }
-          }
-        }
-    // Every stage count's best complete plan.
-    std::vector<Stages> plans;
-    for (int k = 1; k <= P; ++k) {
-      const DappleState* top = nullptr;
-      long long arg = -1;
-      for (const auto& [s, e] : best[k][0])
-        if (!top || better(e.slowest, e.sum, *top)) top = &e, arg = s;
-      if (!top) continue;
-      Stages p;
-      p.slowest = top->slowest;
-      p.estimate = top->sum + (m - 1) * p.slowest;
-      int j = 0;
-      long long s = arg;
-      for (int left = k; left > 0; --left) {
-        const DappleState& e = best[left][j].at(s);
-        p.blocks.push_back({j, e.next_block});
-        p.devices.push_back(e.devices);
-        p.policies.push_back(e.policy);
-        p.times.push_back(e.stage_time);
-        j = e.next_block;
-        s = e.next_state;
-      }
-      plans.push_back(std::move(p));
-    }
-    for (Stages& p : plans) options.push_back({mb, std::move(p)});
-  }
-  if (route.error()) return *route.error();
-  // The best estimates over every micro-batch size are lowered and evaluated.
-  std::stable_sort(options.begin(), options.end(),
-                   [](const Option& a, const Option& b) { return a.stages.estimate < b.stages.estimate; });
-  for (size_t x = 0; x < options.size() && x < kFinalists; ++x) {
-    const Stages& p = options[x].stages;
-    const MicroBatching mb = options[x].mb;
-    const int m = mb.count;
-    const int S = static_cast<int>(p.blocks.size());
-    std::vector<int> stage_of(n);
-    for (int st = 0; st < S; ++st)
-      for (int q = start[p.blocks[st].first]; q < start[p.blocks[st].second]; ++q) stage_of[order[q]] = st;
-    Result<Partition> part = make_partition(w, stage_of, p.devices, D);
-    if (!part) return part.error();
-    add_sequence_edges(*part);
-    part->plan.predicted_time_per_stage_s = p.slowest;
-    part->plan.predicted_stage_time_s = p.times;
-    Candidate c;
-    c.plan.partition = std::move(*part);
-    c.plan.micro_batch_size = mb.size;
-    c.plan.micro_batches = m;
-    c.plan.schedule_name = std::string((*schedule)->name);
-    if (Status st = schedule_and_score(r, **schedule, c); !st) return st.error();
-    std::string shape;
-    for (int st = 0; st < S; ++st)
-      shape += fmt::format("{}{}x{}", st ? " " : "", start[p.blocks[st].second] - start[p.blocks[st].first],
-                           p.devices[st].size());
-    std::string pols;
-    for (int st = 0; st < S; ++st) pols += fmt::format("{}{}", st ? "/" : "", kPolicyNames[p.policies[st]]);
-    labels.push_back(fmt::format("{} micro-batches of {}, {} stages (layers x replicas: {}; {})", m, mb.size,
-                                 S, shape, pols));
-    scored.push_back(std::move(c));
+  for (size_t x = 0; x < options_.size() && x < kFinalists; ++x) {
+    std::string label;
+    Result<Candidate> c = lower_option(options_[x], label);
+    if (!c) return c.error();
+    labels.push_back(std::move(label));
+    scored.push_back(std::move(*c));
   }
   const double search = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (scored.empty())
     return Error{fmt::format("dapple: no plan fits the devices' memory ({} micro-batch sizes tried)",
-                             r.micro_batchings.size())};
-  Result<size_t> best = pick(scored, std::vector<char>(scored.size(), 0), r, kDappleJudged);
+                             r_.micro_batchings.size())};
+  Result<size_t> best = pick(scored, std::vector<char>(scored.size(), 0), r_, kDappleJudged);
   if (!best) return best.error();
   Candidate& win = scored[*best];
   win.plan.exploration = fmt::format(
       "dapple explored {} stage placements ({} layer blocks, {} machines, policies fresh-first, "
       "append-first, scatter-first; {} micro-batch sizes), {} complete plans; the best {} by its estimate "
       "analytically evaluated{}; chosen: {} ({} {:.6g} s{})",
-      explored, B, M, r.micro_batchings.size(), options.size(), scored.size(),
-      r.judge ? fmt::format(", the best {} judged by {}", kDappleJudged, r.judge->name()) : "", labels[*best],
-      r.judge ? r.judge->name() : "analytic", win.judged, win.fits ? "" : ", over memory");
+      explored_, B_, M_, r_.micro_batchings.size(), options_.size(), scored.size(),
+      r_.judge ? fmt::format(", the best {} judged by {}", kDappleJudged, r_.judge->name()) : "",
+      labels[*best], r_.judge ? r_.judge->name() : "analytic", win.judged, win.fits ? "" : ", over memory");
   win.plan.planning_seconds = search;
   win.plan.partition.plan.search_seconds = search;
   return std::move(win.plan);
+}
+
+}  // namespace
+
+Result<Plan> plan_dapple(const PlanRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto schedule = find_schedule(r.strategy.schedule_given ? r.strategy.schedule : "1f1b");
+  if (!schedule) return schedule.error();
+  DapplePlanner planner(r, **schedule);
+  if (Status s = planner.init(); !s) return s.error();
+  if (Status s = planner.explore(); !s) return s.error();
+  return planner.choose(t0);
 }
 
 }  // namespace pipegrid

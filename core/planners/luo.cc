@@ -46,7 +46,6 @@
 // Checked (tests/core/luo_test.cc) against exhaustive search over partitions, mappings,
 // micro-batchings and schedules on 58 random instances of 2-6 devices and 2-10 layers: alone within
 // +0.02% of the optimum at worst, -1.9% on average (its list orders beat 1F1B and GPipe).
-#include "core/collectives.h"
 #include "core/planners/luo.h"
 
 #include <fmt/format.h>
@@ -58,6 +57,10 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+
+#include "core/collectives.h"
+#include "core/partitioners/common.h"
+#include "core/planners/block_profile.h"
 
 namespace pipegrid {
 namespace {
@@ -133,8 +136,8 @@ struct Group {
   int start = 0, end = 0;    // blocks: positions [start, end) in the order
   std::vector<int> classes;  // distinct device classes (identical costs)
   double capacity = kInf;
-  LinkCost ring;  // its all-reduce ring's slowest hop
-  double step_per_parameter = 0;                   // slowest optimizer step, seconds per parameter
+  LinkCost ring;                  // its all-reduce ring's slowest hop
+  double step_per_parameter = 0;  // slowest optimizer step, seconds per parameter
 };
 
 Group make_group(const PlanRequest& r, const Net& net, std::vector<int> devs, const std::vector<int>& cls) {
@@ -165,33 +168,18 @@ struct Placed {
 // The cost model of one micro-batching.
 class Model {
  public:
+  // The per-layer profile (BlockProfile, one block per layer); the compute times are luo's own:
+  // per device class, recomputation included, the backward alone too, a layer a class cannot run
+  // infinite there.
   Model(const PlanRequest& r, const Net& net, const std::vector<int>& order, int classes, MicroBatching mb)
-      : r_(r), net_(net), order_(order), classes_(classes), b_(mb.size), m_(mb.count) {
-    const Workload& w = r.workload;
-    n_ = static_cast<int>(order.size());
-    std::vector<int> pos(w.layer_count());
-    for (int k = 0; k < n_; ++k) pos[order[k]] = k;
-    params_.assign(n_ + 1, 0);
-    pbytes_ = stash_ = selective_ = params_;
-    cross_.assign(n_ + 1, 0);
-    for (int k = 0; k < n_; ++k) {
-      const Layer& l = w.layer(order[k]);
-      params_[k + 1] = params_[k] + l.parameters;
-      pbytes_[k + 1] = pbytes_[k] + l.parameter_bytes;
-      stash_[k + 1] = stash_[k] + l.stash_bytes;
-      selective_[k + 1] =
-          selective_[k] + (l.selective_stash_bytes >= 0 ? l.selective_stash_bytes : l.stash_bytes);
-      int last = k;
-      for (auto [it, end] = boost::out_edges(order[k], w.graph); it != end; ++it)
-        last = std::max(last, pos[boost::target(*it, w.graph)]);
-      for (int j = k + 1; j <= last; ++j) cross_[j] += l.output_bytes;
-    }
-    cross_[0] = w.input_bytes_per_sample;
-    largest_.assign(static_cast<size_t>(n_ + 1) * (n_ + 1), 0.0);
-    for (int j = 0; j < n_; ++j)
-      for (int k = j + 1; k <= n_; ++k)
-        largest_[j * (n_ + 1) + k] =
-            std::max(largest_[j * (n_ + 1) + k - 1], w.layer(order[k - 1]).output_bytes);
+      : r_(r),
+        net_(net),
+        order_(order),
+        classes_(classes),
+        b_(mb.size),
+        m_(mb.count),
+        n_(static_cast<int>(order.size())),
+        profile_(r.workload, order) {
     times_.resize(net.D + 1);
   }
 
@@ -238,8 +226,8 @@ class Model {
   double per_iteration(const Group& g, int j, int k) const {
     const double c = static_cast<double>(g.devs.size());
     double t = 0;
-    if (c > 1) t += closed_form::ring_allreduce(static_cast<int>(c), pbytes_[k] - pbytes_[j], g.ring);
-    const double params = params_[k] - params_[j];
+    if (c > 1) t += closed_form::ring_allreduce(static_cast<int>(c), profile_.parameter_bytes(j, k), g.ring);
+    const double params = profile_.parameters(j, k);
     t += r_.workload.optimizer_step_s >= 0 ? r_.workload.optimizer_step_s
                                            : (r_.memory.zero1 ? params / c : params) * g.step_per_parameter;
     return t;
@@ -252,23 +240,24 @@ class Model {
 
   bool fits(const Group& g, int j, int k, int q) const {
     const double c = static_cast<double>(g.devs.size());
-    MemoryBytes st = static_memory(params_[k] - params_[j], pbytes_[k] - pbytes_[j], r_.memory);
+    MemoryBytes st = static_memory(profile_.parameters(j, k), profile_.parameter_bytes(j, k), r_.memory);
     if (r_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;
-    double stash = stash_[k] - stash_[j], recompute = 0;
+    double stash = profile_.stash(j, k), recompute = 0;
     if (r_.memory.recompute == Recompute::Full) {
       recompute = stash;
-      stash = cross_[j];
+      stash = profile_.cut(j);
     } else if (r_.memory.recompute == Recompute::Selective) {
-      recompute = std::max(0.0, stash - (selective_[k] - selective_[j]));
-      stash = selective_[k] - selective_[j];
+      recompute = std::max(0.0, stash - profile_.selective_stash(j, k));
+      stash = profile_.selective_stash(j, k);
     }
     const double in_flight = std::min(q, m_);
-    return total(st) + (in_flight * stash + largest_[j * (n_ + 1) + k] + recompute) * (b_ / c) <= g.capacity;
+    return total(st) + (in_flight * stash + profile_.largest_output(j, k) + recompute) * (b_ / c) <=
+           g.capacity;
   }
 
   // Activations crossing cut j (0 < j < n) from group h to group g: the slowest replica pair.
   double cut(const Group& h, const Group& g, int j) const {
-    const double bytes = cross_[j] * b_;
+    const double bytes = profile_.cut(j) * b_;
     const int a = static_cast<int>(h.devs.size()), c = static_cast<int>(g.devs.size());
     // The slowest pair, and what one sender sends or one receiver receives in all (they may share
     // its links).
@@ -297,7 +286,7 @@ class Model {
   // At least any cut's time: the most bytes crossing a cut over the slowest route.
   double slowest_cut() const {
     double bytes = 0, lat = 0, bw = kInf;
-    for (int j = 1; j < n_; ++j) bytes = std::max(bytes, cross_[j] * b_);
+    for (int j = 1; j < n_; ++j) bytes = std::max(bytes, profile_.cut(j) * b_);
     for (int a = 0; a < net_.D; ++a)
       for (int e = 0; e < net_.D; ++e) {
         lat = std::max(lat, net_.latency(a, e));
@@ -334,8 +323,8 @@ class Model {
   int classes_;
   double b_;
   int m_;
-  int n_ = 0;
-  std::vector<double> params_, pbytes_, stash_, selective_, cross_, largest_;
+  int n_;
+  BlockProfile profile_;
   std::vector<std::vector<std::vector<double>>> times_;  // [c][class][F+B prefix, then B prefix]
 };
 
@@ -540,33 +529,28 @@ void search_family(const Model& model, const std::vector<Group>& groups, bool su
   }
 }
 
-}  // namespace
+// Device classes: devices whose layers all cost the same (one micro-batch of the first size), the same
+// memory and the same optimizer step.
+struct Classes {
+  std::vector<int> of;              // per device
+  std::vector<int> representative;  // per class, its first device
+  int count = 0;
+  std::optional<Error> cost_error;  // a layer some device cannot run (it then never gets that layer)
+};
 
-Result<Plan> plan_luo(const PlanRequest& r) {
-  const auto t0 = std::chrono::steady_clock::now();
+Classes device_classes(const PlanRequest& r, const std::vector<int>& order) {
   const Workload& w = r.workload;
   const int D = static_cast<int>(r.cluster.devices.size());
-  if (D > kMaxDevices)
-    return Error{
-        fmt::format("luo plans clusters of at most {} devices (it routes every pair); the cluster has {}",
-                    kMaxDevices, D)};
-  Result<Net> net = measure(r.cluster);
-  if (!net) return net.error();
-  const std::vector<int> order = topological_order(w);
-  const int n = static_cast<int>(order.size());
-  if (n == 0 || D == 0) return Error{"luo: nothing to plan (no layer or no device)"};
-
-  // Device classes: devices whose layers all cost the same (one micro-batch of the first size).
-  std::vector<int> cls(D, -1), representative;
+  Classes out;
+  out.of.assign(D, -1);
   std::vector<std::vector<double>> signature;
-  std::optional<Error> cost_error;  // a layer some device cannot run (it then never gets that layer)
   for (int d = 0; d < D; ++d) {
     std::vector<double> sig;
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < static_cast<int>(order.size()); ++k) {
       Result<PassTimes> t =
           layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d].spec, r.micro_batchings[0].size);
-      if (!t && !cost_error)
-        cost_error = Error{fmt::format("on {}: {}", r.cluster.devices[d].name, t.error().message)};
+      if (!t && !out.cost_error)
+        out.cost_error = Error{fmt::format("on {}: {}", r.cluster.devices[d].name, t.error().message)};
       sig.push_back(t ? t->forward : -1);
       sig.push_back(t ? t->backward() : -1);
     }
@@ -574,21 +558,26 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     sig.push_back(optimizer_step_time(1.0, r.memory, w.precision, r.cluster.devices[d].spec));
     auto it = std::find(signature.begin(), signature.end(), sig);
     if (it == signature.end()) {
-      cls[d] = static_cast<int>(signature.size());
+      out.of[d] = static_cast<int>(signature.size());
       signature.push_back(std::move(sig));
-      representative.push_back(d);
+      out.representative.push_back(d);
     } else {
-      cls[d] = static_cast<int>(it - signature.begin());
+      out.of[d] = static_cast<int>(it - signature.begin());
     }
   }
-  const int classes = static_cast<int>(signature.size());
+  out.count = static_cast<int>(signature.size());
+  return out;
+}
 
-  // Candidate groups: families searched separately.
-  struct Family {
-    std::vector<Group> groups;
-    bool subsets;
-    std::string label;
-  };
+// Candidate groups, in families searched separately.
+struct Family {
+  std::vector<Group> groups;
+  bool subsets;
+  std::string label;
+};
+
+std::vector<Family> candidate_families(const PlanRequest& r, const Net& net, const std::vector<int>& cls) {
+  const int D = net.D;
   std::vector<Family> families;
   std::vector<int> all(D);
   for (int d = 0; d < D; ++d) all[d] = d;
@@ -598,88 +587,74 @@ Result<Plan> plan_luo(const PlanRequest& r) {
       std::vector<int> members;
       for (int d = 0; d < D; ++d)
         if (mask >> d & 1) members.push_back(d);
-      f.groups.push_back(make_group(r, *net, greedy_chain(*net, members[0], members), cls));
+      f.groups.push_back(make_group(r, net, greedy_chain(net, members[0], members), cls));
     }
     families.push_back(std::move(f));
-  } else {
-    std::vector<int> best_chain;
-    double best_cost = kInf;
-    for (int s = 0; s < D; ++s) {
-      std::vector<int> chain = greedy_chain(*net, s, all);
-      if (const double cost = chain_cost(*net, chain); cost < best_cost) {
-        best_cost = cost;
-        best_chain = std::move(chain);
+    return families;
+  }
+  std::vector<int> best_chain;
+  double best_cost = kInf;
+  for (int s = 0; s < D; ++s) {
+    std::vector<int> chain = greedy_chain(net, s, all);
+    if (const double cost = chain_cost(net, chain); cost < best_cost) {
+      best_cost = cost;
+      best_chain = std::move(chain);
+    }
+  }
+  std::vector<std::vector<int>> orders{best_chain};
+  if (best_chain != all) orders.push_back(all);
+  for (size_t o = 0; o < orders.size(); ++o) {
+    Family f{{}, false, o == 0 ? "blocks of the greedy bandwidth chain" : "blocks of the cluster order"};
+    for (int a = 0; a < D; ++a)
+      for (int e = a + 1; e <= D; ++e) {
+        Group g = make_group(r, net, {orders[o].begin() + a, orders[o].begin() + e}, cls);
+        g.start = a;
+        g.end = e;
+        f.groups.push_back(std::move(g));
       }
-    }
-    std::vector<std::vector<int>> orders{best_chain};
-    if (best_chain != all) orders.push_back(all);
-    for (size_t o = 0; o < orders.size(); ++o) {
-      Family f{{}, false, o == 0 ? "blocks of the greedy bandwidth chain" : "blocks of the cluster order"};
-      for (int a = 0; a < D; ++a)
-        for (int e = a + 1; e <= D; ++e) {
-          Group g = make_group(r, *net, {orders[o].begin() + a, orders[o].begin() + e}, cls);
-          g.start = a;
-          g.end = e;
-          f.groups.push_back(std::move(g));
-        }
-      families.push_back(std::move(f));
-    }
+    families.push_back(std::move(f));
   }
+  return families;
+}
 
-  std::vector<Found> found;
-  int runs = 0;
-  for (size_t i = 0; i < r.micro_batchings.size(); ++i) {
-    Model model(r, *net, order, classes, r.micro_batchings[i]);
-    for (int c = 1; c <= D; ++c)
-      if (Status s = model.prepare(c, representative); !s) return s.error();
-    for (const Family& f : families) search_family(model, f.groups, f.subsets, i, found, runs);
-  }
-  std::stable_sort(found.begin(), found.end(),
-                   [](const Found& a, const Found& b) { return a.estimate < b.estimate; });
-
-  // The best estimates, lowered with 1F1B and run by the analytic evaluator.
+// A found plan lowered with 1F1B and scored by the analytic evaluator.
+Result<Candidate> evaluate_found(const PlanRequest& r, const std::vector<int>& order, const Found& f) {
+  const int D = static_cast<int>(r.cluster.devices.size());
+  Result<Partition> part = contiguous_stages(r.workload, order, f.layers, f.devices, D);
+  if (!part) return part.error();
+  Plan plan;
+  plan.partition = std::move(*part);
+  plan.micro_batch_size = r.micro_batchings[f.micro_batching].size;
+  plan.micro_batches = r.micro_batchings[f.micro_batching].count;
+  plan.schedule_name = "1f1b";
   const ScheduleStrategy& one_f_one_b = **find_schedule("1f1b");
-  std::vector<Candidate> evaluated;
-  // Small instances (the exact programme) are cheap to evaluate: many more candidates then.
-  const bool small = D <= kSubsetsUpTo && std::pow(3.0, D) * n * std::min(n, D) <= kExactStates;
-  const size_t evaluate_at_most = small ? kEvaluatedSmall : kEvaluated;
-  // Candidates are moved, never copied, as the vectors grow (a Candidate's move may throw, so a
-  // growing vector would copy every task graph).
-  evaluated.reserve(std::min(found.size(), evaluate_at_most));
-  for (size_t i = 0; i < found.size() && evaluated.size() < evaluate_at_most; ++i) {
-    const Found& f = found[i];
-    std::vector<int> stage_of(w.layer_count(), -1);
-    for (size_t s = 0; s < f.layers.size(); ++s)
-      for (int k = f.layers[s].first; k < f.layers[s].second; ++k) stage_of[order[k]] = static_cast<int>(s);
-    Result<Partition> part = make_partition(w, stage_of, f.devices, D);
-    if (!part) return part.error();
-    add_sequence_edges(*part);
-    Plan plan;
-    plan.partition = std::move(*part);
-    plan.micro_batch_size = r.micro_batchings[f.micro_batching].size;
-    plan.micro_batches = r.micro_batchings[f.micro_batching].count;
-    plan.schedule_name = "1f1b";
-    Result<Schedule> sched =
-        one_f_one_b.build({plan.partition, static_cast<size_t>(D), plan.micro_batches, 1, {}, {}});
-    if (!sched) return sched.error();
-    plan.schedule = std::move(*sched);
-    Result<TaskGraph> g = lower_plan(r, plan);
-    if (!g) return g.error();
-    Candidate c;
-    c.plan = std::move(plan);
-    c.graph = std::move(*g);
-    if (Status s = score(r, c); !s) return s.error();
-    evaluated.push_back(std::move(c));
-  }
-  std::stable_sort(evaluated.begin(), evaluated.end(), [](const Candidate& a, const Candidate& b) {
-    return (a.fits && !b.fits) || (a.fits == b.fits && a.analytic < b.analytic);
-  });
-  const double search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Result<Schedule> sched =
+      one_f_one_b.build({plan.partition, static_cast<size_t>(D), plan.micro_batches, 1, {}, {}});
+  if (!sched) return sched.error();
+  plan.schedule = std::move(*sched);
+  Result<TaskGraph> g = lower_plan(r, plan);
+  if (!g) return g.error();
+  Candidate c;
+  c.plan = std::move(plan);
+  c.graph = std::move(*g);
+  if (Status s = score(r, c); !s) return s.error();
+  return c;
+}
 
-  std::vector<Candidate> finals;
-  finals.reserve(kScheduled + 2 * planners().size());
+// The candidates pick() chooses from, each with its label and whether it is always judged.
+struct Finals {
+  std::vector<Candidate> all;
   std::vector<char> always;
   std::vector<std::string> labels;
+  void add(Candidate c, bool judged, std::string label) {
+    all.push_back(std::move(c));
+    always.push_back(judged ? 1 : 0);
+    labels.push_back(std::move(label));
+  }
+};
+
+// The best evaluated plans with luo's scheduler.
+Status schedule_best(const PlanRequest& r, std::vector<Candidate>& evaluated, Finals& finals) {
   for (size_t i = 0; i < evaluated.size() && i < kScheduled; ++i) {
     std::string chosen;
     Result<Candidate> c = schedule_luo(r, std::move(evaluated[i].plan), &chosen);
@@ -691,16 +666,19 @@ Result<Plan> plan_luo(const PlanRequest& r) {
         ds += fmt::format("{}{}", ds.empty() ? "" : ",", r.cluster.devices[d].name);
       devices += fmt::format("{}[{}]", s ? " " : "", ds);
     }
-    labels.push_back(fmt::format("{} stages on {}, {} micro-batches of {}, order {}",
-                                 c->plan.partition.stage_count(), devices, c->plan.micro_batches,
-                                 c->plan.micro_batch_size, chosen));
-    finals.push_back(std::move(*c));
-    always.push_back(0);
+    std::string label =
+        fmt::format("{} stages on {}, {} micro-batches of {}, order {}", c->plan.partition.stage_count(),
+                    devices, c->plan.micro_batches, c->plan.micro_batch_size, chosen);
+    finals.add(std::move(*c), false, std::move(label));
   }
-  // The other planners' plans: as they came, and rescheduled by luo's scheduler. They plan with the
-  // same judge as luo (with SimGrid from the CLI, each picks what it would pick run alone: without
-  // it bapipe's analytic pick was slower in SimGrid than its judged one, and luo + baselines lost to
-  // bapipe alone on VGG-19 over 25 GbE, experiments/luo).
+  return {};
+}
+
+// The other planners' plans: as they came, and rescheduled by luo's scheduler. They plan with the
+// same judge as luo (with SimGrid from the CLI, each picks what it would pick run alone: without
+// it bapipe's analytic pick was slower in SimGrid than its judged one, and luo + baselines lost to
+// bapipe alone on VGG-19 over 25 GbE, experiments/luo). Returns their names (", "-separated).
+Result<std::string> add_other_planners(const PlanRequest& r, Finals& finals) {
   PlanRequest inner = r;
   std::string others;
   for (const PlannerInfo& p : planners()) {
@@ -715,29 +693,86 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     others += fmt::format("{}{}", others.empty() ? "" : ", ", p.name);
     // Rescheduled first: on a tie with the plan as it came (1F1B or GPipe), luo's order is kept.
     std::string chosen;
-    if (Result<Candidate> c = schedule_luo(r, *plan, &chosen); c) {
-      finals.push_back(std::move(*c));
-      always.push_back(0);
-      labels.push_back(fmt::format("{}'s plan, order {}", p.name, chosen));
-    }
+    if (Result<Candidate> c = schedule_luo(r, *plan, &chosen); c)
+      finals.add(std::move(*c), false, fmt::format("{}'s plan, order {}", p.name, chosen));
     Result<TaskGraph> g = lower_plan(r, *plan);
     if (!g) continue;
     Candidate as_is;
     as_is.plan = std::move(*plan);
     as_is.graph = std::move(*g);
     if (Status s = score(r, as_is); !s) return s.error();
-    labels.push_back(fmt::format("{}'s plan with its {} order", p.name, as_is.plan.schedule_name));
-    finals.push_back(std::move(as_is));
-    always.push_back(1);
+    std::string label = fmt::format("{}'s plan with its {} order", p.name, as_is.plan.schedule_name);
+    finals.add(std::move(as_is), true, std::move(label));
   }
-  if (finals.empty() && found.empty() && cost_error) return Error{"luo: no plan: " + cost_error->message};
-  if (finals.empty())
+  return others;
+}
+
+// The families' plans over every micro-batching, best estimate first; `runs` counts the programmes.
+Result<std::vector<Found>> find_plans(const PlanRequest& r, const Net& net, const std::vector<int>& order,
+                                      const Classes& classes, const std::vector<Family>& families,
+                                      int& runs) {
+  std::vector<Found> found;
+  for (size_t i = 0; i < r.micro_batchings.size(); ++i) {
+    Model model(r, net, order, classes.count, r.micro_batchings[i]);
+    for (int c = 1; c <= net.D; ++c)
+      if (Status s = model.prepare(c, classes.representative); !s) return s.error();
+    for (const Family& f : families) search_family(model, f.groups, f.subsets, i, found, runs);
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Found& a, const Found& b) { return a.estimate < b.estimate; });
+  return found;
+}
+
+}  // namespace
+
+Result<Plan> plan_luo(const PlanRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int D = static_cast<int>(r.cluster.devices.size());
+  if (D > kMaxDevices)
+    return Error{
+        fmt::format("luo plans clusters of at most {} devices (it routes every pair); the cluster has {}",
+                    kMaxDevices, D)};
+  Result<Net> net = measure(r.cluster);
+  if (!net) return net.error();
+  const std::vector<int> order = topological_order(r.workload);
+  const int n = static_cast<int>(order.size());
+  if (n == 0 || D == 0) return Error{"luo: nothing to plan (no layer or no device)"};
+  const Classes classes = device_classes(r, order);
+  const std::vector<Family> families = candidate_families(r, *net, classes.of);
+  int runs = 0;
+  Result<std::vector<Found>> found = find_plans(r, *net, order, classes, families, runs);
+  if (!found) return found.error();
+
+  // The best estimates, lowered with 1F1B and run by the analytic evaluator. Small instances (the
+  // exact programme) are cheap to evaluate: many more candidates then.
+  const bool small = D <= kSubsetsUpTo && std::pow(3.0, D) * n * std::min(n, D) <= kExactStates;
+  const size_t evaluate_at_most = small ? kEvaluatedSmall : kEvaluated;
+  std::vector<Candidate> evaluated;
+  // Candidates are moved, never copied, as the vectors grow (a Candidate's move may throw, so a
+  // growing vector would copy every task graph).
+  evaluated.reserve(std::min(found->size(), evaluate_at_most));
+  for (size_t i = 0; i < found->size() && evaluated.size() < evaluate_at_most; ++i) {
+    Result<Candidate> c = evaluate_found(r, order, (*found)[i]);
+    if (!c) return c.error();
+    evaluated.push_back(std::move(*c));
+  }
+  std::stable_sort(evaluated.begin(), evaluated.end(), ranks_before);
+  const double search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  Finals finals;
+  finals.all.reserve(kScheduled + 2 * planners().size());
+  if (Status s = schedule_best(r, evaluated, finals); !s) return s.error();
+  Result<std::string> others = add_other_planners(r, finals);
+  if (!others) return others.error();
+  if (finals.all.empty() && found->empty() && classes.cost_error)
+    return Error{"luo: no plan: " + classes.cost_error->message};
+  if (finals.all.empty())
     return Error{
         fmt::format("luo: no plan fits the devices' memory ({} micro-batchings, up to {} stages searched)",
                     r.micro_batchings.size(), std::min(n, D))};
-  Result<size_t> best = pick(finals, always, r, kJudged);
+  Result<size_t> best = pick(finals.all, finals.always, r, kJudged);
   if (!best) return best.error();
-  Candidate& win = finals[*best];
+  Candidate& win = finals.all[*best];
   std::string family_names;
   for (const Family& f : families)
     family_names += fmt::format("{}{}", family_names.empty() ? "" : ", ", f.label);
@@ -747,12 +782,13 @@ Result<Plan> plan_luo(const PlanRequest& r) {
       "evaluator with 1F1B, the best {} scheduled by luo's scheduler; other planners' plans: {}{}; chosen: "
       "{} "
       "({} {:.6g} s{})",
-      family_names, runs, r.micro_batchings.size(), found.size(), evaluated.size(),
-      std::min(evaluated.size(), kScheduled), others.empty() ? "none" : others,
+      family_names, runs, r.micro_batchings.size(), found->size(), evaluated.size(),
+      std::min(evaluated.size(), kScheduled), others->empty() ? "none" : *others,
       r.judge
           ? fmt::format("; the best {} and the other planners' plans judged by {}", kJudged, r.judge->name())
           : "",
-      labels[*best], r.judge ? r.judge->name() : "analytic", win.judged, win.fits ? "" : ", over memory");
+      finals.labels[*best], r.judge ? r.judge->name() : "analytic", win.judged,
+      win.fits ? "" : ", over memory");
   win.plan.planning_seconds = search_seconds;
   return std::move(win.plan);
 }

@@ -87,124 +87,187 @@ Result<std::vector<int>> memory_caps(const PlanRequest& r, const Partition& p, d
   return caps;
 }
 
-Result<Schedule> list_schedule(const PlanRequest& r, const Partition& p, double micro_batch_size,
-                               int micro_batches, const ListPolicy& policy) {
-  auto costs = stage_costs(r.workload, r.cluster, p, micro_batch_size, r.memory.recompute);
-  if (!costs) return costs.error();
-  const int S = static_cast<int>(p.stage_count());
-  const int m = micro_batches;
-  const int D = static_cast<int>(r.cluster.devices.size());
-  // (stage, replica) pairs numbered base[s] + j; task id = (pair x m + k) x 2 + pass (0 F, 1 B).
-  std::vector<int> base(S + 1, 0);
-  for (int s = 0; s < S; ++s) base[s + 1] = base[s] + static_cast<int>(p.stage(s).devices.size());
-  const int pairs = base[S];
-  auto id = [&](int s, int j, int pass, int k) { return ((base[s] + j) * m + k) * 2 + pass; };
-  const int tasks = pairs * m * 2;
-  std::vector<int> stage_of(pairs), replica_of(pairs), device_of(pairs);
-  for (int s = 0; s < S; ++s)
-    for (int j = 0; j < base[s + 1] - base[s]; ++j) {
-      stage_of[base[s] + j] = s;
-      replica_of[base[s] + j] = j;
-      device_of[base[s] + j] = p.stage(s).devices[j];
-    }
+namespace {
+
+// The list scheduler of one plan and policy: the task DAG of (stage, replica, micro-batch, pass)
+// tasks, then an event-driven run in which idle devices start their best ready task.
+class ListScheduler {
+ public:
+  ListScheduler(const PlanRequest& r, const Partition& p, double micro_batch_size, int micro_batches,
+                const ListPolicy& policy, const std::vector<std::vector<StageCost>>& costs)
+      : p_(p),
+        policy_(policy),
+        costs_(costs),
+        S_(static_cast<int>(p.stage_count())),
+        m_(micro_batches),
+        D_(static_cast<int>(r.cluster.devices.size())),
+        depth_(one_f_one_b_depths(p)),
+        channels_(r.cluster) {
+    number_pairs();
+    add_edges(micro_batch_size);
+  }
+
+  Result<Schedule> run();
+
+ private:
   struct Out {
     int to;
     double bytes;
   };
-  std::vector<std::vector<Out>> out(tasks);
-  std::vector<int> pending(tasks, 0);
-  auto edge = [&](int a, int b, double bytes) {
-    out[a].push_back({b, bytes});
-    ++pending[b];
-  };
-  for (int s = 0; s < S; ++s) {
-    const int rs = base[s + 1] - base[s];
+  using Event = std::tuple<double, int, int>;  // time, kind (0 compute end, 1 arrival), task
+
+  // Task id = (pair x m + k) x 2 + pass (0 F, 1 B), pair = base_[s] + j for replica j of stage s.
+  int id(int s, int j, int pass, int k) const { return ((base_[s] + j) * m_ + k) * 2 + pass; }
+  int pair_of(int task) const { return task / 2 / m_; }
+  void number_pairs();
+  void add_edge(int a, int b, double bytes) {
+    out_[a].push_back({b, bytes});
+    ++pending_[b];
+  }
+  void add_edges(double micro_batch_size);
+  double duration(int task) const {
+    const int pair = pair_of(task);
+    const StageCost& sc = costs_[stage_of_[pair]][replica_of_[pair]];
+    return task % 2 == 0 ? sc.times.forward : sc.recompute_s + sc.times.backward();
+  }
+  // Priority: smaller is better.
+  std::tuple<int, int, int, int> key(int task) const {
+    const int pass = task % 2;
+    const int k = (task / 2) % m_;
+    const int pair = pair_of(task);
+    const int first = policy_.backward_first ? (pass == 1 ? 0 : 1) : (pass == 0 ? 0 : 1);
+    return std::make_tuple(first, k, -depth_[stage_of_[pair]], pair);
+  }
+  void dispatch(int d);
+  Status finish(int t);
+
+  const Partition& p_;
+  const ListPolicy& policy_;
+  const std::vector<std::vector<StageCost>>& costs_;
+  const int S_, m_, D_;
+  const std::vector<int> depth_;
+  Channels channels_;
+  std::vector<int> base_;
+  int tasks_ = 0;
+  std::vector<int> stage_of_, replica_of_, device_of_;  // per pair
+  std::vector<std::vector<Out>> out_;
+  std::vector<int> pending_;             // per task, its inputs not arrived yet
+  std::vector<std::vector<int>> ready_;  // per device, ready tasks
+  std::vector<int> in_flight_;           // per pair
+  std::vector<char> busy_;
+  Schedule sched_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  double now_ = 0;
+  int done_ = 0;
+};
+
+void ListScheduler::number_pairs() {
+  base_.assign(S_ + 1, 0);
+  for (int s = 0; s < S_; ++s) base_[s + 1] = base_[s] + static_cast<int>(p_.stage(s).devices.size());
+  const int pairs = base_[S_];
+  tasks_ = pairs * m_ * 2;
+  stage_of_.resize(pairs), replica_of_.resize(pairs), device_of_.resize(pairs);
+  for (int s = 0; s < S_; ++s)
+    for (int j = 0; j < base_[s + 1] - base_[s]; ++j) {
+      stage_of_[base_[s] + j] = s;
+      replica_of_[base_[s] + j] = j;
+      device_of_[base_[s] + j] = p_.stage(s).devices[j];
+    }
+}
+
+// Each forward before its backward; activations forward and gradients backward between the replicas
+// that share samples.
+void ListScheduler::add_edges(double micro_batch_size) {
+  out_.assign(tasks_, {});
+  pending_.assign(tasks_, 0);
+  for (int s = 0; s < S_; ++s) {
+    const int rs = base_[s + 1] - base_[s];
     for (int j = 0; j < rs; ++j)
-      for (int k = 0; k < m; ++k) edge(id(s, j, 0, k), id(s, j, 1, k), 0);
-    for (int t : p.successors(s)) {
-      const double bytes = p.graph[boost::edge(s, t, p.graph).first].bytes_per_sample * micro_batch_size;
-      const int rt = base[t + 1] - base[t];
+      for (int k = 0; k < m_; ++k) add_edge(id(s, j, 0, k), id(s, j, 1, k), 0);
+    for (int t : p_.successors(s)) {
+      const double bytes = p_.graph[boost::edge(s, t, p_.graph).first].bytes_per_sample * micro_batch_size;
+      const int rt = base_[t + 1] - base_[t];
       for (int i = 0; i < rs; ++i)
         for (int j = 0; j < rt; ++j) {
           const double share = replica_overlap(i, rs, j, rt);
           if (share <= 0) continue;
-          for (int k = 0; k < m; ++k) {
-            edge(id(s, i, 0, k), id(t, j, 0, k), bytes * share);
-            edge(id(t, j, 1, k), id(s, i, 1, k), bytes * share);
+          for (int k = 0; k < m_; ++k) {
+            add_edge(id(s, i, 0, k), id(t, j, 0, k), bytes * share);
+            add_edge(id(t, j, 1, k), id(s, i, 1, k), bytes * share);
           }
         }
     }
   }
-  const std::vector<int> depth = one_f_one_b_depths(p);
-  auto duration = [&](int task) {
-    const int pair = task / 2 / m;
-    const StageCost& sc = (*costs)[stage_of[pair]][replica_of[pair]];
-    return task % 2 == 0 ? sc.times.forward : sc.recompute_s + sc.times.backward();
-  };
-  // Priority: smaller is better.
-  auto key = [&](int task) {
-    const int pass = task % 2;
-    const int k = (task / 2) % m;
-    const int pair = task / 2 / m;
-    const int first = policy.backward_first ? (pass == 1 ? 0 : 1) : (pass == 0 ? 0 : 1);
-    return std::make_tuple(first, k, -depth[stage_of[pair]], pair);
-  };
-  std::vector<std::vector<int>> ready(D);  // per device, ready tasks
-  std::vector<int> in_flight(pairs, 0);
-  std::vector<char> busy(D, 0);
-  Schedule sched;
-  sched.device_actions.resize(D);
-  Channels channels(r.cluster);
-  using Event = std::tuple<double, int, int>;  // time, kind (0 compute end, 1 arrival), task
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  for (int t = 0; t < tasks; ++t)
-    if (pending[t] == 0) ready[device_of[t / 2 / m]].push_back(t);
-  int done = 0;
-  double now = 0;
-  auto dispatch = [&](int d) {
-    if (busy[d]) return;
-    int best = -1;
-    for (int t : ready[d]) {
-      const int pair = t / 2 / m;
-      const int cap = std::max(1, policy.in_flight_cap.empty() ? m : policy.in_flight_cap[stage_of[pair]]);
-      if (t % 2 == 0 && in_flight[pair] >= cap) continue;
-      if (best < 0 || key(t) < key(best)) best = t;
-    }
-    if (best < 0) return;
-    ready[d].erase(std::find(ready[d].begin(), ready[d].end(), best));
-    const int pair = best / 2 / m;
-    in_flight[pair] += best % 2 == 0 ? 1 : -1;
-    busy[d] = 1;
-    sched.device_actions[d].push_back(
-        {stage_of[pair], best % 2 == 0 ? Pass::Forward : Pass::Backward, (best / 2) % m});
-    events.emplace(now + duration(best), 0, best);
-  };
-  for (int d = 0; d < D; ++d) dispatch(d);
-  while (!events.empty()) {
-    now = std::get<0>(events.top());
+}
+
+// Device d, when idle, starts its ready task of highest priority within the in-flight caps.
+void ListScheduler::dispatch(int d) {
+  if (busy_[d]) return;
+  int best = -1;
+  for (int t : ready_[d]) {
+    const int pair = pair_of(t);
+    const int cap = std::max(1, policy_.in_flight_cap.empty() ? m_ : policy_.in_flight_cap[stage_of_[pair]]);
+    if (t % 2 == 0 && in_flight_[pair] >= cap) continue;
+    if (best < 0 || key(t) < key(best)) best = t;
+  }
+  if (best < 0) return;
+  ready_[d].erase(std::find(ready_[d].begin(), ready_[d].end(), best));
+  const int pair = pair_of(best);
+  in_flight_[pair] += best % 2 == 0 ? 1 : -1;
+  busy_[d] = 1;
+  sched_.device_actions[d].push_back(
+      {stage_of_[pair], best % 2 == 0 ? Pass::Forward : Pass::Backward, (best / 2) % m_});
+  events_.emplace(now_ + duration(best), 0, best);
+}
+
+// Task t's compute ends now: its device is free and its outputs leave over the channels.
+Status ListScheduler::finish(int t) {
+  ++done_;
+  busy_[device_of_[pair_of(t)]] = 0;
+  for (const Out& o : out_[t]) {
+    const int from = device_of_[pair_of(t)], to = device_of_[pair_of(o.to)];
+    Result<double> at = channels_.arrival(from, to, o.bytes, now_);
+    if (!at) return at.error();
+    events_.emplace(*at, 1, o.to);
+  }
+  return {};
+}
+
+Result<Schedule> ListScheduler::run() {
+  ready_.assign(D_, {});
+  in_flight_.assign(base_[S_], 0);
+  busy_.assign(D_, 0);
+  sched_.device_actions.resize(D_);
+  for (int t = 0; t < tasks_; ++t)
+    if (pending_[t] == 0) ready_[device_of_[pair_of(t)]].push_back(t);
+  for (int d = 0; d < D_; ++d) dispatch(d);
+  while (!events_.empty()) {
+    now_ = std::get<0>(events_.top());
     // Everything that happens at this instant, then the idle devices choose.
-    while (!events.empty() && std::get<0>(events.top()) == now) {
-      auto [time, kind, t] = events.top();
-      events.pop();
+    while (!events_.empty() && std::get<0>(events_.top()) == now_) {
+      auto [time, kind, t] = events_.top();
+      events_.pop();
       if (kind == 1) {
-        if (--pending[t] == 0) ready[device_of[t / 2 / m]].push_back(t);
+        if (--pending_[t] == 0) ready_[device_of_[pair_of(t)]].push_back(t);
         continue;
       }
-      ++done;
-      busy[device_of[t / 2 / m]] = 0;
-      for (const Out& o : out[t]) {
-        const int from = device_of[t / 2 / m], to = device_of[o.to / 2 / m];
-        Result<double> at = channels.arrival(from, to, o.bytes, now);
-        if (!at) return at.error();
-        events.emplace(*at, 1, o.to);
-      }
+      if (Status s = finish(t); !s) return s.error();
     }
-    for (int d = 0; d < D; ++d) dispatch(d);
+    for (int d = 0; d < D_; ++d) dispatch(d);
   }
-  if (done != tasks)
-    return Error{
-        fmt::format("luo list schedule: stuck after {} of {} tasks (in-flight caps too small)", done, tasks)};
-  return sched;
+  if (done_ != tasks_)
+    return Error{fmt::format("luo list schedule: stuck after {} of {} tasks (in-flight caps too small)",
+                             done_, tasks_)};
+  return std::move(sched_);
+}
+
+}  // namespace
+
+Result<Schedule> list_schedule(const PlanRequest& r, const Partition& p, double micro_batch_size,
+                               int micro_batches, const ListPolicy& policy) {
+  auto costs = stage_costs(r.workload, r.cluster, p, micro_batch_size, r.memory.recompute);
+  if (!costs) return costs.error();
+  return ListScheduler(r, p, micro_batch_size, micro_batches, policy, *costs).run();
 }
 
 Result<Candidate> schedule_luo(const PlanRequest& r, Plan plan, std::string* chosen) {

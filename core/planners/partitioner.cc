@@ -11,13 +11,16 @@
 
 namespace pipegrid {
 
-Result<Plan> plan_partitioner(const PlanRequest& r) {
-  auto partitioner = find_partitioner(r.strategy.partitioner);
-  if (!partitioner) return partitioner.error();
-  auto scheduler = find_schedule(r.strategy.schedule);
-  if (!scheduler) return scheduler.error();
-  if (r.strategy.mini_batch <= 0)
-    return partition_and_schedule(r, **partitioner, **scheduler, r.micro_batchings[0]);
+namespace {
+
+// "4 micro-batches of 8", "1 micro-batch of 32".
+std::string micro_batches_label(int count, double size) {
+  return fmt::format("{} micro-batch{} of {}", count, count == 1 ? "" : "es", size);
+}
+
+// The sweep over every micro-batch size, bounded before any of it runs.
+Status check_sweep_size(const PlanRequest& r, const PartitionStrategy& partitioner,
+                        const ScheduleStrategy& scheduler) {
   // Every micro-batch size is planned and its task graph kept until the best is picked: the sum of
   // their sizes, bounded before planning whatever the partitioner: a plan has at most devices x
   // chunks stage replicas (or the stages asked for, if more), each running 2 passes per
@@ -42,21 +45,33 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   }
   // A partitioner that can estimate its search: the sweep's total, bounded before any of it runs
   // (each size alone may be under the limit and the sweep still take many minutes).
-  if ((*partitioner)->search_steps != nullptr) {
+  if (partitioner.search_steps != nullptr) {
     double steps = 0;
     for (const MicroBatching& mb : r.micro_batchings)
-      steps += (*partitioner)
-                   ->search_steps({r.workload, r.cluster, r.strategy.stages, mb.size,
-                                   std::max(1, r.strategy.chunks), mb.count, r.memory, (*scheduler)->name,
-                                   std::max(1, r.strategy.replicas), r.strategy.partitioner_options});
+      steps += partitioner.search_steps({r.workload, r.cluster, r.strategy.stages, mb.size,
+                                         std::max(1, r.strategy.chunks), mb.count, r.memory, scheduler.name,
+                                         std::max(1, r.strategy.replicas), r.strategy.partitioner_options});
     if (steps > kMaxPartitionSearchSteps)
       return Error{fmt::format(
           "mini_batch {}: {} over its {} micro-batch sizes would take about {:.3g} search steps in all, "
           "above the limit of {:.3g} (2^30, about a minute); use a smaller mini_batch, micro_batches, "
           "or fewer layers or devices",
-          r.strategy.mini_batch, (*partitioner)->name, r.micro_batchings.size(), steps,
+          r.strategy.mini_batch, partitioner.name, r.micro_batchings.size(), steps,
           kMaxPartitionSearchSteps)};
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Plan> plan_partitioner(const PlanRequest& r) {
+  auto partitioner = find_partitioner(r.strategy.partitioner);
+  if (!partitioner) return partitioner.error();
+  auto scheduler = find_schedule(r.strategy.schedule);
+  if (!scheduler) return scheduler.error();
+  if (r.strategy.mini_batch <= 0)
+    return partition_and_schedule(r, **partitioner, **scheduler, r.micro_batchings[0]);
+  if (Status s = check_sweep_size(r, **partitioner, **scheduler); !s) return s.error();
   std::vector<Candidate> scored;
   std::vector<TriedPlan> left_out;  // sizes without a plan, or whose plan splits samples
   std::optional<Error> first_error;
@@ -68,8 +83,8 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
       if (!first_error)
         first_error = Error{fmt::format("micro-batch size {}: {}", mb.size, c.error().message)};
       sweep += fmt::format("{}{}: no plan", sweep.empty() ? "" : "; ", mb.size);
-      left_out.push_back({fmt::format("{} micro-batch{} of {}", mb.count, mb.count == 1 ? "" : "es", mb.size), mb.size, mb.count, 0, -1, -1,
-                          true, "no plan: " + c.error().message});
+      left_out.push_back({micro_batches_label(mb.count, mb.size), mb.size, mb.count, 0, -1, -1, true,
+                          "no plan: " + c.error().message});
       continue;
     }
     planning += c->plan.planning_seconds;
@@ -77,15 +92,15 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
     // micro-batch: 1.33 samples each, costed linearly, looks faster than a data loader can run it).
     if (const std::optional<int> r_split = fractional_split(c->plan)) {
       if (!first_error)
-        first_error = Error{fmt::format(
-            "micro-batch size {}: a stage of {} replicas would split it into {} samples each", mb.size,
-            *r_split, mb.size / *r_split)};
+        first_error = Error{
+            fmt::format("micro-batch size {}: a stage of {} replicas would split it into {} samples each",
+                        mb.size, *r_split, mb.size / *r_split)};
       sweep += fmt::format("{}{}: splits samples between {} replicas", sweep.empty() ? "" : "; ", mb.size,
                            *r_split);
-      left_out.push_back({fmt::format("{} micro-batch{} of {}", mb.count, mb.count == 1 ? "" : "es", mb.size), mb.size, mb.count,
-                          static_cast<int>(c->plan.partition.stage_count()), -1, -1, true,
-                          fmt::format("left out: {} replicas would take {} samples each", *r_split,
-                                      mb.size / *r_split)});
+      left_out.push_back(
+          {micro_batches_label(mb.count, mb.size), mb.size, mb.count,
+           static_cast<int>(c->plan.partition.stage_count()), -1, -1, true,
+           fmt::format("left out: {} replicas would take {} samples each", *r_split, mb.size / *r_split)});
       continue;
     }
     if (Status s = score(r, *c); !s) return s.error();
@@ -99,8 +114,7 @@ Result<Plan> plan_partitioner(const PlanRequest& r) {
   std::vector<TriedPlan> tried;
   for (size_t i = 0; i < scored.size(); ++i) {
     const int m = scored[i].plan.micro_batches;
-    tried.push_back(tried_plan(
-        scored[i], fmt::format("{} micro-batch{} of {}", m, m == 1 ? "" : "es", scored[i].plan.micro_batch_size)));
+    tried.push_back(tried_plan(scored[i], micro_batches_label(m, scored[i].plan.micro_batch_size)));
     if (i == *best) tried.back().outcome = "chosen";
   }
   tried.insert(tried.end(), left_out.begin(), left_out.end());

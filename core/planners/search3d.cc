@@ -73,194 +73,238 @@ Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& 
   return e;
 }
 
-Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o) {
-  const Workload& w = base.workload;
-  const Cluster& cl = base.cluster;
-  if (o.global_batch < 1)
-    return Error{fmt::format("the global batch must be at least 1, got {}", o.global_batch)};
-  const int n = static_cast<int>(cl.devices.size());
-  if (n == 0) return Error{"the cluster has no devices"};
-  for (int i = 1; i < n; ++i)
-    if (!same_device(cl.devices[i].spec, cl.devices[0].spec))
+namespace {
+
+// One search: the checks, the enumeration of the axes (with every combination left out counted by
+// reason), the ranking by the estimate or the whole graph, and the order.
+class Search3d {
+ public:
+  Search3d(const Experiment& base, const Search3dOptions& o)
+      : base_(base), o_(o), w_(base.workload), cl_(base.cluster), n_(static_cast<int>(cl_.devices.size())) {}
+
+  Result<Search3dResult> run() {
+    if (Status s = check(); !s) return s.error();
+    if (Status s = model_shape(); !s) return s.error();
+    res_.parameters = total_parameters(w_);
+    res_.tokens_per_iteration = o_.global_batch * sequence_;
+    res_.peak_flops = cl_.devices[0].spec.peak_flops[static_cast<int>(math_precision(w_.precision))];
+    enumerate();
+    if (o_.exact)
+      rank_exact();
+    else
+      rank_estimated();
+    std::stable_sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) {
+      if (a.second.iteration_time_s != b.second.iteration_time_s)
+        return a.second.iteration_time_s < b.second.iteration_time_s;
+      return a.second.peak_memory_bytes < b.second.peak_memory_bytes;
+    });
+    for (auto& [i, c] : ranked_) res_.ranked.push_back(std::move(c));
+    return std::move(res_);
+  }
+
+ private:
+  Status check() const;
+  Status model_shape();
+  std::string divides(int t, bool sp) const;
+  void enumerate();
+  std::optional<std::string> tpd_left_out(int t, int p, int d) const;
+  void enumerate_configurations(int t, int p, int d);
+  std::optional<std::string> left_out(const Search3dCandidate& c, bool sp_ok) const;
+  void rank(Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown);
+  void rank_estimated();
+  void rank_exact();
+
+  const Experiment& base_;
+  const Search3dOptions& o_;
+  const Workload& w_;
+  const Cluster& cl_;
+  const int n_;
+  int blocks_ = 0, per_node_ = 0;
+  double sequence_ = 0;
+  Search3dResult res_;
+  std::vector<Search3dCandidate> pending_;
+  std::vector<std::pair<size_t, Search3dCandidate>> ranked_;  // enumeration index, candidate
+};
+
+Status Search3d::check() const {
+  if (o_.global_batch < 1)
+    return Error{fmt::format("the global batch must be at least 1, got {}", o_.global_batch)};
+  if (n_ == 0) return Error{"the cluster has no devices"};
+  for (int i = 1; i < n_; ++i)
+    if (!same_device(cl_.devices[i].spec, cl_.devices[0].spec))
       return Error{fmt::format(
           "the 3D search needs a homogeneous cluster; device \"{}\" ({}) differs from \"{}\" ({})",
-          cl.devices[i].name, cl.devices[i].spec.kind, cl.devices[0].name, cl.devices[0].spec.kind)};
-  if (!o.exact && base.strategy.allreduce == AllReduceAlgorithm::Hierarchical)
+          cl_.devices[i].name, cl_.devices[i].spec.kind, cl_.devices[0].name, cl_.devices[0].spec.kind)};
+  if (!o_.exact && base_.strategy.allreduce == AllReduceAlgorithm::Hierarchical)
     return Error{
         "the 3D search's one-replica estimate times ring and multi-ring data-parallel all-reduces, not "
         "allreduce: hierarchical; rank with --exact-ranking (the whole graph) or choose ring or multi-ring"};
-  for (const std::string& s : o.schedules)
+  for (const std::string& s : o_.schedules)
     if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2")
       return Error{fmt::format(
           "the 3D search knows schedules 1f1b, interleaved-1f1b, zb-h1 and zb-h2, not \"{}\"", s)};
-  int blocks = 0;
-  double sequence = 0;
-  for (size_t l = 0; l < w.layer_count(); ++l)
-    if (w.layer(static_cast<int>(l)).split.kind == TensorSplitKind::Transformer) {
-      ++blocks;
-      sequence = w.layer(static_cast<int>(l)).split.sequence;
+  return {};
+}
+
+// The transformer blocks, their sequence length, and the devices of a node.
+Status Search3d::model_shape() {
+  for (size_t l = 0; l < w_.layer_count(); ++l)
+    if (w_.layer(static_cast<int>(l)).split.kind == TensorSplitKind::Transformer) {
+      ++blocks_;
+      sequence_ = w_.layer(static_cast<int>(l)).split.sequence;
     }
-  if (blocks == 0)
+  if (blocks_ == 0)
     return Error{
-        fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w.name)};
-  int per_node = 0;
-  for (int i = 0; i < n; ++i) per_node += cl.machine_of(i) == cl.machine_of(0);
+        fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w_.name)};
+  for (int i = 0; i < n_; ++i) per_node_ += cl_.machine_of(i) == cl_.machine_of(0);
+  return {};
+}
 
-  Search3dResult res;
-  res.parameters = total_parameters(w);
-  res.tokens_per_iteration = o.global_batch * sequence;
-  res.peak_flops = cl.devices[0].spec.peak_flops[static_cast<int>(math_precision(w.precision))];
+// Megatron's divisibility rules for t, with and without SP: tensor_parallel_layer checks them. Empty
+// when t passes, else why not.
+std::string Search3d::divides(int t, bool sp) const {
+  for (size_t l = 0; l < w_.layer_count(); ++l) {
+    const Layer& layer = w_.layer(static_cast<int>(l));
+    if (layer.split.kind == TensorSplitKind::Undefined) continue;
+    Result<TpLayer> r = tensor_parallel_layer(layer, t, {sp, false}, w_.precision);
+    if (!r) return r.error().message;
+  }
+  return "";
+}
 
-  // Megatron's divisibility rules for t, with and without SP: tensor_parallel_layer checks them.
-  auto divides = [&](int t, bool sp) -> std::string {
-    for (size_t l = 0; l < w.layer_count(); ++l) {
-      const Layer& layer = w.layer(static_cast<int>(l));
-      if (layer.split.kind == TensorSplitKind::Undefined) continue;
-      Result<TpLayer> r = tensor_parallel_layer(layer, t, {sp, false}, w.precision);
-      if (!r) return r.error().message;
-    }
-    return "";
-  };
-
-  std::vector<Search3dCandidate> pending;
-  for (int t : divisors(n)) {
-    if (!allowed(o.tensor_parallel, t)) continue;
-    for (int p : divisors(n / t)) {
-      if (!allowed(o.pipeline, p)) continue;
-      const int d = n / t / p;
-      if (t > per_node) {
-        ++res.left_out[fmt::format("(t, p, d): t above the {} devices of a node", per_node)];
+void Search3d::enumerate() {
+  for (int t : divisors(n_)) {
+    if (!allowed(o_.tensor_parallel, t)) continue;
+    for (int p : divisors(n_ / t)) {
+      if (!allowed(o_.pipeline, p)) continue;
+      const int d = n_ / t / p;
+      if (std::optional<std::string> why = tpd_left_out(t, p, d)) {
+        ++res_.left_out[*why];
         continue;
       }
-      if (t > 1 && !divides(t, false).empty()) {
-        ++res.left_out["(t, p, d): t does not divide the heads, KV heads, FFN width or vocabulary"];
-        continue;
-      }
-      if (blocks % p != 0) {
-        ++res.left_out[fmt::format("(t, p, d): p does not divide the {} transformer blocks", blocks)];
-        continue;
-      }
-      if (o.global_batch % d != 0) {
-        ++res.left_out["(t, p, d): d does not divide the global batch"];
-        continue;
-      }
-      const bool sp_ok = t > 1 && divides(t, true).empty();
-      for (int b : divisors(o.global_batch / d)) {
-        if (!allowed(o.micro_batch_sizes, b)) continue;
-        const int m = o.global_batch / (b * d);
-        for (const std::string& sched : o.schedules) {
-          std::vector<int> vs{1};
-          if (sched == "interleaved-1f1b") vs = o.chunks;
-          for (int v : vs)
-            for (Recompute rc : o.recompute)
-              for (bool sp : o.sequence_parallel)
-                for (bool zero : o.distributed_optimizer) {
-                  ++res.combinations;
-                  if (sched == "interleaved-1f1b") {
-                    if (p < 2) {
-                      ++res.left_out["interleaved-1f1b with p = 1 (no pipeline to interleave)"];
-                      continue;
-                    }
-                    if (blocks % (p * v) != 0) {
-                      ++res.left_out["interleaved-1f1b: p x v does not divide the transformer blocks"];
-                      continue;
-                    }
-                    if (m % p != 0) {
-                      ++res.left_out
-                            ["interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)"];
-                      continue;
-                    }
-                  }
-                  if (sp && t == 1) {
-                    ++res.left_out["sequence parallelism at t = 1 (the same run as without)"];
-                    continue;
-                  }
-                  if (sp && !sp_ok) {
-                    ++res.left_out["sequence parallelism: t does not divide the sequence"];
-                    continue;
-                  }
-                  if (zero && d == 1) {
-                    ++res.left_out["distributed optimizer at d = 1 (the same run as without)"];
-                    continue;
-                  }
-                  Search3dCandidate c;
-                  c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
-                  c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
-                  pending.push_back(std::move(c));
-                }
-        }
-      }
+      enumerate_configurations(t, p, d);
     }
   }
+}
 
-  Experiment e = base;  // one working copy, its strategy set per candidate (exact ranking)
-  std::optional<Search3dEstimator> estimator;
-  if (!o.exact) estimator.emplace(base);
+std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
+  if (t > per_node_) return fmt::format("(t, p, d): t above the {} devices of a node", per_node_);
+  if (t > 1 && !divides(t, false).empty())
+    return "(t, p, d): t does not divide the heads, KV heads, FFN width or vocabulary";
+  if (blocks_ % p != 0) return fmt::format("(t, p, d): p does not divide the {} transformer blocks", blocks_);
+  if (o_.global_batch % d != 0) return "(t, p, d): d does not divide the global batch";
+  return std::nullopt;
+}
+
+// Every micro-batch size, schedule (and interleaving), recomputation, sequence parallelism and
+// optimizer sharding of one (t, p, d).
+void Search3d::enumerate_configurations(int t, int p, int d) {
+  const bool sp_ok = t > 1 && divides(t, true).empty();
+  for (int b : divisors(o_.global_batch / d)) {
+    if (!allowed(o_.micro_batch_sizes, b)) continue;
+    const int m = o_.global_batch / (b * d);
+    for (const std::string& sched : o_.schedules) {
+      std::vector<int> vs{1};
+      if (sched == "interleaved-1f1b") vs = o_.chunks;
+      for (int v : vs)
+        for (Recompute rc : o_.recompute)
+          for (bool sp : o_.sequence_parallel)
+            for (bool zero : o_.distributed_optimizer) {
+              ++res_.combinations;
+              Search3dCandidate c;
+              c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
+              c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
+              if (std::optional<std::string> why = left_out(c, sp_ok))
+                ++res_.left_out[*why];
+              else
+                pending_.push_back(std::move(c));
+            }
+    }
+  }
+}
+
+std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool sp_ok) const {
+  if (c.schedule == "interleaved-1f1b") {
+    if (c.p < 2) return "interleaved-1f1b with p = 1 (no pipeline to interleave)";
+    if (blocks_ % (c.p * c.v) != 0) return "interleaved-1f1b: p x v does not divide the transformer blocks";
+    if (c.micro_batches % c.p != 0)
+      return "interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)";
+  }
+  if (c.sequence_parallel && c.t == 1) return "sequence parallelism at t = 1 (the same run as without)";
+  if (c.sequence_parallel && !sp_ok) return "sequence parallelism: t does not divide the sequence";
+  if (c.distributed_optimizer && c.d == 1) return "distributed optimizer at d = 1 (the same run as without)";
+  return std::nullopt;
+}
+
+void Search3d::rank(Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown) {
+  c.iteration_time_s = time;
+  c.throughput_samples_per_s = time > 0 ? o_.global_batch / time : 0;
+  c.mfu = res_.peak_flops > 0 && time > 0
+              ? 6 * res_.parameters * res_.tokens_per_iteration / (time * n_ * res_.peak_flops)
+              : 0;
+  c.peak_memory_bytes = peak;
+  c.breakdown = breakdown;
+  ranked_.emplace_back(ranked_.size(), std::move(c));
+}
+
+// The estimates, on up to o.threads threads (each its own estimator: routes and caches are not
+// shared); the calling thread takes every threads-th candidate and reports progress.
+void Search3d::rank_estimated() {
+  Search3dEstimator estimator(base_);
+  const size_t threads =
+      pending_.size() >= kSearch3dThreadedFrom ? static_cast<size_t>(std::max(1, o_.threads)) : 1;
+  std::vector<std::optional<Result<Search3dEstimate>>> estimates(pending_.size());
+  std::atomic<size_t> finished{0};
+  auto work = [&](size_t first, Search3dEstimator& est, bool report) {
+    for (size_t i = first; i < pending_.size(); i += threads) {
+      estimates[i] = est.estimate(pending_[i]);
+      const size_t now = ++finished;
+      if (report && o_.progress) o_.progress(now, pending_.size());
+    }
+  };
+  std::vector<std::thread> helpers;
+  std::vector<std::unique_ptr<Search3dEstimator>> others;
+  for (size_t k = 1; k < threads; ++k) others.push_back(std::make_unique<Search3dEstimator>(base_));
+  for (size_t k = 1; k < threads; ++k) helpers.emplace_back(work, k, std::ref(*others[k - 1]), false);
+  work(0, estimator, true);
+  for (std::thread& h : helpers) h.join();
+  if (threads > 1 && o_.progress) o_.progress(pending_.size(), pending_.size());
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Search3dCandidate& c = pending_[i];
+    const Result<Search3dEstimate>& est = *estimates[i];
+    if (!est) {
+      ++res_.left_out["not lowered: " + reason_of(est.error().message)];
+      continue;
+    }
+    if (est->lowered) ++res_.evaluated;
+    if (!est->lowered)
+      ++res_.left_out
+            ["does not fit device memory (static memory + one micro-batch's activations, before "
+             "lowering)"];
+    else if (!est->fits)
+      ++res_.left_out["does not fit device memory"];
+    else
+      rank(c, est->iteration_time_s, est->peak_memory_bytes, est->breakdown);
+  }
+}
+
+// Every candidate's whole graph, lowered and run by the analytic evaluator.
+void Search3d::rank_exact() {
+  Experiment e = base_;  // one working copy, its strategy set per candidate
   size_t done = 0;
-  std::vector<std::pair<size_t, Search3dCandidate>> ranked;  // enumeration index, candidate
-  auto rank = [&](Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown) {
-    c.iteration_time_s = time;
-    c.throughput_samples_per_s = time > 0 ? o.global_batch / time : 0;
-    c.mfu = res.peak_flops > 0 && time > 0
-                ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops)
-                : 0;
-    c.peak_memory_bytes = peak;
-    c.breakdown = breakdown;
-    ranked.emplace_back(ranked.size(), std::move(c));
-  };
-  if (!o.exact) {
-    // The estimates, on up to o.threads threads (each its own estimator: routes and caches are not
-    // shared); the calling thread takes every threads-th candidate and reports progress.
-    const size_t threads =
-        pending.size() >= kSearch3dThreadedFrom ? static_cast<size_t>(std::max(1, o.threads)) : 1;
-    std::vector<std::optional<Result<Search3dEstimate>>> estimates(pending.size());
-    std::atomic<size_t> finished{0};
-    auto work = [&](size_t first, Search3dEstimator& est, bool report) {
-      for (size_t i = first; i < pending.size(); i += threads) {
-        estimates[i] = est.estimate(pending[i]);
-        const size_t now = ++finished;
-        if (report && o.progress) o.progress(now, pending.size());
-      }
-    };
-    std::vector<std::thread> helpers;
-    std::vector<std::unique_ptr<Search3dEstimator>> others;
-    for (size_t k = 1; k < threads; ++k) others.push_back(std::make_unique<Search3dEstimator>(base));
-    for (size_t k = 1; k < threads; ++k) helpers.emplace_back(work, k, std::ref(*others[k - 1]), false);
-    work(0, *estimator, true);
-    for (std::thread& h : helpers) h.join();
-    if (threads > 1 && o.progress) o.progress(pending.size(), pending.size());
-    for (size_t i = 0; i < pending.size(); ++i) {
-      Search3dCandidate& c = pending[i];
-      const Result<Search3dEstimate>& est = *estimates[i];
-      if (!est) {
-        ++res.left_out["not lowered: " + reason_of(est.error().message)];
-      } else {
-        if (est->lowered) ++res.evaluated;
-        if (!est->lowered)
-          ++res.left_out
-                ["does not fit device memory (static memory + one micro-batch's activations, before "
-                 "lowering)"];
-        else if (!est->fits)
-          ++res.left_out["does not fit device memory"];
-        else
-          rank(c, est->iteration_time_s, est->peak_memory_bytes, est->breakdown);
-      }
-    }
-  }
-  for (Search3dCandidate& c : pending) {
-    if (!o.exact) break;
+  for (Search3dCandidate& c : pending_) {
     ++done;
     apply(e, c);
     Result<PreparedRun> run = prepare(e);
     if (run) {
-      ++res.evaluated;
+      ++res_.evaluated;
       Result<Timeline> tl = evaluate(run->graph, e.cluster);
       if (!tl) {
-        ++res.left_out["the analytic evaluator failed: " + reason_of(tl.error().message)];
+        ++res_.left_out["the analytic evaluator failed: " + reason_of(tl.error().message)];
       } else {
         const Metrics m = compute_metrics(e.cluster, run->graph, *tl);
         if (!m.feasible()) {
-          ++res.left_out["does not fit device memory"];
+          ++res_.left_out["does not fit device memory"];
         } else {
           double peak = 0;
           for (const DeviceMetrics& dm : m.devices) peak = std::max(peak, dm.peak_memory_bytes);
@@ -268,17 +312,16 @@ Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o
         }
       }
     } else {
-      ++res.left_out["not lowered: " + reason_of(run.error().message)];
+      ++res_.left_out["not lowered: " + reason_of(run.error().message)];
     }
-    if (o.progress) o.progress(done, pending.size());
+    if (o_.progress) o_.progress(done, pending_.size());
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-    if (a.second.iteration_time_s != b.second.iteration_time_s)
-      return a.second.iteration_time_s < b.second.iteration_time_s;
-    return a.second.peak_memory_bytes < b.second.peak_memory_bytes;
-  });
-  for (auto& [i, c] : ranked) res.ranked.push_back(std::move(c));
-  return res;
+}
+
+}  // namespace
+
+Result<Search3dResult> search3d(const Experiment& base, const Search3dOptions& o) {
+  return Search3d(base, o).run();
 }
 
 double spearman(const std::vector<double>& x, const std::vector<double>& y) {

@@ -124,6 +124,15 @@ class Search3dEstimator {
     MemoryOptions memory;
   };
   Result<FoldedPlan> folded_plan(const Search3dCandidate& c, int replicas);
+  // folded_plan's steps: the per-stage costs with the TP collectives folded in (cached), and the plan
+  // with every replica.
+  Status fold_costs(const Search3dCandidate& c, FoldedPlan& fp);
+  Status replicate(const Search3dCandidate& c, int replicas, const PartitionStrategy& partitioner,
+                   const ScheduleStrategy& scheduler, FoldedPlan& fp);
+  // The data-parallel all-reduce of each stage of the plan, and of `bytes` over pipeline rank `rank`'s
+  // replicas (cached).
+  Result<std::vector<double>> dp_allreduces(const Search3dCandidate& c, const FoldedPlan& fp);
+  Result<double> dp_allreduce(const Search3dCandidate& c, int rank, double bytes, CollectiveKind kind);
 
   Experiment base_;
   Router router_;  // base_.cluster's, its route cache kept across candidates

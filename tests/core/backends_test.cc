@@ -119,7 +119,7 @@ TEST_CASE("a chain does not fuse across a tensor that another layer also reads")
   c.backends[0].patterns.push_back(timed({"y", "z"}, 0, 0));
   auto cands = placement_candidates(w, c, dev(), {});
   REQUIRE(cands);
-  for (const Candidate& cd : (*cands)[1]) CHECK(cd.layers.size() == 1);
+  for (const BackendCandidate& cd : (*cands)[1]) CHECK(cd.layers.size() == 1);
 }
 
 TEST_CASE("a fused chain's later layers lose their launches and streamed bytes (cost model)") {
