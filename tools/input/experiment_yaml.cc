@@ -253,58 +253,30 @@ MemoryOptions parse_memory(const Node& n) {
   return m;
 }
 
-// `backends: FILE` or `backends: {catalog: FILE, use: [names]}`: places the workload's layers on
-// the catalog's backends for the cluster's device kind and replaces their costs by the placed
-// times (core/backends.h).
-void apply_backends(const Node& n, Experiment& e) {
+// `backends: FILE` or `backends: {catalog: FILE, use: [names]}`: the catalog and the backends the
+// placement may use, for place_backends (core/experiment.h) to place the workload's layers on.
+BackendRequest parse_backends(const Node& n) {
   const Node c = n.is_map() ? n.need("catalog", "a backend catalog file (YAML)") : n;
   if (n.is_map())
     n.check_keys({"catalog", "use"});
   else if (!n.is_scalar())
     n.expected("a backend catalog file, or a mapping with catalog and use");
-  const std::string file = c.string("a backend catalog file (YAML)");
-  const std::string path = resolve_path(c.document(), file);
+  BackendRequest r;
+  r.catalog_name = c.string("a backend catalog file (YAML)");
+  r.where = n.where();
+  const std::string path = resolve_path(c.document(), r.catalog_name);
   const Document doc = load_document_text(read_referenced_file(c, path), path);
-  const BackendCatalog catalog = parse_backend_catalog(Node::root(doc));
-  PlacementOptions o;
+  r.catalog = parse_backend_catalog(Node::root(doc));
   if (auto u = n.is_map() ? n.get("use") : std::nullopt) {
     std::vector<std::string_view> names;
-    for (const Backend& b : catalog.backends) names.push_back(b.name);
+    for (const Backend& b : r.catalog.backends) names.push_back(b.name);
     for (const Node& i : u->items("a list of backend names")) {
-      const std::string name = i.choice(names, fmt::format("a backend of {}", file));
-      o.allowed.push_back(static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin()));
+      const std::string name = i.choice(names, fmt::format("a backend of {}", r.catalog_name));
+      r.allowed.push_back(static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin()));
     }
-    if (o.allowed.empty()) u->expected("a non-empty list of backend names");
+    if (r.allowed.empty()) u->expected("a non-empty list of backend names");
   }
-  // The device kind: the cluster's, which the catalog must cover (one kind: a layer carries measured
-  // times for one device kind).
-  const DeviceSpec* device = nullptr;
-  for (const Device& d : e.cluster.devices) {
-    const bool covered = std::any_of(catalog.backends.begin(), catalog.backends.end(),
-                                     [&](const Backend& b) { return b.device_kind == d.spec.kind; });
-    if (!covered) continue;
-    if (device && device->kind != d.spec.kind)
-      n.fail(
-          fmt::format("the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
-                      "supports one device kind per experiment",
-                      device->kind, d.spec.kind, file));
-    device = &d.spec;
-  }
-  if (!device) n.fail(fmt::format("no backend of {} runs on the cluster's device kinds", file));
-  if (!o.allowed.empty()) {
-    std::vector<int> kept;
-    for (int b : o.allowed)
-      if (catalog.backends[b].device_kind == device->kind) kept.push_back(b);
-    if (kept.empty())
-      n.fail(fmt::format("none of the backends in `use` runs on device kind \"{}\"", device->kind));
-    o.allowed = kept;
-  }
-  o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
-  auto placed = place(e.workload, catalog, *device, o);
-  if (!placed) n.fail(placed.error().message);
-  auto w = apply_placement(e.workload, *placed, catalog, *device, o);
-  if (!w) n.fail(w.error().message);
-  e.workload = std::move(*w);
+  return r;
 }
 
 }  // namespace
@@ -322,8 +294,10 @@ Experiment parse_experiment(const Document& doc) {
   e.strategy =
       parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
-  if (auto b = root.get("backends")) apply_backends(*b, e);
+  if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
+  // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
+  if (Status s = place_backends(e); !s) throw InputError(s.error().message);
   return e;
 }
 
