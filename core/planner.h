@@ -116,6 +116,11 @@ struct PlannerInfo {
   std::string_view name;
   std::string_view description;  // one line, for `pipegrid list`
   Result<Plan> (*plan)(const PlanRequest&);
+  // What it takes from the strategy (the parser checks keys against it):
+  // plans with the strategy's partitioner, which decides the replicas (PartitionStrategy::replicas)
+  // and takes tensor_parallel; the other planners choose each stage's devices themselves.
+  bool runs_partitioner = false;
+  bool takes_baselines = false;  // `baselines`: also plans with the other planners, keeps the best
 };
 
 inline constexpr std::string_view kDefaultPlanner = "partitioner";
@@ -127,6 +132,12 @@ Result<const PlannerInfo*> find_planner(std::string_view name);
 
 // The planner a strategy asks for (see StrategySpec::planner).
 Result<const PlannerInfo*> planner_for(const StrategySpec& s);
+
+// The data-parallel degree d the strategy fixes for every stage on a cluster of `devices`: its
+// `replicas` where the planner runs a partitioner that takes them, `devices` where the partitioner
+// spans them all (dp); 0 where the planner or the partitioner chooses each stage's replicas, or a
+// name is unknown.
+int fixed_replicas(const StrategySpec& s, size_t devices);
 
 std::vector<std::string> device_names(const Cluster& c);
 

@@ -25,36 +25,44 @@ std::vector<std::string_view> names_of(auto table) {
   return out;
 }
 
-std::string join_names(auto table) {
+bool is_one_of(auto table, std::string_view name) {
+  for (const auto& t : table)
+    if (t.name == name) return true;
+  return false;
+}
+
+// The names of the entries of a registry table that `has` a capability, as a message lists them:
+// "a", "a and b", "a, b and c" (`last`: " and " or " or ").
+std::string names_with(auto table, auto has, std::string_view last) {
+  std::vector<std::string_view> names;
+  for (const auto& t : table)
+    if (has(t)) names.push_back(t.name);
   std::string out;
-  for (const auto& t : table) out += fmt::format("{}{}", out.empty() ? "" : ", ", t.name);
+  for (size_t i = 0; i < names.size(); ++i)
+    out += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? last : ", ", names[i]);
   return out;
 }
 
-StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
-  n.require_map("a mapping describing the strategy");
-  // clang-format off
-  n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
-                "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
-                "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
-                "tp_overlap", "dp_overlap", "gradient_reduce"});
-  // clang-format on
-  StrategySpec s;
-  // One model of the names: a planner decides the whole plan (stages, devices, schedule, micro-
-  // batches); a partitioner only cuts the stages, run by the default planner `partitioner` with the
-  // schedule given. A name of the other kind is pointed there instead of refused plainly.
-  const auto is_one_of = [](auto table, std::string_view name) {
-    for (const auto& t : table)
-      if (t.name == name) return true;
-    return false;
-  };
+// What a strategy's names resolve to in the registry: the parser checks each key against their
+// capabilities instead of naming them.
+struct Chosen {
+  const PlannerInfo& planner;  // the planner that runs (planner_for)
+  const PartitionStrategy& partitioner;
+  const ScheduleStrategy& schedule;
+};
+
+// `planner`, `partitioner`, `schedule`. One model of the names: a planner decides the whole plan
+// (stages, devices, schedule, micro-batches); a partitioner only cuts the stages, run by the default
+// planner `partitioner` with the schedule given. A name of the other kind is pointed there instead
+// of refused plainly.
+Chosen parse_names(const Node& n, StrategySpec& s) {
   if (auto p = n.get("planner")) {
     const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
     if (!is_one_of(planners(), name) && is_one_of(partition_strategies(), name))
       p->fail(
           fmt::format("\"{}\" is a partitioner, not a planner: write `partitioner: {}` (the default planner, "
                       "`partitioner`, runs it with the schedule given); planners: {}",
-                      name, name, join_names(planners())));
+                      name, name, join(names_of(planners()))));
     s.planner = p->choice(names_of(planners()), "a planner");
   }
   if (auto p = n.get("partitioner")) {
@@ -63,13 +71,19 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       p->fail(
           fmt::format("\"{}\" is a planner, not a partitioner: write `planner: {}` (it chooses the stages, "
                       "their devices, the schedule and the micro-batches itself); partitioners: {}",
-                      name, name, join_names(partition_strategies())));
+                      name, name, join(names_of(partition_strategies()))));
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   }
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
     s.schedule_given = true;
   }
+  // The names are valid now: choice() refused any other.
+  return {**planner_for(s), **find_partitioner(s.partitioner), **find_schedule(s.schedule)};
+}
+
+// `mini_batch` or `micro_batches`.
+void parse_micro_batches(const Node& n, StrategySpec& s) {
   if (auto mb = n.get("mini_batch")) {
     s.mini_batch = static_cast<int>(mb->integer(1, kMaxCount, "a positive integer"));
     if (auto m = n.get("micro_batches"))
@@ -78,26 +92,49 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     s.micro_batches = static_cast<int>(n.need("micro_batches", "a positive integer (or mini_batch)")
                                            .integer(1, kMaxCount, "a positive integer"));
   }
+}
+
+// `chunks`, the model chunks per rank of the schedules that interleave them.
+void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto ch = n.get("chunks")) {
     s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
-    if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")
-      ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}",
-                           s.schedule, s.chunks));
+    if (s.chunks > 1 && !chosen.schedule.takes_chunks)
+      ch->fail(fmt::format("expected 1 for schedule {} (chunks need {}), got {}", s.schedule,
+                           names_with(
+                               schedule_strategies(), [](const auto& t) { return t.takes_chunks; }, " or "),
+                           s.chunks));
   }
   // interleaved-1f1b with one chunk per rank is 1F1B: running it so would hide a missing key.
-  if (s.schedule == "interleaved-1f1b" && s.chunks < 2) {
+  if (chosen.schedule.needs_chunks && s.chunks < 2) {
     if (auto ch = n.get("chunks"))
-      ch->fail("expected at least 2 model chunks per rank for interleaved-1f1b (with 1 it is 1f1b), got 1");
+      ch->fail(fmt::format("expected at least 2 model chunks per rank for {} (with 1 it is 1f1b), got 1",
+                           s.schedule));
     n.need("schedule", "a schedule")
         .fail(
-            "interleaved-1f1b needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is "
-            "1f1b)");
+            fmt::format("{} needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)",
+                        s.schedule));
   }
+}
+
+// Where a key is used by the default planner's partitioners with a capability only.
+std::string used_by_partitioners(auto has) {
+  return fmt::format("used by the {} partitioners", names_with(partition_strategies(), has, " and "));
+}
+std::string used_by_planners(auto has) {
+  return fmt::format("used by the {} planner", names_with(planners(), has, " and "));
+}
+
+// The devices of a stage: `replicas` (d), `allreduce`, `tensor_parallel` (t) with
+// `sequence_parallel` and `tp_overlap`.
+void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
+  const auto given = [](const PartitionStrategy& p) { return p.replicas == ReplicaChoice::Given; };
+  const auto runs_partitioner = [](const PlannerInfo& p) { return p.runs_partitioner; };
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
-        s.partitioner != "megatron")
-      r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
+    if (s.replicas > 1 && !given(chosen.partitioner))
+      r->fail(fmt::format("{}, not {}", used_by_partitioners(given), s.partitioner));
+    if (s.replicas > 1 && !chosen.planner.runs_partitioner)
+      r->fail(fmt::format("{}, not {}", used_by_planners(runs_partitioner), chosen.planner.name));
     if (static_cast<size_t>(s.replicas) > c.devices.size())
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
                           c.devices.size(), c.devices.size(), s.replicas));
@@ -106,11 +143,12 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring"}, "an all-reduce"));
   if (auto t = n.get("tensor_parallel")) {
     s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
-    if (s.tensor_parallel > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
-        s.partitioner != "megatron")
-      t->fail(fmt::format("used by the megatron, uniform and balanced partitioners, not {}", s.partitioner));
-    if (s.tensor_parallel > 1 && !s.planner.empty() && s.planner != "partitioner")
-      t->fail(fmt::format("used by the partitioner planner, not {}", s.planner));
+    if (s.tensor_parallel > 1 && !chosen.partitioner.takes_tensor_parallel)
+      t->fail(fmt::format("{}, not {}",
+                          used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
+                          s.partitioner));
+    if (s.tensor_parallel > 1 && !chosen.planner.runs_partitioner)
+      t->fail(fmt::format("{}, not {}", used_by_planners(runs_partitioner), chosen.planner.name));
     if (static_cast<size_t>(s.tensor_parallel) * s.replicas > c.devices.size())
       t->fail(
           fmt::format("expected at most {} devices per stage (the cluster has {}), got {} replicas x "
@@ -125,39 +163,43 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
             fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
       (std::string_view(key) == "sequence_parallel" ? s.sequence_parallel : s.tp_overlap) = on;
     }
-  if (auto st = n.get("stages")) {
-    s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.tensor_parallel == 1 &&
-        static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
-                           c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
-    if (s.tensor_parallel > 1 &&
-        static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
-      st->fail(
-          fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
-                      "devices), got {}",
-                      c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
-                      c.devices.size(), s.stages));
-    if (static_cast<size_t>(s.stages) > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}",
-                           c.devices.size(), c.devices.size(), s.stages));
-    if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
-      st->fail(
-          s.chunks == 1
-              ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
-                            w.layer_count(), w.layer_count(), s.stages)
-              : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
-                            w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
-  }
-  // Data-parallel gradients (core/lower.h): overlapped with the first stage's last backward, and
-  // reduced in another precision than the workload's.
+}
+
+// `stages`: the pipeline ranks, within the devices and the layers.
+void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Cluster& c) {
+  auto st = n.get("stages");
+  if (!st) return;
+  s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
+  if (s.replicas > 1 && s.tensor_parallel == 1 &&
+      static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
+    st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
+                         c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
+  if (s.tensor_parallel > 1 &&
+      static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
+    st->fail(
+        fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
+                    "devices), got {}",
+                    c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
+                    c.devices.size(), s.stages));
+  if (static_cast<size_t>(s.stages) > c.devices.size())
+    st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}", c.devices.size(),
+                         c.devices.size(), s.stages));
+  if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
+    st->fail(s.chunks == 1
+                 ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
+                               w.layer_count(), w.layer_count(), s.stages)
+                 : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
+                               w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+}
+
+// Data-parallel gradients (core/lower.h): `dp_overlap`, overlapped with the first stage's last
+// backward, and `gradient_reduce`, reduced in another precision than the workload's.
+void parse_gradients(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto b = n.get("dp_overlap")) {
     s.dp_overlap = b->boolean();
     // Where `replicas` alone decides the replication (the other partitioners and planners choose it).
-    const bool default_planner = s.planner.empty() || s.planner == "partitioner";
-    const bool by_replicas =
-        s.partitioner == "uniform" || s.partitioner == "balanced" || s.partitioner == "megatron";
-    if (s.dp_overlap && default_planner && by_replicas && s.replicas <= 1)
+    if (s.dp_overlap && chosen.planner.runs_partitioner &&
+        chosen.partitioner.replicas == ReplicaChoice::Given && s.replicas <= 1)
       b->fail(
           fmt::format("expected false without replicas > 1 (the {} partitioner then replicates no stage: "
                       "no gradient is all-reduced), got true",
@@ -168,15 +210,44 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
         g->choice({"fp32", "bf16", "fp16"}, "the precision the data-parallel gradients are reduced in");
     s.gradient_reduce_bytes = p == "fp32" ? 4 : 2;
   }
-  // Partitioner settings (PipeDream's command-line options).
+}
+
+// `hierarchy`: PipeDream's machine levels, innermost first.
+void parse_hierarchy(const Node& h, StrategySpec& s, const Cluster& c) {
+  long long machines = 1;
+  const std::vector<Node> levels =
+      h.items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const Node& level = levels[i];
+    level.require_map("a level: {workers: N, bandwidth: B}");
+    level.check_keys({"workers", "bandwidth"});
+    const int workers = static_cast<int>(
+        level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+    const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
+                          .quantity(Dimension::Bandwidth, Sign::Positive);
+    s.partitioner_options.hierarchy.emplace_back(workers, bw);
+    // Checked level by level: the product stays below kMaxCount^2 (no overflow).
+    machines *= workers;
+    if (machines > static_cast<long long>(c.devices.size()))
+      h.fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}{}",
+                         c.devices.size(), c.devices.size(), machines,
+                         i + 1 < levels.size() ? " or more" : ""));
+  }
+}
+
+// Planner and partitioner settings: PipeDream's command-line options, luo's `baselines`.
+void parse_planner_settings(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
   if (auto v = n.get("memory_constraint")) s.partitioner_options.memory_constraint = v->boolean();
   if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
   if (auto v = n.get("baselines")) {
     s.planner_baselines = v->boolean();
-    if (s.planner != "luo")
-      v->fail(fmt::format("used by the luo planner only (planner: luo), not {}",
+    if (!chosen.planner.takes_baselines) {
+      const auto takes = [](const auto& p) { return p.takes_baselines; };
+      v->fail(fmt::format("{} only (planner: {}), not {}", used_by_planners(takes),
+                          names_with(planners(), takes, " or planner: "),
                           s.planner.empty() ? "the default planner" : s.planner));
+    }
   }
   if (auto v = n.get("activation_compression_ratio")) {
     if (v->is_scalar() && v->yaml().Scalar() == "none") {
@@ -187,36 +258,43 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       s.partitioner_options.activation_compression_ratio = r;
     }
   }
-  if (auto h = n.get("hierarchy")) {
-    long long machines = 1;
-    const std::vector<Node> levels =
-        h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]");
-    for (size_t i = 0; i < levels.size(); ++i) {
-      const Node& level = levels[i];
-      level.require_map("a level: {workers: N, bandwidth: B}");
-      level.check_keys({"workers", "bandwidth"});
-      const int workers = static_cast<int>(
-          level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-      const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
-                            .quantity(Dimension::Bandwidth, Sign::Positive);
-      s.partitioner_options.hierarchy.emplace_back(workers, bw);
-      // Checked level by level: the product stays below kMaxCount^2 (no overflow).
-      machines *= workers;
-      if (machines > static_cast<long long>(c.devices.size()))
-        h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}{}",
-                            c.devices.size(), c.devices.size(), machines,
-                            i + 1 < levels.size() ? " or more" : ""));
-    }
-  }
+  if (auto h = n.get("hierarchy")) parse_hierarchy(*h, s, c);
+}
+
+// `schedule_file`, the CSV that a schedule reading one runs.
+void parse_schedule_file(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto f = n.get("schedule_file")) {
-    if (s.schedule != "file")
-      f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
+    if (!chosen.schedule.reads_file)
+      f->fail(fmt::format(
+          "only used with schedule: {} (the schedule is {})",
+          names_with(
+              schedule_strategies(), [](const auto& t) { return t.reads_file; }, " or schedule: "),
+          s.schedule));
     const std::string path = resolve_path(f->document(), f->string("a path to a CSV schedule"));
     s.schedule_text = read_referenced_file(*f, path);
     s.schedule_source = path;
-  } else if (s.schedule == "file") {
-    n.need("schedule_file", "a path to a CSV schedule (schedule: file reads it)");
+  } else if (chosen.schedule.reads_file) {
+    n.need("schedule_file", fmt::format("a path to a CSV schedule (schedule: {} reads it)", s.schedule));
   }
+}
+
+StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
+  n.require_map("a mapping describing the strategy");
+  // clang-format off
+  n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
+                "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
+                "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
+                "tp_overlap", "dp_overlap", "gradient_reduce"});
+  // clang-format on
+  StrategySpec s;
+  const Chosen chosen = parse_names(n, s);
+  parse_micro_batches(n, s);
+  parse_chunks(n, s, chosen);
+  parse_replication(n, s, chosen, c);
+  parse_stages(n, s, w, c);
+  parse_gradients(n, s, chosen);
+  parse_planner_settings(n, s, chosen, c);
+  parse_schedule_file(n, s, chosen);
   return s;
 }
 
