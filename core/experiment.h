@@ -23,7 +23,9 @@ struct Experiment {
   Cluster cluster;
   StrategySpec strategy;
   MemoryOptions memory;
-  double micro_batch_size = 0;  // samples per micro-batch; 0: the workload's default
+  // Samples per micro-batch over all of a stage's replicas (Megatron's micro-batch size x d; the file's
+  // strategy.micro_batch_size is per replica); 0: the workload's default.
+  double micro_batch_size = 0;
   // Backend placement still to run (place_backends); the CLI's loader runs it up front, so that
   // what reads the workload before planning (the 3D search, stage costs in reports) sees it placed.
   // Shared, never changed: copies of an experiment share it.

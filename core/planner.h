@@ -47,9 +47,11 @@ struct StrategySpec {
   // workload's element size).
   bool dp_overlap = false;
   double gradient_reduce_bytes = 0;
-  // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
-  // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
-  // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
+  // Samples per iteration to explore (the file's `global_batch` given alone; `mini_batch` is its older
+  // name). When set, every micro-batch size that divides it is tried (m = mini_batch / size) and the
+  // plan the analytic evaluator finds fastest (among those that fit memory, if any does) is kept;
+  // `micro_batches` and the workload's micro-batch size are then ignored. 0: the one micro-batching
+  // given (micro_batches of Experiment::micro_batch_size samples).
   int mini_batch = 0;
   // Planners that can (luo): also plan with every other registered planner and keep the best plan
   // (off by default: a call then costs what every planner costs).

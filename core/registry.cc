@@ -83,7 +83,8 @@ constexpr ScheduleStrategy kSchedules[] = {
 constexpr PlannerInfo kPlanners[] = {
     {.name = kDefaultPlanner,
      .description =
-         "the strategy's partitioner and schedule; with mini_batch, every micro-batch size dividing it",
+         "the strategy's partitioner and schedule; with global_batch alone, every micro-batch size "
+         "dividing it",
      .plan = &plan_partitioner,
      .runs_partitioner = true},
     {.name = "bapipe",

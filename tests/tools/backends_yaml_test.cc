@@ -109,9 +109,9 @@ nlohmann::json plan_json(const std::string& path) {
 
 TEST_CASE("an experiment with backends: planners plan on placed costs, outputs name each layer's backend") {
   pipegrid::testing::TempDir dir;
-  const std::string base = R"(workload: {model: resnet50, precision: amp, micro_batch_size: 8}
+  const std::string base = R"(workload: {model: resnet50, precision: amp}
 cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
-strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batch_size: 8, micro_batches: 4}
 )";
   const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
   const nlohmann::json plain = plan_json(dir.write("plain.yaml", base));
@@ -145,9 +145,9 @@ strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
 }
 
 TEST_CASE("prepare runs a backend placement the experiment still carries, as the loader does") {
-  const std::string base = R"(workload: {model: resnet50, precision: amp, micro_batch_size: 8}
+  const std::string base = R"(workload: {model: resnet50, precision: amp}
 cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
-strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batch_size: 8, micro_batches: 4}
 )";
   const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
   // The loader places up front: its experiment carries no request any more.

@@ -82,18 +82,6 @@ Chosen parse_names(const Node& n, StrategySpec& s) {
   return {**planner_for(s), **find_partitioner(s.partitioner), **find_schedule(s.schedule)};
 }
 
-// `mini_batch` or `micro_batches`.
-void parse_micro_batches(const Node& n, StrategySpec& s) {
-  if (auto mb = n.get("mini_batch")) {
-    s.mini_batch = static_cast<int>(mb->integer(1, kMaxCount, "a positive integer"));
-    if (auto m = n.get("micro_batches"))
-      m->fail("not used with mini_batch (every micro-batch size dividing the mini-batch is tried)");
-  } else {
-    s.micro_batches = static_cast<int>(n.need("micro_batches", "a positive integer (or mini_batch)")
-                                           .integer(1, kMaxCount, "a positive integer"));
-  }
-}
-
 // `chunks`, the model chunks per rank of the schedules that interleave them.
 void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto ch = n.get("chunks")) {
@@ -114,6 +102,121 @@ void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
             fmt::format("{} needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)",
                         s.schedule));
   }
+}
+
+// The keys of the batch: strategy.global_batch (or mini_batch, its older name), strategy.micro_batch_size,
+// strategy.micro_batches, and the older workload.micro_batch_size.
+struct BatchKeys {
+  std::optional<Node> global, per_replica, count, legacy;
+};
+
+BatchKeys batch_keys(const Node& strategy, const Node& workload) {
+  BatchKeys k{strategy.get("global_batch"), strategy.get("micro_batch_size"), strategy.get("micro_batches"),
+              workload.get("micro_batch_size")};
+  if (auto mini = strategy.get("mini_batch")) {
+    if (k.global) mini->fail("the older name of global_batch, given with it: give one of them");
+    k.global = mini;
+  }
+  return k;
+}
+
+long long positive(const Node& n) {
+  return n.integer(1, kMaxCount, "a positive integer");
+}
+
+// Where the strategy's d comes from, for messages: "d = 4: strategy.replicas".
+std::string d_source(const Chosen& chosen, long long d) {
+  return chosen.partitioner.replicas == ReplicaChoice::AllDevices
+             ? fmt::format("d = {}: the {} partitioner's devices", d, chosen.partitioner.name)
+             : fmt::format("d = {}: strategy.replicas", d);
+}
+
+// workload.micro_batch_size, the samples of a micro-batch over all of a stage's replicas: kept
+// where it cannot be misread (d = 1, or a planner or partitioner that chooses each stage's
+// replicas), refused with its rewrite where the strategy fixes d > 1 (Megatron's micro-batch size,
+// which a user copies, is per replica).
+void check_legacy(const BatchKeys& k, long long d) {
+  if (!k.legacy) return;
+  const Node& n = *k.legacy;
+  if (k.per_replica)
+    n.fail(
+        "given with strategy.micro_batch_size (per replica, Megatron's --micro-batch-size): leave this one "
+        "out");
+  const long long w = positive(n);
+  if (d > 1 && w % d == 0)
+    n.fail(
+        fmt::format("{} is the samples of one micro-batch over all {} replicas of a stage; write "
+                    "strategy.micro_batch_size: {} (per replica, Megatron's --micro-batch-size)",
+                    w, d, w / d));
+  if (d > 1)
+    n.fail(
+        fmt::format("{} is the samples of one micro-batch over all {} replicas of a stage, {:g} per replica; "
+                    "write strategy.micro_batch_size, the whole samples per replica (Megatron's "
+                    "--micro-batch-size): a micro-batch is then {} times that",
+                    w, d, static_cast<double>(w) / static_cast<double>(d), d));
+  if (k.global && !k.count)
+    n.fail(fmt::format(
+        "not used with {} alone (every micro-batch size dividing it is tried): leave it out, or give "
+        "strategy.micro_batches too (micro-batches of {} / micro_batches samples)",
+        k.global->path(), k.global->path()));
+}
+
+// The batch in Megatron-LM's vocabulary (docs/experiment-files.md, "Batch"): global_batch G
+// (samples per iteration, --global-batch-size), micro_batch_size b (samples per data-parallel
+// replica and micro-batch, --micro-batch-size) and micro_batches m, with G = b d m for the d the
+// strategy fixes (fixed_replicas): any two give the third. G alone keeps the exploration of every
+// micro-batch size dividing it (StrategySpec::mini_batch). Core plans with the pipeline's
+// micro-batch, the b d samples a stage's replicas share (Experiment::micro_batch_size).
+void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e) {
+  StrategySpec& s = e.strategy;
+  const BatchKeys k = batch_keys(n, workload);
+  const long long d = fixed_replicas(s, e.cluster.devices.size());
+  check_legacy(k, d);
+  if (k.per_replica && d == 0)
+    k.per_replica->fail(fmt::format(
+        "a micro-batch per replica is not defined where {} chooses each stage's replicas: give "
+        "strategy.global_batch and strategy.micro_batches (its replicas split the pipeline's micro-batch of "
+        "global_batch / micro_batches samples)",
+        chosen.planner.runs_partitioner ? fmt::format("the {} partitioner", chosen.partitioner.name)
+                                        : fmt::format("the {} planner", chosen.planner.name)));
+  const long long g = k.global ? positive(*k.global) : 0;
+  const long long b = k.per_replica ? positive(*k.per_replica) : 0;
+  long long m = k.count ? positive(*k.count) : 0;
+  // The pipeline's micro-batch: the samples of one micro-batch over a stage's replicas (0: not given).
+  long long size = b > 0 ? b * d : k.legacy ? positive(*k.legacy) : 0;
+  if (g > 0 && m == 0 && size == 0) {
+    s.mini_batch = static_cast<int>(g);
+    return;
+  }
+  if (g == 0) {
+    m = positive(n.need("micro_batches", "a positive integer (or global_batch)"));
+  } else if (m == 0) {  // b given: check_legacy refused the older size without micro_batches
+    if (g % size != 0)
+      k.global->fail(
+          fmt::format("expected a multiple of micro_batch_size x d = {} x {} = {} ({}) for a whole number of "
+                      "micro-batches, got {}",
+                      b, d, size, d_source(chosen, d), g));
+    m = g / size;
+  } else if (size == 0) {
+    const long long per = m * std::max(1LL, d);
+    if (g % per != 0)
+      k.global->fail(
+          d > 0 ? fmt::format("expected a multiple of micro_batches x d = {} x {} = {} ({}) for whole "
+                              "samples per replica, got {}",
+                              m, d, per, d_source(chosen, d), g)
+                : fmt::format("expected a multiple of micro_batches ({}) for whole samples per "
+                              "micro-batch, got {}",
+                              m, g));
+    size = g / m;
+  } else if (g != size * m) {
+    k.global->fail(
+        b > 0 ? fmt::format("expected micro_batch_size x d x micro_batches = {} x {} x {} = {} ({}), got {}",
+                            b, d, m, size * m, d_source(chosen, d), g)
+              : fmt::format("expected workload.micro_batch_size x micro_batches = {} x {} = {}, got {}", size,
+                            m, size * m, g));
+  }
+  s.micro_batches = static_cast<int>(m);
+  if (size > 0 && !(k.legacy && b == 0)) e.micro_batch_size = static_cast<double>(size);
 }
 
 // Where a key is used by the default planner's partitioners with a capability only.
@@ -278,24 +381,25 @@ void parse_schedule_file(const Node& n, StrategySpec& s, const Chosen& chosen) {
   }
 }
 
-StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
+// The `strategy` section, in named steps; the batch keys (parse_batch) also read the workload's.
+void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
   n.require_map("a mapping describing the strategy");
   // clang-format off
-  n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
-                "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
-                "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
-                "tp_overlap", "dp_overlap", "gradient_reduce"});
+  n.check_keys({"planner", "partitioner", "schedule", "global_batch", "micro_batch_size", "micro_batches",
+                "mini_batch", "stages", "chunks", "schedule_file", "straight", "hierarchy",
+                "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
+                "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
+                "gradient_reduce"});
   // clang-format on
-  StrategySpec s;
+  StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
-  parse_micro_batches(n, s);
   parse_chunks(n, s, chosen);
-  parse_replication(n, s, chosen, c);
-  parse_stages(n, s, w, c);
+  parse_replication(n, s, chosen, e.cluster);
+  parse_stages(n, s, e.workload, e.cluster);
   parse_gradients(n, s, chosen);
-  parse_planner_settings(n, s, chosen, c);
+  parse_planner_settings(n, s, chosen, e.cluster);
   parse_schedule_file(n, s, chosen);
-  return s;
+  parse_batch(n, workload, chosen, e);
 }
 
 MemoryOptions parse_memory(const Node& n) {
@@ -367,10 +471,10 @@ Experiment parse_experiment(const Document& doc) {
   root.check_keys({"name", "workload", "cluster", "strategy", "memory", "backends"});
   Experiment e;
   if (auto n = root.get("name")) e.name = n->string("a name");
-  e.workload = parse_workload(root.need("workload", "a mapping describing the workload"));
+  const Node workload = root.need("workload", "a mapping describing the workload");
+  e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
-  e.strategy =
-      parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
+  parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
   if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
