@@ -82,6 +82,16 @@ struct BackendCatalog {
   double conversion_time(int from, int to, double bytes) const;
 };
 
+// A backend placement an experiment asks for (`backends:` in its file), as plain data: the catalog,
+// the backends the search may use, and where it was asked, for messages. place_backends
+// (core/experiment.h) runs it; prepare runs it when the experiment still carries it.
+struct BackendRequest {
+  BackendCatalog catalog;
+  std::vector<int> allowed;  // indices into catalog.backends; empty: every backend
+  std::string catalog_name;  // the catalog as the experiment names it
+  std::string where;         // e.g. "exp.yaml:4:11: backends": begins every message about the request
+};
+
 // True if the op matches the layer.
 bool op_matches(const PatternOp& op, const Layer& layer);
 

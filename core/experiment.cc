@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "core/backends.h"
 #include "core/lower.h"
 #include "core/validate.h"
 
@@ -55,7 +58,49 @@ std::vector<MicroBatching> micro_batchings(const Experiment& e) {
   return out;
 }
 
+// The device kind the placement is for: the cluster's, which the catalog must cover (one kind: a
+// layer carries measured times for one device kind).
+Result<const DeviceSpec*> placement_device(const Cluster& c, const BackendRequest& r) {
+  const DeviceSpec* device = nullptr;
+  for (const Device& d : c.devices) {
+    const bool covered = std::any_of(r.catalog.backends.begin(), r.catalog.backends.end(),
+                                     [&](const Backend& b) { return b.device_kind == d.spec.kind; });
+    if (!covered) continue;
+    if (device && device->kind != d.spec.kind)
+      return Error{
+          fmt::format("{}: the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
+                      "supports one device kind per experiment",
+                      r.where, device->kind, d.spec.kind, r.catalog_name)};
+    device = &d.spec;
+  }
+  if (!device)
+    return Error{
+        fmt::format("{}: no backend of {} runs on the cluster's device kinds", r.where, r.catalog_name)};
+  return device;
+}
+
 }  // namespace
+
+Status place_backends(Experiment& e) {
+  if (!e.backends) return {};
+  const BackendRequest& r = *e.backends;
+  Result<const DeviceSpec*> device = placement_device(e.cluster, r);
+  if (!device) return device.error();
+  PlacementOptions o;
+  for (int b : r.allowed)
+    if (r.catalog.backends[static_cast<size_t>(b)].device_kind == (*device)->kind) o.allowed.push_back(b);
+  if (!r.allowed.empty() && o.allowed.empty())
+    return Error{fmt::format("{}: none of the backends in `use` runs on device kind \"{}\"", r.where,
+                             (*device)->kind)};
+  o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
+  Result<Placement> placed = place(e.workload, r.catalog, **device, o);
+  if (!placed) return Error{fmt::format("{}: {}", r.where, placed.error().message)};
+  Result<Workload> w = apply_placement(e.workload, *placed, r.catalog, **device, o);
+  if (!w) return Error{fmt::format("{}: {}", r.where, w.error().message)};
+  e.workload = std::move(*w);
+  e.backends.reset();
+  return {};
+}
 
 std::string strategy_label(const Experiment& e, const PreparedRun& run) {
   if (run.planner == kDefaultPlanner)
@@ -65,6 +110,13 @@ std::string strategy_label(const Experiment& e, const PreparedRun& run) {
 }
 
 Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool prove_deadlock_free) {
+  if (e.backends) {
+    auto placed = std::make_shared<Experiment>(e);
+    if (Status s = place_backends(*placed); !s) return s.error();
+    Result<PreparedRun> run = prepare(*placed, judge, prove_deadlock_free);
+    if (run) run->placed_workload = std::shared_ptr<const Workload>(placed, &placed->workload);
+    return run;
+  }
   if (Status s = validate(e.cluster); !s) return s.error();
   if (Status s = check_acyclic(e.workload); !s) return s.error();
   if (e.strategy.micro_batches < 1)

@@ -2,6 +2,7 @@
 // the planner's plan (core/planner.h) -> validation -> lowering -> deadlock check. No SimGrid here.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,19 +15,36 @@
 
 namespace pipegrid {
 
+struct BackendRequest;  // core/backends.h
+
 struct Experiment {
   std::string name;
   Workload workload;
   Cluster cluster;
   StrategySpec strategy;
   MemoryOptions memory;
-  double micro_batch_size = 0;  // samples per micro-batch; 0: the workload's default
+  // Samples per micro-batch over all of a stage's replicas (Megatron's micro-batch size x d; the file's
+  // strategy.micro_batch_size is per replica); 0: the workload's default.
+  double micro_batch_size = 0;
+  // Backend placement still to run (place_backends); the CLI's loader runs it up front, so that
+  // what reads the workload before planning (the 3D search, stage costs in reports) sees it placed.
+  // Shared, never changed: copies of an experiment share it.
+  std::shared_ptr<const BackendRequest> backends;
 };
+
+// Backend placement (core/backends.h): places e.workload's layers on e.backends' catalog for the
+// cluster's device kind (one kind per experiment), at the experiment's micro-batch size, replaces
+// e.workload by the placed workload and clears the request. Nothing to do without a request.
+// Messages begin with the request's `where`.
+Status place_backends(Experiment& e);
 
 // A plan ready to replay: the planner's decisions and the task graph they lower to.
 struct PreparedRun : Plan {
   TaskGraph graph;
   std::string planner;  // the planner that chose the plan
+  // Set when prepare ran the experiment's backend placement (Experiment::backends): the placed
+  // workload, which the plan's layer costs come from (the experiment's own is unplaced).
+  std::shared_ptr<const Workload> placed_workload;
 };
 
 // What planned the run, for reports: the partitioner under the default planner ("uniform"), else
@@ -34,10 +52,12 @@ struct PreparedRun : Plan {
 // uniform)"); never the strategy's partitioner when the planner did not use it.
 std::string strategy_label(const Experiment& e, const PreparedRun& run);
 
-// Asks the strategy's planner (planner_for) for a plan, then validates and lowers it. Planners that
-// explore rank candidates with the analytic evaluator and, with a judge, judge the finalists again;
-// plans that fit memory win over plans that do not, then the fastest. prove_deadlock_free: see
-// lower_plan (false: the caller's replay reports a deadlock, with check_deadlock_free's message).
+// Runs the experiment's backend placement if it carries one (place_backends, on a copy: see
+// PreparedRun::placed_workload), asks the strategy's planner (planner_for) for a plan, then
+// validates and lowers it. Planners that explore rank candidates with the analytic evaluator and,
+// with a judge, judge the finalists again; plans that fit memory win over plans that do not, then
+// the fastest. prove_deadlock_free: see lower_plan (false: the caller's replay reports a deadlock,
+// with check_deadlock_free's message).
 Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge = nullptr,
                             bool prove_deadlock_free = true);
 

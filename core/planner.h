@@ -54,9 +54,11 @@ struct StrategySpec {
   // workload's element size).
   bool dp_overlap = false;
   double gradient_reduce_bytes = 0;
-  // Samples per iteration. When set, every micro-batch size that divides it is tried (m = mini_batch
-  // / size) and the plan the analytic evaluator finds fastest (among those that fit memory, if any
-  // does) is kept; `micro_batches` and the workload's micro-batch size are then ignored.
+  // Samples per iteration to explore (the file's `global_batch` given alone; `mini_batch` is its older
+  // name). When set, every micro-batch size that divides it is tried (m = mini_batch / size) and the
+  // plan the analytic evaluator finds fastest (among those that fit memory, if any does) is kept;
+  // `micro_batches` and the workload's micro-batch size are then ignored. 0: the one micro-batching
+  // given (micro_batches of Experiment::micro_batch_size samples).
   int mini_batch = 0;
   // Planners that can (luo): also plan with every other registered planner and keep the best plan
   // (off by default: a call then costs what every planner costs).
@@ -123,6 +125,11 @@ struct PlannerInfo {
   std::string_view name;
   std::string_view description;  // one line, for `pipegrid list`
   Result<Plan> (*plan)(const PlanRequest&);
+  // What it takes from the strategy (the parser checks keys against it):
+  // plans with the strategy's partitioner, which decides the replicas (PartitionStrategy::replicas)
+  // and takes tensor_parallel; the other planners choose each stage's devices themselves.
+  bool runs_partitioner = false;
+  bool takes_baselines = false;  // `baselines`: also plans with the other planners, keeps the best
 };
 
 inline constexpr std::string_view kDefaultPlanner = "partitioner";
@@ -134,6 +141,12 @@ Result<const PlannerInfo*> find_planner(std::string_view name);
 
 // The planner a strategy asks for (see StrategySpec::planner).
 Result<const PlannerInfo*> planner_for(const StrategySpec& s);
+
+// The data-parallel degree d the strategy fixes for every stage on a cluster of `devices`: its
+// `replicas` where the planner runs a partitioner that takes them, `devices` where the partitioner
+// spans them all (dp); 0 where the planner or the partitioner chooses each stage's replicas, or a
+// name is unknown.
+int fixed_replicas(const StrategySpec& s, size_t devices);
 
 std::vector<std::string> device_names(const Cluster& c);
 

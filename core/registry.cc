@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/planner.h"
 #include "core/strategy.h"
 
@@ -7,63 +9,102 @@ namespace pipegrid {
 namespace {
 
 constexpr PartitionStrategy kPartitioners[] = {
-    {"uniform", "equal layer counts per stage (in topological order), stage i on device i",
-     &partition_uniform},
-    {"balanced", "contiguous stages minimising the slowest stage's compute time, stage i on device i",
-     &partition_balanced},
-    {"megatron", "Megatron-LM's split: equal runs of transformer blocks, embeddings first, head last",
-     &partition_megatron},
-    {"graphpipe",
-     "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
-     &partition_graphpipe, &graphpipe_search_steps},
-    {"bapipe",
-     "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
-     &partition_bapipe},
-    {"pipedream", "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
-     &partition_pipedream},
-    {"dp", "pure data parallelism: one stage with every layer on every device, gradients all-reduced",
-     &partition_dp},
+    {.name = "uniform",
+     .description = "equal layer counts per stage (in topological order), stage i on device i",
+     .build = &partition_uniform,
+     .replicas = ReplicaChoice::Given,
+     .takes_tensor_parallel = true},
+    {.name = "balanced",
+     .description = "contiguous stages minimising the slowest stage's compute time, stage i on device i",
+     .build = &partition_balanced,
+     .replicas = ReplicaChoice::Given,
+     .takes_tensor_parallel = true},
+    {.name = "megatron",
+     .description = "Megatron-LM's split: equal runs of transformer blocks, embeddings first, head last",
+     .build = &partition_megatron,
+     .replicas = ReplicaChoice::Given,
+     .takes_tensor_parallel = true},
+    {.name = "graphpipe",
+     .description =
+         "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
+     .build = &partition_graphpipe,
+     .search_steps = &graphpipe_search_steps,
+     .replicas = ReplicaChoice::Chosen},
+    {.name = "bapipe",
+     .description =
+         "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
+     .build = &partition_bapipe,
+     .replicas = ReplicaChoice::Chosen},
+    {.name = "pipedream",
+     .description = "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
+     .build = &partition_pipedream,
+     .replicas = ReplicaChoice::Chosen},
+    {.name = "dp",
+     .description =
+         "pure data parallelism: one stage with every layer on every device, gradients all-reduced",
+     .build = &partition_dp,
+     .replicas = ReplicaChoice::AllDevices},
 };
 
 constexpr ScheduleStrategy kSchedules[] = {
-    {"gpipe", "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step",
-     &schedule_gpipe},
-    {"1f1b",
-     "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
-     &schedule_1f1b},
-    {"interleaved-1f1b",
-     "Megatron's interleaved 1F1B: `chunks` model chunks per device, stage s on device s mod p",
-     &schedule_interleaved_1f1b},
-    {"zb-h1", "zero bubble H1: B/W split, W deferred to fill the drain, 1F1B's memory (p micro-batches)",
-     &schedule_zb_h1},
-    {"zb-h2", "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state",
-     &schedule_zb_h2},
-    {"file", "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)",
-     &schedule_file},
-    {"graph-1f1b", "1F1B on a DAG of stages: 1 + (longest path to a sink) forwards before the first backward",
-     &schedule_graph_1f1b},
+    {.name = "gpipe",
+     .description = "GPipe: all forwards of the mini-batch, then all backwards, then the optimizer step",
+     .build = &schedule_gpipe},
+    {.name = "1f1b",
+     .description =
+         "synchronous 1F1B (PipeDream-Flush): warm-up forwards, one forward/one backward, drain, one step",
+     .build = &schedule_1f1b},
+    {.name = "interleaved-1f1b",
+     .description =
+         "Megatron's interleaved 1F1B: `chunks` model chunks per device, stage s on device s mod p",
+     .build = &schedule_interleaved_1f1b,
+     .takes_chunks = true,
+     .needs_chunks = true},
+    {.name = "zb-h1",
+     .description =
+         "zero bubble H1: B/W split, W deferred to fill the drain, 1F1B's memory (p micro-batches)",
+     .build = &schedule_zb_h1},
+    {.name = "zb-h2",
+     .description = "zero bubble H2: B/W split, 2p-1 micro-batches in flight, no bubble in steady state",
+     .build = &schedule_zb_h2},
+    {.name = "file",
+     .description = "a schedule read from a torch.distributed.pipelining-style CSV (`schedule_file`)",
+     .build = &schedule_file,
+     .takes_chunks = true,
+     .reads_file = true},
+    {.name = "graph-1f1b",
+     .description =
+         "1F1B on a DAG of stages: 1 + (longest path to a sink) forwards before the first backward",
+     .build = &schedule_graph_1f1b},
 };
 
 // The first entry is the default (kDefaultPlanner). A planner named like a partitioner is also
 // chosen by `partitioner: NAME` (the older spelling, see planner_for).
 constexpr PlannerInfo kPlanners[] = {
-    {kDefaultPlanner,
-     "the strategy's partitioner and schedule; with mini_batch, every micro-batch size dividing it",
-     &plan_partitioner},
-    {"bapipe",
-     "BaPipe-style: explores schedules x micro-batch sizes x stages x replicas, fastest plan that fits",
-     &plan_bapipe},
-    {"luo",
-     "Luo-style (INFOCOM'22, our interpretation): stages x device groups on the real interconnect, own "
-     "scheduler",
-     &plan_luo},
-    {"dapple",
-     "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on machines, 1F1B",
-     &plan_dapple},
-    {"piper",
-     "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own t and d, "
-     "1F1B",
-     &plan_piper},
+    {.name = kDefaultPlanner,
+     .description =
+         "the strategy's partitioner and schedule; with global_batch alone, every micro-batch size "
+         "dividing it",
+     .plan = &plan_partitioner,
+     .runs_partitioner = true},
+    {.name = "bapipe",
+     .description =
+         "BaPipe-style: explores schedules x micro-batch sizes x stages x replicas, fastest plan that fits",
+     .plan = &plan_bapipe},
+    {.name = "luo",
+     .description = "Luo-style (INFOCOM'22, our interpretation): stages x device groups on the real "
+                    "interconnect, own scheduler",
+     .plan = &plan_luo,
+     .takes_baselines = true},
+    {.name = "dapple",
+     .description = "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on "
+                    "machines, 1F1B",
+     .plan = &plan_dapple},
+    {.name = "piper",
+     .description =
+         "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own "
+         "t and d, 1F1B",
+     .plan = &plan_piper},
 };
 
 template <class T>
@@ -106,6 +147,22 @@ Result<const PlannerInfo*> planner_for(const StrategySpec& s) {
   for (const PlannerInfo& p : planners())
     if (p.name == s.partitioner) return &p;
   return find_planner(kDefaultPlanner);
+}
+
+int fixed_replicas(const StrategySpec& s, size_t devices) {
+  Result<const PlannerInfo*> planner = planner_for(s);
+  if (!planner || !(*planner)->runs_partitioner) return 0;
+  Result<const PartitionStrategy*> partitioner = find_partitioner(s.partitioner);
+  if (!partitioner) return 0;
+  switch ((*partitioner)->replicas) {
+    case ReplicaChoice::Given:
+      return std::max(1, s.replicas);
+    case ReplicaChoice::AllDevices:
+      return static_cast<int>(devices);
+    case ReplicaChoice::Chosen:
+      return 0;
+  }
+  return 0;
 }
 
 Result<int> interleaved_ranks(const Partition& p, int chunks, std::string_view name) {

@@ -51,6 +51,15 @@ inline bool whole_samples_per_replica(double micro_batch_size, int replicas) {
   return static_cast<long long>(micro_batch_size) % replicas == 0;
 }
 
+// Who decides how many data-parallel replicas each stage of a partitioner's plan has. The parser
+// checks the strategy's keys against it (`replicas`, a per-replica micro-batch size), and the
+// strategy's data-parallel degree follows from it (fixed_replicas, core/planner.h).
+enum class ReplicaChoice {
+  Given,       // the strategy's `replicas`: the same d for every stage
+  AllDevices,  // one stage on every device of the cluster: d = the devices
+  Chosen,      // the partitioner chooses each stage's replicas
+};
+
 struct PartitionStrategy {
   std::string_view name;
   std::string_view description;
@@ -59,6 +68,9 @@ struct PartitionStrategy {
   // above kMaxPartitionSearchSteps is refused). A mini-batch sweep sums it over its micro-batch
   // sizes and refuses the whole sweep above the limit before planning any of them.
   double (*search_steps)(const PartitionRequest&) = nullptr;
+  ReplicaChoice replicas = ReplicaChoice::Given;
+  // `tensor_parallel` (the default planner turns each device it places into a group of t devices).
+  bool takes_tensor_parallel = false;
 };
 // About a minute of search (graphpipe: 60-90 ns per step measured).
 inline constexpr double kMaxPartitionSearchSteps = 1073741824;  // 2^30
@@ -76,6 +88,10 @@ struct ScheduleStrategy {
   std::string_view name;
   std::string_view description;
   Result<Schedule> (*build)(const ScheduleRequest&);
+  // What it takes from the strategy (the parser checks keys against it):
+  bool takes_chunks = false;  // `chunks` > 1: model chunks per rank
+  bool needs_chunks = false;  // at least 2 chunks (with 1 it would be another schedule)
+  bool reads_file = false;    // `schedule_file`: the schedule itself
 };
 
 std::span<const PartitionStrategy> partition_strategies();

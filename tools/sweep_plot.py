@@ -26,6 +26,7 @@ LABELS = {"throughput_samples_per_s": "throughput (samples/s)", "iteration_time_
 # Words for the key paths sweeps use most; others are their last key with spaces.
 AXIS_WORDS = {
     "strategy.schedule": "schedule", "strategy.micro_batches": "micro-batches", "strategy.mini_batch": "mini-batch",
+    "strategy.global_batch": "global batch", "strategy.micro_batch_size": "micro-batch size per replica",
     "strategy.chunks": "chunks per rank", "strategy.stages": "pipeline stages", "strategy.replicas": "replicas",
     "strategy.planner": "planner", "strategy.partitioner": "partitioner", "cluster.count": "devices",
     "cluster.dims": "torus shape", "cluster.bandwidth": "link bandwidth", "cluster.latency": "link latency",

@@ -80,7 +80,7 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
         !whole_samples_per_replica(r.micro_batch_size, c))
       return Error{fmt::format(
           "pipedream: stage {} would have {} replicas over {} levels, splitting each micro-batch of {} samples "
-          "into {} samples each; use a micro-batch size divisible by {} (or mini_batch)",
+          "into {} samples each; use a micro-batch size divisible by {} (or global_batch)",
           s, c, o.levels.size(), r.micro_batch_size, r.micro_batch_size / c, c)};
   std::vector<int> stage_of(w.layer_count(), -1);
   std::vector<std::vector<int>> devices;

@@ -37,9 +37,9 @@ Status check_sweep_size(const PlanRequest& r, const PartitionStrategy& partition
         2 * stage_replicas + 2 * (stage_replicas - std::min<size_t>(1, stage_replicas));
     if (micro_batches * per_micro_batch > kMaxTasks)
       return Error{fmt::format(
-          "mini_batch {}: its {} micro-batch sizes make {} micro-batches in all, x {} tasks each ({} stage "
+          "global_batch {}: its {} micro-batch sizes make {} micro-batches in all, x {} tasks each ({} stage "
           "replicas x 2 passes + transfers) = {} tasks to plan and keep, above pipegrid's limit of {} "
-          "(2^25); use a smaller mini_batch, or micro_batches",
+          "(2^25); use a smaller global_batch, or micro_batches",
           r.strategy.mini_batch, r.micro_batchings.size(), micro_batches, per_micro_batch, stage_replicas,
           micro_batches * per_micro_batch, kMaxTasks)};
   }
@@ -53,8 +53,8 @@ Status check_sweep_size(const PlanRequest& r, const PartitionStrategy& partition
                                          std::max(1, r.strategy.replicas), r.strategy.partitioner_options});
     if (steps > kMaxPartitionSearchSteps)
       return Error{fmt::format(
-          "mini_batch {}: {} over its {} micro-batch sizes would take about {:.3g} search steps in all, "
-          "above the limit of {:.3g} (2^30, about a minute); use a smaller mini_batch, micro_batches, "
+          "global_batch {}: {} over its {} micro-batch sizes would take about {:.3g} search steps in all, "
+          "above the limit of {:.3g} (2^30, about a minute); use a smaller global_batch, micro_batches, "
           "or fewer layers or devices",
           r.strategy.mini_batch, partitioner.name, r.micro_batchings.size(), steps,
           kMaxPartitionSearchSteps)};

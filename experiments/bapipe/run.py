@@ -55,7 +55,7 @@ def main():
                 e = {"name": f"{m} on {c}, {s}",
                      "workload": {"model": m, "precision": "fp16"},
                      "cluster": cluster,
-                     "strategy": dict(strategy, mini_batch=MINI_BATCH),
+                     "strategy": dict(strategy, global_batch=MINI_BATCH),
                      "memory": {"optimizer": "mixed-adam"}}
                 path = os.path.join(OUT, f"{m}-{c.replace(' ', '').replace('x', 'x')}-{s.replace('+', '_')}.yaml")
                 jobs.append(((m, c, s), e, path))

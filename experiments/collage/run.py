@@ -57,9 +57,10 @@ def place(model, catalog, use=None):
 
 def pipeline(kind, model, backends, tmp):
     exp = {"name": f"collage pipeline {kind} {model}",
-           "workload": {"model": model, "precision": PRECISION, "micro_batch_size": MICRO_BATCH},
+           "workload": {"model": model, "precision": PRECISION},
            "cluster": CLUSTERS[kind],
-           "strategy": {"partitioner": "balanced", "schedule": "1f1b", "stages": 4, "micro_batches": 16}}
+           "strategy": {"partitioner": "balanced", "schedule": "1f1b", "stages": 4, "micro_batch_size": MICRO_BATCH,
+                        "micro_batches": 16}}
     if backends is not None:
         exp["backends"] = backends
     name = "none" if backends is None else "-".join(backends.get("use", ["all"]))

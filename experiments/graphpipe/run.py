@@ -98,21 +98,21 @@ def main():
             for s, strat in STRATEGIES.items():
                 jobs.append((("main", m, g, s),
                              experiment(f"{m} on {g} GPUs, {s}", {"model": m}, g,
-                                        dict(strat, mini_batch=spec["mini_batch"])),
+                                        dict(strat, global_batch=spec["mini_batch"])),
                              path_of("main", m, g, s)))
     for b in branch_list:
         for s in ("graphpipe", "pipedream"):
             jobs.append((("branches", b, s),
                          experiment(f"candle-uno, {b} branches, 32 GPUs, {s}", {"model": "candle-uno", "branches": b},
-                                    32, dict(STRATEGIES[s], mini_batch=MODELS["candle-uno"]["mini_batch"])),
+                                    32, dict(STRATEGIES[s], global_batch=MODELS["candle-uno"]["mini_batch"])),
                          path_of("branches", b, s)))
     for s in ("graphpipe", "pipedream"):
         jobs.append((("case", s),
                      experiment(f"branched-transformer on 8 GPUs, {s}", {"model": "branched-transformer"}, 8,
-                                dict(STRATEGIES[s], mini_batch=32)),
+                                dict(STRATEGIES[s], global_batch=32)),
                      path_of("case", s)))
         jobs.append((("control", s),
-                     experiment(f"gpt on 8 GPUs, {s}", {"model": "gpt"}, 8, dict(STRATEGIES[s], mini_batch=32)),
+                     experiment(f"gpt on 8 GPUs, {s}", {"model": "gpt"}, 8, dict(STRATEGIES[s], global_batch=32)),
                      path_of("control", s)))
     results = pgx.run_all(jobs)
 
@@ -127,8 +127,9 @@ def main():
         size = int(r[s]["micro_batch_size"])
         jobs.append((("ablation", m),
                      experiment(f"{m} on {top} GPUs, graphpipe at micro-batch {size}",
-                                {"model": m, "micro_batch_size": size}, top,
-                                dict(STRATEGIES["graphpipe"], micro_batches=spec["mini_batch"] // size)),
+                                {"model": m}, top,
+                                dict(STRATEGIES["graphpipe"], global_batch=spec["mini_batch"],
+                                     micro_batches=spec["mini_batch"] // size)),
                      path_of("ablation", m)))
     results.update(pgx.run_all(jobs))
     write(results, gpus_list, branch_list, top, plt, dest)

@@ -101,7 +101,7 @@ def experiment(model, cluster, planner):
     m = MODELS[model]
     strategy = dict(PLANNERS[planner])
     if "micro_batches" not in strategy:
-        strategy["mini_batch"] = m["batch"] * BATCHES_PER_ITERATION
+        strategy["global_batch"] = m["batch"] * BATCHES_PER_ITERATION
     if "partitioner" not in strategy:
         strategy["partitioner"] = "uniform"  # unused by the planners; keeps the file explicit
     return {

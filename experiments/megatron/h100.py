@@ -74,7 +74,7 @@ def experiment(r):
         "name": r["id"],
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
                      "sequence": r["sequence"], "vocabulary": r["vocabulary"], "precision": "amp-bf16",
-                     "micro_batch_size": d, "kernel_fusion": "megatron", "attention": "fused",
+                     "kernel_fusion": "megatron", "attention": "fused",
                      "tied_embeddings": 0},
         "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": "h100",
                     "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
@@ -84,7 +84,7 @@ def experiment(r):
                      "stages": p, "replicas": d,
                      "allreduce": "multi-ring", "tensor_parallel": t, "sequence_parallel": t > 1,
                      "tp_overlap": t > 1, "dp_overlap": True, "gradient_reduce": "fp32",
-                     "micro_batches": micro_batches(r)},
+                     "micro_batch_size": 1, "micro_batches": micro_batches(r)},
         "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1},
     }
     if chunks(r) > 1:

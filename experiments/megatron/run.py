@@ -83,13 +83,14 @@ def experiment(r, gpu="a100"):
     b, v = micro_batch(r), r.get("v", 1)
     strategy = {"partitioner": "megatron", "schedule": "interleaved-1f1b" if v > 1 else "1f1b", "stages": p,
                 "replicas": d, "allreduce": "multi-ring", "tensor_parallel": t,
-                "sequence_parallel": bool(r["sequence_parallel"]), "micro_batches": r["batch"] // (d * b)}
+                "sequence_parallel": bool(r["sequence_parallel"]), "micro_batch_size": b,
+                "micro_batches": r["batch"] // (d * b)}
     if v > 1:
         strategy["chunks"] = v
     return {
         "name": r["id"],
         "workload": {"model": "gpt", "layers": r["layers"], "hidden": r["hidden"], "heads": r["heads"],
-                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp", "micro_batch_size": d * b,
+                     "sequence": SEQ, "vocabulary": VOCAB, "precision": "amp",
                      "kernel_fusion": "megatron"},
         "cluster": {"kind": "dgx", "nodes": gpus // 8,
                     "gpu": gpu,
@@ -104,7 +105,7 @@ def layer_probe(r, layers, gpu="a100"):
     (experiment() with d = 1 and micro-batch 1 gives 4 micro-batches of 1; here one of 4)."""
     e = experiment(dict(T4_SHAPE, id=f"{r['id']}-{layers}", layers=layers, recompute=r["recompute"],
                         sequence_parallel=r["sequence_parallel"]), gpu)
-    e["workload"]["micro_batch_size"] = T4_SHAPE["batch"]
+    e["strategy"]["micro_batch_size"] = T4_SHAPE["batch"]
     e["strategy"]["micro_batches"] = 1
     return e
 

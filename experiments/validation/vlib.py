@@ -338,9 +338,7 @@ def experiment(row, efficiency=None):
         raise MappingError(f"precision {row['precision']!r}: expected one of {', '.join(PRECISIONS)}")
     if row["metric"] not in METRICS:
         raise MappingError(f"metric {row['metric']!r}: expected one of {', '.join(METRICS)}")
-    workload = {"model": row["model"], "precision": row["precision"],
-                # dp splits each micro-batch evenly between the replicas: the global batch.
-                "micro_batch_size": int(row["batch_per_gpu"]) * int(row["gpus"])}
+    workload = {"model": row["model"], "precision": row["precision"]}
     for k, v in sorted((row.get("model_params") or {}).items()):
         workload[k] = v
     if row.get("computed_sequence"):
@@ -352,7 +350,9 @@ def experiment(row, efficiency=None):
     return {"name": f"validation {row['id']}",
             "workload": workload,
             "cluster": cluster_section(row, device_spec(row, efficiency)),
+            # dp: every GPU is a replica, so the micro-batch per replica is the batch per GPU.
             "strategy": {"partitioner": "dp", "schedule": "1f1b", "allreduce": "multi-ring",
+                         "micro_batch_size": int(row["batch_per_gpu"]),
                          "micro_batches": int(row.get("accumulation_steps", 1))},
             "memory": memory_section(row)}
 
@@ -382,7 +382,7 @@ def flops_experiment(row):
     model FLOPs per sample, forward + backward (3 x forward for weighted layers)."""
     e = experiment(row)
     e["name"] = f"validation {row['id']}: FLOPs per sample"
-    e["workload"]["micro_batch_size"] = 1
+    e["strategy"]["micro_batch_size"] = 1
     e["strategy"]["micro_batches"] = 1
     e["cluster"] = {"kind": "switch", "count": 1, "bandwidth": "1TBps", "latency": "0us",
                     "device": {"name": "gpu", "flops": "1TFLOPS", "efficiency": 1, "memory": "1000TB",

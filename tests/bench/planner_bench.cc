@@ -90,7 +90,7 @@ void luo(benchmark::State& state, fs::path profile, int batch, std::string clust
          bool baselines) {
   const std::string text = "name: bench\nworkload: {profile: " + profile.string() +
                            ", batch: " + std::to_string(batch) + "}\ncluster: " + cluster +
-                           "\nstrategy: {planner: luo, mini_batch: " + std::to_string(mini_batch) +
+                           "\nstrategy: {planner: luo, global_batch: " + std::to_string(mini_batch) +
                            ", baselines: " + (baselines ? "true" : "false") + "}\n";
   Result<Experiment> e = input::load_experiment_text(text, "bench");
   if (!e) {

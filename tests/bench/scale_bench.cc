@@ -126,7 +126,7 @@ void GraphPipeMMT32(benchmark::State& state) {
   run(state, R"(name: scale
 workload: {model: mmt, precision: fp16}
 cluster: {kind: summit, nodes: 8}
-strategy: {partitioner: graphpipe, schedule: graph-1f1b, mini_batch: 64}
+strategy: {partitioner: graphpipe, schedule: graph-1f1b, global_batch: 64}
 memory: {optimizer: mixed-adam}
 )");
 }

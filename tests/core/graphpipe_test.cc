@@ -230,6 +230,6 @@ TEST_CASE("a graphpipe mini-batch sweep is refused on its total search, before p
   Result<PreparedRun> run = prepare(e);
   REQUIRE(!run.ok());
   CHECK(run.error().message.find(
-            "mini_batch 64: graphpipe over its 7 micro-batch sizes would take about 1.79e+09 "
+            "global_batch 64: graphpipe over its 7 micro-batch sizes would take about 1.79e+09 "
             "search steps in all") != std::string::npos);
 }

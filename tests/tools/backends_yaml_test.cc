@@ -5,9 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backends.h"
+#include "core/experiment.h"
 #include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tools/input/experiment_yaml.h"
 
 using namespace pipegrid;
 using namespace pipegrid::input;
@@ -106,9 +109,9 @@ nlohmann::json plan_json(const std::string& path) {
 
 TEST_CASE("an experiment with backends: planners plan on placed costs, outputs name each layer's backend") {
   pipegrid::testing::TempDir dir;
-  const std::string base = R"(workload: {model: resnet50, precision: amp, micro_batch_size: 8}
+  const std::string base = R"(workload: {model: resnet50, precision: amp}
 cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
-strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batch_size: 8, micro_batches: 4}
 )";
   const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
   const nlohmann::json plain = plan_json(dir.write("plain.yaml", base));
@@ -139,4 +142,54 @@ strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batches: 4}
       ++named;
     }
   CHECK(named > 0);
+}
+
+TEST_CASE("prepare runs a backend placement the experiment still carries, as the loader does") {
+  const std::string base = R"(workload: {model: resnet50, precision: amp}
+cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
+strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batch_size: 8, micro_batches: 4}
+)";
+  const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
+  // The loader places up front: its experiment carries no request any more.
+  Result<Experiment> loaded =
+      load_experiment_text(base + "backends: {catalog: " + catalog + ", use: [tvm]}\n", "x.yaml");
+  REQUIRE(loaded);
+  CHECK(loaded->backends == nullptr);
+  // An experiment built in code with the request: prepare places a copy and says so.
+  Result<Experiment> plain = load_experiment_text(base, "p.yaml");
+  REQUIRE(plain);
+  Result<BackendCatalog> c = load_backend_catalog_file(catalog);
+  REQUIRE(c);
+  BackendRequest request{*c, {}, "a100.yaml", "here: backends"};
+  for (size_t b = 0; b < c->backends.size(); ++b)
+    if (c->backends[b].name == "tvm") request.allowed.push_back(static_cast<int>(b));
+  REQUIRE(request.allowed.size() == 1);
+  Experiment e = *plain;
+  e.backends = std::make_shared<const BackendRequest>(request);
+  Result<PreparedRun> by_prepare = prepare(e);
+  Result<PreparedRun> by_loader = prepare(*loaded);
+  REQUIRE(by_prepare);
+  REQUIRE(by_loader);
+  CHECK(by_loader->placed_workload == nullptr);
+  REQUIRE(by_prepare->placed_workload != nullptr);
+  for (size_t l = 0; l < by_prepare->placed_workload->layer_count(); ++l)
+    CHECK(placed_backend(by_prepare->placed_workload->layer(l)) == "tvm");
+  // The same task graph, task by task.
+  REQUIRE(by_prepare->graph.tasks.size() == by_loader->graph.tasks.size());
+  bool same = true;
+  for (size_t t = 0; t < by_loader->graph.tasks.size(); ++t)
+    same = same && by_prepare->graph.tasks[t].duration == by_loader->graph.tasks[t].duration &&
+           by_prepare->graph.tasks[t].bytes == by_loader->graph.tasks[t].bytes;
+  CHECK(same);
+  // Its errors begin with where the request was made.
+  BackendRequest none = request;
+  none.allowed.clear();
+  for (size_t b = 0; b < c->backends.size(); ++b)
+    if (c->backends[b].name == "cudnn") none.allowed.push_back(static_cast<int>(b));
+  e.backends = std::make_shared<const BackendRequest>(none);
+  Result<PreparedRun> uncovered = prepare(e);
+  REQUIRE(!uncovered);
+  CHECK(uncovered.error().message ==
+        "here: backends: no allowed backend implements layer \"input\" (kind \"input\") on device "
+        "kind \"a100\"");
 }

@@ -149,9 +149,9 @@ workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1KiB
 cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 100GBps, latency: 1us}
 )";
   auto old = run_command({PIPEGRID_BINARY, "plan", "--json",
-                          tmp.write("old.yaml", base + "strategy: {partitioner: bapipe, mini_batch: 8}\n")});
+                          tmp.write("old.yaml", base + "strategy: {partitioner: bapipe, global_batch: 8}\n")});
   auto now = run_command({PIPEGRID_BINARY, "plan", "--json",
-                          tmp.write("new.yaml", base + "strategy: {planner: bapipe, mini_batch: 8}\n")});
+                          tmp.write("new.yaml", base + "strategy: {planner: bapipe, global_batch: 8}\n")});
   REQUIRE(old.exit_code == 0);
   REQUIRE(now.exit_code == 0);
   json a = json::parse(old.out), b = json::parse(now.out);
@@ -178,10 +178,10 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
       "workload: {profile: " + profile.string() + ", batch: 32}\ncluster: {kind: summit, nodes: 2}\n";
   auto luo = run_command(
       {PIPEGRID_BINARY, "run", "--json",
-       tmp.write("luo.yaml", base + "strategy: {planner: luo, mini_batch: 64, baselines: true}\n")});
+       tmp.write("luo.yaml", base + "strategy: {planner: luo, global_batch: 64, baselines: true}\n")});
   auto plain =
       run_command({PIPEGRID_BINARY, "run", "--json",
-                   tmp.write("plain.yaml", base + "strategy: {planner: partitioner, mini_batch: 64}\n")});
+                   tmp.write("plain.yaml", base + "strategy: {planner: partitioner, global_batch: 64}\n")});
   REQUIRE(luo.exit_code == 0);
   REQUIRE(plain.exit_code == 0);
   json a = json::parse(luo.out), b = json::parse(plain.out);
@@ -195,7 +195,7 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
   // `baselines` belongs to luo.
   auto bad = run_command(
       {PIPEGRID_BINARY, "run",
-       tmp.write("bad.yaml", base + "strategy: {planner: bapipe, mini_batch: 64, baselines: false}\n")});
+       tmp.write("bad.yaml", base + "strategy: {planner: bapipe, global_batch: 64, baselines: false}\n")});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("used by the luo planner only") != std::string::npos);
 }

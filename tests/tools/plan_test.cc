@@ -20,10 +20,10 @@ TEST_CASE("pipegrid plan --json: PipeDream's answer on its VGG-16 profile, stage
   const fs::path dir = mkdtemp(tmpl);
   const std::string file = (dir / "plan.yaml").string();
   std::ofstream(file)
-      << "workload: {profile: " << profile.string() << ", micro_batch_size: 128}\n"
+      << "workload: {profile: " << profile.string() << "}\n"
       << "cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 1GBps, "
          "latency: 0s}\n"
-      << "strategy: {partitioner: pipedream, schedule: 1f1b, micro_batches: 4}\n";
+      << "strategy: {partitioner: pipedream, schedule: 1f1b, global_batch: 512, micro_batches: 4}\n";
   auto r = run_command({PIPEGRID_BINARY, "plan", file, "--json"});
   fs::remove_all(dir);
   REQUIRE(r.exit_code == 0);

@@ -32,7 +32,6 @@ TEST_CASE("the summary lists a branch stage's layers exactly and the stage graph
   const std::string e = tmp.write("g.yaml", R"(
 workload:
   name: two-branches
-  micro_batch_size: 4
   layers:
     - {name: x, kind: input, shape: [1024]}
     - {name: a1, kind: linear, in_features: 1024, out_features: 1024, inputs: [x]}
@@ -44,7 +43,7 @@ workload:
     - {name: join, kind: add, inputs: [a3, b3]}
     - {name: out, kind: linear, in_features: 1024, out_features: 1024}
 cluster: {kind: switch, count: 4, device: {name: gpu, model: v100}, bandwidth: 100GBps, latency: 1us}
-strategy: {partitioner: graphpipe, schedule: graph-1f1b, micro_batches: 8}
+strategy: {partitioner: graphpipe, schedule: graph-1f1b, global_batch: 32, micro_batches: 8}
 )");
   auto r = run_command({PIPEGRID_BINARY, "run", e});
   REQUIRE(r.exit_code == 0);
@@ -170,13 +169,13 @@ YAML::Node accuracy_file() {
 
 nlohmann::json run_json(TempDir& tmp, const std::string& device, const std::string& precision) {
   const std::string e = tmp.write(
-      "c.yaml", "workload: {model: bert-large, layers: 2, micro_batch_size: 4, precision: " + precision +
-                    "}\n" +
-                    "cluster: {kind: switch, count: 2, bandwidth: 100GBps, latency: "
-                    "1us, device: " +
-                    device +
-                    "}\n"
-                    "strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 4}\n");
+      "c.yaml",
+      "workload: {model: bert-large, layers: 2, precision: " + precision + "}\n" +
+          "cluster: {kind: switch, count: 2, bandwidth: 100GBps, latency: "
+          "1us, device: " +
+          device +
+          "}\n"
+          "strategy: {partitioner: uniform, schedule: 1f1b, micro_batch_size: 4, micro_batches: 4}\n");
   auto r = run_command({PIPEGRID_BINARY, "run", e, "--json"});
   REQUIRE(r.exit_code == 0);
   return nlohmann::json::parse(r.out)["cost_model_checks"];

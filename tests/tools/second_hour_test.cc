@@ -54,7 +54,7 @@ TEST_CASE("planners consider only micro-batch sizes that give every replica whol
   // dp on 8 devices over the divisors of 16: sizes 1, 2 and 4 would give each replica 1/8, 1/4 and
   // 1/2 sample; only 8 and 16 are whole.
   const std::string dp = t.write(
-      "dp.yaml", std::string(kChain28) + kSwitch8 + "strategy: {partitioner: dp, mini_batch: 16}\n");
+      "dp.yaml", std::string(kChain28) + kSwitch8 + "strategy: {partitioner: dp, global_batch: 16}\n");
   json j = run_json(t, dp);
   const double b = j["plan"]["micro_batch_size"].get<double>();
   CHECK((b == 8 || b == 16));
@@ -69,7 +69,7 @@ TEST_CASE("planners consider only micro-batch sizes that give every replica whol
   CHECK(left_out == 3);
   // The bapipe planner on 8 devices: every stage's replica count divides the chosen micro-batch size.
   const std::string ba = t.write(
-      "ba.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: bapipe, mini_batch: 12}\n");
+      "ba.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: bapipe, global_batch: 12}\n");
   json k = run_json(t, ba);
   const long long size = static_cast<long long>(k["plan"]["micro_batch_size"].get<double>());
   for (const json& r : k["plan"]["replicas_per_stage"]) CHECK(size % r.get<long long>() == 0);
@@ -105,7 +105,7 @@ TEST_CASE("the chosen plan, structured, in run and plan --json") {
   CHECK(p["devices_total"] == 8);
   CHECK(p["micro_batches"] == 8);
   // A planner's plan names what made it, never the strategy's default partitioner it did not use.
-  const std::string l = t.write("l.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: luo, mini_batch: 8}\n");
+  const std::string l = t.write("l.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: luo, global_batch: 8}\n");
   json lj = run_json(t, l);
   CHECK(lj["plan"]["planner"] == "luo");
   CHECK(lj["partitioner"] == lj["plan"]["partitioner"]);

@@ -54,9 +54,9 @@ def show(what, *extra):
 
 def simulate(tmp, workload, name):
     """Iteration time of a 4-GPU (A100) 1F1B pipeline, balanced stages, 4 micro-batches of 8."""
-    exp = {"name": name, "workload": {**workload, "micro_batch_size": 8},
+    exp = {"name": name, "workload": workload,
            "cluster": {"kind": "switch", "count": 4, "device": {"name": "gpu", "model": "a100", "memory": "80GiB"}, "bandwidth": "100GBps", "latency": "1us"},
-           "strategy": {"partitioner": "balanced", "schedule": "1f1b", "micro_batches": 4}}
+           "strategy": {"partitioner": "balanced", "schedule": "1f1b", "micro_batch_size": 8, "micro_batches": 4}}
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
         json.dump(exp, f)
@@ -110,10 +110,10 @@ with tempfile.TemporaryDirectory() as tmp:
               "profile: the header names the device, precision and batch")
         us = [float(x) for x in re.findall(r'(?:forward|backward): "([0-9.]+)us"', prof)]
         check(len(us) == 2 * 8 and all(u > 0 for u in us), f"profile: 8 layers timed forward and backward ({len(us)} times)")
-        exp = {"name": "profile", "workload": {"file": profile, "micro_batch_size": 4},
+        exp = {"name": "profile", "workload": {"file": profile},
                "cluster": {"kind": "switch", "count": 1, "device": {"name": "cpu", "memory": "16GiB"},
                            "bandwidth": "10GBps", "latency": "1us"},
-               "strategy": {"partitioner": "uniform", "schedule": "1f1b", "micro_batches": 1}}
+               "strategy": {"partitioner": "uniform", "schedule": "1f1b", "micro_batch_size": 4, "micro_batches": 1}}
         path = os.path.join(tmp, "exp.yaml")
         with open(path, "w") as f:
             json.dump(exp, f)

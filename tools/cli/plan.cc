@@ -28,6 +28,87 @@ struct PlanOptions {
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
+// Per stage: index, layers, devices, replicas, the planner's time per micro-batch (its own stage time
+// when it has one, else F + B of a micro-batch slice) and the predicted peak memory.
+nlohmann::json stage_rows(const Experiment& e, const PreparedRun& run, const Metrics& predicted,
+                          const std::vector<std::vector<StageCost>>& costs) {
+  const Partition& p = run.partition;
+  const PlanNotes& notes = p.plan;
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
+    for (int l : st.layers) layers.push_back(e.workload.layer(l).name);
+    double peak = 0;
+    for (int d : st.devices) {
+      devices.push_back(e.cluster.devices[d].name);
+      peak = std::max(peak, predicted.devices[d].peak_memory_bytes);
+    }
+    const double t = s < notes.predicted_stage_time_s.size()
+                         ? notes.predicted_stage_time_s[s]
+                         : costs[s].front().times.forward + costs[s].front().times.backward();
+    stages.push_back({{"index", s},
+                      {"layers", layers},
+                      {"devices", devices},
+                      {"replicas", st.replicas()},
+                      {"tensor_parallel", st.tensor_parallel},
+                      {"successors", p.successors(static_cast<int>(s))},
+                      {"predicted_time_s", t},
+                      {"predicted_peak_memory_bytes", peak}});
+  }
+  return stages;
+}
+
+// The readable plan: its shape, what chose it, the batch, the stages, the predictions and the
+// simulated time.
+void print_plan(const std::string& file, const Experiment& e, const PreparedRun& run,
+                const nlohmann::json& stages, const std::vector<std::vector<StageCost>>& costs,
+                const Metrics& predicted, const Metrics& simulated) {
+  const Partition& p = run.partition;
+  const PlanNotes& notes = p.plan;
+  fmt::print("{}\n", e.name.empty() ? file : e.name);
+  std::string per_stage;  // "2 2 2 2" devices per stage
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    per_stage += fmt::format("{}{}", s ? " " : "", p.stage(s).devices.size());
+  fmt::print("plan        {} ({}, depth {}; devices per stage {}), {} of {}\n", output::plan_shape(p),
+             output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth(), per_stage,
+             output::plural(run.micro_batches, "micro-batch", "micro-batches"),
+             output::plural(run.micro_batch_size, "sample", "samples"));
+  fmt::print("chosen by   planner {}; stages by {}; schedule {}{}\n", run.planner,
+             run.partitioner.empty() ? e.strategy.partitioner : run.partitioner, run.schedule_name,
+             e.strategy.chunks > 1 ? fmt::format(", {} chunks per rank", e.strategy.chunks) : "");
+  fmt::print("batch       {}\n", output::batch_note(run));
+  if (const Parallelism par = parallelism(p); par.tensor > 1)
+    fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
+               par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
+  if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
+    fmt::print("gradients   {}\n", how);
+  if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
+  if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
+  if (!run.exploration.empty()) fmt::print("explored    {}\n", run.exploration);
+  fmt::print("search      {}\n\n", format_time(run.planning_seconds));
+  fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory",
+             "devices | layers");
+  for (const auto& s : stages) {
+    std::string devs;
+    for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
+    const std::string layers = output::layer_list(e.workload, p.stage(s["index"].get<size_t>()).layers);
+    fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
+               format_time(s["predicted_time_s"].get<double>()),
+               format_bytes(s["predicted_peak_memory_bytes"].get<double>()), devs, layers);
+  }
+  if (notes.predicted_time_per_stage_s > 0)
+    fmt::print("\nplanner's predicted time per stage   {}\n", format_time(notes.predicted_time_per_stage_s));
+  fmt::print("analytic iteration (FIFO links)     {}\n", format_time(predicted.iteration_time_s));
+  fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n",
+             format_time(simulated.iteration_time_s),
+             100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
+  fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
+  for (const output::CostModelCheck& c : output::cost_model_checks(e, p))
+    fmt::print("cost model                          {}\n", c.note);
+  if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
+}
+
 int run(const PlanOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
@@ -52,31 +133,7 @@ int run(const PlanOptions& o) {
                   {exp->strategy.sequence_parallel, exp->strategy.tp_overlap});
   if (!costs) return bad_input(costs.error().message);
 
-  const Partition& p = run->partition;
-  const PlanNotes& notes = p.plan;
-  nlohmann::json stages = nlohmann::json::array();
-  for (size_t s = 0; s < p.stage_count(); ++s) {
-    const Stage& st = p.stage(s);
-    nlohmann::json layers = nlohmann::json::array(), devices = nlohmann::json::array();
-    for (int l : st.layers) layers.push_back(exp->workload.layer(l).name);
-    double peak = 0;
-    for (int d : st.devices) {
-      devices.push_back(exp->cluster.devices[d].name);
-      peak = std::max(peak, predicted.devices[d].peak_memory_bytes);
-    }
-    // The planner's own stage time when it has one, else F + B of a micro-batch slice.
-    const double t = s < notes.predicted_stage_time_s.size()
-                         ? notes.predicted_stage_time_s[s]
-                         : (*costs)[s].front().times.forward + (*costs)[s].front().times.backward();
-    stages.push_back({{"index", s},
-                      {"layers", layers},
-                      {"devices", devices},
-                      {"replicas", st.replicas()},
-                      {"tensor_parallel", st.tensor_parallel},
-                      {"successors", p.successors(static_cast<int>(s))},
-                      {"predicted_time_s", t},
-                      {"predicted_peak_memory_bytes", peak}});
-  }
+  const nlohmann::json stages = stage_rows(*exp, *run, predicted, *costs);
   // The shared vocabulary (output::common_json) on the simulated run, plus the planner's predictions.
   nlohmann::json j = output::common_json("plan", *exp, *run, simulated);
   for (size_t s = 0; s < stages.size(); ++s) {
@@ -89,46 +146,7 @@ int run(const PlanOptions& o) {
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  fmt::print("{}\n", exp->name.empty() ? o.file : exp->name);
-  std::string per_stage;  // "2 2 2 2" devices per stage
-  for (size_t s = 0; s < p.stage_count(); ++s)
-    per_stage += fmt::format("{}{}", s ? " " : "", p.stage(s).devices.size());
-  fmt::print("plan        {} ({}, depth {}; devices per stage {}), {} of {}\n", output::plan_shape(p),
-             output::plural(static_cast<double>(p.stage_count()), "stage", "stages"), p.depth(), per_stage,
-             output::plural(run->micro_batches, "micro-batch", "micro-batches"),
-             output::plural(run->micro_batch_size, "sample", "samples"));
-  fmt::print("chosen by   planner {}; stages by {}; schedule {}{}\n", run->planner,
-             run->partitioner.empty() ? exp->strategy.partitioner : run->partitioner, run->schedule_name,
-             exp->strategy.chunks > 1 ? fmt::format(", {} chunks per rank", exp->strategy.chunks) : "");
-  if (const Parallelism par = parallelism(p); par.tensor > 1)
-    fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
-               par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
-  if (const std::string how = output::gradients_note(*exp, p, *costs); !how.empty())
-    fmt::print("gradients   {}\n", how);
-  if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
-  if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
-  if (!run->exploration.empty()) fmt::print("explored    {}\n", run->exploration);
-  fmt::print("search      {}\n\n", format_time(run->planning_seconds));
-  fmt::print("{:<6} {:<8} {:>12} {:>12}  {}\n", "stage", "replicas", "time/micro-b", "peak memory",
-             "devices | layers");
-  for (const auto& s : stages) {
-    std::string devs, layers;
-    for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
-    layers = output::layer_list(exp->workload, p.stage(s["index"].get<size_t>()).layers);
-    fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
-               format_time(s["predicted_time_s"].get<double>()),
-               format_bytes(s["predicted_peak_memory_bytes"].get<double>()), devs, layers);
-  }
-  if (notes.predicted_time_per_stage_s > 0)
-    fmt::print("\nplanner's predicted time per stage   {}\n", format_time(notes.predicted_time_per_stage_s));
-  fmt::print("analytic iteration (FIFO links)     {}\n", format_time(predicted.iteration_time_s));
-  fmt::print("simulated iteration (SimGrid)       {}  ({:+.1f}% vs analytic)\n",
-             format_time(simulated.iteration_time_s),
-             100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
-  fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
-  for (const output::CostModelCheck& c : output::cost_model_checks(*exp, p))
-    fmt::print("cost model                          {}\n", c.note);
-  if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
+  print_plan(o.file, *exp, *run, stages, *costs, predicted, simulated);
   return kOk;
 }
 

@@ -165,7 +165,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
     d.push_back(std::to_string(c.d));
-    mbs.push_back(std::to_string(c.b * c.d));
+    mbs.push_back(std::to_string(c.b));
     m.push_back(std::to_string(c.micro_batches));
     sched.push_back(c.schedule);
     v.push_back(std::to_string(c.v));
@@ -186,7 +186,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   axis("strategy.tensor_parallel", t);
   axis("strategy.stages", p);
   axis("strategy.replicas", d);
-  axis("workload.micro_batch_size", mbs);
+  axis("strategy.micro_batch_size", mbs);
   axis("strategy.micro_batches", m);
   axis("strategy.schedule", sched);
   axis("strategy.chunks", v);

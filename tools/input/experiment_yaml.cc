@@ -25,36 +25,44 @@ std::vector<std::string_view> names_of(auto table) {
   return out;
 }
 
-std::string join_names(auto table) {
+bool is_one_of(auto table, std::string_view name) {
+  for (const auto& t : table)
+    if (t.name == name) return true;
+  return false;
+}
+
+// The names of the entries of a registry table that `has` a capability, as a message lists them:
+// "a", "a and b", "a, b and c" (`last`: " and " or " or ").
+std::string names_with(auto table, auto has, std::string_view last) {
+  std::vector<std::string_view> names;
+  for (const auto& t : table)
+    if (has(t)) names.push_back(t.name);
   std::string out;
-  for (const auto& t : table) out += fmt::format("{}{}", out.empty() ? "" : ", ", t.name);
+  for (size_t i = 0; i < names.size(); ++i)
+    out += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? last : ", ", names[i]);
   return out;
 }
 
-StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) {
-  n.require_map("a mapping describing the strategy");
-  // clang-format off
-  n.check_keys({"planner", "partitioner", "schedule", "micro_batches", "mini_batch", "stages", "chunks",
-                "schedule_file", "straight", "hierarchy", "activation_compression_ratio", "memory_constraint",
-                "linearize", "replicas", "allreduce", "baselines", "tensor_parallel", "sequence_parallel",
-                "tp_overlap", "dp_overlap", "gradient_reduce"});
-  // clang-format on
-  StrategySpec s;
-  // One model of the names: a planner decides the whole plan (stages, devices, schedule, micro-
-  // batches); a partitioner only cuts the stages, run by the default planner `partitioner` with the
-  // schedule given. A name of the other kind is pointed there instead of refused plainly.
-  const auto is_one_of = [](auto table, std::string_view name) {
-    for (const auto& t : table)
-      if (t.name == name) return true;
-    return false;
-  };
+// What a strategy's names resolve to in the registry: the parser checks each key against their
+// capabilities instead of naming them.
+struct Chosen {
+  const PlannerInfo& planner;  // the planner that runs (planner_for)
+  const PartitionStrategy& partitioner;
+  const ScheduleStrategy& schedule;
+};
+
+// `planner`, `partitioner`, `schedule`. One model of the names: a planner decides the whole plan
+// (stages, devices, schedule, micro-batches); a partitioner only cuts the stages, run by the default
+// planner `partitioner` with the schedule given. A name of the other kind is pointed there instead
+// of refused plainly.
+Chosen parse_names(const Node& n, StrategySpec& s) {
   if (auto p = n.get("planner")) {
     const std::string name = p->is_scalar() ? p->yaml().Scalar() : "";
     if (!is_one_of(planners(), name) && is_one_of(partition_strategies(), name))
       p->fail(
           fmt::format("\"{}\" is a partitioner, not a planner: write `partitioner: {}` (the default planner, "
                       "`partitioner`, runs it with the schedule given); planners: {}",
-                      name, name, join_names(planners())));
+                      name, name, join(names_of(planners()))));
     s.planner = p->choice(names_of(planners()), "a planner");
   }
   if (auto p = n.get("partitioner")) {
@@ -63,41 +71,173 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       p->fail(
           fmt::format("\"{}\" is a planner, not a partitioner: write `planner: {}` (it chooses the stages, "
                       "their devices, the schedule and the micro-batches itself); partitioners: {}",
-                      name, name, join_names(partition_strategies())));
+                      name, name, join(names_of(partition_strategies()))));
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
   }
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
     s.schedule_given = true;
   }
-  if (auto mb = n.get("mini_batch")) {
-    s.mini_batch = static_cast<int>(mb->integer(1, kMaxCount, "a positive integer"));
-    if (auto m = n.get("micro_batches"))
-      m->fail("not used with mini_batch (every micro-batch size dividing the mini-batch is tried)");
-  } else {
-    s.micro_batches = static_cast<int>(n.need("micro_batches", "a positive integer (or mini_batch)")
-                                           .integer(1, kMaxCount, "a positive integer"));
-  }
+  // The names are valid now: choice() refused any other.
+  return {**planner_for(s), **find_partitioner(s.partitioner), **find_schedule(s.schedule)};
+}
+
+// `chunks`, the model chunks per rank of the schedules that interleave them.
+void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto ch = n.get("chunks")) {
     s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
-    if (s.chunks > 1 && s.schedule != "interleaved-1f1b" && s.schedule != "file")
-      ch->fail(fmt::format("expected 1 for schedule {} (chunks need interleaved-1f1b or file), got {}",
-                           s.schedule, s.chunks));
+    if (s.chunks > 1 && !chosen.schedule.takes_chunks)
+      ch->fail(fmt::format("expected 1 for schedule {} (chunks need {}), got {}", s.schedule,
+                           names_with(
+                               schedule_strategies(), [](const auto& t) { return t.takes_chunks; }, " or "),
+                           s.chunks));
   }
   // interleaved-1f1b with one chunk per rank is 1F1B: running it so would hide a missing key.
-  if (s.schedule == "interleaved-1f1b" && s.chunks < 2) {
+  if (chosen.schedule.needs_chunks && s.chunks < 2) {
     if (auto ch = n.get("chunks"))
-      ch->fail("expected at least 2 model chunks per rank for interleaved-1f1b (with 1 it is 1f1b), got 1");
+      ch->fail(fmt::format("expected at least 2 model chunks per rank for {} (with 1 it is 1f1b), got 1",
+                           s.schedule));
     n.need("schedule", "a schedule")
         .fail(
-            "interleaved-1f1b needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is "
-            "1f1b)");
+            fmt::format("{} needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)",
+                        s.schedule));
   }
+}
+
+// The keys of the batch: strategy.global_batch (or mini_batch, its older name), strategy.micro_batch_size,
+// strategy.micro_batches, and the older workload.micro_batch_size.
+struct BatchKeys {
+  std::optional<Node> global, per_replica, count, legacy;
+};
+
+BatchKeys batch_keys(const Node& strategy, const Node& workload) {
+  BatchKeys k{strategy.get("global_batch"), strategy.get("micro_batch_size"), strategy.get("micro_batches"),
+              workload.get("micro_batch_size")};
+  if (auto mini = strategy.get("mini_batch")) {
+    if (k.global) mini->fail("the older name of global_batch, given with it: give one of them");
+    k.global = mini;
+  }
+  return k;
+}
+
+long long positive(const Node& n) {
+  return n.integer(1, kMaxCount, "a positive integer");
+}
+
+// Where the strategy's d comes from, for messages: "d = 4: strategy.replicas".
+std::string d_source(const Chosen& chosen, long long d) {
+  return chosen.partitioner.replicas == ReplicaChoice::AllDevices
+             ? fmt::format("d = {}: the {} partitioner's devices", d, chosen.partitioner.name)
+             : fmt::format("d = {}: strategy.replicas", d);
+}
+
+// workload.micro_batch_size, the samples of a micro-batch over all of a stage's replicas: kept
+// where it cannot be misread (d = 1, or a planner or partitioner that chooses each stage's
+// replicas), refused with its rewrite where the strategy fixes d > 1 (Megatron's micro-batch size,
+// which a user copies, is per replica).
+void check_legacy(const BatchKeys& k, long long d) {
+  if (!k.legacy) return;
+  const Node& n = *k.legacy;
+  if (k.per_replica)
+    n.fail(
+        "given with strategy.micro_batch_size (per replica, Megatron's --micro-batch-size): leave this one "
+        "out");
+  const long long w = positive(n);
+  if (d > 1 && w % d == 0)
+    n.fail(
+        fmt::format("{} is the samples of one micro-batch over all {} replicas of a stage; write "
+                    "strategy.micro_batch_size: {} (per replica, Megatron's --micro-batch-size)",
+                    w, d, w / d));
+  if (d > 1)
+    n.fail(
+        fmt::format("{} is the samples of one micro-batch over all {} replicas of a stage, {:g} per replica; "
+                    "write strategy.micro_batch_size, the whole samples per replica (Megatron's "
+                    "--micro-batch-size): a micro-batch is then {} times that",
+                    w, d, static_cast<double>(w) / static_cast<double>(d), d));
+  if (k.global && !k.count)
+    n.fail(fmt::format(
+        "not used with {} alone (every micro-batch size dividing it is tried): leave it out, or give "
+        "strategy.micro_batches too (micro-batches of {} / micro_batches samples)",
+        k.global->path(), k.global->path()));
+}
+
+// The batch in Megatron-LM's vocabulary (docs/experiment-files.md, "Batch"): global_batch G
+// (samples per iteration, --global-batch-size), micro_batch_size b (samples per data-parallel
+// replica and micro-batch, --micro-batch-size) and micro_batches m, with G = b d m for the d the
+// strategy fixes (fixed_replicas): any two give the third. G alone keeps the exploration of every
+// micro-batch size dividing it (StrategySpec::mini_batch). Core plans with the pipeline's
+// micro-batch, the b d samples a stage's replicas share (Experiment::micro_batch_size).
+void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e) {
+  StrategySpec& s = e.strategy;
+  const BatchKeys k = batch_keys(n, workload);
+  const long long d = fixed_replicas(s, e.cluster.devices.size());
+  check_legacy(k, d);
+  if (k.per_replica && d == 0)
+    k.per_replica->fail(fmt::format(
+        "a micro-batch per replica is not defined where {} chooses each stage's replicas: give "
+        "strategy.global_batch and strategy.micro_batches (its replicas split the pipeline's micro-batch of "
+        "global_batch / micro_batches samples)",
+        chosen.planner.runs_partitioner ? fmt::format("the {} partitioner", chosen.partitioner.name)
+                                        : fmt::format("the {} planner", chosen.planner.name)));
+  const long long g = k.global ? positive(*k.global) : 0;
+  const long long b = k.per_replica ? positive(*k.per_replica) : 0;
+  long long m = k.count ? positive(*k.count) : 0;
+  // The pipeline's micro-batch: the samples of one micro-batch over a stage's replicas (0: not given).
+  long long size = b > 0 ? b * d : k.legacy ? positive(*k.legacy) : 0;
+  if (g > 0 && m == 0 && size == 0) {
+    s.mini_batch = static_cast<int>(g);
+    return;
+  }
+  if (g == 0) {
+    m = positive(n.need("micro_batches", "a positive integer (or global_batch)"));
+  } else if (m == 0) {  // b given: check_legacy refused the older size without micro_batches
+    if (g % size != 0)
+      k.global->fail(
+          fmt::format("expected a multiple of micro_batch_size x d = {} x {} = {} ({}) for a whole number of "
+                      "micro-batches, got {}",
+                      b, d, size, d_source(chosen, d), g));
+    m = g / size;
+  } else if (size == 0) {
+    const long long per = m * std::max(1LL, d);
+    if (g % per != 0)
+      k.global->fail(
+          d > 0 ? fmt::format("expected a multiple of micro_batches x d = {} x {} = {} ({}) for whole "
+                              "samples per replica, got {}",
+                              m, d, per, d_source(chosen, d), g)
+                : fmt::format("expected a multiple of micro_batches ({}) for whole samples per "
+                              "micro-batch, got {}",
+                              m, g));
+    size = g / m;
+  } else if (g != size * m) {
+    k.global->fail(
+        b > 0 ? fmt::format("expected micro_batch_size x d x micro_batches = {} x {} x {} = {} ({}), got {}",
+                            b, d, m, size * m, d_source(chosen, d), g)
+              : fmt::format("expected workload.micro_batch_size x micro_batches = {} x {} = {}, got {}", size,
+                            m, size * m, g));
+  }
+  s.micro_batches = static_cast<int>(m);
+  if (size > 0 && !(k.legacy && b == 0)) e.micro_batch_size = static_cast<double>(size);
+}
+
+// Where a key is used by the default planner's partitioners with a capability only.
+std::string used_by_partitioners(auto has) {
+  return fmt::format("used by the {} partitioners", names_with(partition_strategies(), has, " and "));
+}
+std::string used_by_planners(auto has) {
+  return fmt::format("used by the {} planner", names_with(planners(), has, " and "));
+}
+
+// The devices of a stage: `replicas` (d), `allreduce`, `tensor_parallel` (t) with
+// `sequence_parallel` and `tp_overlap`.
+void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
+  const auto given = [](const PartitionStrategy& p) { return p.replicas == ReplicaChoice::Given; };
+  const auto runs_partitioner = [](const PlannerInfo& p) { return p.runs_partitioner; };
   if (auto r = n.get("replicas")) {
     s.replicas = static_cast<int>(r->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
-        s.partitioner != "megatron")
-      r->fail(fmt::format("used by the uniform and balanced partitioners, not {}", s.partitioner));
+    if (s.replicas > 1 && !given(chosen.partitioner))
+      r->fail(fmt::format("{}, not {}", used_by_partitioners(given), s.partitioner));
+    if (s.replicas > 1 && !chosen.planner.runs_partitioner)
+      r->fail(fmt::format("{}, not {}", used_by_planners(runs_partitioner), chosen.planner.name));
     if (static_cast<size_t>(s.replicas) > c.devices.size())
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
                           c.devices.size(), c.devices.size(), s.replicas));
@@ -106,11 +246,12 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
     s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring"}, "an all-reduce"));
   if (auto t = n.get("tensor_parallel")) {
     s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
-    if (s.tensor_parallel > 1 && s.partitioner != "uniform" && s.partitioner != "balanced" &&
-        s.partitioner != "megatron")
-      t->fail(fmt::format("used by the megatron, uniform and balanced partitioners, not {}", s.partitioner));
-    if (s.tensor_parallel > 1 && !s.planner.empty() && s.planner != "partitioner")
-      t->fail(fmt::format("used by the partitioner planner, not {}", s.planner));
+    if (s.tensor_parallel > 1 && !chosen.partitioner.takes_tensor_parallel)
+      t->fail(fmt::format("{}, not {}",
+                          used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
+                          s.partitioner));
+    if (s.tensor_parallel > 1 && !chosen.planner.runs_partitioner)
+      t->fail(fmt::format("{}, not {}", used_by_planners(runs_partitioner), chosen.planner.name));
     if (static_cast<size_t>(s.tensor_parallel) * s.replicas > c.devices.size())
       t->fail(
           fmt::format("expected at most {} devices per stage (the cluster has {}), got {} replicas x "
@@ -125,39 +266,43 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
             fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
       (std::string_view(key) == "sequence_parallel" ? s.sequence_parallel : s.tp_overlap) = on;
     }
-  if (auto st = n.get("stages")) {
-    s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
-    if (s.replicas > 1 && s.tensor_parallel == 1 &&
-        static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
-                           c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
-    if (s.tensor_parallel > 1 &&
-        static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
-      st->fail(
-          fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
-                      "devices), got {}",
-                      c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
-                      c.devices.size(), s.stages));
-    if (static_cast<size_t>(s.stages) > c.devices.size())
-      st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}",
-                           c.devices.size(), c.devices.size(), s.stages));
-    if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
-      st->fail(
-          s.chunks == 1
-              ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
-                            w.layer_count(), w.layer_count(), s.stages)
-              : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
-                            w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
-  }
-  // Data-parallel gradients (core/lower.h): overlapped with the first stage's last backward, and
-  // reduced in another precision than the workload's.
+}
+
+// `stages`: the pipeline ranks, within the devices and the layers.
+void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Cluster& c) {
+  auto st = n.get("stages");
+  if (!st) return;
+  s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
+  if (s.replicas > 1 && s.tensor_parallel == 1 &&
+      static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
+    st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
+                         c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
+  if (s.tensor_parallel > 1 &&
+      static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
+    st->fail(
+        fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} (the cluster has {} "
+                    "devices), got {}",
+                    c.devices.size() / (s.replicas * s.tensor_parallel), s.replicas, s.tensor_parallel,
+                    c.devices.size(), s.stages));
+  if (static_cast<size_t>(s.stages) > c.devices.size())
+    st->fail(fmt::format("expected at most {} stages (the cluster has {} devices), got {}", c.devices.size(),
+                         c.devices.size(), s.stages));
+  if (static_cast<size_t>(s.stages) * s.chunks > w.layer_count())
+    st->fail(s.chunks == 1
+                 ? fmt::format("expected at most {} stages (the workload has {} layers), got {}",
+                               w.layer_count(), w.layer_count(), s.stages)
+                 : fmt::format("expected at most {} stages of {} chunks (the workload has {} layers), got {}",
+                               w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
+}
+
+// Data-parallel gradients (core/lower.h): `dp_overlap`, overlapped with the first stage's last
+// backward, and `gradient_reduce`, reduced in another precision than the workload's.
+void parse_gradients(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto b = n.get("dp_overlap")) {
     s.dp_overlap = b->boolean();
     // Where `replicas` alone decides the replication (the other partitioners and planners choose it).
-    const bool default_planner = s.planner.empty() || s.planner == "partitioner";
-    const bool by_replicas =
-        s.partitioner == "uniform" || s.partitioner == "balanced" || s.partitioner == "megatron";
-    if (s.dp_overlap && default_planner && by_replicas && s.replicas <= 1)
+    if (s.dp_overlap && chosen.planner.runs_partitioner &&
+        chosen.partitioner.replicas == ReplicaChoice::Given && s.replicas <= 1)
       b->fail(
           fmt::format("expected false without replicas > 1 (the {} partitioner then replicates no stage: "
                       "no gradient is all-reduced), got true",
@@ -168,15 +313,44 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
         g->choice({"fp32", "bf16", "fp16"}, "the precision the data-parallel gradients are reduced in");
     s.gradient_reduce_bytes = p == "fp32" ? 4 : 2;
   }
-  // Partitioner settings (PipeDream's command-line options).
+}
+
+// `hierarchy`: PipeDream's machine levels, innermost first.
+void parse_hierarchy(const Node& h, StrategySpec& s, const Cluster& c) {
+  long long machines = 1;
+  const std::vector<Node> levels =
+      h.items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const Node& level = levels[i];
+    level.require_map("a level: {workers: N, bandwidth: B}");
+    level.check_keys({"workers", "bandwidth"});
+    const int workers = static_cast<int>(
+        level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
+    const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
+                          .quantity(Dimension::Bandwidth, Sign::Positive);
+    s.partitioner_options.hierarchy.emplace_back(workers, bw);
+    // Checked level by level: the product stays below kMaxCount^2 (no overflow).
+    machines *= workers;
+    if (machines > static_cast<long long>(c.devices.size()))
+      h.fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}{}",
+                         c.devices.size(), c.devices.size(), machines,
+                         i + 1 < levels.size() ? " or more" : ""));
+  }
+}
+
+// Planner and partitioner settings: PipeDream's command-line options, luo's `baselines`.
+void parse_planner_settings(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
   if (auto v = n.get("memory_constraint")) s.partitioner_options.memory_constraint = v->boolean();
   if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
   if (auto v = n.get("baselines")) {
     s.planner_baselines = v->boolean();
-    if (s.planner != "luo")
-      v->fail(fmt::format("used by the luo planner only (planner: luo), not {}",
+    if (!chosen.planner.takes_baselines) {
+      const auto takes = [](const auto& p) { return p.takes_baselines; };
+      v->fail(fmt::format("{} only (planner: {}), not {}", used_by_planners(takes),
+                          names_with(planners(), takes, " or planner: "),
                           s.planner.empty() ? "the default planner" : s.planner));
+    }
   }
   if (auto v = n.get("activation_compression_ratio")) {
     if (v->is_scalar() && v->yaml().Scalar() == "none") {
@@ -187,37 +361,45 @@ StrategySpec parse_strategy(const Node& n, const Workload& w, const Cluster& c) 
       s.partitioner_options.activation_compression_ratio = r;
     }
   }
-  if (auto h = n.get("hierarchy")) {
-    long long machines = 1;
-    const std::vector<Node> levels =
-        h->items("a list of levels, innermost first, like [{workers: 4, bandwidth: 25GBps}]");
-    for (size_t i = 0; i < levels.size(); ++i) {
-      const Node& level = levels[i];
-      level.require_map("a level: {workers: N, bandwidth: B}");
-      level.check_keys({"workers", "bandwidth"});
-      const int workers = static_cast<int>(
-          level.need("workers", "a positive integer").integer(1, kMaxCount, "a positive integer"));
-      const double bw = level.need("bandwidth", describe(Dimension::Bandwidth, "positive"))
-                            .quantity(Dimension::Bandwidth, Sign::Positive);
-      s.partitioner_options.hierarchy.emplace_back(workers, bw);
-      // Checked level by level: the product stays below kMaxCount^2 (no overflow).
-      machines *= workers;
-      if (machines > static_cast<long long>(c.devices.size()))
-        h->fail(fmt::format("expected at most {} machines in all (the cluster has {} devices), got {}{}",
-                            c.devices.size(), c.devices.size(), machines,
-                            i + 1 < levels.size() ? " or more" : ""));
-    }
-  }
+  if (auto h = n.get("hierarchy")) parse_hierarchy(*h, s, c);
+}
+
+// `schedule_file`, the CSV that a schedule reading one runs.
+void parse_schedule_file(const Node& n, StrategySpec& s, const Chosen& chosen) {
   if (auto f = n.get("schedule_file")) {
-    if (s.schedule != "file")
-      f->fail(fmt::format("only used with schedule: file (the schedule is {})", s.schedule));
+    if (!chosen.schedule.reads_file)
+      f->fail(fmt::format(
+          "only used with schedule: {} (the schedule is {})",
+          names_with(
+              schedule_strategies(), [](const auto& t) { return t.reads_file; }, " or schedule: "),
+          s.schedule));
     const std::string path = resolve_path(f->document(), f->string("a path to a CSV schedule"));
     s.schedule_text = read_referenced_file(*f, path);
     s.schedule_source = path;
-  } else if (s.schedule == "file") {
-    n.need("schedule_file", "a path to a CSV schedule (schedule: file reads it)");
+  } else if (chosen.schedule.reads_file) {
+    n.need("schedule_file", fmt::format("a path to a CSV schedule (schedule: {} reads it)", s.schedule));
   }
-  return s;
+}
+
+// The `strategy` section, in named steps; the batch keys (parse_batch) also read the workload's.
+void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
+  n.require_map("a mapping describing the strategy");
+  // clang-format off
+  n.check_keys({"planner", "partitioner", "schedule", "global_batch", "micro_batch_size", "micro_batches",
+                "mini_batch", "stages", "chunks", "schedule_file", "straight", "hierarchy",
+                "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
+                "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
+                "gradient_reduce"});
+  // clang-format on
+  StrategySpec& s = e.strategy;
+  const Chosen chosen = parse_names(n, s);
+  parse_chunks(n, s, chosen);
+  parse_replication(n, s, chosen, e.cluster);
+  parse_stages(n, s, e.workload, e.cluster);
+  parse_gradients(n, s, chosen);
+  parse_planner_settings(n, s, chosen, e.cluster);
+  parse_schedule_file(n, s, chosen);
+  parse_batch(n, workload, chosen, e);
 }
 
 MemoryOptions parse_memory(const Node& n) {
@@ -253,58 +435,30 @@ MemoryOptions parse_memory(const Node& n) {
   return m;
 }
 
-// `backends: FILE` or `backends: {catalog: FILE, use: [names]}`: places the workload's layers on
-// the catalog's backends for the cluster's device kind and replaces their costs by the placed
-// times (core/backends.h).
-void apply_backends(const Node& n, Experiment& e) {
+// `backends: FILE` or `backends: {catalog: FILE, use: [names]}`: the catalog and the backends the
+// placement may use, for place_backends (core/experiment.h) to place the workload's layers on.
+BackendRequest parse_backends(const Node& n) {
   const Node c = n.is_map() ? n.need("catalog", "a backend catalog file (YAML)") : n;
   if (n.is_map())
     n.check_keys({"catalog", "use"});
   else if (!n.is_scalar())
     n.expected("a backend catalog file, or a mapping with catalog and use");
-  const std::string file = c.string("a backend catalog file (YAML)");
-  const std::string path = resolve_path(c.document(), file);
+  BackendRequest r;
+  r.catalog_name = c.string("a backend catalog file (YAML)");
+  r.where = n.where();
+  const std::string path = resolve_path(c.document(), r.catalog_name);
   const Document doc = load_document_text(read_referenced_file(c, path), path);
-  const BackendCatalog catalog = parse_backend_catalog(Node::root(doc));
-  PlacementOptions o;
+  r.catalog = parse_backend_catalog(Node::root(doc));
   if (auto u = n.is_map() ? n.get("use") : std::nullopt) {
     std::vector<std::string_view> names;
-    for (const Backend& b : catalog.backends) names.push_back(b.name);
+    for (const Backend& b : r.catalog.backends) names.push_back(b.name);
     for (const Node& i : u->items("a list of backend names")) {
-      const std::string name = i.choice(names, fmt::format("a backend of {}", file));
-      o.allowed.push_back(static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin()));
+      const std::string name = i.choice(names, fmt::format("a backend of {}", r.catalog_name));
+      r.allowed.push_back(static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin()));
     }
-    if (o.allowed.empty()) u->expected("a non-empty list of backend names");
+    if (r.allowed.empty()) u->expected("a non-empty list of backend names");
   }
-  // The device kind: the cluster's, which the catalog must cover (one kind: a layer carries measured
-  // times for one device kind).
-  const DeviceSpec* device = nullptr;
-  for (const Device& d : e.cluster.devices) {
-    const bool covered = std::any_of(catalog.backends.begin(), catalog.backends.end(),
-                                     [&](const Backend& b) { return b.device_kind == d.spec.kind; });
-    if (!covered) continue;
-    if (device && device->kind != d.spec.kind)
-      n.fail(
-          fmt::format("the cluster has devices of kinds \"{}\" and \"{}\" with backends in {}; placement "
-                      "supports one device kind per experiment",
-                      device->kind, d.spec.kind, file));
-    device = &d.spec;
-  }
-  if (!device) n.fail(fmt::format("no backend of {} runs on the cluster's device kinds", file));
-  if (!o.allowed.empty()) {
-    std::vector<int> kept;
-    for (int b : o.allowed)
-      if (catalog.backends[b].device_kind == device->kind) kept.push_back(b);
-    if (kept.empty())
-      n.fail(fmt::format("none of the backends in `use` runs on device kind \"{}\"", device->kind));
-    o.allowed = kept;
-  }
-  o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
-  auto placed = place(e.workload, catalog, *device, o);
-  if (!placed) n.fail(placed.error().message);
-  auto w = apply_placement(e.workload, *placed, catalog, *device, o);
-  if (!w) n.fail(w.error().message);
-  e.workload = std::move(*w);
+  return r;
 }
 
 }  // namespace
@@ -317,13 +471,15 @@ Experiment parse_experiment(const Document& doc) {
   root.check_keys({"name", "workload", "cluster", "strategy", "memory", "backends"});
   Experiment e;
   if (auto n = root.get("name")) e.name = n->string("a name");
-  e.workload = parse_workload(root.need("workload", "a mapping describing the workload"));
+  const Node workload = root.need("workload", "a mapping describing the workload");
+  e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
-  e.strategy =
-      parse_strategy(root.need("strategy", "a mapping describing the strategy"), e.workload, e.cluster);
+  parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e);
   if (auto m = root.get("memory")) e.memory = parse_memory(*m);
-  if (auto b = root.get("backends")) apply_backends(*b, e);
+  if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
+  // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
+  if (Status s = place_backends(e); !s) throw InputError(s.error().message);
   return e;
 }
 

@@ -18,7 +18,8 @@ Result<Experiment> load_experiment_text(const std::string& text, const std::stri
                                         const std::vector<std::string>& overrides = {});
 
 struct Document;
-// Reads an experiment document whose tree may have been changed (overrides, sweep points); throws
+// Reads an experiment document whose tree may have been changed (overrides, sweep points) and runs
+// its backend placement (place_backends: the workload returned is the placed one); throws
 // InputError.
 Experiment parse_experiment(const Document& doc);
 

@@ -241,9 +241,13 @@ Node Node::root(const Document& doc) {
   return Node(&doc, doc.root, "", m);
 }
 
+std::string Node::where() const {
+  if (path_.empty()) return location(*doc_, mark_);
+  return fmt::format("{}: {}", location(*doc_, mark_), path_);
+}
+
 void Node::fail(std::string_view what) const {
-  if (path_.empty()) throw InputError(fmt::format("{}: {}", location(*doc_, mark_), what));
-  throw InputError(fmt::format("{}: {}: {}", location(*doc_, mark_), path_, what));
+  throw InputError(fmt::format("{}: {}", where(), what));
 }
 
 void Node::expected(std::string_view expectation) const {

@@ -71,6 +71,8 @@ class Node {
   YAML::Mark mark() const { return mark_; }
   const Document& document() const { return *doc_; }
 
+  // "file:line:column: path" (without the path at the root): what fail() puts before its message.
+  std::string where() const;
   // "file:line:column: path: what"
   [[noreturn]] void fail(std::string_view what) const;
   // "...: expected <expectation>, got <found()>"

@@ -195,6 +195,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   fmt::print(out, "  strategy   {} + {}, {} of {}\n", strategy_label(e, r.run), r.run.schedule_name,
              plural(r.run.micro_batches, "micro-batch", "micro-batches"),
              plural(r.run.micro_batch_size, "sample", "samples"));
+  fmt::print(out, "  batch      {}\n", batch_note(r.run));
   const Parallelism par = parallelism(r.run.partition);
   if (par.tensor > 1)
     fmt::print(out, "  parallel   t = {} (tensor{}{}), p = {} (pipeline stages{}), d = {} (data)\n",
@@ -379,6 +380,65 @@ std::string gradients_note(const Experiment& e, const Partition& p,
   return how;
 }
 
+namespace {
+
+// A stage property with the same value on every stage, or 0 where the stages differ.
+int same_on_every_stage(const Partition& p, int (*of)(const Stage&)) {
+  int value = 0;
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const int v = of(p.stage(s));
+    if (s > 0 && v != value) return 0;
+    value = v;
+  }
+  return value;
+}
+int replicas_of(const Stage& st) {
+  return st.replicas();
+}
+int tensor_of(const Stage& st) {
+  return st.tensor_parallel;
+}
+
+// "d = 4", or "d = 1 to 4 by stage" where the stages differ.
+std::string degree(const Partition& p, std::string_view name, int (*of)(const Stage&)) {
+  if (const int v = same_on_every_stage(p, of); v > 0) return fmt::format("{} = {}", name, v);
+  int lo = of(p.stage(0)), hi = lo;
+  for (size_t s = 1; s < p.stage_count(); ++s) {
+    lo = std::min(lo, of(p.stage(s)));
+    hi = std::max(hi, of(p.stage(s)));
+  }
+  return fmt::format("{} = {} to {} by stage", name, lo, hi);
+}
+
+}  // namespace
+
+std::string batch_note(const PreparedRun& run) {
+  const Partition& p = run.partition;
+  const double global = run.micro_batch_size * run.micro_batches;
+  const std::string m = plural(run.micro_batches, "micro-batch", "micro-batches");
+  const std::string degrees = fmt::format("{}, p = {}, {}", degree(p, "t", tensor_of),
+                                          parallelism(p).pipeline, degree(p, "d", replicas_of));
+  const int d = same_on_every_stage(p, replicas_of);
+  if (d == 0)
+    return fmt::format("global batch {} = {} x {}, split between each stage's replicas; {}", global, m,
+                       plural(run.micro_batch_size, "sample", "samples"), degrees);
+  return fmt::format("global batch {} = {} x {} x {} per replica; {}", global, m,
+                     plural(d, "replica", "replicas"), plural(run.micro_batch_size / d, "sample", "samples"),
+                     degrees);
+}
+
+nlohmann::json batch_json(const PreparedRun& run) {
+  const Partition& p = run.partition;
+  const int d = same_on_every_stage(p, replicas_of), t = same_on_every_stage(p, tensor_of);
+  const auto or_null = [](int v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"global_batch", json_number(run.micro_batch_size * run.micro_batches)},
+          {"micro_batch_size_per_replica", d > 0 ? json_number(run.micro_batch_size / d) : nlohmann::json()},
+          {"micro_batches", run.micro_batches},
+          {"tensor_parallel", or_null(t)},
+          {"pipeline_parallel", parallelism(p).pipeline},
+          {"data_parallel", or_null(d)}};
+}
+
 std::string plan_shape(const Partition& p) {
   size_t most = 0;
   for (size_t s = 0; s < p.stage_count(); ++s) most = std::max(most, p.stage(s).devices.size());
@@ -443,6 +503,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["schedule"] = run.schedule_name;
   j["micro_batch_size"] = json_number(run.micro_batch_size);
   j["micro_batches"] = run.micro_batches;
+  j["batch"] = batch_json(run);
   j["samples_per_iteration"] = json_number(m.samples_per_iteration);
   j["depth"] = run.partition.depth();
   j["cost_model_checks"] = cost_model_checks_json(cost_model_checks(e, run.partition));

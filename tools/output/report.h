@@ -57,7 +57,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec);
 nlohmann::json hardware_json(const Cluster& c);
 
 // What run and plan share: schema_version, pipegrid_version, command, experiment, hardware,
-// planner, partitioner, schedule, micro_batch_size, micro_batches, samples_per_iteration, depth,
+// planner, partitioner, schedule, micro_batch_size, micro_batches, batch, samples_per_iteration, depth,
 // stages, iteration_time_s, throughput_samples_per_s, bubble_ratio, peak_memory_bytes, feasible,
 // infeasible, planner_summary, predicted_time_per_stage_s, predicted_stage_time_s, exploration,
 // added_dependencies, planning_seconds, devices (the simulated metrics of `metrics`).
@@ -72,6 +72,17 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
 // (each {what, micro_batch_size, micro_batches, stages, fits, outcome, analytic_iteration_time_s,
 // judged_iteration_time_s}; planners that explore fill it).
 nlohmann::json plan_json(const Experiment& e, const PreparedRun& run);
+
+// The batch as Megatron-LM states it (docs/experiment-files.md, "Batch"), for the `batch` line of
+// run and plan: the global batch = micro-batches x replicas x samples per replica where every stage
+// has the same d (else the micro-batch its stages' replicas split), then t, p, d ("1 to 4 by stage"
+// where stages differ).
+std::string batch_note(const PreparedRun& run);
+
+// The same as JSON (common_json's `batch`): global_batch, micro_batch_size_per_replica (null where
+// the stages' d differ), micro_batches, tensor_parallel (null where the stages' t differ),
+// pipeline_parallel, data_parallel (null where the stages' d differ).
+nlohmann::json batch_json(const PreparedRun& run);
 
 // "one device", "data-parallel", "pipeline", "stage DAG", "pipeline of replicated stages", ...
 std::string plan_shape(const Partition& p);
