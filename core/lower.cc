@@ -140,6 +140,7 @@ class Lowering {
   // The last compute task of every (stage, replica, pass, micro-batch); under tensor parallelism or
   // bucketed overlap, head_ holds the first (a pass is then several tasks).
   std::vector<int32_t> slot_, head_;
+  std::vector<int32_t> pair_head_;  // per backward slot: the first task of the forward it is paired with
   std::vector<int32_t> last_backward_;  // last B or W of each (stage, replica)
   // Bucketed overlap: where the first stage's last backward (B, or W when split) sits on each of its
   // devices (device, action index), and the tasks after which its buckets are ready there.
@@ -187,12 +188,13 @@ class Lowering {
   void count_pipeline_transfers();
   void reserve();
   void add_compute_tasks();
-  void add_pass(size_t d, size_t action);
+  int32_t add_pass(size_t d, size_t action, std::vector<int32_t>& order);
+  void feed_backward(int32_t from, int32_t into, int s, int j, int k);
   Status add_pipeline_transfers();
   void add_group_collectives();
   void add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members);
   void add_data_parallel_collectives();
-  void reduce_gradients(size_t s, const std::vector<int>& positions, double bytes, bool bucketed);
+  void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed);
   void add_optimizer_steps();
 };
 
@@ -303,15 +305,47 @@ void Lowering::reserve() {
   if (multi_task_passes()) head_.assign(slot_.size(), -1);
 }
 
-// Compute tasks in device order, with their memory effects.
+// Compute tasks in device order, with their memory effects. An overlapped pair (Schedule::paired)
+// interleaves its forward's and backward's tasks, and its backward's inputs gate the forward too.
 void Lowering::add_compute_tasks() {
-  for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
-    for (size_t action = 0; action < sched_.device_actions[d].size(); ++action) add_pass(d, action);
+  std::vector<int32_t> f, b;
+  for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d) {
+    auto& order = g_.device_order[d];
+    const auto& acts = sched_.device_actions[d];
+    for (size_t action = 0; action < acts.size(); ++action) {
+      if (!sched_.is_paired(d, action) || action + 1 >= acts.size()) {
+        add_pass(d, action, order);
+        continue;
+      }
+      f.clear();
+      b.clear();
+      const int32_t f_first = add_pass(d, action, f);
+      add_pass(d, action + 1, b);
+      for (size_t x = 0; x < std::max(f.size(), b.size()); ++x) {
+        if (x < f.size()) order.push_back(f[x]);
+        if (x < b.size()) order.push_back(b[x]);
+      }
+      const Action& back = acts[action + 1];
+      if (pair_head_.empty()) pair_head_.assign(slot_.size(), -1);
+      pair_head_[slot_index(back.stage, replica_of(back.stage, d), back.pass, back.micro_batch)] = f_first;
+      ++action;
+    }
+  }
+}
+
+// What feeds the backward of (stage s, replica j, micro-batch k) after `from`: the backward's first
+// task, and the forward it is paired with.
+void Lowering::feed_backward(int32_t from, int32_t into, int s, int j, int k) {
+  g_.depend(from, into);
+  if (pair_head_.empty()) return;
+  const int32_t f = pair_head_[slot_index(s, j, Pass::Backward, k)];
+  if (f >= 0) g_.depend(from, f);
 }
 
 // One action of device d: its compute task (under tensor parallelism its pieces; under bucketed
 // overlap the first stage's last backward in two), room for the transfers it sends, and its memory.
-void Lowering::add_pass(size_t d, size_t action) {
+// The tasks go to `order` in the device's order; returns the first.
+int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order) {
   const Action& a = sched_.device_actions[d][action];
   const int j = replica_of(a.stage, d);
   const StageCost& sc = cost(a.stage, j);
@@ -327,7 +361,7 @@ void Lowering::add_pass(size_t d, size_t action) {
       t.duration = tp_prog->compute[piece];
       const int32_t id = g_.add(t);
       if (first < 0) first = id;
-      g_.device_order[d].push_back(id);
+      order.push_back(id);
     }
   }
   switch (a.pass) {
@@ -349,7 +383,7 @@ void Lowering::add_pass(size_t d, size_t action) {
     t.duration -= head_piece.duration;
     const int32_t piece = g_.add(head_piece);
     if (first < 0) first = piece;
-    g_.device_order[d].push_back(piece);
+    order.push_back(piece);
     dp_piece_[j].push_back(piece);
   }
   const int32_t id = g_.add(t);
@@ -366,7 +400,7 @@ void Lowering::add_pass(size_t d, size_t action) {
                                                  : 0;
   for (int32_t x = 0; x < out; ++x) g_.add(Task{});  // its transfers, filled in later
   reserved_ += out;
-  g_.device_order[d].push_back(id);
+  order.push_back(id);
   // Memory: F stashes; B re-materialises what was recomputed and holds its workspace; the
   // activations go when the last backward pass of the micro-batch (B, or W when split) ends.
   // Allocations when the pass starts (its first task), frees when it ends (its last).
@@ -382,6 +416,7 @@ void Lowering::add_pass(size_t d, size_t action) {
   const bool frees = sched_.split_backward ? a.pass == Pass::Weight : a.pass == Pass::Backward;
   if (frees) change(MemoryCategory::Activations, true, -(sc.stash_bytes + sc.recompute_bytes));
   if (a.pass != Pass::Forward) last_backward_[rep_index(a.stage, j)] = id;
+  return first;
 }
 
 // Activations forward, gradients backward, between stages, each in the place its producer left.
@@ -409,6 +444,7 @@ Status Lowering::add_pipeline_transfers() {
       bo = ++backward_offset[rep_index(t, ji)];
     }
     for (int k = 0; k < m_; ++k) {
+      if (!p_.stage(s).runs(k, m_)) continue;  // DualPipe: the other pipeline's micro-batch
       const int32_t f_src = slot_of(si, ii, Pass::Forward, k);
       int32_t f_dst = slot_of(t, ji, Pass::Forward, k);
       const int32_t b_src = slot_of(t, ji, Pass::Backward, k);
@@ -423,7 +459,7 @@ Status Lowering::add_pipeline_transfers() {
       }
       if (from[i] == to[j]) {
         g_.depend(f_src, f_dst);
-        g_.depend(b_src, b_dst);
+        feed_backward(b_src, b_dst, si, ii, k);
         continue;
       }
       Task act{TaskKind::Transfer, TransferKind::Activation, si, t, k, from[i], to[j], 0, bytes * share};
@@ -433,7 +469,7 @@ Status Lowering::add_pipeline_transfers() {
       Task grad{TaskKind::Transfer, TransferKind::Gradient, t, si, k, to[j], from[i], 0, bytes * share};
       const int32_t b = place(t, ji, Pass::Backward, k, bo, grad);
       g_.depend(b_src, b);
-      g_.depend(b, b_dst);
+      feed_backward(b, b_dst, si, ii, k);
     }
   });
   if (missing > 0 || placed != reserved_)
@@ -541,45 +577,53 @@ void Lowering::add_data_parallel_collectives() {
       step_parameters_[all[j]] += o_.memory.zero1 ? dense / r + sc.expert_parameters / edp
                                                   : dense + sc.expert_parameters;
     }
+    // DualPipe's second pipeline reduces with its mirror (below, from the mirror's side).
+    if (stage.mirror >= 0 && stage.mirror < static_cast<int>(s)) continue;
+    const Stage* mirror = stage.mirror >= 0 ? &p_.stage(static_cast<size_t>(stage.mirror)) : nullptr;
     // Dense gradients: each rank of the tensor-parallel groups with the same rank of the other
-    // replicas (every device of the stage when there is no tensor parallelism).
+    // replicas (every device of the stage when there is no tensor parallelism), and of the mirror.
     for (int q = 0; q < T; ++q) {
-      std::vector<int> positions(r);
-      for (int j = 0; j < r; ++j) positions[j] = j * T + q;
+      std::vector<std::pair<int, int>> members;
+      for (int j = 0; j < r; ++j) members.emplace_back(static_cast<int>(s), j * T + q);
+      if (mirror)
+        for (int j = 0; j < mirror->replicas(); ++j) members.emplace_back(stage.mirror, j * T + q);
       const StageCost& sq = cost(s, q);
       const double params = sq.parameters - sq.expert_parameters;
       const double bytes = o_.gradient_reduce_bytes > 0 ? params * o_.gradient_reduce_bytes
                                                         : sq.parameter_bytes - sq.expert_parameter_bytes;
-      reduce_gradients(s, positions, bytes, bucketed_ && s == 0 && buckets_ > 1);
+      reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && !mirror);
     }
     // Expert gradients: over the expert data-parallel group (same expert tensor- and expert-parallel
     // rank), after the last backward, in one piece.
     const int inner = stage.expert_parallel * stage.expert_tensor_parallel;
     for (int c = 0; c < inner && cost(s, 0).expert_parameters > 0; ++c) {
-      std::vector<int> positions(edp);
-      for (int j = 0; j < edp; ++j) positions[j] = j * inner + c;
+      std::vector<std::pair<int, int>> members;
+      for (int j = 0; j < edp; ++j) members.emplace_back(static_cast<int>(s), j * inner + c);
+      if (mirror)
+        for (int j = 0; j < edp; ++j) members.emplace_back(stage.mirror, j * inner + c);
       const StageCost& sq = cost(s, c);
       const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
                                                         : sq.expert_parameter_bytes;
-      reduce_gradients(s, positions, bytes, false);
+      reduce_gradients(members, bytes, false);
     }
   }
 }
 
-// The gradient reduction of `bytes` among stage s's positions, after their last backward (bucketed:
+// The gradient reduction of `bytes` among `members` (stage, position), after their last backward (bucketed:
 // buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count()). With
 // dp_overlap under ZeRO-1 it is the distributed optimizer's reduce-scatter (the parameter all-gather
 // taken as hidden behind the next forward), else an all-reduce. A device's optimizer step waits for it.
-void Lowering::reduce_gradients(size_t s, const std::vector<int>& positions, double bytes, bool bucketed) {
+void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed) {
   const CollectiveKind kind = o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter
                                                                  : CollectiveKind::AllReduce;
-  const auto& all = p_.stage(s).devices;
-  const size_t r = positions.size();
+  const size_t r = members.size();
+  const int32_t stage = members.front().first;
   std::vector<int> devs(r);
   std::vector<int32_t> ready(r);
   for (size_t j = 0; j < r; ++j) {
-    devs[j] = all[static_cast<size_t>(positions[j])];
-    ready[j] = last_backward_[rep_index(static_cast<int>(s), positions[j])];
+    const auto [s, position] = members[j];
+    devs[j] = p_.stage(static_cast<size_t>(s)).devices[static_cast<size_t>(position)];
+    ready[j] = last_backward_[rep_index(s, position)];
   }
   if (r == 1) {
     if (ready[0] >= 0) step_inputs_[devs[0]].push_back(ready[0]);
@@ -588,9 +632,10 @@ void Lowering::reduce_gradients(size_t s, const std::vector<int>& positions, dou
   const int k_count = bucketed ? 2 : 1;
   for (int k = 0; k < k_count; ++k) {
     if (k_count > 1)
-      for (size_t j = 0; j < r; ++j) ready[j] = dp_piece_[static_cast<size_t>(positions[j])][static_cast<size_t>(k)];
+      for (size_t j = 0; j < r; ++j)
+        ready[j] = dp_piece_[static_cast<size_t>(members[j].second)][static_cast<size_t>(k)];
     const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
-    auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, static_cast<int32_t>(s));
+    auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, stage);
     for (size_t j = 0; j < r; ++j) step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
   }
 }

@@ -49,6 +49,31 @@ void add_sequence_edges(Partition& p) {
     if (!boost::edge(s, s + 1, p.graph).second) boost::add_edge(s, s + 1, StageEdge{0}, p.graph);
 }
 
+Partition dualpipe_pipelines(const Partition& chain) {
+  const size_t N = chain.stage_count();
+  Partition out;
+  out.plan = chain.plan;
+  for (size_t s = 0; s < N; ++s) {
+    Stage st = chain.stage(s);
+    st.route = 1;
+    st.mirror = static_cast<int>(N + s);
+    boost::add_vertex(st, out.graph);
+  }
+  for (size_t j = 0; j < N; ++j) {
+    Stage st = chain.stage(j);
+    st.devices = chain.stage(N - 1 - j).devices;
+    st.route = 2;
+    st.mirror = static_cast<int>(j);
+    boost::add_vertex(st, out.graph);
+  }
+  for (auto [it, end] = boost::edges(chain.graph); it != end; ++it) {
+    const size_t a = boost::source(*it, chain.graph), b = boost::target(*it, chain.graph);
+    boost::add_edge(a, b, chain.graph[*it], out.graph);
+    boost::add_edge(N + a, N + b, chain.graph[*it], out.graph);
+  }
+  return out;
+}
+
 double replica_overlap(int i, int n, int j, int m) {
   const double lo = std::max(static_cast<double>(i) / n, static_cast<double>(j) / m);
   const double hi = std::min(static_cast<double>(i + 1) / n, static_cast<double>(j + 1) / m);

@@ -21,6 +21,15 @@ struct Stage {
   // The MoE blocks' expert parallelism over the same devices (core/moe.h): expert-parallel and expert
   // tensor-parallel sizes; ep x etp divides devices.size(). 1 and 1 without MoE.
   int expert_parallel = 1, expert_tensor_parallel = 1;
+  // The micro-batches the stage runs: 0 every one; 1 the first half (0 .. m/2 - 1); 2 the second half
+  // (DualPipe's two pipelines, core/schedules/dualpipe.cc).
+  int route = 0;
+  // A stage holding a copy of another stage's layers (DualPipe's second pipeline): the index of that
+  // stage; their gradients are reduced together. -1: none.
+  int mirror = -1;
+  bool runs(int micro_batch, int micro_batches) const {
+    return route == 0 || (route == 1) == (micro_batch < micro_batches / 2);
+  }
   int replicas() const { return static_cast<int>(devices.size()) / tensor_parallel; }
   // A pass of the stage runs as compute pieces separated by group collectives (stage_costs' programs).
   bool grouped() const { return tensor_parallel > 1 || expert_parallel > 1 || expert_tensor_parallel > 1; }
@@ -78,5 +87,10 @@ double replica_overlap(int i, int n, int j, int m);
 // consecutive stages have no data edge (a linearised multi-branch model), so the stages run as
 // the chain that sequential pipeline parallelism (PipeDream, GPipe, Megatron) executes.
 void add_sequence_edges(Partition& p);
+
+// DualPipe's two pipelines from a chain of N stages on N ranks: stages 0 .. N - 1 the chain running
+// the first half of the micro-batches, stages N .. 2N - 1 a copy of it running the second half in the
+// other direction (stage N + j holds stage j's layers on the devices of stage N - 1 - j, its mirror).
+Partition dualpipe_pipelines(const Partition& chain);
 
 }  // namespace pipegrid

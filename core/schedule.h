@@ -38,6 +38,13 @@ struct SourcePosition {
 struct Schedule {
   std::vector<std::vector<Action>> device_actions;  // indexed by cluster device index
   bool split_backward = false;                      // B is the input gradient only; W actions follow
+  // paired[d][i] = 1: device d's action i (a forward) and action i + 1 (a backward of another
+  // micro-batch) run as one overlapped unit (DualPipe's F&B chunks, Megatron-Core's
+  // --overlap-moe-expert-parallel-comm): the unit starts once both have their inputs, and on stages
+  // whose passes are pieces separated by collectives the two interleave (F piece, B piece, ...), so
+  // that one's collectives run beside the other's compute. Empty: no pairs.
+  std::vector<std::vector<char>> paired;
+  bool is_paired(size_t d, size_t i) const { return d < paired.size() && i < paired[d].size() && paired[d][i]; }
   // For schedules read from a file: its name and each action's position (same shape as
   // device_actions); empty otherwise.
   std::string source;

@@ -117,6 +117,15 @@ Result<Schedule> schedule_zb_h1(const ScheduleRequest& r);
 Result<Schedule> schedule_zb_h2(const ScheduleRequest& r);
 Result<Schedule> schedule_file(const ScheduleRequest& r);
 Result<Schedule> schedule_graph_1f1b(const ScheduleRequest& r);
+Result<Schedule> schedule_dualpipe(const ScheduleRequest& r);
+Result<Schedule> schedule_dualpipev(const ScheduleRequest& r);
+
+// The ranks of a V-placed partition (dualpipev): 2N stages, stage s and 2N - 1 - s on the same
+// devices. Fails otherwise.
+Result<int> v_ranks(const Partition& p, std::string_view schedule_name);
+// The ranks of DualPipe's two pipelines (dualpipe_pipelines): a V placement of 2N stages whose first
+// N run the first half of the micro-batches as a chain and the last N, their mirrors, the second.
+Result<int> dualpipe_ranks(const Partition& p, int micro_batches, std::string_view schedule_name);
 
 // Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
 // the stage; fails if a device hosts more than one stage.

@@ -94,6 +94,12 @@ class ScheduleCheck {
       return fail(d, i,
                   fmt::format("{} names micro-batch {}, but there are {} micro-batches", to_string(a),
                               a.micro_batch, m_));
+    if (!p_.stage(a.stage).runs(a.micro_batch, m_))
+      return fail(d, i,
+                  fmt::format("{}: stage {} runs the {} half of the {} micro-batches (DualPipe's two "
+                              "pipelines), not micro-batch {}",
+                              to_string(a), a.stage, p_.stage(a.stage).route == 1 ? "first" : "second", m_,
+                              a.micro_batch));
     if (a.pass == Pass::Weight && !s_.split_backward)
       return fail(d, i,
                   fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
@@ -120,7 +126,7 @@ class ScheduleCheck {
       const int stage = hosted_[d][h];
       for (int k = 0; k < m_; ++k) {
         const int have = seen_[h * static_cast<size_t>(m_) + static_cast<size_t>(k)];
-        if (have == want) continue;
+        if (have == want || !p_.stage(stage).runs(k, m_)) continue;
         Pass miss = !(have & 1) ? Pass::Forward : !(have & 2) ? Pass::Backward : Pass::Weight;
         return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names_[d], stage,
                                  to_string(Action{stage, miss, k}))};

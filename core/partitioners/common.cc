@@ -26,17 +26,25 @@ Status check_stage_count(const PartitionRequest& r) {
   return {};
 }
 
+int rank_of_stage(int s, int ranks, int stages, std::string_view schedule) {
+  if (schedule == "dualpipev" && stages == 2 * ranks) return s < ranks ? s : 2 * ranks - 1 - s;
+  return s % ranks;
+}
+
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds) {
   std::vector<std::pair<int, int>> ranges;
   std::vector<std::vector<int>> devices;
+  const int stages = static_cast<int>(bounds.size()) - 1;
   for (size_t s = 0; s + 1 < bounds.size(); ++s) {
     ranges.emplace_back(bounds[s], bounds[s + 1]);
-    const int rank = static_cast<int>(s) % r.stages;
+    const int rank = rank_of_stage(static_cast<int>(s), r.stages, stages, r.schedule);
     devices.emplace_back();
     for (int j = 0; j < r.replicas; ++j) devices.back().push_back(rank * r.replicas + j);
   }
-  return contiguous_stages(r.workload, order, ranges, devices, r.cluster.devices.size());
+  Result<Partition> p = contiguous_stages(r.workload, order, ranges, devices, r.cluster.devices.size());
+  if (p && r.schedule == "dualpipe") return dualpipe_pipelines(*p);
+  return p;
 }
 
 Result<Partition> contiguous_stages(const Workload& w, const std::vector<int>& order,

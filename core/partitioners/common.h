@@ -10,9 +10,14 @@ namespace pipegrid {
 // Fails unless 1 <= r.stages x r.replicas <= devices, r.chunks >= 1 and r.stages x r.chunks <= layers.
 Status check_stage_count(const PartitionRequest& r);
 
-// Stage i = layers order[bounds[i] .. bounds[i+1]) on rank i mod r.stages (rank i without
-// interleaving), rank q being devices q r.replicas .. q r.replicas + r.replicas - 1; consecutive
-// stages form a chain (add_sequence_edges).
+// The rank of stage s of `stages` on `ranks` ranks: s mod ranks (Megatron's interleaving), or for
+// the dualpipev schedule the V: stage s and stage 2 ranks - 1 - s on rank s.
+int rank_of_stage(int s, int ranks, int stages, std::string_view schedule);
+
+// Stage i = layers order[bounds[i] .. bounds[i+1]) on rank_of_stage(i) (rank i without interleaving),
+// rank q being devices q r.replicas .. q r.replicas + r.replicas - 1; consecutive stages form a chain
+// (add_sequence_edges). For the dualpipe schedule, that chain and its mirror copy
+// (dualpipe_pipelines).
 Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vector<int>& order,
                                        const std::vector<int>& bounds);
 

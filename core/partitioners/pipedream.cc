@@ -307,14 +307,14 @@ class Solver {
 
 // The planning graph of a workload: without its "Input" sources (they go to the first stage and are
 // not planned) and its "__getitem__" sinks (dropped, then given to the last stage).
-struct Planned {
+struct PipeDreamPlanned {
   Graph g;
   std::vector<int> getitem;
   int first_source = -1;
 };
 
-Result<Planned> planning_graph(const Workload& w) {
-  Planned p;
+Result<PipeDreamPlanned> planning_graph(const Workload& w) {
+  PipeDreamPlanned p;
   Graph& g = p.g;
   g.n = w.layer_count();
   g.alive.assign(g.n, 1);
@@ -508,7 +508,7 @@ class PipeDreamSearch {
  public:
   PipeDreamSearch(const Workload& w, const std::vector<double>& time_s,
                   const std::vector<double>& activation_bytes, const PipeDreamOptions& o,
-                  const Planned& planned, States states)
+                  const PipeDreamPlanned& planned, States states)
       : w_(w), o_(o), planned_(planned), g_(planned.g), st_(std::move(states)), S_(st_.covers.size()) {
     ct_.assign(S_, 0);
     act_.assign(S_, 0);
@@ -541,7 +541,7 @@ class PipeDreamSearch {
 
   const Workload& w_;
   const PipeDreamOptions& o_;
-  const Planned& planned_;
+  const PipeDreamPlanned& planned_;
   const Graph& g_;
   const States st_;
   const size_t S_;
@@ -717,7 +717,7 @@ Result<PipeDreamPlan> plan_pipedream(const Workload& w, const std::vector<double
   for (const PipeDreamLevel& l : o.levels)
     if (l.machines < 1 || !(l.bandwidth > 0))
       return Error{"pipedream: every level needs machines >= 1 and a bandwidth"};
-  Result<Planned> planned = planning_graph(w);
+  Result<PipeDreamPlanned> planned = planning_graph(w);
   if (!planned) return planned.error();
   // States: PipeDream's antichain DAG, or the prefixes of a topological order when linearised.
   bool linear = o.linearize;

@@ -24,7 +24,7 @@ namespace {
 constexpr size_t kPiperJudged = 3;
 // Stage options the DP may evaluate for one micro-batching; above, a located refusal instead of a
 // search of minutes (the DP is blocks^2 x stages x devices x (t, d) options).
-constexpr double kMaxSteps = 4e9;
+constexpr double kPiperMaxSteps = 4e9;
 
 bool splits(TensorSplitKind k) {
   return k == TensorSplitKind::Transformer || k == TensorSplitKind::VocabEmbedding ||
@@ -274,12 +274,12 @@ const Place& PiperProgramme::place_of(int a, int t, int d) {
 Status PiperProgramme::check_size() const {
   const double steps =
       0.5 * B_ * (B_ + 1.0) * (cap_ + 1.0) * (D_ + 1.0) * static_cast<double>(options_.size());
-  if (steps > kMaxSteps)
+  if (steps > kPiperMaxSteps)
     return Error{
         fmt::format("piper: the search is too large ({} blocks, {} devices, {} (t, d) options, up to "
                     "{} stages after: about {:.3g} stage options, above {:.3g}); plan fewer devices "
                     "or micro-batches",
-                    B_, D_, options_.size(), cap_, steps, kMaxSteps)};
+                    B_, D_, options_.size(), cap_, steps, kPiperMaxSteps)};
   return {};
 }
 

@@ -109,6 +109,7 @@ TEST_CASE("every registered schedule simulates for p in 1..8, m in 1..3p, with e
   for (const ScheduleStrategy& s : schedule_strategies()) {
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 3 * p; ++m) {
+        if (!schedule_takes(std::string(s.name), p, m)) continue;
         Run r = simulate(schedule_experiment(std::string(s.name), p, m, fast(p)));
         INFO(s.name << " p=" << p << " m=" << m);
         for (size_t t = 0; t < r.timeline.end.size(); ++t) REQUIRE(r.timeline.end[t] >= r.timeline.start[t]);
@@ -124,7 +125,8 @@ TEST_CASE("every registered schedule simulates for p in 1..8, m in 1..3p, with e
 
 TEST_CASE("round trip: each schedule exported as CSV and replayed with `file` gives the same timeline") {
   for (const ScheduleStrategy& s : schedule_strategies()) {
-    if (s.name == "file") continue;
+    // A CSV has no notation for DualPipe's overlapped F&B pairs nor for its two pipelines.
+    if (s.name == "file" || s.name == "dualpipe" || s.name == "dualpipev") continue;
     for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 5}}) {
       const int chunks = s.name == "interleaved-1f1b" ? 2 : 1;
       Experiment original = schedule_experiment(std::string(s.name), p, m,

@@ -92,13 +92,21 @@ inline Experiment chain_experiment(int p, int m, double tf, double tbw, const st
   return e;
 }
 
+// Whether schedule `name` takes p ranks and m micro-batches: DualPipe (as DeepSeek's reference
+// asserts) needs p and m even and m >= 2p, DualPipeV m >= 2p; the others take any.
+inline bool schedule_takes(const std::string& name, int p, int m) {
+  if (name == "dualpipe") return p % 2 == 0 && m % 2 == 0 && m >= 2 * p;
+  if (name == "dualpipev") return m >= 2 * p;
+  return true;
+}
+
 // An experiment that exercises schedule `name` on p devices and m micro-batches: a chain of
 // p x chunks layers (T_F, T_B, T_W per rank's share), chunks for interleaved-1f1b, and for `file`
 // the CSV of 1f1b's schedule.
 inline Experiment schedule_experiment(const std::string& name, int p, int m, Cluster cluster, int chunks = 2,
                                       double tf = 1e-3, double tb = 1e-3, double tw = 1e-3,
                                       double activation = 1024) {
-  const int v = name == "interleaved-1f1b" ? chunks : 1;
+  const int v = name == "interleaved-1f1b" ? chunks : name == "dualpipev" ? 2 : 1;
   ChainSpec c;
   c.layers = p * v;
   c.forward_s = tf / v;

@@ -91,7 +91,10 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
              "devices | layers");
   for (const auto& s : stages) {
     std::string devs;
-    for (const auto& d : s["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
+    for (const auto& d : s["devices"]) {  // not `a + b` into devs: GCC 12's -Wrestrict misfires (bug 105329)
+      if (!devs.empty()) devs += ',';
+      devs += d.get<std::string>();
+    }
     const std::string layers = output::layer_list(e.workload, p.stage(s["index"].get<size_t>()).layers);
     fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
                format_time(s["predicted_time_s"].get<double>()),
