@@ -119,9 +119,10 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
       const int32_t p = waited[cur];
       if (p < 0 || !(t.end[p] > from) || g.tasks[p].is_compute()) break;
       const Task& x = g.tasks[p];
-      double& part = x.transfer == TransferKind::TensorParallel ? b.tensor_parallel_s
-                     : x.transfer == TransferKind::DataParallel    ? b.data_parallel_s
-                                                                : b.pipeline_s;
+      double& part = x.transfer == TransferKind::TensorParallel   ? b.tensor_parallel_s
+                     : x.transfer == TransferKind::DataParallel   ? b.data_parallel_s
+                     : x.transfer == TransferKind::ExpertParallel ? b.expert_parallel_s
+                                                                  : b.pipeline_s;
       const double begin = std::max(from, t.start[p]);
       part += until - begin;
       until = begin;
@@ -150,10 +151,12 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     m.breakdown.pipeline_s += dm.breakdown.pipeline_s;
     m.breakdown.data_parallel_s += dm.breakdown.data_parallel_s;
     m.breakdown.bubble_s += dm.breakdown.bubble_s;
+    m.breakdown.expert_parallel_s += dm.breakdown.expert_parallel_s;
   }
   if (used > 0)
     for (double* x : {&m.breakdown.compute_s, &m.breakdown.optimizer_s, &m.breakdown.tensor_parallel_s,
-                      &m.breakdown.pipeline_s, &m.breakdown.data_parallel_s, &m.breakdown.bubble_s})
+                      &m.breakdown.pipeline_s, &m.breakdown.data_parallel_s, &m.breakdown.bubble_s,
+                      &m.breakdown.expert_parallel_s})
       *x /= used;
   double idle = 0, all = 0;
   for (const DeviceMetrics& dm : m.devices) {

@@ -56,6 +56,12 @@ std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep) {
   return loads;
 }
 
+double routed_experts(const Workload& w) {
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return w.layer(i).split.moe.experts;
+  return 0;
+}
+
 double load_imbalance(const std::vector<double>& loads) {
   if (loads.empty()) return 1;
   const double mean = std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(loads.size());

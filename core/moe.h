@@ -58,6 +58,9 @@ std::vector<double> zipf_shares(int experts, double exponent);
 // dropped, so the fractions sum to less than 1). Balanced and dropless: exactly 1 / ep each.
 std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
 
+// The routed experts of a workload's MoE blocks (0: none; the zoo's MoE models have one count).
+double routed_experts(const Workload& w);
+
 // The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
 double load_imbalance(const std::vector<double>& loads);
 

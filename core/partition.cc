@@ -129,6 +129,8 @@ Parallelism parallelism(const Partition& p) {
     const Stage& st = p.stage(s);
     out.tensor = std::max(out.tensor, st.tensor_parallel);
     out.data = std::max(out.data, st.replicas());
+    out.expert = std::max(out.expert, st.expert_parallel);
+    out.expert_tensor = std::max(out.expert_tensor, st.expert_tensor_parallel);
     if (std::find(ranks.begin(), ranks.end(), st.devices) == ranks.end()) ranks.push_back(st.devices);
   }
   out.pipeline = std::max<int>(1, static_cast<int>(ranks.size()));

@@ -68,6 +68,7 @@ struct Partition {
 // ranks: the distinct device sets of the stages), chunks (stages per rank), d (the most replicas).
 struct Parallelism {
   int tensor = 1, pipeline = 1, chunks = 1, data = 1;
+  int expert = 1, expert_tensor = 1;  // the MoE stages' (1: none)
 };
 Parallelism parallelism(const Partition& p);
 

@@ -49,6 +49,9 @@ struct StrategySpec {
   int expert_parallel = 1;
   int expert_tensor_parallel = 0;
   MoeOptions moe;
+  // Megatron-Core's --overlap-moe-expert-parallel-comm: each forward followed by a backward of another
+  // micro-batch runs with it as one overlapped pair (Schedule::paired).
+  bool moe_overlap = false;
   // Data-parallel gradients: reduced in buckets during the first stage's last backward (Megatron-LM's
   // --overlap-grad-reduce; LoweringOptions::dp_overlap), and in this many bytes per parameter (0: the
   // workload's element size).

@@ -133,4 +133,18 @@ std::string to_text(const Schedule& s, const std::vector<std::string>& names) {
   return out;
 }
 
+void pair_forward_backward(Schedule& s) {
+  s.paired.resize(s.device_actions.size());
+  for (size_t d = 0; d < s.device_actions.size(); ++d) {
+    const auto& a = s.device_actions[d];
+    s.paired[d].resize(a.size(), 0);
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i].pass == Pass::Forward && a[i + 1].pass == Pass::Backward && a[i].micro_batch != a[i + 1].micro_batch &&
+          !(i > 0 && s.paired[d][i - 1])) {
+        s.paired[d][i] = 1;
+        ++i;
+      }
+  }
+}
+
 }  // namespace pipegrid

@@ -54,6 +54,11 @@ struct Schedule {
   std::string location(size_t device, size_t index) const;
 };
 
+// Megatron-Core's --overlap-moe-expert-parallel-comm: on each device, every forward directly
+// followed by a backward of another micro-batch forms an overlapped pair with it (Schedule::paired);
+// the pairs of a schedule that has them already are kept.
+void pair_forward_backward(Schedule& s);
+
 // One line per device that has actions: "<name>: 0F0 0F1 ... 0B7".
 std::string to_text(const Schedule& s, const std::vector<std::string>& device_names);
 

@@ -15,13 +15,13 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
   const std::vector<int> order = topological_order(r.workload);
   std::vector<int> blocks;  // positions in `order` of the transformer blocks
   for (size_t i = 0; i < order.size(); ++i)
-    if (r.workload.layer(order[i]).split.kind == TensorSplitKind::Transformer)
+    if (is_block(r.workload.layer(order[i]).split.kind))
       blocks.push_back(static_cast<int>(i));
   const int stages = r.stages * r.chunks;
   const int n = static_cast<int>(blocks.size());
   if (n == 0)
     return Error{fmt::format(
-        "the megatron partitioner splits transformer blocks, and workload \"{}\" has none", r.workload.name)};
+        "the megatron partitioner splits transformer (or MoE) blocks, and workload \"{}\" has none", r.workload.name)};
   if (n % stages != 0)
     return Error{
         fmt::format("the megatron partitioner needs the {} transformer blocks to be a multiple of the {} "

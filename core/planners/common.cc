@@ -99,6 +99,7 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();
   plan.schedule = std::move(*sched);
+  if (s.moe_overlap) pair_forward_backward(plan.schedule);
   return plan;
 }
 

@@ -46,15 +46,6 @@ struct Replayed {
   Metrics metrics;
 };
 
-nlohmann::json breakdown_json(const TimeBreakdown& b) {
-  return {{"compute_s", b.compute_s},
-          {"optimizer_s", b.optimizer_s},
-          {"tensor_parallel_s", b.tensor_parallel_s},
-          {"pipeline_s", b.pipeline_s},
-          {"data_parallel_s", b.data_parallel_s},
-          {"bubble_s", b.bubble_s}};
-}
-
 nlohmann::json candidate_json(const Search3dCandidate& c) {
   return {{"t", c.t},
           {"p", c.p},
@@ -70,7 +61,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
           {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
           {"analytic_mfu", c.mfu},
           {"peak_memory_bytes", c.peak_memory_bytes},
-          {"analytic_breakdown", breakdown_json(c.breakdown)}};
+          {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
 }
 
 // One candidate replayed in SimGrid, as a child process sends it back.
@@ -297,7 +288,7 @@ void print_json(const Found& f) {
     x["simulated_iteration_time_s"] = r.simulated_s;
     x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
     x["simulated_mfu"] = f.mfu(r.simulated_s);
-    x["simulated_breakdown"] = breakdown_json(r.metrics.breakdown);
+    x["simulated_breakdown"] = output::breakdown_json(r.metrics.breakdown);
     sim.push_back(x);
   }
   j["simgrid_ranking"] = sim;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +270,81 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
     }
 }
 
+// `routing`: balanced, {zipf: s}, or a list of each expert's share of the token copies.
+std::vector<double> parse_routing(const Node& r, double experts) {
+  if (r.is_scalar()) {
+    r.choice({"balanced"}, "a routing (balanced, {zipf: exponent} or a list of shares)");
+    return {};
+  }
+  if (r.is_map()) {
+    r.check_keys({"zipf"});
+    const Node z = r.need("zipf", "the exponent of a Zipf law over the experts (0: balanced)");
+    const double s = z.number("an exponent >= 0");
+    if (!(s >= 0) || s > 100) z.expected("an exponent from 0 to 100");
+    return zipf_shares(static_cast<int>(experts), s);
+  }
+  std::vector<double> shares;
+  for (const Node& x : r.items("a list of each expert's share of the token copies")) {
+    const double v = x.number("a share from 0 to 1");
+    if (!(v >= 0 && v <= 1)) x.expected("a share from 0 to 1");
+    shares.push_back(v);
+  }
+  if (shares.size() != static_cast<size_t>(experts))
+    r.fail(fmt::format("expected {:g} shares (one per expert of the workload's MoE blocks), got {}", experts,
+                       shares.size()));
+  double total = 0;
+  for (double v : shares) total += v;
+  if (std::abs(total - 1) > 1e-6) r.fail(fmt::format("expected shares summing to 1, got a sum of {:.6g}", total));
+  return shares;
+}
+
+// Expert parallelism of the MoE blocks (core/moe.h): `expert_parallel`, `expert_tensor_parallel` and
+// the `moe` options (dispatcher, capacity factor, routing, overlap of the all-to-alls).
+void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
+  const double experts = routed_experts(w);
+  auto needs_moe = [&](const Node& x) {
+    if (experts == 0)
+      x.fail(fmt::format("the workload \"{}\" has no mixture-of-experts block (models mixtral-8x7b, "
+                         "qwen3-30b-a3b, deepseek-v3, ...)",
+                         w.name));
+  };
+  if (auto e = n.get("expert_parallel")) {
+    s.expert_parallel = static_cast<int>(e->integer(1, kMaxCount, "a positive integer"));
+    if (s.expert_parallel > 1) {
+      needs_moe(*e);
+      if (!chosen.partitioner.takes_tensor_parallel || !chosen.planner.runs_partitioner)
+        e->fail(fmt::format("{}, not {}",
+                            used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
+                            chosen.planner.runs_partitioner ? s.partitioner : std::string(chosen.planner.name)));
+      if (std::fmod(experts, s.expert_parallel) != 0)
+        e->fail(fmt::format("expected a divisor of the {:g} experts (each device holds E / ep), got {}", experts,
+                            s.expert_parallel));
+      if (static_cast<size_t>(s.expert_parallel) > c.devices.size())
+        e->expected(fmt::format("at most the cluster's {} devices", c.devices.size()));
+    }
+  }
+  if (auto e = n.get("expert_tensor_parallel")) {
+    needs_moe(*e);
+    s.expert_tensor_parallel = static_cast<int>(e->integer(1, kMaxCount, "a positive integer"));
+  }
+  auto m = n.get("moe");
+  if (!m) return;
+  needs_moe(*m);
+  m->require_map("a mapping of MoE options (dispatcher, capacity_factor, routing, overlap)");
+  m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap"});
+  if (auto d = m->get("dispatcher"))
+    s.moe.dispatcher = d->choice({"alltoall", "allgather"}, "a token dispatcher") == "allgather"
+                           ? MoeDispatcher::AllGather
+                           : MoeDispatcher::AllToAll;
+  if (auto f = m->get("capacity_factor")) {
+    s.moe.capacity_factor = f->number("a capacity factor > 0 (none: dropless)");
+    if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts)
+      f->expected(fmt::format("a capacity factor above 0 and at most the {:g} experts", experts));
+  }
+  if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts);
+  if (auto o = m->get("overlap")) s.moe_overlap = o->boolean();
+}
+
 // `stages`: the pipeline ranks, within the devices and the layers.
 void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Cluster& c) {
   auto st = n.get("stages");
@@ -389,13 +466,14 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
                 "mini_batch", "stages", "chunks", "schedule_file", "straight", "hierarchy",
                 "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
-                "gradient_reduce"});
+                "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
   parse_chunks(n, s, chosen);
   parse_replication(n, s, chosen, e.cluster);
   parse_stages(n, s, e.workload, e.cluster);
+  parse_experts(n, s, chosen, e.workload, e.cluster);
   parse_gradients(n, s, chosen);
   parse_planner_settings(n, s, chosen, e.cluster);
   parse_schedule_file(n, s, chosen);

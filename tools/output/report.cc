@@ -68,6 +68,33 @@ std::string task_name(const Task& t) {
 
 }  // namespace
 
+nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts) {
+  nlohmann::json j{{"compute_s", b.compute_s},   {"tensor_parallel_s", b.tensor_parallel_s},
+                   {"pipeline_s", b.pipeline_s}, {"data_parallel_s", b.data_parallel_s},
+                   {"bubble_s", b.bubble_s},     {"optimizer_s", b.optimizer_s}};
+  if (experts) j["expert_parallel_s"] = b.expert_parallel_s;
+  return j;
+}
+
+std::string moe_note(const Experiment& e, const Partition& p) {
+  const Parallelism par = parallelism(p);
+  const int experts = static_cast<int>(routed_experts(e.workload));
+  const std::vector<double> loads = expert_loads(e.strategy.moe, experts, par.expert);
+  double kept = 0;
+  for (double x : loads) kept += x;
+  std::string routing = e.strategy.moe.expert_shares.empty() ? "balanced routing" : "routing as given";
+  if (e.strategy.moe.capacity_factor > 0)
+    routing += fmt::format(", capacity factor {:g} ({} of the token copies dropped)", e.strategy.moe.capacity_factor,
+                           percent(1 - kept));
+  else
+    routing += ", dropless";
+  return fmt::format("{} per device (ep {}, etp {}), {} dispatcher{}; {}; load imbalance {:.3g} (the busiest "
+                     "expert-parallel rank's tokens over the mean)",
+                     experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher),
+                     e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "",
+                     routing, load_imbalance(loads));
+}
+
 std::string plural(double count, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", count, count == 1 ? one : many);
 }
@@ -240,15 +267,17 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
              percent(m.bubble_ratio));
-  if (par.tensor > 1) {
+  if (par.tensor > 1 || par.expert > 1) {
     const TimeBreakdown& b = m.breakdown;
+    const std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
     fmt::print(
         out,
-        "time per device  compute {}, exposed TP {}, pipeline comm {}, data-parallel comm {}, bubble {}, "
+        "time per device  compute {}, exposed TP {}{}, pipeline comm {}, data-parallel comm {}, bubble {}, "
         "optimizer {} (means over the devices in use)\n",
-        format_time(b.compute_s), format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+        format_time(b.compute_s), format_time(b.tensor_parallel_s), ep, format_time(b.pipeline_s),
         format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
   }
+  if (par.expert > 1) fmt::print(out, "experts          {}\n", moe_note(e, r.run.partition));
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
     fmt::print(out, "cost model       {}\n", c.note);
   fmt::print(out, "\n");
@@ -542,14 +571,18 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
     if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
                                  e.memory.recompute, {e.strategy.sequence_parallel, e.strategy.tp_overlap}))
-      j["parallelism"]["dp_buckets"] =
-          dp_buckets((*costs)[0].front().parameters, run.partition.stage(0).replicas());
-  auto breakdown_json = [](const TimeBreakdown& b) {
-    return nlohmann::json{{"compute_s", b.compute_s},   {"tensor_parallel_s", b.tensor_parallel_s},
-                          {"pipeline_s", b.pipeline_s}, {"data_parallel_s", b.data_parallel_s},
-                          {"bubble_s", b.bubble_s},     {"optimizer_s", b.optimizer_s}};
-  };
-  j["breakdown"] = breakdown_json(m.breakdown);
+      j["parallelism"]["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
+                                                  run.partition.stage(0).replicas());
+  const Parallelism moe_par = parallelism(run.partition);
+  const bool moe = moe_par.expert > 1;
+  j["breakdown"] = breakdown_json(m.breakdown, moe);
+  if (moe)
+    j["parallelism"]["experts"] = {{"expert_parallel", moe_par.expert},
+                                   {"expert_tensor_parallel", moe_par.expert_tensor},
+                                   {"dispatcher", std::string(to_string(e.strategy.moe.dispatcher))},
+                                   {"capacity_factor", e.strategy.moe.capacity_factor},
+                                   {"overlap", e.strategy.moe_overlap},
+                                   {"load_imbalance", load_imbalance(expert_loads(e.strategy.moe, static_cast<int>(routed_experts(e.workload)), moe_par.expert))}};
   j["iteration_time_s"] = m.iteration_time_s;
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;
@@ -583,7 +616,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                        {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
                        {"static_memory_bytes", json_number(d.static_bytes)},
                        {"capacity_bytes", json_number(d.capacity_bytes)},
-                       {"breakdown", breakdown_json(d.breakdown)}});
+                       {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1)}});
   }
   j["devices"] = devices;
   j["plan"] = plan_json(e, run);

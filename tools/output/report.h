@@ -26,6 +26,12 @@ void print_summary(std::ostream& out, const RunReport& r);
 // "1 stage", "2 stages"; `count` may be fractional ("1.5 samples").
 std::string plural(double count, std::string_view one, std::string_view many);
 
+// A breakdown's seconds by part; `experts` adds the exposed expert-parallel communication (MoE runs).
+nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts = false);
+
+// One line on a MoE run's experts: per device, ep, etp, dispatcher, routing, drops, load imbalance.
+std::string moe_note(const Experiment& e, const Partition& p);
+
 // A stage's layers, exactly: names and ranges of consecutive layers (in the workload's order),
 // e.g. "node9..node12, node20, node31..node33 (8 layers)"; a single layer is its name.
 std::string layer_list(const Workload& w, const std::vector<int>& layers);
