@@ -36,7 +36,8 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
           return fmt::format("gradient {}->{} of micro-batch {}, {}->{}", t.stage, t.peer_stage,
                              t.micro_batch, name(t.device), name(t.peer));
         case TransferKind::TensorParallel:
-          return fmt::format("tensor-parallel collective of stage {}, micro-batch {}, {}->{}", t.stage,
+        case TransferKind::ExpertParallel:
+          return fmt::format("{} collective of stage {}, micro-batch {}, {}->{}", to_string(t.transfer), t.stage,
                              t.micro_batch, name(t.device), name(t.peer));
         default:
           return fmt::format("all-reduce step of stage {}, {}->{}", t.stage, name(t.device), name(t.peer));

@@ -2,6 +2,28 @@
 
 namespace pipegrid {
 
+std::string_view to_string(TransferKind k) {
+  switch (k) {
+    case TransferKind::None:
+      return "none";
+    case TransferKind::Activation:
+      return "activation";
+    case TransferKind::Gradient:
+      return "gradient";
+    case TransferKind::DataParallel:
+      return "allreduce";
+    case TransferKind::TensorParallel:
+      return "tensor-parallel";
+    case TransferKind::ExpertParallel:
+      return "expert-parallel";
+  }
+  return "transfer";
+}
+
+bool is_collective(TransferKind k) {
+  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel;
+}
+
 // Counting sort of the added dependencies by source task, stable: each task's successors keep the
 // order they were added in (the executor launches them in that order), packed rows first.
 void TaskGraph::pack() const {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,11 @@ enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Tran
 // reduce-scatter); TensorParallel: a flow of a tensor-parallel group's collective; ExpertParallel: a
 // flow of an MoE block's expert-parallel all-to-all or expert tensor-parallel collective (core/moe.h).
 enum class TransferKind : unsigned char { None, Activation, Gradient, DataParallel, TensorParallel, ExpertParallel };
+// The outputs' name of a transfer's traffic (timeline CSVs, the trace's categories, messages):
+// "activation", "gradient", "allreduce" (data-parallel), "tensor-parallel", "expert-parallel".
+std::string_view to_string(TransferKind k);
+// A flow of a group's collective (data-, tensor- or expert-parallel), not a stage-to-stage hand-over.
+bool is_collective(TransferKind k);
 
 struct Task {
   TaskKind kind = TaskKind::Forward;

@@ -28,7 +28,7 @@ std::string percent(double x) {
   return fmt::format("{:.2f}%", 100 * x);
 }
 
-const char* task_category(const Task& t) {
+std::string_view task_category(const Task& t) {
   switch (t.kind) {
     case TaskKind::Forward:
       return "forward";
@@ -39,10 +39,7 @@ const char* task_category(const Task& t) {
     case TaskKind::Optimizer:
       return "optimizer";
     case TaskKind::Transfer:
-      return t.transfer == TransferKind::Activation       ? "activation"
-             : t.transfer == TransferKind::Gradient       ? "gradient"
-             : t.transfer == TransferKind::TensorParallel ? "tensor-parallel"
-                                                          : "allreduce";
+      return to_string(t.transfer);
   }
   return "task";
 }
@@ -61,6 +58,8 @@ std::string task_name(const Task& t) {
       if (t.transfer == TransferKind::DataParallel) return fmt::format("all-reduce stage {}", t.stage);
       if (t.transfer == TransferKind::TensorParallel)
         return fmt::format("TP collective stage {} mb{}", t.stage, t.micro_batch);
+      if (t.transfer == TransferKind::ExpertParallel)
+        return fmt::format("EP collective stage {} mb{}", t.stage, t.micro_batch);
       return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
   }
   return "task";
@@ -707,7 +706,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   uint64_t flow = 0;
   for (int32_t t : transfers) {
     const Task& task = g.tasks[t];
-    if (task.transfer == TransferKind::DataParallel || task.transfer == TransferKind::TensorParallel) continue;
+    if (is_collective(task.transfer)) continue;
     for (int32_t consumer : g.successors(t)) {
       if (!g.tasks[consumer].is_compute()) continue;
       ++flow;

@@ -34,6 +34,7 @@ std::string transfer_name(const Task& t) {
                   : t.transfer == TransferKind::Gradient ? "gradient"
                   : t.transfer == TransferKind::DataParallel ? "allreduce"
                   : t.transfer == TransferKind::TensorParallel ? "tp"  // one flow of a TP collective
+                  : t.transfer == TransferKind::ExpertParallel ? "ep"  // one flow of an EP collective
                                                           : "transfer";
   return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
 }
@@ -49,6 +50,7 @@ void parse_name(const std::string& name, Task& t) {
       t.transfer = k == "gradient"    ? TransferKind::Gradient
                    : k == "allreduce" ? TransferKind::DataParallel
                    : k == "tp"        ? TransferKind::TensorParallel
+                   : k == "ep"        ? TransferKind::ExpertParallel
                                       : TransferKind::Activation;
       t.stage = a;
       t.peer_stage = b;
