@@ -20,10 +20,15 @@ Kernel scaled(Kernel k, double f) {
 
 namespace {
 
-// A GEMM with weights: the backward's input- and weight-gradient GEMMs each as many FLOPs as the
-// forward, twice its activation traffic.
-Kernel gemm(double flops, double io, double weights, double eb, KernelClass cls = KernelClass::Gemm) {
-  return kernel(cls, flops, flops, flops, io * eb, 2 * io * eb, weights * eb);
+// A linear layer's GEMM (in and out elements per sample): the backward's input- and weight-gradient
+// GEMMs each as many FLOPs as the forward, twice its activation traffic. An fp8 training runs it in
+// FP8 (Kernel::fp8).
+Kernel gemm(double flops, double in, double out, double weights, double eb, KernelClass cls = KernelClass::Gemm) {
+  Kernel k = kernel(cls, flops, flops, flops, (in + out) * eb, 2 * (in + out) * eb, weights * eb);
+  k.fp8 = true;
+  k.fp8_in = in;
+  k.fp8_out = out;
+  return k;
 }
 
 // Element-wise and normalisation passes: the backward moves 1.5 times the forward's bytes.
@@ -60,26 +65,26 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
   const double qk = a * (nope + rope);  // the queries' (and keys') width over all heads
   double replicated = 0, split = 0;
   if (qr > 0) {
-    k.qkv.push_back(gemm(2 * s * h * qr, s * h + s * qr, h * qr, eb));
+    k.qkv.push_back(gemm(2 * s * h * qr, s * h, s * qr, h * qr, eb));
     k.qkv.push_back(pass(KernelClass::Norm, 2 * s * qr * eb));
-    k.qkv.push_back(gemm(2 * s * qr * qk / T, s * qr + s * qk / T, qr * qk / T, eb));
+    k.qkv.push_back(gemm(2 * s * qr * qk / T, s * qr, s * qk / T, qr * qk / T, eb));
     replicated += h * qr + qr;
     split += qr * qk / T;
   } else {
-    k.qkv.push_back(gemm(2 * s * h * qk / T, s * h + s * qk / T, h * qk / T, eb));
+    k.qkv.push_back(gemm(2 * s * h * qk / T, s * h, s * qk / T, h * qk / T, eb));
     split += h * qk / T;
   }
-  k.qkv.push_back(gemm(2 * s * h * (kr + rope), s * h + s * (kr + rope), h * (kr + rope), eb));
+  k.qkv.push_back(gemm(2 * s * h * (kr + rope), s * h, s * (kr + rope), h * (kr + rope), eb));
   k.qkv.push_back(pass(KernelClass::Norm, 2 * s * kr * eb));
   const double kv_up = a * (nope + v);
-  k.qkv.push_back(gemm(2 * s * kr * kv_up / T, s * kr + s * kv_up / T, kr * kv_up / T, eb));
+  k.qkv.push_back(gemm(2 * s * kr * kv_up / T, s * kr, s * kv_up / T, kr * kv_up / T, eb));
   replicated += h * (kr + rope) + kr;
   split += kr * kv_up / T;
   if (sp.rotary) k.rotary.push_back(pass(KernelClass::Elementwise, 2 * s * (a * rope / T + rope) * eb));
   const double keys = sp.window > 0 ? std::min(s, sp.window) : s;
   const double flops = 2 * s * keys * (qk + a * v) / T;
   attention_core(sp, flops, a * s * keys / T, (2 * s * qk + s * a * v + s * a * v) / T, eb, k);
-  k.proj = gemm(2 * s * a * v * h / T, s * a * v / T + s * h, a * v * h / T, eb);
+  k.proj = gemm(2 * s * a * v * h / T, s * a * v / T, s * h, a * v * h / T, eb);
   split += a * v * h / T;
   k.parameters = replicated + split + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
   // Q and K (qk wide each), V and the projection's input (a v each); the latents and the down
@@ -116,8 +121,8 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   // replicated).
   const double w_qkv = h * qkv_out / T + (sp.biases ? qkv_out / T : 0);
   const double w_proj = q * h / T;
-  k.qkv = {gemm(2 * s * h * qkv_out / T, s * h + s * qkv_out / T, w_qkv, eb)};
-  k.proj = gemm(2 * s * q * h / T, s * q / T + s * h, w_proj, eb);
+  k.qkv = {gemm(2 * s * h * qkv_out / T, s * h, s * qkv_out / T, w_qkv, eb)};
+  k.proj = gemm(2 * s * q * h / T, s * q / T, s * h, w_proj, eb);
   const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
   const double keys = sp.window > 0 ? std::min(s, sp.window) : s;  // keys per query
   attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
@@ -139,8 +144,8 @@ Mlp mlp(const TensorSplit& sp, double f, int t, bool sequence_parallel, Precisio
   Mlp k;
   const double w_up = h * f * g / T + (sp.biases ? f * g / T : 0);
   const double w_down = f * h / T;
-  k.up = gemm(2 * s * h * f * g / T, s * h + s * f * g / T, w_up, eb);
-  k.down = gemm(2 * s * f * h / T, s * f / T + s * h, w_down, eb);
+  k.up = gemm(2 * s * h * f * g / T, s * h, s * f * g / T, w_up, eb);
+  k.down = gemm(2 * s * f * h / T, s * f / T, s * h, w_down, eb);
   const double act = (sp.gated ? 3 : 2) * s * f / T * eb;
   k.act = kernel(KernelClass::Elementwise, 0, 0, 0, act, 1.5 * act, 0, 1);
   const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
@@ -168,7 +173,8 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   const double dr = (sp.megatron_fusion ? 3 : 5) * s * h * seq_share * eb;
   k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
   // The router: a GEMM to E logits (replicated weights), then the scores and top-k in fp32.
-  k.router = gemm(2 * tokens * h * E, tokens * h + tokens * E, h * E, eb);
+  k.router = gemm(2 * tokens * h * E, tokens * h, tokens * E, h * E, eb);
+  k.router.fp8 = false;  // Megatron's router is not a Transformer Engine layer
   k.route = pass(KernelClass::Elementwise, 3 * tokens * E * 4, 2);
   // Permutation: read the tokens, write top_k copies; un-permutation: read them back, write the sum.
   k.token_bytes = tokens * h * eb;
@@ -177,10 +183,10 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   // The experts: etp x top_k x tokens copies on the device (balanced), each expert 1 / etp wide.
   const double copies = e.etp * kk * tokens, fe = f / e.etp, local = E / e.ep;
   const double w1 = local * h * fe * g, w2 = local * fe * h;
-  k.expert = {gemm(2 * copies * h * fe * g, copies * h + copies * fe * g, w1, eb, KernelClass::GroupedGemm),
+  k.expert = {gemm(2 * copies * h * fe * g, copies * h, copies * fe * g, w1, eb, KernelClass::GroupedGemm),
               kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
                      1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1),
-              gemm(2 * copies * fe * h, copies * fe + copies * h, w2, eb, KernelClass::GroupedGemm)};
+              gemm(2 * copies * fe * h, copies * fe, copies * h, w2, eb, KernelClass::GroupedGemm)};
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
   k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;

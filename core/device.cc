@@ -15,6 +15,8 @@ Precision DeviceSpec::runs_as(Precision p) const {
   const Precision m = math_precision(p);
   // A device without a TF32 rate runs TF32 as FP32: at FP32's rate, efficiency and algorithms.
   if (m == Precision::TF32 && peak_flops[static_cast<int>(Precision::TF32)] <= 0) return Precision::FP32;
+  // A device without an FP8 rate runs an fp8 training's GEMMs in BF16.
+  if (m == Precision::FP8 && peak_flops[static_cast<int>(Precision::FP8)] <= 0) return Precision::BF16;
   return m;
 }
 
@@ -72,31 +74,40 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
                              to_string(math_precision(precision)), layer.name)};
   }
   const double bw = device.memory_bandwidth;
-  // One call of kernel k for the whole batch's share `flops`, `bytes`; its weights are read (or their
+  // One call of kernel k for the whole batch's share `flops`, `bytes`, its math in `math` (the
+  // workload's precision, or FP8 for an fp8 training's GEMMs); its weights are read (or their
   // gradient written) by every call of a pass that computes.
-  auto call_time = [&](const Kernel& k, double flops, double bytes) {
+  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math) {
     const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
-    const double work = k.winograd && device.runs_winograd(precision) ? flops / kWinogradSpeedup : flops;
-    const double compute = flops > 0 ? work / (peak * device.compute_eff(precision, k.cls)) : 0.0;
+    const double work = k.winograd && device.runs_winograd(math) ? flops / kWinogradSpeedup : flops;
+    const double compute = flops > 0 ? work / (device.peak(math) * device.compute_eff(math, k.cls)) : 0.0;
     const double memory =
         (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
     // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work. A
     // recurrent layer's step also pays the library's per-step time, serially, on the GPU side.
-    const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(precision) : 0.0;
+    const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
     return std::max(device.kernel_dispatch_s, device.kernel_startup_s + step + std::max(compute, memory));
   };
-  auto pass_time = [&](const Kernel& k, double flops, double bytes) {
+  // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one), each
+  // after one memory-bound pass that quantizes its input (forward) or its output gradient (backward,
+  // before the input-gradient GEMM; the weight-gradient GEMM reuses both), fp8_cast_bytes per element.
+  const bool fp8 = fp8_training(precision) && device.runs_as(Precision::FP8) == Precision::FP8;
+  auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) {
     const double calls = std::max(1.0, k.calls);
-    return calls * call_time(k, flops * batch / calls, bytes * batch / calls);
+    if (!(fp8 && k.fp8)) return calls * call_time(k, flops * batch / calls, bytes * batch / calls, precision);
+    const double quantize = cast > 0 && bw > 0 ? device.kernel_startup_s + cast * batch / calls * fp8_cast_bytes(precision) /
+                                                                               (bw * device.memory_eff(KernelClass::Elementwise))
+                                               : 0.0;
+    return calls * (call_time(k, flops * batch / calls, bytes * batch / calls, Precision::FP8) + quantize);
   };
   auto add_kernel = [&](const Kernel& k) {
     // The backward's memory traffic is split between its two parts in proportion to their FLOPs.
     const double bflops = k.backward_input_flops + k.backward_weight_flops;
     const double in_share = bflops > 0 ? k.backward_input_flops / bflops : 1.0;
-    t.forward += pass_time(k, k.forward_flops, k.forward_bytes);
-    t.backward_input += pass_time(k, k.backward_input_flops, k.backward_bytes * in_share);
-    t.backward_weight += pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share));
+    t.forward += pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
+    t.backward_input += pass_time(k, k.backward_input_flops, k.backward_bytes * in_share, k.fp8_out);
+    t.backward_weight += pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share), 0);
   };
   for (const Kernel& k : layer_kernels(layer)) add_kernel(k);
   if (t.forward > 0) t.forward += device.layer_overhead_s;

@@ -22,18 +22,33 @@ double element_bytes(Precision p) {
       return 2;
     case Precision::AMP_BF16:
       return 2;
+    case Precision::FP8:
+      return 1;
+    case Precision::AMP_FP8:
+    case Precision::AMP_FP8_BLOCKWISE:
+    case Precision::AMP_MXFP8:
+      return 2;
   }
   return 4;
 }
 
+bool fp8_training(Precision p) {
+  return p == Precision::AMP_FP8 || p == Precision::AMP_FP8_BLOCKWISE || p == Precision::AMP_MXFP8;
+}
+
+double fp8_cast_bytes(Precision p) {
+  if (p == Precision::AMP_FP8) return 5;
+  return fp8_training(p) ? 3 : 0;
+}
+
 Precision math_precision(Precision p) {
   if (p == Precision::AMP) return Precision::FP16;
-  if (p == Precision::AMP_BF16) return Precision::BF16;
+  if (p == Precision::AMP_BF16 || fp8_training(p)) return Precision::BF16;
   return p;
 }
 
 bool mixed_precision(Precision p) {
-  return p == Precision::AMP || p == Precision::AMP_BF16;
+  return p == Precision::AMP || p == Precision::AMP_BF16 || fp8_training(p);
 }
 
 std::string_view to_string(TensorSplitKind k) {
@@ -72,6 +87,13 @@ std::string_view to_string(Precision p) {
       return "amp";
     case Precision::AMP_BF16:
       return "amp-bf16";
+    case Precision::FP8:  // the arithmetic format (devices' rates)
+    case Precision::AMP_FP8:  // the training (workloads)
+      return "fp8";
+    case Precision::AMP_FP8_BLOCKWISE:
+      return "fp8-blockwise";
+    case Precision::AMP_MXFP8:
+      return "mxfp8";
   }
   return "fp32";
 }
@@ -80,6 +102,12 @@ std::optional<Precision> parse_precision(std::string_view s) {
   for (Precision p : kPrecisions)
     if (to_string(p) == s) return p;
   return std::nullopt;
+}
+
+std::vector<std::string_view> precision_names() {
+  std::vector<std::string_view> out;
+  for (Precision p : kPrecisions) out.push_back(to_string(p));
+  return out;
 }
 
 std::string precision_choices() {

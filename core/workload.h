@@ -18,30 +18,43 @@
 
 namespace pipegrid {
 
-// Training precisions. The first five are arithmetic formats (a device has a peak rate for each);
-// `amp` and `amp-bf16` are mixed precision: half-precision math and activations (fp16 or bf16)
-// with fp32 master weights and optimizer state (Micikevicius et al., ICLR 2018). `tf32` stores
-// fp32 and multiplies in TF32 on tensor cores (A100 and later; a device without a TF32 rate runs
-// it at its fp32 rate).
-enum class Precision { FP32, TF32, FP16, BF16, INT8, AMP, AMP_BF16 };
-inline constexpr int kPrecisionCount = 7;
-inline constexpr std::array<Precision, kPrecisionCount> kPrecisions = {
-    Precision::FP32, Precision::TF32, Precision::FP16,    Precision::BF16,
-    Precision::INT8, Precision::AMP,  Precision::AMP_BF16};
+// Training precisions. FP32 .. INT8 and FP8 are arithmetic formats (a device has a peak rate and
+// efficiencies for each); `amp` and `amp-bf16` are mixed precision: half-precision math and
+// activations (fp16 or bf16) with fp32 master weights and optimizer state (Micikevicius et al., ICLR
+// 2018). `tf32` stores fp32 and multiplies in TF32 on tensor cores (A100 and later; a device without a
+// TF32 rate runs it at its fp32 rate). The fp8 trainings are amp-bf16 whose linear layers' GEMMs
+// (Kernel::fp8) run in FP8, as Transformer Engine runs them, each GEMM's inputs quantized by one more
+// memory-bound pass (core/device.cc): `fp8` with per-tensor current scaling (an amax pass, then the
+// cast: 5 bytes per element), `fp8-blockwise` with DeepSeek-V3's 1x128 / 128x128 scales and `mxfp8`
+// with Blackwell's 1x32 scales (the scale and the cast in one pass: 3 bytes per element).
+enum class Precision { FP32, TF32, FP16, BF16, INT8, AMP, AMP_BF16, FP8, AMP_FP8, AMP_FP8_BLOCKWISE, AMP_MXFP8 };
+inline constexpr int kPrecisionCount = 11;
+// The precisions a workload trains in (`precision:`).
+inline constexpr std::array<Precision, 10> kPrecisions = {
+    Precision::FP32, Precision::TF32,     Precision::FP16,    Precision::BF16,
+    Precision::INT8, Precision::AMP,      Precision::AMP_BF16, Precision::AMP_FP8,
+    Precision::AMP_FP8_BLOCKWISE, Precision::AMP_MXFP8};
 // The formats a device has a peak rate and efficiencies for.
-inline constexpr std::array<Precision, 5> kMathPrecisions = {
-    Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::INT8};
+inline constexpr std::array<Precision, 6> kMathPrecisions = {Precision::FP32, Precision::TF32, Precision::FP16,
+                                                             Precision::BF16, Precision::INT8, Precision::FP8};
+// An fp8 training (amp-bf16 with the GEMMs of Kernel::fp8 in FP8).
+bool fp8_training(Precision p);
+// Bytes per element an fp8 training's quantization of a GEMM input moves (read, amax, write).
+double fp8_cast_bytes(Precision p);
 
-// Bytes of an activation or a working weight (amp: 2; tf32: 4).
+// Bytes of an activation or a working weight (amp and the fp8 trainings: 2; tf32: 4).
 double element_bytes(Precision p);
-// The arithmetic format the math runs in: amp -> fp16, amp-bf16 -> bf16, the others themselves.
+// The arithmetic format the math runs in: amp -> fp16, amp-bf16 and the fp8 trainings -> bf16 (their
+// fp8 GEMMs are Kernel::fp8), the others themselves.
 Precision math_precision(Precision p);
-// True for amp and amp-bf16: fp32 master weights (4 bytes per parameter) besides the working copy.
+// True for amp, amp-bf16 and the fp8 trainings: fp32 master weights (4 bytes per parameter) besides the working copy.
 bool mixed_precision(Precision p);
 std::string_view to_string(Precision p);
-// "fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"
+// A training precision by its name (to_string of one of kPrecisions).
 std::optional<Precision> parse_precision(std::string_view s);
-// "fp32, tf32, fp16, bf16, int8, amp or amp-bf16", for messages.
+// The names of kPrecisions, in order ("fp32", "tf32", ..., "mxfp8"), for parsers' choices.
+std::vector<std::string_view> precision_names();
+// "fp32, tf32, fp16, bf16, int8, amp, amp-bf16, fp8, fp8-blockwise or mxfp8", for messages.
 std::string precision_choices();
 
 // Times measured (or given) for one micro-batch of `batch` samples.
@@ -96,6 +109,11 @@ struct Kernel {
   // Each call is one time step of a recurrent layer (one direction, one pass): the call also pays the
   // device's recurrent_step for its math precision (DeviceSpec::recurrent_step_s).
   bool recurrent_step = false;
+  // A linear layer's GEMM that an fp8 training runs in FP8 (fp8_training): at the device's FP8 rate,
+  // after quantizing its `fp8_in` input elements per sample (forward) and its `fp8_out` output
+  // gradient elements (backward).
+  bool fp8 = false;
+  double fp8_in = 0, fp8_out = 0;
 };
 
 // How a layer splits under Megatron-LM's tensor parallelism (Shoeybi et al., arXiv 1909.08053;

@@ -188,6 +188,9 @@ Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_fea
   l.weight_bytes = (matrix + biases) * element_bytes(w_.precision);  // read either way
   const double io = bytes(s) + bytes(out);
   l.kernels = {make_kernel(KernelClass::Gemm, flops, flops, flops, io, 2 * io, l.weight_bytes)};
+  l.kernels[0].fp8 = true;  // a Transformer Engine Linear in an fp8 training
+  l.kernels[0].fp8_in = elems(s);
+  l.kernels[0].fp8_out = elems(out);
   l.stash_bytes = bytes(out);
   return add_layer(std::move(l), std::move(out), {in});
 }

@@ -39,8 +39,18 @@ TEST_CASE("precisions: names, element sizes, the math they run in") {
   for (Precision p : kPrecisions) CHECK(parse_precision(to_string(p)) == p);
   CHECK(parse_precision("amp") == Precision::AMP);
   CHECK(parse_precision("amp-bf16") == Precision::AMP_BF16);
-  CHECK(!parse_precision("fp8"));
-  CHECK(precision_choices() == "fp32, tf32, fp16, bf16, int8, amp or amp-bf16");
+  CHECK(parse_precision("fp8") == Precision::AMP_FP8);  // the training, not the math format
+  CHECK(!parse_precision("fp4"));
+  CHECK(precision_choices() == "fp32, tf32, fp16, bf16, int8, amp, amp-bf16, fp8, fp8-blockwise or mxfp8");
+  for (Precision p : {Precision::AMP_FP8, Precision::AMP_FP8_BLOCKWISE, Precision::AMP_MXFP8}) {
+    CHECK(math_precision(p) == Precision::BF16);  // all but the linear layers' GEMMs
+    CHECK(mixed_precision(p));                    // fp32 master weights and optimizer state
+    CHECK(element_bytes(p) == 2);                 // bf16 activations and working weights
+    CHECK(fp8_training(p));
+  }
+  CHECK(fp8_cast_bytes(Precision::AMP_FP8) == 5);  // amax read + read + 1-byte write
+  CHECK(fp8_cast_bytes(Precision::AMP_FP8_BLOCKWISE) == 3);
+  CHECK(fp8_cast_bytes(Precision::AMP_BF16) == 0);
   CHECK(element_bytes(Precision::TF32) == 4);  // stored as fp32
   CHECK(element_bytes(Precision::AMP) == 2);   // activations and working weights in fp16
   CHECK(math_precision(Precision::AMP) == Precision::FP16);

@@ -107,3 +107,74 @@ TEST_CASE("a layer's time per sample falls as the micro-batch grows (the fixed o
   CHECK(layer_times(w.layer(fc), w.precision, none, 1).error().message ==
         "device kind \"bare\" has no fp32 compute rate for layer \"fc\"");
 }
+
+// fp8 training (Transformer Engine's recipe): a linear layer's GEMMs run at the FP8 rate, each after
+// one memory-bound quantization pass over its input (forward) or its output gradient (backward,
+// before the input-gradient GEMM): 5 bytes per element with per-tensor current scaling (read for the
+// amax, read again and write one byte), 3 with blockwise or MX scales (one fused read and write).
+TEST_CASE("an fp8 training's linear GEMM: FP8 rate plus the quantization passes, by hand") {
+  DeviceSpec d;
+  d.memory_bandwidth = 2e12;
+  d.peak_flops[static_cast<int>(Precision::BF16)] = 1e15;
+  d.peak_flops[static_cast<int>(Precision::FP8)] = 2e15;
+  d.compute_efficiency[static_cast<int>(Precision::BF16)][static_cast<int>(KernelClass::Gemm)] = 0.8;
+  d.compute_efficiency[static_cast<int>(Precision::FP8)][static_cast<int>(KernelClass::Gemm)] = 0.6;
+  d.kernel_startup_s = 5e-6;
+  const int in = 8192, out = 8192, rows = 4096;  // 4,096 tokens per sample
+  const double batch = 2;
+  auto model = [&](Precision p) {
+    ModelBuilder b("m", p);
+    int x = b.input("x", {rows, in});
+    REQUIRE(*b.linear("fc", x, in, out, false) == 1);
+    return b.finish();
+  };
+  const double flops = 2.0 * rows * in * out * batch;  // per pass part (forward, input grad, weight grad)
+  const double bf16_gemm = 5e-6 + flops / (1e15 * 0.8);
+  const double fp8_gemm = 5e-6 + flops / (2e15 * 0.6);
+  REQUIRE(fp8_gemm > 5e-6 + (2.0 * rows * (in + out) * batch * 2 + in * out * 2.0) / 2e12);  // compute-bound
+  Workload bf = model(Precision::AMP_BF16);
+  PassTimes b16 = *layer_times(bf.layer(1), bf.precision, d, batch);
+  CHECK(b16.forward == pipegrid::testing::approx(bf16_gemm));
+  CHECK(b16.backward_input == pipegrid::testing::approx(bf16_gemm));
+  for (auto [p, cast] : {std::pair{Precision::AMP_FP8, 5.0}, std::pair{Precision::AMP_FP8_BLOCKWISE, 3.0},
+                         std::pair{Precision::AMP_MXFP8, 3.0}}) {
+    INFO(to_string(p));
+    Workload w = model(p);
+    PassTimes t = *layer_times(w.layer(1), w.precision, d, batch);
+    const double quantize_in = 5e-6 + rows * in * batch * cast / 2e12;
+    const double quantize_grad = 5e-6 + rows * out * batch * cast / 2e12;
+    CHECK(t.forward == pipegrid::testing::approx(fp8_gemm + quantize_in));
+    CHECK(t.backward_input == pipegrid::testing::approx(fp8_gemm + quantize_grad));
+    CHECK(t.backward_weight == pipegrid::testing::approx(fp8_gemm));
+  }
+  // A device without an FP8 rate runs the fp8 training as amp-bf16: no quantization either.
+  d.peak_flops[static_cast<int>(Precision::FP8)] = 0;
+  Workload w = model(Precision::AMP_FP8);
+  PassTimes t = *layer_times(w.layer(1), w.precision, d, batch);
+  CHECK(t.forward == pipegrid::testing::approx(bf16_gemm));
+  CHECK(t.backward_weight == pipegrid::testing::approx(bf16_gemm));
+}
+
+TEST_CASE("an fp8 training keeps the router and the output layer in bf16, and bf16's bytes") {
+  const ModelInfo* info = *find_model("mixtral-8x7b");
+  Workload bf = *build_model(*info, {}, Precision::AMP_BF16);
+  Workload f8 = *build_model(*info, {}, Precision::AMP_FP8);
+  REQUIRE(bf.layer_count() == f8.layer_count());
+  int moe_blocks = 0;
+  for (size_t i = 0; i < bf.layer_count(); ++i) {
+    const Layer &a = bf.layer(i), &b = f8.layer(i);
+    INFO(b.name);
+    CHECK(a.parameter_bytes == b.parameter_bytes);  // fp32 master weights, bf16 working copy, as amp-bf16
+    CHECK(a.stash_bytes == b.stash_bytes);
+    int bf16_gemms = 0, fp8_gemms = 0;
+    for (const Kernel& k : b.kernels)
+      if (k.cls == KernelClass::Gemm || k.cls == KernelClass::GroupedGemm) (k.fp8 ? fp8_gemms : bf16_gemms)++;
+    if (b.kind == "moe_block") {
+      ++moe_blocks;
+      CHECK(bf16_gemms == 1);  // the router (Megatron's router is not a Transformer Engine layer)
+      CHECK(fp8_gemms == 4);   // QKV, the projection, the experts' two grouped GEMMs (gate and up fused)
+    }
+    if (b.name == "lm_head") CHECK(fp8_gemms == 0);
+  }
+  CHECK(moe_blocks == 32);
+}

@@ -66,7 +66,7 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   const std::string neg = error_of("device: {model: v100, recurrent_step: {fp16: -1us}}");
   CHECK(neg.find("t.yaml:1:") != std::string::npos);
   CHECK(neg.find("recurrent_step") != std::string::npos);
-  CHECK(error_of("device: {model: v100, recurrent_step: {fp8: 1us}}").find("fp8") != std::string::npos);
+  CHECK(error_of("device: {model: v100, recurrent_step: {fp4: 1us}}").find("fp4") != std::string::npos);
   CHECK(error_of("device: {model: v100, recurrent_step: 31us}").find("like {fp16: 31us}") !=
         std::string::npos);
 }

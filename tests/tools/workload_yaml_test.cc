@@ -207,10 +207,10 @@ TEST_CASE("precision: amp and tf32 in workload files and workload show, amp keep
       run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "tf32", "--json"});
   REQUIRE(t.exit_code == 0);
   CHECK(json::parse(t.out)["parameter_bytes"].get<double>() == pipegrid::testing::approx(4 * 25557032.0));
-  CommandResult bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "fp8"});
+  CommandResult bad = run_command({PIPEGRID_BINARY, "workload", "show", "resnet50", "--precision", "fp4"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp or amp-bf16, got \"fp8\"") !=
-        std::string::npos);
+  CHECK(bad.err.find("expected fp32, tf32, fp16, bf16, int8, amp, amp-bf16, fp8, fp8-blockwise or mxfp8, got "
+                     "\"fp4\"") != std::string::npos);
 }
 
 TEST_CASE("a zoo model's documented layers parameter is a count, not a layer list (gpt, mmt)") {

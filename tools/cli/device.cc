@@ -80,7 +80,8 @@ Command add_device_command(CLI::App& parent) {
             }
             fmt::print(
                 "  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
-                "  amp-bf16 at bf16's; a device without a tf32 rate runs tf32 as fp32)\n");
+                "  amp-bf16 at bf16's; the fp8 trainings run their linear GEMMs at fp8's (bf16's on a device\n"
+                "  without an fp8 rate) and the rest at bf16's; a device without a tf32 rate runs tf32 as fp32)\n");
             fmt::print("  memory           {}\n  memory bandwidth {}\n  memory efficiency",
                        format_bytes(d->spec.memory_bytes), format_bandwidth(d->spec.memory_bandwidth));
             for (KernelClass k : kKernelClasses)

@@ -162,8 +162,9 @@ Command add_workload_command(CLI::App& parent) {
       ->check(kFinitePositive);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
   show->add_option("--precision", o->precision,
-                   "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights) or amp-bf16 (zoo "
-                   "models and model files)");
+                   "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights), amp-bf16, fp8 "
+                   "(amp-bf16 with the linear layers' GEMMs in FP8, per-tensor scales), fp8-blockwise or "
+                   "mxfp8 (zoo models and model files)");
   show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
   show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
       ->check(kFinitePositive);

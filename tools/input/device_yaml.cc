@@ -16,12 +16,14 @@ const std::vector<std::string_view> kSpecKeys = {
     "clock",          "macs_per_dsp",    "onchip_memory",      "ports",
     "port_bandwidth", "winograd",        "recurrent_step"};
 
-// Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ...} (arithmetic
-// formats: amp runs at fp16's figures), each read by `read`.
+// Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ..., fp8: ...} (the
+// arithmetic formats of kMathPrecisions: amp runs at fp16's figures), each read by `read`.
 template <class Read>
 void per_precision(const Node& n, std::string_view expectation, Read read) {
   n.require_map(expectation);
-  n.check_keys({"fp32", "tf32", "fp16", "bf16", "int8"});
+  std::vector<std::string_view> keys;
+  for (Precision prec : kMathPrecisions) keys.push_back(to_string(prec));
+  n.check_keys(keys);
   for (Precision prec : kMathPrecisions)
     if (auto v = n.get(to_string(prec))) read(prec, *v);
 }

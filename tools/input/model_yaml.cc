@@ -270,7 +270,7 @@ Workload parse_model_document(const Document& doc, std::optional<Precision> prec
   Precision p = Precision::FP32;
   if (auto pr = root.get("precision"))
     p = *parse_precision(
-        pr->choice({"fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"}, "a precision"));
+        pr->choice(precision_names(), "a precision"));
   if (precision) p = *precision;
   Workload w = parse_layers(root.need("layers", "a list of layers"), name, p);
   if (auto m = root.get("micro_batch_size"))

@@ -22,7 +22,7 @@ std::vector<std::string_view> with_common(std::vector<std::string_view> keys) {
 std::optional<Precision> precision_of(const Node& n) {
   if (auto p = n.get("precision"))
     return *parse_precision(
-        p->choice({"fp32", "tf32", "fp16", "bf16", "int8", "amp", "amp-bf16"}, "a precision"));
+        p->choice(precision_names(), "a precision"));
   return std::nullopt;
 }
 
