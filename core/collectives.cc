@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace pipegrid {
 namespace {
@@ -219,6 +220,50 @@ std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& device
       if (flow[j][x] >= 0) done[j].push_back(flow[j][x]);
     for (size_t x = 0; x < n; ++x)
       if (flow[x][j] >= 0) done[j].push_back(flow[x][j]);
+  }
+  return done;
+}
+
+std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(const Cluster& c,
+                                                                              const std::vector<int>& devices) {
+  std::vector<std::string_view> nodes;
+  std::vector<int> count;
+  std::vector<std::pair<int, int>> where(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const std::string_view node = c.devices[static_cast<size_t>(devices[i])].node;
+    auto it = std::find(nodes.begin(), nodes.end(), node);
+    const int k = static_cast<int>(it - nodes.begin());
+    if (it == nodes.end()) {
+      nodes.push_back(node);
+      count.push_back(0);
+    }
+    where[i] = {k, count[static_cast<size_t>(k)]++};
+  }
+  for (int n : count)
+    if (n != count.front()) return std::nullopt;
+  return std::pair{std::move(where), count.front()};
+}
+
+std::vector<Deps> append_node_aggregated_all_to_all(TaskGraph& g, const std::vector<int>& devices,
+                                                    const std::vector<std::pair<int, int>>& node_position,
+                                                    int per_node, const std::vector<Deps>& ready, double bytes,
+                                                    const FlowTag& tag) {
+  const size_t n = devices.size();
+  const int nodes = static_cast<int>(n) / per_node;
+  std::map<std::pair<int, int>, size_t> at;
+  for (size_t i = 0; i < n; ++i) at[node_position[i]] = i;
+  std::vector<Deps> done(n);
+  auto send = [&](size_t i, size_t j, double b) {
+    Deps after = ready[i];
+    after.insert(after.end(), ready[j].begin(), ready[j].end());
+    const int32_t f = add_flow(g, devices[i], devices[j], b, tag, after);
+    done[i].push_back(f);
+    done[j].push_back(f);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const auto [node, pos] = node_position[i];
+    if (per_node > 1) send(i, at.at({node, (pos + 1) % per_node}), (per_node - 1) * bytes);
+    if (nodes > 1) send(i, at.at({(node + 1) % nodes, pos}), (static_cast<int>(n) - per_node) * bytes);
   }
   return done;
 }

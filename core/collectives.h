@@ -30,6 +30,7 @@
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -115,6 +116,26 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
 std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& devices,
                                     const std::vector<Deps>& ready,
                                     const std::vector<std::vector<double>>& bytes, const FlowTag& tag);
+// The node-aggregated form of a uniform all-to-all (every ordered pair `bytes`, as under balanced
+// routing), for groups whose devices sit `per_node` to a node in every node they span:
+// `node_position(i)` = {node index in the group, position in that node}. Each device sends two flows
+// instead of n - 1: its (per_node - 1) x bytes for its own node's peers to the next device of its
+// node, its (n - per_node) x bytes for the other nodes to the device at its position in the next node.
+// Every device then sends and receives, on its intra-node and on its inter-node path, what it does in
+// the pairwise exchange; where those paths' first and last links are the bottleneck (CM02's max-min
+// sharing on a non-blocking fabric) it ends when the pairwise exchange does. What it changes is which
+// switch-to-switch links carry the traffic: docs/moe.md and tests/sim/collective_algorithms_test.cc
+// state and measure it. A device holds its result once its two flows out and two in are done.
+std::vector<Deps> append_node_aggregated_all_to_all(TaskGraph& g, const std::vector<int>& devices,
+                                                    const std::vector<std::pair<int, int>>& node_position,
+                                                    int per_node, const std::vector<Deps>& ready, double bytes,
+                                                    const FlowTag& tag);
+// Flows each device of such a group sends: one per kind of peer it has (its node's, other nodes').
+inline int node_aggregated_flows(int n, int per_node) { return (per_node > 1 ? 1 : 0) + (n > per_node ? 1 : 0); }
+// {node index, position in the node} of each device of a group, in the group's order, and the devices
+// per node; nullopt unless every node the group spans holds equally many of its devices.
+std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(const Cluster& c,
+                                                                              const std::vector<int>& devices);
 // Broadcast of S bytes from devices[0] along the chain devices[0] -> devices[1] -> ..., in `chunks`
 // chunks (pipelined: chunk k leaves device j once it arrived there and chunk k - 1 has left).
 std::vector<Deps> append_chain_broadcast(TaskGraph& g, const std::vector<int>& devices,

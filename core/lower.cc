@@ -193,6 +193,18 @@ class Lowering {
   Status add_pipeline_transfers();
   void add_group_collectives();
   void add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members);
+  // The node layout (core/collectives.h node_layout) of all-to-all x of stage s's pass among the stage
+  // positions `members` when it may be lowered node-aggregated: every pair exchanges alike (every
+  // sender sends as much, every receiver's expert load is the same) and the group's nodes hold
+  // equally many of its devices.
+  std::optional<std::pair<std::vector<std::pair<int, int>>, int>> aggregated_layout(
+      int s, Pass pass, size_t x, const std::vector<int>& members) const;
+  // Flows device j of the all-to-all sends: {one per peer, node-aggregated where it may be}.
+  std::pair<size_t, size_t> all_to_all_flows(int s, Pass pass, size_t x, size_t j) const;
+  bool aggregate_ = false;  // the all-to-alls that may be are node-aggregated (decided in count())
+  std::vector<Deps> pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
+                                        const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                        const FlowTag& tag);
   void add_data_parallel_collectives();
   void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed);
   void add_optimizer_steps();
@@ -219,20 +231,33 @@ Status Lowering::count() {
   for (size_t s = 0; s < S_; ++s)
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
+  size_t a2a_pairwise = 0, a2a_aggregated = 0;  // all-to-all flows, one per pair or node-aggregated
   // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
-  // collective, one per peer of an all-to-all. Counted here, exactly, now that the programs are known.
+  // collective, one per peer of an all-to-all (or two, node-aggregated). Counted here, exactly, now that the programs are known.
   for (size_t st = 0; st < S_; ++st)
     if (p_.stage(st).grouped()) {
       any_grouped_ = true;
-      const int ep = p_.stage(st).expert_parallel;
       for (size_t j = 0; j < p_.stage(st).devices.size(); ++j)
         for (Pass pass : {Pass::Forward, Pass::Backward}) {
           const TpProgram& prog = *program(static_cast<int>(st), j, pass);
           piece_tasks_ += prog.collectives() * static_cast<size_t>(m_);
-          for (CollectiveKind kind : prog.kinds)
-            group_flows_ += (kind == CollectiveKind::AllToAll ? ep - 1 : 1) * static_cast<size_t>(m_);
+          for (size_t x = 0; x < prog.collectives(); ++x) {
+            if (prog.kinds[x] != CollectiveKind::AllToAll) {
+              group_flows_ += static_cast<size_t>(m_);
+              continue;
+            }
+            const auto [pairwise, aggregated] = all_to_all_flows(static_cast<int>(st), pass, x, j);
+            a2a_pairwise += pairwise * static_cast<size_t>(m_);
+            a2a_aggregated += aggregated * static_cast<size_t>(m_);
+          }
         }
     }
+  using Flows = MoeOptions::AllToAllFlows;
+  const Flows mode = o_.tensor_parallel.moe.all_to_all;
+  aggregate_ = mode == Flows::ByNode || (mode == Flows::Auto && a2a_pairwise > kAutoAggregateAllToAllFlows);
+  aggregate_ = aggregate_ && a2a_aggregated < a2a_pairwise;
+  g_.node_aggregated_all_to_all = aggregate_;
+  group_flows_ += aggregate_ ? a2a_aggregated : a2a_pairwise;
   // Data-parallel overlap (o.dp_overlap): the first stage's gradients in K buckets, bucket k ready
   // once (k + 1) / K of its last backward (length L) has run, reduced one after another (NCCL
   // runs them in turn on one stream; on a ring of links they go in turn anyway). Bucket k then ends at
@@ -479,7 +504,8 @@ Status Lowering::add_pipeline_transfers() {
 
 // The grouped stages' collectives (core/collectives.h): a tensor-parallel or expert tensor-parallel
 // all-reduce, all-gather or reduce-scatter as a merged ring over its group, an expert-parallel
-// all-to-all as one flow per pair; each once the group's members reached it. A device goes on once
+// all-to-all as one flow per pair (node-aggregated, two per device, where every pair exchanges alike:
+// aggregated_layout); each once the group's members reached it. A device goes on once
 // its flows in and out are done (with overlap, one compute piece later).
 void Lowering::add_group_collectives() {
   for (size_t st = 0; st < S_; ++st) {
@@ -530,24 +556,65 @@ void Lowering::add_collective(int s, Pass pass, int k, size_t x, const std::vect
   const FlowTag tag{traffic, s, k};
   std::vector<Deps> done;
   if (prog.kinds[x] == CollectiveKind::AllToAll) {
-    // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns
-    // them); its own share stays.
-    std::vector<std::vector<double>> bytes(n, std::vector<double>(n, 0.0));
-    for (size_t i = 0; i < n; ++i) {
-      const double sent = program(s, static_cast<size_t>(members[i]), pass)->bytes[x];
-      for (size_t j = 0; j < n; ++j) {
-        if (i == j) continue;
-        const double load = cost(s, static_cast<size_t>(members[j])).expert_load / stage.expert_parallel;
-        (prog.combines[x] ? bytes[j][i] : bytes[i][j]) = sent * load;
-      }
+    if (auto layout = aggregate_ ? aggregated_layout(s, pass, x, members) : std::nullopt) {
+      const double sent = program(s, static_cast<size_t>(members[0]), pass)->bytes[x];
+      done = append_node_aggregated_all_to_all(g_, devices, layout->first, layout->second, ready,
+                                               sent * cost(s, static_cast<size_t>(members[0])).expert_load /
+                                                   stage.expert_parallel,
+                                               tag);
+    } else {
+      done = pairwise_all_to_all(s, pass, x, members, devices, ready, tag);
     }
-    done = append_all_to_all(g_, devices, ready, bytes, tag);
   } else {
     done = append_merged_ring(g_, prog.kinds[x], devices, ready, prog.bytes[x], tag);
   }
   const size_t next = o_.tensor_parallel.overlap ? std::min(x + 2, prog.collectives()) : x + 1;
   for (size_t q = 0; q < n; ++q)
     for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));
+}
+
+std::optional<std::pair<std::vector<std::pair<int, int>>, int>> Lowering::aggregated_layout(
+    int s, Pass pass, size_t x, const std::vector<int>& members) const {
+  const auto first = static_cast<size_t>(members[0]);
+  const double sent = program(s, first, pass)->bytes[x], load = cost(s, first).expert_load;
+  std::vector<int> devices;
+  for (int q : members) {
+    if (program(s, static_cast<size_t>(q), pass)->bytes[x] != sent || cost(s, static_cast<size_t>(q)).expert_load != load)
+      return std::nullopt;
+    devices.push_back(p_.stage(s).devices[static_cast<size_t>(q)]);
+  }
+  return node_layout(c_, devices);
+}
+
+std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x, size_t j) const {
+  const Stage& stage = p_.stage(s);
+  const std::vector<int> members = group_members(program(s, j, pass)->groups[x], static_cast<int>(j),
+                                                 stage.tensor_parallel,
+                                                 ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel});
+  const size_t pairwise = members.size() - 1;
+  if (auto layout = aggregated_layout(s, pass, x, members))
+    return {pairwise, static_cast<size_t>(node_aggregated_flows(static_cast<int>(members.size()), layout->second))};
+  return {pairwise, pairwise};
+}
+
+// Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns
+// them); its own share stays.
+std::vector<Deps> Lowering::pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
+                                                const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                                const FlowTag& tag) {
+  const Stage& stage = p_.stage(s);
+  const TpProgram& prog = *program(s, static_cast<size_t>(members[0]), pass);
+  const size_t n = members.size();
+  std::vector<std::vector<double>> bytes(n, std::vector<double>(n, 0.0));
+  for (size_t i = 0; i < n; ++i) {
+    const double sent = program(s, static_cast<size_t>(members[i]), pass)->bytes[x];
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const double load = cost(s, static_cast<size_t>(members[j])).expert_load / stage.expert_parallel;
+      (prog.combines[x] ? bytes[j][i] : bytes[i][j]) = sent * load;
+    }
+  }
+  return append_all_to_all(g_, devices, ready, bytes, tag);
 }
 
 // Static memory, then each replicated stage's gradients: each rank of the tensor-parallel groups

@@ -41,7 +41,15 @@ struct MoeOptions {
   // The share of token copies each routed expert receives (sums to 1); empty: balanced (1 / E each,
   // what the published benchmarks force with --moe-router-force-load-balancing).
   std::vector<double> expert_shares;
+  // How the lowering writes an expert-parallel all-to-all whose pairs all exchange alike (balanced
+  // routing): one flow per pair, or node-aggregated, two flows per device instead of ep - 1
+  // (core/collectives.h append_node_aggregated_all_to_all: equal on its own, up to 1.3% slower measured
+  // where other traffic shares its links; docs/moe.md). Auto: pairwise up to
+  // kAutoAggregateAllToAllFlows flows of all-to-all in the iteration, node-aggregated above.
+  enum class AllToAllFlows : unsigned char { Auto, Pairwise, ByNode };
+  AllToAllFlows all_to_all = AllToAllFlows::Auto;
 };
+inline constexpr size_t kAutoAggregateAllToAllFlows = size_t{1} << 22;
 
 // The parallel sizes of a stage's MoE part: ep and etp (the expert data-parallel size follows from
 // the stage's devices).

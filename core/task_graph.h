@@ -59,6 +59,8 @@ struct TaskGraph {
   std::vector<MemoryBytes> static_memory;          // per device, held for the whole iteration
   std::vector<MemoryChange> memory_changes;
   double samples_per_iteration = 0;
+  // The expert-parallel all-to-alls were lowered node-aggregated (MoeOptions::all_to_all).
+  bool node_aggregated_all_to_all = false;
 
   int32_t add(const Task& t) {
     tasks.push_back(t);

@@ -205,6 +205,47 @@ TEST_CASE("all-to-all: every pair at once, each port carrying what its device se
   CHECK(close_rel(simulated(s, first(6), a2a(skew)), port.latency + 5 * 3 * c_pair / port.bandwidth, kExact));
 }
 
+TEST_CASE("node-aggregated all-to-all: two flows per device, ending when the pairwise exchange does") {
+  const double c_pair = 5e7;
+  std::vector<std::vector<double>> uniform;
+  auto pairwise = [&](TaskGraph& g, const std::vector<int>& d, const std::vector<Deps>& r) {
+    uniform.assign(d.size(), std::vector<double>(d.size(), c_pair));
+    for (size_t i = 0; i < d.size(); ++i) uniform[i][i] = 0;
+    append_all_to_all(g, d, r, uniform, kTag);
+  };
+  auto aggregated = [&](const Cluster& c) {
+    return [&c, c_pair](TaskGraph& g, const std::vector<int>& d, const std::vector<Deps>& r) {
+      auto layout = node_layout(c, d);
+      REQUIRE(layout);
+      append_node_aggregated_all_to_all(g, d, layout->first, layout->second, r, c_pair, kTag);
+      CHECK(g.tasks.size() == d.size() * static_cast<size_t>(node_aggregated_flows(static_cast<int>(d.size()),
+                                                                                   layout->second)));
+    };
+  };
+  // One node (a switch): each device's port carries (n - 1) c each way in both forms.
+  Cluster s = star(6);
+  CHECK(close_rel(simulated(s, first(6), aggregated(s)), simulated(s, first(6), pairwise), kExact));
+  CHECK(close_rel(simulated(s, first(6), aggregated(s)), closed_form::all_to_all(6, c_pair, cost_of(s, 0, 1)),
+                  kExact));
+  // Two DGX nodes of four: (m - 1) c on each NVSwitch port, (n - m) c on each NIC, as the closed form.
+  Cluster d = dgx2();
+  const double two_tier = closed_form::all_to_all(2, 4, c_pair, cost_of(d, 0, 1), cost_of(d, 0, 4));
+  CHECK(close_rel(simulated(d, first(8), aggregated(d)), two_tier, kExact));
+  // Four nodes of eight on a rail-optimised fabric: the pairwise exchange crosses rails through the
+  // non-blocking spine, the aggregated one stays on its rail; the NICs pace both.
+  DgxSpec r;
+  r.gpu = test_device();
+  r.nodes = 4;
+  r.gpus_per_node = 8;
+  r.fabric = DgxSpec::Fabric::Rail;
+  Cluster rail = *make_dgx_cluster(r);
+  const double four = closed_form::all_to_all(4, 8, c_pair, cost_of(rail, 0, 1), cost_of(rail, 0, 8));
+  CHECK(close_rel(simulated(rail, first(32), aggregated(rail)), four, kExact));
+  CHECK(close_rel(simulated(rail, first(32), pairwise), four, kExact));
+  // Nodes holding unequal shares of the group: no layout (the lowering falls back to pairwise).
+  CHECK_FALSE(node_layout(d, {0, 1, 2, 4}));
+}
+
 TEST_CASE("chain broadcast: (n - 2 + k) (a + S / (k B)), k pipelined chunks") {
   const double S = 4e8;
   for (int k : {1, 4, 16}) {

@@ -18,9 +18,9 @@ namespace {
 constexpr double kPeak = 100e12;  // FLOP/s, fp16; efficiency 1, no startup, memory traffic free
 constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
 
-// One MoE block (2 experts of an ungated FFN kF, top-1; attention with 16 heads, no biases, RMSNorm,
-// unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
-Workload one_moe_block() {
+// One MoE block (`experts` experts of an ungated FFN kF, top-1; attention with 16 heads, no biases,
+// RMSNorm, unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
+Workload one_moe_block(int experts = 2) {
   ModelBuilder b("moe", Precision::FP16);
   int x = b.input("x", {static_cast<int64_t>(kS), static_cast<int64_t>(kH)});
   TensorSplit s;
@@ -29,7 +29,7 @@ Workload one_moe_block() {
   s.ffn = kF;
   s.gated = false;
   s.biases = false;
-  s.moe = {2, 1, kF, 0, false};
+  s.moe = {static_cast<double>(experts), 1, kF, 0, false};
   x = *b.decoder_block("block", x, s);
   Workload w = b.finish();
   w.optimizer_step_s = 0;
@@ -42,28 +42,35 @@ DeviceSpec flop_device() {
   return d;
 }
 
-// One iteration, one micro-batch of one sample per device, both devices replicas of the one stage and
-// the block's expert-parallel group of 2.
-double replayed(Cluster c, const std::vector<double>& shares = {}) {
+// One iteration, one micro-batch of one sample per device, every device a replica of the one stage and
+// the block's expert-parallel group of all of them. Returns {makespan, transfers in the graph}.
+std::pair<double, size_t> replayed_graph(Cluster c, const std::vector<double>& shares,
+                                         MoeOptions::AllToAllFlows flows = MoeOptions::AllToAllFlows::Auto,
+                                         int experts = 2) {
+  const int n = static_cast<int>(c.devices.size());
   for (Device& d : c.devices) d.spec = flop_device();
   Experiment e;
   e.name = "moe";
-  e.workload = one_moe_block();
+  e.workload = one_moe_block(experts);
   e.cluster = std::move(c);
-  e.micro_batch_size = 2;
+  e.micro_batch_size = n;
   e.strategy.partitioner = "uniform";
   e.strategy.schedule = "1f1b";
   e.strategy.micro_batches = 1;
   e.strategy.stages = 1;
-  e.strategy.replicas = 2;
-  e.strategy.expert_parallel = 2;
+  e.strategy.replicas = n;
+  e.strategy.expert_parallel = n;
   e.strategy.moe.expert_shares = shares;
+  e.strategy.moe.all_to_all = flows;
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
+  size_t transfers = 0;
+  for (const Task& t : run->graph.tasks) transfers += t.kind == TaskKind::Transfer;
   Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
   REQUIRE(r.ok());
-  return r->timeline.makespan();
+  return {r->timeline.makespan(), transfers};
 }
+double replayed(Cluster c, const std::vector<double>& shares = {}) { return replayed_graph(std::move(c), shares).first; }
 
 // By hand, per device and sample (FLOP = 2 MAC; the backward twice the forward; memory-bound kernels
 // free on this device): before the dispatch, QKV 6 s h^2, the core 4 s^2 h, the projection 2 s h^2 and
@@ -110,4 +117,26 @@ TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the h
   const double slower =
       4 * (all_to_all(0.5, Bn, 2 * an) - all_to_all(0.5, B, a)) + allreduce(Bn, 2 * an) - allreduce(B, a);
   CHECK(close_rel(replayed(nodes) - replayed(line_cluster(2, B, a)), slower, 1e-6));
+}
+
+TEST_CASE("MoE, ep 8 over two DGX nodes of four: the node-aggregated all-to-all replays as the pairwise one") {
+  // Eight experts, one per device, balanced: each all-to-all is 8 x 7 flows pairwise, 8 x 2 aggregated
+  // (one to the next device of the node, one to the same position in the other node), four of them
+  // (dispatch and combine, forward and backward); nothing else is on the links meanwhile.
+  DgxSpec spec;
+  spec.gpu = test_device();
+  spec.nodes = 2;
+  spec.gpus_per_node = 4;
+  const Cluster dgx = *make_dgx_cluster(spec);
+  using Flows = MoeOptions::AllToAllFlows;
+  auto [pair_t, pair_n] = replayed_graph(dgx, {}, Flows::Pairwise, 8);
+  auto [node_t, node_n] = replayed_graph(dgx, {}, Flows::ByNode, 8);
+  CHECK(pair_n - node_n == 4 * 8 * (7 - 2));
+  CHECK(close_rel(node_t, pair_t, 1e-9));
+  // The default keeps one flow per pair below 2^22 all-to-all flows.
+  CHECK(replayed_graph(dgx, {}, Flows::Auto, 8).second == pair_n);
+  // Skewed routing is always pairwise (the pairs do not exchange alike).
+  std::vector<double> skew(8, 0.1);
+  skew[0] = 0.3;
+  CHECK(replayed_graph(dgx, skew, Flows::ByNode, 8).second == pair_n);
 }

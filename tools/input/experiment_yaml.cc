@@ -299,7 +299,7 @@ std::vector<double> parse_routing(const Node& r, double experts) {
 }
 
 // Expert parallelism of the MoE blocks (core/moe.h): `expert_parallel`, `expert_tensor_parallel` and
-// the `moe` options (dispatcher, capacity factor, routing, overlap of the all-to-alls).
+// the `moe` options (dispatcher, capacity factor, routing, overlap of the all-to-alls, their flows).
 void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
   const double experts = routed_experts(w);
   auto needs_moe = [&](const Node& x) {
@@ -330,8 +330,8 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   auto m = n.get("moe");
   if (!m) return;
   needs_moe(*m);
-  m->require_map("a mapping of MoE options (dispatcher, capacity_factor, routing, overlap)");
-  m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap"});
+  m->require_map("a mapping of MoE options (dispatcher, capacity_factor, routing, overlap, all_to_all)");
+  m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all"});
   if (auto d = m->get("dispatcher"))
     s.moe.dispatcher = d->choice({"alltoall", "allgather"}, "a token dispatcher") == "allgather"
                            ? MoeDispatcher::AllGather
@@ -343,6 +343,11 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   }
   if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts);
   if (auto o = m->get("overlap")) s.moe_overlap = o->boolean();
+  if (auto a = m->get("all_to_all")) {
+    const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");
+    using Flows = MoeOptions::AllToAllFlows;
+    s.moe.all_to_all = flows == "pairwise" ? Flows::Pairwise : flows == "by-node" ? Flows::ByNode : Flows::Auto;
+  }
 }
 
 // `stages`: the pipeline ranks, within the devices and the layers.

@@ -30,7 +30,7 @@ std::string plural(double count, std::string_view one, std::string_view many);
 nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts = false);
 
 // One line on a MoE run's experts: per device, ep, etp, dispatcher, routing, drops, load imbalance.
-std::string moe_note(const Experiment& e, const Partition& p);
+std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated);
 
 // A stage's layers, exactly: names and ranges of consecutive layers (in the workload's order),
 // e.g. "node9..node12, node20, node31..node33 (8 layers)"; a single layer is its name.
