@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/evaluate.h"
+#include "core/moe.h"
 #include "core/tensor_parallel.h"
 
 namespace pipegrid {
@@ -153,6 +154,12 @@ Status Search3d::model_shape() {
       ++blocks_;
       sequence_ = w_.layer(static_cast<int>(l)).split.sequence;
     }
+  if (routed_experts(w_) > 0)
+    return Error{fmt::format(
+        "workload \"{}\" has mixture-of-experts blocks, and the 3D search does not search expert parallelism "
+        "yet (ep, etp and the dispatcher are not among its axes: docs/3d-search.md); run candidate "
+        "configurations with `pipegrid run` or `pipegrid sweep`",
+        w_.name)};
   if (blocks_ == 0)
     return Error{
         fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w_.name)};

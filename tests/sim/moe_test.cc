@@ -140,3 +140,38 @@ TEST_CASE("MoE, ep 8 over two DGX nodes of four: the node-aggregated all-to-all 
   skew[0] = 0.3;
   CHECK(replayed_graph(dgx, skew, Flows::ByNode, 8).second == pair_n);
 }
+
+TEST_CASE("MoE memory: expert weights, gradients and ZeRO-1 state per device over ep and the expert data-parallel group") {
+  // Eight experts on eight devices (one stage, d = 8), mixed-precision Adam (2 + 2 bytes of weights and
+  // gradients, 12 of fp32 master weights and moments per parameter), ZeRO-1. By hand: the dense
+  // parameters (attention 4 h^2 + LN1 h, router h E, LN2 h) on every device, their state over d = 8;
+  // E / ep experts of 2 h f each, their state over the expert data-parallel group of 8 / ep.
+  const double dense = 4 * kH * kH + kH + kH * 8 + kH, expert = 2 * kH * kF;
+  for (int ep : {8, 4, 2}) {
+    INFO("ep " << ep);
+    Cluster c = make_switch_cluster(8, "gpu", test_device(), 50e9, 1e-6);
+    for (Device& d : c.devices) d.spec = flop_device();
+    Experiment e;
+    e.name = "moe memory";
+    e.workload = one_moe_block(8);
+    e.cluster = std::move(c);
+    e.micro_batch_size = 8;
+    e.strategy.partitioner = "uniform";
+    e.strategy.schedule = "1f1b";
+    e.strategy.micro_batches = 1;
+    e.strategy.stages = 1;
+    e.strategy.replicas = 8;
+    e.strategy.expert_parallel = ep;
+    e.memory.optimizer = Optimizer::MixedAdam;
+    e.memory.zero1 = true;
+    Result<PreparedRun> run = prepare(e);
+    REQUIRE_MESSAGE(run.ok(), run.error().message);
+    const double local = 8.0 / ep * expert, edp = 8.0 / ep;
+    for (int dev = 0; dev < 8; ++dev) {
+      const MemoryBytes& m = run->graph.static_memory[static_cast<size_t>(dev)];
+      CHECK(close_rel(m[static_cast<int>(MemoryCategory::Weights)], 2 * (dense + local), 1e-12));
+      CHECK(close_rel(m[static_cast<int>(MemoryCategory::Gradients)], 2 * (dense + local), 1e-12));
+      CHECK(close_rel(m[static_cast<int>(MemoryCategory::OptimizerState)], 12 * dense / 8 + 12 * local / edp, 1e-12));
+    }
+  }
+}

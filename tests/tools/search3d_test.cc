@@ -165,6 +165,17 @@ TEST_CASE("search3d: errors") {
   o.global_batch = 16;
   o.schedules = {"gpipe"};
   CHECK(!search3d(base, o).ok());
+  // A mixture of experts is refused, not searched as if dense (ep is not an axis yet).
+  Experiment moe = load(R"(name: moe
+workload: {model: mixtral-8x7b, layers: 2, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+strategy: {partitioner: megatron, micro_batches: 1}
+)");
+  Search3dOptions m;
+  m.global_batch = 16;
+  Result<Search3dResult> r = search3d(moe, m);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("mixture-of-experts blocks") != std::string::npos);
 }
 
 // Restricted axes keep each case under a few hundred replays' worth of time: micro-batch sizes 1 and
