@@ -17,10 +17,10 @@ published value. Writes results.md; exits 1 when the check rows fail (median |er
 
 --fit minimises the sum over calibration rows of ln(pipegrid / published)^2 by coordinate descent in
 ln(efficiency) (golden-section search over [0.05, 1] per parameter, values rounded to 3 digits),
-over the compute efficiencies per device x precision x kernel class that the MoE and fp8 work runs at
-and that no dense validation uses (FIT_PARAMETERS); it writes fit.yaml (the values, each calibration
-row before and after). Copy the values into topologies/devices.yaml and rebuild; run.py then reports
-the check rows with them.
+over the experts' grouped-GEMM efficiency per device and precision, which no dense validation uses
+(FIT_PARAMETERS); it writes fit.yaml (the values, each calibration row before and after).
+`--with-fit fit.yaml` replays with them as device overrides; copied into topologies/devices.yaml (and
+rebuilt), run.py reports with them as the catalog (README.md says why they are not there).
 """
 import argparse
 import concurrent.futures
@@ -120,8 +120,9 @@ def partitioner(r):
 
 
 def device(r, efficiencies):
-    """The row's GPU: the catalog's, with `efficiencies` {(gpu, precision, class): value} overriding."""
-    mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if g == r["gpu"]}
+    """The row's GPU: the catalog's, with those of `efficiencies` {(gpu, precision, class): value}
+    that the row runs at overriding (only those, so that the replay cache keys on what matters)."""
+    mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
     if not mine:
         return r["gpu"]
     table = {}
