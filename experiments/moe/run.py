@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Published MoE training throughputs (rows.yaml) replayed in pipegrid (issue 50, item 8).
+
+Each row becomes an experiment: the zoo model at sequence 4,096 in the row's precision, DGX nodes of
+8 GPUs (the dgx-h100 / dgx-b200 presets' NVLink and NDR figures, written out as the `dgx` generator so
+that the device can take the fit's overrides; rail-optimised across nodes), the megatron partitioner
+with the row's TP, PP, VP (interleaved 1F1B) and EP, d = GPUs / (TP PP) replicas, the row's micro-batch
+and global batch, and what rows.yaml assumes per source (dispatcher, ETP, overlap, gradients,
+optimizer). pipegrid's iteration time becomes the row's metric (tokens/s/GPU = global batch x
+sequence / time / GPUs; MFU by Megatron-LM's FLOP count, rows.yaml) and is compared with the
+published value. Writes results.md; exits 1 when the check rows fail (median |error| <= 10%, every
+|error| <= 25%).
+
+    experiments/moe/run.py [--pipegrid build/pipegrid] [-j 2] [--max-gpus 128] [--out results.md]
+    experiments/moe/run.py --fit [--sweeps 3]   # fit the MoE/fp8 efficiencies on the calibration rows
+    experiments/moe/run.py --validate            # rows.yaml's schema and split only (ctest)
+
+--fit minimises the sum over calibration rows of ln(pipegrid / published)^2 by coordinate descent in
+ln(efficiency) (golden-section search over [0.05, 1] per parameter, values rounded to 3 digits),
+over the experts' grouped-GEMM efficiency per device and precision, which no dense validation uses
+(FIT_PARAMETERS); it writes fit.yaml (the values, each calibration row before and after).
+`--with-fit fit.yaml` replays with them as device overrides; copied into topologies/devices.yaml (and
+rebuilt), run.py reports with them as the catalog (README.md says why they are not there).
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
+import pgx  # noqa: E402
+
+# The DGX presets' figures (topologies/clusters/dgx-h100-8.yaml, dgx-b200-8.yaml).
+SYSTEMS = {"DGX-H100": ("h100", "450GBps"), "DGX-B200": ("b200", "900GBps")}
+PF_PEAK = 989.5e12  # the Parallel Folding paper's "peak half-precision throughput of 989.5 TFLOP/s"
+# What the fit may move: the MoE experts' grouped GEMMs, per device and precision (fp8: the fp8
+# trainings' expert GEMMs). The dense bf16 figures are fitted on the dense validation and stay; the
+# fp8 dense GEMM stays at DeepGEMM's published figure (0.68): with one to four calibration rows per
+# device and precision, all of one or two models, the fp8 gemm and grouped-gemm figures cannot be told
+# apart.
+FIT_PARAMETERS = [("h100", "bf16", "grouped-gemm"), ("h100", "fp8", "grouped-gemm"),
+                  ("b200", "bf16", "grouped-gemm"), ("b200", "fp8", "grouped-gemm")]
+REQUIRED = ["id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
+            "precision", "tp", "pp", "ep", "etp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split"]
+# Zoo parameters that differ from Megatron's run of the model (none: every row runs the zoo shape).
+MODELS = {"qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3", "mixtral-8x22b"}
+
+
+def load_rows(path=os.path.join(HERE, "rows.yaml")):
+    return yaml.safe_load(open(path))["rows"]
+
+
+def validate(rows):
+    """Problems with rows.yaml (empty: none): required fields, quotes, split, arithmetic."""
+    problems, ids = [], set()
+    for r in rows:
+        rid = r.get("id", "?")
+        problems += [f"{rid}: no `{k}`" for k in REQUIRED if k not in r]
+        if problems:
+            continue
+        if rid in ids:
+            problems.append(f"{rid}: duplicate id")
+        ids.add(rid)
+        if not str(r["quote"]).strip() or any(not str(s.get("quote", "")).strip() for s in r.get("same_config", [])):
+            problems.append(f"{rid}: empty quote")
+        if r["split"] not in ("calibration", "check"):
+            problems.append(f"{rid}: split {r['split']!r}")
+        if r["system"] not in SYSTEMS or SYSTEMS[r["system"]][0] != r["gpu"] or r["model"] not in MODELS:
+            problems.append(f"{rid}: unknown system, gpu or model")
+        if r["cp"] != 1 or r["gpus"] % (r["tp"] * r["pp"]) or r["gpus"] % 8:
+            problems.append(f"{rid}: CP > 1, or GPUs not whole nodes of TP x PP groups")
+        elif r["gbs"] % (replicas(r) * micro_batch(r)):
+            problems.append(f"{rid}: GBS {r['gbs']} not a multiple of d x MBS")
+        if r["metric"] == "tokens_per_s_per_gpu" and str(r["value"]) not in r["quote"]:
+            problems.append(f"{rid}: value {r['value']} not in its quote")
+        if r["metric"] == "mfu" and f"{100 * r['value']:.1f}%" not in r["quote"]:
+            problems.append(f"{rid}: MFU {r['value']} not in its quote")
+    return problems
+
+
+def replicas(r):
+    return r["gpus"] // (r["tp"] * r["pp"])
+
+
+def micro_batch(r):
+    return r["mbs"] or 1  # rows.yaml: MBS 1 where not printed (Parallel Folding)
+
+
+def assumed(r):
+    """rows.yaml's per-source assumptions for what the row does not print."""
+    if r["source"] == "parallel-folding":
+        return {"etp": r["etp"] or r["tp"], "overlap": False, "gradient_reduce": "fp32",
+                "capacity_factor": r.get("capacity_factor")}
+    # Megatron-Bridge: ETP 1; EP overlap where the configuration's recipe sets it; bf16 gradients.
+    overlap = (r["model"], r["gpu"], r["ep"]) in {("qwen3-235b-a22b", "h100", 32), ("deepseek-v3", "b200", 32)}
+    return {"etp": r["etp"] or 1, "overlap": overlap, "gradient_reduce": "bf16", "capacity_factor": None}
+
+
+# Transformer blocks per zoo model (pipegrid workload show): Megatron's split needs them to be a
+# multiple of PP x VP.
+BLOCKS = {"qwen3-30b-a3b": 48, "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "deepseek-v3": 61, "mixtral-8x22b": 56}
+
+
+def partitioner(r):
+    """Megatron's equal runs of blocks where the blocks divide the PP x VP stages; otherwise `balanced`
+    (contiguous stages, the slowest stage's compute minimised), standing for the uneven layouts
+    Megatron-Bridge runs there (--account-for-embedding/loss-in-pipeline-split: 94 + 2 = 96 for
+    Qwen3-235B; DeepSeek-V3's explicit pipeline layout)."""
+    return "megatron" if BLOCKS[r["model"]] % (r["pp"] * (r["vp"] or 1)) == 0 else "balanced"
+
+
+def device(r, efficiencies):
+    """The row's GPU: the catalog's, with those of `efficiencies` {(gpu, precision, class): value}
+    that the row runs at overriding (only those, so that the replay cache keys on what matters)."""
+    mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
+    if not mine:
+        return r["gpu"]
+    table = {}
+    for (p, c), v in sorted(mine.items()):
+        table.setdefault(p, {})[c] = v
+    return {"model": r["gpu"], "compute_efficiency": table}
+
+
+def experiment(r, efficiencies=None):
+    a, d, b = assumed(r), replicas(r), micro_batch(r)
+    strategy = {"partitioner": partitioner(r), "schedule": "interleaved-1f1b" if r["vp"] else "1f1b",
+                "stages": r["pp"], "replicas": d, "allreduce": "multi-ring", "tensor_parallel": r["tp"],
+                "sequence_parallel": r["tp"] > 1, "dp_overlap": True, "gradient_reduce": a["gradient_reduce"],
+                "expert_parallel": r["ep"], "expert_tensor_parallel": a["etp"],
+                "moe": {"dispatcher": "alltoall", "overlap": a["overlap"]},
+                "micro_batch_size": b, "micro_batches": r["gbs"] // (d * b)}
+    if r["vp"]:
+        strategy["chunks"] = r["vp"]
+    if a["capacity_factor"]:
+        strategy["moe"]["capacity_factor"] = a["capacity_factor"]
+    gpu, nvlink = SYSTEMS[r["system"]]
+    return {"name": r["id"],
+            "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]},
+            "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": device(r, efficiencies),
+                        "nvlink": {"bandwidth": nvlink, "latency": "0.5us"},
+                        "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
+                        "fabric": "rail" if r["gpus"] > 8 else "switch"},
+            "strategy": strategy,
+            "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}}
+
+
+_CACHE = {}
+
+
+def simulate(pipegrid, exp):
+    """`pipegrid run --json` of `exp`: {"time", "feasible", "breakdown"} or {"error"}; cached by content."""
+    text = json.dumps(exp, sort_keys=True)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    if key in _CACHE:
+        return _CACHE[key]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, exp["name"] + ".yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        out = {"error": ((p.stderr or p.stdout).strip().splitlines() or ["pipegrid failed"])[-1]}
+    else:
+        j = json.loads(p.stdout)
+        out = {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {})}
+    _CACHE[key] = out
+    return out
+
+
+# Megatron-LM's model FLOPs (megatron/training/training.py at 8a5521ac4226, 2025-02), the zoo shapes.
+SHAPES = {"mixtral-8x22b": dict(layers=56, hidden=6144, heads=48, groups=8, kv_channels=128, ffn=16384, topk=2,
+                                vocab=32000, swiglu=True)}
+
+
+def megatron_flops(model, batch, seq):
+    m = SHAPES[model]
+    L, h = m["layers"], m["hidden"]
+    q_ratio = m["kv_channels"] * m["heads"] / h
+    attention = (1 + m["groups"] / m["heads"] + seq / h) * q_ratio
+    mlp = m["ffn"] / h * m["topk"] * (1.5 if m["swiglu"] else 1)
+    return 12 * batch * seq * L * h * h * (attention + mlp + m["vocab"] / (2 * L * h))
+
+
+def predicted(r, time_s):
+    """The row's metric from pipegrid's iteration time."""
+    if r["metric"] == "tokens_per_s_per_gpu":
+        return r["gbs"] * r["seq"] / time_s / r["gpus"]
+    return megatron_flops(r["model"], r["gbs"], r["seq"]) / (time_s * r["gpus"] * PF_PEAK)
+
+
+def run_rows(pipegrid, rows, jobs, max_gpus, efficiencies=None):
+    """{id: result with "predicted" and "error" (pipegrid / published - 1), or "skipped" / "failed"}."""
+    def one(r):
+        if r["gpus"] > max_gpus:
+            return {"skipped": f"not simulated: {r['gpus']} GPUs > --max-gpus {max_gpus}"}
+        out = dict(simulate(pipegrid, experiment(r, efficiencies)))
+        if "error" in out:
+            return {"failed": out["error"]}
+        out["predicted"] = predicted(r, out["time"])
+        out["error"] = out["predicted"] / r["value"] - 1
+        return out
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return dict(zip([r["id"] for r in rows], pool.map(one, rows)))
+
+
+def spread(r):
+    """The published data's own spread for the configuration: (n, min, max) over its releases."""
+    values = [r["value"]] + [s["value"] for s in r.get("same_config", [])]
+    return len(values), min(values), max(values)
+
+
+def fmt_value(r, v):
+    return f"{100 * v:.1f}% MFU" if r["metric"] == "mfu" else f"{v:,.0f}"
+
+
+def config(r):
+    a = assumed(r)
+    parts = [f"{r['gpus']} {r['gpu'].upper()}", r["precision"], f"TP{r['tp']} PP{r['pp']}"]
+    parts += [f"VP{r['vp']}"] if r["vp"] else []
+    parts += [f"EP{r['ep']} ETP{a['etp']}", f"MBS{micro_batch(r)}{'' if r['mbs'] else '*'} GBS{r['gbs']}"]
+    parts += ["a2a overlap"] if a["overlap"] else []
+    return ", ".join(parts)
+
+
+def table_lines(rows, results, split):
+    mine = [r for r in rows if r["split"] == split]
+    lines = ["| row | source | configuration | published | releases (n, min-max) | pipegrid | error |",
+             "|---|---|---|---|---|---|---|"]
+    for r in mine:
+        x, (n, lo, hi) = results[r["id"]], spread(r)
+        rel = f"{n}, {lo:,}-{hi:,} ({100 * (hi - lo) / statistics.median([lo, hi]):.0f}%)" if n > 1 else "1"
+        if "predicted" in x:
+            got = fmt_value(r, x["predicted"]) + ("" if x["feasible"] else " (over memory)")
+            err = f"{100 * x['error']:+.1f}%"
+        else:
+            got, err = x.get("skipped") or "error: " + x["failed"], "-"
+        lines.append(f"| {r['id']} | {r['source']} {r['release']} | {config(r)} | {fmt_value(r, r['value'])} | "
+                     f"{rel} | {got} | {err} |")
+    return lines
+
+
+def summary(rows, results, split):
+    """(n, median |error|, max |error|, not replayed) over the split's rows."""
+    errs = [abs(results[r["id"]]["error"]) for r in rows if r["split"] == split and "error" in results[r["id"]]]
+    missing = [r["id"] for r in rows if r["split"] == split and "error" not in results[r["id"]]]
+    if not errs:
+        return 0, float("nan"), float("nan"), missing
+    return len(errs), statistics.median(errs), max(errs), missing
+
+
+def verdict(rows, results):
+    n, med, mx, missing = summary(rows, results, "check")
+    ok = n > 0 and not missing and med <= 0.10 and mx <= 0.25
+    text = (f"check rows: {n} replayed, median |error| {100 * med:.1f}%, max {100 * mx:.1f}%"
+            + (f", {len(missing)} not replayed ({', '.join(missing)})" if missing else "")
+            + (": PASS" if ok else ": FAIL (median <= 10% and every row within 25% required)"))
+    return ok, text
+
+
+def write_results(path, rows, results, args):
+    ok, text = verdict(rows, results)
+    n, med, mx, _ = summary(rows, results, "calibration")
+    lines = ["# MoE training throughput: published against pipegrid", "",
+             "Written by `experiments/moe/run.py` (rows, sources, quotes and assumptions: rows.yaml; README.md). "
+             "error = pipegrid / published - 1. MBS marked * is assumed (not printed). \"releases\": the same "
+             "configuration in other releases of the page (their spread, (max - min) / mid). Catalog: "
+             + ("topologies/devices.yaml as built into the binary." if not args.with_fit else
+                f"the binary's, with {os.path.relpath(args.with_fit, HERE)}'s values as device overrides (a what-if).")
+             + "", "",
+             "## Check rows", ""] + table_lines(rows, results, "check") + ["", text, "",
+             "## Calibration rows", ""] + table_lines(rows, results, "calibration") + [
+             "", f"calibration rows: {n} replayed, median |error| {100 * med:.1f}%, max {100 * mx:.1f}%", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return ok, text
+
+
+def objective(rows, results):
+    return sum(math.log(1 + results[r["id"]]["error"]) ** 2 for r in rows if "error" in results[r["id"]])
+
+
+def golden(f, lo, hi, steps=10):
+    """Minimum of f over [lo, hi] in ln space by golden-section search (f cached by the caller)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = math.log(lo), math.log(hi)
+    c, d = b - g * (b - a), a + g * (b - a)
+    for _ in range(steps):
+        if f(round(math.exp(c), 3)) < f(round(math.exp(d), 3)):
+            b, d = d, c
+            c = b - g * (b - a)
+        else:
+            a, c = c, d
+            d = a + g * (b - a)
+    return round(math.exp((a + b) / 2), 3)
+
+
+def uses(r, parameter):
+    gpu, precision, _ = parameter
+    fp8 = r["precision"] in ("fp8", "fp8-blockwise", "mxfp8")
+    return r["gpu"] == gpu and (precision == "fp8") == fp8
+
+
+def fit(args, rows, start):
+    """Coordinate descent over FIT_PARAMETERS on the calibration rows; returns (values, before, after)."""
+    cal = [r for r in rows if r["split"] == "calibration" and r["gpus"] <= args.max_gpus]
+    values = dict(start)
+    before = run_rows(args.pipegrid, cal, args.j, args.max_gpus, values)
+    best = objective(cal, before)
+    for sweep in range(args.sweeps):
+        gained = 0.0
+        for p in FIT_PARAMETERS:
+            mine = [r for r in cal if uses(r, p)]
+            if not mine:
+                continue
+            def f(v):
+                return objective(mine, run_rows(args.pipegrid, mine, args.j, args.max_gpus, {**values, p: v}))
+            v = golden(f, 0.05, 1.0)
+            if f(v) < f(values[p]):
+                values[p] = v
+            new = objective(cal, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values))
+            gained += best - new
+            best = new
+            print(f"sweep {sweep + 1}: {p} = {values[p]} (objective {best:.4f})", file=sys.stderr, flush=True)
+        if gained < 1e-4:
+            break
+    return values, before, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values)
+
+
+def catalog_start(pipegrid):
+    """The catalog's current values of FIT_PARAMETERS (grouped_gemm falls back to gemm)."""
+    out = {}
+    for gpu in sorted({g for g, _, _ in FIT_PARAMETERS}):
+        shown = json.loads(subprocess.run([pipegrid, "device", "show", gpu, "--json"], capture_output=True,
+                                          text=True, check=True).stdout)["compute_efficiency"]
+        for g, p, c in FIT_PARAMETERS:
+            if g == gpu:
+                out[(g, p, c)] = shown[p].get(c) or shown[p]["gemm"]
+    return out
+
+
+def load_fit(path):
+    """fit.yaml's values as {(gpu, precision, class): efficiency}."""
+    return {tuple(k.split()): v for k, v in yaml.safe_load(open(path))["values"].items()}
+
+
+def write_fit(path, values, before, after, rows):
+    doc = {"fitted_by": "experiments/moe/run.py --fit (calibration rows of experiments/moe/rows.yaml)",
+           "values": {f"{g} {p} {c}": v for (g, p, c), v in values.items()},
+           "calibration_rows": {r["id"]: {"before": round(1 + before[r["id"]]["error"], 4) if "error" in before[r["id"]] else None,
+                                          "after": round(1 + after[r["id"]]["error"], 4) if "error" in after[r["id"]] else None}
+                                for r in rows if r["id"] in after}}
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pipegrid", default=None, help="the pipegrid binary (default build/pipegrid)")
+    ap.add_argument("-j", type=int, default=2, help="pipegrid processes in parallel")
+    ap.add_argument("--max-gpus", type=int, default=128, help="rows on more GPUs are not simulated")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--validate", action="store_true", help="check rows.yaml only")
+    ap.add_argument("--fit", action="store_true", help="fit FIT_PARAMETERS on the calibration rows (fit.yaml)")
+    ap.add_argument("--sweeps", type=int, default=3)
+    ap.add_argument("--rows", nargs="*", help="only these row ids")
+    ap.add_argument("--with-fit", metavar="FIT_YAML",
+                    help="apply a fit's values as device overrides (a what-if before they enter the catalog)")
+    args = ap.parse_args()
+    rows = load_rows()
+    problems = validate(rows)
+    if problems or args.validate:
+        print("\n".join(problems) or f"rows.yaml: {len(rows)} rows, valid")
+        return 1 if problems else 0
+    if args.rows:
+        rows = [r for r in rows if r["id"] in args.rows]
+    args.pipegrid = args.pipegrid or pgx.binary()
+    if args.fit:
+        values, before, after = fit(args, rows, catalog_start(args.pipegrid))
+        write_fit(os.path.join(HERE, "fit.yaml"), values, before, after, rows)
+        print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
+        return 0
+    pgx.check_catalog(args.pipegrid, devices=("h100", "b200"))
+    overrides = load_fit(args.with_fit) if args.with_fit else None
+    results = run_rows(args.pipegrid, rows, args.j, args.max_gpus, overrides)
+    ok, text = write_results(args.out, rows, results, args)
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

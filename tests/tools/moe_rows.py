@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""ctest: the MoE validation's rows (experiments/moe/rows.yaml) and run.py's arithmetic.
+
+1. rows.yaml is valid (run.py's validate: every field present, quotes non-empty and holding the
+   value, split calibration or check, GBS a multiple of d x MBS) and its split is the stated rule:
+   by (gpu, precision), sorted by id, odd positions calibration, even check.
+2. The metrics by hand: tokens/s/GPU of a 1-second iteration is GBS x seq / GPUs; Megatron-LM's FLOP
+   count for Mixtral 8x22B at one sequence equals 12 L h^2 s [(1 + 8/48 + 4096/6144) + 8 + 32000 /
+   (2 L h)], written out.
+3. The 8-GPU rows replay (one DGX-B200 node: a few seconds) to a positive time.
+"""
+import os
+import sys
+
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pipegrid = sys.argv[1]
+sys.path.insert(0, os.path.join(root, "experiments", "moe"))
+import run  # noqa: E402
+
+rows = run.load_rows()
+problems = run.validate(rows)
+if problems:
+    sys.exit("rows.yaml: " + "; ".join(problems))
+groups = {}
+for r in rows:
+    groups.setdefault((r["gpu"], r["precision"]), []).append(r)
+for key, members in groups.items():
+    for i, r in enumerate(sorted(members, key=lambda x: x["id"])):
+        want = "calibration" if i % 2 == 0 else "check"
+        if r["split"] != want:
+            sys.exit(f"{r['id']}: split {r['split']}, the rule gives {want}")
+
+r = next(x for x in rows if x["metric"] == "tokens_per_s_per_gpu")
+if abs(run.predicted(r, 1.0) - r["gbs"] * r["seq"] / r["gpus"]) > 1e-9:
+    sys.exit("tokens/s/GPU of a 1 s iteration is not GBS x seq / GPUs")
+L, h, s = 56, 6144, 4096
+by_hand = 12 * L * h * h * s * ((1 + 8 / 48 + 4096 / 6144) + 16384 / 6144 * 2 * 1.5 + 32000 / (2 * L * h))
+if abs(run.megatron_flops("mixtral-8x22b", 1, s) / by_hand - 1) > 1e-12:
+    sys.exit(f"Megatron FLOPs {run.megatron_flops('mixtral-8x22b', 1, s)} != {by_hand}")
+
+small = [x for x in rows if x["gpus"] <= 8]
+if not small:
+    sys.exit("no 8-GPU row to replay")
+results = run.run_rows(pipegrid, small, 2, 8)
+for x in small:
+    got = results[x["id"]]
+    if "predicted" not in got or not got["time"] > 0:
+        sys.exit(f"{x['id']}: {got}")
+print(f"rows.yaml: {len(rows)} rows valid, split by the rule; {len(small)} 8-GPU rows replayed")
