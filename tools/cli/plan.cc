@@ -83,6 +83,8 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
     fmt::print("gradients   {}\n", how);
+  if (parallelism(p).expert > 1)
+    fmt::print("experts     {}\n", output::moe_note(e, p, run.graph.node_aggregated_all_to_all));
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run.exploration.empty()) fmt::print("explored    {}\n", run.exploration);
@@ -107,6 +109,9 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
              format_time(simulated.iteration_time_s),
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
+  if (parallelism(p).expert > 1)
+    fmt::print("exposed EP all-to-all               {} per device (mean over the devices in use)\n",
+               format_time(simulated.breakdown.expert_parallel_s));
   for (const output::CostModelCheck& c : output::cost_model_checks(e, p))
     fmt::print("cost model                          {}\n", c.note);
   if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");
