@@ -186,12 +186,14 @@ std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, Collective
   return done;
 }
 
-std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
-                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+namespace {
+
+// Device q sends `flow_bytes` to device q + 1 once both are ready; result[q] = {flow q, flow q - 1}.
+std::vector<Deps> ring_of_flows(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                double flow_bytes, const FlowTag& tag) {
   const int n = static_cast<int>(devices.size());
   std::vector<Deps> done(n);
   if (n < 2) return done;
-  const double flow_bytes = ring_flow_bytes(kind, bytes, n);
   std::vector<int32_t> flows(n);
   for (int q = 0; q < n; ++q) {
     flows[q] = add_flow(g, devices[q], devices[(q + 1) % n], flow_bytes, tag, ready[q]);
@@ -200,6 +202,19 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
   }
   for (int q = 0; q < n; ++q) done[q] = {flows[q], flows[(q - 1 + n) % n]};
   return done;
+}
+
+}  // namespace
+
+std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+  const int n = static_cast<int>(devices.size());
+  return ring_of_flows(g, devices, ready, n < 2 ? 0 : ring_flow_bytes(kind, bytes, n), tag);
+}
+
+std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                    double bytes, const FlowTag& tag) {
+  return ring_of_flows(g, devices, ready, bytes, tag);
 }
 
 std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& devices,
@@ -414,6 +429,8 @@ double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop) {
 }
 
 double send(double bytes, const LinkCost& hop) { return hop.latency + bytes / hop.bandwidth; }
+
+double ring_shift(int n, double bytes, const LinkCost& hop) { return n < 2 ? 0 : send(bytes, hop); }
 
 }  // namespace closed_form
 

@@ -110,6 +110,11 @@ std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, Collective
 // result[j] = {flow j, flow j - 1}.
 std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
                                      const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// Ring shift (one step of a point-to-point ring, as ring attention's K/V exchange): device j sends S
+// bytes to device j + 1 once both of them are ready (an isend / irecv pair); device j holds its result
+// once its flows out and in are done: result[j] = {flow j, flow j - 1}.
+std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                    double bytes, const FlowTag& tag);
 // All-to-all: devices[i] sends bytes[i][j] to devices[j] (i != j; zero sends nothing), every flow
 // once both ends are ready; a device holds its result once all its flows out and in are done (in the
 // order: out by destination, then in by source).
@@ -218,6 +223,8 @@ double all_to_all(int machines, int per_machine, double bytes_per_pair, const Li
 double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop);
 // Send/receive: a + S / B.
 double send(double bytes, const LinkCost& hop);
+// Ring shift of S bytes per device (n >= 2), every device's port full duplex: a + S / B (0 for n < 2).
+double ring_shift(int n, double bytes, const LinkCost& hop);
 }  // namespace closed_form
 
 // The time of concurrent stepped rings (an all-reduce, AllReduceAlgorithm::Ring, or with `kind`

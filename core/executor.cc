@@ -37,6 +37,7 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
                              t.micro_batch, name(t.device), name(t.peer));
         case TransferKind::TensorParallel:
         case TransferKind::ExpertParallel:
+        case TransferKind::ContextParallel:
           return fmt::format("{} collective of stage {}, micro-batch {}, {}->{}", to_string(t.transfer), t.stage,
                              t.micro_batch, name(t.device), name(t.peer));
         default:

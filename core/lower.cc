@@ -28,12 +28,14 @@ TaskKind kind_of(Pass p) {
 // both hold (replica_overlap). Under tensor parallelism, each device of a group sends its 1/t of the
 // activation to the device of the same rank in the consuming group (the scatter of Narayanan et al.,
 // arXiv 2104.04473, section 4.1; with sequence parallelism the activation is already split); groups
-// of different sizes pair rank q mod t.
+// of different sizes pair rank q mod t. Under context parallelism a replica's t x cp devices each hold
+// 1/cp of the tokens: the same pairing over groups of t x cp.
 template <class F>
 void for_each_device_pair(const Partition& p, size_t s, int t, F&& f) {
   const Stage& a = p.stage(s);
   const Stage& b = p.stage(t);
-  const int ta = a.tensor_parallel, tb = b.tensor_parallel, ra = a.replicas(), rb = b.replicas();
+  const int ta = a.tensor_parallel * a.context_parallel, tb = b.tensor_parallel * b.context_parallel,
+            ra = a.replicas(), rb = b.replicas();
   const int ranks = std::max(ta, tb);
   for (int i = 0; i < ra; ++i)
     for (int j = 0; j < rb; ++j) {
@@ -51,7 +53,7 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   const size_t m = static_cast<size_t>(std::max(0, micro_batches));
   std::vector<char> busy;
   for (size_t s = 0; s < p.stage_count(); ++s) {
-    const size_t r = static_cast<size_t>(p.stage(s).replicas());
+    const size_t r = static_cast<size_t>(p.stage(s).gradient_replicas());
     n.compute += p.stage(s).devices.size() * m * static_cast<size_t>(passes);
     for (int d : p.stage(s).devices) {
       if (d >= static_cast<int>(busy.size())) busy.resize(d + 1, 0);
@@ -192,7 +194,8 @@ class Lowering {
   void feed_backward(int32_t from, int32_t into, int s, int j, int k);
   Status add_pipeline_transfers();
   void add_group_collectives();
-  void add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members);
+  std::vector<Deps> add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members,
+                                   const std::vector<Deps>& previous);
   // The node layout (core/collectives.h node_layout) of all-to-all x of stage s's pass among the stage
   // positions `members` when it may be lowered node-aggregated: every pair exchanges alike (every
   // sender sends as much, every receiver's expert load is the same) and the group's nodes hold
@@ -237,18 +240,22 @@ Status Lowering::count() {
   for (size_t st = 0; st < S_; ++st)
     if (p_.stage(st).grouped()) {
       any_grouped_ = true;
+      const int cp = p_.stage(st).context_parallel;
       for (size_t j = 0; j < p_.stage(st).devices.size(); ++j)
         for (Pass pass : {Pass::Forward, Pass::Backward}) {
           const TpProgram& prog = *program(static_cast<int>(st), j, pass);
           piece_tasks_ += prog.collectives() * static_cast<size_t>(m_);
           for (size_t x = 0; x < prog.collectives(); ++x) {
+            if (prog.flags[x] & kNoFlows) continue;
             if (prog.kinds[x] != CollectiveKind::AllToAll) {
               group_flows_ += static_cast<size_t>(m_);
-              continue;
+            } else if (prog.groups[x] == CommGroup::Context) {
+              group_flows_ += static_cast<size_t>(cp - 1) * static_cast<size_t>(m_);
+            } else {
+              const auto [pairwise, aggregated] = all_to_all_flows(static_cast<int>(st), pass, x, j);
+              a2a_pairwise += pairwise * static_cast<size_t>(m_);
+              a2a_aggregated += aggregated * static_cast<size_t>(m_);
             }
-            const auto [pairwise, aggregated] = all_to_all_flows(static_cast<int>(st), pass, x, j);
-            a2a_pairwise += pairwise * static_cast<size_t>(m_);
-            a2a_aggregated += aggregated * static_cast<size_t>(m_);
           }
         }
     }
@@ -266,14 +273,16 @@ Status Lowering::count() {
   // reductions with the same ends: buckets 0 .. K - 2 together from r_0 (the backward's first K-th
   // done), then the last after the backward; without tensor parallelism the backward becomes those
   // two compute tasks (under it, its pieces are shared out).
-  bucketed_ = o_.dp_overlap && S_ > 0 && p_.stage(0).replicas() > 1;
-  buckets_ = bucketed_ ? dp_buckets(cost(0, 0).parameters - cost(0, 0).expert_parameters, p_.stage(0).replicas()) : 1;
+  bucketed_ = o_.dp_overlap && S_ > 0 && p_.stage(0).gradient_replicas() > 1;
+  buckets_ = bucketed_ ? dp_buckets(cost(0, 0).parameters - cost(0, 0).expert_parameters,
+                                    p_.stage(0).gradient_replicas())
+                       : 1;
   if (any_grouped_ || bucketed_) {
     TaskCount with_tp = count_;
     with_tp.compute += piece_tasks_;
     with_tp.transfers += group_flows_;
     if (bucketed_ && buckets_ > 1) {
-      const size_t r0 = static_cast<size_t>(p_.stage(0).replicas()), t0 = p_.stage(0).tensor_parallel;
+      const size_t r0 = static_cast<size_t>(p_.stage(0).gradient_replicas()), t0 = p_.stage(0).tensor_parallel;
       if (t0 == 1) with_tp.compute += p_.stage(0).devices.size();
       with_tp.ring_steps += 2 * (r0 - 1) * r0 * t0;
     }
@@ -505,8 +514,10 @@ Status Lowering::add_pipeline_transfers() {
 // The grouped stages' collectives (core/collectives.h): a tensor-parallel or expert tensor-parallel
 // all-reduce, all-gather or reduce-scatter as a merged ring over its group, an expert-parallel
 // all-to-all as one flow per pair (node-aggregated, two per device, where every pair exchanges alike:
-// aggregated_layout); each once the group's members reached it. A device goes on once
-// its flows in and out are done (with overlap, one compute piece later).
+// aggregated_layout), a context-parallel ring step as a ring shift; each once the group's members
+// reached it (a ring step marked kAfterPrevious also once the previous step arrived). A device goes
+// on once its flows in and out are done (with overlap, or a collective marked kBesideNext, one
+// compute piece later).
 void Lowering::add_group_collectives() {
   for (size_t st = 0; st < S_; ++st) {
     const Stage& stage = p_.stage(st);
@@ -523,40 +534,55 @@ void Lowering::add_group_collectives() {
       by_x.assign(prog.collectives(), std::vector<std::vector<int>>(static_cast<size_t>(n)));
       for (size_t x = 0; x < prog.collectives(); ++x)
         for (int r = 0; r < n; ++r) {
-          std::vector<int> members = group_members(prog.groups[x], r, stage.tensor_parallel, es);
+          std::vector<int> members =
+              group_members(prog.groups[x], r, stage.tensor_parallel, es, stage.context_parallel);
           if (members.front() == r) by_x[x][static_cast<size_t>(r)] = std::move(members);
         }
     }
+    std::vector<Deps> previous;  // the last context-parallel exchange of the group, per member
     for (int r = 0; r < n; ++r)
       for (Pass pass : {Pass::Forward, Pass::Backward}) {
         const auto& by_x = groups[pass == Pass::Forward ? 0 : 1];
-        for (int k = 0; k < m_; ++k)
-          for (size_t x = 0; x < by_x.size(); ++x)
-            if (!by_x[x][static_cast<size_t>(r)].empty()) add_collective(s, pass, k, x, by_x[x][static_cast<size_t>(r)]);
+        for (int k = 0; k < m_; ++k) {
+          previous.clear();
+          for (size_t x = 0; x < by_x.size(); ++x) {
+            const auto& members = by_x[x][static_cast<size_t>(r)];
+            if (members.empty()) continue;
+            std::vector<Deps> done = add_collective(s, pass, k, x, members, previous);
+            if (!done.empty() && program(s, 0, pass)->groups[x] == CommGroup::Context) previous = std::move(done);
+          }
+        }
       }
   }
 }
 
-// Collective x of stage s's pass of micro-batch k among the stage positions `members`.
-void Lowering::add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members) {
+// Collective x of stage s's pass of micro-batch k among the stage positions `members` (after
+// `previous` when marked kAfterPrevious); what each member holds its result after (empty: no flows).
+std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members,
+                                           const std::vector<Deps>& previous) {
   const Stage& stage = p_.stage(s);
   const size_t n = members.size();
+  const TpProgram& prog = *program(s, static_cast<size_t>(members[0]), pass);
+  if (prog.flags[x] & kNoFlows) return {};
   std::vector<int32_t> heads(n);
   for (size_t q = 0; q < n; ++q) heads[q] = head_[slot_index(s, members[q], pass, k)];
-  if (std::count(heads.begin(), heads.end(), -1) > 0) return;
+  if (std::count(heads.begin(), heads.end(), -1) > 0) return {};
+  const bool chained = (prog.flags[x] & kAfterPrevious) && previous.size() == n;
   std::vector<int> devices(n);
   std::vector<Deps> ready(n);
   for (size_t q = 0; q < n; ++q) {
     devices[q] = stage.devices[static_cast<size_t>(members[q])];
     ready[q] = {heads[q] + static_cast<int32_t>(x)};
+    if (chained) ready[q].insert(ready[q].end(), previous[q].begin(), previous[q].end());
   }
-  const TpProgram& prog = *program(s, static_cast<size_t>(members[0]), pass);
-  const TransferKind traffic =
-      prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel : TransferKind::ExpertParallel;
+  const bool context = prog.groups[x] == CommGroup::Context;
+  const TransferKind traffic = context                              ? TransferKind::ContextParallel
+                               : prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel
+                                                                     : TransferKind::ExpertParallel;
   const FlowTag tag{traffic, s, k};
   std::vector<Deps> done;
   if (prog.kinds[x] == CollectiveKind::AllToAll) {
-    if (auto layout = aggregate_ ? aggregated_layout(s, pass, x, members) : std::nullopt) {
+    if (auto layout = aggregate_ && !context ? aggregated_layout(s, pass, x, members) : std::nullopt) {
       const double sent = program(s, static_cast<size_t>(members[0]), pass)->bytes[x];
       done = append_node_aggregated_all_to_all(g_, devices, layout->first, layout->second, ready,
                                                sent * cost(s, static_cast<size_t>(members[0])).expert_load /
@@ -565,12 +591,16 @@ void Lowering::add_collective(int s, Pass pass, int k, size_t x, const std::vect
     } else {
       done = pairwise_all_to_all(s, pass, x, members, devices, ready, tag);
     }
+  } else if (prog.kinds[x] == CollectiveKind::SendRecv) {
+    done = append_ring_shift(g_, devices, ready, prog.bytes[x], tag);
   } else {
     done = append_merged_ring(g_, prog.kinds[x], devices, ready, prog.bytes[x], tag);
   }
-  const size_t next = o_.tensor_parallel.overlap ? std::min(x + 2, prog.collectives()) : x + 1;
+  const bool beside = context ? (prog.flags[x] & kBesideNext) != 0 : o_.tensor_parallel.overlap;
+  const size_t next = beside ? std::min(x + 2, prog.collectives()) : x + 1;
   for (size_t q = 0; q < n; ++q)
     for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));
+  return done;
 }
 
 std::optional<std::pair<std::vector<std::pair<int, int>>, int>> Lowering::aggregated_layout(
@@ -590,7 +620,8 @@ std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x,
   const Stage& stage = p_.stage(s);
   const std::vector<int> members = group_members(program(s, j, pass)->groups[x], static_cast<int>(j),
                                                  stage.tensor_parallel,
-                                                 ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel});
+                                                 ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel},
+                                                 stage.context_parallel);
   const size_t pairwise = members.size() - 1;
   if (auto layout = aggregated_layout(s, pass, x, members))
     return {pairwise, static_cast<size_t>(node_aggregated_flows(static_cast<int>(members.size()), layout->second))};
@@ -598,7 +629,7 @@ std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x,
 }
 
 // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns
-// them); its own share stays.
+// them), or evenly over a context-parallel group (each peer's heads); its own share stays.
 std::vector<Deps> Lowering::pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
                                                 const std::vector<int>& devices, const std::vector<Deps>& ready,
                                                 const FlowTag& tag) {
@@ -610,7 +641,9 @@ std::vector<Deps> Lowering::pairwise_all_to_all(int s, Pass pass, size_t x, cons
     const double sent = program(s, static_cast<size_t>(members[i]), pass)->bytes[x];
     for (size_t j = 0; j < n; ++j) {
       if (i == j) continue;
-      const double load = cost(s, static_cast<size_t>(members[j])).expert_load / stage.expert_parallel;
+      const double load = prog.groups[x] == CommGroup::Context
+                              ? 1.0 / static_cast<double>(n)
+                              : cost(s, static_cast<size_t>(members[j])).expert_load / stage.expert_parallel;
       (prog.combines[x] ? bytes[j][i] : bytes[i][j]) = sent * load;
     }
   }
@@ -628,7 +661,9 @@ void Lowering::add_data_parallel_collectives() {
   for (size_t s = 0; s < S_; ++s) {
     const Stage& stage = p_.stage(s);
     const auto& all = stage.devices;
-    const int r = stage.replicas(), T = stage.tensor_parallel;
+    // Each tensor-parallel rank reduces (and, under ZeRO-1, shards) over the data x context-parallel
+    // group, as Megatron-Core's dp_cp group.
+    const int r = stage.gradient_replicas(), T = stage.tensor_parallel;
     // The expert data-parallel size: the devices holding the same experts (core/moe.h).
     const int edp = static_cast<int>(all.size()) / (stage.expert_parallel * stage.expert_tensor_parallel);
     for (size_t j = 0; j < all.size(); ++j) {
@@ -653,7 +688,7 @@ void Lowering::add_data_parallel_collectives() {
       std::vector<std::pair<int, int>> members;
       for (int j = 0; j < r; ++j) members.emplace_back(static_cast<int>(s), j * T + q);
       if (mirror)
-        for (int j = 0; j < mirror->replicas(); ++j) members.emplace_back(stage.mirror, j * T + q);
+        for (int j = 0; j < mirror->gradient_replicas(); ++j) members.emplace_back(stage.mirror, j * T + q);
       const StageCost& sq = cost(s, q);
       const double params = sq.parameters - sq.expert_parameters;
       const double bytes = o_.gradient_reduce_bytes > 0 ? params * o_.gradient_reduce_bytes

@@ -122,6 +122,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
       double& part = x.transfer == TransferKind::TensorParallel   ? b.tensor_parallel_s
                      : x.transfer == TransferKind::DataParallel   ? b.data_parallel_s
                      : x.transfer == TransferKind::ExpertParallel ? b.expert_parallel_s
+                     : x.transfer == TransferKind::ContextParallel ? b.context_parallel_s
                                                                   : b.pipeline_s;
       const double begin = std::max(from, t.start[p]);
       part += until - begin;
@@ -152,11 +153,12 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     m.breakdown.data_parallel_s += dm.breakdown.data_parallel_s;
     m.breakdown.bubble_s += dm.breakdown.bubble_s;
     m.breakdown.expert_parallel_s += dm.breakdown.expert_parallel_s;
+    m.breakdown.context_parallel_s += dm.breakdown.context_parallel_s;
   }
   if (used > 0)
     for (double* x : {&m.breakdown.compute_s, &m.breakdown.optimizer_s, &m.breakdown.tensor_parallel_s,
                       &m.breakdown.pipeline_s, &m.breakdown.data_parallel_s, &m.breakdown.bubble_s,
-                      &m.breakdown.expert_parallel_s})
+                      &m.breakdown.expert_parallel_s, &m.breakdown.context_parallel_s})
       *x /= used;
   double idle = 0, all = 0;
   for (const DeviceMetrics& dm : m.devices) {

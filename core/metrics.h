@@ -15,15 +15,18 @@ namespace pipegrid {
 // chain of what the task waited for (its last-finishing dependency, and that one's, while they are
 // transfers): the time a transfer ran, or its latency and wait for its start, counts as exposed
 // communication of its kind (tensor-parallel collective, MoE expert-parallel all-to-all or expert
-// tensor-parallel collective, pipeline activation or gradient, data-parallel gradient collective); the rest of the gap (waiting for another device's compute, or nothing) is
-// bubble. Communication that overlaps compute is not exposed and does not appear.
+// tensor-parallel collective, pipeline activation or gradient, data-parallel gradient collective,
+// context-parallel K/V exchange); the rest of the gap (waiting for another device's compute, or
+// nothing) is bubble. Communication that overlaps compute is not exposed and does not appear.
 struct TimeBreakdown {
   double compute_s = 0, optimizer_s = 0;
   double tensor_parallel_s = 0, pipeline_s = 0, data_parallel_s = 0;
   double bubble_s = 0;
   double expert_parallel_s = 0;
+  double context_parallel_s = 0;
   double total() const {
-    return compute_s + optimizer_s + tensor_parallel_s + pipeline_s + data_parallel_s + bubble_s + expert_parallel_s;
+    return compute_s + optimizer_s + tensor_parallel_s + pipeline_s + data_parallel_s + bubble_s + expert_parallel_s +
+           context_parallel_s;
   }
 };
 

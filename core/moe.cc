@@ -28,6 +28,8 @@ std::string_view to_string(CommGroup g) {
       return "expert tensor-parallel";
     case CommGroup::ExpertAndTensor:
       return "expert and expert tensor-parallel";
+    case CommGroup::Context:
+      return "context-parallel";
   }
   return "?";
 }
@@ -96,7 +98,7 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
   return {};
 }
 
-std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e) {
+std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e, int cp) {
   std::vector<int> out;
   switch (g) {
     case CommGroup::Tensor:
@@ -113,6 +115,11 @@ std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e) 
     case CommGroup::ExpertAndTensor: {
       const int base = (r / (e.etp * e.ep)) * e.etp * e.ep;
       for (int x = 0; x < e.etp * e.ep; ++x) out.push_back(base + x);
+      break;
+    }
+    case CommGroup::Context: {
+      const int base = (r / (t * cp)) * t * cp + r % t;
+      for (int c = 0; c < cp; ++c) out.push_back(base + c * t);
       break;
     }
   }

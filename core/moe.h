@@ -84,10 +84,12 @@ enum class CommGroup : unsigned char {
   Expert,           // the expert-parallel group: ep positions of stride etp
   ExpertTensor,     // the expert tensor-parallel group: etp consecutive positions
   ExpertAndTensor,  // both: etp x ep positions (the all-gather dispatcher's group)
+  Context,          // the context-parallel group: cp positions of stride t within a replica
 };
 std::string_view to_string(CommGroup g);
-// The members of position r's group, in rank order (ring order for the collectives).
-std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e);
+// The members of position r's group, in rank order (ring order for the collectives); cp: the
+// context-parallel size (positions (j cp + c) t + i, core/partition.h).
+std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e, int cp = 1);
 // Position r's rank in the expert-parallel group.
 inline int expert_rank(int r, const ExpertSizes& e) { return (r / e.etp) % e.ep; }
 

@@ -131,6 +131,7 @@ Parallelism parallelism(const Partition& p) {
     out.data = std::max(out.data, st.replicas());
     out.expert = std::max(out.expert, st.expert_parallel);
     out.expert_tensor = std::max(out.expert_tensor, st.expert_tensor_parallel);
+    out.context = std::max(out.context, st.context_parallel);
     if (std::find(ranks.begin(), ranks.end(), st.devices) == ranks.end()) ranks.push_back(st.devices);
   }
   out.pipeline = std::max<int>(1, static_cast<int>(ranks.size()));

@@ -14,10 +14,14 @@ namespace pipegrid {
 
 struct Stage {
   std::vector<int> layers;   // in topological order
-  // Cluster device indices: replicas x tensor_parallel of them. Replica j is the tensor-parallel group
-  // devices[j t .. j t + t) (t = tensor_parallel); without tensor parallelism, one device per replica.
+  // Cluster device indices: replicas x context_parallel x tensor_parallel of them, in Megatron-Core's
+  // rank order tp-cp-dp: position (j cp + c) t + i is tensor-parallel rank i of context-parallel rank c
+  // of replica j. Without context parallelism replica j is the tensor-parallel group devices[j t ..
+  // j t + t); without either, one device per replica.
   std::vector<int> devices;
   int tensor_parallel = 1;
+  // Context parallelism (core/context_parallel.h): each replica's sequence split over cp groups of t.
+  int context_parallel = 1;
   // The MoE blocks' expert parallelism over the same devices (core/moe.h): expert-parallel and expert
   // tensor-parallel sizes; ep x etp divides devices.size(). 1 and 1 without MoE.
   int expert_parallel = 1, expert_tensor_parallel = 1;
@@ -30,9 +34,15 @@ struct Stage {
   bool runs(int micro_batch, int micro_batches) const {
     return route == 0 || (route == 1) == (micro_batch < micro_batches / 2);
   }
-  int replicas() const { return static_cast<int>(devices.size()) / tensor_parallel; }
+  // Data-parallel replicas: groups of t x cp devices that share no samples.
+  int replicas() const { return static_cast<int>(devices.size()) / (tensor_parallel * context_parallel); }
+  // The devices each tensor-parallel rank reduces its gradients with: data x context parallel (Megatron
+  // reduces over the dp x cp group).
+  int gradient_replicas() const { return static_cast<int>(devices.size()) / tensor_parallel; }
   // A pass of the stage runs as compute pieces separated by group collectives (stage_costs' programs).
-  bool grouped() const { return tensor_parallel > 1 || expert_parallel > 1 || expert_tensor_parallel > 1; }
+  bool grouped() const {
+    return tensor_parallel > 1 || context_parallel > 1 || expert_parallel > 1 || expert_tensor_parallel > 1;
+  }
 };
 
 struct StageEdge {
@@ -69,6 +79,7 @@ struct Partition {
 struct Parallelism {
   int tensor = 1, pipeline = 1, chunks = 1, data = 1;
   int expert = 1, expert_tensor = 1;  // the MoE stages' (1: none)
+  int context = 1;                    // context parallelism (1: none)
 };
 Parallelism parallelism(const Partition& p);
 

@@ -11,6 +11,7 @@
 
 #include "core/cluster.h"
 #include "core/collectives.h"
+#include "core/context_parallel.h"
 #include "core/memory.h"
 #include "core/moe.h"
 #include "core/partition.h"
@@ -52,6 +53,11 @@ struct StrategySpec {
   // Megatron-Core's --overlap-moe-expert-parallel-comm: each forward followed by a backward of another
   // micro-batch runs with it as one overlapped pair (Schedule::paired).
   bool moe_overlap = false;
+  // Context parallelism (core/context_parallel.h): each replica's sequence split over
+  // `context_parallel` groups of t devices (rank order tp-cp-dp: stage q, replica j, context rank c,
+  // tensor rank i on device ((q d + j) cp + c) t + i), with the attention's exchange algorithm.
+  int context_parallel = 1;
+  ContextParallelOptions context;
   // Data-parallel gradients: reduced in buckets during the first stage's last backward (Megatron-LM's
   // --overlap-grad-reduce; LoweringOptions::dp_overlap), and in this many bytes per parameter (0: the
   // workload's element size).

@@ -63,6 +63,7 @@ void push_collective(TpProgram& prog, const TpPiece& piece, const TpDevice& dev)
   prog.bytes.push_back(piece.bytes * dev.share * (piece.expert_load ? dev.load : 1));
   prog.groups.push_back(piece.group);
   prog.combines.push_back(piece.combine ? 1 : 0);
+  prog.flags.push_back(piece.flags);
   prog.compute.push_back(0.0);
 }
 
@@ -158,6 +159,7 @@ TpProgram concatenated(const TpProgram& before, const TpProgram& after) {
   r.bytes.insert(r.bytes.end(), after.bytes.begin(), after.bytes.end());
   r.groups.insert(r.groups.end(), after.groups.begin(), after.groups.end());
   r.combines.insert(r.combines.end(), after.combines.begin(), after.combines.end());
+  r.flags.insert(r.flags.end(), after.flags.begin(), after.flags.end());
   return r;
 }
 
@@ -191,17 +193,21 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
                                               size_t s, double micro_batch_size, Recompute recompute,
                                               const TensorParallelOptions& tp) {
   const Stage& st = p.stage(s);
-  const int T = st.tensor_parallel;
+  const int T = st.tensor_parallel, cp = st.context_parallel;
   const double share = micro_batch_size / st.replicas();
   const ExpertSizes es{st.expert_parallel, st.expert_tensor_parallel};
-  std::vector<TpLayer> layers;
-  double experts = 0;  // the stage's MoE blocks' routed experts (0: none)
-  for (int l : st.layers) {
-    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) experts = w.layer(l).split.moe.experts;
-    Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision, es);
-    if (!r) return Error{fmt::format("stage {}: {}", s, r.error().message)};
-    layers.push_back(std::move(*r));
-  }
+  // The layers as each context-parallel rank runs them (their attention work differs without load
+  // balancing).
+  std::vector<std::vector<TpLayer>> layers(static_cast<size_t>(cp));
+  double experts = 0, cp_workspace = 0;  // the stage's MoE blocks' routed experts (0: none)
+  for (int rank = 0; rank < cp; ++rank)
+    for (int l : st.layers) {
+      if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) experts = w.layer(l).split.moe.experts;
+      Result<TpLayer> r = tensor_parallel_layer(w.layer(l), T, tp, w.precision, es, {cp, rank});
+      if (!r) return Error{fmt::format("stage {}: {}", s, r.error().message)};
+      cp_workspace = std::max(cp_workspace, r->cp_workspace);
+      layers[static_cast<size_t>(rank)].push_back(std::move(*r));
+    }
   double largest_output = 0;
   for (int l : st.layers) largest_output = std::max(largest_output, w.layer(l).output_bytes);
   const std::vector<double> loads =
@@ -211,14 +217,16 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
     const int d = st.devices[j];
     TpDevice dev{w, c, s, d, share};
     if (experts > 0) dev.load = es.ep * loads[static_cast<size_t>(expert_rank(static_cast<int>(j), es))];
+    const auto& mine = layers[(j / static_cast<size_t>(T)) % static_cast<size_t>(cp)];
     StageCost sc;
     sc.expert_load = dev.load;
-    Result<TpForward> f = tp_forward(dev, st.layers, layers, sc);
+    Result<TpForward> f = tp_forward(dev, st.layers, mine, sc);
     if (!f) return f.error();
     TpProgram bwd, bwd_in;
-    if (Status b = tp_backward(dev, st.layers, layers, sc, bwd, bwd_in); !b) return b.error();
+    if (Status b = tp_backward(dev, st.layers, mine, sc, bwd, bwd_in); !b) return b.error();
     apply_tp_recompute(recompute, *f, share, sc, bwd, bwd_in);
     sc.workspace_bytes = largest_output * share / (tp.sequence_parallel ? T : 1);
+    if (cp > 1) sc.workspace_bytes = sc.workspace_bytes / cp + cp_workspace * share;
     sc.tp_forward = std::move(f->forward);
     sc.tp_backward = std::move(bwd);
     sc.tp_backward_input = std::move(bwd_in);

@@ -16,12 +16,15 @@ std::string_view to_string(TransferKind k) {
       return "tensor-parallel";
     case TransferKind::ExpertParallel:
       return "expert-parallel";
+    case TransferKind::ContextParallel:
+      return "context-parallel";
   }
   return "transfer";
 }
 
 bool is_collective(TransferKind k) {
-  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel;
+  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
+         k == TransferKind::ContextParallel;
 }
 
 // Counting sort of the added dependencies by source task, stable: each task's successors keep the

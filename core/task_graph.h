@@ -18,10 +18,15 @@ enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Tran
 // themselves are core/collectives.h's. Activation / Gradient: between pipeline stages; DataParallel:
 // a flow of the replicas' gradient collective (all-reduce, or the distributed optimizer's
 // reduce-scatter); TensorParallel: a flow of a tensor-parallel group's collective; ExpertParallel: a
-// flow of an MoE block's expert-parallel all-to-all or expert tensor-parallel collective (core/moe.h).
-enum class TransferKind : unsigned char { None, Activation, Gradient, DataParallel, TensorParallel, ExpertParallel };
+// flow of an MoE block's expert-parallel all-to-all or expert tensor-parallel collective (core/moe.h);
+// ContextParallel: a flow of an attention core's K/V (or Q, K, V, O) exchange over its
+// context-parallel group (core/context_parallel.h).
+enum class TransferKind : unsigned char {
+  None, Activation, Gradient, DataParallel, TensorParallel, ExpertParallel, ContextParallel
+};
 // The outputs' name of a transfer's traffic (timeline CSVs, the trace's categories, messages):
-// "activation", "gradient", "allreduce" (data-parallel), "tensor-parallel", "expert-parallel".
+// "activation", "gradient", "allreduce" (data-parallel), "tensor-parallel", "expert-parallel",
+// "context-parallel".
 std::string_view to_string(TransferKind k);
 // A flow of a group's collective (data-, tensor- or expert-parallel), not a stage-to-stage hand-over.
 bool is_collective(TransferKind k);

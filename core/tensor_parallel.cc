@@ -35,18 +35,99 @@ std::vector<Kernel> join(std::initializer_list<std::vector<Kernel>> parts) {
   return out;
 }
 
-// The attention's forward kernels from QKV to the projection, and their backward order (a fused
-// core's empty score passes kept: they cost nothing).
-std::vector<Kernel> attention_forward(const blocks::Attention& k) {
-  std::vector<Kernel> out = k.qkv;
-  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
-  out.insert(out.end(), {k.core, k.softmax_dropout, k.proj});
+// The attention's kernels from QKV to the projection: before the core (QKV, rotary), the core's
+// steps (each: core, softmax and dropout; one without context parallelism) and the projection; with
+// what a context-parallel exchange moves per sample (core/context_parallel.h). A fused core's empty
+// score passes are kept: they cost nothing.
+struct CoreSplit {
+  std::vector<Kernel> pre, pre_backward, post;
+  std::vector<std::vector<Kernel>> steps;
+  ContextRank rank;
+  CpAlgorithm algorithm = CpAlgorithm::P2P;
+  double kv = 0, qkv = 0, out = 0;
+};
+
+CoreSplit core_split(const blocks::Attention& k) {
+  CoreSplit c;
+  c.pre = k.qkv;
+  c.pre.insert(c.pre.end(), k.rotary.begin(), k.rotary.end());
+  c.pre_backward = k.rotary;
+  c.pre_backward.insert(c.pre_backward.end(), k.qkv.rbegin(), k.qkv.rend());
+  c.post = {k.proj};
+  c.steps = {{k.core, k.softmax_dropout}};
+  return c;
+}
+
+std::vector<Kernel> cat(std::initializer_list<std::vector<Kernel>> parts) {
+  std::vector<Kernel> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
   return out;
 }
-std::vector<Kernel> attention_backward(const blocks::Attention& k) {
-  std::vector<Kernel> out{k.proj, k.softmax_dropout, k.core};
-  out.insert(out.end(), k.rotary.begin(), k.rotary.end());
-  out.insert(out.end(), k.qkv.rbegin(), k.qkv.rend());
+std::vector<Kernel> reversed(const std::vector<Kernel>& ks) { return {ks.rbegin(), ks.rend()}; }
+
+TpPiece exchange(CollectiveKind k, double bytes, unsigned char flags = 0) {
+  TpPiece p = collective(k, bytes, CommGroup::Context);
+  p.flags = flags;
+  return p;
+}
+
+// The pieces from QKV to the projection, forward (core_forward) and backward (core_backward), as
+// tensor_parallel_layer's contract lays them out; each list starts and ends with compute.
+std::vector<TpPiece> core_forward(const CoreSplit& c) {
+  const int cp = c.rank.cp;
+  if (cp == 1) return {compute(cat({c.pre, c.steps[0], c.post}))};
+  std::vector<TpPiece> out{compute(c.pre)};
+  switch (c.algorithm) {
+    case CpAlgorithm::P2P:
+      for (int i = 0; i < cp; ++i) {
+        out.push_back(i + 1 < cp ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext | (i > 0 ? kAfterPrevious : 0))
+                                 : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
+        out.push_back(compute(c.steps[static_cast<size_t>(i)]));
+      }
+      break;
+    case CpAlgorithm::AllGather:
+      out.push_back(exchange(CollectiveKind::AllGather, cp * c.kv));
+      out.push_back(compute(c.steps[0]));
+      break;
+    case CpAlgorithm::AllToAll:
+      out.push_back(exchange(CollectiveKind::AllToAll, c.qkv));
+      out.push_back(compute(c.steps[0]));
+      out.push_back(exchange(CollectiveKind::AllToAll, c.out));
+      out.push_back(compute({}));
+      break;
+  }
+  out.back().kernels.insert(out.back().kernels.end(), c.post.begin(), c.post.end());
+  return out;
+}
+
+std::vector<TpPiece> core_backward(const CoreSplit& c) {
+  const int cp = c.rank.cp;
+  if (cp == 1) return {compute(cat({c.post, reversed(c.steps[0]), c.pre_backward}))};
+  std::vector<TpPiece> out{compute(c.post)};
+  switch (c.algorithm) {
+    case CpAlgorithm::P2P:
+      // Step 0 sends K/V, the middle steps K/V and the dK/dV so far, the last step none; after it the
+      // dK/dV reach their owner.
+      for (int i = 0; i < cp; ++i) {
+        out.push_back(i == 0        ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext)
+                      : i + 1 < cp ? exchange(CollectiveKind::SendRecv, 2 * c.kv, kBesideNext | kAfterPrevious)
+                                   : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
+        out.push_back(compute(reversed(c.steps[static_cast<size_t>(i)])));
+      }
+      out.push_back(exchange(CollectiveKind::SendRecv, c.kv, kAfterPrevious));
+      break;
+    case CpAlgorithm::AllGather:
+      out.push_back(exchange(CollectiveKind::AllGather, cp * c.kv));
+      out.push_back(compute(reversed(c.steps[0])));
+      out.push_back(exchange(CollectiveKind::ReduceScatter, cp * c.kv));
+      break;
+    case CpAlgorithm::AllToAll:
+      out.push_back(exchange(CollectiveKind::AllToAll, c.out));
+      out.push_back(compute(reversed(c.steps[0])));
+      out.push_back(exchange(CollectiveKind::AllToAll, c.qkv));
+      break;
+  }
+  out.push_back(compute(c.pre_backward));
   return out;
 }
 
@@ -108,45 +189,37 @@ std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weigh
 namespace {
 
 // The attention part's pieces, forward and backward, around `mlp_forward` / `mlp_backward` (each
-// starting and ending with compute). With sequence parallelism each all-reduce is an all-gather
-// before the column-parallel GEMMs and a reduce-scatter after the row-parallel ones, the norms,
-// dropouts and residuals on 1/t of the sequence; at t = 1 no collective.
-void attention_pieces(const blocks::Attention& k, int t, bool seq, double act, std::vector<TpPiece> mlp_forward,
-                      std::vector<TpPiece> mlp_backward, TpLayer& out) {
-  const std::vector<Kernel> fwd = attention_forward(k), bwd = attention_backward(k);
+// starting and ending with compute), the core's as `core` splits it. With sequence parallelism each
+// all-reduce is an all-gather before the column-parallel GEMMs and a reduce-scatter after the
+// row-parallel ones, the norms, dropouts and residuals on 1/t of the sequence; at t = 1 no collective.
+void attention_pieces(const blocks::Attention& k, const CoreSplit& core, int t, bool seq, double act,
+                      std::vector<TpPiece> mlp_forward, std::vector<TpPiece> mlp_backward, TpLayer& out) {
   auto append = [](std::vector<TpPiece>& to, std::vector<TpPiece> from) {
     // The first piece of `from` continues the last of `to` (both compute).
     to.back().kernels.insert(to.back().kernels.end(), from.front().kernels.begin(), from.front().kernels.end());
     to.insert(to.end(), std::make_move_iterator(from.begin() + 1), std::make_move_iterator(from.end()));
   };
-  if (t == 1) {
-    std::vector<Kernel> f{k.ln1}, b{k.dropout_residual};
-    f.insert(f.end(), fwd.begin(), fwd.end());
-    f.push_back(k.dropout_residual);
-    b.insert(b.end(), bwd.begin(), bwd.end());
-    b.push_back(k.ln1);
-    out.forward = {compute(f)};
-    append(out.forward, std::move(mlp_forward));
-    out.backward = std::move(mlp_backward);
-    append(out.backward, {compute(b)});
-  } else if (!seq) {
-    std::vector<Kernel> f{k.ln1};
-    f.insert(f.end(), fwd.begin(), fwd.end());
-    out.forward = {compute(f), collective(CollectiveKind::AllReduce, act),
-                   compute({k.dropout_residual})};
-    append(out.forward, std::move(mlp_forward));
-    out.backward = std::move(mlp_backward);
-    std::vector<Kernel> rest{k.dropout_residual};
-    rest.insert(rest.end(), bwd.begin(), bwd.end());
-    append(out.backward, {compute(rest), collective(CollectiveKind::AllReduce, act), compute({k.ln1})});
-  } else {
-    out.forward = {compute({k.ln1}), collective(CollectiveKind::AllGather, act), compute(fwd),
-                   collective(CollectiveKind::ReduceScatter, act), compute({k.dropout_residual})};
-    append(out.forward, std::move(mlp_forward));
-    out.backward = std::move(mlp_backward);
-    append(out.backward, {compute({k.dropout_residual}), collective(CollectiveKind::AllGather, act), compute(bwd),
-                          collective(CollectiveKind::ReduceScatter, act), compute({k.ln1})});
+  out.forward = {compute({k.ln1})};
+  out.backward = std::move(mlp_backward);
+  append(out.backward, {compute({k.dropout_residual})});
+  if (t > 1 && seq) {
+    out.forward.push_back(collective(CollectiveKind::AllGather, act));
+    out.forward.push_back(compute({}));
+    out.backward.push_back(collective(CollectiveKind::AllGather, act));
+    out.backward.push_back(compute({}));
   }
+  append(out.forward, core_forward(core));
+  append(out.backward, core_backward(core));
+  if (t > 1) {
+    const CollectiveKind k_after = seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+    out.forward.push_back(collective(k_after, act));
+    out.forward.push_back(compute({}));
+    out.backward.push_back(collective(k_after, act));
+    out.backward.push_back(compute({}));
+  }
+  append(out.forward, {compute({k.dropout_residual})});
+  append(out.forward, std::move(mlp_forward));
+  append(out.backward, {compute({k.ln1})});
 }
 
 // A dense MLP's pieces (from LN2 to the last residual): under t > 1 an all-reduce after the down
@@ -179,21 +252,75 @@ void set_stash(TpLayer& out, const blocks::Stash& stash, int t, bool seq, double
   out.stash_full = input_bytes;  // the layer's input (Table 2: 2 s b h L, whatever t)
 }
 
-Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision) {
-  const TensorSplit& sp = l.split;
+// The layer's shapes on one device of a context-parallel group of cp: s / cp tokens.
+TensorSplit local_split(const TensorSplit& sp, int cp) {
+  TensorSplit x = sp;
+  x.sequence = sp.sequence / cp;
+  return x;
+}
+
+// A block's attention on one device (its s / cp tokens) and its core as context-parallel rank `c`
+// runs it: the steps' kernels are one unmasked block's (s / cp queries, s / cp keys) scaled by each
+// step's work.
+struct BlockAttention {
+  blocks::Attention a;
+  CoreSplit core;
+};
+BlockAttention block_attention(const TensorSplit& sp, int t, bool seq, Precision precision, const ContextRank& c,
+                               const ContextParallelOptions& o) {
+  const TensorSplit local = local_split(sp, c.cp);
+  BlockAttention out{blocks::attention(local, t, seq, precision), {}};
+  out.core = core_split(out.a);
+  if (c.cp == 1) return out;
+  TensorSplit unmasked = local;
+  unmasked.causal = false;
+  const blocks::Attention block = blocks::attention(unmasked, t, seq, precision);
+  out.core.steps.clear();
+  for (double w : attention_step_work(c, o, sp.causal))
+    out.core.steps.push_back({blocks::scaled(block.core, w), blocks::scaled(block.softmax_dropout, w)});
+  // An unfused core keeps its s / cp queries' scores against all s keys, masked or not (as without
+  // context parallelism, where a causal mask does not shrink the stash either).
+  out.a.stash.scores = block.stash.scores * c.cp;
+  out.core.rank = c;
+  out.core.algorithm = o.algorithm;
+  const double eb = element_bytes(precision);
+  out.core.kv = kv_block_bytes(sp, t, c.cp, eb);
+  out.core.qkv = qkv_block_bytes(sp, t, c.cp, eb);
+  out.core.out = output_block_bytes(sp, t, c.cp, eb);
+  return out;
+}
+
+// What a block's layer takes from its attention beside the pieces: the core's kernels that selective
+// recomputation re-runs (every step's, without the exchanges), and the context-parallel buffers the
+// backward holds (per sample): p2p two [K/V; dK/dV] buffers (TE's), all_gather the gathered K/V and
+// the whole dK/dV before the reduce-scatter, a2a the exchanged Q, K, V and output.
+void set_core_extras(const CoreSplit& core, TpLayer& out) {
+  out.recompute.clear();
+  for (const auto& step : core.steps) out.recompute.insert(out.recompute.end(), step.begin(), step.end());
+  const int cp = core.rank.cp;
+  if (cp == 1) return;
+  out.cp_workspace = core.algorithm == CpAlgorithm::P2P         ? 4 * core.kv
+                     : core.algorithm == CpAlgorithm::AllGather ? 2 * cp * core.kv
+                                                                : core.qkv + core.out;
+}
+
+Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision, const ContextRank& c,
+                                  const ContextParallelOptions& o) {
+  const TensorSplit sp = local_split(l.split, c.cp);
   for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
                              std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
                              std::pair{sp.ffn, "FFN width"}})
     if (Status st = divides(l, t, value, what); !st) return st.error();
   const double eb = element_bytes(precision);
-  const blocks::Attention a = blocks::attention(sp, t, seq, precision);
+  const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o);
+  const blocks::Attention& a = ba.a;
   const blocks::Mlp m = blocks::mlp(sp, sp.ffn, t, seq, precision);
   const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
   TpLayer out;
   std::vector<TpPiece> mf, mb;
   mlp_pieces(m, t, seq, act, mf, mb);
-  attention_pieces(a, t, seq, act, std::move(mf), std::move(mb), out);
-  out.recompute = {a.core, a.softmax_dropout};
+  attention_pieces(a, ba.core, t, seq, act, std::move(mf), std::move(mb), out);
+  set_core_extras(ba.core, out);
   out.parameters = a.parameters + m.parameters;
   out.parameter_bytes = out.parameters * eb;
   blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
@@ -284,8 +411,8 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
 }
 
 Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o, Precision precision,
-                          const ExpertSizes& e) {
-  const TensorSplit& sp = l.split;
+                          const ExpertSizes& e, const ContextRank& c) {
+  const TensorSplit sp = local_split(l.split, c.cp);
   if (Status st = check_moe(l, e, o.moe); !st) return st.error();
   for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
                              std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
@@ -299,14 +426,15 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
         l.name, t)};
   const bool seq = t > 1;
   const double eb = element_bytes(precision);
-  const blocks::Attention a = blocks::attention(sp, t, seq, precision);
+  const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o.context);
+  const blocks::Attention& a = ba.a;
   const blocks::Moe m = blocks::moe(sp, t, seq, e, precision);
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;
   moe_pieces(m, sp, t, e, o.moe.dispatcher, act, mf, mb);
-  attention_pieces(a, t, seq, act, std::move(mf), std::move(mb), out);
-  out.recompute = {a.core, a.softmax_dropout};
+  attention_pieces(a, ba.core, t, seq, act, std::move(mf), std::move(mb), out);
+  set_core_extras(ba.core, out);
   out.expert_parameters = m.expert_parameters;
   out.expert_parameter_bytes = m.expert_parameters * eb;
   out.parameters = a.parameters + m.dense_parameters + m.expert_parameters;
@@ -321,16 +449,18 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
 }  // namespace
 
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
-                                      Precision precision, const ExpertSizes& e) {
-  const TensorSplit& sp = l.split;
+                                      Precision precision, const ExpertSizes& e, const ContextRank& c) {
+  const TensorSplit sp = local_split(l.split, c.cp);  // the device's s / cp tokens
   const bool seq = o.sequence_parallel;
   const double eb = element_bytes(precision);
+  const double cp = c.cp;
   TpLayer out;
-  if (t > 1 && l.measured)
+  if ((t > 1 || c.cp > 1) && l.measured)
     return Error{
         fmt::format("layer \"{}\" has measured times, which cannot be split between {} devices: "
-                    "tensor parallelism needs layers described by their shapes",
-                    l.name, t)};
+                    "{} parallelism needs layers described by their shapes",
+                    l.name, t > 1 ? t : c.cp, t > 1 ? "tensor" : "context")};
+  if (Status st = check_context_parallel(l, t, c.cp, o.context); !st) return st.error();
   if (t > 1 && seq &&
       (is_block(sp.kind) || sp.kind == TensorSplitKind::VocabEmbedding || sp.kind == TensorSplitKind::VocabHead))
     if (Status st = divides(l, t, sp.sequence, "sequence length (sequence parallelism splits it)"); !st)
@@ -340,7 +470,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       if (t > 1) return no_split(l, t);
       [[fallthrough]];
     case TensorSplitKind::Replicated: {
-      const double share = seq ? 1.0 / t : 1.0;
+      const double share = (seq ? 1.0 / t : 1.0) / cp;
       std::vector<Kernel> ks;
       for (const Kernel& k : layer_kernels(l)) ks.push_back(scaled(k, share));
       out.forward.push_back(compute(ks));
@@ -353,14 +483,16 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::Input:
       return out;
     case TensorSplitKind::Transformer:
-      return transformer_layer(l, t, seq, precision);
+      return transformer_layer(l, t, seq, precision, c, o.context);
     case TensorSplitKind::MoeBlock:
-      return moe_layer(l, t, o, precision, e);
+      return moe_layer(l, t, o, precision, e, c);
     case TensorSplitKind::VocabEmbedding: {
       if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
         return st.error();
       const double act = sp.sequence * sp.hidden * eb;
-      const std::vector<Kernel> ks = layer_kernels(l);
+      std::vector<Kernel> ks = layer_kernels(l);
+      if (c.cp > 1)
+        for (Kernel& k : ks) k = scaled(k, 1 / cp);
       out.forward = {compute(ks)};
       if (t > 1)
         out.forward.push_back(
@@ -369,7 +501,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.backward.push_back(compute(ks));
       out.parameters = l.parameters / t;
       out.parameter_bytes = l.parameter_bytes / t;
-      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1);
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1) / cp;
       return out;
     }
     case TensorSplitKind::VocabHead: {
@@ -388,7 +520,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
             collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
       out.parameters = l.parameters / T;
       out.parameter_bytes = l.parameter_bytes / T;
-      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / T;
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / T / cp;
       return out;
     }
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/collectives.h"
+#include "core/context_parallel.h"
 #include "core/moe.h"
 #include "core/result.h"
 #include "core/workload.h"
@@ -37,7 +38,15 @@ struct TensorParallelOptions {
   // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
   bool overlap = false;
   MoeOptions moe;  // MoE blocks: the dispatcher, capacity factor and routing
+  ContextParallelOptions context;  // stages with context_parallel > 1
 };
+
+// How a collective sits among a pass's compute pieces beyond the default (the next piece waits for
+// it; TensorParallelOptions::overlap shifts that by one for the tensor-parallel group's):
+inline constexpr unsigned char kBesideNext = 1;     // runs beside the next piece; the one after waits
+inline constexpr unsigned char kAfterPrevious = 2;  // its flows also wait for the previous collective
+                                                    // of its group in the pass (a ring's next step)
+inline constexpr unsigned char kNoFlows = 4;        // no transfer: only a boundary between two pieces
 
 // One piece of a layer's pass on one device of a group of t.
 struct TpPiece {
@@ -58,6 +67,7 @@ struct TpPiece {
   // An all-to-all that returns the experts' outputs to the tokens' devices (the combine, and the
   // backward's second all-to-all): each device sends back to each peer what that peer sent it.
   bool combine = false;
+  unsigned char flags = 0;  // kBesideNext | kAfterPrevious | kNoFlows
 };
 
 // A layer under tensor parallelism, on one device of the group.
@@ -65,6 +75,9 @@ struct TpLayer {
   std::vector<TpPiece> forward;   // in execution order
   std::vector<TpPiece> backward;  // in execution order (the layer's backward)
   std::vector<Kernel> recompute;  // selective recomputation: the forward kernels the backward re-runs
+  // Context parallelism: bytes per sample of the exchange buffers the backward holds beside its
+  // workspace (core/context_parallel.h; set_core_extras in tensor_parallel.cc says which).
+  double cp_workspace = 0;
   double parameters = 0;          // per device
   double parameter_bytes = 0;
   // Of which expert weights (MoE blocks): their gradients reduce over the expert data-parallel group.
@@ -80,9 +93,18 @@ struct TpLayer {
 // Fails when the layer has no defined split for t > 1, or when t does not divide what Megatron
 // splits (heads, KV heads, FFN width, vocabulary; the sequence with SP), or an MoE block's experts do
 // not split over `e` (check_moe), or t > 1 without sequence parallelism on an MoE block (Megatron
-// requires it). The message names the layer.
+// requires it), or cp does not split it as o.context's algorithm needs (check_context_parallel). The
+// message names the layer. Under context parallelism (c.cp > 1) the layer runs on s / cp tokens and a
+// block's attention core exchanges K/V over the context-parallel group (core/context_parallel.h):
+//   p2p forward:  [.. QKV] ring step 0 (beside) [step 0] ring step 1 (beside) [step 1] ..
+//                 [step cp - 2] | [step cp - 1, projection ..], each ring step after the previous;
+//   p2p backward: [.. projection] K/V step (beside) [step 0] K/V + dK/dV steps (beside) ..
+//                 [step cp - 2] | [step cp - 1] dK/dV to the owner [QKV ..];
+//   all_gather:   [.. QKV] all-gather K, V [core, projection ..]; backward: all-gather K, V [core]
+//                 reduce-scatter dK, dV [QKV ..];
+//   a2a:          [.. QKV] all-to-all Q, K, V [core] all-to-all O [projection ..]; backward the mirror.
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
-                                      Precision precision, const ExpertSizes& e = {});
+                                      Precision precision, const ExpertSizes& e = {}, const ContextRank& c = {});
 
 // The per-device kernels of a transformer layer for group size t without SP, all pieces together:
 // what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere. An MoE

@@ -50,36 +50,40 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   plan.schedule_name = std::string(scheduler.name);
   plan.partitioner = std::string(partitioner.name);
   const int chunks = std::max(1, s.chunks);
-  const int T = std::max(1, s.tensor_parallel);
+  const int T = std::max(1, s.tensor_parallel), cp = std::max(1, s.context_parallel), G = T * cp;
   if (stages <= 0) stages = s.stages;
   if (replicas == 0) replicas = std::max(1, s.replicas);  // kAnyReplicas passes through
   if (stages == 0)
     stages = static_cast<int>(
-        std::min(r.cluster.devices.size() / T / std::max(1, replicas), r.workload.layer_count() / chunks));
-  // Under tensor parallelism the partitioner places groups: it sees one device per group (its first)
-  // and its plan's device q becomes the group q t .. q t + t - 1.
+        std::min(r.cluster.devices.size() / G / std::max(1, replicas), r.workload.layer_count() / chunks));
+  // Under tensor (and context) parallelism the partitioner places groups: it sees one device per group
+  // (its first) and its plan's device q becomes the group q G .. q G + G - 1, G = t x cp.
   Cluster groups;
-  if (T > 1) {
-    if (r.cluster.devices.size() % T != 0)
-      return Error{fmt::format("tensor_parallel {} does not divide the cluster's {} devices", T,
-                               r.cluster.devices.size())};
-    for (size_t d = 0; d < r.cluster.devices.size(); d += T) groups.devices.push_back(r.cluster.devices[d]);
+  if (G > 1) {
+    if (r.cluster.devices.size() % G != 0)
+      return Error{cp == 1 ? fmt::format("tensor_parallel {} does not divide the cluster's {} devices", T,
+                                         r.cluster.devices.size())
+                           : fmt::format("tensor_parallel {} x context_parallel {} = {} does not divide the "
+                                         "cluster's {} devices",
+                                         T, cp, G, r.cluster.devices.size())};
+    for (size_t d = 0; d < r.cluster.devices.size(); d += G) groups.devices.push_back(r.cluster.devices[d]);
   }
   const auto t0 = std::chrono::steady_clock::now();
   Result<Partition> part =
-      partitioner.build({r.workload, T > 1 ? groups : r.cluster, stages, mb.size, chunks, mb.count, r.memory,
+      partitioner.build({r.workload, G > 1 ? groups : r.cluster, stages, mb.size, chunks, mb.count, r.memory,
                          scheduler.name, replicas, s.partitioner_options});
   plan.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   plan.partition = std::move(*part);
-  if (T > 1)
+  if (G > 1)
     for (size_t st = 0; st < plan.partition.stage_count(); ++st) {
       Stage& stage = plan.partition.graph[st];
       std::vector<int> devices;
       for (int q : stage.devices)
-        for (int i = 0; i < T; ++i) devices.push_back(q * T + i);
+        for (int i = 0; i < G; ++i) devices.push_back(q * G + i);
       stage.devices = std::move(devices);
       stage.tensor_parallel = T;
+      stage.context_parallel = cp;
     }
   if (Status e = apply_expert_parallel(r, plan.partition); !e) return e.error();
   if (replicas > 1)

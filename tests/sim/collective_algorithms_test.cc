@@ -125,6 +125,23 @@ TEST_CASE("merged rings: one flow per device of ring_flow_bytes, a + ring_flow_b
                   1e-9));
 }
 
+TEST_CASE("ring shift (context parallelism's K/V ring step): every device sends S to the next at once, a + S / B") {
+  const double S = 3e8;
+  for (int n : {2, 3, 5}) {
+    Cluster c = ring(n);
+    INFO("ring n=" << n);
+    CHECK(close_rel(simulated(c, first(n), [&](TaskGraph& g, const auto& d, const auto& r) {
+                      append_ring_shift(g, d, r, S, kTag);
+                    }),
+                    closed_form::ring_shift(n, S, cost_of(c, 0, 1)), kExact));
+  }
+  Cluster d = dgx2();
+  CHECK(close_rel(simulated(d, {4, 5, 6, 7}, [&](TaskGraph& g, const auto& dv, const auto& r) {
+                    append_ring_shift(g, dv, r, S, kTag);
+                  }),
+                  closed_form::ring_shift(4, S, cost_of(d, 4, 5)), kExact));
+}
+
 TEST_CASE("hierarchical all-reduce and reduce-scatter on two DGX nodes: reduce, leaders' ring, broadcast") {
   // Reduce: the m - 1 flows of S share the leader's NVSwitch port; leaders' ring over InfiniBand;
   // then the leader's port again, with S (all-reduce) or S / n (reduce-scatter) per device.

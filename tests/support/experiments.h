@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/experiment.h"
+#include "core/models/builder.h"
 #include "core/models/chain.h"
 #include "core/models/zoo.h"
 #include "core/task_graph.h"
@@ -134,6 +135,24 @@ inline Experiment schedule_experiment(const std::string& name, int p, int m, Clu
 
 inline bool close_rel(double a, double b, double rel) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
+}
+
+// One causal Transformer block (ungated FFN, no biases, unfused core, as many KV heads as heads) over
+// an input of [sequence, hidden], fp16, no optimizer time: the context-parallelism tests' model.
+inline Workload causal_block(double sequence, double hidden, double heads, double ffn) {
+  ModelBuilder b("cp", Precision::FP16);
+  int x = b.input("x", {static_cast<int64_t>(sequence), static_cast<int64_t>(hidden)});
+  TensorSplit s;
+  s.kind = TensorSplitKind::Transformer;
+  s.heads = s.kv_heads = heads;
+  s.ffn = ffn;
+  s.gated = false;
+  s.biases = false;
+  s.causal = true;
+  x = *b.decoder_block("block", x, s);
+  Workload w = b.finish();
+  w.optimizer_step_s = 0;
+  return w;
 }
 
 }  // namespace pipegrid::testing

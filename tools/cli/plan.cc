@@ -55,6 +55,7 @@ nlohmann::json stage_rows(const Experiment& e, const PreparedRun& run, const Met
                       {"successors", p.successors(static_cast<int>(s))},
                       {"predicted_time_s", t},
                       {"predicted_peak_memory_bytes", peak}});
+    if (st.context_parallel > 1) stages.back()["context_parallel"] = st.context_parallel;
   }
   return stages;
 }
@@ -78,8 +79,9 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
              run.partitioner.empty() ? e.strategy.partitioner : run.partitioner, run.schedule_name,
              e.strategy.chunks > 1 ? fmt::format(", {} chunks per rank", e.strategy.chunks) : "");
   fmt::print("batch       {}\n", output::batch_note(run));
-  if (const Parallelism par = parallelism(p); par.tensor > 1)
-    fmt::print("parallel    t = {}, p = {}{}, d = {}\n", par.tensor, par.pipeline,
+  if (const Parallelism par = parallelism(p); par.tensor > 1 || par.context > 1)
+    fmt::print("parallel    t = {}, {}p = {}{}, d = {}\n", par.tensor,
+               par.context > 1 ? output::context_note(e, p) + ", " : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
     fmt::print("gradients   {}\n", how);
@@ -138,7 +140,7 @@ int run(const PlanOptions& o) {
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
   auto costs =
       stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute,
-                  {exp->strategy.sequence_parallel, exp->strategy.tp_overlap});
+                  {exp->strategy.sequence_parallel, exp->strategy.tp_overlap, {}, exp->strategy.context});
   if (!costs) return bad_input(costs.error().message);
 
   const nlohmann::json stages = stage_rows(*exp, *run, predicted, *costs);

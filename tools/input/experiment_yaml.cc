@@ -350,6 +350,37 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   }
 }
 
+// Context parallelism (core/context_parallel.h): `context_parallel` (cp), `cp_algorithm` and
+// `cp_load_balance`; cp must split every block's sequence (a2a: its heads per device) as the algorithm
+// needs, and t x cp divide the cluster's devices.
+void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
+  auto cp = n.get("context_parallel");
+  if (cp) {
+    s.context_parallel = static_cast<int>(cp->integer(1, kMaxCount, "a positive integer"));
+    if (s.context_parallel > 1 && (!chosen.partitioner.takes_tensor_parallel || !chosen.planner.runs_partitioner))
+      cp->fail(fmt::format("{}, not {}",
+                           used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
+                           chosen.planner.runs_partitioner ? s.partitioner : chosen.planner.name));
+  }
+  if (auto a = n.get("cp_algorithm"))
+    s.context.algorithm = *parse_cp_algorithm(a->choice({"p2p", "all_gather", "a2a"}, "a context-parallel algorithm"));
+  if (auto b = n.get("cp_load_balance")) s.context.load_balance = b->boolean();
+  for (const char* key : {"cp_algorithm", "cp_load_balance"})
+    if (auto x = n.get(key); x && s.context_parallel <= 1)
+      x->fail("expected context_parallel > 1 beside it (it changes nothing without), got none");
+  if (s.context_parallel <= 1) return;
+  const size_t group = static_cast<size_t>(s.tensor_parallel) * s.context_parallel;
+  if (c.devices.size() % group != 0 || group * s.replicas > c.devices.size())
+    cp->fail(fmt::format("expected tensor_parallel {} x context_parallel x replicas {} to fit and tensor_parallel "
+                         "x context_parallel to divide the cluster's {} devices, got {}",
+                         s.tensor_parallel, s.replicas, c.devices.size(), s.context_parallel));
+  for (size_t l = 0; l < w.layer_count(); ++l)
+    if (Status st = check_context_parallel(w.layer(l), s.tensor_parallel, s.context_parallel,
+                                           s.context);
+        !st)
+      cp->fail(st.error().message);
+}
+
 // `stages`: the pipeline ranks, within the devices and the layers.
 void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Cluster& c) {
   auto st = n.get("stages");
@@ -471,12 +502,14 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
                 "mini_batch", "stages", "chunks", "schedule_file", "straight", "hierarchy",
                 "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
-                "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe"});
+                "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
+                "cp_algorithm", "cp_load_balance"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
   parse_chunks(n, s, chosen);
   parse_replication(n, s, chosen, e.cluster);
+  parse_context(n, s, chosen, e.workload, e.cluster);
   parse_stages(n, s, e.workload, e.cluster);
   parse_experts(n, s, chosen, e.workload, e.cluster);
   parse_gradients(n, s, chosen);

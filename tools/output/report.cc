@@ -60,6 +60,8 @@ std::string task_name(const Task& t) {
         return fmt::format("TP collective stage {} mb{}", t.stage, t.micro_batch);
       if (t.transfer == TransferKind::ExpertParallel)
         return fmt::format("EP collective stage {} mb{}", t.stage, t.micro_batch);
+      if (t.transfer == TransferKind::ContextParallel)
+        return fmt::format("CP K/V exchange stage {} mb{}", t.stage, t.micro_batch);
       return fmt::format("{} {}->{} mb{}", task_category(t), t.stage, t.peer_stage, t.micro_batch);
   }
   return "task";
@@ -67,12 +69,20 @@ std::string task_name(const Task& t) {
 
 }  // namespace
 
-nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts) {
+nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts, bool context) {
   nlohmann::json j{{"compute_s", b.compute_s},   {"tensor_parallel_s", b.tensor_parallel_s},
                    {"pipeline_s", b.pipeline_s}, {"data_parallel_s", b.data_parallel_s},
                    {"bubble_s", b.bubble_s},     {"optimizer_s", b.optimizer_s}};
   if (experts) j["expert_parallel_s"] = b.expert_parallel_s;
+  if (context) j["context_parallel_s"] = b.context_parallel_s;
   return j;
+}
+
+std::string context_note(const Experiment& e, const Partition& p) {
+  const int cp = parallelism(p).context;
+  if (cp <= 1) return "";
+  return fmt::format("cp = {} (context, {}{})", cp, to_string(e.strategy.context.algorithm),
+                     e.strategy.context.load_balance ? "" : ", contiguous split");
 }
 
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated) {
@@ -230,13 +240,14 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(r.run.micro_batch_size, "sample", "samples"));
   fmt::print(out, "  batch      {}\n", batch_note(r.run));
   const Parallelism par = parallelism(r.run.partition);
-  if (par.tensor > 1)
-    fmt::print(out, "  parallel   t = {} (tensor{}{}), p = {} (pipeline stages{}), d = {} (data)\n",
+  if (par.tensor > 1 || par.context > 1)
+    fmt::print(out, "  parallel   t = {} (tensor{}{}), {}p = {} (pipeline stages{}), d = {} (data)\n",
                par.tensor, e.strategy.sequence_parallel ? ", sequence parallel" : "",
-               e.strategy.tp_overlap ? ", overlapped" : "", par.pipeline,
+               e.strategy.tp_overlap ? ", overlapped" : "",
+               par.context > 1 ? context_note(e, r.run.partition) + ", " : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
-                           {e.strategy.sequence_parallel, e.strategy.tp_overlap});
+                           {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context});
   if (costs)
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
@@ -273,9 +284,10 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
              percent(m.bubble_ratio));
-  if (par.tensor > 1 || par.expert > 1) {
+  if (par.tensor > 1 || par.expert > 1 || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
-    const std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
+    std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
+    if (par.context > 1) ep += fmt::format(", exposed CP communication {}", format_time(b.context_parallel_s));
     fmt::print(
         out,
         "time per device  compute {}, exposed TP {}{}, pipeline comm {}, data-parallel comm {}, bubble {}, "
@@ -404,13 +416,12 @@ std::string gradients_note(const Experiment& e, const Partition& p,
   std::string how = e.strategy.gradient_reduce_bytes > 0
                         ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
                         : "reduced at the workload's element size";
-  if (e.strategy.dp_overlap && first.replicas() > 1 && !costs.empty())
-    how +=
-        fmt::format("; stage 0's in {} during its last backward (--overlap-grad-reduce)",
-                    plural(dp_buckets(costs[0].front().parameters, first.replicas()), "bucket", "buckets"));
+  if (e.strategy.dp_overlap && first.gradient_replicas() > 1 && !costs.empty())
+    how += fmt::format("; stage 0's in {} during its last backward (--overlap-grad-reduce)",
+                       plural(dp_buckets(costs[0].front().parameters, first.gradient_replicas()), "bucket", "buckets"));
   if (e.strategy.dp_overlap && e.memory.zero1)
     how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
-  if (e.strategy.dp_overlap && parallelism(p).data <= 1)
+  if (e.strategy.dp_overlap && parallelism(p).data <= 1 && parallelism(p).context <= 1)
     how += "; no stage is replicated: nothing overlapped";
   return how;
 }
@@ -560,6 +571,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"replicas", st.replicas()},
                       {"tensor_parallel", st.tensor_parallel},
                       {"successors", run.partition.successors(static_cast<int>(s))}});
+    if (st.context_parallel > 1) stages.back()["context_parallel"] = st.context_parallel;
     // Backend placement (core/backends.h): each layer's backend, beside `layers`.
     if (placed) stages.back()["backends"] = backends;
   }
@@ -576,12 +588,16 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
     if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
-                                 e.memory.recompute, {e.strategy.sequence_parallel, e.strategy.tp_overlap}))
+                                 e.memory.recompute, {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context}))
       j["parallelism"]["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
                                                   run.partition.stage(0).replicas());
   const Parallelism moe_par = parallelism(run.partition);
   const bool moe = moe_par.expert > 1;
-  j["breakdown"] = breakdown_json(m.breakdown, moe);
+  j["breakdown"] = breakdown_json(m.breakdown, moe, moe_par.context > 1);
+  if (moe_par.context > 1)
+    j["parallelism"]["context"] = {{"context_parallel", moe_par.context},
+                                   {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
+                                   {"load_balance", e.strategy.context.load_balance}};
   if (moe)
     j["parallelism"]["experts"] = {{"expert_parallel", moe_par.expert},
                                    {"expert_tensor_parallel", moe_par.expert_tensor},
@@ -623,7 +639,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                        {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
                        {"static_memory_bytes", json_number(d.static_bytes)},
                        {"capacity_bytes", json_number(d.capacity_bytes)},
-                       {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1)}});
+                       {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1,
+                                                    parallelism(run.partition).context > 1)}});
   }
   j["devices"] = devices;
   j["plan"] = plan_json(e, run);

@@ -27,7 +27,10 @@ void print_summary(std::ostream& out, const RunReport& r);
 std::string plural(double count, std::string_view one, std::string_view many);
 
 // A breakdown's seconds by part; `experts` adds the exposed expert-parallel communication (MoE runs).
-nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts = false);
+nlohmann::json breakdown_json(const TimeBreakdown& b, bool experts = false, bool context = false);
+// "cp = 2 (context, p2p)": the context-parallel size and algorithm ("contiguous split" when not
+// load-balanced); empty without context parallelism.
+std::string context_note(const Experiment& e, const Partition& p);
 
 // One line on a MoE run's experts: per device, ep, etp, dispatcher, routing, drops, load imbalance.
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated);

@@ -35,6 +35,7 @@ std::string transfer_name(const Task& t) {
                   : t.transfer == TransferKind::DataParallel ? "allreduce"
                   : t.transfer == TransferKind::TensorParallel ? "tp"  // one flow of a TP collective
                   : t.transfer == TransferKind::ExpertParallel ? "ep"  // one flow of an EP collective
+                  : t.transfer == TransferKind::ContextParallel ? "cp"  // one flow of a CP K/V exchange
                                                           : "transfer";
   return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
 }
@@ -51,6 +52,7 @@ void parse_name(const std::string& name, Task& t) {
                    : k == "allreduce" ? TransferKind::DataParallel
                    : k == "tp"        ? TransferKind::TensorParallel
                    : k == "ep"        ? TransferKind::ExpertParallel
+                   : k == "cp"        ? TransferKind::ContextParallel
                                       : TransferKind::Activation;
       t.stage = a;
       t.peer_stage = b;
