@@ -16,13 +16,29 @@
 
 namespace pipegrid {
 
-// Settings of the partitioners that take them (PipeDream's, as its command-line options).
+// The megatron partitioner's uneven split, as Megatron-Core's arguments set it (megatron/training/
+// arguments.py; megatron_layout in core/partitioners/megatron.h applies its rules). Either the block
+// counts of the first and last pipeline ranks (0: not given), or the embedding and the loss counted
+// as one block each; not both (Megatron-Core refuses the combination).
+struct MegatronSplit {
+  int first_stage_blocks = 0;  // --decoder-first-pipeline-num-layers: blocks on rank 0, all its chunks
+  int last_stage_blocks = 0;   // --decoder-last-pipeline-num-layers: blocks on the last rank
+  bool account_for_embedding = false;  // --account-for-embedding-in-pipeline-split
+  bool account_for_loss = false;       // --account-for-loss-in-pipeline-split
+  bool uneven() const {
+    return first_stage_blocks > 0 || last_stage_blocks > 0 || account_for_embedding || account_for_loss;
+  }
+};
+
+// Settings of the partitioners that take them (PipeDream's, as its command-line options; megatron's
+// uneven split).
 struct PartitionerOptions {
   bool straight = false;                          // no replicated stages
   std::vector<std::pair<int, double>> hierarchy;  // (workers, bandwidth) innermost first; empty: derived
   std::optional<double> activation_compression_ratio = 1.0;  // none: no activation transfer terms
   bool memory_constraint = false;                            // bound each stage's stash by the device memory
   bool linearize = false;                                    // plan over the prefixes of a topological order
+  MegatronSplit megatron;                                    // megatron: uneven first and last stages
 };
 
 struct PartitionRequest {

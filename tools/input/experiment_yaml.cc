@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/backends.h"
+#include "core/partitioners/megatron.h"
 #include "core/planner.h"
 #include "core/strategy.h"
 #include "tools/input/backends_yaml.h"
@@ -408,6 +409,41 @@ void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Clust
                                w.layer_count() / s.chunks, s.chunks, w.layer_count(), s.stages));
 }
 
+// Megatron-Core's uneven pipeline split (core/partitioners/megatron.h): `first_stage_blocks` and
+// `last_stage_blocks`, or `account_for_embedding` and `account_for_loss`; checked here against the
+// workload's blocks so that a split that does not fit is an error at the key at fault.
+void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w) {
+  MegatronSplit& m = s.partitioner_options.megatron;
+  std::optional<Node> given;
+  for (const char* key : {"first_stage_blocks", "last_stage_blocks"})
+    if (auto k = n.get(key)) {
+      (std::string_view(key) == "first_stage_blocks" ? m.first_stage_blocks : m.last_stage_blocks) =
+          static_cast<int>(k->integer(1, kMaxCount, "a positive number of transformer blocks"));
+      given = k;
+    }
+  for (const char* key : {"account_for_embedding", "account_for_loss"})
+    if (auto k = n.get(key)) {
+      bool& on = std::string_view(key) == "account_for_embedding" ? m.account_for_embedding
+                                                                  : m.account_for_loss;
+      on = k->boolean();
+      if (on) given = k;
+    }
+  if (!m.uneven()) return;
+  if (s.partitioner != "megatron" || !chosen.planner.runs_partitioner)
+    given->fail(
+        fmt::format("used by the megatron partitioner (partitioner: megatron), not {}",
+                    chosen.planner.runs_partitioner ? s.partitioner : std::string(chosen.planner.name)));
+  if (s.stages == 0)
+    given->fail(
+        "needs strategy.stages, the pipeline ranks the blocks are split over (Megatron's "
+        "--pipeline-model-parallel-size)");
+  int blocks = 0;
+  for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_block(w.layer(static_cast<int>(l)).split.kind);
+  if (blocks == 0) given->fail(fmt::format("the workload \"{}\" has no transformer block to split", w.name));
+  const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
+  if (!layout.ok()) n.get(layout.key).value_or(*given).fail(layout.problem);
+}
+
 // Data-parallel gradients (core/lower.h): `dp_overlap`, overlapped with the first stage's last
 // backward, and `gradient_reduce`, reduced in another precision than the workload's.
 void parse_gradients(const Node& n, StrategySpec& s, const Chosen& chosen) {
@@ -503,7 +539,8 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
                 "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
                 "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
-                "cp_algorithm", "cp_load_balance"});
+                "cp_algorithm", "cp_load_balance", "first_stage_blocks", "last_stage_blocks",
+                "account_for_embedding", "account_for_loss"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
@@ -511,6 +548,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
   parse_replication(n, s, chosen, e.cluster);
   parse_context(n, s, chosen, e.workload, e.cluster);
   parse_stages(n, s, e.workload, e.cluster);
+  parse_megatron_split(n, s, chosen, e.workload);
   parse_experts(n, s, chosen, e.workload, e.cluster);
   parse_gradients(n, s, chosen);
   parse_planner_settings(n, s, chosen, e.cluster);

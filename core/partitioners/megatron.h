@@ -1,0 +1,36 @@
+// The megatron partitioner's split of the transformer blocks over the pipeline stages, by
+// Megatron-Core's rules (megatron/core/transformer/transformer_block.py, get_num_layers_to_build, and
+// transformer_layer.py, get_transformer_layer_offset, read at core_r0.14.0; docs/3d-parallelism.md):
+//  - even: every rank the same number of blocks;
+//  - first_stage_blocks / last_stage_blocks: those counts on the first and last ranks, the rest split
+//    evenly over the middle ranks;
+//  - account_for_embedding / account_for_loss: the embedding and the loss each count as one block in an
+//    even split, and the first (last) model chunk builds one block fewer.
+// With v chunks per rank each rank's count is split equally over its chunks, and the blocks run in
+// Megatron's order: chunk k of rank r is stage k p + r, stages in order.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/strategy.h"
+
+namespace pipegrid {
+
+struct MegatronLayout {
+  std::vector<int> blocks;  // per stage (k p + r), in stage order; empty when the split does not fit
+  // When it does not fit: the strategy key at fault ("first_stage_blocks", "chunks", ...; empty for
+  // an even split, which names no key) and what was expected and found.
+  std::string key;
+  std::string problem;
+  bool ok() const { return problem.empty(); }
+};
+
+// The split of `blocks` transformer blocks over `ranks` x `chunks` stages. Preconditions: blocks,
+// ranks, chunks >= 1. `schedule`: an uneven split needs stage s on rank s mod ranks, which dualpipe
+// and dualpipev do not follow.
+MegatronLayout megatron_layout(int blocks, int ranks, int chunks, std::string_view schedule,
+                               const MegatronSplit& split);
+
+}  // namespace pipegrid
