@@ -38,6 +38,10 @@ double DeviceSpec::recurrent_step(Precision p) const {
   return recurrent_step_s[static_cast<int>(runs_as(p))];
 }
 
+double default_memory_reserve(const DeviceSpec& spec) {
+  return spec.family == "gpu" ? kGpuReserveFixedBytes + kGpuReserveFraction * spec.memory_bytes : 0;
+}
+
 double DeviceSpec::memory_eff(KernelClass k) const {
   const double e = memory_efficiency[static_cast<int>(k)];
   if (e <= 0 && k == KernelClass::GroupedGemm) return memory_eff(KernelClass::Gemm);

@@ -46,6 +46,11 @@ struct DeviceSpec {
   std::string kind = "custom";                       // catalog name, or "custom"
   std::string family;                                // "gpu", "fpga", or empty for custom devices
   double memory_bytes = 0;                           // capacity
+  // What the framework's own state takes before the model's first byte (CUDA context, NCCL buffers,
+  // allocator fragmentation): not available to weights, activations or workspace. Set by the CLI's
+  // loader (default_memory_reserve, or memory.reserve / --memory-margin); 0 where a cluster is built
+  // in code.
+  double memory_reserve_bytes = 0;
   double memory_bandwidth = 0;                       // bytes/s; 0 = never the limit
   std::array<double, kPrecisionCount> peak_flops{};  // FLOP/s per arithmetic Precision; 0 = unknown
   // Sustained fraction of peak for compute-bound kernels, in (0, 1]: the default for every
@@ -83,7 +88,18 @@ struct DeviceSpec {
   double recurrent_step(Precision p) const;  // recurrent_step_s in p's math precision
   // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
   void derive_peaks();
+  // The bytes a plan may use: memory_bytes - memory_reserve_bytes. Every feasibility check uses it.
+  double usable_memory() const { return memory_bytes - memory_reserve_bytes; }
 };
+
+// The default reserve of a device (docs/memory.md, "Memory reserve"). GPUs: kGpuReserveFixedBytes
+// (the CUDA context, 287 MB measured with lazy loading in pytorch/pytorch#86509; NCCL's buffers,
+// NCCL_BUFFSIZE's default 4 MiB per channel and peer for each communicator, NCCL docs "Environment
+// Variables") plus kGpuReserveFraction of memory_bytes for the caching allocator's fragmentation (an
+// assumption: PyTorch documents fragmentation, not its size). Other devices: 0.
+inline constexpr double kGpuReserveFixedBytes = 1024.0 * 1024 * 1024;
+inline constexpr double kGpuReserveFraction = 0.05;
+double default_memory_reserve(const DeviceSpec& spec);
 
 struct Device {
   std::string name;

@@ -77,7 +77,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
   for (size_t d = 0; d < D; ++d) {
     DeviceMetrics& dm = m.devices[d];
     dm.name = c.devices[d].name;
-    dm.capacity_bytes = c.devices[d].spec.memory_bytes;
+    dm.capacity_bytes = c.devices[d].spec.usable_memory();
     dm.used = d < g.device_order.size() && !g.device_order[d].empty();
     for (int32_t task : d < g.device_order.size() ? g.device_order[d] : std::vector<int32_t>{})
       dm.busy_s += t.end[task] - t.start[task];

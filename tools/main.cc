@@ -26,6 +26,24 @@ void add_set_option(CLI::App& app, std::vector<std::string>& overrides) {
       ->type_name("KEY=VALUE");
 }
 
+void add_devices_option(CLI::App& app, std::string& devices) {
+  app.add_option("--devices", devices,
+                 "Device tables: groups (devices alike as ranges, the outliers named) or all (every device)")
+      ->check(CLI::IsMember({"groups", "all"}));
+}
+
+void add_memory_margin_option(CLI::App& app, std::string& margin) {
+  app.add_option("--memory-margin", margin,
+                 "Memory kept from every device for the CUDA context, NCCL buffers and fragmentation (e.g. "
+                 "6GiB, 0; default 1 GiB + 5% per GPU; the experiment's memory.reserve)")
+      ->type_name("BYTES");
+}
+
+std::vector<std::string> with_memory_margin(std::vector<std::string> overrides, const std::string& margin) {
+  if (!margin.empty()) overrides.push_back("memory.reserve=" + (margin == "0" ? std::string("0B") : margin));
+  return overrides;
+}
+
 namespace {
 
 // --help without CLI11's artefacts: the type alone ("INT", not "INT:INT in [1 - 100000]"), a default

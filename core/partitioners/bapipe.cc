@@ -144,7 +144,7 @@ Status BapipeSearch::fill_groups() {
       Group& g = groups_[a][c];
       std::vector<int> ring(c);
       for (int x = 0; x < c; ++x) {
-        g.capacity = std::min(g.capacity, r_.cluster.devices[a + x].spec.memory_bytes);
+        g.capacity = std::min(g.capacity, r_.cluster.devices[a + x].spec.usable_memory());
         ring[x] = a + x;
       }
       Result<LinkCost> cost = ring_link_cost(router, ring);

@@ -172,7 +172,7 @@ class Planner {
           fmt::format("graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
                       "{} micro-batches of {} "
                       "samples",
-                      D_, spec_.memory_bytes, r_.micro_batches, r_.micro_batch_size)};
+                      D_, spec_.usable_memory(), r_.micro_batches, r_.micro_batch_size)};
     size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] is feasible
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
@@ -321,7 +321,7 @@ class Planner {
     best.memory = memory(info, n, k);
     // One stage on n devices splits each micro-batch between n replicas: only whole samples (issue 30).
     best.feasible = whole_samples_per_replica(r_.micro_batch_size, n) && tps(info, n) <= target_ &&
-                    best.memory <= spec_.memory_bytes;
+                    best.memory <= spec_.usable_memory();
     if (s.kind != SpNode::Kind::Leaf && lo == hi) {
       Option d = solve_node(order_[node][lo], n, k);
       d.how = 1;

@@ -58,7 +58,7 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
   o.activation_compression_ratio = r.options.activation_compression_ratio;
   o.memory_constraint = r.options.memory_constraint;
   o.linearize = r.options.linearize;
-  o.memory_bytes = spec.memory_bytes;
+  o.memory_bytes = spec.usable_memory();
   o.whole_samples_of = r.micro_batch_size;  // replicas take whole samples of a micro-batch
   if (r.options.hierarchy.empty()) {
     Result<std::vector<PipeDreamLevel>> levels = default_levels(r.cluster);

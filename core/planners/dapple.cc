@@ -292,7 +292,7 @@ void DapplePlanner::find_classes() {
     rep_[d] = d;
     for (int e = 0; e < d; ++e)
       if (rep_[e] == e && time_[1][e] == time_[1][d] &&
-          cl_.devices[e].spec.memory_bytes == cl_.devices[d].spec.memory_bytes) {
+          cl_.devices[e].spec.usable_memory() == cl_.devices[d].spec.usable_memory()) {
         rep_[d] = e;
         break;
       }
@@ -304,7 +304,7 @@ DapplePlanner::Fixed DapplePlanner::fixed_costs(const std::vector<int>& devs, co
   Fixed f;
   const int c = static_cast<int>(devs.size());
   for (int d : devs) {
-    f.capacity = std::min(f.capacity, cl_.devices[d].spec.memory_bytes);
+    f.capacity = std::min(f.capacity, cl_.devices[d].spec.usable_memory());
     if (std::find(f.classes.begin(), f.classes.end(), rep_[d]) == f.classes.end())
       f.classes.push_back(rep_[d]);
   }

@@ -148,7 +148,7 @@ Group make_group(const PlanRequest& r, const Net& net, std::vector<int> devs, co
     const int d = g.devs[x];
     g.mask |= d < 64 ? uint64_t{1} << d : 0;
     if (std::find(g.classes.begin(), g.classes.end(), cls[d]) == g.classes.end()) g.classes.push_back(cls[d]);
-    g.capacity = std::min(g.capacity, r.cluster.devices[d].spec.memory_bytes);
+    g.capacity = std::min(g.capacity, r.cluster.devices[d].spec.usable_memory());
     g.step_per_parameter =
         std::max(g.step_per_parameter,
                  optimizer_step_time(1.0, r.memory, r.workload.precision, r.cluster.devices[d].spec));
@@ -554,7 +554,7 @@ Classes device_classes(const PlanRequest& r, const std::vector<int>& order) {
       sig.push_back(t ? t->forward : -1);
       sig.push_back(t ? t->backward() : -1);
     }
-    sig.push_back(r.cluster.devices[d].spec.memory_bytes);
+    sig.push_back(r.cluster.devices[d].spec.usable_memory());
     sig.push_back(optimizer_step_time(1.0, r.memory, w.precision, r.cluster.devices[d].spec));
     auto it = std::find(signature.begin(), signature.end(), sig);
     if (it == signature.end()) {

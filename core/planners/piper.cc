@@ -254,7 +254,7 @@ const Place& PiperProgramme::place_of(int a, int t, int d) {
   for (int j = 0; j < d && p.ok; ++j)
     for (int q = 1; q < t; ++q) p.ok = p.ok && machine_[a + j * t + q] == machine_[a + j * t];
   if (!p.ok) return p;
-  for (int x = a; x < a + t * d; ++x) p.capacity = std::min(p.capacity, cl_.devices[x].spec.memory_bytes);
+  for (int x = a; x < a + t * d; ++x) p.capacity = std::min(p.capacity, cl_.devices[x].spec.usable_memory());
   std::vector<int> ring;
   for (int j = 0; j < d && t > 1; ++j) {  // each replica's tensor-parallel ring
     ring.clear();

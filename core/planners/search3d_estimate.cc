@@ -252,7 +252,7 @@ std::optional<Search3dEstimate> over_memory(const Search3dCandidate& c,
   Search3dEstimate over;
   for (const auto& [rank, bytes] : statics) {
     const double bound = total(bytes) + transient[rank];
-    if (bound > cl.devices[rank * c.d * c.t].spec.memory_bytes) {
+    if (bound > cl.devices[rank * c.d * c.t].spec.usable_memory()) {
       over.fits = over.lowered = false;
       over.peak_memory_bytes = std::max(over.peak_memory_bytes, bound);
     }

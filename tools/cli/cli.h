@@ -42,6 +42,16 @@ std::string preset_description(std::string_view text);
 // `--set KEY=VALUE` (repeatable): sets any key of the experiment before it is read.
 void add_set_option(CLI::App& app, std::vector<std::string>& overrides);
 
+// `--devices groups|all`: the device tables of run and plan grouped by role with ranges (the default),
+// or every device by name.
+void add_devices_option(CLI::App& app, std::string& devices);
+
+// `--memory-margin BYTES`: the memory kept from every device for the CUDA context, NCCL buffers and
+// fragmentation (the experiment's memory.reserve; default core/device.h default_memory_reserve).
+void add_memory_margin_option(CLI::App& app, std::string& margin);
+// The --set overrides with --memory-margin's as memory.reserve (a bare 0 as 0B); unchanged without one.
+std::vector<std::string> with_memory_margin(std::vector<std::string> overrides, const std::string& margin);
+
 }  // namespace pipegrid::cli
 namespace pipegrid {
 struct Experiment;

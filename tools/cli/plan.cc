@@ -16,7 +16,9 @@
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/output/device_groups.h"
 #include "tools/output/report.h"
+#include "tools/output/run_figures.h"
 #include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
@@ -25,6 +27,8 @@ namespace {
 struct PlanOptions {
   std::string file;
   bool json = false;
+  std::string devices = "groups";      // --devices: "groups" (ranges) or "all" (every name)
+  std::string memory_margin;           // --memory-margin: memory.reserve
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
@@ -62,12 +66,12 @@ nlohmann::json stage_rows(const Experiment& e, const PreparedRun& run, const Met
 
 // The readable plan: its shape, what chose it, the batch, the stages, the predictions and the
 // simulated time.
-void print_plan(const std::string& file, const Experiment& e, const PreparedRun& run,
+void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& run,
                 const nlohmann::json& stages, const std::vector<std::vector<StageCost>>& costs,
                 const Metrics& predicted, const Metrics& simulated) {
   const Partition& p = run.partition;
   const PlanNotes& notes = p.plan;
-  fmt::print("{}\n", e.name.empty() ? file : e.name);
+  fmt::print("{}\n", e.name.empty() ? o.file : e.name);
   std::string per_stage;  // "2 2 2 2" devices per stage
   for (size_t s = 0; s < p.stage_count(); ++s)
     per_stage += fmt::format("{}{}", s ? " " : "", p.stage(s).devices.size());
@@ -87,6 +91,7 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
     fmt::print("gradients   {}\n", how);
   if (parallelism(p).expert > 1)
     fmt::print("experts     {}\n", output::moe_note(e, p, run.graph.node_aggregated_all_to_all));
+  fmt::print("assumes     {}\n", output::assumptions_note(e));
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run.exploration.empty()) fmt::print("explored    {}\n", run.exploration);
@@ -95,9 +100,13 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
              "devices | layers");
   for (const auto& s : stages) {
     std::string devs;
-    for (const auto& d : s["devices"]) {  // not `a + b` into devs: GCC 12's -Wrestrict misfires (bug 105329)
-      if (!devs.empty()) devs += ',';
-      devs += d.get<std::string>();
+    if (o.devices == "all") {
+      for (const auto& d : s["devices"]) {  // not `a + b` into devs: GCC 12's -Wrestrict misfires (bug 105329)
+        if (!devs.empty()) devs += ',';
+        devs += d.get<std::string>();
+      }
+    } else {
+      devs = output::device_ranges(e.cluster, p.stage(s["index"].get<size_t>()).devices, 3);
     }
     const std::string layers = output::layer_list(e.workload, p.stage(s["index"].get<size_t>()).layers);
     fmt::print("{:<6} {:<8} {:>12} {:>12}  {} | {}\n", s["index"].get<int>(), s["replicas"].get<int>(),
@@ -120,7 +129,8 @@ void print_plan(const std::string& file, const Experiment& e, const PreparedRun&
 }
 
 int run(const PlanOptions& o) {
-  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
+  const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
+  Result<Experiment> exp = input::load_experiment_file(o.file, overrides);
   if (!exp) return bad_input(exp.error().message);
   const process::SimGridJudge judge;
   Progress progress(fmt::format(
@@ -156,7 +166,7 @@ int run(const PlanOptions& o) {
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  print_plan(o.file, *exp, *run, stages, *costs, predicted, simulated);
+  print_plan(o, *exp, *run, stages, *costs, predicted, simulated);
   return kOk;
 }
 
@@ -168,6 +178,8 @@ Command add_plan_command(CLI::App& parent) {
       parent.add_subcommand("plan", "Plan an experiment: chosen stages, predicted and simulated times");
   app->add_option("experiment", o->file, "Experiment file (YAML)")->required()->check(kNonEmpty);
   app->add_flag("--json", o->json, "Print one JSON object");
+  add_devices_option(*app, o->devices);
+  add_memory_margin_option(*app, o->memory_margin);
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }

@@ -1,8 +1,10 @@
-// pipegrid run [EXPERIMENT.yaml|-] [--json] [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR]
-// [--sim-log]
+// pipegrid run [EXPERIMENT.yaml|-] [--json] [--devices groups|all] [--tokens N] [--memory-margin BYTES]
+// [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR] [--plot-data] [--timeline-rows auto|devices|ranks]
+// [--timeline-window FIRST:LAST] [--sim-log]
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -34,9 +36,38 @@ struct RunOptions {
   std::string tasks;
   std::string memory;
   std::string plot;
+  bool plot_data = false;              // keep --plot's CSVs and script
+  std::string timeline_rows = "auto";  // auto, devices, ranks
+  std::string timeline_window;         // FIRST:LAST micro-batches; empty: all
+  std::string devices = "groups";      // the summary's device table: groups or all
+  double tokens = 0;                   // a token budget to time
+  std::string memory_margin;           // --memory-margin: memory.reserve
   bool sim_log = false;
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
+
+// Timelines of large runs stay drawable: past this many devices in use --plot draws one row per
+// pipeline rank unless --timeline-rows devices asks for every device.
+constexpr size_t kPlotRowsPerDevice = 64;
+
+// --timeline-window FIRST:LAST (micro-batches, inclusive) into the view.
+Status parse_window(const std::string& text, output::TimelineView& view) {
+  if (text.empty()) return {};
+  const size_t colon = text.find(':');
+  try {
+    size_t used = 0;
+    const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
+    view.first_micro_batch = std::stoi(first, &used);
+    if (used != first.size()) throw std::invalid_argument(first);
+    view.last_micro_batch = std::stoi(last, &used);
+    if (used != last.size()) throw std::invalid_argument(last);
+  } catch (const std::exception&) {
+    return Error{fmt::format("--timeline-window: expected FIRST:LAST micro-batches (e.g. 0:3), got \"{}\"", text)};
+  }
+  if (view.first_micro_batch < 0 || view.last_micro_batch < view.first_micro_batch)
+    return Error{fmt::format("--timeline-window: expected 0 <= FIRST <= LAST, got \"{}\"", text)};
+  return {};
+}
 
 // Writes a file with `write`, all or nothing (output::write_file_safely).
 Status write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
@@ -69,6 +100,14 @@ PlotFiles plot_files(const std::string& dir) {
 
 int simulate(const Result<Experiment>& exp, const std::string& where, const RunOptions& o,
              const PlotFiles& plot);
+int draw(const Experiment& e, const std::string& where, const RunOptions& o, const PlotFiles& files,
+         output::RunReport& report);
+
+// A writer of one of the report's files.
+std::function<void(std::ostream&)> writer(const output::RunReport& report,
+                                          void (*fn)(std::ostream&, const output::RunReport&)) {
+  return [&report, fn](std::ostream& out) { fn(out, report); };
+}
 
 int run(const RunOptions& o) {
   const PlotFiles plot = o.plot.empty() ? PlotFiles{} : plot_files(o.plot);
@@ -81,7 +120,10 @@ int run(const RunOptions& o) {
                                                 {{"the experiment file", o.file}});
       !s)
     return bad_input(s.error().message);
-  Result<Experiment> exp = load(o.file, o.overrides);
+  output::TimelineView window;
+  if (Status s = parse_window(o.timeline_window, window); !s) return bad_input(s.error().message);
+  const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
+  Result<Experiment> exp = load(o.file, overrides);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
   return simulate(exp, where, o, plot);
@@ -105,10 +147,9 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", where, replay.error().message));
   const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, replay->timeline);
-  const output::RunReport report{*exp, *prepared, replay->timeline, metrics};
-  auto writer = [&](void (*fn)(std::ostream&, const output::RunReport&)) {
-    return [&report, fn](std::ostream& out) { fn(out, report); };
-  };
+  output::RunReport report{*exp, *prepared, replay->timeline, metrics, o.devices == "all", o.tokens, {}};
+  (void)parse_window(o.timeline_window, report.view);  // checked by run()
+  if (o.timeline_rows == "ranks") report.view.devices = output::rank_representatives(exp->cluster, prepared->partition);
   struct Output {
     const std::string& path;
     void (*fn)(std::ostream&, const output::RunReport&);
@@ -117,42 +158,59 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
        {Output{o.trace, &output::write_chrome_trace}, Output{o.tasks, &output::write_tasks_csv},
         Output{o.memory, &output::write_memory_csv}})
     if (!out.path.empty())
-      if (Status s = write_file(out.path, writer(out.fn)); !s) return bad_input(s.error().message);
+      if (Status s = write_file(out.path, writer(report, out.fn)); !s) return bad_input(s.error().message);
   if (o.json)
     std::cout << output::to_json(report).dump(2) << "\n";
   else
     output::print_summary(std::cout, report);
-  if (!o.plot.empty()) {
-    // The folder itself is created (not its parents, like every output's folder).
-    const std::string dir = o.plot;
-    const auto& [tasks, memory, script] = plot;
-    std::error_code ec;
-    std::filesystem::create_directory(dir, ec);
-    if (ec) return bad_input(fmt::format("cannot create the folder \"{}\": {}", dir, ec.message()));
-    Status s = write_file(tasks, writer(&output::write_tasks_csv));
-    if (s) s = write_file(memory, writer(&output::write_memory_csv));
-    if (s) s = write_file(script, [](std::ostream& out) { out << kPlotScript; });
-    if (!s) return bad_input(s.error().message);
-    std::optional<std::string> py = process::python_with("matplotlib");
-    if (!py) {
-      fmt::print(
-          std::cerr,
-          "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
-          "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
-          tasks, memory, script);
-      return kOk;
-    }
-    // The figures' title: the experiment's name, or where it came from when it has none.
-    const std::string title = exp->name.empty() ? fmt::format("unnamed experiment ({})", where) : exp->name;
-    const int rc = process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
-                                  process::Output::ToStderr);
-    if (rc != 0) {
-      fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
-      return kInternal;
-    }
+  return o.plot.empty() ? kOk : draw(*exp, where, o, plot, report);
+}
+
+// --plot: the CSVs and the script into the folder, then the figures; the CSVs and the script are
+// removed once drawn unless --plot-data keeps them. Past kPlotRowsPerDevice devices in use, one row
+// per pipeline rank unless --timeline-rows says otherwise.
+int draw(const Experiment& e, const std::string& where, const RunOptions& o, const PlotFiles& files,
+         output::RunReport& report) {
+  size_t in_use = 0;
+  for (const DeviceMetrics& d : report.metrics.devices) in_use += d.used;
+  if (o.timeline_rows == "auto" && in_use > kPlotRowsPerDevice) {
+    report.view.devices = output::rank_representatives(e.cluster, report.run.partition);
     fmt::print(std::cerr,
-               "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg\n", dir);
+               "pipegrid: --plot draws one row per pipeline rank ({} of the {} devices in use; "
+               "--timeline-rows devices draws each)\n",
+               std::count(report.view.devices.begin(), report.view.devices.end(), 1), in_use);
   }
+  // The folder itself is created (not its parents, like every output's folder).
+  const std::string& dir = o.plot;
+  const auto& [tasks, memory, script] = files;
+  std::error_code ec;
+  std::filesystem::create_directory(dir, ec);
+  if (ec) return bad_input(fmt::format("cannot create the folder \"{}\": {}", dir, ec.message()));
+  Status s = write_file(tasks, writer(report, &output::write_tasks_csv));
+  if (s) s = write_file(memory, writer(report, &output::write_memory_csv));
+  if (s) s = write_file(script, [](std::ostream& out) { out << kPlotScript; });
+  if (!s) return bad_input(s.error().message);
+  std::optional<std::string> py = process::python_with("matplotlib");
+  if (!py) {
+    fmt::print(
+        std::cerr,
+        "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
+        "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
+        tasks, memory, script);
+    return kOk;
+  }
+  // The figures' title: the experiment's name, or where it came from when it has none.
+  const std::string title = e.name.empty() ? fmt::format("unnamed experiment ({})", where) : e.name;
+  const int rc = process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
+                                process::Output::ToStderr);
+  if (rc != 0) {
+    fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
+    return kInternal;
+  }
+  if (!o.plot_data)
+    for (const std::string& f : {tasks, memory, script}) std::filesystem::remove(f, ec);
+  fmt::print(std::cerr, "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg{1}\n",
+             dir, o.plot_data ? fmt::format(" (data: {}, {})", tasks, memory) : "");
   return kOk;
 }
 
@@ -175,8 +233,18 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("--tasks", o->tasks,
                   "Write every task (device, stage, kind, micro-batch, start, end) as CSV");
   app->add_option("--memory", o->memory, "Write each device's memory over time, by category, as CSV");
-  app->add_option("--plot", o->plot,
-                  "Write the CSVs and a Gantt and a memory figure (PNG, SVG) into this folder");
+  app->add_option("--plot", o->plot, "Draw a Gantt and a memory figure (PNG, SVG) into this folder");
+  app->add_flag("--plot-data", o->plot_data, "Keep --plot's CSVs and script beside the figures");
+  app->add_option("--timeline-rows", o->timeline_rows,
+                  "Rows of --plot, --tasks and --memory: every device, one per pipeline rank, or auto (ranks "
+                  "past 64 devices in use, for --plot only)")
+      ->check(CLI::IsMember({"auto", "devices", "ranks"}));
+  app->add_option("--timeline-window", o->timeline_window,
+                  "Only micro-batches FIRST to LAST in --plot, --tasks and --memory (e.g. 0:3)");
+  app->add_option("--tokens", o->tokens, "A token budget: print the time to train on it (e.g. 15e12)")
+      ->check(CLI::PositiveNumber);
+  add_devices_option(*app, o->devices);
+  add_memory_margin_option(*app, o->memory_margin);
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/metrics.h"
+#include "core/model_flops.h"
 #include "core/planners/search3d.h"
 #include "core/units.h"
 #include "sim/replay.h"
@@ -35,6 +36,7 @@ struct SearchOptions {
   std::vector<int> tensor_parallel, pipeline, micro_batch_sizes, chunks;
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
+  std::string memory_margin;  // --memory-margin: memory.reserve
   bool exact = false;      // --exact-ranking
   bool tp_folded = false;  // --tp-folded: replay each TP group as its rank 0 (Search3dEstimator::tp_folded)
   int jobs = 2;            // replays at a time
@@ -262,6 +264,13 @@ struct Found {
     const double n = static_cast<double>(exp.cluster.devices.size());
     return res.peak_flops > 0 ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops) : 0;
   }
+  // The same with Megatron-LM's model FLOPs per token (core/model_flops.h: 6 N + 12 L h s, N active).
+  double model_mfu(double time) const {
+    const std::optional<ModelFlops> f = model_flops(exp.workload);
+    const double n = static_cast<double>(exp.cluster.devices.size());
+    return f && res.peak_flops > 0 ? f->flops_per_token() * res.tokens_per_iteration / (time * n * res.peak_flops)
+                                   : 0;
+  }
   std::vector<output::CostModelCheck> checks() const {
     std::vector<int> all_devices(exp.cluster.devices.size());
     for (size_t d = 0; d < all_devices.size(); ++d) all_devices[d] = static_cast<int>(d);
@@ -288,6 +297,7 @@ void print_json(const Found& f) {
     x["simulated_iteration_time_s"] = r.simulated_s;
     x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
     x["simulated_mfu"] = f.mfu(r.simulated_s);
+    x["simulated_model_flops_mfu"] = f.model_mfu(r.simulated_s);
     x["simulated_breakdown"] = output::breakdown_json(r.metrics.breakdown);
     sim.push_back(x);
   }
@@ -296,6 +306,18 @@ void print_json(const Found& f) {
   if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
   j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
   std::cout << j.dump(2) << "\n";
+}
+
+// What the two MFU columns count.
+void print_mfu_formulas(const Found& f) {
+  fmt::print("\nMFU       6 N x tokens / (time x devices x peak), N = {:.4g} B (every parameter), attention "
+             "not counted: the search's figure\n",
+             f.res.parameters / 1e9);
+  if (const std::optional<ModelFlops> m = model_flops(f.exp.workload))
+    fmt::print("MFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak), N = {:.4g} B {}parameters, 12 L h s = "
+               "{} per token: Megatron-LM's model FLOPs (arXiv 2104.04473, eq. 3; PaLM, arXiv 2204.02311, "
+               "app. B), as `run` prints it\n",
+               m->active_parameters / 1e9, m->moe ? "active " : "", format_flops(m->attention_flops_per_token));
 }
 
 void print_text(const Found& f) {
@@ -311,18 +333,19 @@ void print_text(const Found& f) {
     fmt::print(
         "\nSimGrid replays TP-folded: each tensor-parallel group as its rank 0, its collectives folded "
         "into its passes (docs/3d-search.md)\n");
-  fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>10}  {}\n", "rank", "configuration", "SimGrid",
-             "analytic", "samples/s", "MFU", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
+  fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  {}\n", "rank", "configuration", "SimGrid",
+             "analytic", "samples/s", "MFU", "MFU(Meg)", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
   for (size_t i = 0; i < f.replayed.size(); ++i) {
     const Replayed& r = f.replayed[i];
     const TimeBreakdown& b = r.metrics.breakdown;
-    fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n", i + 1,
-               r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
-               r.metrics.throughput_samples_per_s, 100 * f.mfu(r.simulated_s),
+    fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>7.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n",
+               i + 1, r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
+               r.metrics.throughput_samples_per_s, 100 * f.mfu(r.simulated_s), 100 * f.model_mfu(r.simulated_s),
                format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
                format_time(b.tensor_parallel_s), format_time(b.pipeline_s), format_time(b.data_parallel_s),
                format_time(b.bubble_s), format_time(b.optimizer_s));
   }
+  print_mfu_formulas(f);
   if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
   const std::vector<output::CostModelCheck> checks = f.checks();
   if (!checks.empty()) fmt::print("\n");
@@ -330,7 +353,8 @@ void print_text(const Found& f) {
 }
 
 int run(const SearchOptions& o) {
-  Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
+  const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
+  Result<Experiment> exp = input::load_experiment_file(o.file, overrides);
   if (!exp) return bad_input(exp.error().message);
   const bool tty = isatty(STDERR_FILENO) == 1;
   Result<Search3dOptions> so = search_options(o, tty);
@@ -384,6 +408,7 @@ Command add_search_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber);
   app->add_option("--sweep", o->sweep, "Also write the candidates that fit as a sweep file (pipegrid sweep)")
       ->check(kNonEmpty);
+  add_memory_margin_option(*app, o->memory_margin);
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }

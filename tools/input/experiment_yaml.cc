@@ -14,6 +14,7 @@
 #include "core/partitioners/megatron.h"
 #include "core/planner.h"
 #include "core/strategy.h"
+#include "core/units.h"
 #include "tools/input/backends_yaml.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/workload_yaml.h"
@@ -556,10 +557,12 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
   parse_batch(n, workload, chosen, e);
 }
 
-MemoryOptions parse_memory(const Node& n) {
+// `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
+MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys(
-      {"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute", "zero"});
+  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute", "zero",
+                "reserve"});
+  reserve = n.get("reserve");
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
     m.optimizer = *parse_optimizer(o->choice({"sgd", "momentum", "adam", "mixed-adam"}, "an optimizer"));
@@ -617,6 +620,18 @@ BackendRequest parse_backends(const Node& n) {
 
 }  // namespace
 
+// Every device's memory_reserve_bytes: `reserve` (memory.reserve, --memory-margin) where given, else
+// default_memory_reserve (core/device.h). A reserve must leave some of every device's memory.
+static void reserve_memory(Cluster& c, const std::optional<Node>& reserve) {
+  const double given = reserve ? reserve->quantity(Dimension::Bytes, Sign::NonNegative) : -1;
+  for (Device& d : c.devices) {
+    d.spec.memory_reserve_bytes = given >= 0 ? given : default_memory_reserve(d.spec);
+    if (reserve && !(d.spec.usable_memory() > 0))
+      reserve->fail(fmt::format("a reserve of {} leaves nothing of device \"{}\"'s {}", format_bytes(given),
+                                d.name, format_bytes(d.spec.memory_bytes)));
+  }
+}
+
 Experiment parse_experiment(const Document& doc) {
   Node root = Node::root(doc);
   if (root.is_null())
@@ -629,7 +644,9 @@ Experiment parse_experiment(const Document& doc) {
   e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
   parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e);
-  if (auto m = root.get("memory")) e.memory = parse_memory(*m);
+  std::optional<Node> reserve;
+  if (auto m = root.get("memory")) e.memory = parse_memory(*m, reserve);
+  reserve_memory(e.cluster, reserve);
   if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.

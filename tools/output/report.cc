@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -14,6 +15,8 @@
 #include "core/lower.h"
 #include "core/schedule.h"
 #include "core/units.h"
+#include "tools/output/device_groups.h"
+#include "tools/output/run_figures.h"
 
 namespace pipegrid::output {
 namespace {
@@ -226,6 +229,95 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   return out;
 }
 
+namespace {
+
+// The per-device table and the INFEASIBLE line naming every device over its capacity.
+void print_every_device(std::ostream& out, const Metrics& m) {
+  fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
+             "peak mem", "activations", "capacity");
+  for (const DeviceMetrics& d : m.devices) {
+    if (!d.used) {
+      fmt::print(out, "{:<10} (unused)\n", d.name);
+      continue;
+    }
+    fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}{}\n", d.name, format_time(d.busy_s),
+               format_time(d.idle_s), percent(d.bubble_ratio), format_bytes(d.peak_memory_bytes),
+               format_bytes(d.peak_activation_bytes), format_bytes(d.capacity_bytes),
+               d.peak_memory_bytes > d.capacity_bytes ? "  OVER CAPACITY" : "");
+  }
+  if (!m.feasible()) {
+    fmt::print(out, "\nINFEASIBLE: ");
+    for (size_t i = 0; i < m.over_capacity.size(); ++i) {
+      const DeviceMetrics& d = m.devices[m.over_capacity[i]];
+      fmt::print(out, "{}{} needs {} but has {}", i ? "; " : "", d.name, format_bytes(d.peak_memory_bytes),
+                 format_bytes(d.capacity_bytes));
+    }
+    fmt::print(out, "\n");
+  }
+}
+
+// One row per group of devices alike (output::group_devices): the devices as ranges, how many, the
+// busy, idle and bubble of its busiest device and the memory of its fullest; then the busiest and the
+// fullest devices of the run, and one INFEASIBLE line per group over capacity.
+void print_device_groups(std::ostream& out, const Experiment& e, const std::vector<DeviceGroup>& groups,
+                         const Metrics& m) {
+  std::vector<std::string> names;
+  size_t w = 7;
+  for (const DeviceGroup& g : groups) {
+    names.push_back(device_ranges(e.cluster, g.devices, 3));
+    w = std::max(w, names.back().size());
+  }
+  fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}\n", "devices", w, "count", "busy",
+             "idle", "bubble", "peak mem", "activations", "capacity", "role");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const DeviceGroup& g = groups[i];
+    const DeviceMetrics& busy = m.devices[static_cast<size_t>(g.busiest)];
+    const DeviceMetrics& full = m.devices[static_cast<size_t>(g.most_memory)];
+    if (g.stages.empty()) {
+      fmt::print(out, "{:<{}} {:>6}  (unused)\n", names[i], w, g.devices.size());
+      continue;
+    }
+    fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}{}\n", names[i], w, g.devices.size(),
+               format_time(busy.busy_s), format_time(busy.idle_s), percent(busy.bubble_ratio),
+               format_bytes(full.peak_memory_bytes), format_bytes(full.peak_activation_bytes),
+               format_bytes(full.capacity_bytes), group_role(g),
+               full.peak_memory_bytes > full.capacity_bytes ? "  OVER CAPACITY" : "");
+  }
+  fmt::print(out, "(devices alike grouped: busy, idle, bubble of a group's busiest, memory of its fullest; "
+                  "--devices all lists each)\n");
+  int busiest = -1, fullest = -1;
+  for (const DeviceGroup& g : groups) {
+    if (g.stages.empty()) continue;
+    if (busiest < 0 || m.devices[g.busiest].busy_s > m.devices[busiest].busy_s) busiest = g.busiest;
+    if (fullest < 0 || m.devices[g.most_memory].peak_memory_bytes > m.devices[fullest].peak_memory_bytes)
+      fullest = g.most_memory;
+  }
+  if (busiest >= 0) {
+    const DeviceMetrics& b = m.devices[busiest];
+    const DeviceMetrics& f = m.devices[fullest];
+    fmt::print(out, "busiest device   {}: busy {}, idle {}\n", b.name, format_time(b.busy_s), format_time(b.idle_s));
+    fmt::print(out, "most memory      {}: {} of {}\n", f.name, format_bytes(f.peak_memory_bytes),
+               format_bytes(f.capacity_bytes));
+  }
+  if (m.feasible()) return;
+  fmt::print(out, "\nINFEASIBLE: {} over capacity:", plural(static_cast<double>(m.over_capacity.size()), "device", "devices"));
+  std::string sep = " ";
+  for (const DeviceGroup& g : groups) {
+    std::vector<int> over;
+    for (int d : g.devices)
+      if (m.devices[d].peak_memory_bytes > m.devices[d].capacity_bytes) over.push_back(d);
+    if (over.empty()) continue;
+    const DeviceMetrics& f = m.devices[static_cast<size_t>(g.most_memory)];
+    fmt::print(out, "{}{} ({}) need{} up to {} but {} {}", sep, device_ranges(e.cluster, over, 3), group_role(g),
+               over.size() == 1 ? "s" : "", format_bytes(f.peak_memory_bytes), over.size() == 1 ? "has" : "have",
+               format_bytes(f.capacity_bytes));
+    sep = "; ";
+  }
+  fmt::print(out, "\n");
+}
+
+}  // namespace
+
 void print_summary(std::ostream& out, const RunReport& r) {
   const Experiment& e = r.experiment;
   const Metrics& m = r.metrics;
@@ -251,12 +343,14 @@ void print_summary(std::ostream& out, const RunReport& r) {
   if (costs)
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
+  fmt::print(out, "  assumes    {}\n", assumptions_note(e));
   fmt::print(out, "\n");
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
-    rows.push_back({std::to_string(s), layer_list(e.workload, st.layers), device_list(e, st),
+    rows.push_back({std::to_string(s), layer_list(e.workload, st.layers),
+                    r.all_devices ? device_list(e, st) : device_ranges(e.cluster, st.devices, 3),
                     format_time(sc.times.forward), format_time(sc.times.backward()),
                     format_bytes(sc.stash_bytes)});
   }
@@ -284,6 +378,8 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
              percent(m.bubble_ratio));
+  if (const std::optional<TokenFigures> tf = token_figures(e, m, r.tokens))
+    for (const std::string& line : token_lines(*tf)) fmt::print(out, "{}\n", line);
   if (par.tensor > 1 || par.expert > 1 || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
     std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
@@ -299,27 +395,11 @@ void print_summary(std::ostream& out, const RunReport& r) {
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
     fmt::print(out, "cost model       {}\n", c.note);
   fmt::print(out, "\n");
-  fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "device", "busy", "idle", "bubble",
-             "peak mem", "activations", "capacity");
-  for (const DeviceMetrics& d : m.devices) {
-    if (!d.used) {
-      fmt::print(out, "{:<10} (unused)\n", d.name);
-      continue;
-    }
-    fmt::print(out, "{:<10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}{}\n", d.name, format_time(d.busy_s),
-               format_time(d.idle_s), percent(d.bubble_ratio), format_bytes(d.peak_memory_bytes),
-               format_bytes(d.peak_activation_bytes), format_bytes(d.capacity_bytes),
-               d.peak_memory_bytes > d.capacity_bytes ? "  OVER CAPACITY" : "");
-  }
-  if (!m.feasible()) {
-    fmt::print(out, "\nINFEASIBLE: ");
-    for (size_t i = 0; i < m.over_capacity.size(); ++i) {
-      const DeviceMetrics& d = m.devices[m.over_capacity[i]];
-      fmt::print(out, "{}{} needs {} but has {}", i ? "; " : "", d.name, format_bytes(d.peak_memory_bytes),
-                 format_bytes(d.capacity_bytes));
-    }
-    fmt::print(out, "\n");
-  }
+  const std::vector<DeviceGroup> groups = group_devices(e.cluster, r.run.partition, m);
+  if (r.all_devices || !any_grouped(groups))
+    print_every_device(out, m);
+  else
+    print_device_groups(out, e, groups, m);
 }
 
 nlohmann::json json_number(double x) {
@@ -536,6 +616,29 @@ nlohmann::json plan_json(const Experiment& e, const PreparedRun& run) {
           {"tried", tried}};
 }
 
+namespace {
+
+// Each group of devices alike (output::group_devices): devices (ranges, every one), count, stages, the
+// busiest device and its busy seconds, the fullest device and its peak.
+nlohmann::json device_groups_json(const Experiment& e, const PreparedRun& run, const Metrics& m) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const DeviceGroup& g : group_devices(e.cluster, run.partition, m)) {
+    const DeviceMetrics& busy = m.devices[static_cast<size_t>(g.busiest)];
+    const DeviceMetrics& full = m.devices[static_cast<size_t>(g.most_memory)];
+    out.push_back({{"devices", device_ranges(e.cluster, g.devices)},
+                   {"count", g.devices.size()},
+                   {"stages", g.stages},
+                   {"busiest_device", busy.name},
+                   {"busy_s", busy.busy_s},
+                   {"fullest_device", full.name},
+                   {"peak_memory_bytes", json_number(full.peak_memory_bytes)},
+                   {"capacity_bytes", json_number(full.capacity_bytes)}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
                            const Metrics& m) {
   nlohmann::json j;
@@ -639,16 +742,23 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                        {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
                        {"static_memory_bytes", json_number(d.static_bytes)},
                        {"capacity_bytes", json_number(d.capacity_bytes)},
+                       {"memory_reserve_bytes",
+                        json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
                        {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1,
                                                     parallelism(run.partition).context > 1)}});
   }
   j["devices"] = devices;
+  j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
+  j["assumptions"] = assumptions_json(e);
+  j["model_flops"] = token_json(token_figures(e, m));
   return j;
 }
 
 nlohmann::json to_json(const RunReport& r) {
-  return common_json("run", r.experiment, r.run, r.metrics);
+  nlohmann::json j = common_json("run", r.experiment, r.run, r.metrics);
+  if (r.tokens > 0) j["model_flops"] = token_json(token_figures(r.experiment, r.metrics, r.tokens));
+  return j;
 }
 
 void write_chrome_trace(std::ostream& out, const RunReport& r) {
@@ -768,12 +878,27 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   out << "\n]}\n";
 }
 
+bool TimelineView::keeps(const Task& t, int micro_batches) const {
+  if (!keeps_device(t.device)) return false;
+  if (t.micro_batch < 0) return last_micro_batch < 0 || last_micro_batch >= micro_batches - 1;
+  return (first_micro_batch < 0 || t.micro_batch >= first_micro_batch) &&
+         (last_micro_batch < 0 || t.micro_batch <= last_micro_batch);
+}
+
+std::vector<char> rank_representatives(const Cluster& c, const Partition& p) {
+  std::vector<char> keep(c.devices.size(), 0);
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    if (!p.stage(s).devices.empty()) keep[static_cast<size_t>(p.stage(s).devices.front())] = 1;
+  return keep;
+}
+
 void write_tasks_csv(std::ostream& out, const RunReport& r) {
   const Cluster& c = r.experiment.cluster;
   const TaskGraph& g = r.run.graph;
   out << "device,stage,kind,micro_batch,start_s,end_s,peer,bytes\n";
   for (size_t t = 0; t < g.tasks.size(); ++t) {
     const Task& task = g.tasks[t];
+    if (!r.view.keeps(task, r.run.micro_batches)) continue;
     const bool transfer = !task.is_compute();
     fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", c.devices[task.device].name, task.stage,
                task_category(task), task.micro_batch, r.timeline.start[t], r.timeline.end[t],
@@ -783,15 +908,37 @@ void write_tasks_csv(std::ostream& out, const RunReport& r) {
 
 void write_memory_csv(std::ostream& out, const RunReport& r) {
   const Cluster& c = r.experiment.cluster;
+  const TaskGraph& g = r.run.graph;
+  // The window's times: from the first kept task's start to the last one's end (all of them without one).
+  double from = -std::numeric_limits<double>::infinity(), to = std::numeric_limits<double>::infinity();
+  if (r.view.first_micro_batch >= 0 || r.view.last_micro_batch >= 0) {
+    std::swap(from, to);
+    for (size_t t = 0; t < g.tasks.size(); ++t)
+      if (r.view.keeps(g.tasks[t], r.run.micro_batches)) {
+        from = std::min(from, r.timeline.start[t]);
+        to = std::max(to, r.timeline.end[t]);
+      }
+  }
   out << "device,time_s";
   for (int k = 0; k < kMemoryCategoryCount; ++k) out << ',' << to_string(static_cast<MemoryCategory>(k));
   out << ",total\n";
-  const std::vector<MemoryTrace> traces = memory_traces(r.run.graph, r.timeline);
+  const std::vector<MemoryTrace> traces = memory_traces(g, r.timeline);
+  auto row = [&](size_t d, double time, const MemoryBytes& bytes) {
+    fmt::print(out, "{},{:.12g}", c.devices[d].name, time);
+    for (double b : bytes) fmt::print(out, ",{:.12g}", b);
+    fmt::print(out, ",{:.12g}\n", total(bytes));
+  };
   for (size_t d = 0; d < traces.size(); ++d) {
-    for (const MemoryPoint& p : traces[d]) {
-      fmt::print(out, "{},{:.12g}", c.devices[d].name, p.time);
-      for (double b : p.bytes) fmt::print(out, ",{:.12g}", b);
-      fmt::print(out, ",{:.12g}\n", total(p.bytes));
+    if (!r.view.keeps_device(static_cast<int>(d))) continue;
+    for (size_t i = 0; i < traces[d].size(); ++i) {
+      const MemoryPoint& p = traces[d][i];
+      // The state at the window's start: the last point before it, moved to the start.
+      if (p.time < from) {
+        if (i + 1 == traces[d].size() || traces[d][i + 1].time > from) row(d, from, p.bytes);
+        continue;
+      }
+      if (p.time > to) break;
+      row(d, p.time, p.bytes);
     }
   }
 }

@@ -14,11 +14,29 @@
 
 namespace pipegrid::output {
 
+// Which tasks the timeline CSVs hold (run --plot, --tasks, --memory): a subset of the devices and a
+// window of micro-batches, so that a large run's timeline stays drawable.
+struct TimelineView {
+  std::vector<char> devices;  // per cluster device, 1: kept; empty: every device
+  // Micro-batches first..last (inclusive) kept; -1: from the first, to the last. Per-iteration tasks
+  // (micro-batch -1: all-reduces, optimizer steps) are kept when the window reaches the last one.
+  int first_micro_batch = -1, last_micro_batch = -1;
+  bool keeps(const Task& t, int micro_batches) const;
+  bool keeps_device(int d) const { return devices.empty() || devices[static_cast<size_t>(d)]; }
+};
+
+// One device per pipeline rank (the first device of each stage: tensor rank 0 of replica 0), for a
+// timeline of one row per rank.
+std::vector<char> rank_representatives(const Cluster& c, const Partition& p);
+
 struct RunReport {
   const Experiment& experiment;
   const PreparedRun& run;
   const Timeline& timeline;
   const Metrics& metrics;
+  bool all_devices = false;  // the summary lists every device (--devices all), not groups
+  double tokens = 0;         // a token budget to time (--tokens; 0: none)
+  TimelineView view;         // what the CSVs hold
 };
 
 void print_summary(std::ostream& out, const RunReport& r);
@@ -69,7 +87,9 @@ nlohmann::json hardware_json(const Cluster& c);
 // planner, partitioner, schedule, micro_batch_size, micro_batches, batch, samples_per_iteration, depth,
 // stages, iteration_time_s, throughput_samples_per_s, bubble_ratio, peak_memory_bytes, feasible,
 // infeasible, planner_summary, predicted_time_per_stage_s, predicted_stage_time_s, exploration,
-// added_dependencies, planning_seconds, devices (the simulated metrics of `metrics`).
+// added_dependencies, planning_seconds, devices (the simulated metrics of `metrics`, each with its
+// memory_reserve_bytes), device_groups (output::group_devices), assumptions and model_flops
+// (tools/output/run_figures.h).
 nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
                            const Metrics& metrics);
 
@@ -112,12 +132,12 @@ nlohmann::json to_json(const RunReport& r);
 // gradient transfer to the task that consumes it, and a "memory (bytes)" counter track.
 void write_chrome_trace(std::ostream& out, const RunReport& r);
 
-// One row per task: device,stage,kind,micro_batch,start_s,end_s,peer,bytes (kind: forward,
+// One row per task r.view keeps: device,stage,kind,micro_batch,start_s,end_s,peer,bytes (kind: forward,
 // backward, weight, optimizer, activation, gradient, allreduce; transfers: device = source,
 // peer = destination; micro_batch -1 for per-iteration tasks).
 void write_tasks_csv(std::ostream& out, const RunReport& r);
 
-// One row per change of a device's memory: device,time_s,weights,gradients,optimizer,activations,
+// One row per change of the memory of a device r.view keeps, within the window's times: device,time_s,weights,gradients,optimizer,activations,
 // workspace,total (bytes held from time_s until the device's next row).
 void write_memory_csv(std::ostream& out, const RunReport& r);
 

@@ -1,0 +1,196 @@
+// run's tokens/s, model FLOP/s, MFU and time to train against Megatron-Core's own formula; the memory
+// reserve (default, --memory-margin, errors); the assumptions line; timeline rows and windows.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+using pipegrid::testing::read_file;
+using pipegrid::testing::run_command;
+using pipegrid::testing::TempDir;
+
+namespace {
+
+bool close(double a, double b, double rel) {
+  return std::abs(a - b) <= rel * std::abs(b);
+}
+
+json run_json(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {PIPEGRID_BINARY, "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--json");
+  auto r = run_command(argv);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  return json::parse(r.out);
+}
+
+// A column of a CSV (header included), as a set of values.
+std::set<std::string> column(const std::string& csv, size_t index) {
+  std::set<std::string> out;
+  std::stringstream in(csv);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::stringstream l(line);
+    std::string cell;
+    for (size_t i = 0; i <= index && std::getline(l, cell, ','); ++i) {
+    }
+    out.insert(cell);
+  }
+  return out;
+}
+
+// A chain on four H100s, two stages of two replicas: the catalog GPU gets the default reserve.
+const char* kChain = R"(
+workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1GiB, parameters: 1GiB,
+           samples_per_micro_batch: 2}
+cluster: {kind: switch, count: 4, device: {name: gpu, model: h100}, bandwidth: 100GBps, latency: 1us}
+strategy: {micro_batches: 4, replicas: 2, stages: 2}
+)";
+
+}  // namespace
+
+TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Megatron-Core's count") {
+  // GPT 1.7B on 48 H100s (experiments/megatron): h100.py's flops_per_iteration, Megatron-Core r0.8.0's
+  // num_floating_point_operations, 12 B s l h^2 (6 + s/h + V/(2 l h)), written out here again.
+  const std::string e = std::string(PIPEGRID_SOURCE_DIR) + "/experiments/megatron/h100-1.7b.yaml";
+  const json j = run_json({e, "--tokens", "1e12"});
+  const double B = 192, s = 4096, l = 24, h = 2048, V = 131072, gpus = 48;
+  const double flops = 12 * B * s * l * h * h * (6 + s / h + V / (2 * l * h));
+  const double time = j["iteration_time_s"].get<double>();
+  const json& f = j["model_flops"];
+  CHECK(f["moe"] == false);
+  CHECK(f["devices"].get<double>() == gpus);
+  CHECK(close(f["tokens_per_s"].get<double>(), B * s / time, 1e-12));
+  CHECK(close(f["tokens_per_s_per_device"].get<double>(), B * s / time / gpus, 1e-12));
+  // Megatron's count leaves out the biases and norms: 13 h per block of 12 h^2 + 13 h (5e-4 here).
+  CHECK(close(f["model_flops_per_s_per_device"].get<double>(), flops / time / gpus, 1e-3));
+  CHECK_FALSE(close(f["model_flops_per_s_per_device"].get<double>(), flops / time / gpus, 1e-6));
+  CHECK(f["peak_precision"] == "bf16");
+  CHECK(f["peak_flops_per_device"].get<double>() == 989e12);
+  CHECK(close(f["mfu"].get<double>(), flops / time / gpus / 989e12, 1e-3));
+  CHECK(close(f["time_to_train_s"].get<double>(), 1e12 / (B * s / time), 1e-12));
+  // The text: the same figures, the formula, the budget.
+  auto text = run_command({PIPEGRID_BINARY, "run", e, "--tokens", "15e12"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("\ntokens           ") != std::string::npos);
+  CHECK(text.out.find("\nmodel FLOP/s     ") != std::string::npos);
+  CHECK(text.out.find("6 N + 12 L h s = ") != std::string::npos);
+  CHECK(text.out.find("\ntime to train    1.5e+13 tokens in ") != std::string::npos);
+  CHECK(text.out.find("  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
+                      "all-reduce, memory reserve 4.725 GiB per device (default: 1 GiB + 5% per GPU; "
+                      "--memory-margin), gradients reduced at 4 bytes per parameter\n") != std::string::npos);
+  CHECK(j["assumptions"]["fused_attention"] == "all");
+  CHECK(j["assumptions"]["allreduce"] == "multi-ring");
+  CHECK(j["assumptions"]["gradient_reduce_bytes"] == 4);
+}
+
+TEST_CASE("run: a workload without transformer blocks has no token figures") {
+  TempDir tmp;
+  const json j = run_json({tmp.write("c.yaml", kChain)});
+  CHECK(j["model_flops"].is_null());
+  auto text = run_command({PIPEGRID_BINARY, "run", tmp.write("c2.yaml", kChain)});
+  CHECK(text.out.find("model FLOP/s") == std::string::npos);
+  CHECK(text.out.find("  assumes    ring data-parallel all-reduce, memory reserve") != std::string::npos);
+}
+
+TEST_CASE("memory reserve: 1 GiB + 5% of a GPU by default, --memory-margin, applied to feasibility") {
+  TempDir tmp;
+  const std::string e = tmp.write("c.yaml", kChain);
+  const json by_default = run_json({e});
+  const double memory = 80e9, reserve = 1024.0 * 1024 * 1024 + 0.05 * memory;
+  for (const json& d : by_default["devices"]) {
+    CHECK(d["memory_reserve_bytes"].get<double>() == reserve);
+    CHECK(d["capacity_bytes"].get<double>() == memory - reserve);
+  }
+  CHECK(by_default["assumptions"]["memory_reserve_default"] == true);
+  const json none = run_json({e, "--memory-margin", "0"});
+  CHECK(none["devices"][0]["capacity_bytes"].get<double>() == memory);
+  CHECK(none["assumptions"]["memory_reserve_default"] == false);
+  // The same run, so the same peak; a margin that leaves 1 MiB less than the peak makes it infeasible.
+  const double peak = none["peak_memory_bytes"].get<double>();
+  CHECK(by_default["peak_memory_bytes"].get<double>() == peak);
+  const double mib = 1024.0 * 1024;
+  const std::string tight = std::to_string(static_cast<long long>(memory - peak + mib)) + "B";
+  const std::string loose = std::to_string(static_cast<long long>(memory - peak - mib)) + "B";
+  CHECK(run_json({e, "--memory-margin", tight})["feasible"] == false);
+  CHECK(run_json({e, "--memory-margin", loose})["feasible"] == true);
+  CHECK(run_json({e, "--set", "memory.reserve=" + tight})["feasible"] == false);
+  // A custom device (no family) has no default reserve.
+  const json custom = run_json({tmp.write("u.yaml", R"(
+workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB}
+cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}
+strategy: {micro_batches: 2}
+)")});
+  CHECK(custom["devices"][0]["capacity_bytes"].get<double>() == 16.0 * 1024 * mib);
+  // A reserve above a device's memory: located error, exit 2.
+  auto bad = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", "100GB"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("leaves nothing of device \"gpu0\"") != std::string::npos);
+  auto plan = run_command({PIPEGRID_BINARY, "plan", e, "--memory-margin", tight});
+  CHECK(plan.exit_code == 0);
+  CHECK(plan.out.find("INFEASIBLE") != std::string::npos);
+  // The summary names the group over capacity as a range: stage 0 (gpu0-1) holds the peak.
+  auto text = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", tight});
+  CHECK(text.out.find("\nINFEASIBLE: 2 devices over capacity: gpu0-1 (stage 0) need up to ") != std::string::npos);
+  auto each = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", tight, "--devices", "all"});
+  CHECK(each.out.find("\nINFEASIBLE: gpu0 needs ") != std::string::npos);
+}
+
+TEST_CASE("timelines: --timeline-rows ranks keeps one device per stage, --timeline-window the micro-batches") {
+  TempDir tmp;
+  const std::string e = tmp.write("c.yaml", kChain);
+  const std::string tasks = (tmp.path / "t.csv").string(), memory = (tmp.path / "m.csv").string();
+  auto all = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--memory", memory});
+  REQUIRE(all.exit_code == 0);
+  CHECK(column(read_file(tasks), 0) == std::set<std::string>{"gpu0", "gpu1", "gpu2", "gpu3"});
+  CHECK(column(read_file(tasks), 3) == std::set<std::string>{"-1", "0", "1", "2", "3"});
+  // Stage 0 on gpu0-1, stage 1 on gpu2-3: ranks are gpu0 and gpu2.
+  auto ranks = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--memory", memory, "--timeline-rows",
+                            "ranks", "--timeline-window", "1:2"});
+  REQUIRE(ranks.exit_code == 0);
+  CHECK(column(read_file(tasks), 0) == std::set<std::string>{"gpu0", "gpu2"});
+  CHECK(column(read_file(tasks), 3) == std::set<std::string>{"1", "2"});
+  CHECK(column(read_file(memory), 0) == std::set<std::string>{"gpu0", "gpu2"});
+  // The window reaching the last micro-batch keeps the per-iteration tasks.
+  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--timeline-window", "3:3"}).exit_code == 0);
+  CHECK(column(read_file(tasks), 3) == std::set<std::string>{"-1", "3"});
+  for (const char* bad : {"2:1", "x", "1:", "-1:2"}) {
+    auto r = run_command({PIPEGRID_BINARY, "run", e, "--timeline-window", bad});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--timeline-window") != std::string::npos);
+  }
+}
+
+TEST_CASE("search: its 6 N MFU and Megatron's model-FLOPs MFU beside it, both counted by hand") {
+  TempDir tmp;
+  const std::string e = tmp.write("gpt.yaml", R"(
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 2048, vocabulary: 32768, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+strategy: {partitioner: megatron, schedule: 1f1b, micro_batch_size: 1, global_batch: 32}
+memory: {optimizer: mixed-adam}
+)");
+  auto r = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1", "--tensor-parallel", "1",
+                        "--pipeline", "2", "--json"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json best = json::parse(r.out)["simgrid_ranking"][0];
+  const double L = 8, h = 1024, s = 2048, V = 32768, n = 16, peak = 989e12, tokens = 32 * s;
+  const double time = best["simulated_iteration_time_s"].get<double>();
+  // GPT blocks 12 h^2 + 13 h, the tied head V h; every parameter adds the positions s h and the final
+  // LayerNorm 2 h (the head has none of its own).
+  const double active = L * (12 * h * h + 13 * h) + V * h, total = active + s * h + 2 * h;
+  CHECK(close(best["simulated_mfu"].get<double>(), 6 * total * tokens / (time * n * peak), 1e-12));
+  CHECK(close(best["simulated_model_flops_mfu"].get<double>(),
+              (6 * active + 12 * L * h * s) * tokens / (time * n * peak), 1e-12));
+  auto text = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1", "--tensor-parallel",
+                           "1", "--pipeline", "2"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("\nMFU       6 N x tokens / (time x devices x peak)") != std::string::npos);
+  CHECK(text.out.find("\nMFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak)") != std::string::npos);
+}

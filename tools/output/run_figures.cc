@@ -1,0 +1,195 @@
+#include "tools/output/run_figures.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/collectives.h"
+#include "core/units.h"
+#include "tools/output/report.h"
+
+namespace pipegrid::output {
+namespace {
+
+std::string count_text(double x) {
+  if (x >= 1e12) return fmt::format("{:.4g} T", x / 1e12);
+  if (x >= 1e9) return fmt::format("{:.4g} B", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.4g} M", x / 1e6);
+  return fmt::format("{:.6g}", x);
+}
+
+std::string duration_text(double s) {
+  if (s >= 2 * 86400) return fmt::format("{:.4g} days", s / 86400);
+  if (s >= 2 * 3600) return fmt::format("{:.4g} hours", s / 3600);
+  return format_time(s);
+}
+
+}  // namespace
+
+std::optional<TokenFigures> token_figures(const Experiment& e, const Metrics& m, double tokens) {
+  std::optional<ModelFlops> model = model_flops(e.workload);
+  if (!model || !(m.throughput_samples_per_s > 0)) return std::nullopt;
+  TokenFigures f;
+  f.model = *model;
+  double peak = 0;
+  for (size_t d = 0; d < m.devices.size() && d < e.cluster.devices.size(); ++d)
+    if (m.devices[d].used) {
+      f.devices += 1;
+      peak += e.cluster.devices[d].spec.peak(e.workload.precision);
+      f.peak_precision = e.cluster.devices[d].spec.runs_as(e.workload.precision);
+    }
+  if (f.devices == 0) return std::nullopt;
+  f.tokens_per_s = m.throughput_samples_per_s * model->sequence;
+  f.tokens_per_s_per_device = f.tokens_per_s / f.devices;
+  f.model_flops_per_s_per_device = model->flops_per_token() * f.tokens_per_s / f.devices;
+  f.peak_flops_per_device = peak / f.devices;
+  f.mfu = peak > 0 ? model->flops_per_token() * f.tokens_per_s / peak : 0;
+  f.tokens = tokens > 0 ? tokens : 0;
+  f.time_to_train_s = f.tokens > 0 ? f.tokens / f.tokens_per_s : 0;
+  return f;
+}
+
+std::vector<std::string> token_lines(const TokenFigures& f) {
+  const ModelFlops& m = f.model;
+  std::vector<std::string> out;
+  out.push_back(fmt::format("tokens           {:.6g} tokens/s, {:.6g} per device ({:g} tokens per sample)",
+                            f.tokens_per_s, f.tokens_per_s_per_device, m.sequence));
+  out.push_back(fmt::format("model FLOP/s     {} per device, MFU {:.2f}% of the {} peak ({} per device)",
+                            format_flop_rate(f.model_flops_per_s_per_device), 100 * f.mfu,
+                            to_string(f.peak_precision), format_flop_rate(f.peak_flops_per_device)));
+  out.push_back(fmt::format(
+      "                 6 N + 12 L h s = {} per token: N = {} {}parameters, 12 L h s = {} (L = {}, s = {:g}); "
+      "Megatron-LM's model FLOPs (arXiv 2104.04473, eq. 3), PaLM's MFU (arXiv 2204.02311, app. B), "
+      "recomputation not counted",
+      format_flops(m.flops_per_token()), count_text(m.active_parameters), m.moe ? "active " : "",
+      format_flops(m.attention_flops_per_token), m.blocks, m.sequence));
+  if (f.tokens > 0)
+    out.push_back(fmt::format("time to train    {:.4g} tokens in {} at {:.6g} tokens/s", f.tokens,
+                              duration_text(f.time_to_train_s), f.tokens_per_s));
+  return out;
+}
+
+nlohmann::json token_json(const std::optional<TokenFigures>& f) {
+  if (!f) return nullptr;
+  nlohmann::json j = {{"formula", "6 N + 12 L h s per token (Megatron-LM arXiv 2104.04473 eq. 3; PaLM arXiv "
+                                  "2204.02311 appendix B); N: active parameters"},
+                      {"flops_per_token", f->model.flops_per_token()},
+                      {"active_parameters", f->model.active_parameters},
+                      {"total_parameters", f->model.total_parameters},
+                      {"attention_flops_per_token", f->model.attention_flops_per_token},
+                      {"blocks", f->model.blocks},
+                      {"sequence", f->model.sequence},
+                      {"moe", f->model.moe},
+                      {"devices", f->devices},
+                      {"tokens_per_s", f->tokens_per_s},
+                      {"tokens_per_s_per_device", f->tokens_per_s_per_device},
+                      {"model_flops_per_s_per_device", f->model_flops_per_s_per_device},
+                      {"peak_flops_per_device", f->peak_flops_per_device},
+                      {"peak_precision", std::string(to_string(f->peak_precision))},
+                      {"mfu", f->mfu}};
+  if (f->tokens > 0) {
+    j["tokens"] = f->tokens;
+    j["time_to_train_s"] = f->time_to_train_s;
+  }
+  return j;
+}
+
+double six_n_mfu(const ModelFlops& f, double tokens_per_s, double devices, double peak) {
+  return peak > 0 && devices > 0 ? 6 * f.total_parameters * tokens_per_s / (devices * peak) : 0;
+}
+
+namespace {
+
+// What the workload's transformer blocks assume: how many blocks, with fused attention, with Megatron's
+// fused element-wise kernels.
+struct BlockAssumptions {
+  int blocks = 0, fused_attention = 0, megatron_fusion = 0;
+};
+BlockAssumptions block_assumptions(const Workload& w) {
+  BlockAssumptions b;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    const TensorSplit& s = w.layer(static_cast<int>(l)).split;
+    if (!is_block(s.kind)) continue;
+    ++b.blocks;
+    b.fused_attention += s.fused_attention;
+    b.megatron_fusion += s.megatron_fusion;
+  }
+  return b;
+}
+
+// "all", "none" or "mixed" of `blocks`.
+std::string_view share(int n, int blocks) {
+  return n == blocks ? "all" : n == 0 ? "none" : "mixed";
+}
+
+// The reserve over the devices: the largest, and whether every device has its default.
+std::pair<double, bool> reserve_of(const Cluster& c) {
+  double most = 0;
+  bool by_default = true;
+  for (const Device& d : c.devices) {
+    most = std::max(most, d.spec.memory_reserve_bytes);
+    by_default = by_default && d.spec.memory_reserve_bytes == default_memory_reserve(d.spec);
+  }
+  return {most, by_default};
+}
+
+std::string_view fp8_recipe(Precision p) {
+  switch (p) {
+    case Precision::AMP_FP8:
+      return "per-tensor current scaling (Transformer Engine)";
+    case Precision::AMP_FP8_BLOCKWISE:
+      return "1x128 / 128x128 blockwise scaling (DeepSeek-V3)";
+    case Precision::AMP_MXFP8:
+      return "MXFP8, 32-element blocks";
+    default:
+      return "";
+  }
+}
+
+double gradient_bytes(const Experiment& e) {
+  return e.strategy.gradient_reduce_bytes > 0 ? e.strategy.gradient_reduce_bytes : element_bytes(e.workload.precision);
+}
+
+}  // namespace
+
+std::string assumptions_note(const Experiment& e) {
+  std::vector<std::string> parts;
+  const BlockAssumptions b = block_assumptions(e.workload);
+  if (b.blocks > 0) {
+    const std::string_view fused = share(b.fused_attention, b.blocks), fusion = share(b.megatron_fusion, b.blocks);
+    parts.push_back(fused == "all"    ? "FlashAttention"
+                    : fused == "none" ? "unfused attention (workload attention: fused for FlashAttention)"
+                                      : fmt::format("FlashAttention in {} of {} blocks", b.fused_attention, b.blocks));
+    parts.push_back(fusion == "all"    ? "Megatron's fused element-wise kernels"
+                    : fusion == "none" ? "no kernel fusion (kernel_fusion: megatron for Megatron's)"
+                                       : fmt::format("Megatron's kernel fusion in {} of {} blocks",
+                                                     b.megatron_fusion, b.blocks));
+  }
+  parts.push_back(fmt::format("{} data-parallel all-reduce", to_string(e.strategy.allreduce)));
+  const auto [reserve, by_default] = reserve_of(e.cluster);
+  parts.push_back(reserve == 0 ? "no memory reserve"
+                               : fmt::format("memory reserve {} per device ({}; --memory-margin)", format_bytes(reserve),
+                                             by_default ? "default: 1 GiB + 5% per GPU" : "given"));
+  parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
+  if (fp8_training(e.workload.precision))
+    parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+nlohmann::json assumptions_json(const Experiment& e) {
+  const BlockAssumptions b = block_assumptions(e.workload);
+  const auto [reserve, by_default] = reserve_of(e.cluster);
+  const std::string_view recipe = fp8_recipe(e.workload.precision);
+  auto of_blocks = [&](int n) { return b.blocks > 0 ? nlohmann::json(std::string(share(n, b.blocks))) : nlohmann::json(); };
+  return {{"fused_attention", of_blocks(b.fused_attention)},
+          {"megatron_fusion", of_blocks(b.megatron_fusion)},
+          {"allreduce", std::string(to_string(e.strategy.allreduce))},
+          {"memory_reserve_bytes", json_number(reserve)},
+          {"memory_reserve_default", by_default},
+          {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
+          {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))}};
+}
+
+}  // namespace pipegrid::output
