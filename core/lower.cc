@@ -78,11 +78,11 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
   size_t replicas = 0;
   for (size_t s = 0; s < p.stage_count(); ++s) replicas += p.stage(s).devices.size();
   return Error{fmt::format(
-      "the plan is too large to simulate: {} micro-batches x {} stage replicas ({} stages) x {} passes "
+      "the plan is too large to simulate: {} micro-batch{} x {} stage replicas ({} stage{}) x {} passes "
       "= {} compute tasks, + {} transfers + {} all-reduce steps = {} tasks in one iteration, above "
       "pipegrid's limit of {} (2^25); use fewer micro-batches, stages or replicas",
-      micro_batches, replicas, p.stage_count(), passes, n.compute, n.transfers, n.ring_steps, n.total(),
-      kMaxTasks)};
+      micro_batches, micro_batches == 1 ? "" : "es", replicas, p.stage_count(), p.stage_count() == 1 ? "" : "s",
+      passes, n.compute, n.transfers, n.ring_steps, n.total(), kMaxTasks)};
 }
 
 int dp_buckets(double parameters, int replicas) {

@@ -148,7 +148,8 @@ std::string explain_unknown(CLI::App& root, int argc, char** argv, CLI::App*& wh
 int main(int argc, char** argv) {
   namespace cli = pipegrid::cli;
   CLI::App app{
-      "pipegrid: a discrete-event simulator of pipeline-parallel DNN training on GPU and FPGA clusters",
+      "pipegrid: a discrete-event simulator of distributed DNN training (pipeline, data, tensor and expert "
+      "parallelism; planners and a 3D search) on GPU and FPGA clusters",
       "pipegrid"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");

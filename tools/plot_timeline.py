@@ -27,6 +27,8 @@ COLOURS = {
     "activation": "#55A868",
     "gradient": "#C44E52",
     "allreduce": "#937860",
+    "tensor-parallel": "#DA8BC3",
+    "expert-parallel": "#8C8C3C",
 }
 COMPUTE = ("forward", "backward", "weight", "optimizer")
 

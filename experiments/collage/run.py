@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--out", default=HERE, help="folder for results.md and the figure")
     args = ap.parse_args()
     plt = None if args.check else pgx.matplotlib_pyplot()
+    if not args.check:
+        os.makedirs(args.out, exist_ok=True)  # a new folder (and its parents), as the other experiments do
 
     failures = []
     rows, speedups = [], {}

@@ -41,10 +41,10 @@ MODELS = {
     "amoeba36": {"label": "AmoebaNet-36", "file": "amoeba-36-pbs-1.txt", "batch": 1},
 }
 CLUSTERS = {
-    "1 DGX-1 (8)": "dgx1-v100",
-    "2 DGX-1, IB (16)": "dgx1-v100-2",
-    "2 DGX-1, 25GbE (16)": "dgx1-v100-2-25gbe",
-    "DGX-1 + PCIe (16)": "dgx1-mixed-2",
+    "1 DGX-1 (8)": "dgx1-v100-8",
+    "2 DGX-1, IB (16)": "dgx1-v100-16",
+    "2 DGX-1, 25GbE (16)": "dgx1-v100-16-25gbe",
+    "DGX-1 + PCIe (16)": "dgx1-mixed-16",
 }
 PLANNERS = {
     "luo": {"planner": "luo"},  # luo's own search alone: the column the finding is read from

@@ -269,6 +269,7 @@ def main():
             lines.append(f"- {s} rows simulated: {len(e)}, median |error| {100 * statistics.median(e):.1f}%, "
                          f"max {100 * max(e):.1f}%" + (f" ({folded[s]} of them replayed TP-folded: the whole graph "
                                                         "is above the task limit)" if folded[s] else ""))
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     open(a.out, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

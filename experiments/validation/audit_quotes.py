@@ -11,6 +11,7 @@ Exit status 0 when every checked row passes, 1 when one fails, 2 on bad argument
 """
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 
@@ -95,6 +96,9 @@ def main():
             cache[(commit, path)] = r.stdout if r.returncode == 0 else None
         return cache[(commit, path)]
 
+    if shutil.which("git") is None:
+        print("audit_quotes.py: git is not installed (it reads --dle with git show)", file=sys.stderr)
+        return 2
     if subprocess.run(["git", "-C", args.dle, "rev-parse"], capture_output=True).returncode != 0:
         print(f"audit_quotes.py: --dle {args.dle}: not a git clone", file=sys.stderr)
         return 2

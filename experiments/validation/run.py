@@ -191,11 +191,35 @@ def write_results(path, rows, results, lines, failures, scaling=(), outside_rows
                     "\n".join(f"- {r['id']}: {results[r['id']]['error']}" for r in errs) + "\n")
 
 
-def accuracy_entry(errs, spread=()):
-    """One accuracy.yaml entry: errs [(|error|, row id)], spread the groups' max / min."""
+MODEL_NAMES = {"bert-large": "BERT-Large", "resnet50": "ResNet-50", "vgg16": "VGG-16", "gpt": "GPT",
+               "gnmt8": "GNMT-8", "gnmt16": "GNMT-16", "transformer-big": "Transformer-big"}
+
+
+def row_name(r):
+    """A check row as a reader names it (`pipegrid run` prints it beside the row's id): the model,
+    its size or sequence, the GPUs, the precision and the source; e.g. "BERT-Large s384 on 8 A100s,
+    amp (NVIDIA DeepLearningExamples (PyTorch))"."""
+    if r["model"] == "megatron-gpt":
+        m = r["megatron"]
+        size = f"{m['parameters_billion']:g}B" if "parameters_billion" in m else m.get("model", "")
+        extra = {"full": ", full recomputation", "selective": ", selective recomputation"}.get(m.get("recompute"), "")
+        return (f"GPT {size} t{m['t']} p{m['p']}{' SP' if m.get('sequence_parallel') else ''}{extra} on "
+                f"{m['gpus']} A100s, amp ({m['source'].split(',')[0]}, {r['url'].split('/')[-1]})")
+    model = MODEL_NAMES.get(r["model"], r["model"])
+    seq = r.get("model_params", {}).get("sequence")
+    gpus = r["gpus"]
+    return (f"{model}{f' s{seq}' if seq else ''} on {gpus} {r['gpu'].upper()}{'s' if gpus != 1 else ''}, "
+            f"{r['precision']} ({r['source']})")
+
+
+def accuracy_entry(errs, spread=(), names=None):
+    """One accuracy.yaml entry: errs [(|error|, row id)], spread the groups' max / min, names {row id:
+    its readable name} (the worst row's is written beside its id)."""
     errs, spread = sorted(errs), sorted(spread)
+    name = (names or {}).get(errs[-1][1])
     return (f"{{check_rows: {len(errs)}, median_error: {statistics.median(e for e, _ in errs):.4f}, "
-            f"max_error: {errs[-1][0]:.4f}, worst: {errs[-1][1]}, spread_groups: {len(spread)}" +
+            f"max_error: {errs[-1][0]:.4f}, worst: {errs[-1][1]}, " +
+            (f"worst_name: \"{name}\", " if name else "") + f"spread_groups: {len(spread)}" +
             (f", median_spread: {statistics.median(spread):.4f}, max_spread: {spread[-1]:.4f}" if spread else "") +
             "}")
 
@@ -210,6 +234,7 @@ def write_accuracy(path, rows, results, groups):
     tests/tools/validation_runs.py compares a fresh run's measurements.yaml entries with the
     committed ones, and the Megatron-LM entries with the committed results.md."""
     by_gpu, megatron, names = {}, {}, {}
+    readable = {r["id"]: row_name(r) for r in rows}
     for r in rows:
         if r["set"] != "check" or "error" in results[r["id"]]:
             continue
@@ -234,19 +259,24 @@ def write_accuracy(path, rows, results, groups):
         out.append(f"{gpu}:")
         out.append(f"  catalog: [{', '.join(sorted(names[gpu]))}]")
         for prec in sorted(by_gpu[gpu]):
-            out.append(f"  {prec}: " + accuracy_entry(by_gpu[gpu][prec], spreads.get((gpu, prec), {}).values()))
+            out.append(f"  {prec}: " + accuracy_entry(by_gpu[gpu][prec], spreads.get((gpu, prec), {}).values(),
+                                                      readable))
         if gpu in megatron:
             out.append("  megatron-lm:")
             for prec in sorted(megatron[gpu]):
-                out.append(f"    {prec}: " + accuracy_entry(megatron[gpu][prec]))
+                out.append(f"    {prec}: " + accuracy_entry(megatron[gpu][prec], (), readable))
     # Megatron-Core's H100 runs (experiments/megatron/h100.py's last full run, h100.yaml): a GPU
     # with no measurements.yaml row, its catalog figures measured, never fitted.
     h100 = os.path.join(vlib.ROOT, "experiments", "megatron", "h100.yaml")
     if os.path.exists(h100):
         x = vlib.load_yaml(h100)
+        table = vlib.load_yaml(os.path.join(vlib.ROOT, "experiments", "megatron", "h100_rows.yaml"))
+        row = dict(zip(table["columns"], next(r for r in table["rows"] if r[0] == x["worst"])))
+        name = f"GPT {row['model_size']} t{row['t']} p{row['p']} on {row['gpus']} H100s, bf16 (Megatron-Core's table)"
         out += ["h100:", "  catalog: [h100]", "  megatron-lm:",
                 f"    amp-bf16: {{check_rows: {x['check_rows']}, median_error: {x['median_error']:.4f}, "
-                f"max_error: {x['max_error']:.4f}, worst: megatron-{x['worst']}, spread_groups: 0}}"]
+                f"max_error: {x['max_error']:.4f}, worst: megatron-{x['worst']}, worst_name: \"{name}\", "
+                f"spread_groups: 0}}"]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
 

@@ -51,8 +51,8 @@ ZOO_DEFAULTS = {"bert-large": {"sequence": 512}, "gpt": {"sequence": 1024}, "gpt
                 "gnmt16": {"source_length": 25, "target_length": 25}}
 
 # Systems: how the row's machine is built. A DGX is the `dgx` generator (one NVSwitch per node,
-# one InfiniBand NIC per GPU); the A100 and H100 figures are those of the presets dgx-a100-2/-4 and
-# dgx-h100-4 (written out as generators because presets take no device overrides: the row's
+# one InfiniBand NIC per GPU); the A100 and H100 figures are those of the presets dgx-a100-16/-4 and
+# dgx-h100-32-switch (written out as generators because presets take no device overrides: the row's
 # memory size and the calibrated efficiencies go into the device). DGX-1 (V100, hybrid cube-mesh
 # NVLink: 6 links of 25 GB/s per GPU) is approximated by a switch at the GPU's 150 GB/s per
 # direction, DGX-2 (NVSwitch, 16 GPUs) likewise; V100 systems get EDR (100 Gb/s) per GPU.
@@ -62,9 +62,9 @@ SYSTEMS = {
     "DGX-2": {"gpu": "v100", "gpus_per_node": 16, "nvlink": "150GBps", "infiniband": "100Gbps",
               "like": "dgx generator (no preset)"},
     "DGX A100": {"gpu": "a100", "gpus_per_node": 8, "nvlink": "300GBps", "infiniband": "200Gbps",
-                 "like": "preset dgx-a100-2/-4 (same generator and figures)"},
+                 "like": "preset dgx-a100-16/-4 (same generator and figures)"},
     "DGX H100": {"gpu": "h100", "gpus_per_node": 8, "nvlink": "450GBps", "infiniband": "400Gbps",
-                 "like": "preset dgx-h100-4 (same generator and figures)"},
+                 "like": "preset dgx-h100-32-switch (same generator and figures)"},
 }
 # A row's (gpu, gpu_memory) -> the catalog entry of that part, where the memory size is a different
 # part with its own bandwidth (topologies/devices.yaml: A100 SXM4 40 GB 1,555 GB/s, 80 GB 2,039 GB/s).

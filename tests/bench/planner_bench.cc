@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   for (const LuoCase& c : {LuoCase{"gnmt-32-pbs-64.txt", 64, "16xV100", v100x16, 256},
                            LuoCase{"bert-48-pbs-2.txt", 2, "16xV100", v100x16, 64},
                            LuoCase{"amoeba-36-pbs-1.txt", 1, "16xV100", v100x16, 32},
-                           LuoCase{"gnmt-32-pbs-64.txt", 64, "summit-8x4", "{preset: summit-8}", 256},
+                           LuoCase{"gnmt-32-pbs-64.txt", 64, "summit-8x4", "{preset: summit-32}", 256},
                            LuoCase{"vgg-19-pbs-32.txt", 32, "summit-2x4", "{kind: summit, nodes: 2}", 256}})
     for (bool baselines : {false, true})
       benchmark::RegisterBenchmark((std::string("luo/") + c.file + "/" + c.cluster_name + "/mini" +

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the fuzzers' seed corpora: SOURCE SHARED OUT -> OUT/<fuzzer>/<name>.
+"""Writes the fuzzers' seed corpora: SOURCE OUT -> OUT/<fuzzer>/<name>.
 
-Seeds come from files in the repository (SHARED is no longer read), never from a network:
+Seeds come from files in the repository (nothing beside the clone), never from a network:
   experiment  experiments/**/*.yaml, tests/tools/bad_inputs/*.yaml, the hostile corpus's exp.yaml
   cluster     topologies/clusters/*.yaml, bad_inputs/clusters/*.yaml, the hostile corpus's c.yaml
   platform    bad_inputs/clusters/*.xml, the hostile corpus's c.xml
@@ -26,7 +26,7 @@ MAX = 65536
 
 
 def main():
-    src, shared, out = sys.argv[1:4]
+    src, out = sys.argv[1:3]
     seeds = {k: {} for k in ("experiment", "cluster", "platform", "model", "profile", "schedule", "sweep")}
 
     def add(kind, name, data):

@@ -8,6 +8,7 @@ status is 1 when a row fails, 0 when none does, 2 when --dle is not a git clone.
   audit_quotes_test.py REPO_ROOT
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,11 @@ README = """# BERT
 
 def main():
     root = sys.argv[1]
+    if shutil.which("git") is None:
+        # audit_quotes.py reads its source with `git show`: nothing to check without git (a release
+        # tarball built where git is not installed). ctest counts this as skipped, not failed.
+        print("skipped: git is not installed (audit_quotes.py reads DeepLearningExamples with git show)")
+        return 77
     script = os.path.join(root, "experiments", "validation", "audit_quotes.py")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:

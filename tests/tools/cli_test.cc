@@ -203,7 +203,7 @@ TEST_CASE("pipegrid list shows luo, and run plans a DAPPLE profile with it on a 
 // A small GPT on two DGX A100 nodes (16 GPUs, 8 blocks), for the `search` tests.
 constexpr const char* kSmallGptOnTwoDgx = R"(name: small GPT on two DGX A100
 workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
-cluster: {preset: dgx-a100-2}
+cluster: {preset: dgx-a100-16}
 memory: {optimizer: mixed-adam}
 strategy: {partitioner: megatron, micro_batches: 1}
 )";

@@ -123,13 +123,13 @@ TEST_CASE("every preset loads, and the device count in its name is the one it bu
     }
   }
   CHECK(counted >= 4);
-  // DGX presets count nodes of 8 GPUs (dgx-a100-2: 16 GPUs) except the large ones named by GPUs.
+  // DGX presets count nodes of 8 GPUs (dgx-a100-16: 16 GPUs) except the large ones named by GPUs.
   for (const json& p : list)
-    if (p["name"] == "dgx-a100-2")
+    if (p["name"] == "dgx-a100-16")
       CHECK(p["devices"] == 16);
     else if (p["name"] == "dgx-a100-1024")
       CHECK(p["devices"] == 1024);
-    else if (p["name"] == "summit-8")
+    else if (p["name"] == "summit-32")
       CHECK(p["devices"] == 32);
 }
 
@@ -144,11 +144,11 @@ devices: [{name: gpu, count: 2, model: a100}]
 links: [{between: [gpu0, gpu1], bandwidth: 10GBps, latency: 1us}]
 )";
   CHECK(run_json({"cluster", "show", s.file("pair.yaml", written), "--json"})["sharing"] == "tcp");
-  CHECK(run_json({"cluster", "show", "dgx-a100-2", "--json"})["sharing"] == "max-min");
+  CHECK(run_json({"cluster", "show", "dgx-a100-16", "--json"})["sharing"] == "max-min");
 }
 
 TEST_CASE("cluster show: devices, links, diameter and bisection bandwidth by hand") {
-  json j = run_json({"cluster", "show", "dgx-a100-2", "--json"});
+  json j = run_json({"cluster", "show", "dgx-a100-16", "--json"});
   CHECK(j["devices"].size() == 16);
   CHECK(j["devices"][8]["node"] == "dgx1");
   CHECK(j["devices"][8]["model"] == "a100");
@@ -198,9 +198,9 @@ TEST_CASE(
 TEST_CASE("cluster export --simgrid, then show the export: the same cluster") {
   Scratch s;
   const std::string out = s.file("dgx.xml");
-  auto r = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-2", "--simgrid", "-o", out});
+  auto r = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-16", "--simgrid", "-o", out});
   REQUIRE(r.exit_code == 0);
-  json a = run_json({"cluster", "show", "dgx-a100-2", "--json"});
+  json a = run_json({"cluster", "show", "dgx-a100-16", "--json"});
   json b = run_json({"cluster", "show", out, "--json"});
   CHECK(b["explicit_routes"] == 16 * 15);
   b.erase("explicit_routes");
@@ -211,21 +211,29 @@ TEST_CASE("cluster export --simgrid, then show the export: the same cluster") {
 TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   auto none = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-3"});
   CHECK(none.exit_code == 2);
-  CHECK(
-      none.err.rfind(
-          "pipegrid: no cluster file or preset named \"dgx-a100-3\" (did you mean \"dgx-a100-2\"? presets: ",
-          0) == 0);
-  auto format = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-2"});
+  // The family's presets by device count (the number in a name counts devices), and the one to refine.
+  CHECK(none.err.rfind("pipegrid: no cluster file or preset named \"dgx-a100-3\" (the dgx-a100 presets, named by "
+                       "their device count: dgx-a100-16, dgx-a100-32, dgx-a100-1024, dgx-a100-4096, "
+                       "dgx-a100-16384; another size: refine one, {preset: dgx-a100-16, nodes: N}; presets: ",
+                       0) == 0);
+  // A name with no family: the closest name.
+  CHECK(run_command({PIPEGRID_BINARY, "cluster", "show", "dragonfly72"}).err.find("did you mean \"dragonfly-72\"?") !=
+        std::string::npos);
+  // Older names still read their preset (issue 55: dgx-a100-2 counted nodes).
+  auto old = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-2"});
+  CHECK(old.exit_code == 0);
+  CHECK(old.out.rfind("cluster dgx-a100-16: 16 devices", 0) == 0);
+  auto format = run_command({PIPEGRID_BINARY, "cluster", "export", "dgx-a100-16"});
   CHECK(format.exit_code == 2);
   CHECK(format.err == "pipegrid: cluster export: choose a format (--simgrid)\n");
   auto device =
-      run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--op", "p2p", "--to", "gpu99"});
+      run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "p2p", "--to", "gpu99"});
   CHECK(device.exit_code == 2);
-  CHECK(device.err == "pipegrid: --to: no device named \"gpu99\" in dgx-a100-2\n");
-  auto size = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--sizes", "1MHz"});
+  CHECK(device.err == "pipegrid: --to: no device named \"gpu99\" in dgx-a100-16\n");
+  auto size = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1MHz"});
   CHECK(size.exit_code == 2);
   CHECK(size.err == "pipegrid: --sizes: expected positive byte sizes like \"1MiB\", got \"1MHz\"\n");
-  auto op = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--op", "broadcast"});
+  auto op = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "broadcast"});
   CHECK(op.exit_code == 2);
 }
 
@@ -235,13 +243,13 @@ TEST_CASE("dgx preset: a pipeline whose stages cross InfiniBand is slower by wha
   // the critical path, which crosses each boundary twice (activations, then gradients):
   //   iteration = (m + p - 1)(T_F + T_BW) + 2 sum over boundaries of c_i,
   // c = 2 latency + S / bandwidth of the two-link route. Inside one 16-GPU node every boundary is
-  // NVLink (2 x 0.5 us, 300 GB/s); on dgx-a100-2 the gpu7 -> gpu8 boundary is InfiniBand (2 x 1 us,
+  // NVLink (2 x 0.5 us, 300 GB/s); on dgx-a100-16 the gpu7 -> gpu8 boundary is InfiniBand (2 x 1 us,
   // 25 GB/s): slower by 2 (c_IB - c_NV).
   const std::string workload =
       "workload: {kind: chain, layers: 16, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 1MiB}\n"
       "strategy: {partitioner: uniform, schedule: gpipe, micro_batches: 4}\n";
   Scratch s;
-  const std::string crossing = s.file("crossing.yaml", workload + "cluster: {preset: dgx-a100-2}\n");
+  const std::string crossing = s.file("crossing.yaml", workload + "cluster: {preset: dgx-a100-16}\n");
   const std::string inside =
       s.file("inside.yaml", workload + "cluster: {kind: dgx, nodes: 1, gpus_per_node: 16, gpu: a100}\n");
   const double across = run_json({"run", crossing, "--json"})["iteration_time_s"];

@@ -8,6 +8,10 @@ Usage: experiments_test.py REPO_ROOT
     run bit (`experiments/fpga-whatif/run.py` was not: "Permission denied" as its README ran it);
   - no experiment script, test or CMake file reads DAPPLE's or PipeDream's profiles from ../shared
     (they are in workloads/profiles/, each folder with its licence and SOURCE.md);
+  - no CMake file, C++ test or fuzz script needs ../shared (PIPEGRID_SHARED_DIR) either: the project
+    needs nothing beside the clone, and from a plain tree (no .git, no git) the run bits are checked
+    on the files alone;
+  - every experiments/*/run.py that takes --out creates the folder (the collage script did not);
   - every profile file those folders hold is named in no other place than there (no stray copies),
     and each folder has its licence and source note;
   - `experiments/fpga-whatif/run.py --report-only` without databases exits non-zero and writes
@@ -21,17 +25,30 @@ import sys
 import tempfile
 
 
+def git_modes(root):
+    """{path: mode} as git records them, or {} (with a note) where root is no git work tree or git is
+    not installed."""
+    try:
+        r = subprocess.run(["git", "-C", root, "ls-files", "-s", "experiments", "tools", "tests"],
+                           capture_output=True, text=True)
+    except OSError:
+        r = None
+    if r is None or r.returncode != 0 or not r.stdout:
+        print("note: not a git work tree (or no git): run bits checked on the files only")
+        return {}
+    modes = {}
+    for line in r.stdout.splitlines():
+        mode, _, _, path = line.split(None, 3)
+        modes[path] = mode
+    return modes
+
+
 def main():
     root = os.path.abspath(sys.argv[1])
     failures = []
-    # Run bits as git records them (a clone gets these modes, whatever this checkout has).
-    modes = {}
-    r = subprocess.run(["git", "-C", root, "ls-files", "-s", "experiments", "tools", "tests"],
-                       capture_output=True, text=True)
-    if r.returncode == 0:
-        for line in r.stdout.splitlines():
-            mode, _, _, path = line.split(None, 3)
-            modes[path] = mode
+    # Run bits as git records them (a clone gets these modes, whatever this checkout has); from a plain
+    # tree (a release tarball, or no git installed) the files' own modes alone are checked.
+    modes = git_modes(root)
     scripts = sorted(glob.glob(os.path.join(root, "experiments", "*", "run.py")))
     for readme in glob.glob(os.path.join(root, "experiments", "*", "README.md")):
         for m in re.finditer(r"^\s*(experiments/[\w./-]+\.py)", open(readme, encoding="utf-8").read(), re.M):
@@ -51,6 +68,22 @@ def main():
         for number, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
             if pattern.search(line) and "experiments_test.py" not in path:
                 failures.append(f"{os.path.relpath(path, root)}:{number}: reads ../shared: {line.strip()}")
+    # Nothing beside the clone at all (issue 55, item 15): no build or test file names ../shared.
+    beside = re.compile(r"PIPEGRID_SHARED_DIR|\.\./shared")
+    for path in ([os.path.join(root, "CMakeLists.txt")] +
+                 glob.glob(os.path.join(root, "*", "**", "CMakeLists.txt"), recursive=True) +
+                 glob.glob(os.path.join(root, "tests", "**", "*.cc"), recursive=True) +
+                 glob.glob(os.path.join(root, "tests", "fuzz", "*.py")) + [os.path.join(root, "tools", "fuzz")]):
+        if "/build" in os.path.relpath(path, root) or not os.path.isfile(path):
+            continue
+        for number, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+            if beside.search(line):
+                failures.append(f"{os.path.relpath(path, root)}:{number}: needs ../shared: {line.strip()}")
+    # Every experiment that takes --out creates the folder (collage's wrote into a missing one).
+    for s in sorted(glob.glob(os.path.join(root, "experiments", "*", "run.py"))):
+        text = open(s, encoding="utf-8").read()
+        if '"--out"' in text and "makedirs(" not in text:
+            failures.append(f"{os.path.relpath(s, root)}: takes --out but never creates the folder")
     for folder, licence in (("dapple", "LICENSE.md"), ("pipedream", "LICENSE")):
         d = os.path.join(root, "workloads", "profiles", folder)
         for needed in (licence, "SOURCE.md"):

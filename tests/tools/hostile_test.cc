@@ -55,7 +55,7 @@ TEST_CASE("a failed write (file size limit) leaves the existing file byte-identi
 
   // `cluster export -o` used to remove the file it could not write, even a pre-existing one.
   const std::string xml = tmp.write("platform.xml", old);
-  auto e = run_with_tiny_file_limit({"cluster", "export", "dgx-a100-2", "--simgrid", "-o", xml});
+  auto e = run_with_tiny_file_limit({"cluster", "export", "dgx-a100-16", "--simgrid", "-o", xml});
   CHECK(e.exit_code == 2);
   CHECK(e.err == "pipegrid: cannot write \"" + xml + "\": File too large (nothing was changed)\n");
   CHECK(read_file(xml) == old);

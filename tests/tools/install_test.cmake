@@ -28,6 +28,6 @@ if(NOT out MATCHES "iteration time")
   message(FATAL_ERROR "pipegrid run printed no iteration time:\n${out}")
 endif()
 # The catalog and a preset, compiled in.
-file(WRITE "${elsewhere}/e.yaml" "workload: {model: vgg16}\ncluster: {preset: dgx-a100-2}\nstrategy: {micro_batch_size: 4, micro_batches: 4, stages: 4}\n")
+file(WRITE "${elsewhere}/e.yaml" "workload: {model: vgg16}\ncluster: {preset: dgx-a100-16}\nstrategy: {micro_batch_size: 4, micro_batches: 4, stages: 4}\n")
 check("pipegrid run e.yaml (zoo model, preset)" "${prefix}/bin/pipegrid" run e.yaml)
 file(REMOVE_RECURSE "${prefix}")

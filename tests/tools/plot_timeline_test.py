@@ -14,7 +14,8 @@ the experiment files rather than from the script:
     (16 distinct ones) shared by its 4 replicas, and no legend overlaps any plotting area (the
     rectangles of the drawn figure: geometry, independent of how the script places them);
   - `pipegrid run --plot` titles the figures with the experiment's name, and says when the file
-    has none.
+    has none;
+  - a tensor-parallel and an expert-parallel run draw, their collectives in the legend.
 Exits 77 (skipped) when matplotlib is missing.
 """
 import csv
@@ -157,6 +158,32 @@ def main(pipegrid, root):
         run(pipegrid, ["run", unnamed, "--plot", out])
         with open(os.path.join(out, "memory.svg")) as f:
             check(f"unnamed experiment ({unnamed})" in f.read(), "an unnamed experiment's title says so")
+
+        # Collectives of the newer kinds draw (issue 55, item 1: a tensor-parallel run ended in a
+        # KeyError): a GPT with t = 2, p = 2 and a mixture of experts with ep = 2, each on 4 GPUs.
+        for name, text, kind in (
+                ("tp", "workload: {model: gpt, layers: 4, hidden: 256, heads: 8, sequence: 128, vocabulary: 1024,"
+                       " precision: amp}\n"
+                       "cluster: {kind: switch, count: 4, device: {name: gpu, model: a100}, bandwidth: 100GBps,"
+                       " latency: 1us}\n"
+                       "strategy: {partitioner: megatron, tensor_parallel: 2, stages: 2, micro_batches: 4}\n",
+                 "tensor-parallel"),
+                ("moe", "workload: {model: mixtral-8x7b, layers: 2, hidden: 256, heads: 8, kv_heads: 8, ffn: 512,"
+                        " expert_ffn: 512, experts: 4, sequence: 128, vocabulary: 1024, precision: amp-bf16}\n"
+                        "cluster: {kind: switch, count: 4, device: {name: gpu, model: h100}, bandwidth: 100GBps,"
+                        " latency: 1us}\n"
+                        "strategy: {partitioner: megatron, stages: 1, replicas: 4, expert_parallel: 2,"
+                        " micro_batch_size: 1, micro_batches: 2}\n",
+                 "expert-parallel")):
+            exp = os.path.join(tmp, name + ".yaml")
+            with open(exp, "w") as f:
+                f.write(text)
+            out = os.path.join(tmp, name + "-plot")
+            run(pipegrid, ["run", exp, "--plot", out])
+            kinds = {r["kind"] for r in pt.read_csv(os.path.join(out, "tasks.csv"))}
+            check(kind in kinds, f"{name}: the tasks hold {kind} transfers: {sorted(kinds)}")
+            with open(os.path.join(out, "timeline.svg")) as f:
+                check(f"{kind} (send)" in f.read(), f"{name}: the legend names {kind} transfers")
     print(f"{CHECKS[0] - len(FAILURES)} passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 

@@ -75,7 +75,9 @@ strategy: {micro_batches: 1}
   CHECK(r.out.find("stage edges") == std::string::npos);
 }
 
-TEST_CASE("replicas that split a micro-batch into fractional samples: a warning on standard error") {
+// Refused unless allow_fractional_samples (issue 55, item 12; the refusal's message is
+// bad_inputs/batch_fractional_samples.err): with it, the warning.
+TEST_CASE("replicas that split a micro-batch into fractional samples: opted in, a warning on standard error") {
   TempDir tmp;
   auto experiment = [&](int samples, int layers = 2) {
     return tmp.write("r" + std::to_string(samples) + "-" + std::to_string(layers) + ".yaml",
@@ -86,7 +88,7 @@ TEST_CASE("replicas that split a micro-batch into fractional samples: a warning 
                          "}\n"
                          "cluster: {kind: switch, count: 16, device: {name: gpu, memory: 16GiB}, bandwidth: "
                          "10GBps, latency: 1us}\n"
-                         "strategy: {micro_batches: 4, replicas: 2, stages: " +
+                         "strategy: {micro_batches: 4, replicas: 2, allow_fractional_samples: true, stages: " +
                          std::to_string(layers) + "}\n");  // stages given: no idle-device warning
   };
   auto odd = run_command({PIPEGRID_BINARY, "run", experiment(3), "--json"});
@@ -167,10 +169,12 @@ YAML::Node accuracy_file() {
   return YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/validation/accuracy.yaml");
 }
 
-nlohmann::json run_json(TempDir& tmp, const std::string& device, const std::string& precision) {
+// `model`: the zoo model and its keys (BERT-Large's first two layers by default).
+nlohmann::json run_json(TempDir& tmp, const std::string& device, const std::string& precision,
+                        const std::string& model = "bert-large, layers: 2") {
   const std::string e = tmp.write(
       "c.yaml",
-      "workload: {model: bert-large, layers: 2, precision: " + precision + "}\n" +
+      "workload: {model: " + model + ", precision: " + precision + "}\n" +
           "cluster: {kind: switch, count: 2, bandwidth: 100GBps, latency: "
           "1us, device: " +
           device +
@@ -241,6 +245,22 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
             .out.find("h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16;") !=
         std::string::npos);
+  // The worst row by name, beside its id (issue 55, item 19).
+  CHECK(c[0]["worst_name"] == acc["v100"]["amp"]["worst_name"].as<std::string>());
+  run_json(tmp, "{name: gpu, model: v100}", "amp");
+  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+            .out.find("(" + acc["v100"]["amp"]["worst_name"].as<std::string>() + "; row " +
+                      acc["v100"]["amp"]["worst"].as<std::string>() + ")") != std::string::npos);
+  // A CNN: Megatron-LM's transformer runs say nothing of it (they were quoted for VGG on A100 and H100).
+  const nlohmann::json vgg_a100 = run_json(tmp, "{name: gpu, model: a100}", "amp", "vgg16");
+  REQUIRE(vgg_a100.size() == 1);  // measurements.yaml's rows, not Megatron-LM's
+  CHECK(vgg_a100[0]["source"] == "validation");
+  const nlohmann::json vgg_h100 = run_json(tmp, "{name: gpu, model: h100}", "amp-bf16", "vgg16");
+  REQUIRE(vgg_h100.size() == 1);
+  CHECK(vgg_h100[0]["status"] == "not checked");
+  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+            .out.find("h100 amp-bf16: not checked against published training runs of this kind of model (only "
+                      "transformer runs were)") != std::string::npos);
   // A custom device: its figures are the user's, and nothing is claimed for them.
   CHECK(run_json(tmp, "{name: gpu, flops: 100TFLOPS, memory: 16GB}", "fp32").empty());
   // A profile's measured layer times on the device they were measured on use no cost model.
@@ -306,8 +326,8 @@ TEST_CASE("run and plan state how the data-parallel gradients are reduced, when 
   const std::string plain = tmp.write(
       "p.yaml",
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 100MB}\n"
-      "cluster: {preset: dgx-a100-2}\n"
-      "strategy: {stages: 1, replicas: 2, micro_batches: 2}\n");
+      "cluster: {preset: dgx-a100-16}\n"
+      "strategy: {stages: 1, replicas: 2, micro_batch_size: 1, micro_batches: 2}\n");
   auto p = run_command({PIPEGRID_BINARY, "run", plain, "--json"});
   REQUIRE(p.exit_code == 0);
   CHECK(nlohmann::json::parse(p.out)["parallelism"]["dp_buckets"] == 1);

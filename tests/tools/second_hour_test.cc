@@ -80,7 +80,7 @@ TEST_CASE("pipedream's replication divides the micro-batch (was 6 replicas of a 
   const std::string f = t.write(
       "p.yaml", "workload: {profile: " + std::string(PIPEGRID_PROFILES_DIR) +
                     "/dapple/vgg-19-pbs-32.txt, batch: 32, device: v100}\n"
-                    "cluster: {preset: dgx1-v100}\nstrategy: {partitioner: pipedream, micro_batches: 4}\n");
+                    "cluster: {preset: dgx1-v100-8}\nstrategy: {partitioner: pipedream, micro_batches: 4}\n");
   auto r = run_command({PIPEGRID_BINARY, "plan", f, "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
@@ -138,12 +138,12 @@ TEST_CASE("JSON conventions: schema_version everywhere, whole numbers and byte c
   CHECK(w.out.find("\"parameters\": 25557032,") != std::string::npos);  // ResNet-50: 25,557,032 exactly
   CHECK(w.out.find(".0,") == std::string::npos);
   CHECK(json::parse(w.out)["schema_version"] == 1);
-  auto c = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-2", "--json"});
+  auto c = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-16", "--json"});
   REQUIRE(c.exit_code == 0);
   CHECK(c.out.find("\"memory_bytes\": 80000000000") != std::string::npos);
   CHECK(c.out.find("80000000000.0") == std::string::npos);
   CHECK(json::parse(c.out)["schema_version"] == 1);
-  auto b = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-2", "--sizes", "1MiB", "--json"});
+  auto b = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1MiB", "--json"});
   REQUIRE(b.exit_code == 0);
   CHECK(b.out.find("\"bytes\": 1048576,") != std::string::npos);
   CHECK(json::parse(b.out)["schema_version"] == 1);

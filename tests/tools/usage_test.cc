@@ -33,12 +33,12 @@ TEST_CASE("pipegrid --version prints the project version") {
   CHECK(r.err.empty());
 }
 
-TEST_CASE("pipegrid list: six sections in order, one line per entry, and one section alone") {
+TEST_CASE("pipegrid list: eight sections in order, one line per entry, and one section alone") {
   auto all = pg({"list"});
   REQUIRE(all.exit_code == 0);
   size_t at = 0;
   for (const char* section : {"partitioners:\n", "\nschedules:\n", "\nplanners:\n", "\nmodels:\n",
-                              "\npresets:\n", "\ndevices:\n"}) {
+                              "\npresets:\n", "\npreset_aliases:\n", "\ndevices:\n", "\nbackends:\n"}) {
     const size_t found = all.out.find(section, at);
     REQUIRE_MESSAGE(found != std::string::npos, section);
     at = found;
@@ -53,7 +53,7 @@ TEST_CASE("pipegrid list: six sections in order, one line per entry, and one sec
   CHECK(models.out.find("schedules") == std::string::npos);
   auto presets = pg({"list", "presets"});
   CHECK(presets.exit_code == 0);
-  CHECK(presets.out.find("  dgx-a100-2               16 devices  ") != std::string::npos);
+  CHECK(presets.out.find("  dgx-a100-16              16 devices  ") != std::string::npos);
   auto devices = pg({"list", "devices"});
   CHECK(devices.exit_code == 0);
   CHECK(devices.out.find("\n  u280 ") != std::string::npos);
@@ -67,7 +67,7 @@ TEST_CASE("pipegrid list: six sections in order, one line per entry, and one sec
   CHECK(bad.exit_code == 2);
   CHECK(bad.err ==
         "pipegrid: list: unknown section \"modles\" (did you mean \"models\"?); sections: partitioners, "
-        "schedules, planners, models, presets, devices\n");
+        "schedules, planners, models, presets, preset_aliases, devices, backends\n");
 }
 
 TEST_CASE("usage errors: pipegrid prefix, exit status 2, the closest name") {
@@ -80,7 +80,7 @@ TEST_CASE("usage errors: pipegrid prefix, exit status 2, the closest name") {
   auto foo = pg({"foo"});
   CHECK(foo.exit_code == 2);
   CHECK(starts_with(foo.err, "pipegrid: unknown command \"foo\"; commands: run, list"));
-  auto nested = pg({"cluster", "shwo", "dgx-a100-2"});
+  auto nested = pg({"cluster", "shwo", "dgx-a100-16"});
   CHECK(nested.exit_code == 2);
   CHECK(nested.err ==
         "pipegrid: unknown command \"shwo\" for `pipegrid cluster` (did you mean \"show\"?); commands: list, "

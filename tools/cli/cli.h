@@ -30,6 +30,16 @@ inline const CLI::Validator kFinitePositive(
       return {};
     },
     "POSITIVE");
+// Whole counts (--global-batch, --jobs, --top): CLI::PositiveNumber's message for 0 printed its
+// range as two doubles of 309 digits.
+inline std::string count_error(const std::string& v, long long min) {
+  long long x = 0;
+  if (!CLI::detail::lexical_cast(v, x)) return "expected a whole number, got \"" + v + "\"";
+  if (x < min) return (min == 1 ? "expected a positive whole number, got " : "expected a whole number >= 0, got ") + v;
+  return {};
+}
+inline const CLI::Validator kPositiveCount([](std::string& v) { return count_error(v, 1); }, "COUNT");
+inline const CLI::Validator kCount([](std::string& v) { return count_error(v, 0); }, "COUNT");
 inline const CLI::Validator kNonEmpty(
     [](std::string& v) -> std::string {
       return v.empty() ? "expected a file name, got an empty string" : "";

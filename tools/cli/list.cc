@@ -3,6 +3,7 @@
 // defaults), the cluster presets (with their device counts) and the device catalog.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "core/models/zoo.h"
 #include "core/planner.h"
 #include "core/strategy.h"
+#include "tools/builtin_backend_catalogs.h"
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/input/device_yaml.h"
@@ -42,6 +44,41 @@ int print_presets() {
     fmt::print("  {:<20} {:>6} devices  {}\n", p.name, c->devices.size(), preset_description(p.text));
   }
   return kOk;
+}
+
+int print_preset_aliases() {
+  for (const input::PresetAlias& a : input::preset_aliases()) fmt::print("  {:<20} reads {}\n", a.old_name, a.name);
+  return kOk;
+}
+
+// A backend catalog as `list` shows it: its file, description and backends (from the compiled-in text).
+struct CatalogInfo {
+  std::string path, description;
+  std::vector<std::string> backends;
+};
+
+CatalogInfo catalog_info(const BuiltinBackendCatalog& c) {
+  const YAML::Node n = YAML::Load(std::string(c.text));
+  CatalogInfo info{fmt::format("topologies/backends/{}.yaml", c.name), n["description"].as<std::string>(""), {}};
+  for (const auto& b : n["backends"]) info.backends.push_back(b.first.as<std::string>());
+  return info;
+}
+
+int print_backends() {
+  for (const BuiltinBackendCatalog& c : kBuiltinBackendCatalogs) {
+    const CatalogInfo i = catalog_info(c);
+    fmt::print("  {:<20} {} ({}; backends: {})\n", c.name, i.description, i.path, fmt::join(i.backends, ", "));
+  }
+  return kOk;
+}
+
+nlohmann::json backends_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const BuiltinBackendCatalog& c : kBuiltinBackendCatalogs) {
+    const CatalogInfo i = catalog_info(c);
+    out.push_back({{"name", c.name}, {"file", i.path}, {"description", i.description}, {"backends", i.backends}});
+  }
+  return out;
 }
 
 int print_devices() {
@@ -76,6 +113,13 @@ nlohmann::json presets_json() {
   return out;
 }
 
+nlohmann::json preset_aliases_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const input::PresetAlias& a : input::preset_aliases())
+    out.push_back({{"old_name", a.old_name}, {"name", a.name}});
+  return out;
+}
+
 nlohmann::json devices_json() {
   nlohmann::json out = nlohmann::json::array();
   for (const input::CatalogDevice& d : input::device_catalog())
@@ -98,7 +142,9 @@ constexpr Section kSections[] = {
     {"planners", [] { return print_strategies(planners()); }, [] { return strategies_json(planners()); }},
     {"models", &print_models, &models_json},
     {"presets", &print_presets, &presets_json},
+    {"preset_aliases", &print_preset_aliases, &preset_aliases_json},
     {"devices", &print_devices, &devices_json},
+    {"backends", &print_backends, &backends_json},
 };
 
 int run_json(const std::string& only) {
@@ -139,9 +185,11 @@ Command add_list_command(CLI::App& parent) {
   auto json = std::make_shared<bool>(false);
   CLI::App* app = parent.add_subcommand(
       "list",
-      "List what an experiment can name: partitioners, schedules, planners, models, presets, devices");
+      "List what an experiment can name: partitioners, schedules, planners, models, presets (and their older "
+      "names), devices, backend catalogs");
   app->add_option("section", *section,
-                  "Print one section: partitioners, schedules, planners, models, presets or devices");
+                  "Print one section: partitioners, schedules, planners, models, presets, preset_aliases, devices or "
+                  "backends");
   app->add_flag("--json", *json, "Print one JSON object: schema_version and a list per section");
   return {app, [section, json] { return run(*section, *json); }};
 }

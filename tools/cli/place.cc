@@ -16,6 +16,7 @@
 #include "tools/input/backends_yaml.h"
 #include "tools/input/device_yaml.h"
 #include "tools/input/model_yaml.h"
+#include "tools/output/report.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -103,8 +104,9 @@ int run(const PlaceOptions& o) {
     std::cout << j.dump(1) << "\n";
     return kOk;
   }
-  fmt::print("{} on {} ({} samples per micro-batch): {} placed in {} groups\n\n", w->name, kind, po.batch,
-             w->layer_count(), p->groups.size());
+  fmt::print("{} on {} ({} per micro-batch): {} placed in {}\n\n", w->name, kind,
+             output::plural(po.batch, "sample", "samples"), w->layer_count(),
+             output::plural(static_cast<double>(p->groups.size()), "group", "groups"));
   size_t width = 5;
   for (size_t v = 0; v < w->layer_count(); ++v) width = std::max(width, w->layer(v).name.size());
   fmt::print("{:<{}}  {:<18} {:<12} {:>6} {:>12} {:>12}\n", "layer", width, "kind", "backend", "group", "forward",

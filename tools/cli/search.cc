@@ -20,6 +20,7 @@
 #include "core/units.h"
 #include "sim/replay.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/search_emit.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
 #include "tools/process/process.h"
@@ -33,6 +34,7 @@ struct SearchOptions {
   int top = 5;
   bool json = false;
   std::string sweep;  // write the ranked candidates as a sweep file here
+  std::string emit;   // write the winner as an experiment file here
   std::vector<int> tensor_parallel, pipeline, micro_batch_sizes, chunks;
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
@@ -149,6 +151,28 @@ std::string why(const Replayed& w, const Replayed& r) {
   return fmt::format("{} wins: {} faster in SimGrid than {}, mostly {} less {} per device", w.c.label(),
                      format_time(r.simulated_s - w.simulated_s), r.c.label(), format_time(best->second),
                      best->first);
+}
+
+// Without a pipeline (p = 1), 1f1b, zb-h1 and zb-h2 run the same passes in the same order (each
+// micro-batch's B and W back to back on the one rank; `run` gives the three the same time to the last
+// bit): each such run is kept once, where it ranks best, and the others are counted as left out.
+void drop_p1_duplicates(Search3dResult& res) {
+  const auto plain = [](const Search3dCandidate& c) {
+    return c.p == 1 && (c.schedule == "1f1b" || c.schedule == "zb-h1" || c.schedule == "zb-h2");
+  };
+  std::vector<Search3dCandidate> kept;
+  for (Search3dCandidate& c : res.ranked) {
+    const bool seen = plain(c) && std::any_of(kept.begin(), kept.end(), [&](const Search3dCandidate& k) {
+                        return plain(k) && k.t == c.t && k.d == c.d && k.b == c.b && k.recompute == c.recompute &&
+                               k.sequence_parallel == c.sequence_parallel &&
+                               k.distributed_optimizer == c.distributed_optimizer;
+                      });
+    if (seen)
+      ++res.left_out["1f1b, zb-h1 and zb-h2 at p = 1: one run (no pipeline), listed once"];
+    else
+      kept.push_back(std::move(c));
+  }
+  res.ranked = std::move(kept);
 }
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
@@ -320,6 +344,40 @@ void print_mfu_formulas(const Found& f) {
                m->active_parameters / 1e9, m->moe ? "active " : "", format_flops(m->attention_flops_per_token));
 }
 
+// One row of the ranking table: SimGrid's figures (simulated_s > 0) or the analytic ones alone.
+struct Row {
+  const Search3dCandidate& c;
+  double simulated_s = 0, throughput = 0;
+  const TimeBreakdown& breakdown;
+};
+
+// The ranking table, its configuration column as wide as its longest label (interleaved schedules
+// with recomputation, SP and the distributed optimizer run past 44 characters). TP-folded replays
+// fold the TP collectives into the passes: their TP time is inside compute, and the column says so.
+void print_table(const Found& f, const std::vector<Row>& rows) {
+  size_t width = std::string_view("configuration").size();
+  for (const Row& r : rows) width = std::max(width, r.c.label().size());
+  const bool sim = !rows.empty() && rows[0].simulated_s > 0;
+  fmt::print("\n{:<4} {:<{}} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  {}\n", "rank", "configuration", width,
+             sim ? "SimGrid" : "-", "analytic", "samples/s", "MFU", "MFU(Meg)", "peak mem",
+             "compute / TP / pipeline / DP / bubble / optimizer");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const TimeBreakdown& b = r.breakdown;
+    const double time = sim ? r.simulated_s : r.c.iteration_time_s;
+    const bool folded = sim && f.o.tp_folded && r.c.t > 1;
+    fmt::print("{:<4} {:<{}} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>7.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n",
+               i + 1, r.c.label(), width, sim ? format_time(r.simulated_s) : "-", format_time(r.c.iteration_time_s),
+               sim ? r.throughput : r.c.throughput_samples_per_s, 100 * f.mfu(time), 100 * f.model_mfu(time),
+               format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
+               folded ? std::string("in compute") : format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+  }
+}
+
+// Without replays (--top 0): the analytic ranking's best, so that the command still answers.
+constexpr size_t kAnalyticRows = 5;
+
 void print_text(const Found& f) {
   const Search3dResult& res = f.res;
   fmt::print("{}: {} devices, global batch {}\n", f.exp.name.empty() ? f.o.file : f.exp.name,
@@ -328,23 +386,21 @@ void print_text(const Found& f) {
              res.ranked.size());
   for (const auto& [reason, count] : res.left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
   if (res.ranked.empty()) fmt::print("no candidate fits\n");
-  if (f.replayed.empty()) return;
-  if (f.o.tp_folded)
-    fmt::print(
-        "\nSimGrid replays TP-folded: each tensor-parallel group as its rank 0, its collectives folded "
-        "into its passes (docs/3d-search.md)\n");
-  fmt::print("\n{:<4} {:<44} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  {}\n", "rank", "configuration", "SimGrid",
-             "analytic", "samples/s", "MFU", "MFU(Meg)", "peak mem", "compute / TP / pipeline / DP / bubble / optimizer");
-  for (size_t i = 0; i < f.replayed.size(); ++i) {
-    const Replayed& r = f.replayed[i];
-    const TimeBreakdown& b = r.metrics.breakdown;
-    fmt::print("{:<4} {:<44} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>7.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n",
-               i + 1, r.c.label(), format_time(r.simulated_s), format_time(r.c.iteration_time_s),
-               r.metrics.throughput_samples_per_s, 100 * f.mfu(r.simulated_s), 100 * f.model_mfu(r.simulated_s),
-               format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
-               format_time(b.tensor_parallel_s), format_time(b.pipeline_s), format_time(b.data_parallel_s),
-               format_time(b.bubble_s), format_time(b.optimizer_s));
+  if (res.ranked.empty()) return;
+  std::vector<Row> rows;
+  if (f.replayed.empty()) {
+    const size_t k = std::min(kAnalyticRows, res.ranked.size());
+    fmt::print("\nnothing replayed in SimGrid (--top 0): the analytic ranking's best {}\n", k);
+    for (size_t i = 0; i < k; ++i) rows.push_back({res.ranked[i], 0, 0, res.ranked[i].breakdown});
+  } else {
+    if (f.o.tp_folded)
+      fmt::print(
+          "\nSimGrid replays TP-folded: each tensor-parallel group as its rank 0, its collectives folded "
+          "into its passes (their time is in compute; docs/3d-search.md)\n");
+    for (const Replayed& r : f.replayed)
+      rows.push_back({r.c, r.simulated_s, r.metrics.throughput_samples_per_s, r.metrics.breakdown});
   }
+  print_table(f, rows);
   print_mfu_formulas(f);
   if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
   const std::vector<output::CostModelCheck> checks = f.checks();
@@ -352,15 +408,39 @@ void print_text(const Found& f) {
   for (const output::CostModelCheck& c : checks) fmt::print("cost model  {}\n", c.note);
 }
 
+// --emit: the winner (SimGrid's fastest, or the analytic ranking's first without replays) as an
+// experiment file.
+Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3dResult& res,
+                   const std::vector<Replayed>& replayed) {
+  if (res.ranked.empty()) return Error{fmt::format("--emit {}: no candidate fits, nothing to write", o.emit)};
+  const Search3dCandidate& c = replayed.empty() ? res.ranked[0] : replayed[0].c;
+  const std::string how =
+      replayed.empty() ? fmt::format("analytic {}", format_time(c.iteration_time_s))
+                       : fmt::format("SimGrid {}{}", format_time(replayed[0].simulated_s), o.tp_folded ? ", TP-folded" : "");
+  const std::string comment =
+      fmt::format("pipegrid search {} --global-batch {}: the winner, {} ({} per iteration)", o.file,
+                  o.global_batch, c.label(), how);
+  if (Status st = emit_candidate({o.file, o.overrides, exp, c, o.global_batch, o.emit, comment}); !st) return st;
+  fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
+             o.emit, o.emit);
+  return {};
+}
+
 int run(const SearchOptions& o) {
+  // The base's batch keys are not needed: --global-batch sets the batch.
   const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
-  Result<Experiment> exp = input::load_experiment_file(o.file, overrides);
+  Result<Experiment> exp = input::load_experiment_file(o.file, overrides, false);
   if (!exp) return bad_input(exp.error().message);
   const bool tty = isatty(STDERR_FILENO) == 1;
+  // Before the search, not after minutes of it: the folder --emit writes into must exist.
+  if (const std::filesystem::path dir = std::filesystem::path(o.emit).parent_path();
+      !o.emit.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
+    return bad_input(fmt::format("--emit {}: no folder {}", o.emit, dir.string()));
   Result<Search3dOptions> so = search_options(o, tty);
   if (!so) return bad_input(so.error().message);
   Result<Search3dResult> res = search3d(*exp, *so);
   if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
+  drop_p1_duplicates(*res);
   if (!o.sweep.empty()) {
     if (Status st = write_sweep(o, *res); !st) return bad_input(st.error().message);
     fmt::print(std::cerr, "search: {} candidates written to {} (run them with `pipegrid sweep {}`)\n",
@@ -369,6 +449,9 @@ int run(const SearchOptions& o) {
   Result<std::vector<Replayed>> replayed = replay_best(o, *exp, *res, tty);
   if (!replayed) return bad_input(replayed.error().message);
   const Found found{o, *exp, *res, *replayed};
+  if (!o.emit.empty()) {
+    if (Status st = emit_winner(o, *exp, *res, *replayed); !st) return bad_input(st.error().message);
+  }
   if (o.json)
     print_json(found);
   else
@@ -387,8 +470,10 @@ Command add_search_command(CLI::App& parent) {
       ->check(kNonEmpty);
   app->add_option("--global-batch", o->global_batch, "Samples per iteration")
       ->required()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--top", o->top, "Replay the best K in SimGrid")->check(CLI::NonNegativeNumber);
+      ->check(kPositiveCount);
+  app->add_option("--top", o->top,
+                  "Replay the best K in SimGrid (0: none; the analytic ranking's best 5 are printed)")
+      ->check(kCount);
   app->add_option("--tensor-parallel", o->tensor_parallel, "Only these t (default: every t allowed)");
   app->add_option("--pipeline", o->pipeline, "Only these p (default: every p allowed)");
   app->add_option("--micro-batch", o->micro_batch_sizes, "Only these micro-batch sizes per replica");
@@ -405,10 +490,13 @@ Command add_search_command(CLI::App& parent) {
                 "Rank by lowering every candidate whole (every replica and rank) instead of the one-replica "
                 "estimate: slow at scale");
   app->add_option("--jobs", o->jobs, "SimGrid replays at a time, each in its own process")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveCount);
   app->add_option("--sweep", o->sweep, "Also write the candidates that fit as a sweep file (pipegrid sweep)")
       ->check(kNonEmpty);
   add_memory_margin_option(*app, o->memory_margin);
+  app->add_option("--emit", o->emit,
+                  "Also write the winner as an experiment file that `pipegrid run` runs as the search did")
+      ->check(kNonEmpty);
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/units.h"
+#include "tools/output/report.h"
 #include "tools/builtin_sweep_plot_script.h"
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
@@ -442,9 +443,10 @@ int run_sweep(const SweepOptions& o) {
   const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (!o.quiet)
     fmt::print(std::cerr,
-               "pipegrid: sweep: {} points ({} in the grid{}), {} already in {}, {} to run on {} processes\n",
-               points.size(), s.grid_size(), sel->shard ? fmt::format(", shard {}", o.shard) : "", already,
-               db_path, pending.size(), jobs);
+               "pipegrid: sweep: {} ({} in the grid{}), {} already in {}, {} to run on {}\n",
+               output::plural(static_cast<double>(points.size()), "point", "points"), s.grid_size(),
+               sel->shard ? fmt::format(", shard {}", o.shard) : "", already, db_path, pending.size(),
+               output::plural(jobs, "process", "processes"));
   Progress progress(points.size(), already, o.quiet);
   if (int rc = run_pending(s, pending, jobs, *db, progress); rc != kOk) return rc;
   progress.end();

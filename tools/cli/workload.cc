@@ -120,7 +120,8 @@ int run(const WorkloadOptions& o) {
     wn = std::max(wn, l["name"].get<std::string>().size());
     wk = std::max(wk, l["kind"].get<std::string>().size());
   }
-  fmt::print("{} ({}, micro-batch of {} samples{})\n\n", w->name, to_string(w->precision), b,
+  fmt::print("{} ({}, micro-batch of {}{})\n\n", w->name, to_string(w->precision),
+             output::plural(b, "sample", "samples"),
              device ? ", times on " + o.device : "");
   fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", "layer", wn, "kind", wk, "forward FLOP", "parameters",
              "activation");

@@ -371,16 +371,48 @@ std::vector<std::string_view> preset_names() {
 }
 
 const ClusterPreset* find_preset(std::string_view name) {
+  for (const PresetAlias& a : preset_aliases())
+    if (a.old_name == name) name = a.name;
   for (const ClusterPreset& p : cluster_presets())
     if (p.name == name) return &p;
   return nullptr;
 }
 
+// "dgx-h100-64" -> ("dgx-h100", 64): a preset name's family and device count, or count 0.
+std::pair<std::string_view, long> family_of(std::string_view name) {
+  // The last all-digit part: "dgx-h100-32-switch" and "dgx1-v100-16-25gbe" have a variant after it.
+  for (size_t dash = name.rfind('-'); dash != std::string_view::npos && dash > 0; dash = name.rfind('-', dash - 1)) {
+    const std::string_view part = name.substr(dash + 1, name.find('-', dash + 1) - dash - 1);
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return {name.substr(0, dash), part.size() < 10 ? std::stol(std::string(part)) : 0};
+  }
+  return {name, 0};
+}
+
+// An unknown preset: the presets of its family, by device count (the number in a name counts
+// devices), with how to get another size; else the closest name. Then all presets.
 std::string unknown_preset(std::string_view name) {
-  std::vector<std::string> close = close_matches(name, preset_names());
-  return fmt::format("{}presets: {}",
-                     close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()),
-                     join(preset_names()));
+  const auto [family, wanted] = family_of(name);
+  std::vector<std::pair<long, std::string_view>> same;
+  for (const ClusterPreset& p : cluster_presets())
+    if (family_of(p.name).first == family && family != name) same.emplace_back(family_of(p.name).second, p.name);
+  std::sort(same.begin(), same.end());
+  std::string hint;
+  if (!same.empty()) {
+    std::vector<std::string_view> names;
+    for (const auto& s : same) names.push_back(s.second);
+    // The one to refine: the largest below the size asked (the smallest when all are larger).
+    auto base = same.begin();
+    for (auto it = same.begin(); it != same.end(); ++it)
+      if (it->first <= wanted && it->first > base->first) base = it;
+    const bool nodes = find_preset(base->second)->text.find("\nnodes:") != std::string_view::npos;
+    hint = fmt::format("the {} presets, named by their device count: {}{}; ", family, join(names),
+                       nodes ? fmt::format("; another size: refine one, {{preset: {}, nodes: N}}", base->second)
+                             : "");
+  } else if (std::vector<std::string> close = close_matches(name, preset_names()); !close.empty()) {
+    hint = fmt::format("did you mean \"{}\"? ", close.front());
+  }
+  return fmt::format("{}presets: {}", hint, join(preset_names()));
 }
 
 // A cluster document (a preset's or a cluster file's text) refined by the keys of `n` other than
@@ -486,6 +518,18 @@ Cluster parse_form(const Node& n, bool references) {
 
 Cluster parse_cluster(const Node& n) {
   return parse_body(n, true);
+}
+
+std::span<const PresetAlias> preset_aliases() {
+  // Issue 55: preset names count devices. The names before it counted nodes or servers for some.
+  static constexpr PresetAlias kAliases[] = {
+      {"dgx-a100-2", "dgx-a100-16"},           {"dgx-a100-4", "dgx-a100-32"},
+      {"dgx-h100-4", "dgx-h100-32-switch"},    {"dgx1-v100", "dgx1-v100-8"},
+      {"dgx1-v100-2", "dgx1-v100-16"},         {"dgx1-v100-2-25gbe", "dgx1-v100-16-25gbe"},
+      {"dgx1-mixed-2", "dgx1-mixed-16"},       {"dgx1-nvlink-gens-2", "dgx1-nvlink-gens-16"},
+      {"summit-8", "summit-32"},
+  };
+  return kAliases;
 }
 
 std::span<const ClusterPreset> cluster_presets() {

@@ -32,6 +32,12 @@ struct ClusterPreset {
   std::string_view text;  // YAML, as in topologies/clusters/<name>.yaml
 };
 std::span<const ClusterPreset> cluster_presets();
+// Older preset names, still accepted: a preset's number counts its devices since issue 55 (some
+// counted nodes or servers before). `name` is the preset an old name reads.
+struct PresetAlias {
+  std::string_view old_name, name;
+};
+std::span<const PresetAlias> preset_aliases();
 
 // A cluster file (YAML, or SimGrid XML when the name ends in .xml) if `file_or_preset` names an
 // existing file, else a preset. `device`: for SimGrid hosts without pipegrid properties.

@@ -183,6 +183,12 @@ std::vector<CatalogDevice> load_catalog() {
     d.spec.family = d.family;
     apply_overrides(n, d.spec);
     if (!(d.spec.memory_bytes > 0)) n.need("memory", "a positive byte size");
+    // A YAML alias of an earlier entry (`a100: *a100_80gb`) is that device under an older name: say so.
+    size_t i = 0;
+    for (const auto& prev : doc.root) {
+      if (i++ >= out.size()) break;
+      if (prev.second.is(kv.second)) d.description += fmt::format(" (alias of {})", prev.first.Scalar());
+    }
     out.push_back(std::move(d));
   }
   return out;

@@ -165,13 +165,32 @@ void check_legacy(const BatchKeys& k, long long d) {
         k.global->path(), k.global->path()));
 }
 
+// A micro-batch that d replicas split into fractional samples (the workload's default micro-batch
+// under a fixed d > 1, no batch key given: 6 samples over 4 replicas) is refused at the key that
+// fixes d, unless `allow_fractional_samples: true` asks for the linear costing of the fraction (what
+// pipegrid did before issue 55, with a warning). A fractional micro-batch (a scaled profile) has no
+// whole samples to keep (whole_samples_per_replica, core/strategy.h).
+void check_whole_samples(const Node& n, const Chosen& chosen, const Experiment& e, long long d) {
+  bool allow = false;
+  if (auto a = n.get("allow_fractional_samples")) allow = a->boolean();
+  const double size = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
+  if (allow || d <= 1 || whole_samples_per_replica(size, static_cast<int>(d))) return;
+  const std::optional<Node> key = n.get("replicas") ? n.get("replicas") : n.get("partitioner");
+  const Node& at = key ? *key : n;
+  at.fail(fmt::format(
+      "{} replicas would split the workload's micro-batch of {:g} sample{} into {:g} samples each ({}), which no data "
+      "loader does: give strategy.micro_batch_size (whole samples per replica, Megatron's --micro-batch-size) "
+      "or a d that divides {:g}; allow_fractional_samples: true costs the fraction linearly",
+      d, size, size == 1 ? "" : "s", size / static_cast<double>(d), d_source(chosen, d), size));
+}
+
 // The batch in Megatron-LM's vocabulary (docs/experiment-files.md, "Batch"): global_batch G
 // (samples per iteration, --global-batch-size), micro_batch_size b (samples per data-parallel
 // replica and micro-batch, --micro-batch-size) and micro_batches m, with G = b d m for the d the
 // strategy fixes (fixed_replicas): any two give the third. G alone keeps the exploration of every
 // micro-batch size dividing it (StrategySpec::mini_batch). Core plans with the pipeline's
 // micro-batch, the b d samples a stage's replicas share (Experiment::micro_batch_size).
-void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e) {
+void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e, bool batch_required) {
   StrategySpec& s = e.strategy;
   const BatchKeys k = batch_keys(n, workload);
   const long long d = fixed_replicas(s, e.cluster.devices.size());
@@ -192,6 +211,7 @@ void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Expe
     s.mini_batch = static_cast<int>(g);
     return;
   }
+  if (g == 0 && m == 0 && !batch_required) return;  // the search sets its own batch
   if (g == 0) {
     m = positive(n.need("micro_batches", "a positive integer (or global_batch)"));
   } else if (m == 0) {  // b given: check_legacy refused the older size without micro_batches
@@ -221,6 +241,7 @@ void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Expe
   }
   s.micro_batches = static_cast<int>(m);
   if (size > 0 && !(k.legacy && b == 0)) e.micro_batch_size = static_cast<double>(size);
+  if (batch_required) check_whole_samples(n, chosen, e, d);  // the search sets its own batch
 }
 
 // Where a key is used by the default planner's partitioners with a capability only.
@@ -532,7 +553,7 @@ void parse_schedule_file(const Node& n, StrategySpec& s, const Chosen& chosen) {
 }
 
 // The `strategy` section, in named steps; the batch keys (parse_batch) also read the workload's.
-void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
+void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool batch_required) {
   n.require_map("a mapping describing the strategy");
   // clang-format off
   n.check_keys({"planner", "partitioner", "schedule", "global_batch", "micro_batch_size", "micro_batches",
@@ -541,7 +562,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
                 "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
                 "cp_algorithm", "cp_load_balance", "first_stage_blocks", "last_stage_blocks",
-                "account_for_embedding", "account_for_loss"});
+                "account_for_embedding", "account_for_loss", "allow_fractional_samples"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
@@ -554,7 +575,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e) {
   parse_gradients(n, s, chosen);
   parse_planner_settings(n, s, chosen, e.cluster);
   parse_schedule_file(n, s, chosen);
-  parse_batch(n, workload, chosen, e);
+  parse_batch(n, workload, chosen, e, batch_required);
 }
 
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
@@ -632,7 +653,7 @@ static void reserve_memory(Cluster& c, const std::optional<Node>& reserve) {
   }
 }
 
-Experiment parse_experiment(const Document& doc) {
+Experiment parse_experiment(const Document& doc, bool batch_required) {
   Node root = Node::root(doc);
   if (root.is_null())
     root.fail("expected a mapping with keys workload, cluster, strategy, got an empty document");
@@ -643,7 +664,7 @@ Experiment parse_experiment(const Document& doc) {
   const Node workload = root.need("workload", "a mapping describing the workload");
   e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
-  parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e);
+  parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e, batch_required);
   std::optional<Node> reserve;
   if (auto m = root.get("memory")) e.memory = parse_memory(*m, reserve);
   reserve_memory(e.cluster, reserve);
@@ -663,11 +684,12 @@ static std::string with_overrides(std::string name, const std::vector<std::strin
   return fmt::format("{} [{}]", name, sets);
 }
 
-Result<Experiment> load_experiment_file(const std::string& path, const std::vector<std::string>& overrides) {
+Result<Experiment> load_experiment_file(const std::string& path, const std::vector<std::string>& overrides,
+                                        bool batch_required) {
   try {
     Document doc = load_document_file(path);
     apply_overrides(doc, overrides);
-    Experiment e = parse_experiment(doc);
+    Experiment e = parse_experiment(doc, batch_required);
     e.name = with_overrides(std::move(e.name), overrides);
     return e;
   } catch (const InputError& e) {

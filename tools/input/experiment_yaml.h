@@ -11,9 +11,12 @@
 namespace pipegrid::input {
 
 // `overrides`: `--set KEY=VALUE` arguments applied to the document before it is read
-// (input::apply_overrides); their errors name the argument.
+// (input::apply_overrides); their errors name the argument. `batch_required` false: the strategy may
+// leave the batch out (no global_batch, micro_batches or micro_batch_size needed), for the 3D
+// search's base experiment, whose batch the search sets (its --global-batch).
 Result<Experiment> load_experiment_file(const std::string& path,
-                                        const std::vector<std::string>& overrides = {});
+                                        const std::vector<std::string>& overrides = {},
+                                        bool batch_required = true);
 Result<Experiment> load_experiment_text(const std::string& text, const std::string& name,
                                         const std::vector<std::string>& overrides = {});
 
@@ -21,6 +24,6 @@ struct Document;
 // Reads an experiment document whose tree may have been changed (overrides, sweep points) and runs
 // its backend placement (place_backends: the workload returned is the placed one); throws
 // InputError.
-Experiment parse_experiment(const Document& doc);
+Experiment parse_experiment(const Document& doc, bool batch_required = true);
 
 }  // namespace pipegrid::input

@@ -26,6 +26,7 @@ CostModelCheck read_check(const YAML::Node& n) {
   c.median_error = n["median_error"].as<double>();
   c.max_error = n["max_error"].as<double>();
   c.worst = n["worst"].as<std::string>();
+  if (n["worst_name"]) c.worst_name = n["worst_name"].as<std::string>();
   c.spread_groups = n["spread_groups"].as<int>();
   if (c.spread_groups > 0) {
     c.median_spread = n["median_spread"].as<double>();
@@ -89,7 +90,8 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
 std::string figures_text(const CostModelCheck& c) {
   std::string text =
       fmt::format("against {} published runs never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
-                  c.check_rows, 100 * c.median_error, 100 * c.max_error, c.worst);
+                  c.check_rows, 100 * c.median_error, 100 * c.max_error,
+                  c.worst_name.empty() ? c.worst : fmt::format("{}; row {}", c.worst_name, c.worst));
   if (c.spread_groups > 0)
     text += fmt::format("; sources of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)",
                         c.median_spread, c.spread_groups, c.max_spread);
@@ -132,6 +134,10 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
   const std::string precision(to_string(w.precision));
   // amp keys the rows of mixed precision; plain fp16 runs the same fp16 math without fp32 state.
   const std::string key = precision == "fp16" ? "amp" : precision;
+  // Megatron-LM's rows are GPT and T5 transformer runs: they say nothing of a CNN's or an LSTM's costs.
+  bool transformer = false;
+  for (size_t l = 0; l < w.layer_count() && !transformer; ++l)
+    transformer = w.layer(l).split.kind == TensorSplitKind::Transformer;
   std::vector<std::string> seen;
   for (int d : devices) {
     const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
@@ -145,24 +151,26 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     const GpuChecks* gpu = find_gpu(spec.kind);
     // Rows of the validation suite, or (a GPU the suite has no row for, the H100) Megatron's 3D runs.
     const bool has_rows = gpu && gpu->by_precision.count(key) > 0;
-    const bool has_megatron = gpu && gpu->megatron.count(key) > 0;
+    const bool has_megatron = transformer && gpu && gpu->megatron.count(key) > 0;
     if (!has_rows && !has_megatron) {
       std::vector<std::string> checked;
       if (gpu) {
         for (const auto& kv : gpu->by_precision) checked.push_back(kv.first);
         for (const auto& kv : gpu->megatron)
-          if (std::find(checked.begin(), checked.end(), kv.first) == checked.end())
+          if (transformer && std::find(checked.begin(), checked.end(), kv.first) == checked.end())
             checked.push_back(kv.first);
       }
       c.status = "not checked";
-      c.note = gpu ? fmt::format(
+      c.note = !checked.empty() ? fmt::format(
                          "{} {}: not checked against published training runs in {} (checked: {}; the "
                          "figures and their sources: pipegrid device show {})",
                          c.device, precision, precision, fmt::join(checked, ", "), c.device)
-                   : fmt::format(
-                         "{} {}: not checked against published training runs (the figures and "
-                         "their sources: pipegrid device show {})",
-                         c.device, precision, c.device);
+                  : fmt::format(
+                        "{} {}: not checked against published training runs{} (the figures and "
+                        "their sources: pipegrid device show {})",
+                        c.device, precision,
+                        gpu && !gpu->megatron.empty() ? " of this kind of model (only transformer runs were)" : "",
+                        c.device);
       out.push_back(std::move(c));
       continue;
     }
@@ -205,6 +213,7 @@ nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks)
       x["median_error"] = c.median_error;
       x["max_error"] = c.max_error;
       x["worst"] = c.worst;
+      if (!c.worst_name.empty()) x["worst_name"] = c.worst_name;
       x["spread_groups"] = c.spread_groups;
       if (c.spread_groups > 0) {
         x["median_spread"] = c.median_spread;

@@ -26,7 +26,8 @@ struct CostModelCheck {
   std::string status;     // "checked", "not checked" or "overridden"
   int check_rows = 0;     // for "checked" and "overridden": the rows' figures
   double median_error = 0, max_error = 0;
-  std::string worst;  // the row with the largest |error|
+  std::string worst;       // the row with the largest |error| (its id in experiments/validation)
+  std::string worst_name;  // that row as a reader names it (model, GPUs, precision, source)
   // The data's own floor: same-configuration groups on that GPU and precision published by two or
   // more sources, and their spread (max / min of the published values).
   int spread_groups = 0;

@@ -1,0 +1,152 @@
+// `pipegrid search` as a user meets it (issue 55, items 3, 4 and 8): a base experiment without a
+// batch, located errors for impossible counts, --top 0, the winner emitted as an experiment file that
+// `pipegrid run` runs to the search's figure, one listing per run, and a table sized to its labels.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "tests/support/approx.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+using pipegrid::testing::read_file;
+using pipegrid::testing::run_command;
+using pipegrid::testing::TempDir;
+
+namespace {
+
+// A small GPT on two DGX A100 nodes (16 GPUs, 8 blocks); its strategy gives no batch: the search's
+// --global-batch is the batch.
+constexpr const char* kGptNoBatch = R"(name: small GPT on two DGX A100
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-2}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)";
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("search: a base without strategy.micro_batches, and the emitted winner runs to the search figure") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
+  std::filesystem::create_directories(tmp.path / "out");  // the emitted file goes into another folder
+  const std::string emitted = (tmp.path / "out" / "winner.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "2", "--micro-batch", "2",
+                        "--pipeline", "2", "--json", "--emit", emitted});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  REQUIRE(j["simgrid_ranking"].size() == 2);
+  const json& w = j["simgrid_ranking"][0];
+  CHECK(r.err.find("written to " + emitted) != std::string::npos);
+  // The file speaks Megatron's batch vocabulary: b per replica, and the global batch.
+  const std::string text = read_file(emitted);
+  CHECK(text.find("micro_batch_size: 2\n") != std::string::npos);
+  CHECK(text.find("global_batch: 16\n") != std::string::npos);
+  CHECK(text.find("micro_batches") == std::string::npos);
+  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const json rj = json::parse(run.out);
+  CHECK(rj["iteration_time_s"].get<double>() ==
+        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  CHECK(rj["parallelism"]["tensor"] == w["t"]);
+  CHECK(rj["parallelism"]["pipeline"] == w["p"]);
+  CHECK(rj["parallelism"]["data"] == w["d"]);
+  // A folder that does not exist: refused before the search runs.
+  auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--emit",
+                          (tmp.path / "missing" / "w.yaml").string()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--emit") != std::string::npos);
+  CHECK(bad.err.find(": no folder ") != std::string::npos);
+}
+
+TEST_CASE("search: --global-batch 0 and a negative --top are located errors and --top 0 prints the analytic ranking") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
+  auto zero = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "0"});
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.err.find("--global-batch: expected a positive whole number, got 0") != std::string::npos);
+  CHECK(zero.err.size() < 200);  // it printed a range of two 309-digit numbers
+  auto neg = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "-1"});
+  CHECK(neg.exit_code == 2);
+  CHECK(neg.err.find("--top: expected a whole number >= 0, got -1") != std::string::npos);
+  auto top0 = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--pipeline", "2"});
+  REQUIRE_MESSAGE(top0.exit_code == 0, top0.err);
+  CHECK(top0.out.find("nothing replayed in SimGrid (--top 0): the analytic ranking's best 5") != std::string::npos);
+  // The table: a header, then rows "1    t.. p2 ..", "2    ..", with "-" in the SimGrid column.
+  size_t rows = 0;
+  bool in_table = false;
+  for (const std::string& l : lines_of(top0.out)) {
+    if (l.rfind("rank ", 0) == 0) in_table = true;
+    else if (in_table && !l.empty() && l[0] >= '1' && l[0] <= '9') ++rows;
+    else if (in_table) in_table = false;
+  }
+  CHECK(rows == 5);
+}
+
+// At p = 1 there is no pipeline: 1f1b, zb-h1 and zb-h2 are one run (`run` gives the three the same time
+// to the last bit), listed once; at p = 2 all three are listed.
+TEST_CASE("search: one listing per run at p = 1") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--schedules",
+                        "1f1b", "zb-h1", "zb-h2", "--recompute", "none", "--json"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  std::set<std::tuple<int, int, int, int, bool, bool>> p1;
+  std::set<std::string> schedules_p2;
+  for (const json& c : j["analytic_ranking"]) {
+    if (c["p"] == 1) {
+      const auto key = std::make_tuple(c["t"].get<int>(), c["d"].get<int>(), c["micro_batch_size"].get<int>(), 0,
+                                       c["sequence_parallel"].get<bool>(), c["distributed_optimizer"].get<bool>());
+      CHECK_MESSAGE(p1.insert(key).second, "listed twice: " << c.dump());
+    } else if (c["p"] == 2) {
+      schedules_p2.insert(c["schedule"].get<std::string>());
+    }
+  }
+  CHECK(!p1.empty());
+  CHECK(schedules_p2 == std::set<std::string>{"1f1b", "zb-h1", "zb-h2"});
+  // Each run at p = 1 was listed three times before: twice left out now.
+  CHECK(j["left_out"]["1f1b, zb-h1 and zb-h2 at p = 1: one run (no pipeline), listed once"] == 2 * p1.size());
+}
+
+// Long labels (interleaved v2, selective recomputation, SP, the distributed optimizer: 55 characters)
+// widen the configuration column instead of pushing a row's figures out of their columns; TP-folded
+// replays say where their TP time is instead of printing 0 s.
+TEST_CASE("search: the table columns hold long labels and the TP column of --tp-folded says in compute") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
+  // t 4, p 2, d 2, b 1, interleaved with v 2 or 4, selective: 8 candidates (SP and the distributed
+  // optimizer on or off), the longest label "t4 p2 d2 b1 m8 interleaved v2 selective sp dist-opt".
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "8", "--tensor-parallel",
+                        "4", "--pipeline", "2", "--micro-batch", "1", "--schedules", "interleaved-1f1b",
+                        "--recompute", "selective", "--tp-folded"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::vector<std::string> lines = lines_of(r.out);
+  size_t header = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind("rank ", 0) == 0) header = i;
+  REQUIRE(header + 8 < lines.size());
+  const size_t end = lines[header].find("samples/s") + std::string("samples/s").size();  // right-aligned
+  size_t longest = 0;
+  for (size_t i = header + 1; i <= header + 8; ++i) {
+    const std::string& l = lines[i];
+    REQUIRE(l.size() > end);
+    CHECK_MESSAGE(l[end - 1] != ' ', l);
+    CHECK_MESSAGE(l[end] == ' ', l);
+    longest = std::max(longest, l.find("  ", 5) - 5);
+    CHECK(l.find("/ in compute /") != std::string::npos);
+  }
+  CHECK(longest > 44);  // the labels were longer than the old fixed column
+}
