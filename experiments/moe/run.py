@@ -280,6 +280,7 @@ def write_results(path, rows, results, args):
              "## Check rows", ""] + table_lines(rows, results, "check") + ["", text, "",
              "## Calibration rows", ""] + table_lines(rows, results, "calibration") + [
              "", f"calibration rows: {n} replayed, median |error| {100 * med:.1f}%, max {100 * mx:.1f}%", ""]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return ok, text

@@ -179,7 +179,7 @@ def main(pipegrid, root):
             with open(exp, "w") as f:
                 f.write(text)
             out = os.path.join(tmp, name + "-plot")
-            run(pipegrid, ["run", exp, "--plot", out])
+            run(pipegrid, ["run", exp, "--plot", out, "--plot-data"])  # keep the CSVs to read them
             kinds = {r["kind"] for r in pt.read_csv(os.path.join(out, "tasks.csv"))}
             check(kind in kinds, f"{name}: the tasks hold {kind} transfers: {sorted(kinds)}")
             with open(os.path.join(out, "timeline.svg")) as f:
