@@ -5,26 +5,29 @@ default waits 2 s), so a plan of some milliseconds is long enough.
 
 Usage: progress_test.py PIPEGRID REPO_ROOT"""
 import os
-import pty
+import select
 import subprocess
 import sys
 
 
 def under_pty(argv, env):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(argv[0], argv, env)
+    """Runs argv with a pseudo-terminal as its stdin, stdout and stderr; returns (exit code, output).
+    The parent keeps its own copy of the terminal's slave side open, so the master never hangs up
+    (EIO) while the child's last writes are still buffered: the output is drained after the child
+    has exited, until the master has nothing left (a read after hang-up could lose the tail, which
+    made this test fail once in CI under load)."""
+    master, slave = os.openpty()
+    child = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     out = b""
     while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
+        ready, _, _ = select.select([master], [], [], 0.05)
+        if ready:
+            out += os.read(master, 65536)
+        elif child.poll() is not None:
             break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+    os.close(slave)
+    os.close(master)
+    return child.returncode, out.decode(errors="replace")
 
 
 def main():
@@ -33,8 +36,12 @@ def main():
     env = dict(os.environ, PIPEGRID_PROGRESS_AFTER="0")
     failures = []
     rc, out = under_pty([pipegrid, "plan", experiment], env)
-    if rc != 0 or "pipegrid: planning with luo..." not in out or "simulated throughput" not in out:
-        failures.append(f"plan on a terminal: exit {rc}, no progress line in {out[:300]!r}")
+    if rc != 0:
+        failures.append(f"plan on a terminal: exit {rc}, output {out[-600:]!r}")
+    if "pipegrid: planning with luo..." not in out:
+        failures.append(f"plan on a terminal: no progress line in {out[:300]!r}")
+    if "simulated throughput" not in out:
+        failures.append(f"plan on a terminal: the report is missing its throughput line; output ends {out[-600:]!r}")
     if "\r\033[K" not in out:
         failures.append("plan on a terminal: the progress line is not cleared")
     r = subprocess.run([pipegrid, "plan", experiment], env=env, capture_output=True, text=True)
