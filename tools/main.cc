@@ -32,6 +32,13 @@ void add_devices_option(CLI::App& app, std::string& devices) {
       ->check(CLI::IsMember({"groups", "all"}));
 }
 
+void add_fold_options(CLI::App& app, bool& fold, bool& whole) {
+  CLI::Option* f = app.add_flag("--fold", fold,
+                                "Replay one data-parallel replica for all where the replicas are alike (exact, "
+                                "checked; the default from 2^20 tasks; docs/scale.md)");
+  app.add_flag("--whole", whole, "Replay every task of every replica, never folded")->excludes(f);
+}
+
 void add_memory_margin_option(CLI::App& app, std::string& margin) {
   app.add_option("--memory-margin", margin,
                  "Memory kept from every device for the CUDA context, NCCL buffers and fragmentation (e.g. "

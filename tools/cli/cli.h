@@ -56,6 +56,10 @@ void add_set_option(CLI::App& app, std::vector<std::string>& overrides);
 // or every device by name.
 void add_devices_option(CLI::App& app, std::string& devices);
 
+// `--fold` / `--whole`: the replica fold forced where the plan folds, or never (default: from
+// kFoldThresholdTasks tasks; tools/process/folded_replay.h).
+void add_fold_options(CLI::App& app, bool& fold, bool& whole);
+
 // `--memory-margin BYTES`: the memory kept from every device for the CUDA context, NCCL buffers and
 // fragmentation (the experiment's memory.reserve; default core/device.h default_memory_reserve).
 void add_memory_margin_option(CLI::App& app, std::string& margin);

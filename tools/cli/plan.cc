@@ -19,6 +19,7 @@
 #include "tools/output/device_groups.h"
 #include "tools/output/report.h"
 #include "tools/output/run_figures.h"
+#include "tools/process/folded_replay.h"
 #include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
@@ -29,6 +30,7 @@ struct PlanOptions {
   bool json = false;
   std::string devices = "groups";      // --devices: "groups" (ranges) or "all" (every name)
   std::string memory_margin;           // --memory-margin: memory.reserve
+  bool fold = false, whole = false;    // --fold, --whole (docs/scale.md)
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
@@ -144,10 +146,14 @@ int run(const PlanOptions& o) {
   if (!analytic) return bad_input(fmt::format("{}: {}", o.file, analytic.error().message));
   const Metrics predicted = compute_metrics(exp->cluster, run->graph, *analytic);
   Progress replaying("simulating the plan");
-  Result<sim::Replay> replay = sim::replay(exp->cluster, run->graph);
+  const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
+                                  : o.fold ? process::FoldMode::Fold
+                                           : process::FoldMode::Auto;
+  Result<process::ChosenReplay> replay = process::replay_chosen(exp->cluster, run->partition, run->graph, {}, fold);
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
-  const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->timeline);
+  const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->replay.timeline);
+  const std::string replay_note = replay->mode.stated() ? process::describe(replay->mode) : "";
   auto costs =
       stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute,
                   {exp->strategy.sequence_parallel, exp->strategy.tp_overlap, {}, exp->strategy.context});
@@ -162,11 +168,13 @@ int run(const PlanOptions& o) {
         output::json_number(stages[s]["predicted_peak_memory_bytes"].get<double>());
   }
   j["analytic_iteration_time_s"] = predicted.iteration_time_s;
+  if (!replay_note.empty()) j["replay"] = replay_note;
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
   print_plan(o, *exp, *run, stages, *costs, predicted, simulated);
+  if (!replay_note.empty()) fmt::print("replay                              {}\n", replay_note);
   return kOk;
 }
 
@@ -180,6 +188,7 @@ Command add_plan_command(CLI::App& parent) {
   app->add_flag("--json", o->json, "Print one JSON object");
   add_devices_option(*app, o->devices);
   add_memory_margin_option(*app, o->memory_margin);
+  add_fold_options(*app, o->fold, o->whole);
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }

@@ -23,6 +23,7 @@
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
+#include "tools/process/folded_replay.h"
 #include "tools/process/isolated_replay.h"
 #include "tools/process/process.h"
 
@@ -43,6 +44,7 @@ struct RunOptions {
   double tokens = 0;                   // a token budget to time
   std::string memory_margin;           // --memory-margin: memory.reserve
   bool sim_log = false;
+  bool fold = false, whole = false;    // --fold, --whole (docs/scale.md)
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
@@ -143,11 +145,17 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   ro.log = o.sim_log;
   ro.schedule = &prepared->schedule;
   Progress replaying("simulating");
-  Result<sim::Replay> replay = sim::replay(exp->cluster, prepared->graph, ro);
+  const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
+                                  : o.fold ? process::FoldMode::Fold
+                                           : process::FoldMode::Auto;
+  Result<process::ChosenReplay> replay =
+      process::replay_chosen(exp->cluster, prepared->partition, prepared->graph, ro, fold);
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", where, replay.error().message));
-  const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, replay->timeline);
-  output::RunReport report{*exp, *prepared, replay->timeline, metrics, o.devices == "all", o.tokens, {}};
+  const Timeline& timeline = replay->replay.timeline;
+  const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, timeline);
+  output::RunReport report{*exp, *prepared, timeline, metrics, o.devices == "all", o.tokens, {}};
+  if (replay->mode.stated()) report.replay = process::describe(replay->mode);
   (void)parse_window(o.timeline_window, report.view);  // checked by run()
   if (o.timeline_rows == "ranks") report.view.devices = output::rank_representatives(exp->cluster, prepared->partition);
   struct Output {
@@ -246,6 +254,7 @@ Command add_run_command(CLI::App& parent) {
   add_devices_option(*app, o->devices);
   add_memory_margin_option(*app, o->memory_margin);
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");
+  add_fold_options(*app, o->fold, o->whole);
   add_set_option(*app, o->overrides);
   return {app, [o] { return run(*o); }};
 }

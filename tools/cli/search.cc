@@ -23,6 +23,7 @@
 #include "tools/cli/search_emit.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
+#include "tools/process/folded_replay.h"
 #include "tools/process/process.h"
 
 namespace pipegrid::cli {
@@ -48,6 +49,7 @@ struct Replayed {
   Search3dCandidate c;
   double simulated_s = 0;
   Metrics metrics;
+  bool folded = false;  // replayed replica-folded (tools/process/folded_replay.h)
 };
 
 nlohmann::json candidate_json(const Search3dCandidate& c) {
@@ -73,10 +75,12 @@ struct ReplayOutcome {
   std::string error;  // empty: replayed
   double simulated_s = 0, throughput = 0;
   TimeBreakdown breakdown;
+  bool folded = false;
 };
 
-// What a child sends back: iteration time, throughput and the six parts of the breakdown.
-constexpr size_t kFigures = 8;
+// What a child sends back: iteration time, throughput, the six parts of the breakdown and whether
+// the replay was folded (1) or whole (0).
+constexpr size_t kFigures = 9;
 constexpr std::string_view kChild = "the simulation process";
 
 // In the child: lowers run i, replays it and encodes its figures.
@@ -84,14 +88,17 @@ Result<std::string> replay_figures(const Cluster& cluster, Result<PreparedRun> r
   if (!run) return run.error();
   sim::ReplayOptions ro;
   ro.schedule = &run->schedule;
-  Result<sim::Replay> r = sim::replay(cluster, run->graph, ro);
-  if (!r) return r.error();
-  const Metrics m = compute_metrics(cluster, run->graph, r->timeline);
+  Result<process::ChosenReplay> chosen =
+      process::replay_chosen(cluster, run->partition, run->graph, ro, process::FoldMode::Auto);
+  if (!chosen) return chosen.error();
+  const Timeline& timeline = chosen->replay.timeline;
+  const Metrics m = compute_metrics(cluster, run->graph, timeline);
   const TimeBreakdown& b = m.breakdown;
-  const double f[kFigures] = {r->timeline.makespan(), m.throughput_samples_per_s,
+  const double f[kFigures] = {timeline.makespan(), m.throughput_samples_per_s,
                               b.compute_s,            b.optimizer_s,
                               b.tensor_parallel_s,    b.pipeline_s,
-                              b.data_parallel_s,      b.bubble_s};
+                              b.data_parallel_s,      b.bubble_s,
+                              chosen->mode.folded ? 1.0 : 0.0};
   return std::string(reinterpret_cast<const char*>(f), sizeof f);
 }
 
@@ -108,6 +115,7 @@ ReplayOutcome outcome_of(const process::ChildResult& child) {
     o.simulated_s = f[0];
     o.throughput = f[1];
     o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7]};
+    o.folded = f[8] != 0;
   }
   return o;
 }
@@ -268,6 +276,7 @@ Result<std::vector<Replayed>> replay_best(const SearchOptions& o, const Experime
     rp.metrics.iteration_time_s = outcomes[i].simulated_s;
     rp.metrics.throughput_samples_per_s = outcomes[i].throughput;
     rp.metrics.breakdown = outcomes[i].breakdown;
+    rp.folded = outcomes[i].folded;
     replayed.push_back(std::move(rp));
   }
   if (tty && k > 0) fmt::print(std::cerr, "\n");
@@ -323,10 +332,12 @@ void print_json(const Found& f) {
     x["simulated_mfu"] = f.mfu(r.simulated_s);
     x["simulated_model_flops_mfu"] = f.model_mfu(r.simulated_s);
     x["simulated_breakdown"] = output::breakdown_json(r.metrics.breakdown);
+    x["simulated_replay"] = r.folded ? "replica-folded" : "whole graph";
     sim.push_back(x);
   }
   j["simgrid_ranking"] = sim;
-  j["simgrid_replays"] = f.o.tp_folded ? "tp-folded" : "whole graph";
+  const bool any_folded = std::any_of(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; });
+  j["simgrid_replays"] = f.o.tp_folded ? "tp-folded" : any_folded ? "replica-folded where exact (simulated_replay)" : "whole graph";
   if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
   j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
   std::cout << j.dump(2) << "\n";
@@ -402,6 +413,11 @@ void print_text(const Found& f) {
   }
   print_table(f, rows);
   print_mfu_formulas(f);
+  const size_t folded = static_cast<size_t>(
+      std::count_if(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; }));
+  if (folded > 0)
+    fmt::print("\nSimGrid replays replica-folded for {} of the {} (from 2^20 tasks, exact and checked: docs/scale.md)\n",
+               folded, f.replayed.size());
   if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
   const std::vector<output::CostModelCheck> checks = f.checks();
   if (!checks.empty()) fmt::print("\n");

@@ -380,6 +380,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
              percent(m.bubble_ratio));
   if (const std::optional<TokenFigures> tf = token_figures(e, m, r.tokens))
     for (const std::string& line : token_lines(*tf)) fmt::print(out, "{}\n", line);
+  if (!r.replay.empty()) fmt::print(out, "replay           {}\n", r.replay);
   if (par.tensor > 1 || par.expert > 1 || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
     std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
@@ -758,6 +759,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = common_json("run", r.experiment, r.run, r.metrics);
   if (r.tokens > 0) j["model_flops"] = token_json(token_figures(r.experiment, r.metrics, r.tokens));
+  if (!r.replay.empty()) j["replay"] = r.replay;
   return j;
 }
 

@@ -37,6 +37,7 @@ struct RunReport {
   bool all_devices = false;  // the summary lists every device (--devices all), not groups
   double tokens = 0;         // a token budget to time (--tokens; 0: none)
   TimelineView view;         // what the CSVs hold
+  std::string replay;        // how the replay ran when it says so (process::describe); empty: the whole graph
 };
 
 void print_summary(std::ostream& out, const RunReport& r);

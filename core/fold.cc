@@ -1,0 +1,284 @@
+#include "core/fold.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace pipegrid {
+namespace {
+
+// Each device's replica (-1: in no stage) and its image, replica 0's device at the same position.
+struct ReplicaMap {
+  int replicas = 0;
+  std::vector<int> replica, image;
+};
+
+Result<ReplicaMap> map_replicas(const Partition& p, size_t devices) {
+  ReplicaMap m{0, std::vector<int>(devices, -1), std::vector<int>(devices, -1)};
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    const int group = st.tensor_parallel * st.context_parallel, d = st.replicas();
+    if (m.replicas == 0) m.replicas = d;
+    if (d != m.replicas)
+      return Error{fmt::format("stage {} has {} replicas and stage 0 {}", s, d, m.replicas)};
+    for (size_t pos = 0; pos < st.devices.size(); ++pos) {
+      const int dev = st.devices[pos], j = static_cast<int>(pos) / group;
+      const int img = st.devices[pos % static_cast<size_t>(group)];
+      if (m.replica[dev] == -1) {
+        m.replica[dev] = j;
+        m.image[dev] = img;
+      } else if (m.replica[dev] != j || m.image[dev] != img) {
+        return Error{
+            fmt::format("device {} is not at the same place of the same replica in every stage", dev)};
+      }
+    }
+  }
+  if (m.replicas < 2) return Error{"one replica per stage"};
+  return m;
+}
+
+bool group_flow(TransferKind k) {
+  return k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
+         k == TransferKind::ContextParallel;
+}
+
+// A transfer's replica when it is a group flow inside one replica, else -1.
+int intra_replica(const Task& t, const ReplicaMap& m) {
+  if (t.kind != TaskKind::Transfer || !group_flow(t.transfer) || t.device < 0 || t.peer < 0) return -1;
+  const int j = m.replica[t.device];
+  return j >= 0 && j == m.replica[t.peer] ? j : -1;
+}
+
+// Replica j's compute tasks take the times of their images' at the same place in the device order.
+Status map_compute(const TaskGraph& g, const ReplicaMap& m, std::vector<int32_t>& rep) {
+  for (size_t dev = 0; dev < g.device_order.size(); ++dev) {
+    if (m.replica[dev] <= 0) continue;
+    const auto& mine = g.device_order[dev];
+    const auto& theirs = g.device_order[static_cast<size_t>(m.image[dev])];
+    if (mine.size() != theirs.size())
+      return Error{fmt::format("device {} runs {} tasks and its image {}", dev, mine.size(), theirs.size())};
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const Task &a = g.tasks[mine[i]], &b = g.tasks[theirs[i]];
+      if (a.kind != b.kind || a.stage != b.stage || a.micro_batch != b.micro_batch ||
+          a.duration != b.duration)
+        return Error{fmt::format("device {}'s task {} differs from its image's", dev, i)};
+      rep[mine[i]] = theirs[i];
+    }
+  }
+  return {};
+}
+
+// Which link channels carry only one replica's group flows: per replica, whether all its group
+// flows stay on such channels of its own, and their routes.
+struct Channels {
+  static constexpr int32_t kUnused = -1, kShared = -2;
+  std::vector<int32_t>
+      owner;  // per channel: the replica whose group flows alone use it, or kUnused / kShared
+  std::unordered_map<uint64_t, Route> routes;  // per group flow pair (device << 32 | peer)
+  std::vector<std::vector<uint64_t>> pairs;    // per replica: its group flow pairs
+};
+
+uint64_t pair_key(int a, int b) {
+  return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+}
+
+Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const ReplicaMap& m) {
+  std::unordered_set<uint64_t> other, seen;
+  Channels ch;
+  ch.owner.assign(2 * c.links.size(), Channels::kUnused);
+  ch.pairs.resize(static_cast<size_t>(m.replicas));
+  const Router router(c);
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::Transfer || t.device == t.peer) continue;
+    const int j = intra_replica(t, m);
+    const uint64_t key = pair_key(t.device, t.peer);
+    if (!(j >= 0 ? seen : other).insert(key).second) continue;
+    Result<Route> r = router.route(t.device, t.peer);
+    if (!r) return r.error();
+    for (const Hop& h : r->hops) {
+      int32_t& o = ch.owner[link_channel(c, h)];
+      o = j < 0 || (o != Channels::kUnused && o != j) ? Channels::kShared : j;
+    }
+    if (j >= 0) {
+      ch.pairs[static_cast<size_t>(j)].push_back(key);
+      ch.routes.emplace(key, std::move(*r));
+    }
+  }
+  // A pair seen both as a group flow and as other traffic shares its channels.
+  for (uint64_t key : other)
+    if (auto it = ch.routes.find(key); it != ch.routes.end())
+      for (const Hop& h : it->second.hops) ch.owner[link_channel(c, h)] = Channels::kShared;
+  return ch;
+}
+
+// Whether replica j's group flows run on channels of their own that map one to one onto replica 0's,
+// link for link alike.
+bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch, int j) {
+  std::unordered_map<size_t, size_t> to0, from0;
+  for (uint64_t key : ch.pairs[static_cast<size_t>(j)]) {
+    const int a = int(key >> 32), b = int(uint32_t(key));
+    const auto theirs = ch.routes.find(pair_key(m.image[a], m.image[b]));
+    if (theirs == ch.routes.end()) return false;
+    const Route& mine = ch.routes.at(key);
+    if (mine.hops.size() != theirs->second.hops.size()) return false;
+    for (size_t h = 0; h < mine.hops.size(); ++h) {
+      const size_t x = link_channel(c, mine.hops[h]), y = link_channel(c, theirs->second.hops[h]);
+      const Link &lx = c.links[mine.hops[h].link], &ly = c.links[theirs->second.hops[h].link];
+      if (ch.owner[x] != j || ch.owner[y] != 0 || lx.bandwidth != ly.bandwidth || lx.latency != ly.latency ||
+          lx.duplex != ly.duplex)
+        return false;
+      if (to0.emplace(x, y).first->second != y || from0.emplace(y, x).first->second != x) return false;
+    }
+  }
+  return true;
+}
+
+// The identity of a group flow up to its replica: kind, stages, micro-batch and the images of its ends.
+struct FlowKey {
+  TransferKind kind;
+  int32_t stage, peer_stage, micro_batch, device, peer;
+  int32_t replica = 0;  // only in the counters of map_group_flows
+  bool operator==(const FlowKey&) const = default;
+};
+struct FlowKeyHash {
+  size_t operator()(const FlowKey& k) const {
+    size_t h = std::hash<int64_t>()((int64_t(k.device) << 32) ^ k.peer);
+    for (int32_t x : {int32_t(k.kind), k.stage, k.peer_stage, k.micro_batch, k.replica})
+      h = h * 1000003u ^ std::hash<int32_t>()(x);
+    return h;
+  }
+};
+
+// Replica j's group flows (j among `foldable`) take the times of replica 0's flow with the same key
+// and the same rank among that key's flows; a replica with a flow that has none keeps its flows.
+void map_group_flows(const TaskGraph& g, const ReplicaMap& m, std::vector<char>& foldable,
+                     std::vector<int32_t>& rep) {
+  std::unordered_map<FlowKey, std::vector<int32_t>, FlowKeyHash> of0;
+  auto key_of = [&](const Task& t) {
+    return FlowKey{t.transfer, t.stage, t.peer_stage, t.micro_batch, m.image[t.device], m.image[t.peer]};
+  };
+  for (size_t v = 0; v < g.tasks.size(); ++v)
+    if (intra_replica(g.tasks[v], m) == 0) of0[key_of(g.tasks[v])].push_back(int32_t(v));
+  std::unordered_map<FlowKey, size_t, FlowKeyHash> next;  // per replica and key: the next rank
+  for (size_t v = 0; v < g.tasks.size(); ++v) {
+    const Task& t = g.tasks[v];
+    const int j = intra_replica(t, m);
+    if (j <= 0 || !foldable[j]) continue;
+    const FlowKey k = key_of(t);
+    FlowKey counter = k;
+    counter.replica = j;
+    const size_t rank = next[counter]++;
+    const auto it = of0.find(k);
+    if (it == of0.end() || rank >= it->second.size() || g.tasks[it->second[rank]].bytes != t.bytes) {
+      foldable[j] = 0;
+      continue;
+    }
+    rep[v] = it->second[rank];
+  }
+  for (size_t v = 0; v < g.tasks.size(); ++v) {
+    const int j = intra_replica(g.tasks[v], m);
+    if (j > 0 && !foldable[j]) rep[v] = -1;
+  }
+}
+
+// The replayed graph: the tasks without a representative, with their dependencies on copied tasks
+// moved to the representatives; replica 0's device orders (and those of devices in no replica).
+void build_folded(const TaskGraph& g, const ReplicaMap& m, const std::vector<int32_t>& rep, ReplicaFold& f) {
+  const size_t n = g.tasks.size();
+  f.folded_of.assign(n, -1);
+  size_t kept = 0, deps = 0;
+  for (size_t v = 0; v < n; ++v) kept += rep[v] < 0;
+  for (size_t u = 0; u < n; ++u)
+    for (int32_t v : g.successors(int32_t(u))) deps += rep[v] < 0;
+  f.graph.reserve(kept, deps);
+  f.original.reserve(kept);
+  for (size_t v = 0; v < n; ++v)
+    if (rep[v] < 0) {
+      f.folded_of[v] = f.graph.add(g.tasks[v]);
+      f.original.push_back(int32_t(v));
+    }
+  for (size_t v = 0; v < n; ++v)
+    if (rep[v] >= 0) f.folded_of[v] = f.folded_of[rep[v]];
+  for (size_t u = 0; u < n; ++u)
+    for (int32_t v : g.successors(int32_t(u)))
+      if (rep[v] < 0) f.graph.depend(f.folded_of[u], f.folded_of[v]);
+  f.graph.device_order.resize(g.device_order.size());
+  for (size_t dev = 0; dev < g.device_order.size(); ++dev)
+    if (m.replica[dev] <= 0)
+      for (int32_t v : g.device_order[dev]) f.graph.device_order[dev].push_back(f.folded_of[v]);
+  f.graph.static_memory = g.static_memory;
+  f.graph.samples_per_iteration = g.samples_per_iteration;
+  f.graph.node_aggregated_all_to_all = g.node_aggregated_all_to_all;
+  f.graph.pack_dependencies();
+}
+
+}  // namespace
+
+Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const TaskGraph& g) {
+  Result<ReplicaMap> m = map_replicas(p, g.device_order.size());
+  if (!m) return m.error();
+  std::vector<int32_t> rep(g.tasks.size(), -1);
+  if (Status s = map_compute(g, *m, rep); !s) return s.error();
+  Result<Channels> ch = route_channels(c, g, *m);
+  if (!ch) return ch.error();
+  std::vector<char> foldable(static_cast<size_t>(m->replicas), 0);
+  const bool private0 = alike_and_private(c, *m, *ch, 0);
+  for (int j = 1; j < m->replicas; ++j) foldable[j] = private0 && alike_and_private(c, *m, *ch, j);
+  map_group_flows(g, *m, foldable, rep);
+  ReplicaFold f;
+  f.replicas = m->replicas;
+  for (int j = 1; j < m->replicas; ++j) f.replicas_with_replayed_groups += !foldable[j];
+  for (size_t v = 0; v < g.tasks.size(); ++v)
+    if (rep[v] >= 0) ++(g.tasks[v].is_compute() ? f.copied_compute : f.copied_flows);
+  build_folded(g, *m, rep, f);
+  return f;
+}
+
+Timeline unfold(const ReplicaFold& f, const Timeline& folded) {
+  Timeline t;
+  t.start.resize(f.folded_of.size());
+  t.end.resize(f.folded_of.size());
+  for (size_t v = 0; v < f.folded_of.size(); ++v) {
+    t.start[v] = folded.start[f.folded_of[v]];
+    t.end[v] = folded.end[f.folded_of[v]];
+  }
+  return t;
+}
+
+FoldCheck settle_unfolded(const TaskGraph& g, const ReplicaFold& f, Timeline& t) {
+  const size_t n = g.tasks.size();
+  std::vector<double> ready(n, 0.0);
+  for (size_t u = 0; u < n; ++u)
+    for (int32_t v : g.successors(int32_t(u))) ready[v] = std::max(ready[v], t.end[u]);
+  FoldCheck check;
+  auto measure = [&](int32_t v, double expected) {
+    if (const double dev = std::abs(t.start[v] - expected); dev > check.max_deviation_s) {
+      check.max_deviation_s = dev;
+      check.worst_task = v;
+    }
+  };
+  for (const auto& order : g.device_order) {
+    double previous_end = 0;
+    for (int32_t v : order) {
+      if (!f.replayed(v)) {
+        const double expected = std::max(ready[v], previous_end);
+        if (g.successors(v).empty()) {  // a sink (the optimizer step): timed where it would start
+          if (expected != t.start[v]) ++check.retimed;
+          t.end[v] = expected + (t.end[v] - t.start[v]);
+          t.start[v] = expected;
+        } else {
+          measure(v, expected);
+        }
+      }
+      previous_end = t.end[v];
+    }
+  }
+  for (size_t v = 0; v < n; ++v)
+    if (!g.tasks[v].is_compute() && !f.replayed(int32_t(v))) measure(int32_t(v), ready[v]);
+  return check;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,76 @@
+// The replica fold: one replay of a data-parallel replica's work stands for the d replicas that do
+// the same work (docs/scale.md, "The replica fold").
+//
+// What is folded. Every stage has d >= 2 replicas; a device is replica j's at the same position of
+// every stage it holds, and its image is replica 0's device at that position. Replica j's compute
+// tasks take the times of its image's tasks at the same place in the device's order (same kind,
+// stage, micro-batch and duration, or nothing is folded), and replica j's tensor-, expert- and
+// context-parallel flows inside the replica take the times of replica 0's corresponding flows, when
+// the links those flows cross carry nothing else (every link channel they use is used only by one
+// replica's group flows) and replica j's links map one to one onto replica 0's with the same
+// bandwidth, latency and duplex. Everything that shares links with other traffic stays in the replay:
+// the pipeline transfers and the gradient collectives of every replica, and every flow between
+// replicas (an expert-parallel group spanning replicas), each started when its representative's
+// producer ends. So contention on shared links (a NIC carrying the pipeline's activations and the
+// ring's gradients) is replayed as in the whole graph.
+//
+// Why it is exact. The replay's rules are local: a compute task starts once its predecessors ended
+// and its device finished the task before; a flow starts once its predecessors ended and progresses
+// at the max-min share of the flows on its links. The unfolded timeline satisfies the first rule
+// for every task it copies (settle_unfolded measures it, to the last bit in practice); the replayed
+// flows see every flow they share a link with; and a copied flow's links carry only its replica's
+// group flows, which start when their representatives start (checked), on links isomorphic to theirs,
+// so each ends when its representative does. The whole graph's replay is then the unfolded one.
+// When settle_unfolded finds a task that would have started elsewhere (replicas that are not alike:
+// routing skew, unequal routes), the fold is not exact and the caller replays the whole graph.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/partition.h"
+#include "core/result.h"
+#include "core/task_graph.h"
+
+namespace pipegrid {
+
+struct ReplicaFold {
+  int replicas = 1;
+  TaskGraph graph;                 // what is replayed: replica 0's tasks and every shared-link flow
+  std::vector<int32_t> original;   // per task of `graph`: its task in the whole graph
+  std::vector<int32_t> folded_of;  // per task of the whole graph: the task of `graph` it takes its times from
+  size_t copied_compute = 0;       // whole-graph compute tasks not replayed
+  size_t copied_flows = 0;         // group flows not replayed
+  // Replicas whose group flows stay in the replay (their links are shared, or not alike replica 0's).
+  int replicas_with_replayed_groups = 0;
+
+  bool replayed(int32_t whole_task) const { return original[folded_of[whole_task]] == whole_task; }
+};
+
+// The fold of `whole` (lowered from p on c), or why there is none: one replica, replicas of
+// different sizes, a device in two replicas, or replicas whose device orders differ.
+Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const TaskGraph& whole);
+
+// The whole graph's timeline from the folded graph's replay.
+Timeline unfold(const ReplicaFold& f, const Timeline& folded);
+
+// Settles the unfolded timeline against the replay's rules and says how far it is from them. A copied
+// task nothing depends on (an optimizer step) is timed where the executor would start it: after its
+// predecessors' last end (its replica's own gradient collective, replayed) and its device's previous
+// task, with its representative's duration (`retimed` counts those that moved: replicas whose
+// gradient collectives end at different times). For every other copied task, the deviation is the
+// difference between its start and where the executor would start it; 0 when the replicas are alike.
+struct FoldCheck {
+  double max_deviation_s = 0;
+  int32_t worst_task = -1;  // the whole graph's task with the largest deviation (-1: none)
+  size_t retimed = 0;
+};
+FoldCheck settle_unfolded(const TaskGraph& whole, const ReplicaFold& f, Timeline& unfolded);
+
+// A plan is folded by default from this many tasks (docs/scale.md): below, the whole graph replays
+// in a few seconds and its output stays as it was.
+inline constexpr size_t kFoldThresholdTasks = size_t{1} << 20;
+
+}  // namespace pipegrid

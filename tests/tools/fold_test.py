@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""ctest tools/fold: the replica fold (core/fold.h, docs/scale.md) against the whole graph. Each
+configuration runs twice, `run --fold` and `run --whole`, and every task's start and end (the --tasks
+CSV) must agree to 1e-9 of the iteration where the fold is documented exact: data-parallel replicas
+alike, on links that map one to one. Across t, p, d, schedules (1F1B, interleaved, GPipe, ZB-H1),
+with and without sequence parallelism, ring, multi-ring and hierarchical all-reduces, bucketed
+overlap, context and expert parallelism, one switch, rail-optimised and fat-tree fabrics. Where the
+replicas are not alike (a ring whose hops mix NVLink and InfiniBand, so replicas reach the steps at
+different times), the fold must notice and replay the whole graph, saying so.
+
+Usage: fold_test.py PIPEGRID"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+GPT = "{model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 32000, precision: amp}"
+
+
+def experiment(cluster, strategy, workload=GPT, memory="{optimizer: mixed-adam}"):
+    return f"workload: {workload}\ncluster: {cluster}\nstrategy: {strategy}\nmemory: {memory}\n"
+
+
+def dgx(nodes, fabric="switch"):
+    return f"{{kind: dgx, nodes: {nodes}, gpu: h100, fabric: {fabric}}}"
+
+
+def megatron(t, p, d, schedule="1f1b", extra=""):
+    return (f"{{partitioner: megatron, schedule: {schedule}, stages: {p}, replicas: {d}, tensor_parallel: {t}, "
+            f"micro_batch_size: 1, global_batch: {4 * d}{extra}}}")
+
+
+# (name, experiment, whether the fold must hold)
+CASES = [
+    ("t8 p2 d2 1F1B, one switch", experiment(dgx(4), megatron(8, 2, 2)), True),
+    ("t8 p2 d2 interleaved, SP, rail", experiment(dgx(4, "rail"), megatron(8, 2, 2, "interleaved-1f1b",
+                                                                          ", chunks: 2, sequence_parallel: true")), True),
+    ("t8 p1 d4 overlap + ZeRO-1, fat-tree", experiment(dgx(4, "fat-tree"), megatron(8, 1, 4, "1f1b", ", dp_overlap: true"),
+                                                      memory="{optimizer: mixed-adam, zero: 1}"), True),
+    ("t8 p2 d2 GPipe multi-ring", experiment(dgx(4), megatron(8, 2, 2, "gpipe", ", allreduce: multi-ring")), True),
+    ("t4 p2 d4 hierarchical, groups of half a node", experiment(dgx(4, "rail"), megatron(4, 2, 4, "1f1b",
+                                                                                        ", allreduce: hierarchical")), True),
+    ("t2 p2 d8 ZB-H1", experiment(dgx(4, "rail"), megatron(2, 2, 8, "zb-h1")), True),
+    ("t4 cp2 p1 d4, context parallel", experiment(dgx(4, "rail"), megatron(4, 1, 4, "1f1b", ", context_parallel: 2")), True),
+    ("t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
+     experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8"),
+                workload="{model: mixtral-8x7b, layers: 2, precision: amp-bf16}"), False),
+]
+
+
+def tasks(pipegrid, text, mode, folder):
+    path = os.path.join(folder, f"{mode}.csv")
+    r = subprocess.run([pipegrid, "run", "-", f"--{mode}", "--tasks", path], input=text, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"run --{mode}: exit {r.returncode}: {r.stderr}")
+    replay = [l for l in r.stdout.splitlines() if l.startswith("replay ")]
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return rows, (replay[0] if replay else "")
+
+
+def main():
+    pipegrid = os.path.abspath(sys.argv[1])
+    failures = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, text, exact in CASES:
+            try:
+                whole, _ = tasks(pipegrid, text, "whole", folder)
+                folded, line = tasks(pipegrid, text, "fold", folder)
+            except RuntimeError as e:
+                failures.append(f"{name}: {e}")
+                continue
+            makespan = max(float(r["end_s"]) for r in whole)
+            worst = max((max(abs(float(a["start_s"]) - float(b["start_s"])), abs(float(a["end_s"]) - float(b["end_s"])))
+                         for a, b in zip(whole, folded)), default=0.0)
+            if len(whole) != len(folded) or worst > 1e-9 * makespan:
+                failures.append(f"{name}: {len(folded)} tasks against {len(whole)}, largest difference {worst:.3g} s")
+            said_folded = "folded:" in line
+            if exact and not said_folded:
+                failures.append(f"{name}: expected a folded replay, got {line!r}")
+            if not exact and ("not exact" not in line or said_folded):
+                failures.append(f"{name}: expected the fold to be refused as not exact, got {line!r}")
+            print(f"{name}: {len(whole)} tasks, largest difference {worst:.3g} s; {line[17:120]}")
+    for f in failures:
+        print("FAIL", f)
+    print(f"fold: {len(failures)} problem(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+#include "tools/process/folded_replay.h"
+
+#include <fmt/format.h>
+
+#include "core/executor.h"
+#include "core/fold.h"
+#include "core/units.h"
+#include "tools/process/isolated_replay.h"
+
+namespace pipegrid::process {
+namespace {
+
+// The relative deviation below which an unfolded timeline is taken as the whole graph's: the fold's
+// exactness bound (docs/scale.md).
+constexpr double kFoldTolerance = 1e-9;
+
+std::string millions(size_t n) {
+  return n >= 100000 ? fmt::format("{:.1f} M", static_cast<double>(n) / 1e6) : fmt::format("{}", n);
+}
+
+Result<ChosenReplay> whole(const Cluster& c, const TaskGraph& g, const sim::ReplayOptions& o,
+                           ReplayMode mode) {
+  Result<sim::Replay> r = sim::replay(c, g, o);
+  if (!r) return r.error();
+  mode.folded = false;
+  mode.whole_tasks = mode.replayed_tasks = g.tasks.size();
+  return ChosenReplay{std::move(*r), std::move(mode)};
+}
+
+}  // namespace
+
+std::string describe(const ReplayMode& m) {
+  if (!m.folded) return fmt::format("whole graph ({} tasks): {}", millions(m.whole_tasks), m.whole_because);
+  std::string groups;
+  if (m.copied_flows == 0)
+    groups = ", every replica's group flows replayed (their links are shared)";
+  else if (m.replicas_with_replayed_groups > 0)
+    groups = fmt::format(", the group flows of {} replicas replayed (links shared or unlike replica 0's)",
+                         m.replicas_with_replayed_groups);
+  return fmt::format(
+      "folded: replica 0 of {} replayed with every replica's pipeline and gradient flows ({} of {} tasks){}; "
+      "the others copied, checked exact (largest deviation {}{}; --whole replays every task)",
+      m.replicas, millions(m.replayed_tasks), millions(m.whole_tasks), groups, format_time(m.deviation_s),
+      m.retimed > 0
+          ? fmt::format("; the gradient collectives end at different times, {} optimizer steps timed from "
+                        "their own",
+                        m.retimed)
+          : "");
+}
+
+Result<FoldMode> parse_fold_mode(const std::string& s) {
+  if (s == "auto") return FoldMode::Auto;
+  if (s == "fold") return FoldMode::Fold;
+  if (s == "whole") return FoldMode::Whole;
+  return Error{fmt::format("expected auto, fold or whole, got \"{}\"", s)};
+}
+
+Result<ChosenReplay> replay_chosen(const Cluster& c, const Partition& p, const TaskGraph& g,
+                                   const sim::ReplayOptions& o, FoldMode mode) {
+  ReplayMode m;
+  if (mode == FoldMode::Whole) {
+    m.whole_because = "--whole";
+    return whole(c, g, o, m);
+  }
+  if (mode == FoldMode::Auto && g.tasks.size() < kFoldThresholdTasks) return whole(c, g, o, m);
+  Result<ReplicaFold> f = fold_replicas(c, p, g);
+  if (!f) {
+    m.whole_because = "no replica fold (" + f.error().message + ")";
+    return whole(c, g, o, m);
+  }
+  Result<sim::Replay> r = replay_isolated(c, f->graph, o);
+  if (!r) return r.error();
+  Timeline t = unfold(*f, r->timeline);
+  const FoldCheck check = settle_unfolded(g, *f, t);
+  m.replicas = f->replicas;
+  m.whole_tasks = g.tasks.size();
+  m.replayed_tasks = f->graph.tasks.size();
+  m.copied_flows = f->copied_flows;
+  m.replicas_with_replayed_groups = f->replicas_with_replayed_groups;
+  m.deviation_s = check.max_deviation_s;
+  m.retimed = check.retimed;
+  if (check.max_deviation_s > kFoldTolerance * std::max(t.makespan(), 1e-300)) {
+    std::vector<std::string> names;
+    for (const Device& d : c.devices) names.push_back(d.name);
+    m.whole_because =
+        fmt::format("the replica fold was not exact ({} {} off: replicas not alike)",
+                    describe_task(g.tasks[check.worst_task], names), format_time(check.max_deviation_s));
+    return whole(c, g, o, m);
+  }
+  m.folded = true;
+  sim::Replay out{std::move(t), r->wall_seconds};
+  return ChosenReplay{std::move(out), std::move(m)};
+}
+
+}  // namespace pipegrid::process
