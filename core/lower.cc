@@ -1,11 +1,17 @@
 #include "core/lower.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <limits>
+#include <string>
 #include <utility>
+
+#include "core/units.h"
 
 namespace pipegrid {
 namespace {
@@ -73,16 +79,38 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   return n;
 }
 
-Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes) {
-  if (n.total() <= kMaxTasks) return {};
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page)
+                               : std::numeric_limits<double>::infinity();
+}
+
+Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes, double available) {
+  const double bytes = static_cast<double>(n.total()) * kBytesPerTask;
+  if (n.total() <= kMaxTasks && bytes <= available) return {};
   size_t replicas = 0;
   for (size_t s = 0; s < p.stage_count(); ++s) replicas += p.stage(s).devices.size();
-  return Error{fmt::format(
-      "the plan is too large to simulate: {} micro-batch{} x {} stage replicas ({} stage{}) x {} passes "
-      "= {} compute tasks, + {} transfers + {} all-reduce steps = {} tasks in one iteration, above "
-      "pipegrid's limit of {} (2^25); use fewer micro-batches, stages or replicas",
+  const std::string what = fmt::format(
+      "{} micro-batch{} x {} stage replicas ({} stage{}) x {} passes = {} compute tasks, + {} transfers + {} "
+      "all-reduce steps = {} tasks in one iteration",
       micro_batches, micro_batches == 1 ? "" : "es", replicas, p.stage_count(), p.stage_count() == 1 ? "" : "s",
-      passes, n.compute, n.transfers, n.ring_steps, n.total(), kMaxTasks)};
+      passes, n.compute, n.transfers, n.ring_steps, n.total());
+  if (n.total() > kMaxTasks)
+    return Error{fmt::format(
+        "the plan is too large to simulate: {}, above pipegrid's limit of {} (2^31 - 1, the range of its task "
+        "ids); use fewer micro-batches, stages or replicas",
+        what, kMaxTasks)};
+  return Error{fmt::format(
+      "the plan is too large to simulate on this machine: {}, about {} at {} bytes a task (docs/scale.md), "
+      "more than the {} available; use fewer micro-batches, stages or replicas, or a machine with more memory",
+      what, format_bytes(bytes), kBytesPerTask, format_bytes(available))};
 }
 
 int dp_buckets(double parameters, int replicas) {

@@ -60,16 +60,29 @@ struct TaskCount {
 };
 TaskCount count_tasks(const Partition& p, int micro_batches, int passes);
 
-// The most tasks one iteration may have: 2^25 = 33,554,432 (at about 150 bytes per task in the
-// task graph and as much again in a replay, some 10 GB; task ids are 32-bit). The largest
-// configuration measured (tests/bench/scale_bench.cc) has 16.8 M.
-inline constexpr size_t kMaxTasks = size_t{1} << 25;
+// The most tasks one iteration may have: 2^31 - 1 = 2,147,483,647, the range of the task ids (32-bit).
+inline constexpr size_t kMaxTasks = (size_t{1} << 31) - 1;
+// What one task costs from lowering to metrics, measured at the peak of `run` (the task graph with
+// its dependencies and memory changes, the replay's arrays, the fold's copy and the unfolded
+// timeline): GPT-3 175B on 1,024 A100s 1.00 GB / 11.1 M tasks whole and 1.17 GB folded (105 B), Llama
+// 3 405B on 8,192 H100s 2.1 GB / 20.8 M folded (103 B); rounded up (docs/scale.md, "Task limit").
+inline constexpr double kBytesPerTask = 128;
 
-// An error naming the product and the limit when `n` is above kMaxTasks.
-Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes);
+// A global_batch sweep keeps every candidate's micro-batches until the best is picked: at most 2^25
+// tasks over all its micro-batch sizes (core/planners/partitioner.cc).
+inline constexpr size_t kMaxSweepTasks = size_t{1} << 25;
+
+// The memory this machine has available now (Linux: /proc/meminfo's MemAvailable; elsewhere the
+// physical memory); infinity when unknown.
+double available_memory_bytes();
+
+// An error naming the product and the limit when `n` is above kMaxTasks, or when its estimated
+// memory (n.total() x kBytesPerTask) is above `available_bytes`.
+Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes,
+                        double available_bytes = available_memory_bytes());
 
 // Precondition: the schedule passed validate_schedule() (see validate.h). Fails (before allocating)
-// on a graph of more than kMaxTasks tasks.
+// on a graph of more than kMaxTasks tasks or more than the machine's available memory holds.
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                         const LoweringOptions& o);
 

@@ -35,13 +35,13 @@ Status check_sweep_size(const PlanRequest& r, const PartitionStrategy& partition
     for (const MicroBatching& mb : r.micro_batchings) micro_batches += static_cast<size_t>(mb.count);
     const size_t per_micro_batch =
         2 * stage_replicas + 2 * (stage_replicas - std::min<size_t>(1, stage_replicas));
-    if (micro_batches * per_micro_batch > kMaxTasks)
+    if (micro_batches * per_micro_batch > kMaxSweepTasks)
       return Error{fmt::format(
           "global_batch {}: its {} micro-batch sizes make {} micro-batches in all, x {} tasks each ({} stage "
           "replicas x 2 passes + transfers) = {} tasks to plan and keep, above pipegrid's limit of {} "
           "(2^25); use a smaller global_batch, or micro_batches",
           r.strategy.mini_batch, r.micro_batchings.size(), micro_batches, per_micro_batch, stage_replicas,
-          micro_batches * per_micro_batch, kMaxTasks)};
+          micro_batches * per_micro_batch, kMaxSweepTasks)};
   }
   // A partitioner that can estimate its search: the sweep's total, bounded before any of it runs
   // (each size alone may be under the limit and the sweep still take many minutes).

@@ -48,16 +48,34 @@ TEST_CASE("count_tasks: replicated stages add their ring all-reduce steps") {
   CHECK(run->graph.tasks.size() == 48);
 }
 
-TEST_CASE("a plan above the task limit is refused before it is scheduled") {
-  // 64 stages x 1,000,000 micro-batches x 2 passes = 128,000,000 compute tasks > 2^25.
-  Experiment e = chain_experiment(64, 1000000, 1e-3, 2e-3, "gpipe",
-                                  make_switch_cluster(64, "gpu", test_device(), 1e9, 0));
+TEST_CASE("a plan above the task ids' range is refused before it is scheduled") {
+  // 2,048 stages x 1,000,000 micro-batches x 2 passes = 4,096,000,000 compute tasks > 2^31 - 1.
+  Experiment e = chain_experiment(2048, 1000000, 1e-3, 2e-3, "gpipe",
+                                  make_switch_cluster(2048, "gpu", test_device(), 1e9, 0));
   Result<PreparedRun> run = prepare(e);
   REQUIRE_FALSE(run.ok());
-  CHECK(run.error().message.find("1000000 micro-batches x 64 stage replicas (64 stages) x 2 passes") !=
+  CHECK(run.error().message.find("1000000 micro-batches x 2048 stage replicas (2048 stages) x 2 passes") !=
         std::string::npos);
-  CHECK(run.error().message.find("128000064 compute tasks") != std::string::npos);  // + 64 optimizer steps
-  CHECK(run.error().message.find("limit of 33554432") != std::string::npos);
+  CHECK(run.error().message.find("4096002048 compute tasks") != std::string::npos);  // + 2,048 optimizer steps
+  CHECK(run.error().message.find("limit of 2147483647") != std::string::npos);
+}
+
+TEST_CASE("a plan whose graph would not fit the memory available is refused with the estimate") {
+  // 64 stages x 1,000 micro-batches: 128,064 compute tasks + 2 x 63 x 1,000 transfers = 254,064
+  // tasks x 128 bytes = 32,520,192 bytes (31.01 MiB), against 10 MiB available.
+  Experiment e = chain_experiment(64, 1000, 1e-3, 2e-3, "gpipe",
+                                  make_switch_cluster(64, "gpu", test_device(), 1e9, 0));
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(run.ok());
+  const TaskCount n = count_tasks(run->partition, 1000, 2);
+  CHECK(n.total() == 254064);
+  const Status s = check_task_count(n, run->partition, 1000, 2, 10.0 * 1024 * 1024);
+  REQUIRE_FALSE(s.ok());
+  INFO(s.error().message);
+  CHECK(s.error().message.find("= 254064 tasks in one iteration, about 31.01 MiB at 128 bytes a task") !=
+        std::string::npos);
+  CHECK(s.error().message.find("more than the 10 MiB available") != std::string::npos);
+  CHECK(check_task_count(n, run->partition, 1000, 2, 32.0 * 1024 * 1024).ok());
 }
 
 TEST_CASE("a mini-batch whose divisors make too many micro-batches is refused before planning") {

@@ -323,7 +323,13 @@ long long Node::integer(long long min, long long max, std::string_view expectati
   const std::string& s = node_.Scalar();
   long long v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v < min || v > max) expected(expectation);
+  if (ec != std::errc() || p != s.data() + s.size()) expected(expectation);
+  // A number above the range says it where the expectation names no bound ("a positive integer"
+  // alone reads wrong for 20000000; "0 or 1" says it already).
+  if (v > max && expectation.find_first_of("0123456789") == std::string_view::npos)
+    expected(fmt::format("{} of at most {}", expectation, max));
+  if (v > max) expected(expectation);
+  if (v < min) expected(expectation);
   return v;
 }
 
