@@ -12,6 +12,7 @@
 
 #include "core/backends.h"
 #include "core/executor.h"
+#include "core/fold.h"
 #include "core/lower.h"
 #include "core/schedule.h"
 #include "core/units.h"
@@ -96,22 +97,24 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
   for (double x : loads) kept += x;
   std::string routing = e.strategy.moe.expert_shares.empty() ? "balanced routing" : "routing as given";
   if (e.strategy.moe.capacity_factor > 0)
-    routing += fmt::format(", capacity factor {:g} ({} of the token copies dropped)", e.strategy.moe.capacity_factor,
-                           percent(1 - kept));
+    routing += fmt::format(", capacity factor {:g} ({} of the token copies dropped)",
+                           e.strategy.moe.capacity_factor, percent(1 - kept));
   else
     routing += ", dropless";
   const std::string flows =
       par.expert == 1 || e.strategy.moe.dispatcher != MoeDispatcher::AllToAll ? ""
-      : node_aggregated ? fmt::format("; all-to-alls as two flows per device, node-aggregated ({}: docs/moe.md)",
-                                      e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::Auto
-                                          ? "above 2^22 flows; up to 1.3% slower measured"
-                                          : "as asked; up to 1.3% slower measured")
-                        : "; all-to-alls as one flow per pair";
-  return fmt::format("{} per device (ep {}, etp {}), {} dispatcher{}; {}; load imbalance {:.3g} (the busiest "
-                     "expert-parallel rank's tokens over the mean){}",
-                     experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher),
-                     e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "",
-                     routing, load_imbalance(loads), flows);
+      : node_aggregated
+          ? fmt::format("; all-to-alls as two flows per device, node-aggregated ({}: docs/moe.md)",
+                        e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::Auto
+                            ? "above 2^22 flows; up to 1.3% slower measured"
+                            : "as asked; up to 1.3% slower measured")
+          : "; all-to-alls as one flow per pair";
+  return fmt::format(
+      "{} per device (ep {}, etp {}), {} dispatcher{}; {}; load imbalance {:.3g} (the busiest "
+      "expert-parallel rank's tokens over the mean){}",
+      experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher),
+      e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "", routing,
+      load_imbalance(loads), flows);
 }
 
 std::string plural(double count, std::string_view one, std::string_view many) {
@@ -267,8 +270,8 @@ void print_device_groups(std::ostream& out, const Experiment& e, const std::vect
     names.push_back(device_ranges(e.cluster, g.devices, 3));
     w = std::max(w, names.back().size());
   }
-  fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}\n", "devices", w, "count", "busy",
-             "idle", "bubble", "peak mem", "activations", "capacity", "role");
+  fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}\n", "devices", w, "count",
+             "busy", "idle", "bubble", "peak mem", "activations", "capacity", "role");
   for (size_t i = 0; i < groups.size(); ++i) {
     const DeviceGroup& g = groups[i];
     const DeviceMetrics& busy = m.devices[static_cast<size_t>(g.busiest)];
@@ -277,14 +280,15 @@ void print_device_groups(std::ostream& out, const Experiment& e, const std::vect
       fmt::print(out, "{:<{}} {:>6}  (unused)\n", names[i], w, g.devices.size());
       continue;
     }
-    fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}{}\n", names[i], w, g.devices.size(),
-               format_time(busy.busy_s), format_time(busy.idle_s), percent(busy.bubble_ratio),
-               format_bytes(full.peak_memory_bytes), format_bytes(full.peak_activation_bytes),
-               format_bytes(full.capacity_bytes), group_role(g),
+    fmt::print(out, "{:<{}} {:>6} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}  {}{}\n", names[i], w,
+               g.devices.size(), format_time(busy.busy_s), format_time(busy.idle_s),
+               percent(busy.bubble_ratio), format_bytes(full.peak_memory_bytes),
+               format_bytes(full.peak_activation_bytes), format_bytes(full.capacity_bytes), group_role(g),
                full.peak_memory_bytes > full.capacity_bytes ? "  OVER CAPACITY" : "");
   }
-  fmt::print(out, "(devices alike grouped: busy, idle, bubble of a group's busiest, memory of its fullest; "
-                  "--devices all lists each)\n");
+  fmt::print(out,
+             "(devices alike grouped: busy, idle, bubble of a group's busiest, memory of its fullest; "
+             "--devices all lists each)\n");
   int busiest = -1, fullest = -1;
   for (const DeviceGroup& g : groups) {
     if (g.stages.empty()) continue;
@@ -295,12 +299,14 @@ void print_device_groups(std::ostream& out, const Experiment& e, const std::vect
   if (busiest >= 0) {
     const DeviceMetrics& b = m.devices[busiest];
     const DeviceMetrics& f = m.devices[fullest];
-    fmt::print(out, "busiest device   {}: busy {}, idle {}\n", b.name, format_time(b.busy_s), format_time(b.idle_s));
+    fmt::print(out, "busiest device   {}: busy {}, idle {}\n", b.name, format_time(b.busy_s),
+               format_time(b.idle_s));
     fmt::print(out, "most memory      {}: {} of {}\n", f.name, format_bytes(f.peak_memory_bytes),
                format_bytes(f.capacity_bytes));
   }
   if (m.feasible()) return;
-  fmt::print(out, "\nINFEASIBLE: {} over capacity:", plural(static_cast<double>(m.over_capacity.size()), "device", "devices"));
+  fmt::print(out, "\nINFEASIBLE: {} over capacity:",
+             plural(static_cast<double>(m.over_capacity.size()), "device", "devices"));
   std::string sep = " ";
   for (const DeviceGroup& g : groups) {
     std::vector<int> over;
@@ -308,9 +314,9 @@ void print_device_groups(std::ostream& out, const Experiment& e, const std::vect
       if (m.devices[d].peak_memory_bytes > m.devices[d].capacity_bytes) over.push_back(d);
     if (over.empty()) continue;
     const DeviceMetrics& f = m.devices[static_cast<size_t>(g.most_memory)];
-    fmt::print(out, "{}{} ({}) need{} up to {} but {} {}", sep, device_ranges(e.cluster, over, 3), group_role(g),
-               over.size() == 1 ? "s" : "", format_bytes(f.peak_memory_bytes), over.size() == 1 ? "has" : "have",
-               format_bytes(f.capacity_bytes));
+    fmt::print(out, "{}{} ({}) need{} up to {} but {} {}", sep, device_ranges(e.cluster, over, 3),
+               group_role(g), over.size() == 1 ? "s" : "", format_bytes(f.peak_memory_bytes),
+               over.size() == 1 ? "has" : "have", format_bytes(f.capacity_bytes));
     sep = "; ";
   }
   fmt::print(out, "\n");
@@ -318,9 +324,12 @@ void print_device_groups(std::ostream& out, const Experiment& e, const std::vect
 
 }  // namespace
 
-void print_summary(std::ostream& out, const RunReport& r) {
+namespace {
+
+// The summary's parts, in the order of a small run; a large one (large_layout) puts the answer first.
+void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
+                  const Result<std::vector<std::vector<StageCost>>>& costs) {
   const Experiment& e = r.experiment;
-  const Metrics& m = r.metrics;
   fmt::print(out, "{}\n", e.name.empty() ? "pipegrid run" : e.name);
   fmt::print(out, "  workload   {} ({}, {})\n", e.workload.name,
              plural(static_cast<double>(e.workload.layer_count()), "layer", "layers"),
@@ -331,28 +340,53 @@ void print_summary(std::ostream& out, const RunReport& r) {
              plural(r.run.micro_batches, "micro-batch", "micro-batches"),
              plural(r.run.micro_batch_size, "sample", "samples"));
   fmt::print(out, "  batch      {}\n", batch_note(r.run));
-  const Parallelism par = parallelism(r.run.partition);
   if (par.tensor > 1 || par.context > 1)
     fmt::print(out, "  parallel   t = {} (tensor{}{}), {}p = {} (pipeline stages{}), d = {} (data)\n",
                par.tensor, e.strategy.sequence_parallel ? ", sequence parallel" : "",
                e.strategy.tp_overlap ? ", overlapped" : "",
                par.context > 1 ? context_note(e, r.run.partition) + ", " : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" of {} chunks", par.chunks) : "", par.data);
-  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
-                           {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context});
   if (costs)
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
   fmt::print(out, "  assumes    {}\n", assumptions_note(e));
-  fmt::print(out, "\n");
+}
+
+// The stage table; `collapse` merges consecutive stages alike (layer count, times, stash) into one
+// row "1-30" (large runs), the devices as the union of their ranges.
+void print_stage_table(std::ostream& out, const RunReport& r,
+                       const Result<std::vector<std::vector<StageCost>>>& costs, bool collapse) {
+  const Experiment& e = r.experiment;
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
-    rows.push_back({std::to_string(s), layer_list(e.workload, st.layers),
-                    r.all_devices ? device_list(e, st) : device_ranges(e.cluster, st.devices, 3),
-                    format_time(sc.times.forward), format_time(sc.times.backward()),
-                    format_bytes(sc.stash_bytes)});
+    size_t last = s;
+    std::vector<int> devices = st.devices;
+    auto alike = [&](size_t t) {
+      const StageCost& tc = (*costs)[t].front();
+      return r.run.partition.stage(t).layers.size() == st.layers.size() &&
+             tc.times.forward == sc.times.forward && tc.times.backward() == sc.times.backward() &&
+             tc.stash_bytes == sc.stash_bytes;
+    };
+    while (collapse && last + 1 < r.run.partition.stage_count() && alike(last + 1)) {
+      ++last;
+      const auto& more = r.run.partition.stage(last).devices;
+      devices.insert(devices.end(), more.begin(), more.end());
+    }
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    const bool merged = last > s;
+    rows.push_back(
+        {merged ? fmt::format("{}-{}", s, last) : std::to_string(s),
+         merged ? fmt::format(
+                      "{}..{} ({} each)", e.workload.layer(static_cast<size_t>(st.layers.front())).name,
+                      e.workload.layer(static_cast<size_t>(r.run.partition.stage(last).layers.back())).name,
+                      plural(static_cast<double>(st.layers.size()), "layer", "layers"))
+                : layer_list(e.workload, st.layers),
+         r.all_devices ? device_list(e, st) : device_ranges(e.cluster, devices, 3),
+         format_time(sc.times.forward), format_time(sc.times.backward()), format_bytes(sc.stash_bytes)});
+    s = last;
   }
   size_t wl = 6, wd = 7;
   for (const auto& row : rows) {
@@ -364,16 +398,51 @@ void print_summary(std::ostream& out, const RunReport& r) {
   for (const auto& row : rows)
     fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3],
                row[4], row[5]);
+}
+
+// `large`: a chain's edges go unsaid (the stage graph line says it is a chain).
+void print_plan_lines(std::ostream& out, const RunReport& r, bool large) {
   const PlanNotes& plan = r.run.partition.plan;
-  fmt::print(out, "\nstage graph      {}, depth {}{}\n",
+  fmt::print(out, "stage graph      {}, depth {}{}\n",
              plural(static_cast<double>(r.run.partition.stage_count()), "stage", "stages"),
              r.run.partition.depth(), r.run.partition.is_chain() ? " (a chain)" : "");
-  if (r.run.partition.stage_count() > 1)
+  if (r.run.partition.stage_count() > 1 && !(large && r.run.partition.is_chain()))
     fmt::print(out, "stage edges      {}\n", stage_edges(r.run.partition));
   if (!plan.summary.empty()) fmt::print(out, "planner          {}\n", plan.summary);
   fmt::print(out, "planning time    {}\n", format_time(r.run.planning_seconds));
   if (!r.run.exploration.empty()) fmt::print(out, "                 {}\n", r.run.exploration);
-  fmt::print(out, "\niteration time   {}\n", format_time(m.iteration_time_s));
+}
+
+// Each device group's peak memory in one line (large runs: the memory per stage among the answer).
+void print_memory_line(std::ostream& out, const RunReport& r, const std::vector<DeviceGroup>& groups) {
+  const Metrics& m = r.metrics;
+  std::vector<std::string> peaks;
+  size_t over = 0, used = 0;
+  double capacity = 0;
+  for (const DeviceGroup& g : groups) {
+    if (g.stages.empty() || g.most_memory < 0) continue;
+    const DeviceMetrics& d = m.devices[static_cast<size_t>(g.most_memory)];
+    peaks.push_back(format_bytes(d.peak_memory_bytes));
+    capacity = d.capacity_bytes;
+    ++used;
+    over += d.peak_memory_bytes > d.capacity_bytes;
+  }
+  std::vector<std::string> runs;  // equal neighbours once: "1.165 GiB x 15"
+  for (size_t i = 0; i < peaks.size();) {
+    size_t j = i;
+    while (j < peaks.size() && peaks[j] == peaks[i]) ++j;
+    runs.push_back(j - i > 1 ? fmt::format("{} x {}", peaks[i], j - i) : peaks[i]);
+    i = j;
+  }
+  fmt::print(out, "peak memory      {} per device group (the device table's order), of {}{}\n",
+             fmt::join(runs, ", "), format_bytes(capacity),
+             over > 0 ? fmt::format(": {} of {} groups over capacity (INFEASIBLE)", over, used) : "");
+}
+
+void print_results(std::ostream& out, const RunReport& r, const Parallelism& par) {
+  const Experiment& e = r.experiment;
+  const Metrics& m = r.metrics;
+  fmt::print(out, "iteration time   {}\n", format_time(m.iteration_time_s));
   fmt::print(out, "throughput       {:.6g} samples/s ({} per iteration)\n", m.throughput_samples_per_s,
              plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
@@ -383,8 +452,10 @@ void print_summary(std::ostream& out, const RunReport& r) {
   if (!r.replay.empty()) fmt::print(out, "replay           {}\n", r.replay);
   if (par.tensor > 1 || par.expert > 1 || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
-    std::string ep = par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
-    if (par.context > 1) ep += fmt::format(", exposed CP communication {}", format_time(b.context_parallel_s));
+    std::string ep =
+        par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
+    if (par.context > 1)
+      ep += fmt::format(", exposed CP communication {}", format_time(b.context_parallel_s));
     fmt::print(
         out,
         "time per device  compute {}, exposed TP {}{}, pipeline comm {}, data-parallel comm {}, bubble {}, "
@@ -392,11 +463,45 @@ void print_summary(std::ostream& out, const RunReport& r) {
         format_time(b.compute_s), format_time(b.tensor_parallel_s), ep, format_time(b.pipeline_s),
         format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
   }
-  if (par.expert > 1) fmt::print(out, "experts          {}\n", moe_note(e, r.run.partition, r.run.graph.node_aggregated_all_to_all));
+}
+
+void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par) {
+  const Experiment& e = r.experiment;
+  if (par.expert > 1)
+    fmt::print(out, "experts          {}\n",
+               moe_note(e, r.run.partition, r.run.graph.node_aggregated_all_to_all));
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
     fmt::print(out, "cost model       {}\n", c.note);
-  fmt::print(out, "\n");
+}
+
+}  // namespace
+
+bool large_layout(const RunReport& r) {
+  return r.run.graph.tasks.size() >= kFoldThresholdTasks;
+}
+
+void print_summary(std::ostream& out, const RunReport& r) {
+  const Experiment& e = r.experiment;
+  const Metrics& m = r.metrics;
+  const Parallelism par = parallelism(r.run.partition);
+  auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
+                           {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context});
   const std::vector<DeviceGroup> groups = group_devices(e.cluster, r.run.partition, m);
+  const bool large = large_layout(r);
+  print_header(out, r, par, costs);
+  fmt::print(out, "\n");
+  if (large) {  // the answer first: iteration time, throughput, MFU, breakdown, memory per group
+    print_results(out, r, par);
+    print_memory_line(out, r, groups);
+    fmt::print(out, "\n");
+  }
+  print_stage_table(out, r, costs, large);
+  fmt::print(out, "\n");
+  print_plan_lines(out, r, large);
+  fmt::print(out, "\n");
+  if (!large) print_results(out, r, par);
+  print_notes(out, r, par);
+  fmt::print(out, "\n");
   if (r.all_devices || !any_grouped(groups))
     print_every_device(out, m);
   else
@@ -498,8 +603,9 @@ std::string gradients_note(const Experiment& e, const Partition& p,
                         ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
                         : "reduced at the workload's element size";
   if (e.strategy.dp_overlap && first.gradient_replicas() > 1 && !costs.empty())
-    how += fmt::format("; stage 0's in {} during its last backward (--overlap-grad-reduce)",
-                       plural(dp_buckets(costs[0].front().parameters, first.gradient_replicas()), "bucket", "buckets"));
+    how += fmt::format(
+        "; stage 0's in {} during its last backward (--overlap-grad-reduce)",
+        plural(dp_buckets(costs[0].front().parameters, first.gradient_replicas()), "bucket", "buckets"));
   if (e.strategy.dp_overlap && e.memory.zero1)
     how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
   if (e.strategy.dp_overlap && parallelism(p).data <= 1 && parallelism(p).context <= 1)
@@ -691,10 +797,12 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"dp_buckets", 1},
                       {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
-    if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
-                                 e.memory.recompute, {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context}))
-      j["parallelism"]["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
-                                                  run.partition.stage(0).replicas());
+    if (auto costs =
+            stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size, e.memory.recompute,
+                        {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context}))
+      j["parallelism"]["dp_buckets"] =
+          dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
+                     run.partition.stage(0).replicas());
   const Parallelism moe_par = parallelism(run.partition);
   const bool moe = moe_par.expert > 1;
   j["breakdown"] = breakdown_json(m.breakdown, moe, moe_par.context > 1);
@@ -703,13 +811,16 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                                    {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
                                    {"load_balance", e.strategy.context.load_balance}};
   if (moe)
-    j["parallelism"]["experts"] = {{"expert_parallel", moe_par.expert},
-                                   {"expert_tensor_parallel", moe_par.expert_tensor},
-                                   {"dispatcher", std::string(to_string(e.strategy.moe.dispatcher))},
-                                   {"capacity_factor", e.strategy.moe.capacity_factor},
-                                   {"overlap", e.strategy.moe_overlap},
-                                   {"all_to_all_flows", run.graph.node_aggregated_all_to_all ? "node-aggregated" : "pairwise"},
-                                   {"load_imbalance", load_imbalance(expert_loads(e.strategy.moe, static_cast<int>(routed_experts(e.workload)), moe_par.expert))}};
+    j["parallelism"]["experts"] = {
+        {"expert_parallel", moe_par.expert},
+        {"expert_tensor_parallel", moe_par.expert_tensor},
+        {"dispatcher", std::string(to_string(e.strategy.moe.dispatcher))},
+        {"capacity_factor", e.strategy.moe.capacity_factor},
+        {"overlap", e.strategy.moe_overlap},
+        {"all_to_all_flows", run.graph.node_aggregated_all_to_all ? "node-aggregated" : "pairwise"},
+        {"load_imbalance",
+         load_imbalance(
+             expert_loads(e.strategy.moe, static_cast<int>(routed_experts(e.workload)), moe_par.expert))}};
   j["iteration_time_s"] = m.iteration_time_s;
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;
@@ -733,20 +844,21 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   nlohmann::json devices = nlohmann::json::array();
   for (size_t i = 0; i < m.devices.size(); ++i) {
     const DeviceMetrics& d = m.devices[i];
-    devices.push_back({{"name", d.name},
-                       {"model", i < e.cluster.devices.size() ? e.cluster.devices[i].spec.kind : ""},
-                       {"used", d.used},
-                       {"busy_s", d.busy_s},
-                       {"idle_s", d.idle_s},
-                       {"bubble_ratio", d.bubble_ratio},
-                       {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
-                       {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
-                       {"static_memory_bytes", json_number(d.static_bytes)},
-                       {"capacity_bytes", json_number(d.capacity_bytes)},
-                       {"memory_reserve_bytes",
-                        json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
-                       {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1,
-                                                    parallelism(run.partition).context > 1)}});
+    devices.push_back(
+        {{"name", d.name},
+         {"model", i < e.cluster.devices.size() ? e.cluster.devices[i].spec.kind : ""},
+         {"used", d.used},
+         {"busy_s", d.busy_s},
+         {"idle_s", d.idle_s},
+         {"bubble_ratio", d.bubble_ratio},
+         {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
+         {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
+         {"static_memory_bytes", json_number(d.static_bytes)},
+         {"capacity_bytes", json_number(d.capacity_bytes)},
+         {"memory_reserve_bytes",
+          json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
+         {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1,
+                                      parallelism(run.partition).context > 1)}});
   }
   j["devices"] = devices;
   j["device_groups"] = device_groups_json(e, run, m);
@@ -760,6 +872,13 @@ nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = common_json("run", r.experiment, r.run, r.metrics);
   if (r.tokens > 0) j["model_flops"] = token_json(token_figures(r.experiment, r.metrics, r.tokens));
   if (!r.replay.empty()) j["replay"] = r.replay;
+  // Large runs (large_layout) keep the groups and leave out the per-device list unless asked for it.
+  if (large_layout(r) && !r.all_devices) {
+    j["devices_left_out"] =
+        fmt::format("{} devices, alike in {} groups (device_groups); --devices all lists each",
+                    j["devices"].size(), j["device_groups"].size());
+    j.erase("devices");
+  }
   return j;
 }
 

@@ -40,7 +40,11 @@ struct RunReport {
   std::string replay;        // how the replay ran when it says so (process::describe); empty: the whole graph
 };
 
+// The summary. From kFoldThresholdTasks tasks (large_layout) the answer comes first (iteration time,
+// throughput, MFU, breakdown, peak memory per device group) and stages alike share a row, so that a
+// run on 16,384 devices reads in its first 20 lines; smaller runs print as they always have.
 void print_summary(std::ostream& out, const RunReport& r);
+bool large_layout(const RunReport& r);
 
 // "1 stage", "2 stages"; `count` may be fractional ("1.5 samples").
 std::string plural(double count, std::string_view one, std::string_view many);
