@@ -93,5 +93,6 @@ Command add_import_command(CLI::App& parent);  // tools/cli/interop.cc
 Command add_export_command(CLI::App& parent);
 Command add_replay_command(CLI::App& parent);
 Command add_search_command(CLI::App& parent);
+Command add_goodput_command(CLI::App& parent);  // tools/cli/goodput.cc
 
 }  // namespace pipegrid::cli
