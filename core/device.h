@@ -105,6 +105,9 @@ struct Device {
   std::string name;
   DeviceSpec spec;
   std::string node;  // machine the device sits in (for hierarchical collectives); may be empty
+  // A straggler (an experiment's faults.slow_devices): every compute task on the device takes this
+  // many times as long, whatever its kernels (compute and memory alike); 1 healthy.
+  double slowdown = 1;
 };
 
 // Seconds one layer takes for `batch` samples, per pass.

@@ -30,6 +30,9 @@ struct Experiment {
   // what reads the workload before planning (the 3D search, stage costs in reports) sees it placed.
   // Shared, never changed: copies of an experiment share it.
   std::shared_ptr<const BackendRequest> backends;
+  // The experiment's faults as the reports state them ("gpu3 2x slower", "link gpu0 - ib-switch at
+  // 50% bandwidth"); already applied to the cluster (Device::slowdown, Link::bandwidth).
+  std::vector<std::string> faults;
 };
 
 // Backend placement (core/backends.h): places e.workload's layers on e.backends' catalog for the

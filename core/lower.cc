@@ -420,7 +420,7 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
   const TpProgram* tp_prog = program(a.stage, static_cast<size_t>(j), a.pass);
   if (tp_prog) {
     for (size_t piece = 0; piece + 1 < tp_prog->compute.size(); ++piece) {
-      t.duration = tp_prog->compute[piece];
+      t.duration = tp_prog->compute[piece] * c_.devices[d].slowdown;
       const int32_t id = g_.add(t);
       if (first < 0) first = id;
       order.push_back(id);
@@ -438,6 +438,7 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
       break;
   }
   if (tp_prog) t.duration = tp_prog->compute.back();
+  t.duration *= c_.devices[d].slowdown;
   const bool split = bucketed_ && a.stage == 0 && dp_last_[j] == std::pair<size_t, size_t>{d, action};
   if (split && !tp_prog && buckets_ > 1) {  // its first K-th, then the rest
     Task head_piece = t;
@@ -779,6 +780,7 @@ void Lowering::add_optimizer_steps() {
     t.duration = w_.optimizer_step_s >= 0
                      ? w_.optimizer_step_s
                      : optimizer_step_time(step_parameters_[d], o_.memory, w_.precision, c_.devices[d].spec);
+    t.duration *= c_.devices[d].slowdown;
     const int32_t id = g_.add(t);
     for (int32_t in : step_inputs_[d])
       if (g_.tasks[in].kind == TaskKind::Transfer) g_.depend(in, id);  // compute inputs on d precede it in order

@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -177,11 +176,13 @@ void check_whole_samples(const Node& n, const Chosen& chosen, const Experiment& 
   if (allow || d <= 1 || whole_samples_per_replica(size, static_cast<int>(d))) return;
   const std::optional<Node> key = n.get("replicas") ? n.get("replicas") : n.get("partitioner");
   const Node& at = key ? *key : n;
-  at.fail(fmt::format(
-      "{} replicas would split the workload's micro-batch of {:g} sample{} into {:g} samples each ({}), which no data "
-      "loader does: give strategy.micro_batch_size (whole samples per replica, Megatron's --micro-batch-size) "
-      "or a d that divides {:g}; allow_fractional_samples: true costs the fraction linearly",
-      d, size, size == 1 ? "" : "s", size / static_cast<double>(d), d_source(chosen, d), size));
+  at.fail(
+      fmt::format("{} replicas would split the workload's micro-batch of {:g} sample{} into {:g} samples "
+                  "each ({}), which no data "
+                  "loader does: give strategy.micro_batch_size (whole samples per replica, Megatron's "
+                  "--micro-batch-size) "
+                  "or a d that divides {:g}; allow_fractional_samples: true costs the fraction linearly",
+                  d, size, size == 1 ? "" : "s", size / static_cast<double>(d), d_source(chosen, d), size));
 }
 
 // The batch in Megatron-LM's vocabulary (docs/experiment-files.md, "Batch"): global_batch G
@@ -190,7 +191,8 @@ void check_whole_samples(const Node& n, const Chosen& chosen, const Experiment& 
 // strategy fixes (fixed_replicas): any two give the third. G alone keeps the exploration of every
 // micro-batch size dividing it (StrategySpec::mini_batch). Core plans with the pipeline's
 // micro-batch, the b d samples a stage's replicas share (Experiment::micro_batch_size).
-void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e, bool batch_required) {
+void parse_batch(const Node& n, const Node& workload, const Chosen& chosen, Experiment& e,
+                 bool batch_required) {
   StrategySpec& s = e.strategy;
   const BatchKeys k = batch_keys(n, workload);
   const long long d = fixed_replicas(s, e.cluster.devices.size());
@@ -317,31 +319,34 @@ std::vector<double> parse_routing(const Node& r, double experts) {
                        shares.size()));
   double total = 0;
   for (double v : shares) total += v;
-  if (std::abs(total - 1) > 1e-6) r.fail(fmt::format("expected shares summing to 1, got a sum of {:.6g}", total));
+  if (std::abs(total - 1) > 1e-6)
+    r.fail(fmt::format("expected shares summing to 1, got a sum of {:.6g}", total));
   return shares;
 }
 
 // Expert parallelism of the MoE blocks (core/moe.h): `expert_parallel`, `expert_tensor_parallel` and
 // the `moe` options (dispatcher, capacity factor, routing, overlap of the all-to-alls, their flows).
-void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
+void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w,
+                   const Cluster& c) {
   const double experts = routed_experts(w);
   auto needs_moe = [&](const Node& x) {
     if (experts == 0)
-      x.fail(fmt::format("the workload \"{}\" has no mixture-of-experts block (models mixtral-8x7b, "
-                         "qwen3-30b-a3b, deepseek-v3, ...)",
-                         w.name));
+      x.fail(
+          fmt::format("the workload \"{}\" has no mixture-of-experts block (models mixtral-8x7b, "
+                      "qwen3-30b-a3b, deepseek-v3, ...)",
+                      w.name));
   };
   if (auto e = n.get("expert_parallel")) {
     s.expert_parallel = static_cast<int>(e->integer(1, kMaxCount, "a positive integer"));
     if (s.expert_parallel > 1) {
       needs_moe(*e);
       if (!chosen.partitioner.takes_tensor_parallel || !chosen.planner.runs_partitioner)
-        e->fail(fmt::format("{}, not {}",
-                            used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
-                            chosen.planner.runs_partitioner ? s.partitioner : std::string(chosen.planner.name)));
+        e->fail(fmt::format(
+            "{}, not {}", used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
+            chosen.planner.runs_partitioner ? s.partitioner : std::string(chosen.planner.name)));
       if (std::fmod(experts, s.expert_parallel) != 0)
-        e->fail(fmt::format("expected a divisor of the {:g} experts (each device holds E / ep), got {}", experts,
-                            s.expert_parallel));
+        e->fail(fmt::format("expected a divisor of the {:g} experts (each device holds E / ep), got {}",
+                            experts, s.expert_parallel));
       if (static_cast<size_t>(s.expert_parallel) > c.devices.size())
         e->expected(fmt::format("at most the cluster's {} devices", c.devices.size()));
     }
@@ -369,24 +374,29 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   if (auto a = m->get("all_to_all")) {
     const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");
     using Flows = MoeOptions::AllToAllFlows;
-    s.moe.all_to_all = flows == "pairwise" ? Flows::Pairwise : flows == "by-node" ? Flows::ByNode : Flows::Auto;
+    s.moe.all_to_all = flows == "pairwise"  ? Flows::Pairwise
+                       : flows == "by-node" ? Flows::ByNode
+                                            : Flows::Auto;
   }
 }
 
 // Context parallelism (core/context_parallel.h): `context_parallel` (cp), `cp_algorithm` and
 // `cp_load_balance`; cp must split every block's sequence (a2a: its heads per device) as the algorithm
 // needs, and t x cp divide the cluster's devices.
-void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
+void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w,
+                   const Cluster& c) {
   auto cp = n.get("context_parallel");
   if (cp) {
     s.context_parallel = static_cast<int>(cp->integer(1, kMaxCount, "a positive integer"));
-    if (s.context_parallel > 1 && (!chosen.partitioner.takes_tensor_parallel || !chosen.planner.runs_partitioner))
+    if (s.context_parallel > 1 &&
+        (!chosen.partitioner.takes_tensor_parallel || !chosen.planner.runs_partitioner))
       cp->fail(fmt::format("{}, not {}",
                            used_by_partitioners([](const auto& p) { return p.takes_tensor_parallel; }),
                            chosen.planner.runs_partitioner ? s.partitioner : chosen.planner.name));
   }
   if (auto a = n.get("cp_algorithm"))
-    s.context.algorithm = *parse_cp_algorithm(a->choice({"p2p", "all_gather", "a2a"}, "a context-parallel algorithm"));
+    s.context.algorithm =
+        *parse_cp_algorithm(a->choice({"p2p", "all_gather", "a2a"}, "a context-parallel algorithm"));
   if (auto b = n.get("cp_load_balance")) s.context.load_balance = b->boolean();
   for (const char* key : {"cp_algorithm", "cp_load_balance"})
     if (auto x = n.get(key); x && s.context_parallel <= 1)
@@ -394,13 +404,12 @@ void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   if (s.context_parallel <= 1) return;
   const size_t group = static_cast<size_t>(s.tensor_parallel) * s.context_parallel;
   if (c.devices.size() % group != 0 || group * s.replicas > c.devices.size())
-    cp->fail(fmt::format("expected tensor_parallel {} x context_parallel x replicas {} to fit and tensor_parallel "
-                         "x context_parallel to divide the cluster's {} devices, got {}",
-                         s.tensor_parallel, s.replicas, c.devices.size(), s.context_parallel));
+    cp->fail(
+        fmt::format("expected tensor_parallel {} x context_parallel x replicas {} to fit and tensor_parallel "
+                    "x context_parallel to divide the cluster's {} devices, got {}",
+                    s.tensor_parallel, s.replicas, c.devices.size(), s.context_parallel));
   for (size_t l = 0; l < w.layer_count(); ++l)
-    if (Status st = check_context_parallel(w.layer(l), s.tensor_parallel, s.context_parallel,
-                                           s.context);
-        !st)
+    if (Status st = check_context_parallel(w.layer(l), s.tensor_parallel, s.context_parallel, s.context); !st)
       cp->fail(st.error().message);
 }
 
@@ -445,8 +454,8 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     }
   for (const char* key : {"account_for_embedding", "account_for_loss"})
     if (auto k = n.get(key)) {
-      bool& on = std::string_view(key) == "account_for_embedding" ? m.account_for_embedding
-                                                                  : m.account_for_loss;
+      bool& on =
+          std::string_view(key) == "account_for_embedding" ? m.account_for_embedding : m.account_for_loss;
       on = k->boolean();
       if (on) given = k;
     }
@@ -581,8 +590,8 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
 MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute", "zero",
-                "reserve"});
+  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute",
+                "zero", "reserve"});
   reserve = n.get("reserve");
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
@@ -653,17 +662,70 @@ static void reserve_memory(Cluster& c, const std::optional<Node>& reserve) {
   }
 }
 
+// faults: stragglers and degraded links, applied to the cluster (issue 53, item 1):
+//   slow_devices: [{device: gpu3, factor: 2}]              every compute task on gpu3 takes 2x
+//   slow_links: [{between: [gpu0, ib-switch], factor: 0.5}]  the link's bandwidth x 0.5, both ways
+static void parse_faults(const Node& n, Experiment& e) {
+  n.require_map("a mapping with slow_devices and slow_links");
+  n.check_keys({"slow_devices", "slow_links"});
+  auto factor_of = [](const Node& item) {
+    const Node f = item.need("factor", "a positive number");
+    const double x = f.number("a positive number");
+    if (!(x > 0)) f.expected("a positive number");
+    return x;
+  };
+  auto node_index = [&](const Node& name_node, bool device_only) {
+    const std::string name = name_node.string("a device name");
+    for (size_t i = 0; i < e.cluster.devices.size(); ++i)
+      if (e.cluster.devices[i].name == name) return static_cast<int>(i);
+    if (!device_only)
+      for (size_t i = 0; i < e.cluster.switches.size(); ++i)
+        if (e.cluster.switches[i] == name) return static_cast<int>(e.cluster.devices.size() + i);
+    name_node.fail(fmt::format("no {} named \"{}\" in cluster {} ({} devices{})",
+                               device_only ? "device" : "device or switch", name, e.cluster.name,
+                               e.cluster.devices.size(),
+                               device_only ? "" : fmt::format(", {} switches", e.cluster.switches.size())));
+  };
+  if (auto list = n.get("slow_devices"))
+    for (const Node& item : list->items("a list of {device, factor}")) {
+      item.require_map("a mapping {device, factor}");
+      item.check_keys({"device", "factor"});
+      const int d = node_index(item.need("device", "a device name"), true);
+      const double x = factor_of(item);
+      e.cluster.devices[static_cast<size_t>(d)].slowdown *= x;
+      e.faults.push_back(fmt::format("{} {:g}x slower", e.cluster.devices[static_cast<size_t>(d)].name, x));
+    }
+  if (auto list = n.get("slow_links"))
+    for (const Node& item : list->items("a list of {between: [A, B], factor}")) {
+      item.require_map("a mapping {between, factor}");
+      item.check_keys({"between", "factor"});
+      const Node ends = item.need("between", "the link's two ends, [A, B]");
+      const std::vector<Node> ab = ends.items("the link's two ends, [A, B]");
+      if (ab.size() != 2) ends.expected("the link's two ends, [A, B]");
+      const int a = node_index(ab[0], false), b = node_index(ab[1], false);
+      const double x = factor_of(item);
+      Link* found = nullptr;
+      for (Link& l : e.cluster.links)
+        if ((l.a == a && l.b == b) || (l.a == b && l.b == a)) found = &l;
+      if (!found) ends.fail(fmt::format("no link between \"{}\" and \"{}\"", ab[0].string(), ab[1].string()));
+      found->bandwidth *= x;
+      e.faults.push_back(
+          fmt::format("link {} - {} at {:g}% bandwidth", ab[0].string(), ab[1].string(), 100 * x));
+    }
+}
+
 Experiment parse_experiment(const Document& doc, bool batch_required) {
   Node root = Node::root(doc);
   if (root.is_null())
     root.fail("expected a mapping with keys workload, cluster, strategy, got an empty document");
   root.require_map("a mapping with keys workload, cluster, strategy");
-  root.check_keys({"name", "workload", "cluster", "strategy", "memory", "backends"});
+  root.check_keys({"name", "workload", "cluster", "strategy", "memory", "backends", "faults"});
   Experiment e;
   if (auto n = root.get("name")) e.name = n->string("a name");
   const Node workload = root.need("workload", "a mapping describing the workload");
   e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
+  if (auto f = root.get("faults")) parse_faults(*f, e);
   parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e, batch_required);
   std::optional<Node> reserve;
   if (auto m = root.get("memory")) e.memory = parse_memory(*m, reserve);

@@ -173,6 +173,7 @@ std::string assumptions_note(const Experiment& e) {
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
   if (fp8_training(e.workload.precision))
     parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
+  for (const std::string& f : e.faults) parts.push_back("fault: " + f);
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
@@ -189,7 +190,8 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"memory_reserve_bytes", json_number(reserve)},
           {"memory_reserve_default", by_default},
           {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
-          {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))}};
+          {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
+          {"faults", e.faults}};
 }
 
 }  // namespace pipegrid::output

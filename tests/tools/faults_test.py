@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""ctest tools/faults: stragglers and degraded links inside one iteration (issue 53, item 1), against
+hand counts. A chain of 1 ms forwards and 2 ms backwards, transfers free, 8 micro-batches of 1F1B
+through 4 stages (one per device):
+- healthy: (m + p - 1)(F + B) = 11 x 3 = 33 ms;
+- gpu3 (the last stage) 2x slower (F 2, B 4): it runs F0 B0 F1 B1 ... back to back once the first
+  activation arrives after the upstream forwards (3 x 1 ms), its inputs always ready (upstream is
+  faster), and its last gradient goes back through 3 backwards (3 x 2 ms): 3 + 8 x 6 + 6 = 57 ms;
+- gpu1 (stage 1) 2x slower: F0 of stage 0 ends at 1; stage 1 runs its p - s = 3 warm-up forwards
+  (2 ms each) to 7; its first backward waits for the round trip of micro-batch 0 through stages 2
+  and 3 (stage 2 F 3-4, stage 3 F 4-5 B 5-7, stage 2 B 7-9): idle 7-9; then it alternates with no
+  gap (its F and B are the slowest) through 8 x 6 ms of work, and stage 0's last backward follows:
+  1 + 6 + 2 + (48 - 6) + 2 = 53 ms.
+A point-to-point transfer over a link at half bandwidth: two stages on two devices, one micro-batch,
+25 MB activations, gpu0's link to the switch at 12.5 GB/s: F0 1 + (2 x 1 us + 25e6 / 12.5e9 = 2.002)
++ F1 1 + B1 2 + the gradient back (2.002) + B0 2 = 10.004 ms (healthy: 8.004).
+
+Usage: faults_test.py PIPEGRID"""
+import json
+import subprocess
+import sys
+
+CHAIN = """workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 0B, parameters: 0B}
+cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 0s}
+strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 8}
+"""
+P2P = """workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 25MB, parameters: 0B}
+cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}
+strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 1}
+"""
+CASES = [
+    ("1F1B healthy", CHAIN, 33e-3),
+    ("1F1B, the last stage's device 2x slower", CHAIN + "faults: {slow_devices: [{device: gpu3, factor: 2}]}\n", 57e-3),
+    ("1F1B, stage 1's device 2x slower", CHAIN + "faults: {slow_devices: [{device: gpu1, factor: 2}]}\n", 53e-3),
+    ("a transfer, healthy", P2P, 8.004e-3),
+    ("a transfer over a link at half bandwidth",
+     P2P + "faults: {slow_links: [{between: [gpu0, switch], factor: 0.5}]}\n", 10.004e-3),
+]
+
+
+def main():
+    pipegrid = sys.argv[1]
+    failures = []
+    for name, text, expected in CASES:
+        r = subprocess.run([pipegrid, "run", "-", "--json"], input=text, capture_output=True, text=True)
+        if r.returncode != 0:
+            failures.append(f"{name}: exit {r.returncode}: {r.stderr}")
+            continue
+        j = json.loads(r.stdout)
+        got = j["iteration_time_s"]
+        if abs(got - expected) > 1e-9 * expected:
+            failures.append(f"{name}: {got * 1e3:.6f} ms, by hand {expected * 1e3:.6f} ms")
+        text_out = subprocess.run([pipegrid, "run", "-"], input=text, capture_output=True, text=True).stdout
+        if "faults:" in text and "fault: " not in text_out:
+            failures.append(f"{name}: the summary's assumptions do not state the fault")
+    for f in failures:
+        print("FAIL", f)
+    print(f"faults: {len(failures)} problem(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
