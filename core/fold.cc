@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -79,6 +81,9 @@ struct Channels {
       owner;  // per channel: the replica whose group flows alone use it, or kUnused / kShared
   std::unordered_map<uint64_t, Route> routes;  // per group flow pair (device << 32 | peer)
   std::vector<std::vector<uint64_t>> pairs;    // per replica: its group flow pairs
+  // The other traffic into each replica (pipeline, flows between replicas; not the gradient rings): per
+  // (replica, the images of the pair's ends), the routes' signatures (hops, latency, bottleneck).
+  std::map<std::tuple<int, int, int>, std::vector<std::tuple<size_t, double, double>>> incoming;
 };
 
 uint64_t pair_key(int a, int b) {
@@ -86,7 +91,7 @@ uint64_t pair_key(int a, int b) {
 }
 
 Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const ReplicaMap& m) {
-  std::unordered_set<uint64_t> other, seen;
+  std::unordered_set<uint64_t> other, seen, signed_pairs;
   Channels ch;
   ch.owner.assign(2 * c.links.size(), Channels::kUnused);
   ch.pairs.resize(static_cast<size_t>(m.replicas));
@@ -95,7 +100,14 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
     if (t.kind != TaskKind::Transfer || t.device == t.peer) continue;
     const int j = intra_replica(t, m);
     const uint64_t key = pair_key(t.device, t.peer);
-    if (!(j >= 0 ? seen : other).insert(key).second) continue;
+    // The traffic into a replica, but a stage's own gradient ring (both ends the same image): its hops
+    // may differ between replicas (some through a fat-tree's spine, some not) and still fold exactly,
+    // the optimizer steps settled. A ring between two stages' devices (DualPipe's mirrored stages)
+    // is compared.
+    const bool ring = t.transfer == TransferKind::DataParallel && t.device >= 0 && m.image[t.device] == m.image[t.peer];
+    const bool signed_pair = j < 0 && !ring && t.device >= 0 &&
+                             m.replica[t.device] >= 0 && m.replica[t.peer] >= 0 && signed_pairs.insert(key).second;
+    if (!(j >= 0 ? seen : other).insert(key).second && !signed_pair) continue;
     Result<Route> r = router.route(t.device, t.peer);
     if (!r) return r.error();
     for (const Hop& h : r->hops) {
@@ -105,6 +117,9 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
     if (j >= 0) {
       ch.pairs[static_cast<size_t>(j)].push_back(key);
       ch.routes.emplace(key, std::move(*r));
+    } else if (signed_pair) {
+      ch.incoming[{m.replica[t.peer], m.image[t.device], m.image[t.peer]}].emplace_back(r->hops.size(), r->latency,
+                                                                                         r->bandwidth);
     }
   }
   // A pair seen both as a group flow and as other traffic shares its channels.
@@ -134,6 +149,21 @@ bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch
     }
   }
   return true;
+}
+
+// Whether every replica receives its other traffic over routes alike replica 0's (the same hops,
+// latency and bottleneck for each class of pair); else the first difference.
+std::string unlike_incoming(Channels& ch, const Cluster& c) {
+  for (auto& [key, sigs] : ch.incoming) std::sort(sigs.begin(), sigs.end());
+  for (const auto& [key, sigs] : ch.incoming) {
+    const auto& [j, a, b] = key;
+    if (j == 0) continue;
+    const auto it = ch.incoming.find({0, a, b});
+    if (it == ch.incoming.end() || it->second != sigs)
+      return fmt::format("replica {}'s traffic like {} -> {} in replica 0 crosses routes unlike replica 0's", j,
+                         c.devices[static_cast<size_t>(a)].name, c.devices[static_cast<size_t>(b)].name);
+  }
+  return "";
 }
 
 // The identity of a group flow up to its replica: kind, stages, micro-batch and the images of its ends.
@@ -224,12 +254,14 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
   if (Status s = map_compute(g, *m, rep); !s) return s.error();
   Result<Channels> ch = route_channels(c, g, *m);
   if (!ch) return ch.error();
+  const std::string unlike = unlike_incoming(*ch, c);
   std::vector<char> foldable(static_cast<size_t>(m->replicas), 0);
   const bool private0 = alike_and_private(c, *m, *ch, 0);
   for (int j = 1; j < m->replicas; ++j) foldable[j] = private0 && alike_and_private(c, *m, *ch, j);
   map_group_flows(g, *m, foldable, rep);
   ReplicaFold f;
   f.replicas = m->replicas;
+  f.unlike_routes = unlike;
   for (int j = 1; j < m->replicas; ++j) f.replicas_with_replayed_groups += !foldable[j];
   for (size_t v = 0; v < g.tasks.size(); ++v)
     if (rep[v] >= 0) ++(g.tasks[v].is_compute() ? f.copied_compute : f.copied_flows);

@@ -45,6 +45,11 @@ struct ReplicaFold {
   size_t copied_flows = 0;         // group flows not replayed
   // Replicas whose group flows stay in the replay (their links are shared, or not alike replica 0's).
   int replicas_with_replayed_groups = 0;
+  // Not empty when some replica receives its pipeline or cross-replica traffic over routes unlike
+  // replica 0's: the fold is then unlikely to be exact, and the default rule does not try it
+  // (settle_unfolded still decides under --fold). A stage's own gradient ring is not compared: rings
+  // whose hops differ often fold exactly.
+  std::string unlike_routes;
 
   bool replayed(int32_t whole_task) const { return original[folded_of[whole_task]] == whole_task; }
 };

@@ -68,6 +68,10 @@ Result<ChosenReplay> replay_chosen(const Cluster& c, const Partition& p, const T
     m.whole_because = "no replica fold (" + f.error().message + ")";
     return whole(c, g, o, m);
   }
+  if (mode == FoldMode::Auto && !f->unlike_routes.empty()) {
+    m.whole_because = "no replica fold: " + f->unlike_routes + " (--fold tries it anyway)";
+    return whole(c, g, o, m);
+  }
   Result<sim::Replay> r = replay_isolated(c, f->graph, o);
   if (!r) return r.error();
   Timeline t = unfold(*f, r->timeline);
