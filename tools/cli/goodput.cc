@@ -206,6 +206,24 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
              o.trials, o.seed);
 }
 
+// ETTR against the checkpoint interval by Daly's closed form: 40 intervals in whole iterations, from
+// one iteration (or a 32nd of the chosen interval) to 16 times the chosen one, spaced geometrically.
+nlohmann::json interval_curve(const GoodputSetup& s) {
+  nlohmann::json curve = nlohmann::json::array();
+  const double lo = std::max(s.iteration_s, s.model.interval_s / 32), hi = s.model.interval_s * 16;
+  double last = 0;
+  for (int i = 0; i < 40; ++i) {
+    RunModel m = s.model;
+    const double tau = lo * std::pow(hi / lo, i / 39.0);
+    m.interval_s = std::max(1.0, std::round(tau / s.iteration_s)) * s.iteration_s;
+    if (m.interval_s == last) continue;
+    last = m.interval_s;
+    const double t = daly_run_time_s(m);
+    curve.push_back({{"interval_s", m.interval_s}, {"expected_time_s", t}, {"ettr", m.work_s / t}});
+  }
+  return curve;
+}
+
 nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const MonteCarlo& mc) {
   return {
       {"iteration_time_s", s.iteration_s},
@@ -225,7 +243,8 @@ nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const Mon
       {"lost_s",
        {{"rework", mc.mean.rework_s}, {"restart", mc.mean.restart_s}, {"checkpoint", mc.mean.checkpoint_s}}},
       {"trials", o.trials},
-      {"seed", o.seed}};
+      {"seed", o.seed},
+      {"interval_curve", interval_curve(s)}};
 }
 
 // The options' errors before minutes of replay: the same parses model_run makes.
