@@ -172,6 +172,8 @@ Status validate_fat_tree(const Cluster& c) {
   const auto links = links_by_endpoints(c);
   auto need = [&](int a, int b) -> Status {
     if (a >= 0 && a < n && link_between(links, a, b) >= 0) return {};
+    for (const auto& [x, y] : f.down)
+      if ((x == a && y == b) || (x == b && y == a)) return {};
     return Error{fmt::format("fat-tree routing needs a link between \"{}\" and \"{}\"",
                              a >= 0 && a < n ? c.node_name(a) : "?", c.node_name(b))};
   };
@@ -191,9 +193,8 @@ Status validate_fat_tree(const Cluster& c) {
 
 Status check_cluster_size(std::string_view what, double devices, double switches, double links) {
   auto over = [&](double n, double limit, std::string_view of) {
-    return Error{
-        fmt::format("{} would have {:.0f} {}, above pipegrid's limit of {:.0f} (see docs/limits.md)",
-                    what, n, of, limit)};
+    return Error{fmt::format("{} would have {:.0f} {}, above pipegrid's limit of {:.0f} (see docs/limits.md)",
+                             what, n, of, limit)};
   };
   if (!(devices <= kMaxClusterDevices)) return over(devices, kMaxClusterDevices, "devices");
   if (!(devices + switches <= kMaxClusterNodes))
@@ -337,29 +338,37 @@ struct Router::Impl {
     return finish(std::move(hops));
   }
 
-  // Destination-mod-k on the fat-tree (see FatTreeRouting); both nodes are endpoints.
-  Route fat_tree_route(int from, int to) const {
+  // Destination-mod-k on the fat-tree (see FatTreeRouting); both nodes are endpoints. Where a link of
+  // that path is down (FatTreeRouting::down), the next aggregation switch in order (a + 1, a + 2, ...
+  // mod k/2), and for each the next core switch, whose links are all up; nullopt when none is.
+  std::optional<Route> fat_tree_route(int from, int to) const {
     const FatTreeRouting& f = *cluster->fat_tree;
     const int h = f.k / 2;
     const int s = fat_tree_slot.at(from), d = fat_tree_slot.at(to);
     const int es = s / h, ed = d / h;  // edge switches (global index = pod h + e)
-    std::vector<int> path{from, f.edge + es};
-    if (es != ed) {
-      const int a = d % h;
-      path.push_back(f.agg + (es / h) * h + a);
-      if (es / h != ed / h) {
-        path.push_back(f.core + a * h + (d / h) % h);
-        path.push_back(f.agg + (ed / h) * h + a);
+    for (int ia = 0; ia < h; ++ia)
+      for (int ic = 0; ic < (es / h != ed / h ? h : 1); ++ic) {
+        const int a = (d % h + ia) % h, c = ((d / h) % h + ic) % h;
+        std::vector<int> path{from, f.edge + es};
+        if (es != ed) {
+          path.push_back(f.agg + (es / h) * h + a);
+          if (es / h != ed / h) {
+            path.push_back(f.core + a * h + c);
+            path.push_back(f.agg + (ed / h) * h + a);
+          }
+          path.push_back(f.edge + ed);
+        }
+        path.push_back(to);
+        std::vector<Hop> hops;
+        for (size_t i = 0; i + 1 < path.size(); ++i) {
+          const int li = link_between(links, path[i], path[i + 1]);
+          if (li < 0) break;
+          hops.push_back({li, cluster->links[li].a != path[i]});
+        }
+        if (hops.size() + 1 == path.size()) return finish(std::move(hops));
+        if (es == ed) return std::nullopt;  // only the edge switch: nothing to reroute
       }
-      path.push_back(f.edge + ed);
-    }
-    path.push_back(to);
-    std::vector<Hop> hops;
-    for (size_t i = 0; i + 1 < path.size(); ++i) {
-      const int li = link_between(links, path[i], path[i + 1]);
-      hops.push_back({li, cluster->links[li].a != path[i]});
-    }
-    return finish(std::move(hops));
+    return std::nullopt;
   }
 
   // Two leaves on the same node: the two links are the only shortest path (any other walk
@@ -486,7 +495,11 @@ Result<Route> Router::route(int from, int to) const {
   if (auto it = impl_->explicit_routes.find(key); it != impl_->explicit_routes.end())
     return impl_->finish(impl_->cluster->routes[it->second].hops);
   if (from < impl_->torus_points && to < impl_->torus_points) return impl_->torus_route(from, to);
-  if (impl_->fat_tree_pair(from, to)) return impl_->fat_tree_route(from, to);
+  if (impl_->fat_tree_pair(from, to)) {
+    if (std::optional<Route> r = impl_->fat_tree_route(from, to)) return std::move(*r);
+    return Error{fmt::format("no route from \"{}\" to \"{}\": the fat-tree's links down leave no up path",
+                             impl_->cluster->node_name(from), impl_->cluster->node_name(to))};
+  }
   if (std::optional<Route> r = impl_->sibling_route(from, to)) return std::move(*r);
   if (auto it = impl_->cache.find(key); it != impl_->cache.end()) return it->second;
   if (impl_->last_source == from) {

@@ -62,6 +62,10 @@ struct FatTreeRouting {
   // Network nodes of switch 0 of each level: edge switch e of pod p is edge + p k/2 + e,
   // aggregation switch a of pod p is agg + p k/2 + a, core switch c is core + c.
   int edge = -1, agg = -1, core = -1;
+  // Switch-to-switch links taken down (an experiment's faults.down_links), as node pairs: routes
+  // climb to the next aggregation (and core) switch in order whose links are up, as a subnet
+  // manager reroutes around a failed link; validation accepts these links missing.
+  std::vector<std::pair<int, int>> down;
 };
 
 // Network nodes: devices are nodes 0 .. devices.size()-1, switches follow.

@@ -15,6 +15,15 @@ A point-to-point transfer over a link at half bandwidth: two stages on two devic
 25 MB activations, gpu0's link to the switch at 12.5 GB/s: F0 1 + (2 x 1 us + 25e6 / 12.5e9 = 2.002)
 + F1 1 + B1 2 + the gradient back (2.002) + B0 2 = 10.004 ms (healthy: 8.004).
 
+A link down in a fat-tree (k = 4, devices gpu0-3 in pod 0: gpu0, gpu1 on edge0-0, gpu2, gpu3 on
+edge0-1), two stages of two replicas, one micro-batch: gpu0 -> gpu2 climbs to agg0-(2 mod 2 = 0) and
+gpu1 -> gpu3 to agg0-1 (destination-mod-k), 25 MB each over 4 links of 1 us at 25 GB/s: 1.004 ms
+apart. With edge0-0 - agg0-0 down, gpu0 -> gpu2 is rerouted to the next aggregation switch, agg0-1,
+and the two flows share edge0-0 - agg0-1 and agg0-1 - edge0-1: 4 us + 2 x 25e6 / 25e9 = 2.004 ms each
+(the gradients back likewise). Iteration: F 1 + 1.004 + F 1 + B 2 + 1.004 + B 2 + the empty
+all-reduce's 2 steps x 2 links x 1 us = 8.012 ms healthy, 10.012 ms with the link down. Both of
+edge0-0's links up down: no route, exit status 2.
+
 Usage: faults_test.py PIPEGRID"""
 import json
 import subprocess
@@ -28,6 +37,10 @@ P2P = """workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activat
 cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}
 strategy: {partitioner: uniform, schedule: 1f1b, micro_batches: 1}
 """
+TREE = """workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 25MB, parameters: 0B}
+cluster: {kind: fat-tree, k: 4, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}
+strategy: {partitioner: uniform, schedule: 1f1b, stages: 2, replicas: 2, micro_batch_size: 1, micro_batches: 1}
+"""
 CASES = [
     ("1F1B healthy", CHAIN, 33e-3),
     ("1F1B, the last stage's device 2x slower", CHAIN + "faults: {slow_devices: [{device: gpu3, factor: 2}]}\n", 57e-3),
@@ -35,6 +48,9 @@ CASES = [
     ("a transfer, healthy", P2P, 8.004e-3),
     ("a transfer over a link at half bandwidth",
      P2P + "faults: {slow_links: [{between: [gpu0, switch], factor: 0.5}]}\n", 10.004e-3),
+    ("a fat-tree, healthy", TREE, 8.012e-3),
+    ("a fat-tree with edge0-0 - agg0-0 down (rerouted)", TREE + "faults: {down_links: [{between: [edge0-0, agg0-0]}]}\n",
+     10.012e-3),
 ]
 
 
@@ -53,6 +69,10 @@ def main():
         text_out = subprocess.run([pipegrid, "run", "-"], input=text, capture_output=True, text=True).stdout
         if "faults:" in text and "fault: " not in text_out:
             failures.append(f"{name}: the summary's assumptions do not state the fault")
+    both = TREE + "faults: {down_links: [{between: [edge0-0, agg0-0]}, {between: [edge0-0, agg0-1]}]}\n"
+    r = subprocess.run([pipegrid, "run", "-"], input=both, capture_output=True, text=True)
+    if r.returncode != 2 or "no up path" not in r.stderr:
+        failures.append(f"both of edge0-0's up links down: exit {r.returncode}, {r.stderr.strip()!r}")
     for f in failures:
         print("FAIL", f)
     print(f"faults: {len(failures)} problem(s)")

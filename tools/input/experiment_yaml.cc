@@ -665,16 +665,19 @@ static void reserve_memory(Cluster& c, const std::optional<Node>& reserve) {
 // faults: stragglers and degraded links, applied to the cluster (issue 53, item 1):
 //   slow_devices: [{device: gpu3, factor: 2}]              every compute task on gpu3 takes 2x
 //   slow_links: [{between: [gpu0, ib-switch], factor: 0.5}]  the link's bandwidth x 0.5, both ways
-static void parse_faults(const Node& n, Experiment& e) {
-  n.require_map("a mapping with slow_devices and slow_links");
-  n.check_keys({"slow_devices", "slow_links"});
-  auto factor_of = [](const Node& item) {
+//   down_links: [{between: [edge0-0, agg0-0]}]             the link removed; routes go around it
+namespace {
+
+struct FaultParser {
+  Experiment& e;
+
+  static double factor_of(const Node& item) {
     const Node f = item.need("factor", "a positive number");
     const double x = f.number("a positive number");
     if (!(x > 0)) f.expected("a positive number");
     return x;
-  };
-  auto node_index = [&](const Node& name_node, bool device_only) {
+  }
+  int node_index(const Node& name_node, bool device_only) const {
     const std::string name = name_node.string("a device name");
     for (size_t i = 0; i < e.cluster.devices.size(); ++i)
       if (e.cluster.devices[i].name == name) return static_cast<int>(i);
@@ -685,9 +688,21 @@ static void parse_faults(const Node& n, Experiment& e) {
                                device_only ? "device" : "device or switch", name, e.cluster.name,
                                e.cluster.devices.size(),
                                device_only ? "" : fmt::format(", {} switches", e.cluster.switches.size())));
-  };
-  if (auto list = n.get("slow_devices"))
-    for (const Node& item : list->items("a list of {device, factor}")) {
+  }
+  // The link `between: [A, B]` names (its index) and "A - B", or a located error.
+  std::pair<size_t, std::string> link_of(const Node& ends) const {
+    const std::vector<Node> ab = ends.items("the link's two ends, [A, B]");
+    if (ab.size() != 2) ends.expected("the link's two ends, [A, B]");
+    const int a = node_index(ab[0], false), b = node_index(ab[1], false);
+    for (size_t i = 0; i < e.cluster.links.size(); ++i) {
+      const Link& l = e.cluster.links[i];
+      if ((l.a == a && l.b == b) || (l.a == b && l.b == a))
+        return {i, ab[0].string() + " - " + ab[1].string()};
+    }
+    ends.fail(fmt::format("no link between \"{}\" and \"{}\"", ab[0].string(), ab[1].string()));
+  }
+  void slow_devices(const Node& list) {
+    for (const Node& item : list.items("a list of {device, factor}")) {
       item.require_map("a mapping {device, factor}");
       item.check_keys({"device", "factor"});
       const int d = node_index(item.need("device", "a device name"), true);
@@ -695,23 +710,47 @@ static void parse_faults(const Node& n, Experiment& e) {
       e.cluster.devices[static_cast<size_t>(d)].slowdown *= x;
       e.faults.push_back(fmt::format("{} {:g}x slower", e.cluster.devices[static_cast<size_t>(d)].name, x));
     }
-  if (auto list = n.get("slow_links"))
-    for (const Node& item : list->items("a list of {between: [A, B], factor}")) {
+  }
+  void slow_links(const Node& list) {
+    for (const Node& item : list.items("a list of {between: [A, B], factor}")) {
       item.require_map("a mapping {between, factor}");
       item.check_keys({"between", "factor"});
-      const Node ends = item.need("between", "the link's two ends, [A, B]");
-      const std::vector<Node> ab = ends.items("the link's two ends, [A, B]");
-      if (ab.size() != 2) ends.expected("the link's two ends, [A, B]");
-      const int a = node_index(ab[0], false), b = node_index(ab[1], false);
+      const auto [i, name] = link_of(item.need("between", "the link's two ends, [A, B]"));
       const double x = factor_of(item);
-      Link* found = nullptr;
-      for (Link& l : e.cluster.links)
-        if ((l.a == a && l.b == b) || (l.a == b && l.b == a)) found = &l;
-      if (!found) ends.fail(fmt::format("no link between \"{}\" and \"{}\"", ab[0].string(), ab[1].string()));
-      found->bandwidth *= x;
-      e.faults.push_back(
-          fmt::format("link {} - {} at {:g}% bandwidth", ab[0].string(), ab[1].string(), 100 * x));
+      e.cluster.links[i].bandwidth *= x;
+      e.faults.push_back(fmt::format("link {} at {:g}% bandwidth", name, 100 * x));
     }
+  }
+  void down_links(const Node& list) {
+    std::vector<size_t> down;
+    for (const Node& item : list.items("a list of {between: [A, B]}")) {
+      item.require_map("a mapping {between}");
+      item.check_keys({"between"});
+      const Node ends = item.need("between", "the link's two ends, [A, B]");
+      if (!e.cluster.routes.empty())
+        ends.fail("a link down on a cluster with explicit routes, which would cross it (not supported)");
+      const auto [i, name] = link_of(ends);
+      const Link& l = e.cluster.links[i];
+      if (e.cluster.fat_tree) e.cluster.fat_tree->down.emplace_back(l.a, l.b);
+      e.faults.push_back(fmt::format("link {} down", name));
+      down.push_back(i);
+    }
+    std::sort(down.begin(), down.end());
+    down.erase(std::unique(down.begin(), down.end()), down.end());
+    for (auto it = down.rbegin(); it != down.rend(); ++it)
+      e.cluster.links.erase(e.cluster.links.begin() + static_cast<std::ptrdiff_t>(*it));
+  }
+};
+
+}  // namespace
+
+static void parse_faults(const Node& n, Experiment& e) {
+  n.require_map("a mapping with slow_devices, slow_links and down_links");
+  n.check_keys({"slow_devices", "slow_links", "down_links"});
+  FaultParser f{e};
+  if (auto list = n.get("slow_devices")) f.slow_devices(*list);
+  if (auto list = n.get("slow_links")) f.slow_links(*list);
+  if (auto list = n.get("down_links")) f.down_links(*list);
 }
 
 Experiment parse_experiment(const Document& doc, bool batch_required) {
