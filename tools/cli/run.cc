@@ -1,5 +1,6 @@
 // pipegrid run [EXPERIMENT.yaml|-] [--json] [--devices groups|all] [--tokens N] [--memory-margin BYTES]
-// [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR] [--plot-data] [--timeline-rows auto|devices|ranks]
+// [--trace FILE] [--tasks FILE] [--memory FILE] [--plot DIR] [--plot-data] [--timeline-rows
+// auto|devices|ranks]
 // [--timeline-window FIRST:LAST] [--sim-log]
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -58,13 +59,15 @@ Status parse_window(const std::string& text, output::TimelineView& view) {
   const size_t colon = text.find(':');
   try {
     size_t used = 0;
-    const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
+    const std::string first = text.substr(0, colon),
+                      last = colon == std::string::npos ? first : text.substr(colon + 1);
     view.first_micro_batch = std::stoi(first, &used);
     if (used != first.size()) throw std::invalid_argument(first);
     view.last_micro_batch = std::stoi(last, &used);
     if (used != last.size()) throw std::invalid_argument(last);
   } catch (const std::exception&) {
-    return Error{fmt::format("--timeline-window: expected FIRST:LAST micro-batches (e.g. 0:3), got \"{}\"", text)};
+    return Error{
+        fmt::format("--timeline-window: expected FIRST:LAST micro-batches (e.g. 0:3), got \"{}\"", text)};
   }
   if (view.first_micro_batch < 0 || view.last_micro_batch < view.first_micro_batch)
     return Error{fmt::format("--timeline-window: expected 0 <= FIRST <= LAST, got \"{}\"", text)};
@@ -146,8 +149,8 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   ro.schedule = &prepared->schedule;
   Progress replaying("simulating");
   const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
-                                  : o.fold ? process::FoldMode::Fold
-                                           : process::FoldMode::Auto;
+                                 : o.fold ? process::FoldMode::Fold
+                                          : process::FoldMode::Auto;
   Result<process::ChosenReplay> replay =
       process::replay_chosen(exp->cluster, prepared->partition, prepared->graph, ro, fold);
   replaying.done();
@@ -157,7 +160,8 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   output::RunReport report{*exp, *prepared, timeline, metrics, o.devices == "all", o.tokens, {}};
   if (replay->mode.stated()) report.replay = process::describe(replay->mode);
   (void)parse_window(o.timeline_window, report.view);  // checked by run()
-  if (o.timeline_rows == "ranks") report.view.devices = output::rank_representatives(exp->cluster, prepared->partition);
+  if (o.timeline_rows == "ranks")
+    report.view.devices = output::rank_representatives(exp->cluster, prepared->partition);
   struct Output {
     const std::string& path;
     void (*fn)(std::ostream&, const output::RunReport&);
@@ -209,16 +213,18 @@ int draw(const Experiment& e, const std::string& where, const RunOptions& o, con
   }
   // The figures' title: the experiment's name, or where it came from when it has none.
   const std::string title = e.name.empty() ? fmt::format("unnamed experiment ({})", where) : e.name;
-  const int rc = process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
-                                process::Output::ToStderr);
+  const int rc =
+      process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
+                     process::Output::ToStderr);
   if (rc != 0) {
     fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
     return kInternal;
   }
   if (!o.plot_data)
     for (const std::string& f : {tasks, memory, script}) std::filesystem::remove(f, ec);
-  fmt::print(std::cerr, "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg{1}\n",
-             dir, o.plot_data ? fmt::format(" (data: {}, {})", tasks, memory) : "");
+  fmt::print(std::cerr,
+             "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg{1}\n", dir,
+             o.plot_data ? fmt::format(" (data: {}, {})", tasks, memory) : "");
   return kOk;
 }
 
@@ -243,12 +249,13 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("--memory", o->memory, "Write each device's memory over time, by category, as CSV");
   app->add_option("--plot", o->plot, "Draw a Gantt and a memory figure (PNG, SVG) into this folder");
   app->add_flag("--plot-data", o->plot_data, "Keep --plot's CSVs and script beside the figures");
-  app->add_option("--timeline-rows", o->timeline_rows,
-                  "Rows of --plot, --tasks and --memory: every device, one per pipeline rank, or auto (ranks "
-                  "past 64 devices in use, for --plot only)")
+  app->add_option(
+         "--timeline-rows", o->timeline_rows,
+         "Rows of --trace, --plot, --tasks and --memory: every device, one per pipeline rank (one "
+         "representative of the devices alike), or auto (ranks past 64 devices in use, for --plot only)")
       ->check(CLI::IsMember({"auto", "devices", "ranks"}));
   app->add_option("--timeline-window", o->timeline_window,
-                  "Only micro-batches FIRST to LAST in --plot, --tasks and --memory (e.g. 0:3)");
+                  "Only micro-batches FIRST to LAST in --trace, --plot, --tasks and --memory (e.g. 0:3)");
   app->add_option("--tokens", o->tokens, "A token budget: print the time to train on it (e.g. 15e12)")
       ->check(CLI::PositiveNumber);
   add_devices_option(*app, o->devices);

@@ -912,6 +912,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     lane_of[t] = static_cast<int>(lane);
   }
   for (size_t d = 0; d < c.devices.size(); ++d) {
+    if (!r.view.keeps_device(static_cast<int>(d))) continue;  // --timeline-rows ranks: representatives only
     const int pid = static_cast<int>(d) + 1;
     emit({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", c.devices[d].name}}}});
     emit({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", d}}}});
@@ -940,6 +941,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
     const Task& task = g.tasks[t];
     const double dur = tl.end[t] - tl.start[t];
     if (task.is_compute() ? dur <= 0 : task.device == task.peer) continue;
+    if (!r.view.keeps(task, r.run.micro_batches)) continue;
     nlohmann::json args = {{"stage", task.stage}};
     if (task.is_compute() && task.stage >= 0 && task.stage < static_cast<int>(stage_backends.size()) &&
         !stage_backends[task.stage].empty())
@@ -962,9 +964,9 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   uint64_t flow = 0;
   for (int32_t t : transfers) {
     const Task& task = g.tasks[t];
-    if (is_collective(task.transfer)) continue;
+    if (is_collective(task.transfer) || !r.view.keeps(task, r.run.micro_batches)) continue;
     for (int32_t consumer : g.successors(t)) {
-      if (!g.tasks[consumer].is_compute()) continue;
+      if (!g.tasks[consumer].is_compute() || !r.view.keeps(g.tasks[consumer], r.run.micro_batches)) continue;
       ++flow;
       emit({{"ph", "s"},
             {"id", flow},
@@ -985,6 +987,7 @@ void write_chrome_trace(std::ostream& out, const RunReport& r) {
   }
   const std::vector<MemoryTrace> traces = memory_traces(g, tl);
   for (size_t d = 0; d < traces.size(); ++d) {
+    if (!r.view.keeps_device(static_cast<int>(d))) continue;
     for (const MemoryPoint& p : traces[d]) {
       nlohmann::json args;
       for (int k = 0; k < kMemoryCategoryCount; ++k)
