@@ -48,6 +48,11 @@ def main():
     mtbf = 54 * 86400 * 16384 / (419 * d["gpus"])
     if abs(d["mtbf_s"] - mtbf) > 1e-9 * mtbf:
         failures.append(f"Llama 3 MTBF on {d['gpus']} GPUs: {d['mtbf_s']} s, expected {mtbf} s")
+    # Time lost by cause: Table 5's shares of rework + restarts (faulty GPUs 148 of 419).
+    causes = dict(d["lost_by_cause_s"])
+    lost = d["lost_s"]["rework"] + d["lost_s"]["restart"]
+    if abs(sum(causes.values()) - lost) > 1e-9 * max(lost, 1) or abs(causes["faulty GPU"] - lost * 148 / 419) > 1e-9 * max(lost, 1):
+        failures.append(f"lost by cause {causes} does not split {lost} s by Table 5's counts")
     # GPT-2 XL (1.56 B parameters) with mixed-precision Adam: 2 + 12 bytes a parameter of weights and state.
     if abs(d["checkpoint_write_s"] - d["checkpoint_bytes"] / 2e12) > 1e-12:
         failures.append("the write is not the state over the 2 TB/s default")

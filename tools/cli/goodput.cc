@@ -167,6 +167,18 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
   return {};
 }
 
+// The time failures cost (rework and restarts) by cause: each class's share of the job's failure rate
+// (failures are a Poisson process: a failure is of class c with probability rate_c / rate), largest
+// first.
+std::vector<std::pair<std::string, double>> lost_by_cause(const GoodputSetup& s, const MonteCarlo& mc) {
+  std::vector<std::pair<std::string, double>> out;
+  const double rate = 1.0 / job_mtbf_s(s.classes);
+  for (const FailureClass& c : s.classes)
+    out.emplace_back(c.name, (mc.mean.rework_s + mc.mean.restart_s) * c.rate_per_s() / rate);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
 void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup& s, const MonteCarlo& mc) {
   std::vector<double> w = mc.wall_s;
   std::sort(w.begin(), w.end());
@@ -201,7 +213,15 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
   fmt::print("goodput     {:.4g} tokens/s (useful tokens per second of elapsed time)\n",
              s.model.work_s / s.iteration_s * s.tokens_per_iteration / mc.mean.wall_s);
   fmt::print("lost        {:.1f} failures: rework {}, restarts {}, checkpoint writes {}\n", mc.mean.failures,
-             in_days(mc.mean.rework_s), in_days(mc.mean.restart_s), in_days(mc.mean.checkpoint_s));
+             duration(mc.mean.rework_s), duration(mc.mean.restart_s), duration(mc.mean.checkpoint_s));
+  if (!s.classes.empty()) {
+    std::string causes;
+    const auto lost = lost_by_cause(s, mc);
+    for (size_t i = 0; i < lost.size() && i < 5; ++i)
+      causes += fmt::format("{}{} {}", i ? ", " : "", lost[i].first, duration(lost[i].second));
+    fmt::print("by cause    {}{} (rework and restarts, by Table 5's shares)\n", causes,
+               lost.size() > 5 ? fmt::format(", {} more", lost.size() - 5) : "");
+  }
   fmt::print("trials      {} (seed {}; Monte Carlo of Daly's restart-dump model: docs/goodput.md)\n",
              o.trials, o.seed);
 }
@@ -244,6 +264,7 @@ nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const Mon
        {{"rework", mc.mean.rework_s}, {"restart", mc.mean.restart_s}, {"checkpoint", mc.mean.checkpoint_s}}},
       {"trials", o.trials},
       {"seed", o.seed},
+      {"lost_by_cause_s", lost_by_cause(s, mc)},
       {"interval_curve", interval_curve(s)}};
 }
 
