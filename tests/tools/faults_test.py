@@ -69,6 +69,19 @@ def main():
         text_out = subprocess.run([pipegrid, "run", "-"], input=text, capture_output=True, text=True).stdout
         if "faults:" in text and "fault: " not in text_out:
             failures.append(f"{name}: the summary's assumptions do not state the fault")
+    # Stragglers: round(fraction x machines) machines drawn by the seed, all their devices slower.
+    every = CHAIN + "faults: {stragglers: {fraction: 1, factor: 2}}\n"
+    quarter = CHAIN + "faults: {stragglers: {fraction: 0.25, factor: 2, seed: 7}}\n"
+    healthy = json.loads(subprocess.run([pipegrid, "run", "-", "--json"], input=CHAIN, capture_output=True,
+                                        text=True).stdout)["iteration_time_s"]
+    doubled = json.loads(subprocess.run([pipegrid, "run", "-", "--json"], input=every, capture_output=True,
+                                        text=True).stdout)["iteration_time_s"]
+    if abs(doubled - 2 * healthy) > 1e-9 * healthy:
+        failures.append(f"every machine 2x slower: {doubled} s, expected twice {healthy} s")
+    q = json.loads(subprocess.run([pipegrid, "run", "-", "--json"], input=quarter, capture_output=True, text=True).stdout)
+    notes = [f for f in q["assumptions"]["faults"] if f.startswith("stragglers: 1 of 4 machines 2x slower (seed 7: gpu")]
+    if len(notes) != 1:
+        failures.append(f"a quarter of 4 machines: {q['assumptions']['faults']}")
     both = TREE + "faults: {down_links: [{between: [edge0-0, agg0-0]}, {between: [edge0-0, agg0-1]}]}\n"
     r = subprocess.run([pipegrid, "run", "-"], input=both, capture_output=True, text=True)
     if r.returncode != 2 or "no up path" not in r.stderr:

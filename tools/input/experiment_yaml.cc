@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <sstream>
 
 #include "core/backends.h"
@@ -721,6 +723,42 @@ struct FaultParser {
       e.faults.push_back(fmt::format("link {} at {:g}% bandwidth", name, 100 * x));
     }
   }
+  // stragglers: {fraction, factor, seed}: round(fraction x machines) machines, drawn by the seed, with
+  // every device on them `factor` times slower (MegaScale: about 0.5% of machines, some 10% slower).
+  void stragglers(const Node& n) {
+    n.require_map("a mapping {fraction, factor, seed}");
+    n.check_keys({"fraction", "factor", "seed"});
+    const Node fn = n.need("fraction", "a fraction of the machines, above 0 and at most 1");
+    const double fraction = fn.number("a fraction of the machines, above 0 and at most 1");
+    if (!(fraction > 0 && fraction <= 1)) fn.expected("a fraction of the machines, above 0 and at most 1");
+    const double x = factor_of(n);
+    const long long seed =
+        n.get("seed") ? n.need("seed", "").integer(0, kMaxCount, "a seed of 0 to 1000000") : 1;
+    std::map<std::string, std::vector<size_t>> by_machine;
+    for (size_t d = 0; d < e.cluster.devices.size(); ++d)
+      by_machine[e.cluster.machine_of(static_cast<int>(d))].push_back(d);
+    const size_t count = static_cast<size_t>(std::llround(fraction * static_cast<double>(by_machine.size())));
+    if (count == 0)
+      fn.fail(fmt::format("{:g} of {} machines is none (at least {:.3g} picks one)", fraction,
+                          by_machine.size(), 0.5 / static_cast<double>(by_machine.size())));
+    std::vector<const std::vector<size_t>*> machines;
+    for (const auto& [name, devs] : by_machine) machines.push_back(&devs);
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::shuffle(machines.begin(), machines.end(), rng);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < count; ++i)
+      for (size_t d : *machines[i]) {
+        e.cluster.devices[d].slowdown *= x;
+        names.push_back(e.cluster.devices[d].name);
+      }
+    std::sort(names.begin(), names.end());
+    const std::string listed =
+        names.size() <= 8 ? fmt::format("{}", fmt::join(names, ", "))
+                          : fmt::format("{}, ... ({} devices)",
+                                        fmt::join(names.begin(), names.begin() + 8, ", "), names.size());
+    e.faults.push_back(fmt::format("stragglers: {} of {} machines {:g}x slower (seed {}: {})", count,
+                                   by_machine.size(), x, seed, listed));
+  }
   void down_links(const Node& list) {
     std::vector<size_t> down;
     for (const Node& item : list.items("a list of {between: [A, B]}")) {
@@ -745,10 +783,11 @@ struct FaultParser {
 }  // namespace
 
 static void parse_faults(const Node& n, Experiment& e) {
-  n.require_map("a mapping with slow_devices, slow_links and down_links");
-  n.check_keys({"slow_devices", "slow_links", "down_links"});
+  n.require_map("a mapping with slow_devices, stragglers, slow_links and down_links");
+  n.check_keys({"slow_devices", "stragglers", "slow_links", "down_links"});
   FaultParser f{e};
   if (auto list = n.get("slow_devices")) f.slow_devices(*list);
+  if (auto st = n.get("stragglers")) f.stragglers(*st);
   if (auto list = n.get("slow_links")) f.slow_links(*list);
   if (auto list = n.get("down_links")) f.down_links(*list);
 }
