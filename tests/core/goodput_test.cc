@@ -37,6 +37,10 @@ TEST_CASE("the job's mean time between failures sums its classes' rates") {
   // M = 86400 / 20.48 = 4218.75 s.
   CHECK(job_mtbf_s({{"GPU", 1e-3, 16384}, {"node", 2e-3, 2048}}) == approx(4218.75).epsilon(1e-12));
   CHECK(std::isinf(job_mtbf_s({})));
+  // Kokolis et al.'s projections at RSC-1's 6.50 failures per 1,000 node-days: "1.8 hours" for
+  // 16,384-GPU jobs (2,048 nodes) and "0.23 hours" for 131,072 GPUs (16,384 nodes).
+  CHECK(std::round(job_mtbf_s({{"node", 6.5e-3, 2048}}) / 3600 * 10) == 18);
+  CHECK(std::round(job_mtbf_s({{"node", 6.5e-3, 16384}}) / 3600 * 100) == 23);
 }
 
 TEST_CASE("the Monte Carlo's mean equals Daly's closed form within its confidence interval") {

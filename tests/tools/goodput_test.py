@@ -48,6 +48,11 @@ def main():
     mtbf = 54 * 86400 * 16384 / (419 * d["gpus"])
     if abs(d["mtbf_s"] - mtbf) > 1e-9 * mtbf:
         failures.append(f"Llama 3 MTBF on {d['gpus']} GPUs: {d['mtbf_s']} s, expected {mtbf} s")
+    # Meta's research clusters (Kokolis et al.): per node-day, on the job's machines.
+    r2 = json.loads(subprocess.run([pipegrid, "goodput", exp, "--iterations", "1000", "--failures", "rsc2", "--json"],
+                                   capture_output=True, text=True).stdout)
+    if abs(r2["mtbf_s"] - 86400 / (r2["nodes"] * 2.34e-3)) > 1e-9 * r2["mtbf_s"]:
+        failures.append(f"RSC-2 MTBF on {r2['nodes']} nodes: {r2['mtbf_s']} s")
     # Time lost by cause: Table 5's shares of rework + restarts (faulty GPUs 148 of 419).
     causes = dict(d["lost_by_cause_s"])
     lost = d["lost_s"]["rework"] + d["lost_s"]["restart"]
