@@ -79,7 +79,9 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   return n;
 }
 
-double available_memory_bytes() {
+// Read once per process: check_task_count runs for every candidate a planner or the search lowers,
+// and the memory a process may use does not need re-reading between them.
+static double read_available_memory() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   double kib = 0;
@@ -90,6 +92,11 @@ double available_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page)
                                : std::numeric_limits<double>::infinity();
+}
+
+double available_memory_bytes() {
+  static const double available = read_available_memory();
+  return available;
 }
 
 Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes, double available) {

@@ -72,8 +72,8 @@ inline constexpr double kBytesPerTask = 128;
 // tasks over all its micro-batch sizes (core/planners/partitioner.cc).
 inline constexpr size_t kMaxSweepTasks = size_t{1} << 25;
 
-// The memory this machine has available now (Linux: /proc/meminfo's MemAvailable; elsewhere the
-// physical memory); infinity when unknown.
+// The memory this machine had available when first asked in this process (Linux: /proc/meminfo's
+// MemAvailable; elsewhere the physical memory); infinity when unknown.
 double available_memory_bytes();
 
 // An error naming the product and the limit when `n` is above kMaxTasks, or when its estimated
