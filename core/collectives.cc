@@ -181,7 +181,8 @@ std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, Collective
       done[m[0]] = have;
       done[m[0]].erase(std::remove(done[m[0]].begin(), done[m[0]].end(), -1), done[m[0]].end());
     }
-    for (size_t i = 1; i < m.size(); ++i) done[m[i]] = {add_flow(g, devices[m[0]], devices[m[i]], out, tag, have)};
+    for (size_t i = 1; i < m.size(); ++i)
+      done[m[i]] = {add_flow(g, devices[m[0]], devices[m[i]], out, tag, have)};
   }
   return done;
 }
@@ -212,8 +213,8 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
   return ring_of_flows(g, devices, ready, n < 2 ? 0 : ring_flow_bytes(kind, bytes, n), tag);
 }
 
-std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
-                                    double bytes, const FlowTag& tag) {
+std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices,
+                                    const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
   return ring_of_flows(g, devices, ready, bytes, tag);
 }
 
@@ -240,7 +241,7 @@ std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& device
 }
 
 std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(const Cluster& c,
-                                                                              const std::vector<int>& devices) {
+                                                                            const std::vector<int>& devices) {
   std::vector<std::string_view> nodes;
   std::vector<int> count;
   std::vector<std::pair<int, int>> where(devices.size());
@@ -261,8 +262,8 @@ std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(cons
 
 std::vector<Deps> append_node_aggregated_all_to_all(TaskGraph& g, const std::vector<int>& devices,
                                                     const std::vector<std::pair<int, int>>& node_position,
-                                                    int per_node, const std::vector<Deps>& ready, double bytes,
-                                                    const FlowTag& tag) {
+                                                    int per_node, const std::vector<Deps>& ready,
+                                                    double bytes, const FlowTag& tag) {
   const size_t n = devices.size();
   const int nodes = static_cast<int>(n) / per_node;
   std::map<std::pair<int, int>, size_t> at;
@@ -318,8 +319,9 @@ std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllRed
   const FlowTag tag{TransferKind::DataParallel, stage, -1};
   switch (algorithm) {
     case AllReduceAlgorithm::Ring:
-      return kind == CollectiveKind::ReduceScatter ? append_ring_reduce_scatter(g, devices, ready_sets, bytes, tag)
-                                                   : append_ring_allreduce(g, devices, ready_sets, bytes, tag);
+      return kind == CollectiveKind::ReduceScatter
+                 ? append_ring_reduce_scatter(g, devices, ready_sets, bytes, tag)
+                 : append_ring_allreduce(g, devices, ready_sets, bytes, tag);
     case AllReduceAlgorithm::MultiRing:
       return append_multiring(g, c, kind, devices, ready_sets, bytes, tag);
     case AllReduceAlgorithm::Hierarchical:
@@ -382,7 +384,9 @@ double ring_reduce_scatter(int n, double bytes, const LinkCost& hop) {
   return (n - 1.0) * hop.latency + (n - 1.0) / n * bytes / hop.bandwidth;
 }
 
-double ring_allgather(int n, double bytes, const LinkCost& hop) { return ring_reduce_scatter(n, bytes, hop); }
+double ring_allgather(int n, double bytes, const LinkCost& hop) {
+  return ring_reduce_scatter(n, bytes, hop);
+}
 
 double merged_ring(CollectiveKind kind, int n, double bytes, const LinkCost& hop) {
   if (n < 2) return 0;
@@ -398,8 +402,8 @@ double multiring_allreduce(int machines, int per_machine, double bytes, const Li
     return ring_allreduce(n, bytes, machines < 2 ? intra : slower);
   }
   const double c = bytes / (static_cast<double>(per_machine) * n);
-  const double step = std::max(intra.latency + (per_machine - 1) * c / intra.bandwidth,
-                               inter.latency + c / inter.bandwidth);
+  const double step =
+      std::max(intra.latency + (per_machine - 1) * c / intra.bandwidth, inter.latency + c / inter.bandwidth);
   return 2.0 * (n - 1) * step;
 }
 
@@ -428,9 +432,13 @@ double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop) {
   return (n - 2.0 + k) * (hop.latency + bytes / k / hop.bandwidth);
 }
 
-double send(double bytes, const LinkCost& hop) { return hop.latency + bytes / hop.bandwidth; }
+double send(double bytes, const LinkCost& hop) {
+  return hop.latency + bytes / hop.bandwidth;
+}
 
-double ring_shift(int n, double bytes, const LinkCost& hop) { return n < 2 ? 0 : send(bytes, hop); }
+double ring_shift(int n, double bytes, const LinkCost& hop) {
+  return n < 2 ? 0 : send(bytes, hop);
+}
 
 }  // namespace closed_form
 

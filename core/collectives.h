@@ -40,7 +40,14 @@
 namespace pipegrid {
 
 // What a collective computes.
-enum class CollectiveKind : unsigned char { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, SendRecv };
+enum class CollectiveKind : unsigned char {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  SendRecv
+};
 std::string_view to_string(CollectiveKind k);  // "all-reduce", "all-gather", ...
 
 // How a data-parallel all-reduce runs (strategy `allreduce`).
@@ -113,8 +120,8 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
 // Ring shift (one step of a point-to-point ring, as ring attention's K/V exchange): device j sends S
 // bytes to device j + 1 once both of them are ready (an isend / irecv pair); device j holds its result
 // once its flows out and in are done: result[j] = {flow j, flow j - 1}.
-std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices, const std::vector<Deps>& ready,
-                                    double bytes, const FlowTag& tag);
+std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices,
+                                    const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
 // All-to-all: devices[i] sends bytes[i][j] to devices[j] (i != j; zero sends nothing), every flow
 // once both ends are ready; a device holds its result once all its flows out and in are done (in the
 // order: out by destination, then in by source).
@@ -133,14 +140,16 @@ std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& device
 // state and measure it. A device holds its result once its two flows out and two in are done.
 std::vector<Deps> append_node_aggregated_all_to_all(TaskGraph& g, const std::vector<int>& devices,
                                                     const std::vector<std::pair<int, int>>& node_position,
-                                                    int per_node, const std::vector<Deps>& ready, double bytes,
-                                                    const FlowTag& tag);
+                                                    int per_node, const std::vector<Deps>& ready,
+                                                    double bytes, const FlowTag& tag);
 // Flows each device of such a group sends: one per kind of peer it has (its node's, other nodes').
-inline int node_aggregated_flows(int n, int per_node) { return (per_node > 1 ? 1 : 0) + (n > per_node ? 1 : 0); }
+inline int node_aggregated_flows(int n, int per_node) {
+  return (per_node > 1 ? 1 : 0) + (n > per_node ? 1 : 0);
+}
 // {node index, position in the node} of each device of a group, in the group's order, and the devices
 // per node; nullopt unless every node the group spans holds equally many of its devices.
 std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(const Cluster& c,
-                                                                              const std::vector<int>& devices);
+                                                                            const std::vector<int>& devices);
 // Broadcast of S bytes from devices[0] along the chain devices[0] -> devices[1] -> ..., in `chunks`
 // chunks (pipelined: chunk k leaves device j once it arrived there and chunk k - 1 has left).
 std::vector<Deps> append_chain_broadcast(TaskGraph& g, const std::vector<int>& devices,

@@ -82,9 +82,10 @@ Status check_context_parallel(const Layer& l, int t, int cp, const ContextParall
     const double kv = sp.kv_heads > 0 ? sp.kv_heads : sp.heads;
     for (auto [value, what] : {std::pair{sp.heads, "attention heads"}, std::pair{kv, "key-value heads"}})
       if (std::fmod(value / t, cp) != 0)
-        return bad(fmt::format("does not divide its {} per device ({:g} / tensor_parallel {}): cp_algorithm a2a "
-                               "scatters them over the context-parallel group",
-                               what, value, t));
+        return bad(
+            fmt::format("does not divide its {} per device ({:g} / tensor_parallel {}): cp_algorithm a2a "
+                        "scatters them over the context-parallel group",
+                        what, value, t));
   }
   return {};
 }

@@ -43,9 +43,9 @@ struct FpgaSpec {
 inline constexpr double kWinogradSpeedup = 36.0 / 16.0;
 
 struct DeviceSpec {
-  std::string kind = "custom";                       // catalog name, or "custom"
-  std::string family;                                // "gpu", "fpga", or empty for custom devices
-  double memory_bytes = 0;                           // capacity
+  std::string kind = "custom";  // catalog name, or "custom"
+  std::string family;           // "gpu", "fpga", or empty for custom devices
+  double memory_bytes = 0;      // capacity
   // What the framework's own state takes before the model's first byte (CUDA context, NCCL buffers,
   // allocator fragmentation): not available to weights, activations or workspace. Set by the CLI's
   // loader (default_memory_reserve, or memory.reserve / --memory-margin); 0 where a cluster is built

@@ -38,8 +38,8 @@ std::string describe_task(const Task& t, const std::vector<std::string>& names) 
         case TransferKind::TensorParallel:
         case TransferKind::ExpertParallel:
         case TransferKind::ContextParallel:
-          return fmt::format("{} collective of stage {}, micro-batch {}, {}->{}", to_string(t.transfer), t.stage,
-                             t.micro_batch, name(t.device), name(t.peer));
+          return fmt::format("{} collective of stage {}, micro-batch {}, {}->{}", to_string(t.transfer),
+                             t.stage, t.micro_batch, name(t.device), name(t.peer));
         default:
           return fmt::format("all-reduce step of stage {}, {}->{}", t.stage, name(t.device), name(t.peer));
       }
@@ -88,7 +88,8 @@ void Executor::try_device(int d, double now) {
   dev.busy = true;
   // The device's next task runs after this one: ask for its lines now. With a device's tasks in one
   // stretch of each array, a pipeline of p devices reads p places far apart, and at p = 1,024
-  // they no longer stay in the cache between two tasks of a device (docs/speed.md, "Design choices, measured").
+  // they no longer stay in the cache between two tasks of a device (docs/speed.md, "Design choices,
+  // measured").
   if (const int32_t n = dev.after; n >= 0) {
     __builtin_prefetch(&node_[n], 1, 1);
     __builtin_prefetch(&graph_.tasks[n], 0, 1);

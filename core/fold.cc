@@ -104,9 +104,10 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
     // may differ between replicas (some through a fat-tree's spine, some not) and still fold exactly,
     // the optimizer steps settled. A ring between two stages' devices (DualPipe's mirrored stages)
     // is compared.
-    const bool ring = t.transfer == TransferKind::DataParallel && t.device >= 0 && m.image[t.device] == m.image[t.peer];
-    const bool signed_pair = j < 0 && !ring && t.device >= 0 &&
-                             m.replica[t.device] >= 0 && m.replica[t.peer] >= 0 && signed_pairs.insert(key).second;
+    const bool ring =
+        t.transfer == TransferKind::DataParallel && t.device >= 0 && m.image[t.device] == m.image[t.peer];
+    const bool signed_pair = j < 0 && !ring && t.device >= 0 && m.replica[t.device] >= 0 &&
+                             m.replica[t.peer] >= 0 && signed_pairs.insert(key).second;
     if (!(j >= 0 ? seen : other).insert(key).second && !signed_pair) continue;
     Result<Route> r = router.route(t.device, t.peer);
     if (!r) return r.error();
@@ -118,8 +119,8 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
       ch.pairs[static_cast<size_t>(j)].push_back(key);
       ch.routes.emplace(key, std::move(*r));
     } else if (signed_pair) {
-      ch.incoming[{m.replica[t.peer], m.image[t.device], m.image[t.peer]}].emplace_back(r->hops.size(), r->latency,
-                                                                                         r->bandwidth);
+      ch.incoming[{m.replica[t.peer], m.image[t.device], m.image[t.peer]}].emplace_back(
+          r->hops.size(), r->latency, r->bandwidth);
     }
   }
   // A pair seen both as a group flow and as other traffic shares its channels.
@@ -160,8 +161,8 @@ std::string unlike_incoming(Channels& ch, const Cluster& c) {
     if (j == 0) continue;
     const auto it = ch.incoming.find({0, a, b});
     if (it == ch.incoming.end() || it->second != sigs)
-      return fmt::format("replica {}'s traffic like {} -> {} in replica 0 crosses routes unlike replica 0's", j,
-                         c.devices[static_cast<size_t>(a)].name, c.devices[static_cast<size_t>(b)].name);
+      return fmt::format("replica {}'s traffic like {} -> {} in replica 0 crosses routes unlike replica 0's",
+                         j, c.devices[static_cast<size_t>(a)].name, c.devices[static_cast<size_t>(b)].name);
   }
   return "";
 }

@@ -99,7 +99,8 @@ double available_memory_bytes() {
   return available;
 }
 
-Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes, double available) {
+Status check_task_count(const TaskCount& n, const Partition& p, int micro_batches, int passes,
+                        double available) {
   const double bytes = static_cast<double>(n.total()) * kBytesPerTask;
   if (n.total() <= kMaxTasks && bytes <= available) return {};
   size_t replicas = 0;
@@ -107,16 +108,18 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
   const std::string what = fmt::format(
       "{} micro-batch{} x {} stage replicas ({} stage{}) x {} passes = {} compute tasks, + {} transfers + {} "
       "all-reduce steps = {} tasks in one iteration",
-      micro_batches, micro_batches == 1 ? "" : "es", replicas, p.stage_count(), p.stage_count() == 1 ? "" : "s",
-      passes, n.compute, n.transfers, n.ring_steps, n.total());
+      micro_batches, micro_batches == 1 ? "" : "es", replicas, p.stage_count(),
+      p.stage_count() == 1 ? "" : "s", passes, n.compute, n.transfers, n.ring_steps, n.total());
   if (n.total() > kMaxTasks)
-    return Error{fmt::format(
-        "the plan is too large to simulate: {}, above pipegrid's limit of {} (2^31 - 1, the range of its task "
-        "ids); use fewer micro-batches, stages or replicas",
-        what, kMaxTasks)};
+    return Error{
+        fmt::format("the plan is too large to simulate: {}, above pipegrid's limit of {} (2^31 - 1, the "
+                    "range of its task "
+                    "ids); use fewer micro-batches, stages or replicas",
+                    what, kMaxTasks)};
   return Error{fmt::format(
       "the plan is too large to simulate on this machine: {}, about {} at {} bytes a task (docs/scale.md), "
-      "more than the {} available; use fewer micro-batches, stages or replicas, or a machine with more memory",
+      "more than the {} available; use fewer micro-batches, stages or replicas, or a machine with more "
+      "memory",
       what, format_bytes(bytes), kBytesPerTask, format_bytes(available))};
 }
 
@@ -135,7 +138,14 @@ class Lowering {
  public:
   Lowering(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
            const LoweringOptions& o)
-      : w_(w), c_(c), p_(p), sched_(sched), o_(o), m_(o.micro_batches), S_(p.stage_count()), D_(c.devices.size()) {}
+      : w_(w),
+        c_(c),
+        p_(p),
+        sched_(sched),
+        o_(o),
+        m_(o.micro_batches),
+        S_(p.stage_count()),
+        D_(c.devices.size()) {}
 
   Result<TaskGraph> run() {
     if (Status s = count(); !s) return s.error();
@@ -177,7 +187,7 @@ class Lowering {
   // The last compute task of every (stage, replica, pass, micro-batch); under tensor parallelism or
   // bucketed overlap, head_ holds the first (a pass is then several tasks).
   std::vector<int32_t> slot_, head_;
-  std::vector<int32_t> pair_head_;  // per backward slot: the first task of the forward it is paired with
+  std::vector<int32_t> pair_head_;      // per backward slot: the first task of the forward it is paired with
   std::vector<int32_t> last_backward_;  // last B or W of each (stage, replica)
   // Bucketed overlap: where the first stage's last backward (B, or W when split) sits on each of its
   // devices (device, action index), and the tasks after which its buckets are ready there.
@@ -208,7 +218,7 @@ class Lowering {
   const TpProgram* program(int stage, size_t j, Pass pass) const {
     if (!p_.stage(stage).grouped() || pass == Pass::Weight) return nullptr;
     const StageCost& sc = cost(stage, j);
-    return pass == Pass::Forward  ? &sc.tp_forward
+    return pass == Pass::Forward   ? &sc.tp_forward
            : sched_.split_backward ? &sc.tp_backward_input
                                    : &sc.tp_backward;
   }
@@ -271,7 +281,8 @@ Status Lowering::count() {
       return Error{"internal error: the stage costs given do not match the partition"};
   size_t a2a_pairwise = 0, a2a_aggregated = 0;  // all-to-all flows, one per pair or node-aggregated
   // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
-  // collective, one per peer of an all-to-all (or two, node-aggregated). Counted here, exactly, now that the programs are known.
+  // collective, one per peer of an all-to-all (or two, node-aggregated). Counted here, exactly, now that the
+  // programs are known.
   for (size_t st = 0; st < S_; ++st)
     if (p_.stage(st).grouped()) {
       any_grouped_ = true;
@@ -317,7 +328,8 @@ Status Lowering::count() {
     with_tp.compute += piece_tasks_;
     with_tp.transfers += group_flows_;
     if (bucketed_ && buckets_ > 1) {
-      const size_t r0 = static_cast<size_t>(p_.stage(0).gradient_replicas()), t0 = p_.stage(0).tensor_parallel;
+      const size_t r0 = static_cast<size_t>(p_.stage(0).gradient_replicas()),
+                   t0 = p_.stage(0).tensor_parallel;
       if (t0 == 1) with_tp.compute += p_.stage(0).devices.size();
       with_tp.ring_steps += 2 * (r0 - 1) * r0 * t0;
     }
@@ -334,7 +346,8 @@ void Lowering::number_replicas() {
   rep_base_.assign(S_ + 1, 0);
   for (size_t s = 0; s < S_; ++s) {
     const auto& devs = p_.stage(s).devices;
-    for (size_t j = 0; j < devs.size(); ++j) hosted_[devs[j]].emplace_back(static_cast<int>(s), static_cast<int>(j));
+    for (size_t j = 0; j < devs.size(); ++j)
+      hosted_[devs[j]].emplace_back(static_cast<int>(s), static_cast<int>(j));
     rep_base_[s + 1] = rep_base_[s] + devs.size();
   }
   slot_.assign(rep_base_[S_] * m_ * 3, -1);
@@ -460,7 +473,8 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
   // Under tensor parallelism the pass's P pieces (first .. id): the first K-th is taken as done
   // after piece ceil(P / K) - 1.
   if (split && tp_prog && buckets_ > 1)
-    dp_piece_[j].push_back(first + (static_cast<int64_t>(tp_prog->compute.size()) + buckets_ - 1) / buckets_ - 1);
+    dp_piece_[j].push_back(first + (static_cast<int64_t>(tp_prog->compute.size()) + buckets_ - 1) / buckets_ -
+                           1);
   if (split) dp_piece_[j].push_back(id);
   slot_of(a.stage, j, a.pass, a.micro_batch) = id;
   if (first < 0) first = id;
@@ -585,7 +599,8 @@ void Lowering::add_group_collectives() {
             const auto& members = by_x[x][static_cast<size_t>(r)];
             if (members.empty()) continue;
             std::vector<Deps> done = add_collective(s, pass, k, x, members, previous);
-            if (!done.empty() && program(s, 0, pass)->groups[x] == CommGroup::Context) previous = std::move(done);
+            if (!done.empty() && program(s, 0, pass)->groups[x] == CommGroup::Context)
+              previous = std::move(done);
           }
         }
       }
@@ -612,7 +627,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
     if (chained) ready[q].insert(ready[q].end(), previous[q].begin(), previous[q].end());
   }
   const bool context = prog.groups[x] == CommGroup::Context;
-  const TransferKind traffic = context                              ? TransferKind::ContextParallel
+  const TransferKind traffic = context                               ? TransferKind::ContextParallel
                                : prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel
                                                                      : TransferKind::ExpertParallel;
   const FlowTag tag{traffic, s, k};
@@ -620,10 +635,9 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
   if (prog.kinds[x] == CollectiveKind::AllToAll) {
     if (auto layout = aggregate_ && !context ? aggregated_layout(s, pass, x, members) : std::nullopt) {
       const double sent = program(s, static_cast<size_t>(members[0]), pass)->bytes[x];
-      done = append_node_aggregated_all_to_all(g_, devices, layout->first, layout->second, ready,
-                                               sent * cost(s, static_cast<size_t>(members[0])).expert_load /
-                                                   stage.expert_parallel,
-                                               tag);
+      done = append_node_aggregated_all_to_all(
+          g_, devices, layout->first, layout->second, ready,
+          sent * cost(s, static_cast<size_t>(members[0])).expert_load / stage.expert_parallel, tag);
     } else {
       done = pairwise_all_to_all(s, pass, x, members, devices, ready, tag);
     }
@@ -645,7 +659,8 @@ std::optional<std::pair<std::vector<std::pair<int, int>>, int>> Lowering::aggreg
   const double sent = program(s, first, pass)->bytes[x], load = cost(s, first).expert_load;
   std::vector<int> devices;
   for (int q : members) {
-    if (program(s, static_cast<size_t>(q), pass)->bytes[x] != sent || cost(s, static_cast<size_t>(q)).expert_load != load)
+    if (program(s, static_cast<size_t>(q), pass)->bytes[x] != sent ||
+        cost(s, static_cast<size_t>(q)).expert_load != load)
       return std::nullopt;
     devices.push_back(p_.stage(s).devices[static_cast<size_t>(q)]);
   }
@@ -654,21 +669,21 @@ std::optional<std::pair<std::vector<std::pair<int, int>>, int>> Lowering::aggreg
 
 std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x, size_t j) const {
   const Stage& stage = p_.stage(s);
-  const std::vector<int> members = group_members(program(s, j, pass)->groups[x], static_cast<int>(j),
-                                                 stage.tensor_parallel,
-                                                 ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel},
-                                                 stage.context_parallel);
+  const std::vector<int> members =
+      group_members(program(s, j, pass)->groups[x], static_cast<int>(j), stage.tensor_parallel,
+                    ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel}, stage.context_parallel);
   const size_t pairwise = members.size() - 1;
   if (auto layout = aggregated_layout(s, pass, x, members))
-    return {pairwise, static_cast<size_t>(node_aggregated_flows(static_cast<int>(members.size()), layout->second))};
+    return {pairwise,
+            static_cast<size_t>(node_aggregated_flows(static_cast<int>(members.size()), layout->second))};
   return {pairwise, pairwise};
 }
 
 // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns
 // them), or evenly over a context-parallel group (each peer's heads); its own share stays.
 std::vector<Deps> Lowering::pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
-                                                const std::vector<int>& devices, const std::vector<Deps>& ready,
-                                                const FlowTag& tag) {
+                                                const std::vector<int>& devices,
+                                                const std::vector<Deps>& ready, const FlowTag& tag) {
   const Stage& stage = p_.stage(s);
   const TpProgram& prog = *program(s, static_cast<size_t>(members[0]), pass);
   const size_t n = members.size();
@@ -712,8 +727,8 @@ void Lowering::add_data_parallel_collectives() {
         ex[static_cast<int>(MemoryCategory::OptimizerState)] /= edp;
       }
       for (int k = 0; k < kMemoryCategoryCount; ++k) g_.static_memory[all[j]][k] += st[k] + ex[k];
-      step_parameters_[all[j]] += o_.memory.zero1 ? dense / r + sc.expert_parameters / edp
-                                                  : dense + sc.expert_parameters;
+      step_parameters_[all[j]] +=
+          o_.memory.zero1 ? dense / r + sc.expert_parameters / edp : dense + sc.expert_parameters;
     }
     // DualPipe's second pipeline reduces with its mirror (below, from the mirror's side).
     if (stage.mirror >= 0 && stage.mirror < static_cast<int>(s)) continue;
@@ -751,9 +766,10 @@ void Lowering::add_data_parallel_collectives() {
 // buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count()). With
 // dp_overlap under ZeRO-1 it is the distributed optimizer's reduce-scatter (the parameter all-gather
 // taken as hidden behind the next forward), else an all-reduce. A device's optimizer step waits for it.
-void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed) {
-  const CollectiveKind kind = o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter
-                                                                 : CollectiveKind::AllReduce;
+void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes,
+                                bool bucketed) {
+  const CollectiveKind kind =
+      o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const size_t r = members.size();
   const int32_t stage = members.front().first;
   std::vector<int> devs(r);
@@ -774,7 +790,8 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
         ready[j] = dp_piece_[static_cast<size_t>(members[j].second)][static_cast<size_t>(k)];
     const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
     auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, stage);
-    for (size_t j = 0; j < r; ++j) step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
+    for (size_t j = 0; j < r; ++j)
+      step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
   }
 }
 
@@ -790,7 +807,8 @@ void Lowering::add_optimizer_steps() {
     t.duration *= c_.devices[d].slowdown;
     const int32_t id = g_.add(t);
     for (int32_t in : step_inputs_[d])
-      if (g_.tasks[in].kind == TaskKind::Transfer) g_.depend(in, id);  // compute inputs on d precede it in order
+      if (g_.tasks[in].kind == TaskKind::Transfer)
+        g_.depend(in, id);  // compute inputs on d precede it in order
     g_.device_order[d].push_back(id);
   }
 }

@@ -119,11 +119,11 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
       const int32_t p = waited[cur];
       if (p < 0 || !(t.end[p] > from) || g.tasks[p].is_compute()) break;
       const Task& x = g.tasks[p];
-      double& part = x.transfer == TransferKind::TensorParallel   ? b.tensor_parallel_s
-                     : x.transfer == TransferKind::DataParallel   ? b.data_parallel_s
-                     : x.transfer == TransferKind::ExpertParallel ? b.expert_parallel_s
+      double& part = x.transfer == TransferKind::TensorParallel    ? b.tensor_parallel_s
+                     : x.transfer == TransferKind::DataParallel    ? b.data_parallel_s
+                     : x.transfer == TransferKind::ExpertParallel  ? b.expert_parallel_s
                      : x.transfer == TransferKind::ContextParallel ? b.context_parallel_s
-                                                                  : b.pipeline_s;
+                                                                   : b.pipeline_s;
       const double begin = std::max(from, t.start[p]);
       part += until - begin;
       until = begin;

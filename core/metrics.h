@@ -25,16 +25,16 @@ struct TimeBreakdown {
   double expert_parallel_s = 0;
   double context_parallel_s = 0;
   double total() const {
-    return compute_s + optimizer_s + tensor_parallel_s + pipeline_s + data_parallel_s + bubble_s + expert_parallel_s +
-           context_parallel_s;
+    return compute_s + optimizer_s + tensor_parallel_s + pipeline_s + data_parallel_s + bubble_s +
+           expert_parallel_s + context_parallel_s;
   }
 };
 
 struct DeviceMetrics {
   std::string name;
-  bool used = false;      // hosts at least one stage
-  double busy_s = 0;      // compute (F, B, W, optimizer step); transfers overlap and do not count
-  double idle_s = 0;      // iteration time - busy
+  bool used = false;        // hosts at least one stage
+  double busy_s = 0;        // compute (F, B, W, optimizer step); transfers overlap and do not count
+  double idle_s = 0;        // iteration time - busy
   double bubble_ratio = 0;  // idle / (idle + busy)
   double static_bytes = 0;  // weights + gradients + optimizer state
   double peak_memory_bytes = 0;
@@ -47,7 +47,7 @@ struct Metrics {
   double iteration_time_s = 0;
   double samples_per_iteration = 0;
   double throughput_samples_per_s = 0;
-  double bubble_ratio = 0;  // idle / (idle + busy) summed over the used devices
+  double bubble_ratio = 0;             // idle / (idle + busy) summed over the used devices
   std::vector<DeviceMetrics> devices;  // in cluster device order
   std::vector<int> over_capacity;      // devices whose peak memory exceeds their capacity
   TimeBreakdown breakdown;             // the mean over the used devices

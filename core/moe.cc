@@ -74,12 +74,14 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
   const MoeShape& m = l.split.moe;
   auto bad = [&](std::string what) { return Error{fmt::format("layer \"{}\": {}", l.name, what)}; };
   if (m.experts < 1 || m.experts != std::floor(m.experts))
-    return bad(fmt::format("a mixture-of-experts block needs a whole number of experts, got {:g}", m.experts));
+    return bad(
+        fmt::format("a mixture-of-experts block needs a whole number of experts, got {:g}", m.experts));
   if (m.top_k < 1 || m.top_k > m.experts || m.top_k != std::floor(m.top_k))
-    return bad(fmt::format("top_k must be a whole number from 1 to the {:g} experts, got {:g}", m.experts, m.top_k));
+    return bad(
+        fmt::format("top_k must be a whole number from 1 to the {:g} experts, got {:g}", m.experts, m.top_k));
   if (std::fmod(m.experts, e.ep) != 0)
-    return bad(fmt::format("expert_parallel {} does not divide its {:g} experts (each device holds E / ep)", e.ep,
-                           m.experts));
+    return bad(fmt::format("expert_parallel {} does not divide its {:g} experts (each device holds E / ep)",
+                           e.ep, m.experts));
   if (std::fmod(m.expert_ffn, e.etp) != 0)
     return bad(fmt::format("expert_tensor_parallel {} does not divide its expert FFN width {:g}", e.etp,
                            m.expert_ffn));

@@ -91,6 +91,8 @@ std::string_view to_string(CommGroup g);
 // context-parallel size (positions (j cp + c) t + i, core/partition.h).
 std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e, int cp = 1);
 // Position r's rank in the expert-parallel group.
-inline int expert_rank(int r, const ExpertSizes& e) { return (r / e.etp) % e.ep; }
+inline int expert_rank(int r, const ExpertSizes& e) {
+  return (r / e.etp) % e.ep;
+}
 
 }  // namespace pipegrid

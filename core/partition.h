@@ -13,7 +13,7 @@
 namespace pipegrid {
 
 struct Stage {
-  std::vector<int> layers;   // in topological order
+  std::vector<int> layers;  // in topological order
   // Cluster device indices: replicas x context_parallel x tensor_parallel of them, in Megatron-Core's
   // rank order tp-cp-dp: position (j cp + c) t + i is tensor-parallel rank i of context-parallel rank c
   // of replica j. Without context parallelism replica j is the tensor-parallel group devices[j t ..

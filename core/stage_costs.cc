@@ -32,8 +32,8 @@ struct TpDevice {
   const Cluster& c;
   size_t stage;
   int device;
-  double share;      // samples of the replica's slice
-  double load = 1;   // MoE: the device's expert load factor
+  double share;     // samples of the replica's slice
+  double load = 1;  // MoE: the device's expert load factor
   // The times of a piece's kernels (scaled by the device's expert load when the piece's are).
   Result<PassTimes> times(const Layer& layer, const TpPiece& piece) const {
     if (!piece.expert_load || load == 1) return times(layer, piece.kernels);
@@ -256,7 +256,9 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
                              double share, const TensorParallelOptions& tp, StageCost& sc) {
   PlainSums x;
   const DeviceSpec& spec = c.devices[d].spec;
-  auto located = [&](const Error& e) { return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, e.message)}; };
+  auto located = [&](const Error& e) {
+    return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, e.message)};
+  };
   for (int l : st.layers) {
     const Layer& layer = w.layer(l);
     Result<PassTimes> t = layer_times(layer, w.precision, spec, share);
@@ -288,7 +290,8 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
   return x;
 }
 
-void apply_plain_recompute(Recompute recompute, const PlainSums& x, double input, double share, StageCost& sc) {
+void apply_plain_recompute(Recompute recompute, const PlainSums& x, double input, double share,
+                           StageCost& sc) {
   switch (recompute) {
     case Recompute::None:
       sc.stash_bytes = x.full_stash * share;
@@ -343,7 +346,7 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
     auto r = p.stage(s).grouped() ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
-                                            : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
+                                  : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
     if (!r) return r.error();
     out[s] = std::move(*r);
   }

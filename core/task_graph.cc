@@ -23,8 +23,8 @@ std::string_view to_string(TransferKind k) {
 }
 
 bool is_collective(TransferKind k) {
-  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
-         k == TransferKind::ContextParallel;
+  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel ||
+         k == TransferKind::ExpertParallel || k == TransferKind::ContextParallel;
 }
 
 // Counting sort of the added dependencies by source task, stable: each task's successors keep the

@@ -22,7 +22,13 @@ enum class TaskKind : unsigned char { Forward, Backward, Weight, Optimizer, Tran
 // ContextParallel: a flow of an attention core's K/V (or Q, K, V, O) exchange over its
 // context-parallel group (core/context_parallel.h).
 enum class TransferKind : unsigned char {
-  None, Activation, Gradient, DataParallel, TensorParallel, ExpertParallel, ContextParallel
+  None,
+  Activation,
+  Gradient,
+  DataParallel,
+  TensorParallel,
+  ExpertParallel,
+  ContextParallel
 };
 // The outputs' name of a transfer's traffic (timeline CSVs, the trace's categories, messages):
 // "activation", "gradient", "allreduce" (data-parallel), "tensor-parallel", "expert-parallel",

@@ -1,11 +1,11 @@
 #include "core/tensor_parallel.h"
 
-#include "core/block_kernels.h"
-
 #include <fmt/format.h>
 
 #include <cmath>
 #include <initializer_list>
+
+#include "core/block_kernels.h"
 
 namespace pipegrid {
 
@@ -19,7 +19,8 @@ TpPiece compute(std::vector<Kernel> ks, bool expert_load = false) {
   p.expert_load = expert_load;
   return p;
 }
-TpPiece collective(CollectiveKind k, double bytes, CommGroup group = CommGroup::Tensor, bool expert_load = false) {
+TpPiece collective(CollectiveKind k, double bytes, CommGroup group = CommGroup::Tensor,
+                   bool expert_load = false) {
   TpPiece p{true, {}, k, bytes};
   p.group = group;
   p.expert_load = expert_load;
@@ -63,7 +64,9 @@ std::vector<Kernel> cat(std::initializer_list<std::vector<Kernel>> parts) {
   for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
   return out;
 }
-std::vector<Kernel> reversed(const std::vector<Kernel>& ks) { return {ks.rbegin(), ks.rend()}; }
+std::vector<Kernel> reversed(const std::vector<Kernel>& ks) {
+  return {ks.rbegin(), ks.rend()};
+}
 
 TpPiece exchange(CollectiveKind k, double bytes, unsigned char flags = 0) {
   TpPiece p = collective(k, bytes, CommGroup::Context);
@@ -80,8 +83,9 @@ std::vector<TpPiece> core_forward(const CoreSplit& c) {
   switch (c.algorithm) {
     case CpAlgorithm::P2P:
       for (int i = 0; i < cp; ++i) {
-        out.push_back(i + 1 < cp ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext | (i > 0 ? kAfterPrevious : 0))
-                                 : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
+        out.push_back(
+            i + 1 < cp ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext | (i > 0 ? kAfterPrevious : 0))
+                       : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
         out.push_back(compute(c.steps[static_cast<size_t>(i)]));
       }
       break;
@@ -109,9 +113,10 @@ std::vector<TpPiece> core_backward(const CoreSplit& c) {
       // Step 0 sends K/V, the middle steps K/V and the dK/dV so far, the last step none; after it the
       // dK/dV reach their owner.
       for (int i = 0; i < cp; ++i) {
-        out.push_back(i == 0        ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext)
-                      : i + 1 < cp ? exchange(CollectiveKind::SendRecv, 2 * c.kv, kBesideNext | kAfterPrevious)
-                                   : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
+        out.push_back(i == 0 ? exchange(CollectiveKind::SendRecv, c.kv, kBesideNext)
+                      : i + 1 < cp
+                          ? exchange(CollectiveKind::SendRecv, 2 * c.kv, kBesideNext | kAfterPrevious)
+                          : exchange(CollectiveKind::SendRecv, 0, kNoFlows));
         out.push_back(compute(reversed(c.steps[static_cast<size_t>(i)])));
       }
       out.push_back(exchange(CollectiveKind::SendRecv, c.kv, kAfterPrevious));
@@ -150,21 +155,30 @@ Status divides(const Layer& l, int t, double value, std::string_view what) {
 
 std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision) {
   const blocks::Attention a = blocks::attention(s, 1, false, precision);
-  auto attention_forward = [&](const blocks::Attention& k) { return join({k.qkv, k.rotary, {k.core, k.softmax_dropout, k.proj}}); };
+  auto attention_forward = [&](const blocks::Attention& k) {
+    return join({k.qkv, k.rotary, {k.core, k.softmax_dropout, k.proj}});
+  };
   if (s.kind == TensorSplitKind::MoeBlock) {
     const blocks::Moe m = blocks::moe(s, 1, false, {}, precision);
     std::vector<Kernel> shared;
     if (m.shared) shared = {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down};
-    return join({{a.ln1}, attention_forward(a), {a.dropout_residual, m.ln2, m.router, m.route, m.permute},
-                 m.expert, {m.unpermute}, shared, {m.dropout_residual}});
+    return join({{a.ln1},
+                 attention_forward(a),
+                 {a.dropout_residual, m.ln2, m.router, m.route, m.permute},
+                 m.expert,
+                 {m.unpermute},
+                 shared,
+                 {m.dropout_residual}});
   }
   const blocks::Mlp m = blocks::mlp(s, s.ffn, 1, false, precision);
-  return join({{a.ln1}, attention_forward(a), {a.dropout_residual, m.ln2, m.up, m.act, m.down, m.dropout_residual}});
+  return join(
+      {{a.ln1}, attention_forward(a), {a.dropout_residual, m.ln2, m.up, m.act, m.down, m.dropout_residual}});
 }
 
 double block_parameters(const TensorSplit& s) {
   const double attention = blocks::attention(s, 1, false, Precision::FP32).parameters;
-  if (s.kind != TensorSplitKind::MoeBlock) return attention + blocks::mlp(s, s.ffn, 1, false, Precision::FP32).parameters;
+  if (s.kind != TensorSplitKind::MoeBlock)
+    return attention + blocks::mlp(s, s.ffn, 1, false, Precision::FP32).parameters;
   const blocks::Moe m = blocks::moe(s, 1, false, {}, Precision::FP32);
   return attention + m.dense_parameters + m.expert_parameters;
 }
@@ -196,7 +210,8 @@ void attention_pieces(const blocks::Attention& k, const CoreSplit& core, int t, 
                       std::vector<TpPiece> mlp_forward, std::vector<TpPiece> mlp_backward, TpLayer& out) {
   auto append = [](std::vector<TpPiece>& to, std::vector<TpPiece> from) {
     // The first piece of `from` continues the last of `to` (both compute).
-    to.back().kernels.insert(to.back().kernels.end(), from.front().kernels.begin(), from.front().kernels.end());
+    to.back().kernels.insert(to.back().kernels.end(), from.front().kernels.begin(),
+                             from.front().kernels.end());
     to.insert(to.end(), std::make_move_iterator(from.begin() + 1), std::make_move_iterator(from.end()));
   };
   out.forward = {compute({k.ln1})};
@@ -266,8 +281,8 @@ struct BlockAttention {
   blocks::Attention a;
   CoreSplit core;
 };
-BlockAttention block_attention(const TensorSplit& sp, int t, bool seq, Precision precision, const ContextRank& c,
-                               const ContextParallelOptions& o) {
+BlockAttention block_attention(const TensorSplit& sp, int t, bool seq, Precision precision,
+                               const ContextRank& c, const ContextParallelOptions& o) {
   const TensorSplit local = local_split(sp, c.cp);
   BlockAttention out{blocks::attention(local, t, seq, precision), {}};
   out.core = core_split(out.a);
@@ -363,9 +378,11 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
     const double sent = sp.moe.top_k * m.token_bytes, gathered = e.etp * sent;
     auto around = [&](std::vector<TpPiece>& to, std::vector<Kernel> experts) {
       if (e.ep > 1) to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
-      if (e.etp > 1) to.push_back(collective(CollectiveKind::AllGather, gathered, CommGroup::ExpertTensor, true));
+      if (e.etp > 1)
+        to.push_back(collective(CollectiveKind::AllGather, gathered, CommGroup::ExpertTensor, true));
       to.push_back(compute(std::move(experts), true));
-      if (e.etp > 1) to.push_back(collective(CollectiveKind::ReduceScatter, gathered, CommGroup::ExpertTensor, true));
+      if (e.etp > 1)
+        to.push_back(collective(CollectiveKind::ReduceScatter, gathered, CommGroup::ExpertTensor, true));
       if (e.ep > 1) {
         to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
         to.back().combine = true;
@@ -400,7 +417,8 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
   for (std::vector<TpPiece>* v : {&fwd, &bwd}) {
     std::vector<TpPiece> merged;
     for (TpPiece& p : *v) {
-      if (!merged.empty() && !p.collective && !merged.back().collective && p.expert_load == merged.back().expert_load) {
+      if (!merged.empty() && !p.collective && !merged.back().collective &&
+          p.expert_load == merged.back().expert_load) {
         merged.back().kernels.insert(merged.back().kernels.end(), p.kernels.begin(), p.kernels.end());
         continue;
       }
@@ -462,7 +480,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
                     l.name, t > 1 ? t : c.cp, t > 1 ? "tensor" : "context")};
   if (Status st = check_context_parallel(l, t, c.cp, o.context); !st) return st.error();
   if (t > 1 && seq &&
-      (is_block(sp.kind) || sp.kind == TensorSplitKind::VocabEmbedding || sp.kind == TensorSplitKind::VocabHead))
+      (is_block(sp.kind) || sp.kind == TensorSplitKind::VocabEmbedding ||
+       sp.kind == TensorSplitKind::VocabHead))
     if (Status st = divides(l, t, sp.sequence, "sequence length (sequence parallelism splits it)"); !st)
       return st.error();
   switch (sp.kind) {

@@ -37,7 +37,7 @@ struct TensorParallelOptions {
   // beside the compute piece that follows it, which then does not wait for it; the piece after that
   // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
   bool overlap = false;
-  MoeOptions moe;  // MoE blocks: the dispatcher, capacity factor and routing
+  MoeOptions moe;                  // MoE blocks: the dispatcher, capacity factor and routing
   ContextParallelOptions context;  // stages with context_parallel > 1
 };
 
@@ -78,7 +78,7 @@ struct TpLayer {
   // Context parallelism: bytes per sample of the exchange buffers the backward holds beside its
   // workspace (core/context_parallel.h; set_core_extras in tensor_parallel.cc says which).
   double cp_workspace = 0;
-  double parameters = 0;          // per device
+  double parameters = 0;  // per device
   double parameter_bytes = 0;
   // Of which expert weights (MoE blocks): their gradients reduce over the expert data-parallel group.
   double expert_parameters = 0, expert_parameter_bytes = 0;
@@ -104,7 +104,8 @@ struct TpLayer {
 //                 reduce-scatter dK, dV [QKV ..];
 //   a2a:          [.. QKV] all-to-all Q, K, V [core] all-to-all O [projection ..]; backward the mirror.
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
-                                      Precision precision, const ExpertSizes& e = {}, const ContextRank& c = {});
+                                      Precision precision, const ExpertSizes& e = {},
+                                      const ContextRank& c = {});
 
 // The per-device kernels of a transformer layer for group size t without SP, all pieces together:
 // what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere. An MoE

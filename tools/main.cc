@@ -33,9 +33,10 @@ void add_devices_option(CLI::App& app, std::string& devices) {
 }
 
 void add_fold_options(CLI::App& app, bool& fold, bool& whole) {
-  CLI::Option* f = app.add_flag("--fold", fold,
-                                "Replay one data-parallel replica for all where the replicas are alike (exact, "
-                                "checked; the default from 2^20 tasks; docs/scale.md)");
+  CLI::Option* f =
+      app.add_flag("--fold", fold,
+                   "Replay one data-parallel replica for all where the replicas are alike (exact, "
+                   "checked; the default from 2^20 tasks; docs/scale.md)");
   app.add_flag("--whole", whole, "Replay every task of every replica, never folded")->excludes(f);
 }
 
@@ -166,10 +167,10 @@ int main(int argc, char** argv) {
 
   // One line per subcommand, in the order `--help` lists them.
   constexpr cli::Command (*kCommands[])(CLI::App&) = {
-      &cli::add_run_command,      &cli::add_list_command,   &cli::add_schedule_command,
-      &cli::add_workload_command, &cli::add_device_command, &cli::add_plan_command,
-      &cli::add_cluster_command,  &cli::add_sweep_command,  &cli::add_place_command,
-      &cli::add_import_command,   &cli::add_export_command, &cli::add_replay_command,
+      &cli::add_run_command,      &cli::add_list_command,    &cli::add_schedule_command,
+      &cli::add_workload_command, &cli::add_device_command,  &cli::add_plan_command,
+      &cli::add_cluster_command,  &cli::add_sweep_command,   &cli::add_place_command,
+      &cli::add_import_command,   &cli::add_export_command,  &cli::add_replay_command,
       &cli::add_search_command,   &cli::add_goodput_command,
   };
   std::vector<cli::Command> commands;

@@ -131,12 +131,12 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
   const std::vector<int> order = topological_order(r.workload);
   std::vector<int> blocks;  // positions in `order` of the transformer blocks
   for (size_t i = 0; i < order.size(); ++i)
-    if (is_block(r.workload.layer(order[i]).split.kind))
-      blocks.push_back(static_cast<int>(i));
+    if (is_block(r.workload.layer(order[i]).split.kind)) blocks.push_back(static_cast<int>(i));
   const int n = static_cast<int>(blocks.size());
   if (n == 0)
     return Error{fmt::format(
-        "the megatron partitioner splits transformer (or MoE) blocks, and workload \"{}\" has none", r.workload.name)};
+        "the megatron partitioner splits transformer (or MoE) blocks, and workload \"{}\" has none",
+        r.workload.name)};
   const MegatronSplit& split = r.options.megatron;
   const MegatronLayout layout = megatron_layout(n, r.stages, r.chunks, r.schedule, split);
   if (!layout.ok())

@@ -30,10 +30,11 @@ Status apply_expert_parallel(const PlanRequest& r, Partition& p) {
     if (!moe) continue;  // dense stages keep their tensor-parallel groups only
     const int n = static_cast<int>(stage.devices.size());
     if (n % (ep * etp) != 0)
-      return Error{fmt::format(
-          "expert_parallel {} x expert_tensor_parallel {} = {} does not divide stage {}'s {} devices (t x d = {} x "
-          "{}): Megatron folds the MoE layers' etp x ep x edp over the same devices",
-          ep, etp, ep * etp, st, n, stage.tensor_parallel, stage.replicas())};
+      return Error{
+          fmt::format("expert_parallel {} x expert_tensor_parallel {} = {} does not divide stage {}'s {} "
+                      "devices (t x d = {} x "
+                      "{}): Megatron folds the MoE layers' etp x ep x edp over the same devices",
+                      ep, etp, ep * etp, st, n, stage.tensor_parallel, stage.replicas())};
     stage.expert_parallel = ep;
     stage.expert_tensor_parallel = etp;
   }

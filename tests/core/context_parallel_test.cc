@@ -1,9 +1,10 @@
 // Context parallelism (core/context_parallel.h): the attention work per rank and step, the groups,
 // the divisibility rules, and the activation memory per rank against Korthikanti et al.'s Table 2
 // with s / cp tokens, for each recomputation mode.
+#include "core/context_parallel.h"
+
 #include <doctest/doctest.h>
 
-#include "core/context_parallel.h"
 #include "core/experiment.h"
 #include "core/models/builder.h"
 #include "core/stage_costs.h"
@@ -16,7 +17,9 @@ namespace {
 
 constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096;
 
-Workload one_block(double sequence = kS, double heads = kHeads) { return causal_block(sequence, kH, heads, kF); }
+Workload one_block(double sequence = kS, double heads = kHeads) {
+  return causal_block(sequence, kH, heads, kF);
+}
 
 double sum(const std::vector<double>& v) {
   double x = 0;
@@ -39,8 +42,10 @@ TEST_CASE("context parallelism: attention work per step, balanced and contiguous
       balanced += sum(b);
       contiguous += sum(n);
       // One step for the other algorithms, with the same total.
-      CHECK(attention_step_work({cp, r}, {CpAlgorithm::AllGather, false}, true) == std::vector<double>{r + 0.5});
-      CHECK(attention_step_work({cp, r}, {CpAlgorithm::AllToAll, false}, true) == std::vector<double>{cp / 2.0});
+      CHECK(attention_step_work({cp, r}, {CpAlgorithm::AllGather, false}, true) ==
+            std::vector<double>{r + 0.5});
+      CHECK(attention_step_work({cp, r}, {CpAlgorithm::AllToAll, false}, true) ==
+            std::vector<double>{cp / 2.0});
       CHECK(sum(attention_step_work({cp, r}, {CpAlgorithm::P2P, true}, false)) == cp);
     }
     // In blocks of (s / cp)^2 scores: cp^2 / 2 blocks = s^2 / 2 scores, however split.
@@ -68,7 +73,8 @@ TEST_CASE("context parallelism: the sequence and the heads must split as the alg
   const Workload h12 = one_block(kS, 12);
   CHECK_FALSE(check_context_parallel(h12.layer(1), 1, 8, {CpAlgorithm::AllToAll, true}).ok());
   CHECK(check_context_parallel(h12.layer(1), 1, 4, {CpAlgorithm::AllToAll, true}).ok());
-  CHECK_FALSE(check_context_parallel(h12.layer(1), 2, 4, {CpAlgorithm::AllToAll, true}).ok());  // 6 per device
+  CHECK_FALSE(
+      check_context_parallel(h12.layer(1), 2, 4, {CpAlgorithm::AllToAll, true}).ok());  // 6 per device
 }
 
 // Per block and sample at t = 1, fp16 (2-byte units = bytes), s_l = s / cp tokens per device:
@@ -97,9 +103,13 @@ TEST_CASE("context parallelism: activation memory per rank is Table 2's with s /
       for (int rank = 0; rank < cp; ++rank) {
         const StageCost& sc = (*costs)[0][static_cast<size_t>(rank)];
         INFO("cp=" << cp << " rank " << rank << " recompute " << to_string(r));
-        const double stash = r == Recompute::None ? none : r == Recompute::Selective ? 34 * sl * h : 2 * sl * h;
+        const double stash = r == Recompute::None        ? none
+                             : r == Recompute::Selective ? 34 * sl * h
+                                                         : 2 * sl * h;
         CHECK(close_rel(sc.stash_bytes, stash, 1e-12));
-        const double recomputed = r == Recompute::None ? 0 : r == Recompute::Selective ? 5 * a * sl * kS : none;
+        const double recomputed = r == Recompute::None        ? 0
+                                  : r == Recompute::Selective ? 5 * a * sl * kS
+                                                              : none;
         CHECK(close_rel(sc.recompute_bytes + 1, recomputed + 1, 1e-12));
         CHECK(close_rel(sc.workspace_bytes, sl * h * 2 + 4 * (2 * sl * h * 2), 1e-12));
       }

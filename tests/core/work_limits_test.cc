@@ -56,15 +56,16 @@ TEST_CASE("a plan above the task ids' range is refused before it is scheduled") 
   REQUIRE_FALSE(run.ok());
   CHECK(run.error().message.find("1000000 micro-batches x 2048 stage replicas (2048 stages) x 2 passes") !=
         std::string::npos);
-  CHECK(run.error().message.find("4096002048 compute tasks") != std::string::npos);  // + 2,048 optimizer steps
+  CHECK(run.error().message.find("4096002048 compute tasks") !=
+        std::string::npos);  // + 2,048 optimizer steps
   CHECK(run.error().message.find("limit of 2147483647") != std::string::npos);
 }
 
 TEST_CASE("a plan whose graph would not fit the memory available is refused with the estimate") {
   // 64 stages x 1,000 micro-batches: 128,064 compute tasks + 2 x 63 x 1,000 transfers = 254,064
   // tasks x 128 bytes = 32,520,192 bytes (31.01 MiB), against 10 MiB available.
-  Experiment e = chain_experiment(64, 1000, 1e-3, 2e-3, "gpipe",
-                                  make_switch_cluster(64, "gpu", test_device(), 1e9, 0));
+  Experiment e =
+      chain_experiment(64, 1000, 1e-3, 2e-3, "gpipe", make_switch_cluster(64, "gpu", test_device(), 1e9, 0));
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
   const TaskCount n = count_tasks(run->partition, 1000, 2);

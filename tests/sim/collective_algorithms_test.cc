@@ -9,7 +9,6 @@
 #include "core/collectives.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
-#include "tools/process/isolated_replay.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tools/process/isolated_replay.h"
@@ -51,8 +50,12 @@ constexpr double kExact = 1e-6;
 
 // The three networks: n devices on a ring of links (each hop one link), n on one switch (each hop
 // two links), and two DGX-style nodes of four (NVSwitch inside, one InfiniBand NIC per GPU).
-Cluster ring(int n) { return *make_ring_cluster(n, "gpu", test_device(), {25e9, 2e-6}); }
-Cluster star(int n) { return make_switch_cluster(n, "gpu", test_device(), 10e9, 1e-6); }
+Cluster ring(int n) {
+  return *make_ring_cluster(n, "gpu", test_device(), {25e9, 2e-6});
+}
+Cluster star(int n) {
+  return make_switch_cluster(n, "gpu", test_device(), 10e9, 1e-6);
+}
 Cluster dgx2() {
   DgxSpec s;
   s.gpu = test_device();
@@ -65,7 +68,8 @@ Cluster dgx2() {
 
 }  // namespace
 
-TEST_CASE("stepped rings: all-reduce 2 (n - 1) (a + S/(nB)), reduce-scatter and all-gather (n - 1) (a + S/(nB))") {
+TEST_CASE(
+    "stepped rings: all-reduce 2 (n - 1) (a + S/(nB)), reduce-scatter and all-gather (n - 1) (a + S/(nB))") {
   const double S = 3e8;
   struct Net {
     Cluster c;
@@ -81,65 +85,77 @@ TEST_CASE("stepped rings: all-reduce 2 (n - 1) (a + S/(nB)), reduce-scatter and 
     const LinkCost hop = cost_of(net.c, net.devices[0], net.devices[1]);
     INFO("n=" << n << " devices " << net.c.devices.size());
     CHECK(close_rel(simulated(net.c, net.devices,
-                              [&](TaskGraph& g, const auto& d, const auto& r) { append_ring_allreduce(g, d, r, S, kTag); }),
+                              [&](TaskGraph& g, const auto& d, const auto& r) {
+                                append_ring_allreduce(g, d, r, S, kTag);
+                              }),
                     closed_form::ring_allreduce(n, S, hop), kExact));
     CHECK(close_rel(simulated(net.c, net.devices,
-                              [&](TaskGraph& g, const auto& d, const auto& r) { append_ring_reduce_scatter(g, d, r, S, kTag); }),
+                              [&](TaskGraph& g, const auto& d, const auto& r) {
+                                append_ring_reduce_scatter(g, d, r, S, kTag);
+                              }),
                     closed_form::ring_reduce_scatter(n, S, hop), kExact));
     CHECK(close_rel(simulated(net.c, net.devices,
-                              [&](TaskGraph& g, const auto& d, const auto& r) { append_ring_allgather(g, d, r, S, kTag); }),
+                              [&](TaskGraph& g, const auto& d, const auto& r) {
+                                append_ring_allgather(g, d, r, S, kTag);
+                              }),
                     closed_form::ring_allgather(n, S, hop), kExact));
   }
 }
 
 TEST_CASE("merged rings: one flow per device of ring_flow_bytes, a + ring_flow_bytes / B") {
   const double S = 2e8;
-  for (CollectiveKind k : {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter}) {
+  for (CollectiveKind k :
+       {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter}) {
     for (int n : {2, 4}) {
       Cluster c = ring(n);
       INFO(to_string(k) << " ring n=" << n);
-      CHECK(close_rel(simulated(c, first(n), [&](TaskGraph& g, const auto& d, const auto& r) {
-                        append_merged_ring(g, k, d, r, S, kTag);
-                      }),
+      CHECK(close_rel(simulated(c, first(n),
+                                [&](TaskGraph& g, const auto& d, const auto& r) {
+                                  append_merged_ring(g, k, d, r, S, kTag);
+                                }),
                       closed_form::merged_ring(k, n, S, cost_of(c, 0, 1)), kExact));
     }
     Cluster s = star(6);
-    CHECK(close_rel(simulated(s, first(6), [&](TaskGraph& g, const auto& d, const auto& r) {
-                      append_merged_ring(g, k, d, r, S, kTag);
-                    }),
+    CHECK(close_rel(simulated(s, first(6),
+                              [&](TaskGraph& g, const auto& d, const auto& r) {
+                                append_merged_ring(g, k, d, r, S, kTag);
+                              }),
                     closed_form::merged_ring(k, 6, S, cost_of(s, 0, 1)), kExact));
     Cluster d = dgx2();
-    CHECK(close_rel(simulated(d, {4, 5, 6, 7}, [&](TaskGraph& g, const auto& dv, const auto& r) {
-                      append_merged_ring(g, k, dv, r, S, kTag);
-                    }),
+    CHECK(close_rel(simulated(d, {4, 5, 6, 7},
+                              [&](TaskGraph& g, const auto& dv, const auto& r) {
+                                append_merged_ring(g, k, dv, r, S, kTag);
+                              }),
                     closed_form::merged_ring(k, 4, S, cost_of(d, 4, 5)), kExact));
   }
   // Merged and stepped rings carry the same bytes: without latency, the same time.
   Cluster c = *make_ring_cluster(4, "gpu", test_device(), {25e9, 0});
-  CHECK(close_rel(simulated(c, first(4), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_merged_ring(g, CollectiveKind::AllReduce, d, r, S, kTag);
-                  }),
-                  simulated(c, first(4), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_ring_allreduce(g, d, r, S, kTag);
-                  }),
-                  1e-9));
+  CHECK(close_rel(
+      simulated(c, first(4),
+                [&](TaskGraph& g, const auto& d, const auto& r) {
+                  append_merged_ring(g, CollectiveKind::AllReduce, d, r, S, kTag);
+                }),
+      simulated(c, first(4),
+                [&](TaskGraph& g, const auto& d, const auto& r) { append_ring_allreduce(g, d, r, S, kTag); }),
+      1e-9));
 }
 
-TEST_CASE("ring shift (context parallelism's K/V ring step): every device sends S to the next at once, a + S / B") {
+TEST_CASE(
+    "ring shift (context parallelism's K/V ring step): every device sends S to the next at once, a + S / B") {
   const double S = 3e8;
   for (int n : {2, 3, 5}) {
     Cluster c = ring(n);
     INFO("ring n=" << n);
-    CHECK(close_rel(simulated(c, first(n), [&](TaskGraph& g, const auto& d, const auto& r) {
-                      append_ring_shift(g, d, r, S, kTag);
-                    }),
-                    closed_form::ring_shift(n, S, cost_of(c, 0, 1)), kExact));
+    CHECK(close_rel(
+        simulated(c, first(n),
+                  [&](TaskGraph& g, const auto& d, const auto& r) { append_ring_shift(g, d, r, S, kTag); }),
+        closed_form::ring_shift(n, S, cost_of(c, 0, 1)), kExact));
   }
   Cluster d = dgx2();
-  CHECK(close_rel(simulated(d, {4, 5, 6, 7}, [&](TaskGraph& g, const auto& dv, const auto& r) {
-                    append_ring_shift(g, dv, r, S, kTag);
-                  }),
-                  closed_form::ring_shift(4, S, cost_of(d, 4, 5)), kExact));
+  CHECK(close_rel(
+      simulated(d, {4, 5, 6, 7},
+                [&](TaskGraph& g, const auto& dv, const auto& r) { append_ring_shift(g, dv, r, S, kTag); }),
+      closed_form::ring_shift(4, S, cost_of(d, 4, 5)), kExact));
 }
 
 TEST_CASE("hierarchical all-reduce and reduce-scatter on two DGX nodes: reduce, leaders' ring, broadcast") {
@@ -148,21 +164,24 @@ TEST_CASE("hierarchical all-reduce and reduce-scatter on two DGX nodes: reduce, 
   Cluster c = dgx2();
   const double S = 1e9;
   const LinkCost leader = cost_of(c, 1, 0), inter = cost_of(c, 0, 4);
-  CHECK(close_rel(simulated(c, first(8), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_hierarchical(g, c, CollectiveKind::AllReduce, d, r, S, kTag);
-                  }),
+  CHECK(close_rel(simulated(c, first(8),
+                            [&](TaskGraph& g, const auto& d, const auto& r) {
+                              append_hierarchical(g, c, CollectiveKind::AllReduce, d, r, S, kTag);
+                            }),
                   closed_form::hierarchical_allreduce(2, 4, S, leader, inter), kExact));
   const double reduce = leader.latency + 3 * S / leader.bandwidth;
   const double scatter = leader.latency + 3 * (S / 8) / leader.bandwidth;
-  CHECK(close_rel(simulated(c, first(8), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_hierarchical(g, c, CollectiveKind::ReduceScatter, d, r, S, kTag);
-                  }),
+  CHECK(close_rel(simulated(c, first(8),
+                            [&](TaskGraph& g, const auto& d, const auto& r) {
+                              append_hierarchical(g, c, CollectiveKind::ReduceScatter, d, r, S, kTag);
+                            }),
                   reduce + closed_form::ring_reduce_scatter(2, S, inter) + scatter, kExact));
   // On a ring of one device per machine there is nothing to reduce inside a machine: the ring.
   Cluster r = ring(4);
-  CHECK(close_rel(simulated(r, first(4), [&](TaskGraph& g, const auto& d, const auto& rd) {
-                    append_hierarchical(g, r, CollectiveKind::AllReduce, d, rd, S, kTag);
-                  }),
+  CHECK(close_rel(simulated(r, first(4),
+                            [&](TaskGraph& g, const auto& d, const auto& rd) {
+                              append_hierarchical(g, r, CollectiveKind::AllReduce, d, rd, S, kTag);
+                            }),
                   closed_form::ring_allreduce(4, S, cost_of(r, 0, 1)), kExact));
 }
 
@@ -178,15 +197,17 @@ TEST_CASE("multi-ring all-reduce on two DGX nodes: m rings, one per NIC, within 
   s.infiniband = {25e9, 0.1e-6};
   Cluster c = *make_dgx_cluster(s);
   const double S = 4e9;
-  CHECK(close_rel(simulated(c, first(8), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_multiring(g, c, CollectiveKind::AllReduce, d, r, S, kTag);
-                  }),
+  CHECK(close_rel(simulated(c, first(8),
+                            [&](TaskGraph& g, const auto& d, const auto& r) {
+                              append_multiring(g, c, CollectiveKind::AllReduce, d, r, S, kTag);
+                            }),
                   closed_form::multiring_allreduce(2, 4, S, cost_of(c, 0, 1), cost_of(c, 0, 4)), 0.02));
   // On a ring of links (one device per machine) it is the ring.
   Cluster rg = ring(4);
-  CHECK(close_rel(simulated(rg, first(4), [&](TaskGraph& g, const auto& d, const auto& r) {
-                    append_multiring(g, rg, CollectiveKind::AllReduce, d, r, S, kTag);
-                  }),
+  CHECK(close_rel(simulated(rg, first(4),
+                            [&](TaskGraph& g, const auto& d, const auto& r) {
+                              append_multiring(g, rg, CollectiveKind::AllReduce, d, r, S, kTag);
+                            }),
                   closed_form::multiring_allreduce(4, 1, S, cost_of(rg, 0, 1), cost_of(rg, 0, 1)), kExact));
 }
 
@@ -204,12 +225,12 @@ TEST_CASE("all-to-all: every pair at once, each port carrying what its device se
   };
   // Two devices on one link (a ring of two): a + c / B.
   Cluster two = ring(2);
-  CHECK(close_rel(simulated(two, first(2), a2a(uniform(2))), closed_form::all_to_all(2, c_pair, cost_of(two, 0, 1)),
-                  1e-9));
+  CHECK(close_rel(simulated(two, first(2), a2a(uniform(2))),
+                  closed_form::all_to_all(2, c_pair, cost_of(two, 0, 1)), 1e-9));
   // A switch: each device's link carries (n - 1) c each way.
   Cluster s = star(6);
-  CHECK(close_rel(simulated(s, first(6), a2a(uniform(6))), closed_form::all_to_all(6, c_pair, cost_of(s, 0, 1)),
-                  1e-9));
+  CHECK(close_rel(simulated(s, first(6), a2a(uniform(6))),
+                  closed_form::all_to_all(6, c_pair, cost_of(s, 0, 1)), 1e-9));
   // Two DGX nodes: NVSwitch port (m - 1) c, NIC (n - m) c, at once.
   Cluster d = dgx2();
   const double two_tier = closed_form::all_to_all(2, 4, c_pair, cost_of(d, 0, 1), cost_of(d, 0, 4));
@@ -269,20 +290,23 @@ TEST_CASE("chain broadcast: (n - 2 + k) (a + S / (k B)), k pipelined chunks") {
     for (int n : {2, 3, 5}) {
       Cluster c = ring(n);
       INFO("ring n=" << n << " k=" << k);
-      CHECK(close_rel(simulated(c, first(n), [&](TaskGraph& g, const auto& d, const auto& r) {
-                        append_chain_broadcast(g, d, r, S, k, kTag);
-                      }),
+      CHECK(close_rel(simulated(c, first(n),
+                                [&](TaskGraph& g, const auto& d, const auto& r) {
+                                  append_chain_broadcast(g, d, r, S, k, kTag);
+                                }),
                       closed_form::chain_broadcast(n, S, k, cost_of(c, 0, 1)), kExact));
     }
     Cluster s = star(5);
-    CHECK(close_rel(simulated(s, first(5), [&](TaskGraph& g, const auto& d, const auto& r) {
-                      append_chain_broadcast(g, d, r, S, k, kTag);
-                    }),
+    CHECK(close_rel(simulated(s, first(5),
+                              [&](TaskGraph& g, const auto& d, const auto& r) {
+                                append_chain_broadcast(g, d, r, S, k, kTag);
+                              }),
                     closed_form::chain_broadcast(5, S, k, cost_of(s, 0, 1)), kExact));
     Cluster d = dgx2();
-    CHECK(close_rel(simulated(d, {0, 1, 2, 3}, [&](TaskGraph& g, const auto& dv, const auto& r) {
-                      append_chain_broadcast(g, dv, r, S, k, kTag);
-                    }),
+    CHECK(close_rel(simulated(d, {0, 1, 2, 3},
+                              [&](TaskGraph& g, const auto& dv, const auto& r) {
+                                append_chain_broadcast(g, dv, r, S, k, kTag);
+                              }),
                     closed_form::chain_broadcast(4, S, k, cost_of(d, 0, 1)), kExact));
   }
 }
@@ -291,8 +315,9 @@ TEST_CASE("send/receive: a + S / B on a link, a switch and across two DGX nodes"
   const double S = 1e8;
   for (Cluster c : {ring(2), star(3), dgx2()}) {
     const int to = static_cast<int>(c.devices.size()) - 1;
-    CHECK(close_rel(simulated(c, {0, to},
-                              [&](TaskGraph& g, const auto& d, const auto&) { append_send(g, d[0], d[1], S, {}, kTag); }),
-                    closed_form::send(S, cost_of(c, 0, to)), kExact));
+    CHECK(close_rel(
+        simulated(c, {0, to},
+                  [&](TaskGraph& g, const auto& d, const auto&) { append_send(g, d[0], d[1], S, {}, kTag); }),
+        closed_form::send(S, cost_of(c, 0, to)), kExact));
   }
 }

@@ -11,8 +11,8 @@
 #include "core/models/builder.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
-#include "tools/process/isolated_replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -23,7 +23,9 @@ constexpr double kPeak = 100e12;  // FLOP/s, fp16; efficiency 1, no startup, mem
 constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
 constexpr double kL = kS / 2;  // tokens per device
 
-Workload one_block() { return causal_block(kS, kH, kHeads, kF); }
+Workload one_block() {
+  return causal_block(kS, kH, kHeads, kF);
+}
 
 Experiment experiment(CpAlgorithm a, bool balanced) {
   Experiment e;
@@ -72,9 +74,11 @@ Replayed replayed(CpAlgorithm a, bool balanced = true) {
 // By hand, per device (FLOP = 2 MAC; every backward twice its forward; memory-bound kernels free).
 // A block of scores: the device's s/2 queries against s/2 keys, 4 (s/2)^2 h FLOPs unmasked.
 const double kBlock = 4 * kL * kL * kH / kPeak;
-const double kQkv = 6 * kL * kH * kH / kPeak;                       // QKV projection
+const double kQkv = 6 * kL * kH * kH / kPeak;                        // QKV projection
 const double kRest = (2 * kL * kH * kH + 4 * kL * kH * kF) / kPeak;  // output projection, MLP
-double link(double bytes) { return 5e-6 + bytes / 50e9; }
+double link(double bytes) {
+  return 5e-6 + bytes / 50e9;
+}
 // The gradients (attention 4 h^2, two norms 2 h, MLP 2 h f) all-reduced by a ring of two over the
 // data x context-parallel group: two steps of half the bytes each way.
 const double kAllReduce = 2 * 5e-6 + (4 * kH * kH + 2 * kH + 2 * kH * kF) * kEb / 50e9;
@@ -82,7 +86,8 @@ const double kKv = 2 * kL * kH * kEb;  // K and V of a device's tokens
 
 }  // namespace
 
-TEST_CASE("context parallelism p2p, cp = 2 on one link: ring steps overlapped with the core's steps, by hand") {
+TEST_CASE(
+    "context parallelism p2p, cp = 2 on one link: ring steps overlapped with the core's steps, by hand") {
   // Balanced causal split: each device's two steps are half a block each. Forward: [QKV] ring step
   // (K/V to the other device) beside [step 0], then [step 1, rest]. Backward: [rest] K/V step beside
   // [step 0], [step 1], then the dK/dV back to their owner (exposed), [QKV].
@@ -96,7 +101,9 @@ TEST_CASE("context parallelism p2p, cp = 2 on one link: ring steps overlapped wi
   CHECK(close_rel(r.cp_bytes, 6 * kKv, 1e-12));
 }
 
-TEST_CASE("context parallelism all_gather, cp = 2 on one link: the K/V all-gather and dK/dV reduce-scatter exposed, by hand") {
+TEST_CASE(
+    "context parallelism all_gather, cp = 2 on one link: the K/V all-gather and dK/dV reduce-scatter "
+    "exposed, by hand") {
   // Forward: [QKV] all-gather K, V [core on all keys: one block, rest]; backward: [rest] all-gather
   // again [core] reduce-scatter dK, dV [QKV]. On two devices each moves one device's K/V each way.
   const double forward = kQkv + link(kKv) + kBlock + kRest;

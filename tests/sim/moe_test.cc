@@ -7,8 +7,8 @@
 #include "core/models/builder.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
-#include "tools/process/isolated_replay.h"
 #include "tests/support/experiments.h"
+#include "tools/process/isolated_replay.h"
 
 using namespace pipegrid;
 using namespace pipegrid::testing;
@@ -70,15 +70,23 @@ std::pair<double, size_t> replayed_graph(Cluster c, const std::vector<double>& s
   REQUIRE(r.ok());
   return {r->timeline.makespan(), transfers};
 }
-double replayed(Cluster c, const std::vector<double>& shares = {}) { return replayed_graph(std::move(c), shares).first; }
+double replayed(Cluster c, const std::vector<double>& shares = {}) {
+  return replayed_graph(std::move(c), shares).first;
+}
 
 // By hand, per device and sample (FLOP = 2 MAC; the backward twice the forward; memory-bound kernels
 // free on this device): before the dispatch, QKV 6 s h^2, the core 4 s^2 h, the projection 2 s h^2 and
 // the router 2 s h E; the experts on the device's s copies at balanced load, 4 s h f.
-double before_experts() { return (8 * kS * kH * kH + 4 * kS * kS * kH + 2 * kS * kH * 2) / kPeak; }
-double experts() { return 4 * kS * kH * kF / kPeak; }
+double before_experts() {
+  return (8 * kS * kH * kH + 4 * kS * kS * kH + 2 * kS * kH * 2) / kPeak;
+}
+double experts() {
+  return 4 * kS * kH * kF / kPeak;
+}
 // The dispatch and the combine move each device's s h fp16 elements x its share for the other device.
-double all_to_all(double share, double bandwidth, double latency) { return latency + share * kS * kH * kEb / bandwidth; }
+double all_to_all(double share, double bandwidth, double latency) {
+  return latency + share * kS * kH * kEb / bandwidth;
+}
 // The dense gradients (attention 4 h^2 + h, router 2 h, norm h) all-reduced by a ring of two: two steps
 // of half the bytes each way. The expert gradients have no replica to reduce with (edp = 1).
 double allreduce(double bandwidth, double latency) {
@@ -119,7 +127,8 @@ TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the h
   CHECK(close_rel(replayed(nodes) - replayed(line_cluster(2, B, a)), slower, 1e-6));
 }
 
-TEST_CASE("MoE, ep 8 over two DGX nodes of four: the node-aggregated all-to-all replays as the pairwise one") {
+TEST_CASE(
+    "MoE, ep 8 over two DGX nodes of four: the node-aggregated all-to-all replays as the pairwise one") {
   // Eight experts, one per device, balanced: each all-to-all is 8 x 7 flows pairwise, 8 x 2 aggregated
   // (one to the next device of the node, one to the same position in the other node), four of them
   // (dispatch and combine, forward and backward); nothing else is on the links meanwhile.
@@ -141,7 +150,9 @@ TEST_CASE("MoE, ep 8 over two DGX nodes of four: the node-aggregated all-to-all 
   CHECK(replayed_graph(dgx, skew, Flows::ByNode, 8).second == pair_n);
 }
 
-TEST_CASE("MoE memory: expert weights, gradients and ZeRO-1 state per device over ep and the expert data-parallel group") {
+TEST_CASE(
+    "MoE memory: expert weights, gradients and ZeRO-1 state per device over ep and the expert data-parallel "
+    "group") {
   // Eight experts on eight devices (one stage, d = 8), mixed-precision Adam (2 + 2 bytes of weights and
   // gradients, 12 of fp32 master weights and moments per parameter), ZeRO-1. By hand: the dense
   // parameters (attention 4 h^2 + LN1 h, router h E, LN2 h) on every device, their state over d = 8;
@@ -171,7 +182,8 @@ TEST_CASE("MoE memory: expert weights, gradients and ZeRO-1 state per device ove
       const MemoryBytes& m = run->graph.static_memory[static_cast<size_t>(dev)];
       CHECK(close_rel(m[static_cast<int>(MemoryCategory::Weights)], 2 * (dense + local), 1e-12));
       CHECK(close_rel(m[static_cast<int>(MemoryCategory::Gradients)], 2 * (dense + local), 1e-12));
-      CHECK(close_rel(m[static_cast<int>(MemoryCategory::OptimizerState)], 12 * dense / 8 + 12 * local / edp, 1e-12));
+      CHECK(close_rel(m[static_cast<int>(MemoryCategory::OptimizerState)], 12 * dense / 8 + 12 * local / edp,
+                      1e-12));
     }
   }
 }

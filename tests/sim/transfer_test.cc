@@ -88,7 +88,8 @@ TEST_CASE("flows of different sizes share a link max-min fairly (progressive fil
   CHECK(close_rel(d[2], 0.7, 1e-6));
 }
 
-TEST_CASE("dgx1-v100-8 in SimGrid: an NVLink pair, a PCIe pair, and two PCIe flows sharing a switch's uplink") {
+TEST_CASE(
+    "dgx1-v100-8 in SimGrid: an NVLink pair, a PCIe pair, and two PCIe flows sharing a switch's uplink") {
   Dgx1Spec s;
   s.gpu = test_device();
   Cluster c = *make_dgx1_cluster(s);

@@ -148,8 +148,9 @@ TEST_CASE("strategy.planner: bapipe plans like the older partitioner: bapipe") {
 workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB}
 cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 100GBps, latency: 1us}
 )";
-  auto old = run_command({PIPEGRID_BINARY, "plan", "--json",
-                          tmp.write("old.yaml", base + "strategy: {partitioner: bapipe, global_batch: 8}\n")});
+  auto old =
+      run_command({PIPEGRID_BINARY, "plan", "--json",
+                   tmp.write("old.yaml", base + "strategy: {partitioner: bapipe, global_batch: 8}\n")});
   auto now = run_command({PIPEGRID_BINARY, "plan", "--json",
                           tmp.write("new.yaml", base + "strategy: {planner: bapipe, global_batch: 8}\n")});
   REQUIRE(old.exit_code == 0);

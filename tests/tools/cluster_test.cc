@@ -178,7 +178,8 @@ TEST_CASE(
   const std::string ring = s.file("ring.yaml", kRing);
   const double a = 2e-6, B = 10e9;
   const int n = 5;
-  json all = run_json({"cluster", "bench", ring, "--op", "allreduce", "--sizes", "1MB,100MB,1GB", "--json"})["results"];
+  json all = run_json(
+      {"cluster", "bench", ring, "--op", "allreduce", "--sizes", "1MB,100MB,1GB", "--json"})["results"];
   REQUIRE(all.size() == 3);
   for (const json& row : all) {
     const double S = row["bytes"];
@@ -212,13 +213,14 @@ TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   auto none = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-3"});
   CHECK(none.exit_code == 2);
   // The family's presets by device count (the number in a name counts devices), and the one to refine.
-  CHECK(none.err.rfind("pipegrid: no cluster file or preset named \"dgx-a100-3\" (the dgx-a100 presets, named by "
-                       "their device count: dgx-a100-16, dgx-a100-32, dgx-a100-1024, dgx-a100-4096, "
-                       "dgx-a100-16384; another size: refine one, {preset: dgx-a100-16, nodes: N}; presets: ",
-                       0) == 0);
+  CHECK(none.err.rfind(
+            "pipegrid: no cluster file or preset named \"dgx-a100-3\" (the dgx-a100 presets, named by "
+            "their device count: dgx-a100-16, dgx-a100-32, dgx-a100-1024, dgx-a100-4096, "
+            "dgx-a100-16384; another size: refine one, {preset: dgx-a100-16, nodes: N}; presets: ",
+            0) == 0);
   // A name with no family: the closest name.
-  CHECK(run_command({PIPEGRID_BINARY, "cluster", "show", "dragonfly72"}).err.find("did you mean \"dragonfly-72\"?") !=
-        std::string::npos);
+  CHECK(run_command({PIPEGRID_BINARY, "cluster", "show", "dragonfly72"})
+            .err.find("did you mean \"dragonfly-72\"?") != std::string::npos);
   // Older names still read their preset (issue 55: dgx-a100-2 counted nodes).
   auto old = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-2"});
   CHECK(old.exit_code == 0);

@@ -77,19 +77,21 @@ strategy: {micro_batches: 1}
 
 // Refused unless allow_fractional_samples (issue 55, item 12; the refusal's message is
 // bad_inputs/batch_fractional_samples.err): with it, the warning.
-TEST_CASE("replicas that split a micro-batch into fractional samples: opted in, a warning on standard error") {
+TEST_CASE(
+    "replicas that split a micro-batch into fractional samples: opted in, a warning on standard error") {
   TempDir tmp;
   auto experiment = [&](int samples, int layers = 2) {
-    return tmp.write("r" + std::to_string(samples) + "-" + std::to_string(layers) + ".yaml",
-                     "workload: {kind: chain, layers: " + std::to_string(layers) +
-                         ", forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB, "
-                         "samples_per_micro_batch: " +
-                         std::to_string(samples) +
-                         "}\n"
-                         "cluster: {kind: switch, count: 16, device: {name: gpu, memory: 16GiB}, bandwidth: "
-                         "10GBps, latency: 1us}\n"
-                         "strategy: {micro_batches: 4, replicas: 2, allow_fractional_samples: true, stages: " +
-                         std::to_string(layers) + "}\n");  // stages given: no idle-device warning
+    return tmp.write(
+        "r" + std::to_string(samples) + "-" + std::to_string(layers) + ".yaml",
+        "workload: {kind: chain, layers: " + std::to_string(layers) +
+            ", forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB, "
+            "samples_per_micro_batch: " +
+            std::to_string(samples) +
+            "}\n"
+            "cluster: {kind: switch, count: 16, device: {name: gpu, memory: 16GiB}, bandwidth: "
+            "10GBps, latency: 1us}\n"
+            "strategy: {micro_batches: 4, replicas: 2, allow_fractional_samples: true, stages: " +
+            std::to_string(layers) + "}\n");  // stages given: no idle-device warning
   };
   auto odd = run_command({PIPEGRID_BINARY, "run", experiment(3), "--json"});
   CHECK(odd.exit_code == 0);
@@ -258,9 +260,10 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   const nlohmann::json vgg_h100 = run_json(tmp, "{name: gpu, model: h100}", "amp-bf16", "vgg16");
   REQUIRE(vgg_h100.size() == 1);
   CHECK(vgg_h100[0]["status"] == "not checked");
-  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
-            .out.find("h100 amp-bf16: not checked against published training runs of this kind of model (only "
-                      "transformer runs were)") != std::string::npos);
+  CHECK(
+      run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+          .out.find("h100 amp-bf16: not checked against published training runs of this kind of model (only "
+                    "transformer runs were)") != std::string::npos);
   // A custom device: its figures are the user's, and nothing is claimed for them.
   CHECK(run_json(tmp, "{name: gpu, flops: 100TFLOPS, memory: 16GB}", "fp32").empty());
   // A profile's measured layer times on the device they were measured on use no cost model.

@@ -279,9 +279,12 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
         // turn behind them (the evaluator's FIFO): measured 6.3% (GPT) and 33.0%
         // (Llama, t 2 p 1 d 8), where SimGrid's sharing gives 14% (docs/3d-search.md).
         // (The base's replicas are there for dp_overlap only; its batch is the candidates': opted in.)
-        Case{with_strategy(kGpt, "replicas: 2, allow_fractional_samples: true, dp_overlap: true, gradient_reduce: fp32"),
-             0.07, 0.7},
-        Case{with_strategy(kLlama, "replicas: 2, allow_fractional_samples: true, dp_overlap: true"), 0.34, 0.23},
+        Case{
+            with_strategy(
+                kGpt, "replicas: 2, allow_fractional_samples: true, dp_overlap: true, gradient_reduce: fp32"),
+            0.07, 0.7},
+        Case{with_strategy(kLlama, "replicas: 2, allow_fractional_samples: true, dp_overlap: true"), 0.34,
+             0.23},
         // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of
         // its group's rings per step, each charged the channel's whole step
         Case{with_strategy(kLlama, "allreduce: multi-ring"), 0.02, 0.5}}) {

@@ -43,8 +43,8 @@ TEST_CASE("search: a base without strategy.micro_batches, and the emitted winner
   const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
   std::filesystem::create_directories(tmp.path / "out");  // the emitted file goes into another folder
   const std::string emitted = (tmp.path / "out" / "winner.yaml").string();
-  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "2", "--micro-batch", "2",
-                        "--pipeline", "2", "--json", "--emit", emitted});
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "2", "--micro-batch",
+                        "2", "--pipeline", "2", "--json", "--emit", emitted});
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json j = json::parse(r.out);
   REQUIRE(j["simgrid_ranking"].size() == 2);
@@ -71,7 +71,9 @@ TEST_CASE("search: a base without strategy.micro_batches, and the emitted winner
   CHECK(bad.err.find(": no folder ") != std::string::npos);
 }
 
-TEST_CASE("search: --global-batch 0 and a negative --top are located errors and --top 0 prints the analytic ranking") {
+TEST_CASE(
+    "search: --global-batch 0 and a negative --top are located errors and --top 0 prints the analytic "
+    "ranking") {
   TempDir tmp;
   const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
   auto zero = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "0"});
@@ -81,16 +83,21 @@ TEST_CASE("search: --global-batch 0 and a negative --top are located errors and 
   auto neg = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "-1"});
   CHECK(neg.exit_code == 2);
   CHECK(neg.err.find("--top: expected a whole number >= 0, got -1") != std::string::npos);
-  auto top0 = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--pipeline", "2"});
+  auto top0 =
+      run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--pipeline", "2"});
   REQUIRE_MESSAGE(top0.exit_code == 0, top0.err);
-  CHECK(top0.out.find("nothing replayed in SimGrid (--top 0): the analytic ranking's best 5") != std::string::npos);
+  CHECK(top0.out.find("nothing replayed in SimGrid (--top 0): the analytic ranking's best 5") !=
+        std::string::npos);
   // The table: a header, then rows "1    t.. p2 ..", "2    ..", with "-" in the SimGrid column.
   size_t rows = 0;
   bool in_table = false;
   for (const std::string& l : lines_of(top0.out)) {
-    if (l.rfind("rank ", 0) == 0) in_table = true;
-    else if (in_table && !l.empty() && l[0] >= '1' && l[0] <= '9') ++rows;
-    else if (in_table) in_table = false;
+    if (l.rfind("rank ", 0) == 0)
+      in_table = true;
+    else if (in_table && !l.empty() && l[0] >= '1' && l[0] <= '9')
+      ++rows;
+    else if (in_table)
+      in_table = false;
   }
   CHECK(rows == 5);
 }
@@ -108,8 +115,9 @@ TEST_CASE("search: one listing per run at p = 1") {
   std::set<std::string> schedules_p2;
   for (const json& c : j["analytic_ranking"]) {
     if (c["p"] == 1) {
-      const auto key = std::make_tuple(c["t"].get<int>(), c["d"].get<int>(), c["micro_batch_size"].get<int>(), 0,
-                                       c["sequence_parallel"].get<bool>(), c["distributed_optimizer"].get<bool>());
+      const auto key =
+          std::make_tuple(c["t"].get<int>(), c["d"].get<int>(), c["micro_batch_size"].get<int>(), 0,
+                          c["sequence_parallel"].get<bool>(), c["distributed_optimizer"].get<bool>());
       CHECK_MESSAGE(p1.insert(key).second, "listed twice: " << c.dump());
     } else if (c["p"] == 2) {
       schedules_p2.insert(c["schedule"].get<std::string>());
@@ -129,9 +137,9 @@ TEST_CASE("search: the table columns hold long labels and the TP column of --tp-
   const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
   // t 4, p 2, d 2, b 1, interleaved with v 2 or 4, selective: 8 candidates (SP and the distributed
   // optimizer on or off), the longest label "t4 p2 d2 b1 m8 interleaved v2 selective sp dist-opt".
-  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "8", "--tensor-parallel",
-                        "4", "--pipeline", "2", "--micro-batch", "1", "--schedules", "interleaved-1f1b",
-                        "--recompute", "selective", "--tp-folded"});
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "8",
+                        "--tensor-parallel", "4", "--pipeline", "2", "--micro-batch", "1", "--schedules",
+                        "interleaved-1f1b", "--recompute", "selective", "--tp-folded"});
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::vector<std::string> lines = lines_of(r.out);
   size_t header = lines.size();

@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kChain28 =
     "workload: {kind: chain, layers: 28, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n";
 constexpr const char* kSwitch8 =
-    "cluster: {kind: switch, count: 8, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}\n";
+    "cluster: {kind: switch, count: 8, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
+    "1us}\n";
 
 json run_json(const TempDir& t, const std::string& file, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {PIPEGRID_BINARY, "plan", file, "--json"};
@@ -35,14 +36,16 @@ json run_json(const TempDir& t, const std::string& file, const std::vector<std::
 
 TEST_CASE("chunks: 4 on 8 GPUs with 28 layers: the idle device is stated, not only an (unused) row") {
   TempDir t;
-  const std::string f = t.write(
-      "e.yaml", std::string(kChain28) + kSwitch8 + "strategy: {schedule: interleaved-1f1b, chunks: 4, micro_batches: 8}\n");
+  const std::string f =
+      t.write("e.yaml", std::string(kChain28) + kSwitch8 +
+                            "strategy: {schedule: interleaved-1f1b, chunks: 4, micro_batches: 8}\n");
   auto r = run_command({PIPEGRID_BINARY, "run", f});
   REQUIRE(r.exit_code == 0);
   // 28 layers / 4 chunks = 7 ranks (by hand): gpu7 runs nothing.
-  CHECK(r.err ==
-        "pipegrid: warning: the workload's 28 layers in 4 chunks per rank allow 7 ranks, so 1 of 8 devices is "
-        "left idle (gpu7); set strategy.stages or chunks to choose\n");
+  CHECK(
+      r.err ==
+      "pipegrid: warning: the workload's 28 layers in 4 chunks per rank allow 7 ranks, so 1 of 8 devices is "
+      "left idle (gpu7); set strategy.stages or chunks to choose\n");
   // With the stages given, it is the user's choice: no warning.
   auto given = run_command({PIPEGRID_BINARY, "run", f, "--set", "strategy.stages=7"});
   REQUIRE(given.exit_code == 0);
@@ -91,7 +94,8 @@ TEST_CASE("pipedream's replication divides the micro-batch (was 6 replicas of a 
 
 TEST_CASE("the chosen plan, structured, in run and plan --json") {
   TempDir t;
-  const std::string f = t.write("u.yaml", std::string(kChain28) + kSwitch8 + "strategy: {micro_batches: 8}\n");
+  const std::string f =
+      t.write("u.yaml", std::string(kChain28) + kSwitch8 + "strategy: {micro_batches: 8}\n");
   json j = run_json(t, f);
   const json& p = j["plan"];
   CHECK(p["planner"] == "partitioner");
@@ -105,7 +109,8 @@ TEST_CASE("the chosen plan, structured, in run and plan --json") {
   CHECK(p["devices_total"] == 8);
   CHECK(p["micro_batches"] == 8);
   // A planner's plan names what made it, never the strategy's default partitioner it did not use.
-  const std::string l = t.write("l.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: luo, global_batch: 8}\n");
+  const std::string l =
+      t.write("l.yaml", std::string(kChain28) + kSwitch8 + "strategy: {planner: luo, global_batch: 8}\n");
   json lj = run_json(t, l);
   CHECK(lj["plan"]["planner"] == "luo");
   CHECK(lj["partitioner"] == lj["plan"]["partitioner"]);
@@ -118,16 +123,18 @@ TEST_CASE("the chosen plan, structured, in run and plan --json") {
 
 TEST_CASE("names say what was simulated: --set in the title, a refined preset, dgx with one node") {
   TempDir t;
-  const std::string f = t.write("n.yaml", "name: ResNet-50 on 16 U280 ring\n"
-                                          "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, "
-                                          "activation: 1MiB, parameters: 1MiB}\n"
-                                          "cluster: {preset: fpga-ring-u280-8, count: 16}\n"
-                                          "strategy: {micro_batches: 4}\n");
+  const std::string f = t.write("n.yaml",
+                                "name: ResNet-50 on 16 U280 ring\n"
+                                "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, "
+                                "activation: 1MiB, parameters: 1MiB}\n"
+                                "cluster: {preset: fpga-ring-u280-8, count: 16}\n"
+                                "strategy: {micro_batches: 4}\n");
   json j = run_json(t, f, {"--set", "cluster.count=32"});
   CHECK(j["experiment"] == "ResNet-50 on 16 U280 ring [cluster.count=32]");
   CHECK(j["hardware"]["cluster"] == "fpga-ring-u280-8 (count=32)");
   CHECK(j["hardware"]["devices"] == 32);
-  auto dgx = run_command({PIPEGRID_BINARY, "cluster", "show", t.write("d.yaml", "kind: dgx\nnodes: 1\n"), "--json"});
+  auto dgx =
+      run_command({PIPEGRID_BINARY, "cluster", "show", t.write("d.yaml", "kind: dgx\nnodes: 1\n"), "--json"});
   REQUIRE(dgx.exit_code == 0);
   CHECK(json::parse(dgx.out)["name"] == "dgx-1x8-a100");
 }
@@ -165,14 +172,14 @@ TEST_CASE("JSON conventions: schema_version everywhere, whole numbers and byte c
   auto one = run_command({PIPEGRID_BINARY, "list", "partitioners", "--json"});
   REQUIRE(one.exit_code == 0);
   json oj = json::parse(one.out);
-  CHECK(oj.size() == 2);  // schema_version and the one section
+  CHECK(oj.size() == 2);                  // schema_version and the one section
   CHECK(oj["partitioners"].size() == 7);  // uniform, balanced, megatron, graphpipe, bapipe, pipedream, dp
 }
 
 TEST_CASE("--help without CLI11's artefacts") {
-  for (const std::vector<std::string>& cmd : {std::vector<std::string>{"run", "--help"},
-                                              std::vector<std::string>{"schedule", "--help"},
-                                              std::vector<std::string>{"sweep", "--help"}}) {
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{"run", "--help"}, std::vector<std::string>{"schedule", "--help"},
+        std::vector<std::string>{"sweep", "--help"}}) {
     std::vector<std::string> argv = {PIPEGRID_BINARY};
     argv.insert(argv.end(), cmd.begin(), cmd.end());
     auto r = run_command(argv);

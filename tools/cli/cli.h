@@ -35,7 +35,8 @@ inline const CLI::Validator kFinitePositive(
 inline std::string count_error(const std::string& v, long long min) {
   long long x = 0;
   if (!CLI::detail::lexical_cast(v, x)) return "expected a whole number, got \"" + v + "\"";
-  if (x < min) return (min == 1 ? "expected a positive whole number, got " : "expected a whole number >= 0, got ") + v;
+  if (x < min)
+    return (min == 1 ? "expected a positive whole number, got " : "expected a whole number >= 0, got ") + v;
   return {};
 }
 inline const CLI::Validator kPositiveCount([](std::string& v) { return count_error(v, 1); }, "COUNT");

@@ -47,7 +47,8 @@ int print_presets() {
 }
 
 int print_preset_aliases() {
-  for (const input::PresetAlias& a : input::preset_aliases()) fmt::print("  {:<20} reads {}\n", a.old_name, a.name);
+  for (const input::PresetAlias& a : input::preset_aliases())
+    fmt::print("  {:<20} reads {}\n", a.old_name, a.name);
   return kOk;
 }
 
@@ -59,7 +60,8 @@ struct CatalogInfo {
 
 CatalogInfo catalog_info(const BuiltinBackendCatalog& c) {
   const YAML::Node n = YAML::Load(std::string(c.text));
-  CatalogInfo info{fmt::format("topologies/backends/{}.yaml", c.name), n["description"].as<std::string>(""), {}};
+  CatalogInfo info{
+      fmt::format("topologies/backends/{}.yaml", c.name), n["description"].as<std::string>(""), {}};
   for (const auto& b : n["backends"]) info.backends.push_back(b.first.as<std::string>());
   return info;
 }
@@ -67,7 +69,8 @@ CatalogInfo catalog_info(const BuiltinBackendCatalog& c) {
 int print_backends() {
   for (const BuiltinBackendCatalog& c : kBuiltinBackendCatalogs) {
     const CatalogInfo i = catalog_info(c);
-    fmt::print("  {:<20} {} ({}; backends: {})\n", c.name, i.description, i.path, fmt::join(i.backends, ", "));
+    fmt::print("  {:<20} {} ({}; backends: {})\n", c.name, i.description, i.path,
+               fmt::join(i.backends, ", "));
   }
   return kOk;
 }
@@ -76,7 +79,8 @@ nlohmann::json backends_json() {
   nlohmann::json out = nlohmann::json::array();
   for (const BuiltinBackendCatalog& c : kBuiltinBackendCatalogs) {
     const CatalogInfo i = catalog_info(c);
-    out.push_back({{"name", c.name}, {"file", i.path}, {"description", i.description}, {"backends", i.backends}});
+    out.push_back(
+        {{"name", c.name}, {"file", i.path}, {"description", i.description}, {"backends", i.backends}});
   }
   return out;
 }
@@ -108,7 +112,8 @@ nlohmann::json presets_json() {
   for (const input::ClusterPreset& p : input::cluster_presets()) {
     Result<Cluster> c = input::load_cluster(std::string(p.name), std::nullopt);
     if (!c) throw std::runtime_error(c.error().message);
-    out.push_back({{"name", p.name}, {"devices", c->devices.size()}, {"description", preset_description(p.text)}});
+    out.push_back(
+        {{"name", p.name}, {"devices", c->devices.size()}, {"description", preset_description(p.text)}});
   }
   return out;
 }
@@ -187,9 +192,10 @@ Command add_list_command(CLI::App& parent) {
       "list",
       "List what an experiment can name: partitioners, schedules, planners, models, presets (and their older "
       "names), devices, backend catalogs");
-  app->add_option("section", *section,
-                  "Print one section: partitioners, schedules, planners, models, presets, preset_aliases, devices or "
-                  "backends");
+  app->add_option(
+      "section", *section,
+      "Print one section: partitioners, schedules, planners, models, presets, preset_aliases, devices or "
+      "backends");
   app->add_flag("--json", *json, "Print one JSON object: schema_version and a list per section");
   return {app, [section, json] { return run(*section, *json); }};
 }

@@ -42,7 +42,8 @@ int run(const PlaceOptions& o) {
   std::optional<Precision> precision;
   if (!o.precision.empty()) {
     precision = parse_precision(o.precision);
-    if (!precision) return bad_input(fmt::format("--precision: expected {}, got \"{}\"", precision_choices(), o.precision));
+    if (!precision)
+      return bad_input(fmt::format("--precision: expected {}, got \"{}\"", precision_choices(), o.precision));
   }
   Result<Workload> w = Error{};
   if (Result<const ModelInfo*> m = find_model(o.what); m)
@@ -62,7 +63,8 @@ int run(const PlaceOptions& o) {
   PlacementOptions po;
   po.batch = o.micro_batch_size > 0 ? o.micro_batch_size : w->micro_batch_size;
   for (const std::string& u : o.use) {
-    auto it = std::find_if(c.backends.begin(), c.backends.end(), [&](const Backend& b) { return b.name == u; });
+    auto it =
+        std::find_if(c.backends.begin(), c.backends.end(), [&](const Backend& b) { return b.name == u; });
     if (it == c.backends.end()) return bad_input(fmt::format("--use: no backend \"{}\" in {}", u, o.catalog));
     po.allowed.push_back(static_cast<int>(it - c.backends.begin()));
   }
@@ -96,11 +98,16 @@ int run(const PlaceOptions& o) {
                         {"group", group_of[v]},
                         {"forward_s", p->layer_times[v].forward},
                         {"backward_s", p->layer_times[v].backward()}});
-    nlohmann::json j = {{"model", w->name},        {"device", kind},
-                        {"micro_batch_size", po.batch}, {"total_s", p->total_s()},
-                        {"compute_s", p->compute_s}, {"conversion_s", p->conversion_s},
-                        {"exact", p->exact},        {"states", p->states},
-                        {"layers", layers},         {"single_backend_s", single}};
+    nlohmann::json j = {{"model", w->name},
+                        {"device", kind},
+                        {"micro_batch_size", po.batch},
+                        {"total_s", p->total_s()},
+                        {"compute_s", p->compute_s},
+                        {"conversion_s", p->conversion_s},
+                        {"exact", p->exact},
+                        {"states", p->states},
+                        {"layers", layers},
+                        {"single_backend_s", single}};
     std::cout << j.dump(1) << "\n";
     return kOk;
   }
@@ -109,20 +116,23 @@ int run(const PlaceOptions& o) {
              output::plural(static_cast<double>(p->groups.size()), "group", "groups"));
   size_t width = 5;
   for (size_t v = 0; v < w->layer_count(); ++v) width = std::max(width, w->layer(v).name.size());
-  fmt::print("{:<{}}  {:<18} {:<12} {:>6} {:>12} {:>12}\n", "layer", width, "kind", "backend", "group", "forward",
-             "backward");
+  fmt::print("{:<{}}  {:<18} {:<12} {:>6} {:>12} {:>12}\n", "layer", width, "kind", "backend", "group",
+             "forward", "backward");
   for (size_t v = 0; v < w->layer_count(); ++v)
     fmt::print("{:<{}}  {:<18} {:<12} {:>6} {:>12} {:>12}\n", w->layer(v).name, width, w->layer(v).kind,
                c.backends[p->backend_of[v]].name, group_of[v], format_time(p->layer_times[v].forward),
                format_time(p->layer_times[v].backward()));
   fmt::print("\nforward + backward: {} ({} layers, {} conversions){}\n", format_time(p->total_s()),
-             format_time(p->compute_s), format_time(p->conversion_s), p->exact ? "" : " (beam: not proven optimal)");
+             format_time(p->compute_s), format_time(p->conversion_s),
+             p->exact ? "" : " (beam: not proven optimal)");
   for (const auto& item : single.items()) {
     const std::string name = item.key();
     const nlohmann::json& t = item.value();
-    const auto b = std::find_if(c.backends.begin(), c.backends.end(), [&](const Backend& x) { return x.name == name; });
-    const std::string with =
-        fallback >= 0 && !covers_all(*b) ? fmt::format(" (+ {} where it has no pattern)", c.backends[fallback].name) : "";
+    const auto b =
+        std::find_if(c.backends.begin(), c.backends.end(), [&](const Backend& x) { return x.name == name; });
+    const std::string with = fallback >= 0 && !covers_all(*b)
+                                 ? fmt::format(" (+ {} where it has no pattern)", c.backends[fallback].name)
+                                 : "";
     fmt::print("  {} alone{}: {}\n", name, with,
                t.is_null() ? std::string("cannot run every layer")
                            : fmt::format("{} ({:.3f}x the placement)", format_time(t.get<double>()),

@@ -103,7 +103,8 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
   for (const auto& s : stages) {
     std::string devs;
     if (o.devices == "all") {
-      for (const auto& d : s["devices"]) {  // not `a + b` into devs: GCC 12's -Wrestrict misfires (bug 105329)
+      for (const auto& d :
+           s["devices"]) {  // not `a + b` into devs: GCC 12's -Wrestrict misfires (bug 105329)
         if (!devs.empty()) devs += ',';
         devs += d.get<std::string>();
       }
@@ -147,9 +148,10 @@ int run(const PlanOptions& o) {
   const Metrics predicted = compute_metrics(exp->cluster, run->graph, *analytic);
   Progress replaying("simulating the plan");
   const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
-                                  : o.fold ? process::FoldMode::Fold
-                                           : process::FoldMode::Auto;
-  Result<process::ChosenReplay> replay = process::replay_chosen(exp->cluster, run->partition, run->graph, {}, fold);
+                                 : o.fold ? process::FoldMode::Fold
+                                          : process::FoldMode::Auto;
+  Result<process::ChosenReplay> replay =
+      process::replay_chosen(exp->cluster, run->partition, run->graph, {}, fold);
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->replay.timeline);

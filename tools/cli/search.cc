@@ -40,7 +40,7 @@ struct SearchOptions {
   std::vector<std::string> schedules, recompute;
   std::vector<std::string> overrides;
   std::string memory_margin;  // --memory-margin: memory.reserve
-  bool exact = false;      // --exact-ranking
+  bool exact = false;         // --exact-ranking
   bool tp_folded = false;  // --tp-folded: replay each TP group as its rank 0 (Search3dEstimator::tp_folded)
   int jobs = 2;            // replays at a time
 };
@@ -94,10 +94,14 @@ Result<std::string> replay_figures(const Cluster& cluster, Result<PreparedRun> r
   const Timeline& timeline = chosen->replay.timeline;
   const Metrics m = compute_metrics(cluster, run->graph, timeline);
   const TimeBreakdown& b = m.breakdown;
-  const double f[kFigures] = {timeline.makespan(), m.throughput_samples_per_s,
-                              b.compute_s,            b.optimizer_s,
-                              b.tensor_parallel_s,    b.pipeline_s,
-                              b.data_parallel_s,      b.bubble_s,
+  const double f[kFigures] = {timeline.makespan(),
+                              m.throughput_samples_per_s,
+                              b.compute_s,
+                              b.optimizer_s,
+                              b.tensor_parallel_s,
+                              b.pipeline_s,
+                              b.data_parallel_s,
+                              b.bubble_s,
                               chosen->mode.folded ? 1.0 : 0.0};
   return std::string(reinterpret_cast<const char*>(f), sizeof f);
 }
@@ -171,8 +175,8 @@ void drop_p1_duplicates(Search3dResult& res) {
   std::vector<Search3dCandidate> kept;
   for (Search3dCandidate& c : res.ranked) {
     const bool seen = plain(c) && std::any_of(kept.begin(), kept.end(), [&](const Search3dCandidate& k) {
-                        return plain(k) && k.t == c.t && k.d == c.d && k.b == c.b && k.recompute == c.recompute &&
-                               k.sequence_parallel == c.sequence_parallel &&
+                        return plain(k) && k.t == c.t && k.d == c.d && k.b == c.b &&
+                               k.recompute == c.recompute && k.sequence_parallel == c.sequence_parallel &&
                                k.distributed_optimizer == c.distributed_optimizer;
                       });
     if (seen)
@@ -271,7 +275,8 @@ Result<std::vector<Replayed>> replay_best(const SearchOptions& o, const Experime
   std::vector<Replayed> replayed;
   for (size_t i = 0; i < k; ++i) {
     const Search3dCandidate& c = res.ranked[i];
-    if (!outcomes[i].error.empty()) return Error{fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error)};
+    if (!outcomes[i].error.empty())
+      return Error{fmt::format("{}: {}: {}", o.file, c.label(), outcomes[i].error)};
     Replayed rp{c, outcomes[i].simulated_s, {}};
     rp.metrics.iteration_time_s = outcomes[i].simulated_s;
     rp.metrics.throughput_samples_per_s = outcomes[i].throughput;
@@ -295,14 +300,16 @@ struct Found {
   // Model FLOPs utilisation at an iteration time (6 x parameters x tokens / (time x N x peak)).
   double mfu(double time) const {
     const double n = static_cast<double>(exp.cluster.devices.size());
-    return res.peak_flops > 0 ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops) : 0;
+    return res.peak_flops > 0 ? 6 * res.parameters * res.tokens_per_iteration / (time * n * res.peak_flops)
+                              : 0;
   }
   // The same with Megatron-LM's model FLOPs per token (core/model_flops.h: 6 N + 12 L h s, N active).
   double model_mfu(double time) const {
     const std::optional<ModelFlops> f = model_flops(exp.workload);
     const double n = static_cast<double>(exp.cluster.devices.size());
-    return f && res.peak_flops > 0 ? f->flops_per_token() * res.tokens_per_iteration / (time * n * res.peak_flops)
-                                   : 0;
+    return f && res.peak_flops > 0
+               ? f->flops_per_token() * res.tokens_per_iteration / (time * n * res.peak_flops)
+               : 0;
   }
   std::vector<output::CostModelCheck> checks() const {
     std::vector<int> all_devices(exp.cluster.devices.size());
@@ -336,8 +343,11 @@ void print_json(const Found& f) {
     sim.push_back(x);
   }
   j["simgrid_ranking"] = sim;
-  const bool any_folded = std::any_of(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; });
-  j["simgrid_replays"] = f.o.tp_folded ? "tp-folded" : any_folded ? "replica-folded where exact (simulated_replay)" : "whole graph";
+  const bool any_folded =
+      std::any_of(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; });
+  j["simgrid_replays"] = f.o.tp_folded ? "tp-folded"
+                         : any_folded  ? "replica-folded where exact (simulated_replay)"
+                                       : "whole graph";
   if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
   j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
   std::cout << j.dump(2) << "\n";
@@ -345,14 +355,17 @@ void print_json(const Found& f) {
 
 // What the two MFU columns count.
 void print_mfu_formulas(const Found& f) {
-  fmt::print("\nMFU       6 N x tokens / (time x devices x peak), N = {:.4g} B (every parameter), attention "
-             "not counted: the search's figure\n",
-             f.res.parameters / 1e9);
+  fmt::print(
+      "\nMFU       6 N x tokens / (time x devices x peak), N = {:.4g} B (every parameter), attention "
+      "not counted: the search's figure\n",
+      f.res.parameters / 1e9);
   if (const std::optional<ModelFlops> m = model_flops(f.exp.workload))
-    fmt::print("MFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak), N = {:.4g} B {}parameters, 12 L h s = "
-               "{} per token: Megatron-LM's model FLOPs (arXiv 2104.04473, eq. 3; PaLM, arXiv 2204.02311, "
-               "app. B), as `run` prints it\n",
-               m->active_parameters / 1e9, m->moe ? "active " : "", format_flops(m->attention_flops_per_token));
+    fmt::print(
+        "MFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak), N = {:.4g} B {}parameters, 12 L h s "
+        "= "
+        "{} per token: Megatron-LM's model FLOPs (arXiv 2104.04473, eq. 3; PaLM, arXiv 2204.02311, "
+        "app. B), as `run` prints it\n",
+        m->active_parameters / 1e9, m->moe ? "active " : "", format_flops(m->attention_flops_per_token));
 }
 
 // One row of the ranking table: SimGrid's figures (simulated_s > 0) or the analytic ones alone.
@@ -377,12 +390,13 @@ void print_table(const Found& f, const std::vector<Row>& rows) {
     const TimeBreakdown& b = r.breakdown;
     const double time = sim ? r.simulated_s : r.c.iteration_time_s;
     const bool folded = sim && f.o.tp_folded && r.c.t > 1;
-    fmt::print("{:<4} {:<{}} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>7.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n",
-               i + 1, r.c.label(), width, sim ? format_time(r.simulated_s) : "-", format_time(r.c.iteration_time_s),
-               sim ? r.throughput : r.c.throughput_samples_per_s, 100 * f.mfu(time), 100 * f.model_mfu(time),
-               format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
-               folded ? std::string("in compute") : format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
-               format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+    fmt::print(
+        "{:<4} {:<{}} {:>11} {:>11} {:>12.4g} {:>5.1f}% {:>7.1f}% {:>10}  {} / {} / {} / {} / {} / {}\n",
+        i + 1, r.c.label(), width, sim ? format_time(r.simulated_s) : "-", format_time(r.c.iteration_time_s),
+        sim ? r.throughput : r.c.throughput_samples_per_s, 100 * f.mfu(time), 100 * f.model_mfu(time),
+        format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
+        folded ? std::string("in compute") : format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
+        format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
   }
 }
 
@@ -416,8 +430,10 @@ void print_text(const Found& f) {
   const size_t folded = static_cast<size_t>(
       std::count_if(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; }));
   if (folded > 0)
-    fmt::print("\nSimGrid replays replica-folded for {} of the {} (from 2^20 tasks, exact and checked: docs/scale.md)\n",
-               folded, f.replayed.size());
+    fmt::print(
+        "\nSimGrid replays replica-folded for {} of the {} (from 2^20 tasks, exact and checked: "
+        "docs/scale.md)\n",
+        folded, f.replayed.size());
   if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
   const std::vector<output::CostModelCheck> checks = f.checks();
   if (!checks.empty()) fmt::print("\n");
@@ -430,13 +446,14 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
                    const std::vector<Replayed>& replayed) {
   if (res.ranked.empty()) return Error{fmt::format("--emit {}: no candidate fits, nothing to write", o.emit)};
   const Search3dCandidate& c = replayed.empty() ? res.ranked[0] : replayed[0].c;
-  const std::string how =
-      replayed.empty() ? fmt::format("analytic {}", format_time(c.iteration_time_s))
-                       : fmt::format("SimGrid {}{}", format_time(replayed[0].simulated_s), o.tp_folded ? ", TP-folded" : "");
+  const std::string how = replayed.empty() ? fmt::format("analytic {}", format_time(c.iteration_time_s))
+                                           : fmt::format("SimGrid {}{}", format_time(replayed[0].simulated_s),
+                                                         o.tp_folded ? ", TP-folded" : "");
   const std::string comment =
       fmt::format("pipegrid search {} --global-batch {}: the winner, {} ({} per iteration)", o.file,
                   o.global_batch, c.label(), how);
-  if (Status st = emit_candidate({o.file, o.overrides, exp, c, o.global_batch, o.emit, comment}); !st) return st;
+  if (Status st = emit_candidate({o.file, o.overrides, exp, c, o.global_batch, o.emit, comment}); !st)
+    return st;
   fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
              o.emit, o.emit);
   return {};

@@ -29,8 +29,7 @@ std::string moved_path(const input::Document& base, const std::string& path, con
 
 // Rewrites the scalar at `n[key]`, when there is one, as moved_path does.
 void move_key(const input::Document& base, YAML::Node n, const char* key, const fs::path& to_dir) {
-  if (n && n.IsMap() && n[key] && n[key].IsScalar())
-    n[key] = moved_path(base, n[key].Scalar(), to_dir);
+  if (n && n.IsMap() && n[key] && n[key].IsScalar()) n[key] = moved_path(base, n[key].Scalar(), to_dir);
 }
 
 // The file keys of an experiment (workload.file and .profile, cluster.file, backends[.catalog],
@@ -84,7 +83,8 @@ Status emit_candidate(const EmitRequest& r) {
     YAML::Node root = YAML::Clone(doc.root);
     if (root["workload"] && root["workload"].IsMap()) root["workload"].remove("micro_batch_size");
     root["strategy"] = candidate_strategy(doc.root["strategy"], r.candidate, r.global_batch);
-    YAML::Node memory = root["memory"] && root["memory"].IsMap() ? root["memory"] : YAML::Node(YAML::NodeType::Map);
+    YAML::Node memory =
+        root["memory"] && root["memory"].IsMap() ? root["memory"] : YAML::Node(YAML::NodeType::Map);
     memory["recompute"] = std::string(to_string(r.candidate.recompute));
     memory["zero"] = r.candidate.distributed_optimizer ? 1 : 0;
     root["memory"] = memory;
@@ -93,9 +93,12 @@ Status emit_candidate(const EmitRequest& r) {
     e << root;
     const std::string text = fmt::format("# {}\n{}\n", r.comment, e.c_str());
     Result<Experiment> back = input::load_experiment_text(text, r.out_file);
-    if (!back) return Error{fmt::format("--emit: the written experiment does not read back: {}", back.error().message)};
+    if (!back)
+      return Error{
+          fmt::format("--emit: the written experiment does not read back: {}", back.error().message)};
     if (!same_run(*back, search3d_experiment(r.base, r.candidate)))
-      return Error{fmt::format("--emit: the written experiment is not the candidate {}", r.candidate.label())};
+      return Error{
+          fmt::format("--emit: the written experiment is not the candidate {}", r.candidate.label())};
     std::ofstream out(r.out_file);
     out << text;
     if (!out) return Error{fmt::format("--emit: cannot write {}", r.out_file)};

@@ -12,9 +12,9 @@
 namespace pipegrid::cli {
 
 struct EmitRequest {
-  std::string base_file;                 // the search's experiment file
-  std::vector<std::string> overrides;    // its --set arguments
-  const Experiment& base;                // as the search read it
+  std::string base_file;               // the search's experiment file
+  std::vector<std::string> overrides;  // its --set arguments
+  const Experiment& base;              // as the search read it
   const Search3dCandidate& candidate;
   int global_batch = 0;
   std::string out_file;

@@ -22,10 +22,10 @@
 #include <thread>
 
 #include "core/units.h"
-#include "tools/output/report.h"
 #include "tools/builtin_sweep_plot_script.h"
 #include "tools/cli/cli.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/output/report.h"
 #include "tools/output/safe_write.h"
 #include "tools/process/process.h"
 #include "tools/sweep/results_db.h"
@@ -354,7 +354,8 @@ Result<std::unique_ptr<LockFile>> lock_database(const std::string& db_path) {
   if (lock < 0) return Error{fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno))};
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
     close(lock);
-    return Error{fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path)};
+    return Error{
+        fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path)};
   }
   return std::make_unique<LockFile>(lock_path, lock);
 }
@@ -362,7 +363,8 @@ Result<std::unique_ptr<LockFile>> lock_database(const std::string& db_path) {
 // Runs the pending points, each in a forked child (tools/process/process.h; SimGrid allows one
 // simulation per process), `jobs` at a time, each point's row committed as it ends. The child runs
 // the point as `pipegrid sweep point` would, its outputs in memory files, and dies with this process.
-int run_pending(const Sweep& s, const std::vector<size_t>& pending, int jobs, ResultsDb& db, Progress& progress) {
+int run_pending(const Sweep& s, const std::vector<size_t>& pending, int jobs, ResultsDb& db,
+                Progress& progress) {
   process::ChildOptions co;
   co.capture_output = true;
   co.die_with_parent = true;  // a killed sweep leaves no point running
@@ -371,7 +373,8 @@ int run_pending(const Sweep& s, const std::vector<size_t>& pending, int jobs, Re
       pending.size(), jobs, [&](size_t k, int) { return run_point(point_options(s, pending[k])); },
       [&](size_t k, process::ChildResult&& c) {
         if (!c.started()) {
-          fmt::print(std::cerr, "pipegrid: sweep: cannot start a process: {}\n", std::strerror(c.start_errno));
+          fmt::print(std::cerr, "pipegrid: sweep: cannot start a process: {}\n",
+                     std::strerror(c.start_errno));
           failure = kInternal;
           return false;
         }
@@ -408,11 +411,13 @@ int report(const SweepOptions& o, const std::vector<size_t>& points, const std::
   if (!o.quiet)
     fmt::print(std::cerr,
                "pipegrid: sweep: {} points in {}: {} run now in {:.1f} s; {} {}, {} infeasible in all\n",
-               points.size(), db_path, progress.run(), progress.elapsed(), errors, errors == 1 ? "error" : "errors",
-               infeasible);
+               points.size(), db_path, progress.run(), progress.elapsed(), errors,
+               errors == 1 ? "error" : "errors", infeasible);
   if (errors > 0) {
-    fmt::print(std::cerr, "pipegrid: sweep: {} of {} points failed (the first: {}); `pipegrid sweep export {}` lists them\n",
-               errors, points.size(), first_error.substr(0, first_error.find('\n')), db_path);
+    fmt::print(
+        std::cerr,
+        "pipegrid: sweep: {} of {} points failed (the first: {}); `pipegrid sweep export {}` lists them\n",
+        errors, points.size(), first_error.substr(0, first_error.find('\n')), db_path);
     return kBadInput;
   }
   return kOk;
@@ -442,8 +447,7 @@ int run_sweep(const SweepOptions& o) {
   const size_t already = points.size() - pending.size();
   const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (!o.quiet)
-    fmt::print(std::cerr,
-               "pipegrid: sweep: {} ({} in the grid{}), {} already in {}, {} to run on {}\n",
+    fmt::print(std::cerr, "pipegrid: sweep: {} ({} in the grid{}), {} already in {}, {} to run on {}\n",
                output::plural(static_cast<double>(points.size()), "point", "points"), s.grid_size(),
                sel->shard ? fmt::format(", shard {}", o.shard) : "", already, db_path, pending.size(),
                output::plural(jobs, "process", "processes"));
@@ -510,7 +514,8 @@ nlohmann::json plan_field(const nlohmann::json& result, const char* key) {
 nlohmann::json joined(const nlohmann::json& list) {
   if (!list.is_array()) return list;
   std::string out;
-  for (const auto& x : list) out += (out.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+  for (const auto& x : list)
+    out += (out.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
   return out;
 }
 
@@ -526,7 +531,8 @@ const PlanColumn kPlanColumns[] = {
        return v.is_array() ? nlohmann::json(v.size()) : v;
      }},
     {"devices_per_stage", [](const nlohmann::json& r) { return joined(plan_field(r, "devices_per_stage")); }},
-    {"replicas_per_stage", [](const nlohmann::json& r) { return joined(plan_field(r, "replicas_per_stage")); }},
+    {"replicas_per_stage",
+     [](const nlohmann::json& r) { return joined(plan_field(r, "replicas_per_stage")); }},
     {"devices_used", [](const nlohmann::json& r) { return plan_field(r, "devices_used"); }},
     {"micro_batch_size", [](const nlohmann::json& r) { return plan_field(r, "micro_batch_size"); }},
     {"micro_batches", [](const nlohmann::json& r) { return plan_field(r, "micro_batches"); }},
@@ -545,29 +551,28 @@ int run_export(const SweepOptions& o) {
   const std::vector<Row> rows = db->rows();
   if (o.jsonl) {
     for (const Row& r : rows) {
-      nlohmann::json j = {{"point", r.point},
-                          {"axes", r.axes},
-                          {"status", r.status},
-                          {"message", r.message},
-                          {"iteration_time_s", opt(r.iteration_time_s)},
-                          {"throughput_samples_per_s", opt(r.throughput_samples_per_s)},
-                          {"bubble_ratio", opt(r.bubble_ratio)},
-                          {"peak_memory_bytes", opt(r.peak_memory_bytes)},
-                          {"plan", r.result.is_object() && r.result.contains("plan") ? r.result["plan"]
-                                                                                     : nlohmann::json()},
-                          {"pipegrid_version", r.pipegrid_version},
-                          {"wall_s", r.wall_s},
-                          {"finished_at", r.finished_at},
-                          {"host", r.host},
-                          {"result", r.result}};
+      nlohmann::json j = {
+          {"point", r.point},
+          {"axes", r.axes},
+          {"status", r.status},
+          {"message", r.message},
+          {"iteration_time_s", opt(r.iteration_time_s)},
+          {"throughput_samples_per_s", opt(r.throughput_samples_per_s)},
+          {"bubble_ratio", opt(r.bubble_ratio)},
+          {"peak_memory_bytes", opt(r.peak_memory_bytes)},
+          {"plan", r.result.is_object() && r.result.contains("plan") ? r.result["plan"] : nlohmann::json()},
+          {"pipegrid_version", r.pipegrid_version},
+          {"wall_s", r.wall_s},
+          {"finished_at", r.finished_at},
+          {"host", r.host},
+          {"result", r.result}};
       std::cout << j.dump() << "\n";
     }
     return kOk;
   }
   std::string header = "point";
   for (const std::string& a : axes) header += "," + csv_field(a);
-  header +=
-      ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes";
+  header += ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes";
   for (const PlanColumn& c : kPlanColumns) header += fmt::format(",{}", c.name);
   header += ",wall_s,pipegrid_version,finished_at,host";
   std::cout << header << "\n";
@@ -575,9 +580,9 @@ int run_export(const SweepOptions& o) {
     std::string line = std::to_string(r.point);
     for (const std::string& a : axes)
       line += "," + csv_value(r.axes.contains(a) ? r.axes[a] : nlohmann::json());
-    line += fmt::format(",{},{},{},{},{},{}", r.status, csv_field(r.message), csv_value(opt(r.iteration_time_s)),
-                        csv_value(opt(r.throughput_samples_per_s)), csv_value(opt(r.bubble_ratio)),
-                        csv_value(opt(r.peak_memory_bytes)));
+    line += fmt::format(",{},{},{},{},{},{}", r.status, csv_field(r.message),
+                        csv_value(opt(r.iteration_time_s)), csv_value(opt(r.throughput_samples_per_s)),
+                        csv_value(opt(r.bubble_ratio)), csv_value(opt(r.peak_memory_bytes)));
     for (const PlanColumn& c : kPlanColumns) line += "," + csv_value(c.value(r.result));
     line += fmt::format(",{},{},{},{}", csv_value(r.wall_s), csv_field(r.pipegrid_version),
                         csv_field(r.finished_at), csv_field(r.host));
@@ -722,10 +727,11 @@ int run_plot(const SweepOptions& o) {
         "PIPEGRID_PYTHON)");
   std::vector<std::string> argv = {*py,        "-c",     kSweepPlotScript, "--db",     o.plot_db,    "--out",
                                    o.plot_out, "--kind", o.plot_kind,      "--metric", o.plot_metric};
-  for (auto [flag, v] : {std::pair{"--x", &o.plot_x}, std::pair{"--lines", &o.plot_lines}, std::pair{"--y", &o.plot_y},
-                         std::pair{"--title", &o.plot_title}, std::pair{"--xlabel", &o.plot_xlabel},
-                         std::pair{"--ylabel", &o.plot_ylabel}, std::pair{"--legend-title", &o.plot_legend_title},
-                         std::pair{"--size", &o.plot_size}, std::pair{"--baseline", &o.plot_baseline}})
+  for (auto [flag, v] :
+       {std::pair{"--x", &o.plot_x}, std::pair{"--lines", &o.plot_lines}, std::pair{"--y", &o.plot_y},
+        std::pair{"--title", &o.plot_title}, std::pair{"--xlabel", &o.plot_xlabel},
+        std::pair{"--ylabel", &o.plot_ylabel}, std::pair{"--legend-title", &o.plot_legend_title},
+        std::pair{"--size", &o.plot_size}, std::pair{"--baseline", &o.plot_baseline}})
     if (!v->empty()) argv.insert(argv.end(), {flag, *v});
   const int rc = process::spawn(argv, process::Output::ToStderr);
   return rc == 0 ? kOk : rc == 1 ? kBadInput : kInternal;

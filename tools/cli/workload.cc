@@ -80,14 +80,15 @@ int run(const WorkloadOptions& o) {
   double fwd_total = 0, bwd_total = 0;
   for (size_t i = 0; i < w->layer_count(); ++i) {
     const Layer& l = w->layer(i);
-    nlohmann::json j = {{"name", l.name},
-                        {"kind", l.kind},
-                        {"forward_flops", output::json_number(l.forward_flops * b)},
-                        {"backward_flops", output::json_number((l.backward_input_flops + l.backward_weight_flops) * b)},
-                        {"parameters", output::json_number(l.parameters)},
-                        {"parameter_bytes", output::json_number(l.parameter_bytes)},
-                        {"activation_bytes", output::json_number(l.output_bytes * b)},
-                        {"stash_bytes", output::json_number(l.stash_bytes * b)}};
+    nlohmann::json j = {
+        {"name", l.name},
+        {"kind", l.kind},
+        {"forward_flops", output::json_number(l.forward_flops * b)},
+        {"backward_flops", output::json_number((l.backward_input_flops + l.backward_weight_flops) * b)},
+        {"parameters", output::json_number(l.parameters)},
+        {"parameter_bytes", output::json_number(l.parameter_bytes)},
+        {"activation_bytes", output::json_number(l.output_bytes * b)},
+        {"stash_bytes", output::json_number(l.stash_bytes * b)}};
     if (device) {
       Result<PassTimes> t = layer_times(l, w->precision, *device, b);
       if (!t) return bad_input(t.error().message);
@@ -121,8 +122,7 @@ int run(const WorkloadOptions& o) {
     wk = std::max(wk, l["kind"].get<std::string>().size());
   }
   fmt::print("{} ({}, micro-batch of {}{})\n\n", w->name, to_string(w->precision),
-             output::plural(b, "sample", "samples"),
-             device ? ", times on " + o.device : "");
+             output::plural(b, "sample", "samples"), device ? ", times on " + o.device : "");
   fmt::print("{:<{}} {:<{}} {:>14} {:>12} {:>12}", "layer", wn, "kind", wk, "forward FLOP", "parameters",
              "activation");
   if (device) fmt::print(" {:>11} {:>11}", "forward", "backward");

@@ -135,8 +135,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     s.gpu = device_or(n, "gpu", "a100");
     s.nvlink = link_override(n, "nvlink", s.nvlink);
     s.infiniband = link_override(n, "infiniband", s.infiniband);
-    if (std::optional<Node> f = n.get("fabric"))
-    {
+    if (std::optional<Node> f = n.get("fabric")) {
       const std::string fabric = f->choice({"switch", "fat-tree", "rail"}, "a fabric");
       s.fabric = fabric == "switch"     ? DgxSpec::Fabric::Switch
                  : fabric == "fat-tree" ? DgxSpec::Fabric::FatTree
@@ -381,7 +380,8 @@ const ClusterPreset* find_preset(std::string_view name) {
 // "dgx-h100-64" -> ("dgx-h100", 64): a preset name's family and device count, or count 0.
 std::pair<std::string_view, long> family_of(std::string_view name) {
   // The last all-digit part: "dgx-h100-32-switch" and "dgx1-v100-16-25gbe" have a variant after it.
-  for (size_t dash = name.rfind('-'); dash != std::string_view::npos && dash > 0; dash = name.rfind('-', dash - 1)) {
+  for (size_t dash = name.rfind('-'); dash != std::string_view::npos && dash > 0;
+       dash = name.rfind('-', dash - 1)) {
     const std::string_view part = name.substr(dash + 1, name.find('-', dash + 1) - dash - 1);
     if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
       return {name.substr(0, dash), part.size() < 10 ? std::stol(std::string(part)) : 0};
@@ -395,7 +395,8 @@ std::string unknown_preset(std::string_view name) {
   const auto [family, wanted] = family_of(name);
   std::vector<std::pair<long, std::string_view>> same;
   for (const ClusterPreset& p : cluster_presets())
-    if (family_of(p.name).first == family && family != name) same.emplace_back(family_of(p.name).second, p.name);
+    if (family_of(p.name).first == family && family != name)
+      same.emplace_back(family_of(p.name).second, p.name);
   std::sort(same.begin(), same.end());
   std::string hint;
   if (!same.empty()) {
@@ -406,9 +407,9 @@ std::string unknown_preset(std::string_view name) {
     for (auto it = same.begin(); it != same.end(); ++it)
       if (it->first <= wanted && it->first > base->first) base = it;
     const bool nodes = find_preset(base->second)->text.find("\nnodes:") != std::string_view::npos;
-    hint = fmt::format("the {} presets, named by their device count: {}{}; ", family, join(names),
-                       nodes ? fmt::format("; another size: refine one, {{preset: {}, nodes: N}}", base->second)
-                             : "");
+    hint = fmt::format(
+        "the {} presets, named by their device count: {}{}; ", family, join(names),
+        nodes ? fmt::format("; another size: refine one, {{preset: {}, nodes: N}}", base->second) : "");
   } else if (std::vector<std::string> close = close_matches(name, preset_names()); !close.empty()) {
     hint = fmt::format("did you mean \"{}\"? ", close.front());
   }
@@ -437,7 +438,8 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
   std::string changed;
   auto leaves = [&](auto&& self, const YAML::Node& y, const std::string& path) -> void {
     if (y.IsMap()) {
-      for (const auto& kv : y) self(self, kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar());
+      for (const auto& kv : y)
+        self(self, kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar());
     } else if (y.IsScalar()) {
       changed += fmt::format("{}{}={}", changed.empty() ? "" : ", ", path, y.Scalar());
     } else {
@@ -446,7 +448,8 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
   };
   for (const auto& kv : n.yaml()) {
     const std::string key = kv.first.Scalar();
-    if (std::find(skip.begin(), skip.end(), key) == skip.end() && key != "name") leaves(leaves, kv.second, key);
+    if (std::find(skip.begin(), skip.end(), key) == skip.end() && key != "name")
+      leaves(leaves, kv.second, key);
   }
   if (!changed.empty() && !n.has("name")) c.name = fmt::format("{} ({})", c.name, changed);
   return c;
@@ -523,10 +526,14 @@ Cluster parse_cluster(const Node& n) {
 std::span<const PresetAlias> preset_aliases() {
   // Issue 55: preset names count devices. The names before it counted nodes or servers for some.
   static constexpr PresetAlias kAliases[] = {
-      {"dgx-a100-2", "dgx-a100-16"},           {"dgx-a100-4", "dgx-a100-32"},
-      {"dgx-h100-4", "dgx-h100-32-switch"},    {"dgx1-v100", "dgx1-v100-8"},
-      {"dgx1-v100-2", "dgx1-v100-16"},         {"dgx1-v100-2-25gbe", "dgx1-v100-16-25gbe"},
-      {"dgx1-mixed-2", "dgx1-mixed-16"},       {"dgx1-nvlink-gens-2", "dgx1-nvlink-gens-16"},
+      {"dgx-a100-2", "dgx-a100-16"},
+      {"dgx-a100-4", "dgx-a100-32"},
+      {"dgx-h100-4", "dgx-h100-32-switch"},
+      {"dgx1-v100", "dgx1-v100-8"},
+      {"dgx1-v100-2", "dgx1-v100-16"},
+      {"dgx1-v100-2-25gbe", "dgx1-v100-16-25gbe"},
+      {"dgx1-mixed-2", "dgx1-mixed-16"},
+      {"dgx1-nvlink-gens-2", "dgx1-nvlink-gens-16"},
       {"summit-8", "summit-32"},
   };
   return kAliases;

@@ -161,16 +161,18 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
             checked.push_back(kv.first);
       }
       c.status = "not checked";
-      c.note = !checked.empty() ? fmt::format(
+      c.note = !checked.empty()
+                   ? fmt::format(
                          "{} {}: not checked against published training runs in {} (checked: {}; the "
                          "figures and their sources: pipegrid device show {})",
                          c.device, precision, precision, fmt::join(checked, ", "), c.device)
-                  : fmt::format(
-                        "{} {}: not checked against published training runs{} (the figures and "
-                        "their sources: pipegrid device show {})",
-                        c.device, precision,
-                        gpu && !gpu->megatron.empty() ? " of this kind of model (only transformer runs were)" : "",
-                        c.device);
+                   : fmt::format(
+                         "{} {}: not checked against published training runs{} (the figures and "
+                         "their sources: pipegrid device show {})",
+                         c.device, precision,
+                         gpu && !gpu->megatron.empty() ? " of this kind of model (only transformer runs were)"
+                                                       : "",
+                         c.device);
       out.push_back(std::move(c));
       continue;
     }

@@ -142,8 +142,9 @@ void write_chrome_trace(std::ostream& out, const RunReport& r);
 // peer = destination; micro_batch -1 for per-iteration tasks).
 void write_tasks_csv(std::ostream& out, const RunReport& r);
 
-// One row per change of the memory of a device r.view keeps, within the window's times: device,time_s,weights,gradients,optimizer,activations,
-// workspace,total (bytes held from time_s until the device's next row).
+// One row per change of the memory of a device r.view keeps, within the window's times:
+// device,time_s,weights,gradients,optimizer,activations, workspace,total (bytes held from time_s until the
+// device's next row).
 void write_memory_csv(std::ostream& out, const RunReport& r);
 
 }  // namespace pipegrid::output

@@ -58,7 +58,8 @@ std::vector<std::string> token_lines(const TokenFigures& f) {
                             format_flop_rate(f.model_flops_per_s_per_device), 100 * f.mfu,
                             to_string(f.peak_precision), format_flop_rate(f.peak_flops_per_device)));
   out.push_back(fmt::format(
-      "                 6 N + 12 L h s = {} per token: N = {} {}parameters, 12 L h s = {} (L = {}, s = {:g}); "
+      "                 6 N + 12 L h s = {} per token: N = {} {}parameters, 12 L h s = {} (L = {}, s = "
+      "{:g}); "
       "Megatron-LM's model FLOPs (arXiv 2104.04473, eq. 3), PaLM's MFU (arXiv 2204.02311, app. B), "
       "recomputation not counted",
       format_flops(m.flops_per_token()), count_text(m.active_parameters), m.moe ? "active " : "",
@@ -71,8 +72,9 @@ std::vector<std::string> token_lines(const TokenFigures& f) {
 
 nlohmann::json token_json(const std::optional<TokenFigures>& f) {
   if (!f) return nullptr;
-  nlohmann::json j = {{"formula", "6 N + 12 L h s per token (Megatron-LM arXiv 2104.04473 eq. 3; PaLM arXiv "
-                                  "2204.02311 appendix B); N: active parameters"},
+  nlohmann::json j = {{"formula",
+                       "6 N + 12 L h s per token (Megatron-LM arXiv 2104.04473 eq. 3; PaLM arXiv "
+                       "2204.02311 appendix B); N: active parameters"},
                       {"flops_per_token", f->model.flops_per_token()},
                       {"active_parameters", f->model.active_parameters},
                       {"total_parameters", f->model.total_parameters},
@@ -147,7 +149,8 @@ std::string_view fp8_recipe(Precision p) {
 }
 
 double gradient_bytes(const Experiment& e) {
-  return e.strategy.gradient_reduce_bytes > 0 ? e.strategy.gradient_reduce_bytes : element_bytes(e.workload.precision);
+  return e.strategy.gradient_reduce_bytes > 0 ? e.strategy.gradient_reduce_bytes
+                                              : element_bytes(e.workload.precision);
 }
 
 }  // namespace
@@ -156,10 +159,12 @@ std::string assumptions_note(const Experiment& e) {
   std::vector<std::string> parts;
   const BlockAssumptions b = block_assumptions(e.workload);
   if (b.blocks > 0) {
-    const std::string_view fused = share(b.fused_attention, b.blocks), fusion = share(b.megatron_fusion, b.blocks);
-    parts.push_back(fused == "all"    ? "FlashAttention"
-                    : fused == "none" ? "unfused attention (workload attention: fused for FlashAttention)"
-                                      : fmt::format("FlashAttention in {} of {} blocks", b.fused_attention, b.blocks));
+    const std::string_view fused = share(b.fused_attention, b.blocks),
+                           fusion = share(b.megatron_fusion, b.blocks);
+    parts.push_back(fused == "all" ? "FlashAttention"
+                    : fused == "none"
+                        ? "unfused attention (workload attention: fused for FlashAttention)"
+                        : fmt::format("FlashAttention in {} of {} blocks", b.fused_attention, b.blocks));
     parts.push_back(fusion == "all"    ? "Megatron's fused element-wise kernels"
                     : fusion == "none" ? "no kernel fusion (kernel_fusion: megatron for Megatron's)"
                                        : fmt::format("Megatron's kernel fusion in {} of {} blocks",
@@ -168,7 +173,8 @@ std::string assumptions_note(const Experiment& e) {
   parts.push_back(fmt::format("{} data-parallel all-reduce", to_string(e.strategy.allreduce)));
   const auto [reserve, by_default] = reserve_of(e.cluster);
   parts.push_back(reserve == 0 ? "no memory reserve"
-                               : fmt::format("memory reserve {} per device ({}; --memory-margin)", format_bytes(reserve),
+                               : fmt::format("memory reserve {} per device ({}; --memory-margin)",
+                                             format_bytes(reserve),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
   if (fp8_training(e.workload.precision))
@@ -183,7 +189,9 @@ nlohmann::json assumptions_json(const Experiment& e) {
   const BlockAssumptions b = block_assumptions(e.workload);
   const auto [reserve, by_default] = reserve_of(e.cluster);
   const std::string_view recipe = fp8_recipe(e.workload.precision);
-  auto of_blocks = [&](int n) { return b.blocks > 0 ? nlohmann::json(std::string(share(n, b.blocks))) : nlohmann::json(); };
+  auto of_blocks = [&](int n) {
+    return b.blocks > 0 ? nlohmann::json(std::string(share(n, b.blocks))) : nlohmann::json();
+  };
   return {{"fused_attention", of_blocks(b.fused_attention)},
           {"megatron_fusion", of_blocks(b.megatron_fusion)},
           {"allreduce", std::string(to_string(e.strategy.allreduce))},

@@ -1,7 +1,6 @@
 #include "tools/output/trace_graph.h"
 
 #include <fmt/format.h>
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -30,13 +29,13 @@ std::string compute_name(const Task& t) {
 
 // A transfer's send / receive name: "activation s1 s2 m3" (producing and consuming stages).
 std::string transfer_name(const Task& t) {
-  const char* k = t.transfer == TransferKind::Activation ? "activation"
-                  : t.transfer == TransferKind::Gradient ? "gradient"
-                  : t.transfer == TransferKind::DataParallel ? "allreduce"
-                  : t.transfer == TransferKind::TensorParallel ? "tp"  // one flow of a TP collective
-                  : t.transfer == TransferKind::ExpertParallel ? "ep"  // one flow of an EP collective
+  const char* k = t.transfer == TransferKind::Activation        ? "activation"
+                  : t.transfer == TransferKind::Gradient        ? "gradient"
+                  : t.transfer == TransferKind::DataParallel    ? "allreduce"
+                  : t.transfer == TransferKind::TensorParallel  ? "tp"  // one flow of a TP collective
+                  : t.transfer == TransferKind::ExpertParallel  ? "ep"  // one flow of an EP collective
                   : t.transfer == TransferKind::ContextParallel ? "cp"  // one flow of a CP K/V exchange
-                                                          : "transfer";
+                                                                : "transfer";
   return fmt::format("{} s{} s{} m{}", k, t.stage, t.peer_stage, t.micro_batch);
 }
 
@@ -64,8 +63,10 @@ void parse_name(const std::string& name, Task& t) {
   t.stage = 0;
   if (std::sscanf(name.c_str(), "%15s s%d m%d", kind, &a, &m) == 3) {
     const std::string k = kind;
-    t.kind = k == "B" ? TaskKind::Backward : k == "W" ? TaskKind::Weight : k == "step" ? TaskKind::Optimizer
-                                                                                        : TaskKind::Forward;
+    t.kind = k == "B"      ? TaskKind::Backward
+             : k == "W"    ? TaskKind::Weight
+             : k == "step" ? TaskKind::Optimizer
+                           : TaskKind::Forward;
     t.stage = a;
     t.micro_batch = m;
   }
@@ -135,7 +136,8 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
 
   // A topological order (data and device-order edges), lowest task first among the ready ones.
   std::vector<int32_t> missing(n, 0);
-  for (size_t t = 0; t < n; ++t) missing[t] = static_cast<int32_t>(pred[t].size()) + (previous[t] >= 0 ? 1 : 0);
+  for (size_t t = 0; t < n; ++t)
+    missing[t] = static_cast<int32_t>(pred[t].size()) + (previous[t] >= 0 ? 1 : 0);
   std::vector<std::vector<int32_t>> after_on_device(n);
   for (size_t t = 0; t < n; ++t)
     if (previous[t] >= 0) after_on_device[previous[t]].push_back(static_cast<int32_t>(t));
@@ -144,8 +146,8 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     if (missing[t] == 0) ready.push(static_cast<int32_t>(t));
 
   json nodes = json::array();
-  std::vector<int64_t> node_of(n, -1);                      // compute: its node; transfer: its receive
-  std::map<std::pair<int32_t, int>, int64_t> ring_node;     // (stage, rank) -> collective node
+  std::vector<int64_t> node_of(n, -1);                   // compute: its node; transfer: its receive
+  std::map<std::pair<int32_t, int>, int64_t> ring_node;  // (stage, rank) -> collective node
   auto add = [&](json node) {
     node["id"] = static_cast<int64_t>(nodes.size());
     nodes.push_back(std::move(node));
@@ -162,9 +164,10 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
       id = node_of[p];
     }
     if (id < 0)
-      return Error{fmt::format("task {} on device {} depends on task {} ({}) of another device without a transfer; "
-                               "a Chakra trace cannot say that",
-                               user, rank, p, k.is_compute() ? compute_name(k) : transfer_name(k))};
+      return Error{
+          fmt::format("task {} on device {} depends on task {} ({}) of another device without a transfer; "
+                      "a Chakra trace cannot say that",
+                      user, rank, p, k.is_compute() ? compute_name(k) : transfer_name(k))};
     return id;
   };
   auto deps_of = [&](int32_t t, int rank, bool skip_ring_steps) -> Result<json> {
@@ -190,7 +193,10 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
       if (previous[t] >= 0) d->push_back(node_of[previous[t]]);
       std::sort(d->begin(), d->end());
       d->erase(std::unique(d->begin(), d->end()), d->end());
-      node_of[t] = add({{"rank", k.device}, {"type", "comp"}, {"name", compute_name(k)}, {"duration_s", k.duration},
+      node_of[t] = add({{"rank", k.device},
+                        {"type", "comp"},
+                        {"name", compute_name(k)},
+                        {"duration_s", k.duration},
                         {"deps", *d}});
     } else if (ring_of[t] >= 0) {
       const Ring& r = rings[ring_of[t]];
@@ -205,18 +211,32 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
               if (!id) return id.error();
               ids.insert(*id);
             }
-        ring_node[{ring_of[t], k.device}] =
-            add({{"rank", k.device}, {"type", "allreduce"}, {"name", transfer_name(k)}, {"group", r.members},
-                 {"bytes", r.bytes}, {"tag", ring_of[t]}, {"deps", std::vector<int64_t>(ids.begin(), ids.end())}});
+        ring_node[{ring_of[t], k.device}] = add({{"rank", k.device},
+                                                 {"type", "allreduce"},
+                                                 {"name", transfer_name(k)},
+                                                 {"group", r.members},
+                                                 {"bytes", r.bytes},
+                                                 {"tag", ring_of[t]},
+                                                 {"deps", std::vector<int64_t>(ids.begin(), ids.end())}});
       }
     } else {
       Result<json> d = deps_of(t, k.device, false);
       if (!d) return d.error();
       const std::string name = transfer_name(k);
-      add({{"rank", k.device}, {"type", "send"}, {"name", name}, {"peer", k.peer}, {"bytes", k.bytes},
-           {"tag", t}, {"deps", *d}});
-      node_of[t] = add({{"rank", k.peer}, {"type", "recv"}, {"name", name}, {"peer", k.device},
-                        {"bytes", k.bytes}, {"tag", t}, {"deps", json::array()}});
+      add({{"rank", k.device},
+           {"type", "send"},
+           {"name", name},
+           {"peer", k.peer},
+           {"bytes", k.bytes},
+           {"tag", t},
+           {"deps", *d}});
+      node_of[t] = add({{"rank", k.peer},
+                        {"type", "recv"},
+                        {"name", name},
+                        {"peer", k.device},
+                        {"bytes", k.bytes},
+                        {"tag", t},
+                        {"deps", json::array()}});
     }
     for (int32_t s : g.successors(t))
       if (--missing[s] == 0) ready.push(s);
@@ -247,21 +267,23 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
     std::map<int64_t, size_t> index;  // node id -> position
     for (size_t i = 0; i < nodes.size(); ++i)
       if (!index.emplace(nodes[i].at("id").get<int64_t>(), i).second)
-        return Error{fmt::format("node {}: a node with this id comes earlier", nodes[i].at("id").get<int64_t>())};
+        return Error{
+            fmt::format("node {}: a node with this id comes earlier", nodes[i].at("id").get<int64_t>())};
     std::vector<std::vector<int32_t>> done(nodes.size());  // the tasks after which node i is complete
     auto where = [&](size_t i) {
-      return fmt::format("rank {} node \"{}\" (id {})", nodes[i].value("rank", -1), nodes[i].value("name", ""),
-                         nodes[i].at("id").get<int64_t>());
+      return fmt::format("rank {} node \"{}\" (id {})", nodes[i].value("rank", -1),
+                         nodes[i].value("name", ""), nodes[i].at("id").get<int64_t>());
     };
     auto rank_of = [&](size_t i, const char* key) -> Result<int> {
       const int r = nodes[i].at(key).get<int>();
       if (r < 0 || static_cast<size_t>(r) >= devices)
-        return Error{fmt::format("{}: {} {} is not a device of the cluster (0 to {})", where(i), key, r, devices - 1)};
+        return Error{
+            fmt::format("{}: {} {} is not a device of the cluster (0 to {})", where(i), key, r, devices - 1)};
       return r;
     };
     // Compute nodes and point-to-point pairs.
     std::map<std::tuple<int, int, int64_t>, int32_t> transfer;  // (sender, receiver, tag) -> task
-    std::map<std::tuple<int, int, int64_t>, int> ends;           // how many of send / receive were seen
+    std::map<std::tuple<int, int, int64_t>, int> ends;          // how many of send / receive were seen
     struct Collective {
       std::vector<int> group;
       double bytes = 0;
@@ -309,7 +331,8 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
           if (r < 0 || static_cast<size_t>(r) >= devices)
             return Error{fmt::format("{}: group member {} is not a device of the cluster", where(i), r)};
         if (std::set<int>(group.begin(), group.end()).size() != group.size())
-          return Error{fmt::format("{}: a rank appears twice in the group [{}]", where(i), fmt::join(group, ", "))};
+          return Error{
+              fmt::format("{}: a rank appears twice in the group [{}]", where(i), fmt::join(group, ", "))};
         const double bytes = n.at("bytes").get<double>();
         if (!(bytes >= 0) || !std::isfinite(bytes))
           return Error{fmt::format("{}: a size of {} bytes", where(i), bytes)};
@@ -319,7 +342,8 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         col.group = group;
         col.bytes = bytes;
         if (!col.node.emplace(*rank, i).second)
-          return Error{fmt::format("{}: a second collective with the same group and tag on this rank", where(i))};
+          return Error{
+              fmt::format("{}: a second collective with the same group and tag on this rank", where(i))};
       } else {
         return Error{fmt::format("{}: unknown node type \"{}\"", where(i), type)};
       }
@@ -327,14 +351,15 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
     for (const auto& [key, seen] : ends)
       if (seen != 3)
         return Error{fmt::format("a {} from rank {} to rank {} (tag {}) has no matching {}",
-                                 seen == 1 ? "send" : "receive", std::get<0>(key), std::get<1>(key), std::get<2>(key),
-                                 seen == 1 ? "receive" : "send")};
+                                 seen == 1 ? "send" : "receive", std::get<0>(key), std::get<1>(key),
+                                 std::get<2>(key), seen == 1 ? "receive" : "send")};
     // Dependencies between compute and point-to-point nodes.
     auto predecessors = [&](size_t i) -> Result<std::vector<size_t>> {
       std::vector<size_t> out;
       for (const json& d : nodes[i].at("deps")) {
         auto it = index.find(d.get<int64_t>());
-        if (it == index.end()) return Error{fmt::format("{}: depends on node {}, which is not there", where(i), d.get<int64_t>())};
+        if (it == index.end())
+          return Error{fmt::format("{}: depends on node {}, which is not there", where(i), d.get<int64_t>())};
         if (nodes[it->second].at("rank") != nodes[i].at("rank"))
           return Error{fmt::format("{}: depends on node {} of another rank", where(i), d.get<int64_t>())};
         out.push_back(it->second);
@@ -364,11 +389,12 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         }
         ready.push_back(last);
       }
-      std::vector<std::vector<int32_t>> out =
-          append_allreduce(g, AllReduceAlgorithm::Ring, c, col.group, ready, col.bytes, static_cast<int32_t>(key.second));
+      std::vector<std::vector<int32_t>> out = append_allreduce(
+          g, AllReduceAlgorithm::Ring, c, col.group, ready, col.bytes, static_cast<int32_t>(key.second));
       for (size_t m = 0; m < col.group.size(); ++m) {
         const size_t i = col.node[col.group[m]];
-        done[i] = out[m].empty() ? (ready[m] >= 0 ? std::vector<int32_t>{ready[m]} : std::vector<int32_t>{}) : out[m];
+        done[i] = out[m].empty() ? (ready[m] >= 0 ? std::vector<int32_t>{ready[m]} : std::vector<int32_t>{})
+                                 : out[m];
       }
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
