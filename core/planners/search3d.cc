@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/evaluate.h"
+#include "core/model_flops.h"
 #include "core/moe.h"
 #include "core/tensor_parallel.h"
 
@@ -43,8 +44,11 @@ std::string reason_of(const std::string& message) {
 std::string Search3dCandidate::label() const {
   std::string sched = schedule;
   if (schedule == "interleaved-1f1b") sched = fmt::format("interleaved v{}", v);
-  return fmt::format("t{} p{} d{} b{} m{} {} {}{}{}", t, p, d, b, micro_batches, sched, to_string(recompute),
-                     sequence_parallel ? " sp" : "", distributed_optimizer ? " dist-opt" : "");
+  const std::string experts = moe ? fmt::format(" ep{} etp{}", ep, etp) : "";
+  return fmt::format("t{} p{} d{}{} b{} m{} {} {}{}{}{}", t, p, d, experts, b, micro_batches, sched,
+                     to_string(recompute), sequence_parallel ? " sp" : "",
+                     distributed_optimizer ? " dist-opt" : "",
+                     moe ? fmt::format(" {}", to_string(dispatcher)) : "");
 }
 
 namespace {
@@ -65,6 +69,11 @@ void apply(Experiment& e, const Search3dCandidate& c) {
   e.memory.recompute = c.recompute;
   e.memory.zero1 = c.distributed_optimizer;
   e.micro_batch_size = static_cast<double>(c.b) * c.d;
+  if (c.moe) {
+    s.expert_parallel = c.ep;
+    s.expert_tensor_parallel = c.etp;
+    s.moe.dispatcher = c.dispatcher;
+  }
 }
 }  // namespace
 
@@ -87,6 +96,8 @@ class Search3d {
     if (Status s = check(); !s) return s.error();
     if (Status s = model_shape(); !s) return s.error();
     res_.parameters = total_parameters(w_);
+    if (experts_ > 0)  // 6 N counts the parameters a token uses
+      if (const std::optional<ModelFlops> f = model_flops(w_)) res_.parameters = f->active_parameters;
     res_.tokens_per_iteration = o_.global_batch * sequence_;
     res_.peak_flops = cl_.devices[0].spec.peak_flops[static_cast<int>(math_precision(w_.precision))];
     enumerate();
@@ -111,6 +122,8 @@ class Search3d {
   std::optional<std::string> tpd_left_out(int t, int p, int d) const;
   void enumerate_configurations(int t, int p, int d);
   std::optional<std::string> left_out(const Search3dCandidate& c, bool sp_ok) const;
+  std::vector<Search3dCandidate> expert_configurations(int t, int d) const;
+  std::optional<std::string> expert_left_out(const Search3dCandidate& c) const;
   void rank(Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown);
   void rank_estimated();
   void rank_exact();
@@ -121,6 +134,9 @@ class Search3d {
   const Cluster& cl_;
   const int n_;
   int blocks_ = 0, per_node_ = 0;
+  // Mixture of experts: the routed experts (0: a dense workload) and the MoE blocks.
+  double experts_ = 0;
+  std::vector<int> moe_layers_;
   double sequence_ = 0;
   Search3dResult res_;
   std::vector<Search3dCandidate> pending_;
@@ -149,17 +165,18 @@ Status Search3d::check() const {
 
 // The transformer blocks, their sequence length, and the devices of a node.
 Status Search3d::model_shape() {
-  for (size_t l = 0; l < w_.layer_count(); ++l)
-    if (w_.layer(static_cast<int>(l)).split.kind == TensorSplitKind::Transformer) {
-      ++blocks_;
-      sequence_ = w_.layer(static_cast<int>(l)).split.sequence;
-    }
-  if (routed_experts(w_) > 0)
+  for (size_t l = 0; l < w_.layer_count(); ++l) {
+    const TensorSplit& split = w_.layer(static_cast<int>(l)).split;
+    if (!is_block(split.kind)) continue;
+    ++blocks_;
+    sequence_ = split.sequence;
+    if (split.kind == TensorSplitKind::MoeBlock) moe_layers_.push_back(static_cast<int>(l));
+  }
+  experts_ = routed_experts(w_);
+  if (experts_ == 0 && (!o_.expert_parallel.empty() || !o_.expert_tensor_parallel.empty()))
     return Error{fmt::format(
-        "workload \"{}\" has mixture-of-experts blocks, and the 3D search does not search expert parallelism "
-        "yet (ep, etp and the dispatcher are not among its axes: docs/3d-search.md); run candidate "
-        "configurations with `pipegrid run` or `pipegrid sweep`",
-        w_.name)};
+        "expert-parallel sizes were given, and workload \"{}\" has no mixture-of-experts blocks", w_.name)};
+  if (experts_ > 0 && o_.dispatchers.empty()) return Error{"no token dispatcher to search"};
   if (blocks_ == 0)
     return Error{
         fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w_.name)};
@@ -196,7 +213,8 @@ void Search3d::enumerate() {
 
 std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
   if (t > per_node_) return fmt::format("(t, p, d): t above the {} devices of a node", per_node_);
-  if (t > 1 && !divides(t, false).empty())
+  // (MoE blocks need sequence parallelism under t > 1: checked with it.)
+  if (t > 1 && !divides(t, experts_ > 0).empty())
     return "(t, p, d): t does not divide the heads, KV heads, FFN width or vocabulary";
   if (blocks_ % p != 0) return fmt::format("(t, p, d): p does not divide the {} transformer blocks", blocks_);
   if (o_.global_batch % d != 0) return "(t, p, d): d does not divide the global batch";
@@ -207,6 +225,7 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
 // optimizer sharding of one (t, p, d).
 void Search3d::enumerate_configurations(int t, int p, int d) {
   const bool sp_ok = t > 1 && divides(t, true).empty();
+  const std::vector<Search3dCandidate> experts = expert_configurations(t, d);
   for (int b : divisors(o_.global_batch / d)) {
     if (!allowed(o_.micro_batch_sizes, b)) continue;
     const int m = o_.global_batch / (b * d);
@@ -216,16 +235,18 @@ void Search3d::enumerate_configurations(int t, int p, int d) {
       for (int v : vs)
         for (Recompute rc : o_.recompute)
           for (bool sp : o_.sequence_parallel)
-            for (bool zero : o_.distributed_optimizer) {
-              ++res_.combinations;
-              Search3dCandidate c;
-              c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
-              c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
-              if (std::optional<std::string> why = left_out(c, sp_ok))
-                ++res_.left_out[*why];
-              else
-                pending_.push_back(std::move(c));
-            }
+            for (bool zero : o_.distributed_optimizer)
+              for (Search3dCandidate c : experts) {
+                ++res_.combinations;
+                c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
+                c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
+                std::optional<std::string> why = left_out(c, sp_ok);
+                if (!why && c.moe) why = expert_left_out(c);
+                if (why)
+                  ++res_.left_out[*why];
+                else
+                  pending_.push_back(std::move(c));
+              }
     }
   }
 }
@@ -240,6 +261,47 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
   if (c.sequence_parallel && c.t == 1) return "sequence parallelism at t = 1 (the same run as without)";
   if (c.sequence_parallel && !sp_ok) return "sequence parallelism: t does not divide the sequence";
   if (c.distributed_optimizer && c.d == 1) return "distributed optimizer at d = 1 (the same run as without)";
+  return std::nullopt;
+}
+
+// The expert axes of one (t, d): every (ep, etp, dispatcher) of the options (empty lists: ep dividing
+// the experts, etp dividing the expert FFN width, both up to t x d); one dense candidate for a dense
+// workload.
+std::vector<Search3dCandidate> Search3d::expert_configurations(int t, int d) const {
+  if (experts_ == 0) return {Search3dCandidate{}};
+  const int devices = t * d;
+  std::vector<int> eps = o_.expert_parallel, etps = o_.expert_tensor_parallel;
+  if (eps.empty())
+    for (int ep : divisors(devices))
+      if (std::fmod(experts_, ep) == 0) eps.push_back(ep);
+  if (etps.empty()) etps = divisors(devices);
+  std::vector<Search3dCandidate> out;
+  for (int ep : eps)
+    for (int etp : etps)
+      for (MoeDispatcher disp : o_.dispatchers) {
+        Search3dCandidate& c = out.emplace_back();
+        c.moe = true, c.ep = ep, c.etp = etp, c.dispatcher = disp;
+      }
+  return out;
+}
+
+// Megatron-Core's rules for the expert sizes (MoE parallel folding) and the combinations that would
+// repeat another. Empty when the candidate passes.
+std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c) const {
+  if ((c.t * c.d) % (c.ep * c.etp) != 0) return "MoE: ep x etp does not divide t x d (a stage's devices)";
+  if (c.etp > per_node_) return fmt::format("MoE: etp above the {} devices of a node", per_node_);
+  for (int l : moe_layers_)
+    if (Status st = check_moe(w_.layer(l), {c.ep, c.etp}, base_.strategy.moe); !st) {
+      const std::string& m = st.error().message;
+      if (m.find("expert_parallel") != std::string::npos) return "MoE: ep does not divide the routed experts";
+      if (m.find("expert_tensor_parallel") != std::string::npos)
+        return "MoE: etp does not divide the expert FFN width";
+      return "MoE: " + reason_of(m);
+    }
+  if (c.t > 1 && !c.sequence_parallel)
+    return "MoE: t > 1 without sequence parallelism (Megatron-Core requires it with experts)";
+  if (c.dispatcher == MoeDispatcher::AllGather && c.ep * c.etp == 1)
+    return "MoE: the all-gather dispatcher at ep = etp = 1 (the same run as all-to-all)";
   return std::nullopt;
 }
 

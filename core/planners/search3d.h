@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/context_parallel.h"
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/memory.h"
 #include "core/metrics.h"
+#include "core/moe.h"
 #include "core/result.h"
 
 namespace pipegrid {
@@ -32,6 +34,18 @@ struct Search3dOptions {
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<bool> sequence_parallel = {false, true};
   std::vector<bool> distributed_optimizer = {false, true};
+  // Mixture-of-experts workloads only (docs/3d-search.md, "Expert parallelism"): the expert-parallel
+  // sizes ep (dividing the routed experts and t x d), the expert tensor-parallel sizes etp (dividing
+  // the expert FFN width and t x d / ep, at most a node), and the token dispatchers; empty: every value
+  // the rules allow. Ignored (and left out of the labels) for dense workloads.
+  std::vector<int> expert_parallel;
+  std::vector<int> expert_tensor_parallel;
+  std::vector<MoeDispatcher> dispatchers = {MoeDispatcher::AllToAll, MoeDispatcher::AllGather};
+  // Context parallelism (docs/3d-search.md, "Context parallelism"): the sizes cp and the attention's
+  // exchange algorithms. Empty sizes: 1, and every cp > 1 that leaves each rank at least
+  // kSearch3dCpMinTokens tokens of the sequence; an axis only for cp > 1.
+  std::vector<int> context_parallel;
+  std::vector<CpAlgorithm> cp_algorithms = {CpAlgorithm::P2P, CpAlgorithm::AllGather, CpAlgorithm::AllToAll};
   // Rank every candidate by lowering its whole task graph (every replica, every TP rank, every
   // micro-batch) for the analytic evaluator, instead of the one-replica estimate (Search3dEstimator):
   // the reference the estimate is tested against, slow at scale (GPT-3 175B on 1,024 GPUs: hours).
@@ -44,6 +58,9 @@ struct Search3dOptions {
 };
 
 inline constexpr size_t kSearch3dThreadedFrom = 256;
+// The fewest tokens per context-parallel rank the default cp axis tries: published long-context
+// configurations keep 8k-32k per rank (docs/3d-search.md); half the smallest.
+inline constexpr double kSearch3dCpMinTokens = 4096;
 
 struct Search3dCandidate {
   int t = 1, p = 1, d = 1;
@@ -54,13 +71,21 @@ struct Search3dCandidate {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
+  // Mixture-of-experts workloads (moe): expert parallelism of the MoE blocks (core/moe.h).
+  bool moe = false;
+  int ep = 1, etp = 1;
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
+  // Context parallelism: each replica's sequence over cp groups of t devices (core/context_parallel.h);
+  // t cp p d devices in all.
+  int cp = 1;
+  CpAlgorithm cp_algorithm = CpAlgorithm::P2P;
   // Analytic evaluation.
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
-  double mfu = 0;                // 6 x parameters x tokens per iteration / (time x devices x peak)
+  double mfu = 0;  // 6 x parameters (MoE: active) x tokens per iteration / (time x devices x peak)
   double peak_memory_bytes = 0;  // the largest device's peak
   TimeBreakdown breakdown;       // the mean over the used devices
-  std::string label() const;     // "t2 p2 d4 b1 1f1b none" etc.
+  std::string label() const;     // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall")
 };
 
 struct Search3dResult {
@@ -69,7 +94,7 @@ struct Search3dResult {
   std::map<std::string, size_t> left_out;
   size_t combinations = 0;  // every combination of the axes considered (ranked + left out)
   size_t evaluated = 0;     // lowered and evaluated
-  double parameters = 0;    // the model's
+  double parameters = 0;    // the model's (MoE: the active parameters, core/model_flops.h)
   double tokens_per_iteration = 0;
   double peak_flops = 0;  // per device, at the workload's math precision
 };
@@ -120,7 +145,8 @@ class Search3dEstimator {
     Schedule sched;
     std::vector<std::vector<StageCost>> costs;
     std::vector<int> rank_of;
-    std::vector<double> tp_exposed;
+    // Per stage, in one F and one B of the representative: TP, CP and expert groups' exposed time.
+    std::vector<double> tp_exposed, cp_exposed, ep_exposed;
     MemoryOptions memory;
   };
   Result<FoldedPlan> folded_plan(const Search3dCandidate& c, int replicas);
@@ -131,16 +157,25 @@ class Search3dEstimator {
                    const ScheduleStrategy& scheduler, FoldedPlan& fp);
   // The data-parallel all-reduce of each stage of the plan, and of `bytes` over pipeline rank `rank`'s
   // replicas (cached).
-  Result<std::vector<double>> dp_allreduces(const Search3dCandidate& c, const FoldedPlan& fp);
+  Result<std::pair<std::vector<double>, std::vector<double>>> dp_allreduces(const Search3dCandidate& c,
+                                                                            const FoldedPlan& fp);
   Result<double> dp_allreduce(const Search3dCandidate& c, int rank, double bytes, CollectiveKind kind);
+  // MoE: the expert gradients' reduction over the expert data-parallel groups of pipeline rank `rank`
+  // (the ep x etp rings of t d / (ep etp) devices at once, cached).
+  Result<double> expert_allreduce(const Search3dCandidate& c, int rank, double bytes, CollectiveKind kind);
+  // The rings' time at once, each carrying `bytes` (with multi-ring: each group's rings over its node's
+  // NICs, 1/m of the bytes each).
+  Result<double> rings_time(const std::vector<std::vector<int>>& groups, double bytes, CollectiveKind kind);
 
   Experiment base_;
   Router router_;  // base_.cluster's, its route cache kept across candidates
-  // Stage costs by (t, p, v, b, recompute, sequence parallelism): the same for every d, schedule and
-  // optimizer sharding on a homogeneous cluster. Data-parallel all-reduce times by (t, d, pipeline
-  // rank, bytes).
-  std::map<std::tuple<int, int, int, int, int, bool>, std::vector<std::vector<StageCost>>> costs_;
-  std::map<std::tuple<int, int, int, double, CollectiveKind>, double> allreduce_;
+  // Stage costs by (t, p, v, b, recompute, sequence parallelism, and for MoE d, ep, etp, dispatcher): the
+  // same for every d (dense), schedule and optimizer sharding on a homogeneous cluster. Data-parallel
+  // all-reduce times by (t, d, pipeline rank, bytes, kind, and for expert gradients ep x etp).
+  std::map<std::tuple<int, int, int, int, int, bool, int, int, int, int, int, int>,
+           std::vector<std::vector<StageCost>>>
+      costs_;
+  std::map<std::tuple<int, int, int, double, CollectiveKind, int>, double> allreduce_;
 };
 
 // Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule, a

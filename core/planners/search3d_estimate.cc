@@ -8,12 +8,16 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/collectives.h"
 #include "core/device.h"
 #include "core/evaluate.h"
 #include "core/lower.h"
+#include "core/moe.h"
 #include "core/planners/search3d.h"
 #include "core/strategy.h"
 #include "core/tensor_parallel.h"
@@ -21,26 +25,75 @@
 namespace pipegrid {
 namespace {
 
-// A tensor-parallel pass on rank 0 of its group, as the lowering's chain of compute pieces and ring
-// flows runs it when every rank of the group is alike: flow x leaves once piece x has run on both
-// of its ends (the same time by symmetry) and takes the route's latency + its bytes / bandwidth,
-// queued behind the group's previous flow on the same links (FIFO, as the evaluator); piece x + 1
-// waits for it (with overlap, piece x + 2 does). Returns the pass's time.
-double tp_pass_time(const TpProgram& prog, const LinkCost& route, int T, bool overlap) {
+// What a collective of a group costs on its routes (rank 0's groups of pipeline rank 0 stand for
+// all: the cluster is homogeneous): the slowest hop of the group's ring, and for an all-to-all the
+// machines it spans and a member's slowest routes inside its machine and out of it.
+struct GroupLinks {
+  int n = 1;
+  LinkCost ring;
+  int machines = 1, per_machine = 1;
+  LinkCost intra, inter;
+};
+
+Result<GroupLinks> group_links(const Router& router, const Cluster& cl, const std::vector<int>& devices) {
+  GroupLinks gl;
+  gl.n = static_cast<int>(devices.size());
+  Result<LinkCost> ring = ring_link_cost(router, devices);
+  if (!ring) return ring.error();
+  gl.ring = *ring;
+  std::map<std::string, int> per_machine;
+  for (int d : devices) ++per_machine[cl.machine_of(d)];
+  gl.machines = static_cast<int>(per_machine.size());
+  for (const auto& [machine, count] : per_machine) gl.per_machine = std::max(gl.per_machine, count);
+  for (size_t j = 1; j < devices.size(); ++j) {
+    Result<Route> r = router.route(devices[0], devices[j]);
+    if (!r) return r.error();
+    (cl.machine_of(devices[j]) == cl.machine_of(devices[0]) ? gl.intra : gl.inter)
+        .add_hop(r->latency, r->bandwidth);
+  }
+  return gl;
+}
+
+using GroupLinkMap = std::map<CommGroup, GroupLinks>;
+
+// A pass of a grouped stage on its representative, as the lowering's chain of compute pieces and
+// collectives runs it when every member of each group is alike: collective x starts once piece x has
+// run (on every member: the same time by symmetry), queued behind the previous collective of its group
+// (FIFO on the group's links, as the evaluator); piece x + 1 waits for it (with overlap, piece x + 2
+// does). A ring collective (tensor or expert tensor-parallel, the all-gather dispatcher's) takes the
+// ring's latency + ring_flow_bytes / bandwidth; an expert all-to-all the closed form over its machines
+// (core/collectives.h), each pair carrying the representative's bytes x `share` (the busiest expert-
+// parallel rank's share of the token copies: its port sets the pace). Collectives of the groups in
+// `skip` take no time (to split the exposure between groups). Returns the pass's time.
+double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap, double share,
+                 const std::vector<CommGroup>& skip = {}) {
   const size_t n = prog.collectives();
   std::vector<double> done(n, 0.0);
-  double end = 0, link_free = 0;
+  std::map<CommGroup, double> link_free;
+  double end = 0;
   for (size_t k = 0; k <= n; ++k) {
     double start = end;
     if (!overlap && k >= 1) start = std::max(start, done[k - 1]);
     if (overlap && k >= 2) start = std::max(start, done[k - 2]);
     if (overlap && k == n && n >= 1) start = std::max(start, done[n - 1]);
     end = start + prog.compute[k];
-    if (k < n) {
-      const double hold = ring_flow_bytes(prog.kinds[k], prog.bytes[k], T) / route.bandwidth;
-      const double begin = std::max(end, link_free);
-      link_free = begin + hold;
-      done[k] = begin + route.latency + hold;
+    if (k == n) break;
+    const CommGroup g = prog.groups[k];
+    const auto it = links.find(g);
+    if (it == links.end() || std::find(skip.begin(), skip.end(), g) != skip.end()) {
+      done[k] = end;
+      continue;
+    }
+    const GroupLinks& gl = it->second;
+    double& free = link_free[g];
+    const double begin = std::max(end, free);
+    if (prog.kinds[k] == CollectiveKind::AllToAll) {
+      done[k] = free = begin + closed_form::all_to_all(gl.machines, gl.per_machine, prog.bytes[k] * share,
+                                                       gl.intra, gl.inter);
+    } else {
+      const double hold = ring_flow_bytes(prog.kinds[k], prog.bytes[k], gl.n) / gl.ring.bandwidth;
+      free = begin + hold;
+      done[k] = begin + gl.ring.latency + hold;
     }
   }
   return end;
@@ -68,8 +121,8 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
   const Cluster& cl = base_.cluster;
   const int T = c.t, d = c.d, p = c.p, m = c.micro_batches;
   const size_t D = cl.devices.size();
-  // Pipeline rank r's representative: rank 0 of replica 0, device (r d) T in Megatron's order.
-  auto rep = [&](int rank) { return rank * d * T; };
+  // Pipeline rank r's representative: rank 0 of replica 0, device (r d) cp T in Megatron's order.
+  auto rep = [&](int rank) { return rank * d * c.cp * T; };
 
   // The plan of one replica without tensor parallelism: the megatron partitioner and the schedule,
   // pipeline rank r on device r, then moved to its representative.
@@ -107,46 +160,87 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
   return fp;
 }
 
-// Per-device costs of each stage of fp's one-replica plan: under tensor parallelism, of rank 0 of
-// replica 0's group, with each pass's collectives folded into the pass (tp_pass_time), and each
-// rank's 1/T of an activation sent to the same rank of the next group.
+// Per-device costs of each stage of fp's one-replica plan: under tensor (or expert) parallelism, of
+// the stage's representative (rank 0 of replica 0's group; MoE: the device of the busiest expert-
+// parallel rank, rank 0 under balanced routing), with each pass's collectives folded into the pass
+// (pass_time), and each rank's 1/T of an activation sent to the same rank of the next group. A MoE
+// stage is costed on all its t x d devices, since its expert groups span the replicas.
 Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp) {
-  const int T = c.t, d = c.d;
-  auto rep = [&](int rank, int tp_rank) { return rank * d * T + tp_rank; };
+  const int T = c.t, d = c.d, cp = c.cp;
+  const int width = c.moe ? T * cp * d : T * cp;  // the positions of a stage costed
+  auto rep = [&](int rank, int position) { return rank * d * cp * T + position; };
   const size_t S = fp.part.stage_count();
-  fp.tp_exposed.assign(S, 0.0);  // per stage: TP time in one F and one B of rank 0
-  const TensorParallelOptions tpo{c.sequence_parallel, base_.strategy.tp_overlap};
-  const auto key = std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel);
+  fp.tp_exposed.assign(S, 0.0);  // per stage: TP time in one F and one B of the representative
+  fp.cp_exposed.assign(S, 0.0);  // the context-parallel exchanges' time beyond it
+  fp.ep_exposed.assign(S, 0.0);  // the expert groups' time beyond both
+  TensorParallelOptions tpo{c.sequence_parallel, base_.strategy.tp_overlap};
+  tpo.moe = base_.strategy.moe;
+  tpo.moe.dispatcher = c.dispatcher;
+  tpo.context = base_.strategy.context;
+  tpo.context.algorithm = c.cp_algorithm;
+  const auto key =
+      std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
+                      c.ep, c.etp, static_cast<int>(c.dispatcher), cp, static_cast<int>(c.cp_algorithm));
   auto cached = costs_.find(key);
+  Partition groups = fp.part;  // replica 0's groups (MoE: every replica's devices)
+  for (size_t s = 0; s < S && width > 1; ++s) {
+    Stage& st = groups.graph[s];
+    st.devices.clear();
+    for (int i = 0; i < width; ++i) st.devices.push_back(rep(fp.rank_of[s], i));
+    st.tensor_parallel = T;
+    st.context_parallel = cp;
+    if (c.moe) st.expert_parallel = c.ep, st.expert_tensor_parallel = c.etp;
+  }
   if (cached == costs_.end()) {
-    Partition groups = fp.part;  // under tensor parallelism, replica 0's groups
-    if (T > 1)
-      for (size_t s = 0; s < S; ++s) {
-        Stage& st = groups.graph[s];
-        st.devices.clear();
-        for (int i = 0; i < T; ++i) st.devices.push_back(rep(fp.rank_of[s], i));
-        st.tensor_parallel = T;
-      }
-    auto r = stage_costs(base_.workload, base_.cluster, groups, c.b, c.recompute, tpo);
+    // The micro-batch the stage's replicas share: b each (MoE: all d replicas costed).
+    const double shared = static_cast<double>(c.b) * (c.moe ? d : 1);
+    auto r = stage_costs(base_.workload, base_.cluster, groups, shared, c.recompute, tpo);
     if (!r) return r.error();
     cached = costs_.emplace(key, std::move(*r)).first;
   }
-  if (T == 1) {
-    for (const auto& x : cached->second) fp.costs.push_back({x[0]});
-    return {};
+  // Each stage's representative position: the busiest expert-parallel rank's first device.
+  auto representative = [&](size_t s) {
+    const std::vector<StageCost>& x = cached->second[s];
+    size_t q = 0;
+    for (size_t j = 1; j < x.size(); ++j)
+      if (x[j].expert_load > x[q].expert_load) q = j;
+    return q;
+  };
+  // The groups' routes, of pipeline rank 0's first members (the cluster is homogeneous).
+  GroupLinkMap links;
+  const ExpertSizes es{c.ep, c.etp};
+  for (CommGroup g : {CommGroup::Tensor, CommGroup::Context, CommGroup::Expert, CommGroup::ExpertTensor,
+                      CommGroup::ExpertAndTensor}) {
+    if (g != CommGroup::Tensor && g != CommGroup::Context && !c.moe) continue;
+    std::vector<int> devices;
+    for (int position : group_members(g, 0, T, es, cp)) devices.push_back(rep(0, position));
+    if (devices.size() < 2) continue;
+    Result<GroupLinks> gl = group_links(router_, base_.cluster, devices);
+    if (!gl) return gl.error();
+    links.emplace(g, *gl);
   }
-  // The group's ring: rank i to rank i + 1; the slowest of its routes stands for all.
-  std::vector<int> group(T);
-  for (int i = 0; i < T; ++i) group[i] = rep(0, i);
-  Result<LinkCost> route = ring_link_cost(router_, group);
-  if (!route) return route.error();
   const bool split = fp.sched.split_backward;
+  const std::vector<CommGroup> expert_groups{CommGroup::Expert, CommGroup::ExpertTensor,
+                                             CommGroup::ExpertAndTensor};
+  std::vector<CommGroup> tensor_only = expert_groups;
+  tensor_only.push_back(CommGroup::Context);
   for (size_t s = 0; s < S; ++s) {
-    StageCost sc = cached->second[s][0];
-    const double f = tp_pass_time(sc.tp_forward, *route, T, tpo.overlap);
+    StageCost sc = cached->second[s][representative(s)];
+    if (width == 1 || !groups.graph[s].grouped()) {
+      fp.costs.push_back({std::move(sc)});
+      continue;
+    }
+    const double share = sc.expert_load / c.ep;
     const TpProgram& bprog = split ? sc.tp_backward_input : sc.tp_backward;
-    const double b = tp_pass_time(bprog, *route, T, tpo.overlap);
-    fp.tp_exposed[s] = (f - sum(sc.tp_forward.compute)) + (b - sum(bprog.compute));
+    const double f = pass_time(sc.tp_forward, links, tpo.overlap, share);
+    const double b = pass_time(bprog, links, tpo.overlap, share);
+    const double f_cp = pass_time(sc.tp_forward, links, tpo.overlap, share, expert_groups);
+    const double b_cp = pass_time(bprog, links, tpo.overlap, share, expert_groups);
+    const double f_tp = pass_time(sc.tp_forward, links, tpo.overlap, share, tensor_only);
+    const double b_tp = pass_time(bprog, links, tpo.overlap, share, tensor_only);
+    fp.tp_exposed[s] = (f_tp - sum(sc.tp_forward.compute)) + (b_tp - sum(bprog.compute));
+    fp.cp_exposed[s] = (f_cp - f_tp) + (b_cp - b_tp);
+    fp.ep_exposed[s] = (f - f_cp) + (b - b_cp);
     sc.times.forward = f;
     // The lowering runs recompute_s + backward() (+ W when split) for a stage without TP.
     sc.times.backward_input = split ? b : b - sc.times.backward_weight;
@@ -154,7 +248,7 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     sc.tp_forward = sc.tp_backward = sc.tp_backward_input = {};
     fp.costs.push_back({std::move(sc)});
   }
-  divide_edge_bytes(fp.part, T);
+  if (T * cp > 1) divide_edge_bytes(fp.part, T * cp);
   return {};
 }
 
@@ -205,6 +299,9 @@ Status Search3dEstimator::replicate(const Search3dCandidate& c, int replicas,
 }
 
 Result<PreparedRun> Search3dEstimator::tp_folded(const Search3dCandidate& c) {
+  if (c.moe || c.cp > 1)
+    return Error{
+        "the TP-folded replay folds tensor-parallel groups only, not expert or context-parallel groups"};
   Result<FoldedPlan> fp = folded_plan(c, c.d);
   if (!fp) return fp.error();
   LoweringOptions lo;
@@ -232,6 +329,29 @@ Result<PreparedRun> Search3dEstimator::tp_folded(const Search3dCandidate& c) {
 
 namespace {
 
+// The expert data-parallel size: the devices holding the same experts (1 for a dense workload).
+int expert_data_parallel(const Search3dCandidate& c) {
+  return c.moe ? c.t * c.cp * c.d / (c.ep * c.etp) : 1;
+}
+
+// A device's static memory for a stage (weights, gradients, optimizer state), the optimizer state
+// `sharded` as the distributed optimizer does it: the dense part over the d x cp devices reducing
+// together, the experts' over the expert data-parallel group (the lowering's
+// add_data_parallel_collectives).
+MemoryBytes stage_static(const Search3dCandidate& c, const StageCost& sc, const MemoryOptions& memory,
+                         bool sharded) {
+  MemoryBytes st = static_memory(sc.parameters - sc.expert_parameters,
+                                 sc.parameter_bytes - sc.expert_parameter_bytes, memory);
+  constexpr int kOpt = static_cast<int>(MemoryCategory::OptimizerState);
+  if (sharded) st[kOpt] /= c.d * c.cp;
+  if (sc.expert_parameters > 0) {
+    MemoryBytes ex = static_memory(sc.expert_parameters, sc.expert_parameter_bytes, memory);
+    if (sharded) ex[kOpt] /= expert_data_parallel(c);
+    for (int k = 0; k < kMemoryCategoryCount; ++k) st[k] += ex[k];
+  }
+  return st;
+}
+
 // A lower bound on each representative's peak before anything is lowered: its static memory and, in
 // the backward pass of one of its stages, that micro-batch's stash, what it re-materialises and its
 // workspace. Returns the estimate of a candidate that cannot fit (not lowered), or none.
@@ -243,8 +363,7 @@ std::optional<Search3dEstimate> over_memory(const Search3dCandidate& c,
   std::map<int, double> transient;
   for (size_t s = 0; s < costs.size(); ++s) {
     const StageCost& sc = costs[s][0];
-    MemoryBytes st = static_memory(sc.parameters, sc.parameter_bytes, memory);
-    if (c.distributed_optimizer) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c.d;
+    const MemoryBytes st = stage_static(c, sc, memory, c.distributed_optimizer);
     for (int k = 0; k < kMemoryCategoryCount; ++k) statics[rank_of[s]][k] += st[k];
     transient[rank_of[s]] =
         std::max(transient[rank_of[s]], sc.stash_bytes + sc.recompute_bytes + sc.workspace_bytes);
@@ -252,7 +371,7 @@ std::optional<Search3dEstimate> over_memory(const Search3dCandidate& c,
   Search3dEstimate over;
   for (const auto& [rank, bytes] : statics) {
     const double bound = total(bytes) + transient[rank];
-    if (bound > cl.devices[rank * c.d * c.t].spec.usable_memory()) {
+    if (bound > cl.devices[rank * c.d * c.cp * c.t].spec.usable_memory()) {
       over.fits = over.lowered = false;
       over.peak_memory_bytes = std::max(over.peak_memory_bytes, bound);
     }
@@ -310,27 +429,37 @@ struct RankEnd {
 std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, const DeviceSpec& spec,
                                  const std::vector<std::vector<StageCost>>& costs,
                                  const std::vector<int>& rank_of, const MemoryOptions& memory,
-                                 const GradientsReady& gr, const std::vector<double>& ar) {
-  // rank -> (ready, all-reduce, start of the last backward, buckets)
-  std::map<int, std::vector<std::tuple<double, double, double, int>>> per_device;
+                                 const GradientsReady& gr, const std::vector<double>& ar,
+                                 const std::vector<double>& expert_ar) {
+  // rank -> (ready, all-reduce, start of the last backward, buckets, expert gradients' reduction)
+  std::map<int, std::vector<std::tuple<double, double, double, int, double>>> per_device;
   std::map<int, double> step_parameters;
   for (size_t s = 0; s < costs.size(); ++s) {
-    step_parameters[rank_of[s]] += costs[s][0].parameters;
+    const StageCost& sc = costs[s][0];
+    // The parameters the device's step updates: with the distributed optimizer its shard of the
+    // dense ones (1/d) and of its experts' (1/edp).
+    step_parameters[rank_of[s]] += c.distributed_optimizer
+                                       ? (sc.parameters - sc.expert_parameters) / (c.d * c.cp) +
+                                             sc.expert_parameters / expert_data_parallel(c)
+                                       : sc.parameters;
     const bool b0 = gr.bucketed && s == 0;
-    per_device[rank_of[s]].emplace_back(gr.ready[s], ar[s], b0 ? gr.start0 : gr.ready[s],
-                                        b0 ? gr.buckets : 1);
+    per_device[rank_of[s]].emplace_back(gr.ready[s], ar[s], b0 ? gr.start0 : gr.ready[s], b0 ? gr.buckets : 1,
+                                        expert_ar[s]);
   }
   std::map<int, RankEnd> ends;
   for (auto& [rank, list] : per_device) {
     std::sort(list.begin(), list.end());
     double t = 0, last = 0;
-    for (auto [r, a, from, k] : list) {
+    for (auto [r, a, from, k, e] : list) {
       // K buckets, bucket i ready once (i + 1) / K of the last backward (from .. r) has run, each
-      // all-reduced after the one before (lower.h); one bucket: ready at r.
+      // all-reduced after the one before (lower.h); one bucket: ready at r. The expert gradients
+      // after them, in one piece (an upper bound: the lowering starts both at r, and they share links
+      // where the groups' rings cross the same NICs).
       for (int i = 0; i < k; ++i) t = std::max(t, from + (i + 1) * (r - from) / k) + a / k;
+      if (e > 0) t = std::max(t, r) + e;
       last = std::max(last, r);
     }
-    const double params = step_parameters[rank] / (c.distributed_optimizer ? c.d : 1);
+    const double params = step_parameters[rank];
     const double step =
         w.optimizer_step_s >= 0 ? w.optimizer_step_s : optimizer_step_time(params, memory, w.precision, spec);
     const double start = std::max(t, last);
@@ -342,7 +471,8 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
 // The representatives' breakdown with the TP collectives, the closed-form all-reduce and the step in
 // (the mean over them), their peak memory and whether they fit.
 void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::vector<int>& rank_of,
-                    const std::vector<double>& tp_exposed, const std::map<int, RankEnd>& ends,
+                    const std::vector<double>& tp_exposed, const std::vector<double>& cp_exposed,
+                    const std::vector<double>& ep_exposed, const std::map<int, RankEnd>& ends,
                     Search3dEstimate& est) {
   const double pipeline_end = pm.iteration_time_s;
   int used = 0;
@@ -351,15 +481,21 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
     if (!dm.used) continue;
     est.peak_memory_bytes = std::max(est.peak_memory_bytes, dm.peak_memory_bytes);
     if (dm.peak_memory_bytes > dm.capacity_bytes) est.fits = false;
-    const int rank = static_cast<int>(dev) / (c.d * c.t);
-    double tp = 0;
+    const int rank = static_cast<int>(dev) / (c.d * c.cp * c.t);
+    double tp = 0, cp = 0, ep = 0;
     for (size_t s = 0; s < rank_of.size(); ++s)
-      if (rank_of[s] == rank) tp += c.micro_batches * tp_exposed[s];
+      if (rank_of[s] == rank) {
+        tp += c.micro_batches * tp_exposed[s];
+        cp += c.micro_batches * cp_exposed[s];
+        ep += c.micro_batches * ep_exposed[s];
+      }
     const auto it = ends.find(rank);
     const RankEnd e = it == ends.end() ? RankEnd{} : it->second;
     TimeBreakdown b = dm.breakdown;
-    b.compute_s -= tp;
+    b.compute_s -= tp + cp + ep;
     b.tensor_parallel_s += tp;
+    b.context_parallel_s += cp;
+    b.expert_parallel_s += ep;
     b.bubble_s -= pipeline_end - e.last_ready;  // the pipeline's trailing idle, replaced:
     b.data_parallel_s += e.dp_exposed;
     b.optimizer_s += e.step;
@@ -367,6 +503,8 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
     est.breakdown.compute_s += b.compute_s;
     est.breakdown.optimizer_s += b.optimizer_s;
     est.breakdown.tensor_parallel_s += b.tensor_parallel_s;
+    est.breakdown.expert_parallel_s += b.expert_parallel_s;
+    est.breakdown.context_parallel_s += b.context_parallel_s;
     est.breakdown.pipeline_s += b.pipeline_s;
     est.breakdown.data_parallel_s += b.data_parallel_s;
     est.breakdown.bubble_s += b.bubble_s;
@@ -374,7 +512,8 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
   }
   if (used > 0)
     for (double* x : {&est.breakdown.compute_s, &est.breakdown.optimizer_s, &est.breakdown.tensor_parallel_s,
-                      &est.breakdown.pipeline_s, &est.breakdown.data_parallel_s, &est.breakdown.bubble_s})
+                      &est.breakdown.pipeline_s, &est.breakdown.data_parallel_s, &est.breakdown.bubble_s,
+                      &est.breakdown.expert_parallel_s, &est.breakdown.context_parallel_s})
       *x /= used;
 }
 
@@ -384,18 +523,46 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
 // groups (T rings at once), in closed form, cached.
 Result<double> Search3dEstimator::dp_allreduce(const Search3dCandidate& c, int rank, double bytes,
                                                CollectiveKind kind) {
-  const int T = c.t, d = c.d;
-  const Cluster& cl = base_.cluster;
-  const auto rkey = std::make_tuple(T, d, rank, bytes, kind);
+  const int T = c.t, d = c.d * c.cp;  // Megatron reduces over the data x context-parallel group
+  const auto rkey = std::make_tuple(T, d, rank, bytes, kind, 0);
   if (auto hit = allreduce_.find(rkey); hit != allreduce_.end()) return hit->second;
-  // The T groups' rings; with multi-ring each group's m rings (one per NIC of a node) carry 1/m of
-  // the bytes each (core/collectives.h), all T m rings at once.
-  std::map<size_t, std::vector<std::vector<int>>> rings_by_m;
+  std::vector<std::vector<int>> groups;
   for (int i = 0; i < T; ++i) {
-    std::vector<int> group;
+    std::vector<int>& group = groups.emplace_back();
     for (int j = 0; j < d; ++j) group.push_back((rank * d + j) * T + i);
+  }
+  Result<double> x = rings_time(groups, bytes, kind);
+  if (!x) return x.error();
+  return allreduce_.emplace(rkey, *x).first->second;
+}
+
+// The expert gradients: position j inner + q of the stage (inner = ep etp) with the same q of every
+// j (Lowering::add_data_parallel_collectives), the inner rings at once.
+Result<double> Search3dEstimator::expert_allreduce(const Search3dCandidate& c, int rank, double bytes,
+                                                   CollectiveKind kind) {
+  const int inner = c.ep * c.etp, edp = expert_data_parallel(c);
+  const auto rkey = std::make_tuple(c.t, c.d * c.cp, rank, bytes, kind, inner);
+  if (auto hit = allreduce_.find(rkey); hit != allreduce_.end()) return hit->second;
+  std::vector<std::vector<int>> groups;
+  for (int q = 0; q < inner; ++q) {
+    std::vector<int>& group = groups.emplace_back();
+    for (int j = 0; j < edp; ++j) group.push_back(rank * c.d * c.cp * c.t + j * inner + q);
+  }
+  Result<double> x = rings_time(groups, bytes, kind);
+  if (!x) return x.error();
+  return allreduce_.emplace(rkey, *x).first->second;
+}
+
+// The groups' rings; with multi-ring each group's m rings (one per NIC of a node) carry 1/m of the
+// bytes each (core/collectives.h), all rings at once.
+Result<double> Search3dEstimator::rings_time(const std::vector<std::vector<int>>& groups, double bytes,
+                                             CollectiveKind kind) {
+  const Cluster& cl = base_.cluster;
+  std::map<size_t, std::vector<std::vector<int>>> rings_by_m;
+  for (const std::vector<int>& group : groups) {
+    if (group.size() < 2) continue;
     if (base_.strategy.allreduce != AllReduceAlgorithm::MultiRing) {
-      rings_by_m[1].push_back(std::move(group));
+      rings_by_m[1].push_back(group);
       continue;
     }
     const std::vector<std::vector<size_t>> orders = multi_ring_orders(cl, group);
@@ -410,26 +577,38 @@ Result<double> Search3dEstimator::dp_allreduce(const Search3dCandidate& c, int r
     if (!x) return x.error();
     longest = std::max(longest, *x);
   }
-  return allreduce_.emplace(rkey, longest).first->second;
+  return longest;
 }
 
-// Each stage's data-parallel all-reduce time (0 without replicas).
-Result<std::vector<double>> Search3dEstimator::dp_allreduces(const Search3dCandidate& c,
-                                                             const FoldedPlan& fp) {
-  std::vector<double> ar(fp.costs.size(), 0.0);
-  for (size_t s = 0; s < fp.costs.size() && c.d > 1; ++s) {
-    double bytes = base_.strategy.gradient_reduce_bytes > 0
-                       ? fp.costs[s][0].parameters * base_.strategy.gradient_reduce_bytes
-                       : fp.costs[s][0].parameter_bytes;
-    // The distributed optimizer's reduce-scatter under overlap (the lowering's; core/lower.cc).
-    const CollectiveKind kind = base_.strategy.dp_overlap && c.distributed_optimizer
-                                    ? CollectiveKind::ReduceScatter
-                                    : CollectiveKind::AllReduce;
-    Result<double> x = dp_allreduce(c, fp.rank_of[s], bytes, kind);
-    if (!x) return x.error();
-    ar[s] = *x;
+// Each stage's data-parallel all-reduce time (0 without replicas) and, for MoE stages, its expert
+// gradients' reduction over the expert data-parallel group.
+Result<std::pair<std::vector<double>, std::vector<double>>> Search3dEstimator::dp_allreduces(
+    const Search3dCandidate& c, const FoldedPlan& fp) {
+  std::vector<double> ar(fp.costs.size(), 0.0), expert(fp.costs.size(), 0.0);
+  // The distributed optimizer's reduce-scatter under overlap (the lowering's; core/lower.cc).
+  const CollectiveKind kind = base_.strategy.dp_overlap && c.distributed_optimizer
+                                  ? CollectiveKind::ReduceScatter
+                                  : CollectiveKind::AllReduce;
+  const double per_parameter = base_.strategy.gradient_reduce_bytes;
+  for (size_t s = 0; s < fp.costs.size(); ++s) {
+    const StageCost& sc = fp.costs[s][0];
+    const double dense = sc.parameters - sc.expert_parameters;
+    if (c.d * c.cp > 1) {
+      Result<double> x = dp_allreduce(
+          c, fp.rank_of[s],
+          per_parameter > 0 ? dense * per_parameter : sc.parameter_bytes - sc.expert_parameter_bytes, kind);
+      if (!x) return x.error();
+      ar[s] = *x;
+    }
+    if (sc.expert_parameters > 0 && expert_data_parallel(c) > 1) {
+      Result<double> x = expert_allreduce(
+          c, fp.rank_of[s],
+          per_parameter > 0 ? sc.expert_parameters * per_parameter : sc.expert_parameter_bytes, kind);
+      if (!x) return x.error();
+      expert[s] = *x;
+    }
   }
-  return ar;
+  return std::make_pair(std::move(ar), std::move(expert));
 }
 
 Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
@@ -450,23 +629,29 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   // The optimizer step comes after the data-parallel all-reduce (rank_ends): none here.
   for (Task& t : g->tasks)
     if (t.kind == TaskKind::Optimizer) t.duration = 0;
-  if (c.distributed_optimizer)  // ZeRO-1: the optimizer state sharded over the d replicas
-    for (auto& bytes : g->static_memory) bytes[static_cast<int>(MemoryCategory::OptimizerState)] /= c.d;
+  if (c.distributed_optimizer)  // ZeRO-1: the optimizer state sharded over the (expert) data-parallel group
+    for (size_t s = 0; s < fp->costs.size(); ++s) {
+      constexpr int kOpt = static_cast<int>(MemoryCategory::OptimizerState);
+      const StageCost& sc = fp->costs[s][0];
+      g->static_memory[static_cast<size_t>(fp->rank_of[s] * c.d * c.cp * c.t)][kOpt] +=
+          stage_static(c, sc, fp->memory, true)[kOpt] - stage_static(c, sc, fp->memory, false)[kOpt];
+    }
   Result<Timeline> tl = evaluate(*g, cl, router_);
   if (!tl) return tl.error();
   const Metrics pm = compute_metrics(cl, *g, *tl);
 
-  const GradientsReady gr = gradients_ready(*g, *tl, fp->part.stage_count(), base_.strategy.dp_overlap, c.d,
-                                            fp->costs[0][0].parameters);
-  Result<std::vector<double>> ar = dp_allreduces(c, *fp);
+  const GradientsReady gr =
+      gradients_ready(*g, *tl, fp->part.stage_count(), base_.strategy.dp_overlap, c.d * c.cp,
+                      fp->costs[0][0].parameters - fp->costs[0][0].expert_parameters);
+  auto ar = dp_allreduces(c, *fp);
   if (!ar) return ar.error();
-  const std::map<int, RankEnd> ends =
-      rank_ends(c, base_.workload, cl.devices[0].spec, fp->costs, fp->rank_of, fp->memory, gr, *ar);
+  const std::map<int, RankEnd> ends = rank_ends(c, base_.workload, cl.devices[0].spec, fp->costs, fp->rank_of,
+                                                fp->memory, gr, ar->first, ar->second);
   Search3dEstimate est;
   for (const auto& [rank, e] : ends) est.iteration_time_s = std::max(est.iteration_time_s, e.step_end);
   est.iteration_time_s = std::max(est.iteration_time_s, pm.iteration_time_s);
   // Memory and the breakdown, from the representatives (every replica and rank alike).
-  fill_breakdown(c, pm, fp->rank_of, fp->tp_exposed, ends, est);
+  fill_breakdown(c, pm, fp->rank_of, fp->tp_exposed, fp->cp_exposed, fp->ep_exposed, ends, est);
   return est;
 }
 

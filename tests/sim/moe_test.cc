@@ -5,6 +5,7 @@
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "core/models/builder.h"
+#include "core/planners/search3d.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
@@ -74,6 +75,34 @@ double replayed(Cluster c, const std::vector<double>& shares = {}) {
   return replayed_graph(std::move(c), shares).first;
 }
 
+// The same run as the 3D search estimates it (core/planners/search3d.h: one representative, the
+// all-to-all in closed form): its one candidate t 1, p 1, d n, ep n, b 1 of a global batch of n.
+double estimated(Cluster c, const std::vector<double>& shares = {}) {
+  const int n = static_cast<int>(c.devices.size());
+  for (Device& d : c.devices) d.spec = flop_device();
+  Experiment e;
+  e.name = "moe";
+  e.workload = one_moe_block(2);
+  e.cluster = std::move(c);
+  e.strategy.moe.expert_shares = shares;
+  Search3dOptions o;
+  o.global_batch = n;
+  o.tensor_parallel = {1};
+  o.pipeline = {1};
+  o.micro_batch_sizes = {1};
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.sequence_parallel = {false};
+  o.distributed_optimizer = {false};
+  o.expert_parallel = {n};
+  o.expert_tensor_parallel = {1};
+  o.dispatchers = {MoeDispatcher::AllToAll};
+  Result<Search3dResult> r = search3d(e, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().message);
+  REQUIRE(r->ranked.size() == 1);
+  return r->ranked[0].iteration_time_s;
+}
+
 // By hand, per device and sample (FLOP = 2 MAC; the backward twice the forward; memory-bound kernels
 // free on this device): before the dispatch, QKV 6 s h^2, the core 4 s^2 h, the projection 2 s h^2 and
 // the router 2 s h E; the experts on the device's s copies at balanced load, 4 s h f.
@@ -103,6 +132,8 @@ TEST_CASE("MoE, two experts on two devices joined by one link, balanced: both al
   const double a2a = all_to_all(0.5, B, a);
   const double expected = 3 * (before_experts() + experts()) + 4 * a2a + allreduce(B, a);
   CHECK(close_rel(replayed(line_cluster(2, B, a)), expected, 1e-6));
+  // The 3D search's estimate of the same run.
+  CHECK(close_rel(estimated(line_cluster(2, B, a)), expected, 1e-6));
 }
 
 TEST_CASE("MoE, 3:1 routing skew: the busier expert's device sets the pace, by hand") {
@@ -113,6 +144,8 @@ TEST_CASE("MoE, 3:1 routing skew: the busier expert's device sets the pace, by h
   const double a2a = all_to_all(0.75, B, a);
   const double expected = 3 * (before_experts() + 1.5 * experts()) + 4 * a2a + allreduce(B, a);
   CHECK(close_rel(replayed(line_cluster(2, B, a), {0.75, 0.25}), expected, 1e-6));
+  // The 3D search's estimate: the busier rank as the representative, its port carrying 3/4.
+  CHECK(close_rel(estimated(line_cluster(2, B, a), {0.75, 0.25}), expected, 1e-6));
 }
 
 TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the hand-computed amount") {
@@ -125,6 +158,7 @@ TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the h
   const double slower =
       4 * (all_to_all(0.5, Bn, 2 * an) - all_to_all(0.5, B, a)) + allreduce(Bn, 2 * an) - allreduce(B, a);
   CHECK(close_rel(replayed(nodes) - replayed(line_cluster(2, B, a)), slower, 1e-6));
+  CHECK(close_rel(estimated(nodes) - estimated(line_cluster(2, B, a)), slower, 1e-6));
 }
 
 TEST_CASE(

@@ -35,6 +35,22 @@ memory: {optimizer: mixed-adam}
 strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
 )";
 
+// Small MoE decoders on two DGX H100 (16 GPUs): Mixtral-8x7B's shape with 2 blocks, and a small one
+// (4 blocks, h 1024, 8 experts of FFN 1024, top-2) whose whole graphs lower in milliseconds.
+constexpr const char* kMixtral2 = R"(name: Mixtral-8x7B, 2 blocks, on two DGX H100
+workload: {model: mixtral-8x7b, layers: 2, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+)";
+constexpr const char* kMoe = R"(name: small MoE on two DGX H100
+workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
+           experts: 8, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+)";
+
 // The experiment text with `extra` added to its strategy (e.g. "allreduce: multi-ring").
 std::string with_strategy(std::string text, const std::string& extra) {
   const std::string plain = "strategy: {partitioner: megatron, micro_batches: 1}";
@@ -77,6 +93,7 @@ struct Agreement {
   size_t candidates = 0;
   double analytic_choice_vs_fastest = 0;  // SimGrid time of the analytic choice / SimGrid's fastest
   double spearman = 0;
+  double worst_vs_simgrid = 0;  // the largest |analytic / SimGrid - 1|
 };
 
 Agreement replay_all(const Experiment& base, const Search3dOptions& o) {
@@ -97,6 +114,8 @@ Agreement replay_all(const Experiment& base, const Search3dOptions& o) {
   a.candidates = analytic.size();
   a.analytic_choice_vs_fastest = simulated.front() / *std::min_element(simulated.begin(), simulated.end());
   a.spearman = rho(analytic, simulated);
+  for (size_t i = 0; i < analytic.size(); ++i)
+    a.worst_vs_simgrid = std::max(a.worst_vs_simgrid, std::abs(analytic[i] / simulated[i] - 1));
   return a;
 }
 
@@ -165,17 +184,63 @@ TEST_CASE("search3d: errors") {
   o.global_batch = 16;
   o.schedules = {"gpipe"};
   CHECK(!search3d(base, o).ok());
-  // A mixture of experts is refused, not searched as if dense (ep is not an axis yet).
-  Experiment moe = load(R"(name: moe
-workload: {model: mixtral-8x7b, layers: 2, precision: amp-bf16}
-cluster: {preset: dgx-h100-16}
-strategy: {partitioner: megatron, micro_batches: 1}
-)");
+  // Expert-parallel sizes for a dense workload are an error, not ignored; so is no dispatcher for MoE.
+  o.schedules = {"1f1b"};
+  o.expert_parallel = {2};
+  Result<Search3dResult> r = search3d(base, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("no mixture-of-experts blocks") != std::string::npos);
   Search3dOptions m;
   m.global_batch = 16;
-  Result<Search3dResult> r = search3d(moe, m);
+  m.dispatchers.clear();
+  r = search3d(load(kMoe), m);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message.find("mixture-of-experts blocks") != std::string::npos);
+  CHECK(r.error().message.find("no token dispatcher") != std::string::npos);
+}
+
+TEST_CASE("search3d MoE: the expert axes counted by hand, with Megatron-Core's rules") {
+  // Mixtral-8x7B's shape with 2 blocks (8 experts, expert FFN 14,336 = 2^11 x 7) on two DGX H100, t 1,
+  // p 1, so d 16 and b 1 (global batch 16). ep runs over the divisors of 16 dividing 8 (1, 2, 4, 8),
+  // etp over the divisors of 16 (1, 2, 4, 8, 16), two dispatchers, SP off and on: 4 x 5 x 2 x 2 = 80.
+  // Left out: SP at t = 1, 40; of the other 40, ep x etp not dividing 16 for (2, 16), (4, 8), (4, 16),
+  // (8, 4), (8, 8), (8, 16): 6 x 2 = 12; etp 16 above a node at ep 1: 2; the all-gather dispatcher at
+  // ep = etp = 1: 1. 25 ranked.
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.tensor_parallel = {1};
+  o.pipeline = {1};
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.distributed_optimizer = {false};
+  Result<Search3dResult> res = search3d(load(kMixtral2), o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(res->combinations == 80);
+  CHECK(res->left_out.at("sequence parallelism at t = 1 (the same run as without)") == 40);
+  CHECK(res->left_out.at("MoE: ep x etp does not divide t x d (a stage's devices)") == 12);
+  CHECK(res->left_out.at("MoE: etp above the 8 devices of a node") == 2);
+  CHECK(res->left_out.at("MoE: the all-gather dispatcher at ep = etp = 1 (the same run as all-to-all)") == 1);
+  CHECK(res->ranked.size() == 25);
+  for (const Search3dCandidate& c : res->ranked) {
+    CHECK(c.moe);
+    CHECK(16 % (c.ep * c.etp) == 0);
+    CHECK(c.label().find(" ep") != std::string::npos);
+  }
+  // MFU counts the active parameters (a token's top-2 of the 8 experts), below the total.
+  CHECK(res->parameters < total_parameters(load(kMixtral2).workload) / 2);
+
+  // Under t > 1 MoE needs sequence parallelism (Megatron-Core asserts it): left out without.
+  o.tensor_parallel = {2};
+  o.micro_batch_sizes = {2};
+  o.expert_parallel = {8};
+  o.expert_tensor_parallel = {1};
+  o.dispatchers = {MoeDispatcher::AllToAll};
+  res = search3d(load(kMixtral2), o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(res->combinations == 2);
+  CHECK(res->left_out.at(
+            "MoE: t > 1 without sequence parallelism (Megatron-Core requires it with experts)") == 1);
+  REQUIRE(res->ranked.size() == 1);
+  CHECK(res->ranked[0].label() == "t2 p1 d8 ep8 etp1 b2 m1 1f1b none sp alltoall");
 }
 
 // Restricted axes keep each case under a few hundred replays' worth of time: micro-batch sizes 1 and
@@ -193,7 +258,8 @@ TEST_CASE(
   o.distributed_optimizer = {false};
   const Agreement a = replay_all(load(kGpt), o);
   MESSAGE("GPT: " << a.candidates << " candidates, choice / fastest " << a.analytic_choice_vs_fastest
-                  << ", Spearman " << a.spearman);
+                  << ", Spearman " << a.spearman << ", worst |analytic / SimGrid - 1| "
+                  << a.worst_vs_simgrid);
   CHECK(a.analytic_choice_vs_fastest <= 1.02);
   CHECK(a.spearman >= 0.9);
 }
@@ -209,7 +275,8 @@ TEST_CASE(
   o.distributed_optimizer = {false};
   const Agreement a = replay_all(load(kLlama), o);
   MESSAGE("Llama: " << a.candidates << " candidates, choice / fastest " << a.analytic_choice_vs_fastest
-                    << ", Spearman " << a.spearman);
+                    << ", Spearman " << a.spearman << ", worst |analytic / SimGrid - 1| "
+                    << a.worst_vs_simgrid);
   CHECK(a.analytic_choice_vs_fastest <= 1.02);
   CHECK(a.spearman >= 0.9);
 }
@@ -306,6 +373,57 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
     CHECK(a.worst_time_t1 <= 0.002);
     CHECK(a.worst_time <= k.worst);
   }
+}
+
+// The MoE search's analytic choice against SimGrid's fastest, every feasible candidate of restricted
+// axes replayed (whole graphs, every all-to-all as flows under SimGrid's max-min sharing).
+TEST_CASE(
+    "search3d MoE: on a small MoE on two DGX H100, the analytic choice is SimGrid's fastest within 2%") {
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.micro_batch_sizes = {1, 2};
+  o.schedules = {"1f1b", "interleaved-1f1b"};
+  o.chunks = {2};
+  o.recompute = {Recompute::None};
+  o.distributed_optimizer = {false};
+  const Agreement a = replay_all(load(kMoe), o);
+  MESSAGE("MoE: " << a.candidates << " candidates, choice / fastest " << a.analytic_choice_vs_fastest
+                  << ", Spearman " << a.spearman << ", worst |analytic / SimGrid - 1| "
+                  << a.worst_vs_simgrid);
+  CHECK(a.analytic_choice_vs_fastest <= 1.02);
+  CHECK(a.spearman >= 0.9);
+  // Measured 0.171: the all-gather dispatcher over all 16 devices (ep x etp = 16, across both nodes),
+  // where the whole graph's analytic evaluation gives the same time as the estimate; 391 of the 400
+  // within 1% (docs/3d-search.md).
+  CHECK(a.worst_vs_simgrid <= 0.18);
+}
+
+// The estimate of MoE candidates against the whole graph's evaluation (the oracle: every device's
+// expert all-to-all lowered as flows, every expert data-parallel ring). The estimate times the all-to-all
+// in closed form over the group's machines and the expert gradients after the dense ones; what it
+// misses is measured here and stated in docs/3d-search.md ("Expert parallelism").
+TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's evaluation") {
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.micro_batch_sizes = {1, 2};
+  o.schedules = {"1f1b", "interleaved-1f1b"};
+  o.chunks = {2};
+  o.recompute = {Recompute::None};
+  const EstimateAgreement a = compare_estimate(load(kMoe), o, 8);
+  MESSAGE(a.both << " candidates in both, " << a.equal << " equal within 1e-9, " << a.only_exact
+                 << " only exact, " << a.only_estimate << " only estimated; worst time difference "
+                 << a.worst_time << " (" << a.worst_label << "), without tensor parallelism "
+                 << a.worst_time_t1 << "; worst memory difference " << a.worst_memory);
+  CHECK(a.both >= 700);
+  CHECK(a.only_exact == 0);
+  CHECK(a.only_estimate == 0);
+  CHECK(a.worst_memory <= 1e-9);
+  // Measured: 178 of 778 equal within 1e-9, the worst 19.5% under (t2 p1 d8 ep8 etp2: the evaluator
+  // queues the expert groups' all-to-all flows FIFO on shared ports, which the closed form shares), and
+  // 18.1% at t 1 (the expert and dense gradients' rings interleaving on the same NICs). SimGrid's
+  // replays side with the estimate there (the test above).
+  CHECK(static_cast<double>(a.equal) >= 0.2 * a.both);
+  CHECK(a.worst_time <= 0.2);
 }
 
 // The TP-folded replay (Search3dEstimator::tp_folded: every replica and pipeline rank, each TP group

@@ -158,3 +158,70 @@ TEST_CASE("search: the table columns hold long labels and the TP column of --tp-
   }
   CHECK(longest > 44);  // the labels were longer than the old fixed column
 }
+
+// A mixture of experts (issue 50, item 7): ep, etp and the dispatcher are axes; the winner is written
+// with them and `pipegrid run` runs it to the search's figure; --tp-folded and an unknown dispatcher are
+// refused.
+TEST_CASE(
+    "search: MoE candidates with ep, etp and the dispatcher, and the emitted winner runs to its figure") {
+  TempDir tmp;
+  const std::string exp = tmp.write("moe.yaml", R"(name: small MoE on two DGX H100
+workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
+           experts: 8, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)");
+  const std::string emitted = (tmp.path / "winner.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY,
+                        "search",
+                        exp,
+                        "--global-batch",
+                        "16",
+                        "--top",
+                        "2",
+                        "--tensor-parallel",
+                        "1",
+                        "--pipeline",
+                        "1",
+                        "--micro-batch",
+                        "1",
+                        "--ep",
+                        "4",
+                        "8",
+                        "--etp",
+                        "1",
+                        "--dispatcher",
+                        "alltoall",
+                        "--json",
+                        "--emit",
+                        emitted});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  REQUIRE(j["simgrid_ranking"].size() == 2);
+  std::set<int> eps;
+  for (const json& c : j["analytic_ranking"]) {
+    eps.insert(c["expert_parallel"].get<int>());
+    CHECK(c["expert_tensor_parallel"] == 1);
+    CHECK(c["dispatcher"] == "alltoall");
+  }
+  CHECK(eps == std::set<int>{4, 8});
+  const json& w = j["simgrid_ranking"][0];
+  const std::string text = read_file(emitted);
+  CHECK(text.find("expert_parallel: " + std::to_string(w["expert_parallel"].get<int>()) + "\n") !=
+        std::string::npos);
+  CHECK(text.find("dispatcher: alltoall") != std::string::npos);
+  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const json rj = json::parse(run.out);
+  CHECK(rj["iteration_time_s"].get<double>() ==
+        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  CHECK(rj["parallelism"]["experts"]["expert_parallel"] == w["expert_parallel"]);
+
+  auto folded = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--tp-folded"});
+  CHECK(folded.exit_code == 2);
+  CHECK(folded.err.find("--tp-folded folds tensor-parallel groups only") != std::string::npos);
+  auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--dispatcher", "deepep"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--dispatcher: \"deepep\" is not alltoall or allgather") != std::string::npos);
+}

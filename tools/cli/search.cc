@@ -16,6 +16,7 @@
 
 #include "core/metrics.h"
 #include "core/model_flops.h"
+#include "core/moe.h"
 #include "core/planners/search3d.h"
 #include "core/units.h"
 #include "sim/replay.h"
@@ -38,6 +39,8 @@ struct SearchOptions {
   std::string emit;   // write the winner as an experiment file here
   std::vector<int> tensor_parallel, pipeline, micro_batch_sizes, chunks;
   std::vector<std::string> schedules, recompute;
+  std::vector<int> expert_parallel, expert_tensor_parallel;  // --ep, --etp
+  std::vector<std::string> dispatchers;                      // --dispatcher
   std::vector<std::string> overrides;
   std::string memory_margin;  // --memory-margin: memory.reserve
   bool exact = false;         // --exact-ranking
@@ -53,21 +56,27 @@ struct Replayed {
 };
 
 nlohmann::json candidate_json(const Search3dCandidate& c) {
-  return {{"t", c.t},
-          {"p", c.p},
-          {"d", c.d},
-          {"micro_batch_size", c.b},
-          {"micro_batches", c.micro_batches},
-          {"schedule", c.schedule},
-          {"chunks", c.v},
-          {"recompute", std::string(to_string(c.recompute))},
-          {"sequence_parallel", c.sequence_parallel},
-          {"distributed_optimizer", c.distributed_optimizer},
-          {"analytic_iteration_time_s", c.iteration_time_s},
-          {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
-          {"analytic_mfu", c.mfu},
-          {"peak_memory_bytes", c.peak_memory_bytes},
-          {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
+  nlohmann::json j = {{"t", c.t},
+                      {"p", c.p},
+                      {"d", c.d},
+                      {"micro_batch_size", c.b},
+                      {"micro_batches", c.micro_batches},
+                      {"schedule", c.schedule},
+                      {"chunks", c.v},
+                      {"recompute", std::string(to_string(c.recompute))},
+                      {"sequence_parallel", c.sequence_parallel},
+                      {"distributed_optimizer", c.distributed_optimizer},
+                      {"analytic_iteration_time_s", c.iteration_time_s},
+                      {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
+                      {"analytic_mfu", c.mfu},
+                      {"peak_memory_bytes", c.peak_memory_bytes},
+                      {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
+  if (c.moe) {
+    j["expert_parallel"] = c.ep;
+    j["expert_tensor_parallel"] = c.etp;
+    j["dispatcher"] = to_string(c.dispatcher);
+  }
+  return j;
 }
 
 // One candidate replayed in SimGrid, as a child process sends it back.
@@ -152,6 +161,7 @@ std::string why(const Replayed& w, const Replayed& r) {
       {"compute", b.compute_s - a.compute_s},
       {"optimizer step", b.optimizer_s - a.optimizer_s},
       {"exposed TP communication", b.tensor_parallel_s - a.tensor_parallel_s},
+      {"exposed expert all-to-all", b.expert_parallel_s - a.expert_parallel_s},
       {"pipeline communication", b.pipeline_s - a.pipeline_s},
       {"data-parallel communication", b.data_parallel_s - a.data_parallel_s},
       {"bubble", b.bubble_s - a.bubble_s}};
@@ -177,7 +187,8 @@ void drop_p1_duplicates(Search3dResult& res) {
     const bool seen = plain(c) && std::any_of(kept.begin(), kept.end(), [&](const Search3dCandidate& k) {
                         return plain(k) && k.t == c.t && k.d == c.d && k.b == c.b &&
                                k.recompute == c.recompute && k.sequence_parallel == c.sequence_parallel &&
-                               k.distributed_optimizer == c.distributed_optimizer;
+                               k.distributed_optimizer == c.distributed_optimizer && k.ep == c.ep &&
+                               k.etp == c.etp && k.dispatcher == c.dispatcher;
                       });
     if (seen)
       ++res.left_out["1f1b, zb-h1 and zb-h2 at p = 1: one run (no pipeline), listed once"];
@@ -189,7 +200,7 @@ void drop_p1_duplicates(Search3dResult& res) {
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part;
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -202,7 +213,11 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     sp.push_back(c.sequence_parallel ? "true" : "false");
     zero.push_back(c.distributed_optimizer ? "1" : "0");
     part.push_back("megatron");
+    ep.push_back(std::to_string(c.ep));
+    etp.push_back(std::to_string(c.etp));
+    disp.push_back(std::string(to_string(c.dispatcher)));
   }
+  const bool moe = !res.ranked.empty() && res.ranked[0].moe;
   const std::string base = std::filesystem::absolute(o.file).string();
   std::string text = fmt::format(
       "# pipegrid search {} --global-batch {}: the {} candidates that fit memory, fastest (analytic) first.\n"
@@ -222,6 +237,11 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   axis("memory.recompute", rc);
   axis("strategy.sequence_parallel", sp);
   axis("memory.zero", zero);
+  if (moe) {
+    axis("strategy.expert_parallel", ep);
+    axis("strategy.expert_tensor_parallel", etp);
+    axis("strategy.moe.dispatcher", disp);
+  }
   std::ofstream out(o.sweep);
   out << text;
   if (!out) return Error{fmt::format("cannot write {}", o.sweep)};
@@ -244,6 +264,16 @@ Result<Search3dOptions> search_options(const SearchOptions& o, bool tty) {
       std::optional<Recompute> rc = parse_recompute(r);
       if (!rc) return Error{fmt::format("--recompute: \"{}\" is not none, selective or full", r)};
       so.recompute.push_back(*rc);
+    }
+  }
+  so.expert_parallel = o.expert_parallel;
+  so.expert_tensor_parallel = o.expert_tensor_parallel;
+  if (!o.dispatchers.empty()) {
+    so.dispatchers.clear();
+    for (const std::string& d : o.dispatchers) {
+      if (d != "alltoall" && d != "allgather")
+        return Error{fmt::format("--dispatcher: \"{}\" is not alltoall or allgather", d)};
+      so.dispatchers.push_back(d == "alltoall" ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather);
     }
   }
   if (tty)
@@ -356,9 +386,11 @@ void print_json(const Found& f) {
 // What the two MFU columns count.
 void print_mfu_formulas(const Found& f) {
   fmt::print(
-      "\nMFU       6 N x tokens / (time x devices x peak), N = {:.4g} B (every parameter), attention "
+      "\nMFU       6 N x tokens / (time x devices x peak), N = {:.4g} B ({}), attention "
       "not counted: the search's figure\n",
-      f.res.parameters / 1e9);
+      f.res.parameters / 1e9,
+      routed_experts(f.exp.workload) > 0 ? "the active parameters: a token's share of the experts"
+                                         : "every parameter");
   if (const std::optional<ModelFlops> m = model_flops(f.exp.workload))
     fmt::print(
         "MFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak), N = {:.4g} B {}parameters, 12 L h s "
@@ -382,9 +414,11 @@ void print_table(const Found& f, const std::vector<Row>& rows) {
   size_t width = std::string_view("configuration").size();
   for (const Row& r : rows) width = std::max(width, r.c.label().size());
   const bool sim = !rows.empty() && rows[0].simulated_s > 0;
+  const bool moe = !rows.empty() && rows[0].c.moe;  // the expert all-to-all's exposed time after TP's
   fmt::print("\n{:<4} {:<{}} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  {}\n", "rank", "configuration", width,
              sim ? "SimGrid" : "-", "analytic", "samples/s", "MFU", "MFU(Meg)", "peak mem",
-             "compute / TP / pipeline / DP / bubble / optimizer");
+             moe ? "compute / TP / EP / pipeline / DP / bubble / optimizer"
+                 : "compute / TP / pipeline / DP / bubble / optimizer");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const TimeBreakdown& b = r.breakdown;
@@ -395,8 +429,10 @@ void print_table(const Found& f, const std::vector<Row>& rows) {
         i + 1, r.c.label(), width, sim ? format_time(r.simulated_s) : "-", format_time(r.c.iteration_time_s),
         sim ? r.throughput : r.c.throughput_samples_per_s, 100 * f.mfu(time), 100 * f.model_mfu(time),
         format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
-        folded ? std::string("in compute") : format_time(b.tensor_parallel_s), format_time(b.pipeline_s),
-        format_time(b.data_parallel_s), format_time(b.bubble_s), format_time(b.optimizer_s));
+        (folded ? std::string("in compute") : format_time(b.tensor_parallel_s)) +
+            (moe ? " / " + format_time(b.expert_parallel_s) : std::string()),
+        format_time(b.pipeline_s), format_time(b.data_parallel_s), format_time(b.bubble_s),
+        format_time(b.optimizer_s));
   }
 }
 
@@ -469,6 +505,11 @@ int run(const SearchOptions& o) {
   if (const std::filesystem::path dir = std::filesystem::path(o.emit).parent_path();
       !o.emit.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
     return bad_input(fmt::format("--emit {}: no folder {}", o.emit, dir.string()));
+  if (o.tp_folded && routed_experts(exp->workload) > 0)
+    return bad_input(fmt::format(
+        "{}: --tp-folded folds tensor-parallel groups only; workload \"{}\" has mixture-of-experts blocks, "
+        "whose expert groups span the replicas: replay whole graphs (leave --tp-folded out)",
+        o.file, exp->workload.name));
   Result<Search3dOptions> so = search_options(o, tty);
   if (!so) return bad_input(so.error().message);
   Result<Search3dResult> res = search3d(*exp, *so);
@@ -515,6 +556,13 @@ Command add_search_command(CLI::App& parent) {
                   "Only these chunks per rank for interleaved-1f1b (default: 2, 3 and 4)")
       ->check(CLI::Range(1, 1024));
   app->add_option("--recompute", o->recompute, "Only these recomputation modes (none, selective, full)");
+  app->add_option("--ep", o->expert_parallel,
+                  "MoE: only these expert-parallel sizes (default: every ep dividing the experts and t x d)")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--etp", o->expert_tensor_parallel,
+                  "MoE: only these expert tensor-parallel sizes (default: every etp allowed)")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--dispatcher", o->dispatchers, "MoE: only these token dispatchers (alltoall, allgather)");
   app->add_flag("--json", o->json, "Print one JSON object");
   app->add_flag("--tp-folded", o->tp_folded,
                 "Replay each tensor-parallel group as its rank 0 with its collectives folded into its passes "

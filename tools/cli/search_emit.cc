@@ -60,6 +60,13 @@ YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c
   s["replicas"] = c.d;
   s["micro_batch_size"] = c.b;  // per replica, as Megatron's --micro-batch-size
   s["global_batch"] = global_batch;
+  if (c.moe) {
+    s["expert_parallel"] = c.ep;
+    s["expert_tensor_parallel"] = c.etp;
+    YAML::Node moe = s["moe"] && s["moe"].IsMap() ? YAML::Clone(s["moe"]) : YAML::Node(YAML::NodeType::Map);
+    moe["dispatcher"] = std::string(to_string(c.dispatcher));
+    s["moe"] = moe;
+  }
   return s;
 }
 
@@ -71,7 +78,8 @@ bool same_run(const Experiment& a, const Experiment& b) {
          x.stages == y.stages && x.chunks == y.chunks && x.replicas == y.replicas &&
          x.tensor_parallel == y.tensor_parallel && x.sequence_parallel == y.sequence_parallel &&
          a.memory.recompute == b.memory.recompute && a.memory.zero1 == b.memory.zero1 &&
-         a.micro_batch_size == b.micro_batch_size;
+         a.micro_batch_size == b.micro_batch_size && x.expert_parallel == y.expert_parallel &&
+         x.expert_tensor_parallel == y.expert_tensor_parallel && x.moe.dispatcher == y.moe.dispatcher;
 }
 
 }  // namespace
