@@ -45,10 +45,12 @@ std::string Search3dCandidate::label() const {
   std::string sched = schedule;
   if (schedule == "interleaved-1f1b") sched = fmt::format("interleaved v{}", v);
   const std::string experts = moe ? fmt::format(" ep{} etp{}", ep, etp) : "";
-  return fmt::format("t{} p{} d{}{} b{} m{} {} {}{}{}{}", t, p, d, experts, b, micro_batches, sched,
-                     to_string(recompute), sequence_parallel ? " sp" : "",
+  const std::string context = cp > 1 ? fmt::format(" cp{}", cp) : "";
+  return fmt::format("t{}{} p{} d{}{} b{} m{} {} {}{}{}{}{}", t, context, p, d, experts, b, micro_batches,
+                     sched, to_string(recompute), sequence_parallel ? " sp" : "",
                      distributed_optimizer ? " dist-opt" : "",
-                     moe ? fmt::format(" {}", to_string(dispatcher)) : "");
+                     moe ? fmt::format(" {}", to_string(dispatcher)) : "",
+                     cp > 1 ? fmt::format(" {}", to_string(cp_algorithm)) : "");
 }
 
 namespace {
@@ -69,6 +71,8 @@ void apply(Experiment& e, const Search3dCandidate& c) {
   e.memory.recompute = c.recompute;
   e.memory.zero1 = c.distributed_optimizer;
   e.micro_batch_size = static_cast<double>(c.b) * c.d;
+  s.context_parallel = c.cp;
+  if (c.cp > 1) s.context.algorithm = c.cp_algorithm;
   if (c.moe) {
     s.expert_parallel = c.ep;
     s.expert_tensor_parallel = c.etp;
@@ -119,10 +123,12 @@ class Search3d {
   Status model_shape();
   std::string divides(int t, bool sp) const;
   void enumerate();
+  bool cp_allowed(int cp) const;
   std::optional<std::string> tpd_left_out(int t, int p, int d) const;
-  void enumerate_configurations(int t, int p, int d);
+  void enumerate_configurations(int t, int cp, int p, int d);
+  std::vector<Search3dCandidate> context_configurations(int t, int cp);
   std::optional<std::string> left_out(const Search3dCandidate& c, bool sp_ok) const;
-  std::vector<Search3dCandidate> expert_configurations(int t, int d) const;
+  std::vector<Search3dCandidate> expert_configurations(int devices) const;
   std::optional<std::string> expert_left_out(const Search3dCandidate& c) const;
   void rank(Search3dCandidate& c, double time, double peak, const TimeBreakdown& breakdown);
   void rank_estimated();
@@ -137,6 +143,8 @@ class Search3d {
   // Mixture of experts: the routed experts (0: a dense workload) and the MoE blocks.
   double experts_ = 0;
   std::vector<int> moe_layers_;
+  // Why context_configurations' x-th configuration is left out, for the (t, cp) being enumerated.
+  std::map<size_t, std::string> cp_left_out_;
   double sequence_ = 0;
   Search3dResult res_;
   std::vector<Search3dCandidate> pending_;
@@ -199,16 +207,48 @@ std::string Search3d::divides(int t, bool sp) const {
 void Search3d::enumerate() {
   for (int t : divisors(n_)) {
     if (!allowed(o_.tensor_parallel, t)) continue;
-    for (int p : divisors(n_ / t)) {
-      if (!allowed(o_.pipeline, p)) continue;
-      const int d = n_ / t / p;
-      if (std::optional<std::string> why = tpd_left_out(t, p, d)) {
-        ++res_.left_out[*why];
-        continue;
+    for (int cp : divisors(n_ / t)) {
+      if (!cp_allowed(cp)) continue;
+      for (int p : divisors(n_ / t / cp)) {
+        if (!allowed(o_.pipeline, p)) continue;
+        const int d = n_ / t / cp / p;
+        if (std::optional<std::string> why = tpd_left_out(t, p, d)) {
+          ++res_.left_out[*why];
+          continue;
+        }
+        enumerate_configurations(t, cp, p, d);
       }
-      enumerate_configurations(t, p, d);
     }
   }
+}
+
+// The cp axis: the sizes given, or 1 and every cp > 1 leaving each rank kSearch3dCpMinTokens tokens.
+bool Search3d::cp_allowed(int cp) const {
+  if (!o_.context_parallel.empty()) return allowed(o_.context_parallel, cp);
+  return cp == 1 || sequence_ / cp >= kSearch3dCpMinTokens;
+}
+
+// The context-parallel configurations of (t, cp): one per algorithm for cp > 1 (those the blocks do
+// not allow are noted in cp_left_out_, counted once per combination they would have made), one for
+// cp = 1.
+std::vector<Search3dCandidate> Search3d::context_configurations(int t, int cp) {
+  if (cp == 1) return {Search3dCandidate{}};
+  std::vector<Search3dCandidate> out;
+  for (CpAlgorithm a : o_.cp_algorithms) {
+    ContextParallelOptions co = base_.strategy.context;
+    co.algorithm = a;
+    std::string why;
+    for (size_t l = 0; l < w_.layer_count() && why.empty(); ++l)
+      if (Status st = check_context_parallel(w_.layer(static_cast<int>(l)), t, cp, co); !st)
+        why =
+            st.error().message.find("sequence") != std::string::npos
+                ? fmt::format("CP: cp does not split the sequence as {} needs", to_string(a))
+                : fmt::format("CP: cp does not divide the heads per device ({} scatters them)", to_string(a));
+    Search3dCandidate& c = out.emplace_back();
+    c.cp = cp, c.cp_algorithm = a;
+    if (!why.empty()) cp_left_out_[out.size() - 1] = why;
+  }
+  return out;
 }
 
 std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
@@ -223,9 +263,11 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
 
 // Every micro-batch size, schedule (and interleaving), recomputation, sequence parallelism and
 // optimizer sharding of one (t, p, d).
-void Search3d::enumerate_configurations(int t, int p, int d) {
+void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
   const bool sp_ok = t > 1 && divides(t, true).empty();
-  const std::vector<Search3dCandidate> experts = expert_configurations(t, d);
+  const std::vector<Search3dCandidate> experts = expert_configurations(t * cp * d);
+  cp_left_out_.clear();
+  const std::vector<Search3dCandidate> contexts = context_configurations(t, cp);
   for (int b : divisors(o_.global_batch / d)) {
     if (!allowed(o_.micro_batch_sizes, b)) continue;
     const int m = o_.global_batch / (b * d);
@@ -236,17 +278,20 @@ void Search3d::enumerate_configurations(int t, int p, int d) {
         for (Recompute rc : o_.recompute)
           for (bool sp : o_.sequence_parallel)
             for (bool zero : o_.distributed_optimizer)
-              for (Search3dCandidate c : experts) {
-                ++res_.combinations;
-                c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
-                c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
-                std::optional<std::string> why = left_out(c, sp_ok);
-                if (!why && c.moe) why = expert_left_out(c);
-                if (why)
-                  ++res_.left_out[*why];
-                else
-                  pending_.push_back(std::move(c));
-              }
+              for (size_t x = 0; x < contexts.size(); ++x)
+                for (Search3dCandidate c : experts) {
+                  ++res_.combinations;
+                  c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
+                  c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
+                  c.cp = contexts[x].cp, c.cp_algorithm = contexts[x].cp_algorithm;
+                  std::optional<std::string> why = left_out(c, sp_ok);
+                  if (!why && cp_left_out_.count(x)) why = cp_left_out_.at(x);
+                  if (!why && c.moe) why = expert_left_out(c);
+                  if (why)
+                    ++res_.left_out[*why];
+                  else
+                    pending_.push_back(std::move(c));
+                }
     }
   }
 }
@@ -267,9 +312,8 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
 // The expert axes of one (t, d): every (ep, etp, dispatcher) of the options (empty lists: ep dividing
 // the experts, etp dividing the expert FFN width, both up to t x d); one dense candidate for a dense
 // workload.
-std::vector<Search3dCandidate> Search3d::expert_configurations(int t, int d) const {
+std::vector<Search3dCandidate> Search3d::expert_configurations(int devices) const {
   if (experts_ == 0) return {Search3dCandidate{}};
-  const int devices = t * d;
   std::vector<int> eps = o_.expert_parallel, etps = o_.expert_tensor_parallel;
   if (eps.empty())
     for (int ep : divisors(devices))
@@ -288,7 +332,8 @@ std::vector<Search3dCandidate> Search3d::expert_configurations(int t, int d) con
 // Megatron-Core's rules for the expert sizes (MoE parallel folding) and the combinations that would
 // repeat another. Empty when the candidate passes.
 std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c) const {
-  if ((c.t * c.d) % (c.ep * c.etp) != 0) return "MoE: ep x etp does not divide t x d (a stage's devices)";
+  if ((c.t * c.cp * c.d) % (c.ep * c.etp) != 0)
+    return "MoE: ep x etp does not divide t x cp x d (a stage's devices)";
   if (c.etp > per_node_) return fmt::format("MoE: etp above the {} devices of a node", per_node_);
   for (int l : moe_layers_)
     if (Status st = check_moe(w_.layer(l), {c.ep, c.etp}, base_.strategy.moe); !st) {

@@ -57,44 +57,54 @@ Result<GroupLinks> group_links(const Router& router, const Cluster& cl, const st
 using GroupLinkMap = std::map<CommGroup, GroupLinks>;
 
 // A pass of a grouped stage on its representative, as the lowering's chain of compute pieces and
-// collectives runs it when every member of each group is alike: collective x starts once piece x has
-// run (on every member: the same time by symmetry), queued behind the previous collective of its group
-// (FIFO on the group's links, as the evaluator); piece x + 1 waits for it (with overlap, piece x + 2
-// does). A ring collective (tensor or expert tensor-parallel, the all-gather dispatcher's) takes the
-// ring's latency + ring_flow_bytes / bandwidth; an expert all-to-all the closed form over its machines
-// (core/collectives.h), each pair carrying the representative's bytes x `share` (the busiest expert-
-// parallel rank's share of the token copies: its port sets the pace). Collectives of the groups in
+// collectives runs it when every member of each group is alike (Lowering::add_collective): collective
+// x starts once piece x has run (on every member: the same time by symmetry), queued behind the
+// previous collective of its group (FIFO on the group's links, as the evaluator), and a context-parallel
+// step marked kAfterPrevious also after the previous step arrived; the piece after it waits for it
+// (with `overlap`, or a context-parallel step marked kBesideNext, the piece after that does). A ring
+// collective (tensor, expert tensor-parallel, the all-gather dispatcher's, a context-parallel
+// all-gather) takes the ring's latency + ring_flow_bytes / bandwidth on the group's slowest hop; a ring
+// shift (p2p ring attention) latency + its bytes / bandwidth; an all-to-all the closed form over the
+// machines its group spans (core/collectives.h), each pair carrying the representative's bytes x
+// `share` (the busiest expert-parallel rank's share of the token copies: its port sets the pace) or,
+// over a context-parallel group, 1 / cp of them. kNoFlows collectives and those of the groups in
 // `skip` take no time (to split the exposure between groups). Returns the pass's time.
 double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap, double share,
                  const std::vector<CommGroup>& skip = {}) {
   const size_t n = prog.collectives();
-  std::vector<double> done(n, 0.0);
+  std::vector<double> done(n, 0.0), wait(n + 1, 0.0);  // wait[k]: what piece k waits for
   std::map<CommGroup, double> link_free;
-  double end = 0;
+  double end = 0, previous_step = 0;  // previous_step: the last context-parallel exchange's arrival
   for (size_t k = 0; k <= n; ++k) {
-    double start = end;
-    if (!overlap && k >= 1) start = std::max(start, done[k - 1]);
-    if (overlap && k >= 2) start = std::max(start, done[k - 2]);
-    if (overlap && k == n && n >= 1) start = std::max(start, done[n - 1]);
-    end = start + prog.compute[k];
+    end = std::max(end, wait[k]) + prog.compute[k];
     if (k == n) break;
     const CommGroup g = prog.groups[k];
+    const bool context = g == CommGroup::Context;
+    const bool beside = context ? (prog.flags[k] & kBesideNext) != 0 : overlap;
     const auto it = links.find(g);
-    if (it == links.end() || std::find(skip.begin(), skip.end(), g) != skip.end()) {
+    if ((prog.flags[k] & kNoFlows) || it == links.end() ||
+        std::find(skip.begin(), skip.end(), g) != skip.end()) {
       done[k] = end;
-      continue;
-    }
-    const GroupLinks& gl = it->second;
-    double& free = link_free[g];
-    const double begin = std::max(end, free);
-    if (prog.kinds[k] == CollectiveKind::AllToAll) {
-      done[k] = free = begin + closed_form::all_to_all(gl.machines, gl.per_machine, prog.bytes[k] * share,
-                                                       gl.intra, gl.inter);
     } else {
-      const double hold = ring_flow_bytes(prog.kinds[k], prog.bytes[k], gl.n) / gl.ring.bandwidth;
-      free = begin + hold;
-      done[k] = begin + gl.ring.latency + hold;
+      const GroupLinks& gl = it->second;
+      double& free = link_free[g];
+      double begin = std::max(end, free);
+      if (context && (prog.flags[k] & kAfterPrevious)) begin = std::max(begin, previous_step);
+      if (prog.kinds[k] == CollectiveKind::AllToAll) {
+        const double c = prog.bytes[k] * (context ? 1.0 / gl.n : share);
+        done[k] = free = begin + closed_form::all_to_all(gl.machines, gl.per_machine, c, gl.intra, gl.inter);
+      } else {
+        const double bytes = prog.kinds[k] == CollectiveKind::SendRecv
+                                 ? prog.bytes[k]
+                                 : ring_flow_bytes(prog.kinds[k], prog.bytes[k], gl.n);
+        const double hold = bytes / gl.ring.bandwidth;
+        free = begin + hold;
+        done[k] = begin + gl.ring.latency + hold;
+      }
+      if (context) previous_step = done[k];
     }
+    const size_t next = beside ? std::min(k + 2, n) : k + 1;
+    wait[next] = std::max(wait[next], done[k]);
   }
   return end;
 }

@@ -9,6 +9,7 @@
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "core/models/builder.h"
+#include "core/planners/search3d.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
@@ -71,6 +72,28 @@ Replayed replayed(CpAlgorithm a, bool balanced = true) {
   return out;
 }
 
+// The same run as the 3D search estimates it (core/planners/search3d.h: one representative, each
+// exchange folded into its pass): its one candidate t 1, cp 2, p 1, d 1, b 1.
+double estimated(CpAlgorithm a) {
+  Experiment e = experiment(a, true);
+  e.strategy.context_parallel = 1;  // the search sets it
+  Search3dOptions o;
+  o.global_batch = 1;
+  o.tensor_parallel = {1};
+  o.pipeline = {1};
+  o.context_parallel = {2};
+  o.cp_algorithms = {a};
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.sequence_parallel = {false};
+  o.distributed_optimizer = {false};
+  Result<Search3dResult> r = search3d(e, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().message);
+  REQUIRE(r->ranked.size() == 1);
+  CHECK(r->ranked[0].cp == 2);
+  return r->ranked[0].iteration_time_s;
+}
+
 // By hand, per device (FLOP = 2 MAC; every backward twice its forward; memory-bound kernels free).
 // A block of scores: the device's s/2 queries against s/2 keys, 4 (s/2)^2 h FLOPs unmasked.
 const double kBlock = 4 * kL * kL * kH / kPeak;
@@ -96,6 +119,7 @@ TEST_CASE(
   const double backward = 2 * kRest + std::max(2 * step, link(kKv)) + 2 * step + link(kKv) + 2 * kQkv;
   const Replayed r = replayed(CpAlgorithm::P2P);
   CHECK(close_rel(r.time, forward + backward + kAllReduce, 1e-9));
+  CHECK(close_rel(estimated(CpAlgorithm::P2P), forward + backward + kAllReduce, 1e-9));
   // One ring step forward, two backward, each a flow per device.
   CHECK(r.cp_flows == 6);
   CHECK(close_rel(r.cp_bytes, 6 * kKv, 1e-12));
@@ -110,6 +134,7 @@ TEST_CASE(
   const double backward = 2 * kRest + link(kKv) + 2 * kBlock + link(kKv) + 2 * kQkv;
   const Replayed r = replayed(CpAlgorithm::AllGather);
   CHECK(close_rel(r.time, forward + backward + kAllReduce, 1e-9));
+  CHECK(close_rel(estimated(CpAlgorithm::AllGather), forward + backward + kAllReduce, 1e-9));
   CHECK(r.cp_flows == 6);
   CHECK(close_rel(r.cp_bytes, 6 * kKv, 1e-12));
 }
@@ -122,6 +147,7 @@ TEST_CASE("context parallelism a2a (Ulysses), cp = 2 on one link: Q, K, V and O 
   const double backward = 2 * kRest + link(out / 2) + 2 * kBlock + link(qkv / 2) + 2 * kQkv;
   const Replayed r = replayed(CpAlgorithm::AllToAll);
   CHECK(close_rel(r.time, forward + backward + kAllReduce, 1e-9));
+  CHECK(close_rel(estimated(CpAlgorithm::AllToAll), forward + backward + kAllReduce, 1e-9));
   CHECK(r.cp_flows == 8);
   CHECK(close_rel(r.cp_bytes, 2 * 2 * (qkv + out) / 2, 1e-12));
 }

@@ -225,3 +225,57 @@ strategy: {partitioner: megatron}
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--dispatcher: \"deepep\" is not alltoall or allgather") != std::string::npos);
 }
+
+// Context parallelism (issue 51, item 5): cp and its algorithm are axes; the winner is written with
+// them and runs to the search's figure; an unknown algorithm is refused.
+TEST_CASE("search: context-parallel candidates, and the emitted winner runs to its figure") {
+  TempDir tmp;
+  const std::string exp = tmp.write("long.yaml", R"(name: small long-context Llama on two DGX H100
+workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2816, sequence: 16384,
+           vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)");
+  const std::string emitted = (tmp.path / "winner.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY,
+                        "search",
+                        exp,
+                        "--global-batch",
+                        "8",
+                        "--top",
+                        "2",
+                        "--tensor-parallel",
+                        "1",
+                        "--pipeline",
+                        "1",
+                        "--micro-batch",
+                        "1",
+                        "--cp",
+                        "2",
+                        "4",
+                        "--cp-algorithm",
+                        "p2p",
+                        "a2a",
+                        "--json",
+                        "--emit",
+                        emitted});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  std::set<std::pair<int, std::string>> seen;
+  for (const json& c : j["analytic_ranking"])
+    seen.emplace(c["context_parallel"].get<int>(), c["cp_algorithm"].get<std::string>());
+  CHECK(seen == std::set<std::pair<int, std::string>>{{2, "p2p"}, {2, "a2a"}, {4, "p2p"}, {4, "a2a"}});
+  const json& w = j["simgrid_ranking"][0];
+  const std::string text = read_file(emitted);
+  CHECK(text.find("context_parallel: " + std::to_string(w["context_parallel"].get<int>()) + "\n") !=
+        std::string::npos);
+  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const json rj = json::parse(run.out);
+  CHECK(rj["iteration_time_s"].get<double>() ==
+        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "8", "--cp-algorithm", "ring"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--cp-algorithm: \"ring\" is not p2p, all_gather or a2a") != std::string::npos);
+}

@@ -41,6 +41,8 @@ struct SearchOptions {
   std::vector<std::string> schedules, recompute;
   std::vector<int> expert_parallel, expert_tensor_parallel;  // --ep, --etp
   std::vector<std::string> dispatchers;                      // --dispatcher
+  std::vector<int> context_parallel;                         // --cp
+  std::vector<std::string> cp_algorithms;                    // --cp-algorithm
   std::vector<std::string> overrides;
   std::string memory_margin;  // --memory-margin: memory.reserve
   bool exact = false;         // --exact-ranking
@@ -71,6 +73,10 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
                       {"analytic_mfu", c.mfu},
                       {"peak_memory_bytes", c.peak_memory_bytes},
                       {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
+  if (c.cp > 1) {
+    j["context_parallel"] = c.cp;
+    j["cp_algorithm"] = to_string(c.cp_algorithm);
+  }
   if (c.moe) {
     j["expert_parallel"] = c.ep;
     j["expert_tensor_parallel"] = c.etp;
@@ -87,9 +93,9 @@ struct ReplayOutcome {
   bool folded = false;
 };
 
-// What a child sends back: iteration time, throughput, the six parts of the breakdown and whether
+// What a child sends back: iteration time, throughput, the eight parts of the breakdown and whether
 // the replay was folded (1) or whole (0).
-constexpr size_t kFigures = 9;
+constexpr size_t kFigures = 11;
 constexpr std::string_view kChild = "the simulation process";
 
 // In the child: lowers run i, replays it and encodes its figures.
@@ -111,6 +117,8 @@ Result<std::string> replay_figures(const Cluster& cluster, Result<PreparedRun> r
                               b.pipeline_s,
                               b.data_parallel_s,
                               b.bubble_s,
+                              b.expert_parallel_s,
+                              b.context_parallel_s,
                               chosen->mode.folded ? 1.0 : 0.0};
   return std::string(reinterpret_cast<const char*>(f), sizeof f);
 }
@@ -127,8 +135,8 @@ ReplayOutcome outcome_of(const process::ChildResult& child) {
     std::memcpy(f, answer->data(), sizeof f);
     o.simulated_s = f[0];
     o.throughput = f[1];
-    o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7]};
-    o.folded = f[8] != 0;
+    o.breakdown = {f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]};
+    o.folded = f[10] != 0;
   }
   return o;
 }
@@ -162,6 +170,7 @@ std::string why(const Replayed& w, const Replayed& r) {
       {"optimizer step", b.optimizer_s - a.optimizer_s},
       {"exposed TP communication", b.tensor_parallel_s - a.tensor_parallel_s},
       {"exposed expert all-to-all", b.expert_parallel_s - a.expert_parallel_s},
+      {"exposed context-parallel exchange", b.context_parallel_s - a.context_parallel_s},
       {"pipeline communication", b.pipeline_s - a.pipeline_s},
       {"data-parallel communication", b.data_parallel_s - a.data_parallel_s},
       {"bubble", b.bubble_s - a.bubble_s}};
@@ -188,7 +197,8 @@ void drop_p1_duplicates(Search3dResult& res) {
                         return plain(k) && k.t == c.t && k.d == c.d && k.b == c.b &&
                                k.recompute == c.recompute && k.sequence_parallel == c.sequence_parallel &&
                                k.distributed_optimizer == c.distributed_optimizer && k.ep == c.ep &&
-                               k.etp == c.etp && k.dispatcher == c.dispatcher;
+                               k.etp == c.etp && k.dispatcher == c.dispatcher && k.cp == c.cp &&
+                               k.cp_algorithm == c.cp_algorithm;
                       });
     if (seen)
       ++res.left_out["1f1b, zb-h1 and zb-h2 at p = 1: one run (no pipeline), listed once"];
@@ -200,7 +210,7 @@ void drop_p1_duplicates(Search3dResult& res) {
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp;
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -216,7 +226,11 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     ep.push_back(std::to_string(c.ep));
     etp.push_back(std::to_string(c.etp));
     disp.push_back(std::string(to_string(c.dispatcher)));
+    cp.push_back(std::to_string(c.cp));
+    cpa.push_back(std::string(to_string(c.cp_algorithm)));
   }
+  const bool context =
+      std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return c.cp > 1; });
   const bool moe = !res.ranked.empty() && res.ranked[0].moe;
   const std::string base = std::filesystem::absolute(o.file).string();
   std::string text = fmt::format(
@@ -237,6 +251,10 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   axis("memory.recompute", rc);
   axis("strategy.sequence_parallel", sp);
   axis("memory.zero", zero);
+  if (context) {
+    axis("strategy.context_parallel", cp);
+    axis("strategy.cp_algorithm", cpa);
+  }
   if (moe) {
     axis("strategy.expert_parallel", ep);
     axis("strategy.expert_tensor_parallel", etp);
@@ -274,6 +292,15 @@ Result<Search3dOptions> search_options(const SearchOptions& o, bool tty) {
       if (d != "alltoall" && d != "allgather")
         return Error{fmt::format("--dispatcher: \"{}\" is not alltoall or allgather", d)};
       so.dispatchers.push_back(d == "alltoall" ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather);
+    }
+  }
+  so.context_parallel = o.context_parallel;
+  if (!o.cp_algorithms.empty()) {
+    so.cp_algorithms.clear();
+    for (const std::string& a : o.cp_algorithms) {
+      std::optional<CpAlgorithm> x = parse_cp_algorithm(a);
+      if (!x) return Error{fmt::format("--cp-algorithm: \"{}\" is not p2p, all_gather or a2a", a)};
+      so.cp_algorithms.push_back(*x);
     }
   }
   if (tty)
@@ -414,11 +441,15 @@ void print_table(const Found& f, const std::vector<Row>& rows) {
   size_t width = std::string_view("configuration").size();
   for (const Row& r : rows) width = std::max(width, r.c.label().size());
   const bool sim = !rows.empty() && rows[0].simulated_s > 0;
-  const bool moe = !rows.empty() && rows[0].c.moe;  // the expert all-to-all's exposed time after TP's
-  fmt::print("\n{:<4} {:<{}} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  {}\n", "rank", "configuration", width,
-             sim ? "SimGrid" : "-", "analytic", "samples/s", "MFU", "MFU(Meg)", "peak mem",
-             moe ? "compute / TP / EP / pipeline / DP / bubble / optimizer"
-                 : "compute / TP / pipeline / DP / bubble / optimizer");
+  // After TP's exposed time: the context-parallel exchanges' (when a row has cp > 1) and the expert
+  // all-to-all's (MoE).
+  const bool context = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.c.cp > 1; });
+  const bool moe = !rows.empty() && rows[0].c.moe;
+  fmt::print(
+      "\n{:<4} {:<{}} {:>11} {:>11} {:>12} {:>6} {:>8} {:>10}  compute / TP / {}{}pipeline / DP / bubble / "
+      "optimizer\n",
+      "rank", "configuration", width, sim ? "SimGrid" : "-", "analytic", "samples/s", "MFU", "MFU(Meg)",
+      "peak mem", context ? "CP / " : "", moe ? "EP / " : "");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const TimeBreakdown& b = r.breakdown;
@@ -430,6 +461,7 @@ void print_table(const Found& f, const std::vector<Row>& rows) {
         sim ? r.throughput : r.c.throughput_samples_per_s, 100 * f.mfu(time), 100 * f.model_mfu(time),
         format_bytes(r.c.peak_memory_bytes), format_time(b.compute_s),
         (folded ? std::string("in compute") : format_time(b.tensor_parallel_s)) +
+            (context ? " / " + format_time(b.context_parallel_s) : std::string()) +
             (moe ? " / " + format_time(b.expert_parallel_s) : std::string()),
         format_time(b.pipeline_s), format_time(b.data_parallel_s), format_time(b.bubble_s),
         format_time(b.optimizer_s));
@@ -563,6 +595,12 @@ Command add_search_command(CLI::App& parent) {
                   "MoE: only these expert tensor-parallel sizes (default: every etp allowed)")
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--dispatcher", o->dispatchers, "MoE: only these token dispatchers (alltoall, allgather)");
+  app->add_option(
+         "--cp", o->context_parallel,
+         "Only these context-parallel sizes (default: 1, and every cp leaving each rank 4,096 tokens)")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--cp-algorithm", o->cp_algorithms,
+                  "Only these context-parallel algorithms for cp > 1 (p2p, all_gather, a2a)");
   app->add_flag("--json", o->json, "Print one JSON object");
   app->add_flag("--tp-folded", o->tp_folded,
                 "Replay each tensor-parallel group as its rank 0 with its collectives folded into its passes "

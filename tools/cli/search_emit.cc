@@ -60,6 +60,11 @@ YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c
   s["replicas"] = c.d;
   s["micro_batch_size"] = c.b;  // per replica, as Megatron's --micro-batch-size
   s["global_batch"] = global_batch;
+  if (c.cp > 1) {
+    s["context_parallel"] = c.cp;
+    s["cp_algorithm"] = std::string(to_string(c.cp_algorithm));
+    if (base && base.IsMap() && base["cp_load_balance"]) s["cp_load_balance"] = base["cp_load_balance"];
+  }
   if (c.moe) {
     s["expert_parallel"] = c.ep;
     s["expert_tensor_parallel"] = c.etp;
@@ -79,7 +84,9 @@ bool same_run(const Experiment& a, const Experiment& b) {
          x.tensor_parallel == y.tensor_parallel && x.sequence_parallel == y.sequence_parallel &&
          a.memory.recompute == b.memory.recompute && a.memory.zero1 == b.memory.zero1 &&
          a.micro_batch_size == b.micro_batch_size && x.expert_parallel == y.expert_parallel &&
-         x.expert_tensor_parallel == y.expert_tensor_parallel && x.moe.dispatcher == y.moe.dispatcher;
+         x.expert_tensor_parallel == y.expert_tensor_parallel && x.moe.dispatcher == y.moe.dispatcher &&
+         x.context_parallel == y.context_parallel &&
+         (x.context_parallel == 1 || x.context.algorithm == y.context.algorithm);
 }
 
 }  // namespace
