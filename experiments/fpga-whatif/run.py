@@ -6,9 +6,12 @@ VGG-16, ResNet-50 and GNMT-8 (fp16, mixed-precision Adam, 8 samples per board: m
 HBM2 or its DDR4, 2 QSFP ports (ring) or 4 (2-D torus), 100/200/400 Gb/s links, 4 to 64 boards:
 510 points, two sweep files (ring.yaml, torus.yaml) run with `pipegrid sweep`. Writes results.md
 (tables, conclusions) and three figures (dsp.png, boards.png, links.png, and .svg) next to this
-script; the databases and CSVs go to out/ (not committed).
+script, or into --out DIR; the databases and CSVs go to DIR/out/ (out/ here by default; not committed).
+--quick runs the points up to 16 boards only (4, 8, 16 on the ring; 2x2, 4x4 on the torus: 360 of the
+510) into out/quick/ unless --out says where, never over the committed results; its report leaves out
+the 64-board figure.
 
-    experiments/fpga-whatif/run.py [-j N] [--out DIR]     (after tools/setup --all)
+    experiments/fpga-whatif/run.py [-j N] [--out DIR] [--quick] [--report-only]   (after tools/setup --all)
 """
 import argparse
 import csv
@@ -25,11 +28,34 @@ import pgx  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {"vgg16": "VGG-16", "resnet50": "ResNet-50", "gnmt8": "GNMT-8"}
 MEMORY = {"u280": "HBM", "u280-ddr": "DDR"}
-DSPS = [4512, 9024, 36096]  # 0.5x, 1x, 4x in the figures (2x runs only up to 16 boards)
+DSPS = [4512, 9024, 36096]  # 0.5x, 1x, 4x in every figure (2x runs only up to 16 boards)
+DSPS_16 = [4512, 9024, 18048, 36096]  # the 16-board figure's, 2x included
+QUICK_SKIP = "strategy.global_batch > 128"  # --quick: up to 16 boards (8 samples per board)
 LINKS = ["100Gbps", "200Gbps", "400Gbps"]
 RING_BOARDS = [4, 8, 16, 32, 64]
 TORUS_DIMS = ["[2, 2]", "[2, 4]", "[4, 4]", "[4, 8]", "[8, 8]"]
 REFERENCE_BOARDS = 16
+
+
+def sweep_file(topology, out, quick):
+    """The sweep file of a topology: this folder's, or for --quick a copy in `out` limited to 16 boards."""
+    path = os.path.join(HERE, f"{topology}.yaml")
+    if not quick:
+        return path
+    text = open(path).read().replace(f"base: {topology}-base.yaml",
+                                     f"base: {os.path.join(HERE, topology + '-base.yaml')}")
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("skip:"):
+            if line.strip() == "skip:":  # a block list follows
+                lines.insert(i + 1, f'  - "{QUICK_SKIP}"')
+            else:  # a flow list: [a, b]
+                lines[i] = line.rstrip().rstrip("]") + f', "{QUICK_SKIP}"]'
+            break
+    quick_path = os.path.join(out, f"{topology}-quick.yaml")
+    with open(quick_path, "w") as f:
+        f.write("# --quick: " + path + " up to 16 boards\n" + "\n".join(lines) + "\n")
+    return quick_path
 
 
 def run_sweep(sweep, db, jobs):
@@ -60,14 +86,16 @@ def eval_dims(d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    ap.add_argument("--out", default=HERE, help="folder for results.md and the figures (default: this script's)")
+    ap.add_argument("--out", help="folder for results.md and the figures, the databases in its out/ "
+                    "(default: this script's folder; with --quick its out/quick)")
+    ap.add_argument("--quick", action="store_true", help="only the points up to 16 boards (360 of 510)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2, help="points run at once")
     ap.add_argument("--report-only", action="store_true", help="tabulate the databases in out/ as they are, run nothing")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = os.path.join(HERE, "out", "quick") if args.quick else HERE
     plt = pgx.matplotlib_pyplot()
-    out = os.path.join(HERE, "out")
-    os.makedirs(out, exist_ok=True)
-    os.makedirs(args.out, exist_ok=True)
+    out = os.path.join(args.out, "out")  # the databases and CSVs
     results, seconds, counts = {}, {}, {}
     if args.report_only:
         # Nothing to tabulate is an error, not empty results written over the committed ones.
@@ -75,13 +103,15 @@ def main():
         if absent:
             sys.exit(f"--report-only: no results database for {', '.join(absent)} in {out} "
                      "(run without --report-only first); nothing written")
+    os.makedirs(out, exist_ok=True)
     for topology in ("ring", "torus"):
         db = os.path.join(out, f"{topology}.sqlite")
-        seconds[topology] = 0 if args.report_only else run_sweep(os.path.join(HERE, f"{topology}.yaml"), db, args.jobs)
+        sweep = sweep_file(topology, out, args.quick)
+        seconds[topology] = 0 if args.report_only else run_sweep(sweep, db, args.jobs)
         if not os.path.exists(db):
             continue
         # The points the sweep file selects now (a database keeps rows of points a filter dropped later).
-        listed = subprocess.run([pgx.binary(), "sweep", os.path.join(HERE, f"{topology}.yaml"), "--list"],
+        listed = subprocess.run([pgx.binary(), "sweep", sweep, "--list"],
                                 capture_output=True, text=True, check=True).stdout
         selected = {int(line.split()[0]) for line in listed.splitlines()}
         rows = [r for r in load(db) if r["point"] in selected]
@@ -113,6 +143,8 @@ def main():
               if args.report_only else
               f"sweep wall time on this machine: ring {seconds['ring']:.0f} s, torus {seconds['torus']:.0f} s "
               f"(-j {args.jobs})."), ""]
+    if args.quick:
+        lines += ["**--quick**: the points up to 16 boards only; the 32- and 64-board columns are empty.", ""]
 
     # 1. Sensitivity at the reference point: 16 boards, 1x DSPs, HBM, 100 Gb/s, ring.
     ref = ("ring", "u280", 9024, "100Gbps", REFERENCE_BOARDS)
@@ -183,23 +215,33 @@ def main():
     if plt is None:
         return
     colors = {"vgg16": "C0", "resnet50": "C1", "gnmt8": "C2"}
-    # Figure 1: speed-up against DSP count, HBM (solid) and DDR (dashed), 16-board ring, 100 Gb/s.
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    # Figure 1: speed-up against DSP count (0.5x, 1x, 2x, 4x), HBM (solid) and DDR (dashed), 16-board ring,
+    # 100 Gb/s. Both axes log2, so that speed-up proportional to the DSPs is the dotted diagonal (a linear
+    # y over a log2 x bends proportional scaling into a curve that looks super-linear).
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    scale = [d / 9024 for d in DSPS_16]
+    ax.plot(scale, scale, ":", color="0.5", label="proportional to DSPs")
     for m, name in MODELS.items():
         base = tp(m, *ref)
         for mem, style in (("u280", "-"), ("u280-ddr", "--")):
-            ys = [tp(m, "ring", mem, d, "100Gbps", REFERENCE_BOARDS) for d in DSPS]
-            if base and all(ys):
-                ax.plot([d / 9024 for d in DSPS], [y / base for y in ys], style, marker="o", color=colors[m],
+            pts = [(d / 9024, tp(m, "ring", mem, d, "100Gbps", REFERENCE_BOARDS)) for d in DSPS_16]
+            pts = [(x, y) for x, y in pts if y]
+            if base and pts:
+                ax.plot([x for x, _ in pts], [y / base for _, y in pts], style, marker="o", color=colors[m],
                         label=f"{name}, {MEMORY[mem]}")
     ax.set_xscale("log", base=2)
-    ax.set_xticks([0.5, 1, 4])
-    ax.set_xticklabels(["0.5x", "1x", "4x"])
-    ax.set_xlabel("DSPs (x the U280's 9,024)")
-    ax.set_ylabel("throughput / (1x DSPs, HBM)")
-    ax.set_title(f"Compute: {REFERENCE_BOARDS}-board ring, 100 Gb/s", fontsize=10)
+    ax.set_yscale("log", base=2)
+    ticks = [0.25, 0.5, 1, 2, 4]
+    ax.set_xticks(scale)
+    ax.set_xticklabels([f"{x:g}x" for x in scale])
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{y:g}x" for y in ticks])
+    ax.set_ylim(0.2, 5)
+    ax.set_xlabel("DSPs (x the U280's 9,024)", fontsize=11)
+    ax.set_ylabel("throughput / (1x DSPs, HBM)", fontsize=11)
+    ax.set_title(f"Compute: {REFERENCE_BOARDS}-board ring, 100 Gb/s links", fontsize=11)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # off the data
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # off the data
     fig.tight_layout()
     save(fig, args.out, "dsp")
     # Figure 2: throughput against boards, ring vs torus, 100 and 400 Gb/s (1x DSPs, HBM).
@@ -211,19 +253,26 @@ def main():
                 pts = [p for p in pts if p[1]]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker,
                         label=f"{topo}, {link.replace('Gbps', ' Gb/s')}")
+        # Log-log: weak scaling proportional to the boards is a straight line of slope 1.
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
         ax.set_xticks(RING_BOARDS)
         ax.set_xticklabels([str(b) for b in RING_BOARDS])
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("boards")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("samples/s (9,024 DSPs, HBM)")
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda y, _: f"{y:,.0f}"))
+        ax.set_title(name, fontsize=11)
+        ax.set_xlabel("boards", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("samples/s (9,024 DSPs, HBM), log scale", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)  # below, off the data
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)  # below, off the data
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     save(fig, args.out, "boards")
+    if args.quick:  # the heat maps are of 64 boards
+        print(f"wrote {os.path.join(args.out, 'results.md')}, dsp and boards (--quick: no 64-board heat maps)",
+              file=sys.stderr)
+        return
     # Figure 3: link speed x DSPs heat maps (speed-up over 1x DSPs at 100 Gb/s), 64-board ring, HBM.
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.6))
     for ax, (m, name) in zip(axes, MODELS.items()):
         base = tp(m, "ring", "u280", 9024, "100Gbps", 64)
         grid = [[(tp(m, "ring", "u280", d, link, 64) or float("nan")) / (base or float("nan")) for d in DSPS]
@@ -235,14 +284,15 @@ def main():
                 r_, g_, b_, _ = plt.get_cmap("viridis")(norm(grid[j][i]))
                 dark = 0.299 * r_ + 0.587 * g_ + 0.114 * b_ < 0.5  # legible on every cell
                 ax.text(i, j, f"{grid[j][i]:.2f}x", ha="center", va="center", color="white" if dark else "black",
-                        fontsize=8)
+                        fontsize=10)
         ax.set_xticks(range(len(DSPS)))
         ax.set_xticklabels(["0.5x", "1x", "4x"])
         ax.set_yticks(range(len(LINKS)))
         ax.set_yticklabels([link.replace("Gbps", " Gb/s") for link in LINKS])
-        ax.set_xlabel("DSPs")
-        ax.set_title(f"{name}, 64-board ring, HBM", fontsize=10)
-        fig.colorbar(im, ax=ax).set_label("speed-up over 1x DSPs, 100 Gb/s", fontsize=8)
+        ax.set_xlabel("DSPs (x the U280's 9,024)", fontsize=10)
+        ax.set_ylabel("QSFP link (per direction)", fontsize=10)
+        ax.set_title(f"{name}, 64-board ring, HBM", fontsize=11)
+        fig.colorbar(im, ax=ax).set_label("speed-up over 1x DSPs, 100 Gb/s", fontsize=9)
     fig.tight_layout()
     save(fig, args.out, "links")
     print(f"wrote {os.path.join(args.out, 'results.md')} and the figures", file=sys.stderr)
