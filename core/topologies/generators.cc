@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace pipegrid {
 namespace {
@@ -176,19 +177,49 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
   return c;
 }
 
+namespace {
+// DgxSpec's rail fabric in pods: per pod the rails and the pod's spine (non-blocking inside), each
+// pod's spine linked to the core switch with the pod's NIC bandwidth / oversubscription.
+void add_rail_pods(Cluster& c, const DgxSpec& s) {
+  const int core = add_switch(c, "ib-core");
+  for (int first = 0, q = 0; first < s.nodes; first += s.pod_nodes, ++q) {
+    const int nodes = std::min(s.pod_nodes, s.nodes - first);
+    const int spine = add_switch(c, fmt::format("ib-pod{}-spine", q));
+    for (int j = 0; j < s.gpus_per_node; ++j) {
+      const int leaf = add_switch(c, fmt::format("ib-pod{}-rail{}", q, j));
+      for (int n = first; n < first + nodes; ++n) add_link(c, n * s.gpus_per_node + j, leaf, s.infiniband);
+      add_link(c, leaf, spine, {s.infiniband.bandwidth * nodes, s.infiniband.latency});
+    }
+    const double pod_nics = static_cast<double>(nodes) * s.gpus_per_node * s.infiniband.bandwidth;
+    add_link(c, spine, core, {pod_nics / s.oversubscription, s.infiniband.latency});
+  }
+}
+}  // namespace
+
 Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   if (s.nodes < 1 || s.gpus_per_node < 1)
     return Error{"a DGX cluster needs at least 1 node of at least 1 GPU"};
+  if (s.pod_nodes < 0 || !(s.oversubscription >= 1) || !std::isfinite(s.oversubscription))
+    return Error{
+        fmt::format("a DGX cluster's pods need pod_nodes >= 1 and an oversubscription >= 1, got {} and {:g}",
+                    s.pod_nodes, s.oversubscription)};
+  if (s.pod_nodes > 0 && s.fabric != DgxSpec::Fabric::Rail)
+    return Error{"pods (pod_nodes, oversubscription) are built for fabric: rail only"};
   const double gpus = static_cast<double>(s.nodes) * s.gpus_per_node;
   // A fat-tree fabric: the smallest even k with k^3/4 >= the GPUs, 5k^2/4 switches, k^3/2 switch links.
   double k = 2;
   while (k * k * k / 4 < gpus) k += 2;
   const bool tree = s.fabric == DgxSpec::Fabric::FatTree;
   const bool rail = s.fabric == DgxSpec::Fabric::Rail;
+  const double pods = s.pod_nodes > 0 ? std::ceil(static_cast<double>(s.nodes) / s.pod_nodes) : 1;
   if (Status st = check_cluster_size(
           fmt::format("a DGX cluster of {} nodes x {} GPUs", s.nodes, s.gpus_per_node), gpus,
-          s.nodes + (tree ? 5 * k * k / 4 : rail ? s.gpus_per_node + 1.0 : 1),
-          2 * gpus + (tree ? k * k * k / 2 : rail ? s.gpus_per_node : 0));
+          s.nodes + (tree   ? 5 * k * k / 4
+                     : rail ? (s.gpus_per_node + 1.0) * pods + 1
+                            : 1),
+          2 * gpus + (tree   ? k * k * k / 2
+                      : rail ? (s.gpus_per_node + 1.0) * pods
+                             : 0));
       !st)
     return st.error();
   const int total = static_cast<int>(gpus);
@@ -211,6 +242,8 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   if (s.fabric == DgxSpec::Fabric::Switch) {
     const int ib = add_switch(c, "ib-switch");
     for (int nic : nics) add_link(c, nic, ib, s.infiniband);
+  } else if (rail && s.pod_nodes > 0) {
+    add_rail_pods(c, s);
   } else if (rail) {
     // Rail-optimised: the NIC of local GPU j of every node on rail switch j; the rails joined by a
     // spine whose link to each rail carries every NIC of the rail at once (non-blocking).

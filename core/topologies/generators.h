@@ -77,6 +77,13 @@ struct DgxSpec {
   LinkSpec nvlink{300e9, 0.5e-6};
   LinkSpec infiniband{25e9, 1e-6};
   Fabric fabric = Fabric::Switch;
+  // Rail fabric in pods (0: one pod, the names above): pods of `pod_nodes` nodes, each rail-optimised
+  // and non-blocking inside ("ib-pod<q>-rail<j>" joined by "ib-pod<q>-spine"), the pods' spines joined
+  // by one core switch "ib-core" over one link each whose bandwidth is the pod's NICs' together divided
+  // by `oversubscription` (Llama 3's 24k-GPU cluster: pods of 3,072 GPUs, 1:7 between pods, arXiv
+  // 2407.21783 section 3.3.1). The pod's uplinks are one link here: ECMP over many taken as perfect.
+  int pod_nodes = 0;
+  double oversubscription = 1;
 };
 Result<Cluster> make_dgx_cluster(const DgxSpec& s);
 

@@ -106,3 +106,38 @@ TEST_CASE(
   CHECK(close_rel(d[0], 4.5e-6 + 1e9 / 7.875e9, 1e-6));
   CHECK(close_rel(d[1], 4.5e-6 + 1e9 / 7.875e9, 1e-6));
 }
+
+TEST_CASE("rail pods with 1:r oversubscription: flows between pods share the pod's uplink, by hand") {
+  // 4 nodes of 2 GPUs, 2 nodes per pod, NICs of 50 GB/s (1 us per link): each pod's uplink carries
+  // 4 x 50 / r GB/s. A flow on one rail inside a pod crosses two NIC links (2 us); between pods NIC, rail,
+  // pod spine, core and down (6 us). Four flows from pod 0 to pod 1 (gpu i -> gpu i + 4) share the uplink.
+  DgxSpec s;
+  s.nodes = 4;
+  s.gpus_per_node = 2;
+  s.gpu = test_device();
+  s.infiniband = {50e9, 1e-6};
+  s.fabric = DgxSpec::Fabric::Rail;
+  s.pod_nodes = 2;
+  const double S = 1e9;
+  for (double r : {1.0, 4.0, 7.0}) {
+    INFO("oversubscription " << r);
+    s.oversubscription = r;
+    Result<Cluster> c = make_dgx_cluster(s);
+    REQUIRE_MESSAGE(c.ok(), c.error().message);
+    const double uplink = 4 * 50e9 / r;
+    // One flow: the NIC or the uplink, whichever is slower.
+    CHECK(close_rel(durations(*c, {transfer(0, 4, S)})[0], 6e-6 + S / std::min(50e9, uplink), 1e-6));
+    // Four at once: a quarter of the uplink each, or their NICs when the uplink is not the bottleneck.
+    const std::vector<double> four =
+        durations(*c, {transfer(0, 4, S), transfer(1, 5, S), transfer(2, 6, S), transfer(3, 7, S)});
+    for (double d : four) CHECK(close_rel(d, 6e-6 + S / std::min(50e9, uplink / 4), 1e-6));
+    // Inside a pod (gpu0 -> gpu2, both on rail 0 of pod 0): the NICs alone, whatever r.
+    CHECK(close_rel(durations(*c, {transfer(0, 2, S)})[0], 2e-6 + S / 50e9, 1e-6));
+  }
+  // Pods are refused on other fabrics, and an oversubscription below 1.
+  s.fabric = DgxSpec::Fabric::Switch;
+  CHECK_FALSE(make_dgx_cluster(s).ok());
+  s.fabric = DgxSpec::Fabric::Rail;
+  s.oversubscription = 0.5;
+  CHECK_FALSE(make_dgx_cluster(s).ok());
+}

@@ -127,8 +127,8 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_dragonfly_cluster(s), n);
   }
   if (kind == "dgx") {
-    n.check_keys(
-        {"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric", "sharing"});
+    n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric",
+                  "pod_nodes", "oversubscription", "sharing"});
     DgxSpec s;
     s.nodes = count_of(n, "nodes");
     if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
@@ -141,6 +141,16 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
                  : fabric == "fat-tree" ? DgxSpec::Fabric::FatTree
                                         : DgxSpec::Fabric::Rail;
     }
+    // Pods of a rail fabric (core/topologies/generators.h): nodes per pod, and the uplinks' 1:r.
+    std::optional<Node> pods = n.get("pod_nodes");
+    if (pods) s.pod_nodes = count_of(n, "pod_nodes");
+    if (std::optional<Node> r = n.get("oversubscription")) {
+      if (!pods) r->fail("expected pod_nodes beside it (the oversubscription is between pods), got none");
+      s.oversubscription = r->number("an oversubscription ratio >= 1 (7 for 1:7)");
+      if (!(s.oversubscription >= 1)) r->expected("an oversubscription ratio >= 1 (7 for 1:7)");
+    }
+    if (pods && s.fabric != DgxSpec::Fabric::Rail)
+      pods->fail("expected fabric: rail beside it (pods are built of rails), got another fabric");
     return generated(make_dgx_cluster(s), n);
   }
   if (kind == "dgx1") {
