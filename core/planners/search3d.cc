@@ -44,6 +44,7 @@ std::string reason_of(const std::string& message) {
 std::string Search3dCandidate::label() const {
   std::string sched = schedule;
   if (schedule == "interleaved-1f1b") sched = fmt::format("interleaved v{}", v);
+  if (uneven) sched += " uneven";
   const std::string experts = moe ? fmt::format(" ep{} etp{}", ep, etp) : "";
   const std::string context = cp > 1 ? fmt::format(" cp{}", cp) : "";
   return fmt::format("t{}{} p{} d{}{} b{} m{} {} {}{}{}{}{}", t, context, p, d, experts, b, micro_batches,
@@ -73,6 +74,7 @@ void apply(Experiment& e, const Search3dCandidate& c) {
   e.micro_batch_size = static_cast<double>(c.b) * c.d;
   s.context_parallel = c.cp;
   if (c.cp > 1) s.context.algorithm = c.cp_algorithm;
+  s.partitioner_options.megatron = search3d_split(c);
   if (c.moe) {
     s.expert_parallel = c.ep;
     s.expert_tensor_parallel = c.etp;
@@ -80,6 +82,12 @@ void apply(Experiment& e, const Search3dCandidate& c) {
   }
 }
 }  // namespace
+
+MegatronSplit search3d_split(const Search3dCandidate& c) {
+  MegatronSplit s;
+  s.account_for_embedding = s.account_for_loss = c.uneven;
+  return s;
+}
 
 Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c) {
   Experiment e = base;
@@ -256,7 +264,11 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
   // (MoE blocks need sequence parallelism under t > 1: checked with it.)
   if (t > 1 && !divides(t, experts_ > 0).empty())
     return "(t, p, d): t does not divide the heads, KV heads, FFN width or vocabulary";
-  if (blocks_ % p != 0) return fmt::format("(t, p, d): p does not divide the {} transformer blocks", blocks_);
+  if (blocks_ % p != 0 && (p < 2 || (blocks_ + 2) % p != 0))
+    return fmt::format(
+        "(t, p, d): p divides neither the {} transformer blocks nor them with the embedding and "
+        "the loss counted as blocks",
+        blocks_);
   if (o_.global_batch % d != 0) return "(t, p, d): d does not divide the global batch";
   return std::nullopt;
 }
@@ -282,6 +294,7 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
                 for (Search3dCandidate c : experts) {
                   ++res_.combinations;
                   c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
+                  c.uneven = blocks_ % (p * v) != 0;  // then the embedding and the loss count as blocks
                   c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
                   c.cp = contexts[x].cp, c.cp_algorithm = contexts[x].cp_algorithm;
                   std::optional<std::string> why = left_out(c, sp_ok);
@@ -297,9 +310,10 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
 }
 
 std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool sp_ok) const {
+  if (c.uneven && ((blocks_ + 2) % (c.p * c.v) != 0 || c.p < 2))
+    return "p x v divides neither the transformer blocks nor them with the embedding and the loss as blocks";
   if (c.schedule == "interleaved-1f1b") {
     if (c.p < 2) return "interleaved-1f1b with p = 1 (no pipeline to interleave)";
-    if (blocks_ % (c.p * c.v) != 0) return "interleaved-1f1b: p x v does not divide the transformer blocks";
     if (c.micro_batches % c.p != 0)
       return "interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)";
   }

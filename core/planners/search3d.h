@@ -79,13 +79,18 @@ struct Search3dCandidate {
   // t cp p d devices in all.
   int cp = 1;
   CpAlgorithm cp_algorithm = CpAlgorithm::P2P;
+  // Megatron-Core's uneven split (--account-for-embedding-in-pipeline-split and -loss-): the embedding
+  // and the loss counted as one block each, so the first and last model chunks hold one block fewer;
+  // tried where p x v does not divide the blocks and does divide the blocks + 2.
+  bool uneven = false;
   // Analytic evaluation.
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
   double mfu = 0;  // 6 x parameters (MoE: active) x tokens per iteration / (time x devices x peak)
   double peak_memory_bytes = 0;  // the largest device's peak
   TimeBreakdown breakdown;       // the mean over the used devices
-  std::string label() const;     // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall")
+  // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall"; uneven: "... 1f1b uneven none")
+  std::string label() const;
 };
 
 struct Search3dResult {
@@ -102,6 +107,9 @@ struct Search3dResult {
 // The experiment of one candidate: `base` (workload, cluster, optimizer) with the candidate's strategy
 // and memory options (megatron partitioner, micro_batch_size b x d, micro_batches global / (b d)).
 Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c);
+// The megatron partitioner's split of a candidate: even, or (uneven) the embedding and the loss
+// counted as one block each.
+MegatronSplit search3d_split(const Search3dCandidate& c);
 
 // The one-replica estimate of a candidate (docs/3d-search.md, "How a candidate is costed"). The d
 // replicas of a stage and the t ranks of a group run alike, so one pipeline is lowered: one device

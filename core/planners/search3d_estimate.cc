@@ -146,7 +146,8 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
   fp.memory.zero1 = false;  // sharded below, over the d replicas
   Result<Partition> part =
       (*partitioner)
-          ->build({w, cl, p, static_cast<double>(c.b), c.v, m, fp.memory, (*scheduler)->name, 1, {}});
+          ->build({w, cl, p, static_cast<double>(c.b), c.v, m, fp.memory, (*scheduler)->name, 1,
+                   PartitionerOptions{.megatron = search3d_split(c)}});
   if (!part) return part.error();
   Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
   if (!sched) return sched.error();
@@ -190,7 +191,8 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tpo.context.algorithm = c.cp_algorithm;
   const auto key =
       std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
-                      c.ep, c.etp, static_cast<int>(c.dispatcher), cp, static_cast<int>(c.cp_algorithm));
+                      c.ep, c.etp, static_cast<int>(c.dispatcher), cp,
+                      static_cast<int>(c.cp_algorithm) + (c.uneven ? 16 : 0));  // the uneven split too
   auto cached = costs_.find(key);
   Partition groups = fp.part;  // replica 0's groups (MoE: every replica's devices)
   for (size_t s = 0; s < S && width > 1; ++s) {
@@ -270,16 +272,9 @@ Status Search3dEstimator::replicate(const Search3dCandidate& c, int replicas,
   const int T = c.t, d = c.d, m = c.micro_batches;
   const size_t D = base_.cluster.devices.size(), S = fp.part.stage_count();
   auto rep = [&](int rank, int replica) { return (rank * d + replica) * T; };
-  Result<Partition> all = partitioner.build({base_.workload,
-                                             base_.cluster,
-                                             c.p,
-                                             static_cast<double>(c.b) * replicas,
-                                             c.v,
-                                             m,
-                                             fp.memory,
-                                             scheduler.name,
-                                             replicas,
-                                             {}});
+  Result<Partition> all = partitioner.build(
+      {base_.workload, base_.cluster, c.p, static_cast<double>(c.b) * replicas, c.v, m, fp.memory,
+       scheduler.name, replicas, PartitionerOptions{.megatron = search3d_split(c)}});
   if (!all) return all.error();
   Result<Schedule> all_sched = scheduler.build({*all, D, m, c.v, {}, {}});
   if (!all_sched) return all_sched.error();

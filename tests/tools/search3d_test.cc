@@ -158,7 +158,9 @@ TEST_CASE("search3d: the combinations of t, p, d and b counted by hand, and what
   CHECK(last_done == 45);
   CHECK(last_total == 45);
   CHECK(res->left_out.at("(t, p, d): t above the 8 devices of a node") == 1);
-  CHECK(res->left_out.at("(t, p, d): p does not divide the 8 transformer blocks") == 1);
+  CHECK(res->left_out.at(
+            "(t, p, d): p divides neither the 8 transformer blocks nor them with the embedding and "
+            "the loss counted as blocks") == 1);
   size_t configurations_left_out = 0;
   for (const auto& [reason, n] : res->left_out)
     if (reason.rfind("(t, p, d)", 0) != 0) configurations_left_out += n;
@@ -440,6 +442,52 @@ TEST_CASE("search3d CP: on a long-context Llama on two DGX H100, the analytic ch
   CHECK(x.only_estimate == 0);
   CHECK(x.worst_memory <= 1e-9);
   CHECK(x.worst_time <= 0.005);  // measured 0.22% (a candidate without CP), 380 of 444 equal
+}
+
+// Uneven stages (issue 51, items 3 and 5): where p x v does not divide the blocks but divides them with
+// the embedding and the loss counted as blocks, the candidate uses Megatron-Core's
+// --account-for-embedding/loss-in-pipeline-split. A 10-block GPT on 16 GPUs: p 4 takes 12 slots,
+// 3 per rank: the first rank holds the embedding and 2 blocks, the middle ranks 3, the last 2 and the
+// loss; p 8 (12 slots over 8) stays out.
+TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out as Megatron-Core does") {
+  std::string text = kGpt;
+  text.replace(text.find("layers: 8"), 9, "layers: 10");
+  const Experiment base = load(text.c_str());
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.micro_batch_sizes = {1, 2};
+  o.schedules = {"1f1b", "interleaved-1f1b"};
+  o.chunks = {3};
+  o.recompute = {Recompute::None};
+  Result<Search3dResult> res = search3d(base, o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  size_t uneven = 0;
+  for (const Search3dCandidate& c : res->ranked) {
+    CHECK(c.p != 8);
+    CHECK(c.uneven == (10 % (c.p * c.v) != 0));
+    if (!c.uneven || c.v != 1) continue;
+    ++uneven;
+    CHECK(c.p == 4);
+    CHECK(c.label().find("1f1b uneven") != std::string::npos);
+    Result<PreparedRun> run = prepare(search3d_experiment(base, c));
+    REQUIRE_MESSAGE(run.ok(), run.error().message);
+    std::vector<int> blocks;
+    for (size_t s = 0; s < run->partition.stage_count(); ++s) {
+      int n = 0;
+      for (int l : run->partition.graph[s].layers) n += is_block(base.workload.layer(l).split.kind);
+      blocks.push_back(n);
+    }
+    CHECK(blocks == std::vector<int>{2, 3, 3, 2});
+  }
+  CHECK(uneven > 0);
+  // The estimate against the whole graph on them (p 4, v 1 and v 3: 12 slots, one per chunk).
+  const EstimateAgreement a = compare_estimate(base, o, 8);
+  MESSAGE(a.both << " candidates in both, " << a.equal << " equal within 1e-9; worst time difference "
+                 << a.worst_time << " (" << a.worst_label << "); worst memory difference " << a.worst_memory);
+  CHECK(a.only_exact == 0);
+  CHECK(a.only_estimate == 0);
+  CHECK(a.worst_memory <= 1e-9);
+  CHECK(a.worst_time <= 0.002);  // measured 1.6e-5 (100 of 102 equal within 1e-9)
 }
 
 // The estimate of MoE candidates against the whole graph's evaluation (the oracle: every device's

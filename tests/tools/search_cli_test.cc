@@ -3,6 +3,7 @@
 // `pipegrid run` runs to the search's figure, one listing per run, and a table sized to its labels.
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -278,4 +279,69 @@ strategy: {partitioner: megatron}
   auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "8", "--cp-algorithm", "ring"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--cp-algorithm: \"ring\" is not p2p, all_gather or a2a") != std::string::npos);
+}
+
+// Uneven stages (issue 51): a 126-block Llama at t 8, p 16, interleaved, with one block fewer on the
+// first and last ranks (the embedding and the loss counted as blocks: 128 slots, 8 per rank, 4 per
+// chunk at v 2), through the search, written out, and run to the search's figure.
+TEST_CASE(
+    "search: a 126-block Llama at t 8 p 16 interleaved, uneven, and the emitted winner runs to its figure") {
+  TempDir tmp;
+  const std::string exp = tmp.write("l126.yaml", R"(name: a 126-block Llama on 128 H100
+workload: {model: llama, layers: 126, hidden: 512, heads: 8, kv_heads: 8, ffn: 1024, sequence: 512,
+           vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16, nodes: 16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)");
+  const std::string emitted = (tmp.path / "winner.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY,
+                        "search",
+                        exp,
+                        "--global-batch",
+                        "16",
+                        "--top",
+                        "1",
+                        "--tensor-parallel",
+                        "8",
+                        "--pipeline",
+                        "16",
+                        "--micro-batch",
+                        "1",
+                        "--schedules",
+                        "interleaved-1f1b",
+                        "--chunks",
+                        "2",
+                        "--recompute",
+                        "none",
+                        "--json",
+                        "--emit",
+                        emitted});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  REQUIRE(j["simgrid_ranking"].size() == 1);
+  const json& w = j["simgrid_ranking"][0];
+  CHECK(w["uneven"] == true);
+  CHECK(w["chunks"] == 2);
+  const std::string text = read_file(emitted);
+  CHECK(text.find("account_for_embedding: true") != std::string::npos);
+  CHECK(text.find("account_for_loss: true") != std::string::npos);
+  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const json rj = json::parse(run.out);
+  CHECK(rj["iteration_time_s"].get<double>() ==
+        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  // 7 blocks on the first and the last rank, 8 on the others (stage s on rank s mod 16): the stages'
+  // layers ("layer<i>" for the blocks) say so.
+  std::vector<int> per_rank(16, 0);
+  REQUIRE(rj["stages"].size() == 32);
+  for (const json& s : rj["stages"])
+    for (const json& l : s["layers"]) {
+      const std::string name = l.get<std::string>();
+      per_rank[s["index"].get<size_t>() % 16] +=
+          name.rfind("layer", 0) == 0 && name.size() > 5 && std::isdigit(static_cast<unsigned char>(name[5]));
+    }
+  std::vector<int> expected(16, 8);
+  expected.front() = expected.back() = 7;
+  CHECK(per_rank == expected);
 }

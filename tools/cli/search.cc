@@ -65,6 +65,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
                       {"micro_batches", c.micro_batches},
                       {"schedule", c.schedule},
                       {"chunks", c.v},
+                      {"uneven", c.uneven},
                       {"recompute", std::string(to_string(c.recompute))},
                       {"sequence_parallel", c.sequence_parallel},
                       {"distributed_optimizer", c.distributed_optimizer},
@@ -210,7 +211,7 @@ void drop_p1_duplicates(Search3dResult& res) {
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa;
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa, uneven;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -227,6 +228,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     etp.push_back(std::to_string(c.etp));
     disp.push_back(std::string(to_string(c.dispatcher)));
     cp.push_back(std::to_string(c.cp));
+    uneven.push_back(c.uneven ? "true" : "false");
     cpa.push_back(std::string(to_string(c.cp_algorithm)));
   }
   const bool context =
@@ -251,6 +253,10 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   axis("memory.recompute", rc);
   axis("strategy.sequence_parallel", sp);
   axis("memory.zero", zero);
+  if (std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return c.uneven; })) {
+    axis("strategy.account_for_embedding", uneven);
+    axis("strategy.account_for_loss", uneven);
+  }
   if (context) {
     axis("strategy.context_parallel", cp);
     axis("strategy.cp_algorithm", cpa);

@@ -60,6 +60,10 @@ YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c
   s["replicas"] = c.d;
   s["micro_batch_size"] = c.b;  // per replica, as Megatron's --micro-batch-size
   s["global_batch"] = global_batch;
+  if (c.uneven) {
+    s["account_for_embedding"] = true;
+    s["account_for_loss"] = true;
+  }
   if (c.cp > 1) {
     s["context_parallel"] = c.cp;
     s["cp_algorithm"] = std::string(to_string(c.cp_algorithm));
@@ -86,6 +90,9 @@ bool same_run(const Experiment& a, const Experiment& b) {
          a.micro_batch_size == b.micro_batch_size && x.expert_parallel == y.expert_parallel &&
          x.expert_tensor_parallel == y.expert_tensor_parallel && x.moe.dispatcher == y.moe.dispatcher &&
          x.context_parallel == y.context_parallel &&
+         x.partitioner_options.megatron.account_for_embedding ==
+             y.partitioner_options.megatron.account_for_embedding &&
+         x.partitioner_options.megatron.account_for_loss == y.partitioner_options.megatron.account_for_loss &&
          (x.context_parallel == 1 || x.context.algorithm == y.context.algorithm);
 }
 
