@@ -30,6 +30,17 @@ memory: {optimizer: mixed-adam}
 strategy: {partitioner: megatron}
 )";
 
+// `pipegrid run` on a winner the search emitted: it exits 0 and gives the search's SimGrid time (to
+// 1e-12); its JSON.
+json run_emitted(const std::string& emitted, const json& winner) {
+  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  json rj = json::parse(run.out);
+  CHECK(rj["iteration_time_s"].get<double>() ==
+        pipegrid::testing::approx(winner["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  return rj;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -212,11 +223,7 @@ strategy: {partitioner: megatron}
   CHECK(text.find("expert_parallel: " + std::to_string(w["expert_parallel"].get<int>()) + "\n") !=
         std::string::npos);
   CHECK(text.find("dispatcher: alltoall") != std::string::npos);
-  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
-  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
-  const json rj = json::parse(run.out);
-  CHECK(rj["iteration_time_s"].get<double>() ==
-        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  const json rj = run_emitted(emitted, w);
   CHECK(rj["parallelism"]["experts"]["expert_parallel"] == w["expert_parallel"]);
 
   auto folded = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--tp-folded"});
@@ -271,11 +278,7 @@ strategy: {partitioner: megatron}
   const std::string text = read_file(emitted);
   CHECK(text.find("context_parallel: " + std::to_string(w["context_parallel"].get<int>()) + "\n") !=
         std::string::npos);
-  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
-  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
-  const json rj = json::parse(run.out);
-  CHECK(rj["iteration_time_s"].get<double>() ==
-        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  run_emitted(emitted, w);
   auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "8", "--cp-algorithm", "ring"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--cp-algorithm: \"ring\" is not p2p, all_gather or a2a") != std::string::npos);
@@ -326,11 +329,7 @@ strategy: {partitioner: megatron}
   const std::string text = read_file(emitted);
   CHECK(text.find("account_for_embedding: true") != std::string::npos);
   CHECK(text.find("account_for_loss: true") != std::string::npos);
-  auto run = run_command({PIPEGRID_BINARY, "run", emitted, "--json"});
-  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
-  const json rj = json::parse(run.out);
-  CHECK(rj["iteration_time_s"].get<double>() ==
-        pipegrid::testing::approx(w["simulated_iteration_time_s"].get<double>()).epsilon(1e-12));
+  const json rj = run_emitted(emitted, w);
   // 7 blocks on the first and the last rank, 8 on the others (stage s on rank s mod 16): the stages'
   // layers ("layer<i>" for the blocks) say so.
   std::vector<int> per_rank(16, 0);
