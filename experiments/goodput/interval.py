@@ -4,7 +4,9 @@ expected effective training time ratio (ETTR) against the checkpoint interval, f
 --json` (Daly's closed form over the replayed iteration, the Llama 3 failure model, 10-minute
 restarts), for Llama 3's storage (2 TB/s sustained, arXiv 2407.21783, section 3.3.1) and for storage
 ten and a hundred times slower; each curve's best interval marked. Writes interval.png, interval.svg
-and interval.json beside this script.
+and interval.json beside this script, and lost.png / lost.svg: where the run's time goes at each
+storage's best interval (useful training, checkpoint writes, rework, restarts) and the time failures
+cost by cause (Llama 3's Table 5 classes, at 2 TB/s).
 
     experiments/goodput/interval.py [--figure-only]
 
@@ -62,6 +64,41 @@ def draw(results, plt):
         fig.savefig(os.path.join(HERE, f"interval.{ext}"), dpi=150)
 
 
+def draw_lost(results, plt):
+    """Where the time goes (days, at each storage's best interval), and what failures cost by cause."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1, 1.3]})
+    parts = [("useful training", None, "C2"), ("checkpoint writes", "checkpoint", "C0"),
+             ("rework after failures", "rework", "C1"), ("restarts", "restart", "C3")]
+    names = [s.replace("TBps", " TB/s").replace("GBps", " GB/s") for s in results]
+    for i, j in enumerate(results.values()):
+        useful = j["expected_time_s"] - sum(j["lost_s"].values())
+        left = 0.0
+        for label, key, color in parts:
+            days = (useful if key is None else j["lost_s"][key]) / 86400
+            ax.barh(i, days, left=left, color=color, label=label if i == 0 else None)
+            left += days
+        ax.text(left + 1, i, f"{left:.1f} d, ETTR {100 * j['ettr']:.1f}%", va="center", fontsize=9)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names)
+    ax.set_ylabel("checkpoint storage", fontsize=10)
+    ax.set_xlabel("days to 15.6T tokens (expected, at the best interval)", fontsize=10)
+    ax.set_xlim(0, max(j["expected_time_s"] for j in results.values()) / 86400 * 1.35)
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    ax.set_title("Where the run's time goes", fontsize=11)
+    first = next(iter(results.values()))
+    causes = [(c, v / 3600) for c, v in first["lost_by_cause_s"]]
+    bx.barh(range(len(causes)), [h for _, h in causes], color="C4")
+    bx.set_yticks(range(len(causes)))
+    bx.set_yticklabels([c for c, _ in causes], fontsize=9)
+    bx.invert_yaxis()
+    bx.set_xlabel("hours of rework and restarts (expected)", fontsize=10)
+    bx.set_title(f"What failures cost, by cause ({names[0]}: {first['failures']:.0f} failures)", fontsize=11)
+    bx.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(HERE, f"lost.{ext}"), dpi=130)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--figure-only", action="store_true", help="redraw from interval.json")
@@ -81,6 +118,7 @@ def main():
               f"ETTR {100 * j['ettr']:.2f}%, expected {j['expected_time_s'] / 86400:.2f} days")
     if plt:
         draw(results, plt)
+        draw_lost(results, plt)
 
 
 if __name__ == "__main__":
