@@ -134,7 +134,13 @@ class Search3d {
   bool cp_allowed(int cp) const;
   std::optional<std::string> tpd_left_out(int t, int p, int d) const;
   void enumerate_configurations(int t, int cp, int p, int d);
-  std::vector<Search3dCandidate> context_configurations(int t, int cp);
+  // A context-parallel configuration and why the blocks rule it out (empty: they allow it).
+  struct ContextConfiguration {
+    int cp = 1;
+    CpAlgorithm algorithm = CpAlgorithm::P2P;
+    std::string left_out;
+  };
+  std::vector<ContextConfiguration> context_configurations(int t, int cp) const;
   std::optional<std::string> left_out(const Search3dCandidate& c, bool sp_ok) const;
   std::vector<Search3dCandidate> expert_configurations(int devices) const;
   std::optional<std::string> expert_left_out(const Search3dCandidate& c) const;
@@ -151,8 +157,6 @@ class Search3d {
   // Mixture of experts: the routed experts (0: a dense workload) and the MoE blocks.
   double experts_ = 0;
   std::vector<int> moe_layers_;
-  // Why context_configurations' x-th configuration is left out, for the (t, cp) being enumerated.
-  std::map<size_t, std::string> cp_left_out_;
   double sequence_ = 0;
   Search3dResult res_;
   std::vector<Search3dCandidate> pending_;
@@ -237,11 +241,10 @@ bool Search3d::cp_allowed(int cp) const {
 }
 
 // The context-parallel configurations of (t, cp): one per algorithm for cp > 1 (those the blocks do
-// not allow are noted in cp_left_out_, counted once per combination they would have made), one for
-// cp = 1.
-std::vector<Search3dCandidate> Search3d::context_configurations(int t, int cp) {
-  if (cp == 1) return {Search3dCandidate{}};
-  std::vector<Search3dCandidate> out;
+// not allow say why, counted once per combination they would have made), one for cp = 1.
+std::vector<Search3d::ContextConfiguration> Search3d::context_configurations(int t, int cp) const {
+  if (cp == 1) return {ContextConfiguration{}};
+  std::vector<ContextConfiguration> out;
   for (CpAlgorithm a : o_.cp_algorithms) {
     ContextParallelOptions co = base_.strategy.context;
     co.algorithm = a;
@@ -252,9 +255,7 @@ std::vector<Search3dCandidate> Search3d::context_configurations(int t, int cp) {
             st.error().message.find("sequence") != std::string::npos
                 ? fmt::format("CP: cp does not split the sequence as {} needs", to_string(a))
                 : fmt::format("CP: cp does not divide the heads per device ({} scatters them)", to_string(a));
-    Search3dCandidate& c = out.emplace_back();
-    c.cp = cp, c.cp_algorithm = a;
-    if (!why.empty()) cp_left_out_[out.size() - 1] = why;
+    out.push_back({cp, a, std::move(why)});
   }
   return out;
 }
@@ -278,8 +279,7 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
 void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
   const bool sp_ok = t > 1 && divides(t, true).empty();
   const std::vector<Search3dCandidate> experts = expert_configurations(t * cp * d);
-  cp_left_out_.clear();
-  const std::vector<Search3dCandidate> contexts = context_configurations(t, cp);
+  const std::vector<ContextConfiguration> contexts = context_configurations(t, cp);
   for (int b : divisors(o_.global_batch / d)) {
     if (!allowed(o_.micro_batch_sizes, b)) continue;
     const int m = o_.global_batch / (b * d);
@@ -290,15 +290,15 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
         for (Recompute rc : o_.recompute)
           for (bool sp : o_.sequence_parallel)
             for (bool zero : o_.distributed_optimizer)
-              for (size_t x = 0; x < contexts.size(); ++x)
+              for (const ContextConfiguration& x : contexts)
                 for (Search3dCandidate c : experts) {
                   ++res_.combinations;
                   c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
                   c.uneven = blocks_ % (p * v) != 0;  // then the embedding and the loss count as blocks
                   c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
-                  c.cp = contexts[x].cp, c.cp_algorithm = contexts[x].cp_algorithm;
+                  c.cp = x.cp, c.cp_algorithm = x.algorithm;
                   std::optional<std::string> why = left_out(c, sp_ok);
-                  if (!why && cp_left_out_.count(x)) why = cp_left_out_.at(x);
+                  if (!why && !x.left_out.empty()) why = x.left_out;
                   if (!why && c.moe) why = expert_left_out(c);
                   if (why)
                     ++res_.left_out[*why];

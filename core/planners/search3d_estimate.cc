@@ -194,16 +194,16 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
                       c.ep, c.etp, static_cast<int>(c.dispatcher), cp,
                       static_cast<int>(c.cp_algorithm) + (c.uneven ? 16 : 0));  // the uneven split too
   auto cached = costs_.find(key);
-  Partition groups = fp.part;  // replica 0's groups (MoE: every replica's devices)
-  for (size_t s = 0; s < S && width > 1; ++s) {
-    Stage& st = groups.graph[s];
-    st.devices.clear();
-    for (int i = 0; i < width; ++i) st.devices.push_back(rep(fp.rank_of[s], i));
-    st.tensor_parallel = T;
-    st.context_parallel = cp;
-    if (c.moe) st.expert_parallel = c.ep, st.expert_tensor_parallel = c.etp;
-  }
   if (cached == costs_.end()) {
+    Partition groups = fp.part;  // replica 0's groups (MoE: every replica's devices)
+    for (size_t s = 0; s < S && width > 1; ++s) {
+      Stage& st = groups.graph[s];
+      st.devices.clear();
+      for (int i = 0; i < width; ++i) st.devices.push_back(rep(fp.rank_of[s], i));
+      st.tensor_parallel = T;
+      st.context_parallel = cp;
+      if (c.moe) st.expert_parallel = c.ep, st.expert_tensor_parallel = c.etp;
+    }
     // The micro-batch the stage's replicas share: b each (MoE: all d replicas costed).
     const double shared = static_cast<double>(c.b) * (c.moe ? d : 1);
     auto r = stage_costs(base_.workload, base_.cluster, groups, shared, c.recompute, tpo);
@@ -236,20 +236,24 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
                                              CommGroup::ExpertAndTensor};
   std::vector<CommGroup> tensor_only = expert_groups;
   tensor_only.push_back(CommGroup::Context);
+  // Every stage of the candidate is grouped alike (Stage::grouped, as set above).
+  const bool grouped = T > 1 || cp > 1 || (c.moe && c.ep * c.etp > 1);
   for (size_t s = 0; s < S; ++s) {
     StageCost sc = cached->second[s][representative(s)];
-    if (width == 1 || !groups.graph[s].grouped()) {
+    if (!grouped) {
       fp.costs.push_back({std::move(sc)});
       continue;
     }
     const double share = sc.expert_load / c.ep;
     const TpProgram& bprog = split ? sc.tp_backward_input : sc.tp_backward;
+    // Each pass whole, then without the expert groups' collectives, then without the context-parallel
+    // ones too (the same pass where the candidate has none of them).
     const double f = pass_time(sc.tp_forward, links, tpo.overlap, share);
     const double b = pass_time(bprog, links, tpo.overlap, share);
-    const double f_cp = pass_time(sc.tp_forward, links, tpo.overlap, share, expert_groups);
-    const double b_cp = pass_time(bprog, links, tpo.overlap, share, expert_groups);
-    const double f_tp = pass_time(sc.tp_forward, links, tpo.overlap, share, tensor_only);
-    const double b_tp = pass_time(bprog, links, tpo.overlap, share, tensor_only);
+    const double f_cp = c.moe ? pass_time(sc.tp_forward, links, tpo.overlap, share, expert_groups) : f;
+    const double b_cp = c.moe ? pass_time(bprog, links, tpo.overlap, share, expert_groups) : b;
+    const double f_tp = cp > 1 ? pass_time(sc.tp_forward, links, tpo.overlap, share, tensor_only) : f_cp;
+    const double b_tp = cp > 1 ? pass_time(bprog, links, tpo.overlap, share, tensor_only) : b_cp;
     fp.tp_exposed[s] = (f_tp - sum(sc.tp_forward.compute)) + (b_tp - sum(bprog.compute));
     fp.cp_exposed[s] = (f_cp - f_tp) + (b_cp - b_tp);
     fp.ep_exposed[s] = (f - f_cp) + (b - b_cp);

@@ -79,6 +79,35 @@ Cluster generated(Result<Cluster> c, const Node& n) {
   return std::move(*c);
 }
 
+// `kind: dgx`: DGX-style nodes and their InfiniBand fabric, with pods of a rail fabric.
+Cluster parse_dgx(const Node& n) {
+  n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric",
+                "pod_nodes", "oversubscription", "sharing"});
+  DgxSpec s;
+  s.nodes = count_of(n, "nodes");
+  if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
+  s.gpu = device_or(n, "gpu", "a100");
+  s.nvlink = link_override(n, "nvlink", s.nvlink);
+  s.infiniband = link_override(n, "infiniband", s.infiniband);
+  if (std::optional<Node> f = n.get("fabric")) {
+    const std::string fabric = f->choice({"switch", "fat-tree", "rail"}, "a fabric");
+    s.fabric = fabric == "switch"     ? DgxSpec::Fabric::Switch
+               : fabric == "fat-tree" ? DgxSpec::Fabric::FatTree
+                                      : DgxSpec::Fabric::Rail;
+  }
+  // Pods of a rail fabric (core/topologies/generators.h): nodes per pod, and the uplinks' 1:r.
+  std::optional<Node> pods = n.get("pod_nodes");
+  if (pods) s.pod_nodes = count_of(n, "pod_nodes");
+  if (std::optional<Node> r = n.get("oversubscription")) {
+    if (!pods) r->fail("expected pod_nodes beside it (the oversubscription is between pods), got none");
+    s.oversubscription = r->number("an oversubscription ratio >= 1 (7 for 1:7)");
+    if (!(s.oversubscription >= 1)) r->expected("an oversubscription ratio >= 1 (7 for 1:7)");
+  }
+  if (pods && s.fabric != DgxSpec::Fabric::Rail)
+    pods->fail("expected fabric: rail beside it (pods are built of rails), got another fabric");
+  return generated(make_dgx_cluster(s), n);
+}
+
 Cluster parse_generator(const Node& n, const std::string& kind) {
   if (kind == "switch" || kind == "ring") {
     n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency", "sharing"});
@@ -126,33 +155,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     s.global_link = link_override(n, "global", s.local_link);
     return generated(make_dragonfly_cluster(s), n);
   }
-  if (kind == "dgx") {
-    n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric",
-                  "pod_nodes", "oversubscription", "sharing"});
-    DgxSpec s;
-    s.nodes = count_of(n, "nodes");
-    if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
-    s.gpu = device_or(n, "gpu", "a100");
-    s.nvlink = link_override(n, "nvlink", s.nvlink);
-    s.infiniband = link_override(n, "infiniband", s.infiniband);
-    if (std::optional<Node> f = n.get("fabric")) {
-      const std::string fabric = f->choice({"switch", "fat-tree", "rail"}, "a fabric");
-      s.fabric = fabric == "switch"     ? DgxSpec::Fabric::Switch
-                 : fabric == "fat-tree" ? DgxSpec::Fabric::FatTree
-                                        : DgxSpec::Fabric::Rail;
-    }
-    // Pods of a rail fabric (core/topologies/generators.h): nodes per pod, and the uplinks' 1:r.
-    std::optional<Node> pods = n.get("pod_nodes");
-    if (pods) s.pod_nodes = count_of(n, "pod_nodes");
-    if (std::optional<Node> r = n.get("oversubscription")) {
-      if (!pods) r->fail("expected pod_nodes beside it (the oversubscription is between pods), got none");
-      s.oversubscription = r->number("an oversubscription ratio >= 1 (7 for 1:7)");
-      if (!(s.oversubscription >= 1)) r->expected("an oversubscription ratio >= 1 (7 for 1:7)");
-    }
-    if (pods && s.fabric != DgxSpec::Fabric::Rail)
-      pods->fail("expected fabric: rail beside it (pods are built of rails), got another fabric");
-    return generated(make_dgx_cluster(s), n);
-  }
+  if (kind == "dgx") return parse_dgx(n);
   if (kind == "dgx1") {
     n.check_keys({"kind", "name", "servers", "server_kinds", "gpu", "nvlink2", "nvlink1", "pcie", "qpi",
                   "network", "nics", "nvlink_forwarding", "sharing"});
