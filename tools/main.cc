@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
       &cli::add_workload_command, &cli::add_device_command,  &cli::add_plan_command,
       &cli::add_cluster_command,  &cli::add_sweep_command,   &cli::add_place_command,
       &cli::add_import_command,   &cli::add_export_command,  &cli::add_replay_command,
-      &cli::add_search_command,   &cli::add_goodput_command,
+      &cli::add_search_command,   &cli::add_goodput_command, &cli::add_jobs_command,
   };
   std::vector<cli::Command> commands;
   for (auto add : kCommands) commands.push_back(add(app));

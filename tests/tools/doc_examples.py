@@ -9,6 +9,8 @@ The convention (docs/testing.md, "Documentation"):
     root (its paths resolve against the root);
   - a block with a top-level `layers:` list is a model file: `pipegrid workload show FILE`;
   - a block with a top-level `devices:` or `kind:` is a cluster file: `pipegrid cluster show FILE`;
+  - a block with a top-level `jobs:` is a jobs file: `pipegrid jobs FILE`, from a scratch folder (so
+    its jobs are written inline, with workload and strategy, not as experiment files);
   - anything else is an error (mark it `# fragment` if it is meant to be partial).
 A failure names the file and the line of the block's opening fence, and pipegrid's message.
 """
@@ -50,6 +52,11 @@ def command(pipegrid, text, scratch):
         return None, None, "not a mapping (mark partial snippets with `# fragment` on their first line)"
     if "workload" in doc:
         return [pipegrid, "run", "-"], text, None
+    if "jobs" in doc:
+        path = os.path.join(scratch, "jobs.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return [pipegrid, "jobs", path], None, None
     path = os.path.join(scratch, "block.yaml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -77,7 +84,8 @@ def main():
                         r = subprocess.run(argv, input=stdin, cwd=root, capture_output=True, text=True)
                         if r.returncode != 0:
                             # pipegrid's file:line:column inside the block, as a place in the document
-                            message = re.sub(r"(<stdin>|" + re.escape(os.path.join(scratch, "block.yaml")) + r"):(\d+):",
+                            message = re.sub(r"(<stdin>|" + re.escape(os.path.join(scratch, "block.yaml")) + "|" +
+                                             re.escape(os.path.join(scratch, "jobs.yaml")) + r"):(\d+):",
                                              lambda m: f"{rel}:{line + int(m.group(2))}:", r.stderr.strip())
                             error = f"`{' '.join(['pipegrid'] + argv[1:3])}` exit status {r.returncode}: {message}"
                     checked += 1

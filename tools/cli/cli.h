@@ -95,5 +95,6 @@ Command add_export_command(CLI::App& parent);
 Command add_replay_command(CLI::App& parent);
 Command add_search_command(CLI::App& parent);
 Command add_goodput_command(CLI::App& parent);  // tools/cli/goodput.cc
+Command add_jobs_command(CLI::App& parent);     // tools/cli/jobs.cc
 
 }  // namespace pipegrid::cli

@@ -782,6 +782,8 @@ struct FaultParser {
 
 }  // namespace
 
+static void parse_on_cluster(const Node& root, const Node& workload, Experiment& e, bool batch_required);
+
 static void parse_faults(const Node& n, Experiment& e) {
   n.require_map("a mapping with slow_devices, stragglers, slow_links and down_links");
   n.check_keys({"slow_devices", "stragglers", "slow_links", "down_links"});
@@ -804,6 +806,22 @@ Experiment parse_experiment(const Document& doc, bool batch_required) {
   e.workload = parse_workload(workload);
   e.cluster = parse_cluster(root.need("cluster", "a mapping describing the cluster"));
   if (auto f = root.get("faults")) parse_faults(*f, e);
+  parse_on_cluster(root, workload, e, batch_required);
+  return e;
+}
+
+Experiment parse_job_experiment(const Node& root, Cluster cluster, bool batch_required) {
+  Experiment e;
+  if (auto n = root.get("name")) e.name = n->string("a name");
+  const Node workload = root.need("workload", "a mapping describing the workload");
+  e.workload = parse_workload(workload);
+  e.cluster = std::move(cluster);
+  parse_on_cluster(root, workload, e, batch_required);
+  return e;
+}
+
+// The strategy, memory and backends of `root`, read against e's workload and cluster.
+static void parse_on_cluster(const Node& root, const Node& workload, Experiment& e, bool batch_required) {
   parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e, batch_required);
   std::optional<Node> reserve;
   if (auto m = root.get("memory")) e.memory = parse_memory(*m, reserve);
@@ -812,7 +830,6 @@ Experiment parse_experiment(const Document& doc, bool batch_required) {
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
   if (Status s = place_backends(e); !s) throw InputError(s.error().message);
-  return e;
 }
 
 // An experiment's name with the --set overrides that changed it: a title must not describe the file's

@@ -26,4 +26,10 @@ struct Document;
 // InputError.
 Experiment parse_experiment(const Document& doc, bool batch_required = true);
 
+class Node;
+// A job of a jobs file (pipegrid jobs): the experiment's `name`, `workload`, `strategy`, `memory` and
+// `backends` read from `root` (its keys are the caller's to check) on the cluster the caller gives:
+// the shared cluster seen from the job's devices. Throws InputError.
+Experiment parse_job_experiment(const Node& root, Cluster cluster, bool batch_required = true);
+
 }  // namespace pipegrid::input
