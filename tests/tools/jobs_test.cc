@@ -88,3 +88,41 @@ TEST_CASE("the documented example: packed jobs never meet; spread jobs meet on t
     CHECK(s["jobs"][j]["alone_s"].get<double>() > p["jobs"][j]["alone_s"].get<double>());
   }
 }
+
+TEST_CASE(
+    "--phase-shift: two offsets over one iteration of the first job, the hand-counted better one kept") {
+  // tests/sim/jobs_test.cc's trunk: alone 22 ms each; together from 0 s, 42 ms each (slowdown
+  // 42/22). Offsets tried for b: 0 and 11 ms. At 11 ms: a's step 0 [2, 12] alone, its step 1 alone
+  // to 13 (10 MB), then 5 GB/s beside b's step 0 to 31; b's step 0 [13, 31] at 5 GB/s (90 MB) then
+  // alone to 32, its step 1 [32, 42]: both iterations 31 ms, slowdown 31/22.
+  const std::string file = (fs::path(PIPEGRID_SOURCE_DIR) / "tests/tools/jobs_trunk.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY, "jobs", file, "--phase-shift", "2", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(std::abs(j["phase_shift"]["period_s"].get<double>() - 22e-3) < 1e-12);
+  CHECK(j["phase_shift"]["tried"] == 2);
+  CHECK(std::abs(j["phase_shift"]["mean_slowdown_given"].get<double>() - 42.0 / 22) < 1e-9);
+  CHECK(std::abs(j["phase_shift"]["mean_slowdown_shifted"].get<double>() - 31.0 / 22) < 1e-9);
+  CHECK(std::abs(j["jobs"][1]["start_s"].get<double>() - 11e-3) < 1e-12);
+  for (int k = 0; k < 2; ++k) CHECK(std::abs(j["jobs"][k]["mean_s"].get<double>() - 31e-3) < 1e-12);
+}
+
+TEST_CASE("a queue on the trunk: first come first served, each running set's replay, counted by hand") {
+  // Alone 22 ms an iteration, together 42 ms (tests/sim/jobs_test.cc). a (10 iterations) alone from
+  // 0 to 100 ms: 100/22 iterations; b (5 iterations) from 100 ms beside a: 5 x 42 = 210 ms, to 310 ms,
+  // while a does 5 more; a's last 10 - 5 - 100/22 = 0.4545... iterations alone: 10 ms, to 320 ms.
+  // Utilisation: (2 x 320 + 2 x 210) / (4 x 320). Sets replayed: {a}, {a, b}, {a} (cached), {b} alone.
+  const std::string file = (fs::path(PIPEGRID_SOURCE_DIR) / "tests/tools/jobs_queue_trunk.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY, "jobs", file, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& q = j["queue"];
+  CHECK(std::abs(q[0]["end_s"].get<double>() - 0.320) < 1e-12);
+  CHECK(std::abs(q[1]["start_s"].get<double>() - 0.100) < 1e-12);
+  CHECK(std::abs(q[1]["end_s"].get<double>() - 0.310) < 1e-12);
+  CHECK(q[0]["devices"] == "gpu0-1");
+  CHECK(q[1]["devices"] == "gpu2-3");
+  CHECK(std::abs(j["makespan_s"].get<double>() - 0.320) < 1e-12);
+  CHECK(std::abs(j["utilisation"].get<double>() - (2 * 0.320 + 2 * 0.210) / (4 * 0.320)) < 1e-12);
+  CHECK(j["running_sets_replayed"] == 3);
+}

@@ -8,16 +8,22 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
+#include <span>
 
 #include "core/experiment.h"
+#include "core/job_queue.h"
 #include "core/metrics.h"
 #include "core/units.h"
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
 #include "tools/input/jobs_yaml.h"
+#include "tools/input/yaml_node.h"
 #include "tools/output/device_groups.h"
 #include "tools/output/report.h"
 #include "tools/process/isolated_replay.h"
@@ -28,26 +34,36 @@ namespace {
 struct JobsOptions {
   std::string file;
   bool json = false;
-  int top = 8;  // shared links listed
+  int top = 8;          // shared links listed
+  int phase_shift = 0;  // --phase-shift N: start offsets tried per job (0: none)
 };
 
 // What the replays say about one job.
 struct JobOutcome {
   PreparedRun run;
-  std::vector<double> times;  // per iteration, in the shared replay
-  double alone_s = 0;         // one iteration alone on the same devices
-  Timeline first;             // its first iteration in the shared replay, from its start
-  Metrics metrics;            // of that first iteration
+  std::vector<double> times;      // per iteration, in the shared replay
+  double alone_s = 0;             // one iteration alone on the same devices
+  Timeline first;                 // its first iteration in the shared replay, from its start
+  Metrics metrics;                // of that first iteration
+  double start_s = 0, end_s = 0;  // its start (given or shifted) and its last task's end
   double mean() const {
     return std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
   }
   double worst() const { return *std::max_element(times.begin(), times.end()); }
 };
 
+// What --phase-shift did: the mean slowdown over the jobs at their given starts, and how many
+// replays it took to choose the new ones.
+struct PhaseShift {
+  double period_s = 0;  // one iteration of the first job alone: the offsets' range
+  double before = 0;
+  int tried = 0;
+};
+
 struct JobsResult {
   std::vector<JobOutcome> jobs;
   SharedTraffic shared;
-  std::vector<std::pair<double, double>> span;  // per job: its first start and its last end
+  std::optional<PhaseShift> shift;
 };
 
 Result<std::vector<JobOutcome>> plan_jobs(const input::JobsSpec& spec) {
@@ -63,34 +79,90 @@ Result<std::vector<JobOutcome>> plan_jobs(const input::JobsSpec& spec) {
   return out;
 }
 
-// Replays the jobs together, then each alone for one iteration.
-Result<JobsResult> replay_jobs(const input::JobsSpec& spec, std::vector<JobOutcome> outcomes, size_t top) {
+// One iteration of a job alone on its devices.
+Result<double> time_alone(const Cluster& c, const JobRun& job) {
+  const JobRun alone{job.graph, job.devices, 1, 0};
+  Result<JobsGraph> single = join_jobs(c.devices.size(), {&alone, 1});
+  if (!single) return single.error();
+  Result<sim::Replay> a = process::replay_isolated(c, single->graph);
+  if (!a) return a.error();
+  return a->timeline.makespan();
+}
+
+// The mean slowdown of jobs 0 .. k replayed together (their iteration times' mean over `alone`).
+Result<double> slowdown_together(const Cluster& c, std::span<const JobRun> runs,
+                                 const std::vector<double>& alone) {
+  Result<JobsGraph> joined = join_jobs(c.devices.size(), runs);
+  if (!joined) return joined.error();
+  Result<sim::Replay> r = process::replay_isolated(c, joined->graph);
+  if (!r) return r.error();
+  double sum = 0;
+  for (size_t j = 0; j < runs.size(); ++j) {
+    const std::vector<double> t = iteration_times(*joined, r->timeline, static_cast<int>(j));
+    sum += std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size()) / alone[j];
+  }
+  return sum / static_cast<double>(runs.size());
+}
+
+// --phase-shift N (CASSINI's idea, NSDI'24, as a greedy search): for each job after the first in
+// order, N start offsets spread over one iteration of the first job alone are tried, each added to
+// the job's own start, with the jobs before it at their chosen starts; the offset whose replay of
+// those jobs has the smallest mean slowdown is kept.
+Result<PhaseShift> shift_phases(const Cluster& c, std::vector<JobRun>& runs, const std::vector<double>& alone,
+                                int n) {
+  PhaseShift out;
+  out.period_s = alone[0];
+  Result<double> before = slowdown_together(c, runs, alone);
+  if (!before) return before.error();
+  out.before = *before;
+  for (size_t k = 1; k < runs.size(); ++k) {
+    const double given = runs[k].start_s;
+    double best = given, best_slowdown = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < n; ++i) {
+      runs[k].start_s = given + out.period_s * i / n;
+      Result<double> s = slowdown_together(c, std::span(runs).first(k + 1), alone);
+      if (!s) return s.error();
+      ++out.tried;
+      if (*s < best_slowdown) best_slowdown = *s, best = runs[k].start_s;
+    }
+    runs[k].start_s = best;
+  }
+  return out;
+}
+
+// Replays each job alone, shifts the phases when asked, then replays the jobs together.
+Result<JobsResult> replay_jobs(const input::JobsSpec& spec, std::vector<JobOutcome> outcomes,
+                               const JobsOptions& o) {
   const Cluster& c = spec.cluster;
   std::vector<JobRun> runs;
-  for (size_t j = 0; j < spec.jobs.size(); ++j)
+  std::vector<double> alone;
+  for (size_t j = 0; j < spec.jobs.size(); ++j) {
     runs.push_back(
         {&outcomes[j].run.graph, spec.jobs[j].devices, spec.jobs[j].iterations, spec.jobs[j].start_s});
+    Result<double> a = time_alone(c, runs.back());
+    if (!a) return a.error();
+    alone.push_back(outcomes[j].alone_s = *a);
+  }
+  JobsResult r;
+  if (o.phase_shift > 0 && runs.size() > 1) {
+    Result<PhaseShift> shift = shift_phases(c, runs, alone, o.phase_shift);
+    if (!shift) return shift.error();
+    r.shift = *shift;
+  }
   Result<JobsGraph> joined = join_jobs(c.devices.size(), runs);
   if (!joined) return joined.error();
   Result<sim::Replay> together = process::replay_isolated(c, joined->graph);
   if (!together) return together.error();
-  JobsResult r;
   for (size_t j = 0; j < runs.size(); ++j) {
-    JobOutcome& o = outcomes[j];
-    o.times = iteration_times(*joined, together->timeline, static_cast<int>(j));
-    o.first = iteration_timeline(*joined, together->timeline, static_cast<int>(j), 0);
-    o.metrics = compute_metrics(spec.jobs[j].experiment.cluster, o.run.graph, o.first);
+    JobOutcome& out = outcomes[j];
+    out.start_s = runs[j].start_s;
+    out.times = iteration_times(*joined, together->timeline, static_cast<int>(j));
+    out.first = iteration_timeline(*joined, together->timeline, static_cast<int>(j), 0);
+    out.metrics = compute_metrics(spec.jobs[j].experiment.cluster, out.run.graph, out.first);
     const std::vector<double>& end = together->timeline.end;
-    r.span.emplace_back(spec.jobs[j].start_s, *std::max_element(end.begin() + joined->begin[j],
-                                                                end.begin() + joined->begin[j + 1]));
-    const JobRun alone{runs[j].graph, runs[j].devices, 1, 0};
-    Result<JobsGraph> single = join_jobs(c.devices.size(), {&alone, 1});
-    if (!single) return single.error();
-    Result<sim::Replay> a = process::replay_isolated(c, single->graph);
-    if (!a) return a.error();
-    o.alone_s = a->timeline.makespan();
+    out.end_s = *std::max_element(end.begin() + joined->begin[j], end.begin() + joined->begin[j + 1]);
   }
-  Result<SharedTraffic> shared = shared_links(c, *joined, together->timeline, top);
+  Result<SharedTraffic> shared = shared_links(c, *joined, together->timeline, static_cast<size_t>(o.top));
   if (!shared) return shared.error();
   r.shared = std::move(*shared);
   r.jobs = std::move(outcomes);
@@ -119,7 +191,7 @@ void print_jobs_table(std::ostream& out, const input::JobsSpec& spec, const Jobs
     const input::JobSpec& job = spec.jobs[j];
     const JobOutcome& o = r.jobs[j];
     fmt::print(out, "{:<{}}  {:<{}}  {:<{}} {:>9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7.3f}x\n", job.name,
-               name_w, devices[j], devices_w, job.placement, placement_w, format_time(job.start_s),
+               name_w, devices[j], devices_w, job.placement, placement_w, format_time(o.start_s),
                o.times.size(), format_time(o.times.front()), format_time(o.mean()), format_time(o.worst()),
                format_time(o.alone_s), o.mean() / o.alone_s);
   }
@@ -143,6 +215,12 @@ void print_shared(std::ostream& out, const input::JobsSpec& spec, const JobsResu
   fmt::print(out, "(jobs together: time with flows of two or more jobs in flight on the link)\n");
 }
 
+double mean_slowdown(const JobsResult& r) {
+  double sum = 0;
+  for (const JobOutcome& o : r.jobs) sum += o.mean() / o.alone_s;
+  return sum / static_cast<double>(r.jobs.size());
+}
+
 void print_summary(std::ostream& out, const input::JobsSpec& spec, const JobsResult& r, size_t top) {
   const Cluster& c = spec.cluster;
   fmt::print(out, "pipegrid jobs{}: {} on cluster {} ({}), one SimGrid replay of the shared network\n",
@@ -156,6 +234,12 @@ void print_summary(std::ostream& out, const input::JobsSpec& spec, const JobsRes
   fmt::print(out,
              "(iteration times in the shared replay; alone: one iteration of the job alone on the same "
              "devices; slowdown: mean / alone)\n");
+  if (r.shift)
+    fmt::print(out,
+               "phase shift: {} start offsets tried (over one iteration of {} alone, {}): the jobs' mean "
+               "slowdown {:.3f}x at the given starts, {:.3f}x at the starts above\n",
+               r.shift->tried, spec.jobs[0].name, format_time(r.shift->period_s), r.shift->before,
+               mean_slowdown(r));
   print_shared(out, spec, r, top);
   fmt::print(out, "\n");
   for (size_t j = 0; j < spec.jobs.size(); ++j) {
@@ -186,31 +270,200 @@ nlohmann::json to_json(const input::JobsSpec& spec, const JobsResult& r) {
                     {"devices", output::device_ranges(spec.cluster, job.devices)},
                     {"device_count", job.devices.size()},
                     {"placement", job.placement},
-                    {"start_s", output::json_number(job.start_s)},
+                    {"start_s", output::json_number(o.start_s)},
                     {"iteration_times_s", o.times},
                     {"mean_s", output::json_number(o.mean())},
                     {"worst_s", output::json_number(o.worst())},
                     {"alone_s", output::json_number(o.alone_s)},
                     {"slowdown", output::json_number(o.mean() / o.alone_s)},
-                    {"end_s", output::json_number(r.span[j].second)},
+                    {"end_s", output::json_number(o.end_s)},
                     {"on_shared_links", busy},
                     {"first_iteration", output::to_json(report)}});
   }
   nlohmann::json links = nlohmann::json::array();
   for (const SharedLink& l : r.shared.links)
     links.push_back({{"link", link_name(spec.cluster, l)}, {"bytes", l.bytes}, {"together_s", l.together_s}});
-  return {{"command", "jobs"}, {"name", spec.name},     {"cluster", spec.cluster.name},
+  nlohmann::json shift = nullptr;
+  if (r.shift)
+    shift = {{"period_s", r.shift->period_s},
+             {"tried", r.shift->tried},
+             {"mean_slowdown_given", r.shift->before},
+             {"mean_slowdown_shifted", mean_slowdown(r)}};
+  return {{"command", "jobs"}, {"phase_shift", shift},  {"name", spec.name},  {"cluster", spec.cluster.name},
           {"jobs", jobs},      {"shared_links", links}, {"notes", spec.notes}};
+}
+
+// A queue's replays (core/job_queue.h): each job planned on the devices it got, each running set
+// replayed together for the queue's replay_iterations, both cached.
+class QueueReplays {
+ public:
+  explicit QueueReplays(const input::JobsSpec& spec) : spec_(spec), queue_(*spec.queue) {}
+
+  // Each job's mean iteration time over a replay of the set together.
+  Result<std::vector<double>> times(const std::vector<RunningJob>& set) {
+    SetKey key;
+    for (const RunningJob& r : set) key.emplace_back(r.job, r.devices);
+    if (auto it = sets_.find(key); it != sets_.end()) return it->second;
+    std::vector<JobRun> runs;
+    for (const RunningJob& r : set) {
+      Result<const PreparedRun*> p = plan(r);
+      if (!p) return p.error();
+      runs.push_back({&(*p)->graph, r.devices, queue_.replay_iterations, 0});
+    }
+    Result<JobsGraph> joined = join_jobs(spec_.cluster.devices.size(), runs);
+    if (!joined) return joined.error();
+    Result<sim::Replay> replay = process::replay_isolated(spec_.cluster, joined->graph);
+    if (!replay) return replay.error();
+    std::vector<double> out;
+    for (size_t j = 0; j < runs.size(); ++j) {
+      const std::vector<double> t = iteration_times(*joined, replay->timeline, static_cast<int>(j));
+      out.push_back(std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size()));
+    }
+    return sets_[key] = out;
+  }
+  size_t replays() const { return sets_.size(); }
+
+ private:
+  using SetKey = std::vector<std::pair<int, std::vector<int>>>;
+  struct Planned {
+    Experiment experiment;
+    PreparedRun run;
+  };
+
+  Result<const PreparedRun*> plan(const RunningJob& r) {
+    auto key = std::make_pair(r.job, r.devices);
+    if (auto it = plans_.find(key); it != plans_.end()) return &it->second->run;
+    const input::QueueJobSpec& job = queue_.jobs[r.job];
+    Result<Cluster> c = job_cluster(spec_.cluster, r.devices);
+    if (!c) return Error{fmt::format("job \"{}\": {}", job.name, c.error().message)};
+    auto planned = std::make_unique<Planned>();
+    try {
+      planned->experiment = job.experiment(std::move(*c));
+    } catch (const input::InputError& e) {
+      return Error{e.what()};
+    }
+    const process::SimGridJudge judge;
+    Result<PreparedRun> p = prepare(planned->experiment, &judge);
+    if (!p)
+      return Error{fmt::format("job \"{}\" on {}: {}", job.name,
+                               output::device_ranges(spec_.cluster, r.devices, 2), p.error().message)};
+    planned->run = std::move(*p);
+    return &(plans_[key] = std::move(planned))->run;
+  }
+
+  const input::JobsSpec& spec_;
+  const input::QueueSpec& queue_;
+  std::map<std::pair<int, std::vector<int>>, std::unique_ptr<Planned>> plans_;
+  std::map<SetKey, std::vector<double>> sets_;
+};
+
+struct QueueReport {
+  QueueOutcome outcome;
+  std::vector<double> alone_s;  // per job: an iteration alone on its devices
+  size_t replays = 0;
+};
+
+void print_queue(std::ostream& out, const input::JobsSpec& spec, const QueueReport& r) {
+  const input::QueueSpec& q = *spec.queue;
+  fmt::print(out,
+             "pipegrid jobs{}: a queue of {} on cluster {} ({}), first come first served, placement {}\n",
+             spec.name.empty() ? "" : " " + spec.name,
+             output::plural(static_cast<double>(q.jobs.size()), "job", "jobs"), spec.cluster.name,
+             output::plural(static_cast<double>(spec.cluster.devices.size()), "device", "devices"),
+             q.placement == JobPlacement::Random ? fmt::format("random (seed {})", q.seed)
+                                                 : std::string(to_string(q.placement)));
+  if (!q.generated.empty()) fmt::print(out, "{}\n", q.generated);
+  size_t name_w = 3, devices_w = 7;
+  std::vector<std::string> devices;
+  for (size_t j = 0; j < q.jobs.size(); ++j) {
+    devices.push_back(output::device_ranges(spec.cluster, r.outcome.jobs[j].devices, 2));
+    name_w = std::max(name_w, q.jobs[j].name.size());
+    devices_w = std::max(devices_w, devices.back().size());
+  }
+  fmt::print(out, "\n{:<{}}  {:<{}} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "job", name_w,
+             "devices", devices_w, "arrival", "start", "end", "JCT", "iterations", "iteration", "alone",
+             "slowdown");
+  for (size_t j = 0; j < q.jobs.size(); ++j) {
+    const QueueOutcome::Job& o = r.outcome.jobs[j];
+    const double per_iteration = (o.end_s - o.start_s) / q.jobs[j].iterations;
+    fmt::print(out, "{:<{}}  {:<{}} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.3f}x\n",
+               q.jobs[j].name, name_w, devices[j], devices_w, format_time(q.jobs[j].arrival_s),
+               format_time(o.start_s), format_time(o.end_s), format_time(o.end_s - q.jobs[j].arrival_s),
+               q.jobs[j].iterations, format_time(per_iteration), format_time(r.alone_s[j]),
+               per_iteration / r.alone_s[j]);
+  }
+  fmt::print(
+      out,
+      "(JCT: job completion time, end - arrival; iteration: its mean over the run; alone: an iteration alone "
+      "on its devices)\n\nmakespan {}, utilisation {:.1f}% (device time held by jobs), {} running sets "
+      "replayed "
+      "({} iterations each)\n",
+      format_time(r.outcome.makespan_s), 100 * r.outcome.utilisation, r.replays, q.replay_iterations);
+  for (const std::string& n : spec.notes) fmt::print(out, "note: {}\n", n);
+}
+
+nlohmann::json queue_json(const input::JobsSpec& spec, const QueueReport& r) {
+  const input::QueueSpec& q = *spec.queue;
+  nlohmann::json jobs = nlohmann::json::array();
+  for (size_t j = 0; j < q.jobs.size(); ++j) {
+    const QueueOutcome::Job& o = r.outcome.jobs[j];
+    jobs.push_back({{"name", q.jobs[j].name},
+                    {"source", q.jobs[j].source},
+                    {"devices", output::device_ranges(spec.cluster, o.devices)},
+                    {"arrival_s", q.jobs[j].arrival_s},
+                    {"start_s", o.start_s},
+                    {"end_s", o.end_s},
+                    {"iterations", q.jobs[j].iterations},
+                    {"alone_s", r.alone_s[j]}});
+  }
+  return {{"command", "jobs"},
+          {"name", spec.name},
+          {"cluster", spec.cluster.name},
+          {"queue", jobs},
+          {"makespan_s", r.outcome.makespan_s},
+          {"utilisation", r.outcome.utilisation},
+          {"running_sets_replayed", r.replays},
+          {"generated", q.generated},
+          {"notes", spec.notes}};
+}
+
+int run_queue_file(const JobsOptions& o, const input::JobsSpec& spec) {
+  const input::QueueSpec& q = *spec.queue;
+  QueueReplays replays(spec);
+  std::vector<QueuedJob> jobs;
+  for (const input::QueueJobSpec& j : q.jobs) jobs.push_back({j.arrival_s, j.devices, j.iterations});
+  Progress progress("replaying the queue's running sets");
+  Result<QueueOutcome> r = run_queue(spec.cluster, jobs, q.placement, q.seed,
+                                     [&](const std::vector<RunningJob>& set) { return replays.times(set); });
+  if (!r) return bad_input(fmt::format("{}: {}", o.file, r.error().message));
+  QueueReport report{std::move(*r), {}, 0};
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Result<std::vector<double>> alone =
+        replays.times({{static_cast<int>(j), report.outcome.jobs[j].devices}});
+    if (!alone) return bad_input(fmt::format("{}: {}", o.file, alone.error().message));
+    report.alone_s.push_back(alone->front());
+  }
+  report.replays = replays.replays();
+  progress.done();
+  if (o.json)
+    std::cout << queue_json(spec, report).dump(2) << "\n";
+  else
+    print_queue(std::cout, spec, report);
+  return kOk;
 }
 
 int run(const JobsOptions& o) {
   Result<input::JobsSpec> spec = input::load_jobs_file(o.file);
   if (!spec) return bad_input(spec.error().message);
+  if (spec->queue) {
+    if (o.phase_shift > 0) return bad_input("--phase-shift is for a jobs file's jobs, not a queue");
+    return run_queue_file(o, *spec);
+  }
   Progress progress("planning the jobs");
   Result<std::vector<JobOutcome>> planned = plan_jobs(*spec);
   if (!planned) return bad_input(fmt::format("{}: {}", o.file, planned.error().message));
   progress.stage("replaying the jobs together, then each alone");
-  Result<JobsResult> r = replay_jobs(*spec, std::move(*planned), static_cast<size_t>(o.top));
+  Result<JobsResult> r = replay_jobs(*spec, std::move(*planned), o);
   progress.done();
   if (!r) return bad_input(fmt::format("{}: {}", o.file, r.error().message));
   if (o.json)
@@ -228,6 +481,11 @@ Command add_jobs_command(CLI::App& parent) {
       "jobs", "Several jobs on one cluster, replayed together: iteration times, slowdowns, shared links");
   app->add_option("jobs", o->file, "Jobs file (YAML; docs/jobs.md)")->required()->check(kNonEmpty);
   app->add_flag("--json", o->json, "Print one JSON object");
+  app->add_option(
+         "--phase-shift", o->phase_shift,
+         "Shift each job's start after the first: N offsets over one iteration of the first job tried, "
+         "the least slowdown kept (docs/jobs.md)")
+      ->check(kCount);
   app->add_option("--top", o->top, "Shared links listed (0: all)")->capture_default_str()->check(kCount);
   return {app, [o] { return run(*o); }};
 }

@@ -14,11 +14,15 @@
 // Every error names file:line:column and the job.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/cluster.h"
 #include "core/experiment.h"
+#include "core/jobs.h"
 #include "core/result.h"
 
 namespace pipegrid::input {
@@ -33,11 +37,36 @@ struct JobSpec {
   double start_s = 0;
 };
 
+struct Document;
+// Reads a job's experiment on the cluster given (its view of the shared cluster); throws InputError,
+// whose message names the job.
+using ExperimentMaker = std::function<Experiment(Cluster)>;
+
+// A job of a queue: placed when it starts, so its experiment is read then, on its devices.
+struct QueueJobSpec {
+  std::string name;
+  std::string source;
+  double arrival_s = 0;
+  int devices = 0;
+  double iterations = 0;
+  ExperimentMaker experiment;
+};
+
+struct QueueSpec {
+  JobPlacement placement = JobPlacement::Packed;
+  uint64_t seed = 1;          // random placement
+  int replay_iterations = 3;  // iterations per replay of a running set
+  std::vector<QueueJobSpec> jobs;
+  std::string generated;  // how a generator made the jobs; empty when listed
+};
+
 struct JobsSpec {
   std::string name;
   Cluster cluster;
-  std::vector<JobSpec> jobs;
+  std::vector<JobSpec> jobs;       // `jobs:`, placed up front
+  std::optional<QueueSpec> queue;  // `queue:` instead
   std::vector<std::string> notes;  // what the output must state (a job file's cluster not used)
+  std::vector<std::shared_ptr<const Document>> documents;  // what the makers read
 };
 
 Result<JobsSpec> load_jobs_file(const std::string& path);
