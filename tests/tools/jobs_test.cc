@@ -126,3 +126,29 @@ TEST_CASE("a queue on the trunk: first come first served, each running set's rep
   CHECK(std::abs(j["utilisation"].get<double>() - (2 * 0.320 + 2 * 0.210) / (4 * 0.320)) < 1e-12);
   CHECK(j["running_sets_replayed"] == 3);
 }
+
+TEST_CASE("jobs --trace: one process per job, its iterations and its flows on shared links, as counted") {
+  // The trunk from 0 s: each job's iteration [0, 42] ms, its ring on the trunk [2, 42] ms.
+  const std::string file = (fs::path(PIPEGRID_SOURCE_DIR) / "tests/tools/jobs_trunk.yaml").string();
+  pipegrid::testing::TempDir tmp;
+  const std::string trace = (fs::path(tmp.path) / "jobs.json").string();
+  auto r = run_command({PIPEGRID_BINARY, "jobs", file, "--trace", trace});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json t = nlohmann::json::parse(read_file(trace));
+  int slices = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++slices;
+    const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    if (e["tid"] == 1) {
+      CHECK(std::abs(ts) < 1e-6);
+      CHECK(std::abs(dur - 42000) < 1e-6);
+    } else {
+      CHECK(std::abs(ts - 2000) < 1e-6);
+      CHECK(std::abs(dur - 40000) < 1e-6);
+    }
+  }
+  CHECK(slices == 4);
+  auto clash = run_command({PIPEGRID_BINARY, "jobs", file, "--trace", file});
+  CHECK(clash.exit_code == 2);
+}

@@ -26,6 +26,7 @@
 #include "tools/input/yaml_node.h"
 #include "tools/output/device_groups.h"
 #include "tools/output/report.h"
+#include "tools/output/safe_write.h"
 #include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
@@ -36,6 +37,7 @@ struct JobsOptions {
   bool json = false;
   int top = 8;          // shared links listed
   int phase_shift = 0;  // --phase-shift N: start offsets tried per job (0: none)
+  std::string trace;    // --trace FILE: one lane per job
 };
 
 // What the replays say about one job.
@@ -452,11 +454,51 @@ int run_queue_file(const JobsOptions& o, const input::JobsSpec& spec) {
   return kOk;
 }
 
+// --trace FILE: a Chrome trace (chrome://tracing, Perfetto) with one process per job: its iterations
+// on one lane, its flows on shared links (merged) on another.
+std::string jobs_trace(const input::JobsSpec& spec, const JobsResult& r) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t j = 0; j < r.jobs.size(); ++j) {
+    const int pid = static_cast<int>(j) + 1;
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", spec.jobs[j].name}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", "iterations"}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", 2},
+                      {"args", {{"name", "on shared links"}}}});
+    double start = r.jobs[j].start_s;
+    for (size_t i = 0; i < r.jobs[j].times.size(); ++i) {
+      events.push_back({{"ph", "X"},
+                        {"name", fmt::format("iteration {}", i)},
+                        {"pid", pid},
+                        {"tid", 1},
+                        {"ts", 1e6 * start},
+                        {"dur", 1e6 * r.jobs[j].times[i]}});
+      start += r.jobs[j].times[i];
+    }
+    for (const auto& [a, b] : r.shared.busy[j])
+      events.push_back({{"ph", "X"},
+                        {"name", "flows on shared links"},
+                        {"pid", pid},
+                        {"tid", 2},
+                        {"ts", 1e6 * a},
+                        {"dur", 1e6 * (b - a)}});
+  }
+  return nlohmann::json{{"displayTimeUnit", "ms"}, {"traceEvents", events}}.dump() + "\n";
+}
+
 int run(const JobsOptions& o) {
+  if (Status s = output::check_distinct_outputs({{"--trace", o.trace}}, {{"the jobs file", o.file}}); !s)
+    return bad_input(s.error().message);
   Result<input::JobsSpec> spec = input::load_jobs_file(o.file);
   if (!spec) return bad_input(spec.error().message);
   if (spec->queue) {
-    if (o.phase_shift > 0) return bad_input("--phase-shift is for a jobs file's jobs, not a queue");
+    if (o.phase_shift > 0 || !o.trace.empty())
+      return bad_input(fmt::format("{} is for a jobs file's jobs, not a queue",
+                                   o.phase_shift > 0 ? "--phase-shift" : "--trace"));
     return run_queue_file(o, *spec);
   }
   Progress progress("planning the jobs");
@@ -466,6 +508,9 @@ int run(const JobsOptions& o) {
   Result<JobsResult> r = replay_jobs(*spec, std::move(*planned), o);
   progress.done();
   if (!r) return bad_input(fmt::format("{}: {}", o.file, r.error().message));
+  if (!o.trace.empty())
+    if (Status s = output::write_file_safely(o.trace, jobs_trace(*spec, *r)); !s)
+      return bad_input(s.error().message);
   if (o.json)
     std::cout << to_json(*spec, *r).dump(2) << "\n";
   else
@@ -486,6 +531,8 @@ Command add_jobs_command(CLI::App& parent) {
          "Shift each job's start after the first: N offsets over one iteration of the first job tried, "
          "the least slowdown kept (docs/jobs.md)")
       ->check(kCount);
+  app->add_option("--trace", o->trace,
+                  "Write a Chrome trace: one process per job, its iterations and its flows on shared links");
   app->add_option("--top", o->top, "Shared links listed (0: all)")->capture_default_str()->check(kCount);
   return {app, [o] { return run(*o); }};
 }
