@@ -8,6 +8,8 @@ Seeds come from files in the repository (nothing beside the clone), never from a
   model       bad_inputs/models/*.yaml, the model files under experiments/, the corpus's m.yaml
   profile     workloads/profiles/{pipedream,dapple}/*.txt, bad_inputs/profiles, the corpus's p.txt
   schedule    bad_inputs/schedules/*.csv, the corpus's s.csv, and valid 1F1B/GPipe/interleaved CSVs
+  jobs        the jobs and queue files under experiments/jobs/ and tests/tools/ (jobs_*.yaml,
+              bad_jobs/*.yaml); their experiment paths resolve against the harness's made-up name
   sweep       the sweep files under experiments/ with their base experiment inlined (a base: path
               resolves against the harness's made-up name and is not found), and a few written here
               that reach every axis form, zip groups and the filter language
@@ -27,7 +29,7 @@ MAX = 65536
 
 def main():
     src, out = sys.argv[1:3]
-    seeds = {k: {} for k in ("experiment", "cluster", "platform", "model", "profile", "schedule", "sweep")}
+    seeds = {k: {} for k in ("experiment", "cluster", "platform", "model", "profile", "schedule", "sweep", "jobs")}
 
     def add(kind, name, data):
         if isinstance(data, str):
@@ -99,6 +101,13 @@ def main():
     add("sweep", "ranges.yaml", chain + "grid:\n  cluster.bandwidth: {from: 10GBps, to: 40GBps, times: 2}\n"
         "  cluster.latency: {from: 1us, to: 3us, step: 1us}\n  workload.forward: {scale: [0.5, 2]}\n"
         "  strategy.micro_batches: {values: [4, 8]}\n  workload.layers: {scale: [1, 2], of: 4}\n")
+    for path in sorted(glob.glob(os.path.join(src, "experiments/jobs/*.yaml")) +
+                       glob.glob(os.path.join(src, "tests/tools/jobs_*.yaml")) +
+                       glob.glob(os.path.join(src, "tests/tools/bad_jobs/*.yaml"))):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if re.search(r"^(jobs|queue):", text, re.M):
+            add("jobs", "repo-" + os.path.relpath(path, src), text)
     spec = importlib.util.spec_from_file_location("hostile_corpus", os.path.join(src, "tests/tools/hostile_corpus.py"))
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
@@ -136,6 +145,7 @@ READERS = {
     "profile": ["core/models/pipedream_profile.cc"],
     "schedule": ["core/schedule.cc"],
     "sweep": ["tools/sweep/sweep.cc", "tools/input/*.cc", "core/units.cc", "core/registry.cc"],
+    "jobs": ["tools/input/*.cc", "core/units.cc", "core/registry.cc", "core/jobs.cc"],
 }
 WORD = re.compile(r'"([A-Za-z_][A-Za-z0-9_:.+-]{0,30}=?)"')
 
@@ -151,7 +161,7 @@ def write_dictionaries(src, out):
                 words.update(WORD.findall(text))
                 if path.endswith(".yaml"):  # the catalog: device names and keys
                     words.update(re.findall(r"^\s*([A-Za-z_][A-Za-z0-9_-]*):", text, re.M))
-        if kind in ("experiment", "cluster", "model", "sweep"):
+        if kind in ("experiment", "cluster", "model", "sweep", "jobs"):
             words.update(w + ":" for w in list(words) if not w.endswith("="))
             words.update(["{", "}", "[", "]", "- ", ": ", "&a", "*a", "---", "<<: "])
         elif kind == "platform":

@@ -326,4 +326,12 @@ Result<JobsSpec> load_jobs_file(const std::string& path) {
   }
 }
 
+Result<JobsSpec> load_jobs_text(const std::string& text, const std::string& name) {
+  try {
+    return JobsParser(std::make_shared<const Document>(load_document_text(text, name))).parse();
+  } catch (const InputError& e) {
+    return Error{e.what()};
+  }
+}
+
 }  // namespace pipegrid::input

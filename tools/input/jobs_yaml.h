@@ -70,5 +70,7 @@ struct JobsSpec {
 };
 
 Result<JobsSpec> load_jobs_file(const std::string& path);
+// A jobs file's text; `name` names it in messages and its experiment paths resolve against it.
+Result<JobsSpec> load_jobs_text(const std::string& text, const std::string& name);
 
 }  // namespace pipegrid::input
