@@ -8,6 +8,9 @@
 #include <random>
 #include <tuple>
 
+#include "core/lower.h"
+#include "core/units.h"
+
 namespace pipegrid {
 
 Result<Cluster> job_cluster(const Cluster& c, std::span<const int> devices) {
@@ -180,6 +183,12 @@ Result<JobsGraph> join_jobs(size_t device_count, std::span<const JobRun> jobs) {
   }
   if (tasks >= 2147483647.0)
     return Error{fmt::format("the jobs' iterations make {:.0f} tasks, above the limit of 2^31", tasks)};
+  // Checked before allocating, as lower() does: the joined graph and the replay's arrays.
+  if (const double need = tasks * kBytesPerTask, have = available_memory_bytes(); need > have)
+    return Error{
+        fmt::format("the jobs' iterations make {:.0f} tasks, about {} of memory, more than the {} "
+                    "available: fewer iterations or smaller jobs",
+                    tasks, format_bytes(need), format_bytes(have))};
   TaskGraph& all = out.graph;
   all.reserve(static_cast<size_t>(tasks), static_cast<size_t>(dependencies));
   all.device_order.resize(device_count);
