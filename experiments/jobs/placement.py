@@ -8,8 +8,8 @@ beside this script.
 
     experiments/jobs/placement.py [--figure-only]
 
-Each point is one `pipegrid jobs` call (one shared replay and one replay of each job alone, about a
-second here)."""
+Each point is one `pipegrid jobs` call (one shared replay and one replay of each job alone, 1.2 s
+here, median of 5 with farm-bench on 2026-12-02, for spread.yaml)."""
 import argparse
 import json
 import os
