@@ -23,7 +23,8 @@ namespace {
 // A linear layer's GEMM (in and out elements per sample): the backward's input- and weight-gradient
 // GEMMs each as many FLOPs as the forward, twice its activation traffic. An fp8 training runs it in
 // FP8 (Kernel::fp8).
-Kernel gemm(double flops, double in, double out, double weights, double eb, KernelClass cls = KernelClass::Gemm) {
+Kernel gemm(double flops, double in, double out, double weights, double eb,
+            KernelClass cls = KernelClass::Gemm) {
   Kernel k = kernel(cls, flops, flops, flops, (in + out) * eb, 2 * (in + out) * eb, weights * eb);
   k.fp8 = true;
   k.fp8_in = in;
@@ -32,16 +33,20 @@ Kernel gemm(double flops, double in, double out, double weights, double eb, Kern
 }
 
 // Element-wise and normalisation passes: the backward moves 1.5 times the forward's bytes.
-Kernel pass(KernelClass cls, double bytes, double calls = 1) { return kernel(cls, 0, 0, 0, bytes, 1.5 * bytes, 0, calls); }
+Kernel pass(KernelClass cls, double bytes, double calls = 1) {
+  return kernel(cls, 0, 0, 0, bytes, 1.5 * bytes, 0, calls);
+}
 
 // The attention core over `scores` = heads x s^2 / t scores, its FLOPs and the bytes of Q, K, V and
 // the output (core/models/builder.cc's score_core, score_passes, use_attention): unfused, two
 // batched GEMMs that write and read the scores, and four element-wise passes over them (scale, mask,
 // softmax, dropout: 8 eb + 1 bytes per score forward, 7 eb + 1 backward; Megatron's fusions two
 // passes of 4 eb + 1 and 5 eb + 1); fused (FlashAttention), one kernel per pass, no score traffic, the
-// backward recomputing Q K^T. A causal core skips the masked half of the FLOPs.
-void attention_core(const TensorSplit& sp, double flops, double scores, double qkvo, double eb, Attention& k) {
-  if (sp.causal && sp.window <= 0) flops /= 2;  // a window's keys all precede its query
+// backward recomputing Q K^T. A causal fused core skips the masked half of the FLOPs (unfused, every
+// score is computed, then masked).
+void attention_core(const TensorSplit& sp, double flops, double scores, double qkvo, double eb,
+                    Attention& k) {
+  if (sp.causal && sp.fused_attention && sp.window <= 0) flops /= 2;  // a window's keys all precede its query
   const double core_io = (qkvo + 2 * scores) * eb;
   if (sp.fused_attention) {
     k.core = kernel(KernelClass::Attention, flops, 2.5 * flops, 0, qkvo * eb, 2 * qkvo * eb, 0, 1);
@@ -123,7 +128,7 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   const double w_proj = q * h / T;
   k.qkv = {gemm(2 * s * h * qkv_out / T, s * h, s * qkv_out / T, w_qkv, eb)};
   k.proj = gemm(2 * s * q * h / T, s * q / T, s * h, w_proj, eb);
-  const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
+  const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;           // Q, K, V read and the output written
   const double keys = sp.window > 0 ? std::min(s, sp.window) : s;  // keys per query
   attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
   if (sp.rotary) {

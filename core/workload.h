@@ -172,8 +172,8 @@ struct TensorSplit {
   MoeShape moe;         // MoeBlock: the experts
   MlaShape mla;         // multi-head latent attention instead of (grouped-query) attention
   // Causal self-attention whose kernels skip the masked half of the scores (FlashAttention with a
-  // causal mask): the core's FLOPs are halved. Off for the blocks built before 2026-12 (their costs
-  // were calibrated without it); the MoE zoo models set it.
+  // causal mask): the core's FLOPs are halved. Set by fused attention on decoder blocks (use_attention:
+  // GPT, Llama; unfused attention computes every score, then masks) and by the MoE zoo models.
   bool causal = false;
   // Sliding-window attention: each query attends to the last `window` keys (0: all); GPT-OSS
   // alternates such blocks with full ones.

@@ -104,6 +104,15 @@ void use_attention(Workload& w, AttentionImpl impl) {
       f.backward_bytes -= 4 * scores * eb;
       f.backward_input_flops += core.forward_flops / 2;
       f.calls = 1;
+      // A decoder's causal mask: FlashAttention skips the key blocks above the diagonal (Dao,
+      // "FlashAttention-2", arXiv 2307.08691, section 3.1.1: "we can skip the computation of about half
+      // of the blocks"), as block_kernels' attention_core does for the blocks it builds.
+      if (l.kind == "decoder_block" || l.split.causal) {
+        l.split.causal = true;
+        f.forward_flops /= 2;
+        f.backward_input_flops /= 2;
+        f.backward_weight_flops /= 2;
+      }
       ks[j] = f;
       ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(j) + 1);  // the passes run inside it
       set_totals(l);
@@ -520,7 +529,8 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
   const Shape& s = shape(in);
   if (s.size() != 2) return mismatch(name, "[sequence, hidden]", in);
   const bool moe = split.kind == TensorSplitKind::MoeBlock;
-  if (split.heads < 1 || (split.head_dim <= 0 && !split.mla.enabled() && std::fmod(split.hidden, split.heads) != 0) ||
+  if (split.heads < 1 ||
+      (split.head_dim <= 0 && !split.mla.enabled() && std::fmod(split.hidden, split.heads) != 0) ||
       split.kv_heads < 1 || std::fmod(split.heads, split.kv_heads) != 0)
     return Error{
         fmt::format("layer \"{}\": {} heads must divide the hidden size {} and be a multiple of the {} "

@@ -32,7 +32,8 @@ using Shape = std::vector<int64_t>;
 // stay on chip and the backward recomputes Q K^T).
 enum class AttentionImpl { Unfused, Fused };
 // Rewrites the attention core of every transformer_block and self-attention layer of `w` for `impl`
-// (Unfused: no change; Fused: one kernel per pass, no score traffic, the backward recomputes Q K^T).
+// (Unfused: no change; Fused: one kernel per pass, no score traffic, the backward recomputes Q K^T;
+// a decoder block's causal mask skips half the core's FLOPs, as FlashAttention skips the masked blocks).
 void use_attention(Workload& w, AttentionImpl impl);
 // Megatron-LM's fused element-wise kernels (its defaults: --masked-softmax-fusion,
 // --bias-dropout-fusion; bias-GeLU is one kernel here either way) in every Transformer block of
@@ -88,6 +89,8 @@ class ModelBuilder {
   Result<int> lstm(const std::string& name, const std::vector<int>& in, int64_t hidden, bool bidirectional);
   Result<int> attention(const std::string& name, const std::vector<int>& in, int64_t heads);
   Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
+  // Marks layer `id`'s attention causal (a decoder's mask): fused attention then skips the masked half.
+  void mark_causal(int id) { w_.graph[static_cast<size_t>(id)].split.causal = true; }
   // A decoder block of the Llama family (or any shape `s` describes: grouped-query attention with
   // s.kv_heads and s.head_dim, or multi-head latent attention (s.mla), a gated MLP, rotary
   // embeddings, biases or not, RMSNorm when without biases), costed by the same per-kernel formulas

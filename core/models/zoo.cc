@@ -209,7 +209,10 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
       position_table(static_cast<double>(s), static_cast<double>(s), static_cast<double>(h), p, 0);
   positions.split.kind = TensorSplitKind::Replicated;  // every device of a tensor-parallel group adds them
   x = must(b.custom("embedding.positions", {x}, positions, {s, h}));
-  for (int64_t i = 0; i < L; ++i) x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
+  for (int64_t i = 0; i < L; ++i) {
+    x = must(b.transformer_block(fmt::format("layer{}", i), x, heads, 4 * h));
+    b.mark_causal(x);  // a decoder: its fused attention skips the masked half (use_attention)
+  }
   x = must(b.norm("final_norm", x, true));
   Layer head;
   head.kind = "linear";
@@ -292,8 +295,9 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
 // FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts, RMSNorm; `biases` 1 adds
 // the attention, expert and router biases (GPT-OSS).
 Result<Workload> build_moe(const ModelArgs& a, Precision p) {
-  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"), vocab = arg(a, "vocabulary"),
-                dense = arg(a, "dense_layers"), window = arg(a, "sliding_window");
+  const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
+                vocab = arg(a, "vocabulary"), dense = arg(a, "dense_layers"),
+                window = arg(a, "sliding_window");
   ModelBuilder b("moe", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
@@ -329,19 +333,29 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
 struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
-      sliding_window = 0;
+                            sliding_window = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
-  return {{"layers", d.layers},         {"hidden", d.hidden},
-          {"heads", d.heads},           {"kv_heads", d.kv_heads},
-          {"head_dim", d.head_dim},     {"ffn", d.ffn},
-          {"dense_layers", d.dense_layers}, {"experts", d.experts},
-          {"top_k", d.top_k},           {"expert_ffn", d.expert_ffn},
-          {"shared_ffn", d.shared_ffn}, {"sequence", d.sequence},
-          {"vocabulary", d.vocabulary}, {"q_rank", d.q_rank},
-          {"kv_rank", d.kv_rank},       {"rope_dim", d.rope_dim},
-          {"v_dim", d.v_dim},           {"biases", d.biases},
-          {"sigmoid", d.sigmoid},       {"sliding_window", d.sliding_window}};
+  return {{"layers", d.layers},
+          {"hidden", d.hidden},
+          {"heads", d.heads},
+          {"kv_heads", d.kv_heads},
+          {"head_dim", d.head_dim},
+          {"ffn", d.ffn},
+          {"dense_layers", d.dense_layers},
+          {"experts", d.experts},
+          {"top_k", d.top_k},
+          {"expert_ffn", d.expert_ffn},
+          {"shared_ffn", d.shared_ffn},
+          {"sequence", d.sequence},
+          {"vocabulary", d.vocabulary},
+          {"q_rank", d.q_rank},
+          {"kv_rank", d.kv_rank},
+          {"rope_dim", d.rope_dim},
+          {"v_dim", d.v_dim},
+          {"biases", d.biases},
+          {"sigmoid", d.sigmoid},
+          {"sliding_window", d.sliding_window}};
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -506,17 +520,25 @@ const ModelInfo kModels[] = {
      moe_defaults({32, 4096, 32, 8, 0, 14336, 0, 8, 2, 14336, 0, 4096, 32000}), &build_moe},
     {"mixtral-8x22b", "Mixtral 8x22B: 56 MoE layers, h 6144, 48 heads (8 KV), 8 experts of FFN 16384, top-2",
      moe_defaults({56, 6144, 48, 8, 0, 16384, 0, 8, 2, 16384, 0, 4096, 32000}), &build_moe},
-    {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 MoE layers, h 2048, 32 heads (4 KV) of 128, 128 experts of FFN 768, top-8",
+    {"qwen3-30b-a3b",
+     "Qwen3-30B-A3B: 48 MoE layers, h 2048, 32 heads (4 KV) of 128, 128 experts of FFN 768, top-8",
      moe_defaults({48, 2048, 32, 4, 128, 6144, 0, 128, 8, 768, 0, 4096, 151936}), &build_moe},
-    {"qwen3-235b-a22b", "Qwen3-235B-A22B: 94 MoE layers, h 4096, 64 heads (4 KV) of 128, 128 experts of FFN 1536, top-8",
+    {"qwen3-235b-a22b",
+     "Qwen3-235B-A22B: 94 MoE layers, h 4096, 64 heads (4 KV) of 128, 128 experts of FFN 1536, top-8",
      moe_defaults({94, 4096, 64, 4, 128, 12288, 0, 128, 8, 1536, 0, 4096, 151936}), &build_moe},
-    {"deepseek-v2-lite", "DeepSeek-V2-Lite: 27 layers (1 dense), h 2048, MLA, 64 experts of FFN 1408 + 2 shared, top-6",
-     moe_defaults({27, 2048, 16, 16, 128, 10944, 1, 64, 6, 1408, 2816, 4096, 102400, 0, 512, 64, 128}), &build_moe},
-    {"deepseek-v3", "DeepSeek-V3: 61 layers (3 dense), h 7168, MLA, 256 experts of FFN 2048 + 1 shared, top-8, sigmoid",
-     moe_defaults({61, 7168, 128, 128, 128, 18432, 3, 256, 8, 2048, 2048, 4096, 129280, 1536, 512, 64, 128, 0, 1}),
+    {"deepseek-v2-lite",
+     "DeepSeek-V2-Lite: 27 layers (1 dense), h 2048, MLA, 64 experts of FFN 1408 + 2 shared, top-6",
+     moe_defaults({27, 2048, 16, 16, 128, 10944, 1, 64, 6, 1408, 2816, 4096, 102400, 0, 512, 64, 128}),
      &build_moe},
-    {"gpt-oss-120b", "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",
-     moe_defaults({36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128}), &build_moe},
+    {"deepseek-v3",
+     "DeepSeek-V3: 61 layers (3 dense), h 7168, MLA, 256 experts of FFN 2048 + 1 shared, top-8, sigmoid",
+     moe_defaults(
+         {61, 7168, 128, 128, 128, 18432, 3, 256, 8, 2048, 2048, 4096, 129280, 1536, 512, 64, 128, 0, 1}),
+     &build_moe},
+    {"gpt-oss-120b",
+     "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",
+     moe_defaults({36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128}),
+     &build_moe},
     {"mmt",
      "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
      {{"branches", 4}, {"layers", 8}, {"sequence", 256}, {"hidden", 1024}, {"heads", 16}, {"ffn", 4096}},
@@ -562,8 +584,9 @@ ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
       parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid")
     return {0, 1};
-  if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" || parameter == "q_rank" ||
-      parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" || parameter == "sliding_window")
+  if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
+      parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||
+      parameter == "sliding_window")
     return {0, 1'000'000'000};
   if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};

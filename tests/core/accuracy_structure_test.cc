@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "core/models/builder.h"
+#include "core/models/zoo.h"
 #include "tests/support/approx.h"
 
 using namespace pipegrid;
@@ -143,6 +144,44 @@ TEST_CASE("unfused attention: scale, mask, softmax and dropout each pass over th
                      layer_times(fused, Precision::FP16, r, 8)->forward;
   CHECK(gap >= 17 * scores * 8 / 1e12);
   CHECK(gap <= 21 * scores * 8 / 1e12);
+}
+
+TEST_CASE(
+    "a causal decoder's fused attention skips the masked half of the scores; unfused and BERT's do not") {
+  // One block, s 512, h 1024, 16 heads: the attention core's forward is 4 s^2 h FLOPs (Q K^T and the
+  // scores times V); FlashAttention under a causal mask computes about half of them (FlashAttention-2,
+  // arXiv 2307.08691, section 3.1.1), its backward 2.5 x that. A block marked causal (GPT's and
+  // Llama's) loses 4 s^2 h / 2 forward and 2.5 x 4 s^2 h / 2 backward when fused; unfused (every
+  // score computed, then masked) and unmarked (BERT's bidirectional) blocks keep the full count.
+  const double core = 4.0 * 512 * 512 * 1024;
+  auto build = [](bool causal) {
+    ModelBuilder b("m", Precision::FP16);
+    int x = b.input("x", {512, 1024});
+    int blk = *b.transformer_block("blk", x, 16, 4096);
+    if (causal) b.mark_causal(blk);
+    return std::make_pair(b.finish(), blk);
+  };
+  auto [plain, blk] = build(false);
+  auto [causal, blk2] = build(true);
+  CHECK(causal.layer(blk2).forward_flops == plain.layer(blk).forward_flops);  // unfused: the same
+  use_attention(plain, AttentionImpl::Fused);
+  use_attention(causal, AttentionImpl::Fused);
+  CHECK(plain.layer(blk).forward_flops - causal.layer(blk2).forward_flops == approx(core / 2));
+  CHECK(plain.layer(blk).backward_input_flops - causal.layer(blk2).backward_input_flops ==
+        approx(2.5 * core / 2));
+  CHECK(causal.layer(blk2).split.causal);
+  CHECK(!plain.layer(blk).split.causal);
+  // The zoo's GPT is causal: its blocks lose the same half when fused.
+  Result<Workload> gpt =
+      build_model(**find_model("gpt"),
+                  {{"layers", 1}, {"hidden", 1024}, {"heads", 16}, {"sequence", 512}, {"vocabulary", 1024}},
+                  Precision::FP16);
+  REQUIRE(gpt.ok());
+  const Layer* g = nullptr;
+  for (size_t i = 0; i < gpt->layer_count(); ++i)
+    if (gpt->layer(static_cast<int>(i)).kind == "transformer_block") g = &gpt->layer(static_cast<int>(i));
+  REQUIRE(g != nullptr);
+  CHECK(g->split.causal);
 }
 
 TEST_CASE("Megatron-LM's fused kernels: scale-mask-softmax one kernel, bias-dropout-add one kernel") {
