@@ -9,6 +9,7 @@
 #include <set>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
+#include <unordered_map>
 #include <xbt/config.hpp>
 #include <xbt/utility.hpp>
 
@@ -85,13 +86,40 @@ class SimLauncher : public TaskLauncher {
       if (remains < work_precision_) remains = 0;
       ends_.push({remains > 0 ? now + remains / speed : now, seq_++, t});
       arm();
-    } else if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
-      // Max-min sharing: the route's latency passes before the flow enters the network.
+    } else if (is_collective(task.transfer)) {
+      Connection& c = connections_[connection(task)];
+      if (c.busy) {
+        c.waiting.push_back(t);  // after the chunk ahead of it on this connection
+        return;
+      }
+      c.busy = true;
+      send(t, now);
+    } else {
+      send(t, now);
+    }
+  }
+
+  // A flow enters the network: under max-min sharing after its route's latency.
+  void send(int32_t t, double now) {
+    const Task& task = g_.tasks[t];
+    if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
       starts_.emplace(now + delay, t);
       arm();
     } else {
       start_comm(t);
     }
+  }
+
+  // A collective's flow has arrived: the next chunk queued on its connection goes.
+  void connection_done(const Task& task, double now) {
+    Connection& c = connections_[connection(task)];
+    if (c.waiting.empty()) {
+      c.busy = false;
+      return;
+    }
+    const int32_t next = c.waiting.front();
+    c.waiting.pop_front();
+    send(next, now);
   }
 
   // Activity::on_completion (maestro): transfers, Execs in simgrid_execs mode, ticks.
@@ -107,6 +135,7 @@ class SimLauncher : public TaskLauncher {
     const auto t = static_cast<int32_t>(tag & 0xffffffffu);
     const bool compute = g_.tasks[t].is_compute();
     graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
+    if (!compute && is_collective(g_.tasks[t].transfer)) connection_done(g_.tasks[t], a.get_finish_time());
     executor_->finished(t, a.get_finish_time());
   }
 
@@ -137,6 +166,21 @@ class SimLauncher : public TaskLauncher {
 
  private:
   static constexpr uintptr_t kTick = ~uintptr_t{0};
+
+  // One connection per (sender, receiver, collective kind, stage): NCCL sends a channel's chunks to
+  // the next rank in order, so a collective's flow waits for the one ahead of it on its connection to
+  // arrive (a ring step for the previous step's own send, not only for the chunk it forwards). Only
+  // the replay does this: the analytic evaluator's links already serve a device's sends in order.
+  struct Connection {
+    bool busy = false;
+    std::deque<int32_t> waiting;
+  };
+  static uint64_t connection(const Task& t) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(t.device)) << 40) ^
+           (static_cast<uint64_t>(static_cast<uint32_t>(t.peer)) << 16) ^
+           (static_cast<uint64_t>(t.transfer) << 12) ^
+           static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfff);
+  }
 
   struct End {
     double date;
@@ -234,6 +278,7 @@ class SimLauncher : public TaskLauncher {
   std::priority_queue<End, std::vector<End>, std::greater<>> ends_;  // compute ends (device clocks)
   StartHeap starts_;                                                 // delayed transfer starts
   std::vector<int32_t> batch_;
+  std::unordered_map<uint64_t, Connection> connections_;
   uint32_t seq_ = 0;
   simgrid::kernel::timer::Timer* wake_ = nullptr;
   double wake_date_ = 0;

@@ -5,7 +5,8 @@
 // flows on a link direction get max-min fair shares and each transfer enters the network after its
 // route's latency (a SimGrid timer); under Sharing::Tcp, CM02 weighs shares by route latency. Activities are
 // created lazily, when their last dependency finishes (never the whole DAG up front: SimGrid 3.32 is
-// quadratic on that).
+// quadratic on that). A collective's flows between two devices go one at a time in the order they
+// become ready (one connection per sender, receiver, collective kind and stage; docs/model.md).
 #pragma once
 
 #include "core/cluster.h"

@@ -87,13 +87,15 @@ TEST_CASE("max-min sharing: two flows with route latencies 3 us and 22 us get eq
   // A' alone for 38 us (380e3 bytes), then 5e3 each: A' ends at 23025 + 99.62e6 / 5e3 = 42949, B'
   // at 42949 + 380e3 / 10e3 = 42987. Backward on gpu0 [42949, 43949], on gpu1 [42987, 43987].
   // Ring all-reduce of stage 0 (10 kB chunks, route 21 us, 1e6 bytes/us: 0.01 us alone): step 0
-  // x0 gpu0 -> gpu1 at 43949 (ends 43970.01); y0 gpu1 -> gpu0 at 43987; step 1 y1 gpu1 -> gpu0
-  // waits for gpu1's backward (43987) and x0, so it starts with y0: both enter at 44008 and share
-  // the link direction, ending at 44008.02; x1 gpu0 -> gpu1 waits for y0: 44008.02 + 21 + 0.01 =
-  // 44029.03. Stage 1's all-reduce (2 us routes) ends long before; the optimizer steps take 0.
+  // x0 gpu0 -> gpu1 at 43949 (ends 43970.01); y0 gpu1 -> gpu0 at 43987, enters at 44008, ends
+  // 44008.01; step 1 y1 gpu1 -> gpu0 has x0 and gpu1's backward but waits for y0, ahead of it on the
+  // connection gpu1 -> gpu0 (the replay sends a collective's chunks on a connection in order): it
+  // goes at 44008.01 and ends at 44008.01 + 21 + 0.01 = 44029.02; x1 gpu0 -> gpu1 waits for y0's
+  // arrival: the same 44029.02, the other direction. Stage 1's all-reduce (2 us routes) ends long
+  // before; the optimizer steps take 0.
   const Iteration it = iteration(Sharing::MaxMin);
   CHECK(close_rel(it.first_activation_end, 20984 * us, 1e-9));
-  CHECK(close_rel(it.iteration, 44029.03 * us, 1e-9));
+  CHECK(close_rel(it.iteration, 44029.02 * us, 1e-9));
 }
 
 TEST_CASE("tcp sharing: shares of a trunk are inversely proportional to route latencies (CM02)") {
@@ -106,14 +108,14 @@ TEST_CASE("tcp sharing: shares of a trunk are inversely proportional to route la
   // for 23025 - 14367.045.. = 8657.954.. us (86.579545..e6 bytes), then 8.8e3 for its last
   // 13.420454..e6 bytes: 1525.0516.. us, A' ends at 24550.0516... B' ends when the trunk has
   // carried both gradients since 14367.045..: 14367.045.. + 20000 = 34367.045... Backward on gpu1
-  // until 35367.045..; the stage-0 ring as in the max-min case (equal routes, equal shares): y0 and
-  // y1 end at 35367.045.. + 21 + 0.02, x1 at + 21.01 more: 35367.045.. + 42.03.
+  // until 35367.045..; the stage-0 ring as in the max-min case (one chunk per connection at a time):
+  // y0 ends at 35367.045.. + 21.01, y1 and x1 (both sent then) 21.01 later: 35367.045.. + 42.02.
   const double a_end = 1022 + (100e6 - 190e3) / 8.8e3;
   const Iteration it = iteration(Sharing::Tcp);
   CHECK(close_rel(it.first_activation_end, a_end * us, 1e-9));
   CHECK(close_rel(a_end, 12364.0454545454545, 1e-15));
   const double b_gradient_end = (a_end + 2000 + 3) + 200e6 / 10e3;
-  CHECK(close_rel(it.iteration, (b_gradient_end + 1000 + 42.03) * us, 1e-9));
+  CHECK(close_rel(it.iteration, (b_gradient_end + 1000 + 42.02) * us, 1e-9));
 }
 
 TEST_CASE("max-min sharing: progressive filling with three flows, two bottlenecks and staggered starts") {

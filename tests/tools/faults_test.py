@@ -24,6 +24,13 @@ and the two flows share edge0-0 - agg0-1 and agg0-1 - edge0-1: 4 us + 2 x 25e6 /
 all-reduce's 2 steps x 2 links x 1 us = 8.012 ms healthy, 10.012 ms with the link down. Both of
 edge0-0's links up down: no route, exit status 2.
 
+A ring all-reduce over 4 devices on a switch (25 GB/s, 1 us per link: 2 us a route) with gpu0's link
+at half bandwidth: one stage of 4 replicas (F 1 ms, B 2 ms each), 64 MiB of gradients, chunks of
+16,777,216 bytes. Each of the 2 (4 - 1) = 6 steps waits for the chunk ahead of it on its connection
+and for the one it forwards, so every step is paced by the slow link (gpu0's sends and receives at
+12.5 GB/s): 3 ms + 6 x (2 us + 16,777,216 / 12.5e9 s) = 3 + 6 x 1.34417728 = 11.06506368 ms (healthy:
+3 + 6 x (2 us + 16,777,216 / 25e9 s) = 7.03853184 ms), the bottleneck form 2 (r - 1)(a + S / (r B)).
+
 Usage: faults_test.py PIPEGRID"""
 import json
 import subprocess
@@ -41,7 +48,15 @@ TREE = """workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activa
 cluster: {kind: fat-tree, k: 4, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}
 strategy: {partitioner: uniform, schedule: 1f1b, stages: 2, replicas: 2, micro_batch_size: 1, micro_batches: 1}
 """
+RING = """workload: {kind: chain, layers: 1, forward: 4ms, backward: 8ms, activation: 0B, parameters: 64MiB,
+           samples_per_micro_batch: 4}
+cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}
+strategy: {partitioner: uniform, schedule: 1f1b, stages: 1, replicas: 4, micro_batches: 1}
+"""
 CASES = [
+    ("a ring all-reduce, healthy", RING, 7.03853184e-3),
+    ("a ring all-reduce with one device's link at half bandwidth",
+     RING + "faults: {slow_links: [{between: [gpu0, switch], factor: 0.5}]}\n", 11.06506368e-3),
     ("1F1B healthy", CHAIN, 33e-3),
     ("1F1B, the last stage's device 2x slower", CHAIN + "faults: {slow_devices: [{device: gpu3, factor: 2}]}\n", 57e-3),
     ("1F1B, stage 1's device 2x slower", CHAIN + "faults: {slow_devices: [{device: gpu1, factor: 2}]}\n", 53e-3),
