@@ -83,10 +83,12 @@ def draw(results, plt):
         ax.plot(xs, alone, "_", color="black", markersize=14, mew=2, label="alone on the same devices" if k else None)
     ax.set_xticks(range(len(placements)))
     ax.set_xticklabels(placements)
-    ax.set_ylim(0.95, max(1.3, ax.get_ylim()[1]))
+    top = max(max(results["placements"][p]["jobs"][k]["worst_s"] / packed[k]["alone_s"] for p in placements)
+              for k in range(2))
+    ax.set_ylim(0.95, top + 0.25)  # room above the data for the legend
     ax.set_ylabel("iteration time / time alone, packed")
     ax.set_xlabel("placement of both jobs")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
     ax.grid(True, axis="y", alpha=0.3)
     spread = results["placements"]["spread"]["jobs"]
     for k, job in enumerate(spread):

@@ -158,7 +158,7 @@ def plot(plt, out, all_rows, errors):
     ax.set_xticklabels([f"{r['model_size']}\n{r['gpus']:,}\nt{r['t']} p{r['p']}" for r in all_rows], fontsize=9)
     ax.set_ylabel("TFLOP/s per GPU (Megatron's formula)")
     ax.set_xlabel("model, GPUs, tensor (t) and pipeline (p) parallelism; d = 48 throughout")
-    ax.set_ylim(250, 600)
+    ax.set_ylim(250, 650)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title("Megatron-Core r0.8.0 on H100s: published and pipegrid's (catalog H100, never fitted)", fontsize=11)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, fontsize=9, frameon=False)
