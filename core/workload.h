@@ -27,16 +27,29 @@ namespace pipegrid {
 // memory-bound pass (core/device.cc): `fp8` with per-tensor current scaling (an amax pass, then the
 // cast: 5 bytes per element), `fp8-blockwise` with DeepSeek-V3's 1x128 / 128x128 scales and `mxfp8`
 // with Blackwell's 1x32 scales (the scale and the cast in one pass: 3 bytes per element).
-enum class Precision { FP32, TF32, FP16, BF16, INT8, AMP, AMP_BF16, FP8, AMP_FP8, AMP_FP8_BLOCKWISE, AMP_MXFP8 };
+enum class Precision {
+  FP32,
+  TF32,
+  FP16,
+  BF16,
+  INT8,
+  AMP,
+  AMP_BF16,
+  FP8,
+  AMP_FP8,
+  AMP_FP8_BLOCKWISE,
+  AMP_MXFP8
+};
 inline constexpr int kPrecisionCount = 11;
 // The precisions a workload trains in (`precision:`).
 inline constexpr std::array<Precision, 10> kPrecisions = {
-    Precision::FP32, Precision::TF32,     Precision::FP16,    Precision::BF16,
-    Precision::INT8, Precision::AMP,      Precision::AMP_BF16, Precision::AMP_FP8,
-    Precision::AMP_FP8_BLOCKWISE, Precision::AMP_MXFP8};
+    Precision::FP32,     Precision::TF32,    Precision::FP16,
+    Precision::BF16,     Precision::INT8,    Precision::AMP,
+    Precision::AMP_BF16, Precision::AMP_FP8, Precision::AMP_FP8_BLOCKWISE,
+    Precision::AMP_MXFP8};
 // The formats a device has a peak rate and efficiencies for.
-inline constexpr std::array<Precision, 6> kMathPrecisions = {Precision::FP32, Precision::TF32, Precision::FP16,
-                                                             Precision::BF16, Precision::INT8, Precision::FP8};
+inline constexpr std::array<Precision, 6> kMathPrecisions = {
+    Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::INT8, Precision::FP8};
 // An fp8 training (amp-bf16 with the GEMMs of Kernel::fp8 in FP8).
 bool fp8_training(Precision p);
 // Bytes per element an fp8 training's quantization of a GEMM input moves (read, amax, write).
@@ -47,7 +60,8 @@ double element_bytes(Precision p);
 // The arithmetic format the math runs in: amp -> fp16, amp-bf16 and the fp8 trainings -> bf16 (their
 // fp8 GEMMs are Kernel::fp8), the others themselves.
 Precision math_precision(Precision p);
-// True for amp, amp-bf16 and the fp8 trainings: fp32 master weights (4 bytes per parameter) besides the working copy.
+// True for amp, amp-bf16 and the fp8 trainings: fp32 master weights (4 bytes per parameter) besides the
+// working copy.
 bool mixed_precision(Precision p);
 std::string_view to_string(Precision p);
 // A training precision by its name (to_string of one of kPrecisions).
@@ -78,8 +92,9 @@ inline constexpr int kKernelClassCount = 8;
 inline constexpr std::array<KernelClass, kKernelClassCount> kKernelClasses = {
     KernelClass::Gemm,   KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
     KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm,      KernelClass::GroupedGemm};
-inline constexpr std::array<KernelClass, 5> kComputeClasses = {
-    KernelClass::Gemm, KernelClass::Conv, KernelClass::Attention, KernelClass::Recurrent, KernelClass::GroupedGemm};
+inline constexpr std::array<KernelClass, 5> kComputeClasses = {KernelClass::Gemm, KernelClass::Conv,
+                                                               KernelClass::Attention, KernelClass::Recurrent,
+                                                               KernelClass::GroupedGemm};
 std::string_view to_string(KernelClass k);
 std::optional<KernelClass> parse_kernel_class(std::string_view s);  // gemm, conv, attention, ...
 // The class of a layer kind ("linear" -> gemm, "conv2d" -> conv, "lstm" -> recurrent, ...), for
@@ -133,7 +148,9 @@ enum class TensorSplitKind : unsigned char {
 };
 std::string_view to_string(TensorSplitKind k);
 // Transformer and MoE blocks: what the megatron partitioner spreads over the stages.
-inline bool is_block(TensorSplitKind k) { return k == TensorSplitKind::Transformer || k == TensorSplitKind::MoeBlock; }
+inline bool is_block(TensorSplitKind k) {
+  return k == TensorSplitKind::Transformer || k == TensorSplitKind::MoeBlock;
+}
 
 // A mixture-of-experts MLP (Shazeer et al., arXiv 1701.06538; Megatron-Core's MoELayer): a router
 // scores each token against `experts` experts and sends it to its `top_k` best; each routed expert is

@@ -60,6 +60,49 @@ namespace {
 //  - an activity started at the current date with nothing left to do ends at the next step, of
 //    length zero: when a compute end or a transfer start falls due at the current date, a zero-flop
 //    Exec (a "tick") makes the engine take that step (a timer there would fire in the current step).
+// One connection per (sender, receiver, collective kind, stage): NCCL sends a channel's chunks to the
+// next rank in order, so a collective's flow waits for the one ahead of it on its connection to arrive
+// (a ring step for the previous step's own send, not only for the chunk it forwards). Only the replay
+// does this: the analytic evaluator's links already serve a device's sends in order (docs/model.md).
+class Connections {
+ public:
+  // Whether collective flow t may go now; otherwise it is queued behind the flow in flight.
+  bool admit(const Task& task, int32_t t) {
+    Connection& c = connections_[key(task)];
+    if (c.busy) {
+      c.waiting.push_back(t);
+      return false;
+    }
+    c.busy = true;
+    return true;
+  }
+  // The collective flow `task` has arrived: the next flow queued on its connection, or -1.
+  int32_t release(const Task& task) {
+    Connection& c = connections_[key(task)];
+    if (c.waiting.empty()) {
+      c.busy = false;
+      return -1;
+    }
+    const int32_t next = c.waiting.front();
+    c.waiting.pop_front();
+    return next;
+  }
+
+ private:
+  struct Connection {
+    bool busy = false;
+    std::deque<int32_t> waiting;
+  };
+  // Disjoint fields: devices and stages below 2^20 (kMaxClusterDevices is 2^17), kinds below 2^4.
+  static uint64_t key(const Task& t) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(t.device)) << 44 |
+           static_cast<uint64_t>(static_cast<uint32_t>(t.peer)) << 24 |
+           static_cast<uint64_t>(t.transfer) << 20 |
+           static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfffff);
+  }
+  std::unordered_map<uint64_t, Connection> connections_;
+};
+
 class SimLauncher : public TaskLauncher {
  public:
   SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs)
@@ -86,15 +129,7 @@ class SimLauncher : public TaskLauncher {
       if (remains < work_precision_) remains = 0;
       ends_.push({remains > 0 ? now + remains / speed : now, seq_++, t});
       arm();
-    } else if (is_collective(task.transfer)) {
-      Connection& c = connections_[connection(task)];
-      if (c.busy) {
-        c.waiting.push_back(t);  // after the chunk ahead of it on this connection
-        return;
-      }
-      c.busy = true;
-      send(t, now);
-    } else {
+    } else if (!is_collective(task.transfer) || connections_.admit(task, t)) {
       send(t, now);
     }
   }
@@ -110,18 +145,6 @@ class SimLauncher : public TaskLauncher {
     }
   }
 
-  // A collective's flow has arrived: the next chunk queued on its connection goes.
-  void connection_done(const Task& task, double now) {
-    Connection& c = connections_[connection(task)];
-    if (c.waiting.empty()) {
-      c.busy = false;
-      return;
-    }
-    const int32_t next = c.waiting.front();
-    c.waiting.pop_front();
-    send(next, now);
-  }
-
   // Activity::on_completion (maestro): transfers, Execs in simgrid_execs mode, ticks.
   void completed(const sg4::Activity& a) {
     const auto tag = reinterpret_cast<uintptr_t>(a.get_data<void>());
@@ -135,7 +158,8 @@ class SimLauncher : public TaskLauncher {
     const auto t = static_cast<int32_t>(tag & 0xffffffffu);
     const bool compute = g_.tasks[t].is_compute();
     graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
-    if (!compute && is_collective(g_.tasks[t].transfer)) connection_done(g_.tasks[t], a.get_finish_time());
+    if (!compute && is_collective(g_.tasks[t].transfer))
+      if (const int32_t next = connections_.release(g_.tasks[t]); next >= 0) send(next, a.get_finish_time());
     executor_->finished(t, a.get_finish_time());
   }
 
@@ -166,21 +190,6 @@ class SimLauncher : public TaskLauncher {
 
  private:
   static constexpr uintptr_t kTick = ~uintptr_t{0};
-
-  // One connection per (sender, receiver, collective kind, stage): NCCL sends a channel's chunks to
-  // the next rank in order, so a collective's flow waits for the one ahead of it on its connection to
-  // arrive (a ring step for the previous step's own send, not only for the chunk it forwards). Only
-  // the replay does this: the analytic evaluator's links already serve a device's sends in order.
-  struct Connection {
-    bool busy = false;
-    std::deque<int32_t> waiting;
-  };
-  static uint64_t connection(const Task& t) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(t.device)) << 40) ^
-           (static_cast<uint64_t>(static_cast<uint32_t>(t.peer)) << 16) ^
-           (static_cast<uint64_t>(t.transfer) << 12) ^
-           static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfff);
-  }
 
   struct End {
     double date;
@@ -278,7 +287,7 @@ class SimLauncher : public TaskLauncher {
   std::priority_queue<End, std::vector<End>, std::greater<>> ends_;  // compute ends (device clocks)
   StartHeap starts_;                                                 // delayed transfer starts
   std::vector<int32_t> batch_;
-  std::unordered_map<uint64_t, Connection> connections_;
+  Connections connections_;  // collective flows, in order per connection
   uint32_t seq_ = 0;
   simgrid::kernel::timer::Timer* wake_ = nullptr;
   double wake_date_ = 0;

@@ -205,12 +205,7 @@ class JobsParser {
           1, D,
           fmt::format("job \"{}\"'s devices: a count of 1 to {} (the cluster's devices) or a list of names",
                       job.name, D)));
-      if (auto p = item.get("placement")) {
-        const std::string name = p->choice({"packed", "spread", "random"}, "a placement");
-        r.placement = name == "packed"   ? JobPlacement::Packed
-                      : name == "spread" ? JobPlacement::Spread
-                                         : JobPlacement::Random;
-      }
+      if (auto p = item.get("placement")) r.placement = placement_of(*p);
       if (auto s = item.get("seed")) {
         if (r.placement != JobPlacement::Random)
           s->fail(fmt::format("job \"{}\": seed is for placement random", job.name));
