@@ -36,6 +36,14 @@ TaskKind kind_of(Pass p) {
 // arXiv 2104.04473, section 4.1; with sequence parallelism the activation is already split); groups
 // of different sizes pair rank q mod t. Under context parallelism a replica's t x cp devices each hold
 // 1/cp of the tokens: the same pairing over groups of t x cp.
+// Round-robin replicas (Stage::round_robin) send a whole micro-batch from the replica whose turn it
+// is to the consumer's: the pair carries micro-batch k only when Turn::takes(k).
+struct Turn {
+  bool round_robin = false;
+  int i = 0, ra = 1, j = 0, rb = 1;  // the pair's replicas and the stages' replica counts
+  bool takes(int k) const { return !round_robin || (k % ra == i && k % rb == j); }
+};
+
 template <class F>
 void for_each_device_pair(const Partition& p, size_t s, int t, F&& f) {
   const Stage& a = p.stage(s);
@@ -43,13 +51,28 @@ void for_each_device_pair(const Partition& p, size_t s, int t, F&& f) {
   const int ta = a.tensor_parallel * a.context_parallel, tb = b.tensor_parallel * b.context_parallel,
             ra = a.replicas(), rb = b.replicas();
   const int ranks = std::max(ta, tb);
+  const bool rr = a.round_robin || b.round_robin;
   for (int i = 0; i < ra; ++i)
     for (int j = 0; j < rb; ++j) {
-      const double share = replica_overlap(i, ra, j, rb);
+      const double share = rr ? 1.0 : replica_overlap(i, ra, j, rb);
       if (share <= 0) continue;
       for (int q = 0; q < ranks; ++q)
-        f(static_cast<size_t>(i * ta + q % ta), static_cast<size_t>(j * tb + q % tb), share / ranks);
+        f(static_cast<size_t>(i * ta + q % ta), static_cast<size_t>(j * tb + q % tb), share / ranks,
+          Turn{rr, i, ra, j, rb});
     }
+}
+
+// The micro-batches of m that round-robin replica j of r takes (k = j, j + r, ...).
+size_t turns(int j, int r, int m) {
+  return j < m ? static_cast<size_t>((m - j + r - 1) / r) : 0;
+}
+
+// The micro-batches of m that a pair of round-robin replicas carries (k = i mod ra and j mod rb).
+size_t pair_turns(const Turn& turn, int m) {
+  if (!turn.round_robin) return static_cast<size_t>(m);
+  size_t n = 0;
+  for (int k = turn.i; k < m; k += turn.ra) n += turn.takes(k);
+  return n;
 }
 
 }  // namespace
@@ -60,7 +83,12 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   std::vector<char> busy;
   for (size_t s = 0; s < p.stage_count(); ++s) {
     const size_t r = static_cast<size_t>(p.stage(s).gradient_replicas());
-    n.compute += p.stage(s).devices.size() * m * static_cast<size_t>(passes);
+    if (p.stage(s).round_robin)
+      for (size_t j = 0; j < p.stage(s).devices.size(); ++j)
+        n.compute += turns(static_cast<int>(j), static_cast<int>(r), static_cast<int>(m)) *
+                     static_cast<size_t>(passes);
+    else
+      n.compute += p.stage(s).devices.size() * m * static_cast<size_t>(passes);
     for (int d : p.stage(s).devices) {
       if (d >= static_cast<int>(busy.size())) busy.resize(d + 1, 0);
       busy[d] = 1;
@@ -69,9 +97,10 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
     for (int t : p.successors(static_cast<int>(s))) {
       const auto& from = p.stage(s).devices;
       const auto& to = p.stage(t).devices;
-      for_each_device_pair(p, s, t, [&](size_t i, size_t j, double) {
-        n.transfers += from[i] == to[j] ? 0 : 2 * m;
-        n.dependencies += 4 * m;
+      for_each_device_pair(p, s, t, [&](size_t i, size_t j, double, const Turn& turn) {
+        const size_t k = pair_turns(turn, static_cast<int>(m));
+        n.transfers += from[i] == to[j] ? 0 : 2 * k;
+        n.dependencies += 4 * k;
       });
     }
   }
@@ -178,6 +207,7 @@ class Lowering {
   std::vector<std::vector<StageCost>> owned_costs_;
   const std::vector<std::vector<StageCost>>* costs_ = nullptr;
   bool any_grouped_ = false, bucketed_ = false;
+  bool round_robin_ = false;  // some stage's replicas take micro-batches in turn (Stage::round_robin)
   size_t piece_tasks_ = 0, group_flows_ = 0;  // grouped stages' extra compute pieces and their flows
   int buckets_ = 1;
   // (stage, replica) pairs are numbered rep_base_[s] + j. A device's replicas, (stage, j) by stage,
@@ -226,10 +256,13 @@ class Lowering {
   void for_each_transfer_pair(F&& f) const {
     for (size_t s = 0; s < S_; ++s)
       for (int t : p_.successors(static_cast<int>(s)))
-        for_each_device_pair(p_, s, t, [&](size_t i, size_t j, double share) { f(s, t, i, j, share); });
+        for_each_device_pair(p_, s, t, [&](size_t i, size_t j, double share, const Turn& turn) {
+          f(s, t, i, j, share, turn);
+        });
   }
 
   Status count();
+  Status check_round_robin();
   void number_replicas();
   void find_bucketed_backwards();
   void count_pipeline_transfers();
@@ -276,6 +309,7 @@ Status Lowering::count() {
     costs_ = &owned_costs_;
   }
   if (costs_->size() != S_) return Error{"internal error: the stage costs given do not match the partition"};
+  if (Status rr = check_round_robin(); !rr) return rr;
   for (size_t s = 0; s < S_; ++s)
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
@@ -338,6 +372,30 @@ Status Lowering::count() {
   return {};
 }
 
+// Round-robin replicas: stages without tensor, context or expert parallelism, sharing no device with
+// the stages they exchange data with (a replica's transfers are then the same for each of its
+// micro-batches).
+Status Lowering::check_round_robin() {
+  for (size_t s = 0; s < S_; ++s) {
+    const Stage& a = p_.stage(s);
+    if (!a.round_robin) continue;
+    round_robin_ = true;
+    if (a.grouped())
+      return Error{fmt::format(
+          "stage {}: round-robin replicas are for data-parallel replicas without tensor, context or expert "
+          "parallelism",
+          s)};
+    for (int t : p_.successors(static_cast<int>(s)))
+      for (int d : p_.stage(t).devices)
+        if (std::find(a.devices.begin(), a.devices.end(), d) != a.devices.end())
+          return Error{fmt::format(
+              "stages {} and {} share {}: round-robin replicas need the stages they exchange data with on "
+              "other devices",
+              s, t, c_.devices[d].name)};
+  }
+  return {};
+}
+
 void Lowering::number_replicas() {
   g_.samples_per_iteration = m_ * o_.micro_batch_size;
   g_.device_order.resize(D_);
@@ -371,8 +429,16 @@ void Lowering::find_bucketed_backwards() {
 void Lowering::count_pipeline_transfers() {
   out_forward_.assign(rep_base_[S_], 0);
   out_backward_.assign(rep_base_[S_], 0);
-  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double) {
+  // A round-robin F sends to the consumer replica whose turn its micro-batch is: counted on the
+  // producer's first micro-batch (and a B's on the consumer's), the same for each (the stages of a
+  // round-robin pair share no device: count()).
+  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double, const Turn& turn) {
     if (p_.stage(s).devices[i] == p_.stage(t).devices[j]) return;
+    if (turn.round_robin) {
+      out_forward_[rep_index(static_cast<int>(s), static_cast<int>(i))] += turn.takes(turn.i);
+      out_backward_[rep_index(t, static_cast<int>(j))] += turn.takes(turn.j);
+      return;
+    }
     ++out_forward_[rep_index(static_cast<int>(s), static_cast<int>(i))];
     ++out_backward_[rep_index(t, static_cast<int>(j))];
   });
@@ -516,19 +582,26 @@ Status Lowering::add_pipeline_transfers() {
     ++placed;
     return id;
   };
-  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double share) {
+  // Round-robin pairs change with the micro-batch: their places are counted per pass instead.
+  std::vector<int32_t> filled(round_robin_ ? slot_.size() : 0, 0);
+  for_each_transfer_pair([&](size_t s, int t, size_t i, size_t j, double share, const Turn& turn) {
     auto e = boost::edge(s, t, p_.graph).first;
     const double bytes = p_.graph[e].bytes_per_sample * o_.micro_batch_size;
     const auto& from = p_.stage(s).devices;
     const auto& to = p_.stage(t).devices;
     const int si = static_cast<int>(s), ii = static_cast<int>(i), ji = static_cast<int>(j);
     int32_t fo = 0, bo = 0;  // this pair's places after the F and the B (from 1; 0: no transfer)
-    if (from[i] != to[j]) {
+    if (from[i] != to[j] && !round_robin_) {
       fo = ++forward_offset[rep_index(si, ii)];
       bo = ++backward_offset[rep_index(t, ji)];
     }
     for (int k = 0; k < m_; ++k) {
       if (!p_.stage(s).runs(k, m_)) continue;  // DualPipe: the other pipeline's micro-batch
+      if (!turn.takes(k)) continue;            // round-robin: another replica's micro-batch
+      if (round_robin_ && from[i] != to[j]) {
+        fo = ++filled[slot_index(si, ii, Pass::Forward, k)];
+        bo = ++filled[slot_index(t, ji, Pass::Backward, k)];
+      }
       const int32_t f_src = slot_of(si, ii, Pass::Forward, k);
       int32_t f_dst = slot_of(t, ji, Pass::Forward, k);
       const int32_t b_src = slot_of(t, ji, Pass::Backward, k);

@@ -34,6 +34,14 @@ struct Stage {
   bool runs(int micro_batch, int micro_batches) const {
     return route == 0 || (route == 1) == (micro_batch < micro_batches / 2);
   }
+  // Replicas take whole micro-batches in turn (PipeDream's round-robin: micro-batch k on replica
+  // k mod replicas) instead of splitting each; only for stages without tensor, context or expert
+  // parallelism. A replica then runs every pass of its micro-batches at the full micro-batch size.
+  bool round_robin = false;
+  // Whether replica j runs micro-batch k (of m).
+  bool runs_on(int replica, int micro_batch, int micro_batches) const {
+    return runs(micro_batch, micro_batches) && (!round_robin || micro_batch % replicas() == replica);
+  }
   // Data-parallel replicas: groups of t x cp devices that share no samples.
   int replicas() const { return static_cast<int>(devices.size()) / (tensor_parallel * context_parallel); }
   // The devices each tensor-parallel rank reduces its gradients with: data x context parallel (Megatron

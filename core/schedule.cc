@@ -5,22 +5,30 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/partition.h"
+
 namespace pipegrid {
 
 char pass_letter(Pass p) {
   switch (p) {
-    case Pass::Forward: return 'F';
-    case Pass::Backward: return 'B';
-    case Pass::Weight: return 'W';
+    case Pass::Forward:
+      return 'F';
+    case Pass::Backward:
+      return 'B';
+    case Pass::Weight:
+      return 'W';
   }
   return '?';
 }
 
-std::string to_string(const Action& a) { return fmt::format("{}{}{}", a.stage, pass_letter(a.pass), a.micro_batch); }
+std::string to_string(const Action& a) {
+  return fmt::format("{}{}{}", a.stage, pass_letter(a.pass), a.micro_batch);
+}
 
 Result<Action> parse_action(std::string_view text) {
   auto fail = [&] {
-    return Error{fmt::format("expected an action like \"2F0\" (stage, F/B/W, micro-batch), got \"{}\"", text)};
+    return Error{
+        fmt::format("expected an action like \"2F0\" (stage, F/B/W, micro-batch), got \"{}\"", text)};
   };
   Action a;
   const char* p = text.data();
@@ -28,10 +36,18 @@ Result<Action> parse_action(std::string_view text) {
   auto r1 = std::from_chars(p, end, a.stage);
   if (r1.ec != std::errc() || r1.ptr == end) return fail();
   switch (*r1.ptr) {
-    case 'F': a.pass = Pass::Forward; break;
-    case 'B': case 'I': a.pass = Pass::Backward; break;
-    case 'W': a.pass = Pass::Weight; break;
-    default: return fail();
+    case 'F':
+      a.pass = Pass::Forward;
+      break;
+    case 'B':
+    case 'I':
+      a.pass = Pass::Backward;
+      break;
+    case 'W':
+      a.pass = Pass::Weight;
+      break;
+    default:
+      return fail();
   }
   auto r2 = std::from_chars(r1.ptr + 1, end, a.micro_batch);
   if (r2.ec != std::errc() || r2.ptr != end || a.stage < 0 || a.micro_batch < 0) return fail();
@@ -78,11 +94,13 @@ Result<Schedule> parse_schedule_csv(std::string_view text, std::string_view name
       while (lead < cell.size() && (cell[lead] == ' ' || cell[lead] == '\t' || cell[lead] == '"')) ++lead;
       const size_t cell_col = col + lead + 1;
       cell.remove_prefix(lead);
-      while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t' || cell.back() == '"')) cell.remove_suffix(1);
+      while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t' || cell.back() == '"'))
+        cell.remove_suffix(1);
       col = comma + 1;
       if (cell.empty() || cell == "None") continue;
       bool ignored = false;
-      for (std::string_view comm : {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"})
+      for (std::string_view comm :
+           {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"})
         if (cell.find(comm) != std::string_view::npos) ignored = true;
       if (ignored) continue;
       Result<Action> a = parse_action(cell);
@@ -114,7 +132,8 @@ std::string to_grid(const Schedule& s, const std::vector<std::string>& names) {
   out += '\n';
   for (size_t i = 0; i < steps; ++i) {
     out += fmt::format("{:<6}", i);
-    for (const auto& row : s.device_actions) out += fmt::format(" {:<{}}", i < row.size() ? to_string(row[i]) : "", width);
+    for (const auto& row : s.device_actions)
+      out += fmt::format(" {:<{}}", i < row.size() ? to_string(row[i]) : "", width);
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += '\n';
   }
@@ -133,14 +152,34 @@ std::string to_text(const Schedule& s, const std::vector<std::string>& names) {
   return out;
 }
 
+void keep_round_robin_turns(Schedule& s, const Partition& p) {
+  if (!s.source.empty()) return;
+  for (size_t st = 0; st < p.stage_count(); ++st) {
+    const Stage& stage = p.stage(st);
+    if (!stage.round_robin || stage.replicas() <= 1) continue;
+    for (size_t j = 0; j < stage.devices.size(); ++j) {
+      const size_t d = static_cast<size_t>(stage.devices[j]);
+      if (d >= s.device_actions.size()) continue;
+      const int replica = static_cast<int>(j) / (stage.tensor_parallel * stage.context_parallel);
+      auto& acts = s.device_actions[d];
+      acts.erase(std::remove_if(acts.begin(), acts.end(),
+                                [&](const Action& a) {
+                                  return a.stage == static_cast<int>(st) &&
+                                         a.micro_batch % stage.replicas() != replica;
+                                }),
+                 acts.end());
+    }
+  }
+}
+
 void pair_forward_backward(Schedule& s) {
   s.paired.resize(s.device_actions.size());
   for (size_t d = 0; d < s.device_actions.size(); ++d) {
     const auto& a = s.device_actions[d];
     s.paired[d].resize(a.size(), 0);
     for (size_t i = 0; i + 1 < a.size(); ++i)
-      if (a[i].pass == Pass::Forward && a[i + 1].pass == Pass::Backward && a[i].micro_batch != a[i + 1].micro_batch &&
-          !(i > 0 && s.paired[d][i - 1])) {
+      if (a[i].pass == Pass::Forward && a[i + 1].pass == Pass::Backward &&
+          a[i].micro_batch != a[i + 1].micro_batch && !(i > 0 && s.paired[d][i - 1])) {
         s.paired[d][i] = 1;
         ++i;
       }

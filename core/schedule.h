@@ -44,7 +44,9 @@ struct Schedule {
   // whose passes are pieces separated by collectives the two interleave (F piece, B piece, ...), so
   // that one's collectives run beside the other's compute. Empty: no pairs.
   std::vector<std::vector<char>> paired;
-  bool is_paired(size_t d, size_t i) const { return d < paired.size() && i < paired[d].size() && paired[d][i]; }
+  bool is_paired(size_t d, size_t i) const {
+    return d < paired.size() && i < paired[d].size() && paired[d][i];
+  }
   // For schedules read from a file: its name and each action's position (same shape as
   // device_actions); empty otherwise.
   std::string source;
@@ -53,6 +55,15 @@ struct Schedule {
   // "<source>:<line>:<column>: " for an action read from a file, "" otherwise.
   std::string location(size_t device, size_t index) const;
 };
+
+struct Partition;
+
+// Round-robin replicas (Stage::round_robin): drops from each replica device the actions of the
+// micro-batches another replica of that stage takes, so a schedule plug-in's per-stage order (every
+// replica alike) becomes each replica's turns, in the same order. A subsequence of a valid order on
+// every device stays deadlock-free. Schedules read from a file are left as written (the validator
+// checks them).
+void keep_round_robin_turns(Schedule& s, const Partition& p);
 
 // Megatron-Core's --overlap-moe-expert-parallel-comm: on each device, every forward directly
 // followed by a backward of another micro-batch forms an overlapped pair with it (Schedule::paired);

@@ -321,7 +321,9 @@ Result<std::vector<StageCost>> plain_stage_costs(const Workload& w, const Cluste
                                                  size_t s, double micro_batch_size, Recompute recompute,
                                                  const TensorParallelOptions& tp) {
   const Stage& st = p.stage(s);
-  const double share = micro_batch_size / static_cast<double>(st.devices.size());
+  // Split replicas each take 1/d of a micro-batch; round-robin ones a whole micro-batch in turn.
+  const double share =
+      st.round_robin ? micro_batch_size : micro_batch_size / static_cast<double>(st.devices.size());
   // The stage's input per sample: what its predecessors send, or the model's input.
   double input = 0;
   for (auto [it, end] = boost::in_edges(s, p.graph); it != end; ++it) input += p.graph[*it].bytes_per_sample;

@@ -39,6 +39,9 @@ struct PartitionerOptions {
   bool memory_constraint = false;                            // bound each stage's stash by the device memory
   bool linearize = false;                                    // plan over the prefixes of a topological order
   MegatronSplit megatron;                                    // megatron: uneven first and last stages
+  // Replicas of a stage take whole micro-batches in turn (PipeDream's round-robin; Stage::round_robin)
+  // rather than splitting each: any replica count then keeps whole samples.
+  bool round_robin = false;
 };
 
 struct PartitionRequest {

@@ -100,6 +100,15 @@ class ScheduleCheck {
                               "pipelines), not micro-batch {}",
                               to_string(a), a.stage, p_.stage(a.stage).route == 1 ? "first" : "second", m_,
                               a.micro_batch));
+    if (const Stage& st = p_.stage(a.stage); st.round_robin && st.replicas() > 1) {
+      const int j = replica_on(a.stage, d);
+      if (!st.runs_on(j, a.micro_batch, m_))
+        return fail(d, i,
+                    fmt::format("{}: stage {}'s {} replicas take whole micro-batches in turn (round-robin), "
+                                "and micro-batch {} is replica {}'s, not {}'s (replica {})",
+                                to_string(a), a.stage, st.replicas(), a.micro_batch,
+                                a.micro_batch % st.replicas(), names_[d], j));
+    }
     if (a.pass == Pass::Weight && !s_.split_backward)
       return fail(d, i,
                   fmt::format("{} is a weight-gradient pass, but the backward is not split", to_string(a)));
@@ -126,7 +135,7 @@ class ScheduleCheck {
       const int stage = hosted_[d][h];
       for (int k = 0; k < m_; ++k) {
         const int have = seen_[h * static_cast<size_t>(m_) + static_cast<size_t>(k)];
-        if (have == want || !p_.stage(stage).runs(k, m_)) continue;
+        if (have == want || !p_.stage(stage).runs_on(replica_on(stage, d), k, m_)) continue;
         Pass miss = !(have & 1) ? Pass::Forward : !(have & 2) ? Pass::Backward : Pass::Weight;
         return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names_[d], stage,
                                  to_string(Action{stage, miss, k}))};
@@ -135,8 +144,19 @@ class ScheduleCheck {
     return {};
   }
 
+  // The replica of `stage` that device d is (its position over t x cp); 0 when the stage is not
+  // round-robin (runs_on ignores it then).
+  int replica_on(int stage, size_t d) const {
+    const Stage& st = p_.stage(stage);
+    if (!st.round_robin) return 0;
+    const auto at = std::find(st.devices.begin(), st.devices.end(), static_cast<int>(d));
+    return static_cast<int>(at - st.devices.begin()) / (st.tensor_parallel * st.context_parallel);
+  }
+
   // Replicas of a stage split each micro-batch: they must run that stage's actions in one order.
+  // Round-robin replicas run different micro-batches, each in its own order.
   Status check_replica_order(size_t stage) const {
+    if (p_.stage(stage).round_robin) return {};
     const auto& devs = p_.stage(stage).devices;
     auto order_of = [&](int d) {
       std::vector<std::pair<size_t, Action>> out;  // (position in the device's list, action)

@@ -59,7 +59,9 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
   o.memory_constraint = r.options.memory_constraint;
   o.linearize = r.options.linearize;
   o.memory_bytes = spec.usable_memory();
-  o.whole_samples_of = r.micro_batch_size;  // replicas take whole samples of a micro-batch
+  // Split replicas take whole samples of a micro-batch; round-robin ones (PipeDream's own mode) take
+  // whole micro-batches, so any count is allowed.
+  o.whole_samples_of = r.options.round_robin ? 0 : r.micro_batch_size;
   if (r.options.hierarchy.empty()) {
     Result<std::vector<PipeDreamLevel>> levels = default_levels(r.cluster);
     if (!levels) return levels.error();
@@ -77,11 +79,12 @@ Result<Partition> partition_pipedream(const PartitionRequest& r) {
   // Over several levels a stage's replicas multiply (2 x 2 on micro-batches of 2): refused, not split.
   for (size_t s = 0; s < plan->stages.size(); ++s)
     if (const int c = static_cast<int>(plan->stages[s].devices.size());
-        !whole_samples_per_replica(r.micro_batch_size, c))
-      return Error{fmt::format(
-          "pipedream: stage {} would have {} replicas over {} levels, splitting each micro-batch of {} samples "
-          "into {} samples each; use a micro-batch size divisible by {} (or global_batch)",
-          s, c, o.levels.size(), r.micro_batch_size, r.micro_batch_size / c, c)};
+        !r.options.round_robin && !whole_samples_per_replica(r.micro_batch_size, c))
+      return Error{
+          fmt::format("pipedream: stage {} would have {} replicas over {} levels, splitting each micro-batch "
+                      "of {} samples "
+                      "into {} samples each; use a micro-batch size divisible by {} (or global_batch)",
+                      s, c, o.levels.size(), r.micro_batch_size, r.micro_batch_size / c, c)};
   std::vector<int> stage_of(w.layer_count(), -1);
   std::vector<std::vector<int>> devices;
   for (size_t s = 0; s < plan->stages.size(); ++s) {

@@ -87,6 +87,16 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
       stage.context_parallel = cp;
     }
   if (Status e = apply_expert_parallel(r, plan.partition); !e) return e.error();
+  if (s.partitioner_options.round_robin)
+    for (size_t st = 0; st < plan.partition.stage_count(); ++st) {
+      Stage& stage = plan.partition.graph[st];
+      stage.round_robin = true;
+      if (stage.replicas() > mb.count)
+        return Error{fmt::format(
+            "stage {} has {} round-robin replicas but there are {} micro-batches: replicas past the {} would "
+            "idle; use at least {} micro-batches, or replica_mode: split",
+            st, stage.replicas(), mb.count, mb.count, stage.replicas())};
+    }
   if (replicas > 1)
     for (size_t st = 0; st < plan.partition.stage_count(); ++st)
       if (plan.partition.stage(st).replicas() != replicas)
@@ -104,6 +114,7 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();
   plan.schedule = std::move(*sched);
+  keep_round_robin_turns(plan.schedule, plan.partition);
   if (s.moe_overlap) pair_forward_backward(plan.schedule);
   return plan;
 }
@@ -212,7 +223,7 @@ TriedPlan tried_plan(const Candidate& c, std::string what) {
 std::optional<int> fractional_split(const Plan& p) {
   for (size_t s = 0; s < p.partition.stage_count(); ++s)
     if (const int c = static_cast<int>(p.partition.stage(s).devices.size());
-        !whole_samples_per_replica(p.micro_batch_size, c))
+        !p.partition.stage(s).round_robin && !whole_samples_per_replica(p.micro_batch_size, c))
       return c;
   return std::nullopt;
 }
@@ -232,6 +243,7 @@ Status schedule_and_score(const PlanRequest& r, const ScheduleStrategy& schedule
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();
   c.plan.schedule = std::move(*sched);
+  keep_round_robin_turns(c.plan.schedule, c.plan.partition);
   Result<TaskGraph> g = lower_plan(r, c.plan);
   if (!g) return g.error();
   c.graph = std::move(*g);

@@ -6,7 +6,10 @@
 
 #include "core/evaluate.h"
 #include "core/experiment.h"
+#include "core/lower.h"
 #include "core/metrics.h"
+#include "core/models/chain.h"
+#include "core/validate.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 
@@ -132,4 +135,70 @@ TEST_CASE("the optimizer step ends the iteration on every device") {
   // Device 0 finishes last (its final backward ends the flush), then steps.
   CHECK(m.iteration_time_s == pipegrid::testing::approx(11 * 3e-3 + 5e-3).epsilon(1e-9));
   CHECK(m.devices[0].busy_s == pipegrid::testing::approx(8 * 3e-3 + 5e-3).epsilon(1e-9));
+}
+
+TEST_CASE("round-robin replicas: r pipelines of m / r whole micro-batches each (closed form)") {
+  // p stages of r replicas each, replicas taking whole micro-batches in turn (PipeDream): replica j of
+  // every stage runs micro-batches j, j + r, ...: r independent pipelines of m / r micro-batches, each
+  // pass at the full micro-batch's time, so (m / r + p - 1)(T_F + T_BW) for GPipe and 1F1B alike. Split
+  // replicas instead run every micro-batch at 1 / r of its time: (m + p - 1)(T_F + T_BW) / r.
+  const double tf = 1.3e-3, tbw = 2.9e-3;
+  for (const char* sched : {"gpipe", "1f1b"})
+    for (int p : {1, 2, 3})
+      for (int r : {2, 3})
+        for (int k : {1, 2, 3}) {
+          const int m = k * r;
+          Experiment e = chain_experiment(p, m, tf, tbw, sched,
+                                          make_switch_cluster(p * r, "gpu", test_device(), 1e21, 0));
+          e.strategy.replicas = r;
+          e.strategy.partitioner_options.round_robin = true;
+          INFO(sched << " p=" << p << " r=" << r << " m=" << m);
+          CHECK(close_rel(analytic(e).iteration_time_s, (k + p - 1) * (tf + tbw), 1e-9));
+          e.strategy.partitioner_options.round_robin = false;
+          CHECK(close_rel(analytic(e).iteration_time_s, (m + p - 1) * (tf + tbw) / r, 1e-9));
+        }
+}
+
+TEST_CASE("round-robin replicas: PipeDream's 3,1 plan by hand, and a schedule that breaks the turns") {
+  // Four layers of F = B = 1 ms; stage 0 (three layers: 3 ms a pass) on three round-robin replicas,
+  // stage 1 (one layer) on one device; GPipe, m = 6. By hand (ms): the replicas run F of 0, 1, 2 in
+  // [0, 3] and of 3, 4, 5 in [3, 6]; stage 1 runs F k in [3 + k, 4 + k] (k = 0 .. 5), then its six
+  // backwards one after another in [9, 15], each 1 ms; a replica's backward of 3 ms starts once stage
+  // 1's backward of its micro-batch is done and it is free: the last ends at 18 whatever order stage 1
+  // takes them in (descending: 5 at 10 -> 13, then 2 at 13 -> 16; 4 at 11 -> 14, 1 at 14 -> 17; 3 at
+  // 12 -> 15, 0 at 15 -> 18).
+  ChainSpec spec;
+  spec.layers = 4;
+  spec.forward_s = 1e-3;
+  spec.backward_s = 1e-3;
+  spec.activation_bytes = 1024;
+  spec.parameter_bytes = 1024;
+  const Workload w = make_chain(spec);
+  const Cluster c = make_switch_cluster(4, "gpu", test_device(), 1e21, 0);
+  Result<Partition> part = make_partition(w, {0, 0, 0, 1}, {{0, 1, 2}, {3}}, 4);
+  REQUIRE(part.ok());
+  add_sequence_edges(*part);
+  for (size_t s = 0; s < part->stage_count(); ++s) part->graph[s].round_robin = true;
+  const int m = 6;
+  Result<Schedule> sched = (*find_schedule("gpipe"))->build({*part, 4, m, 1, {}, {}});
+  REQUIRE(sched.ok());
+  const Schedule whole = *sched;
+  keep_round_robin_turns(*sched, *part);
+  const std::vector<std::string> names = device_names(c);
+  REQUIRE(validate_schedule(*sched, *part, m, names).ok());
+  CHECK(sched->device_actions[0].size() == 4);  // F and B of micro-batches 0 and 3
+  CHECK(sched->device_actions[3].size() == 12);
+  LoweringOptions lo;
+  lo.micro_batches = m;
+  Result<TaskGraph> g = lower(w, c, *part, *sched, lo);
+  REQUIRE(g.ok());
+  Result<Timeline> t = evaluate(*g, c);
+  REQUIRE(t.ok());
+  CHECK(close_rel(compute_metrics(c, *g, *t).iteration_time_s, 18e-3, 1e-9));
+  // The plug-in's order, unfiltered, gives a replica another's micro-batch: a located error.
+  Status bad = validate_schedule(whole, *part, m, names);
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message.find("stage 0's 3 replicas take whole micro-batches in turn (round-robin), and "
+                                 "micro-batch 1 is replica 1's, not gpu0's (replica 0)") !=
+        std::string::npos);
 }

@@ -134,7 +134,8 @@ TEST_CASE("batch: run and plan state the global batch, the micro-batch per repli
                                   {"micro_batches", 8},
                                   {"tensor_parallel", 2},
                                   {"pipeline_parallel", 2},
-                                  {"data_parallel", 4}});
+                                  {"data_parallel", 4},
+                                  {"replica_mode", "split"}});
   }
 }
 

@@ -78,18 +78,35 @@ TEST_CASE("planners consider only micro-batch sizes that give every replica whol
   for (const json& r : k["plan"]["replicas_per_stage"]) CHECK(size % r.get<long long>() == 0);
 }
 
-TEST_CASE("pipedream's replication divides the micro-batch (was 6 replicas of a 32-sample micro-batch)") {
+TEST_CASE("pipedream's split replicas divide the micro-batch; round-robin ones need m >= replicas") {
+  // Split (replica_mode: split), a replica count must divide the 32-sample micro-batch (it was 6
+  // replicas, 5.33 samples each). Round-robin (the default with this partitioner), PipeDream's 6
+  // replicas each take whole micro-batches: with 4 micro-batches two would idle, a located error.
   TempDir t;
-  const std::string f = t.write(
-      "p.yaml", "workload: {profile: " + std::string(PIPEGRID_PROFILES_DIR) +
-                    "/dapple/vgg-19-pbs-32.txt, batch: 32, device: v100}\n"
-                    "cluster: {preset: dgx1-v100-8}\nstrategy: {partitioner: pipedream, micro_batches: 4}\n");
+  const std::string head = "workload: {profile: " + std::string(PIPEGRID_PROFILES_DIR) +
+                           "/dapple/vgg-19-pbs-32.txt, batch: 32, device: v100}\n"
+                           "cluster: {preset: dgx1-v100-8}\n";
+  const std::string f =
+      t.write("p.yaml", head + "strategy: {partitioner: pipedream, micro_batches: 4, replica_mode: split}\n");
   auto r = run_command({PIPEGRID_BINARY, "plan", f, "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("warning") == std::string::npos);
   json j = json::parse(r.out);
   for (const json& s : j["stages"]) CHECK(32 % s["replicas"].get<int>() == 0);
+  auto few =
+      run_command({PIPEGRID_BINARY, "plan",
+                   t.write("q.yaml", head + "strategy: {partitioner: pipedream, micro_batches: 4}\n")});
+  CHECK(few.exit_code == 2);
+  CHECK(few.err.find("stage 0 has 6 round-robin replicas but there are 4 micro-batches") !=
+        std::string::npos);
+  auto rr = run_command({PIPEGRID_BINARY, "plan",
+                         t.write("r.yaml", head + "strategy: {partitioner: pipedream, micro_batches: 8}\n"),
+                         "--json"});
+  REQUIRE(rr.exit_code == 0);
+  json k = json::parse(rr.out);
+  CHECK(k["stages"][0]["replicas"] == 6);
+  CHECK(k["batch"]["replica_mode"] == "round-robin");
 }
 
 TEST_CASE("the chosen plan, structured, in run and plan --json") {

@@ -175,7 +175,9 @@ void check_whole_samples(const Node& n, const Chosen& chosen, const Experiment& 
   bool allow = false;
   if (auto a = n.get("allow_fractional_samples")) allow = a->boolean();
   const double size = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
-  if (allow || d <= 1 || whole_samples_per_replica(size, static_cast<int>(d))) return;
+  if (allow || d <= 1 || e.strategy.partitioner_options.round_robin ||
+      whole_samples_per_replica(size, static_cast<int>(d)))
+    return;
   const std::optional<Node> key = n.get("replicas") ? n.get("replicas") : n.get("partitioner");
   const Node& at = key ? *key : n;
   at.fail(
@@ -520,6 +522,29 @@ void parse_hierarchy(const Node& h, StrategySpec& s, const Cluster& c) {
   }
 }
 
+// `replica_mode`: how a stage's data-parallel replicas share the micro-batches. `split` (each takes
+// b / d samples of every micro-batch, as Megatron and DAPPLE run) or `round-robin` (each takes whole
+// micro-batches in turn, as PipeDream runs them: any replica count keeps whole samples). Default:
+// round-robin with `partitioner: pipedream`, split otherwise. Only the default planner runs it, on
+// stages without tensor, context or expert parallelism.
+void parse_replica_mode(const Node& n, StrategySpec& s, const Chosen& chosen) {
+  const std::optional<Node> v = n.get("replica_mode");
+  const bool runs_partitioner = chosen.planner.runs_partitioner;
+  s.partitioner_options.round_robin = runs_partitioner && s.partitioner == "pipedream";
+  if (!v) return;
+  s.partitioner_options.round_robin = v->choice({"split", "round-robin"}, "a replica mode") == "round-robin";
+  if (!runs_partitioner)
+    v->fail(
+        fmt::format("only used by the default planner (`partitioner: ...`); planner {} places its replicas "
+                    "itself and splits each micro-batch between them",
+                    chosen.planner.name));
+  if (s.partitioner_options.round_robin &&
+      (s.tensor_parallel > 1 || s.context_parallel > 1 || s.expert_parallel > 1))
+    v->fail(
+        "round-robin replicas are for data-parallel replicas without tensor, context or expert parallelism "
+        "(write replica_mode: split)");
+}
+
 // Planner and partitioner settings: PipeDream's command-line options, luo's `baselines`.
 void parse_planner_settings(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
@@ -544,6 +569,7 @@ void parse_planner_settings(const Node& n, StrategySpec& s, const Chosen& chosen
     }
   }
   if (auto h = n.get("hierarchy")) parse_hierarchy(*h, s, c);
+  parse_replica_mode(n, s, chosen);
 }
 
 // `schedule_file`, the CSV that a schedule reading one runs.
@@ -573,7 +599,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
                 "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
                 "cp_algorithm", "cp_load_balance", "first_stage_blocks", "last_stage_blocks",
-                "account_for_embedding", "account_for_loss", "allow_fractional_samples"});
+                "account_for_embedding", "account_for_loss", "allow_fractional_samples", "replica_mode"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);

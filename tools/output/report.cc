@@ -184,7 +184,7 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const size_t r = static_cast<size_t>(run.partition.stage(s).replicas());
     const double slice = run.micro_batch_size / static_cast<double>(r);
-    if (r < 2 || slice == std::floor(slice)) continue;
+    if (r < 2 || slice == std::floor(slice) || run.partition.stage(s).round_robin) continue;
     auto it = std::find_if(split.begin(), split.end(), [r](const auto& g) { return g.first == r; });
     if (it == split.end()) it = split.insert(split.end(), {r, {}});
     it->second.push_back(static_cast<int>(s));
@@ -643,6 +643,13 @@ std::string degree(const Partition& p, std::string_view name, int (*of)(const St
   return fmt::format("{} = {} to {} by stage", name, lo, hi);
 }
 
+// Whether some replicated stage takes whole micro-batches in turn (Stage::round_robin).
+bool round_robin(const Partition& p) {
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    if (p.stage(s).round_robin && p.stage(s).replicas() > 1) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string batch_note(const PreparedRun& run) {
@@ -652,6 +659,11 @@ std::string batch_note(const PreparedRun& run) {
   const std::string degrees = fmt::format("{}, p = {}, {}", degree(p, "t", tensor_of),
                                           parallelism(p).pipeline, degree(p, "d", replicas_of));
   const int d = same_on_every_stage(p, replicas_of);
+  if (round_robin(p))
+    return fmt::format(
+        "global batch {} = {} x {}, each taken whole by a stage's replicas in turn "
+        "(round-robin); {}",
+        global, m, plural(run.micro_batch_size, "sample", "samples"), degrees);
   if (d == 0)
     return fmt::format("global batch {} = {} x {}, split between each stage's replicas; {}", global, m,
                        plural(run.micro_batch_size, "sample", "samples"), degrees);
@@ -664,8 +676,12 @@ nlohmann::json batch_json(const PreparedRun& run) {
   const Partition& p = run.partition;
   const int d = same_on_every_stage(p, replicas_of), t = same_on_every_stage(p, tensor_of);
   const auto or_null = [](int v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+  const bool rr = round_robin(p);
   return {{"global_batch", json_number(run.micro_batch_size * run.micro_batches)},
-          {"micro_batch_size_per_replica", d > 0 ? json_number(run.micro_batch_size / d) : nlohmann::json()},
+          {"micro_batch_size_per_replica", rr      ? json_number(run.micro_batch_size)
+                                           : d > 0 ? json_number(run.micro_batch_size / d)
+                                                   : nlohmann::json()},
+          {"replica_mode", rr ? "round-robin" : "split"},
           {"micro_batches", run.micro_batches},
           {"tensor_parallel", or_null(t)},
           {"pipeline_parallel", parallelism(p).pipeline},
@@ -691,7 +707,8 @@ nlohmann::json plan_json(const Experiment& e, const PreparedRun& run) {
     per_stage_devices.push_back(st.devices.size());
     replicas.push_back(st.replicas());  // data-parallel replicas: groups of tensor_parallel devices
     tensor.push_back(st.tensor_parallel);
-    samples.push_back(json_number(run.micro_batch_size / static_cast<double>(st.replicas())));
+    samples.push_back(json_number(
+        st.round_robin ? run.micro_batch_size : run.micro_batch_size / static_cast<double>(st.replicas())));
   }
   nlohmann::json tried = nlohmann::json::array();
   for (const TriedPlan& t : run.tried) {

@@ -171,6 +171,9 @@ std::string assumptions_note(const Experiment& e) {
                                                      b.megatron_fusion, b.blocks));
   }
   parts.push_back(fmt::format("{} data-parallel all-reduce", to_string(e.strategy.allreduce)));
+  if (e.strategy.partitioner_options.round_robin)
+    parts.push_back(
+        "replicas take whole micro-batches in turn (round-robin, as PipeDream; replica_mode: split)");
   const auto [reserve, by_default] = reserve_of(e.cluster);
   parts.push_back(reserve == 0 ? "no memory reserve"
                                : fmt::format("memory reserve {} per device ({}; --memory-margin)",
@@ -195,6 +198,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
   return {{"fused_attention", of_blocks(b.fused_attention)},
           {"megatron_fusion", of_blocks(b.megatron_fusion)},
           {"allreduce", std::string(to_string(e.strategy.allreduce))},
+          {"replica_mode", e.strategy.partitioner_options.round_robin ? "round-robin" : "split"},
           {"memory_reserve_bytes", json_number(reserve)},
           {"memory_reserve_default", by_default},
           {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
