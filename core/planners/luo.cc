@@ -17,10 +17,10 @@
 // samples (recomputation included), plus its ring all-reduce over g (2 (c - 1) x (the slowest ring
 // hop's latency + bytes / c / its bandwidth)) and optimizer step amortised over the m micro-batches;
 // a cut costs the activations crossing it sent over the real routes between the replicas that share
-// samples (latency + bytes x share / bandwidth: the slowest pair, or what one replica sends or
-// receives in all, which share its links). Memory: static + min(q, m) x stash +
-// the backward's workspace (and recomputed activations) within the group's smallest device, q being
-// the stage's position from the end (1F1B's in-flight count).
+// samples (latency + bytes x share / bandwidth: the slowest pair, what one replica sends or
+// receives in all, or the busiest link direction with every pair's share summed on it). Memory: static +
+// min(q, m) x stash + the backward's workspace (and recomputed activations) within the group's smallest
+// device, q being the stage's position from the end (1F1B's in-flight count).
 //
 // Whole samples only: a group of c replicas is used for micro-batches of b samples when c divides b.
 //
@@ -81,8 +81,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Net {
   int D = 0;
   std::vector<double> lat, bw;
+  // Per route: the channels it crosses (core/cluster.h link_channel) and each one's bandwidth.
+  std::vector<std::vector<std::pair<size_t, double>>> channels;
   double latency(int a, int b) const { return lat[a * D + b]; }
   double bandwidth(int a, int b) const { return bw[a * D + b]; }
+  const std::vector<std::pair<size_t, double>>& route(int a, int b) const { return channels[a * D + b]; }
 };
 
 Result<Net> measure(const Cluster& c) {
@@ -90,6 +93,7 @@ Result<Net> measure(const Cluster& c) {
   net.D = static_cast<int>(c.devices.size());
   net.lat.assign(net.D * net.D, 0.0);
   net.bw.assign(net.D * net.D, kInf);
+  net.channels.assign(static_cast<size_t>(net.D) * net.D, {});
   Router router(c);
   for (int a = 0; a < net.D; ++a)
     for (int b = 0; b < net.D; ++b) {
@@ -98,6 +102,8 @@ Result<Net> measure(const Cluster& c) {
       if (!route) return route.error();
       net.lat[a * net.D + b] = route->latency;
       net.bw[a * net.D + b] = route->bandwidth;
+      for (const Hop& h : route->hops)
+        net.channels[a * net.D + b].emplace_back(link_channel(c, h), c.links[h.link].bandwidth);
     }
   return net;
 }
@@ -280,7 +286,32 @@ class Model {
       for (int i = 0; i < a; ++i) t = std::max(t, lat + sent[i]);
       for (int x = 0; x < c; ++x) t = std::max(t, lat + received[x]);
     }
-    return t;
+    return std::max(t, lat + bytes * busiest_channel(h, g));
+  }
+
+  // Seconds per byte of a micro-batch's cut on the busiest channel between groups h and g: every
+  // pair's share summed on each channel of its route (several replicas behind one NIC share it:
+  // two DGX-1 over one 25 Gb/s NIC each), over that channel's bandwidth. Independent of the cut,
+  // so kept per group pair.
+  double busiest_channel(const Group& h, const Group& g) const {
+    const auto key = std::make_pair(&h, &g);
+    if (auto it = busiest_.find(key); it != busiest_.end()) return it->second;
+    std::unordered_map<size_t, std::pair<double, double>> load;  // channel: (share, bandwidth)
+    const int a = static_cast<int>(h.devs.size()), c = static_cast<int>(g.devs.size());
+    for (int i = 0; i < a; ++i)
+      for (int x = 0; x < c; ++x) {
+        const double share = replica_overlap(i, a, x, c);
+        if (share <= 0 || h.devs[i] == g.devs[x]) continue;
+        for (const auto& [channel, bw] : net_.route(h.devs[i], g.devs[x])) {
+          auto& l = load[channel];
+          l.first += share;
+          l.second = bw;
+        }
+      }
+    double worst = 0;
+    for (const auto& [channel, l] : load) worst = std::max(worst, l.first / l.second);
+    busiest_.emplace(key, worst);
+    return worst;
   }
 
   // At least any cut's time: the most bytes crossing a cut over the slowest route.
@@ -319,6 +350,12 @@ class Model {
  private:
   const PlanRequest& r_;
   const Net& net_;
+  struct PairHash {
+    size_t operator()(const std::pair<const Group*, const Group*>& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  mutable std::unordered_map<std::pair<const Group*, const Group*>, double, PairHash> busiest_;
   const std::vector<int>& order_;
   int classes_;
   double b_;
