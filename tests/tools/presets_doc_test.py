@@ -69,7 +69,7 @@ def main(pipegrid, root, write):
     # (dgx-h100-64 was offered dgx-h100-4, a 32-GPU preset).
     r = subprocess.run([pipegrid, "cluster", "show", "dgx-h100-64"], capture_output=True, text=True)
     want = ("the dgx-h100 presets, named by their device count: dgx-h100-8, dgx-h100-16, dgx-h100-32, "
-            "dgx-h100-32-switch, dgx-h100-1024, dgx-h100-16384; another size: refine one, "
+            "dgx-h100-32-switch, dgx-h100-1024, dgx-h100-16384, dgx-h100-131072; another size: refine one, "
             "{preset: dgx-h100-32, nodes: N}")
     if r.returncode != 2 or want not in r.stderr:
         failures.append(f"cluster show dgx-h100-64: {r.returncode} {r.stderr.strip()!r}")
