@@ -140,7 +140,8 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides deriv
     for (Precision p : kPrecisions) CHECK(d.spec.peak(p) > 0);  // amp: fp16's rate; no tf32 rate: fp32's
     CHECK(!d.source.empty());
   }
-  CHECK(device_catalog().size() == 15);  // V100, A100, H100, H200, B200 + a100-80gb, a100-40gb + 8 FPGAs
+  CHECK(device_catalog().size() ==
+        16);  // V100, A100, H100, H200, B200, GB200 + a100-80gb, a100-40gb + 8 FPGAs
 }
 
 TEST_CASE("device errors: unknown names list close matches") {
