@@ -200,6 +200,12 @@ std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weigh
           kernel(KernelClass::Elementwise, 0, 0, 0, ce, ce, 0, 2)};
 }
 
+double megatron_padded_vocabulary(double vocabulary, int t) {
+  if (t <= 1) return vocabulary;
+  const double multiple = 128.0 * t;
+  return std::ceil(vocabulary / multiple) * multiple;
+}
+
 namespace {
 
 // The attention part's pieces, forward and backward, around `mlp_forward` / `mlp_backward` (each
@@ -506,8 +512,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::MoeBlock:
       return moe_layer(l, t, o, precision, e, c);
     case TensorSplitKind::VocabEmbedding: {
-      if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
-        return st.error();
+      // Megatron's padded vocabulary: every rank holds vocabulary_padded / t whole rows.
+      const double pad = sp.vocabulary > 0 ? megatron_padded_vocabulary(sp.vocabulary, t) / sp.vocabulary : 1;
       const double act = sp.sequence * sp.hidden * eb;
       std::vector<Kernel> ks = layer_kernels(l);
       if (c.cp > 1)
@@ -518,16 +524,18 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
             collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
       if (t > 1 && seq) out.backward.push_back(collective(CollectiveKind::AllGather, act));
       out.backward.push_back(compute(ks));
-      out.parameters = l.parameters / t;
-      out.parameter_bytes = l.parameter_bytes / t;
+      out.parameters = l.parameters * pad / t;
+      out.parameter_bytes = l.parameter_bytes * pad / t;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1) / cp;
       return out;
     }
     case TensorSplitKind::VocabHead: {
-      if (Status st = divides(l, t, sp.vocabulary, "vocabulary (Megatron pads it to a multiple of t)"); !st)
-        return st.error();
+      // Megatron's padded vocabulary: the head's columns, logits and loss over vocabulary_padded / t.
+      TensorSplit padded = sp;
+      padded.vocabulary = megatron_padded_vocabulary(sp.vocabulary, t);
+      const double pad = sp.vocabulary > 0 ? padded.vocabulary / sp.vocabulary : 1;
       const double s = sp.sequence, act = s * sp.hidden * eb, T = t;
-      const std::vector<Kernel> k = vocab_head_kernels(sp, t, l.weight_bytes, precision);
+      const std::vector<Kernel> k = vocab_head_kernels(padded, t, l.weight_bytes * pad, precision);
       const Kernel &gemm = k[0], &loss = k[1];
       if (t > 1 && seq) out.forward.push_back(collective(CollectiveKind::AllGather, act));
       out.forward.push_back(compute({gemm}));
@@ -537,9 +545,9 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       if (t > 1)
         out.backward.push_back(
             collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
-      out.parameters = l.parameters / T;
-      out.parameter_bytes = l.parameter_bytes / T;
-      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / T / cp;
+      out.parameters = l.parameters * pad / T;
+      out.parameter_bytes = l.parameter_bytes * pad / T;
+      out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes * pad / T / cp;
       return out;
     }
   }

@@ -122,4 +122,11 @@ double block_active_parameters(const TensorSplit& s);
 // the head costs the same at every t.
 std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes, Precision precision);
 
+// Megatron-LM's padded vocabulary under tensor parallelism t > 1: the smallest multiple of 128 t at
+// least `vocabulary` (`--make-vocab-size-divisible-by`, default 128, times t: Megatron's
+// _vocab_size_with_padding), so that every rank holds whole rows; GPT-2's 50,257 becomes 50,432 at
+// t = 2 and 51,200 at t = 8. At t = 1 pipegrid keeps the model's own vocabulary (Megatron would pad
+// 50,257 to 50,304: 0.09% more head, not modelled).
+double megatron_padded_vocabulary(double vocabulary, int t);
+
 }  // namespace pipegrid

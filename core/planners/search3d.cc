@@ -264,7 +264,7 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
   if (t > per_node_) return fmt::format("(t, p, d): t above the {} devices of a node", per_node_);
   // (MoE blocks need sequence parallelism under t > 1: checked with it.)
   if (t > 1 && !divides(t, experts_ > 0).empty())
-    return "(t, p, d): t does not divide the heads, KV heads, FFN width or vocabulary";
+    return "(t, p, d): t does not divide the heads, KV heads or FFN width";
   if (blocks_ % p != 0 && (p < 2 || (blocks_ + 2) % p != 0))
     return fmt::format(
         "(t, p, d): p divides neither the {} transformer blocks nor them with the embedding and "

@@ -291,3 +291,42 @@ TEST_CASE(
     CHECK(calls == 3);
   }
 }
+
+TEST_CASE("Megatron's padded vocabulary: GPT-2's 50,257 split by any t, every rank a multiple of 128") {
+  // Megatron-LM pads the vocabulary to a multiple of 128 t (--make-vocab-size-divisible-by 128):
+  // by hand, 50,257 -> 50,432 at t = 2 (394 x 128), 50,688 at t = 4 (99 x 512), 51,200 at t = 8
+  // (50 x 1,024); 32,000 (Llama 2) at t = 2 stays 32,000 (125 x 256). A rank's head then holds
+  // h V_padded / t parameters and its logits' GEMM does 2 s h V_padded / t FLOPs.
+  CHECK(megatron_padded_vocabulary(50257, 1) == 50257);
+  CHECK(megatron_padded_vocabulary(50257, 2) == 50432);
+  CHECK(megatron_padded_vocabulary(50257, 4) == 50688);
+  CHECK(megatron_padded_vocabulary(50257, 8) == 51200);
+  CHECK(megatron_padded_vocabulary(32000, 2) == 32000);
+  const double s = 128, h = 256;
+  Result<Workload> w = build_model(**find_model("gpt"),
+                                   ModelArgs{{"layers", 1},
+                                             {"hidden", h},
+                                             {"heads", 4},
+                                             {"sequence", s},
+                                             {"vocabulary", 50257},
+                                             {"tied_embeddings", 0}},
+                                   Precision::AMP);
+  REQUIRE(w.ok());
+  const Layer& head = w->layer(w->layer_count() - 1);
+  const Layer& embedding = w->layer(1);
+  REQUIRE(head.name == "lm_head");
+  REQUIRE(embedding.split.kind == TensorSplitKind::VocabEmbedding);
+  for (auto [t, padded] : {std::pair{2, 50432.0}, std::pair{8, 51200.0}}) {
+    CAPTURE(t);
+    Result<TpLayer> r = tensor_parallel_layer(head, t, {}, w->precision);
+    REQUIRE(r.ok());
+    CHECK(r->parameters == approx(h * padded / t));
+    double flops = 0;
+    for (const TpPiece& p : r->forward)
+      for (const Kernel& k : p.kernels) flops += k.forward_flops;
+    CHECK(flops == approx(2 * s * h * padded / t));
+    Result<TpLayer> e = tensor_parallel_layer(embedding, t, {}, w->precision);
+    REQUIRE(e.ok());
+    CHECK(e->parameters == approx(h * padded / t));
+  }
+}

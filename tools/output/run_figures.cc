@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/collectives.h"
+#include "core/tensor_parallel.h"
 #include "core/units.h"
 #include "tools/output/report.h"
 
@@ -148,6 +149,19 @@ std::string_view fp8_recipe(Precision p) {
   }
 }
 
+// The vocabulary Megatron pads to under tensor parallelism (core/tensor_parallel.h), when the
+// workload has a vocabulary-parallel layer and t > 1: {the model's, the padded}; {0, 0} otherwise.
+std::pair<double, double> padded_vocabulary(const Experiment& e) {
+  if (e.strategy.tensor_parallel <= 1) return {0, 0};
+  for (size_t l = 0; l < e.workload.layer_count(); ++l) {
+    const TensorSplit& sp = e.workload.layer(static_cast<int>(l)).split;
+    if ((sp.kind == TensorSplitKind::VocabHead || sp.kind == TensorSplitKind::VocabEmbedding) &&
+        sp.vocabulary > 0)
+      return {sp.vocabulary, megatron_padded_vocabulary(sp.vocabulary, e.strategy.tensor_parallel)};
+  }
+  return {0, 0};
+}
+
 double gradient_bytes(const Experiment& e) {
   return e.strategy.gradient_reduce_bytes > 0 ? e.strategy.gradient_reduce_bytes
                                               : element_bytes(e.workload.precision);
@@ -180,6 +194,9 @@ std::string assumptions_note(const Experiment& e) {
                                              format_bytes(reserve),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
+  if (const auto [v, padded] = padded_vocabulary(e); padded > v)
+    parts.push_back(
+        fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
   if (fp8_training(e.workload.precision))
     parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
   for (const std::string& f : e.faults) parts.push_back("fault: " + f);
@@ -202,6 +219,8 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"memory_reserve_bytes", json_number(reserve)},
           {"memory_reserve_default", by_default},
           {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
+          {"padded_vocabulary",
+           padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
           {"faults", e.faults}};
 }
