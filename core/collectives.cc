@@ -153,6 +153,28 @@ std::vector<Deps> append_multiring(TaskGraph& g, const Cluster& c, CollectiveKin
   return done;
 }
 
+std::vector<Deps> append_merged_rings(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                      const std::vector<std::vector<size_t>>& orders,
+                                      const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
+  if (orders.size() < 2) return append_merged_ring(g, kind, devices, ready, bytes, tag);
+  std::vector<Deps> done(devices.size());
+  std::vector<int> order;
+  std::vector<Deps> order_ready;
+  for (const std::vector<size_t>& index : orders) {
+    order.clear();
+    order_ready.clear();
+    for (size_t j : index) {
+      order.push_back(devices[j]);
+      order_ready.push_back(ready[j]);
+    }
+    std::vector<Deps> got =
+        append_merged_ring(g, kind, order, order_ready, bytes / static_cast<double>(orders.size()), tag);
+    for (size_t i = 0; i < index.size(); ++i)
+      done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
+  }
+  return done;
+}
+
 std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, CollectiveKind kind,
                                       const std::vector<int>& devices, const std::vector<Deps>& ready,
                                       double bytes, const FlowTag& tag) {
@@ -334,6 +356,21 @@ std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, c
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,
                                    double bytes, int32_t stage) {
   return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage);
+}
+
+std::vector<std::vector<size_t>> group_ring_orders(const Cluster& c, const std::vector<int>& devices) {
+  const bool gpus = std::all_of(devices.begin(), devices.end(), [&](int d) {
+    return c.devices[static_cast<size_t>(d)].spec.family == "gpu";
+  });
+  if (gpus) return multi_ring_orders(c, devices);
+  std::vector<std::vector<size_t>> one(1, std::vector<size_t>(devices.size()));
+  for (size_t j = 0; j < devices.size(); ++j) one[0][j] = j;
+  return one;
+}
+
+bool all_gpus(const Cluster& c) {
+  return std::all_of(c.devices.begin(), c.devices.end(),
+                     [](const Device& d) { return d.spec.family == "gpu"; });
 }
 
 std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices) {

@@ -117,6 +117,12 @@ std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, Collective
 // result[j] = {flow j, flow j - 1}.
 std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
                                      const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// The merged-ring collective over several rings at once (NCCL's channels, one per NIC: the rings of
+// multi_ring_orders, as indices into `devices`), each carrying bytes / rings; a device holds the
+// result once its flows of every ring are done. One order: append_merged_ring.
+std::vector<Deps> append_merged_rings(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                      const std::vector<std::vector<size_t>>& orders,
+                                      const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
 // Ring shift (one step of a point-to-point ring, as ring attention's K/V exchange): device j sends S
 // bytes to device j + 1 once both of them are ready (an isend / irecv pair); device j holds its result
 // once its flows out and in are done: result[j] = {flow j, flow j - 1}.
@@ -175,6 +181,14 @@ std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, c
 // visiting the machines in order of first appearance and each machine's devices from its k-th;
 // otherwise one ring, `devices` in the order given.
 std::vector<std::vector<size_t>> multi_ring_orders(const Cluster& c, const std::vector<int>& devices);
+
+// The rings a group collective (tensor, context or expert tensor-parallel ring) runs over, as NCCL
+// runs it on GPUs: multi_ring_orders' (one ring per NIC across machines); one ring, in the order
+// given, where a device is not a GPU.
+std::vector<std::vector<size_t>> group_ring_orders(const Cluster& c, const std::vector<int>& devices);
+
+// Whether every device of the cluster is a GPU (the NCCL defaults apply).
+bool all_gpus(const Cluster& c);
 
 // Bytes one device sends in the merged-ring collective of `bytes` (the whole tensor) among t
 // devices: 2 (t - 1) / t x bytes for an all-reduce, (t - 1) / t x bytes for an all-gather or a

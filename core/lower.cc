@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/units.h"
@@ -283,6 +285,16 @@ class Lowering {
   // Flows device j of the all-to-all sends: {one per peer, node-aggregated where it may be}.
   std::pair<size_t, size_t> all_to_all_flows(int s, Pass pass, size_t x, size_t j) const;
   bool aggregate_ = false;  // the all-to-alls that may be are node-aggregated (decided in count())
+  // A group's ring collectives as NCCL runs them: one ring per NIC where the group spans machines
+  // with several of its devices each (multi_ring_orders), kept per (stage, group kind, first member).
+  std::map<std::tuple<int, int, int>, std::vector<std::vector<size_t>>> ring_orders_;
+  const std::vector<std::vector<size_t>>& ring_orders(int s, CommGroup group, const std::vector<int>& members,
+                                                      const std::vector<int>& devices) {
+    auto key = std::make_tuple(s, static_cast<int>(group), members.front());
+    auto it = ring_orders_.find(key);
+    if (it == ring_orders_.end()) it = ring_orders_.emplace(key, group_ring_orders(c_, devices)).first;
+    return it->second;
+  }
   std::vector<Deps> pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
                                         const std::vector<int>& devices, const std::vector<Deps>& ready,
                                         const FlowTag& tag);
@@ -327,8 +339,22 @@ Status Lowering::count() {
           piece_tasks_ += prog.collectives() * static_cast<size_t>(m_);
           for (size_t x = 0; x < prog.collectives(); ++x) {
             if (prog.flags[x] & kNoFlows) continue;
-            if (prog.kinds[x] != CollectiveKind::AllToAll) {
+            if (prog.kinds[x] == CollectiveKind::SendRecv) {
               group_flows_ += static_cast<size_t>(m_);
+            } else if (prog.kinds[x] != CollectiveKind::AllToAll) {  // one flow per ring (NIC)
+              const Stage& stage = p_.stage(st);
+              const std::vector<int> members = group_members(
+                  prog.groups[x], static_cast<int>(j), stage.tensor_parallel,
+                  {stage.expert_parallel, stage.expert_tensor_parallel}, stage.context_parallel);
+              auto known =
+                  ring_orders_.find({static_cast<int>(st), static_cast<int>(prog.groups[x]), members[0]});
+              size_t rings = known != ring_orders_.end() ? known->second.size() : 0;
+              if (rings == 0) {
+                std::vector<int> devices;
+                for (int q : members) devices.push_back(stage.devices[static_cast<size_t>(q)]);
+                rings = ring_orders(static_cast<int>(st), prog.groups[x], members, devices).size();
+              }
+              group_flows_ += rings * static_cast<size_t>(m_);
             } else if (prog.groups[x] == CommGroup::Context) {
               group_flows_ += static_cast<size_t>(cp - 1) * static_cast<size_t>(m_);
             } else {
@@ -717,7 +743,8 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
   } else if (prog.kinds[x] == CollectiveKind::SendRecv) {
     done = append_ring_shift(g_, devices, ready, prog.bytes[x], tag);
   } else {
-    done = append_merged_ring(g_, prog.kinds[x], devices, ready, prog.bytes[x], tag);
+    done = append_merged_rings(g_, prog.kinds[x], devices, ring_orders(s, prog.groups[x], members, devices),
+                               ready, prog.bytes[x], tag);
   }
   const bool beside = context ? (prog.flags[x] & kBesideNext) != 0 : o_.tensor_parallel.overlap;
   const size_t next = beside ? std::min(x + 2, prog.collectives()) : x + 1;

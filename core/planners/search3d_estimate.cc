@@ -31,6 +31,10 @@ namespace {
 struct GroupLinks {
   int n = 1;
   LinkCost ring;
+  // Where the group's ring collectives run as several rings (NCCL's ring per NIC across machines,
+  // multi_ring_orders, as the lowering runs them): seconds per byte of one device's flow on the
+  // busiest link direction, each ring carrying 1 / rings of it. 0: one ring, 1 / ring.bandwidth.
+  double seconds_per_byte = 0;
   int machines = 1, per_machine = 1;
   LinkCost intra, inter;
 };
@@ -41,6 +45,23 @@ Result<GroupLinks> group_links(const Router& router, const Cluster& cl, const st
   Result<LinkCost> ring = ring_link_cost(router, devices);
   if (!ring) return ring.error();
   gl.ring = *ring;
+  const std::vector<std::vector<size_t>> orders = group_ring_orders(cl, devices);
+  if (orders.size() > 1) {
+    std::map<size_t, std::pair<double, double>> load;  // channel: (share of a flow, bandwidth)
+    for (const std::vector<size_t>& order : orders)
+      for (size_t j = 0; j < order.size(); ++j) {
+        Result<Route> r = router.route(devices[order[j]], devices[order[(j + 1) % order.size()]]);
+        if (!r) return r.error();
+        gl.ring.add_hop(r->latency, r->bandwidth);
+        for (const Hop& h : r->hops) {
+          auto& l = load[link_channel(cl, h)];
+          l.first += 1.0 / static_cast<double>(orders.size());
+          l.second = cl.links[h.link].bandwidth;
+        }
+      }
+    for (const auto& [channel, l] : load)
+      gl.seconds_per_byte = std::max(gl.seconds_per_byte, l.first / l.second);
+  }
   std::map<std::string, int> per_machine;
   for (int d : devices) ++per_machine[cl.machine_of(d)];
   gl.machines = static_cast<int>(per_machine.size());
@@ -97,7 +118,9 @@ double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap,
         const double bytes = prog.kinds[k] == CollectiveKind::SendRecv
                                  ? prog.bytes[k]
                                  : ring_flow_bytes(prog.kinds[k], prog.bytes[k], gl.n);
-        const double hold = bytes / gl.ring.bandwidth;
+        const double hold = prog.kinds[k] != CollectiveKind::SendRecv && gl.seconds_per_byte > 0
+                                ? bytes * gl.seconds_per_byte
+                                : bytes / gl.ring.bandwidth;
         free = begin + hold;
         done[k] = begin + gl.ring.latency + hold;
       }

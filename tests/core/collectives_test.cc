@@ -316,3 +316,34 @@ TEST_CASE("dp overlap: only the first stage is bucketed (Megatron's pipeline ran
   CHECK(steps[1] == 2 * 2);
   CHECK(backward_tasks_gpu0 == 4 + 1);  // 4 micro-batches, the last in 2 pieces
 }
+
+TEST_CASE(
+    "merged rings over NICs: a tensor-parallel all-reduce across two nodes, one ring per NIC (by hand)") {
+  // Two DGX-style nodes of 2 GPUs (NVLink 300 GB/s to the node's switch, one 25 GB/s NIC per GPU into
+  // one InfiniBand switch; every link 1 us). A merged-ring all-reduce of S = 100 MB over the 4 GPUs:
+  // one flow per device of 2 (n - 1) / n S = 1.5 S. One ring 0 -> 1 -> 2 -> 3 -> 0 crosses on gpu1's
+  // and gpu3's NICs (a crossing is 2 links, NIC to switch to NIC: 2 us): 2 us + 1.5 S / 25 GB/s =
+  // 2 us + 6 ms. NCCL's two channels (multi_ring_orders: 0 1 2 3 and 1 0 3 2) each carry S / 2:
+  // 0.75 S per flow, ring 0 crossing on gpu1 -> gpu2 and gpu3 -> gpu0, ring 1 on gpu0 -> gpu3 and
+  // gpu2 -> gpu1: every NIC direction carries one flow, 2 us + 3 ms (NVLink hops: 0.5 ms or less).
+  DgxSpec s;
+  s.nodes = 2;
+  s.gpus_per_node = 2;
+  s.gpu = test_device();
+  s.nvlink = {300e9, 1e-6};
+  s.infiniband = {25e9, 1e-6};
+  Cluster c = *make_dgx_cluster(s);
+  const double S = 100e6;
+  const std::vector<int> devices{0, 1, 2, 3};
+  const std::vector<Deps> ready(4);
+  const FlowTag tag{TransferKind::TensorParallel, 0, 0};
+  TaskGraph one = empty_graph(c);
+  append_merged_rings(one, CollectiveKind::AllReduce, devices, {{0, 1, 2, 3}}, ready, S, tag);
+  CHECK(evaluate(one, c)->makespan() == pipegrid::testing::approx(2e-6 + 1.5 * S / 25e9));
+  TaskGraph two = empty_graph(c);
+  const auto orders = multi_ring_orders(c, devices);
+  REQUIRE(orders.size() == 2);
+  append_merged_rings(two, CollectiveKind::AllReduce, devices, orders, ready, S, tag);
+  CHECK(two.tasks.size() == 8);
+  CHECK(evaluate(two, c)->makespan() == pipegrid::testing::approx(2e-6 + 0.75 * S / 25e9));
+}

@@ -51,8 +51,11 @@ CASES = [
      experiment(dgx(8, "fat-tree"), megatron(8, 4, 2, "interleaved-1f1b", ", chunks: 2"),
                 memory="{optimizer: mixed-adam, recompute: selective}"), True),
     ("t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
-     experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8"),
+     experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8, allreduce: ring"),
                 workload="{model: mixtral-8x7b, layers: 2, precision: amp-bf16}"), False),
+    ("t1 p2 d16 EP 8 spanning replicas, NCCL's ring per NIC (the default)",
+     experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8"),
+                workload="{model: mixtral-8x7b, layers: 2, precision: amp-bf16}"), True),
 ]
 
 

@@ -97,7 +97,7 @@ TEST_CASE("run: a workload without transformer blocks has no token figures") {
   CHECK(j["model_flops"].is_null());
   auto text = run_command({PIPEGRID_BINARY, "run", tmp.write("c2.yaml", kChain)});
   CHECK(text.out.find("model FLOP/s") == std::string::npos);
-  CHECK(text.out.find("  assumes    ring data-parallel all-reduce, memory reserve") != std::string::npos);
+  CHECK(text.out.find("  assumes    multi-ring data-parallel all-reduce, memory reserve") != std::string::npos);
 }
 
 TEST_CASE("memory reserve: 1 GiB + 5% of a GPU by default, --memory-margin, applied to feasibility") {

@@ -24,7 +24,7 @@ constexpr const char* kGpt = R"(name: small GPT on two DGX A100
 workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
 cluster: {preset: dgx-a100-16}
 memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}  # replaced by each candidate's
 )";
 
 // A small Llama (8 blocks, h 2048, 16 heads, 4 KV heads, SwiGLU) on two DGX H100 (16 GPUs).
@@ -33,7 +33,7 @@ workload: {model: llama, layers: 8, hidden: 2048, heads: 16, kv_heads: 4, ffn: 5
            vocabulary: 32000, precision: amp-bf16}
 cluster: {preset: dgx-h100-16}
 memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}  # replaced by each candidate's
 )";
 
 // Small MoE decoders on two DGX H100 (16 GPUs): Mixtral-8x7B's shape with 2 blocks, and a small one
@@ -42,14 +42,14 @@ constexpr const char* kMixtral2 = R"(name: Mixtral-8x7B, 2 blocks, on two DGX H1
 workload: {model: mixtral-8x7b, layers: 2, precision: amp-bf16}
 cluster: {preset: dgx-h100-16}
 memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}  # replaced by each candidate's
 )";
 constexpr const char* kMoe = R"(name: small MoE on two DGX H100
 workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
            experts: 8, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
 cluster: {preset: dgx-h100-16}
 memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}  # replaced by each candidate's
 )";
 
 // A small Llama with a 16k sequence (4 blocks, h 1024, 16 heads, 4 KV heads) on two DGX H100: the
@@ -59,14 +59,17 @@ workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2
            vocabulary: 32000, precision: amp-bf16}
 cluster: {preset: dgx-h100-16}
 memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, micro_batches: 1}  # replaced by each candidate's
+strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}  # replaced by each candidate's
 )";
 
-// The experiment text with `extra` added to its strategy (e.g. "allreduce: multi-ring").
+// The experiment text with `extra` added to its strategy (e.g. "allreduce: multi-ring", which
+// replaces the bases' one ring: they were measured with it, before NCCL's ring per NIC became the
+// default, issue 55, item 10).
 std::string with_strategy(std::string text, const std::string& extra) {
-  const std::string plain = "strategy: {partitioner: megatron, micro_batches: 1}";
+  const std::string plain = "strategy: {partitioner: megatron, micro_batches: 1, allreduce: ring}";
+  const std::string kept = extra.find("allreduce:") != std::string::npos ? "" : ", allreduce: ring";
   text.replace(text.find(plain), plain.size(),
-               "strategy: {partitioner: megatron, micro_batches: 1, " + extra + "}");
+               "strategy: {partitioner: megatron, micro_batches: 1" + kept + ", " + extra + "}");
   return text;
 }
 
@@ -405,10 +408,9 @@ TEST_CASE(
                   << a.worst_vs_simgrid);
   CHECK(a.analytic_choice_vs_fastest <= 1.02);
   CHECK(a.spearman >= 0.9);
-  // Measured 0.171: the all-gather dispatcher over all 16 devices (ep x etp = 16, across both nodes),
-  // where the whole graph's analytic evaluation gives the same time as the estimate; 391 of the 400
-  // within 1% (docs/3d-search.md).
-  CHECK(a.worst_vs_simgrid <= 0.18);
+  // Measured 0.011 (0.171 before the group collectives across machines ran a ring per NIC: the
+  // all-gather dispatcher over all 16 devices, ep x etp = 16 across both nodes; docs/3d-search.md).
+  CHECK(a.worst_vs_simgrid <= 0.02);
 }
 
 // Context parallelism: the analytic choice against SimGrid's fastest, every feasible candidate of
@@ -510,11 +512,12 @@ TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's eval
   CHECK(a.only_exact == 0);
   CHECK(a.only_estimate == 0);
   CHECK(a.worst_memory <= 1e-9);
-  // Measured: 178 of 778 equal within 1e-9, the worst 19.5% under (t2 p1 d8 ep8 etp2: the evaluator
+  // Measured: 148 of 778 equal within 1e-9 (178 before group collectives across machines ran a ring
+  // per NIC, issue 55, item 10), the worst 19.5% under (t2 p1 d8 ep8 etp2: the evaluator
   // queues the expert groups' all-to-all flows FIFO on shared ports, which the closed form shares), and
   // 18.1% at t 1 (the expert and dense gradients' rings interleaving on the same NICs). SimGrid's
   // replays side with the estimate there (the test above).
-  CHECK(static_cast<double>(a.equal) >= 0.2 * a.both);
+  CHECK(static_cast<double>(a.equal) >= 0.18 * a.both);
   CHECK(a.worst_time <= 0.2);
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/backends.h"
+#include "core/collectives.h"
 #include "core/partitioners/megatron.h"
 #include "core/planner.h"
 #include "core/strategy.h"
@@ -273,6 +274,9 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
                           c.devices.size(), c.devices.size(), s.replicas));
   }
+  // Default: NCCL's (a ring per NIC across machines, core/collectives.h) on GPUs; one ring where the
+  // cluster has other devices (FPGAs run their own collective engines).
+  s.allreduce = all_gpus(c) ? AllReduceAlgorithm::MultiRing : AllReduceAlgorithm::Ring;
   if (auto a = n.get("allreduce"))
     s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring"}, "an all-reduce"));
   if (auto t = n.get("tensor_parallel")) {
