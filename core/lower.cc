@@ -308,6 +308,22 @@ class Lowering {
 // the tensor-parallel pieces and flows; an error above kMaxTasks before anything is allocated.
 Status Lowering::count() {
   count_ = count_tasks(p_, m_, passes());
+  // count_tasks counts one ring per data-parallel group; NCCL's ring per NIC (multi-ring) runs one
+  // per device of a machine, each with as many steps.
+  if (o_.allreduce == AllReduceAlgorithm::MultiRing) {
+    size_t stepped = 0;
+    for (size_t s = 0; s < S_; ++s) {
+      const Stage& stage = p_.stage(s);
+      const size_t r = static_cast<size_t>(stage.gradient_replicas()),
+                   T = static_cast<size_t>(stage.tensor_parallel);
+      if (r < 2) continue;
+      std::vector<int> group;
+      for (size_t j = 0; j < r; ++j) group.push_back(stage.devices[j * T]);
+      const size_t rings = multi_ring_orders(c_, group).size();
+      stepped += rings * 2 * (r - 1) * r * T;
+    }
+    count_.ring_steps = std::max(count_.ring_steps, stepped);
+  }
   count_.compute = 0;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
     count_.compute += sched_.device_actions[d].size() + (sched_.device_actions[d].empty() ? 0 : 1);
