@@ -209,7 +209,8 @@ class Lowering {
   std::vector<std::vector<StageCost>> owned_costs_;
   const std::vector<std::vector<StageCost>>* costs_ = nullptr;
   bool any_grouped_ = false, bucketed_ = false;
-  bool round_robin_ = false;  // some stage's replicas take micro-batches in turn (Stage::round_robin)
+  bool merge_dp_rings_ = false;  // the data-parallel multi-rings lowered merged (decided in count())
+  bool round_robin_ = false;     // some stage's replicas take micro-batches in turn (Stage::round_robin)
   size_t piece_tasks_ = 0, group_flows_ = 0;  // grouped stages' extra compute pieces and their flows
   int buckets_ = 1;
   // (stage, replica) pairs are numbered rep_base_[s] + j. A device's replicas, (stage, j) by stage,
@@ -264,6 +265,8 @@ class Lowering {
   }
 
   Status count();
+  void count_multi_rings();
+  size_t group_rings(size_t st, const TpProgram& prog, size_t x, size_t j);
   Status check_round_robin();
   void number_replicas();
   void find_bucketed_backwards();
@@ -303,27 +306,33 @@ class Lowering {
   void add_optimizer_steps();
 };
 
+// count_tasks counts one stepped ring per data-parallel group; NCCL's ring per NIC (multi-ring)
+// runs one per device of a machine, each with as many steps. Above kAutoMergeRingFlows such flows in
+// the iteration the rings are lowered merged (one flow per device and ring: merge_dp_rings_).
+void Lowering::count_multi_rings() {
+  if (o_.allreduce != AllReduceAlgorithm::MultiRing) return;
+  size_t stepped = 0, merged = 0;
+  for (size_t s = 0; s < S_; ++s) {
+    const Stage& stage = p_.stage(s);
+    const size_t r = static_cast<size_t>(stage.gradient_replicas()),
+                 T = static_cast<size_t>(stage.tensor_parallel);
+    if (r < 2) continue;
+    std::vector<int> group;
+    for (size_t j = 0; j < r; ++j) group.push_back(stage.devices[j * T]);
+    const size_t rings = multi_ring_orders(c_, group).size();
+    stepped += rings * 2 * (r - 1) * r * T;
+    merged += rings * r * T;
+  }
+  merge_dp_rings_ = stepped > kAutoMergeRingFlows;
+  count_.ring_steps = merge_dp_rings_ ? merged : std::max(count_.ring_steps, stepped);
+}
+
 // Room for every task and dependency, counted up front: compute tasks and optimizer steps, two
 // transfers (or two direct dependencies) per replica pair and micro-batch, ring all-reduce steps,
 // the tensor-parallel pieces and flows; an error above kMaxTasks before anything is allocated.
 Status Lowering::count() {
   count_ = count_tasks(p_, m_, passes());
-  // count_tasks counts one ring per data-parallel group; NCCL's ring per NIC (multi-ring) runs one
-  // per device of a machine, each with as many steps.
-  if (o_.allreduce == AllReduceAlgorithm::MultiRing) {
-    size_t stepped = 0;
-    for (size_t s = 0; s < S_; ++s) {
-      const Stage& stage = p_.stage(s);
-      const size_t r = static_cast<size_t>(stage.gradient_replicas()),
-                   T = static_cast<size_t>(stage.tensor_parallel);
-      if (r < 2) continue;
-      std::vector<int> group;
-      for (size_t j = 0; j < r; ++j) group.push_back(stage.devices[j * T]);
-      const size_t rings = multi_ring_orders(c_, group).size();
-      stepped += rings * 2 * (r - 1) * r * T;
-    }
-    count_.ring_steps = std::max(count_.ring_steps, stepped);
-  }
+  count_multi_rings();
   count_.compute = 0;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
     count_.compute += sched_.device_actions[d].size() + (sched_.device_actions[d].empty() ? 0 : 1);
@@ -358,19 +367,7 @@ Status Lowering::count() {
             if (prog.kinds[x] == CollectiveKind::SendRecv) {
               group_flows_ += static_cast<size_t>(m_);
             } else if (prog.kinds[x] != CollectiveKind::AllToAll) {  // one flow per ring (NIC)
-              const Stage& stage = p_.stage(st);
-              const std::vector<int> members = group_members(
-                  prog.groups[x], static_cast<int>(j), stage.tensor_parallel,
-                  {stage.expert_parallel, stage.expert_tensor_parallel}, stage.context_parallel);
-              auto known =
-                  ring_orders_.find({static_cast<int>(st), static_cast<int>(prog.groups[x]), members[0]});
-              size_t rings = known != ring_orders_.end() ? known->second.size() : 0;
-              if (rings == 0) {
-                std::vector<int> devices;
-                for (int q : members) devices.push_back(stage.devices[static_cast<size_t>(q)]);
-                rings = ring_orders(static_cast<int>(st), prog.groups[x], members, devices).size();
-              }
-              group_flows_ += rings * static_cast<size_t>(m_);
+              group_flows_ += group_rings(st, prog, x, j) * static_cast<size_t>(m_);
             } else if (prog.groups[x] == CommGroup::Context) {
               group_flows_ += static_cast<size_t>(cp - 1) * static_cast<size_t>(m_);
             } else {
@@ -412,6 +409,19 @@ Status Lowering::count() {
     if (Status st = check_task_count(with_tp, p_, m_, passes()); !st) return st;
   }
   return {};
+}
+
+// The rings of collective x of device j's group in stage st (group_ring_orders, kept per group).
+size_t Lowering::group_rings(size_t st, const TpProgram& prog, size_t x, size_t j) {
+  const Stage& stage = p_.stage(st);
+  const std::vector<int> members =
+      group_members(prog.groups[x], static_cast<int>(j), stage.tensor_parallel,
+                    {stage.expert_parallel, stage.expert_tensor_parallel}, stage.context_parallel);
+  auto known = ring_orders_.find({static_cast<int>(st), static_cast<int>(prog.groups[x]), members[0]});
+  if (known != ring_orders_.end()) return known->second.size();
+  std::vector<int> devices;
+  for (int q : members) devices.push_back(stage.devices[static_cast<size_t>(q)]);
+  return ring_orders(static_cast<int>(st), prog.groups[x], members, devices).size();
 }
 
 // Round-robin replicas: stages without tensor, context or expert parallelism, sharing no device with
@@ -905,7 +915,16 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
       for (size_t j = 0; j < r; ++j)
         ready[j] = dp_piece_[static_cast<size_t>(members[j].second)][static_cast<size_t>(k)];
     const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
-    auto done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, stage);
+    std::vector<Deps> done;
+    if (merge_dp_rings_) {
+      std::vector<Deps> ready_sets(r);
+      for (size_t j = 0; j < r; ++j)
+        if (ready[j] >= 0) ready_sets[j] = {ready[j]};
+      done = append_merged_rings(g_, kind, devs, multi_ring_orders(c_, devs), ready_sets, bytes * share,
+                                 FlowTag{TransferKind::DataParallel, stage, -1});
+    } else {
+      done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, stage);
+    }
     for (size_t j = 0; j < r; ++j)
       step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
   }

@@ -23,6 +23,14 @@
 
 namespace pipegrid {
 
+// Above this many stepped ring flows of data-parallel multi-ring all-reduces (NCCL's ring per NIC)
+// in one iteration, they are lowered as merged rings: each device sends one flow of
+// 2 (n - 1) / n x S / rings per ring (core/collectives.h append_merged_rings) instead of 2 (n - 1)
+// steps of S / (n rings). On a ring of equal links the bandwidth term is the same; the merged ring
+// pays one route latency where the stepped one pays 2 (n - 1) (docs/speed.md measures the
+// difference on DeepSeek-V3 at 2,048 GPUs).
+inline constexpr size_t kAutoMergeRingFlows = size_t{1} << 22;
+
 // Megatron-LM's default gradient bucket under --overlap-grad-reduce (megatron/core/distributed/
 // distributed_data_parallel.py at core_r0.8.0): max(40 M, 1 M x d) parameters; the buckets of a
 // stage holding `parameters` per device, at least 1.

@@ -347,3 +347,29 @@ TEST_CASE(
   CHECK(two.tasks.size() == 8);
   CHECK(evaluate(two, c)->makespan() == pipegrid::testing::approx(2e-6 + 0.75 * S / 25e9));
 }
+
+TEST_CASE("data-parallel rings lowered merged (kAutoMergeRingFlows): the stepped rings' time without latency") {
+  // Two nodes of 4 GPUs, no latency: the stepped multi-ring all-reduce (4 rings, 2 (n - 1) steps of
+  // S / (n rings)) and the merged rings (one flow of 2 (n - 1) / n x S / rings per device and ring)
+  // take the same time, 2 (n - 1) / n x S / 4 / 25 GB/s on the NICs (n = 8: 1.75 ms at S = 100 MB);
+  // with a latency a per hop the stepped rings pay 2 (n - 1) of them, the merged ones one.
+  DgxSpec s;
+  s.nodes = 2;
+  s.gpus_per_node = 4;
+  s.gpu = test_device();
+  s.nvlink = {300e9, 0};
+  s.infiniband = {25e9, 0};
+  Cluster c = *make_dgx_cluster(s);
+  const double S = 100e6;
+  const std::vector<int> devices{0, 1, 2, 3, 4, 5, 6, 7};
+  TaskGraph stepped = empty_graph(c);
+  append_multiring(stepped, c, CollectiveKind::AllReduce, devices, std::vector<Deps>(8), S, FlowTag{});
+  TaskGraph merged = empty_graph(c);
+  append_merged_rings(merged, CollectiveKind::AllReduce, devices, multi_ring_orders(c, devices),
+                      std::vector<Deps>(8), S, FlowTag{});
+  CHECK(merged.tasks.size() == 32);  // 4 rings x 8 devices, against 4 x 2 x 7 x 8 = 448 steps
+  CHECK(stepped.tasks.size() == 448);
+  const double expected = 2.0 * 7 / 8 * S / 4 / 25e9;
+  CHECK(evaluate(stepped, c)->makespan() == pipegrid::testing::approx(expected));
+  CHECK(evaluate(merged, c)->makespan() == pipegrid::testing::approx(expected));
+}
