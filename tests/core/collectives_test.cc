@@ -348,7 +348,8 @@ TEST_CASE(
   CHECK(evaluate(two, c)->makespan() == pipegrid::testing::approx(2e-6 + 0.75 * S / 25e9));
 }
 
-TEST_CASE("data-parallel rings lowered merged (kAutoMergeRingFlows): the stepped rings' time without latency") {
+TEST_CASE(
+    "data-parallel rings lowered merged (kAutoMergeRingFlows): the stepped rings' time without latency") {
   // Two nodes of 4 GPUs, no latency: the stepped multi-ring all-reduce (4 rings, 2 (n - 1) steps of
   // S / (n rings)) and the merged rings (one flow of 2 (n - 1) / n x S / rings per device and ring)
   // take the same time, 2 (n - 1) / n x S / 4 / 25 GB/s on the NICs (n = 8: 1.75 ms at S = 100 MB);

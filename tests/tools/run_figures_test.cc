@@ -83,9 +83,10 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(text.out.find("\nmodel FLOP/s     ") != std::string::npos);
   CHECK(text.out.find("6 N + 12 L h s = ") != std::string::npos);
   CHECK(text.out.find("\ntime to train    1.5e+13 tokens in ") != std::string::npos);
-  CHECK(text.out.find("  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
-                      "all-reduce, memory reserve 4.725 GiB per device (default: 1 GiB + 5% per GPU; "
-                      "--memory-margin), gradients reduced at 4 bytes per parameter\n") != std::string::npos);
+  CHECK(text.out.find(
+            "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
+            "all-reduce, memory reserve 4.725 GiB per device (default: 1 GiB + 5% per GPU; "
+            "--memory-margin), gradients reduced at 4 bytes per parameter\n") != std::string::npos);
   CHECK(j["assumptions"]["fused_attention"] == "all");
   CHECK(j["assumptions"]["allreduce"] == "multi-ring");
   CHECK(j["assumptions"]["gradient_reduce_bytes"] == 4);
@@ -97,7 +98,8 @@ TEST_CASE("run: a workload without transformer blocks has no token figures") {
   CHECK(j["model_flops"].is_null());
   auto text = run_command({PIPEGRID_BINARY, "run", tmp.write("c2.yaml", kChain)});
   CHECK(text.out.find("model FLOP/s") == std::string::npos);
-  CHECK(text.out.find("  assumes    multi-ring data-parallel all-reduce, memory reserve") != std::string::npos);
+  CHECK(text.out.find("  assumes    multi-ring data-parallel all-reduce, memory reserve") !=
+        std::string::npos);
 }
 
 TEST_CASE("memory reserve: 1 GiB + 5% of a GPU by default, --memory-margin, applied to feasibility") {
@@ -138,12 +140,14 @@ strategy: {micro_batches: 2}
   CHECK(plan.out.find("INFEASIBLE") != std::string::npos);
   // The summary names the group over capacity as a range: stage 0 (gpu0-1) holds the peak.
   auto text = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", tight});
-  CHECK(text.out.find("\nINFEASIBLE: 2 devices over capacity: gpu0-1 (stage 0) need up to ") != std::string::npos);
+  CHECK(text.out.find("\nINFEASIBLE: 2 devices over capacity: gpu0-1 (stage 0) need up to ") !=
+        std::string::npos);
   auto each = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", tight, "--devices", "all"});
   CHECK(each.out.find("\nINFEASIBLE: gpu0 needs ") != std::string::npos);
 }
 
-TEST_CASE("timelines: --timeline-rows ranks keeps one device per stage, --timeline-window the micro-batches") {
+TEST_CASE(
+    "timelines: --timeline-rows ranks keeps one device per stage, --timeline-window the micro-batches") {
   TempDir tmp;
   const std::string e = tmp.write("c.yaml", kChain);
   const std::string tasks = (tmp.path / "t.csv").string(), memory = (tmp.path / "m.csv").string();
@@ -152,14 +156,15 @@ TEST_CASE("timelines: --timeline-rows ranks keeps one device per stage, --timeli
   CHECK(column(read_file(tasks), 0) == std::set<std::string>{"gpu0", "gpu1", "gpu2", "gpu3"});
   CHECK(column(read_file(tasks), 3) == std::set<std::string>{"-1", "0", "1", "2", "3"});
   // Stage 0 on gpu0-1, stage 1 on gpu2-3: ranks are gpu0 and gpu2.
-  auto ranks = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--memory", memory, "--timeline-rows",
-                            "ranks", "--timeline-window", "1:2"});
+  auto ranks = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--memory", memory,
+                            "--timeline-rows", "ranks", "--timeline-window", "1:2"});
   REQUIRE(ranks.exit_code == 0);
   CHECK(column(read_file(tasks), 0) == std::set<std::string>{"gpu0", "gpu2"});
   CHECK(column(read_file(tasks), 3) == std::set<std::string>{"1", "2"});
   CHECK(column(read_file(memory), 0) == std::set<std::string>{"gpu0", "gpu2"});
   // The window reaching the last micro-batch keeps the per-iteration tasks.
-  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--timeline-window", "3:3"}).exit_code == 0);
+  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--timeline-window", "3:3"}).exit_code ==
+          0);
   CHECK(column(read_file(tasks), 3) == std::set<std::string>{"-1", "3"});
   for (const char* bad : {"2:1", "x", "1:", "-1:2"}) {
     auto r = run_command({PIPEGRID_BINARY, "run", e, "--timeline-window", bad});
@@ -176,8 +181,8 @@ cluster: {preset: dgx-h100-16}
 strategy: {partitioner: megatron, schedule: 1f1b, micro_batch_size: 1, global_batch: 32}
 memory: {optimizer: mixed-adam}
 )");
-  auto r = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1", "--tensor-parallel", "1",
-                        "--pipeline", "2", "--json"});
+  auto r = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1",
+                        "--tensor-parallel", "1", "--pipeline", "2", "--json"});
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json best = json::parse(r.out)["simgrid_ranking"][0];
   const double L = 8, h = 1024, s = 2048, V = 32768, n = 16, peak = 989e12, tokens = 32 * s;
@@ -188,9 +193,10 @@ memory: {optimizer: mixed-adam}
   CHECK(close(best["simulated_mfu"].get<double>(), 6 * total * tokens / (time * n * peak), 1e-12));
   CHECK(close(best["simulated_model_flops_mfu"].get<double>(),
               (6 * active + 12 * L * h * s) * tokens / (time * n * peak), 1e-12));
-  auto text = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1", "--tensor-parallel",
-                           "1", "--pipeline", "2"});
+  auto text = run_command({PIPEGRID_BINARY, "search", e, "--global-batch", "32", "--top", "1",
+                           "--tensor-parallel", "1", "--pipeline", "2"});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("\nMFU       6 N x tokens / (time x devices x peak)") != std::string::npos);
-  CHECK(text.out.find("\nMFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak)") != std::string::npos);
+  CHECK(text.out.find("\nMFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak)") !=
+        std::string::npos);
 }
