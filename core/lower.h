@@ -27,7 +27,8 @@ namespace pipegrid {
 // in one iteration, they are lowered as merged rings: each device sends one flow of
 // 2 (n - 1) / n x S / rings per ring (core/collectives.h append_merged_rings) instead of 2 (n - 1)
 // steps of S / (n rings). On a ring of equal links the bandwidth term is the same; the merged ring
-// pays one route latency where the stepped one pays 2 (n - 1) (docs/speed.md measures the
+// pays one route latency where the stepped one pays 2 (n - 1) in SimGrid's replay (the analytic
+// evaluator pipelines latency, so there the two agree; docs/speed.md measures the
 // difference on DeepSeek-V3 at 2,048 GPUs).
 inline constexpr size_t kAutoMergeRingFlows = size_t{1} << 22;
 
