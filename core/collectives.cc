@@ -1,9 +1,13 @@
 #include "core/collectives.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+
+#include "core/nccl_tuning.h"
 
 namespace pipegrid {
 namespace {
@@ -12,6 +16,7 @@ int32_t add_flow(TaskGraph& g, int from, int to, double bytes, const FlowTag& ta
   Task t;
   t.kind = TaskKind::Transfer;
   t.transfer = tag.kind;
+  t.channel = tag.channel;
   t.stage = t.peer_stage = tag.stage;
   t.micro_batch = tag.micro_batch;
   t.device = from;
@@ -88,6 +93,10 @@ std::string_view to_string(AllReduceAlgorithm a) {
       return "hierarchical";
     case AllReduceAlgorithm::MultiRing:
       return "multi-ring";
+    case AllReduceAlgorithm::Tree:
+      return "tree";
+    case AllReduceAlgorithm::Nccl:
+      return "nccl";
   }
   return "ring";
 }
@@ -96,6 +105,8 @@ std::optional<AllReduceAlgorithm> parse_allreduce(std::string_view name) {
   if (name == "ring") return AllReduceAlgorithm::Ring;
   if (name == "hierarchical") return AllReduceAlgorithm::Hierarchical;
   if (name == "multi-ring") return AllReduceAlgorithm::MultiRing;
+  if (name == "tree") return AllReduceAlgorithm::Tree;
+  if (name == "nccl") return AllReduceAlgorithm::Nccl;
   return std::nullopt;
 }
 
@@ -333,12 +344,174 @@ int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& af
   return add_flow(g, from, to, bytes, tag, after);
 }
 
+std::array<std::vector<int>, 2> double_binary_trees(int nodes) {
+  std::array<std::vector<int>, 2> parent{std::vector<int>(static_cast<size_t>(std::max(nodes, 0)), -1),
+                                         std::vector<int>(static_cast<size_t>(std::max(nodes, 0)), -1)};
+  for (int i = 1; i < nodes; ++i) {
+    const int low = i & -i;
+    int up = (i & ~low) | (low << 1);
+    if (up >= nodes) up = i & ~low;
+    parent[0][static_cast<size_t>(i)] = up;
+  }
+  auto place = [&](int i) { return nodes % 2 == 0 ? nodes - 1 - i : (i + 1) % nodes; };
+  for (int i = 0; i < nodes; ++i) {
+    const int up = parent[0][static_cast<size_t>(i)];
+    parent[1][static_cast<size_t>(place(i))] = up < 0 ? -1 : place(up);
+  }
+  return parent;
+}
+
+namespace {
+
+int tree_chunks(double channel_tree_bytes, double chunk_bytes) {
+  const double k = std::ceil(channel_tree_bytes / chunk_bytes);
+  return static_cast<int>(std::clamp(k, 1.0, static_cast<double>(kMaxTreeChunks)));
+}
+
+// One tree of append_double_tree over devices[0..n) with parent[j] (-1: the root): `bytes` in
+// `chunks` chunks. Adds each device's results to done[j].
+void pipelined_tree(TaskGraph& g, const std::vector<int>& devices, const std::vector<int>& parent,
+                    const std::vector<Deps>& ready, double bytes, int chunks, const FlowTag& tag,
+                    std::vector<Deps>& done) {
+  const size_t n = devices.size();
+  std::vector<std::vector<size_t>> children(n);
+  size_t root = 0;
+  for (size_t j = 0; j < n; ++j)
+    if (parent[j] < 0)
+      root = j;
+    else
+      children[static_cast<size_t>(parent[j])].push_back(j);
+  // Pre-order from the root: parents before children (down flows), reversed for the up flows.
+  std::vector<size_t> order{root};
+  for (size_t i = 0; i < order.size(); ++i)
+    for (size_t ch : children[order[i]]) order.push_back(ch);
+  const double chunk = bytes / chunks;
+  std::vector<int32_t> up(n, -1), down(n, -1);  // the latest flow into j's parent / from j's parent
+  for (int k = 0; k < chunks; ++k) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const size_t j = *it;
+      if (parent[j] < 0) continue;
+      Deps after = ready[j];
+      after.push_back(up[j]);
+      for (size_t ch : children[j]) after.push_back(up[ch]);
+      up[j] = add_flow(g, devices[j], devices[static_cast<size_t>(parent[j])], chunk, tag, after);
+    }
+    for (size_t j : order)
+      for (size_t ch : children[j]) {
+        Deps after{down[ch]};
+        if (parent[j] < 0) {
+          after.insert(after.end(), ready[j].begin(), ready[j].end());
+          for (size_t x : children[j]) after.push_back(up[x]);
+        } else {
+          after.push_back(down[j]);
+        }
+        down[ch] = add_flow(g, devices[j], devices[ch], chunk, tag, after);
+      }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (parent[j] >= 0) done[j].push_back(down[j]);
+    if (j == root)
+      for (size_t ch : children[j]) done[j].push_back(up[ch]);
+  }
+}
+
+// The channels of append_double_tree: per channel, each device's parent in each of the two trees
+// (indices into `devices`).
+std::vector<std::array<std::vector<int>, 2>> tree_channels(const Cluster& c,
+                                                           const std::vector<int>& devices) {
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
+  const size_t m = members.front().size();
+  const bool per_nic =
+      members.size() >= 2 && m >= 2 &&
+      std::all_of(members.begin(), members.end(), [&](const auto& x) { return x.size() == m; });
+  const std::array<std::vector<int>, 2> across = double_binary_trees(static_cast<int>(members.size()));
+  std::vector<std::array<std::vector<int>, 2>> channels;
+  for (size_t k = 0; k < (per_nic ? m : 1); ++k) {
+    std::array<std::vector<int>, 2>& parent = channels.emplace_back();
+    for (int t = 0; t < 2; ++t) {
+      parent[static_cast<size_t>(t)].assign(devices.size(), -1);
+      for (size_t i = 0; i < members.size(); ++i) {
+        const std::vector<size_t>& mine = members[i];
+        const size_t size = mine.size(), head = per_nic ? k : 0;
+        const int up = across[static_cast<size_t>(t)][i];
+        if (up >= 0)
+          parent[static_cast<size_t>(t)][mine[head]] =
+              static_cast<int>(members[static_cast<size_t>(up)][per_nic ? k : 0]);
+        for (size_t q = 1; q < size; ++q)  // the chain below the head
+          parent[static_cast<size_t>(t)][mine[(head + q) % size]] =
+              static_cast<int>(mine[(head + q - 1) % size]);
+      }
+    }
+  }
+  return channels;
+}
+
+}  // namespace
+
+std::vector<Deps> append_double_tree(TaskGraph& g, const Cluster& c, const std::vector<int>& devices,
+                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag,
+                                     double chunk_bytes) {
+  std::vector<Deps> done(devices.size());
+  if (devices.size() < 2) return done;
+  const auto channels = tree_channels(c, devices);
+  const double per_tree = bytes / (2.0 * static_cast<double>(channels.size()));
+  const int chunks = tree_chunks(per_tree, chunk_bytes);
+  FlowTag own = tag;  // each tree of each channel on its own connections, as NCCL's channels
+  for (const auto& trees : channels)
+    for (const std::vector<int>& parent : trees) {
+      ++own.channel;
+      pipelined_tree(g, devices, parent, ready, per_tree, chunks, own, done);
+    }
+  return done;
+}
+
+size_t double_tree_flows(const Cluster& c, const std::vector<int>& devices, double bytes,
+                         double chunk_bytes) {
+  if (devices.size() < 2) return 0;
+  const size_t channels = tree_channels(c, devices).size();
+  const double per_tree = bytes / (2.0 * static_cast<double>(channels));
+  return 2 * channels * static_cast<size_t>(tree_chunks(per_tree, chunk_bytes)) * 2 * (devices.size() - 1);
+}
+
+AllReduceAlgorithm resolve_allreduce(AllReduceAlgorithm algorithm, CollectiveKind kind, const Cluster& c,
+                                     const Router& router, const std::vector<int>& devices, double bytes) {
+  if (algorithm != AllReduceAlgorithm::Tree && algorithm != AllReduceAlgorithm::Nccl) return algorithm;
+  if (kind != CollectiveKind::AllReduce || devices.size() < 2) return AllReduceAlgorithm::MultiRing;
+  if (algorithm == AllReduceAlgorithm::Tree) return algorithm;
+  const std::vector<std::vector<size_t>> members = machines(c, devices);
+  if (members.size() < 2) return AllReduceAlgorithm::MultiRing;  // NCCL: a ring inside one machine
+  // The channels' bandwidth: a device to its counterpart in the next machine (both graphs' w); on two
+  // machines the tree's may reach twice it, up to the route inside the machine.
+  const std::vector<std::vector<size_t>> orders = multi_ring_orders(c, devices);
+  const int from = devices[members[0][0]], to = devices[members[1][0]];
+  Result<Route> inter = router.route(from, to);
+  if (!inter) return AllReduceAlgorithm::MultiRing;
+  NcclModelInput in;
+  in.ranks = static_cast<int>(devices.size());
+  in.nodes = static_cast<int>(members.size());
+  in.channels = static_cast<int>(orders.size());
+  in.channel_bw = inter->bandwidth;
+  in.generation = gpu_generation(c.devices[static_cast<size_t>(from)].spec.kind);
+  if (members.size() == 2 && members[0].size() >= 2) {
+    Result<Route> intra = router.route(from, devices[members[0][1]]);
+    if (intra) in.tree_channel_bw = std::min(intra->bandwidth, 2 * inter->bandwidth);
+  }
+  return nccl_allreduce_model(in, bytes).tree_wins() ? AllReduceAlgorithm::Tree
+                                                     : AllReduceAlgorithm::MultiRing;
+}
+
 std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
                                        const Cluster& c, const std::vector<int>& devices,
-                                       const std::vector<int32_t>& ready, double bytes, int32_t stage) {
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage,
+                                       const Router* router) {
   std::vector<Deps> ready_sets(devices.size());
   for (size_t j = 0; j < devices.size(); ++j) ready_sets[j] = {ready[j]};
   const FlowTag tag{TransferKind::DataParallel, stage, -1};
+  if (algorithm == AllReduceAlgorithm::Tree || algorithm == AllReduceAlgorithm::Nccl) {
+    std::unique_ptr<Router> own;
+    if (router == nullptr) router = (own = std::make_unique<Router>(c)).get();
+    algorithm = resolve_allreduce(algorithm, kind, c, *router, devices, bytes);
+  }
   switch (algorithm) {
     case AllReduceAlgorithm::Ring:
       return kind == CollectiveKind::ReduceScatter
@@ -348,14 +521,19 @@ std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllRed
       return append_multiring(g, c, kind, devices, ready_sets, bytes, tag);
     case AllReduceAlgorithm::Hierarchical:
       return append_hierarchical(g, c, kind, devices, ready_sets, bytes, tag);
+    case AllReduceAlgorithm::Tree:
+      return append_double_tree(g, c, devices, ready_sets, bytes, tag);
+    case AllReduceAlgorithm::Nccl:  // resolved above
+      break;
   }
   return {};
 }
 
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,
-                                   double bytes, int32_t stage) {
-  return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage);
+                                   double bytes, int32_t stage, const Router* router) {
+  return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage,
+                              router);
 }
 
 std::vector<std::vector<size_t>> group_ring_orders(const Cluster& c, const std::vector<int>& devices) {

@@ -26,6 +26,7 @@
 //  - send/receive: one flow.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -69,10 +70,22 @@ enum class AllReduceAlgorithm {
   // 2 (n - 1) / n x S / B_nic. Otherwise (one machine, one device per machine, uneven machines):
   // the ring.
   MultiRing,
+  // NCCL's double binary tree (Sanders, Speck and Traeff 2009; NCCL 2.4 and later): two binary trees
+  // over the machines (double_binary_trees), each reducing half the data up to its root and
+  // broadcasting it down, pipelined in chunks; inside a machine a chain of its devices hangs below
+  // the one that joins the tree. One pair of trees per NIC where the devices sit m >= 2 to a machine
+  // (channel k's trees join at each machine's k-th device, its chain runs on from there), each pair
+  // over S / m. append_double_tree. Only an all-reduce: a reduce-scatter runs MultiRing.
+  Tree,
+  // What NCCL picks for each all-reduce (core/nccl_tuning.h: NCCL 2.21.5's own model of its ring and
+  // its tree, at their best protocol): Tree or MultiRing, per call and size. A reduce-scatter (the
+  // distributed optimizer's) runs MultiRing, as NCCL has no tree for it. The default on clusters of
+  // GPUs.
+  Nccl,
 };
 std::string_view to_string(AllReduceAlgorithm a);
 std::optional<AllReduceAlgorithm> parse_allreduce(
-    std::string_view name);  // "ring", "hierarchical", "multi-ring"
+    std::string_view name);  // "ring", "hierarchical", "multi-ring", "tree", "nccl"
 
 // The tasks after which something holds: a device's input is ready, or it holds the result.
 using Deps = std::vector<int32_t>;
@@ -82,6 +95,7 @@ struct FlowTag {
   TransferKind kind = TransferKind::DataParallel;
   int32_t stage = -1;        // Task::stage and Task::peer_stage
   int32_t micro_batch = -1;  // -1: once per iteration
+  uint16_t channel = 0;      // Task::channel (the trees number theirs from 1)
 };
 
 // ---- (a) Flows -------------------------------------------------------------------------------
@@ -123,6 +137,30 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
 std::vector<Deps> append_merged_rings(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
                                       const std::vector<std::vector<size_t>>& orders,
                                       const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// NCCL's double binary tree all-reduce of S bytes (AllReduceAlgorithm::Tree): per channel (one per
+// NIC, as multi_ring_orders) and tree, S / (2 m) bytes in k = ceil(S / (2 m) / chunk_bytes) chunks
+// (NCCL's Simple chunk, 512 KiB; at most kMaxTreeChunks, larger chunks beyond). Chunk c leaves a device
+// for its parent once the device is ready, chunk c arrived from each child and its chunk c - 1 left;
+// the root sends chunk c down once it arrived from every child, a device forwards it down once it
+// arrived from the parent; each down-link sends its chunks in order. A device holds the result once
+// the last chunk of every tree arrived from its parent (the root: from its children).
+inline constexpr double kTreeChunkBytes = 512.0 * 1024;
+inline constexpr int kMaxTreeChunks = 64;
+std::vector<Deps> append_double_tree(TaskGraph& g, const Cluster& c, const std::vector<int>& devices,
+                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag,
+                                     double chunk_bytes = kTreeChunkBytes);
+// Flows append_double_tree adds: 2 (trees) x channels x chunks x 2 (n - 1).
+size_t double_tree_flows(const Cluster& c, const std::vector<int>& devices, double bytes,
+                         double chunk_bytes = kTreeChunkBytes);
+// The two trees over `nodes` machines, as each machine's parent (-1: the root). The first: machine 0
+// is the root, with one child, the largest power of two below `nodes`; any other machine i, whose lowest
+// set bit is 2^b, hangs below i - 2^b + 2^(b+1) (i with bit b cleared and bit b + 1 set), or below i
+// - 2^b where that is past the end (the in-order binary tree of the blog's Figure 1). The second is
+// the first mirrored (machine i in the place of nodes - 1 - i) for an even count, shifted by one
+// (i + 1 mod nodes) for an odd one, so that no machine is an inner node of both for an even count
+// and at most one for an odd count (at most one is a leaf of both).
+std::array<std::vector<int>, 2> double_binary_trees(int nodes);
+
 // Ring shift (one step of a point-to-point ring, as ring attention's K/V exchange): device j sends S
 // bytes to device j + 1 once both of them are ready (an isend / irecv pair); device j holds its result
 // once its flows out and in are done: result[j] = {flow j, flow j - 1}.
@@ -167,14 +205,22 @@ int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& af
 // The data-parallel gradient collective by `algorithm`: an all-reduce (kind AllReduce), or the
 // distributed optimizer's reduce-scatter (kind ReduceScatter), as TransferKind::DataParallel tasks of
 // stage `stage` (stage = peer_stage, micro-batch -1). ready[j] is the task after which devices[j]
-// holds its input, or -1 for "from the start".
+// holds its input, or -1 for "from the start". Tree and Nccl are resolved by resolve_allreduce
+// (with `router`, or one made for the call).
 std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
                                        const Cluster& c, const std::vector<int>& devices,
-                                       const std::vector<int32_t>& ready, double bytes, int32_t stage = -1);
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage = -1,
+                                       const Router* router = nullptr);
 // append_data_parallel's all-reduce.
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,
-                                   double bytes, int32_t stage = -1);
+                                   double bytes, int32_t stage = -1, const Router* router = nullptr);
+
+// The algorithm `algorithm` runs for one collective of `kind` over `devices`: Nccl resolved by NCCL's
+// model (core/nccl_tuning.h; the channels' bandwidth from `router`), Tree and Nccl for anything
+// but an all-reduce MultiRing; otherwise `algorithm` itself.
+AllReduceAlgorithm resolve_allreduce(AllReduceAlgorithm algorithm, CollectiveKind kind, const Cluster& c,
+                                     const Router& router, const std::vector<int>& devices, double bytes);
 
 // The rings AllReduceAlgorithm::MultiRing runs over `devices`, as indices into `devices`: m rings
 // (each to carry bytes / m) when the devices sit m >= 2 to a machine on two or more machines, ring k

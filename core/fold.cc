@@ -243,6 +243,7 @@ void build_folded(const TaskGraph& g, const ReplicaMap& m, const std::vector<int
   f.graph.static_memory = g.static_memory;
   f.graph.samples_per_iteration = g.samples_per_iteration;
   f.graph.node_aggregated_all_to_all = g.node_aggregated_all_to_all;
+  f.graph.nccl_picks = g.nccl_picks;
   f.graph.pack_dependencies();
 }
 

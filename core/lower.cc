@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -209,8 +210,9 @@ class Lowering {
   std::vector<std::vector<StageCost>> owned_costs_;
   const std::vector<std::vector<StageCost>>* costs_ = nullptr;
   bool any_grouped_ = false, bucketed_ = false;
-  bool merge_dp_rings_ = false;  // the data-parallel multi-rings lowered merged (decided in count())
-  bool round_robin_ = false;     // some stage's replicas take micro-batches in turn (Stage::round_robin)
+  bool merge_dp_rings_ = false;     // the data-parallel multi-rings lowered merged (decided in count())
+  std::unique_ptr<Router> router_;  // NCCL's pick of ring or tree (AllReduceAlgorithm::Nccl)
+  bool round_robin_ = false;        // some stage's replicas take micro-batches in turn (Stage::round_robin)
   size_t piece_tasks_ = 0, group_flows_ = 0;  // grouped stages' extra compute pieces and their flows
   int buckets_ = 1;
   // (stage, replica) pairs are numbered rep_base_[s] + j. A device's replicas, (stage, j) by stage,
@@ -309,8 +311,12 @@ class Lowering {
 // count_tasks counts one stepped ring per data-parallel group; NCCL's ring per NIC (multi-ring)
 // runs one per device of a machine, each with as many steps. Above kAutoMergeRingFlows such flows in
 // the iteration the rings are lowered merged (one flow per device and ring: merge_dp_rings_).
+// NCCL's trees (AllReduceAlgorithm::Tree, and Nccl where it picks them) are counted as the larger of
+// the tree's flows and the rings', per group.
 void Lowering::count_multi_rings() {
-  if (o_.allreduce != AllReduceAlgorithm::MultiRing) return;
+  const AllReduceAlgorithm a = o_.allreduce;
+  if (a != AllReduceAlgorithm::MultiRing && a != AllReduceAlgorithm::Tree && a != AllReduceAlgorithm::Nccl)
+    return;
   size_t stepped = 0, merged = 0;
   for (size_t s = 0; s < S_; ++s) {
     const Stage& stage = p_.stage(s);
@@ -320,7 +326,16 @@ void Lowering::count_multi_rings() {
     std::vector<int> group;
     for (size_t j = 0; j < r; ++j) group.push_back(stage.devices[j * T]);
     const size_t rings = multi_ring_orders(c_, group).size();
-    stepped += rings * 2 * (r - 1) * r * T;
+    size_t flows = rings * 2 * (r - 1) * r;
+    if (a != AllReduceAlgorithm::MultiRing) {
+      const StageCost& sc = cost(s, 0);
+      const double bytes = o_.gradient_reduce_bytes > 0
+                               ? (sc.parameters - sc.expert_parameters) * o_.gradient_reduce_bytes
+                               : sc.parameter_bytes - sc.expert_parameter_bytes;
+      // A bucketed stage reduces in two pieces: at most the whole's chunks plus one more each.
+      flows = std::max(flows, 2 * double_tree_flows(c_, group, bytes));
+    }
+    stepped += flows * T;
     merged += rings * r * T;
   }
   merge_dp_rings_ = stepped > kAutoMergeRingFlows;
@@ -332,7 +347,6 @@ void Lowering::count_multi_rings() {
 // the tensor-parallel pieces and flows; an error above kMaxTasks before anything is allocated.
 Status Lowering::count() {
   count_ = count_tasks(p_, m_, passes());
-  count_multi_rings();
   count_.compute = 0;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
     count_.compute += sched_.device_actions[d].size() + (sched_.device_actions[d].empty() ? 0 : 1);
@@ -350,6 +364,8 @@ Status Lowering::count() {
   for (size_t s = 0; s < S_; ++s)
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
+  count_multi_rings();  // needs the stages' gradient bytes (trees' chunks)
+  if (Status s = check_task_count(count_, p_, m_, passes()); !s) return s;
   size_t a2a_pairwise = 0, a2a_aggregated = 0;  // all-to-all flows, one per pair or node-aggregated
   // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
   // collective, one per peer of an all-to-all (or two, node-aggregated). Counted here, exactly, now that the
@@ -671,11 +687,11 @@ Status Lowering::add_pipeline_transfers() {
         feed_backward(b_src, b_dst, si, ii, k);
         continue;
       }
-      Task act{TaskKind::Transfer, TransferKind::Activation, si, t, k, from[i], to[j], 0, bytes * share};
+      Task act{TaskKind::Transfer, TransferKind::Activation, 0, si, t, k, from[i], to[j], 0, bytes * share};
       const int32_t a = place(si, ii, Pass::Forward, k, fo, act);
       g_.depend(f_src, a);
       g_.depend(a, f_dst);
-      Task grad{TaskKind::Transfer, TransferKind::Gradient, t, si, k, to[j], from[i], 0, bytes * share};
+      Task grad{TaskKind::Transfer, TransferKind::Gradient, 0, t, si, k, to[j], from[i], 0, bytes * share};
       const int32_t b = place(t, ji, Pass::Backward, k, bo, grad);
       g_.depend(b_src, b);
       feed_backward(b, b_dst, si, ii, k);
@@ -922,8 +938,15 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
         if (ready[j] >= 0) ready_sets[j] = {ready[j]};
       done = append_merged_rings(g_, kind, devs, multi_ring_orders(c_, devs), ready_sets, bytes * share,
                                  FlowTag{TransferKind::DataParallel, stage, -1});
+      if (o_.allreduce == AllReduceAlgorithm::Nccl && kind == CollectiveKind::AllReduce) ++g_.nccl_picks[2];
     } else {
-      done = append_data_parallel(g_, kind, o_.allreduce, c_, devs, ready, bytes * share, stage);
+      AllReduceAlgorithm a = o_.allreduce;
+      if (a == AllReduceAlgorithm::Nccl) {  // NCCL's pick for this call, counted for the output
+        if (!router_) router_ = std::make_unique<Router>(c_);
+        a = resolve_allreduce(a, kind, c_, *router_, devs, bytes * share);
+        if (kind == CollectiveKind::AllReduce) ++g_.nccl_picks[a == AllReduceAlgorithm::Tree ? 0 : 1];
+      }
+      done = append_data_parallel(g_, kind, a, c_, devs, ready, bytes * share, stage);
     }
     for (size_t j = 0; j < r; ++j)
       step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());

@@ -2,6 +2,7 @@
 // data dependencies. It is what the simulator replays and what the analytic evaluator runs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -40,6 +41,9 @@ bool is_collective(TransferKind k);
 struct Task {
   TaskKind kind = TaskKind::Forward;
   TransferKind transfer = TransferKind::None;
+  // transfer: the collective's channel (NCCL's double binary trees: channel and tree), each its own
+  // connection in the replay (sim/replay.cc); 0 for every other transfer. In the padding before `stage`.
+  uint16_t channel = 0;
   int32_t stage = -1;        // compute: its stage; transfer: the producing stage
   int32_t peer_stage = -1;   // transfer: the consuming stage
   int32_t micro_batch = -1;  // -1 for per-iteration tasks (optimizer step, all-reduce)
@@ -72,6 +76,9 @@ struct TaskGraph {
   double samples_per_iteration = 0;
   // The expert-parallel all-to-alls were lowered node-aggregated (MoeOptions::all_to_all).
   bool node_aggregated_all_to_all = false;
+  // Data-parallel all-reduces lowered under AllReduceAlgorithm::Nccl: {as NCCL's tree, as its ring per
+  // NIC, as merged rings per NIC without a pick (above kAutoMergeRingFlows)}.
+  std::array<int32_t, 3> nccl_picks{};
 
   int32_t add(const Task& t) {
     tasks.push_back(t);

@@ -60,10 +60,10 @@ namespace {
 //  - an activity started at the current date with nothing left to do ends at the next step, of
 //    length zero: when a compute end or a transfer start falls due at the current date, a zero-flop
 //    Exec (a "tick") makes the engine take that step (a timer there would fire in the current step).
-// One connection per (sender, receiver, collective kind, stage): NCCL sends a channel's chunks to the
-// next rank in order, so a collective's flow waits for the one ahead of it on its connection to arrive
-// (a ring step for the previous step's own send, not only for the chunk it forwards). Only the replay
-// does this: the analytic evaluator's links already serve a device's sends in order (docs/model.md).
+// One connection per (sender, receiver, collective kind, stage, channel): NCCL sends a channel's chunks to
+// the next rank in order, so a collective's flow waits for the one ahead of it on its connection to arrive (a
+// ring step for the previous step's own send, not only for the chunk it forwards). Only the replay does this:
+// the analytic evaluator's links already serve a device's sends in order (docs/model.md).
 class Connections {
  public:
   // Whether collective flow t may go now; otherwise it is queued behind the flow in flight.
@@ -93,14 +93,22 @@ class Connections {
     bool busy = false;
     std::deque<int32_t> waiting;
   };
-  // Disjoint fields: devices and stages below 2^20 (kMaxClusterDevices is 2^17), kinds below 2^4.
-  static uint64_t key(const Task& t) {
-    return static_cast<uint64_t>(static_cast<uint32_t>(t.device)) << 44 |
-           static_cast<uint64_t>(static_cast<uint32_t>(t.peer)) << 24 |
-           static_cast<uint64_t>(t.transfer) << 20 |
-           static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfffff);
+  // Disjoint fields: devices and stages below 2^20 (kMaxClusterDevices is 2^17), kinds below 2^4;
+  // the channel beside them.
+  using Key = std::pair<uint64_t, uint16_t>;
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>{}(k.first ^ (uint64_t{k.second} << 61 | k.second));
+    }
+  };
+  static Key key(const Task& t) {
+    return {static_cast<uint64_t>(static_cast<uint32_t>(t.device)) << 44 |
+                static_cast<uint64_t>(static_cast<uint32_t>(t.peer)) << 24 |
+                static_cast<uint64_t>(t.transfer) << 20 |
+                static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfffff),
+            t.channel};
   }
-  std::unordered_map<uint64_t, Connection> connections_;
+  std::unordered_map<Key, Connection, KeyHash> connections_;
 };
 
 class SimLauncher : public TaskLauncher {

@@ -174,8 +174,9 @@ Status Search3d::check() const {
           cl_.devices[i].name, cl_.devices[i].spec.kind, cl_.devices[0].name, cl_.devices[0].spec.kind)};
   if (!o_.exact && base_.strategy.allreduce == AllReduceAlgorithm::Hierarchical)
     return Error{
-        "the 3D search's one-replica estimate times ring and multi-ring data-parallel all-reduces, not "
-        "allreduce: hierarchical; rank with --exact-ranking (the whole graph) or choose ring or multi-ring"};
+        "the 3D search's one-replica estimate times ring, multi-ring, tree and nccl data-parallel "
+        "all-reduces, "
+        "not allreduce: hierarchical; rank with --exact-ranking (the whole graph) or choose another"};
   for (const std::string& s : o_.schedules)
     if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2")
       return Error{fmt::format(

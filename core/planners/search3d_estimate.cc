@@ -593,7 +593,11 @@ Result<double> Search3dEstimator::rings_time(const std::vector<std::vector<int>>
   std::map<size_t, std::vector<std::vector<int>>> rings_by_m;
   for (const std::vector<int>& group : groups) {
     if (group.size() < 2) continue;
-    if (base_.strategy.allreduce != AllReduceAlgorithm::MultiRing) {
+    // NCCL's trees (Tree, Nccl) are estimated as its ring per NIC: the same bandwidth term, the
+    // ring's latency (docs/3d-search.md); the finalists' replay runs the trees.
+    const AllReduceAlgorithm a = base_.strategy.allreduce;
+    if (a != AllReduceAlgorithm::MultiRing && a != AllReduceAlgorithm::Tree &&
+        a != AllReduceAlgorithm::Nccl) {
       rings_by_m[1].push_back(group);
       continue;
     }

@@ -5,11 +5,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <array>
+#include <cmath>
 #include <map>
 
 #include "core/evaluate.h"
 #include "core/lower.h"
 #include "core/models/chain.h"
+#include "core/nccl_tuning.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
 #include "tests/support/approx.h"
@@ -378,4 +381,125 @@ TEST_CASE("data-parallel rings lowered merged (kAutoMergeRingFlows): the stepped
     CHECK(evaluate(stepped, c)->makespan() == pipegrid::testing::approx(2 * a + bandwidth_term));
     CHECK(evaluate(merged, c)->makespan() == pipegrid::testing::approx(2 * a + bandwidth_term));
   }
+}
+
+TEST_CASE("double binary trees: binary, logarithmic, no machine an inner node of both (NCCL 2.4 blog)") {
+  // The blog: "There might be one rank which is a leaf on both trees but no rank is a node on both
+  // trees" (for an even count; for an odd one at most one is); each tree is binary, so its depth is at most
+  // floor(log2 N) + 1 (the root has one child).
+  for (int N = 2; N <= 200; ++N) {
+    INFO("N=" << N);
+    const std::array<std::vector<int>, 2> trees = double_binary_trees(N);
+    std::array<std::vector<int>, 2> children{std::vector<int>(N, 0), std::vector<int>(N, 0)};
+    int max_depth = 0;
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int i = 0; i < N; ++i) {
+        const int up = trees[t][i];
+        if (up < 0) {
+          ++roots;
+          continue;
+        }
+        ++children[t][up];
+        int depth = 0;  // walk to the root: no cycle, a bounded depth
+        for (int x = i; x >= 0 && depth <= N; x = trees[t][x]) ++depth;
+        max_depth = std::max(max_depth, depth - 1);
+      }
+      CHECK(roots == 1);
+      for (int i = 0; i < N; ++i) CHECK(children[t][i] <= 2);
+    }
+    int floor_log2 = 0;
+    while ((2 << floor_log2) <= N) ++floor_log2;
+    CHECK(max_depth <= floor_log2 + 1);
+    int inner_both = 0, leaf_both = 0;
+    for (int i = 0; i < N; ++i) {
+      inner_both += children[0][i] > 0 && children[1][i] > 0;
+      leaf_both += children[0][i] == 0 && children[1][i] == 0;
+    }
+    CHECK(inner_both <= N % 2);  // odd N: one may be (three machines: two chains of 3 share their middle)
+    CHECK(leaf_both <= 1);
+  }
+  // Four machines by hand: 0 is the root with child 2, which has 1 and 3; mirrored: 3 over 1 over 2, 0.
+  CHECK(double_binary_trees(4)[0] == std::vector<int>{-1, 2, 0, 2});
+  CHECK(double_binary_trees(4)[1] == std::vector<int>{1, 3, 1, -1});
+}
+
+TEST_CASE("double binary tree all-reduce: each device sends and receives 2 S, each root S (nccl#457)") {
+  // NCCL's maintainers (NVIDIA/nccl#457): with the tree "each rank sends and receives 2 S, except the
+  // root which moves S"; with two trees of S / 2 each, a device that is the root of one and a leaf
+  // of the other moves S. Counted by hand on four machines (trees of the case above): device 0 is T1's root
+  // (sends S / 2 down to 2) and a leaf of T2 (sends S / 2 up): S; device 3 likewise; devices 1 and 2 are an
+  // inner node of one tree (S / 2 up, 2 x S / 2 down) and a leaf of the other (S / 2 up): 2 S. Received: the
+  // same by symmetry.
+  Cluster c = make_switch_cluster(4, "gpu", test_device(), 10e9, 1e-6);
+  TaskGraph g = empty_graph(c);
+  const double S = 8.0 * kTreeChunkBytes;  // 4 chunks per tree
+  std::vector<Deps> ready(4);
+  append_double_tree(g, c, {0, 1, 2, 3}, ready, S, FlowTag{});
+  std::vector<double> sent(4, 0), got(4, 0);
+  for (const Task& t : g.tasks) {
+    sent[t.device] += t.bytes;
+    got[t.peer] += t.bytes;
+  }
+  CHECK(g.tasks.size() == double_tree_flows(c, {0, 1, 2, 3}, S));
+  CHECK(g.tasks.size() == 2u * 4 * 2 * 3);  // 2 trees x 4 chunks x (up + down) x 3 edges
+  for (int d : {0, 3}) {
+    CHECK(close_rel(sent[d], S, 1e-12));
+    CHECK(close_rel(got[d], S, 1e-12));
+  }
+  for (int d : {1, 2}) {
+    CHECK(close_rel(sent[d], 2 * S, 1e-12));
+    CHECK(close_rel(got[d], 2 * S, 1e-12));
+  }
+}
+
+TEST_CASE("double binary tree on DGX nodes: a pair of trees per NIC, a chain inside each machine") {
+  // Two machines of 4: 4 channels, each 2 trees of S / 8; in each tree the 3 chain hops of each machine
+  // and the one hop between the heads: 7 edges. Every device's NIC link (to another machine) carries
+  // only its own channel: the flows between machines leave from device k of a machine in channel k.
+  Cluster c = two_dgx_nodes(4, 1e-6);
+  TaskGraph g = empty_graph(c);
+  const double S = 4 * 2 * kTreeChunkBytes;  // one chunk per channel and tree
+  std::vector<int> devices(8);
+  for (int i = 0; i < 8; ++i) devices[i] = i;
+  append_double_tree(g, c, devices, std::vector<Deps>(8), S, FlowTag{});
+  CHECK(g.tasks.size() == 4u * 2 * 1 * 2 * 7);
+  std::map<int, int> across;  // device -> flows it sends to the other machine
+  for (const Task& t : g.tasks) {
+    CHECK(close_rel(t.bytes, S / 8, 1e-12));
+    if ((t.device < 4) != (t.peer < 4)) {
+      ++across[t.device];
+      CHECK(t.device % 4 == t.peer % 4);  // head to head: the same NIC rail
+    }
+  }
+  for (int d = 0; d < 8; ++d) CHECK(across[d] == 2);  // per tree, one flow up or down across
+}
+
+TEST_CASE("NCCL 2.21.5's model: latencies and the ring-or-tree pick, against hand arithmetic") {
+  // Latency only (0 bytes), ppn = 8 on NVLink: the tables of tuning.cc worked by hand (the protocol
+  // with the least latency, LL, for both): 128 ranks on 16 machines, ring 6.6 + (254 - 32) x max(0.6,
+  // 1) + 32 x 2.7 = 315.0 us, tree 6.8 + 2 (7 x 0.6 + 4 x 5.0) = 55.2 us; 1,024 on 128: 2,487.8 and 85.2.
+  NcclModelInput in;
+  in.channels = 4;
+  in.channel_bw = 25e9;
+  in.ranks = 128;
+  in.nodes = 16;
+  NcclModelTime t = nccl_allreduce_model(in, 0);
+  CHECK(close_rel(t.ring, 315.0e-6, 1e-12));
+  CHECK(close_rel(t.tree, 55.2e-6, 1e-12));
+  in.ranks = 1024;
+  in.nodes = 128;
+  t = nccl_allreduce_model(in, 0);
+  CHECK(close_rel(t.ring, 2487.8e-6, 1e-12));
+  CHECK(close_rel(t.tree, 85.2e-6, 1e-12));
+  // The pick, worked apart from pipegrid (a script over the same tables, Hopper, 4 channels of 25 GB/s,
+  // 128 ranks on 16 machines): the tree up to 256 MiB (LL, then LL128), the ring from 512 MiB.
+  in.ranks = 128;
+  in.nodes = 16;
+  for (int e = 3; e <= 28; ++e) {
+    INFO("2^" << e << " bytes");
+    CHECK(nccl_allreduce_model(in, std::ldexp(1.0, e)).tree_wins());
+  }
+  CHECK_FALSE(nccl_allreduce_model(in, std::ldexp(1.0, 29)).tree_wins());
+  CHECK_FALSE(nccl_allreduce_model(in, std::ldexp(1.0, 30)).tree_wins());
 }

@@ -116,3 +116,61 @@ TEST_CASE("multi-ring degenerates to the ring: one machine, or one device per ma
   CHECK(allreduce_time(one, AllReduceAlgorithm::MultiRing, 4, S) ==
         allreduce_time(one, AllReduceAlgorithm::Ring, 4, S));
 }
+
+TEST_CASE("double binary tree all-reduce through a switch, by hand: phases of flows sharing ports") {
+  // Every flow crosses two links (2a); c = S / 2 per tree, one chunk (S / 2 <= 512 KiB).
+  const double B = 10e9, a = 1e-6;
+  const double S = 1e6;
+  // Two machines: the trees run opposite ways. Up: 0 -> 1 and 1 -> 0 at once, each alone in its
+  // direction (2a + c / B); then down, the same: 4a + S / B, the ring's time on two.
+  Cluster two = make_switch_cluster(2, "gpu", test_device(), B, a);
+  CHECK(close_rel(allreduce_time(two, AllReduceAlgorithm::Tree, 2, S), 4 * a + S / B, 1e-6));
+  CHECK(close_rel(allreduce_time(two, AllReduceAlgorithm::Ring, 2, S), 4 * a + S / B, 1e-6));
+  // Four machines (T1: 0 <- 2 <- {1, 3}; T2: 3 <- 1 <- {2, 0}): (1) 1 -> 2, 3 -> 2, 2 -> 1, 0 -> 1
+  // share the in-ports of 2 and 1: 2a + 2c / B; (2) 2 -> 0 and 1 -> 3: 2a + c / B; (3) the roots send
+  // down, 0 -> 2 and 3 -> 1: 2a + c / B; (4) 2 -> {1, 3} and 1 -> {2, 0} share the out-ports of 2 and
+  // 1: 2a + 2c / B. In all 8a + 3 S / B (unpipelined, a ring takes 12a + 1.5 S / B).
+  Cluster four = make_switch_cluster(4, "gpu", test_device(), B, a);
+  CHECK(close_rel(allreduce_time(four, AllReduceAlgorithm::Tree, 4, S), 8 * a + 3 * S / B, 1e-6));
+}
+
+TEST_CASE("double binary tree all-reduce pipelined in k chunks on two machines: 2 (k + 1) a + S / B") {
+  // Per tree k chunks of c = S / (2k). The first up-chunks go alone in each direction (2a + c / B);
+  // then in each of k - 1 rounds a direction carries one tree's next up-chunk and the other's
+  // down-chunk at once, sharing it (the trees are separate connections, as NCCL's channels):
+  // 2a + 2c / B; the last down-chunks alone (2a + c / B).
+  const double B = 10e9, a = 1e-6;
+  Cluster two = make_switch_cluster(2, "gpu", test_device(), B, a);
+  for (int k : {2, 4, 8}) {
+    const double S = 2.0 * k * kTreeChunkBytes;
+    INFO("k=" << k);
+    CHECK(close_rel(allreduce_time(two, AllReduceAlgorithm::Tree, 2, S), 2 * (k + 1) * a + S / B, 1e-6));
+  }
+}
+
+TEST_CASE("nccl all-reduce: NCCL's model picks the tree or the ring per NIC, and the flows are that one's") {
+  // Two DGX-style machines of 4 GPUs: a small all-reduce is latency-bound (NCCL's tree), a large one
+  // bandwidth-bound (its ring); each then takes exactly the time of the algorithm picked.
+  DgxSpec s;
+  s.nodes = 8;
+  s.gpus_per_node = 2;
+  s.gpu = test_device();
+  s.nvlink = {300e9, 0.5e-6};
+  s.infiniband = {25e9, 1e-6};
+  Cluster c = *make_dgx_cluster(s);
+  Router router(c);
+  std::vector<int> all(16);
+  for (int i = 0; i < 16; ++i) all[i] = i;
+  for (double S : {64e3, 4e9}) {
+    const AllReduceAlgorithm pick =
+        resolve_allreduce(AllReduceAlgorithm::Nccl, CollectiveKind::AllReduce, c, router, all, S);
+    INFO("S=" << S);
+    CHECK(pick == (S < 1e6 ? AllReduceAlgorithm::Tree : AllReduceAlgorithm::MultiRing));
+    CHECK(allreduce_time(c, AllReduceAlgorithm::Nccl, 16, S) == allreduce_time(c, pick, 16, S));
+  }
+  // A reduce-scatter has no tree in NCCL: the ring per NIC.
+  CHECK(resolve_allreduce(AllReduceAlgorithm::Nccl, CollectiveKind::ReduceScatter, c, router, all, 64e3) ==
+        AllReduceAlgorithm::MultiRing);
+  CHECK(resolve_allreduce(AllReduceAlgorithm::Tree, CollectiveKind::ReduceScatter, c, router, all, 64e3) ==
+        AllReduceAlgorithm::MultiRing);
+}

@@ -219,19 +219,31 @@ int run_bench(const Options& o) {
       fmt::print("p2p {} -> {} on {}\n", c->devices[devices[0]].name, c->devices[devices[1]].name, o.cluster);
     else
       fmt::print("all-reduce ({}) over {} of {} devices of {}\n", o.algorithm, n, D, o.cluster);
-    fmt::print("{:>12} {:>12} {:>14} {:>14}\n", "bytes", "time", "algbw", "busbw");
+    fmt::print("{:>12} {:>12} {:>14} {:>14}{}\n", "bytes", "time", "algbw", "busbw",
+               algorithm == AllReduceAlgorithm::Nccl ? "  runs" : "");
   }
+  std::unique_ptr<Router> router;
   for (double bytes : sizes) {
-    Result<sim::Replay> r = process::replay_isolated(*c, single_op(*c, o, devices, bytes, algorithm));
+    // `nccl`: the algorithm NCCL's model picks at this size, said in each row.
+    AllReduceAlgorithm runs = algorithm;
+    if (o.op != "p2p" && algorithm == AllReduceAlgorithm::Nccl) {
+      if (!router) router = std::make_unique<Router>(*c);
+      runs = resolve_allreduce(algorithm, CollectiveKind::AllReduce, *c, *router, devices, bytes);
+    }
+    Result<sim::Replay> r = process::replay_isolated(*c, single_op(*c, o, devices, bytes, runs));
     if (!r) return bad_input(fmt::format("{}: {}", o.cluster, r.error().message));
     const double t = r->timeline.makespan();
     const double bus = t > 0 ? bytes / t * bus_factor : 0;
-    if (o.json)
+    const bool picked = algorithm == AllReduceAlgorithm::Nccl && o.op != "p2p";
+    if (o.json) {
       rows.push_back(
           {{"op", o.op}, {"bytes", output::json_number(bytes)}, {"time_s", t}, {"bus_bandwidth_Bps", bus}});
-    else
-      fmt::print("{:>12} {:>12} {:>14} {:>14}\n", format_bytes(bytes), format_time(t),
-                 format_bandwidth(t > 0 ? bytes / t : 0), format_bandwidth(bus));
+      if (picked) rows.back()["algorithm"] = std::string(to_string(runs));
+    } else {
+      fmt::print("{:>12} {:>12} {:>14} {:>14}{}\n", format_bytes(bytes), format_time(t),
+                 format_bandwidth(t > 0 ? bytes / t : 0), format_bandwidth(bus),
+                 picked ? fmt::format("  {}", to_string(runs)) : "");
+    }
   }
   if (o.json)
     std::cout << nlohmann::json{{"schema_version", output::kJsonSchemaVersion}, {"results", rows}}.dump(2)
@@ -286,8 +298,11 @@ Command add_cluster_command(CLI::App& parent) {
   }
   show->add_flag("--json", o->json, "Print one JSON object");
   bench->add_option("--op", o->op, "p2p or allreduce (default)")->check(CLI::IsMember({"p2p", "allreduce"}));
-  bench->add_option("--algorithm", o->algorithm, "All-reduce: ring (default) or hierarchical")
-      ->check(CLI::IsMember({"ring", "hierarchical", "multi-ring"}));
+  bench
+      ->add_option(
+          "--algorithm", o->algorithm,
+          "All-reduce: ring (default), hierarchical, multi-ring, tree or nccl (NCCL's pick per size)")
+      ->check(CLI::IsMember({"ring", "hierarchical", "multi-ring", "tree", "nccl"}));
   bench->add_option("--sizes", o->sizes, "Message sizes (default 1KiB,32KiB,1MiB,32MiB,1GiB)")
       ->delimiter(',');
   bench
