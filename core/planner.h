@@ -37,9 +37,9 @@ struct StrategySpec {
   // Data-parallel replicas per stage (uniform, balanced): stage i on devices i r .. i r + r - 1;
   // the default stage count becomes devices / r.
   int replicas = 1;
-  // Gradients of replicated stages: NCCL's default, a ring per NIC (channel) where the replicas sit
-  // several to a machine on several machines, one ring otherwise (AllReduceAlgorithm::MultiRing).
-  AllReduceAlgorithm allreduce = AllReduceAlgorithm::MultiRing;
+  // Gradients of replicated stages: as NCCL picks per call, its tree or its ring per NIC (channel)
+  // (AllReduceAlgorithm::Nccl; the experiment loader's default on clusters of GPUs).
+  AllReduceAlgorithm allreduce = AllReduceAlgorithm::Nccl;
   // Tensor parallelism (core/tensor_parallel.h): each replica of every stage is a group of
   // `tensor_parallel` consecutive devices. Ranks in Megatron's order: t fastest, then the replicas
   // (d), then the pipeline stages (p): stage q, replica j, rank i on device (q d + j) t + i.

@@ -1,6 +1,7 @@
 // run's tokens/s, model FLOP/s, MFU and time to train against Megatron-Core's own formula; the memory
 // reserve (default, --memory-margin, errors); the assumptions line; timeline rows and windows.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -98,8 +99,9 @@ TEST_CASE("run: a workload without transformer blocks has no token figures") {
   CHECK(j["model_flops"].is_null());
   auto text = run_command({PIPEGRID_BINARY, "run", tmp.write("c2.yaml", kChain)});
   CHECK(text.out.find("model FLOP/s") == std::string::npos);
-  CHECK(text.out.find("  assumes    multi-ring data-parallel all-reduce, memory reserve") !=
-        std::string::npos);
+  CHECK(
+      text.out.find("  assumes    data-parallel all-reduce as NCCL 2.21.5's model picks it (tree or ring per "
+                    "NIC, per call; reduce-scatter: ring per NIC), memory reserve") != std::string::npos);
 }
 
 TEST_CASE("memory reserve: 1 GiB + 5% of a GPU by default, --memory-margin, applied to feasibility") {
@@ -199,4 +201,31 @@ memory: {optimizer: mixed-adam}
   CHECK(text.out.find("\nMFU       6 N x tokens / (time x devices x peak)") != std::string::npos);
   CHECK(text.out.find("\nMFU(Meg)  (6 N + 12 L h s) x tokens / (time x devices x peak)") !=
         std::string::npos);
+}
+
+TEST_CASE("run: under allreduce nccl the output says which algorithm NCCL's model picked, per size") {
+  // 16 DGX A100 nodes, one replica per GPU (d = 128 across 16 machines, 8 rings per NIC): 4 KiB of
+  // gradients are latency-bound, where NCCL's model has the tree at 2 (7 x 0.6 + 4 x 5.0) + 6.8 = 55.2
+  // us against the ring's 315 us (hand arithmetic, tests/core/collectives_test.cc), and it picks the
+  // tree; 4 GiB are bandwidth-bound, past the tree's correction table, and it picks the ring.
+  TempDir tmp;
+  auto yaml = [](const char* parameters) {
+    return fmt::format(R"(
+workload: {{kind: chain, layers: 1, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: {},
+           samples_per_micro_batch: 128}}
+cluster: {{preset: dgx-a100-1024}}
+strategy: {{micro_batches: 1, replicas: 128, stages: 1}}
+)",
+                       parameters);
+  };
+  auto small = run_command({PIPEGRID_BINARY, "run", tmp.write("small.yaml", yaml("4KiB"))});
+  CHECK(
+      small.out.find("  nccl       the tree for 1 of 1 data-parallel all-reduces, the ring per NIC for 0") !=
+      std::string::npos);
+  auto large = run_command({PIPEGRID_BINARY, "run", tmp.write("large.yaml", yaml("4GiB"))});
+  CHECK(
+      large.out.find("  nccl       the tree for 0 of 1 data-parallel all-reduces, the ring per NIC for 1") !=
+      std::string::npos);
+  const json j = run_json({tmp.write("j.yaml", yaml("4KiB"))});
+  CHECK(j["nccl_allreduces"]["tree"] == 1);
 }

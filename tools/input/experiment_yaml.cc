@@ -276,9 +276,10 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
   }
   // Default: NCCL's (a ring per NIC across machines, core/collectives.h) on GPUs; one ring where the
   // cluster has other devices (FPGAs run their own collective engines).
-  s.allreduce = all_gpus(c) ? AllReduceAlgorithm::MultiRing : AllReduceAlgorithm::Ring;
+  s.allreduce = all_gpus(c) ? AllReduceAlgorithm::Nccl : AllReduceAlgorithm::Ring;
   if (auto a = n.get("allreduce"))
-    s.allreduce = *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring"}, "an all-reduce"));
+    s.allreduce =
+        *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring", "tree", "nccl"}, "an all-reduce"));
   if (auto t = n.get("tensor_parallel")) {
     s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
     if (s.tensor_parallel > 1 && !chosen.partitioner.takes_tensor_parallel)

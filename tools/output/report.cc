@@ -350,6 +350,17 @@ void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
   fmt::print(out, "  assumes    {}\n", assumptions_note(e));
+  if (const auto [tree, ring, merged] = r.run.graph.nccl_picks; merged > 0)
+    fmt::print(
+        out,
+        "  nccl       {} data-parallel all-reduces lowered as merged rings per NIC without NCCL's pick "
+        "(above 2^22 stepped flows; docs/clusters.md)\n",
+        merged);
+  else if (tree + ring > 0)
+    fmt::print(out,
+               "  nccl       the tree for {} of {} data-parallel all-reduces, the ring per NIC for {} (NCCL "
+               "2.21.5's model)\n",
+               tree, tree + ring, ring);
 }
 
 // The stage table; `collapse` merges consecutive stages alike (layer count, times, stash) into one
@@ -881,6 +892,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
   j["assumptions"] = assumptions_json(e);
+  if (const auto [tree, ring, merged] = run.graph.nccl_picks; tree + ring + merged > 0)
+    j["nccl_allreduces"] = {{"tree", tree}, {"ring_per_nic", ring}, {"merged_rings", merged}};
   j["model_flops"] = token_json(token_figures(e, m));
   return j;
 }

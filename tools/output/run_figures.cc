@@ -184,7 +184,11 @@ std::string assumptions_note(const Experiment& e) {
                                        : fmt::format("Megatron's kernel fusion in {} of {} blocks",
                                                      b.megatron_fusion, b.blocks));
   }
-  parts.push_back(fmt::format("{} data-parallel all-reduce", to_string(e.strategy.allreduce)));
+  parts.push_back(
+      e.strategy.allreduce == AllReduceAlgorithm::Nccl
+          ? std::string("data-parallel all-reduce as NCCL 2.21.5's model picks it (tree or ring per NIC, "
+                        "per call; reduce-scatter: ring per NIC)")
+          : fmt::format("{} data-parallel all-reduce", to_string(e.strategy.allreduce)));
   if (e.strategy.partitioner_options.round_robin)
     parts.push_back(
         "replicas take whole micro-batches in turn (round-robin, as PipeDream; replica_mode: split)");
