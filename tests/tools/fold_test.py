@@ -3,7 +3,7 @@
 configuration runs twice, `run --fold` and `run --whole`, and every task's start and end (the --tasks
 CSV) must agree to 1e-9 of the iteration where the fold is documented exact: data-parallel replicas
 alike, on links that map one to one. Across t, p, d, schedules (1F1B, interleaved, GPipe, ZB-H1),
-with and without sequence parallelism, ring, multi-ring and hierarchical all-reduces, bucketed
+with and without sequence parallelism, ring, multi-ring, tree and hierarchical all-reduces, bucketed
 overlap, context and expert parallelism, one switch, rail-optimised and fat-tree fabrics. Where the
 replicas are not alike (a ring whose hops mix NVLink and InfiniBand, so replicas reach the steps at
 different times), the fold must notice and replay the whole graph, saying so.
@@ -39,6 +39,7 @@ CASES = [
     ("t8 p1 d4 overlap + ZeRO-1, fat-tree", experiment(dgx(4, "fat-tree"), megatron(8, 1, 4, "1f1b", ", dp_overlap: true"),
                                                       memory="{optimizer: mixed-adam, zero: 1}"), True),
     ("t8 p2 d2 GPipe multi-ring", experiment(dgx(4), megatron(8, 2, 2, "gpipe", ", allreduce: multi-ring")), True),
+    ("t2 p2 d8 1F1B, NCCL's trees", experiment(dgx(4, "rail"), megatron(2, 2, 8, "1f1b", ", allreduce: tree")), True),
     ("t4 p2 d4 hierarchical, groups of half a node", experiment(dgx(4, "rail"), megatron(4, 2, 4, "1f1b",
                                                                                         ", allreduce: hierarchical")), True),
     ("t2 p2 d8 ZB-H1", experiment(dgx(4, "rail"), megatron(2, 2, 8, "zb-h1")), True),
