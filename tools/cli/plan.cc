@@ -94,6 +94,8 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
   if (parallelism(p).expert > 1)
     fmt::print("experts     {}\n", output::moe_note(e, p, run.graph.node_aggregated_all_to_all));
   fmt::print("assumes     {}\n", output::assumptions_note(e));
+  if (const std::string picks = output::nccl_note(run.graph.nccl_picks); !picks.empty())
+    fmt::print("nccl        {}\n", picks);
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run.exploration.empty()) fmt::print("explored    {}\n", run.exploration);

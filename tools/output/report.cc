@@ -350,17 +350,8 @@ void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
   fmt::print(out, "  assumes    {}\n", assumptions_note(e));
-  if (const auto [tree, ring, merged] = r.run.graph.nccl_picks; merged > 0)
-    fmt::print(
-        out,
-        "  nccl       {} data-parallel all-reduces lowered as merged rings per NIC without NCCL's pick "
-        "(above 2^22 stepped flows; docs/clusters.md)\n",
-        merged);
-  else if (tree + ring > 0)
-    fmt::print(out,
-               "  nccl       the tree for {} of {} data-parallel all-reduces, the ring per NIC for {} (NCCL "
-               "2.21.5's model)\n",
-               tree, tree + ring, ring);
+  if (const std::string picks = nccl_note(r.run.graph.nccl_picks); !picks.empty())
+    fmt::print(out, "  nccl       {}\n", picks);
 }
 
 // The stage table; `collapse` merges consecutive stages alike (layer count, times, stash) into one

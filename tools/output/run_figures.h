@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,9 @@ double six_n_mfu(const ModelFlops& f, double tokens_per_s, double devices, doubl
 // (transformer workloads), the data-parallel all-reduce, the memory reserve, the gradients' bytes,
 // the fp8 recipe (fp8 trainings).
 std::string assumptions_note(const Experiment& e);
+// What NCCL's model picked for the data-parallel all-reduces (TaskGraph::nccl_picks), or "" when the
+// run's all-reduces are not `allreduce: nccl`.
+std::string nccl_note(const std::array<int32_t, 3>& picks);
 nlohmann::json assumptions_json(const Experiment& e);
 
 }  // namespace pipegrid::output
