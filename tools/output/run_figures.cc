@@ -213,13 +213,14 @@ std::string nccl_note(const std::array<int32_t, 3>& picks) {
   const auto [tree, ring, merged] = picks;
   if (merged > 0)
     return fmt::format(
-        "{} data-parallel all-reduces lowered as merged rings per NIC without NCCL's pick (above 2^22 stepped "
+        "{} data-parallel all-reduces lowered as merged rings per NIC without NCCL's pick (above 2^22 "
+        "stepped "
         "flows; docs/clusters.md)",
         merged);
   if (tree + ring > 0)
     return fmt::format(
-        "the tree for {} of {} data-parallel all-reduces, the ring per NIC for {} (NCCL 2.21.5's model)", tree,
-        tree + ring, ring);
+        "the tree for {} of {} data-parallel all-reduces, the ring per NIC for {} (NCCL 2.21.5's model)",
+        tree, tree + ring, ring);
   return "";
 }
 

@@ -3,10 +3,10 @@
 // search.
 #pragma once
 
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,11 +19,11 @@ namespace pipegrid::output {
 // Throughput in tokens and model FLOPs (core/model_flops.h) of a run on its devices in use.
 struct TokenFigures {
   ModelFlops model;
-  double devices = 0;                 // in use
-  double tokens_per_s = 0;            // samples/s x the blocks' sequence
+  double devices = 0;       // in use
+  double tokens_per_s = 0;  // samples/s x the blocks' sequence
   double tokens_per_s_per_device = 0;
-  double model_flops_per_s_per_device = 0;  // flops_per_token x tokens/s / devices
-  double peak_flops_per_device = 0;         // the mean over the devices in use, at the workload's math
+  double model_flops_per_s_per_device = 0;     // flops_per_token x tokens/s / devices
+  double peak_flops_per_device = 0;            // the mean over the devices in use, at the workload's math
   Precision peak_precision = Precision::BF16;  // the format that peak is in (fp8 trainings: bf16)
   double mfu = 0;                              // model FLOP/s over the devices' summed peak
   double tokens = 0;                           // a token budget (0: none)
