@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <memory>
 #include <string>
 #include <string_view>
 
@@ -502,16 +501,14 @@ AllReduceAlgorithm resolve_allreduce(AllReduceAlgorithm algorithm, CollectiveKin
 
 std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
                                        const Cluster& c, const std::vector<int>& devices,
-                                       const std::vector<int32_t>& ready, double bytes, int32_t stage,
-                                       const Router* router) {
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage) {
   std::vector<Deps> ready_sets(devices.size());
   for (size_t j = 0; j < devices.size(); ++j) ready_sets[j] = {ready[j]};
   const FlowTag tag{TransferKind::DataParallel, stage, -1};
-  if (algorithm == AllReduceAlgorithm::Tree || algorithm == AllReduceAlgorithm::Nccl) {
-    std::unique_ptr<Router> own;
-    if (router == nullptr) router = (own = std::make_unique<Router>(c)).get();
-    algorithm = resolve_allreduce(algorithm, kind, c, *router, devices, bytes);
-  }
+  if (algorithm == AllReduceAlgorithm::Nccl)
+    algorithm = resolve_allreduce(algorithm, kind, c, Router(c), devices, bytes);
+  if (algorithm == AllReduceAlgorithm::Tree && kind != CollectiveKind::AllReduce)
+    algorithm = AllReduceAlgorithm::MultiRing;  // NCCL has no tree for a reduce-scatter
   switch (algorithm) {
     case AllReduceAlgorithm::Ring:
       return kind == CollectiveKind::ReduceScatter
@@ -531,9 +528,8 @@ std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllRed
 
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,
-                                   double bytes, int32_t stage, const Router* router) {
-  return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage,
-                              router);
+                                   double bytes, int32_t stage) {
+  return append_data_parallel(g, CollectiveKind::AllReduce, algorithm, c, devices, ready, bytes, stage);
 }
 
 std::vector<std::vector<size_t>> group_ring_orders(const Cluster& c, const std::vector<int>& devices) {

@@ -205,16 +205,15 @@ int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& af
 // The data-parallel gradient collective by `algorithm`: an all-reduce (kind AllReduce), or the
 // distributed optimizer's reduce-scatter (kind ReduceScatter), as TransferKind::DataParallel tasks of
 // stage `stage` (stage = peer_stage, micro-batch -1). ready[j] is the task after which devices[j]
-// holds its input, or -1 for "from the start". Tree and Nccl are resolved by resolve_allreduce
-// (with `router`, or one made for the call).
+// holds its input, or -1 for "from the start". Tree and Nccl are resolved by resolve_allreduce (Nccl
+// with a Router made for the call: callers that lower many resolve first, with their own).
 std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
                                        const Cluster& c, const std::vector<int>& devices,
-                                       const std::vector<int32_t>& ready, double bytes, int32_t stage = -1,
-                                       const Router* router = nullptr);
+                                       const std::vector<int32_t>& ready, double bytes, int32_t stage = -1);
 // append_data_parallel's all-reduce.
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,
-                                   double bytes, int32_t stage = -1, const Router* router = nullptr);
+                                   double bytes, int32_t stage = -1);
 
 // The algorithm `algorithm` runs for one collective of `kind` over `devices`: Nccl resolved by NCCL's
 // model (core/nccl_tuning.h; the channels' bandwidth from `router`), Tree and Nccl for anything

@@ -332,7 +332,8 @@ void Lowering::count_multi_rings() {
       const double bytes = o_.gradient_reduce_bytes > 0
                                ? (sc.parameters - sc.expert_parameters) * o_.gradient_reduce_bytes
                                : sc.parameter_bytes - sc.expert_parameter_bytes;
-      // A bucketed stage reduces in two pieces: at most the whole's chunks plus one more each.
+      // An upper bound for every stage: a bucketed one reduces in two pieces, each with at most the
+      // whole's chunks (this only sizes the reservation and the memory check).
       flows = std::max(flows, 2 * double_tree_flows(c_, group, bytes));
     }
     stepped += flows * T;

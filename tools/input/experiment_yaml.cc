@@ -274,12 +274,17 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
       r->fail(fmt::format("expected at most {} replicas (the cluster has {} devices), got {}",
                           c.devices.size(), c.devices.size(), s.replicas));
   }
-  // Default: NCCL's (a ring per NIC across machines, core/collectives.h) on GPUs; one ring where the
+  // Default: NCCL's pick (its tree or a ring per NIC, core/collectives.h) on GPUs; one ring where the
   // cluster has other devices (FPGAs run their own collective engines).
   s.allreduce = all_gpus(c) ? AllReduceAlgorithm::Nccl : AllReduceAlgorithm::Ring;
-  if (auto a = n.get("allreduce"))
+  if (auto a = n.get("allreduce")) {
     s.allreduce =
         *parse_allreduce(a->choice({"ring", "hierarchical", "multi-ring", "tree", "nccl"}, "an all-reduce"));
+    if (s.allreduce == AllReduceAlgorithm::Nccl && !all_gpus(c))
+      a->fail(
+          "expected ring, hierarchical, multi-ring or tree on a cluster with devices other than GPUs "
+          "(nccl is NCCL's pick, a GPU library), got \"nccl\"");
+  }
   if (auto t = n.get("tensor_parallel")) {
     s.tensor_parallel = static_cast<int>(t->integer(1, kMaxCount, "a positive integer"));
     if (s.tensor_parallel > 1 && !chosen.partitioner.takes_tensor_parallel)

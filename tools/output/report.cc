@@ -883,8 +883,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
   j["assumptions"] = assumptions_json(e);
-  if (const auto [tree, ring, merged] = run.graph.nccl_picks; tree + ring + merged > 0)
-    j["nccl_allreduces"] = {{"tree", tree}, {"ring_per_nic", ring}, {"merged_rings", merged}};
+  if (nlohmann::json picks = nccl_json(run.graph.nccl_picks); !picks.is_null()) j["nccl_allreduces"] = picks;
   j["model_flops"] = token_json(token_figures(e, m));
   return j;
 }

@@ -224,6 +224,12 @@ std::string nccl_note(const std::array<int32_t, 3>& picks) {
   return "";
 }
 
+nlohmann::json nccl_json(const std::array<int32_t, 3>& picks) {
+  const auto [tree, ring, merged] = picks;
+  if (tree + ring + merged == 0) return nullptr;
+  return {{"tree", tree}, {"ring_per_nic", ring}, {"merged_rings", merged}};
+}
+
 nlohmann::json assumptions_json(const Experiment& e) {
   const BlockAssumptions b = block_assumptions(e.workload);
   const auto [reserve, by_default] = reserve_of(e.cluster);

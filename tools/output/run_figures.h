@@ -52,6 +52,8 @@ std::string assumptions_note(const Experiment& e);
 // What NCCL's model picked for the data-parallel all-reduces (TaskGraph::nccl_picks), or "" when the
 // run's all-reduces are not `allreduce: nccl`.
 std::string nccl_note(const std::array<int32_t, 3>& picks);
+// The same as JSON ({tree, ring_per_nic, merged_rings}); null when nothing was picked.
+nlohmann::json nccl_json(const std::array<int32_t, 3>& picks);
 nlohmann::json assumptions_json(const Experiment& e);
 
 }  // namespace pipegrid::output
