@@ -484,6 +484,10 @@ Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c)}) {
       impl_->fat_tree_slot.emplace(c.fat_tree->endpoints[i], static_cast<int>(i));
 }
 
+const Cluster& Router::cluster() const {
+  return *impl_->cluster;
+}
+
 Router::~Router() {
   delete impl_;
 }

@@ -68,6 +68,21 @@ struct FatTreeRouting {
   std::vector<std::pair<int, int>> down;
 };
 
+// A collective engine on the FPGAs (ACCL-style: the collectives run on the board, called by the
+// host, each call a sequence of messages through the board's own network stack). Its figures apply
+// where both ends of a flow are FPGAs: a collective's flow waits `step` before it enters the
+// network, a device's first flow of each collective call also `call`, and uses its links as if they
+// ran at `bandwidth` (alone it runs at that rate; flows sharing a link share it); a point-to-point
+// transfer between stages likewise at `send_bandwidth`, with no call or step (docs/clusters.md says
+// why). Catalog: topologies/engines.yaml.
+struct CollectiveEngine {
+  std::string name;
+  double call = 0;  // seconds per collective call (the host's invocation)
+  double step = 0;  // seconds per message of a collective (one flow of a ring step)
+  double bandwidth = std::numeric_limits<double>::infinity();       // bytes/s of a collective's flow
+  double send_bandwidth = std::numeric_limits<double>::infinity();  // bytes/s of a stage-to-stage send
+};
+
 // Network nodes: devices are nodes 0 .. devices.size()-1, switches follow.
 struct Cluster {
   std::string name;
@@ -84,7 +99,8 @@ struct Cluster {
   std::vector<int> torus_dims;
   // Fat-tree routing (fat-tree and dgx generators), after explicit routes and dimension order.
   std::optional<FatTreeRouting> fat_tree;
-  Sharing sharing = Sharing::MaxMin;  // the replay's bandwidth sharing rule (cluster key `sharing`)
+  Sharing sharing = Sharing::MaxMin;       // the replay's bandwidth sharing rule (cluster key `sharing`)
+  std::optional<CollectiveEngine> engine;  // the FPGAs' collective engine (cluster key `collective_engine`)
 
   size_t node_count() const { return devices.size() + switches.size(); }
   bool is_device(int node) const { return node >= 0 && static_cast<size_t>(node) < devices.size(); }
@@ -94,6 +110,16 @@ struct Cluster {
   std::unordered_map<std::string, int> node_index() const;
   // The machine of a device for hierarchical collectives: its `node`, or its own name when empty.
   const std::string& machine_of(int device) const;
+  // Whether the collective engine serves this device (the cluster has one and the device is an FPGA).
+  bool on_engine(int device) const {
+    return engine && devices[static_cast<size_t>(device)].spec.family == "fpga";
+  }
+  // The rate at which a flow from `from` to `to` uses its links: the engine's bandwidth (a collective's
+  // flow) or send_bandwidth where both ends are on the engine, otherwise unbounded (the links' own).
+  double engine_rate(int from, int to, bool collective) const {
+    if (!on_engine(from) || !on_engine(to)) return std::numeric_limits<double>::infinity();
+    return collective ? engine->bandwidth : engine->send_bandwidth;
+  }
 };
 
 // The channel a hop uses, numbered 2 x link (+ 1 for the reverse direction of a full-duplex link): a
@@ -158,6 +184,7 @@ class Router {
 
   // Fails if the two nodes are not connected; the message names both.
   Result<Route> route(int from, int to) const;
+  const Cluster& cluster() const;
 
  private:
   struct Impl;

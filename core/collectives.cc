@@ -509,21 +509,28 @@ std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllRed
     algorithm = resolve_allreduce(algorithm, kind, c, Router(c), devices, bytes);
   if (algorithm == AllReduceAlgorithm::Tree && kind != CollectiveKind::AllReduce)
     algorithm = AllReduceAlgorithm::MultiRing;  // NCCL has no tree for a reduce-scatter
+  const size_t first = g.tasks.size();
+  std::vector<Deps> done;
   switch (algorithm) {
     case AllReduceAlgorithm::Ring:
-      return kind == CollectiveKind::ReduceScatter
+      done = kind == CollectiveKind::ReduceScatter
                  ? append_ring_reduce_scatter(g, devices, ready_sets, bytes, tag)
                  : append_ring_allreduce(g, devices, ready_sets, bytes, tag);
+      break;
     case AllReduceAlgorithm::MultiRing:
-      return append_multiring(g, c, kind, devices, ready_sets, bytes, tag);
+      done = append_multiring(g, c, kind, devices, ready_sets, bytes, tag);
+      break;
     case AllReduceAlgorithm::Hierarchical:
-      return append_hierarchical(g, c, kind, devices, ready_sets, bytes, tag);
+      done = append_hierarchical(g, c, kind, devices, ready_sets, bytes, tag);
+      break;
     case AllReduceAlgorithm::Tree:
-      return append_double_tree(g, c, devices, ready_sets, bytes, tag);
+      done = append_double_tree(g, c, devices, ready_sets, bytes, tag);
+      break;
     case AllReduceAlgorithm::Nccl:  // resolved above
       break;
   }
-  return {};
+  charge_engine(g, first, c, devices);
+  return done;
 }
 
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
@@ -580,19 +587,47 @@ Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& de
     if (!r) return r.error();
     cost.add_hop(r->latency, r->bandwidth);
   }
-  return cost;
+  return engine_hop(router.cluster(), devices, cost);
+}
+
+namespace {
+bool all_on_engine(const Cluster& c, const std::vector<int>& devices) {
+  return c.engine && std::all_of(devices.begin(), devices.end(), [&](int d) { return c.on_engine(d); });
+}
+}  // namespace
+
+LinkCost engine_hop(const Cluster& c, const std::vector<int>& devices, LinkCost hop) {
+  if (!all_on_engine(c, devices)) return hop;
+  hop.latency += c.engine->step;
+  hop.bandwidth = std::min(hop.bandwidth, c.engine->bandwidth);
+  hop.call = c.engine->call;
+  return hop;
+}
+
+void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices) {
+  if (!all_on_engine(c, devices)) return;
+  std::vector<int32_t> called;  // devices whose first flow was charged the call
+  for (size_t t = first; t < g.tasks.size(); ++t) {
+    Task& task = g.tasks[t];
+    if (task.is_compute()) continue;
+    task.duration = c.engine->step;
+    if (std::find(called.begin(), called.end(), task.device) == called.end()) {
+      called.push_back(task.device);
+      task.duration += c.engine->call;
+    }
+  }
 }
 
 namespace closed_form {
 
 double ring_allreduce(int n, double bytes, const LinkCost& hop) {
   if (n < 2) return 0;
-  return 2.0 * (n - 1) * hop.latency + 2.0 * (n - 1) / n * bytes / hop.bandwidth;
+  return hop.call + 2.0 * (n - 1) * hop.latency + 2.0 * (n - 1) / n * bytes / hop.bandwidth;
 }
 
 double ring_reduce_scatter(int n, double bytes, const LinkCost& hop) {
   if (n < 2) return 0;
-  return (n - 1.0) * hop.latency + (n - 1.0) / n * bytes / hop.bandwidth;
+  return hop.call + (n - 1.0) * hop.latency + (n - 1.0) / n * bytes / hop.bandwidth;
 }
 
 double ring_allgather(int n, double bytes, const LinkCost& hop) {
@@ -601,7 +636,7 @@ double ring_allgather(int n, double bytes, const LinkCost& hop) {
 
 double merged_ring(CollectiveKind kind, int n, double bytes, const LinkCost& hop) {
   if (n < 2) return 0;
-  return hop.latency + ring_flow_bytes(kind, bytes, n) / hop.bandwidth;
+  return hop.call + hop.latency + ring_flow_bytes(kind, bytes, n) / hop.bandwidth;
 }
 
 double multiring_allreduce(int machines, int per_machine, double bytes, const LinkCost& intra,
@@ -615,7 +650,7 @@ double multiring_allreduce(int machines, int per_machine, double bytes, const Li
   const double c = bytes / (static_cast<double>(per_machine) * n);
   const double step =
       std::max(intra.latency + (per_machine - 1) * c / intra.bandwidth, inter.latency + c / inter.bandwidth);
-  return 2.0 * (n - 1) * step;
+  return std::max(intra.call, inter.call) + 2.0 * (n - 1) * step;
 }
 
 double hierarchical_allreduce(int machines, int per_machine, double bytes, const LinkCost& leader,
@@ -626,21 +661,22 @@ double hierarchical_allreduce(int machines, int per_machine, double bytes, const
 
 double all_to_all(int n, double bytes_per_pair, const LinkCost& port) {
   if (n < 2 || bytes_per_pair <= 0) return 0;
-  return port.latency + (n - 1) * bytes_per_pair / port.bandwidth;
+  return port.call + port.latency + (n - 1) * bytes_per_pair / port.bandwidth;
 }
 
 double all_to_all(int machines, int per_machine, double bytes_per_pair, const LinkCost& intra,
                   const LinkCost& inter) {
   const double inside = all_to_all(per_machine, bytes_per_pair, intra);
   if (machines < 2 || bytes_per_pair <= 0) return inside;
-  const double across = inter.latency + (machines - 1.0) * per_machine * bytes_per_pair / inter.bandwidth;
+  const double across =
+      inter.call + inter.latency + (machines - 1.0) * per_machine * bytes_per_pair / inter.bandwidth;
   return std::max(inside, across);
 }
 
 double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop) {
   if (n < 2) return 0;
   const int k = std::max(1, chunks);
-  return (n - 2.0 + k) * (hop.latency + bytes / k / hop.bandwidth);
+  return hop.call + (n - 2.0 + k) * (hop.latency + bytes / k / hop.bandwidth);
 }
 
 double send(double bytes, const LinkCost& hop) {
@@ -648,7 +684,7 @@ double send(double bytes, const LinkCost& hop) {
 }
 
 double ring_shift(int n, double bytes, const LinkCost& hop) {
-  return n < 2 ? 0 : send(bytes, hop);
+  return n < 2 ? 0 : hop.call + send(bytes, hop);
 }
 
 }  // namespace closed_form
@@ -667,10 +703,13 @@ Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
   const double chunk = bytes / static_cast<double>(n);
   std::vector<Route> routes;
   std::map<size_t, double> load;
+  bool engine = c.engine.has_value();  // every ring on the collective engine: its costs (charge_engine)
+  for (const auto& ring : rings) engine = engine && all_on_engine(c, ring);
   for (const auto& ring : rings)
     for (size_t j = 0; j < n; ++j) {
       Result<Route> r = router.route(ring[j], ring[(j + 1) % n]);
       if (!r) return r.error();
+      if (engine) r->bandwidth = std::min(r->bandwidth, c.engine->bandwidth);
       for (const Hop& h : r->hops) load[link_channel(c, h)] += chunk / r->bandwidth;
       routes.push_back(std::move(*r));
     }
@@ -691,7 +730,8 @@ Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
     const size_t steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
     for (size_t step = 0; step < steps; ++step) {
       for (size_t j = 0; j < n; ++j) {
-        const double start = std::max(received[j], free_at[j]);
+        const double wait = engine ? c.engine->step + (step == 0 ? c.engine->call : 0.0) : 0.0;
+        const double start = std::max(received[j] + wait, free_at[j]);
         free_at[j] = start + hold[j];
         sent[j] = start + latency[j] + hold[j];  // arrives at j + 1
       }

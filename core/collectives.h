@@ -248,21 +248,35 @@ double ring_flow_bytes(CollectiveKind k, double bytes, int t);
 struct LinkCost {
   double latency = 0;
   double bandwidth = std::numeric_limits<double>::infinity();
+  // Fixed cost of each collective call (a collective engine's, Cluster::engine); every closed form
+  // below but send() adds it once.
+  double call = 0;
   void add_hop(double hop_latency, double hop_bandwidth) {
     latency = std::max(latency, hop_latency);
     bandwidth = std::min(bandwidth, hop_bandwidth);
   }
 };
-// The slowest hop of the ring devices[0] -> devices[1] -> ... -> devices[0] (routes by `router`).
+// The slowest hop of the ring devices[0] -> devices[1] -> ... -> devices[0] (routes by `router`);
+// where every device is on the cluster's collective engine, with its costs: latency + step, bandwidth
+// at most the engine's, call (engine_hop).
 Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& devices);
+// `hop` with the collective engine's costs when every device of `devices` is on it (Cluster::on_engine).
+LinkCost engine_hop(const Cluster& c, const std::vector<int>& devices, LinkCost hop);
+
+// The collective engine's costs on the flows g.tasks[first ..] of one collective call over `devices`,
+// when every device is on the engine (Cluster::on_engine): each flow waits engine.step before it
+// enters the network (Task::duration of a transfer), each device's first flow out also engine.call.
+// Its bandwidth is applied where flows run (the replay, the evaluator: Cluster::engine_rate). The
+// collectives pipegrid lowers (data-parallel and group collectives) all pass through it.
+void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices);
 
 namespace closed_form {
-// Ring all-reduce: 2 (n - 1) a + 2 (n - 1)/n x S / B (0 for n < 2).
+// Ring all-reduce: call + 2 (n - 1) a + 2 (n - 1)/n x S / B (0 for n < 2).
 double ring_allreduce(int n, double bytes, const LinkCost& hop);
-// Ring reduce-scatter or all-gather of S bytes: (n - 1) a + (n - 1)/n x S / B.
+// Ring reduce-scatter or all-gather of S bytes: call + (n - 1) a + (n - 1)/n x S / B.
 double ring_reduce_scatter(int n, double bytes, const LinkCost& hop);
 double ring_allgather(int n, double bytes, const LinkCost& hop);
-// Merged ring: a + ring_flow_bytes(kind, S, n) / B (0 for n < 2).
+// Merged ring: call + a + ring_flow_bytes(kind, S, n) / B (0 for n < 2).
 double merged_ring(CollectiveKind kind, int n, double bytes, const LinkCost& hop);
 // Multi-ring over L machines of m devices (n = L m), the rings' hops inside a machine costing
 // `intra` and across machines `inter`, each device's intra-machine port shared by the m - 1 rings
@@ -306,6 +320,7 @@ double ring_shift(int n, double bytes, const LinkCost& hop);
 // flows of equal routes on a channel, k x chunk / B). For one ring of equal routes that share no channel:
 // closed_form::ring_allreduce exactly; with shared channels it charges every flow the whole queue (the
 // evaluator lets the first ones through earlier: an upper bound there). 0 for rings of one device.
+// Where every ring's devices are on the collective engine, with its costs (charge_engine's).
 // Fails when two devices of a ring are not connected.
 Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
                                     const std::vector<std::vector<int>>& rings, double bytes,

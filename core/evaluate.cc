@@ -35,12 +35,15 @@ class AnalyticLauncher : public TaskLauncher {
       }
       const Route* route = &known->second;
       // Links are FIFO resources: a transfer starts when every hop of its route is free (in launch
-      // order) and holds each hop for bytes / the route's bandwidth; the latency is pipelined.
-      double start = now;
+      // order), after a collective engine's costs (its duration), and holds each hop for bytes / the
+      // route's bandwidth (the engine's rate where lower: Cluster::engine_rate); the latency is pipelined.
+      double start = now + task.duration;
       for (const Hop& h : route->hops) start = std::max(start, free_at_[channel(h)]);
-      const double hold = route->hops.empty() ? 0.0 : task.bytes / route->bandwidth;
+      const double bandwidth = std::min(
+          route->bandwidth, cluster_.engine_rate(task.device, task.peer, is_collective(task.transfer)));
+      const double hold = route->hops.empty() ? 0.0 : task.bytes / bandwidth;
       for (const Hop& h : route->hops) free_at_[channel(h)] = start + hold;
-      duration = start - now + route->transfer_time(task.bytes);
+      duration = start - now + (route->hops.empty() ? 0.0 : route->latency + hold);
     }
     events_.emplace(now + duration, seq_++, t);
   }

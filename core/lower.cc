@@ -773,6 +773,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
                                : prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel
                                                                      : TransferKind::ExpertParallel;
   const FlowTag tag{traffic, s, k};
+  const size_t first = g_.tasks.size();
   std::vector<Deps> done;
   if (prog.kinds[x] == CollectiveKind::AllToAll) {
     if (auto layout = aggregate_ && !context ? aggregated_layout(s, pass, x, members) : std::nullopt) {
@@ -789,6 +790,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
     done = append_merged_rings(g_, prog.kinds[x], devices, ring_orders(s, prog.groups[x], members, devices),
                                ready, prog.bytes[x], tag);
   }
+  charge_engine(g_, first, c_, devices);
   const bool beside = context ? (prog.flags[x] & kBesideNext) != 0 : o_.tensor_parallel.overlap;
   const size_t next = beside ? std::min(x + 2, prog.collectives()) : x + 1;
   for (size_t q = 0; q < n; ++q)
@@ -937,8 +939,10 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
       std::vector<Deps> ready_sets(r);
       for (size_t j = 0; j < r; ++j)
         if (ready[j] >= 0) ready_sets[j] = {ready[j]};
+      const size_t first = g_.tasks.size();
       done = append_merged_rings(g_, kind, devs, multi_ring_orders(c_, devs), ready_sets, bytes * share,
                                  FlowTag{TransferKind::DataParallel, stage, -1});
+      charge_engine(g_, first, c_, devs);
       if (o_.allreduce == AllReduceAlgorithm::Nccl && kind == CollectiveKind::AllReduce) ++g_.nccl_picks[2];
     } else {
       AllReduceAlgorithm a = o_.allreduce;

@@ -98,6 +98,7 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
   if (Status s = check_link_names(c); !s) return s.error();
 
   Platform p;
+  p.cluster = &c;
   // Max-min: SimGrid's links carry no latency (see platform.h); the replay delays each flow instead.
   const bool latency_in_simgrid = c.sharing == Sharing::Tcp;
   auto* zone_impl = new PairRoutedZone(c.name.empty() ? "cluster" : c.name);  // owned by the engine

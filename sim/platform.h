@@ -35,7 +35,8 @@ struct Platform {
     const double* d = delays.find(static_cast<uint32_t>(from), static_cast<uint32_t>(to));
     return d != nullptr ? *d : 0.0;
   }
-  PairTable<double> delays;  // absent: 0
+  PairTable<double> delays;          // absent: 0
+  const Cluster* cluster = nullptr;  // for its collective engine's rates (Cluster::engine_rate)
 };
 
 // Validates the cluster and routes every pair (no SimGrid involved): fails on an invalid cluster

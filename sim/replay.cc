@@ -8,8 +8,10 @@
 #include <queue>
 #include <set>
 #include <simgrid/kernel/Timer.hpp>
+#include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
+#include <unordered_set>
 #include <xbt/config.hpp>
 #include <xbt/utility.hpp>
 
@@ -142,10 +144,11 @@ class SimLauncher : public TaskLauncher {
     }
   }
 
-  // A flow enters the network: under max-min sharing after its route's latency.
+  // A flow enters the network: after a collective engine's costs (its duration) and, under max-min
+  // sharing, its route's latency.
   void send(int32_t t, double now) {
     const Task& task = g_.tasks[t];
-    if (double delay = p_.start_delay(task.device, task.peer); delay > 0) {
+    if (double delay = task.duration + p_.start_delay(task.device, task.peer); delay > 0) {
       starts_.emplace(now + delay, t);
       arm();
     } else {
@@ -273,10 +276,26 @@ class SimLauncher : public TaskLauncher {
     }
     sg4::CommPtr c = sg4::Comm::sendto_init(p_.hosts[task.device], p_.hosts[task.peer]);
     c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
+    // A collective engine's data rate, for the bandwidth factor callback that start() runs (see replay()).
+    if (p_.cluster->engine)
+      starting_rate_ = p_.cluster->engine_rate(task.device, task.peer, is_collective(task.transfer));
     c->set_data(reinterpret_cast<void*>((uintptr_t{slot} << 32) | static_cast<uint32_t>(t)));
     c->start();
+    starting_rate_ = std::numeric_limits<double>::infinity();
     comms_[slot] = std::move(c);
   }
+
+ public:
+  // SimGrid's bandwidth factor of the flow being started: the collective engine's rate over the
+  // route's slowest link, at most 1; 1 without an engine rate.
+  double bandwidth_factor(const std::vector<sg4::Link*>& links) const {
+    if (!std::isfinite(starting_rate_) || links.empty()) return 1.0;
+    double slowest = std::numeric_limits<double>::infinity();
+    for (const sg4::Link* l : links) slowest = std::min(slowest, l->get_bandwidth());
+    return std::min(1.0, starting_rate_ / slowest);
+  }
+
+ private:
   sg4::ActivityPtr release_comm(uintptr_t tag) {
     const auto slot = static_cast<uint32_t>(tag >> 32);
     free_.push_back(slot);
@@ -296,6 +315,8 @@ class SimLauncher : public TaskLauncher {
   StartHeap starts_;                                                 // delayed transfer starts
   std::vector<int32_t> batch_;
   Connections connections_;  // collective flows, in order per connection
+  double starting_rate_ =
+      std::numeric_limits<double>::infinity();  // Cluster::engine_rate of the flow start_comm starts
   uint32_t seq_ = 0;
   simgrid::kernel::timer::Timer* wake_ = nullptr;
   double wake_date_ = 0;
@@ -333,6 +354,16 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   launcher.set_executor(&ex);
   sg4::Activity::on_completion_cb([&](sg4::Activity const& a) { launcher.completed(a); });
   sg4::Engine::on_time_advance_cb([&](double) { launcher.advance(); });
+  // A collective engine's rate (Cluster::engine_rate). SimGrid 3.32 drops Comm::set_rate for host-to-host
+  // Comms; its bandwidth factor callback, run inside Comm::start (maestro's simcalls run at once),
+  // gives the flow the factor rate / its slowest link: CM02 bounds the flow at that link's bandwidth x
+  // the factor and charges every link of the route 1 / factor per byte, so a flow alone runs at the
+  // engine's rate and flows sharing a link share it (tests/sim/collectives_test.cc). Set only with an
+  // engine: it costs a vector per flow.
+  if (c.engine)
+    engine.get_netzone_root()->get_network_model()->set_bw_factor_cb(
+        [&launcher](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
+                    const std::unordered_set<sg4::NetZone*>&) { return launcher.bandwidth_factor(links); });
   const auto t0 = std::chrono::steady_clock::now();
   ex.start();
   engine.run();

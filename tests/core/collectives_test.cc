@@ -503,3 +503,67 @@ TEST_CASE("NCCL 2.21.5's model: latencies and the ring-or-tree pick, against han
   CHECK_FALSE(nccl_allreduce_model(in, std::ldexp(1.0, 29)).tree_wins());
   CHECK_FALSE(nccl_allreduce_model(in, std::ldexp(1.0, 30)).tree_wins());
 }
+
+namespace engine_cases {
+
+// n FPGAs on one switch (links B, a) with a collective engine of the given figures.
+Cluster engine_switch(int n, double B, double a, const CollectiveEngine& e) {
+  DeviceSpec fpga = test_device();
+  fpga.family = "fpga";
+  Cluster c = make_switch_cluster(n, "fpga", fpga, B, a);
+  c.engine = e;
+  return c;
+}
+
+}  // namespace engine_cases
+
+TEST_CASE("FPGA collective engine: each flow waits its step, each device's first flow the call as well") {
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  Cluster c = engine_cases::engine_switch(3, 12.5e9, 0.5e-6, e);
+  TaskGraph g = empty_graph(c);
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2}, {-1, -1, -1}, 3e6);
+  // 2 (n - 1) = 4 steps of 3 flows: step 0's flows (tasks 0-2, one per device) carry the call.
+  REQUIRE(g.tasks.size() == 12);
+  for (size_t t = 0; t < g.tasks.size(); ++t) {
+    INFO("task " << t);
+    CHECK(g.tasks[t].duration == (t < 3 ? 20e-6 + 500e-6 : 20e-6));
+  }
+  // A GPU in the group: no engine, no cost.
+  Cluster mixed = c;
+  mixed.devices[2].spec.family = "gpu";
+  TaskGraph h = empty_graph(mixed);
+  append_allreduce(h, AllReduceAlgorithm::Ring, mixed, {0, 1, 2}, {-1, -1, -1}, 3e6);
+  for (const Task& t : h.tasks) CHECK(t.duration == 0);
+  CHECK(std::isinf(mixed.engine_rate(0, 2, true)));
+  CHECK(mixed.engine_rate(0, 1, true) == 4e9);
+  CHECK(mixed.engine_rate(0, 1, false) == 10e9);
+}
+
+TEST_CASE("FPGA collective engine: the closed form and the evaluator, by hand") {
+  // 4 boards on a switch (12.5 GB/s, 0.5 us per link), engine call 500 us, step 20 us, 4 GB/s.
+  // Ring all-reduce of S = 32e6 bytes: 6 steps, each a flow of S / 4 = 8e6 bytes over two links
+  // (1 us) after the step (20 us), at 4 GB/s (2 ms); the first step after the call as well:
+  // 500 + 6 x (20 + 1 + 2000) us = 12,626 us.
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  Cluster c = engine_cases::engine_switch(4, 12.5e9, 0.5e-6, e);
+  const double expected = 500e-6 + 6 * (20e-6 + 1e-6 + 2e-3);
+  Router router(c);
+  Result<LinkCost> hop = ring_link_cost(router, {0, 1, 2, 3});
+  REQUIRE(hop.ok());
+  CHECK(hop->call == 500e-6);
+  CHECK(close_rel(hop->latency, 21e-6, 1e-12));
+  CHECK(hop->bandwidth == 4e9);
+  CHECK(close_rel(closed_form::ring_allreduce(4, 32e6, *hop), expected, 1e-12));
+  TaskGraph g = empty_graph(c);
+  append_allreduce(g, AllReduceAlgorithm::Ring, c, {0, 1, 2, 3}, {-1, -1, -1, -1}, 32e6);
+  Result<Timeline> t = evaluate(g, c);
+  REQUIRE(t.ok());
+  CHECK(close_rel(t->makespan(), expected, 1e-12));
+  Result<double> rings = concurrent_ring_time(c, router, {{0, 1, 2, 3}}, 32e6);
+  REQUIRE(rings.ok());
+  CHECK(close_rel(*rings, expected, 1e-12));
+  // Without the engine: 6 x (1 us + 8e6 / 12.5e9) = 3,846 us.
+  c.engine.reset();
+  CHECK(close_rel(closed_form::ring_allreduce(4, 32e6, *ring_link_cost(Router(c), {0, 1, 2, 3})),
+                  6 * (1e-6 + 8e6 / 12.5e9), 1e-12));
+}

@@ -174,3 +174,84 @@ TEST_CASE("nccl all-reduce: NCCL's model picks the tree or the ring per NIC, and
   CHECK(resolve_allreduce(AllReduceAlgorithm::Tree, CollectiveKind::ReduceScatter, c, router, all, 64e3) ==
         AllReduceAlgorithm::MultiRing);
 }
+
+namespace engine_cases {
+
+// FPGAs fpga0 .. on one switch (links 12.5 GB/s, 0.5 us), then `gpus` GPUs, with the engine.
+Cluster engine_switch(int fpgas, int gpus, const CollectiveEngine& e) {
+  DeviceSpec fpga = test_device();
+  fpga.family = "fpga";
+  Cluster c = make_switch_cluster(fpgas + gpus, "dev", fpga, 12.5e9, 0.5e-6);
+  for (int i = fpgas; i < fpgas + gpus; ++i) c.devices[static_cast<size_t>(i)].spec.family = "gpu";
+  c.engine = e;
+  return c;
+}
+
+TaskGraph empty_graph(const Cluster& c) {
+  TaskGraph g;
+  g.device_order.resize(c.devices.size());
+  g.static_memory.resize(c.devices.size());
+  return g;
+}
+
+double replay_time(const Cluster& c, const TaskGraph& g) {
+  Result<sim::Replay> r = process::replay_isolated(c, g);
+  REQUIRE(r.ok());
+  return r->timeline.makespan();
+}
+
+}  // namespace engine_cases
+
+TEST_CASE(
+    "FPGA collective engine in SimGrid: call + 2 (n - 1) (step + 2a) + 2 (n - 1) / n x S / its bandwidth") {
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  for (int n : {2, 4, 8}) {
+    Cluster c = engine_cases::engine_switch(n, 0, e);
+    for (double S : {1024.0, 32e6}) {
+      INFO("n=" << n << " S=" << S);
+      const double expected = 500e-6 + 2.0 * (n - 1) * (20e-6 + 1e-6) + 2.0 * (n - 1) / n * S / 4e9;
+      CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Ring, n, S), expected, 1e-9));
+    }
+  }
+  // 4 boards, 32 MB by hand: 500 + 6 x 21 + 1.5 x 32e6 / 4e9 s = 12,626 us.
+  CHECK(close_rel(allreduce_time(engine_cases::engine_switch(4, 0, e), AllReduceAlgorithm::Ring, 4, 32e6),
+                  12626e-6, 1e-9));
+}
+
+TEST_CASE(
+    "FPGA collective engine in SimGrid: sends at send_bandwidth, a GPU's at the link's, flows share the "
+    "engine's rate") {
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  Cluster c = engine_cases::engine_switch(3, 1, e);
+  // A stage hand-over between two FPGAs: no call or step, at 10 GB/s: 1 us + 1e8 / 1e10 = 10,001 us.
+  TaskGraph send = engine_cases::empty_graph(c);
+  send.add(transfer(0, 1, 1e8));
+  CHECK(close_rel(engine_cases::replay_time(c, send), 1e-6 + 1e8 / 10e9, 1e-9));
+  // FPGA to GPU: the link's 12.5 GB/s.
+  TaskGraph mixed = engine_cases::empty_graph(c);
+  mixed.add(transfer(0, 3, 1e8));
+  CHECK(close_rel(engine_cases::replay_time(c, mixed), 1e-6 + 1e8 / 12.5e9, 1e-9));
+  // Without the engine two flows out of fpga0 share its 12.5 GB/s link: 6.25 GB/s each. With it,
+  // each uses the link as if it ran at the engine's rate (SimGrid's bandwidth factor, docs/clusters.md):
+  // two sends share 10 GB/s, 5 GB/s each: 1 us + 1e8 / 5e9.
+  TaskGraph two_sends = engine_cases::empty_graph(c);
+  for (int peer : {1, 2}) two_sends.add(transfer(0, peer, 1e8));
+  CHECK(close_rel(engine_cases::replay_time(c, two_sends), 1e-6 + 1e8 / 5e9, 1e-9));
+  Cluster raw = c;
+  raw.engine.reset();
+  CHECK(close_rel(engine_cases::replay_time(raw, two_sends), 1e-6 + 1e8 / 6.25e9, 1e-9));
+  // Two collective flows (after their step, 20 us) share 4 GB/s: 2 GB/s each, 21 us + 1e8 / 2e9; four
+  // (to fpga1 and fpga2 on two channels each) 1 GB/s each.
+  for (int flows : {2, 4}) {
+    TaskGraph g = engine_cases::empty_graph(c);
+    for (int k = 0; k < flows; ++k) {
+      Task t = transfer(0, 1 + k % 2, 1e8);
+      t.transfer = TransferKind::DataParallel;
+      t.channel = static_cast<uint16_t>(k);
+      t.duration = 20e-6;
+      g.add(t);
+    }
+    INFO(flows << " flows");
+    CHECK(close_rel(engine_cases::replay_time(c, g), 21e-6 + 1e8 / (4e9 / flows), 1e-9));
+  }
+}

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "tests/support/experiments.h"
 #include "tests/support/process.h"
 
 using nlohmann::json;
@@ -262,4 +263,42 @@ TEST_CASE("dgx preset: a pipeline whose stages cross InfiniBand is slower by wha
   CHECK(close(within, base + 2 * 15 * c_nv, 1e-6));
   CHECK(close(across, base + 2 * (14 * c_nv + c_ib), 1e-6));
   CHECK(close(across - within, 2 * (c_ib - c_nv), 1e-4));
+}
+
+TEST_CASE("collective_engine: the FPGA presets run ACCL, a name, none, or a base with changed figures") {
+  // topologies/engines.yaml's accl-tcp: 44.3 us per call, 16.6 us per message, 4.03 GB/s, sends 87.8 Gb/s.
+  json e = run_json({"cluster", "show", "fpga-ring-u280-8", "--json"})["collective_engine"];
+  CHECK(e["name"] == "accl-tcp");
+  CHECK(pipegrid::testing::close_rel(e["call_s"].get<double>(), 44.3e-6, 1e-12));
+  CHECK(pipegrid::testing::close_rel(e["step_s"].get<double>(), 16.6e-6, 1e-12));
+  CHECK(pipegrid::testing::close_rel(e["bandwidth_Bps"].get<double>(), 4.03e9, 1e-12));
+  CHECK(pipegrid::testing::close_rel(e["send_bandwidth_Bps"].get<double>(), 87.8e9 / 8, 1e-12));
+  CHECK(run_json({"cluster", "show", "dgx-a100-16", "--json"})["collective_engine"].is_null());
+  Scratch s;
+  const std::string preset = "kind: fpga-ring\ncount: 4\ndevice: u280\n";
+  CHECK(run_json({"cluster", "show", s.file("raw.yaml", preset + "collective_engine: none\n"),
+                  "--json"})["collective_engine"]
+            .is_null());
+  json changed =
+      run_json({"cluster", "show",
+                s.file("xrt.yaml", preset + "collective_engine: {base: accl-tcp-pynq, call: 44.3us}\n"),
+                "--json"})["collective_engine"];
+  CHECK(changed["name"] == "accl-tcp-pynq (changed)");
+  CHECK(pipegrid::testing::close_rel(changed["call_s"].get<double>(), 44.3e-6, 1e-12));
+  CHECK(pipegrid::testing::close_rel(changed["step_s"].get<double>(), 16.6e-6, 1e-12));
+  json custom = run_json({"cluster", "show", s.file("own.yaml", preset + "collective_engine: {step: 2us}\n"),
+                          "--json"})["collective_engine"];
+  CHECK(custom["name"] == "custom (changed)");
+  CHECK(custom["call_s"].get<double>() == 0);
+  CHECK(custom["bandwidth_Bps"].is_null());  // unbounded
+  // `run` says so among its assumptions.
+  const std::string experiment = R"(
+workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}
+cluster: {preset: fpga-ring-u280-8}
+strategy: {micro_batches: 4, replicas: 2, micro_batch_size: 1}
+)";
+  auto out = run_command({PIPEGRID_BINARY, "run", s.file("e.yaml", experiment)});
+  CHECK(out.exit_code == 0);
+  CHECK(out.out.find("FPGA collective engine accl-tcp (44.3 us per call, 16.6 us per message, 4.03 GB/s; "
+                     "sends 10.97 GB/s)") != std::string::npos);
 }

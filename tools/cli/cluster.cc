@@ -20,6 +20,7 @@
 #include "tools/cli/cli.h"
 #include "tools/input/cluster_yaml.h"
 #include "tools/output/report.h"
+#include "tools/output/run_figures.h"
 #include "tools/output/safe_write.h"
 #include "tools/output/simgrid_xml.h"
 #include "tools/process/isolated_replay.h"
@@ -111,6 +112,7 @@ int run_show(const Options& o) {
                             {"latency_s", l.latency},
                             {"duplex", duplex_name(l.duplex)}});
     j["sharing"] = c->sharing == Sharing::Tcp ? "tcp" : "max-min";
+    j["collective_engine"] = output::engine_json(*c);
     j["explicit_routes"] = c->routes.size();
     j["routing"] = c->torus_dims.empty() ? "shortest-path" : "dimension-order";
     j["diameter_hops"] = f->diameter_hops;
@@ -143,6 +145,7 @@ int run_show(const Options& o) {
       fmt::print("  {} -- {}  {}  {}  {}-duplex\n", c->node_name(l.a), c->node_name(l.b),
                  format_bandwidth(l.bandwidth), format_time(l.latency), duplex_name(l.duplex));
   }
+  if (const std::string engine = output::engine_note(*c); !engine.empty()) fmt::print("{}\n", engine);
   fmt::print("routing: {}\n",
              c->torus_dims.empty() ? "shortest paths (latency, then hops)" : "dimension order");
   fmt::print("diameter: {} hops\n", f->diameter_hops);
@@ -259,6 +262,11 @@ int run_export(const Options& o) {
     return bad_input(s.error().message);
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
+  if (c->engine)
+    fmt::print(stderr,
+               "note: a SimGrid platform has no place for the collective engine ({}): give the cluster's "
+               "`collective_engine` beside `file:` when reading it back\n",
+               c->engine->name);
   if (o.output.empty()) {
     if (Status s = output::write_simgrid_xml(*c, std::cout); !s)
       return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));

@@ -10,6 +10,7 @@
 #include "core/file_io.h"
 #include "core/topologies/generators.h"
 #include "tools/builtin_cluster_presets.h"
+#include "tools/builtin_engines.h"
 #include "tools/input/device_yaml.h"
 #include "tools/input/simgrid_xml.h"
 
@@ -82,7 +83,7 @@ Cluster generated(Result<Cluster> c, const Node& n) {
 // `kind: dgx`: DGX-style nodes and their InfiniBand fabric, with pods of a rail fabric.
 Cluster parse_dgx(const Node& n) {
   n.check_keys({"kind", "name", "nodes", "gpus_per_node", "gpu", "nvlink", "infiniband", "fabric",
-                "pod_nodes", "oversubscription", "sharing"});
+                "pod_nodes", "oversubscription", "sharing", "collective_engine"});
   DgxSpec s;
   s.nodes = count_of(n, "nodes");
   if (n.has("gpus_per_node")) s.gpus_per_node = count_of(n, "gpus_per_node");
@@ -110,7 +111,7 @@ Cluster parse_dgx(const Node& n) {
 
 Cluster parse_generator(const Node& n, const std::string& kind) {
   if (kind == "switch" || kind == "ring") {
-    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency", "sharing"});
+    n.check_keys({"kind", "name", "count", "device", "bandwidth", "latency", "sharing", "collective_engine"});
     const int count = count_of(n, "count");
     auto [name, spec] = named_device(n);
     const LinkSpec l = link_keys(n);
@@ -122,13 +123,14 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_ring_cluster(count, name, spec, l), n);
   }
   if (kind == "torus") {
-    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency", "sharing"});
+    n.check_keys({"kind", "name", "dims", "device", "bandwidth", "latency", "sharing", "collective_engine"});
     const std::vector<int> dims = dims_of(n, 1, 3);
     auto [name, spec] = named_device(n);
     return generated(make_torus_cluster(dims, name, spec, link_keys(n)), n);
   }
   if (kind == "fat-tree") {
-    n.check_keys({"kind", "name", "k", "count", "device", "bandwidth", "latency", "sharing"});
+    n.check_keys(
+        {"kind", "name", "k", "count", "device", "bandwidth", "latency", "sharing", "collective_engine"});
     Node kn = n.need("k", "an even switch port count from 2 to 128");
     const int k = static_cast<int>(kn.integer(2, 128, "an even switch port count from 2 to 128"));
     if (k % 2 != 0) kn.expected("an even switch port count from 2 to 128");
@@ -142,7 +144,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   if (kind == "dragonfly") {
     n.check_keys({"kind", "name", "groups", "routers", "hosts", "global_links", "device", "bandwidth",
-                  "latency", "global", "sharing"});
+                  "latency", "global", "sharing", "collective_engine"});
     DragonflySpec s;
     s.groups = count_of(n, "groups");
     s.routers = count_of(n, "routers");
@@ -158,7 +160,7 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   if (kind == "dgx") return parse_dgx(n);
   if (kind == "dgx1") {
     n.check_keys({"kind", "name", "servers", "server_kinds", "gpu", "nvlink2", "nvlink1", "pcie", "qpi",
-                  "network", "nics", "nvlink_forwarding", "sharing"});
+                  "network", "nics", "nvlink_forwarding", "sharing", "collective_engine"});
     Dgx1Spec s;
     s.servers = count_of(n, "servers");
     if (std::optional<Node> k = n.get("server_kinds")) {
@@ -186,7 +188,8 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
     return generated(make_dgx1_cluster(s), n);
   }
   if (kind == "summit") {
-    n.check_keys({"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband", "sharing"});
+    n.check_keys(
+        {"kind", "name", "nodes", "gpu", "nvlink", "xbus", "infiniband", "sharing", "collective_engine"});
     SummitSpec s;
     s.nodes = count_of(n, "nodes");
     s.gpu = device_or(n, "gpu", "v100");
@@ -197,7 +200,8 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
   }
   // fpga-ring, fpga-torus
   const bool torus = kind == "fpga-torus";
-  n.check_keys({"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie", "sharing"});
+  n.check_keys(
+      {"kind", "name", torus ? "dims" : "count", "device", "qsfp", "pcie", "sharing", "collective_engine"});
   FpgaClusterSpec s;
   s.torus = torus;
   s.dims = torus ? dims_of(n, 2, 3) : std::vector<int>{count_of(n, "count")};
@@ -310,7 +314,7 @@ void parse_routes(const Node& routes, Cluster& c, const std::unordered_map<std::
 }
 
 Cluster parse_written(const Node& n) {
-  n.check_keys({"name", "devices", "switches", "links", "routes", "sharing"});
+  n.check_keys({"name", "devices", "switches", "links", "routes", "sharing", "collective_engine"});
   Cluster c;
   if (std::optional<Node> name = n.get("name")) c.name = name->string("a name");
   NameTable names;
@@ -470,7 +474,8 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
 
 Cluster parse_preset(const ClusterPreset& p, const Node* refinements = nullptr) {
   const std::string name = fmt::format("topologies/clusters/{}.yaml", p.name);
-  if (refinements) return parse_refined(std::string(p.text), name, *refinements, {"preset", "sharing"});
+  if (refinements)
+    return parse_refined(std::string(p.text), name, *refinements, {"preset", "sharing", "collective_engine"});
   const Document doc = load_document_text(std::string(p.text), name);
   return parse_body(Node::root(doc), false);
 }
@@ -483,7 +488,7 @@ Cluster parse_file_reference(const Node& n) {
   Node f = *n.get("file");
   const std::string path =
       resolve_path(f.document(), f.string("a path to a cluster file (YAML) or a SimGrid platform (.xml)"));
-  if (is_xml(path)) n.check_keys({"file", "device", "sharing"});
+  if (is_xml(path)) n.check_keys({"file", "device", "sharing", "collective_engine"});
   const std::string text = read_referenced_file(f, path);
   if (is_xml(path)) {
     std::optional<DeviceSpec> device;
@@ -493,14 +498,67 @@ Cluster parse_file_reference(const Node& n) {
     return std::move(*c);
   }
   // A YAML cluster file: the other keys refine it (as a preset's).
-  return parse_refined(text, path, n, {"file", "sharing"});
+  return parse_refined(text, path, n, {"file", "sharing", "collective_engine"});
 }
 
-// `sharing: max-min | tcp`, allowed in every form of cluster; it overrides the one of a preset or file.
+// An engine's figures from a mapping (catalog entry or cluster key), over `e`'s.
+void engine_figures(const Node& n, CollectiveEngine& e) {
+  if (auto x = n.get("call")) e.call = x->quantity(Dimension::Time, Sign::NonNegative);
+  if (auto x = n.get("step")) e.step = x->quantity(Dimension::Time, Sign::NonNegative);
+  if (auto x = n.get("bandwidth")) e.bandwidth = x->quantity(Dimension::Bandwidth, Sign::Positive);
+  if (auto x = n.get("send_bandwidth")) e.send_bandwidth = x->quantity(Dimension::Bandwidth, Sign::Positive);
+}
+
+// `collective_engine`: a name of topologies/engines.yaml, `none`, or a mapping {base: NAME, call,
+// step, bandwidth, send_bandwidth} (base's figures, or none, changed by the others).
+std::optional<CollectiveEngine> parse_engine(const Node& n) {
+  const Document catalog = load_document_text(kBuiltinEngines, "topologies/engines.yaml");
+  std::vector<std::string_view> names;
+  for (const auto& kv : catalog.root) names.push_back(kv.first.Scalar());
+  const std::string what = fmt::format(
+      "an engine ({}, none) or a mapping {{base, call, step, bandwidth, "
+      "send_bandwidth}}",
+      join(names));
+  auto named = [&](const Node& at) {
+    const std::string name = at.string(what);
+    if (std::find(names.begin(), names.end(), name) == names.end()) at.expected(what);
+    CollectiveEngine e;
+    e.name = name;
+    engine_figures(*Node::root(catalog).get(name), e);
+    return e;
+  };
+  if (n.is_scalar()) {
+    if (n.string(what) == "none") return std::nullopt;
+    return named(n);
+  }
+  n.require_map(what);
+  n.check_keys({"base", "call", "step", "bandwidth", "send_bandwidth"});
+  CollectiveEngine e;
+  e.name = "custom";
+  if (auto b = n.get("base")) e = named(*b);
+  if (n.has("call") || n.has("step") || n.has("bandwidth") || n.has("send_bandwidth")) {
+    e.name += " (changed)";
+    engine_figures(n, e);
+  }
+  return e;
+}
+
+// `sharing: max-min | tcp` and `collective_engine`, allowed in every form of cluster; they override
+// the ones of a preset or file. An engine on a cluster without FPGAs would apply to nothing: an error.
 Cluster with_sharing(const Node& n, Cluster c) {
   if (std::optional<Node> s = n.get("sharing"))
     c.sharing =
         s->choice({"max-min", "tcp"}, "a bandwidth sharing rule") == "tcp" ? Sharing::Tcp : Sharing::MaxMin;
+  if (std::optional<Node> e = n.get("collective_engine")) {
+    c.engine = parse_engine(*e);
+    const bool fpgas = std::any_of(c.devices.begin(), c.devices.end(),
+                                   [](const Device& d) { return d.spec.family == "fpga"; });
+    if (c.engine && !fpgas)
+      e->fail(
+          fmt::format("a collective engine runs on FPGAs; the cluster has none, so \"{}\" would apply to "
+                      "nothing (remove the key, or give FPGA devices)",
+                      c.engine->name));
+  }
   return c;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/collectives.h"
 #include "core/tensor_parallel.h"
@@ -203,10 +204,29 @@ std::string assumptions_note(const Experiment& e) {
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
   if (fp8_training(e.workload.precision))
     parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
+  if (const std::string engine = engine_note(e.cluster); !engine.empty()) parts.push_back(engine);
   for (const std::string& f : e.faults) parts.push_back("fault: " + f);
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
+}
+
+std::string engine_note(const Cluster& c) {
+  if (!c.engine) return "";
+  const CollectiveEngine& x = *c.engine;
+  auto rate = [](double b) { return std::isfinite(b) ? format_bandwidth(b) : std::string("unbounded"); };
+  return fmt::format("FPGA collective engine {} ({} per call, {} per message, {}; sends {})", x.name,
+                     format_time(x.call), format_time(x.step), rate(x.bandwidth), rate(x.send_bandwidth));
+}
+
+nlohmann::json engine_json(const Cluster& c) {
+  if (!c.engine) return nullptr;
+  const CollectiveEngine& x = *c.engine;
+  return {{"name", x.name},
+          {"call_s", x.call},
+          {"step_s", x.step},
+          {"bandwidth_Bps", json_number(x.bandwidth)},
+          {"send_bandwidth_Bps", json_number(x.send_bandwidth)}};
 }
 
 std::string nccl_note(const std::array<int32_t, 3>& picks) {
@@ -247,6 +267,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"padded_vocabulary",
            padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
+          {"collective_engine", engine_json(e.cluster)},
           {"faults", e.faults}};
 }
 

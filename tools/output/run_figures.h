@@ -49,6 +49,9 @@ double six_n_mfu(const ModelFlops& f, double tokens_per_s, double devices, doubl
 // (transformer workloads), the data-parallel all-reduce, the memory reserve, the gradients' bytes,
 // the fp8 recipe (fp8 trainings).
 std::string assumptions_note(const Experiment& e);
+// The cluster's FPGA collective engine and its figures (Cluster::engine), or "" / null without one.
+std::string engine_note(const Cluster& c);
+nlohmann::json engine_json(const Cluster& c);
 // What NCCL's model picked for the data-parallel all-reduces (TaskGraph::nccl_picks), or "" when the
 // run's all-reduces are not `allreduce: nccl`.
 std::string nccl_note(const std::array<int32_t, 3>& picks);
