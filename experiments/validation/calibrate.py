@@ -40,6 +40,10 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
     p.add_argument("--fit-dispatch", nargs="*", default=[], metavar="GPU",
                    help="devices whose kernel dispatch (host time per kernel call, overlapped with the GPU: a call "
                         "takes max(dispatch, start-up + work)) is fitted too, in [1, 100] us (default: none)")
+    p.add_argument("--fit-recurrent", nargs="*", default=[], metavar="GPU",
+                   help="devices whose recurrent_step (the RNN library's time per LSTM time step, direction and pass "
+                        "beyond the step's kernels, per math precision) is fitted too on their GNMT rows, in [1, 300] "
+                        "us (default: none: the catalog's, measured where it has one)")
     p.add_argument("--only", nargs="*", metavar="GPU",
                    help="fit only these devices' parameters (the others keep their start values: rows of "
                         "different devices share no parameter, so their fit is not affected)")
@@ -59,10 +63,18 @@ DISPATCH = "kernel_dispatch_us"
 # first value when the catalog has none).
 DEVICE_PARAMS = {STARTUP: ((1.0, 60.0), "kernel_startup_s", 5.0),
                  DISPATCH: ((1.0, 100.0), "kernel_dispatch_s", 10.0)}
+# Per device and math precision, on the rows whose model has LSTMs: (range, first value) in us.
+RECURRENT = "recurrent_step_us"
+RECURRENT_RANGE, RECURRENT_FIRST = (1.0, 300.0), 20.0
+NOT_EFFICIENCY = set(DEVICE_PARAMS) | {RECURRENT}
+
+
+def recurrent(row):
+    return row["model"].startswith("gnmt")
 
 
 class Fit:
-    def __init__(self, pg, rows, startup_gpus=(), dispatch_gpus=()):
+    def __init__(self, pg, rows, startup_gpus=(), dispatch_gpus=(), recurrent_gpus=()):
         self.pg, self.rows = pg, rows
         self.by_class = pg.class_efficiency()
         self.values = {}  # (gpu, math precision, class) -> efficiency; starts at the catalog's
@@ -79,6 +91,9 @@ class Fit:
                 if r["gpu"] in gpus:
                     _, key, first = DEVICE_PARAMS[param]
                     self.values[(r["gpu"], "*", param)] = round(1e6 * d.get(key, 0), 4) or first
+            if r["gpu"] in recurrent_gpus and recurrent(r):
+                measured = d.get("recurrent_step_s", {}).get(prec, 0)
+                self.values[(r["gpu"], prec, RECURRENT)] = round(1e6 * measured, 4) or RECURRENT_FIRST
 
     def classes(self, row):
         return vlib.MODEL_CLASSES.get(row["model"], ("gemm",)) if self.by_class else ("all",)
@@ -89,6 +104,9 @@ class Fit:
             for param in DEVICE_PARAMS:
                 if (r["gpu"], "*", param) in values:
                     e[param] = values[(r["gpu"], "*", param)]
+            step = (r["gpu"], vlib.math_precision(r["precision"]), RECURRENT)
+            if recurrent(r) and step in values:
+                e[RECURRENT] = values[step]
             return e
         return of
 
@@ -107,6 +125,10 @@ class Fit:
         if key[2] in DEVICE_PARAMS:
             rows = [r for r in self.rows if r["gpu"] == key[0]]
             lo, hi = DEVICE_PARAMS[key[2]][0]
+        elif key[2] == RECURRENT:
+            rows = [r for r in self.rows
+                    if recurrent(r) and (r["gpu"], vlib.math_precision(r["precision"])) == key[:2]]
+            lo, hi = RECURRENT_RANGE
         else:
             rows = [r for r in self.rows if (r["gpu"], vlib.math_precision(r["precision"])) == key[:2] and key[2] in self.classes(r)]
             lo, hi = LO, HI
@@ -146,11 +168,11 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
              f"# objective (sum of squared ln ratios): {cost0:.4f} with the catalog's efficiencies -> {cost1:.4f} "
              f"after {sweeps_done} sweep(s) over {len(rows)} rows",
              "compute_efficiency:"]
-    for gpu in sorted({k[0] for k in fit.values if k[2] not in DEVICE_PARAMS}):
+    for gpu in sorted({k[0] for k in fit.values if k[2] not in NOT_EFFICIENCY}):
         lines.append(f"  {gpu}:")
-        for prec in sorted({k[1] for k in fit.values if k[0] == gpu and k[2] not in DEVICE_PARAMS}):
+        for prec in sorted({k[1] for k in fit.values if k[0] == gpu and k[2] not in NOT_EFFICIENCY}):
             items = ", ".join(f"{c}: {fit.values[(gpu, prec, c)]:.4f}" for c in sorted(
-                k[2] for k in fit.values if k[:2] == (gpu, prec)))
+                k[2] for k in fit.values if k[:2] == (gpu, prec) and k[2] not in NOT_EFFICIENCY))
             lines.append(f"    {prec}: {{{items}}}")
     for param, what in ((STARTUP, "Hockney's t0 per device (kernel_startup)"),
                         (DISPATCH, "host time per kernel call (kernel_dispatch)")):
@@ -158,6 +180,10 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
         if fitted:
             lines.append(f"{param}:  # {what}, fitted with the efficiencies")
             lines += [f"  {gpu}: {v:.4f}" for gpu, v in sorted(fitted.items())]
+    steps = {k[:2]: v for k, v in fit.values.items() if k[2] == RECURRENT}
+    if steps:
+        lines.append(f"{RECURRENT}:  # recurrent_step per device and math precision, fitted on its GNMT rows")
+        lines += [f"  {gpu}: {{{prec}: {v:.4f}}}" for (gpu, prec), v in sorted(steps.items())]
     lines.append("residuals:  # pipegrid / published with the catalog's efficiencies (before) and the fitted ones (after)")
     for r in sorted(rows, key=lambda r: r["id"]):
         b, a = before.get(r["id"]), after.get(r["id"])
@@ -169,14 +195,14 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
 
 
 def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None,
-            startup_start=None, dispatch_gpus=()):
+            startup_start=None, dispatch_gpus=(), recurrent_gpus=()):
     """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
     start: every efficiency's first value, startup_start every start-up's in us (default: the catalog's)."""
-    fit = Fit(pg, rows, startup_gpus, dispatch_gpus)
+    fit = Fit(pg, rows, startup_gpus, dispatch_gpus, recurrent_gpus)
     catalog = dict(fit.values)
     if start is not None:
-        fit.values = {k: (v if k[2] in DEVICE_PARAMS else start) for k, v in fit.values.items()}
+        fit.values = {k: (v if k[2] in NOT_EFFICIENCY else start) for k, v in fit.values.items()}
     if startup_start is not None:
         fit.values = {k: (startup_start if k[2] == STARTUP else v) for k, v in fit.values.items()}
     if start_file:
@@ -220,6 +246,7 @@ def main():
     fit, before, after, cost0, cost, sweeps = run_fit(pg, rows, args.sweeps, args.tolerance, start=None,
                                                       startup_gpus=args.fit_startup, only=args.only,
                                                       dispatch_gpus=args.fit_dispatch,
+                                                      recurrent_gpus=args.fit_recurrent,
                                                       start_file=args.start,
                                                       log=lambda m: print(m, flush=True))
     text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)

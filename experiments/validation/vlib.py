@@ -286,6 +286,9 @@ def device_spec(row, efficiency=None):
         if efficiency and f"{key}_us" in efficiency:
             efficiency = dict(efficiency)
             d[key] = f"{round(efficiency.pop(key + '_us'), 4)}us"
+    if efficiency and "recurrent_step_us" in efficiency:  # per math precision (calibrate.py --fit-recurrent)
+        efficiency = dict(efficiency)
+        d["recurrent_step"] = {math_precision(row["precision"]): f"{round(efficiency.pop('recurrent_step_us'), 4)}us"}
     if efficiency:
         if "all" in efficiency:
             d["efficiency"] = round(efficiency["all"], 6)
