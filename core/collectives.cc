@@ -729,8 +729,8 @@ Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
     std::fill(free_at.begin(), free_at.end(), 0.0);
     const size_t steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
     for (size_t step = 0; step < steps; ++step) {
+      const double wait = engine ? c.engine->step + (step == 0 ? c.engine->call : 0.0) : 0.0;
       for (size_t j = 0; j < n; ++j) {
-        const double wait = engine ? c.engine->step + (step == 0 ? c.engine->call : 0.0) : 0.0;
         const double start = std::max(received[j] + wait, free_at[j]);
         free_at[j] = start + hold[j];
         sent[j] = start + latency[j] + hold[j];  // arrives at j + 1

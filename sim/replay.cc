@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <queue>
 #include <set>
@@ -113,15 +114,199 @@ class Connections {
   std::unordered_map<Key, Connection, KeyHash> connections_;
 };
 
+// Compute ends under device clocks: a heap of end dates, equal dates in start order.
+class DeviceClocks {
+ public:
+  // `work_precision`: SimGrid's (maxmin/precision x surf/precision), below which an Exec's flops are 0.
+  explicit DeviceClocks(double work_precision) : work_precision_(work_precision) {}
+  // A task of `duration` s starts at `now` on a host of `speed` flop/s: it ends where SimGrid's Exec
+  // would, now + flops / speed (docs above).
+  void start(double now, double duration, double speed, int32_t task) {
+    double remains = duration * speed;
+    if (remains < work_precision_) remains = 0;
+    ends_.push({remains > 0 ? now + remains / speed : now, seq_++, task});
+  }
+  bool empty() const { return ends_.empty(); }
+  double next_date() const { return ends_.top().date; }
+  int32_t next_task() const { return ends_.top().task; }
+  // The tasks that end at `now` (within `precision`), collected first: ends pushed while they are
+  // handled belong to later steps.
+  const std::vector<int32_t>& take_due(double now, double precision) {
+    batch_.clear();
+    while (!ends_.empty() && std::abs(ends_.top().date - now) < precision) {
+      batch_.push_back(ends_.top().task);
+      ends_.pop();
+    }
+    return batch_;
+  }
+
+ private:
+  struct End {
+    double date;
+    uint32_t seq;  // start order, for equal dates (at most one per task: a 16-byte entry)
+    int32_t task;
+    bool operator>(const End& o) const { return date != o.date ? date > o.date : seq > o.seq; }
+  };
+  const double work_precision_;
+  std::priority_queue<End, std::vector<End>, std::greater<>> ends_;
+  std::vector<int32_t> batch_;
+  uint32_t seq_ = 0;
+};
+
+// Keeps SimGrid stepping to the earliest pending date: one kernel timer at that date, or, when the
+// date is now, a zero-flop Exec (a "tick": a timer there would fire in the current step), whose
+// completion callback is the step. `fired` runs when the timer fires.
+class Waker {
+ public:
+  static constexpr uintptr_t kTick = ~uintptr_t{0};  // a tick's activity data
+
+  Waker(sg4::Host* host, std::function<void()> fired) : host_(host), fired_(std::move(fired)) {}
+
+  // Engine::on_time_advance: a tick ends in the first step after its start, this one.
+  void stepped() { tick_pending_ = false; }
+
+  // Wakes the engine at `date` (infinity: nothing pending).
+  void arm(double date) {
+    if (wake_ != nullptr && wake_date_ == date) return;
+    if (wake_ != nullptr) wake_->remove();
+    wake_ = nullptr;
+    if (date == std::numeric_limits<double>::infinity()) return;
+    if (date <= sg4::Engine::get_clock()) {
+      if (!tick_pending_) {
+        tick_pending_ = true;
+        sg4::ExecPtr tick = sg4::Exec::init();
+        tick->set_host(host_);
+        tick->set_flops_amount(0);
+        tick->set_data(reinterpret_cast<void*>(kTick));
+        tick->start();
+        ticks_.push_back(std::move(tick));  // until its completion callback
+      }
+      return;
+    }
+    wake_date_ = date;
+    // The launcher handles what falls due in on_time_advance and moves the timer before it could
+    // fire; if it fires, it only hands over to that work of the step.
+    wake_ = simgrid::kernel::timer::Timer::set(date, [this] {
+      wake_ = nullptr;
+      fired_();
+    });
+  }
+
+  // A tick's completion: its activity, to be released later.
+  sg4::ActivityPtr take_tick() {
+    sg4::ActivityPtr t = std::move(ticks_.front());
+    ticks_.pop_front();
+    return t;
+  }
+
+  void clear() {
+    if (wake_ != nullptr) wake_->remove();
+    wake_ = nullptr;
+    ticks_.clear();
+  }
+
+ private:
+  sg4::Host* host_;
+  std::function<void()> fired_;
+  simgrid::kernel::timer::Timer* wake_ = nullptr;
+  double wake_date_ = 0;
+  std::deque<sg4::ExecPtr> ticks_;  // started, completion not yet reported
+  bool tick_pending_ = false;       // a tick will end at the next step
+};
+
+// Transfers in the network, in slots reused through a free list; a Comm's data holds its task and
+// its slot.
+class CommSlots {
+ public:
+  uint32_t take() {
+    if (free_.empty()) {
+      comms_.emplace_back();
+      return static_cast<uint32_t>(comms_.size() - 1);
+    }
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  void hold(uint32_t slot, sg4::CommPtr c) { comms_[slot] = std::move(c); }
+  static void* tag(uint32_t slot, int32_t task) {
+    return reinterpret_cast<void*>((uintptr_t{slot} << 32) | static_cast<uint32_t>(task));
+  }
+  sg4::ActivityPtr release(uintptr_t tag) {
+    const auto slot = static_cast<uint32_t>(tag >> 32);
+    free_.push_back(slot);
+    return std::move(comms_[slot]);
+  }
+  void clear() { comms_.clear(); }
+
+ private:
+  std::vector<sg4::ActivityPtr> comms_;
+  std::vector<uint32_t> free_;
+};
+
+// A collective engine's rate of the flow being started (Cluster::engine_rate), for SimGrid's
+// bandwidth factor callback, which Comm::start runs (see replay()).
+class EngineRate {
+ public:
+  void set(double rate) { rate_ = rate; }
+  void reset() { rate_ = std::numeric_limits<double>::infinity(); }
+  // The factor: the rate over the route's slowest link, at most 1; 1 without a rate.
+  double factor(const std::vector<sg4::Link*>& links) const {
+    if (!std::isfinite(rate_) || links.empty()) return 1.0;
+    double slowest = std::numeric_limits<double>::infinity();
+    for (const sg4::Link* l : links) slowest = std::min(slowest, l->get_bandwidth());
+    return std::min(1.0, rate_ / slowest);
+  }
+
+ private:
+  double rate_ = std::numeric_limits<double>::infinity();
+};
+
+// Transfers waiting for their start date (a route's latency, an engine's costs), in the order of
+// SimGrid 3.32's own timer heap (the same type: simgrid/kernel/Timer.hpp), so that equal dates come
+// out as SimGrid's timers would.
+class DelayedStarts {
+ public:
+  void push(double date, int32_t task) { heap_.emplace(date, task); }
+  bool empty() const { return heap_.empty(); }
+  double next_date() const { return heap_.top().first; }
+  // The next transfer due at `now`, removed; -1 when none is.
+  int32_t pop_due(double now) {
+    if (heap_.empty() || now < heap_.top().first) return -1;
+    const int32_t t = heap_.top().second;
+    heap_.pop();
+    return t;
+  }
+
+ private:
+  using Start = std::pair<double, int32_t>;
+  boost::heap::fibonacci_heap<Start, boost::heap::compare<simgrid::xbt::HeapComparator<Start>>> heap_;
+};
+
+// An Exec for compute task t (ReplayOptions::simgrid_execs), its data the task.
+sg4::ExecPtr start_exec(const TaskGraph& g, const Platform& p, int32_t t) {
+  const int d = g.tasks[t].device;
+  sg4::ExecPtr e = sg4::Exec::init();
+  e->set_host(p.hosts[d]);
+  e->set_flops_amount(g.tasks[t].duration * p.speeds[d]);
+  e->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(t)));
+  e->start();
+  return e;
+}
+
 class SimLauncher : public TaskLauncher {
  public:
-  SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs)
+  SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs, EngineRate& rate)
       : g_(g),
         p_(p),
+        rate_(rate),
         execs_mode_(simgrid_execs),
         execs_(simgrid_execs ? g.device_order.size() : 0),
         timing_precision_(simgrid::config::get_value<double>("surf/precision")),
-        work_precision_(simgrid::config::get_value<double>("maxmin/precision") * timing_precision_) {}
+        clocks_(simgrid::config::get_value<double>("maxmin/precision") * timing_precision_),
+        waker_(p.hosts.empty() ? nullptr : p.hosts.front(), [this] {
+          start_due(sg4::Engine::get_clock());
+          arm();
+        }) {}
 
   void set_executor(Executor* e) { executor_ = e; }
 
@@ -131,13 +316,10 @@ class SimLauncher : public TaskLauncher {
     const double now = sg4::Engine::get_clock();
     if (task.is_compute()) {
       if (execs_mode_) {
-        execs_[task.device] = start_exec(t);
+        execs_[task.device] = start_exec(g_, p_, t);
         return;
       }
-      const double speed = p_.speeds[task.device];
-      double remains = task.duration * speed;
-      if (remains < work_precision_) remains = 0;
-      ends_.push({remains > 0 ? now + remains / speed : now, seq_++, t});
+      clocks_.start(now, task.duration, p_.speeds[task.device], t);
       arm();
     } else if (!is_collective(task.transfer) || connections_.admit(task, t)) {
       send(t, now);
@@ -149,7 +331,7 @@ class SimLauncher : public TaskLauncher {
   void send(int32_t t, double now) {
     const Task& task = g_.tasks[t];
     if (double delay = task.duration + p_.start_delay(task.device, task.peer); delay > 0) {
-      starts_.emplace(now + delay, t);
+      starts_.push(now + delay, t);
       arm();
     } else {
       start_comm(t);
@@ -161,14 +343,13 @@ class SimLauncher : public TaskLauncher {
     const auto tag = reinterpret_cast<uintptr_t>(a.get_data<void>());
     // SimGrid still uses the activity while this callback runs: release it one callback later.
     graveyard_.clear();
-    if (tag == kTick) {
-      graveyard_.push_back(std::move(ticks_.front()));
-      ticks_.pop_front();
+    if (tag == Waker::kTick) {
+      graveyard_.push_back(waker_.take_tick());
       return;
     }
     const auto t = static_cast<int32_t>(tag & 0xffffffffu);
     const bool compute = g_.tasks[t].is_compute();
-    graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : release_comm(tag));
+    graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : comms_.release(tag));
     if (!compute && is_collective(g_.tasks[t].transfer))
       if (const int32_t next = connections_.release(g_.tasks[t]); next >= 0) send(next, a.get_finish_time());
     executor_->finished(t, a.get_finish_time());
@@ -177,151 +358,59 @@ class SimLauncher : public TaskLauncher {
   // Engine::on_time_advance: after the models' updates of each step, before timers and callbacks.
   void advance() {
     const double now = sg4::Engine::get_clock();
-    tick_pending_ = false;  // a tick ends in the first step after its start: this one
+    waker_.stepped();
     start_due(now);
-    // Collect first: ends pushed while handling these belong to later steps.
-    batch_.clear();
-    while (!ends_.empty() && std::abs(ends_.top().date - now) < timing_precision_) {
-      batch_.push_back(ends_.top().task);
-      ends_.pop();
-    }
-    for (int32_t t : batch_) executor_->finished(t, now);
-    if (!ends_.empty()) executor_->expect(ends_.top().task);
+    for (int32_t t : clocks_.take_due(now, timing_precision_)) executor_->finished(t, now);
+    if (!clocks_.empty()) executor_->expect(clocks_.next_task());
     arm();
   }
 
   void clear() {
-    if (wake_ != nullptr) wake_->remove();
-    wake_ = nullptr;
+    waker_.clear();
     graveyard_.clear();
     execs_.clear();
     comms_.clear();
-    ticks_.clear();
   }
 
  private:
-  static constexpr uintptr_t kTick = ~uintptr_t{0};
-
-  struct End {
-    double date;
-    uint32_t seq;  // start order, for equal dates (at most one per task: a 16-byte entry)
-    int32_t task;
-    bool operator>(const End& o) const { return date != o.date ? date > o.date : seq > o.seq; }
-  };
-  // The type of SimGrid 3.32's timer heap (simgrid/kernel/Timer.hpp), for the same order of equal dates.
-  using Start = std::pair<double, int32_t>;
-  using StartHeap =
-      boost::heap::fibonacci_heap<Start, boost::heap::compare<simgrid::xbt::HeapComparator<Start>>>;
-
   void start_due(double now) {
-    while (!starts_.empty() && now >= starts_.top().first) {
-      const int32_t t = starts_.top().second;
-      starts_.pop();
-      start_comm(t);
-    }
+    for (int32_t t = starts_.pop_due(now); t >= 0; t = starts_.pop_due(now)) start_comm(t);
   }
 
-  // Keeps one SimGrid timer at the earliest pending date, or a tick when that date is now.
+  // The earliest pending date (a compute end or a delayed start) is when the engine must step next.
   void arm() {
     double date = std::numeric_limits<double>::infinity();
-    if (!ends_.empty()) date = ends_.top().date;
-    if (!starts_.empty()) date = std::min(date, starts_.top().first);
-    if (wake_ != nullptr && wake_date_ == date) return;
-    if (wake_ != nullptr) wake_->remove();
-    wake_ = nullptr;
-    if (date == std::numeric_limits<double>::infinity()) return;
-    if (date <= sg4::Engine::get_clock()) {
-      if (!tick_pending_) {
-        tick_pending_ = true;
-        sg4::ExecPtr tick = sg4::Exec::init();
-        tick->set_host(p_.hosts.front());
-        tick->set_flops_amount(0);
-        tick->set_data(reinterpret_cast<void*>(kTick));
-        tick->start();
-        ticks_.push_back(std::move(tick));  // until its completion callback
-      }
-      return;
-    }
-    wake_date_ = date;
-    // advance() handles what falls due and moves the timer before it could fire; if it fires, it
-    // only hands over to advance()'s work of the step.
-    wake_ = simgrid::kernel::timer::Timer::set(date, [this] {
-      wake_ = nullptr;
-      start_due(sg4::Engine::get_clock());
-      arm();
-    });
+    if (!clocks_.empty()) date = clocks_.next_date();
+    if (!starts_.empty()) date = std::min(date, starts_.next_date());
+    waker_.arm(date);
   }
 
-  sg4::ExecPtr start_exec(int32_t t) {
-    const int d = g_.tasks[t].device;
-    sg4::ExecPtr e = sg4::Exec::init();
-    e->set_host(p_.hosts[d]);
-    e->set_flops_amount(g_.tasks[t].duration * p_.speeds[d]);
-    e->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(t)));
-    e->start();
-    return e;
-  }
-
-  // Transfers in the network are kept in slots reused through a free list; a Comm's data holds its
-  // task and its slot.
   void start_comm(int32_t t) {
     const Task& task = g_.tasks[t];
-    uint32_t slot;
-    if (free_.empty()) {
-      slot = static_cast<uint32_t>(comms_.size());
-      comms_.emplace_back();
-    } else {
-      slot = free_.back();
-      free_.pop_back();
-    }
+    const uint32_t slot = comms_.take();
     sg4::CommPtr c = sg4::Comm::sendto_init(p_.hosts[task.device], p_.hosts[task.peer]);
     c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
-    // A collective engine's data rate, for the bandwidth factor callback that start() runs (see replay()).
     if (p_.cluster->engine)
-      starting_rate_ = p_.cluster->engine_rate(task.device, task.peer, is_collective(task.transfer));
-    c->set_data(reinterpret_cast<void*>((uintptr_t{slot} << 32) | static_cast<uint32_t>(t)));
+      rate_.set(p_.cluster->engine_rate(task.device, task.peer, is_collective(task.transfer)));
+    c->set_data(CommSlots::tag(slot, t));
     c->start();
-    starting_rate_ = std::numeric_limits<double>::infinity();
-    comms_[slot] = std::move(c);
-  }
-
- public:
-  // SimGrid's bandwidth factor of the flow being started: the collective engine's rate over the
-  // route's slowest link, at most 1; 1 without an engine rate.
-  double bandwidth_factor(const std::vector<sg4::Link*>& links) const {
-    if (!std::isfinite(starting_rate_) || links.empty()) return 1.0;
-    double slowest = std::numeric_limits<double>::infinity();
-    for (const sg4::Link* l : links) slowest = std::min(slowest, l->get_bandwidth());
-    return std::min(1.0, starting_rate_ / slowest);
-  }
-
- private:
-  sg4::ActivityPtr release_comm(uintptr_t tag) {
-    const auto slot = static_cast<uint32_t>(tag >> 32);
-    free_.push_back(slot);
-    return std::move(comms_[slot]);
+    rate_.reset();
+    comms_.hold(slot, std::move(c));
   }
 
   const TaskGraph& g_;
   const Platform& p_;
+  EngineRate& rate_;  // read by SimGrid's bandwidth factor callback (replay())
   const bool execs_mode_;
   std::vector<sg4::ActivityPtr> execs_;  // per device: its running Exec (simgrid_execs mode)
-  const double timing_precision_, work_precision_;
+  const double timing_precision_;
   Executor* executor_ = nullptr;
-  std::vector<sg4::ActivityPtr> comms_;  // slots of transfers in the network
-  std::vector<uint32_t> free_;           // free slots of comms_
+  CommSlots comms_;
   std::vector<sg4::ActivityPtr> graveyard_;
-  std::priority_queue<End, std::vector<End>, std::greater<>> ends_;  // compute ends (device clocks)
-  StartHeap starts_;                                                 // delayed transfer starts
-  std::vector<int32_t> batch_;
+  DeviceClocks clocks_;  // compute ends (device clocks)
+  DelayedStarts starts_;
   Connections connections_;  // collective flows, in order per connection
-  double starting_rate_ =
-      std::numeric_limits<double>::infinity();  // Cluster::engine_rate of the flow start_comm starts
-  uint32_t seq_ = 0;
-  simgrid::kernel::timer::Timer* wake_ = nullptr;
-  double wake_date_ = 0;
-  std::deque<sg4::ExecPtr> ticks_;  // started, completion not yet reported
-  bool tick_pending_ = false;       // a tick will end at the next step
+  Waker waker_;
 };
 
 std::vector<std::pair<int, int>> communicating_pairs(const TaskGraph& g) {
@@ -349,7 +438,8 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   Result<Platform> platform = build_platform(c, communicating_pairs(g));
   if (!platform) return platform.error();
 
-  SimLauncher launcher(g, *platform, o.simgrid_execs);
+  EngineRate rate;
+  SimLauncher launcher(g, *platform, o.simgrid_execs, rate);
   Executor ex(g, launcher);
   launcher.set_executor(&ex);
   sg4::Activity::on_completion_cb([&](sg4::Activity const& a) { launcher.completed(a); });
@@ -362,8 +452,8 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   // engine: it costs a vector per flow.
   if (c.engine)
     engine.get_netzone_root()->get_network_model()->set_bw_factor_cb(
-        [&launcher](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
-                    const std::unordered_set<sg4::NetZone*>&) { return launcher.bandwidth_factor(links); });
+        [&rate](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
+                const std::unordered_set<sg4::NetZone*>&) { return rate.factor(links); });
   const auto t0 = std::chrono::steady_clock::now();
   ex.start();
   engine.run();
