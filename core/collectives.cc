@@ -272,6 +272,22 @@ std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& device
   return done;
 }
 
+std::vector<std::vector<double>> deduplicated_dispatch_bytes(
+    const std::vector<std::pair<int, int>>& node_position, int per_node, double token_bytes,
+    double hit_device, double hit_node) {
+  const size_t n = node_position.size();
+  const double nodes = static_cast<double>(n) / std::max(1, per_node);
+  std::vector<std::vector<double>> bytes(n, std::vector<double>(n, 0.0));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const auto [a, x] = node_position[i];
+      const auto [b, y] = node_position[j];
+      if (a == b && x != y) bytes[i][j] = token_bytes * hit_device * nodes;
+      if (a != b && x == y) bytes[i][j] = token_bytes * hit_node;
+    }
+  return bytes;
+}
+
 std::optional<std::pair<std::vector<std::pair<int, int>>, int>> node_layout(const Cluster& c,
                                                                             const std::vector<int>& devices) {
   std::vector<std::string_view> nodes;
@@ -671,6 +687,17 @@ double all_to_all(int machines, int per_machine, double bytes_per_pair, const Li
   const double across =
       inter.call + inter.latency + (machines - 1.0) * per_machine * bytes_per_pair / inter.bandwidth;
   return std::max(inside, across);
+}
+
+double deduplicated_all_to_all(int machines, int per_machine, double token_bytes, double hit_device,
+                               double hit_node, const LinkCost& intra, const LinkCost& inter) {
+  const double inside = per_machine > 1 && token_bytes > 0
+                            ? intra.call + intra.latency +
+                                  (per_machine - 1.0) * machines * token_bytes * hit_device / intra.bandwidth
+                            : 0.0;
+  if (machines < 2 || token_bytes <= 0) return inside;
+  return std::max(inside,
+                  inter.call + inter.latency + (machines - 1.0) * token_bytes * hit_node / inter.bandwidth);
 }
 
 double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop) {

@@ -172,6 +172,21 @@ std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& device
 std::vector<Deps> append_all_to_all(TaskGraph& g, const std::vector<int>& devices,
                                     const std::vector<Deps>& ready,
                                     const std::vector<std::vector<double>>& bytes, const FlowTag& tag);
+// DeepEP's de-duplicating dispatch (DeepSeek-V3, arXiv 2412.19437, section 3.2.2; github.com/
+// deepseek-ai/DeepEP, its "normal" kernels): a token crosses to another node at most once, over the
+// inter-node network to the device at its sender's position in that node, which forwards it over the
+// node's own links to each device holding at least one of its experts, once per device; the two hops
+// run at once (the report: IB and NVLink traffic "fully overlapped", the forwarding not blocked by
+// later tokens). As an all-to-all's byte matrix over a group whose devices sit `per_node` to a node
+// (node_position as node_layout gives it), `token_bytes` the tokens a device routes (one copy each):
+//   same node, other device: token_bytes x hit_device x nodes (its own tokens and those it forwards
+//   from the other nodes' devices at its position);
+//   other node, same position: token_bytes x hit_node; other pairs: nothing;
+// hit_device (hit_node): the probability that a token's experts include one of a device's (a node's);
+// routed_hit_probability (core/moe.h) for balanced routing. The combine returns the same bytes.
+std::vector<std::vector<double>> deduplicated_dispatch_bytes(
+    const std::vector<std::pair<int, int>>& node_position, int per_node, double token_bytes,
+    double hit_device, double hit_node);
 // The node-aggregated form of a uniform all-to-all (every ordered pair `bytes`, as under balanced
 // routing), for groups whose devices sit `per_node` to a node in every node they span:
 // `node_position(i)` = {node index in the group, position in that node}. Each device sends two flows
@@ -301,6 +316,11 @@ double all_to_all(int n, double bytes_per_pair, const LinkCost& port);
 // inter.B). One machine: all_to_all over intra.
 double all_to_all(int machines, int per_machine, double bytes_per_pair, const LinkCost& intra,
                   const LinkCost& inter);
+// The de-duplicating dispatch (deduplicated_dispatch_bytes) over L machines of m devices with one port
+// inside and one out of each machine per device, as all_to_all above: max(intra.a + (m - 1) L T
+// hit_device / intra.B, inter.a + (L - 1) T hit_node / inter.B), T the device's token bytes.
+double deduplicated_all_to_all(int machines, int per_machine, double token_bytes, double hit_device,
+                               double hit_node, const LinkCost& intra, const LinkCost& inter);
 // Chain broadcast of S bytes in k chunks over n devices: (n - 2 + k) (a + S / (k B)).
 double chain_broadcast(int n, double bytes, int chunks, const LinkCost& hop);
 // Send/receive: a + S / B.

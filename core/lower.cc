@@ -303,6 +303,13 @@ class Lowering {
   std::vector<Deps> pairwise_all_to_all(int s, Pass pass, size_t x, const std::vector<int>& members,
                                         const std::vector<int>& devices, const std::vector<Deps>& ready,
                                         const FlowTag& tag);
+  // DeepEP (TpProgram::deduplicates): the flows device position j of stage s sends in one of its
+  // all-to-alls (an error where its expert-parallel group is not spread evenly over its nodes), and the
+  // flows.
+  Result<size_t> deduplicated_flows(int s, size_t j) const;
+  std::vector<Deps> deduplicated_all_to_all(int s, const TpProgram& prog, size_t x,
+                                            const std::vector<int>& devices, const std::vector<Deps>& ready,
+                                            const FlowTag& tag);
   void add_data_parallel_collectives();
   void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed);
   void add_optimizer_steps();
@@ -387,6 +394,10 @@ Status Lowering::count() {
               group_flows_ += group_rings(st, prog, x, j) * static_cast<size_t>(m_);
             } else if (prog.groups[x] == CommGroup::Context) {
               group_flows_ += static_cast<size_t>(cp - 1) * static_cast<size_t>(m_);
+            } else if (prog.deduplicates[x].first > 0) {
+              Result<size_t> flows = deduplicated_flows(static_cast<int>(st), j);
+              if (!flows) return flows.error();
+              group_flows_ += *flows * static_cast<size_t>(m_);
             } else {
               const auto [pairwise, aggregated] = all_to_all_flows(static_cast<int>(st), pass, x, j);
               a2a_pairwise += pairwise * static_cast<size_t>(m_);
@@ -775,7 +786,9 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
   const FlowTag tag{traffic, s, k};
   const size_t first = g_.tasks.size();
   std::vector<Deps> done;
-  if (prog.kinds[x] == CollectiveKind::AllToAll) {
+  if (prog.kinds[x] == CollectiveKind::AllToAll && prog.deduplicates[x].first > 0) {
+    done = deduplicated_all_to_all(s, prog, x, devices, ready, tag);
+  } else if (prog.kinds[x] == CollectiveKind::AllToAll) {
     if (auto layout = aggregate_ && !context ? aggregated_layout(s, pass, x, members) : std::nullopt) {
       const double sent = program(s, static_cast<size_t>(members[0]), pass)->bytes[x];
       done = append_node_aggregated_all_to_all(
@@ -822,6 +835,41 @@ std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x,
     return {pairwise,
             static_cast<size_t>(node_aggregated_flows(static_cast<int>(members.size()), layout->second))};
   return {pairwise, pairwise};
+}
+
+Result<size_t> Lowering::deduplicated_flows(int s, size_t j) const {
+  const Stage& stage = p_.stage(s);
+  std::vector<int> devices;
+  for (int q : group_members(CommGroup::Expert, static_cast<int>(j), stage.tensor_parallel,
+                             ExpertSizes{stage.expert_parallel, stage.expert_tensor_parallel},
+                             stage.context_parallel))
+    devices.push_back(stage.devices[static_cast<size_t>(q)]);
+  const auto layout = node_layout(c_, devices);
+  if (!layout)
+    return Error{fmt::format(
+        "stage {}: the deepep dispatcher forwards tokens inside each node, and the expert-parallel group of "
+        "{} "
+        "does not hold equally many devices on every node it spans (use alltoall, or place the group evenly)",
+        s, c_.devices[static_cast<size_t>(devices.front())].name)};
+  const size_t m = static_cast<size_t>(layout->second), nodes = devices.size() / m;
+  return (nodes - 1) + (m - 1);
+}
+
+// DeepEP's dispatch (or combine) among the expert-parallel group `devices`: collectives.h's
+// de-duplicated byte matrix for the group's node layout (checked in count()), at balanced routing.
+std::vector<Deps> Lowering::deduplicated_all_to_all(int s, const TpProgram& prog, size_t x,
+                                                    const std::vector<int>& devices,
+                                                    const std::vector<Deps>& ready, const FlowTag& tag) {
+  const Stage& stage = p_.stage(s);
+  const auto [experts, top_k] = prog.deduplicates[x];
+  const auto layout = node_layout(c_, devices);
+  const int per_gpu = experts / stage.expert_parallel, m = layout->second;
+  const double token_bytes = prog.bytes[x] / top_k;
+  return append_all_to_all(g_, devices, ready,
+                           deduplicated_dispatch_bytes(layout->first, m, token_bytes,
+                                                       routed_hit_probability(experts, top_k, per_gpu),
+                                                       routed_hit_probability(experts, top_k, per_gpu * m)),
+                           tag);
 }
 
 // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns

@@ -14,8 +14,24 @@ std::string_view to_string(MoeDispatcher d) {
       return "alltoall";
     case MoeDispatcher::AllGather:
       return "allgather";
+    case MoeDispatcher::DeepEP:
+      return "deepep";
   }
   return "alltoall";
+}
+
+std::optional<MoeDispatcher> parse_dispatcher(std::string_view name) {
+  for (MoeDispatcher d : {MoeDispatcher::AllToAll, MoeDispatcher::AllGather, MoeDispatcher::DeepEP})
+    if (to_string(d) == name) return d;
+  return std::nullopt;
+}
+
+double routed_hit_probability(int experts, int top_k, int held) {
+  // C(E - g, k) / C(E, k) = prod_{i < k} (E - g - i) / (E - i): none of the k draws among the g.
+  double miss = 1;
+  for (int i = 0; i < top_k; ++i)
+    miss *= std::max(0.0, static_cast<double>(experts - held - i)) / static_cast<double>(experts - i);
+  return 1 - miss;
 }
 
 std::string_view to_string(CommGroup g) {
@@ -64,6 +80,12 @@ double routed_experts(const Workload& w) {
   return 0;
 }
 
+double moe_top_k(const Workload& w) {
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return w.layer(i).split.moe.top_k;
+  return 0;
+}
+
 double load_imbalance(const std::vector<double>& loads) {
   if (loads.empty()) return 1;
   const double mean = std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(loads.size());
@@ -97,6 +119,15 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
     if (std::abs(total - 1) > 1e-6)
       return bad(fmt::format("the routing's expert shares sum to {:.6g}, not 1", total));
   }
+  if (o.dispatcher == MoeDispatcher::DeepEP && !o.expert_shares.empty())
+    return bad(
+        "the deepep dispatcher models balanced routing only (its de-duplication assumes uniformly "
+        "drawn experts); drop `routing` or use alltoall");
+  if (o.dispatcher == MoeDispatcher::DeepEP && o.capacity_factor > 0 && o.capacity_factor < 1)
+    return bad(
+        fmt::format("the deepep dispatcher is modelled dropless; capacity_factor {:g} drops tokens "
+                    "(use >= 1, or alltoall)",
+                    o.capacity_factor));
   return {};
 }
 

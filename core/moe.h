@@ -20,6 +20,7 @@
 // and the all-to-all bytes sent to it (expert_loads); a capacity factor drops what exceeds capacity.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,9 +30,18 @@
 
 namespace pipegrid {
 
-// How tokens reach the experts (Megatron-Core's --moe-token-dispatcher-type).
-enum class MoeDispatcher : unsigned char { AllToAll, AllGather };
-std::string_view to_string(MoeDispatcher d);  // "alltoall", "allgather"
+// How tokens reach the experts (Megatron-Core's --moe-token-dispatcher-type: alltoall, allgather, and
+// flex, whose DeepEP backend de-duplicates tokens (DeepEP): core/collectives.h
+// deduplicated_dispatch_bytes and docs/moe.md, "DeepEP").
+enum class MoeDispatcher : unsigned char { AllToAll, AllGather, DeepEP };
+std::string_view to_string(MoeDispatcher d);  // "alltoall", "allgather", "deepep"
+inline constexpr std::string_view kMoeDispatcherNames[] = {"alltoall", "allgather", "deepep"};
+std::optional<MoeDispatcher> parse_dispatcher(std::string_view name);  // one of kMoeDispatcherNames
+
+// The probability that a token's top_k experts, drawn uniformly without replacement from `experts`
+// (balanced routing, as Megatron's --moe-router-force-load-balancing draws them), include at least one
+// of `held` given experts: 1 - C(experts - held, top_k) / C(experts, top_k).
+double routed_hit_probability(int experts, int top_k, int held);
 
 struct MoeOptions {
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
@@ -68,13 +78,15 @@ std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
 
 // The routed experts of a workload's MoE blocks (0: none; the zoo's MoE models have one count).
 double routed_experts(const Workload& w);
+double moe_top_k(const Workload& w);  // the routed experts per token (0: no MoE block)
 
 // The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
 double load_imbalance(const std::vector<double>& loads);
 
 // Checks a MoE block's shape against the sizes (E divisible by ep, the expert FFN by etp, top-k <= E)
-// and the routing (as many shares as experts, none negative, summing to 1 within 1e-6). The message
-// names the layer.
+// and the routing (as many shares as experts, none negative, summing to 1 within 1e-6); the DeepEP
+// dispatcher takes balanced routing only, dropless or with a capacity factor >= 1 (its
+// de-duplication follows from uniform draws). The message names the layer.
 Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o);
 
 // The groups of a stage's devices, as positions in the stage's device list (position r = j t + i for

@@ -63,6 +63,7 @@ void push_collective(TpProgram& prog, const TpPiece& piece, const TpDevice& dev)
   prog.bytes.push_back(piece.bytes * dev.share * (piece.expert_load ? dev.load : 1));
   prog.groups.push_back(piece.group);
   prog.combines.push_back(piece.combine ? 1 : 0);
+  prog.deduplicates.push_back(piece.deduplicates);
   prog.flags.push_back(piece.flags);
   prog.compute.push_back(0.0);
 }
@@ -159,6 +160,7 @@ TpProgram concatenated(const TpProgram& before, const TpProgram& after) {
   r.bytes.insert(r.bytes.end(), after.bytes.begin(), after.bytes.end());
   r.groups.insert(r.groups.end(), after.groups.begin(), after.groups.end());
   r.combines.insert(r.combines.end(), after.combines.begin(), after.combines.end());
+  r.deduplicates.insert(r.deduplicates.end(), after.deduplicates.begin(), after.deduplicates.end());
   r.flags.insert(r.flags.end(), after.flags.begin(), after.flags.end());
   return r;
 }

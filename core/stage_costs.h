@@ -26,7 +26,8 @@ struct TpProgram {
                                       // all-to-all: what this device sends in all)
   std::vector<CommGroup> groups;      // the group each runs over (core/moe.h)
   std::vector<char> combines;         // all-to-alls: 1 for a combine (TpPiece::combine)
-  std::vector<unsigned char> flags;   // TpPiece::flags (kBesideNext, kAfterPrevious, kNoFlows)
+  std::vector<std::pair<int, int>> deduplicates;  // all-to-alls: TpPiece::deduplicates
+  std::vector<unsigned char> flags;               // TpPiece::flags (kBesideNext, kAfterPrevious, kNoFlows)
   size_t collectives() const { return kinds.size(); }
 };
 

@@ -355,7 +355,8 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
 //   reduce-scatter over etp (etp > 1) all-to-all (ep > 1) [un-permute] (shared experts as a dense MLP:
 //   all-gather, [up, act, down], reduce-scatter over t) [residual];
 // with the all-gather dispatcher the tokens are all-gathered over the ep x etp group after the router
-// and the un-permuted outputs reduce-scattered back. Backward: the mirror.
+// and the un-permuted outputs reduce-scattered back; DeepEP's as the all-to-all one, its two
+// all-to-alls de-duplicated (TpPiece::deduplicates). Backward: the mirror.
 void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const ExpertSizes& e, MoeDispatcher d,
                 double act, std::vector<TpPiece>& fwd, std::vector<TpPiece>& bwd) {
   const std::vector<Kernel> experts_b(m.expert.rbegin(), m.expert.rend());
@@ -382,8 +383,14 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
     // Each device sends top_k copies of its tokens in all; the expert tensor-parallel group gathers
     // what its members received (etp x that, scaled by the rank's load).
     const double sent = sp.moe.top_k * m.token_bytes, gathered = e.etp * sent;
+    const std::pair<int, int> dedup = d == MoeDispatcher::DeepEP ? std::pair{static_cast<int>(sp.moe.experts),
+                                                                             static_cast<int>(sp.moe.top_k)}
+                                                                 : std::pair{0, 0};
     auto around = [&](std::vector<TpPiece>& to, std::vector<Kernel> experts) {
-      if (e.ep > 1) to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
+      if (e.ep > 1) {
+        to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
+        to.back().deduplicates = dedup;
+      }
       if (e.etp > 1)
         to.push_back(collective(CollectiveKind::AllGather, gathered, CommGroup::ExpertTensor, true));
       to.push_back(compute(std::move(experts), true));
@@ -392,6 +399,7 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
       if (e.ep > 1) {
         to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));
         to.back().combine = true;
+        to.back().deduplicates = dedup;
       }
     };
     fwd = {compute({m.ln2, m.router, m.route, m.permute})};

@@ -21,6 +21,7 @@
 // in the backward the input gradient all-reduced (SP: reduce-scattered).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "core/collectives.h"
@@ -67,6 +68,9 @@ struct TpPiece {
   // An all-to-all that returns the experts' outputs to the tokens' devices (the combine, and the
   // backward's second all-to-all): each device sends back to each peer what that peer sent it.
   bool combine = false;
+  // An expert-parallel all-to-all of the DeepEP dispatcher (MoeDispatcher::DeepEP): the routing it
+  // de-duplicates ({experts, top_k}; {0, 0} otherwise); `bytes` stays the top_k copies a device routes.
+  std::pair<int, int> deduplicates{0, 0};
   unsigned char flags = 0;  // kBesideNext | kAfterPrevious | kNoFlows
 };
 

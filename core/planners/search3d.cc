@@ -350,8 +350,10 @@ std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c)
   if ((c.t * c.cp * c.d) % (c.ep * c.etp) != 0)
     return "MoE: ep x etp does not divide t x cp x d (a stage's devices)";
   if (c.etp > per_node_) return fmt::format("MoE: etp above the {} devices of a node", per_node_);
+  MoeOptions moe = base_.strategy.moe;
+  moe.dispatcher = c.dispatcher;
   for (int l : moe_layers_)
-    if (Status st = check_moe(w_.layer(l), {c.ep, c.etp}, base_.strategy.moe); !st) {
+    if (Status st = check_moe(w_.layer(l), {c.ep, c.etp}, moe); !st) {
       const std::string& m = st.error().message;
       if (m.find("expert_parallel") != std::string::npos) return "MoE: ep does not divide the routed experts";
       if (m.find("expert_tensor_parallel") != std::string::npos)
@@ -362,6 +364,8 @@ std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c)
     return "MoE: t > 1 without sequence parallelism (Megatron-Core requires it with experts)";
   if (c.dispatcher == MoeDispatcher::AllGather && c.ep * c.etp == 1)
     return "MoE: the all-gather dispatcher at ep = etp = 1 (the same run as all-to-all)";
+  if (c.dispatcher == MoeDispatcher::DeepEP && c.ep == 1)
+    return "MoE: the deepep dispatcher at ep = 1 (the same run as all-to-all)";
   return std::nullopt;
 }
 

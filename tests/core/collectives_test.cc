@@ -12,6 +12,7 @@
 #include "core/evaluate.h"
 #include "core/lower.h"
 #include "core/models/chain.h"
+#include "core/moe.h"
 #include "core/nccl_tuning.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
@@ -566,4 +567,31 @@ TEST_CASE("FPGA collective engine: the closed form and the evaluator, by hand") 
   c.engine.reset();
   CHECK(close_rel(closed_form::ring_allreduce(4, 32e6, *ring_link_cost(Router(c), {0, 1, 2, 3})),
                   6 * (1e-6 + 8e6 / 12.5e9), 1e-12));
+}
+
+TEST_CASE("DeepEP's de-duplication: hit probabilities, the byte matrix and its closed form, by hand") {
+  // C(E - g, k) / C(E, k): none of a token's k experts among g given ones.
+  CHECK(close_rel(routed_hit_probability(4, 2, 1), 1 - 3.0 / 6, 1e-15));         // C(3,2) / C(4,2)
+  CHECK(close_rel(routed_hit_probability(4, 2, 2), 1 - 1.0 / 6, 1e-15));         // C(2,2) / C(4,2)
+  CHECK(close_rel(routed_hit_probability(64, 6, 2), 1 - 1653.0 / 2016, 1e-14));  // C(62,6) / C(64,6)
+  CHECK(routed_hit_probability(8, 8, 1) == 1);                                   // every expert is drawn
+  CHECK(routed_hit_probability(8, 2, 0) == 0);
+  CHECK(routed_hit_probability(8, 1, 2) == 0.25);  // top-1: held / E
+  // Two nodes of two devices (node, position): (0,0) (0,1) (1,0) (1,1); T = 8 bytes, hit 1/2 and 5/6.
+  const std::vector<std::pair<int, int>> where{{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  const auto b = deduplicated_dispatch_bytes(where, 2, 8, 0.5, 5.0 / 6);
+  // Same node: own tokens and those forwarded from the other node, 8 x 1/2 x 2; the other node's device
+  // at the same position: 8 x 5/6; the other node's other device: nothing (the forwarder sends it).
+  const std::vector<std::vector<double>> expected{
+      {0, 8, 8 * 5.0 / 6, 0}, {8, 0, 0, 8 * 5.0 / 6}, {8 * 5.0 / 6, 0, 0, 8}, {0, 8 * 5.0 / 6, 8, 0}};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = 0; j < 4; ++j) CHECK(close_rel(b[i][j], expected[i][j], 1e-15));
+  // The closed form: the NIC's 5/6 T against NVLink's T; one node: the NVLink part only.
+  const LinkCost nvlink{1e-6, 300e9}, nic{2e-6, 25e9};
+  const double T = 1e6;
+  CHECK(close_rel(closed_form::deduplicated_all_to_all(2, 2, T, 0.5, 5.0 / 6, nvlink, nic),
+                  2e-6 + 5.0 / 6 * T / 25e9, 1e-15));
+  CHECK(close_rel(closed_form::deduplicated_all_to_all(1, 4, T, 0.5, 1, nvlink, nic),
+                  1e-6 + 3 * 0.5 * T / 300e9, 1e-15));
+  CHECK(closed_form::deduplicated_all_to_all(4, 1, 0, 0.5, 1, nvlink, nic) == 0);
 }

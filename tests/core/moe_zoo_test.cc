@@ -39,7 +39,9 @@ double active(const Workload& w, bool embedding = true) {
 double gqa_attention(double h, double heads, double kv, double hd) {
   return h * heads * hd + 2 * h * kv * hd + heads * hd * h + h;  // + LN1
 }
-double swiglu(double h, double f) { return 3 * h * f; }
+double swiglu(double h, double f) {
+  return 3 * h * f;
+}
 
 }  // namespace
 
@@ -47,7 +49,8 @@ TEST_CASE("Mixtral 8x7B and 8x22B: hand counts; 46.7B / 12.9B and 141B / 39B pub
   // Mixtral 8x7B (HF config: h 4096, 32 layers, 32 heads, 8 KV, FFN 14336, 8 experts, top-2, vocab
   // 32000, untied). Jiang et al., arXiv 2401.04088: "47B parameters, ... 13B active".
   Workload m7 = model("mixtral-8x7b");
-  const double layer7 = gqa_attention(4096, 32, 8, 128) + 4096 /*LN2*/ + 4096.0 * 8 /*router*/ + 8 * swiglu(4096, 14336);
+  const double layer7 =
+      gqa_attention(4096, 32, 8, 128) + 4096 /*LN2*/ + 4096.0 * 8 /*router*/ + 8 * swiglu(4096, 14336);
   const double total7 = 32 * layer7 + 2 * 32000.0 * 4096 + 4096;
   CHECK(close_rel(total_parameters(m7), total7, 1e-12));
   CHECK(std::abs(total_parameters(m7) - 46.7e9) < 0.05e9);
@@ -79,7 +82,8 @@ TEST_CASE("DeepSeek-V3 with multi-head latent attention: 671B total, 37B activat
   // parameters with 37B activated for each token" (README_WEIGHTS: 36.7B, embedding and head included).
   Workload v3 = model("deepseek-v3");
   const double h = 7168, a = 128;
-  const double mla = h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * 256 + a * 128 * h + h;
+  const double mla =
+      h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * 256 + a * 128 * h + h;
   const double moe_layer = mla + h + h * 256 + 256 * swiglu(h, 2048) + swiglu(h, 2048);
   const double dense_layer = mla + h + swiglu(h, 18432);
   const double total = 3 * dense_layer + 58 * moe_layer + 2 * 129280 * h + h;
@@ -122,7 +126,21 @@ TEST_CASE("MoE block: top-k <= E, experts split over ep, expert FFN over etp, sh
   CHECK(check_moe(*block, {1, 1}, o).error().message ==
         "layer \"layer31\": the routing's expert shares sum to 1.2, not 1");
   o.expert_shares = {0.5, 0.5};
-  CHECK(check_moe(*block, {1, 1}, o).error().message == "layer \"layer31\": the routing gives 2 expert shares for 8 experts");
+  CHECK(check_moe(*block, {1, 1}, o).error().message ==
+        "layer \"layer31\": the routing gives 2 expert shares for 8 experts");
+  // DeepEP's de-duplication is modelled for balanced, dropless routing (or a capacity that drops nothing).
+  o.dispatcher = MoeDispatcher::DeepEP;
+  o.expert_shares = {0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1};
+  CHECK(check_moe(*block, {8, 1}, o)
+            .error()
+            .message.find("the deepep dispatcher models balanced routing only") != std::string::npos);
+  o.expert_shares.clear();
+  CHECK(check_moe(*block, {8, 1}, o).ok());
+  o.capacity_factor = 0.5;
+  CHECK(check_moe(*block, {8, 1}, o).error().message.find("capacity_factor 0.5 drops tokens") !=
+        std::string::npos);
+  o.capacity_factor = 1.25;
+  CHECK(check_moe(*block, {8, 1}, o).ok());
 }
 
 TEST_CASE("expert loads: balanced 1/ep each; a skew and a capacity factor by hand") {

@@ -21,7 +21,7 @@ constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
 
 // One MoE block (`experts` experts of an ungated FFN kF, top-1; attention with 16 heads, no biases,
 // RMSNorm, unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
-Workload one_moe_block(int experts = 2) {
+Workload one_moe_block(int experts = 2, int top_k = 1) {
   ModelBuilder b("moe", Precision::FP16);
   int x = b.input("x", {static_cast<int64_t>(kS), static_cast<int64_t>(kH)});
   TensorSplit s;
@@ -30,7 +30,7 @@ Workload one_moe_block(int experts = 2) {
   s.ffn = kF;
   s.gated = false;
   s.biases = false;
-  s.moe = {static_cast<double>(experts), 1, kF, 0, false};
+  s.moe = {static_cast<double>(experts), static_cast<double>(top_k), kF, 0, false};
   x = *b.decoder_block("block", x, s);
   Workload w = b.finish();
   w.optimizer_step_s = 0;
@@ -47,14 +47,16 @@ DeviceSpec flop_device() {
 // the block's expert-parallel group of all of them. Returns {makespan, transfers in the graph}.
 std::pair<double, size_t> replayed_graph(Cluster c, const std::vector<double>& shares,
                                          MoeOptions::AllToAllFlows flows = MoeOptions::AllToAllFlows::Auto,
-                                         int experts = 2) {
+                                         int experts = 2, int top_k = 1,
+                                         MoeDispatcher dispatcher = MoeDispatcher::AllToAll) {
   const int n = static_cast<int>(c.devices.size());
   for (Device& d : c.devices) d.spec = flop_device();
   Experiment e;
   e.name = "moe";
-  e.workload = one_moe_block(experts);
+  e.workload = one_moe_block(experts, top_k);
   e.cluster = std::move(c);
   e.micro_batch_size = n;
+  e.strategy.moe.dispatcher = dispatcher;
   e.strategy.partitioner = "uniform";
   e.strategy.schedule = "1f1b";
   e.strategy.micro_batches = 1;
@@ -77,12 +79,13 @@ double replayed(Cluster c, const std::vector<double>& shares = {}) {
 
 // The same run as the 3D search estimates it (core/planners/search3d.h: one representative, the
 // all-to-all in closed form): its one candidate t 1, p 1, d n, ep n, b 1 of a global batch of n.
-double estimated(Cluster c, const std::vector<double>& shares = {}) {
+double estimated(Cluster c, const std::vector<double>& shares = {}, int experts = 2, int top_k = 1,
+                 MoeDispatcher dispatcher = MoeDispatcher::AllToAll) {
   const int n = static_cast<int>(c.devices.size());
   for (Device& d : c.devices) d.spec = flop_device();
   Experiment e;
   e.name = "moe";
-  e.workload = one_moe_block(2);
+  e.workload = one_moe_block(experts, top_k);
   e.cluster = std::move(c);
   e.strategy.moe.expert_shares = shares;
   Search3dOptions o;
@@ -96,7 +99,7 @@ double estimated(Cluster c, const std::vector<double>& shares = {}) {
   o.distributed_optimizer = {false};
   o.expert_parallel = {n};
   o.expert_tensor_parallel = {1};
-  o.dispatchers = {MoeDispatcher::AllToAll};
+  o.dispatchers = {dispatcher};
   Result<Search3dResult> r = search3d(e, o);
   REQUIRE_MESSAGE(r.ok(), r.error().message);
   REQUIRE(r->ranked.size() == 1);
@@ -182,6 +185,47 @@ TEST_CASE(
   std::vector<double> skew(8, 0.1);
   skew[0] = 0.3;
   CHECK(replayed_graph(dgx, skew, Flows::ByNode, 8).second == pair_n);
+}
+
+TEST_CASE("MoE, DeepEP's de-duplicating dispatch over two nodes of two: the all-to-alls by hand") {
+  // Four experts (one per device), top-2, balanced: a token's two experts are one of the C(4, 2) = 6
+  // pairs, so a device's expert is among them with probability 1 - C(3, 2) / 6 = 1/2 and a node's two
+  // with 1 - C(2, 2) / 6 = 5/6. T = s h fp16 bytes a device routes (one copy each).
+  const double T = kS * kH * kEb;
+  using Flows = MoeOptions::AllToAllFlows;
+  auto run = [](const Cluster& c, MoeDispatcher d) {
+    return replayed_graph(c, {}, Flows::Pairwise, 4, 2, d);
+  };
+  SUBCASE("one switch, one link per device: the forwarding shares the device's link") {
+    const double B = 50e9, a = 1e-6;
+    Cluster flat = make_switch_cluster(4, "gpu", test_device(), B, a);
+    for (int i = 0; i < 4; ++i) flat.devices[static_cast<size_t>(i)].node = i < 2 ? "node0" : "node1";
+    // alltoall: 2 T / 4 to each of the 3 peers, 1.5 T on the link. deepep: to the node's other device its
+    // own tokens and those it forwards from the other node, T x 1/2 x 2 nodes = T; to the other node's
+    // device at its position 5/6 T; the two flows share the link (max-min), 11/6 T in all. Four
+    // all-to-alls per iteration (dispatch and combine, forward and backward), nothing else meanwhile.
+    const auto [all_t, all_n] = run(flat, MoeDispatcher::AllToAll);
+    const auto [dedup_t, dedup_n] = run(flat, MoeDispatcher::DeepEP);
+    CHECK(all_n - dedup_n == 4 * 4 * (3 - 2));
+    CHECK(close_rel(dedup_t - all_t, 4 * (11.0 / 6 - 1.5) * T / B, 1e-6));
+  }
+  SUBCASE("DGX nodes: NVLink inside, one NIC per GPU across; the replay and the search's estimate") {
+    DgxSpec spec;
+    spec.gpu = test_device();
+    spec.nodes = 2;
+    spec.gpus_per_node = 2;
+    const Cluster dgx = *make_dgx_cluster(spec);
+    const double nic = spec.infiniband.bandwidth;
+    // The NIC sets the pace in both: alltoall sends 2 x T/2 across, deepep 5/6 T (its T over NVLink runs
+    // at the same time and ends first).
+    const double faster = 4 * (T - 5.0 / 6 * T) / nic;
+    // A difference of two 1 ms replays: SimGrid's timing precision (1e-9 s here) is 2e-6 of the 28 us.
+    CHECK(close_rel(run(dgx, MoeDispatcher::AllToAll).first - run(dgx, MoeDispatcher::DeepEP).first, faster,
+                    1e-5));
+    CHECK(close_rel(
+        estimated(dgx, {}, 4, 2, MoeDispatcher::AllToAll) - estimated(dgx, {}, 4, 2, MoeDispatcher::DeepEP),
+        faster, 1e-6));
+  }
 }
 
 TEST_CASE(

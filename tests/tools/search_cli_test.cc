@@ -229,9 +229,10 @@ strategy: {partitioner: megatron}
   auto folded = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--tp-folded"});
   CHECK(folded.exit_code == 2);
   CHECK(folded.err.find("--tp-folded folds tensor-parallel groups only") != std::string::npos);
-  auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--dispatcher", "deepep"});
+  auto bad =
+      run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--dispatcher", "deepseek"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err.find("--dispatcher: \"deepep\" is not alltoall or allgather") != std::string::npos);
+  CHECK(bad.err.find("--dispatcher: \"deepseek\" is not alltoall, allgather or deepep") != std::string::npos);
 }
 
 // Context parallelism (issue 51, item 5): cp and its algorithm are axes; the winner is written with

@@ -295,9 +295,9 @@ Result<Search3dOptions> search_options(const SearchOptions& o, bool tty) {
   if (!o.dispatchers.empty()) {
     so.dispatchers.clear();
     for (const std::string& d : o.dispatchers) {
-      if (d != "alltoall" && d != "allgather")
-        return Error{fmt::format("--dispatcher: \"{}\" is not alltoall or allgather", d)};
-      so.dispatchers.push_back(d == "alltoall" ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather);
+      const std::optional<MoeDispatcher> parsed = parse_dispatcher(d);
+      if (!parsed) return Error{fmt::format("--dispatcher: \"{}\" is not alltoall, allgather or deepep", d)};
+      so.dispatchers.push_back(*parsed);
     }
   }
   so.context_parallel = o.context_parallel;
@@ -600,7 +600,8 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("--etp", o->expert_tensor_parallel,
                   "MoE: only these expert tensor-parallel sizes (default: every etp allowed)")
       ->check(CLI::Range(1, 1 << 20));
-  app->add_option("--dispatcher", o->dispatchers, "MoE: only these token dispatchers (alltoall, allgather)");
+  app->add_option("--dispatcher", o->dispatchers,
+                  "MoE: only these token dispatchers (alltoall, allgather, deepep; default the first two)");
   app->add_option(
          "--cp", o->context_parallel,
          "Only these context-parallel sizes (default: 1, and every cp leaving each rank 4,096 tokens)")

@@ -375,15 +375,21 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   m->require_map("a mapping of MoE options (dispatcher, capacity_factor, routing, overlap, all_to_all)");
   m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all"});
   if (auto d = m->get("dispatcher"))
-    s.moe.dispatcher = d->choice({"alltoall", "allgather"}, "a token dispatcher") == "allgather"
-                           ? MoeDispatcher::AllGather
-                           : MoeDispatcher::AllToAll;
+    s.moe.dispatcher = *parse_dispatcher(
+        d->choice({std::begin(kMoeDispatcherNames), std::end(kMoeDispatcherNames)}, "a token dispatcher"));
   if (auto f = m->get("capacity_factor")) {
     s.moe.capacity_factor = f->number("a capacity factor > 0 (none: dropless)");
     if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts)
       f->expected(fmt::format("a capacity factor above 0 and at most the {:g} experts", experts));
   }
   if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts);
+  // What DeepEP's de-duplication takes (balanced, dropless routing): located at the dispatcher.
+  if (auto d = m->get("dispatcher"); d && s.moe.dispatcher == MoeDispatcher::DeepEP)
+    for (size_t l = 0; l < w.layer_count(); ++l)
+      if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) {
+        if (Status st = check_moe(w.layer(l), {}, s.moe); !st) d->fail(st.error().message);
+        break;
+      }
   if (auto o = m->get("overlap")) s.moe_overlap = o->boolean();
   if (auto a = m->get("all_to_all")) {
     const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");
@@ -391,6 +397,11 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
     s.moe.all_to_all = flows == "pairwise"  ? Flows::Pairwise
                        : flows == "by-node" ? Flows::ByNode
                                             : Flows::Auto;
+    if (s.moe.dispatcher == MoeDispatcher::DeepEP && s.moe.all_to_all != Flows::Auto)
+      a->fail(
+          fmt::format("the deepep dispatcher sends its own flows (one per other node, one per device of the "
+                      "node), so all_to_all: {} would be ignored; expected auto or none",
+                      flows));
   }
 }
 

@@ -89,6 +89,31 @@ std::string context_note(const Experiment& e, const Partition& p) {
                      e.strategy.context.load_balance ? "" : ", contiguous split");
 }
 
+// DeepEP's de-duplication (core/collectives.h deduplicated_dispatch_bytes) as the first MoE stage's
+// first expert-parallel group sits: how often a token reaches a device's and a node's experts.
+std::string deepep_note(const Experiment& e, const Partition& p, int experts) {
+  if (e.strategy.moe.dispatcher != MoeDispatcher::DeepEP) return "";
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    if (st.expert_parallel < 2) continue;
+    std::vector<int> devices;
+    for (int q :
+         group_members(CommGroup::Expert, 0, st.tensor_parallel,
+                       ExpertSizes{st.expert_parallel, st.expert_tensor_parallel}, st.context_parallel))
+      devices.push_back(st.devices[static_cast<size_t>(q)]);
+    const auto layout = node_layout(e.cluster, devices);
+    if (!layout) return "";
+    const int held = experts / st.expert_parallel, top_k = static_cast<int>(moe_top_k(e.workload));
+    return fmt::format(
+        "; deepep: a token goes once to each node holding one of its experts (p {:.3g} per node of {} "
+        "devices), to the device at its sender's position, which forwards it once to each device holding "
+        "one (p {:.3g}), both hops at once (balanced routing; docs/moe.md)",
+        routed_hit_probability(experts, top_k, held * layout->second), layout->second,
+        routed_hit_probability(experts, top_k, held));
+  }
+  return "";
+}
+
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated) {
   const Parallelism par = parallelism(p);
   const int experts = static_cast<int>(routed_experts(e.workload));
@@ -111,10 +136,10 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
           : "; all-to-alls as one flow per pair";
   return fmt::format(
       "{} per device (ep {}, etp {}), {} dispatcher{}; {}; load imbalance {:.3g} (the busiest "
-      "expert-parallel rank's tokens over the mean){}",
+      "expert-parallel rank's tokens over the mean){}{}",
       experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher),
       e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "", routing,
-      load_imbalance(loads), flows);
+      load_imbalance(loads), flows, deepep_note(e, p, experts));
 }
 
 std::string plural(double count, std::string_view one, std::string_view many) {
