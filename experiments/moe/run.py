@@ -12,6 +12,7 @@ published value. Writes results.md; exits 1 when the check rows fail (median |er
 |error| <= 25%).
 
     experiments/moe/run.py [--pipegrid build/pipegrid] [-j 2] [--max-gpus 128] [--out results.md]
+    experiments/moe/run.py --recipe-dispatchers --out results-recipe-dispatchers.md   # flex rows as deepep
     experiments/moe/run.py --fit [--sweeps 3]   # fit the MoE/fp8 efficiencies on the calibration rows
     experiments/moe/run.py --validate            # rows.yaml's schema and split only (ctest)
 
@@ -96,14 +97,23 @@ def micro_batch(r):
     return r["mbs"] or 1  # rows.yaml: MBS 1 where not printed (Parallel Folding)
 
 
+# The recipes' flex dispatchers (rows.yaml: HybridEP for Qwen3-30B on H100, DeepEP for DeepSeek-V3 on
+# B200), replayed as pipegrid's `deepep` under --recipe-dispatchers (a what-if: the rows' fixed
+# assumption is alltoall).
+FLEX_DISPATCHER = {("qwen3-30b-a3b", "h100"), ("deepseek-v3", "b200")}
+RECIPE_DISPATCHERS = False
+
+
 def assumed(r):
     """rows.yaml's per-source assumptions for what the row does not print."""
     if r["source"] == "parallel-folding":
         return {"etp": r["etp"] or r["tp"], "overlap": False, "gradient_reduce": "fp32",
-                "capacity_factor": r.get("capacity_factor")}
+                "capacity_factor": r.get("capacity_factor"), "dispatcher": "alltoall"}
     # Megatron-Bridge: ETP 1; EP overlap where the configuration's recipe sets it; bf16 gradients.
     overlap = (r["model"], r["gpu"], r["ep"]) in {("qwen3-235b-a22b", "h100", 32), ("deepseek-v3", "b200", 32)}
-    return {"etp": r["etp"] or 1, "overlap": overlap, "gradient_reduce": "bf16", "capacity_factor": None}
+    flex = RECIPE_DISPATCHERS and (r["model"], r["gpu"]) in FLEX_DISPATCHER
+    return {"etp": r["etp"] or 1, "overlap": overlap, "gradient_reduce": "bf16", "capacity_factor": None,
+            "dispatcher": "deepep" if flex else "alltoall"}
 
 
 # Transformer blocks per zoo model (pipegrid workload show): Megatron's split needs them to be a
@@ -137,7 +147,7 @@ def experiment(r, efficiencies=None):
                 "stages": r["pp"], "replicas": d, "allreduce": "multi-ring", "tensor_parallel": r["tp"],
                 "sequence_parallel": r["tp"] > 1, "dp_overlap": True, "gradient_reduce": a["gradient_reduce"],
                 "expert_parallel": r["ep"], "expert_tensor_parallel": a["etp"],
-                "moe": {"dispatcher": "alltoall", "overlap": a["overlap"]},
+                "moe": {"dispatcher": a["dispatcher"], "overlap": a["overlap"]},
                 "micro_batch_size": b, "micro_batches": r["gbs"] // (d * b)}
     if r["vp"]:
         strategy["chunks"] = r["vp"]
@@ -229,6 +239,7 @@ def config(r):
     parts += [f"VP{r['vp']}"] if r["vp"] else []
     parts += [f"EP{r['ep']} ETP{a['etp']}", f"MBS{micro_batch(r)}{'' if r['mbs'] else '*'} GBS{r['gbs']}"]
     parts += ["a2a overlap"] if a["overlap"] else []
+    parts += [a["dispatcher"]] if a["dispatcher"] != "alltoall" else []
     return ", ".join(parts)
 
 
@@ -276,6 +287,8 @@ def write_results(path, rows, results, args):
              "configuration in other releases of the page (their spread, (max - min) / mid). Catalog: "
              + ("topologies/devices.yaml as built into the binary." if not args.with_fit else
                 f"the binary's, with {os.path.relpath(args.with_fit, HERE)}'s values as device overrides (a what-if).")
+             + (" Dispatchers as the recipes set them (--recipe-dispatchers, a what-if): deepep where the recipe "
+                "runs a flex dispatcher (HybridEP or DeepEP)." if RECIPE_DISPATCHERS else "")
              + "", "",
              "## Check rows", ""] + table_lines(rows, results, "check") + ["", text, "",
              "## Calibration rows", ""] + table_lines(rows, results, "calibration") + [
@@ -374,9 +387,13 @@ def main():
     ap.add_argument("--fit", action="store_true", help="fit FIT_PARAMETERS on the calibration rows (fit.yaml)")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--rows", nargs="*", help="only these row ids")
+    ap.add_argument("--recipe-dispatchers", action="store_true",
+                    help="replay the rows whose recipes run a flex dispatcher with deepep (a what-if)")
     ap.add_argument("--with-fit", metavar="FIT_YAML",
                     help="apply a fit's values as device overrides (a what-if before they enter the catalog)")
     args = ap.parse_args()
+    global RECIPE_DISPATCHERS
+    RECIPE_DISPATCHERS = args.recipe_dispatchers
     rows = load_rows()
     problems = validate(rows)
     if problems or args.validate:
