@@ -306,7 +306,7 @@ class Lowering {
   // DeepEP (TpProgram::deduplicates): the flows device position j of stage s sends in one of its
   // all-to-alls (an error where its expert-parallel group is not spread evenly over its nodes), and the
   // flows.
-  Result<size_t> deduplicated_flows(int s, size_t j) const;
+  Result<size_t> deduplicated_flows(int s, size_t j, const RoutingDraw& draw) const;
   std::vector<Deps> deduplicated_all_to_all(int s, const TpProgram& prog, size_t x,
                                             const std::vector<int>& devices, const std::vector<Deps>& ready,
                                             const FlowTag& tag);
@@ -394,8 +394,8 @@ Status Lowering::count() {
               group_flows_ += group_rings(st, prog, x, j) * static_cast<size_t>(m_);
             } else if (prog.groups[x] == CommGroup::Context) {
               group_flows_ += static_cast<size_t>(cp - 1) * static_cast<size_t>(m_);
-            } else if (prog.deduplicates[x].first > 0) {
-              Result<size_t> flows = deduplicated_flows(static_cast<int>(st), j);
+            } else if (prog.deduplicates[x].experts > 0) {
+              Result<size_t> flows = deduplicated_flows(static_cast<int>(st), j, prog.deduplicates[x]);
               if (!flows) return flows.error();
               group_flows_ += *flows * static_cast<size_t>(m_);
             } else {
@@ -786,7 +786,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
   const FlowTag tag{traffic, s, k};
   const size_t first = g_.tasks.size();
   std::vector<Deps> done;
-  if (prog.kinds[x] == CollectiveKind::AllToAll && prog.deduplicates[x].first > 0) {
+  if (prog.kinds[x] == CollectiveKind::AllToAll && prog.deduplicates[x].experts > 0) {
     done = deduplicated_all_to_all(s, prog, x, devices, ready, tag);
   } else if (prog.kinds[x] == CollectiveKind::AllToAll) {
     if (auto layout = aggregate_ && !context ? aggregated_layout(s, pass, x, members) : std::nullopt) {
@@ -837,7 +837,7 @@ std::pair<size_t, size_t> Lowering::all_to_all_flows(int s, Pass pass, size_t x,
   return {pairwise, pairwise};
 }
 
-Result<size_t> Lowering::deduplicated_flows(int s, size_t j) const {
+Result<size_t> Lowering::deduplicated_flows(int s, size_t j, const RoutingDraw& draw) const {
   const Stage& stage = p_.stage(s);
   std::vector<int> devices;
   for (int q : group_members(CommGroup::Expert, static_cast<int>(j), stage.tensor_parallel,
@@ -852,6 +852,13 @@ Result<size_t> Lowering::deduplicated_flows(int s, size_t j) const {
         "does not hold equally many devices on every node it spans (use alltoall, or place the group evenly)",
         s, c_.devices[static_cast<size_t>(devices.front())].name)};
   const size_t m = static_cast<size_t>(layout->second), nodes = devices.size() / m;
+  const int held = draw.experts / stage.expert_parallel;
+  if (!aligned_with_groups(draw, held) || !aligned_with_groups(draw, held * static_cast<int>(m)))
+    return Error{fmt::format(
+        "stage {}: the deepep dispatcher's de-duplication under group-limited routing ({} groups of {} "
+        "experts) "
+        "needs each device's {} experts and each node's {} to lie inside one group or cover whole groups",
+        s, draw.groups, draw.experts / draw.groups, held, held * static_cast<int>(m))};
   return (nodes - 1) + (m - 1);
 }
 
@@ -861,15 +868,14 @@ std::vector<Deps> Lowering::deduplicated_all_to_all(int s, const TpProgram& prog
                                                     const std::vector<int>& devices,
                                                     const std::vector<Deps>& ready, const FlowTag& tag) {
   const Stage& stage = p_.stage(s);
-  const auto [experts, top_k] = prog.deduplicates[x];
+  const RoutingDraw& draw = prog.deduplicates[x];
   const auto layout = node_layout(c_, devices);
-  const int per_gpu = experts / stage.expert_parallel, m = layout->second;
-  const double token_bytes = prog.bytes[x] / top_k;
-  return append_all_to_all(g_, devices, ready,
-                           deduplicated_dispatch_bytes(layout->first, m, token_bytes,
-                                                       routed_hit_probability(experts, top_k, per_gpu),
-                                                       routed_hit_probability(experts, top_k, per_gpu * m)),
-                           tag);
+  const int held = draw.experts / stage.expert_parallel, m = layout->second;
+  return append_all_to_all(
+      g_, devices, ready,
+      deduplicated_dispatch_bytes(layout->first, m, prog.bytes[x] / draw.top_k,
+                                  routed_hit_probability(draw, held), routed_hit_probability(draw, held * m)),
+      tag);
 }
 
 // Sender i's bytes go to each peer in proportion to the peer's expert load (the combine returns

@@ -26,12 +26,46 @@ std::optional<MoeDispatcher> parse_dispatcher(std::string_view name) {
   return std::nullopt;
 }
 
-double routed_hit_probability(int experts, int top_k, int held) {
-  // C(E - g, k) / C(E, k) = prod_{i < k} (E - g - i) / (E - i): none of the k draws among the g.
-  double miss = 1;
-  for (int i = 0; i < top_k; ++i)
-    miss *= std::max(0.0, static_cast<double>(experts - held - i)) / static_cast<double>(experts - i);
-  return 1 - miss;
+namespace {
+// C(n, k) as a double (0 outside 0 <= k <= n).
+double choose(int n, int k) {
+  if (k < 0 || k > n) return 0;
+  double c = 1;
+  for (int i = 0; i < k; ++i) c = c * (n - i) / (i + 1);
+  return c;
+}
+// None of k experts drawn uniformly without replacement from `pool` is one of `marked`.
+double miss(int pool, int k, int marked) {
+  double m = 1;
+  for (int i = 0; i < k; ++i) m *= std::max(0.0, static_cast<double>(pool - marked - i)) / (pool - i);
+  return m;
+}
+}  // namespace
+
+RoutingDraw routing_draw(const MoeShape& m) {
+  RoutingDraw r{static_cast<int>(m.experts), static_cast<int>(m.top_k)};
+  if (m.groups > 1) {
+    r.groups = static_cast<int>(m.groups);
+    r.top_groups = static_cast<int>(m.top_groups);
+  }
+  return r;
+}
+
+bool aligned_with_groups(const RoutingDraw& r, int held) {
+  if (!r.limited()) return true;
+  const int size = r.experts / r.groups;
+  return held > 0 && (size % held == 0 || held % size == 0);
+}
+
+double routed_hit_probability(const RoutingDraw& r, int held) {
+  if (!r.limited()) return 1 - miss(r.experts, r.top_k, held);
+  const int size = r.experts / r.groups, G = r.groups, M = r.top_groups;
+  const int spanned = held <= size ? 1 : held / size, per_group = held <= size ? held : size;
+  double none = 0;
+  for (int j = 0; j <= std::min(spanned, M); ++j)
+    none += choose(spanned, j) * choose(G - spanned, M - j) / choose(G, M) *
+            miss(M * size, r.top_k, j * per_group);
+  return 1 - none;
 }
 
 std::string_view to_string(CommGroup g) {
@@ -80,10 +114,10 @@ double routed_experts(const Workload& w) {
   return 0;
 }
 
-double moe_top_k(const Workload& w) {
+RoutingDraw moe_routing(const Workload& w) {
   for (size_t i = 0; i < w.layer_count(); ++i)
-    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return w.layer(i).split.moe.top_k;
-  return 0;
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return routing_draw(w.layer(i).split.moe);
+  return {};
 }
 
 double load_imbalance(const std::vector<double>& loads) {
@@ -104,6 +138,16 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
   if (std::fmod(m.experts, e.ep) != 0)
     return bad(fmt::format("expert_parallel {} does not divide its {:g} experts (each device holds E / ep)",
                            e.ep, m.experts));
+  if (m.groups > 0 && (m.groups != std::floor(m.groups) || std::fmod(m.experts, m.groups) != 0))
+    return bad(fmt::format("router_groups {:g} does not divide its {:g} experts into equal groups", m.groups,
+                           m.experts));
+  if (m.groups > 0 &&
+      (m.top_groups < 1 || m.top_groups > m.groups || m.top_groups != std::floor(m.top_groups) ||
+       m.top_k > m.top_groups * m.experts / m.groups))
+    return bad(
+        fmt::format("router_group_topk must be a whole number from 1 to the {:g} groups whose experts "
+                    "hold the top_k {:g}, got {:g}",
+                    m.groups, m.top_k, m.top_groups));
   if (std::fmod(m.expert_ffn, e.etp) != 0)
     return bad(fmt::format("expert_tensor_parallel {} does not divide its expert FFN width {:g}", e.etp,
                            m.expert_ffn));

@@ -38,10 +38,25 @@ std::string_view to_string(MoeDispatcher d);  // "alltoall", "allgather", "deepe
 inline constexpr std::string_view kMoeDispatcherNames[] = {"alltoall", "allgather", "deepep"};
 std::optional<MoeDispatcher> parse_dispatcher(std::string_view name);  // one of kMoeDispatcherNames
 
-// The probability that a token's top_k experts, drawn uniformly without replacement from `experts`
-// (balanced routing, as Megatron's --moe-router-force-load-balancing draws them), include at least one
-// of `held` given experts: 1 - C(experts - held, top_k) / C(experts, top_k).
-double routed_hit_probability(int experts, int top_k, int held);
+// How balanced routing draws a token's experts (as Megatron's --moe-router-force-load-balancing does):
+// top_k of `experts` uniformly without replacement; with group-limited routing (DeepSeek-V2/V3's
+// n_group / topk_group, Megatron's --moe-router-num-groups / --moe-router-group-topk), first
+// `top_groups` of `groups` equal groups of consecutive experts, then top_k among their experts.
+struct RoutingDraw {
+  int experts = 0, top_k = 0;
+  int groups = 1, top_groups = 1;  // 1, 1: no group limit
+  bool limited() const { return groups > 1 && top_groups < groups; }
+};
+RoutingDraw routing_draw(const MoeShape& m);  // a block's draw (groups 0: no limit)
+// Whether `held` consecutive experts starting at a multiple of `held` sit inside one group or cover
+// whole groups (what routed_hit_probability takes under a group limit).
+bool aligned_with_groups(const RoutingDraw& r, int held);
+// The probability that a token's experts include at least one of `held` consecutive experts (those
+// of one device or one node): 1 - C(E - g, k) / C(E, k) without a group limit; with one, over the
+// number j of the c groups the experts span that the token picks (hypergeometric, C(c, j) C(G - c,
+// M - j) / C(G, M)), the chance that none of its k experts among the M E / G is one of the j x held
+// by c held (x: the held experts per group spanned).
+double routed_hit_probability(const RoutingDraw& r, int held);
 
 struct MoeOptions {
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
@@ -78,7 +93,7 @@ std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
 
 // The routed experts of a workload's MoE blocks (0: none; the zoo's MoE models have one count).
 double routed_experts(const Workload& w);
-double moe_top_k(const Workload& w);  // the routed experts per token (0: no MoE block)
+RoutingDraw moe_routing(const Workload& w);  // the first MoE block's routing draw (experts 0: none)
 
 // The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
 double load_imbalance(const std::vector<double>& loads);

@@ -20,14 +20,14 @@ namespace pipegrid {
 // A pass of a tensor-parallel stage on one device: compute pieces separated by the group's
 // collectives (core/tensor_parallel.h), merged across the stage's layers.
 struct TpProgram {
-  std::vector<double> compute;        // seconds; kinds.size() + 1 pieces
-  std::vector<CollectiveKind> kinds;  // the collectives between them
-  std::vector<double> bytes;          // each collective's whole tensor, for the replica's slice (an
-                                      // all-to-all: what this device sends in all)
-  std::vector<CommGroup> groups;      // the group each runs over (core/moe.h)
-  std::vector<char> combines;         // all-to-alls: 1 for a combine (TpPiece::combine)
-  std::vector<std::pair<int, int>> deduplicates;  // all-to-alls: TpPiece::deduplicates
-  std::vector<unsigned char> flags;               // TpPiece::flags (kBesideNext, kAfterPrevious, kNoFlows)
+  std::vector<double> compute;            // seconds; kinds.size() + 1 pieces
+  std::vector<CollectiveKind> kinds;      // the collectives between them
+  std::vector<double> bytes;              // each collective's whole tensor, for the replica's slice (an
+                                          // all-to-all: what this device sends in all)
+  std::vector<CommGroup> groups;          // the group each runs over (core/moe.h)
+  std::vector<char> combines;             // all-to-alls: 1 for a combine (TpPiece::combine)
+  std::vector<RoutingDraw> deduplicates;  // all-to-alls: TpPiece::deduplicates
+  std::vector<unsigned char> flags;       // TpPiece::flags (kBesideNext, kAfterPrevious, kNoFlows)
   size_t collectives() const { return kinds.size(); }
 };
 

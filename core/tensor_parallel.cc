@@ -383,9 +383,7 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
     // Each device sends top_k copies of its tokens in all; the expert tensor-parallel group gathers
     // what its members received (etp x that, scaled by the rank's load).
     const double sent = sp.moe.top_k * m.token_bytes, gathered = e.etp * sent;
-    const std::pair<int, int> dedup = d == MoeDispatcher::DeepEP ? std::pair{static_cast<int>(sp.moe.experts),
-                                                                             static_cast<int>(sp.moe.top_k)}
-                                                                 : std::pair{0, 0};
+    const RoutingDraw dedup = d == MoeDispatcher::DeepEP ? routing_draw(sp.moe) : RoutingDraw{};
     auto around = [&](std::vector<TpPiece>& to, std::vector<Kernel> experts) {
       if (e.ep > 1) {
         to.push_back(collective(CollectiveKind::AllToAll, sent, CommGroup::Expert));

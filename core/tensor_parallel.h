@@ -68,9 +68,9 @@ struct TpPiece {
   // An all-to-all that returns the experts' outputs to the tokens' devices (the combine, and the
   // backward's second all-to-all): each device sends back to each peer what that peer sent it.
   bool combine = false;
-  // An expert-parallel all-to-all of the DeepEP dispatcher (MoeDispatcher::DeepEP): the routing it
-  // de-duplicates ({experts, top_k}; {0, 0} otherwise); `bytes` stays the top_k copies a device routes.
-  std::pair<int, int> deduplicates{0, 0};
+  // An expert-parallel all-to-all of the DeepEP dispatcher (MoeDispatcher::DeepEP): the routing draw it
+  // de-duplicates (experts 0 otherwise); `bytes` stays the top_k copies a device routes.
+  RoutingDraw deduplicates;
   unsigned char flags = 0;  // kBesideNext | kAfterPrevious | kNoFlows
 };
 

@@ -162,6 +162,10 @@ struct MoeShape {
   double expert_ffn = 0;  // one routed expert's FFN width
   double shared_ffn = 0;  // the shared experts' FFN width, all together (0: none)
   bool sigmoid = false;   // router scores by sigmoid (DeepSeek-V3) instead of softmax
+  // Group-limited routing (DeepSeek-V2/V3's n_group and topk_group; Megatron-Core's
+  // --moe-router-num-groups, --moe-router-group-topk): each token's experts come from its top
+  // `top_groups` of `groups` equal groups of consecutive experts (0: no limit).
+  double groups = 0, top_groups = 0;
 };
 
 // Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434; DeepSeek-V3, arXiv 2412.19437): queries

@@ -315,9 +315,13 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   shape.mla = {static_cast<double>(arg(a, "q_rank")), static_cast<double>(arg(a, "kv_rank")),
                static_cast<double>(arg(a, "rope_dim")), static_cast<double>(arg(a, "v_dim"))};
   if (shape.mla.enabled()) shape.kv_heads = shape.heads;
-  shape.moe = {static_cast<double>(arg(a, "experts")), static_cast<double>(arg(a, "top_k")),
-               static_cast<double>(arg(a, "expert_ffn")), static_cast<double>(arg(a, "shared_ffn")),
-               arg(a, "sigmoid") != 0};
+  shape.moe = {static_cast<double>(arg(a, "experts")),
+               static_cast<double>(arg(a, "top_k")),
+               static_cast<double>(arg(a, "expert_ffn")),
+               static_cast<double>(arg(a, "shared_ffn")),
+               arg(a, "sigmoid") != 0,
+               static_cast<double>(arg(a, "router_groups")),
+               static_cast<double>(arg(a, "router_group_topk"))};
   if (dense > L) throw BuildError(fmt::format("dense_layers {} is more than the {} layers", dense, L));
   for (int64_t i = 0; i < L; ++i) {
     TensorSplit block = shape;
@@ -333,7 +337,7 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
 struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
-                            sliding_window = 0;
+                            sliding_window = 0, router_groups = 0, router_group_topk = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
   return {{"layers", d.layers},
@@ -355,7 +359,9 @@ std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults&
           {"v_dim", d.v_dim},
           {"biases", d.biases},
           {"sigmoid", d.sigmoid},
-          {"sliding_window", d.sliding_window}};
+          {"sliding_window", d.sliding_window},
+          {"router_groups", d.router_groups},
+          {"router_group_topk", d.router_group_topk}};
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -531,9 +537,10 @@ const ModelInfo kModels[] = {
      moe_defaults({27, 2048, 16, 16, 128, 10944, 1, 64, 6, 1408, 2816, 4096, 102400, 0, 512, 64, 128}),
      &build_moe},
     {"deepseek-v3",
-     "DeepSeek-V3: 61 layers (3 dense), h 7168, MLA, 256 experts of FFN 2048 + 1 shared, top-8, sigmoid",
-     moe_defaults(
-         {61, 7168, 128, 128, 128, 18432, 3, 256, 8, 2048, 2048, 4096, 129280, 1536, 512, 64, 128, 0, 1}),
+     "DeepSeek-V3: 61 layers (3 dense), h 7168, MLA, 256 experts of FFN 2048 + 1 shared, top-8 of 4 of 8 "
+     "groups",
+     moe_defaults({61,   7168,   128,  128, 128, 18432, 3, 256, 8, 2048, 2048,
+                   4096, 129280, 1536, 512, 64,  128,   0, 1,   0, 8,    4}),
      &build_moe},
     {"gpt-oss-120b",
      "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",

@@ -111,14 +111,13 @@ double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap,
       double& free = link_free[g];
       double begin = std::max(end, free);
       if (context && (prog.flags[k] & kAfterPrevious)) begin = std::max(begin, previous_step);
-      if (prog.kinds[k] == CollectiveKind::AllToAll && prog.deduplicates[k].first > 0) {
-        const auto [experts, top_k] = prog.deduplicates[k];
-        const int held = experts / gl.n;
-        done[k] = free =
-            begin + closed_form::deduplicated_all_to_all(
-                        gl.machines, gl.per_machine, prog.bytes[k] / top_k,
-                        routed_hit_probability(experts, top_k, held),
-                        routed_hit_probability(experts, top_k, held * gl.per_machine), gl.intra, gl.inter);
+      if (prog.kinds[k] == CollectiveKind::AllToAll && prog.deduplicates[k].experts > 0) {
+        const RoutingDraw& draw = prog.deduplicates[k];
+        const int held = draw.experts / gl.n;
+        done[k] = free = begin + closed_form::deduplicated_all_to_all(
+                                     gl.machines, gl.per_machine, prog.bytes[k] / draw.top_k,
+                                     routed_hit_probability(draw, held),
+                                     routed_hit_probability(draw, held * gl.per_machine), gl.intra, gl.inter);
       } else if (prog.kinds[k] == CollectiveKind::AllToAll) {
         const double c = prog.bytes[k] * (context ? 1.0 / gl.n : share);
         done[k] = free = begin + closed_form::all_to_all(gl.machines, gl.per_machine, c, gl.intra, gl.inter);

@@ -571,12 +571,29 @@ TEST_CASE("FPGA collective engine: the closed form and the evaluator, by hand") 
 
 TEST_CASE("DeepEP's de-duplication: hit probabilities, the byte matrix and its closed form, by hand") {
   // C(E - g, k) / C(E, k): none of a token's k experts among g given ones.
-  CHECK(close_rel(routed_hit_probability(4, 2, 1), 1 - 3.0 / 6, 1e-15));         // C(3,2) / C(4,2)
-  CHECK(close_rel(routed_hit_probability(4, 2, 2), 1 - 1.0 / 6, 1e-15));         // C(2,2) / C(4,2)
-  CHECK(close_rel(routed_hit_probability(64, 6, 2), 1 - 1653.0 / 2016, 1e-14));  // C(62,6) / C(64,6)
-  CHECK(routed_hit_probability(8, 8, 1) == 1);                                   // every expert is drawn
-  CHECK(routed_hit_probability(8, 2, 0) == 0);
-  CHECK(routed_hit_probability(8, 1, 2) == 0.25);  // top-1: held / E
+  CHECK(close_rel(routed_hit_probability({4, 2}, 1), 1 - 3.0 / 6, 1e-15));         // C(3,2) / C(4,2)
+  CHECK(close_rel(routed_hit_probability({4, 2}, 2), 1 - 1.0 / 6, 1e-15));         // C(2,2) / C(4,2)
+  CHECK(close_rel(routed_hit_probability({64, 6}, 2), 1 - 1653.0 / 2016, 1e-14));  // C(62,6) / C(64,6)
+  CHECK(routed_hit_probability({8, 8}, 1) == 1);                                   // every expert is drawn
+  CHECK(routed_hit_probability({8, 2}, 0) == 0);
+  CHECK(routed_hit_probability({8, 1}, 2) == 0.25);  // top-1: held / E
+  // Group-limited: 8 experts in 4 groups of 2, a token's 2 experts from its 2 of the 4 groups (4
+  // experts). One expert: its group is picked with C(3,1) / C(4,2) = 1/2, then among the 4 with 1/2.
+  const RoutingDraw limited{8, 2, 4, 2};
+  CHECK(close_rel(routed_hit_probability(limited, 1), 0.25, 1e-15));
+  // Two whole groups (4 experts): missed when neither group is picked (1/6), or one is (4/6) and both
+  // experts come from the other (C(2,2) / C(4,2) = 1/6): 1 - 1/6 - 4/36 = 13/18.
+  CHECK(close_rel(routed_hit_probability(limited, 4), 13.0 / 18, 1e-15));
+  CHECK(aligned_with_groups(limited, 1));
+  CHECK(aligned_with_groups(limited, 4));
+  CHECK(!aligned_with_groups(limited, 3));
+  // DeepSeek-V3 (256 experts, top-8 from 4 of 8 groups) at ep 64 over 8 nodes: a node holds one group,
+  // picked with 4/8, then hit unless all 8 experts come from the other 96 of 128; about 3.6 nodes per
+  // token, under the report's "at most 4".
+  const double v3_node =
+      0.5 * (1 - 96.0 / 128 * 95 / 127 * 94 / 126 * 93 / 125 * 92 / 124 * 91 / 123 * 90 / 122 * 89 / 121);
+  CHECK(close_rel(routed_hit_probability({256, 8, 8, 4}, 32), v3_node, 1e-14));
+  CHECK(8 * v3_node < 4);
   // Two nodes of two devices (node, position): (0,0) (0,1) (1,0) (1,1); T = 8 bytes, hit 1/2 and 5/6.
   const std::vector<std::pair<int, int>> where{{0, 0}, {0, 1}, {1, 0}, {1, 1}};
   const auto b = deduplicated_dispatch_bytes(where, 2, 8, 0.5, 5.0 / 6);

@@ -141,6 +141,30 @@ TEST_CASE("MoE block: top-k <= E, experts split over ep, expert FFN over etp, sh
         std::string::npos);
   o.capacity_factor = 1.25;
   CHECK(check_moe(*block, {8, 1}, o).ok());
+  // Group-limited routing: equal groups, and the picked groups must hold the top_k.
+  Layer grouped = *block;
+  grouped.split.moe.groups = 3;
+  grouped.split.moe.top_groups = 1;
+  CHECK(check_moe(grouped, {1, 1}, o).error().message ==
+        "layer \"layer31\": router_groups 3 does not divide its 8 experts into equal groups");
+  grouped.split.moe.groups = 4;  // groups of 2 experts: top-2 needs at least one group
+  CHECK(check_moe(grouped, {1, 1}, o).ok());
+  grouped.split.moe.top_groups = 5;
+  CHECK(check_moe(grouped, {1, 1}, o)
+            .error()
+            .message.find("router_group_topk must be a whole number from 1 to the 4 groups") !=
+        std::string::npos);
+}
+
+TEST_CASE("DeepSeek-V3 routes each token's 8 experts from 4 of 8 expert groups (config_671B.json)") {
+  Workload w = model("deepseek-v3");
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) {
+      CHECK(w.layer(i).split.moe.groups == 8);
+      CHECK(w.layer(i).split.moe.top_groups == 4);
+    }
+  CHECK(moe_routing(w).limited());
+  CHECK(!moe_routing(model("qwen3-30b-a3b")).limited());
 }
 
 TEST_CASE("expert loads: balanced 1/ep each; a skew and a capacity factor by hand") {

@@ -21,7 +21,7 @@ constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
 
 // One MoE block (`experts` experts of an ungated FFN kF, top-1; attention with 16 heads, no biases,
 // RMSNorm, unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
-Workload one_moe_block(int experts = 2, int top_k = 1) {
+Workload one_moe_block(int experts = 2, int top_k = 1, int groups = 0, int top_groups = 0) {
   ModelBuilder b("moe", Precision::FP16);
   int x = b.input("x", {static_cast<int64_t>(kS), static_cast<int64_t>(kH)});
   TensorSplit s;
@@ -30,7 +30,8 @@ Workload one_moe_block(int experts = 2, int top_k = 1) {
   s.ffn = kF;
   s.gated = false;
   s.biases = false;
-  s.moe = {static_cast<double>(experts), static_cast<double>(top_k), kF, 0, false};
+  s.moe = {static_cast<double>(experts), static_cast<double>(top_k),     kF, 0, false,
+           static_cast<double>(groups),  static_cast<double>(top_groups)};
   x = *b.decoder_block("block", x, s);
   Workload w = b.finish();
   w.optimizer_step_s = 0;
@@ -48,12 +49,13 @@ DeviceSpec flop_device() {
 std::pair<double, size_t> replayed_graph(Cluster c, const std::vector<double>& shares,
                                          MoeOptions::AllToAllFlows flows = MoeOptions::AllToAllFlows::Auto,
                                          int experts = 2, int top_k = 1,
-                                         MoeDispatcher dispatcher = MoeDispatcher::AllToAll) {
+                                         MoeDispatcher dispatcher = MoeDispatcher::AllToAll,
+                                         std::pair<int, int> groups = {0, 0}) {
   const int n = static_cast<int>(c.devices.size());
   for (Device& d : c.devices) d.spec = flop_device();
   Experiment e;
   e.name = "moe";
-  e.workload = one_moe_block(experts, top_k);
+  e.workload = one_moe_block(experts, top_k, groups.first, groups.second);
   e.cluster = std::move(c);
   e.micro_batch_size = n;
   e.strategy.moe.dispatcher = dispatcher;
@@ -222,6 +224,13 @@ TEST_CASE("MoE, DeepEP's de-duplicating dispatch over two nodes of two: the all-
     // A difference of two 1 ms replays: SimGrid's timing precision (1e-9 s here) is 2e-6 of the 28 us.
     CHECK(close_rel(run(dgx, MoeDispatcher::AllToAll).first - run(dgx, MoeDispatcher::DeepEP).first, faster,
                     1e-5));
+    // Group-limited routing: 8 experts in 4 groups of 2, top-2 from 2 groups; a device holds one group
+    // (hit 1 - 3/6 - 3/6 x C(2,2) / C(4,2) = 5/12), a node two (hit 13/18, tests/core/collectives_test.cc).
+    auto limited = [&](MoeDispatcher d) {
+      return replayed_graph(dgx, {}, Flows::Pairwise, 8, 2, d, {4, 2}).first;
+    };
+    CHECK(close_rel(limited(MoeDispatcher::AllToAll) - limited(MoeDispatcher::DeepEP),
+                    4 * (T - 13.0 / 18 * T) / nic, 1e-5));
     CHECK(close_rel(
         estimated(dgx, {}, 4, 2, MoeDispatcher::AllToAll) - estimated(dgx, {}, 4, 2, MoeDispatcher::DeepEP),
         faster, 1e-6));

@@ -103,13 +103,15 @@ std::string deepep_note(const Experiment& e, const Partition& p, int experts) {
       devices.push_back(st.devices[static_cast<size_t>(q)]);
     const auto layout = node_layout(e.cluster, devices);
     if (!layout) return "";
-    const int held = experts / st.expert_parallel, top_k = static_cast<int>(moe_top_k(e.workload));
+    const RoutingDraw draw = moe_routing(e.workload);
+    const int held = experts / st.expert_parallel;
     return fmt::format(
         "; deepep: a token goes once to each node holding one of its experts (p {:.3g} per node of {} "
-        "devices), to the device at its sender's position, which forwards it once to each device holding "
+        "devices{}), to the device at its sender's position, which forwards it once to each device holding "
         "one (p {:.3g}), both hops at once (balanced routing; docs/moe.md)",
-        routed_hit_probability(experts, top_k, held * layout->second), layout->second,
-        routed_hit_probability(experts, top_k, held));
+        routed_hit_probability(draw, held * layout->second), layout->second,
+        draw.limited() ? fmt::format(", its experts from {} of {} groups", draw.top_groups, draw.groups) : "",
+        routed_hit_probability(draw, held));
   }
   return "";
 }
