@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -233,6 +234,59 @@ strategy: {partitioner: megatron}
       run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--dispatcher", "deepseek"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--dispatcher: \"deepseek\" is not alltoall, allgather or deepep") != std::string::npos);
+}
+
+// DeepEP (`--dispatcher deepep`): ep 16 spans the two nodes, so its dispatch is de-duplicated; the
+// winner is written with it and `run` replays it to the search's figure.
+TEST_CASE("search: the deepep dispatcher as an axis, and the emitted winner runs to its figure") {
+  TempDir tmp;
+  const std::string exp = tmp.write("moe.yaml", R"(name: small MoE on two DGX H100
+workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
+           experts: 16, top_k: 4, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)");
+  const std::string emitted = (tmp.path / "winner.yaml").string();
+  auto r = run_command({PIPEGRID_BINARY,
+                        "search",
+                        exp,
+                        "--global-batch",
+                        "16",
+                        "--top",
+                        "1",
+                        "--tensor-parallel",
+                        "1",
+                        "--pipeline",
+                        "1",
+                        "--micro-batch",
+                        "1",
+                        "--ep",
+                        "16",
+                        "--etp",
+                        "1",
+                        "--dispatcher",
+                        "deepep",
+                        "alltoall",
+                        "--json",
+                        "--emit",
+                        emitted});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  std::map<std::string, double> by_dispatcher;  // the best estimate of each
+  for (const json& c : j["analytic_ranking"]) {
+    const double t = c["analytic_iteration_time_s"].get<double>();
+    auto [it, fresh] = by_dispatcher.emplace(c["dispatcher"].get<std::string>(), t);
+    if (!fresh) it->second = std::min(it->second, t);
+  }
+  REQUIRE(by_dispatcher.size() == 2);
+  // Top-4 of 16 experts over two nodes of 8: each token crosses to the other node once (p 1 - C(8,4) /
+  // C(16,4) = 0.962) instead of 2 copies on average, so the estimate puts deepep first.
+  CHECK(by_dispatcher["deepep"] < by_dispatcher["alltoall"]);
+  const json& w = j["simgrid_ranking"][0];
+  CHECK(w["dispatcher"] == "deepep");
+  CHECK(read_file(emitted).find("dispatcher: deepep") != std::string::npos);
+  run_emitted(emitted, w);
 }
 
 // Context parallelism (issue 51, item 5): cp and its algorithm are axes; the winner is written with
