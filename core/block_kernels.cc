@@ -1,6 +1,7 @@
 #include "core/block_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pipegrid::blocks {
 
@@ -192,6 +193,16 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
               kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
                      1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1),
               gemm(2 * copies * fe * h, copies * fe, copies * h, w2, eb, KernelClass::GroupedGemm)};
+  // Transformer Engine's grouped GEMM (v2.9, common/gemm/cublaslt_gemm.cu nvte_multi_tensor_gemm, as
+  // Megatron-Core's TEGroupedMLP runs it): one cuBLAS call per local expert, round-robin over its 4
+  // compute streams (CUTLASS's grouped kernel only on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1): the
+  // device pays a start-up per wave of 4, the host a launch per expert; each wave reads its experts'
+  // weights (weight_bytes is per call).
+  for (Kernel* x : {&k.expert[0], &k.expert[2]}) {
+    x->calls = std::ceil(local / kGroupedGemmStreams);
+    x->launches = local;
+    x->weight_bytes /= x->calls;
+  }
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
   k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;

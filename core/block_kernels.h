@@ -51,17 +51,21 @@ Mlp mlp(const TensorSplit& sp, double ffn, int t, bool sequence_parallel, Precis
 // FFN split etp ways), the un-permutation (the weighted sum of the copies), shared experts (a dense
 // MLP split t ways) and the dropout and residual. `expert` kernels and `expert_stash` are for
 // balanced routing: a device with load factor lambda (ep x its rank's load) runs lambda x them.
+// The compute streams Transformer Engine's grouped GEMM spreads its per-expert cuBLAS calls over
+// (transformer_engine/common/util/multi_stream.cpp, v2.9: num_compute_streams = 4).
+inline constexpr double kGroupedGemmStreams = 4;
+
 struct Moe {
   Kernel ln2, router, route, permute, unpermute, dropout_residual;
   std::vector<Kernel> expert;  // fc1, activation, fc2: grouped GEMMs over the device's experts
   bool shared = false;
   Mlp shared_mlp;
-  double dense_parameters = 0;   // router and norm (replicated), shared experts (1/t)
-  double expert_parameters = 0;  // E / ep experts, 1 / etp of each
-  Stash stash;                   // the router's and permutation's, the shared experts'
-  double expert_stash_bytes = 0; // bytes per sample of the experts' activations (balanced)
-  double token_bytes = 0;        // bytes per sample of one device's tokens (b s / t x h): what the
-                                 // dispatch sends per copy, x top_k
+  double dense_parameters = 0;    // router and norm (replicated), shared experts (1/t)
+  double expert_parameters = 0;   // E / ep experts, 1 / etp of each
+  Stash stash;                    // the router's and permutation's, the shared experts'
+  double expert_stash_bytes = 0;  // bytes per sample of the experts' activations (balanced)
+  double token_bytes = 0;         // bytes per sample of one device's tokens (b s / t x h): what the
+                                  // dispatch sends per copy, x top_k
 };
 Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision);
 

@@ -81,7 +81,7 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   // One call of kernel k for the whole batch's share `flops`, `bytes`, its math in `math` (the
   // workload's precision, or FP8 for an fp8 training's GEMMs); its weights are read (or their
   // gradient written) by every call of a pass that computes.
-  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math) {
+  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math, bool dispatch = true) {
     const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
     const double work = k.winograd && device.runs_winograd(math) ? flops / kWinogradSpeedup : flops;
@@ -91,7 +91,8 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work. A
     // recurrent layer's step also pays the library's per-step time, serially, on the GPU side.
     const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
-    return std::max(device.kernel_dispatch_s, device.kernel_startup_s + step + std::max(compute, memory));
+    return std::max(dispatch ? device.kernel_dispatch_s : 0.0,
+                    device.kernel_startup_s + step + std::max(compute, memory));
   };
   // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one), each
   // after one memory-bound pass that quantizes its input (forward) or its output gradient (backward,
@@ -99,11 +100,19 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   const bool fp8 = fp8_training(precision) && device.runs_as(Precision::FP8) == Precision::FP8;
   auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) {
     const double calls = std::max(1.0, k.calls);
-    if (!(fp8 && k.fp8)) return calls * call_time(k, flops * batch / calls, bytes * batch / calls, precision);
-    const double quantize = cast > 0 && bw > 0 ? device.kernel_startup_s + cast * batch / calls * fp8_cast_bytes(precision) /
-                                                                               (bw * device.memory_eff(KernelClass::Elementwise))
-                                               : 0.0;
-    return calls * (call_time(k, flops * batch / calls, bytes * batch / calls, Precision::FP8) + quantize);
+    const bool fp8_math = fp8 && k.fp8;
+    const Precision math = fp8_math ? Precision::FP8 : precision;
+    const double quantize =
+        fp8_math && cast > 0 && bw > 0
+            ? device.kernel_startup_s + cast * batch / calls * fp8_cast_bytes(precision) /
+                                            (bw * device.memory_eff(KernelClass::Elementwise))
+            : 0.0;
+    if (k.launches <= 0)
+      return calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize);
+    // Launches on parallel streams: the host issues each, the device pays a start-up per call.
+    const double device_side =
+        calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math, false) + quantize);
+    return flops > 0 || bytes > 0 ? std::max(k.launches * device.kernel_dispatch_s, device_side) : 0.0;
   };
   auto add_kernel = [&](const Kernel& k) {
     // The backward's memory traffic is split between its two parts in proportion to their FLOPs.

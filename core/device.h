@@ -125,7 +125,9 @@ struct PassTimes {
 //   max(kernel_dispatch,
 //       kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
 //                            (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class))))
-// (a recurrent layer's per-step kernel adding recurrent_step(precision) inside the outer max),
+// (a recurrent layer's per-step kernel adding recurrent_step(precision) inside the outer max; a kernel
+// whose host launches differ from its calls, Kernel::launches, takes max(launches x kernel_dispatch,
+// calls x (kernel_startup + max(...))) per pass),
 // with flops and bytes for the batch split over the kernel's calls (a Winograd-eligible convolution's
 // flops divided by kWinogradSpeedup where the device runs Winograd in the precision), plus
 // layer_overhead once per pass that has work. The backward's streamed bytes are split between its

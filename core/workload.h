@@ -116,6 +116,10 @@ struct Kernel {
   double backward_bytes = 0;
   double weight_bytes = 0;
   double calls = 1;
+  // Host launches per pass when they differ from `calls` (0: one per call): a call that is several
+  // launches on parallel streams (Transformer Engine's grouped GEMM, one cuBLAS call per expert over 4
+  // streams) pays kernel_dispatch per launch on the host, kernel_startup per call on the device.
+  double launches = 0;
   // A 3x3, stride-1, ungrouped convolution: a device whose convolution library runs such layers as
   // Winograd F(2x2, 3x3) in the math precision (DeviceSpec::winograd) does 16 multiplies per 2x2
   // output tile where direct convolution does 36 (Lavin and Gray, CVPR 2016): 2.25x fewer FLOPs in

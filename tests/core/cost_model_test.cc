@@ -1,6 +1,7 @@
 // The cost model by precision and kernel class (core/device.h), against hand computations.
 #include <doctest/doctest.h>
 
+#include "core/block_kernels.h"
 #include "core/device.h"
 #include "core/memory.h"
 #include "core/models/builder.h"
@@ -140,6 +141,51 @@ TEST_CASE("host dispatch overlaps the GPU: a call takes max(dispatch, start-up +
   const double no_dispatch = layer_times(rw.layer(l), Precision::FP16, d, 1)->forward;
   CHECK(no_dispatch > 21 * 2e-6);
   CHECK(no_dispatch < 21 * 2.01e-6);
+}
+
+TEST_CASE("launches on parallel streams: the host pays each, the device a start-up per call") {
+  // A grouped GEMM of 8 expert GEMMs over 4 streams: 2 calls (waves) of 4 launches. r_inf 50 TFLOP/s,
+  // start-up 2 us, dispatch 20 us, memory free. 50 MFLOP of work (1 us): the device's 2 x (2 + 0.5) us
+  // against the host's 8 x 20 us; 100 GFLOP (2 ms): 2 x (2 + 1000) us, the launches hidden.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {1000});
+  int fc = *b.linear("fc", x, 1000, 1000, false);
+  Workload w = b.finish();
+  Layer grouped = w.layer(fc);
+  Kernel k;
+  k.cls = KernelClass::GroupedGemm;
+  k.forward_flops = 2e6;  // per sample
+  k.calls = 2;
+  k.launches = 8;
+  grouped.kernels = {k};
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.kernel_startup_s = 2e-6;
+  d.kernel_dispatch_s = 20e-6;
+  d.layer_overhead_s = 0;
+  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward == pipegrid::testing::approx(160e-6));
+  CHECK(layer_times(grouped, Precision::FP16, d, 50000)->forward == pipegrid::testing::approx(2004e-6));
+  // No dispatch: two start-ups, not eight.
+  d.kernel_dispatch_s = 0;
+  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward == pipegrid::testing::approx(5e-6));
+  // An MoE block's expert GEMMs as Transformer Engine runs them: 16 local experts (128 / ep 8), 4
+  // waves of 4 launches, each wave reading its experts' weights; the activation between them is one.
+  TensorSplit sp;
+  sp.kind = TensorSplitKind::MoeBlock;
+  sp.sequence = 1024;
+  sp.hidden = 512;
+  sp.heads = sp.kv_heads = 8;
+  sp.gated = true;
+  sp.moe = {128, 8, 256, 0, false};
+  const blocks::Moe m = blocks::moe(sp, 1, false, ExpertSizes{8, 1}, Precision::BF16);
+  CHECK(m.expert[0].calls == 4);
+  CHECK(m.expert[0].launches == 16);
+  CHECK(m.expert[2].calls == 4);
+  CHECK(m.expert[1].calls == 1);
+  CHECK(m.expert[1].launches == 0);
+  CHECK(m.expert[0].weight_bytes ==
+        pipegrid::testing::approx(16 * 512 * 256 * 2 * 2.0 / 4));  // w1 (gated) / 4
 }
 
 TEST_CASE("an LSTM re-reads its recurrent weights at every time step") {
