@@ -11,7 +11,7 @@ sequence / time / GPUs; MFU by Megatron-LM's FLOP count, rows.yaml) and is compa
 published value. Writes results.md; exits 1 when the check rows fail (median |error| <= 10%, every
 |error| <= 25%).
 
-    experiments/moe/run.py [--pipegrid build/pipegrid] [-j 2] [--max-gpus 128] [--out results.md]
+    experiments/moe/run.py [--pipegrid build/pipegrid] [-j 2] [--max-gpus 256] [--out results.md]
     experiments/moe/run.py --recipe-dispatchers --out results-recipe-dispatchers.md   # flex rows as deepep
     experiments/moe/run.py --fit [--sweeps 3]   # fit the MoE/fp8 efficiencies on the calibration rows
     experiments/moe/run.py --validate            # rows.yaml's schema and split only (ctest)
@@ -381,7 +381,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pipegrid", default=None, help="the pipegrid binary (default build/pipegrid)")
     ap.add_argument("-j", type=int, default=2, help="pipegrid processes in parallel")
-    ap.add_argument("--max-gpus", type=int, default=128, help="rows on more GPUs are not simulated")
+    ap.add_argument("--max-gpus", type=int, default=256, help="rows on more GPUs are not simulated")
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--validate", action="store_true", help="check rows.yaml only")
     ap.add_argument("--fit", action="store_true", help="fit FIT_PARAMETERS on the calibration rows (fit.yaml)")
