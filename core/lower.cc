@@ -111,6 +111,18 @@ TaskCount count_tasks(const Partition& p, int micro_batches, int passes) {
   return n;
 }
 
+TaskCount count_tasks(const Partition& p, int micro_batches, int passes, AllReduceAlgorithm a) {
+  TaskCount n = count_tasks(p, micro_batches, passes);
+  if (n.ring_steps <= kAutoMergeRingFlows ||
+      (a != AllReduceAlgorithm::MultiRing && a != AllReduceAlgorithm::Tree && a != AllReduceAlgorithm::Nccl))
+    return n;
+  n.ring_steps = 0;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    if (const size_t r = static_cast<size_t>(p.stage(s).gradient_replicas()); r > 1)
+      n.ring_steps += r * static_cast<size_t>(p.stage(s).tensor_parallel);
+  return n;
+}
+
 // Read once per process: check_task_count runs for every candidate a planner or the search lowers,
 // and the memory a process may use does not need re-reading between them.
 static double read_available_memory() {
@@ -358,7 +370,10 @@ Status Lowering::count() {
   count_.compute = 0;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
     count_.compute += sched_.device_actions[d].size() + (sched_.device_actions[d].empty() ? 0 : 1);
-  if (Status s = check_task_count(count_, p_, m_, passes()); !s) return s;
+  // Before the stage costs, the rings as a lower bound (count_multi_rings counts them, checked below).
+  TaskCount early = count_tasks(p_, m_, passes(), o_.allreduce);
+  early.compute = count_.compute;
+  if (Status s = check_task_count(early, p_, m_, passes()); !s) return s;
   if (o_.costs) {
     costs_ = o_.costs;
   } else {

@@ -68,6 +68,10 @@ struct TaskCount {
   size_t total() const { return compute + transfers + ring_steps; }
 };
 TaskCount count_tasks(const Partition& p, int micro_batches, int passes);
+// The same as a lower bound for the checks made before the lowering knows its rings: where algorithm
+// `a` has them lowered merged (NCCL's ring per NIC, its trees: above kAutoMergeRingFlows stepped
+// flows), one flow per device of each data-parallel group instead of the stepped ring's 2 (r - 1).
+TaskCount count_tasks(const Partition& p, int micro_batches, int passes, AllReduceAlgorithm a);
 
 // The most tasks one iteration may have: 2^31 - 1 = 2,147,483,647, the range of the task ids (32-bit).
 inline constexpr size_t kMaxTasks = (size_t{1} << 31) - 1;

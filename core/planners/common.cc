@@ -106,7 +106,8 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
 
   // The schedule and the task graph grow as micro-batches x stage replicas: refused before either is
   // built when above the limit (counted with 2 passes; lower() counts again with the schedule's).
-  if (Status st = check_task_count(count_tasks(plan.partition, mb.count, 2), plan.partition, mb.count, 2);
+  if (Status st = check_task_count(count_tasks(plan.partition, mb.count, 2, s.allreduce), plan.partition,
+                                   mb.count, 2);
       !st)
     return st.error();
   ScheduleRequest req{plan.partition, r.cluster.devices.size(), mb.count,

@@ -448,8 +448,8 @@ Result<Plan> plan_piper(const PlanRequest& r) {
     c.plan.micro_batch_size = mb.size;
     c.plan.micro_batches = mb.count;
     c.plan.schedule_name = std::string((*schedule)->name);
-    if (Status st =
-            check_task_count(count_tasks(c.plan.partition, mb.count, 2), c.plan.partition, mb.count, 2);
+    if (Status st = check_task_count(count_tasks(c.plan.partition, mb.count, 2, r.strategy.allreduce),
+                                     c.plan.partition, mb.count, 2);
         !st) {
       skipped.push_back(st.error().message);
       continue;

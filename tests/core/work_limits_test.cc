@@ -48,6 +48,30 @@ TEST_CASE("count_tasks: replicated stages add their ring all-reduce steps") {
   CHECK(run->graph.tasks.size() == 48);
 }
 
+TEST_CASE("count_tasks' lower bound: rings the lowering will merge count one flow per device") {
+  // One stage of r = 2,048 replicas: a stepped ring is 2 (r - 1) r = 8,384,512 flows, above 2^22, so
+  // under NCCL's ring per NIC, its trees or NCCL's pick the lowering merges it (at least one flow per
+  // device: 2,048); a plain ring stays stepped. Counted on the partition alone (nothing lowered).
+  Experiment e =
+      chain_experiment(1, 1, 1e-3, 2e-3, "1f1b", make_switch_cluster(1, "gpu", test_device(), 1e9, 0));
+  auto one_stage = [&](int r) {
+    std::vector<int> devices(static_cast<size_t>(r));
+    for (int d = 0; d < r; ++d) devices[static_cast<size_t>(d)] = d;
+    Result<Partition> p = make_partition(e.workload, std::vector<int>(e.workload.layer_count(), 0), {devices},
+                                         static_cast<size_t>(r));
+    REQUIRE_MESSAGE(p.ok(), p.error().message);
+    return *p;
+  };
+  const Partition wide = one_stage(2048);
+  CHECK(count_tasks(wide, 1, 2).ring_steps == 2 * 2047 * 2048);
+  CHECK(count_tasks(wide, 1, 2, AllReduceAlgorithm::Ring).ring_steps == 2 * 2047 * 2048);
+  for (AllReduceAlgorithm a :
+       {AllReduceAlgorithm::MultiRing, AllReduceAlgorithm::Tree, AllReduceAlgorithm::Nccl})
+    CHECK(count_tasks(wide, 1, 2, a).ring_steps == 2048);
+  // Below 2^22 stepped flows nothing changes (r = 2: 4 steps).
+  CHECK(count_tasks(one_stage(2), 1, 2, AllReduceAlgorithm::Nccl).ring_steps == 4);
+}
+
 TEST_CASE("a plan above the task ids' range is refused before it is scheduled") {
   // 2,048 stages x 1,000,000 micro-batches x 2 passes = 4,096,000,000 compute tasks > 2^31 - 1.
   Experiment e = chain_experiment(2048, 1000000, 1e-3, 2e-3, "gpipe",
