@@ -496,14 +496,23 @@ TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out 
 // expert all-to-all lowered as flows, every expert data-parallel ring). The estimate times the all-to-all
 // in closed form over the group's machines and the expert gradients after the dense ones; what it
 // misses is measured here and stated in docs/3d-search.md ("Expert parallelism").
-TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's evaluation") {
+// The MoE comparisons' axes: the small MoE's candidates at global batch 16, micro-batch 1 or 2, 1F1B
+// or interleaved (v 2), no recomputation, the given dispatchers (empty: the search's default).
+namespace {
+EstimateAgreement moe_estimate_agreement(std::vector<MoeDispatcher> dispatchers = {}) {
   Search3dOptions o;
   o.global_batch = 16;
   o.micro_batch_sizes = {1, 2};
   o.schedules = {"1f1b", "interleaved-1f1b"};
   o.chunks = {2};
   o.recompute = {Recompute::None};
-  const EstimateAgreement a = compare_estimate(load(kMoe), o, 8);
+  if (!dispatchers.empty()) o.dispatchers = std::move(dispatchers);
+  return compare_estimate(load(kMoe), o, 8);
+}
+}  // namespace
+
+TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's evaluation") {
+  const EstimateAgreement a = moe_estimate_agreement();
   MESSAGE(a.both << " candidates in both, " << a.equal << " equal within 1e-9, " << a.only_exact
                  << " only exact, " << a.only_estimate << " only estimated; worst time difference "
                  << a.worst_time << " (" << a.worst_label << "), without tensor parallelism "
@@ -524,14 +533,7 @@ TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's eval
 // The same with the deepep dispatcher (docs/moe.md): its all-to-alls in closed form against the
 // evaluation of the whole graph's de-duplicated flows.
 TEST_CASE("search3d MoE: the one-replica estimate against the whole graph's evaluation, deepep") {
-  Search3dOptions o;
-  o.global_batch = 16;
-  o.micro_batch_sizes = {1, 2};
-  o.schedules = {"1f1b", "interleaved-1f1b"};
-  o.chunks = {2};
-  o.recompute = {Recompute::None};
-  o.dispatchers = {MoeDispatcher::DeepEP};
-  const EstimateAgreement d = compare_estimate(load(kMoe), o, 8);
+  const EstimateAgreement d = moe_estimate_agreement({MoeDispatcher::DeepEP});
   MESSAGE(d.both << " candidates in both, " << d.equal << " equal within 1e-9; worst time difference "
                  << d.worst_time << " (" << d.worst_label << "); worst memory difference " << d.worst_memory);
   CHECK(d.both >= 100);
