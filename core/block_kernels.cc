@@ -207,9 +207,11 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
   k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;
   k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
-  // Router input and logits (fp32: 2 units per element), the copies returned by the combine, the
-  // dropout mask, LN2's input.
-  k.stash.unsplit = 5 * s * h + 4 * s * E + 2 * kk * s * h;
+  // LN2's input and output (the router's and the dispatch's input), the dropout mask, the router's
+  // logits (fp32: 4 units per element). Not the expert outputs the combine sums: Megatron-Core applies
+  // the routing probabilities in the experts' activation (TEGroupedMLP, weighted_bias_swiglu), so the
+  // un-permutation is a plain sum whose backward saves nothing (docs/moe.md, "Memory").
+  k.stash.unsplit = 5 * s * h + 4 * s * E;
   if (m.shared_ffn > 0) {
     k.shared = true;
     k.shared_mlp = mlp(sp, m.shared_ffn, t, sequence_parallel, precision);

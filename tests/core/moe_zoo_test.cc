@@ -76,6 +76,28 @@ TEST_CASE("Qwen3 MoE: 30.5B / 3.3B and 235B / 22B, head_dim 128 wider than hidde
   CHECK(std::abs(active(q235) - 22e9) < 0.5e9);
 }
 
+TEST_CASE("Qwen3-30B-A3B block stashes what Megatron-Core saves for its backward, by hand") {
+  // Per token, in bytes at bf16, no recomputation, FlashAttention, one device (t = ep = 1), balanced:
+  // attention: LN1's input and output 2h + 2h, Q 2q, K and V 2 x 2 kv hd, the output projection's
+  // input 2q, the dropout mask h; MoE: LN2's input and output 2h + 2h (the router's and the
+  // dispatch's input), the dropout mask h, the router's fp32 logits 4E, and per routed copy (top-k of
+  // them) the first expert GEMM's input 2h, its output 2 x 2f (SwiGLU's gate and up) and the second
+  // GEMM's input 2f. The combine saves nothing: the routing probabilities are applied in the experts'
+  // activation (Megatron-Core's TEGroupedMLP, weighted_bias_swiglu) and un-permutation is a sum.
+  Workload q30 = model("qwen3-30b-a3b");
+  const double h = 2048, q = 32 * 128, kv = 4 * 128, E = 128, k = 8, f = 768;
+  const double attention = 5 * h + 4 * q + 4 * kv;
+  const double moe = 5 * h + 4 * E + k * (2 * h + 4 * f + 2 * f);
+  size_t blocks = 0;
+  for (size_t i = 0; i < q30.layer_count(); ++i) {
+    const Layer& l = q30.layer(i);
+    if (l.split.kind != TensorSplitKind::MoeBlock) continue;
+    ++blocks;
+    CHECK(close_rel(l.stash_bytes, (attention + moe) * l.split.sequence, 1e-12));
+  }
+  CHECK(blocks == 48);
+}
+
 TEST_CASE("DeepSeek-V3 with multi-head latent attention: 671B total, 37B activated") {
   // config_671B.json: h 7168, 61 layers (3 dense, FFN 18432), 128 heads, q rank 1536, kv rank 512,
   // nope 128, rope 64, v 128, 256 experts of 2048 + 1 shared, top-8, vocab 129280. README: "671B total
