@@ -29,7 +29,10 @@ TEST_CASE("the compiled-in catalog holds the GPUs with hardware.md's figures") {
   const CatalogDevice* a100 = find_catalog_device("a100");
   REQUIRE(a100 != nullptr);
   CHECK(a100->family == "gpu");
-  CHECK(a100->spec.memory_bytes == 80e9);
+  // GPU memory is nvidia-smi's total in MiB, as cited in the catalog (not a datasheet's "80 GB" as 80e9).
+  const double mib = 1024.0 * 1024;
+  CHECK(a100->spec.memory_bytes == 81251 * mib);
+  CHECK(find_catalog_device("h100")->spec.memory_bytes == 81559 * mib);
   CHECK(a100->spec.memory_bandwidth == 2039e9);
   CHECK(a100->spec.peak(Precision::FP16) == 312e12);
   CHECK(a100->spec.peak(Precision::FP32) == 19.5e12);
@@ -39,7 +42,7 @@ TEST_CASE("the compiled-in catalog holds the GPUs with hardware.md's figures") {
 }
 
 TEST_CASE("a device is a catalog name or a mapping that overrides one") {
-  CHECK(parse("device: v100").memory_bytes == 16e9);
+  CHECK(parse("device: v100").memory_bytes == 16160.0 * 1024 * 1024);
   DeviceSpec d = parse("device: {model: a100, memory: 64GB, peak: {fp16: 100TFLOPS}}");
   CHECK(d.kind == "a100");
   CHECK(d.memory_bytes == 64e9);
@@ -96,9 +99,10 @@ TEST_CASE("the A100's two SXM4 parts: 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s (
   const CatalogDevice* p80 = find_catalog_device("a100-80gb");
   REQUIRE(p40 != nullptr);
   REQUIRE(p80 != nullptr);
-  CHECK(p40->spec.memory_bytes == 40e9);
+  const double mib = 1024.0 * 1024;  // nvidia-smi's totals, as cited in the catalog
+  CHECK(p40->spec.memory_bytes == 40536 * mib);
   CHECK(p40->spec.memory_bandwidth == 1555e9);
-  CHECK(p80->spec.memory_bytes == 80e9);
+  CHECK(p80->spec.memory_bytes == 81251 * mib);
   CHECK(p80->spec.memory_bandwidth == 2039e9);
   // The same chip: the same peaks.
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16})
@@ -112,6 +116,10 @@ TEST_CASE("the A100's two SXM4 parts: 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s (
   CHECK(e.find("a100-40gb") != std::string::npos);
   CHECK(e.find("1555 GB/s") != std::string::npos);
   CHECK(error_of("device: {model: a100-80gb, memory: 40GB}").find("a100-40gb") != std::string::npos);
+  CHECK(error_of("device: {model: a100-80gb, memory: 40GiB}").find("a100-40gb") != std::string::npos);
+  // A size that names the part itself, decimal or binary, is no other part.
+  CHECK(parse("device: {model: a100, memory: 80GB}").memory_bandwidth == 2039e9);
+  CHECK(parse("device: {model: a100-40gb, memory: 40GiB}").memory_bandwidth == 1555e9);
   CHECK(parse("device: {model: a100, memory: 40GB, memory_bandwidth: 1555GBps}").memory_bandwidth == 1555e9);
   CHECK(parse("device: {model: v100, memory: 32GB}").memory_bandwidth == 900e9);
 }

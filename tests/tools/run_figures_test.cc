@@ -86,7 +86,7 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(text.out.find("\ntime to train    1.5e+13 tokens in ") != std::string::npos);
   CHECK(text.out.find(
             "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
-            "all-reduce, memory reserve 4.725 GiB per device (default: 1 GiB + 5% per GPU; "
+            "all-reduce, memory reserve 4.982 GiB per device (default: 1 GiB + 5% per GPU; "
             "--memory-margin), gradients reduced at 4 bytes per parameter\n") != std::string::npos);
   CHECK(j["assumptions"]["fused_attention"] == "all");
   CHECK(j["assumptions"]["allreduce"] == "multi-ring");
@@ -108,7 +108,8 @@ TEST_CASE("memory reserve: 1 GiB + 5% of a GPU by default, --memory-margin, appl
   TempDir tmp;
   const std::string e = tmp.write("c.yaml", kChain);
   const json by_default = run_json({e});
-  const double memory = 80e9, reserve = 1024.0 * 1024 * 1024 + 0.05 * memory;
+  // The H100's memory: nvidia-smi's total, 81,559 MiB (topologies/devices.yaml, its sources).
+  const double memory = 81559.0 * 1024 * 1024, reserve = 1024.0 * 1024 * 1024 + 0.05 * memory;
   for (const json& d : by_default["devices"]) {
     CHECK(d["memory_reserve_bytes"].get<double>() == reserve);
     CHECK(d["capacity_bytes"].get<double>() == memory - reserve);

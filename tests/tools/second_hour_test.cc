@@ -164,8 +164,8 @@ TEST_CASE("JSON conventions: schema_version everywhere, whole numbers and byte c
   CHECK(json::parse(w.out)["schema_version"] == 1);
   auto c = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-16", "--json"});
   REQUIRE(c.exit_code == 0);
-  CHECK(c.out.find("\"memory_bytes\": 80000000000") != std::string::npos);
-  CHECK(c.out.find("80000000000.0") == std::string::npos);
+  CHECK(c.out.find("\"memory_bytes\": 85197848576") != std::string::npos);
+  CHECK(c.out.find("85197848576.0") == std::string::npos);
   CHECK(json::parse(c.out)["schema_version"] == 1);
   auto b = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1MiB", "--json"});
   REQUIRE(b.exit_code == 0);

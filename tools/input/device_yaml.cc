@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "core/units.h"
 #include "tools/builtin_catalog.h"
 
 namespace pipegrid::input {
@@ -194,6 +196,12 @@ std::vector<CatalogDevice> load_catalog() {
   return out;
 }
 
+// Whether a memory size names a part of `total` bytes: within 10%, since a datasheet's "40 GB" (40e9
+// or 40 GiB as written) and nvidia-smi's total (the catalog's 40,536 MiB) differ by a few per cent.
+bool names_part(double bytes, double total) {
+  return std::abs(bytes / total - 1) <= 0.1;
+}
+
 // A GPU entry given another part's memory size, where the catalog holds that part with its own
 // bandwidth (`{model: a100, memory: 40GB}`: the A100 40 GB has 1,555 GB/s, not the 80 GB part's
 // 2,039), would silently run at the wrong bandwidth: refuse it and name the entry to use.
@@ -201,16 +209,16 @@ void refuse_other_part(const Node& n, const DeviceSpec& spec) {
   const std::optional<Node> mem = n.get("memory");
   if (!mem || n.has("memory_bandwidth") || spec.family != "gpu") return;
   const double bytes = mem->quantity(Dimension::Bytes, Sign::Positive);
-  if (bytes == spec.memory_bytes) return;
+  if (names_part(bytes, spec.memory_bytes)) return;
   const std::string base = spec.kind.substr(0, spec.kind.find('-'));
   for (const CatalogDevice& d : device_catalog())
     if (d.name != spec.kind && d.name.rfind(base + "-", 0) == 0 && d.family == "gpu" &&
-        d.spec.memory_bytes == bytes && d.spec.memory_bandwidth != spec.memory_bandwidth)
+        names_part(bytes, d.spec.memory_bytes) && d.spec.memory_bandwidth != spec.memory_bandwidth)
       mem->fail(
-          fmt::format("\"{}\" has {:.0f} GB at {:.0f} GB/s; the {} part is \"{}\" ({}, {:.0f} GB/s): use "
+          fmt::format("\"{}\" has {} at {:.0f} GB/s; the {} part is \"{}\" ({}, {:.0f} GB/s): use "
                       "model: {} (or give memory_bandwidth too)",
-                      spec.kind, spec.memory_bytes / 1e9, spec.memory_bandwidth / 1e9, mem->yaml().Scalar(),
-                      d.name, d.description, d.spec.memory_bandwidth / 1e9, d.name));
+                      spec.kind, format_bytes(spec.memory_bytes), spec.memory_bandwidth / 1e9,
+                      mem->yaml().Scalar(), d.name, d.description, d.spec.memory_bandwidth / 1e9, d.name));
 }
 
 }  // namespace
