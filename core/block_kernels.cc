@@ -74,6 +74,7 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
     k.qkv.push_back(gemm(2 * s * h * qr, s * h, s * qr, h * qr, eb));
     k.qkv.push_back(pass(KernelClass::Norm, 2 * s * qr * eb));
     k.qkv.push_back(gemm(2 * s * qr * qk / T, s * qr, s * qk / T, qr * qk / T, eb));
+    k.up_proj.push_back(k.qkv.back());
     replicated += h * qr + qr;
     split += qr * qk / T;
   } else {
@@ -84,9 +85,13 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
   k.qkv.push_back(pass(KernelClass::Norm, 2 * s * kr * eb));
   const double kv_up = a * (nope + v);
   k.qkv.push_back(gemm(2 * s * kr * kv_up / T, s * kr, s * kv_up / T, kr * kv_up / T, eb));
+  k.up_proj.push_back(k.qkv.back());
   replicated += h * (kr + rope) + kr;
   split += kr * kv_up / T;
-  if (sp.rotary) k.rotary.push_back(pass(KernelClass::Elementwise, 2 * s * (a * rope / T + rope) * eb));
+  if (sp.rotary) {
+    k.rotary.push_back(pass(KernelClass::Elementwise, 2 * s * (a * rope / T + rope) * eb));
+    k.up_proj.push_back(k.rotary.back());
+  }
   const double keys = sp.window > 0 ? std::min(s, sp.window) : s;
   const double flops = 2 * s * keys * (qk + a * v) / T;
   attention_core(sp, flops, a * s * keys / T, (2 * s * qk + s * a * v + s * a * v) / T, eb, k);
@@ -97,6 +102,8 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
   // projections' inputs whole on every device.
   k.stash.split = 2 * s * qk + 2 * s * qk + 2 * s * a * v + 2 * s * a * v;
   k.stash.replicated = 2 * s * (qr + kr + rope);
+  k.norm_apart = true;
+  k.up_proj_stash = 2 * s * qk + 2 * s * qk + 2 * s * a * v;  // Q, K, V
 }
 
 }  // namespace
@@ -206,6 +213,7 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
   k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;
+  k.expert_act_bytes = copies * fe * eb;
   k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
   // LN2's input and output (the router's and the dispatch's input), the dropout mask, the router's
   // logits (fp32: 4 units per element). Not the expert outputs the combine sums: Megatron-Core applies

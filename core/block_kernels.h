@@ -33,6 +33,13 @@ struct Attention {
   Kernel core, softmax_dropout, proj, dropout_residual;
   double parameters = 0;
   Stash stash;
+  // MLA: LN1 runs apart from the down projections (Megatron-Core's MLA layer spec; Transformer Engine
+  // fuses a GQA block's LN1 into its QKV GEMM), and the up projections with the rotary embedding, and
+  // the Q, K and V they write (`split` units, whole-group): what recompute_modules `layernorm` and
+  // `mla_up_proj` re-run and discard.
+  bool norm_apart = false;
+  std::vector<Kernel> up_proj;
+  double up_proj_stash = 0;
 };
 Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precision precision);
 
@@ -64,6 +71,7 @@ struct Moe {
   double expert_parameters = 0;   // E / ep experts, 1 / etp of each
   Stash stash;                    // the router's and permutation's, the shared experts'
   double expert_stash_bytes = 0;  // bytes per sample of the experts' activations (balanced)
+  double expert_act_bytes = 0;    // of which the activation's output (the second GEMM's input)
   double token_bytes = 0;         // bytes per sample of one device's tokens (b s / t x h): what the
                                   // dispatch sends per copy, x top_k
 };

@@ -25,8 +25,7 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   lo.micro_batch_size = p.micro_batch_size;
   lo.memory = r.memory;
   lo.allreduce = r.strategy.allreduce;
-  lo.tensor_parallel = {r.strategy.sequence_parallel, r.strategy.tp_overlap, r.strategy.moe,
-                        r.strategy.context};
+  lo.tensor_parallel = tensor_parallel_options(r.strategy, r.memory);
   lo.dp_overlap = r.strategy.dp_overlap;
   lo.gradient_reduce_bytes = r.strategy.gradient_reduce_bytes;
   Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);

@@ -30,6 +30,21 @@ std::string_view to_string(Recompute r) {
   return "?";
 }
 
+bool* module_flag(RecomputeModules& m, std::string_view name) {
+  bool* flags[] = {&m.core_attn, &m.moe_act, &m.layernorm, &m.mla_up_proj, &m.mlp, &m.shared_experts};
+  for (size_t i = 0; i < kRecomputeModuleNames.size(); ++i)
+    if (kRecomputeModuleNames[i] == name) return flags[i];
+  return nullptr;
+}
+
+std::string to_string(const RecomputeModules& m) {
+  RecomputeModules copy = m;
+  std::string out;
+  for (std::string_view name : kRecomputeModuleNames)
+    if (*module_flag(copy, name)) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out.empty() ? "none" : out;
+}
+
 std::optional<Recompute> parse_recompute(std::string_view s) {
   for (Recompute r : {Recompute::None, Recompute::Full, Recompute::Selective})
     if (to_string(r) == s) return r;

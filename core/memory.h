@@ -3,6 +3,7 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace pipegrid {
@@ -43,11 +44,33 @@ enum class Recompute {
 std::string_view to_string(Recompute r);
 std::optional<Recompute> parse_recompute(std::string_view s);  // none, full, selective
 
+// What selective recomputation re-runs in a transformer block: Megatron-Core's recompute_modules
+// (--recompute-modules; megatron/core/transformer/transformer_config.py), default {core_attn}.
+// core_attn: the attention core (its score tensor not stashed; Korthikanti et al.'s selective);
+// layernorm: the norms Megatron-Core keeps apart from a GEMM (MLA's input norm, a MoE block's
+// pre-MLP norm; Transformer Engine fuses the others into their GEMM), their outputs discarded;
+// moe_act: the experts' activation, its output (the second GEMM's input) discarded; mla_up_proj:
+// MLA's up projections and rotary embedding, Q, K and V discarded; mlp: a dense block's MLP from
+// its input; shared_experts: a MoE block's shared experts from their input. The last two re-run the
+// MLP's tensor-parallel all-gather too, which is not modelled: at t > 1 they are refused. Megatron's
+// `moe` (the whole MoE layer with its dispatch) is not modelled.
+struct RecomputeModules {
+  bool core_attn = true, layernorm = false, moe_act = false, mla_up_proj = false, mlp = false,
+       shared_experts = false;
+  bool operator==(const RecomputeModules&) const = default;
+};
+// The module names as Megatron-Core spells them, in its documented order.
+inline constexpr std::array<std::string_view, 6> kRecomputeModuleNames = {
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts"};
+bool* module_flag(RecomputeModules& m, std::string_view name);  // null: not a module name
+std::string to_string(const RecomputeModules& m);               // "core_attn, moe_act", or "none"
+
 struct MemoryOptions {
   Optimizer optimizer = Optimizer::Adam;
   // Overrides the optimizer: total static bytes per parameter (weights + gradients + state).
   std::optional<double> bytes_per_parameter;
   Recompute recompute = Recompute::None;
+  RecomputeModules modules;  // what selective recomputation re-runs
   // ZeRO stage 1: the optimizer state of a replicated stage is sharded across its replicas.
   bool zero1 = false;
   // Mixed precision (amp, amp-bf16): the optimizer keeps fp32 master weights and fp32 state

@@ -19,6 +19,7 @@
 #include "core/schedule.h"
 #include "core/strategy.h"
 #include "core/task_graph.h"
+#include "core/tensor_parallel.h"
 #include "core/workload.h"
 
 namespace pipegrid {
@@ -78,6 +79,12 @@ struct StrategySpec {
   std::string schedule_text;               // `file` schedule: the CSV text
   std::string schedule_source;             // `file` schedule: its path, for messages
 };
+
+// The options a plan's tensor-, expert- and context-parallel stages are costed with: the strategy's,
+// and what selective recomputation re-runs (the memory options' recompute modules).
+inline TensorParallelOptions tensor_parallel_options(const StrategySpec& s, const MemoryOptions& m) {
+  return {s.sequence_parallel, s.tp_overlap, s.moe, s.context, m.modules};
+}
 
 // Judges candidate plans during an exploration more precisely than the analytic evaluator, e.g. by
 // replaying them in SimGrid (tools/process/isolated_replay.h). Returns the iteration time in seconds.

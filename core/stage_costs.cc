@@ -110,10 +110,12 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
     }
     const double experts = layers[i].expert_stash * dev.load;  // MoE: the experts' activations
     f.stash_none += layers[i].stash_none + experts;
-    f.stash_selective += layers[i].stash_selective + experts;
+    f.stash_selective += layers[i].stash_selective + layers[i].expert_stash_selective * dev.load;
     f.stash_full += layers[i].stash_full;
     f.largest_stash = std::max(f.largest_stash, layers[i].stash_none + experts);
-    f.largest_recomputed = std::max(f.largest_recomputed, layers[i].stash_none - layers[i].stash_selective);
+    f.largest_recomputed = std::max(
+        f.largest_recomputed, layers[i].stash_none - layers[i].stash_selective +
+                                  (layers[i].expert_stash - layers[i].expert_stash_selective) * dev.load);
     sc.parameters += layers[i].parameters;
     sc.parameter_bytes += layers[i].parameter_bytes;
     sc.expert_parameters += layers[i].expert_parameters;
@@ -261,11 +263,15 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
   auto located = [&](const Error& e) {
     return Error{fmt::format("stage {} on {}: {}", s, c.devices[d].name, e.message)};
   };
+  // Recompute modules other than Megatron's default: a block's selective stash as they leave it (the
+  // workload's own figure is the default's).
+  const bool modules = tp.recompute_modules != RecomputeModules{};
   for (int l : st.layers) {
     const Layer& layer = w.layer(l);
     Result<PassTimes> t = layer_times(layer, w.precision, spec, share);
     if (!t) return located(t.error());
     x.largest_stash = std::max(x.largest_stash, layer.stash_bytes);
+    double selective = layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
     if (is_block(layer.split.kind)) {
       Result<TpLayer> whole = tensor_parallel_layer(layer, 1, tp, w.precision);
       if (!whole) return Error{fmt::format("stage {}: {}", s, whole.error().message)};
@@ -275,7 +281,9 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
       Result<PassTimes> core = kernel_times(layer, whole->recompute, w.precision, spec, share);
       if (!core) return located(core.error());
       x.block_selective_s += std::max(0.0, core->forward - spec.layer_overhead_s);
-      x.largest_recomputed = std::max(x.largest_recomputed, whole->stash_none - whole->stash_selective);
+      const double kept = whole->stash_selective + whole->expert_stash_selective;
+      if (modules) selective = kept;
+      x.largest_recomputed = std::max(x.largest_recomputed, whole->stash_none + whole->expert_stash - kept);
     } else {
       x.block_stash += layer.stash_bytes;
     }
@@ -283,7 +291,7 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     sc.times.backward_input += t->backward_input;
     sc.times.backward_weight += t->backward_weight;
     x.full_stash += layer.stash_bytes;
-    x.selective_stash += layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
+    x.selective_stash += selective;
     x.selective_s += layer.selective_recompute_fraction * t->forward;
     x.largest_output = std::max(x.largest_output, layer.output_bytes);
     sc.parameters += layer.parameters;

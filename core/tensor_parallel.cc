@@ -265,12 +265,42 @@ void mlp_pieces(const blocks::Mlp& m, int t, bool seq, double act, std::vector<T
   }
 }
 
-void set_stash(TpLayer& out, const blocks::Stash& stash, int t, bool seq, double eb, double input_bytes) {
-  blocks::Stash selective = stash;
-  selective.scores = 0;
+// A block's stash by recomputation mode: everything (none), what `selective` keeps under the
+// recompute modules, the layer's input (full: Table 2's 2 s b h L, whatever t).
+void set_stash(TpLayer& out, const blocks::Stash& stash, const blocks::Stash& selective, int t, bool seq,
+               double eb, double input_bytes) {
   out.stash_none = blocks::stash_bytes(stash, t, seq, eb);
   out.stash_selective = blocks::stash_bytes(selective, t, seq, eb);
-  out.stash_full = input_bytes;  // the layer's input (Table 2: 2 s b h L, whatever t)
+  out.stash_full = input_bytes;
+}
+
+// What the attention's recompute modules discard from the block's selective stash and re-run
+// (core/memory.h, RecomputeModules): core_attn the core (its scores, every context-parallel step's
+// kernels), layernorm an LN1 that runs apart (MLA's; its output, 2 s h), mla_up_proj MLA's up
+// projections and rotary embedding (Q, K and V).
+void attention_modules(const blocks::Attention& a, const CoreSplit& core, const TensorSplit& sp,
+                       const RecomputeModules& mods, blocks::Stash& selective, TpLayer& out) {
+  if (mods.core_attn) {
+    selective.scores = 0;
+    for (const auto& step : core.steps) out.recompute.insert(out.recompute.end(), step.begin(), step.end());
+  }
+  if (mods.layernorm && a.norm_apart) {
+    selective.unsplit -= 2 * sp.sequence * sp.hidden;
+    out.recompute.push_back(a.ln1);
+  }
+  if (mods.mla_up_proj && !a.up_proj.empty()) {
+    selective.split -= a.up_proj_stash;
+    out.recompute.insert(out.recompute.end(), a.up_proj.begin(), a.up_proj.end());
+  }
+}
+
+// A module recomputed from its input at t > 1 would re-run its tensor-parallel all-gather too.
+Status check_mlp_module(const Layer& l, int t, std::string_view module) {
+  if (t == 1) return {};
+  return Error{fmt::format(
+      "layer \"{}\": recompute_modules {} at tensor_parallel {} re-runs the MLP's all-gather in the "
+      "backward, which is not modelled; use it at tensor_parallel 1",
+      l.name, module, t)};
 }
 
 // The layer's shapes on one device of a context-parallel group of cp: s / cp tokens.
@@ -311,13 +341,10 @@ BlockAttention block_attention(const TensorSplit& sp, int t, bool seq, Precision
   return out;
 }
 
-// What a block's layer takes from its attention beside the pieces: the core's kernels that selective
-// recomputation re-runs (every step's, without the exchanges), and the context-parallel buffers the
+// What a block's layer takes from its attention beside the pieces: the context-parallel buffers the
 // backward holds (per sample): p2p two [K/V; dK/dV] buffers (TE's), all_gather the gathered K/V and
 // the whole dK/dV before the reduce-scatter, a2a the exchanged Q, K, V and output.
 void set_core_extras(const CoreSplit& core, TpLayer& out) {
-  out.recompute.clear();
-  for (const auto& step : core.steps) out.recompute.insert(out.recompute.end(), step.begin(), step.end());
   const int cp = core.rank.cp;
   if (cp == 1) return;
   out.cp_workspace = core.algorithm == CpAlgorithm::P2P         ? 4 * core.kv
@@ -326,7 +353,7 @@ void set_core_extras(const CoreSplit& core, TpLayer& out) {
 }
 
 Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision, const ContextRank& c,
-                                  const ContextParallelOptions& o) {
+                                  const ContextParallelOptions& o, const RecomputeModules& mods) {
   const TensorSplit sp = local_split(l.split, c.cp);
   for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
                              std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
@@ -346,7 +373,17 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
   out.parameter_bytes = out.parameters * eb;
   blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
                       a.stash.scores};
-  set_stash(out, stash, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
+  blocks::Stash selective = stash;
+  attention_modules(a, ba.core, sp, mods, selective, out);
+  // mlp: the MLP checkpointed from its input (LN2 fused into the first GEMM): LN2's output and the
+  // MLP's own tensors discarded, LN2 and the MLP re-run.
+  if (mods.mlp) {
+    if (Status st = check_mlp_module(l, t, "mlp"); !st) return st.error();
+    selective.unsplit -= 2 * sp.sequence * sp.hidden;
+    selective.split -= m.stash.split;
+    out.recompute.insert(out.recompute.end(), {m.ln2, m.up, m.act, m.down});
+  }
+  set_stash(out, stash, selective, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
   return out;
 }
 
@@ -471,8 +508,27 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   out.parameter_bytes = out.parameters * eb;
   blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
                       a.stash.scores};
-  set_stash(out, stash, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
-  out.expert_stash = m.expert_stash_bytes;
+  blocks::Stash selective = stash;
+  const RecomputeModules& mods = o.recompute_modules;
+  attention_modules(a, ba.core, sp, mods, selective, out);
+  out.expert_stash = out.expert_stash_selective = m.expert_stash_bytes;
+  // layernorm: the pre-MLP norm, apart from the router in a MoE block; moe_act: the experts'
+  // activation (at the balanced load); shared_experts: the shared MLP from its input (LN2's output,
+  // which the router keeps).
+  if (mods.layernorm) {
+    selective.unsplit -= 2 * sp.sequence * sp.hidden;
+    out.recompute.push_back(m.ln2);
+  }
+  if (mods.moe_act) {
+    out.expert_stash_selective -= m.expert_act_bytes;
+    out.recompute.push_back(m.expert[1]);
+  }
+  if (mods.shared_experts && m.shared) {
+    if (Status st = check_mlp_module(l, t, "shared_experts"); !st) return st.error();
+    selective.split -= m.shared_mlp.stash.split;
+    out.recompute.insert(out.recompute.end(), {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down});
+  }
+  set_stash(out, stash, selective, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
   return out;
 }
 
@@ -514,7 +570,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::Input:
       return out;
     case TensorSplitKind::Transformer:
-      return transformer_layer(l, t, seq, precision, c, o.context);
+      return transformer_layer(l, t, seq, precision, c, o.context, o.recompute_modules);
     case TensorSplitKind::MoeBlock:
       return moe_layer(l, t, o, precision, e, c);
     case TensorSplitKind::VocabEmbedding: {

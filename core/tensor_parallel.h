@@ -26,6 +26,7 @@
 
 #include "core/collectives.h"
 #include "core/context_parallel.h"
+#include "core/memory.h"
 #include "core/moe.h"
 #include "core/result.h"
 #include "core/workload.h"
@@ -38,8 +39,9 @@ struct TensorParallelOptions {
   // beside the compute piece that follows it, which then does not wait for it; the piece after that
   // does. Off: every collective blocks the device (the default, as Megatron-LM without the option).
   bool overlap = false;
-  MoeOptions moe;                  // MoE blocks: the dispatcher, capacity factor and routing
-  ContextParallelOptions context;  // stages with context_parallel > 1
+  MoeOptions moe;                      // MoE blocks: the dispatcher, capacity factor and routing
+  ContextParallelOptions context;      // stages with context_parallel > 1
+  RecomputeModules recompute_modules;  // what selective recomputation re-runs (core/memory.h)
 };
 
 // How a collective sits among a pass's compute pieces beyond the default (the next piece waits for
@@ -88,7 +90,7 @@ struct TpLayer {
   double expert_parameters = 0, expert_parameter_bytes = 0;
   // MoE blocks: the experts' activations kept for the backward, bytes per sample at balanced load
   // (a device holds its load factor times this), beside stash_none / stash_selective.
-  double expert_stash = 0;
+  double expert_stash = 0, expert_stash_selective = 0;
   // Activation bytes per sample kept from F to B on one device, by recomputation mode
   // (Korthikanti et al., Table 2, at 2 bytes per element, scaled to the precision).
   double stash_none = 0, stash_selective = 0, stash_full = 0;

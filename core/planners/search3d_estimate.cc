@@ -219,6 +219,7 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tpo.moe.dispatcher = c.dispatcher;
   tpo.context = base_.strategy.context;
   tpo.context.algorithm = c.cp_algorithm;
+  tpo.recompute_modules = base_.memory.modules;
   const auto key =
       std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
                       c.ep, c.etp, static_cast<int>(c.dispatcher), cp,

@@ -116,6 +116,19 @@ def assumed(r):
             "dispatcher": "deepep" if flex else "alltoall"}
 
 
+def recompute_modules(r):
+    """The recipes' module recomputation (rows.yaml; Megatron-Bridge perf_recipes at 067f987):
+    GPT-OSS [layernorm, moe_act] (gpt_oss/h100 and b200), DeepSeek-V3 on B200 [mla_up_proj], with
+    mlp at EP 32 (the MXFP8 PP8 VP2 EP32 recipe); none for Qwen3 and the paper's rows."""
+    if r["source"] != "megatron-bridge":
+        return None
+    if r["model"] == "gpt-oss-120b":
+        return ["layernorm", "moe_act"]
+    if r["model"] == "deepseek-v3" and r["gpu"] == "b200":
+        return ["mla_up_proj", "mlp"] if r["ep"] == 32 else ["mla_up_proj"]
+    return None
+
+
 # Transformer blocks per zoo model (pipegrid workload show): Megatron's split needs them to be a
 # multiple of PP x VP.
 BLOCKS = {"qwen3-30b-a3b": 48, "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "deepseek-v3": 61, "mixtral-8x22b": 56}
@@ -154,6 +167,9 @@ def experiment(r, efficiencies=None):
     if a["capacity_factor"]:
         strategy["moe"]["capacity_factor"] = a["capacity_factor"]
     gpu, nvlink = SYSTEMS[r["system"]]
+    memory = {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}
+    if recompute_modules(r):
+        memory.update(recompute="selective", recompute_modules=recompute_modules(r))
     return {"name": r["id"],
             "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]},
             "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": device(r, efficiencies),
@@ -161,7 +177,7 @@ def experiment(r, efficiencies=None):
                         "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
                         "fabric": "rail" if r["gpus"] > 8 else "switch"},
             "strategy": strategy,
-            "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}}
+            "memory": memory}
 
 
 _CACHE = {}

@@ -218,3 +218,87 @@ TEST_CASE("MoE group members: tensor, expert, expert-tensor groups in Megatron's
   CHECK(expert_rank(5, {2, 2}) == 0);
   CHECK(expert_rank(6, {2, 2}) == 1);
 }
+
+TEST_CASE("recompute modules: what each discards from DeepSeek-V3's blocks and re-runs, by hand") {
+  // Megatron-Core's recompute_modules (transformer_config.py), per sample at bf16 and t = 1, from
+  // config_671B.json: h 7168, 128 heads, q rank 1536, kv rank 512, nope 128, rope 64, v 128, experts
+  // of 2048 (top-8, 1 shared), the dense blocks' FFN 18432. Differences from no recomputation.
+  Workload v3 = model("deepseek-v3");
+  const Layer *dense = nullptr, *moe = nullptr;
+  for (size_t i = 0; i < v3.layer_count(); ++i) {
+    const Layer& l = v3.layer(i);
+    if (l.split.kind == TensorSplitKind::MoeBlock && !moe) moe = &l;
+    if (l.split.kind == TensorSplitKind::Transformer && !dense) dense = &l;
+  }
+  REQUIRE(moe);
+  REQUIRE(dense);
+  const double s = moe->split.sequence, h = 7168, a = 128, qk = a * (128 + 64), av = a * 128;
+  auto with = [&](const Layer& l, RecomputeModules m) {
+    TensorParallelOptions o;
+    o.recompute_modules = m;
+    Result<TpLayer> r = tensor_parallel_layer(l, 1, o, Precision::AMP_BF16);
+    REQUIRE(r.ok());
+    return *r;
+  };
+  auto kept = [](const TpLayer& x) { return x.stash_selective + x.expert_stash_selective; };
+  auto all = [](const TpLayer& x) { return x.stash_none + x.expert_stash; };
+  auto flops = [](const TpLayer& x) {
+    double f = 0;
+    for (const Kernel& k : x.recompute) f += k.forward_flops;
+    return f;
+  };
+  RecomputeModules none;
+  none.core_attn = false;
+  // Nothing: the selective stash is everything, nothing re-runs. core_attn under FlashAttention:
+  // no score tensor to drop, the core re-runs (Megatron's default).
+  const TpLayer x0 = with(*moe, none), core = with(*moe, RecomputeModules{});
+  CHECK(kept(x0) == all(x0));
+  CHECK(x0.recompute.empty());
+  CHECK(kept(core) == all(core));
+  CHECK(close_rel(flops(core), 2 * s * s * (qk + av) / 2, 1e-12));  // causal: half the s x s work
+  // mla_up_proj: Q and K (s qk each) and V (s a v) at 2 bytes; the up projections re-run.
+  RecomputeModules up = none;
+  up.mla_up_proj = true;
+  const TpLayer xu = with(*moe, up);
+  CHECK(close_rel(all(xu) - kept(xu), 2 * s * (2 * qk + av), 1e-12));
+  CHECK(close_rel(flops(xu), 2 * s * 1536 * qk + 2 * s * 512 * a * (128 + 128), 1e-12));
+  // layernorm: MLA's input norm and a MoE block's pre-MLP norm run apart from a GEMM: 2 s h each.
+  RecomputeModules ln = none;
+  ln.layernorm = true;
+  const TpLayer xl = with(*moe, ln);
+  CHECK(close_rel(all(xl) - kept(xl), 2 * (2 * s * h), 1e-12));
+  CHECK(xl.recompute.size() == 2);
+  // moe_act: the activation's output, the second expert GEMM's input: top-8 copies of 2048.
+  RecomputeModules act = none;
+  act.moe_act = true;
+  const TpLayer xa = with(*moe, act);
+  CHECK(close_rel(all(xa) - kept(xa), 2 * 8 * s * 2048, 1e-12));
+  CHECK(xa.stash_selective == xa.stash_none);
+  // shared_experts: the shared MLP's gate and up outputs and its activation's output.
+  RecomputeModules shared = none;
+  shared.shared_experts = true;
+  const TpLayer xs = with(*moe, shared);
+  CHECK(close_rel(all(xs) - kept(xs), 2 * s * 3 * 2048, 1e-12));
+  CHECK(close_rel(flops(xs), 2 * s * h * 2048 * 3, 1e-12));
+  // mlp: a dense block's MLP from its input (LN2 fused into its first GEMM): LN2's output and the
+  // MLP's three tensors; no effect on a MoE block (Megatron's `moe` is another module).
+  RecomputeModules mlp = none;
+  mlp.mlp = true;
+  const TpLayer xm = with(*dense, mlp);
+  CHECK(close_rel(all(xm) - kept(xm), 2 * s * h + 2 * s * 3 * 18432, 1e-12));
+  CHECK(close_rel(flops(xm), 2 * s * h * 18432 * 3, 1e-12));
+  CHECK(kept(with(*moe, mlp)) == all(x0));
+  // Modules add up.
+  RecomputeModules both = up;
+  both.layernorm = both.moe_act = true;
+  const TpLayer xb = with(*moe, both);
+  CHECK(close_rel(all(xb) - kept(xb), 2 * s * (2 * qk + av) + 4 * s * h + 2 * 8 * s * 2048, 1e-12));
+  // At t > 1 a module recomputed from its input would re-run the MLP's all-gather: refused.
+  TensorParallelOptions o;
+  o.sequence_parallel = true;
+  o.recompute_modules = mlp;
+  Result<TpLayer> refused = tensor_parallel_layer(*dense, 8, o, Precision::AMP_BF16);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find(
+            "recompute_modules mlp at tensor_parallel 8 re-runs the MLP's all-gather") != std::string::npos);
+}

@@ -636,11 +636,32 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
   parse_batch(n, workload, chosen, e, batch_required);
 }
 
+// `recompute_modules: [core_attn, layernorm, ...]`: what selective recomputation re-runs, by
+// Megatron-Core's names (core/memory.h); only under `recompute: selective`, as in Megatron.
+RecomputeModules parse_recompute_modules(const Node& n, Recompute recompute) {
+  if (recompute != Recompute::Selective)
+    n.fail(
+        fmt::format("applies to recompute: selective (Megatron's --recompute-granularity selective), but "
+                    "recompute is {}: set recompute: selective, or leave recompute_modules out",
+                    to_string(recompute)));
+  RecomputeModules m;
+  m.core_attn = false;
+  std::vector<std::string_view> names(kRecomputeModuleNames.begin(), kRecomputeModuleNames.end());
+  for (const Node& i : n.items("a list of Megatron-Core's recompute modules")) {
+    if (i.is_scalar() && i.yaml().Scalar() == "moe")
+      i.fail(
+          "recomputing the whole MoE layer (Megatron's `moe` module: its dispatch and combine re-run in the "
+          "backward) is not modelled; moe_act and layernorm are");
+    *module_flag(m, i.choice(names, "a recompute module")) = true;
+  }
+  return m;
+}
+
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
 MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
   n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute",
-                "zero", "reserve"});
+                "recompute_modules", "zero", "reserve"});
   reserve = n.get("reserve");
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
@@ -666,6 +687,7 @@ MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   }
   if (auto r = n.get("recompute"))
     m.recompute = *parse_recompute(r->choice({"none", "full", "selective"}, "a recomputation mode"));
+  if (auto mods = n.get("recompute_modules")) m.modules = parse_recompute_modules(*mods, m.recompute);
   if (auto z = n.get("zero"))
     m.zero1 = z->integer(0, 1, "0 or 1 (ZeRO stage 1 shards the optimizer state)") == 1;
   return m;

@@ -514,7 +514,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   const Metrics& m = r.metrics;
   const Parallelism par = parallelism(r.run.partition);
   auto costs = stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
-                           {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context});
+                           tensor_parallel_options(e.strategy, e.memory));
   const std::vector<DeviceGroup> groups = group_devices(e.cluster, r.run.partition, m);
   const bool large = large_layout(r);
   print_header(out, r, par, costs);
@@ -843,9 +843,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"dp_buckets", 1},
                       {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
-    if (auto costs =
-            stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size, e.memory.recompute,
-                        {e.strategy.sequence_parallel, e.strategy.tp_overlap, {}, e.strategy.context}))
+    if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
+                                 e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)))
       j["parallelism"]["dp_buckets"] =
           dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
                      run.partition.stage(0).replicas());

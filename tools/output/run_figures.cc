@@ -199,6 +199,9 @@ std::string assumptions_note(const Experiment& e) {
                                              format_bytes(reserve),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
+  if (e.memory.recompute == Recompute::Selective && b.blocks > 0)
+    parts.push_back(fmt::format("selective recomputation of {} (Megatron-Core's recompute_modules)",
+                                to_string(e.memory.modules)));
   if (const auto [v, padded] = padded_vocabulary(e); padded > v)
     parts.push_back(
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
@@ -268,6 +271,9 @@ nlohmann::json assumptions_json(const Experiment& e) {
            padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
           {"collective_engine", engine_json(e.cluster)},
+          {"recompute_modules", e.memory.recompute == Recompute::Selective
+                                    ? nlohmann::json(to_string(e.memory.modules))
+                                    : nlohmann::json()},
           {"faults", e.faults}};
 }
 
