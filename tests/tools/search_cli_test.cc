@@ -399,3 +399,22 @@ strategy: {partitioner: megatron}
   expected.front() = expected.back() = 7;
   CHECK(per_rank == expected);
 }
+
+TEST_CASE("search: a base's recompute_modules go with the candidates that recompute selectively") {
+  TempDir tmp;
+  std::string base = kGptNoBatch;
+  base.replace(base.find("memory: {optimizer: mixed-adam}"), 31,
+               "memory: {optimizer: mixed-adam, recompute: selective, recompute_modules: [core_attn]}");
+  const std::string exp = tmp.write("gpt.yaml", base);
+  for (const char* mode : {"none", "selective"}) {
+    const std::string emitted = (tmp.path / (std::string(mode) + ".yaml")).string();
+    auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "1",
+                          "--micro-batch", "2", "--pipeline", "2", "--recompute", mode, "--emit", emitted});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const std::string text = read_file(emitted);
+    CHECK((text.find("recompute_modules: [core_attn]") != std::string::npos) ==
+          (std::string(mode) == "selective"));
+    auto run = run_command({PIPEGRID_BINARY, "run", emitted});
+    CHECK_MESSAGE(run.exit_code == 0, run.err);
+  }
+}

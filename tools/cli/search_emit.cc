@@ -108,6 +108,9 @@ Status emit_candidate(const EmitRequest& r) {
     YAML::Node memory =
         root["memory"] && root["memory"].IsMap() ? root["memory"] : YAML::Node(YAML::NodeType::Map);
     memory["recompute"] = std::string(to_string(r.candidate.recompute));
+    // The base's recompute modules hold for the candidates that recompute selectively; the others
+    // have none (the key is refused beside another mode).
+    if (r.candidate.recompute != Recompute::Selective) memory.remove("recompute_modules");
     memory["zero"] = r.candidate.distributed_optimizer ? 1 : 0;
     root["memory"] = memory;
     move_paths(doc, root, fs::path(r.out_file).parent_path());
