@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/huge_pages.h"
+
 namespace pipegrid {
 namespace {
 
@@ -219,7 +221,7 @@ void map_group_flows(const TaskGraph& g, const ReplicaMap& m, std::vector<char>&
 // moved to the representatives; replica 0's device orders (and those of devices in no replica).
 void build_folded(const TaskGraph& g, const ReplicaMap& m, const std::vector<int32_t>& rep, ReplicaFold& f) {
   const size_t n = g.tasks.size();
-  f.folded_of.assign(n, -1);
+  assign_huge(f.folded_of, n, int32_t{-1});
   size_t kept = 0, deps = 0;
   for (size_t v = 0; v < n; ++v) kept += rep[v] < 0;
   for (size_t u = 0; u < n; ++u)
@@ -252,7 +254,8 @@ void build_folded(const TaskGraph& g, const ReplicaMap& m, const std::vector<int
 Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const TaskGraph& g) {
   Result<ReplicaMap> m = map_replicas(p, g.device_order.size());
   if (!m) return m.error();
-  std::vector<int32_t> rep(g.tasks.size(), -1);
+  std::vector<int32_t> rep;
+  assign_huge(rep, g.tasks.size(), int32_t{-1});
   if (Status s = map_compute(g, *m, rep); !s) return s.error();
   Result<Channels> ch = route_channels(c, g, *m);
   if (!ch) return ch.error();
@@ -273,8 +276,10 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
 
 Timeline unfold(const ReplicaFold& f, const Timeline& folded) {
   Timeline t;
-  t.start.resize(f.folded_of.size());
-  t.end.resize(f.folded_of.size());
+  for (std::vector<double>* v : {&t.start, &t.end}) {
+    reserve_huge(*v, f.folded_of.size());
+    v->resize(f.folded_of.size());
+  }
   for (size_t v = 0; v < f.folded_of.size(); ++v) {
     t.start[v] = folded.start[f.folded_of[v]];
     t.end[v] = folded.end[f.folded_of[v]];
@@ -284,7 +289,8 @@ Timeline unfold(const ReplicaFold& f, const Timeline& folded) {
 
 FoldCheck settle_unfolded(const TaskGraph& g, const ReplicaFold& f, Timeline& t) {
   const size_t n = g.tasks.size();
-  std::vector<double> ready(n, 0.0);
+  std::vector<double> ready;
+  assign_huge(ready, n, 0.0);
   for (size_t u = 0; u < n; ++u)
     for (int32_t v : g.successors(int32_t(u))) ready[v] = std::max(ready[v], t.end[u]);
   FoldCheck check;
