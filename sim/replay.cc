@@ -69,32 +69,46 @@ namespace {
 // the analytic evaluator's links already serve a device's sends in order (docs/model.md).
 class Connections {
  public:
+  // Every collective flow's connection, numbered once (a hash per flow here, none while replaying).
+  explicit Connections(const TaskGraph& g) {
+    std::unordered_map<Key, int32_t, KeyHash> ids;
+    of_.assign(g.tasks.size(), -1);
+    for (size_t t = 0; t < g.tasks.size(); ++t) {
+      const Task& task = g.tasks[t];
+      if (task.is_compute() || !is_collective(task.transfer)) continue;
+      of_[t] = ids.emplace(key(task), static_cast<int32_t>(ids.size())).first->second;
+    }
+    connections_.resize(ids.size());
+    next_.assign(g.tasks.size(), -1);
+  }
   // Whether collective flow t may go now; otherwise it is queued behind the flow in flight.
-  bool admit(const Task& task, int32_t t) {
-    Connection& c = connections_[key(task)];
+  bool admit(int32_t t) {
+    Connection& c = connections_[static_cast<size_t>(of_[t])];
     if (c.busy) {
-      c.waiting.push_back(t);
+      (c.tail < 0 ? c.head : next_[c.tail]) = t;
+      c.tail = t;
       return false;
     }
     c.busy = true;
     return true;
   }
-  // The collective flow `task` has arrived: the next flow queued on its connection, or -1.
-  int32_t release(const Task& task) {
-    Connection& c = connections_[key(task)];
-    if (c.waiting.empty()) {
+  // Collective flow t has arrived: the next flow queued on its connection, or -1.
+  int32_t release(int32_t t) {
+    Connection& c = connections_[static_cast<size_t>(of_[t])];
+    if (c.head < 0) {
       c.busy = false;
       return -1;
     }
-    const int32_t next = c.waiting.front();
-    c.waiting.pop_front();
+    const int32_t next = c.head;
+    c.head = next_[next];
+    if (c.head < 0) c.tail = -1;
     return next;
   }
 
  private:
-  struct Connection {
+  struct Connection {  // busy, and the flows waiting in order: a list threaded through next_
     bool busy = false;
-    std::deque<int32_t> waiting;
+    int32_t head = -1, tail = -1;
   };
   // Disjoint fields: devices and stages below 2^20 (kMaxClusterDevices is 2^17), kinds below 2^4;
   // the channel beside them.
@@ -111,7 +125,9 @@ class Connections {
                 static_cast<uint64_t>(static_cast<uint32_t>(t.stage) & 0xfffff),
             t.channel};
   }
-  std::unordered_map<Key, Connection, KeyHash> connections_;
+  std::vector<int32_t> of_;    // per task: its connection (-1: not a collective flow)
+  std::vector<int32_t> next_;  // per task: the flow queued after it on its connection
+  std::vector<Connection> connections_;
 };
 
 // Compute ends under device clocks: a heap of end dates, equal dates in start order.
@@ -303,6 +319,7 @@ class SimLauncher : public TaskLauncher {
         execs_(simgrid_execs ? g.device_order.size() : 0),
         timing_precision_(simgrid::config::get_value<double>("surf/precision")),
         clocks_(simgrid::config::get_value<double>("maxmin/precision") * timing_precision_),
+        connections_(g),
         waker_(p.hosts.empty() ? nullptr : p.hosts.front(), [this] {
           start_due(sg4::Engine::get_clock());
           arm();
@@ -321,7 +338,7 @@ class SimLauncher : public TaskLauncher {
       }
       clocks_.start(now, task.duration, p_.speeds[task.device], t);
       arm();
-    } else if (!is_collective(task.transfer) || connections_.admit(task, t)) {
+    } else if (!is_collective(task.transfer) || connections_.admit(t)) {
       send(t, now);
     }
   }
@@ -351,7 +368,7 @@ class SimLauncher : public TaskLauncher {
     const bool compute = g_.tasks[t].is_compute();
     graveyard_.push_back(compute ? std::move(execs_[g_.tasks[t].device]) : comms_.release(tag));
     if (!compute && is_collective(g_.tasks[t].transfer))
-      if (const int32_t next = connections_.release(g_.tasks[t]); next >= 0) send(next, a.get_finish_time());
+      if (const int32_t next = connections_.release(t); next >= 0) send(next, a.get_finish_time());
     executor_->finished(t, a.get_finish_time());
   }
 
