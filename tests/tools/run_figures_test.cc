@@ -258,4 +258,14 @@ memory: {recompute: selective, recompute_modules: )" +
   auto text = run_command({PIPEGRID_BINARY, "run", experiment("text.yaml", "[moe_act, layernorm]")});
   CHECK(text.out.find("selective recomputation of moe_act, layernorm (Megatron-Core's recompute_modules)") !=
         std::string::npos);
+  // A planner with its own memory model searches with core_attn alone, and says so.
+  auto luo = run_command({PIPEGRID_BINARY, "run", tmp.write("luo.yaml", R"(
+workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: amp}
+cluster: {preset: dgx-a100-16}
+strategy: {planner: luo, mini_batch: 16}
+memory: {optimizer: mixed-adam, recompute: selective, recompute_modules: [core_attn, mlp]}
+)")});
+  CHECK(luo.exit_code == 0);
+  CHECK(luo.err.find("planner luo searches with selective recomputation of core_attn alone") !=
+        std::string::npos);
 }

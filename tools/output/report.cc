@@ -205,6 +205,15 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
           idle_count > 4 ? ", ..." : "", chunks > 1 ? " or chunks" : ""));
     }
   }
+  // Recompute modules beyond Megatron's default: the planners with a memory model of their own
+  // estimate selective recomputation as core_attn alone while they search; the plan they choose is
+  // replayed with the modules.
+  if (e.memory.recompute == Recompute::Selective && e.memory.modules != RecomputeModules{} &&
+      run.planner != kDefaultPlanner && run.planner != "piper")
+    out.push_back(fmt::format(
+        "planner {} searches with selective recomputation of core_attn alone (its own memory model); the "
+        "plan it chose is replayed with recompute_modules {}",
+        run.planner, to_string(e.memory.modules)));
   // One warning per replica count, naming its stages as ranges ("stages 0..255"): a wide plan
   // would otherwise print the same line for every stage.
   std::vector<std::pair<size_t, std::vector<int>>> split;  // replica count, its stages in order
