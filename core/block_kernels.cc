@@ -102,6 +102,11 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
   // projections' inputs whole on every device.
   k.stash.split = 2 * s * qk + 2 * s * qk + 2 * s * a * v + 2 * s * a * v;
   k.stash.replicated = 2 * s * (qr + kr + rope);
+  // fp8 GEMM inputs: the down projections' (LN1's output), the up projections' (the normed latents)
+  // and the output projection's.
+  k.stash.unsplit_fp8 = 2 * s * h;
+  k.stash.replicated_fp8 = 2 * s * (qr + kr);
+  k.stash.split_fp8 = 2 * s * a * v;
   k.norm_apart = true;
   k.up_proj_stash = 2 * s * qk + 2 * s * qk + 2 * s * a * v;  // Q, K, V
 }
@@ -146,6 +151,9 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
   // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q).
   k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q;
+  // fp8 GEMM inputs: QKV's (LN1's output, LayerNormLinear's ln_out) and the projection's.
+  k.stash.unsplit_fp8 = 2 * s * h;
+  k.stash.split_fp8 = 2 * s * q;
   return k;
 }
 
@@ -170,6 +178,8 @@ Mlp mlp(const TensorSplit& sp, double f, int t, bool sequence_parallel, Precisio
   // GEMM's input (4 s f; gated 6 s f).
   k.stash.unsplit = 5 * s * h;
   k.stash.split = (sp.gated ? 6 : 4) * s * f;
+  k.stash.unsplit_fp8 = 2 * s * h;  // the first GEMM's input (LN2's output)
+  k.stash.split_fp8 = 2 * s * f;    // the second's (the activation's output)
   return k;
 }
 
@@ -212,8 +222,9 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   }
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
-  k.expert_stash_bytes = (copies * h + copies * fe * g + copies * fe) * eb;
-  k.expert_act_bytes = copies * fe * eb;
+  const double qb = fp8_training(precision) ? fp8_saved_bytes(precision) : eb;  // their inputs, in fp8
+  k.expert_stash_bytes = copies * h * qb + copies * fe * g * eb + copies * fe * qb;
+  k.expert_act_bytes = copies * fe * qb;
   k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
   // LN2's input and output (the router's and the dispatch's input), the dropout mask, the router's
   // logits (fp32: 4 units per element). Not the expert outputs the combine sums: Megatron-Core applies
@@ -225,14 +236,19 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
     k.shared_mlp = mlp(sp, m.shared_ffn, t, sequence_parallel, precision);
     k.dense_parameters += k.shared_mlp.parameters - (sp.biases ? 2 * h : h);  // LN2 counted once
     k.stash.split += k.shared_mlp.stash.split;
+    k.stash.split_fp8 += k.shared_mlp.stash.split_fp8;
   }
   return k;
 }
 
-double stash_bytes(const Stash& x, int t, bool sequence_parallel, double eb) {
-  const double T = t, half = eb / 2;
-  if (sequence_parallel) return ((x.unsplit + x.split + x.scores) / T + x.replicated) * half;
-  return (x.unsplit + (x.split + x.scores) / T + x.replicated) * half;
+double stash_bytes(const Stash& x, int t, bool sequence_parallel, Precision precision) {
+  const double T = t, half = element_bytes(precision) / 2;
+  const double T_unsplit = sequence_parallel ? T : 1;
+  const double all = (x.unsplit / T_unsplit + (x.split + x.scores) / T + x.replicated) * half;
+  if (!fp8_training(precision)) return all;
+  // The fp8 parts at fp8_saved_bytes per element (2 units an element) instead of half per unit.
+  const double fp8 = x.unsplit_fp8 / T_unsplit + x.split_fp8 / T + x.replicated_fp8;
+  return all - fp8 * half + fp8 * fp8_saved_bytes(precision) / 2;
 }
 
 }  // namespace pipegrid::blocks

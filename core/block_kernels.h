@@ -19,8 +19,18 @@ Kernel scaled(Kernel k, double f);
 // section 4.1), in 2-byte units per sample: `unsplit` is divided by t under sequence parallelism only,
 // `split` always, `replicated` never (tensors every device of the group computes whole, e.g. MLA's
 // latents), `scores` (the attention core's 5 a s^2, none with FlashAttention) always.
+//
+// The `*_fp8` parts (included in the three above) are the inputs of GEMMs an fp8 training runs in fp8:
+// Transformer Engine keeps only their column-wise quantized copy for the weight gradient (Linear,
+// LayerNormLinear, GroupedLinear; v2.x), fp8_saved_bytes(precision) per element instead of two.
 struct Stash {
   double unsplit = 0, split = 0, replicated = 0, scores = 0;
+  double unsplit_fp8 = 0, split_fp8 = 0, replicated_fp8 = 0;
+  Stash& operator+=(const Stash& o) {
+    unsplit += o.unsplit, split += o.split, replicated += o.replicated, scores += o.scores;
+    unsplit_fp8 += o.unsplit_fp8, split_fp8 += o.split_fp8, replicated_fp8 += o.replicated_fp8;
+    return *this;
+  }
 };
 
 // Self-attention: LN1, the projections to Q, K, V (grouped-query attention with TensorSplit::kv_heads
@@ -77,7 +87,7 @@ struct Moe {
 };
 Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision);
 
-// Stash bytes per sample on one device of t.
-double stash_bytes(const Stash& s, int t, bool sequence_parallel, double element_bytes);
+// Stash bytes per sample on one device of t, the fp8 parts at fp8_saved_bytes(precision) per element.
+double stash_bytes(const Stash& s, int t, bool sequence_parallel, Precision precision);
 
 }  // namespace pipegrid::blocks

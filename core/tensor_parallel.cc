@@ -268,9 +268,9 @@ void mlp_pieces(const blocks::Mlp& m, int t, bool seq, double act, std::vector<T
 // A block's stash by recomputation mode: everything (none), what `selective` keeps under the
 // recompute modules, the layer's input (full: Table 2's 2 s b h L, whatever t).
 void set_stash(TpLayer& out, const blocks::Stash& stash, const blocks::Stash& selective, int t, bool seq,
-               double eb, double input_bytes) {
-  out.stash_none = blocks::stash_bytes(stash, t, seq, eb);
-  out.stash_selective = blocks::stash_bytes(selective, t, seq, eb);
+               Precision precision, double input_bytes) {
+  out.stash_none = blocks::stash_bytes(stash, t, seq, precision);
+  out.stash_selective = blocks::stash_bytes(selective, t, seq, precision);
   out.stash_full = input_bytes;
 }
 
@@ -285,7 +285,8 @@ void attention_modules(const blocks::Attention& a, const CoreSplit& core, const 
     for (const auto& step : core.steps) out.recompute.insert(out.recompute.end(), step.begin(), step.end());
   }
   if (mods.layernorm && a.norm_apart) {
-    selective.unsplit -= 2 * sp.sequence * sp.hidden;
+    selective.unsplit -= 2 * sp.sequence * sp.hidden;  // the down projections' input
+    selective.unsplit_fp8 -= 2 * sp.sequence * sp.hidden;
     out.recompute.push_back(a.ln1);
   }
   if (mods.mla_up_proj && !a.up_proj.empty()) {
@@ -371,19 +372,21 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
   set_core_extras(ba.core, out);
   out.parameters = a.parameters + m.parameters;
   out.parameter_bytes = out.parameters * eb;
-  blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
-                      a.stash.scores};
+  blocks::Stash stash = a.stash;
+  stash += m.stash;
   blocks::Stash selective = stash;
   attention_modules(a, ba.core, sp, mods, selective, out);
   // mlp: the MLP checkpointed from its input (LN2 fused into the first GEMM): LN2's output and the
   // MLP's own tensors discarded, LN2 and the MLP re-run.
   if (mods.mlp) {
     if (Status st = check_mlp_module(l, t, "mlp"); !st) return st.error();
-    selective.unsplit -= 2 * sp.sequence * sp.hidden;
+    selective.unsplit -= 2 * sp.sequence * sp.hidden;  // LN2's output, the first GEMM's input
+    selective.unsplit_fp8 -= 2 * sp.sequence * sp.hidden;
     selective.split -= m.stash.split;
+    selective.split_fp8 -= m.stash.split_fp8;
     out.recompute.insert(out.recompute.end(), {m.ln2, m.up, m.act, m.down});
   }
-  set_stash(out, stash, selective, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
+  set_stash(out, stash, selective, t, seq, precision, 2 * sp.sequence * sp.hidden * (eb / 2));
   return out;
 }
 
@@ -506,8 +509,8 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   out.expert_parameter_bytes = m.expert_parameters * eb;
   out.parameters = a.parameters + m.dense_parameters + m.expert_parameters;
   out.parameter_bytes = out.parameters * eb;
-  blocks::Stash stash{a.stash.unsplit + m.stash.unsplit, a.stash.split + m.stash.split, a.stash.replicated,
-                      a.stash.scores};
+  blocks::Stash stash = a.stash;
+  stash += m.stash;
   blocks::Stash selective = stash;
   const RecomputeModules& mods = o.recompute_modules;
   attention_modules(a, ba.core, sp, mods, selective, out);
@@ -526,9 +529,10 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   if (mods.shared_experts && m.shared) {
     if (Status st = check_mlp_module(l, t, "shared_experts"); !st) return st.error();
     selective.split -= m.shared_mlp.stash.split;
+    selective.split_fp8 -= m.shared_mlp.stash.split_fp8;
     out.recompute.insert(out.recompute.end(), {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down});
   }
-  set_stash(out, stash, selective, t, seq, eb, 2 * sp.sequence * sp.hidden * (eb / 2));
+  set_stash(out, stash, selective, t, seq, precision, 2 * sp.sequence * sp.hidden * (eb / 2));
   return out;
 }
 

@@ -32,6 +32,19 @@ double element_bytes(Precision p) {
   return 4;
 }
 
+double fp8_saved_bytes(Precision p) {
+  switch (p) {
+    case Precision::AMP_FP8:
+      return 1;
+    case Precision::AMP_FP8_BLOCKWISE:
+      return 1 + 4.0 / 128;
+    case Precision::AMP_MXFP8:
+      return 1 + 1.0 / 32;
+    default:
+      return element_bytes(p);
+  }
+}
+
 bool fp8_training(Precision p) {
   return p == Precision::AMP_FP8 || p == Precision::AMP_FP8_BLOCKWISE || p == Precision::AMP_MXFP8;
 }
@@ -87,7 +100,7 @@ std::string_view to_string(Precision p) {
       return "amp";
     case Precision::AMP_BF16:
       return "amp-bf16";
-    case Precision::FP8:  // the arithmetic format (devices' rates)
+    case Precision::FP8:      // the arithmetic format (devices' rates)
     case Precision::AMP_FP8:  // the training (workloads)
       return "fp8";
     case Precision::AMP_FP8_BLOCKWISE:

@@ -55,6 +55,12 @@ bool fp8_training(Precision p);
 // Bytes per element an fp8 training's quantization of a GEMM input moves (read, amax, write).
 double fp8_cast_bytes(Precision p);
 
+// Bytes per element of a GEMM input an fp8 training keeps for the backward: Transformer Engine saves
+// only its column-wise quantized data (module/linear.py, grouped_linear.py, layernorm_linear.py at
+// d0067d0): 1 byte, plus the scales (per-tensor current scaling: none to speak of; 1 x 128 blocks:
+// 4 bytes per 128; MXFP8: 1 byte per 32).
+double fp8_saved_bytes(Precision p);
+
 // Bytes of an activation or a working weight (amp and the fp8 trainings: 2; tf32: 4).
 double element_bytes(Precision p);
 // The arithmetic format the math runs in: amp -> fp16, amp-bf16 and the fp8 trainings -> bf16 (their

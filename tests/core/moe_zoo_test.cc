@@ -15,10 +15,10 @@ using pipegrid::testing::close_rel;
 
 namespace {
 
-Workload model(const char* name) {
+Workload model(const char* name, Precision precision = Precision::AMP_BF16) {
   Result<const ModelInfo*> info = find_model(name);
   REQUIRE(info.ok());
-  Result<Workload> w = build_model(**info, {}, Precision::AMP_BF16);
+  Result<Workload> w = build_model(**info, {}, precision);
   if (!w) FAIL(w.error().message);
   return std::move(*w);
 }
@@ -96,6 +96,28 @@ TEST_CASE("Qwen3-30B-A3B block stashes what Megatron-Core saves for its backward
     CHECK(close_rel(l.stash_bytes, (attention + moe) * l.split.sequence, 1e-12));
   }
   CHECK(blocks == 48);
+}
+
+TEST_CASE("fp8 trainings keep their GEMM inputs quantized: Qwen3-30B-A3B's block by hand") {
+  // Transformer Engine (Linear, LayerNormLinear, GroupedLinear) saves an fp8 GEMM's input as its
+  // column-wise quantized data: 1 byte an element (per-tensor scaling), + 1/32 (MXFP8), + 4/128 (1 x 128
+  // blocks). The GEMM inputs of a Qwen3-30B-A3B block per token: QKV's (h) and the projection's (q),
+  // and per routed copy the experts' two (h and the FFN 768); the router keeps its bf16 input.
+  const double h = 2048, q = 32 * 128, k = 8, f = 768;
+  const double inputs = h + q + k * (h + f);
+  auto block_stash = [](const Workload& w) {
+    for (size_t i = 0; i < w.layer_count(); ++i)
+      if (w.layer(i).split.kind == TensorSplitKind::MoeBlock)
+        return w.layer(i).stash_bytes / w.layer(i).split.sequence;
+    FAIL("no MoE block");
+    return 0.0;
+  };
+  const double bf16 = block_stash(model("qwen3-30b-a3b"));
+  CHECK(close_rel(bf16 - block_stash(model("qwen3-30b-a3b", Precision::AMP_FP8)), inputs * (2 - 1), 1e-12));
+  CHECK(close_rel(bf16 - block_stash(model("qwen3-30b-a3b", Precision::AMP_MXFP8)),
+                  inputs * (2 - 1 - 1.0 / 32), 1e-12));
+  CHECK(close_rel(bf16 - block_stash(model("qwen3-30b-a3b", Precision::AMP_FP8_BLOCKWISE)),
+                  inputs * (2 - 1 - 4.0 / 128), 1e-12));
 }
 
 TEST_CASE("DeepSeek-V3 with multi-head latent attention: 671B total, 37B activated") {
