@@ -168,8 +168,9 @@ def experiment(r, efficiencies=None):
         strategy["moe"]["capacity_factor"] = a["capacity_factor"]
     gpu, nvlink = SYSTEMS[r["system"]]
     memory = {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}
-    if recompute_modules(r):
-        memory.update(recompute="selective", recompute_modules=recompute_modules(r))
+    modules = recompute_modules(r)
+    if modules:
+        memory.update(recompute="selective", recompute_modules=modules)
     return {"name": r["id"],
             "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]},
             "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": device(r, efficiencies),
