@@ -819,7 +819,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
                                ready, prog.bytes[x], tag);
   }
   charge_engine(g_, first, c_, devices);
-  const bool beside = context ? (prog.flags[x] & kBesideNext) != 0 : o_.tensor_parallel.overlap;
+  const bool beside = (prog.flags[x] & kBesideNext) != 0 || (!context && o_.tensor_parallel.overlap);
   const size_t next = beside ? std::min(x + 2, prog.collectives()) : x + 1;
   for (size_t q = 0; q < n; ++q)
     for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));

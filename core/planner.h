@@ -46,7 +46,8 @@ struct StrategySpec {
   // (d), then the pipeline stages (p): stage q, replica j, rank i on device (q d + j) t + i.
   int tensor_parallel = 1;
   bool sequence_parallel = false;
-  bool tp_overlap = false;  // TP collectives overlap the compute piece after them
+  bool tp_overlap = false;       // TP collectives overlap the compute piece after them
+  bool tp_wgrad_overlap = true;  // TensorParallelOptions::wgrad_overlap
   // Expert parallelism of the stages holding MoE blocks (core/moe.h, Megatron-Core's MoE parallel
   // folding): expert-parallel size, expert tensor-parallel size (0: the tensor-parallel size, Megatron's
   // default for --expert-tensor-parallel-size), the dispatcher, capacity factor and routing.
@@ -83,7 +84,7 @@ struct StrategySpec {
 // The options a plan's tensor-, expert- and context-parallel stages are costed with: the strategy's,
 // and what selective recomputation re-runs (the memory options' recompute modules).
 inline TensorParallelOptions tensor_parallel_options(const StrategySpec& s, const MemoryOptions& m) {
-  return {s.sequence_parallel, s.tp_overlap, s.moe, s.context, m.modules};
+  return {s.sequence_parallel, s.tp_overlap, s.moe, s.context, m.modules, s.tp_wgrad_overlap};
 }
 
 // Judges candidate plans during an exploration more precisely than the analytic evaluator, e.g. by

@@ -27,6 +27,63 @@ TpPiece collective(CollectiveKind k, double bytes, CommGroup group = CommGroup::
   return p;
 }
 
+// A linear layer's kernel as two backward GEMMs: its input gradient (with its share of the backward's
+// bytes and the quantization of its output gradient) and its weight gradient (the rest); no forward.
+Kernel input_gradient(const Kernel& k) {
+  const double flops = k.backward_input_flops + k.backward_weight_flops;
+  Kernel x = k;
+  x.forward_flops = x.forward_bytes = x.fp8_in = 0;
+  x.backward_weight_flops = 0;
+  x.backward_bytes = flops > 0 ? k.backward_bytes * k.backward_input_flops / flops : k.backward_bytes;
+  return x;
+}
+Kernel weight_gradient(const Kernel& k) {
+  Kernel x = k;
+  x.forward_flops = x.forward_bytes = x.fp8_in = x.fp8_out = 0;
+  x.backward_input_flops = 0;
+  x.backward_bytes = k.backward_bytes - input_gradient(k).backward_bytes;
+  return x;
+}
+
+// The backward of kernels `before`, then of a column-parallel linear (`linear`, its kernels in
+// backward order), then the group's collective of the linear's input gradient (an all-reduce; a
+// reduce-scatter with sequence parallelism), as pieces that start and end with compute (the last
+// empty, for the caller to continue). Without `wgrad_overlap` (TensorParallelOptions): [before,
+// linear] collective []. With it, as Megatron-LM runs it:
+//   no SP:  [before, linear's input gradient] all-reduce (beside) [its weight gradient] | []
+//   SP:     [before] all-gather of its input (beside) [its input gradient] reduce-scatter (beside)
+//           [its weight gradient] | []
+// so that the all-gather gates the weight gradient, and the layer goes on once the input gradient's
+// collective is done ('|': a boundary without flows).
+std::vector<TpPiece> column_backward(std::vector<Kernel> before, const std::vector<Kernel>& linear, bool seq,
+                                     double act, bool wgrad_overlap) {
+  const CollectiveKind after = seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  if (!wgrad_overlap) {
+    before.insert(before.end(), linear.begin(), linear.end());
+    return {compute(before), collective(after, act), compute({})};
+  }
+  auto beside = [](TpPiece p) {
+    p.flags = kBesideNext;
+    return p;
+  };
+  std::vector<Kernel> dgrad, wgrad;
+  for (const Kernel& k : linear) {
+    dgrad.push_back(input_gradient(k));
+    wgrad.push_back(weight_gradient(k));
+  }
+  TpPiece boundary = collective(after, 0);
+  boundary.flags = kNoFlows;
+  std::vector<TpPiece> out;
+  if (seq) {
+    out = {compute(before), beside(collective(CollectiveKind::AllGather, act)), compute(dgrad)};
+  } else {
+    before.insert(before.end(), dgrad.begin(), dgrad.end());
+    out = {compute(before)};
+  }
+  out.insert(out.end(), {beside(collective(after, act)), compute(wgrad), boundary, compute({})});
+  return out;
+}
+
 // Kernels joined in order, skipping the empty ones (a fused attention's passes).
 std::vector<Kernel> join(std::initializer_list<std::vector<Kernel>> parts) {
   std::vector<Kernel> out;
@@ -213,7 +270,8 @@ namespace {
 // all-reduce is an all-gather before the column-parallel GEMMs and a reduce-scatter after the
 // row-parallel ones, the norms, dropouts and residuals on 1/t of the sequence; at t = 1 no collective.
 void attention_pieces(const blocks::Attention& k, const CoreSplit& core, int t, bool seq, double act,
-                      std::vector<TpPiece> mlp_forward, std::vector<TpPiece> mlp_backward, TpLayer& out) {
+                      bool wgrad_overlap, std::vector<TpPiece> mlp_forward, std::vector<TpPiece> mlp_backward,
+                      TpLayer& out) {
   auto append = [](std::vector<TpPiece>& to, std::vector<TpPiece> from) {
     // The first piece of `from` continues the last of `to` (both compute).
     to.back().kernels.insert(to.back().kernels.end(), from.front().kernels.begin(),
@@ -230,13 +288,20 @@ void attention_pieces(const blocks::Attention& k, const CoreSplit& core, int t, 
     out.backward.push_back(compute({}));
   }
   append(out.forward, core_forward(core));
-  append(out.backward, core_backward(core));
   if (t > 1) {
     const CollectiveKind k_after = seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     out.forward.push_back(collective(k_after, act));
     out.forward.push_back(compute({}));
-    out.backward.push_back(collective(k_after, act));
-    out.backward.push_back(compute({}));
+    // The QKV projection is the column-parallel linear (MLA's projections: its down projections are
+    // not split, so they stay before the collective as they are).
+    const bool split_qkv = wgrad_overlap && k.up_proj.empty();
+    CoreSplit without_qkv = core;
+    if (split_qkv) without_qkv.pre_backward = k.rotary;
+    append(out.backward, core_backward(without_qkv));
+    append(out.backward,
+           column_backward({}, split_qkv ? reversed(k.qkv) : std::vector<Kernel>{}, seq, act, split_qkv));
+  } else {
+    append(out.backward, core_backward(core));
   }
   append(out.forward, {compute({k.dropout_residual})});
   append(out.forward, std::move(mlp_forward));
@@ -246,23 +311,26 @@ void attention_pieces(const blocks::Attention& k, const CoreSplit& core, int t, 
 // A dense MLP's pieces (from LN2 to the last residual): under t > 1 an all-reduce after the down
 // GEMM's output (SP: all-gather before the up GEMM, reduce-scatter after the down GEMM); backward the
 // mirror, the collective after the up GEMM's input gradient.
-void mlp_pieces(const blocks::Mlp& m, int t, bool seq, double act, std::vector<TpPiece>& fwd,
-                std::vector<TpPiece>& bwd) {
-  const std::vector<Kernel> up{m.up, m.act, m.down}, down{m.down, m.act, m.up};
+void mlp_pieces(const blocks::Mlp& m, int t, bool seq, double act, bool wgrad_overlap,
+                std::vector<TpPiece>& fwd, std::vector<TpPiece>& bwd) {
+  const std::vector<Kernel> up{m.up, m.act, m.down};
   if (t == 1) {
     fwd = {compute({m.ln2, m.up, m.act, m.down, m.dropout_residual})};
     bwd = {compute({m.dropout_residual, m.down, m.act, m.up, m.ln2})};
-  } else if (!seq) {
+    return;
+  }
+  if (!seq) {
     fwd = {compute({m.ln2, m.up, m.act, m.down}), collective(CollectiveKind::AllReduce, act),
            compute({m.dropout_residual})};
-    bwd = {compute({m.dropout_residual, m.down, m.act, m.up}), collective(CollectiveKind::AllReduce, act),
-           compute({m.ln2})};
+    bwd = column_backward({m.dropout_residual, m.down, m.act}, {m.up}, false, act, wgrad_overlap);
   } else {
     fwd = {compute({m.ln2}), collective(CollectiveKind::AllGather, act), compute(up),
            collective(CollectiveKind::ReduceScatter, act), compute({m.dropout_residual})};
-    bwd = {compute({m.dropout_residual}), collective(CollectiveKind::AllGather, act), compute(down),
-           collective(CollectiveKind::ReduceScatter, act), compute({m.ln2})};
+    bwd = {compute({m.dropout_residual}), collective(CollectiveKind::AllGather, act)};
+    for (TpPiece& piece : column_backward({m.down, m.act}, {m.up}, true, act, wgrad_overlap))
+      bwd.push_back(std::move(piece));
   }
+  bwd.back().kernels.push_back(m.ln2);
 }
 
 // A block's stash by recomputation mode: everything (none), what `selective` keeps under the
@@ -354,7 +422,8 @@ void set_core_extras(const CoreSplit& core, TpLayer& out) {
 }
 
 Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision, const ContextRank& c,
-                                  const ContextParallelOptions& o, const RecomputeModules& mods) {
+                                  const ContextParallelOptions& o, const RecomputeModules& mods,
+                                  bool wgrad_overlap) {
   const TensorSplit sp = local_split(l.split, c.cp);
   for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
                              std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
@@ -367,8 +436,8 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
   const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
   TpLayer out;
   std::vector<TpPiece> mf, mb;
-  mlp_pieces(m, t, seq, act, mf, mb);
-  attention_pieces(a, ba.core, t, seq, act, std::move(mf), std::move(mb), out);
+  mlp_pieces(m, t, seq, act, wgrad_overlap, mf, mb);
+  attention_pieces(a, ba.core, t, seq, act, wgrad_overlap, std::move(mf), std::move(mb), out);
   set_core_extras(ba.core, out);
   out.parameters = a.parameters + m.parameters;
   out.parameter_bytes = out.parameters * eb;
@@ -503,7 +572,7 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   TpLayer out;
   std::vector<TpPiece> mf, mb;
   moe_pieces(m, sp, t, e, o.moe.dispatcher, act, mf, mb);
-  attention_pieces(a, ba.core, t, seq, act, std::move(mf), std::move(mb), out);
+  attention_pieces(a, ba.core, t, seq, act, o.wgrad_overlap, std::move(mf), std::move(mb), out);
   set_core_extras(ba.core, out);
   out.expert_parameters = m.expert_parameters;
   out.expert_parameter_bytes = m.expert_parameters * eb;
@@ -574,7 +643,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::Input:
       return out;
     case TensorSplitKind::Transformer:
-      return transformer_layer(l, t, seq, precision, c, o.context, o.recompute_modules);
+      return transformer_layer(l, t, seq, precision, c, o.context, o.recompute_modules, o.wgrad_overlap);
     case TensorSplitKind::MoeBlock:
       return moe_layer(l, t, o, precision, e, c);
     case TensorSplitKind::VocabEmbedding: {
@@ -607,10 +676,10 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.forward.push_back(compute({gemm}));
       if (t > 1) out.forward.push_back(collective(CollectiveKind::AllReduce, 3 * 4 * s));
       out.forward.push_back(compute({loss}));
-      out.backward.push_back(compute({loss, gemm}));
       if (t > 1)
-        out.backward.push_back(
-            collective(seq ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, act));
+        out.backward = column_backward({loss}, {gemm}, seq, act, o.wgrad_overlap);
+      else
+        out.backward.push_back(compute({loss, gemm}));
       out.parameters = l.parameters * pad / T;
       out.parameter_bytes = l.parameter_bytes * pad / T;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes * pad / T / cp;

@@ -42,6 +42,15 @@ struct TensorParallelOptions {
   MoeOptions moe;                      // MoE blocks: the dispatcher, capacity factor and routing
   ContextParallelOptions context;      // stages with context_parallel > 1
   RecomputeModules recompute_modules;  // what selective recomputation re-runs (core/memory.h)
+  // Megatron-LM's asynchronous tensor-parallel communication in a column-parallel linear's backward
+  // (--async-tensor-model-parallel-allreduce from 2021-08-30, on by default from 2022 and unconditional
+  // in Megatron-Core: megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsync-
+  // Communication.backward): the input gradient's all-reduce (reduce-scatter with sequence
+  // parallelism) starts after the input-gradient GEMM and runs beside the weight-gradient GEMM, and
+  // with sequence parallelism the linear's input is re-gathered beside the input-gradient GEMM. Off:
+  // the collective follows both GEMMs (Megatron-LM before 2021-08-30). Blocks with GQA or multi-head
+  // attention (QKV, the dense MLP's first GEMM) and the vocabulary head.
+  bool wgrad_overlap = true;
 };
 
 // How a collective sits among a pass's compute pieces beyond the default (the next piece waits for

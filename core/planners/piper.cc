@@ -64,8 +64,8 @@ class PiperProgramme {
         D_(static_cast<int>(r.cluster.devices.size())),
         m_(std::max(1, mb.count)),
         mb_(mb),
-        tp_options_{
-            r.strategy.sequence_parallel, r.strategy.tp_overlap, {}, r.strategy.context, r.memory.modules},
+        tp_options_{r.strategy.sequence_parallel, r.strategy.tp_overlap, {},
+                    r.strategy.context,           r.memory.modules,      r.strategy.tp_wgrad_overlap},
         route_(r.cluster),
         gpipe_(r.strategy.schedule_given && r.strategy.schedule == "gpipe") {}
 

@@ -101,7 +101,7 @@ double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap,
     if (k == n) break;
     const CommGroup g = prog.groups[k];
     const bool context = g == CommGroup::Context;
-    const bool beside = context ? (prog.flags[k] & kBesideNext) != 0 : overlap;
+    const bool beside = (prog.flags[k] & kBesideNext) != 0 || (!context && overlap);
     const auto it = links.find(g);
     if ((prog.flags[k] & kNoFlows) || it == links.end() ||
         std::find(skip.begin(), skip.end(), g) != skip.end()) {
@@ -220,6 +220,7 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tpo.context = base_.strategy.context;
   tpo.context.algorithm = c.cp_algorithm;
   tpo.recompute_modules = base_.memory.modules;
+  tpo.wgrad_overlap = base_.strategy.tp_wgrad_overlap;
   const auto key =
       std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
                       c.ep, c.etp, static_cast<int>(c.dispatcher), cp,

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/models/zoo.h"
@@ -144,30 +145,35 @@ TEST_CASE("tensor parallelism: Megatron's collectives per layer and micro-batch"
   // re-run under full recomputation (which checkpoints the transformer layers only); with SP each
   // becomes an all-gather and a reduce-scatter. Each collective is one flow per device of the group;
   // the embedding adds 1 forward (and 1 backward with SP), the head 1 forward (the cross-entropy's
-  // statistics), 1 backward and, with SP, the all-gather of its input.
+  // statistics), 1 backward and, with SP, the all-gather of its input. With SP and the weight-gradient
+  // overlap (Megatron's LinearWithGradAccumulationAndAsyncCommunication), each column-parallel
+  // linear's backward re-gathers its input: QKV and the MLP's first GEMM per layer, and the head.
   const Config c{"small", 4, 1024, 16, 4, 1};
-  for (bool sp : {false, true})
-    for (Recompute r : {Recompute::None, Recompute::Full}) {
-      Experiment e;
-      e.workload = gpt(c);
-      e.cluster = line_cluster(c.t, 100e9, 1e-6);
-      for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
-      e.strategy.partitioner = "megatron";
-      e.strategy.stages = 1;
-      e.strategy.tensor_parallel = c.t;
-      e.strategy.sequence_parallel = sp;
-      const int m = 3;
-      e.strategy.micro_batches = m;
-      e.micro_batch_size = 1;
-      e.memory.recompute = r;
-      Result<PreparedRun> run = prepare(e);
-      REQUIRE_MESSAGE(run.ok(), run.error().message);
-      const int per_layer = (sp ? 2 : 1) * (4 + (r == Recompute::Full ? 2 : 0));
-      const int embedding = sp ? 2 : 1, head = sp ? 3 : 2;
-      INFO((sp ? "SP " : "") << to_string(r));
-      CHECK(count(run->graph, TransferKind::TensorParallel) ==
-            (c.layers * per_layer + embedding + head) * m * c.t);
-    }
+  for (bool overlap : {true, false})
+    for (bool sp : {false, true})
+      for (Recompute r : {Recompute::None, Recompute::Full}) {
+        Experiment e;
+        e.workload = gpt(c);
+        e.cluster = line_cluster(c.t, 100e9, 1e-6);
+        for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+        e.strategy.partitioner = "megatron";
+        e.strategy.stages = 1;
+        e.strategy.tensor_parallel = c.t;
+        e.strategy.sequence_parallel = sp;
+        const int m = 3;
+        e.strategy.micro_batches = m;
+        e.micro_batch_size = 1;
+        e.memory.recompute = r;
+        e.strategy.tp_wgrad_overlap = overlap;
+        Result<PreparedRun> run = prepare(e);
+        REQUIRE_MESSAGE(run.ok(), run.error().message);
+        const int regathers = sp && overlap ? 1 : 0;
+        const int per_layer = (sp ? 2 : 1) * (4 + (r == Recompute::Full ? 2 : 0)) + 2 * regathers;
+        const int embedding = sp ? 2 : 1, head = (sp ? 3 : 2) + regathers;
+        INFO((sp ? "SP " : "") << to_string(r) << (overlap ? " overlapped" : ""));
+        CHECK(count(run->graph, TransferKind::TensorParallel) ==
+              (c.layers * per_layer + embedding + head) * m * c.t);
+      }
 }
 
 TEST_CASE(
@@ -328,5 +334,73 @@ TEST_CASE("Megatron's padded vocabulary: GPT-2's 50,257 split by any t, every ra
     Result<TpLayer> e = tensor_parallel_layer(embedding, t, {}, w->precision);
     REQUIRE(e.ok());
     CHECK(e->parameters == approx(h * padded / t));
+  }
+}
+
+namespace {
+
+// A GPT of `layers` blocks at t = 4 on a line of 4 devices whose only cost is FLOPs at 312 TFLOP/s
+// (no memory-bandwidth limit, no kernel start-up) and whose links move `bandwidth` bytes/s without
+// latency; one micro-batch of one sample; the analytic evaluator's iteration time.
+double iteration(int layers, bool sp, bool overlap, double bandwidth) {
+  const Config c{"x", layers, 1024, 16, 4, 1};
+  Experiment e;
+  e.workload = gpt(c);
+  e.cluster = line_cluster(c.t, bandwidth, 0);
+  for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+  e.strategy.partitioner = "megatron";
+  e.strategy.stages = 1;
+  e.strategy.tensor_parallel = c.t;
+  e.strategy.sequence_parallel = sp;
+  e.strategy.tp_wgrad_overlap = overlap;
+  e.strategy.micro_batches = 1;
+  e.micro_batch_size = 1;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  Result<Timeline> t = evaluate(run->graph, e.cluster);
+  REQUIRE(t.ok());
+  return t->makespan();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "tensor parallelism: a column-parallel linear's input-gradient collective runs beside its "
+    "weight-gradient "
+    "GEMM, as Megatron-LM's backward issues them") {
+  // Megatron-LM (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsync-
+  // Communication.backward; commit cf7efd4f5a of 2021-08-30 without SP, 02bb1f5c86 of 2022-03-02
+  // with it): the input-gradient GEMM, then the all-reduce (reduce-scatter with SP) started
+  // asynchronously, then the weight-gradient GEMM, then the wait; with SP the saved 1/t of the input
+  // is re-gathered asynchronously before the input-gradient GEMM and waited for before the
+  // weight-gradient one. The column-parallel linears of a GPT at t = 4: each block's QKV (3h columns)
+  // and first MLP GEMM (4h), and the head (V = 51,200 columns). s = 2048, h = 1024, one sample.
+  const double s = kSeq, h = 1024, t = 4, V = 51200, peak = 312e12, eb = 2;
+  const int layers = 2;
+  const double wgrad = (layers * 2 * s * h * (3 * h + 4 * h) + 2 * s * h * V) / t / peak;
+  SUBCASE("without SP, on slow links the all-reduce hides exactly the weight gradient's GEMMs") {
+    // Links at 100 MB/s: each all-reduce takes milliseconds, far longer than any weight-gradient GEMM
+    // (at most 2 s h V / t / peak = 0.17 ms), so each linear saves its weight gradient's time.
+    const double off = iteration(layers, false, false, 100e6), on = iteration(layers, false, true, 100e6);
+    CHECK(close_rel(off - on, wgrad, 1e-9));
+  }
+  SUBCASE("without SP, on fast links the weight gradient hides exactly the all-reduce") {
+    // At 1 PB/s each all-reduce (a merged ring: 2 (t - 1) / t of s h eb per device on its own link
+    // direction) is far shorter than the weight-gradient GEMM beside it: 3 column-parallel linears per
+    // ... 2 blocks and the head, each saving its all-reduce.
+    const double bw = 1e15, allreduce = 2 * (t - 1) / t * s * h * eb / bw;
+    const double off = iteration(layers, false, false, bw), on = iteration(layers, false, true, bw);
+    CHECK(close_rel(off - on, (2 * layers + 1) * allreduce, 1e-6));
+  }
+  SUBCASE("with SP on slow links, the re-gathered input costs its all-gather") {
+    // With SP: [before] all-gather (beside) [input gradient] reduce-scatter (beside) [weight gradient]
+    // against [before, input gradient, weight gradient] reduce-scatter. On links this slow the
+    // all-gather ((t - 1) / t of s h eb per device) outlasts the input gradient; the reduce-scatter
+    // queues behind it on the same links (FIFO in the evaluator) and the weight gradient runs beside
+    // it: each linear takes all-gather - input gradient - weight gradient longer. The input and weight
+    // gradients have equal FLOPs (2 s h n / t each).
+    const double bw = 100e6, gather = (t - 1) / t * s * h * eb / bw;
+    const double off = iteration(layers, true, false, bw), on = iteration(layers, true, true, bw);
+    CHECK(close_rel(on - off, (2 * layers + 1) * gather - 2 * wgrad, 1e-9));
   }
 }

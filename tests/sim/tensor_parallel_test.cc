@@ -34,7 +34,10 @@ DeviceSpec flop_device() {
   return d;
 }
 
-Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_parallel = false) {
+// The hand cases below are Megatron-LM before 2021-08-30, each collective after both GEMMs of its
+// linear's backward (tp_wgrad_overlap: false); the last case runs them beside the weight gradients.
+Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_parallel = false,
+                         bool wgrad_overlap = false) {
   Experiment e;
   e.name = "tp";
   e.workload = two_blocks();
@@ -46,6 +49,7 @@ Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_paralle
   e.strategy.stages = 1;
   e.strategy.tensor_parallel = 2;
   e.strategy.sequence_parallel = sequence_parallel;
+  e.strategy.tp_wgrad_overlap = wgrad_overlap;
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
   Result<sim::Replay> r = process::replay_isolated(e.cluster, run->graph);
@@ -53,8 +57,9 @@ Metrics replayed_metrics(Cluster c, int micro_batches = 1, bool sequence_paralle
   return compute_metrics(e.cluster, run->graph, r->timeline);
 }
 
-double replayed(Cluster c, int micro_batches = 1, bool sequence_parallel = false) {
-  return replayed_metrics(std::move(c), micro_batches, sequence_parallel).iteration_time_s;
+double replayed(Cluster c, int micro_batches = 1, bool sequence_parallel = false,
+                bool wgrad_overlap = false) {
+  return replayed_metrics(std::move(c), micro_batches, sequence_parallel, wgrad_overlap).iteration_time_s;
 }
 
 Cluster two_devices_one_link(double bandwidth, double latency) {
@@ -124,4 +129,25 @@ TEST_CASE("tensor parallelism: the time breakdown of the hand case: compute, exp
     CHECK(d.breakdown.bubble_s < 1e-9 * m.iteration_time_s);
     CHECK(close_rel(d.breakdown.total(), m.iteration_time_s, 1e-9));
   }
+}
+
+TEST_CASE(
+    "tensor parallelism: each backward collective beside its column-parallel linear's weight gradient, by "
+    "hand") {
+  // Megatron-LM's backward of QKV and of the MLP's first GEMM (tp_wgrad_overlap): the input gradient,
+  // then the all-reduce beside the weight gradient (6 s h^2 / t and 8 s h^2 / t FLOPs per sample);
+  // the block goes on once both are done. At B = 50 GB/s an all-reduce (S / B = 41.9 us) outlasts
+  // QKV's weight gradient (32.2 us) and is outlasted by the MLP's (42.9 us): each block saves
+  // QKV's weight gradient and one all-reduce.
+  const double B = 50e9, S = allreduce_bytes();
+  const double qkv_wgrad = 6 * kS * kH * kH / 2 * kB / kPeak, up_wgrad = 8 * kS * kH * kH / 2 * kB / kPeak;
+  REQUIRE(qkv_wgrad < S / B);
+  REQUIRE(up_wgrad > S / B);
+  const double off = replayed(two_devices_one_link(B, 0));
+  CHECK(close_rel(off - replayed(two_devices_one_link(B, 0), 1, false, true), 2 * (qkv_wgrad + S / B), 1e-6));
+  // With SP the input is re-gathered (S / 2 on the link) beside the input gradient, which outlasts it,
+  // and the reduce-scatter (S / 2) runs beside the weight gradient, which outlasts it too: each of the
+  // four linears' reduce-scatters is hidden.
+  const double sp_off = replayed(two_devices_one_link(B, 0), 1, true);
+  CHECK(close_rel(sp_off - replayed(two_devices_one_link(B, 0), 1, true, true), 4 * S / 2 / B, 1e-6));
 }

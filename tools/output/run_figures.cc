@@ -199,6 +199,12 @@ std::string assumptions_note(const Experiment& e) {
                                              format_bytes(reserve),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
+  if (e.strategy.tensor_parallel > 1)
+    parts.push_back(
+        e.strategy.tp_wgrad_overlap
+            ? "TP input gradients' collectives beside the weight-gradient GEMMs (Megatron's "
+              "asynchronous TP communication; tp_wgrad_overlap)"
+            : "TP input gradients' collectives after the weight-gradient GEMMs (tp_wgrad_overlap: false)");
   if (e.memory.recompute == Recompute::Selective && b.blocks > 0)
     parts.push_back(fmt::format("selective recomputation of {} (Megatron-Core's recompute_modules)",
                                 to_string(e.memory.modules)));
@@ -274,6 +280,8 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"recompute_modules", e.memory.recompute == Recompute::Selective
                                     ? nlohmann::json(to_string(e.memory.modules))
                                     : nlohmann::json()},
+          {"tp_wgrad_overlap",
+           e.strategy.tensor_parallel > 1 ? nlohmann::json(e.strategy.tp_wgrad_overlap) : nlohmann::json()},
           {"faults", e.faults}};
 }
 
