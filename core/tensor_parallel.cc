@@ -465,9 +465,11 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
 //   all-gather, [up, act, down], reduce-scatter over t) [residual];
 // with the all-gather dispatcher the tokens are all-gathered over the ep x etp group after the router
 // and the un-permuted outputs reduce-scattered back; DeepEP's as the all-to-all one, its two
-// all-to-alls de-duplicated (TpPiece::deduplicates). Backward: the mirror.
+// all-to-alls de-duplicated (TpPiece::deduplicates). Backward: the mirror, the shared experts' first
+// GEMM a column-parallel linear (column_backward: with `wgrad_overlap`, its input re-gathered beside
+// its input gradient and the reduce-scatter beside its weight gradient).
 void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const ExpertSizes& e, MoeDispatcher d,
-                double act, std::vector<TpPiece>& fwd, std::vector<TpPiece>& bwd) {
+                double act, bool wgrad_overlap, std::vector<TpPiece>& fwd, std::vector<TpPiece>& bwd) {
   const std::vector<Kernel> experts_b(m.expert.rbegin(), m.expert.rend());
   if (d == MoeDispatcher::AllGather) {
     const int n = e.ep * e.etp;
@@ -526,9 +528,13 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
     fwd.push_back(compute({s.up, s.act, s.down}));
     tp(fwd, CollectiveKind::ReduceScatter);
     std::vector<TpPiece> b{compute({})};
-    tp(b, CollectiveKind::AllGather);
-    b.push_back(compute({s.down, s.act, s.up}));
-    tp(b, CollectiveKind::ReduceScatter);
+    if (t > 1) {
+      tp(b, CollectiveKind::AllGather);
+      for (TpPiece& piece : column_backward({s.down, s.act}, {s.up}, true, act, wgrad_overlap))
+        b.push_back(std::move(piece));
+    } else {
+      b.push_back(compute({s.down, s.act, s.up}));
+    }
     b.insert(b.end(), std::make_move_iterator(bwd.begin()), std::make_move_iterator(bwd.end()));
     bwd = std::move(b);
   }
@@ -571,7 +577,7 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;
-  moe_pieces(m, sp, t, e, o.moe.dispatcher, act, mf, mb);
+  moe_pieces(m, sp, t, e, o.moe.dispatcher, act, o.wgrad_overlap, mf, mb);
   attention_pieces(a, ba.core, t, seq, act, o.wgrad_overlap, std::move(mf), std::move(mb), out);
   set_core_extras(ba.core, out);
   out.expert_parameters = m.expert_parameters;

@@ -324,3 +324,43 @@ TEST_CASE("recompute modules: what each discards from DeepSeek-V3's blocks and r
   CHECK(refused.error().message.find(
             "recompute_modules mlp at tensor_parallel 8 re-runs the MLP's all-gather") != std::string::npos);
 }
+
+TEST_CASE("DeepSeek-V2-Lite's shared experts at t = 2: the column-parallel backward in Megatron-LM's order") {
+  // The shared experts' first GEMM is a column-parallel linear (Megatron-Core's SharedExpertMLP): with
+  // the weight-gradient overlap its saved 1/t input is re-gathered beside its input-gradient GEMM and
+  // the reduce-scatter runs beside its weight-gradient GEMM, the block going on after a boundary. MLA's
+  // projections keep their collective after both GEMMs (their down projections are not split), so the
+  // block gains exactly one all-gather, two collectives beside a GEMM and one boundary; the backward's
+  // FLOPs are the same either way (the GEMMs are split, not changed).
+  const Workload lite = model("deepseek-v2-lite");
+  const Layer* block = nullptr;
+  for (size_t i = 0; i < lite.layer_count() && !block; ++i)
+    if (lite.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &lite.layer(i);
+  REQUIRE(block != nullptr);
+  struct Count {
+    int gathers = 0, beside = 0, boundaries = 0;
+    double flops = 0;
+  };
+  auto count = [&](bool overlap) {
+    TensorParallelOptions o;
+    o.sequence_parallel = true;
+    o.wgrad_overlap = overlap;
+    Result<TpLayer> l = tensor_parallel_layer(*block, 2, o, lite.precision);
+    REQUIRE_MESSAGE(l.ok(), l.error().message);
+    Count c;
+    for (const TpPiece& p : l->backward) {
+      for (const Kernel& k : p.kernels) c.flops += k.backward_input_flops + k.backward_weight_flops;
+      if (!p.collective || p.group != CommGroup::Tensor) continue;
+      c.gathers += p.kind == CollectiveKind::AllGather && !(p.flags & kNoFlows);
+      c.beside += (p.flags & kBesideNext) != 0;
+      c.boundaries += (p.flags & kNoFlows) != 0;
+    }
+    return c;
+  };
+  const Count off = count(false), on = count(true);
+  CHECK(on.gathers == off.gathers + 1);
+  CHECK(off.beside == 0);
+  CHECK(on.beside == 2);
+  CHECK(on.boundaries == off.boundaries + 1);
+  CHECK(close_rel(on.flops, off.flops, 1e-12));
+}
