@@ -801,23 +801,10 @@ nlohmann::json device_groups_json(const Experiment& e, const PreparedRun& run, c
 
 }  // namespace
 
-nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
-                           const Metrics& m) {
-  nlohmann::json j;
-  j["schema_version"] = kJsonSchemaVersion;
-  j["pipegrid_version"] = PIPEGRID_VERSION;
-  j["command"] = command;
-  j["experiment"] = e.name;
-  j["hardware"] = hardware_json(e.cluster);
-  j["planner"] = run.planner;
-  j["partitioner"] = run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
-  j["schedule"] = run.schedule_name;
-  j["micro_batch_size"] = json_number(run.micro_batch_size);
-  j["micro_batches"] = run.micro_batches;
-  j["batch"] = batch_json(run);
-  j["samples_per_iteration"] = json_number(m.samples_per_iteration);
-  j["depth"] = run.partition.depth();
-  j["cost_model_checks"] = cost_model_checks_json(cost_model_checks(e, run.partition));
+namespace {
+
+// Each stage: its layers, devices, replicas, t (and cp), successors and, where placed, backends.
+nlohmann::json stages_json(const Experiment& e, const PreparedRun& run) {
   nlohmann::json stages = nlohmann::json::array();
   for (size_t s = 0; s < run.partition.stage_count(); ++s) {
     const Stage& st = run.partition.stage(s);
@@ -840,9 +827,12 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
     // Backend placement (core/backends.h): each layer's backend, beside `layers`.
     if (placed) stages.back()["backends"] = backends;
   }
-  j["stages"] = stages;
-  const Parallelism par = parallelism(run.partition);
-  j["parallelism"] = {{"tensor", par.tensor},
+  return stages;
+}
+
+// t, p, v, d and the strategy's TP and DP options; the context- and expert-parallel groups where used.
+nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, const Parallelism& par) {
+  nlohmann::json j = {{"tensor", par.tensor},
                       {"pipeline", par.pipeline},
                       {"chunks", par.chunks},
                       {"data", par.data},
@@ -855,27 +845,71 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
     if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
                                  e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)))
-      j["parallelism"]["dp_buckets"] =
-          dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
-                     run.partition.stage(0).replicas());
-  const Parallelism moe_par = parallelism(run.partition);
-  const bool moe = moe_par.expert > 1;
-  j["breakdown"] = breakdown_json(m.breakdown, moe, moe_par.context > 1);
-  if (moe_par.context > 1)
-    j["parallelism"]["context"] = {{"context_parallel", moe_par.context},
-                                   {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
-                                   {"load_balance", e.strategy.context.load_balance}};
-  if (moe)
-    j["parallelism"]["experts"] = {
-        {"expert_parallel", moe_par.expert},
-        {"expert_tensor_parallel", moe_par.expert_tensor},
+      j["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
+                                   run.partition.stage(0).replicas());
+  if (par.context > 1)
+    j["context"] = {{"context_parallel", par.context},
+                    {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
+                    {"load_balance", e.strategy.context.load_balance}};
+  if (par.expert > 1)
+    j["experts"] = {
+        {"expert_parallel", par.expert},
+        {"expert_tensor_parallel", par.expert_tensor},
         {"dispatcher", std::string(to_string(e.strategy.moe.dispatcher))},
         {"capacity_factor", e.strategy.moe.capacity_factor},
         {"overlap", e.strategy.moe_overlap},
         {"all_to_all_flows", run.graph.node_aggregated_all_to_all ? "node-aggregated" : "pairwise"},
-        {"load_imbalance",
-         load_imbalance(
-             expert_loads(e.strategy.moe, static_cast<int>(routed_experts(e.workload)), moe_par.expert))}};
+        {"load_imbalance", load_imbalance(expert_loads(
+                               e.strategy.moe, static_cast<int>(routed_experts(e.workload)), par.expert))}};
+  return j;
+}
+
+// Every device's figures (the JSON keeps them all; `run` decides whether to print them).
+nlohmann::json devices_json(const Experiment& e, const Metrics& m, const Parallelism& par) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (size_t i = 0; i < m.devices.size(); ++i) {
+    const DeviceMetrics& d = m.devices[i];
+    devices.push_back(
+        {{"name", d.name},
+         {"model", i < e.cluster.devices.size() ? e.cluster.devices[i].spec.kind : ""},
+         {"used", d.used},
+         {"busy_s", d.busy_s},
+         {"idle_s", d.idle_s},
+         {"bubble_ratio", d.bubble_ratio},
+         {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
+         {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
+         {"static_memory_bytes", json_number(d.static_bytes)},
+         {"capacity_bytes", json_number(d.capacity_bytes)},
+         {"memory_reserve_bytes",
+          json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
+         {"breakdown", breakdown_json(d.breakdown, par.expert > 1, par.context > 1)}});
+  }
+  return devices;
+}
+
+}  // namespace
+
+nlohmann::json common_json(std::string_view command, const Experiment& e, const PreparedRun& run,
+                           const Metrics& m) {
+  nlohmann::json j;
+  j["schema_version"] = kJsonSchemaVersion;
+  j["pipegrid_version"] = PIPEGRID_VERSION;
+  j["command"] = command;
+  j["experiment"] = e.name;
+  j["hardware"] = hardware_json(e.cluster);
+  j["planner"] = run.planner;
+  j["partitioner"] = run.partitioner.empty() ? e.strategy.partitioner : run.partitioner;
+  j["schedule"] = run.schedule_name;
+  j["micro_batch_size"] = json_number(run.micro_batch_size);
+  j["micro_batches"] = run.micro_batches;
+  j["batch"] = batch_json(run);
+  j["samples_per_iteration"] = json_number(m.samples_per_iteration);
+  j["depth"] = run.partition.depth();
+  j["cost_model_checks"] = cost_model_checks_json(cost_model_checks(e, run.partition));
+  j["stages"] = stages_json(e, run);
+  const Parallelism par = parallelism(run.partition);  // once: it walks every stage
+  j["parallelism"] = parallelism_json(e, run, par);
+  j["breakdown"] = breakdown_json(m.breakdown, par.expert > 1, par.context > 1);
   j["iteration_time_s"] = m.iteration_time_s;
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;
@@ -896,26 +930,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["exploration"] = run.exploration;
   j["added_dependencies"] = plan.added_dependencies;
   j["planning_seconds"] = run.planning_seconds;
-  nlohmann::json devices = nlohmann::json::array();
-  for (size_t i = 0; i < m.devices.size(); ++i) {
-    const DeviceMetrics& d = m.devices[i];
-    devices.push_back(
-        {{"name", d.name},
-         {"model", i < e.cluster.devices.size() ? e.cluster.devices[i].spec.kind : ""},
-         {"used", d.used},
-         {"busy_s", d.busy_s},
-         {"idle_s", d.idle_s},
-         {"bubble_ratio", d.bubble_ratio},
-         {"peak_memory_bytes", json_number(d.peak_memory_bytes)},
-         {"peak_activation_bytes", json_number(d.peak_activation_bytes)},
-         {"static_memory_bytes", json_number(d.static_bytes)},
-         {"capacity_bytes", json_number(d.capacity_bytes)},
-         {"memory_reserve_bytes",
-          json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
-         {"breakdown", breakdown_json(d.breakdown, parallelism(run.partition).expert > 1,
-                                      parallelism(run.partition).context > 1)}});
-  }
-  j["devices"] = devices;
+  j["devices"] = devices_json(e, m, par);
   j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
   j["assumptions"] = assumptions_json(e);
