@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
 import pgx  # noqa: E402
 
 # The DGX presets' figures (topologies/clusters/dgx-h100-8.yaml, dgx-b200-8.yaml).
-SYSTEMS = {"DGX-H100": ("h100", "450GBps"), "DGX-B200": ("b200", "900GBps")}
+SYSTEMS = {"DGX-H100": ("h100", "450GBps"), "DGX-B200": ("b200", "900GBps"), "DGX-GB200": ("gb200", "900GBps")}
 PF_PEAK = 989.5e12  # the Parallel Folding paper's "peak half-precision throughput of 989.5 TFLOP/s"
 # What the fit may move: the MoE experts' grouped GEMMs, per device and precision (fp8: the fp8
 # trainings' expert GEMMs). The dense bf16 figures are fitted on the dense validation and stay; the
@@ -89,6 +89,16 @@ def validate(rows):
     return problems
 
 
+def nvlink_domain(r):
+    """GPUs per NVLink domain: a DGX node's 8, or on DGX-GB200 the Slurm segment Megatron-Bridge's
+    launcher asks for (scripts/performance/utils/executors.py at 067f987: trays of 4 GPUs, every tray in
+    one segment up to 18 trays, else the largest divisor of the tray count up to 18; rows.yaml)."""
+    if r["system"] != "DGX-GB200":
+        return 8
+    trays = r["gpus"] // 4
+    return 4 * (trays if trays <= 18 else max(s for s in range(1, 19) if trays % s == 0))
+
+
 def replicas(r):
     return r["gpus"] // (r["tp"] * r["pp"])
 
@@ -110,7 +120,8 @@ def assumed(r):
         return {"etp": r["etp"] or r["tp"], "overlap": False, "gradient_reduce": "fp32",
                 "capacity_factor": r.get("capacity_factor"), "dispatcher": "alltoall"}
     # Megatron-Bridge: ETP 1; EP overlap where the configuration's recipe sets it; bf16 gradients.
-    overlap = (r["model"], r["gpu"], r["ep"]) in {("qwen3-235b-a22b", "h100", 32), ("deepseek-v3", "b200", 32)}
+    overlap = (r["model"], r["gpu"], r["ep"]) in {("qwen3-235b-a22b", "h100", 32), ("deepseek-v3", "b200", 32)} or (
+        r["model"], r["gpu"]) == ("gpt-oss-120b", "gb200")
     flex = RECIPE_DISPATCHERS and (r["model"], r["gpu"]) in FLEX_DISPATCHER
     return {"etp": r["etp"] or 1, "overlap": overlap, "gradient_reduce": "bf16", "capacity_factor": None,
             "dispatcher": "deepep" if flex else "alltoall"}
@@ -118,14 +129,18 @@ def assumed(r):
 
 def recompute_modules(r):
     """The recipes' module recomputation (rows.yaml; Megatron-Bridge perf_recipes at 067f987):
-    GPT-OSS [layernorm, moe_act] (gpt_oss/h100 and b200), DeepSeek-V3 on B200 [mla_up_proj], with
-    mlp at EP 32 (the MXFP8 PP8 VP2 EP32 recipe); none for Qwen3 and the paper's rows."""
+    GPT-OSS [layernorm, moe_act] (gpt_oss/h100, b200, gb200 in BF16; none in GB200's MXFP8), DeepSeek-V3 on
+    B200 [mla_up_proj], with mlp at EP 32 (the MXFP8 PP8 VP2 EP32 recipe), on GB200 [mla_up_proj]; none for
+    Qwen3 and the paper's rows."""
     if r["source"] != "megatron-bridge":
         return None
     if r["model"] == "gpt-oss-120b":
-        return ["layernorm", "moe_act"]
+        # GB200's MXFP8 recipe clears them under its full-iteration CUDA graph (gpt_oss/gb200).
+        return None if (r["gpu"], r["precision"]) == ("gb200", "mxfp8") else ["layernorm", "moe_act"]
     if r["model"] == "deepseek-v3" and r["gpu"] == "b200":
         return ["mla_up_proj", "mlp"] if r["ep"] == 32 else ["mla_up_proj"]
+    if r["model"] == "deepseek-v3" and r["gpu"] == "gb200":
+        return ["mla_up_proj"]  # deepseek/gb200's BF16 and MXFP8 recipes
     return None
 
 
@@ -173,10 +188,11 @@ def experiment(r, efficiencies=None):
         memory.update(recompute="selective", recompute_modules=modules)
     return {"name": r["id"],
             "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]},
-            "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": device(r, efficiencies),
+            "cluster": {"kind": "dgx", "nodes": r["gpus"] // nvlink_domain(r), "gpus_per_node": nvlink_domain(r),
+                        "gpu": device(r, efficiencies),
                         "nvlink": {"bandwidth": nvlink, "latency": "0.5us"},
                         "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
-                        "fabric": "rail" if r["gpus"] > 8 else "switch"},
+                        "fabric": "rail" if r["gpus"] > nvlink_domain(r) else "switch"},
             "strategy": strategy,
             "memory": memory}
 

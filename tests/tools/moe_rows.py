@@ -7,7 +7,8 @@
 2. The metrics by hand: tokens/s/GPU of a 1-second iteration is GBS x seq / GPUs; Megatron-LM's FLOP
    count for Mixtral 8x22B at one sequence equals 12 L h^2 s [(1 + 8/48 + 4096/6144) + 8 + 32000 /
    (2 L h)], written out.
-3. The 8-GPU rows replay (one DGX-B200 node: a few seconds) to a positive time.
+3. The GB200 rows' NVLink domains follow Megatron-Bridge's launcher rule, worked by hand.
+4. The 8-GPU rows replay (one DGX-B200 node or GB200 domain: a few seconds) to a positive time.
 """
 import os
 import sys
@@ -37,6 +38,16 @@ L, h, s = 56, 6144, 4096
 by_hand = 12 * L * h * h * s * ((1 + 8 / 48 + 4096 / 6144) + 16384 / 6144 * 2 * 1.5 + 32000 / (2 * L * h))
 if abs(run.megatron_flops("mixtral-8x22b", 1, s) / by_hand - 1) > 1e-12:
     sys.exit(f"Megatron FLOPs {run.megatron_flops('mixtral-8x22b', 1, s)} != {by_hand}")
+
+# The GB200 rows' NVLink domains by hand from the launcher's rule (trays of 4; one Slurm segment up to
+# 18 trays, else the largest divisor <= 18 of the tray count): 8 GPUs = 2 trays, one domain; 64 = 16
+# trays, one domain; 128 = 32 trays -> 16 (32 = 2 x 16) -> 64; 256 = 64 trays -> 16 -> 64; 144 = 36 -> 18 -> 72.
+for gpus, want in ((8, 8), (64, 64), (128, 64), (256, 64), (144, 72)):
+    got = run.nvlink_domain({"system": "DGX-GB200", "gpus": gpus})
+    if got != want:
+        sys.exit(f"NVLink domain of {gpus} GB200 GPUs: {got}, by hand {want}")
+if run.nvlink_domain({"system": "DGX-B200", "gpus": 256}) != 8:
+    sys.exit("a DGX-B200 node is not 8 GPUs")
 
 small = [x for x in rows if x["gpus"] <= 8]
 if not small:
