@@ -114,14 +114,34 @@ FLEX_DISPATCHER = {("qwen3-30b-a3b", "h100"), ("deepseek-v3", "b200")}
 RECIPE_DISPATCHERS = False
 
 
+# The configurations whose Megatron-Bridge recipe (src/megatron/bridge/perf_recipes at 067f987, every
+# helper it calls followed) sets comm_overlap.overlap_moe_expert_parallel_comm = True:
+# (model, system, precision, TP, PP, VP, EP, MBS, GBS). A row gets EP overlap only where its printed
+# configuration is one of them (rows.yaml); a configuration no recipe at that commit describes gets none.
+RECIPE_EP_OVERLAP = {
+    ("qwen3-235b-a22b", "DGX-H100", "fp8", 2, 8, 4, 32, 1, 8192),  # qwen/h100 256gpu_h100_fp8cs
+    ("qwen3-30b-a3b", "DGX-B200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/b200 8gpu_b200_fp8mx
+    ("qwen3-235b-a22b", "DGX-B200", "mxfp8", 1, 8, 3, 8, 1, 8192),  # qwen/b200 256gpu_b200_fp8mx
+    ("deepseek-v3", "DGX-B200", "mxfp8", 1, 8, 2, 32, 1, 4096),  # deepseek/b200 256gpu_b200_fp8mx
+    ("gpt-oss-120b", "DGX-GB200", "amp-bf16", 1, 1, None, 64, 4, 1280),  # gpt_oss/gb200 64gpu_gb200_bf16
+    ("gpt-oss-120b", "DGX-GB200", "mxfp8", 1, 1, None, 64, 4, 1280),  # gpt_oss/gb200 ..._fp8mx (helper)
+    ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 ..._fp8mx (helper)
+    ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx (helper)
+    ("qwen3-235b-a22b", "DGX-GB200", "mxfp8", 1, 8, 3, 32, 1, 8192),  # qwen/gb200 256gpu_gb200_fp8mx (helper)
+}
+
+
+def recipe_key(r):
+    return (r["model"], r["system"], r["precision"], r["tp"], r["pp"], r["vp"], r["ep"], r["mbs"], r["gbs"])
+
+
 def assumed(r):
     """rows.yaml's per-source assumptions for what the row does not print."""
     if r["source"] == "parallel-folding":
         return {"etp": r["etp"] or r["tp"], "overlap": False, "gradient_reduce": "fp32",
                 "capacity_factor": r.get("capacity_factor"), "dispatcher": "alltoall"}
     # Megatron-Bridge: ETP 1; EP overlap where the configuration's recipe sets it; bf16 gradients.
-    overlap = (r["model"], r["gpu"], r["ep"]) in {("qwen3-235b-a22b", "h100", 32), ("deepseek-v3", "b200", 32)} or (
-        r["model"], r["gpu"]) == ("gpt-oss-120b", "gb200")
+    overlap = recipe_key(r) in RECIPE_EP_OVERLAP
     flex = RECIPE_DISPATCHERS and (r["model"], r["gpu"]) in FLEX_DISPATCHER
     return {"etp": r["etp"] or 1, "overlap": overlap, "gradient_reduce": "bf16", "capacity_factor": None,
             "dispatcher": "deepep" if flex else "alltoall"}

@@ -7,7 +7,7 @@
 2. The metrics by hand: tokens/s/GPU of a 1-second iteration is GBS x seq / GPUs; Megatron-LM's FLOP
    count for Mixtral 8x22B at one sequence equals 12 L h^2 s [(1 + 8/48 + 4096/6144) + 8 + 32000 /
    (2 L h)], written out.
-3. The GB200 rows' NVLink domains follow Megatron-Bridge's launcher rule, worked by hand.
+3. EP overlap on exactly the rows whose recipe sets it (listed by hand); the GB200 rows' NVLink domains follow Megatron-Bridge's launcher rule, worked by hand.
 4. The 8-GPU rows replay (one DGX-B200 node or GB200 domain: a few seconds) to a positive time.
 """
 import os
@@ -48,6 +48,16 @@ for gpus, want in ((8, 8), (64, 64), (128, 64), (256, 64), (144, 72)):
         sys.exit(f"NVLink domain of {gpus} GB200 GPUs: {got}, by hand {want}")
 if run.nvlink_domain({"system": "DGX-B200", "gpus": 256}) != 8:
     sys.exit("a DGX-B200 node is not 8 GPUs")
+
+# EP overlap exactly where a recipe of the row's configuration sets it (rows.yaml; read by hand at
+# Megatron-Bridge 067f987, helpers followed): the rows whose printed configuration one of them describes.
+want = {"mb-qwen3-235b-a22b-h100-fp8-256gpu-gbs8192", "mb-qwen3-30b-a3b-b200-mxfp8-8gpu-mbs4",
+        "mb-deepseek-v3-b200-mxfp8-256gpu-pp8-vp2-ep32", "mb-gpt-oss-120b-gb200-bf16-64gpu-mbs4",
+        "mb-gpt-oss-120b-gb200-mxfp8-64gpu", "mb-deepseek-v3-gb200-mxfp8-256gpu-pp4",
+        "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu", "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3"}
+got = {x["id"] for x in rows if run.assumed(x)["overlap"]}
+if got != want:
+    sys.exit(f"EP overlap on {sorted(got ^ want)} differs from the recipes")
 
 small = [x for x in rows if x["gpus"] <= 8]
 if not small:
