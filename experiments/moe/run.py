@@ -109,7 +109,8 @@ def micro_batch(r):
 
 # The recipes' flex dispatchers (rows.yaml: HybridEP for Qwen3-30B on H100, DeepEP for DeepSeek-V3 on
 # B200), replayed as pipegrid's `deepep` under --recipe-dispatchers (a what-if: the rows' fixed
-# assumption is alltoall).
+# assumption is alltoall). Not applied to the GB200 rows: their EP groups sit inside one NVLink domain
+# of 8 or 64 GPUs, where HybridEP sends what the all-to-all sends, less per-device duplicates.
 FLEX_DISPATCHER = {("qwen3-30b-a3b", "h100"), ("deepseek-v3", "b200")}
 RECIPE_DISPATCHERS = False
 
