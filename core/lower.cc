@@ -561,7 +561,15 @@ void Lowering::reserve() {
 }
 
 // Compute tasks in device order, with their memory effects. An overlapped pair (Schedule::paired)
-// interleaves its forward's and backward's tasks, and its backward's inputs gate the forward too.
+// interleaves its forward's and backward's tasks, and its backward's inputs gate the forward too. Passes
+// in pieces separated by collectives interleave the backward's first (B1 F1 B2 F2 ...): Megatron-Core's
+// order for the layers of a pair (megatron/core/models/common/model_chunk_schedule_plan.py,
+// TransformerLayerSchedulePlan.run, at d98e8a64dd): the backward's combine sent before the forward's
+// attention runs, the forward's dispatch beside the backward's MLP, the backward's dispatch beside the
+// forward's MLP, the forward's combine beside the backward's attention; over a stage of several layers
+// the pieces fall in exactly that order. Passes of one task each (no collective inside, DualPipe's
+// chunks on a plain chain) run the forward first, so that the pair's output to the next stage is
+// ready first, as it is, to within the last layer's backward, in the per-layer interleave.
 void Lowering::add_compute_tasks() {
   std::vector<int32_t> f, b;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d) {
@@ -576,9 +584,11 @@ void Lowering::add_compute_tasks() {
       b.clear();
       const int32_t f_first = add_pass(d, action, f);
       add_pass(d, action + 1, b);
+      const bool backward_first = f.size() > 1 || b.size() > 1;
       for (size_t x = 0; x < std::max(f.size(), b.size()); ++x) {
+        if (backward_first && x < b.size()) order.push_back(b[x]);
         if (x < f.size()) order.push_back(f[x]);
-        if (x < b.size()) order.push_back(b[x]);
+        if (!backward_first && x < b.size()) order.push_back(b[x]);
       }
       const Action& back = acts[action + 1];
       if (pair_head_.empty()) pair_head_.assign(slot_.size(), -1);

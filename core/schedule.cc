@@ -172,7 +172,38 @@ void keep_round_robin_turns(Schedule& s, const Partition& p) {
   }
 }
 
+namespace {
+
+// A device running one stage without a pipeline: F0 B0 F1 B1 ... (each forward directly followed by
+// its own backward, no W), at least two micro-batches.
+bool no_pipelining_order(const std::vector<Action>& a) {
+  if (a.size() < 4 || a.size() % 2 != 0) return false;
+  for (size_t i = 0; i < a.size(); i += 2)
+    if (a[i].pass != Pass::Forward || a[i + 1].pass != Pass::Backward ||
+        a[i].micro_batch != a[i + 1].micro_batch || a[i].stage != a[0].stage || a[i + 1].stage != a[0].stage)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+void combine_no_pipelining(Schedule& s) {
+  for (auto& a : s.device_actions) {
+    if (!no_pipelining_order(a)) continue;
+    std::vector<Action> out;
+    out.reserve(a.size());
+    out.push_back(a[0]);
+    for (size_t k = 2; k < a.size(); k += 2) {
+      out.push_back(a[k]);      // forward of micro-batch k / 2
+      out.push_back(a[k - 1]);  // backward of the one before
+    }
+    out.push_back(a.back());
+    a = std::move(out);
+  }
+}
+
 void pair_forward_backward(Schedule& s) {
+  if (s.source.empty()) combine_no_pipelining(s);
   s.paired.resize(s.device_actions.size());
   for (size_t d = 0; d < s.device_actions.size(); ++d) {
     const auto& a = s.device_actions[d];

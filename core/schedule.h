@@ -67,8 +67,18 @@ void keep_round_robin_turns(Schedule& s, const Partition& p);
 
 // Megatron-Core's --overlap-moe-expert-parallel-comm: on each device, every forward directly
 // followed by a backward of another micro-batch forms an overlapped pair with it (Schedule::paired);
-// the pairs of a schedule that has them already are kept.
+// the pairs of a schedule that has them already are kept. A device without a pipeline (F0 B0 F1 B1
+// ...) first takes Megatron-Core's combined order for it (combine_no_pipelining), unless the schedule
+// was read from a file.
 void pair_forward_backward(Schedule& s);
+
+// Megatron-Core's schedule without pipelining under --overlap-moe-expert-parallel-comm
+// (megatron/core/pipeline_parallel/combined_1f1b.py, combined_1f1b_schedule_for_no_pipelining, at
+// d98e8a64dd): the first micro-batch's forward alone, then micro-batch k's forward with micro-batch
+// k - 1's backward, then the last backward alone. On every device whose actions are F0 B0 F1 B1 ...
+// (one stage, at least two micro-batches, no split backward) the order becomes F0 F1 B0 F2 B1 ...
+// F(m-1) B(m-2) B(m-1); other devices are left as they are.
+void combine_no_pipelining(Schedule& s);
 
 // One line per device that has actions: "<name>: 0F0 0F1 ... 0B7".
 std::string to_text(const Schedule& s, const std::vector<std::string>& device_names);

@@ -153,6 +153,52 @@ TEST_CASE("MoE, 3:1 routing skew: the busier expert's device sets the pace, by h
   CHECK(close_rel(estimated(line_cluster(2, B, a), {0.75, 0.25}), expected, 1e-6));
 }
 
+TEST_CASE(
+    "MoE, all-to-all overlap without a pipeline: Megatron-Core's combined order, the pairs' all-to-alls "
+    "hidden") {
+  // Three micro-batches on one stage of two replicas (ep 2, one link). Megatron-Core's schedule without
+  // pipelining under --overlap-moe-expert-parallel-comm (combined_1f1b.py's docstring): micro-batch 0's
+  // forward alone, then each forward with the previous micro-batch's backward, the last backward alone.
+  const double B = 50e9, a = 5e-6;
+  const int m = 3;
+  auto run = [&](bool overlap) {
+    Cluster c = line_cluster(2, B, a);
+    for (Device& d : c.devices) d.spec = flop_device();
+    Experiment e;
+    e.name = "moe overlap";
+    e.workload = one_moe_block();
+    e.cluster = std::move(c);
+    e.micro_batch_size = 2;
+    e.strategy.partitioner = "uniform";
+    e.strategy.schedule = "1f1b";
+    e.strategy.micro_batches = m;
+    e.strategy.stages = 1;
+    e.strategy.replicas = 2;
+    e.strategy.expert_parallel = 2;
+    e.strategy.moe_overlap = overlap;
+    Result<PreparedRun> prepared = prepare(e);
+    REQUIRE_MESSAGE(prepared.ok(), prepared.error().message);
+    Result<sim::Replay> r = process::replay_isolated(e.cluster, prepared->graph);
+    REQUIRE(r.ok());
+    return std::make_pair(r->timeline.makespan(), prepared->schedule);
+  };
+  const auto [off, plain] = run(false);
+  const auto [on, combined] = run(true);
+  for (size_t d = 0; d < 2; ++d) {
+    std::string order;
+    for (const Action& x : combined.device_actions[d]) order += to_string(x) + " ";
+    CHECK(order == "0F0 0F1 0B0 0F2 0B1 0B2 ");
+    CHECK(combined.paired[d] == std::vector<char>{0, 1, 0, 1, 0, 0});
+    CHECK(plain.paired.empty());
+  }
+  // Without the overlap every micro-batch's four all-to-alls are exposed (the hand count of the test
+  // above, m times). With it only the lone forward's two and the lone backward's two are: inside a
+  // pair each all-to-all (15.5 us) runs beside the other micro-batch's compute piece (54-172 us).
+  const double a2a = all_to_all(0.5, B, a), compute = 3 * (before_experts() + experts());
+  CHECK(close_rel(off, m * (compute + 4 * a2a) + allreduce(B, a), 1e-6));
+  CHECK(close_rel(on, m * compute + 4 * a2a + allreduce(B, a), 1e-6));
+}
+
 TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the hand-computed amount") {
   const double B = 50e9, a = 5e-6;
   // Across two nodes: each device's NIC link (12.5 GB/s, 2 us) to one switch, routes of two links.
