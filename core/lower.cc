@@ -255,6 +255,8 @@ class Lowering {
   void count_pipeline_transfers();
   void reserve();
   void add_compute_tasks();
+  void spread_pair_memory(size_t forward_changes, size_t backward_changes, const std::vector<int32_t>& f,
+                          const std::vector<int32_t>& b);
   int32_t add_pass(size_t d, size_t action, std::vector<int32_t>& order);
   void feed_backward(int32_t from, int32_t into, int s, int j, int k);
   Status add_pipeline_transfers();
@@ -582,9 +584,12 @@ void Lowering::add_compute_tasks() {
       }
       f.clear();
       b.clear();
+      const size_t forward_changes = g_.memory_changes.size();
       const int32_t f_first = add_pass(d, action, f);
+      const size_t backward_changes = g_.memory_changes.size();
       add_pass(d, action + 1, b);
       const bool backward_first = f.size() > 1 || b.size() > 1;
+      if (backward_first) spread_pair_memory(forward_changes, backward_changes, f, b);
       for (size_t x = 0; x < std::max(f.size(), b.size()); ++x) {
         if (backward_first && x < b.size()) order.push_back(b[x]);
         if (x < f.size()) order.push_back(f[x]);
@@ -596,6 +601,35 @@ void Lowering::add_compute_tasks() {
       ++action;
     }
   }
+}
+
+// In a pair whose passes are pieces, the forward stashes its activations piece by piece (an equal
+// share when each piece starts) and the backward frees them piece by piece (an equal share when each
+// ends), as the per-layer interleave does: Megatron-Core runs layer i's forward beside layer L - i + 1's
+// backward, so the forward's stash grows while the backward's shrinks and the pair holds about one
+// micro-batch's activations, not two. The even share per piece is an assumption (a piece's share of a
+// layer's activations is not known here). A split backward frees at W, which is not paired: unchanged.
+void Lowering::spread_pair_memory(size_t forward_changes, size_t backward_changes,
+                                  const std::vector<int32_t>& f, const std::vector<int32_t>& b) {
+  auto spread = [&](size_t from, size_t to, const std::vector<int32_t>& pieces, bool at_end) {
+    if (pieces.size() < 2) return;
+    for (size_t i = from; i < to; ++i) {
+      MemoryChange& c = g_.memory_changes[i];
+      const bool stash =
+          c.category == MemoryCategory::Activations && c.at_end == at_end &&
+          (at_end ? c.bytes < 0 && c.task == pieces.back() : c.bytes > 0 && c.task == pieces.front());
+      if (!stash) continue;
+      const double share = c.bytes / static_cast<double>(pieces.size());
+      const MemoryCategory category = c.category;
+      c.bytes = share;
+      c.task = pieces.front();
+      for (size_t x = 1; x < pieces.size(); ++x)
+        g_.memory_changes.push_back({pieces[x], category, at_end, share});
+      return;
+    }
+  };
+  spread(forward_changes, backward_changes, f, false);
+  if (!sched_.split_backward) spread(backward_changes, g_.memory_changes.size(), b, true);
 }
 
 // What feeds the backward of (stage s, replica j, micro-batch k) after `from`: the backward's first
