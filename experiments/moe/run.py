@@ -353,6 +353,50 @@ def write_results(path, rows, results, args):
     return ok, text
 
 
+MODEL_NAMES = {"qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-120b": "GPT-OSS-120B",
+               "deepseek-v3": "DeepSeek-V3", "mixtral-8x22b": "Mixtral-8x22B"}
+
+
+def row_name(r):
+    """A check row as `pipegrid run` names it: model, GPUs, precision, layout and release."""
+    layout = f"TP{r['tp']} PP{r['pp']}" + (f" VP{r['vp']}" if r["vp"] else "") + f" EP{r['ep']}"
+    return (f"{MODEL_NAMES[r['model']]} on {r['gpus']} {r['gpu'].upper()}s, {r['precision']}, {layout} "
+            f"({r['source']} {r['release']})")
+
+
+def write_accuracy(path, rows, results):
+    """accuracy.yaml: the check rows by GPU and precision, which `pipegrid run` prints for an MoE
+    workload on those catalog GPUs (tools/output/cost_model_checks.cc): their median and max
+    |error|, how many pipegrid predicts faster than published, and the data's own floor, the
+    releases of one configuration (max / min of the published values, rows printed twice or more)."""
+    by = {}
+    for r in rows:
+        if r["split"] == "check" and "error" in results[r["id"]]:
+            by.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(r)
+    out = ["# Written by experiments/moe/run.py (its last full run, results.md): the MoE check rows (published",
+           "# training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
+           "# faster: rows pipegrid predicts faster than published; spread: the releases of one configuration",
+           "# (rows.yaml's same_config), max / min. `pipegrid run` prints the entry of each catalog GPU and",
+           "# precision an MoE workload uses; tests/tools/moe_rows.py checks it against results.md."]
+    for gpu in sorted(by):
+        out.append(f"{gpu}:")
+        for prec in sorted(by[gpu]):
+            mine = by[gpu][prec]
+            errs = sorted((abs(results[r["id"]]["error"]), r["id"]) for r in mine)
+            worst = next(r for r in mine if r["id"] == errs[-1][1])
+            spreads = sorted(max(v) / min(v) for v in
+                             ([r["value"]] + [x["value"] for x in r.get("same_config", [])] for r in mine) if len(v) > 1)
+            faster = sum(results[r["id"]]["error"] > 0 for r in mine)
+            entry = (f"{{check_rows: {len(errs)}, median_error: {statistics.median(e for e, _ in errs):.4f}, "
+                     f"max_error: {errs[-1][0]:.4f}, worst: {worst['id']}, worst_name: \"{row_name(worst)}\", "
+                     f"faster: {faster}, spread_groups: {len(spreads)}")
+            if spreads:
+                entry += f", median_spread: {statistics.median(spreads):.4f}, max_spread: {spreads[-1]:.4f}"
+            out.append(f"  {prec}: {entry}}}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def objective(rows, results):
     return sum(math.log(1 + results[r["id"]]["error"]) ** 2 for r in rows if "error" in results[r["id"]])
 
@@ -461,10 +505,13 @@ def main():
         write_fit(os.path.join(HERE, "fit.yaml"), values, before, after, rows)
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
-    pgx.check_catalog(args.pipegrid, devices=("h100", "b200"))
+    pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))
     overrides = load_fit(args.with_fit) if args.with_fit else None
     results = run_rows(args.pipegrid, rows, args.j, args.max_gpus, overrides)
     ok, text = write_results(args.out, rows, results, args)
+    full = not (args.rows or args.with_fit or RECIPE_DISPATCHERS) and all("error" in results[r["id"]] for r in rows)
+    if full and os.path.abspath(args.out) == os.path.join(HERE, "results.md"):
+        write_accuracy(os.path.join(HERE, "accuracy.yaml"), rows, results)
     print(text)
     return 0 if ok else 1
 

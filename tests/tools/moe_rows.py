@@ -7,7 +7,7 @@
 2. The metrics by hand: tokens/s/GPU of a 1-second iteration is GBS x seq / GPUs; Megatron-LM's FLOP
    count for Mixtral 8x22B at one sequence equals 12 L h^2 s [(1 + 8/48 + 4096/6144) + 8 + 32000 /
    (2 L h)], written out.
-3. EP overlap on exactly the rows whose recipe sets it (listed by hand); the GB200 rows' NVLink domains follow Megatron-Bridge's launcher rule, worked by hand.
+3. accuracy.yaml agrees with results.md's check table. EP overlap on exactly the rows whose recipe sets it (listed by hand); the GB200 rows' NVLink domains follow Megatron-Bridge's launcher rule, worked by hand.
 4. The 8-GPU rows replay (one DGX-B200 node or GB200 domain: a few seconds) to a positive time.
 """
 import os
@@ -58,6 +58,35 @@ want = {"mb-qwen3-235b-a22b-h100-fp8-256gpu-gbs8192", "mb-qwen3-30b-a3b-b200-mxf
 got = {x["id"] for x in rows if run.assumed(x)["overlap"]}
 if got != want:
     sys.exit(f"EP overlap on {sorted(got ^ want)} differs from the recipes")
+
+# accuracy.yaml (what `pipegrid run` prints for an MoE workload) against results.md's check table,
+# recomputed here from the table's error column: per (gpu, precision) the rows, the median and max
+# |error|, the worst row and how many are positive (pipegrid faster).
+import statistics  # noqa: E402
+import yaml  # noqa: E402
+acc = yaml.safe_load(open(os.path.join(root, "experiments", "moe", "accuracy.yaml")))
+table, section = {}, None
+for line in open(os.path.join(root, "experiments", "moe", "results.md")):
+    section = "check" if line.startswith("## Check") else "other" if line.startswith("## ") else section
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if section == "check" and line.startswith("| ") and cells[0] in {x["id"] for x in rows}:
+        table[cells[0]] = float(cells[-1].rstrip("%")) / 100
+by_id = {x["id"]: x for x in rows}
+groups = {}
+for rid, err in table.items():
+    groups.setdefault((by_id[rid]["gpu"], by_id[rid]["precision"]), []).append((abs(err), rid, err))
+got = {(g, p) for g in acc for p in acc[g]}
+if got != set(groups):
+    sys.exit(f"accuracy.yaml's groups {sorted(got)} are not results.md's {sorted(groups)}")
+for (g, p), errs in groups.items():
+    e = acc[g][p]
+    errs.sort()
+    want = {"check_rows": len(errs), "worst": errs[-1][1], "faster": sum(x > 0 for _, _, x in errs)}
+    have = {"check_rows": e["check_rows"], "worst": e["worst"], "faster": e["faster"]}
+    # results.md prints tenths of a per cent.
+    median = statistics.median(x for x, _, _ in errs)
+    if want != have or abs(e["median_error"] - median) > 0.0011 or abs(e["max_error"] - errs[-1][0]) > 0.0006:
+        sys.exit(f"accuracy.yaml {g} {p}: {e}, results.md gives {want}, median {median}, max {errs[-1][0]}")
 
 small = [x for x in rows if x["gpus"] <= 8]
 if not small:

@@ -299,9 +299,17 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
   auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
   REQUIRE(h100.exit_code == 0);
   const nlohmann::json hc = nlohmann::json::parse(h100.out)["checks"];
-  REQUIRE(hc.size() == 1);
+  // ... and the published MoE runs of experiments/moe, one entry per precision they ran in.
+  const YAML::Node moe = YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/moe/accuracy.yaml");
+  REQUIRE(hc.size() == 1 + moe["h100"].size());
   CHECK(hc[0]["precision"] == "amp-bf16");
   CHECK(hc[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
+  for (size_t i = 1; i < hc.size(); ++i) {
+    CHECK(hc[i]["source"] == "moe");
+    const YAML::Node f = moe["h100"][hc[i]["precision"].get<std::string>()];
+    REQUIRE(f);
+    CHECK(hc[i]["check_rows"] == f["check_rows"].as<int>());
+  }
 }
 
 TEST_CASE("run and plan state how the data-parallel gradients are reduced, when the experiment says") {
@@ -336,4 +344,41 @@ TEST_CASE("run and plan state how the data-parallel gradients are reduced, when 
   CHECK(nlohmann::json::parse(p.out)["parallelism"]["dp_buckets"] == 1);
   // No `gradients` line (the `assumes` line states the bytes of every run).
   CHECK(run_command({PIPEGRID_BINARY, "run", plain}).out.find("\n  gradients  ") == std::string::npos);
+}
+
+TEST_CASE("run reports the published MoE runs (experiments/moe) for a workload with MoE blocks") {
+  TempDir tmp;
+  // experiments/moe/accuracy.yaml read here (the oracle; tests/tools/moe_rows.py holds the file to
+  // results.md's check rows).
+  const YAML::Node moe = YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/moe/accuracy.yaml");
+  const std::string qwen = "qwen3-30b-a3b, layers: 2";
+  REQUIRE(moe["gb200"]["mxfp8"]);
+  auto c = run_json(tmp, "{name: gpu, model: gb200}", "mxfp8", qwen);
+  REQUIRE(c.size() == 1);  // the GB200 has no dense row: the MoE runs alone
+  CHECK(c[0]["source"] == "moe");
+  CHECK(c[0]["status"] == "checked");
+  CHECK(c[0]["check_rows"] == moe["gb200"]["mxfp8"]["check_rows"].as<int>());
+  CHECK(c[0]["median_error"] == moe["gb200"]["mxfp8"]["median_error"].as<double>());
+  CHECK(c[0]["max_error"] == moe["gb200"]["mxfp8"]["max_error"].as<double>());
+  CHECK(c[0]["worst"] == moe["gb200"]["mxfp8"]["worst"].as<std::string>());
+  CHECK(c[0]["faster"] == moe["gb200"]["mxfp8"]["faster"].as<int>());
+  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+            .out.find("gb200 mxfp8, published MoE runs: against " +
+                      moe["gb200"]["mxfp8"]["check_rows"].as<std::string>() +
+                      " published runs never fitted on") != std::string::npos);
+  // A precision with no MoE row on that GPU: said, with the ones that have rows.
+  REQUIRE(!moe["gb200"]["fp8"]);
+  auto f = run_json(tmp, "{name: gpu, model: gb200}", "fp8", qwen);
+  REQUIRE(f.size() == 2);
+  CHECK(f[0]["source"] == "moe");
+  CHECK(f[0]["status"] == "not checked");
+  CHECK(f[1]["status"] == "not checked");
+  // A GPU with no MoE row at all, and a dense model on a GPU with MoE rows: no MoE entry.
+  REQUIRE(!moe["h200"]);
+  for (const auto& x : run_json(tmp, "{name: gpu, model: h200}", "mxfp8", qwen)) CHECK(x["source"] != "moe");
+  for (const auto& x : run_json(tmp, "{name: gpu, model: gb200}", "mxfp8")) CHECK(x["source"] != "moe");
+  // Overridden figures: the MoE rows do not apply either.
+  auto o = run_json(tmp, "{name: gpu, model: gb200, compute_efficiency: {fp8: {gemm: 0.5}}}", "mxfp8", qwen);
+  REQUIRE(o.size() == 1);
+  CHECK(o[0]["status"] == "overridden");
 }

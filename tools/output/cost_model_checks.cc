@@ -8,6 +8,7 @@
 #include <map>
 
 #include "tools/builtin_accuracy.h"
+#include "tools/builtin_moe_accuracy.h"
 #include "tools/input/device_yaml.h"
 
 namespace pipegrid::output {
@@ -27,6 +28,7 @@ CostModelCheck read_check(const YAML::Node& n) {
   c.max_error = n["max_error"].as<double>();
   c.worst = n["worst"].as<std::string>();
   if (n["worst_name"]) c.worst_name = n["worst_name"].as<std::string>();
+  if (n["faster"]) c.faster = n["faster"].as<int>();
   c.spread_groups = n["spread_groups"].as<int>();
   if (c.spread_groups > 0) {
     c.median_spread = n["median_spread"].as<double>();
@@ -54,6 +56,18 @@ const std::vector<GpuChecks>& validation_checks() {
       }
       t.push_back(std::move(g));
     }
+    return t;
+  }();
+  return table;
+}
+
+// experiments/moe/accuracy.yaml, parsed once: catalog kind -> precision -> the MoE check rows' figures.
+const std::map<std::string, std::map<std::string, CostModelCheck, std::less<>>, std::less<>>& moe_checks() {
+  static const auto table = [] {
+    std::map<std::string, std::map<std::string, CostModelCheck, std::less<>>, std::less<>> t;
+    for (const auto& gpu : YAML::Load(kBuiltinMoeAccuracy))
+      for (const auto& p : gpu.second)
+        t[gpu.first.as<std::string>()][p.first.as<std::string>()] = read_check(p.second);
     return t;
   }();
   return table;
@@ -87,13 +101,14 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
   return out;
 }
 
-std::string figures_text(const CostModelCheck& c) {
+std::string figures_text(const CostModelCheck& c, std::string_view apart = "sources") {
   std::string text =
       fmt::format("against {} published runs never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
                   c.check_rows, 100 * c.median_error, 100 * c.max_error,
                   c.worst_name.empty() ? c.worst : fmt::format("{}; row {}", c.worst_name, c.worst));
+  if (c.faster >= 0) text += fmt::format("; pipegrid faster on {} of {}", c.faster, c.check_rows);
   if (c.spread_groups > 0)
-    text += fmt::format("; sources of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)",
+    text += fmt::format("; {} of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)", apart,
                         c.median_spread, c.spread_groups, c.max_spread);
   return text;
 }
@@ -103,7 +118,23 @@ std::string figures_text(const CostModelCheck& c) {
 std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
   std::vector<CostModelCheck> out;
   const GpuChecks* g = find_gpu(kind);
-  if (!g) return out;
+  auto add_moe = [&] {
+    const auto m = moe_checks().find(kind);
+    if (m == moe_checks().end()) return;
+    for (const auto& [precision, f] : m->second) {
+      CostModelCheck c = f;
+      c.source = "moe";
+      c.device = std::string(kind);
+      c.precision = precision;
+      c.status = "checked";
+      c.note = fmt::format("{}, published MoE runs: {}", precision, figures_text(f, "releases"));
+      out.push_back(std::move(c));
+    }
+  };
+  if (!g) {
+    add_moe();
+    return out;
+  }
   for (const auto* table : {&g->by_precision, &g->megatron})
     for (const auto& [precision, f] : *table) {
       CostModelCheck c = f;
@@ -115,6 +146,7 @@ std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
                            figures_text(f));
       out.push_back(std::move(c));
     }
+  add_moe();
   return out;
 }
 
@@ -138,6 +170,9 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
   bool transformer = false;
   for (size_t l = 0; l < w.layer_count() && !transformer; ++l)
     transformer = w.layer(l).split.kind == TensorSplitKind::Transformer;
+  bool moe = false;
+  for (size_t l = 0; l < w.layer_count() && !moe; ++l)
+    moe = w.layer(l).split.kind == TensorSplitKind::MoeBlock;
   std::vector<std::string> seen;
   for (int d : devices) {
     const DeviceSpec& spec = e.cluster.devices[static_cast<size_t>(d)].spec;
@@ -152,6 +187,37 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     // Rows of the validation suite, or (a GPU the suite has no row for, the H100) Megatron's 3D runs.
     const bool has_rows = gpu && gpu->by_precision.count(key) > 0;
     const bool has_megatron = transformer && gpu && gpu->megatron.count(key) > 0;
+    const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
+    // Published MoE runs on this GPU (experiments/moe), for a workload with MoE blocks.
+    const auto moe_gpu = moe ? moe_checks().find(spec.kind) : moe_checks().end();
+    const bool has_moe = moe_gpu != moe_checks().end() && moe_gpu->second.count(key) > 0;
+    if (has_moe) {
+      CostModelCheck x = moe_gpu->second.find(key)->second;
+      x.source = "moe";
+      x.device = c.device;
+      x.precision = precision;
+      x.status = changed.empty() ? "checked" : "overridden";
+      x.note = changed.empty()
+                   ? fmt::format("{} {}, published MoE runs: {} (experiments/moe/results.md)", x.device,
+                                 precision, figures_text(x, "releases"))
+                   : fmt::format(
+                         "{} {}, published MoE runs: {} overridden; the catalog's check rows ({}: median "
+                         "|error| {:.1f}%, max {:.1f}%) do not apply",
+                         x.device, precision, fmt::join(changed, ", "), x.check_rows, 100 * x.median_error,
+                         100 * x.max_error);
+      out.push_back(std::move(x));
+    } else if (moe && moe_gpu != moe_checks().end()) {
+      std::vector<std::string> checked;
+      for (const auto& kv : moe_gpu->second) checked.push_back(kv.first);
+      CostModelCheck x = c;
+      x.source = "moe";
+      x.status = "not checked";
+      x.note =
+          fmt::format("{} {}: not checked against published MoE runs in {} (checked: {}; experiments/moe)",
+                      c.device, precision, precision, fmt::join(checked, ", "));
+      out.push_back(std::move(x));
+    }
+    if (!has_rows && !has_megatron && has_moe) continue;
     if (!has_rows && !has_megatron) {
       std::vector<std::string> checked;
       if (gpu) {
@@ -176,7 +242,6 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
       out.push_back(std::move(c));
       continue;
     }
-    const std::vector<std::string> changed = overridden_figures(spec, entry->spec);
     auto add = [&](const CostModelCheck& f, const std::string& source) {
       CostModelCheck x = f;
       x.source = source;
@@ -216,6 +281,7 @@ nlohmann::json cost_model_checks_json(const std::vector<CostModelCheck>& checks)
       x["max_error"] = c.max_error;
       x["worst"] = c.worst;
       if (!c.worst_name.empty()) x["worst_name"] = c.worst_name;
+      if (c.faster >= 0) x["faster"] = c.faster;
       x["spread_groups"] = c.spread_groups;
       if (c.spread_groups > 0) {
         x["median_spread"] = c.median_spread;

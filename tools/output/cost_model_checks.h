@@ -18,9 +18,12 @@ namespace pipegrid::output {
 // workload's precision (published training runs, never fitted on), or that the kind or precision
 // was never checked, or that the run overrides the catalog's cost figures. Custom devices, and
 // workloads whose every layer carries measured times, get none. A GPU and precision with
-// Megatron-LM's published 3D runs among the check rows gets a second entry for them.
+// Megatron-LM's published 3D runs among the check rows gets a second entry for them; a workload with
+// MoE blocks, an entry for the published MoE runs of experiments/moe (its accuracy.yaml, compiled in).
 struct CostModelCheck {
-  std::string source;     // "validation" (experiments/validation) or "megatron-lm" (its 3D runs)
+  // "validation" (experiments/validation), "megatron-lm" (its 3D runs) or "moe" (experiments/moe: published
+  // MoE runs, printed for workloads with MoE blocks)
+  std::string source;
   std::string device;     // catalog kind, e.g. "v100"
   std::string precision;  // the workload's
   std::string status;     // "checked", "not checked" or "overridden"
@@ -32,6 +35,7 @@ struct CostModelCheck {
   // more sources, and their spread (max / min of the published values).
   int spread_groups = 0;
   double median_spread = 0, max_spread = 0;
+  int faster = -1;   // "moe": the check rows pipegrid predicts faster than published (-1: not counted)
   std::string note;  // one readable line
 };
 std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const Partition& p);
