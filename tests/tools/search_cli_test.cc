@@ -444,3 +444,27 @@ TEST_CASE("search: a base's recompute_modules go with the candidates that recomp
     CHECK_MESSAGE(run.exit_code == 0, run.err);
   }
 }
+
+// The estimate does not model the MoE all-to-all overlap; with a base that asks for it the search says
+// so (the replays of the best run it), and says nothing of it otherwise.
+TEST_CASE("search: a base with the MoE all-to-all overlap is told the estimate leaves it out") {
+  TempDir tmp;
+  const std::string base =
+      R"(workload: {model: mixtral-8x7b, layers: 2, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048,
+           expert_ffn: 1024, experts: 8, top_k: 2, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-8}
+memory: {optimizer: mixed-adam}
+)";
+  auto search = [&](const std::string& name, const std::string& strategy) {
+    const std::string exp = tmp.write(name, base + strategy);
+    auto r =
+        run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "8", "--top", "1", "--tensor-parallel",
+                     "1", "--pipeline", "1", "--micro-batch", "1", "--ep", "8", "--etp", "1", "--json"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return json::parse(r.out);
+  };
+  const json with = search("with.yaml", "strategy: {partitioner: megatron, moe: {overlap: true}}\n");
+  REQUIRE(with.contains("estimate_leaves_out"));
+  CHECK(with["estimate_leaves_out"].get<std::string>().find("all-to-all overlap") != std::string::npos);
+  CHECK(!search("without.yaml", "strategy: {partitioner: megatron}\n").contains("estimate_leaves_out"));
+}
