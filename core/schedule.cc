@@ -188,6 +188,11 @@ bool no_pipelining_order(const std::vector<Action>& a) {
 }  // namespace
 
 void combine_no_pipelining(Schedule& s) {
+  // Only a schedule without a pipeline: every action of every device on stage 0. (The last stage of a
+  // 1F1B pipeline runs F0 B0 F1 B1 ... too, and must keep it: its backwards feed the stages before.)
+  for (const auto& a : s.device_actions)
+    for (const Action& x : a)
+      if (x.stage != 0) return;
   for (auto& a : s.device_actions) {
     if (!no_pipelining_order(a)) continue;
     std::vector<Action> out;

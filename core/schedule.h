@@ -75,9 +75,9 @@ void pair_forward_backward(Schedule& s);
 // Megatron-Core's schedule without pipelining under --overlap-moe-expert-parallel-comm
 // (megatron/core/pipeline_parallel/combined_1f1b.py, combined_1f1b_schedule_for_no_pipelining, at
 // d98e8a64dd): the first micro-batch's forward alone, then micro-batch k's forward with micro-batch
-// k - 1's backward, then the last backward alone. On every device whose actions are F0 B0 F1 B1 ...
-// (one stage, at least two micro-batches, no split backward) the order becomes F0 F1 B0 F2 B1 ...
-// F(m-1) B(m-2) B(m-1); other devices are left as they are.
+// k - 1's backward, then the last backward alone. In a schedule of one stage (no pipeline), on every
+// device whose actions are F0 B0 F1 B1 ... (at least two micro-batches, no split backward) the order
+// becomes F0 F1 B0 F2 B1 ... F(m-1) B(m-2) B(m-1); a pipeline's schedule is left as it is.
 void combine_no_pipelining(Schedule& s);
 
 // One line per device that has actions: "<name>: 0F0 0F1 ... 0B7".

@@ -11,7 +11,8 @@ using namespace pipegrid::testing;
 namespace {
 
 std::string schedule_text(const std::string& name, int p, int m) {
-  Experiment e = chain_experiment(p, m, 1e-3, 2e-3, name, make_switch_cluster(p, "gpu", test_device(), 1e9, 0));
+  Experiment e =
+      chain_experiment(p, m, 1e-3, 2e-3, name, make_switch_cluster(p, "gpu", test_device(), 1e9, 0));
   Result<PreparedRun> run = prepare(e);
   REQUIRE(run.ok());
   return to_text(run->schedule, device_names(e.cluster));
@@ -26,6 +27,35 @@ TEST_CASE("golden: 1f1b action lists for p = 4, m = 8") {
         "gpu1: 1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1F6 1B4 1F7 1B5 1B6 1B7\n"
         "gpu2: 2F0 2F1 2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2F6 2B5 2F7 2B6 2B7\n"
         "gpu3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7\n");
+}
+
+TEST_CASE("the MoE overlap's combined order applies without a pipeline only") {
+  // Megatron-Core's order under --overlap-moe-expert-parallel-comm without pipelining (combined_1f1b.py):
+  // F0, then F(k) with B(k-1), then B(m-1); pairs (F1, B0), (F2, B1).
+  Schedule one;
+  one.device_actions = {{{0, Pass::Forward, 0},
+                         {0, Pass::Backward, 0},
+                         {0, Pass::Forward, 1},
+                         {0, Pass::Backward, 1},
+                         {0, Pass::Forward, 2},
+                         {0, Pass::Backward, 2}}};
+  pair_forward_backward(one);
+  CHECK(to_text(one, {"gpu0"}) == "gpu0: 0F0 0F1 0B0 0F2 0B1 0B2\n");
+  CHECK(one.paired[0] == std::vector<char>{0, 1, 0, 1, 0, 0});
+  // A 1F1B pipeline's last stage runs F0 B0 F1 B1 ... too and keeps it (its backwards feed the stage
+  // before); the other stages pair their steady state's F with the B after it as before.
+  Experiment e =
+      chain_experiment(2, 4, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(run.ok());
+  Schedule s = run->schedule;
+  pair_forward_backward(s);
+  CHECK(to_text(s, device_names(e.cluster)) == to_text(run->schedule, device_names(e.cluster)));
+  CHECK(to_text(s, device_names(e.cluster)) ==
+        "gpu0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3\n"
+        "gpu1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3\n");
+  CHECK(s.paired[0] == std::vector<char>{0, 1, 0, 1, 0, 1, 0, 0});
+  CHECK(s.paired[1] == std::vector<char>(8, 0));
 }
 
 TEST_CASE("golden: gpipe action lists for p = 4, m = 8") {
@@ -76,17 +106,20 @@ TEST_CASE("actions parse in torch's text form") {
   CHECK(*parse_action("11B13") == Action{11, Pass::Backward, 13});
   CHECK(*parse_action("1W3") == Action{1, Pass::Weight, 3});
   CHECK(*parse_action("1I3") == Action{1, Pass::Backward, 3});
-  CHECK(parse_action("F0").error().message == "expected an action like \"2F0\" (stage, F/B/W, micro-batch), got \"F0\"");
+  CHECK(parse_action("F0").error().message ==
+        "expected an action like \"2F0\" (stage, F/B/W, micro-batch), got \"F0\"");
   CHECK(!parse_action("1X0").ok());
   CHECK(!parse_action("1F").ok());
   CHECK(!parse_action("1F0x").ok());
 }
 
 TEST_CASE("the validator rejects a backward before its forward, marking it in the device's list") {
-  Experiment e = chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
+  Experiment e =
+      chain_experiment(2, 2, 1e-3, 2e-3, "1f1b", make_switch_cluster(2, "gpu", test_device(), 1e9, 0));
   PreparedRun run = *prepare(e);
   Schedule bad = run.schedule;
-  bad.device_actions[1] = {{1, Pass::Forward, 1}, {1, Pass::Backward, 0}, {1, Pass::Forward, 0}, {1, Pass::Backward, 1}};
+  bad.device_actions[1] = {
+      {1, Pass::Forward, 1}, {1, Pass::Backward, 0}, {1, Pass::Forward, 0}, {1, Pass::Backward, 1}};
   Status s = validate_schedule(bad, run.partition, 2, device_names(e.cluster));
   CHECK(s.error().message ==
         "invalid schedule: on gpu1, 1B0 comes before its forward 1F0\n"
