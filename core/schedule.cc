@@ -174,13 +174,13 @@ void keep_round_robin_turns(Schedule& s, const Partition& p) {
 
 namespace {
 
-// A device running one stage without a pipeline: F0 B0 F1 B1 ... (each forward directly followed by
-// its own backward, no W), at least two micro-batches.
+// F0 B0 F1 B1 ...: each forward directly followed by its own backward, no W, at least two micro-batches
+// (the caller has checked that every action is of the one stage).
 bool no_pipelining_order(const std::vector<Action>& a) {
   if (a.size() < 4 || a.size() % 2 != 0) return false;
   for (size_t i = 0; i < a.size(); i += 2)
     if (a[i].pass != Pass::Forward || a[i + 1].pass != Pass::Backward ||
-        a[i].micro_batch != a[i + 1].micro_batch || a[i].stage != a[0].stage || a[i + 1].stage != a[0].stage)
+        a[i].micro_batch != a[i + 1].micro_batch)
       return false;
   return true;
 }

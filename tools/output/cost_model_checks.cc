@@ -191,21 +191,34 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     // Published MoE runs on this GPU (experiments/moe), for a workload with MoE blocks.
     const auto moe_gpu = moe ? moe_checks().find(spec.kind) : moe_checks().end();
     const bool has_moe = moe_gpu != moe_checks().end() && moe_gpu->second.count(key) > 0;
-    if (has_moe) {
-      CostModelCheck x = moe_gpu->second.find(key)->second;
-      x.source = "moe";
+    // An entry for the check rows `f` of `source` ("validation", "megatron-lm" or "moe").
+    auto add = [&](const CostModelCheck& f, const std::string& source) {
+      CostModelCheck x = f;
+      x.source = source;
       x.device = c.device;
       x.precision = precision;
-      x.status = changed.empty() ? "checked" : "overridden";
-      x.note = changed.empty()
-                   ? fmt::format("{} {}, published MoE runs: {} (experiments/moe/results.md)", x.device,
-                                 precision, figures_text(x, "releases"))
-                   : fmt::format(
-                         "{} {}, published MoE runs: {} overridden; the catalog's check rows ({}: median "
-                         "|error| {:.1f}%, max {:.1f}%) do not apply",
-                         x.device, precision, fmt::join(changed, ", "), x.check_rows, 100 * x.median_error,
-                         100 * x.max_error);
+      const std::string what =
+          source == "megatron-lm" ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
+          : source == "moe"       ? fmt::format("{} {}, published MoE runs", x.device, precision)
+                                  : fmt::format("{} {}", x.device, precision);
+      if (!changed.empty()) {
+        x.status = "overridden";
+        x.note = fmt::format(
+            "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
+            "{:.1f}%) do not apply",
+            what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
+      } else {
+        x.status = "checked";
+        x.note = fmt::format("{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "",
+                             figures_text(f, source == "moe" ? "releases" : "sources"),
+                             source == "megatron-lm" ? "docs/3d-parallelism.md"
+                             : source == "moe"       ? "experiments/moe/results.md"
+                                                     : "experiments/validation/results.md");
+      }
       out.push_back(std::move(x));
+    };
+    if (has_moe) {
+      add(moe_gpu->second.find(key)->second, "moe");
     } else if (moe && moe_gpu != moe_checks().end()) {
       std::vector<std::string> checked;
       for (const auto& kv : moe_gpu->second) checked.push_back(kv.first);
@@ -242,28 +255,6 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
       out.push_back(std::move(c));
       continue;
     }
-    auto add = [&](const CostModelCheck& f, const std::string& source) {
-      CostModelCheck x = f;
-      x.source = source;
-      x.device = c.device;
-      x.precision = precision;
-      const std::string what = source == "megatron-lm"
-                                   ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
-                                   : fmt::format("{} {}", x.device, precision);
-      if (!changed.empty()) {
-        x.status = "overridden";
-        x.note = fmt::format(
-            "{}: {} overridden; the catalog's check rows ({}: median |error| {:.1f}%, max "
-            "{:.1f}%) do not apply",
-            what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
-      } else {
-        x.status = "checked";
-        x.note = fmt::format(
-            "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "", figures_text(f),
-            source == "megatron-lm" ? "docs/3d-parallelism.md" : "experiments/validation/results.md");
-      }
-      out.push_back(std::move(x));
-    };
     if (has_rows) add(gpu->by_precision.find(key)->second, "validation");
     if (has_megatron) add(gpu->megatron.find(key)->second, "megatron-lm");
   }
