@@ -99,6 +99,20 @@ struct Cluster {
   std::vector<int> torus_dims;
   // Fat-tree routing (fat-tree and dgx generators), after explicit routes and dimension order.
   std::optional<FatTreeRouting> fat_tree;
+  // Machines alike (the dgx generator with one switch or a rail-optimised fabric without pods): machine
+  // n holds devices n x per_machine .. (n + 1) x per_machine - 1 and its own switch hubs[n]; every
+  // other switch is shared by all, through the same links. A route between two machines' devices is
+  // then the route between the same devices of machines 0 and 1 (1 and 0 when the first is the
+  // later machine), moved onto theirs: one search per pair of device positions instead of one per
+  // pair of devices. Exact where the search meets no two equally short ways to a node of the route (it
+  // breaks such ties by its queue's order, which follows the nodes' numbers): the generator leaves it
+  // out on rails whose NVLink and InfiniBand latencies are equal (tests/core/cluster_test.cc checks
+  // every pair against the search). Links taken down clear it.
+  struct MachineSymmetry {
+    int per_machine = 0;
+    std::vector<int> hubs;
+  };
+  std::optional<MachineSymmetry> machine_symmetry;
   Sharing sharing = Sharing::MaxMin;       // the replay's bandwidth sharing rule (cluster key `sharing`)
   std::optional<CollectiveEngine> engine;  // the FPGAs' collective engine (cluster key `collective_engine`)
 

@@ -229,8 +229,10 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   // "dgx-1" read as NVIDIA's V100 DGX-1 (the dgx1 generator's): say nodes, GPUs and model instead.
   c.name = fmt::format("dgx-{}x{}-{}", s.nodes, s.gpus_per_node, s.gpu.kind.empty() ? "gpu" : s.gpu.kind);
   add_devices(c, static_cast<int>(total), "gpu", s.gpu);
+  Cluster::MachineSymmetry machines{s.gpus_per_node, {}};
   for (int n = 0; n < s.nodes; ++n) {
     const int nvswitch = add_switch(c, fmt::format("dgx{}-nvswitch", n));
+    machines.hubs.push_back(nvswitch);
     for (int j = 0; j < s.gpus_per_node; ++j) {
       const int gpu = n * s.gpus_per_node + j;
       c.devices[gpu].node = fmt::format("dgx{}", n);
@@ -239,6 +241,13 @@ Result<Cluster> make_dgx_cluster(const DgxSpec& s) {
   }
   std::vector<int> nics(total);
   for (int i = 0; i < total; ++i) nics[i] = i;
+  // Every machine alike on one switch or the rails (not in pods: machines of two pods are not the
+  // pair of machines 0 and 1; the fat-tree has its own routing). On rails with NVLink's latency equal
+  // to InfiniBand's, a route between two rails has equally short paths (the spine, either machine's
+  // NVLink) that the search picks among by its queue's order: searched then.
+  const bool ties = rail && s.nvlink.latency == s.infiniband.latency;
+  if (s.fabric == DgxSpec::Fabric::Switch || (rail && s.pod_nodes == 0 && !ties))
+    c.machine_symmetry = std::move(machines);
   if (s.fabric == DgxSpec::Fabric::Switch) {
     const int ib = add_switch(c, "ib-switch");
     for (int nic : nics) add_link(c, nic, ib, s.infiniband);

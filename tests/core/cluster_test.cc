@@ -139,3 +139,40 @@ TEST_CASE("invalid clusters are rejected before any simulation") {
   REQUIRE(validate(apart).ok());
   CHECK(Router(apart).route(0, 1).error().message == "\"gpu0\" and \"gpu1\" are not connected");
 }
+
+TEST_CASE("routes between alike machines, moved from machines 0 and 1, are the search's own") {
+  // The oracle: the same cluster without Cluster::machine_symmetry, every route searched. Rails and one
+  // switch; NVLink faster than, slower than and as fast as InfiniBand. On rails at equal latencies a
+  // route between two rails has three equally short paths (through the spine, or either machine's
+  // NVLink), which the search breaks by its queue's order, not by the machines: no symmetry there.
+  for (const auto fabric : {DgxSpec::Fabric::Rail, DgxSpec::Fabric::Switch})
+    for (const double nvlink_latency : {0.5e-6, 3e-6, 1e-6}) {
+      DgxSpec s;
+      s.nodes = 5;
+      s.gpus_per_node = 4;
+      s.fabric = fabric;
+      s.nvlink.latency = nvlink_latency;
+      const Cluster moved = *make_dgx_cluster(s);
+      const bool ties = fabric == DgxSpec::Fabric::Rail && nvlink_latency == s.infiniband.latency;
+      REQUIRE(moved.machine_symmetry.has_value() == !ties);
+      Cluster searched = moved;
+      searched.machine_symmetry.reset();
+      const Router a(moved), b(searched);
+      int compared = 0;
+      for (int from = 0; from < 20; ++from)
+        for (int to = 0; to < 20; ++to) {
+          if (from / 4 == to / 4) continue;
+          const Route x = *a.route(from, to), y = *b.route(from, to);
+          CHECK(x.hops == y.hops);
+          CHECK(x.latency == y.latency);
+          CHECK(x.bandwidth == y.bandwidth);
+          ++compared;
+        }
+      CHECK(compared == 20 * 16);
+    }
+  DgxSpec pods;
+  pods.nodes = 4;
+  pods.fabric = DgxSpec::Fabric::Rail;
+  pods.pod_nodes = 2;
+  CHECK_FALSE(make_dgx_cluster(pods)->machine_symmetry.has_value());  // two pods: machines not alike
+}

@@ -846,6 +846,7 @@ struct FaultParser {
       const auto [i, name] = link_of(ends);
       const Link& l = e.cluster.links[i];
       if (e.cluster.fat_tree) e.cluster.fat_tree->down.emplace_back(l.a, l.b);
+      e.cluster.machine_symmetry.reset();  // the machines are no longer alike
       e.faults.push_back(fmt::format("link {} down", name));
       down.push_back(i);
     }
