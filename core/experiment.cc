@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/backends.h"
+#include "core/fold.h"
 #include "core/lower.h"
 #include "core/validate.h"
 
@@ -17,9 +18,9 @@ std::vector<std::string> device_names(const Cluster& c) {
   return names;
 }
 
-Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_deadlock_free) {
-  const std::vector<std::string> names = device_names(r.cluster);
-  if (Status s = validate_schedule(p.schedule, p.partition, p.micro_batches, names); !s) return s.error();
+namespace {
+
+LoweringOptions lowering_options(const PlanRequest& r, const Plan& p) {
   LoweringOptions lo;
   lo.micro_batches = p.micro_batches;
   lo.micro_batch_size = p.micro_batch_size;
@@ -28,7 +29,15 @@ Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_dea
   lo.tensor_parallel = tensor_parallel_options(r.strategy, r.memory);
   lo.dp_overlap = r.strategy.dp_overlap;
   lo.gradient_reduce_bytes = r.strategy.gradient_reduce_bytes;
-  Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lo);
+  return lo;
+}
+
+}  // namespace
+
+Result<TaskGraph> lower_plan(const PlanRequest& r, const Plan& p, bool prove_deadlock_free) {
+  const std::vector<std::string> names = device_names(r.cluster);
+  if (Status s = validate_schedule(p.schedule, p.partition, p.micro_batches, names); !s) return s.error();
+  Result<TaskGraph> g = lower(r.workload, r.cluster, p.partition, p.schedule, lowering_options(r, p));
   if (!g) return g.error();
   // Tasks are not renumbered in execution order any more: with jemalloc as the allocator that cost
   // more than it saved, even at 1,024 devices (docs/speed.md, "Tasks kept in the lowering's order").
@@ -109,11 +118,52 @@ std::string strategy_label(const Experiment& e, const PreparedRun& run) {
   return fmt::format("{} (stages by {})", run.planner, run.partitioner);
 }
 
-Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool prove_deadlock_free) {
+namespace {
+
+// The folded lowering of run's plan (prepare's GraphForm), or nothing with run.whole_because saying why;
+// an error only for a schedule that does not validate.
+Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form) {
+  const std::vector<std::string> names = device_names(r.cluster);
+  if (Status s = validate_schedule(run.schedule, run.partition, run.micro_batches, names); !s) return s;
+  const LoweringOptions lo = lowering_options(r, run);
+  const size_t least = form == GraphForm::FoldedIfLarge ? kFoldThresholdTasks : 0;
+  Result<FoldedGraph> f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, true, least);
+  if (!f) {
+    run.whole_because = "no replica fold (" + f.error().message + ")";
+    return {};
+  }
+  if (f->graph.tasks.empty()) return {};  // below the threshold: the whole graph, nothing to say
+  Result<FoldRoutes> routes = fold_routes(r.cluster, run.partition, *f);
+  if (!routes) return routes.error();
+  if (form == GraphForm::FoldedIfLarge && !routes->unlike.empty()) {
+    run.whole_because = "no replica fold: " + routes->unlike + " (--fold tries it anyway)";
+    return {};
+  }
+  if (!routes->groups_private) {  // replica j's group flows share links, or run on links unlike replica 0's
+    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, false);
+    if (!f) return f.error();
+  }
+  // By default, not where it would replay most of the whole graph anyway (every replica's group flows
+  // on shared links): the check's failure would then cost a second replay of about the same size.
+  if (form == GraphForm::FoldedIfLarge && 2 * f->graph.tasks.size() > f->layout.whole_tasks) {
+    run.whole_because =
+        fmt::format("no replica fold: it would replay {} of the {} tasks (--fold tries it anyway)",
+                    f->graph.tasks.size(), f->layout.whole_tasks);
+    return {};
+  }
+  run.graph = std::move(f->graph);
+  run.fold = std::move(f->layout);
+  return {};
+}
+
+}  // namespace
+
+Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool prove_deadlock_free,
+                            GraphForm form) {
   if (e.backends) {
     auto placed = std::make_shared<Experiment>(e);
     if (Status s = place_backends(*placed); !s) return s.error();
-    Result<PreparedRun> run = prepare(*placed, judge, prove_deadlock_free);
+    Result<PreparedRun> run = prepare(*placed, judge, prove_deadlock_free, form);
     if (run) run->placed_workload = std::shared_ptr<const Workload>(placed, &placed->workload);
     return run;
   }
@@ -126,14 +176,29 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool pr
   const PlanRequest request{e.workload, e.cluster, e.strategy, e.memory, micro_batchings(e), judge};
   Result<Plan> plan = (*planner)->plan(request);
   if (!plan) return plan.error();
-  Result<TaskGraph> graph = lower_plan(request, *plan, prove_deadlock_free);
-  if (!graph) return graph.error();
   PreparedRun run;
   static_cast<Plan&>(run) = std::move(*plan);
-  run.graph = std::move(*graph);
   run.planner = std::string((*planner)->name);
   if (run.partitioner.empty()) run.partitioner = run.planner;
+  if (form != GraphForm::Whole) {
+    if (Status s = lower_folded_plan(request, run, form); !s) return s.error();
+    if (run.fold) return run;
+  }
+  Result<TaskGraph> graph = lower_plan(request, run, prove_deadlock_free);
+  if (!graph) return graph.error();
+  run.graph = std::move(*graph);
   return run;
+}
+
+Status lower_whole(const Experiment& e, PreparedRun& run) {
+  const Workload& w = run.placed_workload ? *run.placed_workload : e.workload;
+  const PlanRequest request{w, e.cluster, e.strategy, e.memory, micro_batchings(e), nullptr};
+  run.graph = TaskGraph{};
+  run.fold.reset();
+  Result<TaskGraph> graph = lower_plan(request, run, /*prove_deadlock_free=*/false);
+  if (!graph) return graph.error();
+  run.graph = std::move(*graph);
+  return {};
 }
 
 }  // namespace pipegrid

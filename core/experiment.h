@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/lower.h"
 #include "core/memory.h"
 #include "core/planner.h"
 #include "core/result.h"
@@ -43,7 +45,11 @@ Status place_backends(Experiment& e);
 
 // A plan ready to replay: the planner's decisions and the task graph they lower to.
 struct PreparedRun : Plan {
-  TaskGraph graph;
+  TaskGraph graph;  // the whole graph, or with `fold` the folded one (lower_folded)
+  std::optional<FoldLayout> fold;
+  // Why the graph is whole where a folded lowering was asked for or the plan was large (empty: it was
+  // not, or the graph is folded).
+  std::string whole_because;
   std::string planner;  // the planner that chose the plan
   // Set when prepare ran the experiment's backend placement (Experiment::backends): the placed
   // workload, which the plan's layer costs come from (the experiment's own is unplaced).
@@ -61,7 +67,15 @@ std::string strategy_label(const Experiment& e, const PreparedRun& run);
 // with a judge, judge the finalists again; plans that fit memory win over plans that do not, then
 // the fastest. prove_deadlock_free: see lower_plan (false: the caller's replay reports a deadlock,
 // with check_deadlock_free's message).
+// form: the graph prepare lowers. Whole: lower(); Folded: lower_folded() where the plan folds (its
+// group flows copied where their routes allow, core/fold.h fold_routes), else the whole graph with
+// whole_because saying why; FoldedIfLarge: the same from kFoldThresholdTasks whole-graph tasks, and
+// only where every replica's traffic crosses routes alike replica 0's.
+enum class GraphForm { Whole, Folded, FoldedIfLarge };
 Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge = nullptr,
-                            bool prove_deadlock_free = true);
+                            bool prove_deadlock_free = true, GraphForm form = GraphForm::Whole);
+
+// Lowers run's plan again as the whole graph (a folded replay that was not exact); run.fold is reset.
+Status lower_whole(const Experiment& e, PreparedRun& run);
 
 }  // namespace pipegrid

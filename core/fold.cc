@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,13 +14,6 @@
 #include "core/huge_pages.h"
 
 namespace pipegrid {
-namespace {
-
-// Each device's replica (-1: in no stage) and its image, replica 0's device at the same position.
-struct ReplicaMap {
-  int replicas = 0;
-  std::vector<int> replica, image;
-};
 
 Result<ReplicaMap> map_replicas(const Partition& p, size_t devices) {
   ReplicaMap m{0, std::vector<int>(devices, -1), std::vector<int>(devices, -1)};
@@ -43,6 +38,8 @@ Result<ReplicaMap> map_replicas(const Partition& p, size_t devices) {
   if (m.replicas < 2) return Error{"one replica per stage"};
   return m;
 }
+
+namespace {
 
 bool group_flow(TransferKind k) {
   return k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
@@ -92,14 +89,18 @@ uint64_t pair_key(int a, int b) {
   return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
 }
 
-Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const ReplicaMap& m) {
+// `each(visit)` calls visit(t) for every transfer of the graph (the folded lowering's adds replica j's
+// group flows, not built, as replica 0's moved to replica j's devices).
+template <class Each>
+Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& each) {
   std::unordered_set<uint64_t> other, seen, signed_pairs;
   Channels ch;
   ch.owner.assign(2 * c.links.size(), Channels::kUnused);
   ch.pairs.resize(static_cast<size_t>(m.replicas));
   const Router router(c);
-  for (const Task& t : g.tasks) {
-    if (t.kind != TaskKind::Transfer || t.device == t.peer) continue;
+  std::string failed;
+  each([&](const Task& t) {
+    if (!failed.empty() || t.kind != TaskKind::Transfer || t.device == t.peer) return;
     const int j = intra_replica(t, m);
     const uint64_t key = pair_key(t.device, t.peer);
     // The traffic into a replica, but a stage's own gradient ring (both ends the same image): its hops
@@ -110,9 +111,12 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
         t.transfer == TransferKind::DataParallel && t.device >= 0 && m.image[t.device] == m.image[t.peer];
     const bool signed_pair = j < 0 && !ring && t.device >= 0 && m.replica[t.device] >= 0 &&
                              m.replica[t.peer] >= 0 && signed_pairs.insert(key).second;
-    if (!(j >= 0 ? seen : other).insert(key).second && !signed_pair) continue;
+    if (!(j >= 0 ? seen : other).insert(key).second && !signed_pair) return;
     Result<Route> r = router.route(t.device, t.peer);
-    if (!r) return r.error();
+    if (!r) {
+      failed = r.error().message;
+      return;
+    }
     for (const Hop& h : r->hops) {
       int32_t& o = ch.owner[link_channel(c, h)];
       o = j < 0 || (o != Channels::kUnused && o != j) ? Channels::kShared : j;
@@ -124,7 +128,8 @@ Result<Channels> route_channels(const Cluster& c, const TaskGraph& g, const Repl
       ch.incoming[{m.replica[t.peer], m.image[t.device], m.image[t.peer]}].emplace_back(
           r->hops.size(), r->latency, r->bandwidth);
     }
-  }
+  });
+  if (!failed.empty()) return Error{failed};
   // A pair seen both as a group flow and as other traffic shares its channels.
   for (uint64_t key : other)
     if (auto it = ch.routes.find(key); it != ch.routes.end())
@@ -257,7 +262,9 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
   std::vector<int32_t> rep;
   assign_huge(rep, g.tasks.size(), int32_t{-1});
   if (Status s = map_compute(g, *m, rep); !s) return s.error();
-  Result<Channels> ch = route_channels(c, g, *m);
+  Result<Channels> ch = route_channels(c, *m, [&](auto&& visit) {
+    for (const Task& t : g.tasks) visit(t);
+  });
   if (!ch) return ch.error();
   const std::string unlike = unlike_incoming(*ch, c);
   std::vector<char> foldable(static_cast<size_t>(m->replicas), 0);
@@ -272,6 +279,93 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
     if (rep[v] >= 0) ++(g.tasks[v].is_compute() ? f.copied_compute : f.copied_flows);
   build_folded(g, *m, rep, f);
   return f;
+}
+
+Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const FoldedGraph& f) {
+  const FoldLayout& l = f.layout;
+  const ReplicaMap m{l.replicas, l.replica, l.image};
+  // Replica 0's devices' places, to move its group flows to replica j's devices.
+  std::vector<std::pair<int, int>> place(l.replica.size(), {-1, -1});
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+    for (size_t pos = 0; pos < group && pos < st.devices.size(); ++pos)
+      if (place[static_cast<size_t>(st.devices[pos])].first < 0)
+        place[static_cast<size_t>(st.devices[pos])] = {static_cast<int>(s), static_cast<int>(pos)};
+  }
+  auto counterpart = [&](int d, int j) {
+    const auto [s, pos] = place[static_cast<size_t>(d)];
+    const Stage& st = p.stage(static_cast<size_t>(s));
+    return st.devices[static_cast<size_t>(pos + j * st.tensor_parallel * st.context_parallel)];
+  };
+  Result<Channels> ch = route_channels(c, m, [&](auto&& visit) {
+    std::set<std::tuple<int, int, TransferKind>> group0;  // replica 0's group flows' pairs
+    for (const Task& t : f.graph.tasks) {
+      visit(t);
+      if (l.groups_folded && intra_replica(t, m) == 0) group0.emplace(t.device, t.peer, t.transfer);
+    }
+    for (int j = 1; j < l.replicas; ++j)
+      for (const auto& [a, b, kind] : group0) {
+        Task x;
+        x.kind = TaskKind::Transfer;
+        x.transfer = kind;
+        x.device = counterpart(a, j);
+        x.peer = counterpart(b, j);
+        visit(x);
+      }
+  });
+  if (!ch) return ch.error();
+  FoldRoutes out;
+  out.unlike = unlike_incoming(*ch, c);
+  out.groups_private = alike_and_private(c, m, *ch, 0);
+  for (int j = 1; out.groups_private && j < l.replicas; ++j)
+    out.groups_private = alike_and_private(c, m, *ch, j);
+  return out;
+}
+
+FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& t) {
+  FoldCheck check;
+  std::vector<int32_t> slot(g.tasks.size(), -1);  // per task receiving crossings: its row in `shared`
+  int32_t rows = 0;
+  for (const Crossing& x : l.crossings)
+    if (slot[x.to] < 0) slot[x.to] = rows++;
+  // What a copy shares with its image: the ends of replica 0's passes and folded group flows before it,
+  // and of the device's previous task.
+  auto shared_by_copies = [&](const Task& u) {
+    if (u.is_compute()) return true;
+    const bool group = u.transfer == TransferKind::TensorParallel ||
+                       u.transfer == TransferKind::ExpertParallel ||
+                       u.transfer == TransferKind::ContextParallel;
+    return l.groups_folded && group && l.replica[static_cast<size_t>(u.device)] == 0 &&
+           l.replica[static_cast<size_t>(u.peer)] == 0;
+  };
+  std::vector<double> shared(static_cast<size_t>(rows), 0.0);
+  for (size_t u = 0; u < g.tasks.size(); ++u)
+    if (shared_by_copies(g.tasks[u]))
+      for (int32_t v : g.successors(static_cast<int32_t>(u)))
+        if (slot[v] >= 0) shared[slot[v]] = std::max(shared[slot[v]], t.end[u]);
+  for (const auto& order : g.device_order)
+    for (size_t i = 1; i < order.size(); ++i)
+      if (const int32_t v = order[i]; slot[v] >= 0)
+        shared[slot[v]] = std::max(shared[slot[v]], t.end[order[i - 1]]);
+  std::vector<uint32_t> by(l.crossings.size());
+  std::iota(by.begin(), by.end(), 0u);
+  std::sort(by.begin(), by.end(), [&](uint32_t a, uint32_t b) {
+    const Crossing &x = l.crossings[a], &y = l.crossings[b];
+    return std::pair(x.replica, x.to) < std::pair(y.replica, y.to);
+  });
+  for (size_t i = 0; i < by.size();) {
+    const Crossing& first = l.crossings[by[i]];
+    double expected = shared[slot[first.to]];
+    for (; i < by.size() && l.crossings[by[i]].replica == first.replica && l.crossings[by[i]].to == first.to;
+         ++i)
+      expected = std::max(expected, t.end[l.crossings[by[i]].from]);
+    if (const double dev = std::abs(t.start[first.to] - expected); dev > check.max_deviation_s) {
+      check.max_deviation_s = dev;
+      check.worst_task = first.to;
+    }
+  }
+  return check;
 }
 
 Timeline unfold(const ReplicaFold& f, const Timeline& folded) {

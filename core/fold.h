@@ -30,11 +30,21 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/lower.h"
 #include "core/partition.h"
 #include "core/result.h"
 #include "core/task_graph.h"
 
 namespace pipegrid {
+
+// Each device's data-parallel replica (-1: in no stage) and its image, replica 0's device at the same
+// place of every stage it holds; an error where there is none (one replica, replicas of different
+// sizes, a device at two places).
+struct ReplicaMap {
+  int replicas = 0;
+  std::vector<int> replica, image;
+};
+Result<ReplicaMap> map_replicas(const Partition& p, size_t devices);
 
 struct ReplicaFold {
   int replicas = 1;
@@ -73,6 +83,25 @@ struct FoldCheck {
   size_t retimed = 0;
 };
 FoldCheck settle_unfolded(const TaskGraph& whole, const ReplicaFold& f, Timeline& unfolded);
+
+// The routes of a graph lowered folded (lower_folded): whether every replica's group flows run on
+// link channels of their own alike replica 0's (then their copies are exact: lower_folded may fold
+// them), and, as ReplicaFold::unlike_routes, whether every replica receives its other traffic over
+// routes alike replica 0's. Replica j's group flows, when not built, are replica 0's moved to its
+// devices.
+struct FoldRoutes {
+  bool groups_private = false;
+  std::string unlike;
+};
+Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const FoldedGraph& f);
+
+// How far the folded graph's replay is from the whole graph's, without the whole graph: each copied
+// task would start at the latest end of its image's predecessors that replica j shares (replica 0's
+// passes, folded group flows, the device's previous task) and of its crossings (replica j's own
+// transfers into it); the deviation is the largest difference between that and its image's start.
+// Where every copied task that receives a crossing starts with its image, every copy does (by
+// induction over the rest, which replica j shares with replica 0).
+FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& t);
 
 // A plan is folded by default from this many tasks (docs/scale.md): below, the whole graph replays
 // in a few seconds and its output stays as it was.

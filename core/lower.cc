@@ -14,10 +14,35 @@
 #include <tuple>
 #include <utility>
 
+#include "core/fold.h"
 #include "core/units.h"
 
 namespace pipegrid {
 namespace {
+
+bool same_program(const TpProgram& a, const TpProgram& b) {
+  if (a.compute != b.compute || a.kinds != b.kinds || a.bytes != b.bytes || a.groups != b.groups ||
+      a.combines != b.combines || a.flags != b.flags || a.deduplicates.size() != b.deduplicates.size())
+    return false;
+  for (size_t x = 0; x < a.deduplicates.size(); ++x) {
+    const RoutingDraw &p = a.deduplicates[x], &q = b.deduplicates[x];
+    if (p.experts != q.experts || p.top_k != q.top_k || p.groups != q.groups || p.top_groups != q.top_groups)
+      return false;
+  }
+  return true;
+}
+
+// Two devices' stage costs lower to the same tasks.
+bool same_work(const StageCost& a, const StageCost& b) {
+  return a.times.forward == b.times.forward && a.times.backward_input == b.times.backward_input &&
+         a.times.backward_weight == b.times.backward_weight && a.stash_bytes == b.stash_bytes &&
+         a.recompute_bytes == b.recompute_bytes && a.recompute_s == b.recompute_s &&
+         a.workspace_bytes == b.workspace_bytes && a.parameters == b.parameters &&
+         a.parameter_bytes == b.parameter_bytes && a.expert_parameters == b.expert_parameters &&
+         a.expert_parameter_bytes == b.expert_parameter_bytes && a.expert_load == b.expert_load &&
+         same_program(a.tp_forward, b.tp_forward) && same_program(a.tp_backward, b.tp_backward) &&
+         same_program(a.tp_backward_input, b.tp_backward_input);
+}
 
 TaskKind kind_of(Pass p) {
   switch (p) {
@@ -181,7 +206,7 @@ namespace {
 class Lowering {
  public:
   Lowering(const Workload& w, const Cluster& c, const Partition& p, const Schedule& sched,
-           const LoweringOptions& o)
+           const LoweringOptions& o, FoldedGraph* fold = nullptr)
       : w_(w),
         c_(c),
         p_(p),
@@ -189,9 +214,11 @@ class Lowering {
         o_(o),
         m_(o.micro_batches),
         S_(p.stage_count()),
-        D_(c.devices.size()) {}
+        D_(c.devices.size()),
+        fold_(fold) {}
 
   Result<TaskGraph> run();
+  size_t min_whole_tasks = 0;  // folded: below this many whole-graph tasks, stop after counting
 
  private:
   const Workload& w_;
@@ -201,6 +228,10 @@ class Lowering {
   const LoweringOptions& o_;
   const int m_;
   const size_t S_, D_;
+  // The folded lowering (lower_folded): replica j >= 1's compute tasks (and, with groups_folded, its
+  // group flows) are not built; its places in slot_, head_, pair_head_, last_backward_ and dp_piece_
+  // hold its image's tasks, and the dependencies into them become fold_->layout.crossings.
+  FoldedGraph* fold_ = nullptr;
   TaskGraph g_;
   TaskCount count_;
   std::vector<std::vector<StageCost>> owned_costs_;
@@ -232,6 +263,27 @@ class Lowering {
   std::vector<double> step_parameters_;
 
   int passes() const { return sched_.split_backward ? 3 : 2; }
+  // Device d's tasks are copies of its image's (folded lowering, replica >= 1).
+  bool copied(size_t d) const { return fold_ && fold_->layout.replica[d] >= 1; }
+  // from -> to, where `to` runs on device `to_device`: a crossing when that device's tasks are copies.
+  void into(int32_t from, int32_t to, size_t to_device) {
+    if (copied(to_device))
+      fold_->layout.crossings.push_back({from, to, fold_->layout.replica[to_device]});
+    else
+      g_.depend(from, to);
+  }
+  Status prepare_fold();
+  // Folded with groups_folded: the stage positions `members` are all one replica's copies.
+  bool copied_group(const Stage& stage, const std::vector<int>& members) const {
+    if (!fold_ || !fold_->layout.groups_folded) return false;
+    const int j = fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(members[0])])];
+    return j >= 1 && std::all_of(members.begin(), members.end(), [&](int q) {
+             return fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(q)])] == j;
+           });
+  }
+  void copy_places();
+  // The task count checked against the limits: the whole graph's, or the folded graph's estimate.
+  Status check_count(TaskCount n, size_t group_flows) const;
   const StageCost& cost(size_t s, size_t j) const { return (*costs_)[s][j]; }
   size_t rep_index(int s, int j) const { return rep_base_[s] + j; }
   int replica_of(int s, size_t d) const;
@@ -258,7 +310,7 @@ class Lowering {
   void spread_pair_memory(size_t forward_changes, size_t backward_changes, const std::vector<int32_t>& f,
                           const std::vector<int32_t>& b);
   int32_t add_pass(size_t d, size_t action, std::vector<int32_t>& order);
-  void feed_backward(int32_t from, int32_t into, int s, int j, int k);
+  void feed_backward(int32_t from, int32_t into, int s, int j, int k, size_t device);
   Status add_pipeline_transfers();
   void add_group_collectives();
   std::vector<Deps> add_collective(int s, Pass pass, int k, size_t x, const std::vector<int>& members,
@@ -294,11 +346,15 @@ class Lowering {
 
 Result<TaskGraph> Lowering::run() {
   if (Status s = count(); !s) return s.error();
+  if (fold_ && fold_->layout.whole_tasks < min_whole_tasks) return TaskGraph{};
   number_replicas();
+  if (fold_)
+    if (Status s = prepare_fold(); !s) return s.error();
   find_bucketed_backwards();
   count_pipeline_transfers();
   reserve();
   add_compute_tasks();
+  if (fold_) copy_places();
   if (Status s = add_pipeline_transfers(); !s) return s.error();
   if (any_grouped_) add_group_collectives();
   add_data_parallel_collectives();
@@ -308,6 +364,59 @@ Result<TaskGraph> Lowering::run() {
   // peak RSS from 1,846 MB to 1,675 MB when the tasks are not renumbered.
   g_.pack_dependencies();
   return std::move(g_);
+}
+
+// The folded lowering's preconditions: a replica map (core/fold.h), no round-robin replicas, and every
+// copied device running its image's passes on a device alike it at the same costs.
+Status Lowering::prepare_fold() {
+  if (round_robin_) return Error{"round-robin replicas take different micro-batches"};
+  Result<ReplicaMap> m = map_replicas(p_, D_);
+  if (!m) return m.error();
+  fold_->layout.replicas = m->replicas;
+  fold_->layout.replica.assign(m->replica.begin(), m->replica.end());
+  fold_->layout.image.assign(m->image.begin(), m->image.end());
+  static const std::vector<Action> none;
+  auto actions = [&](size_t d) -> const std::vector<Action>& {
+    return d < sched_.device_actions.size() ? sched_.device_actions[d] : none;
+  };
+  for (size_t d = 0; d < D_; ++d) {
+    if (!copied(d)) continue;
+    const auto i = static_cast<size_t>(fold_->layout.image[d]);
+    const Device &a = c_.devices[d], &b = c_.devices[i];
+    bool alike = actions(d) == actions(i) && a.slowdown == b.slowdown && a.spec.kind == b.spec.kind &&
+                 a.spec.memory_bandwidth == b.spec.memory_bandwidth && a.spec.peak_flops == b.spec.peak_flops;
+    for (size_t x = 0; alike && x < actions(d).size(); ++x)
+      alike = sched_.is_paired(d, x) == sched_.is_paired(i, x);
+    if (!alike) return Error{fmt::format("{} does not run its image {}'s passes alike", a.name, b.name)};
+  }
+  for (size_t s = 0; s < S_; ++s) {
+    const Stage& st = p_.stage(s);
+    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+    for (size_t pos = group; pos < st.devices.size(); ++pos)
+      if (!same_work(cost(s, pos), cost(s, pos % group)))
+        return Error{fmt::format("stage {}: {}'s costs differ from its image's (routing skew?)", s,
+                                 c_.devices[static_cast<size_t>(st.devices[pos])].name)};
+  }
+  return {};
+}
+
+// Replica j's places hold its image's tasks (positions pos and pos mod t x cp of each stage).
+void Lowering::copy_places() {
+  for (size_t s = 0; s < S_; ++s) {
+    const Stage& st = p_.stage(s);
+    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+    const int si = static_cast<int>(s);
+    for (size_t pos = group; pos < st.devices.size(); ++pos) {
+      const int mine = static_cast<int>(pos), theirs = static_cast<int>(pos % group);
+      for (std::vector<int32_t>* v : {&slot_, &head_, &pair_head_})
+        if (!v->empty())
+          std::copy_n(v->begin() + static_cast<std::ptrdiff_t>(slot_index(si, theirs, Pass::Forward, 0)),
+                      m_ * 3,
+                      v->begin() + static_cast<std::ptrdiff_t>(slot_index(si, mine, Pass::Forward, 0)));
+      last_backward_[rep_index(si, mine)] = last_backward_[rep_index(si, theirs)];
+      if (s == 0 && pos < dp_piece_.size()) dp_piece_[pos] = dp_piece_[pos % group];
+    }
+  }
 }
 
 int Lowering::replica_of(int s, size_t d) const {
@@ -387,7 +496,7 @@ Status Lowering::count() {
   // Before the stage costs, the rings as a lower bound (count_multi_rings counts them, checked below).
   TaskCount early = count_tasks(p_, m_, passes(), o_.allreduce);
   early.compute = count_.compute;
-  if (Status s = check_task_count(early, p_, m_, passes()); !s) return s;
+  if (Status s = check_count(early, 0); !s) return s;
   if (o_.costs) {
     costs_ = o_.costs;
   } else {
@@ -402,7 +511,7 @@ Status Lowering::count() {
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
   count_multi_rings();  // needs the stages' gradient bytes (trees' chunks)
-  if (Status s = check_task_count(count_, p_, m_, passes()); !s) return s;
+  if (Status s = check_count(count_, 0); !s) return s;
   size_t a2a_pairwise = 0, a2a_aggregated = 0;  // all-to-all flows, one per pair or node-aggregated
   // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
   // collective, one per peer of an all-to-all (or two, node-aggregated). Counted here, exactly, now that the
@@ -453,8 +562,8 @@ Status Lowering::count() {
   buckets_ = bucketed_ ? dp_buckets(cost(0, 0).parameters - cost(0, 0).expert_parameters,
                                     p_.stage(0).gradient_replicas())
                        : 1;
+  TaskCount with_tp = count_;
   if (any_grouped_ || bucketed_) {
-    TaskCount with_tp = count_;
     with_tp.compute += piece_tasks_;
     with_tp.transfers += group_flows_;
     if (bucketed_ && buckets_ > 1) {
@@ -463,9 +572,19 @@ Status Lowering::count() {
       if (t0 == 1) with_tp.compute += p_.stage(0).devices.size();
       with_tp.ring_steps += 2 * (r0 - 1) * r0 * t0;
     }
-    if (Status st = check_task_count(with_tp, p_, m_, passes()); !st) return st;
+    if (Status st = check_count(with_tp, group_flows_); !st) return st;
   }
+  if (fold_) fold_->layout.whole_tasks = with_tp.total();
   return {};
+}
+
+Status Lowering::check_count(TaskCount n, size_t group_flows) const {
+  if (fold_ && S_ > 0) {  // replica 0's passes, every device's optimizer step, the flows of every replica
+    const size_t r = static_cast<size_t>(std::max(1, p_.stage(0).replicas()));
+    n.compute = n.compute / r + D_;
+    if (fold_->layout.groups_folded) n.transfers -= group_flows - group_flows / r;
+  }
+  return check_task_count(n, p_, m_, passes());
 }
 
 // The rings of collective x of device j's group in stage st (group_ring_orders, kept per group).
@@ -554,11 +673,16 @@ void Lowering::count_pipeline_transfers() {
 }
 
 void Lowering::reserve() {
-  g_.reserve(count_.compute + count_.transfers + count_.ring_steps + piece_tasks_ + group_flows_,
-             count_.dependencies + 2 * count_.ring_steps + count_.compute + 4 * group_flows_);
-  reserve_huge(g_.memory_changes, count_.compute * 2);
+  // Folded: replica 0's passes and pieces (1 / r of them) and every device's optimizer step, every
+  // replica's transfers and rings, replica 0's group flows or every replica's.
+  const size_t r = fold_ ? static_cast<size_t>(fold_->layout.replicas) : 1;
+  const size_t compute = fold_ ? count_.compute / r + D_ : count_.compute, pieces = piece_tasks_ / r,
+               flows = fold_ && fold_->layout.groups_folded ? group_flows_ / r : group_flows_;
+  g_.reserve(compute + count_.transfers + count_.ring_steps + pieces + flows,
+             count_.dependencies + 2 * count_.ring_steps + compute + 4 * flows);
+  reserve_huge(g_.memory_changes, compute * 2);
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d)
-    g_.device_order[d].reserve(sched_.device_actions[d].size() + 1);
+    g_.device_order[d].reserve(copied(d) ? 1 : sched_.device_actions[d].size() + 1);
   if (multi_task_passes()) head_.assign(slot_.size(), -1);
 }
 
@@ -575,6 +699,7 @@ void Lowering::reserve() {
 void Lowering::add_compute_tasks() {
   std::vector<int32_t> f, b;
   for (size_t d = 0; d < D_ && d < sched_.device_actions.size(); ++d) {
+    if (copied(d)) continue;  // copy_places
     auto& order = g_.device_order[d];
     const auto& acts = sched_.device_actions[d];
     for (size_t action = 0; action < acts.size(); ++action) {
@@ -632,13 +757,13 @@ void Lowering::spread_pair_memory(size_t forward_changes, size_t backward_change
   if (!sched_.split_backward) spread(backward_changes, g_.memory_changes.size(), b, true);
 }
 
-// What feeds the backward of (stage s, replica j, micro-batch k) after `from`: the backward's first
-// task, and the forward it is paired with.
-void Lowering::feed_backward(int32_t from, int32_t into, int s, int j, int k) {
-  g_.depend(from, into);
+// What feeds the backward of (stage s, replica j, micro-batch k, on `device`) after `from`: the
+// backward's first task, and the forward it is paired with.
+void Lowering::feed_backward(int32_t from, int32_t to, int s, int j, int k, size_t device) {
+  into(from, to, device);
   if (pair_head_.empty()) return;
   const int32_t f = pair_head_[slot_index(s, j, Pass::Backward, k)];
-  if (f >= 0) g_.depend(from, f);
+  if (f >= 0) into(from, f, device);
 }
 
 // One action of device d: its compute task (under tensor parallelism its pieces; under bucketed
@@ -728,6 +853,7 @@ Status Lowering::add_pipeline_transfers() {
   std::vector<int32_t> forward_offset(rep_base_[S_], 0), backward_offset(rep_base_[S_], 0);
   size_t placed = 0, missing = 0;
   auto place = [&](int s, int replica, Pass pass, int k, int32_t offset, const Task& task) {
+    if (copied(static_cast<size_t>(task.device))) return g_.add(task);  // its producer is a copy
     const int32_t id = slot_of(s, replica, pass, k) + offset;
     g_.tasks[id] = task;
     ++placed;
@@ -766,18 +892,19 @@ Status Lowering::add_pipeline_transfers() {
         b_dst = head_[slot_index(si, ii, Pass::Backward, k)];
       }
       if (from[i] == to[j]) {
+        if (copied(static_cast<size_t>(from[i]))) continue;  // between copies: as between their images
         g_.depend(f_src, f_dst);
-        feed_backward(b_src, b_dst, si, ii, k);
+        feed_backward(b_src, b_dst, si, ii, k, static_cast<size_t>(from[i]));
         continue;
       }
       Task act{TaskKind::Transfer, TransferKind::Activation, 0, si, t, k, from[i], to[j], 0, bytes * share};
       const int32_t a = place(si, ii, Pass::Forward, k, fo, act);
       g_.depend(f_src, a);
-      g_.depend(a, f_dst);
+      into(a, f_dst, static_cast<size_t>(to[j]));
       Task grad{TaskKind::Transfer, TransferKind::Gradient, 0, t, si, k, to[j], from[i], 0, bytes * share};
       const int32_t b = place(t, ji, Pass::Backward, k, bo, grad);
       g_.depend(b_src, b);
-      feed_backward(b, b_dst, si, ii, k);
+      feed_backward(b, b_dst, si, ii, k, static_cast<size_t>(from[i]));
     }
   });
   if (missing > 0 || placed != reserved_)
@@ -821,7 +948,7 @@ void Lowering::add_group_collectives() {
           previous.clear();
           for (size_t x = 0; x < by_x.size(); ++x) {
             const auto& members = by_x[x][static_cast<size_t>(r)];
-            if (members.empty()) continue;
+            if (members.empty() || copied_group(stage, members)) continue;
             std::vector<Deps> done = add_collective(s, pass, k, x, members, previous);
             if (!done.empty() && program(s, 0, pass)->groups[x] == CommGroup::Context)
               previous = std::move(done);
@@ -878,7 +1005,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
   const bool beside = (prog.flags[x] & kBesideNext) != 0 || (!context && o_.tensor_parallel.overlap);
   const size_t next = beside ? std::min(x + 2, prog.collectives()) : x + 1;
   for (size_t q = 0; q < n; ++q)
-    for (int32_t f : done[q]) g_.depend(f, heads[q] + static_cast<int32_t>(next));
+    for (int32_t f : done[q]) into(f, heads[q] + static_cast<int32_t>(next), static_cast<size_t>(devices[q]));
   return done;
 }
 
@@ -1084,8 +1211,16 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
 }
 
 void Lowering::add_optimizer_steps() {
+  // Folded: a copied device's step follows its image's last pass (the image's own step is added here).
+  std::vector<int32_t> last(fold_ ? D_ : 0, -1);
+  for (size_t d = 0; d < last.size(); ++d)
+    if (!g_.device_order[d].empty()) last[d] = g_.device_order[d].back();
   for (size_t d = 0; d < D_; ++d) {
-    if (g_.device_order[d].empty()) continue;
+    if (copied(d)) {
+      if (d >= sched_.device_actions.size() || sched_.device_actions[d].empty()) continue;
+    } else if (g_.device_order[d].empty()) {
+      continue;
+    }
     Task t;
     t.kind = TaskKind::Optimizer;
     t.device = static_cast<int32_t>(d);
@@ -1097,6 +1232,7 @@ void Lowering::add_optimizer_steps() {
     for (int32_t in : step_inputs_[d])
       if (g_.tasks[in].kind == TaskKind::Transfer)
         g_.depend(in, id);  // compute inputs on d precede it in order
+    if (copied(d)) g_.depend(last[static_cast<size_t>(fold_->layout.image[d])], id);
     g_.device_order[d].push_back(id);
   }
 }
@@ -1106,5 +1242,30 @@ void Lowering::add_optimizer_steps() {
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                         const LoweringOptions& o) {
   return Lowering(w, c, p, s, o).run();
+}
+
+Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
+                                 const LoweringOptions& o, bool fold_groups, size_t min_whole_tasks) {
+  FoldedGraph f;
+  f.layout.groups_folded = fold_groups;
+  Lowering lowering(w, c, p, s, o, &f);
+  lowering.min_whole_tasks = min_whole_tasks;
+  Result<TaskGraph> g = lowering.run();
+  if (!g) return g.error();
+  f.graph = std::move(*g);
+  if (f.graph.tasks.empty()) return f;
+  // The whole graph: these tasks and r - 1 copies of replica 0's passes (and group flows, folded).
+  FoldLayout& l = f.layout;
+  size_t passes = 0, flows = 0;
+  for (size_t d = 0; d < l.replica.size() && d < f.graph.device_order.size(); ++d)
+    if (l.replica[d] == 0 && !f.graph.device_order[d].empty()) passes += f.graph.device_order[d].size() - 1;
+  for (const Task& t : f.graph.tasks)
+    flows += l.groups_folded && t.kind == TaskKind::Transfer &&
+             (t.transfer == TransferKind::TensorParallel || t.transfer == TransferKind::ExpertParallel ||
+              t.transfer == TransferKind::ContextParallel) &&
+             l.replica[static_cast<size_t>(t.device)] == 0 && l.replica[static_cast<size_t>(t.peer)] == 0;
+  l.copied_flows = flows * static_cast<size_t>(l.replicas - 1);
+  l.whole_tasks = f.graph.tasks.size() + passes * static_cast<size_t>(l.replicas - 1) + l.copied_flows;
+  return f;
 }
 }  // namespace pipegrid

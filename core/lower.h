@@ -99,4 +99,39 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                         const LoweringOptions& o);
 
+// A dependency of the whole graph from a replayed task of replica `replica` >= 1 (a pipeline
+// transfer into it, a flow from another replica, a group flow replayed) to one of that replica's
+// copied tasks, whose representative is `to` (replica 0's task at the same place).
+struct Crossing {
+  int32_t from = -1, to = -1, replica = 0;
+};
+
+// The replica fold lowered directly (docs/scale.md, "The folded lowering"): the graph fold_replicas
+// (core/fold.h) makes from the whole graph, without building the whole graph. Replica 0's compute
+// tasks and group flows; every replica's pipeline transfers, gradient collectives and flows between
+// replicas, each started when its representative's producer in replica 0 ends; every device's
+// optimizer step, replica j's after its image's last task; with groups_folded false, every replica's
+// group flows too. The dependencies into replica j's copied tasks are kept aside as crossings, for
+// check_folded (core/fold.h).
+struct FoldLayout {
+  int replicas = 0;
+  std::vector<int> replica, image;  // per device: its data-parallel replica and replica 0's device at
+                                    // its place (-1: in no stage)
+  std::vector<Crossing> crossings;
+  size_t whole_tasks = 0;      // the tasks lower() builds (counted before lowering when graph is empty)
+  bool groups_folded = false;  // replica j's group flows copied from replica 0's
+  size_t copied_flows = 0;     // of which group flows copied
+};
+struct FoldedGraph {
+  TaskGraph graph;  // empty when the whole graph has fewer than lower_folded's min_whole_tasks
+  FoldLayout layout;
+};
+
+// An error where the plan does not fold: one replica, replicas of different sizes, a device at two
+// places, replicas whose schedules or stage costs differ (routing skew, slower devices), round-robin
+// replicas. Stops after counting (an empty graph) when the whole graph has fewer than
+// `min_whole_tasks` tasks.
+Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
+                                 const LoweringOptions& o, bool fold_groups, size_t min_whole_tasks = 0);
+
 }  // namespace pipegrid

@@ -67,8 +67,20 @@ std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t) {
   return traces;
 }
 
-Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t) {
+Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
+                        const FoldLayout* fold_layout) {
   Metrics m;
+  // Each device's tasks in order: a copied device's are its image's, its own step in place of theirs.
+  const std::vector<int32_t> none;
+  std::vector<int32_t> composed;
+  auto order_of = [&](size_t d) -> const std::vector<int32_t>& {
+    if (d >= g.device_order.size()) return none;
+    if (!fold_layout || fold_layout->replica[d] < 1 || g.device_order[d].empty()) return g.device_order[d];
+    const auto& theirs = g.device_order[static_cast<size_t>(fold_layout->image[d])];
+    composed.assign(theirs.begin(), theirs.end() - (theirs.empty() ? 0 : 1));
+    composed.insert(composed.end(), g.device_order[d].begin(), g.device_order[d].end());
+    return composed;
+  };
   m.iteration_time_s = t.makespan();
   m.samples_per_iteration = g.samples_per_iteration;
   m.throughput_samples_per_s = m.iteration_time_s > 0 ? g.samples_per_iteration / m.iteration_time_s : 0;
@@ -79,8 +91,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     dm.name = c.devices[d].name;
     dm.capacity_bytes = c.devices[d].spec.usable_memory();
     dm.used = d < g.device_order.size() && !g.device_order[d].empty();
-    for (int32_t task : d < g.device_order.size() ? g.device_order[d] : std::vector<int32_t>{})
-      dm.busy_s += t.end[task] - t.start[task];
+    for (int32_t task : order_of(d)) dm.busy_s += t.end[task] - t.start[task];
     dm.idle_s = std::max(0.0, m.iteration_time_s - dm.busy_s);
     dm.bubble_ratio = dm.busy_s + dm.idle_s > 0 ? dm.idle_s / (dm.busy_s + dm.idle_s) : 0;
     dm.static_bytes = d < g.static_memory.size() ? total(g.static_memory[d]) : 0;
@@ -101,8 +112,14 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
     last[d] = {time, bytes};
     open[d] = 1;
   });
+  for (size_t d = 0; d < D; ++d) fold(d);
+  for (size_t d = 0; fold_layout && d < D; ++d)
+    if (fold_layout->replica[d] >= 1) {  // a copy holds what its image holds, when it does
+      const DeviceMetrics& theirs = m.devices[static_cast<size_t>(fold_layout->image[d])];
+      m.devices[d].peak_memory_bytes = theirs.peak_memory_bytes;
+      m.devices[d].peak_activation_bytes = theirs.peak_activation_bytes;
+    }
   for (size_t d = 0; d < D; ++d) {
-    fold(d);
     if (m.devices[d].peak_memory_bytes > m.devices[d].capacity_bytes)
       m.over_capacity.push_back(static_cast<int>(d));
   }
@@ -134,7 +151,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t)
   for (size_t d = 0; d < D && d < g.device_order.size(); ++d) {
     TimeBreakdown& b = m.devices[d].breakdown;
     double at = 0;
-    for (int32_t task : g.device_order[d]) {
+    for (int32_t task : order_of(d)) {
       if (t.start[task] > at) explain(b, task, at, t.start[task]);
       (g.tasks[task].kind == TaskKind::Optimizer ? b.optimizer_s : b.compute_s) +=
           t.end[task] - t.start[task];

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/lower.h"
 #include "core/memory.h"
 #include "core/task_graph.h"
 
@@ -65,6 +66,9 @@ using MemoryTrace = std::vector<MemoryPoint>;
 // starts does not count twice).
 std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t);
 
-Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t);
+// With `fold` (g lowered by lower_folded), a copied device's metrics are its image's, its own optimizer
+// step in place of the image's.
+Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
+                        const FoldLayout* fold = nullptr);
 
 }  // namespace pipegrid

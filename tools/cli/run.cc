@@ -139,7 +139,13 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   const process::SimGridJudge judge;
   // The replay finds a deadlock itself (ro.schedule), so prepare does not run the graph first.
   Progress progress("planning");
-  Result<PreparedRun> prepared = prepare(*exp, &judge, /*prove_deadlock_free=*/false);
+  const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
+                                 : o.fold ? process::FoldMode::Fold
+                                          : process::FoldMode::Auto;
+  // The per-task outputs need every task's times: the whole graph (folded in the replay where it folds).
+  const bool every_task = !o.trace.empty() || !o.tasks.empty() || !o.memory.empty() || !o.plot.empty();
+  Result<PreparedRun> prepared =
+      prepare(*exp, &judge, /*prove_deadlock_free=*/false, process::form_for(fold, every_task));
   progress.done();
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
   for (const std::string& w : output::plan_warnings(*exp, *prepared))
@@ -148,15 +154,12 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   ro.log = o.sim_log;
   ro.schedule = &prepared->schedule;
   Progress replaying("simulating");
-  const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
-                                 : o.fold ? process::FoldMode::Fold
-                                          : process::FoldMode::Auto;
-  Result<process::ChosenReplay> replay =
-      process::replay_chosen(exp->cluster, prepared->partition, prepared->graph, ro, fold);
+  Result<process::ChosenReplay> replay = process::replay_prepared(*exp, *prepared, ro, fold);
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", where, replay.error().message));
   const Timeline& timeline = replay->replay.timeline;
-  const Metrics metrics = compute_metrics(exp->cluster, prepared->graph, timeline);
+  const Metrics metrics =
+      compute_metrics(exp->cluster, prepared->graph, timeline, prepared->fold ? &*prepared->fold : nullptr);
   output::RunReport report{*exp, *prepared, timeline, metrics, o.devices == "all", o.tokens, {}};
   if (replay->mode.stated()) report.replay = process::describe(replay->mode);
   (void)parse_window(o.timeline_window, report.view);  // checked by run()

@@ -100,16 +100,16 @@ struct ReplayOutcome {
 constexpr size_t kFigures = 11;
 constexpr std::string_view kChild = "the simulation process";
 
-// In the child: lowers run i, replays it and encodes its figures.
-Result<std::string> replay_figures(const Cluster& cluster, Result<PreparedRun> run) {
+// In the child: replays run (of experiment e: lowered folded where large, process::replay_prepared) and
+// encodes its figures.
+Result<std::string> replay_figures(const Experiment& e, Result<PreparedRun> run) {
   if (!run) return run.error();
   sim::ReplayOptions ro;
   ro.schedule = &run->schedule;
-  Result<process::ChosenReplay> chosen =
-      process::replay_chosen(cluster, run->partition, run->graph, ro, process::FoldMode::Auto);
+  Result<process::ChosenReplay> chosen = process::replay_prepared(e, *run, ro, process::FoldMode::Auto);
   if (!chosen) return chosen.error();
   const Timeline& timeline = chosen->replay.timeline;
-  const Metrics m = compute_metrics(cluster, run->graph, timeline);
+  const Metrics m = compute_metrics(e.cluster, run->graph, timeline, run->fold ? &*run->fold : nullptr);
   const TimeBreakdown& b = m.breakdown;
   const double f[kFigures] = {timeline.makespan(),
                               m.throughput_samples_per_s,
@@ -146,15 +146,18 @@ ReplayOutcome outcome_of(const process::ChildResult& child) {
 // Replays each experiment in its own child process, `jobs` at a time (SimGrid runs one simulation per
 // process): the child lowers the candidate, replays it and sends back its iteration time, throughput
 // and breakdown (a few numbers), so this process never holds a whole task graph.
-// Replays count runs, run i's task graph from prepare_i (called in the child), on `cluster`.
-std::vector<ReplayOutcome> replay_in_children(size_t count, const Cluster& cluster,
+// Replays count runs, run i's task graph from prepare_i (called in the child) of experiment_i(i).
+std::vector<ReplayOutcome> replay_in_children(size_t count,
+                                              const std::function<Experiment(size_t)>& experiment_i,
                                               const std::function<Result<PreparedRun>(size_t)>& prepare_i,
                                               int jobs, const std::function<void(size_t)>& progress) {
   std::vector<ReplayOutcome> out(count);
   size_t finished = 0;
   process::run_pool(
       count, jobs,
-      [&](size_t i, int fd) { return process::send_answer(fd, replay_figures(cluster, prepare_i(i))); },
+      [&](size_t i, int fd) {
+        return process::send_answer(fd, replay_figures(experiment_i(i), prepare_i(i)));
+      },
       [&](size_t i, process::ChildResult&& child) {
         out[i] = outcome_of(child);
         if (progress) progress(++finished);
@@ -329,15 +332,16 @@ Result<std::vector<Replayed>> replay_best(const SearchOptions& o, const Experime
                                           const Search3dResult& res, bool tty) {
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res.ranked.size());
   // Whole graphs (every rank of every TP group), or TP-folded ones (Search3dEstimator::tp_folded).
+  auto experiment_i = [&](size_t i) { return search3d_experiment(exp, res.ranked[i]); };
   auto prepare_i = [&](size_t i) -> Result<PreparedRun> {
     if (o.tp_folded) return Search3dEstimator(exp).tp_folded(res.ranked[i]);
-    return prepare(search3d_experiment(exp, res.ranked[i]), nullptr, false);
+    return prepare(experiment_i(i), nullptr, false, GraphForm::FoldedIfLarge);
   };
   if (tty && k > 0)
     fmt::print(std::cerr, "search: replaying {} in SimGrid{}, {} at a time", k,
                o.tp_folded ? " (TP-folded)" : "", o.jobs);
   const std::vector<ReplayOutcome> outcomes =
-      replay_in_children(k, exp.cluster, prepare_i, o.jobs, [&](size_t done) {
+      replay_in_children(k, experiment_i, prepare_i, o.jobs, [&](size_t done) {
         if (tty)
           fmt::print(std::cerr, "\rsearch: replayed {}/{} in SimGrid ({} at a time)   ", done, k, o.jobs);
       });

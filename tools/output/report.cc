@@ -515,7 +515,7 @@ void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par) 
 }  // namespace
 
 bool large_layout(const RunReport& r) {
-  return r.run.graph.tasks.size() >= kFoldThresholdTasks;
+  return (r.run.fold ? r.run.fold->whole_tasks : r.run.graph.tasks.size()) >= kFoldThresholdTasks;
 }
 
 void print_summary(std::ostream& out, const RunReport& r) {

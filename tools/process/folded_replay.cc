@@ -96,4 +96,39 @@ Result<ChosenReplay> replay_chosen(const Cluster& c, const Partition& p, const T
   return ChosenReplay{std::move(out), std::move(m)};
 }
 
+GraphForm form_for(FoldMode mode, bool every_task) {
+  if (every_task || mode == FoldMode::Whole) return GraphForm::Whole;
+  return mode == FoldMode::Fold ? GraphForm::Folded : GraphForm::FoldedIfLarge;
+}
+
+Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, const sim::ReplayOptions& o,
+                                     FoldMode mode) {
+  if (!run.fold) {  // where prepare said why there is no fold, the whole graph without trying again
+    if (run.whole_because.empty()) return replay_chosen(e.cluster, run.partition, run.graph, o, mode);
+    ReplayMode m;
+    m.whole_because = run.whole_because;
+    return whole(e.cluster, run.graph, o, m);
+  }
+  Result<sim::Replay> r = replay_isolated(e.cluster, run.graph, o);
+  if (!r) return r.error();
+  const FoldCheck check = check_folded(run.graph, *run.fold, r->timeline);
+  ReplayMode m;
+  m.replicas = run.fold->replicas;
+  m.whole_tasks = run.fold->whole_tasks;
+  m.replayed_tasks = run.graph.tasks.size();
+  m.copied_flows = run.fold->copied_flows;
+  m.deviation_s = check.max_deviation_s;
+  if (check.max_deviation_s > kFoldTolerance * std::max(r->timeline.makespan(), 1e-300)) {
+    std::vector<std::string> names;
+    for (const Device& d : e.cluster.devices) names.push_back(d.name);
+    m.whole_because = fmt::format("the replica fold was not exact (a copy of {} {} off: replicas not alike)",
+                                  describe_task(run.graph.tasks[check.worst_task], names),
+                                  format_time(check.max_deviation_s));
+    if (Status s = lower_whole(e, run); !s) return s.error();
+    return whole(e.cluster, run.graph, o, m);
+  }
+  m.folded = true;
+  return ChosenReplay{std::move(*r), std::move(m)};
+}
+
 }  // namespace pipegrid::process

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/cluster.h"
+#include "core/experiment.h"
 #include "core/partition.h"
 #include "core/result.h"
 #include "core/task_graph.h"
@@ -48,6 +49,15 @@ struct ChosenReplay {
 // process, like sim::replay).
 Result<ChosenReplay> replay_chosen(const Cluster& c, const Partition& p, const TaskGraph& g,
                                    const sim::ReplayOptions& o, FoldMode mode);
+
+// Replays run, prepared with GraphForm form_for(mode, ...): a folded graph (run.fold) in a forked child,
+// checked by check_folded (1e-9 of the iteration); where that fails, the whole graph is lowered into
+// run.graph and replayed in this process, `whole_because` saying why. A whole graph as replay_chosen.
+Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, const sim::ReplayOptions& o,
+                                     FoldMode mode);
+// The graph prepare should lower for `mode`: folded (Auto: from the threshold) unless `every_task` (the
+// outputs need every task's times: --trace, --tasks, --memory, --plot).
+GraphForm form_for(FoldMode mode, bool every_task);
 
 // Parses --fold / --whole style names: "auto", "fold", "whole".
 Result<FoldMode> parse_fold_mode(const std::string& s);
