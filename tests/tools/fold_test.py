@@ -13,7 +13,9 @@ prediction is checked the same way): without per-task outputs the
 plan is lowered folded (core/lower.h lower_folded: the whole graph never built, the copies checked by
 check_folded), and every number of the JSON (iteration time, every device's busy and idle time,
 breakdown, peak memory) must equal the whole graph's to 1e-9, the replay line aside; where the fold is
-not exact it must fall back to the whole graph, saying so.
+not exact it must fall back to the whole graph, saying so. With `--timeline-rows ranks` the tasks and
+memory CSVs (replica 0's representatives only) come from the folded graph and must equal the whole
+graph's byte for byte.
 
 Usage: fold_test.py PIPEGRID"""
 import csv
@@ -120,6 +122,22 @@ def lowered_folded(pipegrid, name, text, exact):
             if abs(a - b) > 1e-3 * a:
                 found.append(f"{name} (folded lowering, plan): analytic {b} against {a}")
         found += [f"{name} (folded lowering, {command}): {d}" for d in differences(whole, folded)[:5]]
+    # --timeline-rows ranks keeps replica 0's representatives, whose tasks the folded graph holds: the
+    # per-task outputs come from it, every row as the whole graph's.
+    if exact:
+        with tempfile.TemporaryDirectory() as folder:
+            outputs = {}
+            for mode in ("whole", "fold"):
+                paths = [os.path.join(folder, f"{mode}.{x}.csv") for x in ("tasks", "memory")]
+                r = subprocess.run([pipegrid, "run", "-", f"--{mode}", "--timeline-rows", "ranks", "--tasks", paths[0],
+                                    "--memory", paths[1]], input=text, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"run --{mode} --timeline-rows ranks: exit {r.returncode}: {r.stderr}")
+                outputs[mode] = [open(p).read() for p in paths]
+                if mode == "fold" and "folded:" not in r.stdout:
+                    found.append(f"{name} (folded lowering, ranks): expected a folded replay")
+            if outputs["whole"] != outputs["fold"]:
+                found.append(f"{name} (folded lowering, ranks): the tasks or memory CSV differ from the whole graph's")
     line = folded.get("replay", "")
     if exact and not line.startswith("folded:"):
         found.append(f"{name} (folded lowering): expected a folded replay, got {line!r}")

@@ -142,8 +142,11 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   const process::FoldMode fold = o.whole  ? process::FoldMode::Whole
                                  : o.fold ? process::FoldMode::Fold
                                           : process::FoldMode::Auto;
-  // The per-task outputs need every task's times: the whole graph (folded in the replay where it folds).
-  const bool every_task = !o.trace.empty() || !o.tasks.empty() || !o.memory.empty() || !o.plot.empty();
+  // The per-task outputs need every task's times (the whole graph, folded in the replay where it
+  // folds), but for one representative per pipeline rank (--timeline-rows ranks: replica 0's devices,
+  // which the folded graph holds whole).
+  const bool every_task = (!o.trace.empty() || !o.tasks.empty() || !o.memory.empty() || !o.plot.empty()) &&
+                          o.timeline_rows != "ranks";
   Result<PreparedRun> prepared =
       prepare(*exp, &judge, /*prove_deadlock_free=*/false, process::form_for(fold, every_task));
   progress.done();
