@@ -304,17 +304,17 @@ int run(const GoodputOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   Progress progress("planning");
-  Result<PreparedRun> run = prepare(*exp, nullptr, false);
+  Result<PreparedRun> run = prepare(*exp, nullptr, false, GraphForm::FoldedIfLarge);
   progress.done();
   if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
   sim::ReplayOptions ro;
   ro.schedule = &run->schedule;
   Progress replaying("simulating one iteration");
-  Result<process::ChosenReplay> replay =
-      process::replay_chosen(exp->cluster, run->partition, run->graph, ro, process::FoldMode::Auto);
+  Result<process::ChosenReplay> replay = process::replay_prepared(*exp, *run, ro, process::FoldMode::Auto);
   replaying.done();
   if (!replay) return bad_input(fmt::format("{}: {}", o.file, replay.error().message));
-  const Metrics m = compute_metrics(exp->cluster, run->graph, replay->replay.timeline);
+  const Metrics m =
+      compute_metrics(exp->cluster, run->graph, replay->replay.timeline, run->fold ? &*run->fold : nullptr);
   GoodputSetup s;
   s.iteration_s = m.iteration_time_s;
   s.replay_note = replay->mode.folded ? "SimGrid, replica-folded" : "SimGrid";
