@@ -392,42 +392,11 @@ struct Router::Impl {
     return true;
   }
 
-  // Cluster::MachineSymmetry: the canonical pair (the same positions on machines 0 and 1, or 1 and 0)
-  // of two devices on other machines; nullopt for devices on one machine or a canonical pair itself.
+  // Cluster::MachineSymmetry (defined below the struct): the canonical pair of two devices on other
+  // machines, and its route moved onto theirs.
   std::vector<int> hub_machine;  // per node: the machine whose hub it is, else -1
-  std::optional<std::pair<int, int>> moved_pair(int from, int to) const {
-    const auto& s = cluster->machine_symmetry;
-    if (!s) return std::nullopt;
-    const int g = s->per_machine, machines = static_cast<int>(s->hubs.size());
-    if (from < 0 || to < 0 || from >= g * machines || to >= g * machines) return std::nullopt;
-    const int n = from / g, m = to / g, n0 = n < m ? 0 : 1;
-    if (n == m || (n == n0 && m == 1 - n0)) return std::nullopt;
-    return std::pair{n0 * g + from % g, (1 - n0) * g + to % g};
-  }
-  // The canonical route moved onto the machines of `from` and `to`: machine 0's (1's) devices and hub
-  // become theirs, shared switches stay; nullopt if it crosses a third machine (searched instead).
-  std::optional<Route> move_route(const Route& canonical, int from, int to) const {
-    const auto& s = *cluster->machine_symmetry;
-    const int g = s.per_machine, n = from / g, m = to / g, n0 = n < m ? 0 : 1, m0 = 1 - n0;
-    const int devices = g * static_cast<int>(s.hubs.size());
-    auto move = [&](int x) {
-      const int k = x < devices ? x / g : hub_machine[static_cast<size_t>(x)];
-      if (k < 0) return x;  // a shared switch
-      const int to_machine = k == n0 ? n : k == m0 ? m : -1;
-      if (to_machine < 0) return -1;
-      return x < devices ? to_machine * g + x % g : s.hubs[static_cast<size_t>(to_machine)];
-    };
-    std::vector<Hop> hops;
-    hops.reserve(canonical.hops.size());
-    for (const Hop& h : canonical.hops) {
-      const Link& l = cluster->links[h.link];
-      const int u = move(h.reverse ? l.b : l.a), v = move(h.reverse ? l.a : l.b);
-      const int li = u < 0 || v < 0 ? -1 : link_between(links, u, v);
-      if (li < 0) return std::nullopt;
-      hops.push_back({li, cluster->links[li].a != u});
-    }
-    return finish(std::move(hops));
-  }
+  std::optional<std::pair<int, int>> moved_pair(int from, int to) const;
+  std::optional<Route> move_route(const Route& canonical, int from, int to) const;
 
   // Route to `to` along predecessor links (-1: none), or nullopt when `to` was not reached.
   std::optional<Route> follow(const std::vector<int>& pred, int from, int to) const {
@@ -495,6 +464,43 @@ struct Router::Impl {
     return std::move(*found);
   }
 };
+
+// Cluster::MachineSymmetry: the canonical pair (the same positions on machines 0 and 1, or 1 and 0)
+// of two devices on other machines; nullopt for devices on one machine or a canonical pair itself.
+std::optional<std::pair<int, int>> Router::Impl::moved_pair(int from, int to) const {
+  const auto& s = cluster->machine_symmetry;
+  if (!s) return std::nullopt;
+  const int g = s->per_machine, machines = static_cast<int>(s->hubs.size());
+  if (from < 0 || to < 0 || from >= g * machines || to >= g * machines) return std::nullopt;
+  const int n = from / g, m = to / g, n0 = n < m ? 0 : 1;
+  if (n == m || (n == n0 && m == 1 - n0)) return std::nullopt;
+  return std::pair{n0 * g + from % g, (1 - n0) * g + to % g};
+}
+
+// The canonical route moved onto the machines of `from` and `to`: machine 0's (1's) devices and hub
+// become theirs, shared switches stay; nullopt if it crosses a third machine (searched instead).
+std::optional<Route> Router::Impl::move_route(const Route& canonical, int from, int to) const {
+  const auto& s = *cluster->machine_symmetry;
+  const int g = s.per_machine, n = from / g, m = to / g, n0 = n < m ? 0 : 1, m0 = 1 - n0;
+  const int devices = g * static_cast<int>(s.hubs.size());
+  auto move = [&](int x) {
+    const int k = x < devices ? x / g : hub_machine[static_cast<size_t>(x)];
+    if (k < 0) return x;  // a shared switch
+    const int to_machine = k == n0 ? n : k == m0 ? m : -1;
+    if (to_machine < 0) return -1;
+    return x < devices ? to_machine * g + x % g : s.hubs[static_cast<size_t>(to_machine)];
+  };
+  std::vector<Hop> hops;
+  hops.reserve(canonical.hops.size());
+  for (const Hop& h : canonical.hops) {
+    const Link& l = cluster->links[h.link];
+    const int u = move(h.reverse ? l.b : l.a), v = move(h.reverse ? l.a : l.b);
+    const int li = u < 0 || v < 0 ? -1 : link_between(links, u, v);
+    if (li < 0) return std::nullopt;
+    hops.push_back({li, cluster->links[li].a != u});
+  }
+  return finish(std::move(hops));
+}
 
 Router::Router(const Cluster& c) : impl_(new Impl{&c, make_graph(c)}) {
   impl_->dist.assign(c.node_count(), kUnreached);

@@ -41,14 +41,9 @@ Result<ReplicaMap> map_replicas(const Partition& p, size_t devices) {
 
 namespace {
 
-bool group_flow(TransferKind k) {
-  return k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
-         k == TransferKind::ContextParallel;
-}
-
 // A transfer's replica when it is a group flow inside one replica, else -1.
 int intra_replica(const Task& t, const ReplicaMap& m) {
-  if (t.kind != TaskKind::Transfer || !group_flow(t.transfer) || t.device < 0 || t.peer < 0) return -1;
+  if (t.kind != TaskKind::Transfer || !is_group_flow(t.transfer) || t.device < 0 || t.peer < 0) return -1;
   const int j = m.replica[t.device];
   return j >= 0 && j == m.replica[t.peer] ? j : -1;
 }

@@ -274,13 +274,7 @@ class Lowering {
   }
   Status prepare_fold();
   // Folded with groups_folded: the stage positions `members` are all one replica's copies.
-  bool copied_group(const Stage& stage, const std::vector<int>& members) const {
-    if (!fold_ || !fold_->layout.groups_folded) return false;
-    const int j = fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(members[0])])];
-    return j >= 1 && std::all_of(members.begin(), members.end(), [&](int q) {
-             return fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(q)])] == j;
-           });
-  }
+  bool copied_group(const Stage& stage, const std::vector<int>& members) const;
   void copy_places();
   // The task count checked against the limits: the whole graph's, or the folded graph's estimate.
   Status check_count(TaskCount n, size_t group_flows) const;
@@ -398,6 +392,14 @@ Status Lowering::prepare_fold() {
                                  c_.devices[static_cast<size_t>(st.devices[pos])].name)};
   }
   return {};
+}
+
+bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members) const {
+  if (!fold_ || !fold_->layout.groups_folded) return false;
+  const int j = fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(members[0])])];
+  return j >= 1 && std::all_of(members.begin(), members.end(), [&](int q) {
+           return fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(q)])] == j;
+         });
 }
 
 // Replica j's places hold its image's tasks (positions pos and pos mod t x cp of each stage).
@@ -1260,9 +1262,7 @@ Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Part
   for (size_t d = 0; d < l.replica.size() && d < f.graph.device_order.size(); ++d)
     if (l.replica[d] == 0 && !f.graph.device_order[d].empty()) passes += f.graph.device_order[d].size() - 1;
   for (const Task& t : f.graph.tasks)
-    flows += l.groups_folded && t.kind == TaskKind::Transfer &&
-             (t.transfer == TransferKind::TensorParallel || t.transfer == TransferKind::ExpertParallel ||
-              t.transfer == TransferKind::ContextParallel) &&
+    flows += l.groups_folded && t.kind == TaskKind::Transfer && is_group_flow(t.transfer) &&
              l.replica[static_cast<size_t>(t.device)] == 0 && l.replica[static_cast<size_t>(t.peer)] == 0;
   l.copied_flows = flows * static_cast<size_t>(l.replicas - 1);
   l.whole_tasks = f.graph.tasks.size() + passes * static_cast<size_t>(l.replicas - 1) + l.copied_flows;

@@ -70,16 +70,16 @@ std::vector<MemoryTrace> memory_traces(const TaskGraph& g, const Timeline& t) {
 Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
                         const FoldLayout* fold_layout) {
   Metrics m;
-  // Each device's tasks in order: a copied device's are its image's, its own step in place of theirs.
-  const std::vector<int32_t> none;
-  std::vector<int32_t> composed;
-  auto order_of = [&](size_t d) -> const std::vector<int32_t>& {
-    if (d >= g.device_order.size()) return none;
-    if (!fold_layout || fold_layout->replica[d] < 1 || g.device_order[d].empty()) return g.device_order[d];
-    const auto& theirs = g.device_order[static_cast<size_t>(fold_layout->image[d])];
-    composed.assign(theirs.begin(), theirs.end() - (theirs.empty() ? 0 : 1));
-    composed.insert(composed.end(), g.device_order[d].begin(), g.device_order[d].end());
-    return composed;
+  // Calls f on each device's tasks in order: a copied device's are its image's, its own step in place
+  // of theirs (read in place, not copied: 131,072 devices at d = 1,024).
+  auto each_task = [&](size_t d, auto&& f) {
+    if (d >= g.device_order.size()) return;
+    const auto& mine = g.device_order[d];
+    if (fold_layout && fold_layout->replica[d] >= 1 && !mine.empty()) {
+      const auto& theirs = g.device_order[static_cast<size_t>(fold_layout->image[d])];
+      for (size_t i = 0; i + 1 < theirs.size(); ++i) f(theirs[i]);
+    }
+    for (int32_t task : mine) f(task);
   };
   m.iteration_time_s = t.makespan();
   m.samples_per_iteration = g.samples_per_iteration;
@@ -91,7 +91,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
     dm.name = c.devices[d].name;
     dm.capacity_bytes = c.devices[d].spec.usable_memory();
     dm.used = d < g.device_order.size() && !g.device_order[d].empty();
-    for (int32_t task : order_of(d)) dm.busy_s += t.end[task] - t.start[task];
+    each_task(d, [&](int32_t task) { dm.busy_s += t.end[task] - t.start[task]; });
     dm.idle_s = std::max(0.0, m.iteration_time_s - dm.busy_s);
     dm.bubble_ratio = dm.busy_s + dm.idle_s > 0 ? dm.idle_s / (dm.busy_s + dm.idle_s) : 0;
     dm.static_bytes = d < g.static_memory.size() ? total(g.static_memory[d]) : 0;
@@ -151,12 +151,12 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
   for (size_t d = 0; d < D && d < g.device_order.size(); ++d) {
     TimeBreakdown& b = m.devices[d].breakdown;
     double at = 0;
-    for (int32_t task : order_of(d)) {
+    each_task(d, [&](int32_t task) {
       if (t.start[task] > at) explain(b, task, at, t.start[task]);
       (g.tasks[task].kind == TaskKind::Optimizer ? b.optimizer_s : b.compute_s) +=
           t.end[task] - t.start[task];
       at = std::max(at, t.end[task]);
-    }
+    });
     if (!g.device_order[d].empty() && m.iteration_time_s > at) b.bubble_s += m.iteration_time_s - at;
   }
   int used = 0;

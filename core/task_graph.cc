@@ -22,9 +22,13 @@ std::string_view to_string(TransferKind k) {
   return "transfer";
 }
 
+bool is_group_flow(TransferKind k) {
+  return k == TransferKind::TensorParallel || k == TransferKind::ExpertParallel ||
+         k == TransferKind::ContextParallel;
+}
+
 bool is_collective(TransferKind k) {
-  return k == TransferKind::DataParallel || k == TransferKind::TensorParallel ||
-         k == TransferKind::ExpertParallel || k == TransferKind::ContextParallel;
+  return k == TransferKind::DataParallel || is_group_flow(k);
 }
 
 // Counting sort of the added dependencies by source task, stable: each task's successors keep the

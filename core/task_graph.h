@@ -37,6 +37,9 @@ enum class TransferKind : unsigned char {
 std::string_view to_string(TransferKind k);
 // A flow of a group's collective (data-, tensor- or expert-parallel), not a stage-to-stage hand-over.
 bool is_collective(TransferKind k);
+// A flow of a group inside the stage (tensor-, expert- or context-parallel), not of the data-parallel
+// gradient collective.
+bool is_group_flow(TransferKind k);
 
 struct Task {
   TaskKind kind = TaskKind::Forward;

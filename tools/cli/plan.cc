@@ -180,7 +180,7 @@ int run(const PlanOptions& o) {
   if (analytic_folded)
     replay_note +=
         "; the analytic estimate from the folded graph too (its FIFO links may take the replicas' flows in "
-        "another order than the whole graph's: 0.04% on a context-parallel case, tests/tools/fold_test.py)";
+        "another order than the whole graph's; docs/scale.md measures the difference)";
   auto costs = stage_costs(exp->workload, exp->cluster, run->partition, run->micro_batch_size,
                            exp->memory.recompute, tensor_parallel_options(exp->strategy, exp->memory));
   if (!costs) return bad_input(costs.error().message);

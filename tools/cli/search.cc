@@ -146,17 +146,19 @@ ReplayOutcome outcome_of(const process::ChildResult& child) {
 // Replays each experiment in its own child process, `jobs` at a time (SimGrid runs one simulation per
 // process): the child lowers the candidate, replays it and sends back its iteration time, throughput
 // and breakdown (a few numbers), so this process never holds a whole task graph.
-// Replays count runs, run i's task graph from prepare_i (called in the child) of experiment_i(i).
-std::vector<ReplayOutcome> replay_in_children(size_t count,
-                                              const std::function<Experiment(size_t)>& experiment_i,
-                                              const std::function<Result<PreparedRun>(size_t)>& prepare_i,
-                                              int jobs, const std::function<void(size_t)>& progress) {
+// Replays count runs: in the child, run i's experiment from experiment_i and its task graph from
+// prepare_i.
+std::vector<ReplayOutcome> replay_in_children(
+    size_t count, const std::function<Experiment(size_t)>& experiment_i,
+    const std::function<Result<PreparedRun>(const Experiment&, size_t)>& prepare_i, int jobs,
+    const std::function<void(size_t)>& progress) {
   std::vector<ReplayOutcome> out(count);
   size_t finished = 0;
   process::run_pool(
       count, jobs,
       [&](size_t i, int fd) {
-        return process::send_answer(fd, replay_figures(experiment_i(i), prepare_i(i)));
+        const Experiment e = experiment_i(i);
+        return process::send_answer(fd, replay_figures(e, prepare_i(e, i)));
       },
       [&](size_t i, process::ChildResult&& child) {
         out[i] = outcome_of(child);
@@ -333,9 +335,9 @@ Result<std::vector<Replayed>> replay_best(const SearchOptions& o, const Experime
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(0, o.top)), res.ranked.size());
   // Whole graphs (every rank of every TP group), or TP-folded ones (Search3dEstimator::tp_folded).
   auto experiment_i = [&](size_t i) { return search3d_experiment(exp, res.ranked[i]); };
-  auto prepare_i = [&](size_t i) -> Result<PreparedRun> {
+  auto prepare_i = [&](const Experiment& e, size_t i) -> Result<PreparedRun> {
     if (o.tp_folded) return Search3dEstimator(exp).tp_folded(res.ranked[i]);
-    return prepare(experiment_i(i), nullptr, false, GraphForm::FoldedIfLarge);
+    return prepare(e, nullptr, false, GraphForm::FoldedIfLarge);
   };
   if (tty && k > 0)
     fmt::print(std::cerr, "search: replaying {} in SimGrid{}, {} at a time", k,
