@@ -245,6 +245,33 @@ std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const st
   return ring_of_flows(g, devices, ready, n < 2 ? 0 : ring_flow_bytes(kind, bytes, n), tag);
 }
 
+std::vector<Deps> append_merged_ring_at(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag,
+                                        size_t q) {
+  const size_t n = devices.size();
+  std::vector<Deps> done(n);
+  if (n < 2) return done;
+  const double flow_bytes = ring_flow_bytes(kind, bytes, static_cast<int>(n));
+  auto flow = [&](size_t from) {  // from -> from + 1 once both are ready, as ring_of_flows
+    const int32_t f = add_flow(g, devices[from], devices[(from + 1) % n], flow_bytes, tag, ready[from]);
+    for (int32_t d : ready[(from + 1) % n])
+      if (d >= 0) g.depend(d, f);
+    return f;
+  };
+  const size_t before = (q + n - 1) % n;
+  // In ring_of_flows' order (flow 0 first), so that equal ends break ties alike.
+  int32_t in = -1, out = -1;
+  if (before < q) {
+    in = flow(before);
+    out = flow(q);
+  } else {
+    out = flow(q);
+    in = flow(before);
+  }
+  done[q] = {out, in};
+  return done;
+}
+
 std::vector<Deps> append_ring_shift(TaskGraph& g, const std::vector<int>& devices,
                                     const std::vector<Deps>& ready, double bytes, const FlowTag& tag) {
   return ring_of_flows(g, devices, ready, bytes, tag);

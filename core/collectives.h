@@ -131,6 +131,12 @@ std::vector<Deps> append_hierarchical(TaskGraph& g, const Cluster& c, Collective
 // result[j] = {flow j, flow j - 1}.
 std::vector<Deps> append_merged_ring(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
                                      const std::vector<Deps>& ready, double bytes, const FlowTag& tag);
+// Only device q's two flows of append_merged_ring (into it from q - 1 and out of it to q + 1), built as
+// append_merged_ring builds them: result[q] = {flow q, flow q - 1}, the others empty. The rank fold's ring
+// (core/lower.h FoldLayout): the other flows, on links of their own alike these, end with them.
+std::vector<Deps> append_merged_ring_at(TaskGraph& g, CollectiveKind kind, const std::vector<int>& devices,
+                                        const std::vector<Deps>& ready, double bytes, const FlowTag& tag,
+                                        size_t q);
 // The merged-ring collective over several rings at once (NCCL's channels, one per NIC: the rings of
 // multi_ring_orders, as indices into `devices`), each carrying bytes / rings; a device holds the
 // result once its flows of every ring are done. One order: append_merged_ring.

@@ -127,7 +127,8 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
   if (Status s = validate_schedule(run.schedule, run.partition, run.micro_batches, names); !s) return s;
   const LoweringOptions lo = lowering_options(r, run);
   const size_t least = form == GraphForm::FoldedIfLarge ? kFoldThresholdTasks : 0;
-  Result<FoldedGraph> f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, true, least);
+  Result<FoldedGraph> f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
+                                       {.groups = true, .ranks = true}, least);
   if (!f) {
     run.whole_because = "no replica fold (" + f.error().message + ")";
     return {};
@@ -135,12 +136,20 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
   if (f->graph.tasks.empty()) return {};  // below the threshold: the whole graph, nothing to say
   Result<FoldRoutes> routes = fold_routes(r.cluster, run.partition, *f);
   if (!routes) return routes.error();
+  // Tensor-parallel rings on shared links (where every group flow is private, else lowered below).
+  if (f->layout.ranks_folded > 1 && routes->groups_private && !routes->ranks_private) {
+    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
+                     {.groups = true, .ranks = false});
+    if (!f) return f.error();
+    routes = fold_routes(r.cluster, run.partition, *f);
+    if (!routes) return routes.error();
+  }
   if (form == GraphForm::FoldedIfLarge && !routes->unlike.empty()) {
     run.whole_because = "no replica fold: " + routes->unlike + " (--fold tries it anyway)";
     return {};
   }
   if (!routes->groups_private) {  // replica j's group flows share links, or run on links unlike replica 0's
-    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, false);
+    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, {.groups = false});
     if (!f) return f.error();
   }
   // By default, not where it would replay most of the whole graph anyway (every replica's group flows

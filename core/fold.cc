@@ -154,6 +154,25 @@ bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch
   return true;
 }
 
+// Ranks folded: whether replica 0's ring flows (every pair of neighbours in every tensor-parallel
+// group; its channels already known to be its own and replica j's alike them) use no channel of
+// another pair's, each route alike the first's hop for hop (bandwidth, latency, duplex).
+bool rings_private(const Cluster& c, const Channels& ch) {
+  std::unordered_map<size_t, uint64_t> user;  // channel -> the pair using it
+  const Route* first = nullptr;
+  for (uint64_t key : ch.pairs[0]) {
+    const Route& r = ch.routes.at(key);
+    if (!first) first = &r;
+    if (r.hops.size() != first->hops.size()) return false;
+    for (size_t h = 0; h < r.hops.size(); ++h) {
+      const Link &a = c.links[r.hops[h].link], &b = c.links[first->hops[h].link];
+      if (a.bandwidth != b.bandwidth || a.latency != b.latency || a.duplex != b.duplex) return false;
+      if (user.emplace(link_channel(c, r.hops[h]), key).first->second != key) return false;
+    }
+  }
+  return true;
+}
+
 // Whether every replica receives its other traffic over routes alike replica 0's (the same hops,
 // latency and bottleneck for each class of pair); else the first difference.
 std::string unlike_incoming(Channels& ch, const Cluster& c) {
@@ -278,7 +297,10 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
 
 Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const FoldedGraph& f) {
   const FoldLayout& l = f.layout;
-  const ReplicaMap m{l.replicas, l.replica, l.image};
+  // The replicas' map (with ranks folded, the layout's images are ranks 0: not the place in replica 0).
+  Result<ReplicaMap> mapped = map_replicas(p, l.replica.size());
+  if (!mapped) return mapped.error();
+  const ReplicaMap& m = *mapped;
   // Replica 0's devices' places, to move its group flows to replica j's devices.
   std::vector<std::pair<int, int>> place(l.replica.size(), {-1, -1});
   for (size_t s = 0; s < p.stage_count(); ++s) {
@@ -299,6 +321,20 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
       visit(t);
       if (l.groups_folded && intra_replica(t, m) == 0) group0.emplace(t.device, t.peer, t.transfer);
     }
+    if (l.ranks_folded > 1) {  // every ring's flows, lowered (into and out of rank 0) or not
+      Task x;
+      x.kind = TaskKind::Transfer;
+      x.transfer = TransferKind::TensorParallel;
+      const size_t t = static_cast<size_t>(l.ranks_folded);
+      for (size_t s = 0; s < p.stage_count(); ++s)
+        for (size_t first = 0; first < p.stage(s).devices.size(); first += t)
+          for (size_t q = 0; q < t; ++q) {
+            x.device = p.stage(s).devices[first + q];
+            x.peer = p.stage(s).devices[first + (q + 1) % t];
+            visit(x);
+          }
+      return;
+    }
     for (int j = 1; j < l.replicas; ++j)
       for (const auto& [a, b, kind] : group0) {
         Task x;
@@ -315,6 +351,7 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
   out.groups_private = alike_and_private(c, m, *ch, 0);
   for (int j = 1; out.groups_private && j < l.replicas; ++j)
     out.groups_private = alike_and_private(c, m, *ch, j);
+  if (l.ranks_folded > 1) out.ranks_private = out.groups_private && rings_private(c, *ch);
   return out;
 }
 
@@ -347,13 +384,12 @@ FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& 
   std::iota(by.begin(), by.end(), 0u);
   std::sort(by.begin(), by.end(), [&](uint32_t a, uint32_t b) {
     const Crossing &x = l.crossings[a], &y = l.crossings[b];
-    return std::pair(x.replica, x.to) < std::pair(y.replica, y.to);
+    return std::pair(x.copy, x.to) < std::pair(y.copy, y.to);
   });
   for (size_t i = 0; i < by.size();) {
     const Crossing& first = l.crossings[by[i]];
     double expected = shared[slot[first.to]];
-    for (; i < by.size() && l.crossings[by[i]].replica == first.replica && l.crossings[by[i]].to == first.to;
-         ++i)
+    for (; i < by.size() && l.crossings[by[i]].copy == first.copy && l.crossings[by[i]].to == first.to; ++i)
       expected = std::max(expected, t.end[l.crossings[by[i]].from]);
     if (const double dev = std::abs(t.start[first.to] - expected); dev > check.max_deviation_s) {
       check.max_deviation_s = dev;

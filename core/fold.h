@@ -89,8 +89,12 @@ FoldCheck settle_unfolded(const TaskGraph& whole, const ReplicaFold& f, Timeline
 // them), and, as ReplicaFold::unlike_routes, whether every replica receives its other traffic over
 // routes alike replica 0's. Replica j's group flows, when not built, are replica 0's moved to its
 // devices.
+// With ranks folded (FoldLayout::ranks_folded), ranks_private says whether every tensor-parallel
+// ring's flows run on channels of their own, each pair of neighbours on its own, alike the others: then
+// the ring's flows into and out of rank 0 stand for every rank's (docs/scale.md, "The rank fold").
 struct FoldRoutes {
   bool groups_private = false;
+  bool ranks_private = false;
   std::string unlike;
 };
 Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const FoldedGraph& f);

@@ -219,6 +219,7 @@ class Lowering {
 
   Result<TaskGraph> run();
   size_t min_whole_tasks = 0;  // folded: below this many whole-graph tasks, stop after counting
+  bool fold_ranks = false;     // folded: fold tensor-parallel ranks too, where rank_fold() allows it
 
  private:
   const Workload& w_;
@@ -263,16 +264,29 @@ class Lowering {
   std::vector<double> step_parameters_;
 
   int passes() const { return sched_.split_backward ? 3 : 2; }
-  // Device d's tasks are copies of its image's (folded lowering, replica >= 1).
-  bool copied(size_t d) const { return fold_ && fold_->layout.replica[d] >= 1; }
+  // Device d's tasks are copies of its image's (folded lowering: replica >= 1, or rank >= 1 with ranks
+  // folded).
+  bool copied(size_t d) const { return fold_ && fold_->layout.copied(d); }
   // from -> to, where `to` runs on device `to_device`: a crossing when that device's tasks are copies.
   void into(int32_t from, int32_t to, size_t to_device) {
     if (copied(to_device))
-      fold_->layout.crossings.push_back({from, to, fold_->layout.replica[to_device]});
+      fold_->layout.crossings.push_back({from, to, static_cast<int32_t>(to_device)});
     else
       g_.depend(from, to);
   }
   Status prepare_fold();
+  // The tensor-parallel size whose ranks fold onto rank 0 (FoldOptions::ranks), or 1 where they do not.
+  int rank_fold() const;
+  // Stage position pos's image position: the same rank of replica 0, or rank 0 with ranks folded.
+  size_t image_position(const Stage& st, size_t pos) const {
+    if (fold_->layout.ranks_folded > 1) return 0;
+    return pos % static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+  }
+  // Ranks folded: a tensor-parallel group of replica 0 whose ranks >= 1 are copies.
+  bool rank_ring(const std::vector<int>& devices) const {
+    return fold_ && fold_->layout.ranks_folded > 1 && devices.size() > 1 && !copied(devices[0]) &&
+           copied(devices[1]);
+  }
   // Folded with groups_folded: the stage positions `members` are all one replica's copies.
   bool copied_group(const Stage& stage, const std::vector<int>& members) const;
   void copy_places();
@@ -369,6 +383,11 @@ Status Lowering::prepare_fold() {
   fold_->layout.replicas = m->replicas;
   fold_->layout.replica.assign(m->replica.begin(), m->replica.end());
   fold_->layout.image.assign(m->image.begin(), m->image.end());
+  if (const int t = fold_ranks ? rank_fold() : 1; t > 1) {
+    fold_->layout.ranks_folded = t;
+    for (size_t s = 0; s < S_; ++s)
+      for (int d : p_.stage(s).devices) fold_->layout.image[static_cast<size_t>(d)] = p_.stage(s).devices[0];
+  }
   static const std::vector<Action> none;
   auto actions = [&](size_t d) -> const std::vector<Action>& {
     return d < sched_.device_actions.size() ? sched_.device_actions[d] : none;
@@ -385,13 +404,43 @@ Status Lowering::prepare_fold() {
   }
   for (size_t s = 0; s < S_; ++s) {
     const Stage& st = p_.stage(s);
-    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
-    for (size_t pos = group; pos < st.devices.size(); ++pos)
-      if (!same_work(cost(s, pos), cost(s, pos % group)))
+    for (size_t pos = 0; pos < st.devices.size(); ++pos)
+      if (copied(static_cast<size_t>(st.devices[pos])) &&
+          !same_work(cost(s, pos), cost(s, image_position(st, pos))))
         return Error{fmt::format("stage {}: {}'s costs differ from its image's (routing skew?)", s,
                                  c_.devices[static_cast<size_t>(st.devices[pos])].name)};
   }
   return {};
+}
+
+// The rank fold's preconditions on the plan (fold_routes checks the routes): every stage of the same
+// t >= 2 tensor-parallel ranks without context or expert parallelism, each rank at the same position
+// of every stage it holds, every group's ring collectives one ring in the group's order (inside a
+// machine), replica j's group flows folded, and no collective engine (it charges a call per device).
+int Lowering::rank_fold() const {
+  if (S_ == 0 || !fold_->layout.groups_folded || c_.engine) return 1;
+  const int t = p_.stage(0).tensor_parallel;
+  std::vector<int> position(D_, -1);
+  for (size_t s = 0; s < S_; ++s) {
+    const Stage& st = p_.stage(s);
+    if (t < 2 || st.tensor_parallel != t || st.context_parallel != 1 || st.expert_parallel != 1 ||
+        st.expert_tensor_parallel != 1 || st.devices.size() % static_cast<size_t>(t) != 0)
+      return 1;
+    for (size_t pos = 0; pos < st.devices.size(); ++pos) {
+      int& at = position[static_cast<size_t>(st.devices[pos])];
+      if (at >= 0 && at != static_cast<int>(pos)) return 1;
+      at = static_cast<int>(pos);
+    }
+    for (size_t first = 0; first < st.devices.size(); first += static_cast<size_t>(t)) {
+      const std::vector<int> group(st.devices.begin() + static_cast<std::ptrdiff_t>(first),
+                                   st.devices.begin() + static_cast<std::ptrdiff_t>(first) + t);
+      const std::vector<std::vector<size_t>> orders = group_ring_orders(c_, group);
+      if (orders.size() != 1) return 1;
+      for (size_t q = 0; q < orders[0].size(); ++q)
+        if (orders[0][q] != q) return 1;
+    }
+  }
+  return t;
 }
 
 bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members) const {
@@ -402,21 +451,21 @@ bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members)
          });
 }
 
-// Replica j's places hold its image's tasks (positions pos and pos mod t x cp of each stage).
+// A copy's places hold its image's tasks (positions pos and image_position(pos) of each stage).
 void Lowering::copy_places() {
   for (size_t s = 0; s < S_; ++s) {
     const Stage& st = p_.stage(s);
-    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
     const int si = static_cast<int>(s);
-    for (size_t pos = group; pos < st.devices.size(); ++pos) {
-      const int mine = static_cast<int>(pos), theirs = static_cast<int>(pos % group);
+    for (size_t pos = 0; pos < st.devices.size(); ++pos) {
+      if (!copied(static_cast<size_t>(st.devices[pos]))) continue;
+      const int mine = static_cast<int>(pos), theirs = static_cast<int>(image_position(st, pos));
       for (std::vector<int32_t>* v : {&slot_, &head_, &pair_head_})
         if (!v->empty())
           std::copy_n(v->begin() + static_cast<std::ptrdiff_t>(slot_index(si, theirs, Pass::Forward, 0)),
                       m_ * 3,
                       v->begin() + static_cast<std::ptrdiff_t>(slot_index(si, mine, Pass::Forward, 0)));
       last_backward_[rep_index(si, mine)] = last_backward_[rep_index(si, theirs)];
-      if (s == 0 && pos < dp_piece_.size()) dp_piece_[pos] = dp_piece_[pos % group];
+      if (s == 0 && pos < dp_piece_.size()) dp_piece_[pos] = dp_piece_[static_cast<size_t>(theirs)];
     }
   }
 }
@@ -677,9 +726,12 @@ void Lowering::count_pipeline_transfers() {
 void Lowering::reserve() {
   // Folded: replica 0's passes and pieces (1 / r of them) and every device's optimizer step, every
   // replica's transfers and rings, replica 0's group flows or every replica's.
-  const size_t r = fold_ ? static_cast<size_t>(fold_->layout.replicas) : 1;
+  // With ranks folded, rank 0's passes and two flows per ring collective.
+  const size_t t = fold_ ? static_cast<size_t>(fold_->layout.ranks_folded) : 1;
+  const size_t r = fold_ ? static_cast<size_t>(fold_->layout.replicas) * t : 1;
   const size_t compute = fold_ ? count_.compute / r + D_ : count_.compute, pieces = piece_tasks_ / r,
-               flows = fold_ && fold_->layout.groups_folded ? group_flows_ / r : group_flows_;
+               flows = fold_ && fold_->layout.groups_folded ? group_flows_ / r * std::min<size_t>(t, 2)
+                                                            : group_flows_;
   g_.reserve(compute + count_.transfers + count_.ring_steps + pieces + flows,
              count_.dependencies + 2 * count_.ring_steps + compute + 4 * flows);
   reserve_huge(g_.memory_changes, compute * 2);
@@ -999,6 +1051,8 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
     }
   } else if (prog.kinds[x] == CollectiveKind::SendRecv) {
     done = append_ring_shift(g_, devices, ready, prog.bytes[x], tag);
+  } else if (rank_ring(devices)) {  // ranks folded: the flows into and out of rank 0
+    done = append_merged_ring_at(g_, prog.kinds[x], devices, ready, prog.bytes[x], tag, 0);
   } else {
     done = append_merged_rings(g_, prog.kinds[x], devices, ring_orders(s, prog.groups[x], members, devices),
                                ready, prog.bytes[x], tag);
@@ -1247,25 +1301,28 @@ Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p,
 }
 
 Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
-                                 const LoweringOptions& o, bool fold_groups, size_t min_whole_tasks) {
+                                 const LoweringOptions& o, FoldOptions fold, size_t min_whole_tasks) {
   FoldedGraph f;
-  f.layout.groups_folded = fold_groups;
+  f.layout.groups_folded = fold.groups;
   Lowering lowering(w, c, p, s, o, &f);
   lowering.min_whole_tasks = min_whole_tasks;
+  lowering.fold_ranks = fold.ranks;
   Result<TaskGraph> g = lowering.run();
   if (!g) return g.error();
   f.graph = std::move(*g);
   if (f.graph.tasks.empty()) return f;
-  // The whole graph: these tasks and r - 1 copies of replica 0's passes (and group flows, folded).
+  // The whole graph: these tasks, each copy's image's passes, and (folded) replica 0's group flows in
+  // every replica, each ring collective of t flows where ranks are folded (two lowered, or t = 2).
   FoldLayout& l = f.layout;
   size_t passes = 0, flows = 0;
-  for (size_t d = 0; d < l.replica.size() && d < f.graph.device_order.size(); ++d)
-    if (l.replica[d] == 0 && !f.graph.device_order[d].empty()) passes += f.graph.device_order[d].size() - 1;
+  for (size_t d = 0; d < l.image.size() && d < f.graph.device_order.size(); ++d)
+    if (l.copied(d)) passes += f.graph.device_order[static_cast<size_t>(l.image[d])].size() - 1;
   for (const Task& t : f.graph.tasks)
     flows += l.groups_folded && t.kind == TaskKind::Transfer && is_group_flow(t.transfer) &&
              l.replica[static_cast<size_t>(t.device)] == 0 && l.replica[static_cast<size_t>(t.peer)] == 0;
-  l.copied_flows = flows * static_cast<size_t>(l.replicas - 1);
-  l.whole_tasks = f.graph.tasks.size() + passes * static_cast<size_t>(l.replicas - 1) + l.copied_flows;
+  const size_t rt = static_cast<size_t>(l.ranks_folded), kept = std::min<size_t>(rt, 2);
+  l.copied_flows = flows / kept * rt * static_cast<size_t>(l.replicas) - flows;
+  l.whole_tasks = f.graph.tasks.size() + passes + l.copied_flows;
   return f;
 }
 }  // namespace pipegrid

@@ -99,11 +99,11 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
 Result<TaskGraph> lower(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                         const LoweringOptions& o);
 
-// A dependency of the whole graph from a replayed task of replica `replica` >= 1 (a pipeline
-// transfer into it, a flow from another replica, a group flow replayed) to one of that replica's
-// copied tasks, whose representative is `to` (replica 0's task at the same place).
+// A dependency of the whole graph from a replayed task (a pipeline transfer, a flow from another
+// replica, a group flow replayed) to a task of device `copy`, whose tasks are copies of its image's:
+// its representative is `to` (the image's task at the same place).
 struct Crossing {
-  int32_t from = -1, to = -1, replica = 0;
+  int32_t from = -1, to = -1, copy = -1;
 };
 
 // The replica fold lowered directly (docs/scale.md, "The folded lowering"): the graph fold_replicas
@@ -113,14 +113,21 @@ struct Crossing {
 // optimizer step, replica j's after its image's last task; with groups_folded false, every replica's
 // group flows too. The dependencies into replica j's copied tasks are kept aside as crossings, for
 // check_folded (core/fold.h).
+// With ranks folded (FoldOptions::ranks, docs/scale.md "The rank fold") each tensor-parallel group is
+// replayed as its rank 0 too: a device's image is then rank 0 of replica 0's group at its place, a
+// group's ring collectives are lowered as the two flows into and out of rank 0 (the others, on links
+// of their own alike theirs, end with them), and every rank's pipeline transfers and gradient
+// collectives stay in the replay.
 struct FoldLayout {
   int replicas = 0;
-  std::vector<int> replica, image;  // per device: its data-parallel replica and replica 0's device at
-                                    // its place (-1: in no stage)
+  std::vector<int> replica, image;  // per device: its data-parallel replica and the device whose tasks
+                                    // it copies (itself: not copied; -1: in no stage)
+  int ranks_folded = 1;             // the tensor-parallel size folded onto rank 0 (1: ranks not folded)
   std::vector<Crossing> crossings;
   size_t whole_tasks = 0;      // the tasks lower() builds (counted before lowering when graph is empty)
   bool groups_folded = false;  // replica j's group flows copied from replica 0's
   size_t copied_flows = 0;     // of which group flows copied
+  bool copied(size_t d) const { return image[d] >= 0 && image[d] != static_cast<int>(d); }
 };
 struct FoldedGraph {
   TaskGraph graph;  // empty when the whole graph has fewer than lower_folded's min_whole_tasks
@@ -130,8 +137,14 @@ struct FoldedGraph {
 // An error where the plan does not fold: one replica, replicas of different sizes, a device at two
 // places, replicas whose schedules or stage costs differ (routing skew, slower devices), round-robin
 // replicas. Stops after counting (an empty graph) when the whole graph has fewer than
-// `min_whole_tasks` tasks.
+// `min_whole_tasks` tasks. groups: replica j's group flows copied from replica 0's (fold_routes says
+// where they may be); ranks: tensor-parallel ranks folded too where the plan allows it (every stage of
+// the same t >= 2 without context or expert parallelism, each group's ring inside one machine, no
+// collective engine; FoldLayout::ranks_folded says whether they were), which fold_routes checks.
+struct FoldOptions {
+  bool groups = true, ranks = false;
+};
 Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
-                                 const LoweringOptions& o, bool fold_groups, size_t min_whole_tasks = 0);
+                                 const LoweringOptions& o, FoldOptions fold, size_t min_whole_tasks = 0);
 
 }  // namespace pipegrid

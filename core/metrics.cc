@@ -75,7 +75,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
   auto each_task = [&](size_t d, auto&& f) {
     if (d >= g.device_order.size()) return;
     const auto& mine = g.device_order[d];
-    if (fold_layout && fold_layout->replica[d] >= 1 && !mine.empty()) {
+    if (fold_layout && fold_layout->copied(d) && !mine.empty()) {
       const auto& theirs = g.device_order[static_cast<size_t>(fold_layout->image[d])];
       for (size_t i = 0; i + 1 < theirs.size(); ++i) f(theirs[i]);
     }
@@ -114,7 +114,7 @@ Metrics compute_metrics(const Cluster& c, const TaskGraph& g, const Timeline& t,
   });
   for (size_t d = 0; d < D; ++d) fold(d);
   for (size_t d = 0; fold_layout && d < D; ++d)
-    if (fold_layout->replica[d] >= 1) {  // a copy holds what its image holds, when it does
+    if (fold_layout->copied(d)) {  // a copy holds what its image holds, when it does
       const DeviceMetrics& theirs = m.devices[static_cast<size_t>(fold_layout->image[d])];
       m.devices[d].peak_memory_bytes = theirs.peak_memory_bytes;
       m.devices[d].peak_activation_bytes = theirs.peak_activation_bytes;

@@ -358,6 +358,57 @@ TEST_CASE(
   CHECK(evaluate(two, c)->makespan() == pipegrid::testing::approx(2e-6 + 0.75 * S / 25e9));
 }
 
+TEST_CASE("the rank fold's ring: member q's two flows of the merged ring, built alike") {
+  // append_merged_ring_at(q) must build exactly the flows q - 1 -> q and q -> q + 1 of
+  // append_merged_ring (ends, bytes 2 (n - 1) / n S, the two ends' readiness as dependencies), in the
+  // ring's order, and hand member q the same {out, in}; the other members get nothing.
+  Cluster c = two_dgx_nodes(2, 1e-6);
+  const double S = 64e6;
+  const std::vector<int> devices{0, 1, 2, 3};
+  const FlowTag tag{TransferKind::TensorParallel, 0, 0};
+  for (size_t q : {size_t{0}, size_t{2}, size_t{3}}) {
+    CAPTURE(q);
+    TaskGraph whole = empty_graph(c), one = empty_graph(c);
+    std::vector<Deps> ready;
+    for (int d = 0; d < 4; ++d) {
+      Task t;
+      t.kind = TaskKind::Forward;
+      t.device = d;
+      t.duration = 1e-3 * (d + 1);
+      ready.push_back({whole.add(t)});
+      one.add(t);
+    }
+    const std::vector<Deps> all =
+        append_merged_ring(whole, CollectiveKind::AllReduce, devices, ready, S, tag);
+    const std::vector<Deps> mine =
+        append_merged_ring_at(one, CollectiveKind::AllReduce, devices, ready, S, tag, q);
+    REQUIRE(one.tasks.size() == 6);
+    for (size_t i = 0; i < 4; ++i) CHECK(mine[i].size() == (i == q ? 2u : 0u));
+    REQUIRE(all[q].size() == 2);
+    const size_t before = (q + 3) % 4;
+    for (size_t k = 0; k < 2; ++k) {
+      const Task &a = whole.tasks[all[q][k]], &b = one.tasks[mine[q][k]];
+      CHECK(a.device == b.device);
+      CHECK(a.peer == b.peer);
+      CHECK(b.bytes == 1.5 * S);
+      CHECK(a.bytes == b.bytes);
+    }
+    CHECK(one.tasks[mine[q][0]].device == static_cast<int>(q));       // out: q -> q + 1
+    CHECK(one.tasks[mine[q][1]].device == static_cast<int>(before));  // in: q - 1 -> q
+    // The ring's order: the lower-numbered sender first.
+    CHECK((mine[q][0] < mine[q][1]) == (q < before));
+    // Each flow waits for both of its ends' readiness (the compute tasks 0 .. 3).
+    one.pack_dependencies();
+    for (int32_t f : mine[q]) {
+      const Task& x = one.tasks[f];
+      int waits = 0;
+      for (int32_t u = 0; u < 4; ++u)
+        for (int32_t v : one.successors(u)) waits += v == f && (u == x.device || u == x.peer);
+      CHECK(waits == 2);
+    }
+  }
+}
+
 TEST_CASE("data-parallel rings lowered merged (kAutoMergeRingFlows): the stepped rings' time") {
   // Two nodes of 4 GPUs (NVLink 300 GB/s, a 25 GB/s NIC per GPU). The stepped multi-ring all-reduce
   // (4 rings, 2 (n - 1) = 14 steps of S / (n rings)) and the merged rings (one flow of

@@ -32,8 +32,8 @@ def experiment(cluster, strategy, workload=GPT, memory="{optimizer: mixed-adam}"
     return f"workload: {workload}\ncluster: {cluster}\nstrategy: {strategy}\nmemory: {memory}\n"
 
 
-def dgx(nodes, fabric="switch"):
-    return f"{{kind: dgx, nodes: {nodes}, gpu: h100, fabric: {fabric}}}"
+def dgx(nodes, fabric="switch", gpus=8):
+    return f"{{kind: dgx, nodes: {nodes}, gpus_per_node: {gpus}, gpu: h100, fabric: {fabric}}}"
 
 
 def megatron(t, p, d, schedule="1f1b", extra=""):
@@ -61,6 +61,12 @@ CASES = [
     ("t8 p4 d2 interleaved v2, selective recomputation, fat-tree",
      experiment(dgx(8, "fat-tree"), megatron(8, 4, 2, "interleaved-1f1b", ", chunks: 2"),
                 memory="{optimizer: mixed-adam, recompute: selective}"), True),
+    ("t4 p2 d2 1F1B, 4-GPU nodes, rail", experiment(dgx(4, "rail", 4), megatron(4, 2, 2)), True),
+    ("t2 p2 d2 interleaved v2, SP, 2-GPU nodes, fat-tree",
+     experiment(dgx(4, "fat-tree", 2), megatron(2, 2, 2, "interleaved-1f1b", ", chunks: 2, sequence_parallel: true")),
+     True),
+    ("t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)",
+     experiment("{kind: dgx1, servers: 4}", megatron(8, 2, 2)), True),
     ("t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
      experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8, allreduce: ring"),
                 workload="{model: mixtral-8x7b, layers: 2, precision: amp-bf16}"), False),
@@ -68,6 +74,15 @@ CASES = [
      experiment(dgx(4), megatron(1, 2, 16, "1f1b", ", expert_parallel: 8"),
                 workload="{model: mixtral-8x7b, layers: 2, precision: amp-bf16}"), True),
 ]
+
+
+# The rank fold (docs/scale.md, "The rank fold"): where the folded lowering must replay each
+# tensor-parallel group as its rank 0 (every ring on NVLink links of its own), and where it must not (a
+# group of half a node whose NVLink carries the replicas' gradient rings too, t = 1, context or expert
+# parallelism); the cases not named here are t = 8 on 8-GPU nodes, where it must.
+NO_RANK_FOLD = {"t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)", "t2 p2 d8 1F1B, NCCL's trees", "t4 p2 d4 hierarchical, groups of half a node", "t2 p2 d8 ZB-H1",
+                "t4 cp2 p1 d4, context parallel", "t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
+                "t1 p2 d16 EP 8 spanning replicas, NCCL's ring per NIC (the default)"}
 
 
 def tasks(pipegrid, text, mode, folder):
@@ -143,6 +158,9 @@ def lowered_folded(pipegrid, name, text, exact):
         found.append(f"{name} (folded lowering): expected a folded replay, got {line!r}")
     if not exact and "not exact" not in line:
         found.append(f"{name} (folded lowering): expected the fold to be refused as not exact, got {line!r}")
+    ranks = "each tensor-parallel group of" in line
+    if exact and ranks == (name in NO_RANK_FOLD):
+        found.append(f"{name} (folded lowering): expected the rank fold {'not ' if ranks else ''}to apply, got {line!r}")
     print(f"{name} (folded lowering): {line[:110]}")
     return found
 

@@ -37,10 +37,16 @@ std::string describe(const ReplayMode& m) {
   else if (m.replicas_with_replayed_groups > 0)
     groups = fmt::format(", the group flows of {} replicas replayed (links shared or unlike replica 0's)",
                          m.replicas_with_replayed_groups);
+  const std::string ranks =
+      m.ranks_folded > 1
+          ? fmt::format(", each tensor-parallel group of {} as its rank 0 (rings on links of their own),",
+                        m.ranks_folded)
+          : "";
   return fmt::format(
-      "folded: replica 0 of {} replayed with every replica's pipeline and gradient flows ({} of {} tasks){}; "
-      "the others copied, checked exact (largest deviation {}{}; --whole replays every task)",
-      m.replicas, millions(m.replayed_tasks), millions(m.whole_tasks), groups, format_time(m.deviation_s),
+      "folded: replica 0 of {}{} replayed with every replica's {}pipeline and gradient flows ({} of {} "
+      "tasks){}; the others copied, checked exact (largest deviation {}{}; --whole replays every task)",
+      m.replicas, ranks, m.ranks_folded > 1 ? "and rank's " : "", millions(m.replayed_tasks),
+      millions(m.whole_tasks), groups, format_time(m.deviation_s),
       m.retimed > 0
           ? fmt::format("; the gradient collectives end at different times, {} optimizer steps timed from "
                         "their own",
@@ -114,6 +120,7 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
   const FoldCheck check = check_folded(run.graph, *run.fold, r->timeline);
   ReplayMode m;
   m.replicas = run.fold->replicas;
+  m.ranks_folded = run.fold->ranks_folded;
   m.whole_tasks = run.fold->whole_tasks;
   m.replayed_tasks = run.graph.tasks.size();
   m.copied_flows = run.fold->copied_flows;
@@ -121,9 +128,10 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
   if (check.max_deviation_s > kFoldTolerance * std::max(r->timeline.makespan(), 1e-300)) {
     std::vector<std::string> names;
     for (const Device& d : e.cluster.devices) names.push_back(d.name);
-    m.whole_because = fmt::format("the replica fold was not exact (a copy of {} {} off: replicas not alike)",
-                                  describe_task(run.graph.tasks[check.worst_task], names),
-                                  format_time(check.max_deviation_s));
+    m.whole_because = fmt::format(
+        "the replica fold ({} of {} tasks) was not exact (a copy of {} {} off: replicas not alike)",
+        millions(run.graph.tasks.size()), millions(run.fold->whole_tasks),
+        describe_task(run.graph.tasks[check.worst_task], names), format_time(check.max_deviation_s));
     if (Status s = lower_whole(e, run); !s) return s.error();
     return whole(e.cluster, run.graph, o, m);
   }
