@@ -144,6 +144,21 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
     routes = fold_routes(r.cluster, run.partition, *f);
     if (!routes) return routes.error();
   }
+  // Context- or expert-parallel flows on links they share: fold replica j's tensor-parallel flows alone,
+  // its other group flows lowered like its pipeline transfers (FoldLayout::tensor_only).
+  bool other_groups = false;
+  for (size_t s = 0; s < run.partition.stage_count(); ++s) {
+    const Stage& st = run.partition.stage(s);
+    other_groups =
+        other_groups || st.context_parallel > 1 || st.expert_parallel > 1 || st.expert_tensor_parallel > 1;
+  }
+  if (!routes->groups_private && other_groups) {
+    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
+                     {.groups = true, .ranks = false, .tensor_only = true});
+    if (!f) return f.error();
+    routes = fold_routes(r.cluster, run.partition, *f);
+    if (!routes) return routes.error();
+  }
   if (form == GraphForm::FoldedIfLarge && !routes->unlike.empty()) {
     run.whole_because = "no replica fold: " + routes->unlike + " (--fold tries it anyway)";
     return {};

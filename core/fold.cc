@@ -41,9 +41,11 @@ Result<ReplicaMap> map_replicas(const Partition& p, size_t devices) {
 
 namespace {
 
-// A transfer's replica when it is a group flow inside one replica, else -1.
-int intra_replica(const Task& t, const ReplicaMap& m) {
+// A transfer's replica when it is a group flow inside one replica (tensor_only: a tensor-parallel
+// flow; FoldLayout::tensor_only), else -1.
+int intra_replica(const Task& t, const ReplicaMap& m, bool tensor_only = false) {
   if (t.kind != TaskKind::Transfer || !is_group_flow(t.transfer) || t.device < 0 || t.peer < 0) return -1;
+  if (tensor_only && t.transfer != TransferKind::TensorParallel) return -1;
   const int j = m.replica[t.device];
   return j >= 0 && j == m.replica[t.peer] ? j : -1;
 }
@@ -87,7 +89,8 @@ uint64_t pair_key(int a, int b) {
 // `each(visit)` calls visit(t) for every transfer of the graph (the folded lowering's adds replica j's
 // group flows, not built, as replica 0's moved to replica j's devices).
 template <class Each>
-Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& each) {
+Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& each,
+                                bool tensor_only = false) {
   std::unordered_set<uint64_t> other, seen, signed_pairs;
   Channels ch;
   ch.owner.assign(2 * c.links.size(), Channels::kUnused);
@@ -96,7 +99,7 @@ Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& ea
   std::string failed;
   each([&](const Task& t) {
     if (!failed.empty() || t.kind != TaskKind::Transfer || t.device == t.peer) return;
-    const int j = intra_replica(t, m);
+    const int j = intra_replica(t, m, tensor_only);
     const uint64_t key = pair_key(t.device, t.peer);
     // The traffic into a replica, but a stage's own gradient ring (both ends the same image): its hops
     // may differ between replicas (some through a fat-tree's spine, some not) and still fold exactly,
@@ -315,36 +318,40 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
     const Stage& st = p.stage(static_cast<size_t>(s));
     return st.devices[static_cast<size_t>(pos + j * st.tensor_parallel * st.context_parallel)];
   };
-  Result<Channels> ch = route_channels(c, m, [&](auto&& visit) {
-    std::set<std::tuple<int, int, TransferKind>> group0;  // replica 0's group flows' pairs
-    for (const Task& t : f.graph.tasks) {
-      visit(t);
-      if (l.groups_folded && intra_replica(t, m) == 0) group0.emplace(t.device, t.peer, t.transfer);
-    }
-    if (l.ranks_folded > 1) {  // every ring's flows, lowered (into and out of rank 0) or not
-      Task x;
-      x.kind = TaskKind::Transfer;
-      x.transfer = TransferKind::TensorParallel;
-      const size_t t = static_cast<size_t>(l.ranks_folded);
-      for (size_t s = 0; s < p.stage_count(); ++s)
-        for (size_t first = 0; first < p.stage(s).devices.size(); first += t)
-          for (size_t q = 0; q < t; ++q) {
-            x.device = p.stage(s).devices[first + q];
-            x.peer = p.stage(s).devices[first + (q + 1) % t];
+  Result<Channels> ch = route_channels(
+      c, m,
+      [&](auto&& visit) {
+        std::set<std::tuple<int, int, TransferKind>> group0;  // replica 0's group flows' pairs
+        for (const Task& t : f.graph.tasks) {
+          visit(t);
+          if (l.groups_folded && intra_replica(t, m, l.tensor_only) == 0)
+            group0.emplace(t.device, t.peer, t.transfer);
+        }
+        if (l.ranks_folded > 1) {  // every ring's flows, lowered (into and out of rank 0) or not
+          Task x;
+          x.kind = TaskKind::Transfer;
+          x.transfer = TransferKind::TensorParallel;
+          const size_t t = static_cast<size_t>(l.ranks_folded);
+          for (size_t s = 0; s < p.stage_count(); ++s)
+            for (size_t first = 0; first < p.stage(s).devices.size(); first += t)
+              for (size_t q = 0; q < t; ++q) {
+                x.device = p.stage(s).devices[first + q];
+                x.peer = p.stage(s).devices[first + (q + 1) % t];
+                visit(x);
+              }
+          return;
+        }
+        for (int j = 1; j < l.replicas; ++j)
+          for (const auto& [a, b, kind] : group0) {
+            Task x;
+            x.kind = TaskKind::Transfer;
+            x.transfer = kind;
+            x.device = counterpart(a, j);
+            x.peer = counterpart(b, j);
             visit(x);
           }
-      return;
-    }
-    for (int j = 1; j < l.replicas; ++j)
-      for (const auto& [a, b, kind] : group0) {
-        Task x;
-        x.kind = TaskKind::Transfer;
-        x.transfer = kind;
-        x.device = counterpart(a, j);
-        x.peer = counterpart(b, j);
-        visit(x);
-      }
-  });
+      },
+      l.tensor_only);
   if (!ch) return ch.error();
   FoldRoutes out;
   out.unlike = unlike_incoming(*ch, c);
@@ -368,7 +375,7 @@ FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& 
     const bool group = u.transfer == TransferKind::TensorParallel ||
                        u.transfer == TransferKind::ExpertParallel ||
                        u.transfer == TransferKind::ContextParallel;
-    return l.groups_folded && group && l.replica[static_cast<size_t>(u.device)] == 0 &&
+    return l.folds(u.transfer) && group && l.replica[static_cast<size_t>(u.device)] == 0 &&
            l.replica[static_cast<size_t>(u.peer)] == 0;
   };
   std::vector<double> shared(static_cast<size_t>(rows), 0.0);

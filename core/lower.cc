@@ -44,6 +44,13 @@ bool same_work(const StageCost& a, const StageCost& b) {
          same_program(a.tp_backward_input, b.tp_backward_input);
 }
 
+// The flows of a group collective: tensor-, context- or expert-parallel (expert tensor-parallel too).
+TransferKind traffic_of(CommGroup g) {
+  return g == CommGroup::Context  ? TransferKind::ContextParallel
+         : g == CommGroup::Tensor ? TransferKind::TensorParallel
+                                  : TransferKind::ExpertParallel;
+}
+
 TaskKind kind_of(Pass p) {
   switch (p) {
     case Pass::Forward:
@@ -287,8 +294,9 @@ class Lowering {
     return fold_ && fold_->layout.ranks_folded > 1 && devices.size() > 1 && !copied(devices[0]) &&
            copied(devices[1]);
   }
-  // Folded with groups_folded: the stage positions `members` are all one replica's copies.
-  bool copied_group(const Stage& stage, const std::vector<int>& members) const;
+  // Folded with groups_folded: the stage positions `members` are all one replica's copies, and their
+  // group's flows are folded (FoldLayout::folds).
+  bool copied_group(const Stage& stage, const std::vector<int>& members, CommGroup group) const;
   void copy_places();
   // The task count checked against the limits: the whole graph's, or the folded graph's estimate.
   Status check_count(TaskCount n, size_t group_flows) const;
@@ -443,8 +451,8 @@ int Lowering::rank_fold() const {
   return t;
 }
 
-bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members) const {
-  if (!fold_ || !fold_->layout.groups_folded) return false;
+bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members, CommGroup group) const {
+  if (!fold_ || !fold_->layout.folds(traffic_of(group))) return false;
   const int j = fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(members[0])])];
   return j >= 1 && std::all_of(members.begin(), members.end(), [&](int q) {
            return fold_->layout.replica[static_cast<size_t>(stage.devices[static_cast<size_t>(q)])] == j;
@@ -633,7 +641,8 @@ Status Lowering::check_count(TaskCount n, size_t group_flows) const {
   if (fold_ && S_ > 0) {  // replica 0's passes, every device's optimizer step, the flows of every replica
     const size_t r = static_cast<size_t>(std::max(1, p_.stage(0).replicas()));
     n.compute = n.compute / r + D_;
-    if (fold_->layout.groups_folded) n.transfers -= group_flows - group_flows / r;
+    if (fold_->layout.groups_folded && !fold_->layout.tensor_only)
+      n.transfers -= group_flows - group_flows / r;
   }
   return check_task_count(n, p_, m_, passes());
 }
@@ -730,8 +739,9 @@ void Lowering::reserve() {
   const size_t t = fold_ ? static_cast<size_t>(fold_->layout.ranks_folded) : 1;
   const size_t r = fold_ ? static_cast<size_t>(fold_->layout.replicas) * t : 1;
   const size_t compute = fold_ ? count_.compute / r + D_ : count_.compute, pieces = piece_tasks_ / r,
-               flows = fold_ && fold_->layout.groups_folded ? group_flows_ / r * std::min<size_t>(t, 2)
-                                                            : group_flows_;
+               flows = fold_ && fold_->layout.groups_folded && !fold_->layout.tensor_only
+                           ? group_flows_ / r * std::min<size_t>(t, 2)
+                           : group_flows_;
   g_.reserve(compute + count_.transfers + count_.ring_steps + pieces + flows,
              count_.dependencies + 2 * count_.ring_steps + compute + 4 * flows);
   reserve_huge(g_.memory_changes, compute * 2);
@@ -1002,7 +1012,7 @@ void Lowering::add_group_collectives() {
           previous.clear();
           for (size_t x = 0; x < by_x.size(); ++x) {
             const auto& members = by_x[x][static_cast<size_t>(r)];
-            if (members.empty() || copied_group(stage, members)) continue;
+            if (members.empty() || copied_group(stage, members, program(s, 0, pass)->groups[x])) continue;
             std::vector<Deps> done = add_collective(s, pass, k, x, members, previous);
             if (!done.empty() && program(s, 0, pass)->groups[x] == CommGroup::Context)
               previous = std::move(done);
@@ -1032,10 +1042,7 @@ std::vector<Deps> Lowering::add_collective(int s, Pass pass, int k, size_t x, co
     if (chained) ready[q].insert(ready[q].end(), previous[q].begin(), previous[q].end());
   }
   const bool context = prog.groups[x] == CommGroup::Context;
-  const TransferKind traffic = context                               ? TransferKind::ContextParallel
-                               : prog.groups[x] == CommGroup::Tensor ? TransferKind::TensorParallel
-                                                                     : TransferKind::ExpertParallel;
-  const FlowTag tag{traffic, s, k};
+  const FlowTag tag{traffic_of(prog.groups[x]), s, k};
   const size_t first = g_.tasks.size();
   std::vector<Deps> done;
   if (prog.kinds[x] == CollectiveKind::AllToAll && prog.deduplicates[x].experts > 0) {
@@ -1304,6 +1311,7 @@ Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Part
                                  const LoweringOptions& o, FoldOptions fold, size_t min_whole_tasks) {
   FoldedGraph f;
   f.layout.groups_folded = fold.groups;
+  f.layout.tensor_only = fold.groups && fold.tensor_only;
   Lowering lowering(w, c, p, s, o, &f);
   lowering.min_whole_tasks = min_whole_tasks;
   lowering.fold_ranks = fold.ranks;
@@ -1318,7 +1326,7 @@ Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Part
   for (size_t d = 0; d < l.image.size() && d < f.graph.device_order.size(); ++d)
     if (l.copied(d)) passes += f.graph.device_order[static_cast<size_t>(l.image[d])].size() - 1;
   for (const Task& t : f.graph.tasks)
-    flows += l.groups_folded && t.kind == TaskKind::Transfer && is_group_flow(t.transfer) &&
+    flows += t.kind == TaskKind::Transfer && l.folds(t.transfer) &&
              l.replica[static_cast<size_t>(t.device)] == 0 && l.replica[static_cast<size_t>(t.peer)] == 0;
   const size_t rt = static_cast<size_t>(l.ranks_folded), kept = std::min<size_t>(rt, 2);
   l.copied_flows = flows / kept * rt * static_cast<size_t>(l.replicas) - flows;

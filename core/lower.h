@@ -126,8 +126,15 @@ struct FoldLayout {
   std::vector<Crossing> crossings;
   size_t whole_tasks = 0;      // the tasks lower() builds (counted before lowering when graph is empty)
   bool groups_folded = false;  // replica j's group flows copied from replica 0's
-  size_t copied_flows = 0;     // of which group flows copied
+  // With groups_folded, only its tensor-parallel flows: its context- and expert-parallel flows (on
+  // links they share with other traffic) are lowered for every replica, like its pipeline transfers.
+  bool tensor_only = false;
+  size_t copied_flows = 0;  // of which group flows copied
   bool copied(size_t d) const { return image[d] >= 0 && image[d] != static_cast<int>(d); }
+  // Whether replica j's group flows of this kind are copies of replica 0's (not lowered).
+  bool folds(TransferKind k) const {
+    return groups_folded && is_group_flow(k) && (!tensor_only || k == TransferKind::TensorParallel);
+  }
 };
 struct FoldedGraph {
   TaskGraph graph;  // empty when the whole graph has fewer than lower_folded's min_whole_tasks
@@ -143,6 +150,7 @@ struct FoldedGraph {
 // collective engine; FoldLayout::ranks_folded says whether they were), which fold_routes checks.
 struct FoldOptions {
   bool groups = true, ranks = false;
+  bool tensor_only = false;  // with groups: only the tensor-parallel flows (FoldLayout::tensor_only)
 };
 Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Partition& p, const Schedule& s,
                                  const LoweringOptions& o, FoldOptions fold, size_t min_whole_tasks = 0);

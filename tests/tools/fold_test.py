@@ -65,6 +65,12 @@ CASES = [
     ("t2 p2 d2 interleaved v2, SP, 2-GPU nodes, fat-tree",
      experiment(dgx(4, "fat-tree", 2), megatron(2, 2, 2, "interleaved-1f1b", ", chunks: 2, sequence_parallel: true")),
      True),
+    ("t8 cp2 p2 d2, context parallel across nodes, rail",
+     experiment(dgx(8, "rail"), megatron(8, 2, 2, "1f1b", ", context_parallel: 2"),
+                workload=GPT.replace("sequence: 1024", "sequence: 8192")), True),
+    ("t8 cp2 p1 d4, SP, ring attention across nodes, one switch",
+     experiment(dgx(8), megatron(8, 1, 4, "1f1b", ", context_parallel: 2, sequence_parallel: true"),
+                workload=GPT.replace("sequence: 1024", "sequence: 8192")), True),
     ("t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)",
      experiment("{kind: dgx1, servers: 4}", megatron(8, 2, 2)), True),
     ("t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
@@ -80,7 +86,9 @@ CASES = [
 # tensor-parallel group as its rank 0 (every ring on NVLink links of its own), and where it must not (a
 # group of half a node whose NVLink carries the replicas' gradient rings too, t = 1, context or expert
 # parallelism); the cases not named here are t = 8 on 8-GPU nodes, where it must.
-NO_RANK_FOLD = {"t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)", "t2 p2 d8 1F1B, NCCL's trees", "t4 p2 d4 hierarchical, groups of half a node", "t2 p2 d8 ZB-H1",
+NO_RANK_FOLD = {"t8 cp2 p2 d2, context parallel across nodes, rail",
+                "t8 cp2 p1 d4, SP, ring attention across nodes, one switch",
+                "t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)", "t2 p2 d8 1F1B, NCCL's trees", "t4 p2 d4 hierarchical, groups of half a node", "t2 p2 d8 ZB-H1",
                 "t4 cp2 p1 d4, context parallel", "t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
                 "t1 p2 d16 EP 8 spanning replicas, NCCL's ring per NIC (the default)"}
 
@@ -158,6 +166,11 @@ def lowered_folded(pipegrid, name, text, exact):
         found.append(f"{name} (folded lowering): expected a folded replay, got {line!r}")
     if not exact and "not exact" not in line:
         found.append(f"{name} (folded lowering): expected the fold to be refused as not exact, got {line!r}")
+    # Context parallelism across nodes (its ring on InfiniBand beside the pipeline and gradient traffic):
+    # replica j's tensor-parallel flows copied, its context-parallel flows replayed (FoldLayout::tensor_only).
+    if exact and ("across nodes" in name) != ("context- and expert-parallel flows replayed" in line):
+        found.append(f"{name} (folded lowering): expected only the tensor-parallel flows copied where context "
+                     f"parallelism crosses nodes, got {line!r}")
     ranks = "each tensor-parallel group of" in line
     if exact and ranks == (name in NO_RANK_FOLD):
         found.append(f"{name} (folded lowering): expected the rank fold {'not ' if ranks else ''}to apply, got {line!r}")

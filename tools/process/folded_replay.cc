@@ -34,6 +34,8 @@ std::string describe(const ReplayMode& m) {
   std::string groups;
   if (m.copied_flows == 0)
     groups = ", every replica's group flows replayed (their links are shared)";
+  else if (m.tensor_only)
+    groups = ", every replica's context- and expert-parallel flows replayed (their links are shared)";
   else if (m.replicas_with_replayed_groups > 0)
     groups = fmt::format(", the group flows of {} replicas replayed (links shared or unlike replica 0's)",
                          m.replicas_with_replayed_groups);
@@ -121,6 +123,7 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
   ReplayMode m;
   m.replicas = run.fold->replicas;
   m.ranks_folded = run.fold->ranks_folded;
+  m.tensor_only = run.fold->tensor_only;
   m.whole_tasks = run.fold->whole_tasks;
   m.replayed_tasks = run.graph.tasks.size();
   m.copied_flows = run.fold->copied_flows;
