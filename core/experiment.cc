@@ -120,6 +120,35 @@ std::string strategy_label(const Experiment& e, const PreparedRun& run) {
 
 namespace {
 
+// Whether some stage has context or expert parallelism: group flows other than tensor-parallel ones.
+bool other_group_flows(const Partition& p) {
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    if (st.context_parallel > 1 || st.expert_parallel > 1 || st.expert_tensor_parallel > 1) return true;
+  }
+  return false;
+}
+
+// The routes of f (lowered with every fold tried), f lowered again with less folded where they do not
+// allow it: tensor-parallel ranks kept apart where their rings share links but the group flows are
+// private; replica j's tensor-parallel flows alone copied where context- or expert-parallel flows share
+// links (FoldLayout::tensor_only). Where no group flow may be copied, the caller lowers without them.
+Result<FoldRoutes> refold(const PlanRequest& r, const PreparedRun& run, const LoweringOptions& lo,
+                          FoldedGraph& f) {
+  auto again = [&](FoldOptions o) -> Result<FoldRoutes> {
+    Result<FoldedGraph> g = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, o);
+    if (!g) return g.error();
+    f = std::move(*g);
+    return fold_routes(r.cluster, run.partition, f);
+  };
+  Result<FoldRoutes> routes = fold_routes(r.cluster, run.partition, f);
+  if (routes && f.layout.ranks_folded > 1 && routes->groups_private && !routes->ranks_private)
+    routes = again({.groups = true, .ranks = false});
+  if (routes && !routes->groups_private && other_group_flows(run.partition))
+    routes = again({.groups = true, .ranks = false, .tensor_only = true});
+  return routes;
+}
+
 // The folded lowering of run's plan (prepare's GraphForm), or nothing with run.whole_because saying why;
 // an error only for a schedule that does not validate.
 Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form) {
@@ -134,31 +163,8 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
     return {};
   }
   if (f->graph.tasks.empty()) return {};  // below the threshold: the whole graph, nothing to say
-  Result<FoldRoutes> routes = fold_routes(r.cluster, run.partition, *f);
+  Result<FoldRoutes> routes = refold(r, run, lo, *f);
   if (!routes) return routes.error();
-  // Tensor-parallel rings on shared links (where every group flow is private, else lowered below).
-  if (f->layout.ranks_folded > 1 && routes->groups_private && !routes->ranks_private) {
-    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
-                     {.groups = true, .ranks = false});
-    if (!f) return f.error();
-    routes = fold_routes(r.cluster, run.partition, *f);
-    if (!routes) return routes.error();
-  }
-  // Context- or expert-parallel flows on links they share: fold replica j's tensor-parallel flows alone,
-  // its other group flows lowered like its pipeline transfers (FoldLayout::tensor_only).
-  bool other_groups = false;
-  for (size_t s = 0; s < run.partition.stage_count(); ++s) {
-    const Stage& st = run.partition.stage(s);
-    other_groups =
-        other_groups || st.context_parallel > 1 || st.expert_parallel > 1 || st.expert_tensor_parallel > 1;
-  }
-  if (!routes->groups_private && other_groups) {
-    f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
-                     {.groups = true, .ranks = false, .tensor_only = true});
-    if (!f) return f.error();
-    routes = fold_routes(r.cluster, run.partition, *f);
-    if (!routes) return routes.error();
-  }
   if (form == GraphForm::FoldedIfLarge && !routes->unlike.empty()) {
     run.whole_because = "no replica fold: " + routes->unlike + " (--fold tries it anyway)";
     return {};

@@ -23,6 +23,12 @@
 // so each ends when its representative does. The whole graph's replay is then the unfolded one.
 // When settle_unfolded finds a task that would have started elsewhere (replicas that are not alike:
 // routing skew, unequal routes), the fold is not exact and the caller replays the whole graph.
+//
+// The folded lowering (core/lower.h lower_folded) builds the fold without the whole graph and checks
+// it with check_folded; it also folds tensor-parallel ranks onto rank 0 where their rings run on links
+// of their own (FoldLayout::ranks_folded, fold_routes' ranks_private), and, where context- or
+// expert-parallel flows share links, copies replica j's tensor-parallel flows alone
+// (FoldLayout::tensor_only). docs/scale.md, "The folded lowering".
 #pragma once
 
 #include <cstdint>
