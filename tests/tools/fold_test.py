@@ -71,6 +71,7 @@ CASES = [
     ("t8 cp2 p1 d4, SP, ring attention across nodes, one switch",
      experiment(dgx(8), megatron(8, 1, 4, "1f1b", ", context_parallel: 2, sequence_parallel: true"),
                 workload=GPT.replace("sequence: 1024", "sequence: 8192")), True),
+    ("t8 p2 d4 1F1B, NCCL's trees, rail", experiment(dgx(8, "rail"), megatron(8, 2, 4, "1f1b", ", allreduce: tree")), True),
     ("t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)",
      experiment("{kind: dgx1, servers: 4}", megatron(8, 2, 2)), True),
     ("t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
@@ -91,6 +92,12 @@ NO_RANK_FOLD = {"t8 cp2 p2 d2, context parallel across nodes, rail",
                 "t8 p2 d2 1F1B, DGX-1 servers (rings over shared NVLink and PCIe)", "t2 p2 d8 1F1B, NCCL's trees", "t4 p2 d4 hierarchical, groups of half a node", "t2 p2 d8 ZB-H1",
                 "t4 cp2 p1 d4, context parallel", "t1 p2 d16 EP 8 spanning replicas, ring mixing NVLink and InfiniBand",
                 "t1 p2 d16 EP 8 spanning replicas, NCCL's ring per NIC (the default)"}
+
+
+# plan's analytic (FIFO links) estimate from the folded graph, where it differs more than 0.1% from the
+# whole graph's (docs/scale.md): NCCL's trees put several flows on each NIC, whose FIFO order the folded
+# graph changes (3.7% here, the same before the rank fold, at 9c27b84). SimGrid's replay stays exact.
+ANALYTIC_BOUND = {"t8 p2 d4 1F1B, NCCL's trees, rail": 0.04}
 
 
 def tasks(pipegrid, text, mode, folder):
@@ -142,7 +149,7 @@ def lowered_folded(pipegrid, name, text, exact):
         # another order (plan says so); within 0.1% here (0.04% on the context-parallel case).
         if command == "plan":
             a, b = whole.pop("analytic_iteration_time_s"), folded.pop("analytic_iteration_time_s")
-            if abs(a - b) > 1e-3 * a:
+            if abs(a - b) > ANALYTIC_BOUND.get(name, 1e-3) * a:
                 found.append(f"{name} (folded lowering, plan): analytic {b} against {a}")
         found += [f"{name} (folded lowering, {command}): {d}" for d in differences(whole, folded)[:5]]
     # --timeline-rows ranks keeps replica 0's representatives, whose tasks the folded graph holds: the
