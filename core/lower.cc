@@ -1324,7 +1324,9 @@ Result<FoldedGraph> lower_folded(const Workload& w, const Cluster& c, const Part
   FoldLayout& l = f.layout;
   size_t passes = 0, flows = 0;
   for (size_t d = 0; d < l.image.size() && d < f.graph.device_order.size(); ++d)
-    if (l.copied(d)) passes += f.graph.device_order[static_cast<size_t>(l.image[d])].size() - 1;
+    if (const auto& theirs = f.graph.device_order[static_cast<size_t>(std::max(l.image[d], 0))];
+        l.copied(d) && !theirs.empty())
+      passes += theirs.size() - 1;
   for (const Task& t : f.graph.tasks)
     flows += t.kind == TaskKind::Transfer && l.folds(t.transfer) &&
              l.replica[static_cast<size_t>(t.device)] == 0 && l.replica[static_cast<size_t>(t.peer)] == 0;
