@@ -317,59 +317,12 @@ struct Router::Impl {
     return r;
   }
 
-  Route torus_route(int from, int to) const {
-    const std::vector<int>& dims = cluster->torus_dims;
-    std::vector<int> x = torus_coords(dims, from);
-    const std::vector<int> goal = torus_coords(dims, to);
-    std::vector<Hop> hops;
-    int at = from;
-    for (size_t k = 0; k < dims.size(); ++k) {
-      const int n = dims[k];
-      const int up = ((goal[k] - x[k]) % n + n) % n;
-      const int step = up <= n - up ? 1 : -1;
-      while (x[k] != goal[k]) {
-        x[k] = (x[k] + step + n) % n;
-        const int next = torus_index(dims, x);
-        const int li = link_between(links, at, next);
-        hops.push_back({li, cluster->links[li].a != at});
-        at = next;
-      }
-    }
-    return finish(std::move(hops));
-  }
+  Route torus_route(int from, int to) const;
 
   // Destination-mod-k on the fat-tree (see FatTreeRouting); both nodes are endpoints. Where a link of
   // that path is down (FatTreeRouting::down), the next aggregation switch in order (a + 1, a + 2, ...
   // mod k/2), and for each the next core switch, whose links are all up; nullopt when none is.
-  std::optional<Route> fat_tree_route(int from, int to) const {
-    const FatTreeRouting& f = *cluster->fat_tree;
-    const int h = f.k / 2;
-    const int s = fat_tree_slot.at(from), d = fat_tree_slot.at(to);
-    const int es = s / h, ed = d / h;  // edge switches (global index = pod h + e)
-    for (int ia = 0; ia < h; ++ia)
-      for (int ic = 0; ic < (es / h != ed / h ? h : 1); ++ic) {
-        const int a = (d % h + ia) % h, c = ((d / h) % h + ic) % h;
-        std::vector<int> path{from, f.edge + es};
-        if (es != ed) {
-          path.push_back(f.agg + (es / h) * h + a);
-          if (es / h != ed / h) {
-            path.push_back(f.core + a * h + c);
-            path.push_back(f.agg + (ed / h) * h + a);
-          }
-          path.push_back(f.edge + ed);
-        }
-        path.push_back(to);
-        std::vector<Hop> hops;
-        for (size_t i = 0; i + 1 < path.size(); ++i) {
-          const int li = link_between(links, path[i], path[i + 1]);
-          if (li < 0) break;
-          hops.push_back({li, cluster->links[li].a != path[i]});
-        }
-        if (hops.size() + 1 == path.size()) return finish(std::move(hops));
-        if (es == ed) return std::nullopt;  // only the edge switch: nothing to reroute
-      }
-    return std::nullopt;
-  }
+  std::optional<Route> fat_tree_route(int from, int to) const;
 
   // Two leaves on the same node: the two links are the only shortest path (any other walk
   // revisits that node), what the search finds, without expanding a switch of many ports for
@@ -419,51 +372,104 @@ struct Router::Impl {
 
   // Searches from `from` until `to` is settled (to = -1: the whole graph). Returns the route to `to`
   // (if given), and with keep_tree leaves the predecessor links of every node in tree_pred.
-  Result<Route> shortest_route(int from, int to, bool keep_tree = false) const {
-    auto index = boost::get(boost::edge_index, graph);
-    auto weight = boost::make_function_property_map<NetGraph::edge_descriptor, Weight>(
-        [this, index](NetGraph::edge_descriptor e) {
-          return Weight{cluster->links[index[e]].latency, 1};
-        });
-    struct Visitor : boost::default_dijkstra_visitor {
-      const Impl* self;
-      decltype(index) idx;
-      int target;
-      void edge_relaxed(NetGraph::edge_descriptor e, const NetGraph& g) const {
-        const int v = static_cast<int>(boost::target(e, g));
-        if (self->pred_link[v] < 0) self->touched.push_back(v);
-        self->pred_link[v] = idx[e];
-      }
-      void examine_vertex(NetGraph::vertex_descriptor u, const NetGraph&) const {
-        if (static_cast<int>(u) == target) throw Settled{};
-      }
-    } visitor;
-    visitor.self = this;
-    visitor.idx = index;
-    visitor.target = to;
-    dist[from] = Weight{};
-    touched.push_back(from);
-    try {
-      boost::dijkstra_shortest_paths_no_color_map_no_init(
-          graph, static_cast<NetGraph::vertex_descriptor>(from), boost::dummy_property_map(),
-          boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, graph)), weight,
-          boost::get(boost::vertex_index, graph), WeightLess{}, WeightPlus{}, kUnreached, Weight{}, visitor);
-    } catch (const Settled&) {
-    }
-    std::optional<Route> found = to >= 0 ? follow(pred_link, from, to) : std::optional<Route>(Route{});
-    if (keep_tree) {
-      tree_pred = pred_link;
-      tree_source = from;
-    }
-    for (int v : touched) {
-      dist[v] = kUnreached;
-      pred_link[v] = -1;
-    }
-    touched.clear();
-    if (!found) return not_connected(from, to);
-    return std::move(*found);
-  }
+  Result<Route> shortest_route(int from, int to, bool keep_tree = false) const;
 };
+
+Route Router::Impl::torus_route(int from, int to) const {
+  const std::vector<int>& dims = cluster->torus_dims;
+  std::vector<int> x = torus_coords(dims, from);
+  const std::vector<int> goal = torus_coords(dims, to);
+  std::vector<Hop> hops;
+  int at = from;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int n = dims[k];
+    const int up = ((goal[k] - x[k]) % n + n) % n;
+    const int step = up <= n - up ? 1 : -1;
+    while (x[k] != goal[k]) {
+      x[k] = (x[k] + step + n) % n;
+      const int next = torus_index(dims, x);
+      const int li = link_between(links, at, next);
+      hops.push_back({li, cluster->links[li].a != at});
+      at = next;
+    }
+  }
+  return finish(std::move(hops));
+}
+
+std::optional<Route> Router::Impl::fat_tree_route(int from, int to) const {
+  const FatTreeRouting& f = *cluster->fat_tree;
+  const int h = f.k / 2;
+  const int s = fat_tree_slot.at(from), d = fat_tree_slot.at(to);
+  const int es = s / h, ed = d / h;  // edge switches (global index = pod h + e)
+  for (int ia = 0; ia < h; ++ia)
+    for (int ic = 0; ic < (es / h != ed / h ? h : 1); ++ic) {
+      const int a = (d % h + ia) % h, c = ((d / h) % h + ic) % h;
+      std::vector<int> path{from, f.edge + es};
+      if (es != ed) {
+        path.push_back(f.agg + (es / h) * h + a);
+        if (es / h != ed / h) {
+          path.push_back(f.core + a * h + c);
+          path.push_back(f.agg + (ed / h) * h + a);
+        }
+        path.push_back(f.edge + ed);
+      }
+      path.push_back(to);
+      std::vector<Hop> hops;
+      for (size_t i = 0; i + 1 < path.size(); ++i) {
+        const int li = link_between(links, path[i], path[i + 1]);
+        if (li < 0) break;
+        hops.push_back({li, cluster->links[li].a != path[i]});
+      }
+      if (hops.size() + 1 == path.size()) return finish(std::move(hops));
+      if (es == ed) return std::nullopt;  // only the edge switch: nothing to reroute
+    }
+  return std::nullopt;
+}
+
+Result<Route> Router::Impl::shortest_route(int from, int to, bool keep_tree) const {
+  auto index = boost::get(boost::edge_index, graph);
+  auto weight = boost::make_function_property_map<NetGraph::edge_descriptor, Weight>(
+      [this, index](NetGraph::edge_descriptor e) {
+        return Weight{cluster->links[index[e]].latency, 1};
+      });
+  struct Visitor : boost::default_dijkstra_visitor {
+    const Impl* self;
+    decltype(index) idx;
+    int target;
+    void edge_relaxed(NetGraph::edge_descriptor e, const NetGraph& g) const {
+      const int v = static_cast<int>(boost::target(e, g));
+      if (self->pred_link[v] < 0) self->touched.push_back(v);
+      self->pred_link[v] = idx[e];
+    }
+    void examine_vertex(NetGraph::vertex_descriptor u, const NetGraph&) const {
+      if (static_cast<int>(u) == target) throw Settled{};
+    }
+  } visitor;
+  visitor.self = this;
+  visitor.idx = index;
+  visitor.target = to;
+  dist[from] = Weight{};
+  touched.push_back(from);
+  try {
+    boost::dijkstra_shortest_paths_no_color_map_no_init(
+        graph, static_cast<NetGraph::vertex_descriptor>(from), boost::dummy_property_map(),
+        boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, graph)), weight,
+        boost::get(boost::vertex_index, graph), WeightLess{}, WeightPlus{}, kUnreached, Weight{}, visitor);
+  } catch (const Settled&) {
+  }
+  std::optional<Route> found = to >= 0 ? follow(pred_link, from, to) : std::optional<Route>(Route{});
+  if (keep_tree) {
+    tree_pred = pred_link;
+    tree_source = from;
+  }
+  for (int v : touched) {
+    dist[v] = kUnreached;
+    pred_link[v] = -1;
+  }
+  touched.clear();
+  if (!found) return not_connected(from, to);
+  return std::move(*found);
+}
 
 // Cluster::MachineSymmetry: the canonical pair (the same positions on machines 0 and 1, or 1 and 0)
 // of two devices on other machines; nullopt for devices on one machine or a canonical pair itself.

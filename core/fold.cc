@@ -372,10 +372,7 @@ FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& 
   // and of the device's previous task.
   auto shared_by_copies = [&](const Task& u) {
     if (u.is_compute()) return true;
-    const bool group = u.transfer == TransferKind::TensorParallel ||
-                       u.transfer == TransferKind::ExpertParallel ||
-                       u.transfer == TransferKind::ContextParallel;
-    return l.folds(u.transfer) && group && l.replica[static_cast<size_t>(u.device)] == 0 &&
+    return l.folds(u.transfer) && l.replica[static_cast<size_t>(u.device)] == 0 &&
            l.replica[static_cast<size_t>(u.peer)] == 0;
   };
   std::vector<double> shared(static_cast<size_t>(rows), 0.0);

@@ -31,6 +31,7 @@
 // (FoldLayout::tensor_only). docs/scale.md, "The folded lowering".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -112,6 +113,12 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
 // Where every copied task that receives a crossing starts with its image, every copy does (by
 // induction over the rest, which replica j shares with replica 0).
 FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& t);
+
+// Whether a check's deviation is within the fold's exactness bound, 1e-9 of the iteration
+// (docs/scale.md): then the folded timeline is taken as the whole graph's.
+inline bool fold_exact(const FoldCheck& check, double makespan) {
+  return check.max_deviation_s <= 1e-9 * std::max(makespan, 1e-300);
+}
 
 // A plan is folded by default from this many tasks (docs/scale.md): below, the whole graph replays
 // in a few seconds and its output stays as it was.

@@ -275,25 +275,14 @@ class Lowering {
   // folded).
   bool copied(size_t d) const { return fold_ && fold_->layout.copied(d); }
   // from -> to, where `to` runs on device `to_device`: a crossing when that device's tasks are copies.
-  void into(int32_t from, int32_t to, size_t to_device) {
-    if (copied(to_device))
-      fold_->layout.crossings.push_back({from, to, static_cast<int32_t>(to_device)});
-    else
-      g_.depend(from, to);
-  }
+  void into(int32_t from, int32_t to, size_t to_device);
   Status prepare_fold();
   // The tensor-parallel size whose ranks fold onto rank 0 (FoldOptions::ranks), or 1 where they do not.
   int rank_fold() const;
   // Stage position pos's image position: the same rank of replica 0, or rank 0 with ranks folded.
-  size_t image_position(const Stage& st, size_t pos) const {
-    if (fold_->layout.ranks_folded > 1) return 0;
-    return pos % static_cast<size_t>(st.tensor_parallel * st.context_parallel);
-  }
+  size_t image_position(const Stage& st, size_t pos) const;
   // Ranks folded: a tensor-parallel group of replica 0 whose ranks >= 1 are copies.
-  bool rank_ring(const std::vector<int>& devices) const {
-    return fold_ && fold_->layout.ranks_folded > 1 && devices.size() > 1 && !copied(devices[0]) &&
-           copied(devices[1]);
-  }
+  bool rank_ring(const std::vector<int>& devices) const;
   // Folded with groups_folded: the stage positions `members` are all one replica's copies, and their
   // group's flows are folded (FoldLayout::folds).
   bool copied_group(const Stage& stage, const std::vector<int>& members, CommGroup group) const;
@@ -449,6 +438,23 @@ int Lowering::rank_fold() const {
     }
   }
   return t;
+}
+
+void Lowering::into(int32_t from, int32_t to, size_t to_device) {
+  if (copied(to_device))
+    fold_->layout.crossings.push_back({from, to, static_cast<int32_t>(to_device)});
+  else
+    g_.depend(from, to);
+}
+
+size_t Lowering::image_position(const Stage& st, size_t pos) const {
+  if (fold_->layout.ranks_folded > 1) return 0;
+  return pos % static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+}
+
+bool Lowering::rank_ring(const std::vector<int>& devices) const {
+  return fold_ && fold_->layout.ranks_folded > 1 && devices.size() > 1 && !copied(devices[0]) &&
+         copied(devices[1]);
 }
 
 bool Lowering::copied_group(const Stage& stage, const std::vector<int>& members, CommGroup group) const {

@@ -140,8 +140,7 @@ Result<Metrics> analytic_metrics(const Experiment& e, PreparedRun& run) {
   Result<Timeline> analytic = evaluate(run.graph, e.cluster);
   if (!analytic) return analytic.error();
   if (run.fold) {
-    const FoldCheck check = check_folded(run.graph, *run.fold, *analytic);
-    if (check.max_deviation_s > 1e-9 * std::max(analytic->makespan(), 1e-300)) {
+    if (!fold_exact(check_folded(run.graph, *run.fold, *analytic), analytic->makespan())) {
       if (Status s = lower_whole(e, run); !s) return s.error();
       run.whole_because = "the replica fold was not exact in the analytic evaluator";
       analytic = evaluate(run.graph, e.cluster);

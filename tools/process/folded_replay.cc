@@ -10,10 +10,6 @@
 namespace pipegrid::process {
 namespace {
 
-// The relative deviation below which an unfolded timeline is taken as the whole graph's: the fold's
-// exactness bound (docs/scale.md).
-constexpr double kFoldTolerance = 1e-9;
-
 std::string millions(size_t n) {
   return n >= 100000 ? fmt::format("{:.1f} M", static_cast<double>(n) / 1e6) : fmt::format("{}", n);
 }
@@ -91,12 +87,10 @@ Result<ChosenReplay> replay_chosen(const Cluster& c, const Partition& p, const T
   m.replicas_with_replayed_groups = f->replicas_with_replayed_groups;
   m.deviation_s = check.max_deviation_s;
   m.retimed = check.retimed;
-  if (check.max_deviation_s > kFoldTolerance * std::max(t.makespan(), 1e-300)) {
-    std::vector<std::string> names;
-    for (const Device& d : c.devices) names.push_back(d.name);
-    m.whole_because =
-        fmt::format("the replica fold was not exact ({} {} off: replicas not alike)",
-                    describe_task(g.tasks[check.worst_task], names), format_time(check.max_deviation_s));
+  if (!fold_exact(check, t.makespan())) {
+    m.whole_because = fmt::format("the replica fold was not exact ({} {} off: replicas not alike)",
+                                  describe_task(g.tasks[check.worst_task], device_names(c)),
+                                  format_time(check.max_deviation_s));
     return whole(c, g, o, m);
   }
   m.folded = true;
@@ -128,13 +122,12 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
   m.replayed_tasks = run.graph.tasks.size();
   m.copied_flows = run.fold->copied_flows;
   m.deviation_s = check.max_deviation_s;
-  if (check.max_deviation_s > kFoldTolerance * std::max(r->timeline.makespan(), 1e-300)) {
-    std::vector<std::string> names;
-    for (const Device& d : e.cluster.devices) names.push_back(d.name);
+  if (!fold_exact(check, r->timeline.makespan())) {
     m.whole_because = fmt::format(
         "the replica fold ({} of {} tasks) was not exact (a copy of {} {} off: replicas not alike)",
         millions(run.graph.tasks.size()), millions(run.fold->whole_tasks),
-        describe_task(run.graph.tasks[check.worst_task], names), format_time(check.max_deviation_s));
+        describe_task(run.graph.tasks[check.worst_task], device_names(e.cluster)),
+        format_time(check.max_deviation_s));
     if (Status s = lower_whole(e, run); !s) return s.error();
     return whole(e.cluster, run.graph, o, m);
   }
