@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace pipegrid {
 
@@ -48,6 +50,14 @@ double DeviceSpec::memory_eff(KernelClass k) const {
   return e > 0 ? e : memory_efficiency_default;
 }
 
+void HostStream::issue(double launches, double device_time) {
+  if (launches <= 0) return;
+  const double first = std::max(gpu_, host_) + device_time;
+  const double last = host_ + (launches - 1) * dispatch_ + device_time / launches;
+  gpu_ = std::max(first, last);
+  host_ += launches * dispatch_;
+}
+
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch) {
   PassTimes t;
@@ -81,24 +91,29 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   // One call of kernel k for the whole batch's share `flops`, `bytes`, its math in `math` (the
   // workload's precision, or FP8 for an fp8 training's GEMMs); its weights are read (or their
   // gradient written) by every call of a pass that computes.
-  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math, bool dispatch = true) {
+  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math) {
     const double weights = flops > 0 ? k.weight_bytes : 0.0;
     if (flops <= 0 && bytes <= 0) return 0.0;
     const double work = k.winograd && device.runs_winograd(math) ? flops / kWinogradSpeedup : flops;
     const double compute = flops > 0 ? work / (device.peak(math) * device.compute_eff(math, k.cls)) : 0.0;
     const double memory =
         (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
-    // Every launch pays the startup on the GPU; the host's dispatch overlaps it and the work. A
-    // recurrent layer's step also pays the library's per-step time, serially, on the GPU side.
+    // Every launch pays the startup on the GPU. A recurrent layer's step also pays the library's
+    // per-step time, serially, on the GPU side. The host's dispatch is HostStream's.
     const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
-    return std::max(dispatch ? device.kernel_dispatch_s : 0.0,
-                    device.kernel_startup_s + step + std::max(compute, memory));
+    return device.kernel_startup_s + step + std::max(compute, memory);
   };
   // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one), each
   // after one memory-bound pass that quantizes its input (forward) or its output gradient (backward,
   // before the input-gradient GEMM; the weight-gradient GEMM reuses both), fp8_cast_bytes per element.
   const bool fp8 = fp8_training(precision) && device.runs_as(Precision::FP8) == Precision::FP8;
-  auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) {
+  // A pass of kernel k: its device time and its host launches (a call is one launch, or
+  // Kernel::launches on parallel streams; an fp8 GEMM's quantize kernel is one more per call).
+  struct Launches {
+    double device = 0, launches = 0;
+  };
+  auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) -> Launches {
+    if (flops <= 0 && bytes <= 0) return {};
     const double calls = std::max(1.0, k.calls);
     const bool fp8_math = fp8 && k.fp8;
     const Precision math = fp8_math ? Precision::FP8 : precision;
@@ -107,22 +122,40 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
             ? device.kernel_startup_s + cast * batch / calls * fp8_cast_bytes(precision) /
                                             (bw * device.memory_eff(KernelClass::Elementwise))
             : 0.0;
-    if (k.launches <= 0)
-      return calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize);
-    // Launches on parallel streams: the host issues each, the device pays a start-up per call.
-    const double device_side =
-        calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math, false) + quantize);
-    return flops > 0 || bytes > 0 ? std::max(k.launches * device.kernel_dispatch_s, device_side) : 0.0;
+    const double launches = k.launches > 0 ? k.launches : calls * (quantize > 0 ? 2 : 1);
+    return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches};
   };
-  auto add_kernel = [&](const Kernel& k) {
+  // The device sums in the layer's order (what a host that is never the limit gives, to the last
+  // bit); the host issues the forward's launches in that order, the backward's in reverse, each
+  // part of a kernel's backward (input gradient, then weight gradient) its own launches.
+  const std::vector<Kernel> kernels = layer_kernels(layer);
+  HostStream forward(device.kernel_dispatch_s), backward(device.kernel_dispatch_s);
+  std::vector<std::pair<Launches, Launches>> backward_parts;
+  for (const Kernel& k : kernels) {
+    const Launches f = pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
+    t.forward += f.device;
+    forward.issue(f.launches, f.device);
     // The backward's memory traffic is split between its two parts in proportion to their FLOPs.
     const double bflops = k.backward_input_flops + k.backward_weight_flops;
     const double in_share = bflops > 0 ? k.backward_input_flops / bflops : 1.0;
-    t.forward += pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
-    t.backward_input += pass_time(k, k.backward_input_flops, k.backward_bytes * in_share, k.fp8_out);
-    t.backward_weight += pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share), 0);
-  };
-  for (const Kernel& k : layer_kernels(layer)) add_kernel(k);
+    const Launches i = pass_time(k, k.backward_input_flops, k.backward_bytes * in_share, k.fp8_out);
+    const Launches w = pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share), 0);
+    t.backward_input += i.device;
+    t.backward_weight += w.device;
+    backward_parts.emplace_back(i, w);
+  }
+  for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
+    backward.issue(p->first.launches, p->first.device);
+    backward.issue(p->second.launches, p->second.device);
+  }
+  // A bound host stretches each pass; the backward's two parts in proportion to their device times.
+  if (device.kernel_dispatch_s > 0) {
+    t.forward = forward.end();
+    if (const double device_backward = t.backward(); device_backward > 0) {
+      t.backward_input = backward.end() * (t.backward_input / device_backward);
+      t.backward_weight = backward.end() - t.backward_input;
+    }
+  }
   if (t.forward > 0) t.forward += device.layer_overhead_s;
   if (t.backward_input > 0) t.backward_input += device.layer_overhead_s;
   if (t.backward_weight > 0) t.backward_weight += device.layer_overhead_s;

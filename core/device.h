@@ -34,11 +34,10 @@ struct FpgaSpec {
 // memory bandwidth times a memory efficiency; a call takes the startup plus the larger of the two
 // (roofline), memory-bound calls included (every launch pays it).
 //
-// The host issues kernels asynchronously: a framework spends kernel_dispatch on the CPU per call
-// (its op dispatch and the CUDA launch call), which overlaps the GPU's work on earlier calls. A
-// stream of calls is bound by the slower of the two sides, so a call takes
-// max(kernel_dispatch, kernel_startup + max(compute, memory)): short kernels run at the host's
-// rate, long ones hide it (0, the default, is a host that is never the limit).
+// The host issues kernels asynchronously: a framework spends kernel_dispatch on the CPU per launch
+// (its op dispatch and the CUDA launch call), which overlaps the GPU's work on earlier launches, in
+// order (HostStream): short kernels after long ones run on the lead the host gained, a stream of
+// short kernels at the host's rate (0, the default, is a host that is never the limit).
 // Winograd F(2x2, 3x3): (2 + 3 - 1)^2 = 16 multiplies per 2x2 output tile against 2^2 x 3^2 = 36.
 inline constexpr double kWinogradSpeedup = 36.0 / 16.0;
 
@@ -62,7 +61,7 @@ struct DeviceSpec {
   double memory_efficiency_default = 1.0;
   std::array<double, kKernelClassCount> memory_efficiency{};
   double kernel_startup_s = 0;   // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
-  double kernel_dispatch_s = 0;  // host time per kernel call, overlapped with the GPU's work
+  double kernel_dispatch_s = 0;  // host time per kernel launch, ahead of the GPU (HostStream)
   double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
   // Time per time step of a recurrent layer, per direction and pass, on top of the step's kernels
   // (Kernel::recurrent_step), per math precision (kMathPrecisions; 0 = none): what the RNN library
@@ -118,20 +117,41 @@ struct PassTimes {
   double backward() const { return backward_input + backward_weight; }
 };
 
+// One pass's kernel launches, issued by the host one after another at `dispatch` each (a framework's
+// op dispatch and the CUDA launch, overlapping the GPU's work) and run by the GPU in order, each once
+// it is issued and the one before it has finished (one stream). A pass starts with its first launch
+// issued (the host issued it while the task before ran) and nothing queued: launch j (0-based) is
+// issued at j x dispatch. A group of c launches of equal device time tau ends at
+//   max(max(gpu, host) + c tau, host + (c - 1) dispatch + tau)
+// (the device-bound and the host-bound ends; `host` is when the group's first launch is issued,
+// `gpu` when the device is free). So a pass whose every launch takes at least `dispatch` on the
+// device costs the sum of its device times, a stream of tiny calls (c - 1) dispatch + tau, and long
+// kernels give the host the lead it spends on short ones after them. Dispatch 0 is the sum.
+class HostStream {
+ public:
+  explicit HostStream(double dispatch) : dispatch_(dispatch) {}
+  void issue(double launches, double device_time);
+  double end() const { return gpu_; }
+
+ private:
+  double dispatch_;
+  double host_ = 0, gpu_ = 0;
+};
+
 // The cost model. If the layer has measured times that apply to this device (same kind, or no
 // kind given), they are used, scaled linearly from the measured batch to `batch`. Otherwise each
 // pass adds up its kernels (layer.kernels, or one kernel of the layer kind's class built from the
-// layer's totals), each call of a kernel taking
-//   max(kernel_dispatch,
-//       kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
-//                            (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class))))
-// (a recurrent layer's per-step kernel adding recurrent_step(precision) inside the outer max; a kernel
-// whose host launches differ from its calls, Kernel::launches, takes max(launches x kernel_dispatch,
-// calls x (kernel_startup + max(...))) per pass),
-// with flops and bytes for the batch split over the kernel's calls (a Winograd-eligible convolution's
-// flops divided by kWinogradSpeedup where the device runs Winograd in the precision), plus
-// layer_overhead once per pass that has work. The backward's streamed bytes are split between its
-// input-gradient and weight-gradient parts in proportion to their FLOPs. Fails if neither applies (no
+// layer's totals), each call of a kernel taking on the device
+//   kernel_startup + max(flops / (peak(math precision) x compute_eff(precision, class)),
+//                        (bytes + weight_bytes) / (memory_bandwidth x memory_eff(class)))
+// (a recurrent layer's per-step kernel adding recurrent_step(precision)), with flops and bytes for
+// the batch split over the kernel's calls (a Winograd-eligible convolution's flops divided by
+// kWinogradSpeedup where the device runs Winograd in the precision), plus layer_overhead once per
+// pass that has work. The host issues each call (or Kernel::launches on parallel streams, and an fp8
+// GEMM's quantize kernel) at kernel_dispatch per launch, in order, ahead of the device: HostStream
+// (the forward in the layer's kernel order, the backward in reverse). The backward's streamed bytes
+// are split between its input-gradient and weight-gradient parts in proportion to their FLOPs, and a
+// host-bound backward between them in proportion to their device times. Fails if neither applies (no
 // measured time for this device and no compute rate for the precision).
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch);

@@ -2,9 +2,9 @@
 """Host dispatch against GPU time per kernel call in PyTorch eager mode: is a stream of calls
 bound by max(dispatch, GPU time) per call, or by their sum?
 
-pipegrid's cost model (core/device.h) takes a kernel call as
-max(kernel_dispatch, kernel_startup + work): the host spends `kernel_dispatch` per call (PyTorch's
-op dispatch and cudaLaunchKernel) while the GPU runs earlier calls. This measures, per op and size:
+pipegrid's cost model (core/device.h, HostStream) issues a pass's kernel launches in order at
+`kernel_dispatch` each (PyTorch's op dispatch and cudaLaunchKernel) while the GPU runs earlier ones:
+for a stream of equal calls, max(kernel_dispatch, kernel_startup + work) per call. This measures, per op and size:
 
 - d, host dispatch: the host time to issue N calls while the GPU is held busy by
   torch.cuda._sleep (the calls only queue; N stays below the launch queue's depth);

@@ -114,10 +114,10 @@ TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
   CHECK(5e9 / big.forward == pipegrid::testing::approx(50e12 * 10 / 11));
 }
 
-TEST_CASE("host dispatch overlaps the GPU: a call takes max(dispatch, start-up + work)") {
+TEST_CASE("host dispatch overlaps the GPU: the host issues launches in order, ahead of the device") {
   // The same layer: r_inf 50 TFLOP/s, start-up 2 us, dispatch 20 us. At 25 rows the work is
-  // 50 MFLOP = 1 us: 2 + 1 = 3 us on the GPU, so the host's 20 us bounds the call. At 2,500 rows
-  // it is 100 us: 102 us, and the dispatch is hidden. Never their sum (22 us and 122 us).
+  // 50 MFLOP = 1 us: 3 us on the GPU, its one launch issued before the pass starts (the host
+  // issued it while the task before ran): 3 us. At 2,500 rows it is 100 us: 102 us. Never their sum.
   ModelBuilder b("m", Precision::FP16);
   int x = b.input("x", {1000});
   int fc = *b.linear("fc", x, 1000, 1000, false);
@@ -127,15 +127,19 @@ TEST_CASE("host dispatch overlaps the GPU: a call takes max(dispatch, start-up +
   d.efficiency = 0.5;
   d.kernel_startup_s = 2e-6;
   d.kernel_dispatch_s = 20e-6;
-  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 25)->forward == pipegrid::testing::approx(20e-6));
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 25)->forward == pipegrid::testing::approx(3e-6));
   CHECK(layer_times(w.layer(fc), Precision::FP16, d, 2500)->forward == pipegrid::testing::approx(102e-6));
-  // Per call: an LSTM of 10 steps makes 1 + 10 + 10 kernel calls per forward (input GEMM, a GEMM
-  // and a gates kernel per step), each tiny here, so the forward is 21 dispatches.
+  // A stream of tiny calls runs at the host's rate: an LSTM of 10 steps makes 1 + 10 + 10 kernel
+  // calls per forward (input GEMM, a GEMM and a gates kernel per step), each 2 us and a hair: the
+  // last is issued 20 x 20 us after the first, then runs: 402 us (the measured stream of
+  // experiments/kernels/dispatch.md: max(dispatch, GPU time) per call).
   ModelBuilder r("r", Precision::FP16);
   int in = r.input("x", {10, 8});
   int l = *r.lstm("lstm", {in}, 8, false);
   Workload rw = r.finish();
-  CHECK(layer_times(rw.layer(l), Precision::FP16, d, 1)->forward == pipegrid::testing::approx(21 * 20e-6));
+  const double lstm = layer_times(rw.layer(l), Precision::FP16, d, 1)->forward;
+  CHECK(lstm >= 20 * 20e-6 + 2e-6);
+  CHECK(lstm < 20 * 20e-6 + 2.01e-6);
   // Without dispatch (0, the default) the start-up + work form is unchanged: 21 x (2 us + tiny).
   d.kernel_dispatch_s = 0;
   const double no_dispatch = layer_times(rw.layer(l), Precision::FP16, d, 1)->forward;
@@ -143,10 +147,53 @@ TEST_CASE("host dispatch overlaps the GPU: a call takes max(dispatch, start-up +
   CHECK(no_dispatch < 21 * 2.01e-6);
 }
 
+TEST_CASE("host dispatch: a long kernel's lead hides the launches of the short ones after it") {
+  // One GEMM of 100 us on the device (3 us start-up + 4.85 GFLOP at 50 TFLOP/s) and five
+  // element-wise kernels of 3 us (start-up only: memory never the limit), dispatch 20 us.
+  // Forward (layer order): launches issued at 0, 20, .., 100 us; the GEMM runs 0-100, then the
+  // five back to back: 115 us (one at a time at the host's rate would be 100 + 5 x 20 = 200).
+  // Backward (reverse order): the five short ones first, each waiting for its launch (at 0, 20,
+  // .., 80 us), then the GEMM, issued at 100 us: 200 us; its two parts in proportion to their device
+  // time (input gradient 100 + 15 us, weight gradient 100 us).
+  Layer layer;
+  layer.name = "l";
+  layer.kind = "custom";
+  Kernel gemm;
+  gemm.forward_flops = gemm.backward_input_flops = gemm.backward_weight_flops = 4.85e9;
+  Kernel ew;
+  ew.cls = KernelClass::Elementwise;
+  ew.forward_bytes = ew.backward_bytes = 1;
+  layer.kernels = {gemm, ew, ew, ew, ew, ew};
+  layer.forward_flops = layer.backward_input_flops = layer.backward_weight_flops = 4.85e9;
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.kernel_startup_s = 3e-6;
+  d.kernel_dispatch_s = 20e-6;
+  PassTimes t = *layer_times(layer, Precision::FP16, d, 1);
+  CHECK(t.forward == pipegrid::testing::approx(115e-6));
+  // Backward: 5 x 3 us (input gradient) + the GEMM's 100 us input and 100 us weight gradients
+  // on the device; the stream: the five at 0-3, 20-23, .., 80-83, the GEMM's input-gradient launch
+  // at 100 us (100-200), its weight-gradient launch at 120 us (200-300): 300 us, split 115 : 100.
+  CHECK(t.backward() == pipegrid::testing::approx(300e-6));
+  CHECK(t.backward_input == pipegrid::testing::approx(300e-6 * 115 / 215));
+  // Dispatch 0: the sums, 115 us and 215 us.
+  d.kernel_dispatch_s = 0;
+  PassTimes z = *layer_times(layer, Precision::FP16, d, 1);
+  CHECK(z.forward == pipegrid::testing::approx(115e-6));
+  CHECK(z.backward() == pipegrid::testing::approx(215e-6));
+  // The stream's closed form, by hand: 4 launches of 5 us each once the device is busy until 30 us
+  // and the host has issued until 20 us, dispatch 20 us: max(max(30, 20) + 20, 20 + 3 x 20 + 5) = 85 us.
+  HostStream s(20e-6);
+  s.issue(1, 30e-6);  // issued at 0, runs 0-30; the host is at 20 us
+  s.issue(4, 20e-6);  // issued at 20, 40, 60, 80 us: the last runs 80-85
+  CHECK(s.end() == pipegrid::testing::approx(85e-6));
+}
+
 TEST_CASE("launches on parallel streams: the host pays each, the device a start-up per call") {
   // A grouped GEMM of 8 expert GEMMs over 4 streams: 2 calls (waves) of 4 launches. r_inf 50 TFLOP/s,
   // start-up 2 us, dispatch 20 us, memory free. 50 MFLOP of work (1 us): the device's 2 x (2 + 0.5) us
-  // against the host's 8 x 20 us; 100 GFLOP (2 ms): 2 x (2 + 1000) us, the launches hidden.
+  // against the host's 8 launches 20 us apart; 100 GFLOP (2 ms): 2 x (2 + 1000) us, the launches hidden.
   ModelBuilder b("m", Precision::FP16);
   int x = b.input("x", {1000});
   int fc = *b.linear("fc", x, 1000, 1000, false);
@@ -164,7 +211,9 @@ TEST_CASE("launches on parallel streams: the host pays each, the device a start-
   d.kernel_startup_s = 2e-6;
   d.kernel_dispatch_s = 20e-6;
   d.layer_overhead_s = 0;
-  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward == pipegrid::testing::approx(160e-6));
+  // The eight launches issued 20 us apart, the last wave's share (5 us / 8) after the last: 140.6 us.
+  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward ==
+        pipegrid::testing::approx(7 * 20e-6 + 5e-6 / 8));
   CHECK(layer_times(grouped, Precision::FP16, d, 50000)->forward == pipegrid::testing::approx(2004e-6));
   // No dispatch: two start-ups, not eight.
   d.kernel_dispatch_s = 0;
