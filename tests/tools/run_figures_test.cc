@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -87,7 +88,12 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(text.out.find(
             "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
             "all-reduce, memory reserve 4.982 GiB per device (default: 1 GiB + 5% per GPU; "
-            "--memory-margin), gradients reduced at 4 bytes per parameter\n") != std::string::npos);
+            "--memory-margin), gradients reduced at 4 bytes per parameter, host 13.48 us per kernel launch, "
+            "issued ahead of the GPU (PyTorch eager's; kernel_dispatch: 0 for a run under a CUDA graph)\n") !=
+        std::string::npos);
+  // The H100's host time per launch (the catalog's, from NVIDIA/TransformerEngine#2053).
+  REQUIRE(j["assumptions"]["kernel_dispatch_s"].size() == 1);
+  CHECK(j["assumptions"]["kernel_dispatch_s"][0].get<double>() == pipegrid::testing::approx(13.48e-6));
   CHECK(j["assumptions"]["fused_attention"] == "all");
   CHECK(j["assumptions"]["allreduce"] == "multi-ring");
   CHECK(j["assumptions"]["gradient_reduce_bytes"] == 4);

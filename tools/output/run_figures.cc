@@ -168,6 +168,17 @@ double gradient_bytes(const Experiment& e) {
                                               : element_bytes(e.workload.precision);
 }
 
+// The devices' host time per kernel launch (kernel_dispatch), distinct values in order; empty when
+// no device sets one (a host never the limit).
+std::vector<double> host_dispatch(const Cluster& c) {
+  std::vector<double> out;
+  for (const Device& d : c.devices)
+    if (d.spec.kernel_dispatch_s > 0 &&
+        std::find(out.begin(), out.end(), d.spec.kernel_dispatch_s) == out.end())
+      out.push_back(d.spec.kernel_dispatch_s);
+  return out;
+}
+
 }  // namespace
 
 std::string assumptions_note(const Experiment& e) {
@@ -213,6 +224,14 @@ std::string assumptions_note(const Experiment& e) {
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
   if (fp8_training(e.workload.precision))
     parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
+  if (const std::vector<double> host = host_dispatch(e.cluster); !host.empty()) {
+    std::string times;
+    for (double h : host) times += (times.empty() ? "" : " / ") + format_time(h);
+    parts.push_back(
+        fmt::format("host {} per kernel launch, issued ahead of the GPU (PyTorch eager's; "
+                    "kernel_dispatch: 0 for a run under a CUDA graph)",
+                    times));
+  }
   if (const std::string engine = engine_note(e.cluster); !engine.empty()) parts.push_back(engine);
   for (const std::string& f : e.faults) parts.push_back("fault: " + f);
   std::string out;
@@ -277,6 +296,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
            padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
           {"collective_engine", engine_json(e.cluster)},
+          {"kernel_dispatch_s", host_dispatch(e.cluster)},
           {"recompute_modules", e.memory.recompute == Recompute::Selective
                                     ? nlohmann::json(to_string(e.memory.modules))
                                     : nlohmann::json()},
