@@ -132,6 +132,32 @@ RECIPE_EP_OVERLAP = {
 }
 
 
+# Configurations whose recipe at the commit above captures the whole iteration in one CUDA graph
+# (cuda_graph_impl = "full_iteration": perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8,
+# deepseek/common.py, gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs), by the same key.
+# The recipes gained it on 2026-06-09/10 (Megatron-Bridge 5f98743d5, 55443cbfb, afb5dd47c), so a row
+# runs without host dispatch (`kernel_dispatch: 0`) where its value is of release 26.06 or later;
+# every other row pays the catalog's per-launch host time (PyTorch eager; the recipes' partial CUDA
+# graph scopes, e.g. attn, moe_router, moe_preprocess, are not modelled: those rows' host time is an
+# upper bound).
+FULL_ITERATION_CUDA_GRAPH = {
+    ("qwen3-235b-a22b", "DGX-B200", "mxfp8", 1, 8, 3, 8, 1, 8192),  # qwen/b200 256gpu_b200_fp8mx
+    ("qwen3-235b-a22b", "DGX-GB200", "mxfp8", 1, 8, 3, 32, 1, 2048),  # qwen/gb200 64gpu_gb200_fp8mx
+    ("qwen3-235b-a22b", "DGX-GB200", "mxfp8", 1, 8, 3, 32, 1, 8192),  # qwen/gb200 256gpu_gb200_fp8mx
+    ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx
+    ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 256gpu_gb200_fp8mx
+    ("gpt-oss-120b", "DGX-GB200", "mxfp8", 1, 1, None, 64, 4, 1280),  # gpt_oss/gb200 64gpu_gb200_fp8mx
+}
+
+
+def full_iteration_cuda_graph(r):
+    """The row's run captured the whole iteration in a CUDA graph: its recipe does, and its release
+    is 26.06 or later (FULL_ITERATION_CUDA_GRAPH)."""
+    if r["source"] != "megatron-bridge" or recipe_key(r) not in FULL_ITERATION_CUDA_GRAPH:
+        return False
+    return tuple(int(x) for x in str(r["release"]).split(".")) >= (26, 6)
+
+
 def recipe_key(r):
     return (r["model"], r["system"], r["precision"], r["tp"], r["pp"], r["vp"], r["ep"], r["mbs"], r["gbs"])
 
@@ -180,14 +206,21 @@ def partitioner(r):
 
 def device(r, efficiencies):
     """The row's GPU: the catalog's, with those of `efficiencies` {(gpu, precision, class): value}
-    that the row runs at overriding (only those, so that the replay cache keys on what matters)."""
+    that the row runs at overriding (only those, so that the replay cache keys on what matters), and
+    no host dispatch where the row ran under a full-iteration CUDA graph."""
     mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
-    if not mine:
+    graph = full_iteration_cuda_graph(r)
+    if not mine and not graph:
         return r["gpu"]
+    spec = {"model": r["gpu"]}
+    if graph:
+        spec["kernel_dispatch"] = "0us"
     table = {}
     for (p, c), v in sorted(mine.items()):
         table.setdefault(p, {})[c] = v
-    return {"model": r["gpu"], "compute_efficiency": table}
+    if table:
+        spec["compute_efficiency"] = table
+    return spec
 
 
 def experiment(r, efficiencies=None):
