@@ -126,15 +126,14 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches};
   };
   // The device sums in the layer's order (what a host that is never the limit gives, to the last
-  // bit); the host issues the forward's launches in that order, the backward's in reverse, each
+  // bit); a bound host issues the forward's launches in that order, the backward's in reverse, each
   // part of a kernel's backward (input gradient, then weight gradient) its own launches.
-  const std::vector<Kernel> kernels = layer_kernels(layer);
+  const bool host = device.kernel_dispatch_s > 0;
   HostStream forward(device.kernel_dispatch_s), backward(device.kernel_dispatch_s);
   std::vector<std::pair<Launches, Launches>> backward_parts;
-  for (const Kernel& k : kernels) {
+  for (const Kernel& k : layer_kernels(layer)) {
     const Launches f = pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
     t.forward += f.device;
-    forward.issue(f.launches, f.device);
     // The backward's memory traffic is split between its two parts in proportion to their FLOPs.
     const double bflops = k.backward_input_flops + k.backward_weight_flops;
     const double in_share = bflops > 0 ? k.backward_input_flops / bflops : 1.0;
@@ -142,14 +141,17 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     const Launches w = pass_time(k, k.backward_weight_flops, k.backward_bytes * (1 - in_share), 0);
     t.backward_input += i.device;
     t.backward_weight += w.device;
-    backward_parts.emplace_back(i, w);
-  }
-  for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
-    backward.issue(p->first.launches, p->first.device);
-    backward.issue(p->second.launches, p->second.device);
+    if (host) {
+      forward.issue(f.launches, f.device);
+      backward_parts.emplace_back(i, w);
+    }
   }
   // A bound host stretches each pass; the backward's two parts in proportion to their device times.
-  if (device.kernel_dispatch_s > 0) {
+  if (host) {
+    for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
+      backward.issue(p->first.launches, p->first.device);
+      backward.issue(p->second.launches, p->second.device);
+    }
     t.forward = forward.end();
     if (const double device_backward = t.backward(); device_backward > 0) {
       t.backward_input = backward.end() * (t.backward_input / device_backward);
