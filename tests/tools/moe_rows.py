@@ -59,6 +59,25 @@ got = {x["id"] for x in rows if run.assumed(x)["overlap"]}
 if got != want:
     sys.exit(f"EP overlap on {sorted(got ^ want)} differs from the recipes")
 
+# No host time per launch exactly where the row ran under a full-iteration CUDA graph: its recipe at
+# Megatron-Bridge 067f987 sets cuda_graph_impl = "full_iteration" (read by hand, helpers followed) and
+# its release is 26.06 or later (the recipes' commits of 2026-06-09/10). Those rows' devices carry
+# kernel_dispatch 0; every other row runs the catalog's device (PyTorch eager's host time).
+want = {"mb-deepseek-v3-gb200-mxfp8-256gpu-pp4", "mb-gpt-oss-120b-gb200-mxfp8-64gpu",
+        "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3", "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu"}
+got = {x["id"] for x in rows if run.full_iteration_cuda_graph(x)}
+if got != want:
+    sys.exit(f"full-iteration CUDA graph on {sorted(got ^ want)} differs from the recipes and releases")
+for x in rows:
+    gpu = run.experiment(x)["cluster"]["gpu"]
+    graph = isinstance(gpu, dict) and gpu.get("kernel_dispatch") == "0us"
+    if graph != (x["id"] in want):
+        sys.exit(f"{x['id']}: device {gpu}, full-iteration CUDA graph {x['id'] in want}")
+# The same configuration in an eager release (26.04.01) pays the host.
+eager = dict(next(x for x in rows if x["id"] == "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu"), release="26.04.01")
+if run.full_iteration_cuda_graph(eager):
+    sys.exit("a 26.04.01 release is taken as running the full-iteration CUDA graph of 26.06")
+
 # accuracy.yaml (what `pipegrid run` prints for an MoE workload) against results.md's check table,
 # recomputed here from the table's error column: per (gpu, precision) the rows, the median and max
 # |error|, the worst row and how many are positive (pipegrid faster).
