@@ -89,7 +89,7 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
             "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
             "all-reduce, memory reserve 4.982 GiB per device (default: 1 GiB + 5% per GPU; "
             "--memory-margin), gradients reduced at 4 bytes per parameter, host 13.48 us per kernel launch, "
-            "issued ahead of the GPU (PyTorch eager's; kernel_dispatch: 0 for a run under a CUDA graph)\n") !=
+            "issued ahead of the GPU (kernel_dispatch; 0 for a run under a CUDA graph)\n") !=
         std::string::npos);
   // The H100's host time per launch (the catalog's, from NVIDIA/TransformerEngine#2053).
   REQUIRE(j["assumptions"]["kernel_dispatch_s"].size() == 1);

@@ -228,8 +228,8 @@ std::string assumptions_note(const Experiment& e) {
     std::string times;
     for (double h : host) times += (times.empty() ? "" : " / ") + format_time(h);
     parts.push_back(
-        fmt::format("host {} per kernel launch, issued ahead of the GPU (PyTorch eager's; "
-                    "kernel_dispatch: 0 for a run under a CUDA graph)",
+        fmt::format("host {} per kernel launch, issued ahead of the GPU (kernel_dispatch; 0 for a run "
+                    "under a CUDA graph)",
                     times));
   }
   if (const std::string engine = engine_note(e.cluster); !engine.empty()) parts.push_back(engine);
