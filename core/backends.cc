@@ -45,7 +45,7 @@ DeviceSpec on_backend(const DeviceSpec& device, const PatternCost& c) {
         d.compute_efficiency[static_cast<int>(p)][k] = c.compute_efficiency[k];
     if (c.memory_efficiency[k] > 0) d.memory_efficiency[k] = c.memory_efficiency[k];
   }
-  if (c.launch_s >= 0) d.kernel_startup_s = c.launch_s;
+  if (c.launch_s >= 0) d.set_startup(c.launch_s);
   if (c.overhead_s >= 0) d.layer_overhead_s = c.overhead_s;
   return d;
 }
@@ -86,7 +86,7 @@ Result<BackendCandidate> cost_candidate(const Workload& w, const BackendCatalog&
   } else {
     const DeviceSpec head = on_backend(device, p.cost);
     DeviceSpec fused = head;
-    fused.kernel_startup_s = 0;
+    fused.set_startup(0);
     fused.kernel_dispatch_s = 0;
     fused.layer_overhead_s = 0;
     for (size_t i = 0; i < cand.layers.size(); ++i) {

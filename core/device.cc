@@ -50,6 +50,12 @@ double DeviceSpec::memory_eff(KernelClass k) const {
   return e > 0 ? e : memory_efficiency_default;
 }
 
+double DeviceSpec::startup(KernelClass k) const {
+  const double s = kernel_startup_class[static_cast<int>(k)];
+  if (s < 0 && k == KernelClass::GroupedGemm) return startup(KernelClass::Gemm);
+  return s >= 0 ? s : kernel_startup_s;
+}
+
 void HostStream::issue(double launches, double device_time) {
   if (launches <= 0) return;
   const double first = std::max(gpu_, host_) + device_time;
@@ -101,7 +107,7 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     // Every launch pays the startup on the GPU. A recurrent layer's step also pays the library's
     // per-step time, serially, on the GPU side. The host's dispatch is HostStream's.
     const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
-    return device.kernel_startup_s + step + std::max(compute, memory);
+    return device.startup(k.cls) + step + std::max(compute, memory);
   };
   // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one), each
   // after one memory-bound pass that quantizes its input (forward) or its output gradient (backward,
@@ -117,11 +123,11 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     const double calls = std::max(1.0, k.calls);
     const bool fp8_math = fp8 && k.fp8;
     const Precision math = fp8_math ? Precision::FP8 : precision;
-    const double quantize =
-        fp8_math && cast > 0 && bw > 0
-            ? device.kernel_startup_s + cast * batch / calls * fp8_cast_bytes(precision) /
-                                            (bw * device.memory_eff(KernelClass::Elementwise))
-            : 0.0;
+    const double quantize = fp8_math && cast > 0 && bw > 0
+                                ? device.startup(KernelClass::Elementwise) +
+                                      cast * batch / calls * fp8_cast_bytes(precision) /
+                                          (bw * device.memory_eff(KernelClass::Elementwise))
+                                : 0.0;
     const double launches = k.launches > 0 ? k.launches : calls * (quantize > 0 ? 2 : 1);
     return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches};
   };

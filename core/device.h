@@ -60,7 +60,9 @@ struct DeviceSpec {
   // Achieved fraction of memory_bandwidth per kernel class; 0 = `memory_efficiency_default`.
   double memory_efficiency_default = 1.0;
   std::array<double, kKernelClassCount> memory_efficiency{};
-  double kernel_startup_s = 0;   // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
+  double kernel_startup_s = 0;  // Hockney's t0 = n_1/2 / r_inf, paid by every kernel call
+  // The start-up of one kernel class where it differs from kernel_startup_s; < 0 = kernel_startup_s.
+  std::array<double, kKernelClassCount> kernel_startup_class = unset_per_class();
   double kernel_dispatch_s = 0;  // host time per kernel launch, ahead of the GPU (HostStream)
   double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
   // Time per time step of a recurrent layer, per direction and pass, on top of the step's kernels
@@ -84,6 +86,16 @@ struct DeviceSpec {
   double compute_eff(Precision p, KernelClass k) const;
   bool runs_winograd(Precision p) const;  // in p's math precision (tf32 without a rate: fp32's)
   double memory_eff(KernelClass k) const;
+  double startup(KernelClass k) const;  // kernel_startup_class's entry, or kernel_startup_s
+  void set_startup(double s) {          // one start-up for every class
+    kernel_startup_s = s;
+    kernel_startup_class = unset_per_class();
+  }
+  static constexpr std::array<double, kKernelClassCount> unset_per_class() {
+    std::array<double, kKernelClassCount> a{};
+    for (double& v : a) v = -1;
+    return a;
+  }
   double recurrent_step(Precision p) const;  // recurrent_step_s in p's math precision
   // For FPGAs: peak_flops = fpga->peak(precision) for every precision.
   void derive_peaks();

@@ -87,7 +87,8 @@ def calibrated(path):
     device and math precision (tf32 rows set the fp32 entries alike), or None without one."""
     fitted = load_yaml(path) or {}
     table = fitted.get("compute_efficiency", {})
-    per_device = {k: fitted.get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us")}
+    per_device = {k: fitted.get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us",
+                                                   "kernel_startup_compute_us")}
 
     def efficiency_of(row):
         e = dict(table.get(row["gpu"], {}).get(math_precision(row["precision"])) or {})
@@ -96,6 +97,11 @@ def calibrated(path):
                 e[key] = values[row["gpu"]]
         return e or None
     return efficiency_of
+
+
+# pipegrid's kernel classes (core/workload.h): compute-bound ones, and memory-bound ones.
+COMPUTE_CLASSES = ("gemm", "conv", "attention", "recurrent", "grouped-gemm")
+MEMORY_CLASSES = ("gather", "elementwise", "norm")
 
 
 class MappingError(Exception):
@@ -286,6 +292,13 @@ def device_spec(row, efficiency=None):
         if efficiency and f"{key}_us" in efficiency:
             efficiency = dict(efficiency)
             d[key] = f"{round(efficiency.pop(key + '_us'), 4)}us"
+    if efficiency and "kernel_startup_compute_us" in efficiency:  # the compute classes' own start-up
+        efficiency = dict(efficiency)
+        compute = f"{round(efficiency.pop('kernel_startup_compute_us'), 4)}us"
+        memory = d.pop("kernel_startup", None)
+        d["kernel_startup"] = {c: compute for c in COMPUTE_CLASSES}
+        if memory:
+            d["kernel_startup"].update({c: memory for c in MEMORY_CLASSES})
     if efficiency and "recurrent_step_us" in efficiency:  # per math precision (calibrate.py --fit-recurrent)
         efficiency = dict(efficiency)
         d["recurrent_step"] = {math_precision(row["precision"]): f"{round(efficiency.pop('recurrent_step_us'), 4)}us"}

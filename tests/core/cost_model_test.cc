@@ -114,6 +114,35 @@ TEST_CASE("Hockney's n_1/2: a kernel of n_1/2 FLOPs runs at half of r_inf") {
   CHECK(5e9 / big.forward == pipegrid::testing::approx(50e12 * 10 / 11));
 }
 
+TEST_CASE("kernel start-up per class: a GEMM and an element-wise kernel each pay their class's") {
+  // fc 1000 -> 1000 at 250 rows (500 MFLOP at r_inf 50 TFLOP/s: 10 us) and a ReLU on its 250 x 1000
+  // fp16 output (read + write 2 x 500 KB = 1 MB at 1 TB/s: 1 us). One start-up of 10 us: 20 us and
+  // 11 us. GEMMs at 4 us, element-wise kernels at 30 us: 14 us and 31 us; a scalar start-up given
+  // afterwards (set_startup) is every class's again.
+  ModelBuilder b("m", Precision::FP16);
+  int x = b.input("x", {1000});
+  int fc = *b.linear("fc", x, 1000, 1000, false);
+  int relu = *b.elementwise("relu", "relu", fc);
+  Workload w = b.finish();
+  DeviceSpec d = gpu();
+  d.efficiency = 0.5;
+  d.set_startup(10e-6);
+  const double gemm_memory = (1000.0 * 1000 + 250.0 * 2000) * 2 / 1e12;  // 3 us: under the compute's 10 us
+  CHECK(gemm_memory < 10e-6);
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 250)->forward == pipegrid::testing::approx(20e-6));
+  CHECK(layer_times(w.layer(relu), Precision::FP16, d, 250)->forward == pipegrid::testing::approx(11e-6));
+  d.kernel_startup_class[static_cast<int>(KernelClass::Gemm)] = 4e-6;
+  d.kernel_startup_class[static_cast<int>(KernelClass::Elementwise)] = 30e-6;
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 250)->forward == pipegrid::testing::approx(14e-6));
+  CHECK(layer_times(w.layer(fc), Precision::FP16, d, 250)->backward_weight ==
+        pipegrid::testing::approx(14e-6));
+  CHECK(layer_times(w.layer(relu), Precision::FP16, d, 250)->forward == pipegrid::testing::approx(31e-6));
+  CHECK(d.startup(KernelClass::GroupedGemm) == 4e-6);  // grouped GEMMs follow GEMMs unless set
+  CHECK(d.startup(KernelClass::Norm) == 10e-6);        // unset classes: the device's figure
+  d.set_startup(2e-6);
+  CHECK(layer_times(w.layer(relu), Precision::FP16, d, 250)->forward == pipegrid::testing::approx(3e-6));
+}
+
 TEST_CASE("host dispatch overlaps the GPU: the host issues launches in order, ahead of the device") {
   // The same layer: r_inf 50 TFLOP/s, start-up 2 us, dispatch 20 us. At 25 rows the work is
   // 50 MFLOP = 1 us: 3 us on the GPU, its one launch issued before the pass starts (the host

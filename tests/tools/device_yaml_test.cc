@@ -61,6 +61,24 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(bad.find("t.yaml:1:") != std::string::npos);
   CHECK(bad.find("kernel_dispatch") != std::string::npos);
   CHECK(error_of("device: {model: v100, kernel_dispatch: 3GB}").find("kernel_dispatch") != std::string::npos);
+  // kernel_startup per kernel class: the classes named take theirs, grouped GEMMs follow GEMMs, the
+  // others keep the catalog's (the A100's single figure); a scalar resets every class.
+  DeviceSpec split = parse("device: {model: a100, kernel_startup: {gemm: 10us, norm: 0us}}");
+  const double a100 = parse("device: a100").kernel_startup_s;
+  CHECK(split.kernel_startup_s == a100);
+  CHECK(split.startup(KernelClass::Gemm) == pipegrid::testing::approx(10e-6));
+  CHECK(split.startup(KernelClass::GroupedGemm) == pipegrid::testing::approx(10e-6));
+  CHECK(split.startup(KernelClass::Norm) == 0);
+  CHECK(split.startup(KernelClass::Elementwise) == a100);
+  CHECK(split.startup(KernelClass::Attention) == a100);
+  CHECK(parse("device: {model: a100, kernel_startup: 3us}").startup(KernelClass::Gemm) ==
+        pipegrid::testing::approx(3e-6));
+  const std::string cls = error_of("device: {model: a100, kernel_startup: {matmul: 3us}}");
+  CHECK(cls.find("t.yaml:1:") != std::string::npos);
+  CHECK(cls.find("matmul") != std::string::npos);
+  CHECK(cls.find("grouped-gemm") != std::string::npos);  // the valid keys are listed
+  CHECK(error_of("device: {model: a100, kernel_startup: {gemm: -1us}}").find("t.yaml:1:") !=
+        std::string::npos);
   // recurrent_step: a time per math precision; given entries replace the catalog's, others stay.
   DeviceSpec rnn = parse("device: {model: v100, recurrent_step: {fp32: 12us}}");
   CHECK(rnn.recurrent_step(Precision::FP32) == pipegrid::testing::approx(12e-6));

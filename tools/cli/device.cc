@@ -86,9 +86,15 @@ Command add_device_command(CLI::App& parent) {
                        format_bytes(d->spec.memory_bytes), format_bandwidth(d->spec.memory_bandwidth));
             for (KernelClass k : kKernelClasses)
               fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
-            fmt::print("\n  kernel startup   {}\n  kernel dispatch  {}\n  layer overhead   {}\n",
-                       format_time(d->spec.kernel_startup_s), format_time(d->spec.kernel_dispatch_s),
-                       format_time(d->spec.layer_overhead_s));
+            std::vector<std::string> startups;  // the classes with a start-up of their own
+            for (KernelClass k : kKernelClasses)
+              if (d->spec.startup(k) != d->spec.kernel_startup_s)
+                startups.push_back(fmt::format("{} {}", to_string(k), format_time(d->spec.startup(k))));
+            fmt::print(
+                "\n  kernel startup   {}{}\n  kernel dispatch  {}\n  layer overhead   {}\n",
+                format_time(d->spec.kernel_startup_s),
+                startups.empty() ? std::string() : fmt::format(" (by class: {})", fmt::join(startups, ", ")),
+                format_time(d->spec.kernel_dispatch_s), format_time(d->spec.layer_overhead_s));
             std::vector<std::string> steps;
             for (Precision p : kMathPrecisions)
               if (double r = d->spec.recurrent_step_s[static_cast<int>(p)]; r > 0)

@@ -141,8 +141,22 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
                 "{elementwise: 0.8, gather: 0.5}",
                 spec.memory_efficiency);
   }
-  if (auto o = n.get("kernel_startup"))
-    spec.kernel_startup_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  // One start-up for every kernel class, or {gemm: 10us, elementwise: 50us, ...}: the classes named
+  // take theirs, the others keep the entry's.
+  if (auto o = n.get("kernel_startup")) {
+    if (o->is_scalar()) {
+      spec.set_startup(o->quantity(Dimension::Time, Sign::NonNegative));
+    } else {
+      o->require_map(
+          "a time (5us), or a mapping from kernel class to one like {gemm: 10us, elementwise: 5us}");
+      std::vector<std::string_view> keys;
+      for (KernelClass k : kKernelClasses) keys.push_back(to_string(k));
+      o->check_keys(keys);
+      for (KernelClass k : kKernelClasses)
+        if (auto v = o->get(to_string(k)))
+          spec.kernel_startup_class[static_cast<int>(k)] = v->quantity(Dimension::Time, Sign::NonNegative);
+    }
+  }
   if (auto o = n.get("kernel_dispatch"))
     spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto o = n.get("layer_overhead"))

@@ -561,7 +561,11 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
     for (KernelClass k : kComputeClasses)
       eff[std::string(to_string(p))][std::string(to_string(k))] = spec.compute_eff(p, k);
   }
-  for (KernelClass k : kKernelClasses) mem[std::string(to_string(k))] = spec.memory_eff(k);
+  nlohmann::json startup;
+  for (KernelClass k : kKernelClasses) {
+    mem[std::string(to_string(k))] = spec.memory_eff(k);
+    startup[std::string(to_string(k))] = spec.startup(k);
+  }
   nlohmann::json j = {{"model", spec.kind},
                       {"family", spec.family},
                       {"memory_bytes", json_number(spec.memory_bytes)},
@@ -571,6 +575,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"compute_efficiency", eff},
                       {"memory_efficiency", mem},
                       {"kernel_startup_s", spec.kernel_startup_s},
+                      {"kernel_startup_class_s", startup},
                       {"kernel_dispatch_s", spec.kernel_dispatch_s},
                       {"layer_overhead_s", spec.layer_overhead_s},
                       {"recurrent_step_s", step},

@@ -78,7 +78,8 @@ inline constexpr int kJsonSchemaVersion = 1;
 nlohmann::json json_number(double x);
 
 // A device's resolved figures: family, model, memory_bytes, memory_bandwidth_Bps, peak_flops (per
-// precision), efficiencies, kernel_startup_s, kernel_dispatch_s, layer_overhead_s, recurrent_step_s
+// precision), efficiencies, kernel_startup_s (kernel_startup_class_s: per kernel class),
+// kernel_dispatch_s, layer_overhead_s, recurrent_step_s
 // (per precision), winograd (the precisions whose 3x3 stride-1 convolutions run as Winograd), and
 // `fpga` for FPGAs.
 nlohmann::json device_spec_json(const DeviceSpec& spec);

@@ -62,6 +62,9 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
   for (KernelClass k : kKernelClasses)
     if (double e = s.memory_efficiency[static_cast<int>(k)]; e > 0)
       p.emplace_back(fmt::format("memory_efficiency_{}", to_string(k)), num(e));
+  for (KernelClass k : kKernelClasses)
+    if (double t = s.kernel_startup_class[static_cast<int>(k)]; t >= 0)
+      p.emplace_back(fmt::format("kernel_startup_{}", to_string(k)), num(t));
   for (Precision prec : kMathPrecisions)
     if (s.winograd[static_cast<int>(prec)]) p.emplace_back(fmt::format("winograd_{}", to_string(prec)), "1");
   for (Precision prec : kMathPrecisions)
