@@ -3,8 +3,8 @@
 
 Each row becomes an experiment (GPT of the row's shape, DGX A100 nodes with a rail-optimised
 InfiniBand fabric, the megatron partitioner, t, p and d = GPUs / (t p) as printed; Table 1's
-micro-batch size and interleaving from the authors' run scripts, micro-batch 1 and 1F1B elsewhere:
-rows.yaml); pipegrid's iteration time is converted to the row's metric and compared. Table 4's
+micro-batch size and interleaving from the authors' run scripts; Table 5's 22B rows one micro-batch
+of 4, the others micro-batch 1, 1F1B: rows.yaml); pipegrid's iteration time is converted to the row's metric and compared. Table 4's
 per-layer rows are two probes each (the 22B shape with 4 and with 2 layers; the difference, halved). Rows on more
 than --max-gpus GPUs are listed as not simulated (their task graphs take minutes each on a 2-core
 machine). Writes results.md.
@@ -65,8 +65,8 @@ def what_if_gpu(gemm):
 
 
 def micro_batch(r):
-    """Per-replica micro-batch size: the row's `mbs` (Table 1, from the authors' run scripts), else 1
-    (rows.yaml's assumption for Tables 4 and 5). It must divide the batch per replica."""
+    """Per-replica micro-batch size: the row's `mbs` (Table 1, from the authors' run scripts; Table 5,
+    rows.yaml's reading), else 1. It must divide the batch per replica."""
     b, d = r.get("mbs", 1), r["gpus"] // (r["t"] * r["p"])
     if r["batch"] % (d * b) != 0:
         raise ValueError(f"{r['id']}: micro-batch {b} x d {d} does not divide the batch {r['batch']}")
