@@ -51,6 +51,12 @@ PF_PEAK = 989.5e12  # the Parallel Folding paper's "peak half-precision throughp
 # apart.
 FIT_PARAMETERS = [("h100", "bf16", "grouped-gemm"), ("h100", "fp8", "grouped-gemm"),
                   ("b200", "bf16", "grouped-gemm"), ("b200", "fp8", "grouped-gemm")]
+# With --fit-dispatch, the host's time per kernel launch (kernel_dispatch, in us) per device too: the
+# rows' stack (Megatron-Core and Transformer Engine in eager mode) against the catalog's PyTorch
+# eager torch.nn.Linear figure. Rows run under a full-iteration CUDA graph do not use it.
+DISPATCH = "kernel_dispatch_us"
+DISPATCH_PARAMETERS = [("h100", "*", DISPATCH), ("b200", "*", DISPATCH), ("gb200", "*", DISPATCH)]
+DISPATCH_RANGE = (5.0, 400.0)
 REQUIRED = ["id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
             "precision", "tp", "pp", "ep", "etp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split"]
 # Zoo parameters that differ from Megatron's run of the model (none: every row runs the zoo shape).
@@ -210,11 +216,14 @@ def device(r, efficiencies):
     no host dispatch where the row ran under a full-iteration CUDA graph."""
     mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
     graph = full_iteration_cuda_graph(r)
-    if not mine and not graph:
+    dispatch = mine.pop(("*", DISPATCH), None)
+    if not mine and not graph and dispatch is None:
         return r["gpu"]
     spec = {"model": r["gpu"]}
     if graph:
         spec["kernel_dispatch"] = "0us"
+    elif dispatch is not None:
+        spec["kernel_dispatch"] = f"{dispatch}us"
     table = {}
     for (p, c), v in sorted(mine.items()):
         table.setdefault(p, {})[c] = v
@@ -450,7 +459,9 @@ def golden(f, lo, hi, steps=10):
 
 
 def uses(r, parameter):
-    gpu, precision, _ = parameter
+    gpu, precision, what = parameter
+    if what == DISPATCH:
+        return r["gpu"] == gpu and not full_iteration_cuda_graph(r)
     fp8 = r["precision"] in ("fp8", "fp8-blockwise", "mxfp8")
     return r["gpu"] == gpu and (precision == "fp8") == fp8
 
@@ -463,13 +474,13 @@ def fit(args, rows, start):
     best = objective(cal, before)
     for sweep in range(args.sweeps):
         gained = 0.0
-        for p in FIT_PARAMETERS:
+        for p in values:
             mine = [r for r in cal if uses(r, p)]
             if not mine:
                 continue
             def f(v):
                 return objective(mine, run_rows(args.pipegrid, mine, args.j, args.max_gpus, {**values, p: v}))
-            v = golden(f, 0.05, 1.0)
+            v = golden(f, *(DISPATCH_RANGE if p[2] == DISPATCH else (0.05, 1.0)))
             if f(v) < f(values[p]):
                 values[p] = v
             new = objective(cal, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values))
@@ -481,15 +492,18 @@ def fit(args, rows, start):
     return values, before, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values)
 
 
-def catalog_start(pipegrid):
-    """The catalog's current values of FIT_PARAMETERS (grouped_gemm falls back to gemm)."""
+def catalog_start(pipegrid, dispatch=False):
+    """The catalog's current values of FIT_PARAMETERS (grouped_gemm falls back to gemm), and of
+    DISPATCH_PARAMETERS (in us) when `dispatch`."""
     out = {}
-    for gpu in sorted({g for g, _, _ in FIT_PARAMETERS}):
+    params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else [])
+    for gpu in sorted({g for g, _, _ in params}):
         shown = json.loads(subprocess.run([pipegrid, "device", "show", gpu, "--json"], capture_output=True,
-                                          text=True, check=True).stdout)["compute_efficiency"]
-        for g, p, c in FIT_PARAMETERS:
+                                          text=True, check=True).stdout)
+        for g, p, c in params:
             if g == gpu:
-                out[(g, p, c)] = shown[p].get(c) or shown[p]["gemm"]
+                out[(g, p, c)] = (round(1e6 * shown["kernel_dispatch_s"], 3) if c == DISPATCH else
+                                  shown["compute_efficiency"][p].get(c) or shown["compute_efficiency"][p]["gemm"])
     return out
 
 
@@ -516,6 +530,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--validate", action="store_true", help="check rows.yaml only")
     ap.add_argument("--fit", action="store_true", help="fit FIT_PARAMETERS on the calibration rows (fit.yaml)")
+    ap.add_argument("--fit-dispatch", action="store_true",
+                    help="fit DISPATCH_PARAMETERS alone (the host's time per launch per device; the grouped GEMMs "
+                         "at the catalog's) on the calibration rows (fit-dispatch.yaml)")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--rows", nargs="*", help="only these row ids")
     ap.add_argument("--recipe-dispatchers", action="store_true",
@@ -533,9 +550,13 @@ def main():
     if args.rows:
         rows = [r for r in rows if r["id"] in args.rows]
     args.pipegrid = args.pipegrid or pgx.binary()
-    if args.fit:
-        values, before, after = fit(args, rows, catalog_start(args.pipegrid))
-        write_fit(os.path.join(HERE, "fit.yaml"), values, before, after, rows)
+    if args.fit or args.fit_dispatch:
+        start = catalog_start(args.pipegrid, dispatch=args.fit_dispatch)
+        if args.fit_dispatch:
+            start = {p: v for p, v in start.items() if p[2] == DISPATCH}
+        values, before, after = fit(args, rows, start)
+        write_fit(os.path.join(HERE, "fit-dispatch.yaml" if args.fit_dispatch else "fit.yaml"), values, before,
+                  after, rows)
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
     pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))
