@@ -44,6 +44,9 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
                    help="devices whose compute-bound kernels (gemm, conv, attention, recurrent, grouped_gemm) get "
                         "a start-up of their own, fitted in [1, 60] us, the memory-bound ones keeping kernel_startup "
                         "(default: none: one start-up for every class)")
+    p.add_argument("--fit-layer-overhead", nargs="*", default=[], metavar="GPU",
+                   help="devices whose layer_overhead (a fixed time per layer and pass) is fitted too, in [1, 2000] us "
+                        "(default: none: the catalog's)")
     p.add_argument("--fit-recurrent", nargs="*", default=[], metavar="GPU",
                    help="devices whose recurrent_step (the RNN library's time per LSTM time step, direction and pass "
                         "beyond the step's kernels, per math precision) is fitted too on their GNMT rows, in [1, 300] "
@@ -64,11 +67,13 @@ def parse_args(doc=__doc__, out_what="calibration.yaml", extra=None):
 STARTUP = "kernel_startup_us"
 DISPATCH = "kernel_dispatch_us"
 STARTUP_COMPUTE = "kernel_startup_compute_us"
+LAYER = "layer_overhead_us"
 # Per-device parameters in microseconds: (search range, the catalog's key in `device show --json`,
 # first value when the catalog has none).
 DEVICE_PARAMS = {STARTUP: ((1.0, 60.0), "kernel_startup_s", 5.0),
                  DISPATCH: ((1.0, 100.0), "kernel_dispatch_s", 10.0),
-                 STARTUP_COMPUTE: ((1.0, 60.0), "kernel_startup_compute_s", 5.0)}
+                 STARTUP_COMPUTE: ((1.0, 60.0), "kernel_startup_compute_s", 5.0),
+                 LAYER: ((1.0, 2000.0), "layer_overhead_s", 5.0)}
 # Per device and math precision, on the rows whose model has LSTMs: (range, first value) in us.
 RECURRENT = "recurrent_step_us"
 RECURRENT_RANGE, RECURRENT_FIRST = (1.0, 300.0), 20.0
@@ -80,7 +85,8 @@ def recurrent(row):
 
 
 class Fit:
-    def __init__(self, pg, rows, startup_gpus=(), dispatch_gpus=(), recurrent_gpus=(), startup_compute_gpus=()):
+    def __init__(self, pg, rows, startup_gpus=(), dispatch_gpus=(), recurrent_gpus=(), startup_compute_gpus=(),
+                 layer_gpus=()):
         self.pg, self.rows = pg, rows
         self.by_class = pg.class_efficiency()
         self.values = {}  # (gpu, math precision, class) -> efficiency; starts at the catalog's
@@ -94,7 +100,7 @@ class Fit:
                 self.values[(r["gpu"], prec, c)] = min(HI, max(LO, start))
             # Hockney's t0 of the device (every kernel call pays it) and the host's dispatch per call
             for param, gpus in ((STARTUP, startup_gpus), (DISPATCH, dispatch_gpus),
-                                (STARTUP_COMPUTE, startup_compute_gpus)):
+                                (STARTUP_COMPUTE, startup_compute_gpus), (LAYER, layer_gpus)):
                 if r["gpu"] in gpus:
                     _, key, first = DEVICE_PARAMS[param]
                     value = (d.get("kernel_startup_class_s", {}).get("gemm", 0) if param == STARTUP_COMPUTE
@@ -185,7 +191,8 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
             lines.append(f"    {prec}: {{{items}}}")
     for param, what in ((STARTUP, "Hockney's t0 per device (kernel_startup)"),
                         (DISPATCH, "host time per kernel call (kernel_dispatch)"),
-                        (STARTUP_COMPUTE, "the compute-bound classes' own kernel_startup")):
+                        (STARTUP_COMPUTE, "the compute-bound classes' own kernel_startup"),
+                        (LAYER, "fixed time per layer and pass (layer_overhead)")):
         fitted = {k[0]: v for k, v in fit.values.items() if k[2] == param}
         if fitted:
             lines.append(f"{param}:  # {what}, fitted with the efficiencies")
@@ -205,11 +212,11 @@ def fmt_yaml(fit, before, after, rows, sweeps_done, cost0, cost1):
 
 
 def run_fit(pg, rows, sweeps, tolerance, log=print, start=None, startup_gpus=(), only=None, start_file=None,
-            startup_start=None, dispatch_gpus=(), recurrent_gpus=(), startup_compute_gpus=()):
+            startup_start=None, dispatch_gpus=(), recurrent_gpus=(), startup_compute_gpus=(), layer_gpus=()):
     """Coordinate descent on `rows` (calibration rows only): the fitted Fit, the residuals with the
     catalog's efficiencies (before) and the fitted ones (after), the costs and the sweeps done.
     start: every efficiency's first value, startup_start every start-up's in us (default: the catalog's)."""
-    fit = Fit(pg, rows, startup_gpus, dispatch_gpus, recurrent_gpus, startup_compute_gpus)
+    fit = Fit(pg, rows, startup_gpus, dispatch_gpus, recurrent_gpus, startup_compute_gpus, layer_gpus)
     catalog = dict(fit.values)
     if start is not None:
         fit.values = {k: (v if k[2] in NOT_EFFICIENCY else start) for k, v in fit.values.items()}
@@ -258,6 +265,7 @@ def main():
                                                       dispatch_gpus=args.fit_dispatch,
                                                       recurrent_gpus=args.fit_recurrent,
                                                       startup_compute_gpus=args.fit_startup_compute,
+                                                      layer_gpus=args.fit_layer_overhead,
                                                       start_file=args.start,
                                                       log=lambda m: print(m, flush=True))
     text = fmt_yaml(fit, before, after, rows, sweeps, cost0, cost)

@@ -88,7 +88,7 @@ def calibrated(path):
     fitted = load_yaml(path) or {}
     table = fitted.get("compute_efficiency", {})
     per_device = {k: fitted.get(k, {}) for k in ("kernel_startup_us", "kernel_dispatch_us",
-                                                   "kernel_startup_compute_us")}
+                                                   "kernel_startup_compute_us", "layer_overhead_us")}
 
     def efficiency_of(row):
         e = dict(table.get(row["gpu"], {}).get(math_precision(row["precision"])) or {})
@@ -288,7 +288,7 @@ def device_spec(row, efficiency=None):
     d = {"model": part or row["gpu"]}
     if not part and re.fullmatch(r"[0-9.]+[KMGT]i?B", memory):  # else (e.g. "unknown") the catalog's
         d["memory"] = memory
-    for key in ("kernel_startup", "kernel_dispatch"):  # per-device parameters in microseconds
+    for key in ("kernel_startup", "kernel_dispatch", "layer_overhead"):  # per-device parameters in microseconds
         if efficiency and f"{key}_us" in efficiency:
             efficiency = dict(efficiency)
             d[key] = f"{round(efficiency.pop(key + '_us'), 4)}us"
