@@ -508,12 +508,12 @@ def catalog_start(pipegrid, dispatch=False):
 
 
 def load_fit(path):
-    """fit.yaml's values as {(gpu, precision, class): efficiency}."""
+    """A fit file's values as {(gpu, precision, class): efficiency}, or {(gpu, "*", kernel_dispatch_us): us}."""
     return {tuple(k.split()): v for k, v in yaml.safe_load(open(path))["values"].items()}
 
 
-def write_fit(path, values, before, after, rows):
-    doc = {"fitted_by": "experiments/moe/run.py --fit (calibration rows of experiments/moe/rows.yaml)",
+def write_fit(path, values, before, after, rows, how="--fit"):
+    doc = {"fitted_by": f"experiments/moe/run.py {how} (calibration rows of experiments/moe/rows.yaml)",
            "values": {f"{g} {p} {c}": v for (g, p, c), v in values.items()},
            "calibration_rows": {r["id"]: {"before": round(1 + before[r["id"]]["error"], 4) if "error" in before[r["id"]] else None,
                                           "after": round(1 + after[r["id"]]["error"], 4) if "error" in after[r["id"]] else None}
@@ -556,7 +556,7 @@ def main():
             start = {p: v for p, v in start.items() if p[2] == DISPATCH}
         values, before, after = fit(args, rows, start)
         write_fit(os.path.join(HERE, "fit-dispatch.yaml" if args.fit_dispatch else "fit.yaml"), values, before,
-                  after, rows)
+                  after, rows, "--fit-dispatch" if args.fit_dispatch else "--fit")
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
     pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))
