@@ -1,6 +1,8 @@
 // SimGrid platform XML: export then import gives the same cluster (devices, links, routes, figures);
 // SimGrid itself loads the export and routes like pipegrid; hand-written SimGrid platforms are read
 // into the graphs a reader of the file would draw.
+#include "tools/input/simgrid_xml.h"
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -11,7 +13,6 @@
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
 #include "tests/support/temp_dir.h"
-#include "tools/input/simgrid_xml.h"
 #include "tools/output/simgrid_xml.h"
 #include "tools/process/process.h"
 

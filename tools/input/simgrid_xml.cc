@@ -562,8 +562,8 @@ class Reader {
 
   // What build() assembles, step by step.
   struct Assembly {
-    Classes k;                // the network elements found to be one node
-    std::vector<char> used;   // per link read: some route or pipegrid:a/b uses it
+    Classes k;                                   // the network elements found to be one node
+    std::vector<char> used;                      // per link read: some route or pipegrid:a/b uses it
     std::vector<int> cluster_link;               // per link read: its index in c.links, -1 if left out
     std::vector<pugi::xml_node> explicit_where;  // per route of c: its <route>
     Cluster c;
@@ -742,9 +742,8 @@ class Reader {
       const Link& l = c.links[li];
       const bool reverse = l.b == at;
       if (l.a != at && l.b != at)
-        fail(h.where,
-             fmt::format("<link_ctn id=\"{}\">: the link does not touch \"{}\", where the route is", h.link,
-                         c.node_name(at)));
+        fail(h.where, fmt::format("<link_ctn id=\"{}\">: the link does not touch \"{}\", where the route is",
+                                  h.link, c.node_name(at)));
       if (h.dir >= 0 && reverse != (h.dir == 1))
         fail(h.where,
              fmt::format("<link_ctn id=\"{}\">: direction {} goes against the way the route crosses it",
