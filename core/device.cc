@@ -195,4 +195,18 @@ double optimizer_step_time(double parameters, const MemoryOptions& m, Precision 
   return optimizer_step_time(parameters, m.optimizer, p, device, m.optimizer_kernels, m.optimizer_passes);
 }
 
+double grad_accumulation_time(double parameters, double tensors, GradAccumulation g, Precision p,
+                              double accumulator_bytes, const DeviceSpec& device) {
+  if (g == GradAccumulation::Fused || parameters <= 0) return 0;
+  const double eb = element_bytes(p);
+  const double acc = accumulator_bytes > 0 ? accumulator_bytes : eb;
+  const double bw = device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise);
+  const double memory = bw > 0 ? parameters * (2 * acc + eb) / bw : 0.0;
+  return std::max(1.0, tensors) * device.startup(KernelClass::Elementwise) + memory;
+}
+
+bool pays_grad_accumulation(GradAccumulation g, int index) {
+  return g == GradAccumulation::MainGrad || (g == GradAccumulation::Unfused && index > 0);
+}
+
 }  // namespace pipegrid

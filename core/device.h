@@ -186,4 +186,15 @@ double optimizer_step_time(double parameters, Optimizer o, Precision p, const De
 // The same, as the memory options say the step runs (optimizer, kernels, passes).
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device);
 
+// One micro-batch's gradient accumulation on a device holding `parameters` parameters in `tensors`
+// tensors, under GradAccumulation g (core/memory.h): one element-wise kernel per tensor, each paying
+// the element-wise start-up, reading the accumulator (`accumulator_bytes` per element; 0: the
+// gradient's size, element_bytes(p)) and the new gradient (element_bytes(p)) and writing the
+// accumulator, at the device's element-wise memory rate. 0 when fused.
+double grad_accumulation_time(double parameters, double tensors, GradAccumulation g, Precision p,
+                              double accumulator_bytes, const DeviceSpec& device);
+// Whether the step's micro-batch `index` (0-based, per stage replica and model chunk) pays it:
+// unfused from the second on, main-grad every one, fused none.
+bool pays_grad_accumulation(GradAccumulation g, int index);
+
 }  // namespace pipegrid

@@ -38,10 +38,10 @@ bool same_work(const StageCost& a, const StageCost& b) {
          a.times.backward_weight == b.times.backward_weight && a.stash_bytes == b.stash_bytes &&
          a.recompute_bytes == b.recompute_bytes && a.recompute_s == b.recompute_s &&
          a.workspace_bytes == b.workspace_bytes && a.parameters == b.parameters &&
-         a.parameter_bytes == b.parameter_bytes && a.expert_parameters == b.expert_parameters &&
-         a.expert_parameter_bytes == b.expert_parameter_bytes && a.expert_load == b.expert_load &&
-         same_program(a.tp_forward, b.tp_forward) && same_program(a.tp_backward, b.tp_backward) &&
-         same_program(a.tp_backward_input, b.tp_backward_input);
+         a.parameter_tensors == b.parameter_tensors && a.parameter_bytes == b.parameter_bytes &&
+         a.expert_parameters == b.expert_parameters && a.expert_parameter_bytes == b.expert_parameter_bytes &&
+         a.expert_load == b.expert_load && same_program(a.tp_forward, b.tp_forward) &&
+         same_program(a.tp_backward, b.tp_backward) && same_program(a.tp_backward_input, b.tp_backward_input);
 }
 
 // The flows of a group collective: tensor-, context- or expert-parallel (expert tensor-parallel too).
@@ -870,6 +870,14 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
       break;
   }
   if (tp_prog) t.duration = tp_prog->compute.back();
+  // The weight gradients' accumulation into the step's (GradAccumulation): after the whole backward,
+  // or after W when it is split.
+  const GradAccumulation acc = o_.memory.grad_accumulation;
+  if (a.pass == (sched_.split_backward ? Pass::Weight : Pass::Backward) &&
+      pays_grad_accumulation(acc, a.micro_batch))
+    t.duration += grad_accumulation_time(sc.parameters, sc.parameter_tensors, acc, w_.precision,
+                                         acc == GradAccumulation::MainGrad ? o_.gradient_reduce_bytes : 0,
+                                         c_.devices[d].spec);
   t.duration *= c_.devices[d].slowdown;
   const bool split = bucketed_ && a.stage == 0 && dp_last_[j] == std::pair<size_t, size_t>{d, action};
   if (split && !tp_prog && buckets_ > 1) {  // its first K-th, then the rest

@@ -51,6 +51,24 @@ std::optional<Recompute> parse_recompute(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view to_string(GradAccumulation g) {
+  switch (g) {
+    case GradAccumulation::Fused:
+      return "fused";
+    case GradAccumulation::Unfused:
+      return "unfused";
+    case GradAccumulation::MainGrad:
+      return "main-grad";
+  }
+  return "?";
+}
+
+std::optional<GradAccumulation> parse_grad_accumulation(std::string_view s) {
+  for (GradAccumulation g : {GradAccumulation::Fused, GradAccumulation::Unfused, GradAccumulation::MainGrad})
+    if (to_string(g) == s) return g;
+  return std::nullopt;
+}
+
 std::string_view to_string(Optimizer o) {
   switch (o) {
     case Optimizer::SGD:

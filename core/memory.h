@@ -36,6 +36,22 @@ int optimizer_state_tensors(Optimizer o);
 // arithmetic operation and tensor, each reading and writing whole tensors).
 enum class OptimizerKernels { Fused, Unfused };
 
+// How a micro-batch's weight gradients join those of the step's earlier micro-batches:
+//  - fused (the default): the weight-gradient GEMM accumulates into the gradient buffer itself
+//    (Megatron-Core's gradient_accumulation_fusion, on by default; Megatron-LM from 2022-02-13 where
+//    gradients accumulate in fp32): no pass of its own;
+//  - unfused: PyTorch's AccumulateGrad, `grad += new_grad`, one element-wise kernel per parameter
+//    tensor for every micro-batch after the step's first (PyTorch DDP under no_sync; Megatron-LM
+//    in fp16 without contiguous buffers, as in 2021);
+//  - main-grad: Megatron-LM's local DDP with contiguous buffers (the default from 2021-2022 until
+//    Megatron-Core): a hook adds each parameter's gradient into its main_grad buffer, one kernel per
+//    tensor for every micro-batch, the first included.
+// Each kernel reads the accumulator and the new gradient and writes the accumulator
+// (core/device.h, grad_accumulation_time).
+enum class GradAccumulation { Fused, Unfused, MainGrad };
+std::string_view to_string(GradAccumulation g);
+std::optional<GradAccumulation> parse_grad_accumulation(std::string_view s);  // fused, unfused, main-grad
+
 enum class Recompute {
   None,       // every layer stashes its activations from F to B
   Full,       // a stage stashes only its input; its backward re-runs the forward first
@@ -80,6 +96,7 @@ struct MemoryOptions {
   // Unfused only: element-wise passes over a parameter-sized tensor per step, counted from the
   // training script's own loop (0: torch.optim's count for the optimizer, core/device.h).
   int optimizer_passes = 0;
+  GradAccumulation grad_accumulation = GradAccumulation::Fused;  // the backward's time only
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

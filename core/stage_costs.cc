@@ -224,6 +224,7 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
     const auto& mine = layers[(j / static_cast<size_t>(T)) % static_cast<size_t>(cp)];
     StageCost sc;
     sc.expert_load = dev.load;
+    for (int l : st.layers) sc.parameter_tensors += parameter_tensors(w.layer(l), es.ep);
     Result<TpForward> f = tp_forward(dev, st.layers, mine, sc);
     if (!f) return f.error();
     TpProgram bwd, bwd_in;
@@ -295,6 +296,7 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     x.selective_s += layer.selective_recompute_fraction * t->forward;
     x.largest_output = std::max(x.largest_output, layer.output_bytes);
     sc.parameters += layer.parameters;
+    sc.parameter_tensors += parameter_tensors(layer);
     sc.parameter_bytes += layer.parameter_bytes;
   }
   return x;

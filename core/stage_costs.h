@@ -45,6 +45,7 @@ struct StageCost {
   double recompute_s = 0;      // extra forward time paid by B
   double workspace_bytes = 0;  // held during each B
   double parameters = 0;       // count
+  double parameter_tensors = 0;  // their tensors (core/tensor_parallel.h: parameter_tensors)
   double parameter_bytes = 0;
   // Of which expert weights (MoE blocks), reduced over the expert data-parallel group.
   double expert_parameters = 0, expert_parameter_bytes = 0;

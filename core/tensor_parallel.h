@@ -122,6 +122,16 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
                                       Precision precision, const ExpertSizes& e = {},
                                       const ContextRank& c = {});
 
+// The parameter tensors a layer keeps on a device of an expert-parallel group of `ep`, as a gradient
+// hook or PyTorch's AccumulateGrad sees them (one kernel each: GradAccumulation, core/memory.h).
+// Transformer and MoE blocks as Megatron builds them: QKV (MLA: its down projections, norms and up
+// projections), the output projection, the MLP's first GEMM (gate and up in one tensor) and second,
+// each with a bias where the block has biases, two norms (with a bias where the block has biases:
+// LayerNorm, else RMSNorm); an MoE block's router and its E / ep local experts' two GEMMs (and the
+// shared experts' two). Any other layer with parameters: one tensor (its weights and bias as one, a
+// lower bound where it has several).
+double parameter_tensors(const Layer& l, int ep = 1);
+
 // The per-device kernels of a transformer layer for group size t without SP, all pieces together:
 // what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere. An MoE
 // block's (TensorSplitKind::MoeBlock) on one device holding every expert, balanced.

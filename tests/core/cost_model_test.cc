@@ -5,6 +5,7 @@
 #include "core/device.h"
 #include "core/memory.h"
 #include "core/models/builder.h"
+#include "core/tensor_parallel.h"
 #include "tests/support/approx.h"
 
 using namespace pipegrid;
@@ -451,6 +452,61 @@ TEST_CASE("an unfused optimizer step (torch.optim's loop): one pass per operatio
   CHECK(optimizer_step_time(335e6, m, Precision::TF32, d) == pipegrid::testing::approx(335e6 * 136 / 0.8e12));
   m.optimizer_passes = 0;  // torch.optim's Adam
   CHECK(optimizer_step_time(335e6, m, Precision::TF32, d) == pipegrid::testing::approx(335e6 * 84 / 0.8e12));
+}
+
+TEST_CASE("gradient accumulation: one kernel per parameter tensor, reading two tensors and writing one") {
+  DeviceSpec d = gpu();
+  d.memory_efficiency_default = 0.8;
+  d.kernel_startup_s = 5e-6;
+  // 1e9 parameters in 12 tensors, amp (fp16 gradients, 2 bytes): accumulator and gradient read,
+  // accumulator written = 6 bytes per parameter at 0.8 TB/s = 7.5 ms, and 12 start-ups of 5 us.
+  const auto mg = GradAccumulation::MainGrad, un = GradAccumulation::Unfused;
+  CHECK(grad_accumulation_time(1e9, 12, mg, Precision::AMP, 0, d) ==
+        pipegrid::testing::approx(60e-6 + 6e9 / 0.8e12));
+  CHECK(grad_accumulation_time(1e9, 12, un, Precision::AMP, 0, d) ==
+        pipegrid::testing::approx(60e-6 + 6e9 / 0.8e12));
+  // An fp32 accumulator beside bf16 gradients (Megatron-LM's --accumulate-allreduce-grads-in-fp32):
+  // 4 + 2 + 4 bytes.
+  CHECK(grad_accumulation_time(1e9, 12, mg, Precision::AMP_BF16, 4, d) ==
+        pipegrid::testing::approx(60e-6 + 10e9 / 0.8e12));
+  CHECK(grad_accumulation_time(1e9, 12, mg, Precision::FP32, 0, d) ==
+        pipegrid::testing::approx(60e-6 + 12e9 / 0.8e12));
+  CHECK(grad_accumulation_time(1e9, 12, GradAccumulation::Fused, Precision::AMP, 0, d) == 0);
+  CHECK(grad_accumulation_time(0, 0, mg, Precision::AMP, 0, d) == 0);
+  // Which micro-batches pay: unfused from the second (AccumulateGrad stores the first), main-grad all.
+  CHECK(!pays_grad_accumulation(un, 0));
+  CHECK(pays_grad_accumulation(un, 1));
+  CHECK(pays_grad_accumulation(mg, 0));
+  CHECK(!pays_grad_accumulation(GradAccumulation::Fused, 3));
+  CHECK(parse_grad_accumulation("main-grad") == mg);
+  CHECK(!parse_grad_accumulation("hook").has_value());
+}
+
+TEST_CASE("parameter tensors of a block, counted by hand as Megatron builds it") {
+  Layer l;
+  l.parameters = 1;
+  l.split.kind = TensorSplitKind::Transformer;
+  // GPT (biases, LayerNorm): QKV w + b, projection w + b, LN1 w + b; FC1 w + b, FC2 w + b, LN2 w + b.
+  l.split.biases = true;
+  CHECK(parameter_tensors(l) == 12);
+  // Llama (no biases, RMSNorm; gate and up in one linear_fc1): QKV, projection, norm; FC1, FC2, norm.
+  l.split.biases = false;
+  l.split.gated = true;
+  CHECK(parameter_tensors(l) == 6);
+  // DeepSeek-V3's MLA: q down, q norm, q up, kv down, kv norm, kv up, projection, norm = 8; MoE part:
+  // norm, router, 256 / 64 = 4 local experts x 2 GEMMs, the shared expert's 2 = 12.
+  l.split.kind = TensorSplitKind::MoeBlock;
+  l.split.mla.kv_rank = 512;
+  l.split.mla.q_rank = 1536;
+  l.split.moe.experts = 256;
+  l.split.moe.shared_ffn = 2048;
+  CHECK(parameter_tensors(l, 64) == 8 + 12);
+  CHECK(parameter_tensors(l, 1) == 8 + 2 + 2 * 256 + 2);
+  Layer conv;
+  conv.parameters = 1000;
+  CHECK(parameter_tensors(conv) == 1);  // a layer other than a block: one tensor
+  conv.parameters = 0;
+  CHECK(parameter_tensors(conv) == 0);
 }
 
 TEST_CASE("every kernel call pays the startup: a Transformer block's 17 launches per forward") {

@@ -202,3 +202,34 @@ TEST_CASE("round-robin replicas: PipeDream's 3,1 plan by hand, and a schedule th
                                  "micro-batch 1 is replica 1's, not gpu0's (replica 0)") !=
         std::string::npos);
 }
+
+TEST_CASE("gradient accumulation: main-grad lengthens every backward, unfused every one after the first") {
+  DeviceSpec dev = test_device();
+  dev.memory_bandwidth = 1e12;  // memory efficiency 1
+  dev.kernel_startup_s = 4e-6;
+  const double tf = 1e-3, tbw = 2e-3;
+  // A chain layer holds 2^20 fp32 parameter bytes = 262,144 parameters, one tensor: one kernel that
+  // reads the accumulator and the new gradient and writes the accumulator, 3 x 4 bytes per
+  // parameter: 4 us + 3.145728 us.
+  const double acc = 4e-6 + 262144.0 * 12 / 1e12;
+  for (int p : {1, 2, 4}) {
+    for (int m : {1, 3, 8}) {
+      Experiment e = chain_experiment(p, m, tf, tbw, "1f1b", make_switch_cluster(p, "gpu", dev, 1e21, 0));
+      INFO("p=" << p << " m=" << m);
+      CHECK(close_rel(analytic(e).iteration_time_s, (m + p - 1) * (tf + tbw), 1e-9));  // fused: none
+      // Every backward of every stage longer by acc: 1F1B's closed form with T_BW + acc.
+      e.memory.grad_accumulation = GradAccumulation::MainGrad;
+      CHECK(close_rel(analytic(e).iteration_time_s, (m + p - 1) * (tf + tbw + acc), 1e-9));
+    }
+  }
+  // One device: its m backwards in turn, the first without the add under unfused.
+  for (int m : {1, 2, 5}) {
+    Experiment e = chain_experiment(1, m, tf, tbw, "1f1b", make_switch_cluster(1, "gpu", dev, 1e21, 0));
+    e.memory.grad_accumulation = GradAccumulation::Unfused;
+    CHECK(close_rel(analytic(e).iteration_time_s, m * (tf + tbw) + (m - 1) * acc, 1e-9));
+  }
+  // A split backward (zero-bubble's B and W) pays it after W: the same total on one device.
+  Experiment e = chain_experiment(1, 4, tf, tbw, "zb-h1", make_switch_cluster(1, "gpu", dev, 1e21, 0));
+  e.memory.grad_accumulation = GradAccumulation::MainGrad;
+  CHECK(close_rel(analytic(e).iteration_time_s, 4 * (tf + tbw + acc), 1e-9));
+}

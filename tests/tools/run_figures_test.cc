@@ -88,7 +88,9 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(text.out.find(
             "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
             "all-reduce, memory reserve 4.982 GiB per device (default: 1 GiB + 5% per GPU; "
-            "--memory-margin), gradients reduced at 4 bytes per parameter, host 13.48 us per kernel launch, "
+            "--memory-margin), gradients reduced at 4 bytes per parameter, micro-batches' weight gradients "
+            "accumulated inside the weight-gradient GEMMs (grad_accumulation: fused), host 13.48 us per "
+            "kernel launch, "
             "issued ahead of the GPU (kernel_dispatch; 0 for a run under a CUDA graph)\n") !=
         std::string::npos);
   // The H100's host time per launch (the catalog's, from NVIDIA/TransformerEngine#2053).
@@ -97,6 +99,7 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(j["assumptions"]["fused_attention"] == "all");
   CHECK(j["assumptions"]["allreduce"] == "multi-ring");
   CHECK(j["assumptions"]["gradient_reduce_bytes"] == 4);
+  CHECK(j["assumptions"]["grad_accumulation"] == "fused");
 }
 
 TEST_CASE("run: a workload without transformer blocks has no token figures") {

@@ -667,8 +667,8 @@ RecomputeModules parse_recompute_modules(const Node& n, Recompute recompute) {
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
 MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "bytes_per_parameter", "recompute",
-                "recompute_modules", "zero", "reserve"});
+  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "grad_accumulation",
+                "bytes_per_parameter", "recompute", "recompute_modules", "zero", "reserve"});
   reserve = n.get("reserve");
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
@@ -687,6 +687,10 @@ MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
     m.optimizer_passes = static_cast<int>(
         p->integer(1, 1000, "a whole number of element-wise passes over the parameters per step"));
   }
+  // How micro-batches' weight gradients accumulate (core/memory.h, GradAccumulation): fused by default.
+  if (auto g = n.get("grad_accumulation"))
+    m.grad_accumulation = *parse_grad_accumulation(
+        g->choice({"fused", "unfused", "main-grad"}, "how the weight gradients of micro-batches accumulate"));
   if (auto b = n.get("bytes_per_parameter")) {
     double v = b->number("a non-negative number of bytes");
     if (v < 0) b->expected("a non-negative number of bytes");

@@ -181,6 +181,21 @@ std::vector<double> host_dispatch(const Cluster& c) {
 
 }  // namespace
 
+std::string grad_accumulation_note(GradAccumulation g) {
+  switch (g) {
+    case GradAccumulation::Fused:
+      break;
+    case GradAccumulation::Unfused:
+      return "micro-batches' weight gradients added by one kernel per parameter tensor from a step's second "
+             "(grad_accumulation: unfused)";
+    case GradAccumulation::MainGrad:
+      return "micro-batches' weight gradients added into main_grad by one kernel per parameter tensor "
+             "(grad_accumulation: main-grad)";
+  }
+  return "micro-batches' weight gradients accumulated inside the weight-gradient GEMMs (grad_accumulation: "
+         "fused)";
+}
+
 std::string assumptions_note(const Experiment& e) {
   std::vector<std::string> parts;
   const BlockAssumptions b = block_assumptions(e.workload);
@@ -210,6 +225,7 @@ std::string assumptions_note(const Experiment& e) {
                                              format_bytes(reserve),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)));
+  parts.push_back(grad_accumulation_note(e.memory.grad_accumulation));
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
         e.strategy.tp_wgrad_overlap
@@ -292,6 +308,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"memory_reserve_bytes", json_number(reserve)},
           {"memory_reserve_default", by_default},
           {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
+          {"grad_accumulation", std::string(to_string(e.memory.grad_accumulation))},
           {"padded_vocabulary",
            padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},

@@ -47,8 +47,10 @@ double six_n_mfu(const ModelFlops& f, double tokens_per_s, double devices, doubl
 
 // The assumptions that change a run's answer, in words: attention implementation and kernel fusion
 // (transformer workloads), the data-parallel all-reduce, the memory reserve, the gradients' bytes,
-// the fp8 recipe (fp8 trainings).
+// the gradients' accumulation over micro-batches, the fp8 recipe (fp8 trainings).
 std::string assumptions_note(const Experiment& e);
+// How micro-batches' weight gradients accumulate (core/memory.h, GradAccumulation), in words.
+std::string grad_accumulation_note(GradAccumulation g);
 // The cluster's FPGA collective engine and its figures (Cluster::engine), or "" / null without one.
 std::string engine_note(const Cluster& c);
 nlohmann::json engine_json(const Cluster& c);
