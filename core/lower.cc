@@ -871,10 +871,11 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
   }
   if (tp_prog) t.duration = tp_prog->compute.back();
   // The weight gradients' accumulation into the step's (GradAccumulation): after the whole backward,
-  // or after W when it is split.
+  // or after W when it is split. Round-robin replicas take every r-th micro-batch: the replica's own count.
   const GradAccumulation acc = o_.memory.grad_accumulation;
-  if (a.pass == (sched_.split_backward ? Pass::Weight : Pass::Backward) &&
-      pays_grad_accumulation(acc, a.micro_batch))
+  const Stage& st = p_.stage(a.stage);
+  const int own = st.round_robin ? a.micro_batch / std::max(1, st.replicas()) : a.micro_batch;
+  if (a.pass == (sched_.split_backward ? Pass::Weight : Pass::Backward) && pays_grad_accumulation(acc, own))
     t.duration += grad_accumulation_time(sc.parameters, sc.parameter_tensors, acc, w_.precision,
                                          acc == GradAccumulation::MainGrad ? o_.gradient_reduce_bytes : 0,
                                          c_.devices[d].spec);

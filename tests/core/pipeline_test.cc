@@ -228,6 +228,15 @@ TEST_CASE("gradient accumulation: main-grad lengthens every backward, unfused ev
     e.memory.grad_accumulation = GradAccumulation::Unfused;
     CHECK(close_rel(analytic(e).iteration_time_s, m * (tf + tbw) + (m - 1) * acc, 1e-9));
   }
+  // Round-robin replicas (PipeDream): each of 2 replicas runs its own k micro-batches, its first free.
+  for (int k : {1, 3}) {
+    Experiment e = chain_experiment(1, 2 * k, tf, tbw, "1f1b", make_switch_cluster(2, "gpu", dev, 1e21, 0));
+    e.strategy.replicas = 2;
+    e.strategy.partitioner_options.round_robin = true;
+    e.memory.grad_accumulation = GradAccumulation::Unfused;
+    INFO("round-robin k=" << k);
+    CHECK(close_rel(analytic(e).iteration_time_s, k * (tf + tbw) + (k - 1) * acc, 1e-9));
+  }
   // A split backward (zero-bubble's B and W) pays it after W: the same total on one device.
   Experiment e = chain_experiment(1, 4, tf, tbw, "zb-h1", make_switch_cluster(1, "gpu", dev, 1e21, 0));
   e.memory.grad_accumulation = GradAccumulation::MainGrad;
