@@ -315,6 +315,7 @@ class Lowering {
   void spread_pair_memory(size_t forward_changes, size_t backward_changes, const std::vector<int32_t>& f,
                           const std::vector<int32_t>& b);
   int32_t add_pass(size_t d, size_t action, std::vector<int32_t>& order);
+  double accumulation_s(const Action& a, const StageCost& sc, size_t d) const;
   void feed_backward(int32_t from, int32_t into, int s, int j, int k, size_t device);
   Status add_pipeline_transfers();
   void add_group_collectives();
@@ -839,6 +840,20 @@ void Lowering::feed_backward(int32_t from, int32_t to, int s, int j, int k, size
 // One action of device d: its compute task (under tensor parallelism its pieces; under bucketed
 // overlap the first stage's last backward in two), room for the transfers it sends, and its memory.
 // The tasks go to `order` in the device's order; returns the first.
+// The weight gradients' accumulation into the step's (GradAccumulation) that action `a` pays: after
+// the whole backward, or after W when it is split. Round-robin replicas take every r-th micro-batch:
+// the replica's own count.
+double Lowering::accumulation_s(const Action& a, const StageCost& sc, size_t d) const {
+  const GradAccumulation acc = o_.memory.grad_accumulation;
+  const Stage& st = p_.stage(a.stage);
+  const int own = st.round_robin ? a.micro_batch / std::max(1, st.replicas()) : a.micro_batch;
+  if (a.pass != (sched_.split_backward ? Pass::Weight : Pass::Backward) || !pays_grad_accumulation(acc, own))
+    return 0;
+  return grad_accumulation_time(sc.parameters, sc.parameter_tensors, acc, w_.precision,
+                                acc == GradAccumulation::MainGrad ? o_.gradient_reduce_bytes : 0,
+                                c_.devices[d].spec);
+}
+
 int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order) {
   const Action& a = sched_.device_actions[d][action];
   const int j = replica_of(a.stage, d);
@@ -870,15 +885,7 @@ int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order)
       break;
   }
   if (tp_prog) t.duration = tp_prog->compute.back();
-  // The weight gradients' accumulation into the step's (GradAccumulation): after the whole backward,
-  // or after W when it is split. Round-robin replicas take every r-th micro-batch: the replica's own count.
-  const GradAccumulation acc = o_.memory.grad_accumulation;
-  const Stage& st = p_.stage(a.stage);
-  const int own = st.round_robin ? a.micro_batch / std::max(1, st.replicas()) : a.micro_batch;
-  if (a.pass == (sched_.split_backward ? Pass::Weight : Pass::Backward) && pays_grad_accumulation(acc, own))
-    t.duration += grad_accumulation_time(sc.parameters, sc.parameter_tensors, acc, w_.precision,
-                                         acc == GradAccumulation::MainGrad ? o_.gradient_reduce_bytes : 0,
-                                         c_.devices[d].spec);
+  t.duration += accumulation_s(a, sc, d);
   t.duration *= c_.devices[d].slowdown;
   const bool split = bucketed_ && a.stage == 0 && dp_last_[j] == std::pair<size_t, size_t>{d, action};
   if (split && !tp_prog && buckets_ > 1) {  // its first K-th, then the rest
