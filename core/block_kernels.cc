@@ -183,7 +183,40 @@ Mlp mlp(const TensorSplit& sp, double f, int t, bool sequence_parallel, Precisio
   return k;
 }
 
-Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision) {
+namespace {
+
+// Kernels that only launch (a byte each, no FLOPs): forward-only or backward-only (a pass with no work
+// launches nothing), `launches` host launches for `calls` device calls.
+Kernel forward_only(double calls, double launches) {
+  Kernel k = kernel(KernelClass::Elementwise, 0, 0, 0, calls, 0, 0, calls);
+  k.launches = launches;
+  return k;
+}
+Kernel backward_only(double calls) {
+  return kernel(KernelClass::Elementwise, 0, 0, 0, 0, calls, 0, calls);
+}
+
+// The all-to-all dispatcher's launches beyond route, permute and unpermute (MoeLaunches, with the
+// counts), and the local-expert sort's memory traffic (`copies` x h elements of eb bytes, each way).
+void dispatcher_launches(const MoeLaunches& l, double local, double copies_h, double eb, Moe& k) {
+  if (!l.apply) return;
+  const bool rf = l.router_fusion, pf = l.permute_fusion;
+  k.route.calls = 1;                                        // the routing's first (or only) kernel
+  const double before = (rf ? 0 : 10) + 6 + (pf ? 3 : 13);  // score and top-k, preprocessing, permutation
+  k.before_dispatch = {forward_only(before, before + 4),    // + the 4 device-to-host copies
+                       backward_only((rf ? 0 : 3) + 5 + (pf ? 0 : 5))};
+  if (local > 1) {
+    const double both = pf ? 2 : 3;
+    k.between = {kernel(KernelClass::Gather, 0, 0, 0, 4 * copies_h * eb, 4 * copies_h * eb, 0, both)};
+    if (pf) k.between.push_back(forward_only(3, 3));
+  }
+  if (!pf) k.after_combine = {forward_only(1, 1)};
+}
+
+}  // namespace
+
+Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision,
+        const MoeLaunches& launches) {
   const double eb = element_bytes(precision);
   const MoeShape& m = sp.moe;
   const double s = sp.sequence, h = sp.hidden, T = t, E = m.experts, kk = m.top_k, f = m.expert_ffn;
@@ -220,6 +253,7 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
     x->launches = local;
     x->weight_bytes /= x->calls;
   }
+  dispatcher_launches(launches, local, copies * h, eb, k);
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
   // The experts' stash: their input, the first GEMM's output, the second GEMM's input.
   const double qb = fp8_training(precision) ? fp8_saved_bytes(precision) : eb;  // their inputs, in fp8

@@ -72,8 +72,33 @@ Mlp mlp(const TensorSplit& sp, double ffn, int t, bool sequence_parallel, Precis
 // (transformer_engine/common/util/multi_stream.cpp, v2.9: num_compute_streams = 4).
 inline constexpr double kGroupedGemmStreams = 4;
 
+// The all-to-all dispatcher's kernels around the experts as Megatron-Core launches them, counted from
+// its source (core_v0.16.0, the same at v0.15.0; Transformer Engine v2.12's fused permutation): per
+// MoE layer, besides the router's gating GEMM, the experts' GEMMs and the NCCL calls, forward
+//   score, top-k, probabilities and routing map: 11 kernels (fp32 logits; router.py, moe_utils.py
+//     topk_softmax_with_capacity), fused 1; backward 4 (gather, softmax, top-k's zeros and scatter),
+//     fused 1;
+//   the dispatcher's preprocessing: 6 kernels and 4 device-to-host copies of the token counts
+//     (token_dispatcher.py preprocess, _maybe_dtoh_and_synchronize), forward only; the gating GEMM's
+//     gradient cast back and forth (4) and the two branches' gradients added (1), backward only;
+//   permutation: about 14 kernels (two masked_selects), fused 4; backward about 6, fused 1;
+//   the received copies sorted by local expert and sorted back (more than one local expert):
+//     3 kernels, fused 5; backward 3, fused 2, each moving every received copy through memory;
+//   un-permutation: 2 kernels, fused 1; backward 1.
+// The forward's extra launches beyond the stylised route / permute / unpermute kernels go to
+// forward-only kernels, the backward's to backward-only ones (a pass with no work launches nothing).
+struct MoeLaunches {
+  bool router_fusion = true, permute_fusion = true;
+  bool apply = false;  // the all-to-all dispatcher's counts; false: the stylised kernels alone
+};
+
 struct Moe {
   Kernel ln2, router, route, permute, unpermute, dropout_residual;
+  // The dispatcher's launches beyond route, permute and unpermute (MoeLaunches): before the dispatch
+  // (score, top-k, preprocessing, permutation), between the all-to-alls (sort and unsort, with their
+  // memory traffic) and after the combine (un-permutation); each list holds forward-only and
+  // backward-only kernels.
+  std::vector<Kernel> before_dispatch, between, after_combine;
   std::vector<Kernel> expert;  // fc1, activation, fc2: grouped GEMMs over the device's experts
   bool shared = false;
   Mlp shared_mlp;
@@ -85,7 +110,8 @@ struct Moe {
   double token_bytes = 0;         // bytes per sample of one device's tokens (b s / t x h): what the
                                   // dispatch sends per copy, x top_k
 };
-Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision);
+Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision,
+        const MoeLaunches& launches = {});
 
 // Stash bytes per sample on one device of t, the fp8 parts at fp8_saved_bytes(precision) per element.
 double stash_bytes(const Stash& s, int t, bool sequence_parallel, Precision precision);

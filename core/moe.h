@@ -73,6 +73,11 @@ struct MoeOptions {
   // kAutoAggregateAllToAllFlows flows of all-to-all in the iteration, node-aggregated above.
   enum class AllToAllFlows : unsigned char { Auto, Pairwise, ByNode };
   AllToAllFlows all_to_all = AllToAllFlows::Auto;
+  // Megatron-Core's --moe-router-fusion (the score function, top-k and routing map as one kernel) and
+  // --moe-permute-fusion (Transformer Engine's fused permutation, chunk sort and un-permutation): the
+  // all-to-all dispatcher's kernel launches per MoE layer (core/block_kernels.h, MoeLaunches). On by
+  // default, as Megatron-Bridge's performance recipes set them.
+  bool router_fusion = true, permute_fusion = true;
 };
 inline constexpr size_t kAutoAggregateAllToAllFlows = size_t{1} << 22;
 

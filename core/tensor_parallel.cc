@@ -526,12 +526,13 @@ void moe_pieces(const blocks::Moe& m, const TensorSplit& sp, int t, const Expert
         to.back().deduplicates = dedup;
       }
     };
-    fwd = {compute({m.ln2, m.router, m.route, m.permute})};
-    around(fwd, m.expert);
-    fwd.push_back(compute({m.unpermute}));
-    bwd = {compute({m.unpermute})};
-    around(bwd, experts_b);
-    bwd.push_back(compute({m.permute, m.route, m.router, m.ln2}));
+    // The dispatcher's other launches (blocks::MoeLaunches) beside the kernels they go with.
+    fwd = {compute(cat({{m.ln2, m.router, m.route, m.permute}, m.before_dispatch}))};
+    around(fwd, cat({m.expert, m.between}));
+    fwd.push_back(compute(cat({{m.unpermute}, m.after_combine})));
+    bwd = {compute(cat({m.after_combine, {m.unpermute}}))};
+    around(bwd, cat({m.between, experts_b}));
+    bwd.push_back(compute(cat({m.before_dispatch, {m.permute, m.route, m.router, m.ln2}})));
   }
   // Shared experts: a dense MLP on the layer's input, split over the tensor-parallel group.
   if (m.shared) {
@@ -588,7 +589,9 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   const double eb = element_bytes(precision);
   const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o.context);
   const blocks::Attention& a = ba.a;
-  const blocks::Moe m = blocks::moe(sp, t, seq, e, precision);
+  const blocks::Moe m =
+      blocks::moe(sp, t, seq, e, precision,
+                  {o.moe.router_fusion, o.moe.permute_fusion, o.moe.dispatcher == MoeDispatcher::AllToAll});
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;

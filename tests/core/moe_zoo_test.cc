@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/block_kernels.h"
 #include "core/models/zoo.h"
 #include "core/moe.h"
 #include "core/tensor_parallel.h"
@@ -363,4 +364,72 @@ TEST_CASE("DeepSeek-V2-Lite's shared experts at t = 2: the column-parallel backw
   CHECK(on.beside == 2);
   CHECK(on.boundaries == off.boundaries + 1);
   CHECK(close_rel(on.flops, off.flops, 1e-12));
+}
+
+namespace {
+
+// A pass's launches as the cost model counts them (core/device.h): a kernel launches in a pass where it
+// has work, `launches` times (or once per call).
+struct PassLaunches {
+  double forward = 0, backward = 0;
+};
+PassLaunches launches(const std::vector<Kernel>& ks) {
+  PassLaunches n;
+  for (const Kernel& k : ks) {
+    const double each = k.launches > 0 ? k.launches : k.calls;
+    if (k.forward_flops > 0 || k.forward_bytes > 0) n.forward += each;
+    // The backward's input-gradient part (a kernel without backward FLOPs: all its bytes) and its
+    // weight-gradient part each launch where they have work.
+    const bool flops = k.backward_input_flops + k.backward_weight_flops > 0;
+    if (k.backward_input_flops > 0 || (!flops && k.backward_bytes > 0)) n.backward += each;
+    if (k.backward_weight_flops > 0) n.backward += each;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the all-to-all dispatcher's launches per MoE layer: Megatron-Core's, counted from its source") {
+  Workload w = model("qwen3-30b-a3b");
+  const Layer* block = nullptr;
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  REQUIRE(block);
+  const double eb = 2, h = 2048, s = block->split.sequence, copies = 8 * s;  // top-8, bf16
+  // Megatron-Core v0.16 (router.py, moe_utils.py, token_dispatcher.py, experts.py; Transformer Engine
+  // v2.12's fused permutation), forward kernels besides the expert GEMMs and NCCL: 19 with the router
+  // and the permutation fused (gating GEMM 1, fused top-k 1, preprocessing 6, permutation 4, sort 2,
+  // activation 1, unsort 3, un-permutation 1), 38 with neither (top-k and routing map 11, permutation
+  // 14, sort 2, unsort 1, un-permutation 2); backward, besides them: 13 fused (the gating GEMM's two,
+  // top-k 1, casts and the branches' add 5, permutation 1, sort and unsort 2, activation 1,
+  // un-permutation 1) and 22 unfused (top-k 4, permutation 6, sort and unsort 3). And the 4
+  // device-to-host copies of the token counts, host launches of the forward.
+  auto moe_kernels = [&](bool fused) {
+    const blocks::Moe m =
+        blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16, {fused, fused, true});
+    std::vector<Kernel> ks{m.router, m.route, m.permute, m.expert[1], m.unpermute};
+    for (const auto* v : {&m.before_dispatch, &m.between, &m.after_combine})
+      ks.insert(ks.end(), v->begin(), v->end());
+    return std::pair{m, ks};
+  };
+  const auto [fused, fk] = moe_kernels(true);
+  const PassLaunches f = launches(fk);
+  CHECK(f.forward == 19 + 4);
+  CHECK(f.backward == 13);
+  const auto [unfused, uk] = moe_kernels(false);
+  const PassLaunches u = launches(uk);
+  CHECK(u.forward == 38 + 4);
+  CHECK(u.backward == 22);
+  // The sort and unsort by local expert (16 here) move every received copy in and out, each way.
+  REQUIRE(!fused.between.empty());
+  CHECK(close_rel(fused.between[0].forward_bytes, 4 * copies * h * eb, 1e-12));
+  CHECK(close_rel(fused.between[0].backward_bytes, 4 * copies * h * eb, 1e-12));
+  // One local expert: nothing to sort; another dispatcher: the stylised kernels alone.
+  CHECK(
+      blocks::moe(block->split, 1, false, {128, 1}, Precision::AMP_BF16, {true, true, true}).between.empty());
+  const blocks::Moe other =
+      blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, false});
+  CHECK(other.before_dispatch.empty());
+  CHECK(other.between.empty());
+  CHECK(other.route.calls == 2);
 }

@@ -379,8 +379,11 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   auto m = n.get("moe");
   if (!m) return;
   needs_moe(*m);
-  m->require_map("a mapping of MoE options (dispatcher, capacity_factor, routing, overlap, all_to_all)");
-  m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all"});
+  m->require_map(
+      "a mapping of MoE options (dispatcher, capacity_factor, routing, overlap, all_to_all, router_fusion, "
+      "permute_fusion)");
+  m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all", "router_fusion",
+                 "permute_fusion"});
   if (auto d = m->get("dispatcher"))
     s.moe.dispatcher = *parse_dispatcher(
         d->choice({std::begin(kMoeDispatcherNames), std::end(kMoeDispatcherNames)}, "a token dispatcher"));
@@ -398,6 +401,17 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
         break;
       }
   if (auto o = m->get("overlap")) s.moe_overlap = o->boolean();
+  // Megatron-Core's fused router and permutation (MoeOptions): the all-to-all dispatcher's launches.
+  for (auto [key, flag] :
+       {std::pair{"router_fusion", &s.moe.router_fusion}, std::pair{"permute_fusion", &s.moe.permute_fusion}})
+    if (auto f = m->get(key)) {
+      *flag = f->boolean();
+      if (s.moe.dispatcher != MoeDispatcher::AllToAll)
+        f->fail(
+            fmt::format("counts the alltoall dispatcher's kernel launches, but the dispatcher is {}: it "
+                        "would be ignored; expected no {} with this dispatcher",
+                        to_string(s.moe.dispatcher), key));
+    }
   if (auto a = m->get("all_to_all")) {
     const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");
     using Flows = MoeOptions::AllToAllFlows;

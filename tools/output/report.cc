@@ -136,10 +136,16 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
                             ? "above 2^22 flows; up to 1.3% slower measured"
                             : "as asked; up to 1.3% slower measured")
           : "; all-to-alls as one flow per pair";
+  const MoeOptions& o = e.strategy.moe;
+  const std::string fusion =
+      o.dispatcher != MoeDispatcher::AllToAll
+          ? ""
+          : fmt::format(" (router {}, permutation {})", o.router_fusion ? "fused" : "unfused",
+                        o.permute_fusion ? "fused" : "unfused");
   return fmt::format(
-      "{} per device (ep {}, etp {}), {} dispatcher{}; {}; load imbalance {:.3g} (the busiest "
+      "{} per device (ep {}, etp {}), {} dispatcher{}{}; {}; load imbalance {:.3g} (the busiest "
       "expert-parallel rank's tokens over the mean){}{}",
-      experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher),
+      experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher), fusion,
       e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "", routing,
       load_imbalance(loads), flows, deepep_note(e, p, experts));
 }
@@ -862,6 +868,8 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
         {"expert_tensor_parallel", par.expert_tensor},
         {"dispatcher", std::string(to_string(e.strategy.moe.dispatcher))},
         {"capacity_factor", e.strategy.moe.capacity_factor},
+        {"router_fusion", e.strategy.moe.router_fusion},
+        {"permute_fusion", e.strategy.moe.permute_fusion},
         {"overlap", e.strategy.moe_overlap},
         {"all_to_all_flows", run.graph.node_aggregated_all_to_all ? "node-aggregated" : "pairwise"},
         {"load_imbalance", load_imbalance(expert_loads(
