@@ -216,14 +216,19 @@ std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precisio
     return join({k.qkv, k.rotary, {k.core, k.softmax_dropout, k.proj}});
   };
   if (s.kind == TensorSplitKind::MoeBlock) {
-    const blocks::Moe m = blocks::moe(s, 1, false, {}, precision);
+    // The default dispatcher's launches (all-to-all, router and permutation fused: MoeOptions), as a
+    // stage without expert parallelism runs them too.
+    const blocks::Moe m = blocks::moe(s, 1, false, {}, precision, {true, true, true});
     std::vector<Kernel> shared;
     if (m.shared) shared = {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down};
     return join({{a.ln1},
                  attention_forward(a),
                  {a.dropout_residual, m.ln2, m.router, m.route, m.permute},
+                 m.before_dispatch,
                  m.expert,
+                 m.between,
                  {m.unpermute},
+                 m.after_combine,
                  shared,
                  {m.dropout_residual}});
   }
