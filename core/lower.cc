@@ -837,9 +837,6 @@ void Lowering::feed_backward(int32_t from, int32_t to, int s, int j, int k, size
   if (f >= 0) into(from, f, device);
 }
 
-// One action of device d: its compute task (under tensor parallelism its pieces; under bucketed
-// overlap the first stage's last backward in two), room for the transfers it sends, and its memory.
-// The tasks go to `order` in the device's order; returns the first.
 // The weight gradients' accumulation into the step's (GradAccumulation) that action `a` pays: after
 // the whole backward, or after W when it is split. Round-robin replicas take every r-th micro-batch:
 // the replica's own count.
@@ -854,6 +851,9 @@ double Lowering::accumulation_s(const Action& a, const StageCost& sc, size_t d) 
                                 c_.devices[d].spec);
 }
 
+// One action of device d: its compute task (under tensor parallelism its pieces; under bucketed
+// overlap the first stage's last backward in two), room for the transfers it sends, and its memory.
+// The tasks go to `order` in the device's order; returns the first.
 int32_t Lowering::add_pass(size_t d, size_t action, std::vector<int32_t>& order) {
   const Action& a = sched_.device_actions[d][action];
   const int j = replica_of(a.stage, d);

@@ -39,12 +39,12 @@ struct TpProgram {
 //  - workspace: the backward's own transient, the activation gradient of the stage's largest
 //    layer output, from the start to the end of each B.
 struct StageCost {
-  PassTimes times;             // for the replica's slice of the micro-batch
-  double stash_bytes = 0;      // activations kept from F to B (or W), for the slice
-  double recompute_bytes = 0;  // re-materialised at the start of B
-  double recompute_s = 0;      // extra forward time paid by B
-  double workspace_bytes = 0;  // held during each B
-  double parameters = 0;       // count
+  PassTimes times;               // for the replica's slice of the micro-batch
+  double stash_bytes = 0;        // activations kept from F to B (or W), for the slice
+  double recompute_bytes = 0;    // re-materialised at the start of B
+  double recompute_s = 0;        // extra forward time paid by B
+  double workspace_bytes = 0;    // held during each B
+  double parameters = 0;         // count
   double parameter_tensors = 0;  // their tensors (core/tensor_parallel.h: parameter_tensors)
   double parameter_bytes = 0;
   // Of which expert weights (MoE blocks), reduced over the expert data-parallel group.
