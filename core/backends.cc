@@ -88,6 +88,7 @@ Result<BackendCandidate> cost_candidate(const Workload& w, const BackendCatalog&
     DeviceSpec fused = head;
     fused.set_startup(0);
     fused.kernel_dispatch_s = 0;
+    fused.kernel_dispatch_class = DeviceSpec::unset_per_class();
     fused.layer_overhead_s = 0;
     for (size_t i = 0; i < cand.layers.size(); ++i) {
       Layer l = w.layer(cand.layers[i]);

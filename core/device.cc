@@ -56,12 +56,24 @@ double DeviceSpec::startup(KernelClass k) const {
   return s >= 0 ? s : kernel_startup_s;
 }
 
-void HostStream::issue(double launches, double device_time) {
+double DeviceSpec::dispatch(KernelClass k) const {
+  const double s = kernel_dispatch_class[static_cast<int>(k)];
+  return s >= 0 ? s : kernel_dispatch_s;
+}
+
+bool DeviceSpec::host_bound() const {
+  if (kernel_dispatch_s > 0) return true;
+  for (double s : kernel_dispatch_class)
+    if (s > 0) return true;
+  return false;
+}
+
+void HostStream::issue(double launches, double device_time, double dispatch) {
   if (launches <= 0) return;
   const double first = std::max(gpu_, host_) + device_time;
-  const double last = host_ + (launches - 1) * dispatch_ + device_time / launches;
+  const double last = host_ + (launches - 1) * dispatch + device_time / launches;
   gpu_ = std::max(first, last);
-  host_ += launches * dispatch_;
+  host_ += launches * dispatch;
 }
 
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
@@ -116,7 +128,7 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   // A pass of kernel k: its device time and its host launches (a call is one launch, or
   // Kernel::launches on parallel streams; an fp8 GEMM's quantize kernel is one more per call).
   struct Launches {
-    double device = 0, launches = 0;
+    double device = 0, launches = 0, dispatch = 0;  // dispatch: host time per launch
   };
   auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) -> Launches {
     if (flops <= 0 && bytes <= 0) return {};
@@ -129,13 +141,14 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
                                           (bw * device.memory_eff(KernelClass::Elementwise))
                                 : 0.0;
     const double launches = k.launches > 0 ? k.launches : calls * (quantize > 0 ? 2 : 1);
-    return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches};
+    return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches,
+            device.dispatch(k.cls)};
   };
   // The device sums in the layer's order (what a host that is never the limit gives, to the last
   // bit); a bound host issues the forward's launches in that order, the backward's in reverse, each
   // part of a kernel's backward (input gradient, then weight gradient) its own launches.
-  const bool host = device.kernel_dispatch_s > 0;
-  HostStream forward(device.kernel_dispatch_s), backward(device.kernel_dispatch_s);
+  const bool host = device.host_bound();
+  HostStream forward, backward;
   std::vector<std::pair<Launches, Launches>> backward_parts;
   for (const Kernel& k : layer_kernels(layer)) {
     const Launches f = pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
@@ -148,15 +161,15 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     t.backward_input += i.device;
     t.backward_weight += w.device;
     if (host) {
-      forward.issue(f.launches, f.device);
+      forward.issue(f.launches, f.device, f.dispatch);
       backward_parts.emplace_back(i, w);
     }
   }
   // A bound host stretches each pass; the backward's two parts in proportion to their device times.
   if (host) {
     for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
-      backward.issue(p->first.launches, p->first.device);
-      backward.issue(p->second.launches, p->second.device);
+      backward.issue(p->first.launches, p->first.device, p->first.dispatch);
+      backward.issue(p->second.launches, p->second.device, p->second.dispatch);
     }
     t.forward = forward.end();
     if (const double device_backward = t.backward(); device_backward > 0) {

@@ -64,6 +64,10 @@ struct DeviceSpec {
   // The start-up of one kernel class where it differs from kernel_startup_s; < 0 = kernel_startup_s.
   std::array<double, kKernelClassCount> kernel_startup_class = unset_per_class();
   double kernel_dispatch_s = 0;  // host time per kernel launch, ahead of the GPU (HostStream)
+  // The host's time per launch of one kernel class where it differs from kernel_dispatch_s (< 0:
+  // kernel_dispatch_s), e.g. Transformer Engine's grouped linear, whose every per-expert GEMM costs the
+  // host its module's work besides the launch.
+  std::array<double, kKernelClassCount> kernel_dispatch_class = unset_per_class();
   double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
   // Time per time step of a recurrent layer, per direction and pass, on top of the step's kernels
   // (Kernel::recurrent_step), per math precision (kMathPrecisions; 0 = none): what the RNN library
@@ -86,7 +90,9 @@ struct DeviceSpec {
   double compute_eff(Precision p, KernelClass k) const;
   bool runs_winograd(Precision p) const;  // in p's math precision (tf32 without a rate: fp32's)
   double memory_eff(KernelClass k) const;
-  double startup(KernelClass k) const;  // kernel_startup_class's entry, or kernel_startup_s
+  double startup(KernelClass k) const;   // kernel_startup_class's entry, or kernel_startup_s
+  double dispatch(KernelClass k) const;  // kernel_dispatch_class's entry, or kernel_dispatch_s
+  bool host_bound() const;               // any launch costs the host time (HostStream applies)
   void set_startup(double s) {          // one start-up for every class
     kernel_startup_s = s;
     kernel_startup_class = unset_per_class();
@@ -141,12 +147,11 @@ struct PassTimes {
 // kernels give the host the lead it spends on short ones after them. Dispatch 0 is the sum.
 class HostStream {
  public:
-  explicit HostStream(double dispatch) : dispatch_(dispatch) {}
-  void issue(double launches, double device_time);
+  // A group of `launches` of `dispatch` host time each.
+  void issue(double launches, double device_time, double dispatch);
   double end() const { return gpu_; }
 
  private:
-  double dispatch_;
   double host_ = 0, gpu_ = 0;
 };
 

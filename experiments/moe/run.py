@@ -57,6 +57,13 @@ FIT_PARAMETERS = [("h100", "bf16", "grouped-gemm"), ("h100", "fp8", "grouped-gem
 DISPATCH = "kernel_dispatch_us"
 DISPATCH_PARAMETERS = [("h100", "*", DISPATCH), ("b200", "*", DISPATCH), ("gb200", "*", DISPATCH)]
 DISPATCH_RANGE = (5.0, 400.0)
+# The host's time per expert GEMM of Transformer Engine's grouped linear (kernel_dispatch's grouped-gemm
+# class), per device: --fit-grouped-dispatch.
+GROUPED_DISPATCH = "grouped_gemm_dispatch_us"
+GROUPED_DISPATCH_PARAMETERS = [("h100", "*", GROUPED_DISPATCH), ("b200", "*", GROUPED_DISPATCH),
+                               ("gb200", "*", GROUPED_DISPATCH)]
+HOST_PARAMETERS = (DISPATCH, GROUPED_DISPATCH)
+KERNEL_CLASSES = ["attention", "conv", "elementwise", "gather", "gemm", "grouped-gemm", "norm", "recurrent"]
 REQUIRED = ["id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
             "precision", "tp", "pp", "ep", "etp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split"]
 # Zoo parameters that differ from Megatron's run of the model (none: every row runs the zoo shape).
@@ -217,11 +224,16 @@ def device(r, efficiencies):
     mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
     graph = full_iteration_cuda_graph(r)
     dispatch = mine.pop(("*", DISPATCH), None)
-    if not mine and not graph and dispatch is None:
+    grouped = mine.pop(("*", GROUPED_DISPATCH), None)
+    if not mine and not graph and dispatch is None and grouped is None:
         return r["gpu"]
     spec = {"model": r["gpu"]}
     if graph:
         spec["kernel_dispatch"] = "0us"
+    elif grouped is not None and dispatch is not None:
+        spec["kernel_dispatch"] = {c: f"{dispatch}us" for c in KERNEL_CLASSES} | {"grouped-gemm": f"{grouped}us"}
+    elif grouped is not None:
+        spec["kernel_dispatch"] = {"grouped-gemm": f"{grouped}us"}
     elif dispatch is not None:
         spec["kernel_dispatch"] = f"{dispatch}us"
     table = {}
@@ -460,7 +472,7 @@ def golden(f, lo, hi, steps=10):
 
 def uses(r, parameter):
     gpu, precision, what = parameter
-    if what == DISPATCH:
+    if what in HOST_PARAMETERS:
         return r["gpu"] == gpu and not full_iteration_cuda_graph(r)
     fp8 = r["precision"] in ("fp8", "fp8-blockwise", "mxfp8")
     return r["gpu"] == gpu and (precision == "fp8") == fp8
@@ -480,7 +492,7 @@ def fit(args, rows, start):
                 continue
             def f(v):
                 return objective(mine, run_rows(args.pipegrid, mine, args.j, args.max_gpus, {**values, p: v}))
-            v = golden(f, *(DISPATCH_RANGE if p[2] == DISPATCH else (0.05, 1.0)))
+            v = golden(f, *(DISPATCH_RANGE if p[2] in HOST_PARAMETERS else (0.05, 1.0)))
             if f(v) < f(values[p]):
                 values[p] = v
             new = objective(cal, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values))
@@ -492,17 +504,19 @@ def fit(args, rows, start):
     return values, before, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values)
 
 
-def catalog_start(pipegrid, dispatch=False):
+def catalog_start(pipegrid, dispatch=False, grouped=False):
     """The catalog's current values of FIT_PARAMETERS (grouped_gemm falls back to gemm), and of
     DISPATCH_PARAMETERS (in us) when `dispatch`."""
     out = {}
-    params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else [])
+    params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else []) + (GROUPED_DISPATCH_PARAMETERS if grouped else [])
     for gpu in sorted({g for g, _, _ in params}):
         shown = json.loads(subprocess.run([pipegrid, "device", "show", gpu, "--json"], capture_output=True,
                                           text=True, check=True).stdout)
         for g, p, c in params:
             if g == gpu:
                 out[(g, p, c)] = (round(1e6 * shown["kernel_dispatch_s"], 3) if c == DISPATCH else
+                                  round(1e6 * shown["kernel_dispatch_class_s"]["grouped-gemm"], 3)
+                                  if c == GROUPED_DISPATCH else
                                   shown["compute_efficiency"][p].get(c) or shown["compute_efficiency"][p]["gemm"])
     return out
 
@@ -533,6 +547,9 @@ def main():
     ap.add_argument("--fit-dispatch", action="store_true",
                     help="fit DISPATCH_PARAMETERS alone (the host's time per launch per device; the grouped GEMMs "
                          "at the catalog's) on the calibration rows (fit-dispatch.yaml)")
+    ap.add_argument("--fit-grouped-dispatch", action="store_true",
+                    help="fit GROUPED_DISPATCH_PARAMETERS alone (the host's time per expert GEMM of the grouped "
+                         "linear, per device) on the calibration rows (fit-grouped-dispatch.yaml)")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--rows", nargs="*", help="only these row ids")
     ap.add_argument("--recipe-dispatchers", action="store_true",
@@ -550,13 +567,14 @@ def main():
     if args.rows:
         rows = [r for r in rows if r["id"] in args.rows]
     args.pipegrid = args.pipegrid or pgx.binary()
-    if args.fit or args.fit_dispatch:
-        start = catalog_start(args.pipegrid, dispatch=args.fit_dispatch)
-        if args.fit_dispatch:
-            start = {p: v for p, v in start.items() if p[2] == DISPATCH}
+    if args.fit or args.fit_dispatch or args.fit_grouped_dispatch:
+        start = catalog_start(args.pipegrid, dispatch=args.fit_dispatch, grouped=args.fit_grouped_dispatch)
+        host = DISPATCH if args.fit_dispatch else GROUPED_DISPATCH if args.fit_grouped_dispatch else None
+        if host:
+            start = {p: v for p, v in start.items() if p[2] == host}
         values, before, after = fit(args, rows, start)
-        write_fit(os.path.join(HERE, "fit-dispatch.yaml" if args.fit_dispatch else "fit.yaml"), values, before,
-                  after, rows, "--fit-dispatch" if args.fit_dispatch else "--fit")
+        how = "--fit-dispatch" if args.fit_dispatch else "--fit-grouped-dispatch" if host else "--fit"
+        write_fit(os.path.join(HERE, how[2:] + ".yaml"), values, before, after, rows, how)
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
     pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))

@@ -214,9 +214,9 @@ TEST_CASE("host dispatch: a long kernel's lead hides the launches of the short o
   CHECK(z.backward() == pipegrid::testing::approx(215e-6));
   // The stream's closed form, by hand: 4 launches of 5 us each once the device is busy until 30 us
   // and the host has issued until 20 us, dispatch 20 us: max(max(30, 20) + 20, 20 + 3 x 20 + 5) = 85 us.
-  HostStream s(20e-6);
-  s.issue(1, 30e-6);  // issued at 0, runs 0-30; the host is at 20 us
-  s.issue(4, 20e-6);  // issued at 20, 40, 60, 80 us: the last runs 80-85
+  HostStream s;
+  s.issue(1, 30e-6, 20e-6);  // issued at 0, runs 0-30; the host is at 20 us
+  s.issue(4, 20e-6, 20e-6);  // issued at 20, 40, 60, 80 us: the last runs 80-85
   CHECK(s.end() == pipegrid::testing::approx(85e-6));
 }
 
@@ -245,6 +245,16 @@ TEST_CASE("launches on parallel streams: the host pays each, the device a start-
   CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward ==
         pipegrid::testing::approx(7 * 20e-6 + 5e-6 / 8));
   CHECK(layer_times(grouped, Precision::FP16, d, 50000)->forward == pipegrid::testing::approx(2004e-6));
+  // The grouped GEMM's class at its own host time (kernel_dispatch_class), 50 us a launch: the eight
+  // launches 50 us apart, the last wave's share after the last, 7 x 50 + 5 / 8 us; the other classes keep
+  // 20 us. At 0 for the class alone, the host never bounds it: the device's 5 us.
+  d.kernel_dispatch_class[static_cast<int>(KernelClass::GroupedGemm)] = 50e-6;
+  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward ==
+        pipegrid::testing::approx(7 * 50e-6 + 5e-6 / 8));
+  CHECK(d.dispatch(KernelClass::Gemm) == pipegrid::testing::approx(20e-6));
+  d.kernel_dispatch_class[static_cast<int>(KernelClass::GroupedGemm)] = 0;
+  CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward == pipegrid::testing::approx(5e-6));
+  d.kernel_dispatch_class = DeviceSpec::unset_per_class();
   // No dispatch: two start-ups, not eight.
   d.kernel_dispatch_s = 0;
   CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward == pipegrid::testing::approx(5e-6));

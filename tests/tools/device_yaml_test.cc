@@ -79,6 +79,24 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(cls.find("grouped-gemm") != std::string::npos);  // the valid keys are listed
   CHECK(error_of("device: {model: a100, kernel_startup: {gemm: -1us}}").find("t.yaml:1:") !=
         std::string::npos);
+  // kernel_dispatch per kernel class: the classes named take theirs, the others keep the catalog's
+  // (the B200's 13.48 us, TransformerEngine#2053); a scalar resets every class.
+  DeviceSpec te = parse("device: {model: b200, kernel_dispatch: {grouped-gemm: 60us}}");
+  CHECK(te.dispatch(KernelClass::GroupedGemm) == pipegrid::testing::approx(60e-6));
+  CHECK(te.dispatch(KernelClass::Gemm) == pipegrid::testing::approx(13.48e-6));
+  CHECK(te.dispatch(KernelClass::Elementwise) == pipegrid::testing::approx(13.48e-6));
+  CHECK(te.host_bound());
+  const DeviceSpec none = parse("device: {model: b200, kernel_dispatch: 0us}");
+  CHECK(none.dispatch(KernelClass::GroupedGemm) == 0);
+  CHECK_FALSE(none.host_bound());
+  CHECK(parse("device: {model: v100, kernel_dispatch: {grouped-gemm: 5us}}").host_bound());
+  CHECK_FALSE(parse("device: v100").host_bound());
+  const std::string dcls = error_of("device: {model: b200, kernel_dispatch: {expert: 3us}}");
+  CHECK(dcls.find("t.yaml:1:") != std::string::npos);
+  CHECK(dcls.find("expert") != std::string::npos);
+  CHECK(dcls.find("grouped-gemm") != std::string::npos);
+  CHECK(error_of("device: {model: b200, kernel_dispatch: {gemm: -1us}}").find("t.yaml:1:") !=
+        std::string::npos);
   // recurrent_step: a time per math precision; given entries replace the catalog's, others stay.
   DeviceSpec rnn = parse("device: {model: v100, recurrent_step: {fp32: 12us}}");
   CHECK(rnn.recurrent_step(Precision::FP32) == pipegrid::testing::approx(12e-6));

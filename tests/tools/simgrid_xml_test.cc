@@ -32,6 +32,7 @@ DeviceSpec gpu() {
   d.kernel_startup_s = 4.5e-6;
   d.kernel_dispatch_s = 8e-6;
   d.kernel_startup_class[static_cast<int>(KernelClass::Gemm)] = 9e-6;
+  d.kernel_dispatch_class[static_cast<int>(KernelClass::GroupedGemm)] = 41e-6;
   d.compute_efficiency[static_cast<int>(Precision::FP16)][static_cast<int>(KernelClass::Gemm)] = 0.7;
   d.memory_efficiency[static_cast<int>(KernelClass::Gather)] = 0.5;
   d.winograd[static_cast<int>(Precision::FP32)] = true;
@@ -55,6 +56,7 @@ void check_same_spec(const DeviceSpec& a, const DeviceSpec& b) {
   CHECK(a.layer_overhead_s == b.layer_overhead_s);
   CHECK(a.kernel_startup_s == b.kernel_startup_s);
   CHECK(a.kernel_startup_class == b.kernel_startup_class);
+  CHECK(a.kernel_dispatch_class == b.kernel_dispatch_class);
   CHECK(a.kernel_dispatch_s == b.kernel_dispatch_s);
   CHECK(a.compute_efficiency == b.compute_efficiency);
   CHECK(a.memory_efficiency == b.memory_efficiency);

@@ -157,8 +157,23 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
           spec.kernel_startup_class[static_cast<int>(k)] = v->quantity(Dimension::Time, Sign::NonNegative);
     }
   }
-  if (auto o = n.get("kernel_dispatch"))
-    spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
+  // One host time per launch for every kernel class, or {gemm: 14us, grouped-gemm: 50us, ...}: the
+  // classes named take theirs, the others keep the entry's.
+  if (auto o = n.get("kernel_dispatch")) {
+    if (o->is_scalar()) {
+      spec.kernel_dispatch_s = o->quantity(Dimension::Time, Sign::NonNegative);
+      spec.kernel_dispatch_class = DeviceSpec::unset_per_class();
+    } else {
+      o->require_map(
+          "a time (13us), or a mapping from kernel class to one like {gemm: 13us, grouped-gemm: 50us}");
+      std::vector<std::string_view> keys;
+      for (KernelClass k : kKernelClasses) keys.push_back(to_string(k));
+      o->check_keys(keys);
+      for (KernelClass k : kKernelClasses)
+        if (auto v = o->get(to_string(k)))
+          spec.kernel_dispatch_class[static_cast<int>(k)] = v->quantity(Dimension::Time, Sign::NonNegative);
+    }
+  }
   if (auto o = n.get("layer_overhead"))
     spec.layer_overhead_s = o->quantity(Dimension::Time, Sign::NonNegative);
   if (auto r = n.get("recurrent_step"))

@@ -337,6 +337,8 @@ class Reader {
             return void(s.memory_efficiency[static_cast<int>(k)] = number());
           if (i == 0 && key == fmt::format("kernel_startup_{}", to_string(k)))
             return void(s.kernel_startup_class[static_cast<int>(k)] = number());
+          if (i == 0 && key == fmt::format("kernel_dispatch_{}", to_string(k)))
+            return void(s.kernel_dispatch_class[static_cast<int>(k)] = number());
         }
       }
       fail(p, fmt::format("<prop id=\"{}{}\">: unknown pipegrid property", kPrefix, key));

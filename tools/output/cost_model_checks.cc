@@ -95,7 +95,8 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
          "memory_efficiency");
   differ(a.kernel_startup_s != b.kernel_startup_s || a.kernel_startup_class != b.kernel_startup_class,
          "kernel_startup");
-  differ(a.kernel_dispatch_s != b.kernel_dispatch_s, "kernel_dispatch");
+  differ(a.kernel_dispatch_s != b.kernel_dispatch_s || a.kernel_dispatch_class != b.kernel_dispatch_class,
+         "kernel_dispatch");
   differ(a.layer_overhead_s != b.layer_overhead_s, "layer_overhead");
   differ(a.recurrent_step_s != b.recurrent_step_s, "recurrent_step");
   differ(a.winograd != b.winograd, "winograd");

@@ -567,10 +567,11 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
     for (KernelClass k : kComputeClasses)
       eff[std::string(to_string(p))][std::string(to_string(k))] = spec.compute_eff(p, k);
   }
-  nlohmann::json startup;
+  nlohmann::json startup, dispatch;
   for (KernelClass k : kKernelClasses) {
     mem[std::string(to_string(k))] = spec.memory_eff(k);
     startup[std::string(to_string(k))] = spec.startup(k);
+    dispatch[std::string(to_string(k))] = spec.dispatch(k);
   }
   nlohmann::json j = {{"model", spec.kind},
                       {"family", spec.family},
@@ -583,6 +584,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"kernel_startup_s", spec.kernel_startup_s},
                       {"kernel_startup_class_s", startup},
                       {"kernel_dispatch_s", spec.kernel_dispatch_s},
+                      {"kernel_dispatch_class_s", dispatch},
                       {"layer_overhead_s", spec.layer_overhead_s},
                       {"recurrent_step_s", step},
                       {"winograd", winograd}};

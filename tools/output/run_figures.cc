@@ -179,6 +179,20 @@ std::vector<double> host_dispatch(const Cluster& c) {
   return out;
 }
 
+// The kernel classes whose host time per launch differs from their device's kernel_dispatch, as
+// "grouped-gemm 60 us", distinct entries in order.
+std::vector<std::string> host_dispatch_classes(const Cluster& c) {
+  std::vector<std::string> out;
+  for (const Device& d : c.devices)
+    for (KernelClass k : kKernelClasses)
+      if (const double t = d.spec.kernel_dispatch_class[static_cast<int>(k)];
+          t >= 0 && t != d.spec.kernel_dispatch_s) {
+        std::string entry = fmt::format("{} {}", to_string(k), format_time(t));
+        if (std::find(out.begin(), out.end(), entry) == out.end()) out.push_back(std::move(entry));
+      }
+  return out;
+}
+
 }  // namespace
 
 std::string grad_accumulation_note(GradAccumulation g) {
@@ -240,13 +254,16 @@ std::string assumptions_note(const Experiment& e) {
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
   if (fp8_training(e.workload.precision))
     parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
-  if (const std::vector<double> host = host_dispatch(e.cluster); !host.empty()) {
+  const std::vector<std::string> classes = host_dispatch_classes(e.cluster);
+  if (const std::vector<double> host = host_dispatch(e.cluster); !host.empty() || !classes.empty()) {
     std::string times;
     for (double h : host) times += (times.empty() ? "" : " / ") + format_time(h);
-    parts.push_back(
-        fmt::format("host {} per kernel launch, issued ahead of the GPU (kernel_dispatch; 0 for a run "
-                    "under a CUDA graph)",
-                    times));
+    std::string own;
+    for (const std::string& c : classes) own += (own.empty() ? "" : ", ") + c;
+    parts.push_back(fmt::format(
+        "host {} per kernel launch{}, issued ahead of the GPU (kernel_dispatch; 0 for a run under a CUDA "
+        "graph)",
+        times.empty() ? format_time(0) : times, own.empty() ? "" : " (" + own + ")"));
   }
   if (const std::string engine = engine_note(e.cluster); !engine.empty()) parts.push_back(engine);
   for (const std::string& f : e.faults) parts.push_back("fault: " + f);
@@ -314,6 +331,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
           {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
           {"collective_engine", engine_json(e.cluster)},
           {"kernel_dispatch_s", host_dispatch(e.cluster)},
+          {"kernel_dispatch_classes", host_dispatch_classes(e.cluster)},
           {"recompute_modules", e.memory.recompute == Recompute::Selective
                                     ? nlohmann::json(to_string(e.memory.modules))
                                     : nlohmann::json()},

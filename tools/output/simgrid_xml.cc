@@ -65,6 +65,9 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
   for (KernelClass k : kKernelClasses)
     if (double t = s.kernel_startup_class[static_cast<int>(k)]; t >= 0)
       p.emplace_back(fmt::format("kernel_startup_{}", to_string(k)), num(t));
+  for (KernelClass k : kKernelClasses)
+    if (double t = s.kernel_dispatch_class[static_cast<int>(k)]; t >= 0)
+      p.emplace_back(fmt::format("kernel_dispatch_{}", to_string(k)), num(t));
   for (Precision prec : kMathPrecisions)
     if (s.winograd[static_cast<int>(prec)]) p.emplace_back(fmt::format("winograd_{}", to_string(prec)), "1");
   for (Precision prec : kMathPrecisions)
