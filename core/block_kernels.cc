@@ -45,6 +45,13 @@ Kernel pass(KernelClass cls, double bytes, double calls = 1) {
 // passes of 4 eb + 1 and 5 eb + 1); fused (FlashAttention), one kernel per pass, no score traffic, the
 // backward recomputing Q K^T. A causal fused core skips the masked half of the FLOPs (unfused, every
 // score is computed, then masked).
+// Keys per query: a sliding window's when the core is fused (FlashAttention and cuDNN skip the keys
+// outside it); unfused, every score of the s x s matrix is computed and the window applied as a mask
+// (Transformer Engine's UnfusedDotProductAttention turns the window into an arbitrary mask).
+double window_keys(const TensorSplit& sp) {
+  return sp.window > 0 && sp.fused_attention ? std::min(sp.sequence, sp.window) : sp.sequence;
+}
+
 void attention_core(const TensorSplit& sp, double flops, double scores, double qkvo, double eb,
                     Attention& k) {
   if (sp.causal && sp.fused_attention && sp.window <= 0) flops /= 2;  // a window's keys all precede its query
@@ -92,7 +99,7 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
     k.rotary.push_back(pass(KernelClass::Elementwise, 2 * s * (a * rope / T + rope) * eb));
     k.up_proj.push_back(k.rotary.back());
   }
-  const double keys = sp.window > 0 ? std::min(s, sp.window) : s;
+  const double keys = window_keys(sp);
   const double flops = 2 * s * keys * (qk + a * v) / T;
   attention_core(sp, flops, a * s * keys / T, (2 * s * qk + s * a * v + s * a * v) / T, eb, k);
   k.proj = gemm(2 * s * a * v * h / T, s * a * v / T, s * h, a * v * h / T, eb);
@@ -126,7 +133,7 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
   // The unsplit part: LN1's input, QKV's input, the dropout mask (5 s h).
   k.stash.unsplit = 5 * s * h;
-  k.stash.scores = sp.fused_attention ? 0 : 5 * a * s * (sp.window > 0 ? std::min(s, sp.window) : s);
+  k.stash.scores = sp.fused_attention ? 0 : 5 * a * s * window_keys(sp);
   if (sp.mla.enabled()) {
     latent_attention(sp, T, eb, k);
     return k;
@@ -142,7 +149,7 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   k.qkv = {gemm(2 * s * h * qkv_out / T, s * h, s * qkv_out / T, w_qkv, eb)};
   k.proj = gemm(2 * s * q * h / T, s * q / T, s * h, w_proj, eb);
   const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;           // Q, K, V read and the output written
-  const double keys = sp.window > 0 ? std::min(s, sp.window) : s;  // keys per query
+  const double keys = window_keys(sp);                             // keys per query
   attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
   if (sp.rotary) {
     const double rot = 2 * s * (q + kv * hd) / T * eb;  // queries and keys, read and written

@@ -71,21 +71,44 @@ Kernel score_passes(double scores, double eb) {
                      kScorePassCalls);
 }
 
+// A decoder or MoE block's kernels, parameters, stash and selective recomputation fraction from its
+// split (ModelBuilder::decoder_block; use_attention rebuilds them when the attention changes).
+Status build_from_split(Layer& l, Precision p) {
+  Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, p);
+  if (!tp) return tp.error();
+  l.kernels = transformer_kernels(l.split, p);
+  l.parameters = tp->parameters;
+  l.parameter_bytes = tp->parameter_bytes;
+  l.weight_bytes = l.parameter_bytes;
+  // One device holding every expert at balanced load.
+  l.stash_bytes = tp->stash_none + tp->expert_stash;
+  l.selective_stash_bytes = tp->stash_selective + tp->expert_stash;
+  double core = 0, fwd = 0;
+  for (const Kernel& k : l.kernels) {
+    fwd += k.forward_flops;
+    if (k.cls == KernelClass::Attention) core += k.forward_flops;
+  }
+  l.selective_recompute_fraction = fwd > 0 ? core / fwd : 0;
+  set_totals(l);
+  return {};
+}
+
 }  // namespace
 
 void use_attention(Workload& w, AttentionImpl impl) {
-  if (impl == AttentionImpl::Unfused) return;
+  // The MoE zoo's blocks (moe_block, and its dense decoder blocks) are built fused, Megatron-Core's
+  // default; `unfused` rebuilds them with the score passes (Transformer Engine's
+  // UnfusedDotProductAttention). Every other block is built unfused.
   const double eb = element_bytes(w.precision);
   for (size_t i = 0; i < w.layer_count(); ++i) {
     Layer& l = w.graph[i];
-    if (l.kind == "moe_block") {  // rebuilt from its shape, as tensor parallelism builds it
-      l.split.fused_attention = true;
-      l.kernels = transformer_kernels(l.split, w.precision);
-      set_totals(l);
-      Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w.precision);
-      if (tp) l.stash_bytes = l.selective_stash_bytes = tp->stash_selective + tp->expert_stash;
+    const bool from_split = l.kind == "moe_block" || (l.kind == "decoder_block" && l.split.fused_attention);
+    if (from_split) {  // rebuilt from its shape, as tensor parallelism builds it
+      l.split.fused_attention = impl == AttentionImpl::Fused;
+      (void)build_from_split(l, w.precision);  // built from this split before: cannot fail now
       continue;
     }
+    if (impl == AttentionImpl::Unfused) continue;
     if (l.kind != "transformer_block" && l.kind != "decoder_block" && l.kind != "attention") continue;
     l.split.fused_attention = true;
     std::vector<Kernel>& ks = l.kernels;
@@ -543,21 +566,7 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
   l.split.kind = moe ? TensorSplitKind::MoeBlock : TensorSplitKind::Transformer;
   l.split.sequence = static_cast<double>(s[0]);
   l.split.hidden = static_cast<double>(s[1]);
-  Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w_.precision);
-  if (!tp) return tp.error();
-  l.kernels = transformer_kernels(l.split, w_.precision);
-  l.parameters = tp->parameters;
-  l.parameter_bytes = tp->parameter_bytes;
-  l.weight_bytes = l.parameter_bytes;
-  // One device holding every expert at balanced load.
-  l.stash_bytes = tp->stash_none + tp->expert_stash;
-  l.selective_stash_bytes = tp->stash_selective + tp->expert_stash;
-  double core = 0, fwd = 0;
-  for (const Kernel& k : l.kernels) {
-    fwd += k.forward_flops;
-    if (k.cls == KernelClass::Attention) core += k.forward_flops;
-  }
-  l.selective_recompute_fraction = fwd > 0 ? core / fwd : 0;
+  if (Status st = build_from_split(l, w_.precision); !st) return st.error();
   return add_layer(std::move(l), s, {in});
 }
 

@@ -433,3 +433,46 @@ TEST_CASE("the all-to-all dispatcher's launches per MoE layer: Megatron-Core's, 
   CHECK(other.between.empty());
   CHECK(other.route.calls == 2);
 }
+
+TEST_CASE("GPT-OSS-120B with `attention: unfused`: every s x s score, the window a mask, by hand") {
+  // Transformer Engine's UnfusedDotProductAttention (what it falls back to for sink attention on cuDNN
+  // before 9.13.1, transformer_engine/common/fused_attn/fused_attn.cpp at v2.9): two batched GEMMs
+  // over all s^2 scores per head, the sliding window applied as an arbitrary mask (TE PR #992's
+  // table), no causal skip; fused (the zoo's default), a causal block skips half its core and a
+  // windowed one computes 128 keys per query.
+  const double s = 4096, heads = 64, q = 64 * 64, window = 128;
+  Workload fused = model("gpt-oss-120b");
+  Workload unfused = model("gpt-oss-120b");
+  use_attention(unfused, AttentionImpl::Unfused);
+  int blocks = 0;
+  for (size_t i = 0; i < fused.layer_count(); ++i) {
+    const Layer& f = fused.layer(i);
+    const Layer& u = unfused.layer(i);
+    if (f.kind != "moe_block") continue;
+    ++blocks;
+    const bool windowed = f.split.window > 0;
+    double core_f = 0, core_u = 0, passes = 0;
+    for (const Kernel& k : f.kernels)
+      if (k.cls == KernelClass::Attention) core_f += k.forward_flops;
+    for (const Kernel& k : u.kernels) {
+      if (k.cls == KernelClass::Attention) core_u += k.forward_flops;
+      if (k.cls == KernelClass::Elementwise && k.calls == 2 && k.forward_bytes >= heads * s * s)
+        passes += k.forward_bytes;
+    }
+    CHECK(close_rel(core_u, 4 * s * s * q, 1e-9));  // Q K^T and P V, 2 s^2 q FLOPs each
+    CHECK(close_rel(core_f, windowed ? 4 * s * window * q : 4 * s * s * q / 2, 1e-9));
+    // Megatron's fusions (the zoo's): scale, mask and softmax one pass, dropout one, 4 x 2 + 1 bytes
+    // per score forward in bf16.
+    CHECK(close_rel(passes, 9 * heads * s * s, 1e-9));
+    CHECK(close_rel(u.stash_bytes - f.stash_bytes, 5 * heads * s * s, 1e-9));  // Korthikanti's 5 a s^2
+    CHECK(u.parameters == f.parameters);
+  }
+  CHECK(blocks == 36);
+  // And back: `attention: fused` on the zoo's fused blocks changes nothing.
+  Workload again = model("gpt-oss-120b");
+  use_attention(again, AttentionImpl::Fused);
+  for (size_t i = 0; i < again.layer_count(); ++i) {
+    CHECK(again.layer(i).forward_flops == fused.layer(i).forward_flops);
+    CHECK(again.layer(i).stash_bytes == fused.layer(i).stash_bytes);
+  }
+}
