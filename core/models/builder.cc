@@ -166,6 +166,16 @@ Status use_megatron_fusion(Workload& w) {
   return {};
 }
 
+void use_unfused_elementwise(Workload& w) {
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    Layer& l = w.graph[i];
+    if (!l.split.megatron_fusion || !is_block(l.split.kind)) continue;
+    l.split.megatron_fusion = false;
+    l.kernels = transformer_kernels(l.split, w.precision);  // keeps the attention's implementation
+    set_totals(l);
+  }
+}
+
 Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
   if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
     return Error{

@@ -43,6 +43,9 @@ void use_attention(Workload& w, AttentionImpl impl);
 // FlashAttention (apply after use_attention). An error when `w` has no Transformer block (the
 // kernels of other layer kinds are not rewritten).
 Status use_megatron_fusion(Workload& w);
+// The reverse, for blocks built fused (the MoE zoo's, as Megatron-Core runs them): every element-wise
+// kernel its own (workload `kernel_fusion: none`). Blocks built unfused are left as they are.
+void use_unfused_elementwise(Workload& w);
 // The most elements a tensor may have per sample (8 PB in fp64): larger shapes are input errors,
 // so every derived count stays exact in double and fits int64.
 inline constexpr double kMaxElements = 1e15;

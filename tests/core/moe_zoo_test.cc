@@ -476,3 +476,28 @@ TEST_CASE("GPT-OSS-120B with `attention: unfused`: every s x s score, the window
     CHECK(again.layer(i).stash_bytes == fused.layer(i).stash_bytes);
   }
 }
+
+TEST_CASE("Qwen3-30B-A3B with `kernel_fusion: none`: bias-dropout-add unfused in both halves, by hand") {
+  // The zoo builds MoE blocks with Megatron's fusions (bias, dropout and residual addition one kernel:
+  // 3 s h elements read and written); unfused, dropout (r + w) and the addition (2 r + w) are two
+  // kernels, 5 s h: 2 s h x 2 bytes more per half (attention, MoE MLP) in bf16, forward.
+  const double s = 4096, h = 2048;
+  Workload fused = model("qwen3-30b-a3b");
+  Workload plain = model("qwen3-30b-a3b");
+  use_unfused_elementwise(plain);
+  int blocks = 0;
+  for (size_t i = 0; i < fused.layer_count(); ++i) {
+    const Layer& f = fused.layer(i);
+    const Layer& u = plain.layer(i);
+    if (f.kind != "moe_block") {
+      CHECK(u.forward_bytes == f.forward_bytes);
+      continue;
+    }
+    ++blocks;
+    CHECK(f.split.megatron_fusion);
+    CHECK_FALSE(u.split.megatron_fusion);
+    CHECK(close_rel(u.forward_bytes - f.forward_bytes, 2 * (2 * s * h * 2), 1e-9));
+    CHECK(u.forward_flops == f.forward_flops);
+  }
+  CHECK(blocks == 48);
+}

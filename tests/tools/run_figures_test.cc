@@ -278,3 +278,36 @@ memory: {optimizer: mixed-adam, recompute: selective, recompute_modules: [core_a
   CHECK(luo.err.find("planner luo searches with selective recomputation of core_attn alone") !=
         std::string::npos);
 }
+
+TEST_CASE("run: an MoE zoo model's fused defaults can be turned off, and the assumes line says so") {
+  // The MoE zoo builds its blocks as Megatron-Core runs them (FlashAttention, Megatron's fusions);
+  // `attention: unfused` and `kernel_fusion: none` rebuild them, and a host time for one kernel class
+  // is stated beside the others'.
+  TempDir tmp;
+  const std::string base =
+      "cluster: {kind: dgx, nodes: 1, gpus_per_node: 8, gpu: {model: b200, kernel_dispatch: {grouped-gemm: "
+      "60us}}}\nstrategy: {stages: 1, replicas: 8, expert_parallel: 8, micro_batch_size: 1, micro_batches: "
+      "2}\n";
+  const std::string plain =
+      tmp.write("plain.yaml",
+                "workload: {model: qwen3-30b-a3b, sequence: 1024, precision: amp-bf16, layers: 2, "
+                "attention: unfused, kernel_fusion: none}\n" +
+                    base);
+  const std::string zoo =
+      tmp.write("zoo.yaml",
+                "workload: {model: qwen3-30b-a3b, sequence: 1024, precision: amp-bf16, layers: 2}\n" + base);
+  const json p = run_json({plain});
+  const json z = run_json({zoo});
+  CHECK(p["assumptions"]["fused_attention"] == "none");
+  CHECK(p["assumptions"]["megatron_fusion"] == "none");
+  CHECK(z["assumptions"]["fused_attention"] == "all");
+  CHECK(z["assumptions"]["megatron_fusion"] == "all");
+  CHECK(z["assumptions"]["kernel_dispatch_classes"] == json::array({"grouped-gemm 60 us"}));
+  CHECK(p["iteration_time_s"].get<double>() > z["iteration_time_s"].get<double>());
+  auto text = run_command({PIPEGRID_BINARY, "run", plain});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("unfused attention (workload attention: fused for FlashAttention), no kernel fusion") !=
+        std::string::npos);
+  CHECK(text.out.find("host 13.48 us per kernel launch (grouped-gemm 60 us), issued ahead") !=
+        std::string::npos);
+}

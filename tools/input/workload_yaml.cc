@@ -79,9 +79,13 @@ Workload parse_model(const Node& n) {
                           ? AttentionImpl::Fused
                           : AttentionImpl::Unfused);
   // Element-wise kernels as Megatron-LM fuses them (after use_attention: the blocks are rebuilt).
-  if (auto f = n.get("kernel_fusion"))
-    if (f->choice({"none", "megatron"}, "a kernel fusion") == "megatron")
+  if (auto f = n.get("kernel_fusion")) {
+    if (f->choice({"none", "megatron"}, "a kernel fusion") == "megatron") {
       if (Status st = use_megatron_fusion(*w); !st) f->fail(st.error().message);
+    } else {
+      use_unfused_elementwise(*w);  // the MoE zoo's blocks are built fused
+    }
+  }
   return std::move(*w);
 }
 
