@@ -58,10 +58,11 @@ DISPATCH = "kernel_dispatch_us"
 DISPATCH_PARAMETERS = [("h100", "*", DISPATCH), ("b200", "*", DISPATCH), ("gb200", "*", DISPATCH)]
 DISPATCH_RANGE = (5.0, 400.0)
 # The host's time per expert GEMM of Transformer Engine's grouped linear (kernel_dispatch's grouped-gemm
-# class), per device: --fit-grouped-dispatch.
+# class), per host CPU: the DGX H100's, H200's and B200's Xeons ("xeon"), the GB200's Grace:
+# --fit-grouped-dispatch.
 GROUPED_DISPATCH = "grouped_gemm_dispatch_us"
-GROUPED_DISPATCH_PARAMETERS = [("h100", "*", GROUPED_DISPATCH), ("b200", "*", GROUPED_DISPATCH),
-                               ("gb200", "*", GROUPED_DISPATCH)]
+GROUPED_DISPATCH_PARAMETERS = [("xeon", "*", GROUPED_DISPATCH), ("gb200", "*", GROUPED_DISPATCH)]
+HOSTS = {"xeon": ("h100", "h200", "b200")}
 HOST_PARAMETERS = (DISPATCH, GROUPED_DISPATCH)
 KERNEL_CLASSES = ["attention", "conv", "elementwise", "gather", "gemm", "grouped-gemm", "norm", "recurrent"]
 REQUIRED = ["id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
@@ -222,6 +223,8 @@ def device(r, efficiencies):
     that the row runs at overriding (only those, so that the replay cache keys on what matters), and
     no host dispatch where the row ran under a full-iteration CUDA graph."""
     mine = {(p, c): v for (g, p, c), v in (efficiencies or {}).items() if uses(r, (g, p, c))}
+    if len([c for (p, c) in mine if c == GROUPED_DISPATCH]) > 1:
+        raise SystemExit(f"{r['id']}: more than one grouped-gemm host figure applies")
     graph = full_iteration_cuda_graph(r)
     dispatch = mine.pop(("*", DISPATCH), None)
     grouped = mine.pop(("*", GROUPED_DISPATCH), None)
@@ -473,7 +476,7 @@ def golden(f, lo, hi, steps=10):
 def uses(r, parameter):
     gpu, precision, what = parameter
     if what in HOST_PARAMETERS:
-        return r["gpu"] == gpu and not full_iteration_cuda_graph(r)
+        return r["gpu"] in HOSTS.get(gpu, (gpu,)) and not full_iteration_cuda_graph(r)
     fp8 = r["precision"] in ("fp8", "fp8-blockwise", "mxfp8")
     return r["gpu"] == gpu and (precision == "fp8") == fp8
 
@@ -510,7 +513,8 @@ def catalog_start(pipegrid, dispatch=False, grouped=False):
     out = {}
     params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else []) + (GROUPED_DISPATCH_PARAMETERS if grouped else [])
     for gpu in sorted({g for g, _, _ in params}):
-        shown = json.loads(subprocess.run([pipegrid, "device", "show", gpu, "--json"], capture_output=True,
+        shown = json.loads(subprocess.run([pipegrid, "device", "show", HOSTS.get(gpu, (gpu,))[0], "--json"],
+                                          capture_output=True,
                                           text=True, check=True).stdout)
         for g, p, c in params:
             if g == gpu:
@@ -550,6 +554,9 @@ def main():
     ap.add_argument("--fit-grouped-dispatch", action="store_true",
                     help="fit GROUPED_DISPATCH_PARAMETERS alone (the host's time per expert GEMM of the grouped "
                          "linear, per device) on the calibration rows (fit-grouped-dispatch.yaml)")
+    ap.add_argument("--fit-without-model", metavar="MODEL",
+                    help="leave MODEL's calibration rows out of the fit (a what-if; the check replays every row)")
+    ap.add_argument("--fit-out", metavar="YAML", help="where the fit is written (default: by the fit's kind)")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--rows", nargs="*", help="only these row ids")
     ap.add_argument("--recipe-dispatchers", action="store_true",
@@ -572,9 +579,13 @@ def main():
         host = DISPATCH if args.fit_dispatch else GROUPED_DISPATCH if args.fit_grouped_dispatch else None
         if host:
             start = {p: v for p, v in start.items() if p[2] == host}
-        values, before, after = fit(args, rows, start)
+        fitted = [r for r in rows if r["model"] != args.fit_without_model]
+        values, before, after = fit(args, fitted, start)
         how = "--fit-dispatch" if args.fit_dispatch else "--fit-grouped-dispatch" if host else "--fit"
-        write_fit(os.path.join(HERE, how[2:] + ".yaml"), values, before, after, rows, how)
+        if args.fit_without_model:
+            how += f" --fit-without-model {args.fit_without_model}"
+        write_fit(args.fit_out or os.path.join(HERE, how.split()[0][2:] + ".yaml"), values, before, after, rows,
+                  how)
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
     pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))
