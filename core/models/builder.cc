@@ -95,7 +95,8 @@ Status build_from_split(Layer& l, Precision p) {
 
 }  // namespace
 
-void use_attention(Workload& w, AttentionImpl impl) {
+Status use_attention(Workload& w, AttentionImpl impl) {
+  int blocks = 0;
   // The MoE zoo's blocks (moe_block, and its dense decoder blocks) are built fused, Megatron-Core's
   // default; `unfused` rebuilds them with the score passes (Transformer Engine's
   // UnfusedDotProductAttention). Every other block is built unfused.
@@ -104,12 +105,14 @@ void use_attention(Workload& w, AttentionImpl impl) {
     Layer& l = w.graph[i];
     const bool from_split = l.kind == "moe_block" || (l.kind == "decoder_block" && l.split.fused_attention);
     if (from_split) {  // rebuilt from its shape, as tensor parallelism builds it
+      ++blocks;
       l.split.fused_attention = impl == AttentionImpl::Fused;
       (void)build_from_split(l, w.precision);  // built from this split before: cannot fail now
       continue;
     }
-    if (impl == AttentionImpl::Unfused) continue;
     if (l.kind != "transformer_block" && l.kind != "decoder_block" && l.kind != "attention") continue;
+    ++blocks;
+    if (impl == AttentionImpl::Unfused) continue;
     l.split.fused_attention = true;
     std::vector<Kernel>& ks = l.kernels;
     for (size_t j = 0; j + 1 < ks.size(); ++j) {
@@ -144,6 +147,12 @@ void use_attention(Workload& w, AttentionImpl impl) {
       break;
     }
   }
+  if (blocks == 0 && impl == AttentionImpl::Fused)
+    return Error{fmt::format(
+        "fused attention rewrites attention cores (models gpt, llama, bert, the MoE zoo, ...); \"{}\" has "
+        "none, and it would run as it is",
+        w.name)};
+  return {};
 }
 
 Status use_megatron_fusion(Workload& w) {

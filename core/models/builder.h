@@ -34,7 +34,8 @@ enum class AttentionImpl { Unfused, Fused };
 // Rewrites the attention core of every transformer_block and self-attention layer of `w` for `impl`
 // (Unfused: no change; Fused: one kernel per pass, no score traffic, the backward recomputes Q K^T;
 // a decoder block's causal mask skips half the core's FLOPs, as FlashAttention skips the masked blocks).
-void use_attention(Workload& w, AttentionImpl impl);
+// An error for `fused` when `w` has no attention core to fuse.
+Status use_attention(Workload& w, AttentionImpl impl);
 // Megatron-LM's fused element-wise kernels (its defaults: --masked-softmax-fusion,
 // --bias-dropout-fusion; bias-GeLU is one kernel here either way) in every Transformer block of
 // `w` (transformer_block, decoder_block): scale, mask and softmax one kernel, bias, dropout and

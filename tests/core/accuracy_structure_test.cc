@@ -117,7 +117,7 @@ TEST_CASE("unfused attention: scale, mask, softmax and dropout each pass over th
   const double scores = 16.0 * 512 * 512, sh = 512.0 * 1024;
   const Layer& unfused = w.layer(blk);
   Workload fused_w = w;
-  use_attention(fused_w, AttentionImpl::Fused);
+  REQUIRE(use_attention(fused_w, AttentionImpl::Fused).ok());
   const Layer& fused = fused_w.layer(blk);
   // Forward bytes per sample: the difference is the score traffic, counted by hand.
   CHECK(unfused.forward_bytes - fused.forward_bytes == approx((8 * 2 + 1) * scores + 2 * 2 * scores));
@@ -164,8 +164,8 @@ TEST_CASE(
   auto [plain, blk] = build(false);
   auto [causal, blk2] = build(true);
   CHECK(causal.layer(blk2).forward_flops == plain.layer(blk).forward_flops);  // unfused: the same
-  use_attention(plain, AttentionImpl::Fused);
-  use_attention(causal, AttentionImpl::Fused);
+  REQUIRE(use_attention(plain, AttentionImpl::Fused).ok());
+  REQUIRE(use_attention(causal, AttentionImpl::Fused).ok());
   CHECK(plain.layer(blk).forward_flops - causal.layer(blk2).forward_flops == approx(core / 2));
   CHECK(plain.layer(blk).backward_input_flops - causal.layer(blk2).backward_input_flops ==
         approx(2.5 * core / 2));
@@ -212,7 +212,7 @@ TEST_CASE("Megatron-LM's fused kernels: scale-mask-softmax one kernel, bias-drop
   CHECK(layer_times(fused, Precision::FP16, d, 8)->forward == approx(13e-6));
   // With FlashAttention first, the fusion keeps it (no score passes at all): 2 + 4 + 1 + 1 + 2 = 10.
   Workload ff = w;
-  use_attention(ff, AttentionImpl::Fused);
+  REQUIRE(use_attention(ff, AttentionImpl::Fused).ok());
   REQUIRE(use_megatron_fusion(ff).ok());
   CHECK(ff.layer(blk).split.fused_attention);
   CHECK(layer_times(ff.layer(blk), Precision::FP16, d, 8)->forward == approx(10e-6));

@@ -443,7 +443,7 @@ TEST_CASE("GPT-OSS-120B with `attention: unfused`: every s x s score, the window
   const double s = 4096, heads = 64, q = 64 * 64, window = 128;
   Workload fused = model("gpt-oss-120b");
   Workload unfused = model("gpt-oss-120b");
-  use_attention(unfused, AttentionImpl::Unfused);
+  REQUIRE(use_attention(unfused, AttentionImpl::Unfused).ok());
   int blocks = 0;
   for (size_t i = 0; i < fused.layer_count(); ++i) {
     const Layer& f = fused.layer(i);
@@ -470,7 +470,7 @@ TEST_CASE("GPT-OSS-120B with `attention: unfused`: every s x s score, the window
   CHECK(blocks == 36);
   // And back: `attention: fused` on the zoo's fused blocks changes nothing.
   Workload again = model("gpt-oss-120b");
-  use_attention(again, AttentionImpl::Fused);
+  REQUIRE(use_attention(again, AttentionImpl::Fused).ok());
   for (size_t i = 0; i < again.layer_count(); ++i) {
     CHECK(again.layer(i).forward_flops == fused.layer(i).forward_flops);
     CHECK(again.layer(i).stash_bytes == fused.layer(i).stash_bytes);

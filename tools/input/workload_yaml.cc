@@ -74,10 +74,11 @@ Workload parse_model(const Node& n) {
   if (!w) n.fail(w.error().message);
   // How the attention core runs (core/models/builder.h): unfused, as the published rows ran, or
   // fused (FlashAttention).
-  if (auto a = n.get("attention"))
-    use_attention(*w, a->choice({"unfused", "fused"}, "an attention implementation") == "fused"
-                          ? AttentionImpl::Fused
-                          : AttentionImpl::Unfused);
+  if (auto a = n.get("attention")) {
+    const bool fused = a->choice({"unfused", "fused"}, "an attention implementation") == "fused";
+    if (Status st = use_attention(*w, fused ? AttentionImpl::Fused : AttentionImpl::Unfused); !st)
+      a->fail(st.error().message);
+  }
   // Element-wise kernels as Megatron-LM fuses them (after use_attention: the blocks are rebuilt).
   if (auto f = n.get("kernel_fusion")) {
     if (f->choice({"none", "megatron"}, "a kernel fusion") == "megatron") {
