@@ -220,6 +220,32 @@ void dispatcher_launches(const MoeLaunches& l, double local, double copies_h, do
   if (!pf) k.after_combine = {forward_only(1, 1)};
 }
 
+// GPT-OSS's clamped GLU as Megatron-Core runs it (fusions/fused_bias_geglu.py,
+// weighted_bias_quick_geglu_impl, core_v0.15 to v0.19): before the fused quick-GEGLU, eager PyTorch
+// clamps the gate half from above and the linear half on both sides, then concatenates them, over
+// `elements` = the experts' rows x fe per sample (each half). Forward: two clamps (r + w of a half
+// each) and the cat (r + w of both): 8 elements of eb bytes, 3 kernels. Backward (PyTorch's
+// clamp_backward: `where(mask, grad, 0)` with a one-byte mask): the gate half le + where (3 eb + 2
+// bytes), the linear half ge, le, logical_and_, where (4 eb + 6), the chunk's backward concatenating
+// the two gradients (4 eb): 11 eb + 8 bytes, 7 kernels. Empty without the clamp.
+std::vector<Kernel> clamp_kernels(bool clamp, double elements, double eb) {
+  if (!clamp) return {};
+  return {kernel(KernelClass::Elementwise, 0, 0, 0, 8 * elements * eb, 0, 0, 3),
+          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (11 * eb + 8) * elements, 0, 7)};
+}
+
+// fc2's bias as Megatron-Core's TEGroupedMLP adds it (moe/experts.py `_apply_bias`, core_v0.15 to
+// v0.19: skip_bias_add on fc2, then per local expert `t + b * p` in fp32, torch.cat, `.to(dtype)`),
+// over `elements` = the experts' output rows x h per sample. Forward: b * p writes 4 bytes, the add
+// reads eb + 4 and writes 4, the cat reads and writes 4, the cast reads 4 and writes eb: 2 eb + 24
+// bytes, 2 kernels per expert + 2. Backward: the cast's (eb + 4), the add's gradient back to t's
+// dtype (4 + eb), b's and p's gradients (g * p and g * b, each r + w of 4 and a sum reading 4: 24),
+// the split's concatenation of t's gradients (2 eb): 4 eb + 32 bytes, 5 kernels per expert + 2.
+std::vector<Kernel> expert_bias_kernels(double local, double elements, double eb) {
+  return {kernel(KernelClass::Elementwise, 0, 0, 0, (2 * eb + 24) * elements, 0, 0, 2 * local + 2),
+          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (4 * eb + 32) * elements, 0, 5 * local + 2)};
+}
+
 }  // namespace
 
 Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision,
@@ -246,19 +272,26 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   // The experts: etp x top_k x tokens copies on the device (balanced), each expert 1 / etp wide.
   const double copies = e.etp * kk * tokens, fe = f / e.etp, local = E / e.ep;
   const double w1 = local * h * fe * g, w2 = local * fe * h;
-  k.expert = {gemm(2 * copies * h * fe * g, copies * h, copies * fe * g, w1, eb, KernelClass::GroupedGemm),
-              kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
-                     1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1),
-              gemm(2 * copies * fe * h, copies * fe, copies * h, w2, eb, KernelClass::GroupedGemm)};
+  const bool eager_clamp = m.clamp && sp.gated && !launches.fused_grouped_mlp;
+  k.activation = clamp_kernels(eager_clamp, copies * fe, eb);
+  k.activation.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
+                                1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1));
+  k.expert = {gemm(2 * copies * h * fe * g, copies * h, copies * fe * g, w1, eb, KernelClass::GroupedGemm)};
+  k.expert.insert(k.expert.end(), k.activation.begin(), k.activation.end());
+  k.expert.push_back(gemm(2 * copies * fe * h, copies * fe, copies * h, w2, eb, KernelClass::GroupedGemm));
   // Transformer Engine's grouped GEMM (v2.9, common/gemm/cublaslt_gemm.cu nvte_multi_tensor_gemm, as
   // Megatron-Core's TEGroupedMLP runs it): one cuBLAS call per local expert, round-robin over its 4
   // compute streams (CUTLASS's grouped kernel only on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1): the
   // device pays a start-up per wave of 4, the host a launch per expert; each wave reads its experts'
   // weights (weight_bytes is per call).
-  for (Kernel* x : {&k.expert[0], &k.expert[2]}) {
+  for (Kernel* x : {&k.expert.front(), &k.expert.back()}) {
     x->calls = std::ceil(local / kGroupedGemmStreams);
     x->launches = local;
     x->weight_bytes /= x->calls;
+  }
+  if (sp.biases && !launches.fused_grouped_mlp) {
+    const std::vector<Kernel> bias = expert_bias_kernels(local, copies * h, eb);
+    k.expert.insert(k.expert.end(), bias.begin(), bias.end());
   }
   dispatcher_launches(launches, local, copies * h, eb, k);
   k.expert_parameters = w1 + w2 + (sp.biases ? local * (fe * g + h / e.etp) : 0);
@@ -266,6 +299,10 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   const double qb = fp8_training(precision) ? fp8_saved_bytes(precision) : eb;  // their inputs, in fp8
   k.expert_stash_bytes = copies * h * qb + copies * fe * g * eb + copies * fe * qb;
   k.expert_act_bytes = copies * fe * qb;
+  if (eager_clamp) {  // the clamped halves' concatenation, which the fused activation saves
+    k.expert_stash_bytes += copies * fe * g * eb;
+    k.expert_act_bytes += copies * fe * g * eb;
+  }
   k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
   // LN2's input and output (the router's and the dispatch's input), the dropout mask, the router's
   // logits (fp32: 4 units per element). Not the expert outputs the combine sums: Megatron-Core applies

@@ -90,6 +90,9 @@ inline constexpr double kGroupedGemmStreams = 4;
 struct MoeLaunches {
   bool router_fusion = true, permute_fusion = true;
   bool apply = false;  // the all-to-all dispatcher's counts; false: the stylised kernels alone
+  // The experts' MLP fused by Transformer Engine's op fuser (MoeOptions::fused_grouped_mlp): no eager
+  // kernels for GPT-OSS's clamp or fc2's bias.
+  bool fused_grouped_mlp = false;
 };
 
 struct Moe {
@@ -99,7 +102,10 @@ struct Moe {
   // memory traffic) and after the combine (un-permutation); each list holds forward-only and
   // backward-only kernels.
   std::vector<Kernel> before_dispatch, between, after_combine;
-  std::vector<Kernel> expert;  // fc1, activation, fc2: grouped GEMMs over the device's experts
+  // fc1, the activation, fc2 (grouped GEMMs over the device's experts), then fc2's bias where the
+  // experts have biases (Megatron-Core's TEGroupedMLP._apply_bias).
+  std::vector<Kernel> expert;
+  std::vector<Kernel> activation;  // what moe_act recomputes: GPT-OSS's clamp, the fused activation
   bool shared = false;
   Mlp shared_mlp;
   double dense_parameters = 0;    // router and norm (replicated), shared experts (1/t)

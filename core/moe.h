@@ -78,6 +78,11 @@ struct MoeOptions {
   // all-to-all dispatcher's kernel launches per MoE layer (core/block_kernels.h, MoeLaunches). On by
   // default, as Megatron-Bridge's performance recipes set them.
   bool router_fusion = true, permute_fusion = true;
+  // Transformer Engine's op fuser runs the experts' MLP (Megatron-Core's
+  // --use-transformer-engine-op-fuser, core_v0.18 and later with Transformer Engine 2.14 or later):
+  // fc2's bias scaled by the routing probabilities and GPT-OSS's clamped GLU inside its fused kernels,
+  // so neither has eager PyTorch kernels (core/block_kernels.h, MoeLaunches). Off by default.
+  bool fused_grouped_mlp = false;
 };
 inline constexpr size_t kAutoAggregateAllToAllFlows = size_t{1} << 22;
 

@@ -594,9 +594,9 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   const double eb = element_bytes(precision);
   const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o.context);
   const blocks::Attention& a = ba.a;
-  const blocks::Moe m =
-      blocks::moe(sp, t, seq, e, precision,
-                  {o.moe.router_fusion, o.moe.permute_fusion, o.moe.dispatcher == MoeDispatcher::AllToAll});
+  const blocks::Moe m = blocks::moe(sp, t, seq, e, precision,
+                                    {o.moe.router_fusion, o.moe.permute_fusion,
+                                     o.moe.dispatcher == MoeDispatcher::AllToAll, o.moe.fused_grouped_mlp});
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;
@@ -622,7 +622,7 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   }
   if (mods.moe_act) {
     out.expert_stash_selective -= m.expert_act_bytes;
-    out.recompute.push_back(m.expert[1]);
+    out.recompute.insert(out.recompute.end(), m.activation.begin(), m.activation.end());
   }
   if (mods.shared_experts && m.shared) {
     if (Status st = check_mlp_module(l, t, "shared_experts"); !st) return st.error();

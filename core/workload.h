@@ -176,6 +176,9 @@ struct MoeShape {
   // --moe-router-num-groups, --moe-router-group-topk): each token's experts come from its top
   // `top_groups` of `groups` equal groups of consecutive experts (0: no limit).
   double groups = 0, top_groups = 0;
+  // GPT-OSS's clamped GLU (Megatron-Core's activation_func_clamp_value): the experts' two GLU halves
+  // clamped and concatenated in eager PyTorch before the fused activation (blocks::moe costs it).
+  bool clamp = false;
 };
 
 // Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434; DeepSeek-V3, arXiv 2412.19437): queries

@@ -291,9 +291,10 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
 // untied head. Attention: grouped-query (`kv_heads`, `head_dim`; 0: hidden / heads), or multi-head
 // latent attention when `kv_rank` > 0 (`q_rank`, `rope_dim`, `v_dim`; head_dim is the non-rotary
 // query/key width); `sliding_window` > 0 restricts every other block's attention (the first, third,
-// ...) to that many keys (GPT-OSS). The 2026 training stack as these models are trained: causal
-// FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts, RMSNorm; `biases` 1 adds
-// the attention, expert and router biases (GPT-OSS).
+// ...) to that many keys (GPT-OSS); `activation_clamp` 1 clamps the experts' GLU halves in eager
+// PyTorch before the fused activation, as Megatron-Core runs GPT-OSS's. The 2026 training stack as these
+// models are trained: causal FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts,
+// RMSNorm; `biases` 1 adds the attention, expert and router biases (GPT-OSS).
 Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
                 vocab = arg(a, "vocabulary"), dense = arg(a, "dense_layers"),
@@ -321,7 +322,8 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
                static_cast<double>(arg(a, "shared_ffn")),
                arg(a, "sigmoid") != 0,
                static_cast<double>(arg(a, "router_groups")),
-               static_cast<double>(arg(a, "router_group_topk"))};
+               static_cast<double>(arg(a, "router_group_topk")),
+               arg(a, "activation_clamp") != 0};
   if (dense > L) throw BuildError(fmt::format("dense_layers {} is more than the {} layers", dense, L));
   for (int64_t i = 0; i < L; ++i) {
     TensorSplit block = shape;
@@ -337,7 +339,8 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
 struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
-                            sliding_window = 0, router_groups = 0, router_group_topk = 0;
+                            sliding_window = 0, router_groups = 0, router_group_topk = 0,
+                            activation_clamp = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
   return {{"layers", d.layers},
@@ -361,7 +364,8 @@ std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults&
           {"sigmoid", d.sigmoid},
           {"sliding_window", d.sliding_window},
           {"router_groups", d.router_groups},
-          {"router_group_topk", d.router_group_topk}};
+          {"router_group_topk", d.router_group_topk},
+          {"activation_clamp", d.activation_clamp}};
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -544,7 +548,8 @@ const ModelInfo kModels[] = {
      &build_moe},
     {"gpt-oss-120b",
      "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",
-     moe_defaults({36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128}),
+     moe_defaults(
+         {36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128, 0, 0, 1}),
      &build_moe},
     {"mmt",
      "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
@@ -589,7 +594,8 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 
 ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
-      parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid")
+      parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid" ||
+      parameter == "activation_clamp")
     return {0, 1};
   if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
       parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||

@@ -501,3 +501,48 @@ TEST_CASE("Qwen3-30B-A3B with `kernel_fusion: none`: bias-dropout-add unfused in
   }
   CHECK(blocks == 48);
 }
+
+TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp and fc2's bias, by hand") {
+  // fused_bias_geglu.py (weighted_bias_quick_geglu_impl) clamps the two GLU halves and concatenates
+  // them in eager PyTorch before the fused quick-GEGLU; experts.py's _apply_bias adds fc2's bias per
+  // local expert in fp32, concatenates and casts back. Bytes per element, bf16 (eb 2): the clamp's
+  // forward 8 x 2 over a half (two clamps r + w of a half, the cat r + w of both), backward
+  // 11 x 2 + 8 (PyTorch's clamp_backward with one-byte masks, the chunk's concatenation); the bias's
+  // forward 2 x 2 + 24 over fc2's output (b * p, the add, the cat and the cast), backward 4 x 2 + 32.
+  Workload w = model("gpt-oss-120b");
+  const Layer* block = nullptr;
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  REQUIRE(block);
+  REQUIRE(block->split.moe.clamp);
+  const double s = block->split.sequence, h = 2880, fe = 2880, copies = 4 * s;  // top-4, ep 8: 16 local
+  const blocks::Moe m = blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true});
+  // fc1, clamp (forward), clamp (backward), the activation, fc2, bias (forward), bias (backward).
+  REQUIRE(m.expert.size() == 7);
+  REQUIRE(m.activation.size() == 3);
+  CHECK(close_rel(m.expert[1].forward_bytes, 8 * copies * fe * 2, 1e-12));
+  CHECK(m.expert[1].backward_bytes == 0);
+  CHECK(m.expert[1].calls == 3);
+  CHECK(close_rel(m.expert[2].backward_bytes, (11 * 2 + 8) * copies * fe, 1e-12));
+  CHECK(m.expert[2].forward_bytes == 0);
+  CHECK(m.expert[2].calls == 7);
+  CHECK(close_rel(m.expert[5].forward_bytes, 28 * copies * h, 1e-12));
+  CHECK(m.expert[5].calls == 2 * 16 + 2);
+  CHECK(close_rel(m.expert[6].backward_bytes, 40 * copies * h, 1e-12));
+  CHECK(m.expert[6].calls == 5 * 16 + 2);
+  // The fused activation saves the clamped concatenation (2 fe per copy), which moe_act frees.
+  const blocks::Moe none = blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16,
+                                       {true, true, true, /*fused_grouped_mlp=*/true});
+  CHECK(none.expert.size() == 3);
+  CHECK(none.activation.size() == 1);
+  CHECK(close_rel(m.expert_stash_bytes - none.expert_stash_bytes, copies * 2 * fe * 2, 1e-12));
+  CHECK(close_rel(m.expert_act_bytes - none.expert_act_bytes, copies * 2 * fe * 2, 1e-12));
+  // Qwen3 (no biases, no clamp) keeps fc1, the activation and fc2 alone.
+  Workload q = model("qwen3-30b-a3b");
+  for (size_t i = 0; i < q.layer_count(); ++i)
+    if (q.layer(i).split.kind == TensorSplitKind::MoeBlock) {
+      CHECK(blocks::moe(q.layer(i).split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true})
+                .expert.size() == 3);
+      break;
+    }
+}

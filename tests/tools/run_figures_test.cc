@@ -311,3 +311,24 @@ TEST_CASE("run: an MoE zoo model's fused defaults can be turned off, and the ass
   CHECK(text.out.find("host 13.48 us per kernel launch (grouped-gemm 60 us), issued ahead") !=
         std::string::npos);
 }
+
+TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop the eager bias and clamp") {
+  // moe: {fused_grouped_mlp: true} takes the eager kernels of fc2's bias and the clamped GLU away
+  // (core/block_kernels.cc): faster, and the experts line and JSON say so.
+  TempDir tmp;
+  const std::string base =
+      "workload: {model: gpt-oss-120b, sequence: 1024, precision: amp-bf16, layers: 2}\n"
+      "cluster: {kind: dgx, nodes: 1, gpus_per_node: 8, gpu: b200}\n"
+      "strategy: {stages: 1, replicas: 8, expert_parallel: 8, micro_batch_size: 1, micro_batches: 2";
+  const std::string eager = tmp.write("eager.yaml", base + "}\n");
+  const std::string fused = tmp.write("fused.yaml", base + ", moe: {fused_grouped_mlp: true}}\n");
+  const json e = run_json({eager});
+  const json f = run_json({fused});
+  CHECK(e["parallelism"]["experts"]["fused_grouped_mlp"] == false);
+  CHECK(f["parallelism"]["experts"]["fused_grouped_mlp"] == true);
+  CHECK(f["iteration_time_s"].get<double>() < e["iteration_time_s"].get<double>());
+  auto text = run_command({PIPEGRID_BINARY, "run", fused});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp)") !=
+        std::string::npos);
+}

@@ -381,9 +381,9 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   needs_moe(*m);
   m->require_map(
       "a mapping of MoE options (dispatcher, capacity_factor, routing, overlap, all_to_all, router_fusion, "
-      "permute_fusion)");
+      "permute_fusion, fused_grouped_mlp)");
   m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all", "router_fusion",
-                 "permute_fusion"});
+                 "permute_fusion", "fused_grouped_mlp"});
   if (auto d = m->get("dispatcher"))
     s.moe.dispatcher = *parse_dispatcher(
         d->choice({std::begin(kMoeDispatcherNames), std::end(kMoeDispatcherNames)}, "a token dispatcher"));
@@ -412,6 +412,19 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
                         "would be ignored; expected no {} with this dispatcher",
                         to_string(s.moe.dispatcher), key));
     }
+  // Transformer Engine's op fuser: it fuses fc2's bias and a clamped GLU, which must be there.
+  if (auto f = m->get("fused_grouped_mlp")) {
+    s.moe.fused_grouped_mlp = f->boolean();
+    bool eager = false;
+    for (size_t l = 0; l < w.layer_count(); ++l) {
+      const TensorSplit& sp = w.layer(l).split;
+      eager = eager || (sp.kind == TensorSplitKind::MoeBlock && (sp.biases || (sp.moe.clamp && sp.gated)));
+    }
+    if (s.moe.fused_grouped_mlp && !eager)
+      f->fail(
+          "fuses the experts' fc2 bias and clamped GLU, which this workload's MoE blocks do not have: it "
+          "would change nothing; expected false or no fused_grouped_mlp");
+  }
   if (auto a = m->get("all_to_all")) {
     const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");
     using Flows = MoeOptions::AllToAllFlows;
