@@ -172,6 +172,19 @@ def full_iteration_cuda_graph(r):
     return tuple(int(x) for x in str(r["release"]).split(".")) >= (26, 6)
 
 
+# The full-iteration recipes also run the experts through Transformer Engine's op fuser
+# (use_transformer_engine_op_fuser beside the full-iteration graph: perf_recipes/gpt_oss/common.py
+# _apply_gpt_oss_120b_full_iter_fp8mx_configs; scripts/performance/configs/gpt_oss at v0.5.0; Megatron-Core
+# core_v0.18's fused grouped MLP, TE's ScaledClampedQGeGLU and GroupedLinear(scale_bias)): GPT-OSS's fc2
+# bias and clamped GLU inside its kernels (`moe: {fused_grouped_mlp: true}`). The other models' experts
+# have no eager bias or clamp for it to take away.
+EAGER_EXPERT_MODELS = {"gpt-oss-120b"}
+
+
+def fused_grouped_mlp(r):
+    return full_iteration_cuda_graph(r) and r["model"] in EAGER_EXPERT_MODELS
+
+
 def recipe_key(r):
     return (r["model"], r["system"], r["precision"], r["tp"], r["pp"], r["vp"], r["ep"], r["mbs"], r["gbs"])
 
@@ -259,6 +272,8 @@ def experiment(r, efficiencies=None):
         strategy["chunks"] = r["vp"]
     if a["capacity_factor"]:
         strategy["moe"]["capacity_factor"] = a["capacity_factor"]
+    if fused_grouped_mlp(r):
+        strategy["moe"]["fused_grouped_mlp"] = True
     gpu, nvlink = SYSTEMS[r["system"]]
     memory = {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}
     modules = recompute_modules(r)
