@@ -24,6 +24,14 @@ Workload model(const char* name, Precision precision = Precision::AMP_BF16) {
   return std::move(*w);
 }
 
+// The workload's last MoE block (every MoE block of a zoo model is alike).
+const Layer* moe_block(const Workload& w) {
+  const Layer* block = nullptr;
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  return block;
+}
+
 // Parameters one token uses: every layer's, the MoE blocks' routed experts counted top_k of E.
 double active(const Workload& w, bool embedding = true) {
   double n = 0;
@@ -153,9 +161,7 @@ TEST_CASE("GPT-OSS-120B: 116.8B total, 5.1B active (without the input embedding)
 
 TEST_CASE("MoE block: top-k <= E, experts split over ep, expert FFN over etp, shares sum to 1") {
   Workload w = model("mixtral-8x7b");
-  const Layer* block = nullptr;
-  for (size_t i = 0; i < w.layer_count(); ++i)
-    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  const Layer* block = moe_block(w);
   REQUIRE(block);
   MoeOptions o;
   CHECK(check_moe(*block, {8, 1}, o).ok());
@@ -391,9 +397,7 @@ PassLaunches launches(const std::vector<Kernel>& ks) {
 
 TEST_CASE("the all-to-all dispatcher's launches per MoE layer: Megatron-Core's, counted from its source") {
   Workload w = model("qwen3-30b-a3b");
-  const Layer* block = nullptr;
-  for (size_t i = 0; i < w.layer_count(); ++i)
-    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  const Layer* block = moe_block(w);
   REQUIRE(block);
   const double eb = 2, h = 2048, s = block->split.sequence, copies = 8 * s;  // top-8, bf16
   // Megatron-Core v0.16 (router.py, moe_utils.py, token_dispatcher.py, experts.py; Transformer Engine
@@ -510,9 +514,7 @@ TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp an
   // 11 x 2 + 8 (PyTorch's clamp_backward with one-byte masks, the chunk's concatenation); the bias's
   // forward 2 x 2 + 24 over fc2's output (b * p, the add, the cat and the cast), backward 4 x 2 + 32.
   Workload w = model("gpt-oss-120b");
-  const Layer* block = nullptr;
-  for (size_t i = 0; i < w.layer_count(); ++i)
-    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
+  const Layer* block = moe_block(w);
   REQUIRE(block);
   REQUIRE(block->split.moe.clamp);
   const double s = block->split.sequence, h = 2880, fe = 2880, copies = 4 * s;  // top-4, ep 8: 16 local
@@ -538,11 +540,8 @@ TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp an
   CHECK(close_rel(m.expert_stash_bytes - none.expert_stash_bytes, copies * 2 * fe * 2, 1e-12));
   CHECK(close_rel(m.expert_act_bytes - none.expert_act_bytes, copies * 2 * fe * 2, 1e-12));
   // Qwen3 (no biases, no clamp) keeps fc1, the activation and fc2 alone.
-  Workload q = model("qwen3-30b-a3b");
-  for (size_t i = 0; i < q.layer_count(); ++i)
-    if (q.layer(i).split.kind == TensorSplitKind::MoeBlock) {
-      CHECK(blocks::moe(q.layer(i).split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true})
-                .expert.size() == 3);
-      break;
-    }
+  const Workload q = model("qwen3-30b-a3b");
+  REQUIRE(moe_block(q));
+  CHECK(blocks::moe(moe_block(q)->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true})
+            .expert.size() == 3);
 }
