@@ -467,4 +467,17 @@ memory: {optimizer: mixed-adam}
   REQUIRE(with.contains("estimate_leaves_out"));
   CHECK(with["estimate_leaves_out"].get<std::string>().find("all-to-all overlap") != std::string::npos);
   CHECK(!search("without.yaml", "strategy: {partitioner: megatron}\n").contains("estimate_leaves_out"));
+  // The MoE options every candidate keeps from the base are stated (the search varies ep, etp and the
+  // dispatcher alone).
+  CHECK(with["moe_from_experiment"] ==
+        "router fused, permutation fused (alltoall's launches); all-to-alls overlapped with another "
+        "micro-batch's compute; dropless; balanced routing");
+  const json unfused =
+      search("unfused.yaml",
+             "strategy: {partitioner: megatron, moe: {router_fusion: false, capacity_factor: "
+             "1.25}}\n");
+  CHECK(
+      unfused["moe_from_experiment"] ==
+      "router unfused, permutation fused (alltoall's launches); all-to-alls not overlapped; capacity factor "
+      "1.25; balanced routing");
 }

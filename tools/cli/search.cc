@@ -393,6 +393,21 @@ struct Found {
     return "the estimate ranks every candidate without the all-to-all overlap (moe.overlap); the SimGrid "
            "replays of the best run it";
   }
+  // The MoE options every candidate keeps from the experiment (the search varies ep, etp and the
+  // dispatcher alone), or "" for a dense workload.
+  std::string moe_from_experiment() const {
+    if (routed_experts(exp.workload) <= 0) return "";
+    const MoeOptions& m = exp.strategy.moe;
+    std::string s =
+        fmt::format("router {}, permutation {} (alltoall's launches)", m.router_fusion ? "fused" : "unfused",
+                    m.permute_fusion ? "fused" : "unfused");
+    if (m.fused_grouped_mlp) s += "; experts' MLP fused by Transformer Engine's op fuser";
+    s += exp.strategy.moe_overlap ? "; all-to-alls overlapped with another micro-batch's compute"
+                                  : "; all-to-alls not overlapped";
+    s += m.capacity_factor > 0 ? fmt::format("; capacity factor {:g}", m.capacity_factor) : "; dropless";
+    s += m.expert_shares.empty() ? "; balanced routing" : "; routing as given";
+    return s;
+  }
   std::vector<output::CostModelCheck> checks() const {
     std::vector<int> all_devices(exp.cluster.devices.size());
     for (size_t d = 0; d < all_devices.size(); ++d) all_devices[d] = static_cast<int>(d);
@@ -432,6 +447,7 @@ void print_json(const Found& f) {
                                        : "whole graph";
   if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
   if (const std::string x = f.estimate_leaves_out(); !x.empty()) j["estimate_leaves_out"] = x;
+  if (const std::string x = f.moe_from_experiment(); !x.empty()) j["moe_from_experiment"] = x;
   j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
   std::cout << j.dump(2) << "\n";
 }
@@ -521,6 +537,8 @@ void print_text(const Found& f) {
   }
   print_table(f, rows);
   print_mfu_formulas(f);
+  if (const std::string x = f.moe_from_experiment(); !x.empty())
+    fmt::print("MoE       every candidate, from the experiment: {}\n", x);
   const size_t folded = static_cast<size_t>(
       std::count_if(f.replayed.begin(), f.replayed.end(), [](const Replayed& r) { return r.folded; }));
   if (folded > 0)
