@@ -114,6 +114,20 @@ double routed_experts(const Workload& w) {
   return 0;
 }
 
+std::string eager_expert_work(const Workload& w) {
+  bool bias = false, clamp = false;
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    const TensorSplit& s = w.layer(i).split;
+    if (s.kind != TensorSplitKind::MoeBlock) continue;
+    bias = bias || s.biases;
+    clamp = clamp || (s.moe.clamp && s.gated);
+  }
+  return bias && clamp ? "fc2's bias and the GLU's clamp"
+         : bias        ? "fc2's bias"
+         : clamp       ? "the GLU's clamp"
+                       : "";
+}
+
 RoutingDraw moe_routing(const Workload& w) {
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return routing_draw(w.layer(i).split.moe);

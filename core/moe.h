@@ -104,6 +104,11 @@ std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
 // The routed experts of a workload's MoE blocks (0: none; the zoo's MoE models have one count).
 double routed_experts(const Workload& w);
 RoutingDraw moe_routing(const Workload& w);  // the first MoE block's routing draw (experts 0: none)
+// Whether some MoE block's experts run eager PyTorch kernels outside their fused ones as Megatron-Core's
+// TEGroupedMLP runs them: fc2's bias (biases) or GPT-OSS's clamped GLU (core/block_kernels.cc), which
+// MoeOptions::fused_grouped_mlp takes away: "fc2's bias", "the GLU's clamp", both joined by "and", or
+// "" for none.
+std::string eager_expert_work(const Workload& w);
 
 // The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
 double load_imbalance(const std::vector<double>& loads);

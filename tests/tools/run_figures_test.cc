@@ -326,9 +326,21 @@ TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop th
   const json f = run_json({fused});
   CHECK(e["parallelism"]["experts"]["fused_grouped_mlp"] == false);
   CHECK(f["parallelism"]["experts"]["fused_grouped_mlp"] == true);
+  CHECK(e["parallelism"]["experts"]["eager_expert_work"] == "fc2's bias and the GLU's clamp");
+  CHECK(f["parallelism"]["experts"]["eager_expert_work"] == "");
   CHECK(f["iteration_time_s"].get<double>() < e["iteration_time_s"].get<double>());
   auto text = run_command({PIPEGRID_BINARY, "run", fused});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp)") !=
         std::string::npos);
+  // Without it the experts line says what runs eagerly, also at ep 1 (no expert parallelism to report).
+  const std::string one =
+      tmp.write("one.yaml",
+                "workload: {model: gpt-oss-120b, sequence: 1024, precision: amp-bf16, layers: 2}\n"
+                "cluster: {kind: dgx, nodes: 1, gpus_per_node: 8, gpu: b200}\n"
+                "strategy: {stages: 1, replicas: 8, micro_batch_size: 1, micro_batches: 2}\n");
+  auto eager_text = run_command({PIPEGRID_BINARY, "run", one});
+  REQUIRE(eager_text.exit_code == 0);
+  CHECK(eager_text.out.find("fc2's bias and the GLU's clamp in eager PyTorch kernels as Megatron-Core's "
+                            "TEGroupedMLP runs them") != std::string::npos);
 }

@@ -415,12 +415,7 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   // Transformer Engine's op fuser: it fuses fc2's bias and a clamped GLU, which must be there.
   if (auto f = m->get("fused_grouped_mlp")) {
     s.moe.fused_grouped_mlp = f->boolean();
-    bool eager = false;
-    for (size_t l = 0; l < w.layer_count(); ++l) {
-      const TensorSplit& sp = w.layer(l).split;
-      eager = eager || (sp.kind == TensorSplitKind::MoeBlock && (sp.biases || (sp.moe.clamp && sp.gated)));
-    }
-    if (s.moe.fused_grouped_mlp && !eager)
+    if (s.moe.fused_grouped_mlp && eager_expert_work(w).empty())
       f->fail(
           "fuses the experts' fc2 bias and clamped GLU, which this workload's MoE blocks do not have: it "
           "would change nothing; expected false or no fused_grouped_mlp");

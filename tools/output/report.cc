@@ -142,9 +142,14 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
           ? ""
           : fmt::format(" (router {}, permutation {})", o.router_fusion ? "fused" : "unfused",
                         o.permute_fusion ? "fused" : "unfused");
+  const std::string eager = eager_expert_work(e.workload);
   const std::string mlp =
       o.fused_grouped_mlp ? ", experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp)"
-                          : "";
+      : !eager.empty()    ? fmt::format(
+                                ", {} in eager PyTorch kernels as Megatron-Core's TEGroupedMLP "
+                                   "runs them (moe.fused_grouped_mlp: Transformer Engine's op fuser)",
+                                eager)
+                       : "";
   return fmt::format(
       "{} per device (ep {}, etp {}), {} dispatcher{}{}{}; {}; load imbalance {:.3g} (the busiest "
       "expert-parallel rank's tokens over the mean){}{}",
@@ -514,7 +519,7 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
 
 void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par) {
   const Experiment& e = r.experiment;
-  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp)
+  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty())
     fmt::print(out, "experts          {}\n",
                moe_note(e, r.run.partition, r.run.graph.node_aggregated_all_to_all));
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
@@ -867,7 +872,7 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
     j["context"] = {{"context_parallel", par.context},
                     {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
                     {"load_balance", e.strategy.context.load_balance}};
-  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp)
+  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty())
     j["experts"] = {
         {"expert_parallel", par.expert},
         {"expert_tensor_parallel", par.expert_tensor},
@@ -876,6 +881,7 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
         {"router_fusion", e.strategy.moe.router_fusion},
         {"permute_fusion", e.strategy.moe.permute_fusion},
         {"fused_grouped_mlp", e.strategy.moe.fused_grouped_mlp},
+        {"eager_expert_work", e.strategy.moe.fused_grouped_mlp ? "" : eager_expert_work(e.workload)},
         {"overlap", e.strategy.moe_overlap},
         {"all_to_all_flows", run.graph.node_aggregated_all_to_all ? "node-aggregated" : "pairwise"},
         {"load_imbalance", load_imbalance(expert_loads(
