@@ -366,6 +366,8 @@ def config(r):
     parts += [f"EP{r['ep']} ETP{a['etp']}", f"MBS{micro_batch(r)}{'' if r['mbs'] else '*'} GBS{r['gbs']}"]
     parts += ["a2a overlap"] if a["overlap"] else []
     parts += [a["dispatcher"]] if a["dispatcher"] != "alltoall" else []
+    parts += ["full-iteration CUDA graph"] if full_iteration_cuda_graph(r) else []
+    parts += ["TE op fuser"] if fused_grouped_mlp(r) else []
     return ", ".join(parts)
 
 
