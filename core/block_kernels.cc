@@ -284,10 +284,14 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   // compute streams (CUTLASS's grouped kernel only on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1): the
   // device pays a start-up per wave of 4, the host a launch per expert; each wave reads its experts'
   // weights (weight_bytes is per call).
+  // Transformer Engine's op fuser runs an MXFP8 grouped MLP as its fused CuTe kernels on Blackwell,
+  // each GEMM's input quantized by one grouped kernel (ops/fused/grouped_mlp.py, group_quantize).
+  const bool grouped_quantize = launches.fused_grouped_mlp && precision == Precision::AMP_MXFP8;
   for (Kernel* x : {&k.expert.front(), &k.expert.back()}) {
     x->calls = std::ceil(local / kGroupedGemmStreams);
     x->launches = local;
     x->weight_bytes /= x->calls;
+    x->grouped_quantize = grouped_quantize;
   }
   if (sp.biases && !launches.fused_grouped_mlp) {
     const std::vector<Kernel> bias = expert_bias_kernels(local, copies * h, eb);

@@ -126,23 +126,35 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   // before the input-gradient GEMM; the weight-gradient GEMM reuses both), fp8_cast_bytes per element.
   const bool fp8 = fp8_training(precision) && device.runs_as(Precision::FP8) == Precision::FP8;
   // A pass of kernel k: its device time and its host launches (a call is one launch, or
-  // Kernel::launches on parallel streams; an fp8 GEMM's quantize kernel is one more per call).
+  // Kernel::launches on parallel streams), with an fp8 GEMM's quantization of its input (or output
+  // gradient): fp8_quantize_kernels each, per call, or per launch where the call is several (a
+  // grouped GEMM's input is quantized per expert: Transformer Engine's split_quantize, one
+  // quantization per split, v2.9 to v2.16; once where Kernel::grouped_quantize).
   struct Launches {
     double device = 0, launches = 0, dispatch = 0;  // dispatch: host time per launch
+    double quantize = 0, quantize_launches = 0;     // of which the fp8 quantization's (element-wise)
+  };
+  // The host issues a pass's quantization kernels (at the element-wise class's dispatch), then the rest.
+  auto issue = [&](HostStream& s, const Launches& l) {
+    s.issue(l.quantize_launches, l.quantize, device.dispatch(KernelClass::Elementwise));
+    s.issue(l.launches - l.quantize_launches, l.device - l.quantize, l.dispatch);
   };
   auto pass_time = [&](const Kernel& k, double flops, double bytes, double cast) -> Launches {
     if (flops <= 0 && bytes <= 0) return {};
     const double calls = std::max(1.0, k.calls);
     const bool fp8_math = fp8 && k.fp8;
     const Precision math = fp8_math ? Precision::FP8 : precision;
-    const double quantize = fp8_math && cast > 0 && bw > 0
-                                ? device.startup(KernelClass::Elementwise) +
-                                      cast * batch / calls * fp8_cast_bytes(precision) /
+    const double gemm_launches = k.launches > 0 ? k.launches : calls;
+    const double quantizations = k.launches > 0 && k.grouped_quantize ? 1 : gemm_launches;
+    const double quantize_kernels =
+        fp8_math && cast > 0 && bw > 0 ? quantizations * fp8_quantize_kernels(precision) : 0.0;
+    const double quantize = quantize_kernels > 0
+                                ? quantize_kernels * device.startup(KernelClass::Elementwise) +
+                                      cast * batch * fp8_cast_bytes(precision) /
                                           (bw * device.memory_eff(KernelClass::Elementwise))
                                 : 0.0;
-    const double launches = k.launches > 0 ? k.launches : calls * (quantize > 0 ? 2 : 1);
-    return {calls * (call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize), launches,
-            device.dispatch(k.cls)};
+    return {calls * call_time(k, flops * batch / calls, bytes * batch / calls, math) + quantize,
+            gemm_launches + quantize_kernels, device.dispatch(k.cls), quantize, quantize_kernels};
   };
   // The device sums in the layer's order (what a host that is never the limit gives, to the last
   // bit); a bound host issues the forward's launches in that order, the backward's in reverse, each
@@ -161,15 +173,15 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     t.backward_input += i.device;
     t.backward_weight += w.device;
     if (host) {
-      forward.issue(f.launches, f.device, f.dispatch);
+      issue(forward, f);
       backward_parts.emplace_back(i, w);
     }
   }
   // A bound host stretches each pass; the backward's two parts in proportion to their device times.
   if (host) {
     for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
-      backward.issue(p->first.launches, p->first.device, p->first.dispatch);
-      backward.issue(p->second.launches, p->second.device, p->second.dispatch);
+      issue(backward, p->first);
+      issue(backward, p->second);
     }
     t.forward = forward.end();
     if (const double device_backward = t.backward(); device_backward > 0) {

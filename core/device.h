@@ -165,7 +165,9 @@ class HostStream {
 // the batch split over the kernel's calls (a Winograd-eligible convolution's flops divided by
 // kWinogradSpeedup where the device runs Winograd in the precision), plus layer_overhead once per
 // pass that has work. The host issues each call (or Kernel::launches on parallel streams, and an fp8
-// GEMM's quantize kernel) at kernel_dispatch per launch, in order, ahead of the device: HostStream
+// GEMM's quantization kernels first: fp8_quantize_kernels per call, per expert of a grouped GEMM, or
+// once where Kernel::grouped_quantize, at the element-wise class's dispatch, each kernel a start-up on
+// the device) at kernel_dispatch per launch, in order, ahead of the device: HostStream
 // (the forward in the layer's kernel order, the backward in reverse). The backward's streamed bytes
 // are split between its input-gradient and weight-gradient parts in proportion to their FLOPs, and a
 // host-bound backward between them in proportion to their device times. Fails if neither applies (no

@@ -81,7 +81,8 @@ struct MoeOptions {
   // Transformer Engine's op fuser runs the experts' MLP (Megatron-Core's
   // --use-transformer-engine-op-fuser, core_v0.18 and later with Transformer Engine 2.14 or later):
   // fc2's bias scaled by the routing probabilities and GPT-OSS's clamped GLU inside its fused kernels,
-  // so neither has eager PyTorch kernels (core/block_kernels.h, MoeLaunches). Off by default.
+  // so neither has eager PyTorch kernels, and in mxfp8 each grouped GEMM's input quantized by one
+  // grouped kernel, not per expert (core/block_kernels.h, MoeLaunches). Off by default.
   bool fused_grouped_mlp = false;
 };
 inline constexpr size_t kAutoAggregateAllToAllFlows = size_t{1} << 22;

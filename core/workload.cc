@@ -54,6 +54,11 @@ double fp8_cast_bytes(Precision p) {
   return fp8_training(p) ? 3 : 0;
 }
 
+double fp8_quantize_kernels(Precision p) {
+  if (p == Precision::AMP_FP8) return 3;
+  return fp8_training(p) ? 1 : 0;
+}
+
 Precision math_precision(Precision p) {
   if (p == Precision::AMP) return Precision::FP16;
   if (p == Precision::AMP_BF16 || fp8_training(p)) return Precision::BF16;

@@ -54,6 +54,9 @@ inline constexpr std::array<Precision, 6> kMathPrecisions = {
 bool fp8_training(Precision p);
 // Bytes per element an fp8 training's quantization of a GEMM input moves (read, amax, write).
 double fp8_cast_bytes(Precision p);
+// Kernels one such quantization launches (Transformer Engine v2.9 to v2.16, csrc/quantizer.cpp):
+// per-tensor current scaling 3 (the amax, the scale from it, the cast), the block-scaled formats 1.
+double fp8_quantize_kernels(Precision p);
 
 // Bytes per element of a GEMM input an fp8 training keeps for the backward: Transformer Engine saves
 // only its column-wise quantized data (module/linear.py, grouped_linear.py, layernorm_linear.py at
@@ -139,6 +142,10 @@ struct Kernel {
   // gradient elements (backward).
   bool fp8 = false;
   double fp8_in = 0, fp8_out = 0;
+  // A grouped GEMM (launches > calls) whose fp8 input is quantized by one grouped kernel for all its
+  // experts (Transformer Engine's group_quantize in the op fuser's fused grouped MLP) instead of one
+  // quantization per expert (split_quantize).
+  bool grouped_quantize = false;
 };
 
 // How a layer splits under Megatron-LM's tensor parallelism (Shoeybi et al., arXiv 1909.08053;

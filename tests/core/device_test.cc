@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/models/builder.h"
 #include "core/models/zoo.h"
@@ -136,13 +137,16 @@ TEST_CASE("an fp8 training's linear GEMM: FP8 rate plus the quantization passes,
   PassTimes b16 = *layer_times(bf.layer(1), bf.precision, d, batch);
   CHECK(b16.forward == pipegrid::testing::approx(bf16_gemm));
   CHECK(b16.backward_input == pipegrid::testing::approx(bf16_gemm));
-  for (auto [p, cast] : {std::pair{Precision::AMP_FP8, 5.0}, std::pair{Precision::AMP_FP8_BLOCKWISE, 3.0},
-                         std::pair{Precision::AMP_MXFP8, 3.0}}) {
+  // Transformer Engine's quantization: per-tensor current scaling is three kernels (amax, scale,
+  // cast: quantizer.cpp), the block-scaled formats one, each paying the start-up.
+  for (auto [p, cast, kernels] :
+       {std::tuple{Precision::AMP_FP8, 5.0, 3.0}, std::tuple{Precision::AMP_FP8_BLOCKWISE, 3.0, 1.0},
+        std::tuple{Precision::AMP_MXFP8, 3.0, 1.0}}) {
     INFO(to_string(p));
     Workload w = model(p);
     PassTimes t = *layer_times(w.layer(1), w.precision, d, batch);
-    const double quantize_in = 5e-6 + rows * in * batch * cast / 2e12;
-    const double quantize_grad = 5e-6 + rows * out * batch * cast / 2e12;
+    const double quantize_in = kernels * 5e-6 + rows * in * batch * cast / 2e12;
+    const double quantize_grad = kernels * 5e-6 + rows * out * batch * cast / 2e12;
     CHECK(t.forward == pipegrid::testing::approx(fp8_gemm + quantize_in));
     CHECK(t.backward_input == pipegrid::testing::approx(fp8_gemm + quantize_grad));
     CHECK(t.backward_weight == pipegrid::testing::approx(fp8_gemm));
@@ -153,6 +157,53 @@ TEST_CASE("an fp8 training's linear GEMM: FP8 rate plus the quantization passes,
   PassTimes t = *layer_times(w.layer(1), w.precision, d, batch);
   CHECK(t.forward == pipegrid::testing::approx(bf16_gemm));
   CHECK(t.backward_weight == pipegrid::testing::approx(bf16_gemm));
+}
+
+TEST_CASE(
+    "an fp8 grouped GEMM quantizes its input per expert (Transformer Engine's split_quantize), by hand") {
+  // 8 experts' GEMMs as 2 waves of 4 streams (Kernel::calls 2, launches 8): the device pays a start-up
+  // per wave for the GEMMs and one per quantization kernel, 8 quantizations of fp8_quantize_kernels
+  // each (3 for per-tensor current scaling, 1 for MXFP8); the host launches all of them.
+  DeviceSpec d;
+  d.memory_bandwidth = 2e12;
+  d.peak_flops[static_cast<int>(Precision::BF16)] = 1e15;
+  d.peak_flops[static_cast<int>(Precision::FP8)] = 2e15;
+  d.compute_efficiency[static_cast<int>(Precision::FP8)][static_cast<int>(KernelClass::GroupedGemm)] = 0.5;
+  d.kernel_startup_s = 5e-6;
+  const double flops = 8e12, elements = 1e8;  // the forward's FLOPs and quantized input elements
+  Kernel k;
+  k.cls = KernelClass::GroupedGemm;
+  k.forward_flops = flops;
+  k.fp8 = true;
+  k.fp8_in = elements;
+  k.calls = 2;
+  k.launches = 8;
+  Layer l;
+  l.name = "experts";
+  l.kind = "linear";
+  l.forward_flops = flops;
+  l.kernels = {k};
+  for (auto [p, cast, kernels] :
+       {std::tuple{Precision::AMP_FP8, 5.0, 3.0}, std::tuple{Precision::AMP_MXFP8, 3.0, 1.0}}) {
+    INFO(to_string(p));
+    d.kernel_dispatch_s = 0;
+    const double device = 2 * (5e-6 + flops / 2 / (2e15 * 0.5)) + 8 * kernels * 5e-6 + elements * cast / 2e12;
+    CHECK(layer_times(l, p, d, 1)->forward == pipegrid::testing::approx(device));
+    // A host at 1 ms per launch issues the 8 x kernels quantization kernels, then the 8 GEMM launches
+    // (HostStream's closed form per group: max(max(gpu, host) + c tau, host + (c - 1) dispatch + tau)):
+    // the quantizations end at 8 kernels - 1 ms plus a sliver, before the host has issued the first
+    // GEMM at q = 8 kernels ms; the GEMMs end at max(q + G, q + 7 ms + G / 8), G their device time.
+    d.kernel_dispatch_s = 1e-3;
+    const double q = 8 * kernels * 1e-3, gemms = 2 * (5e-6 + flops / 2 / (2e15 * 0.5));
+    CHECK(layer_times(l, p, d, 1)->forward ==
+          pipegrid::testing::approx(std::max(q + gemms, q + 7e-3 + gemms / 8)));
+  }
+  // One grouped quantization for all 8 experts (Transformer Engine's group_quantize): one kernel in
+  // MXFP8, its bytes unchanged.
+  l.kernels[0].grouped_quantize = true;
+  d.kernel_dispatch_s = 0;
+  const double grouped = 2 * (5e-6 + flops / 2 / (2e15 * 0.5)) + 5e-6 + elements * 3.0 / 2e12;
+  CHECK(layer_times(l, Precision::AMP_MXFP8, d, 1)->forward == pipegrid::testing::approx(grouped));
 }
 
 TEST_CASE("an fp8 training keeps the router and the output layer in bf16, bf16's weights, fp8 GEMM inputs") {

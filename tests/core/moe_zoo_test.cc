@@ -537,6 +537,15 @@ TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp an
                                        {true, true, true, /*fused_grouped_mlp=*/true});
   CHECK(none.expert.size() == 3);
   CHECK(none.activation.size() == 1);
+  // In amp-bf16 nothing is quantized; in mxfp8 the op fuser groups each GEMM's quantization.
+  CHECK_FALSE(none.expert.front().grouped_quantize);
+  const blocks::Moe mx =
+      blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_MXFP8, {true, true, true, true});
+  CHECK(mx.expert.front().grouped_quantize);
+  CHECK(mx.expert.back().grouped_quantize);
+  CHECK_FALSE(blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_MXFP8, {true, true, true})
+                  .expert.front()
+                  .grouped_quantize);
   CHECK(close_rel(m.expert_stash_bytes - none.expert_stash_bytes, copies * 2 * fe * 2, 1e-12));
   CHECK(close_rel(m.expert_act_bytes - none.expert_act_bytes, copies * 2 * fe * 2, 1e-12));
   // Qwen3 (no biases, no clamp) keeps fc1, the activation and fc2 alone.

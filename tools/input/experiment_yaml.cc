@@ -412,13 +412,15 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
                         "would be ignored; expected no {} with this dispatcher",
                         to_string(s.moe.dispatcher), key));
     }
-  // Transformer Engine's op fuser: it fuses fc2's bias and a clamped GLU, which must be there.
+  // Transformer Engine's op fuser: it fuses fc2's bias and a clamped GLU and groups mxfp8's
+  // quantization, one of which must be there.
   if (auto f = m->get("fused_grouped_mlp")) {
     s.moe.fused_grouped_mlp = f->boolean();
-    if (s.moe.fused_grouped_mlp && eager_expert_work(w).empty())
+    if (s.moe.fused_grouped_mlp && eager_expert_work(w).empty() && w.precision != Precision::AMP_MXFP8)
       f->fail(
-          "fuses the experts' fc2 bias and clamped GLU, which this workload's MoE blocks do not have: it "
-          "would change nothing; expected false or no fused_grouped_mlp");
+          "fuses the experts' fc2 bias and clamped GLU and groups their mxfp8 quantization, and this "
+          "workload's MoE blocks have neither bias nor clamp, nor mxfp8: it would change nothing; expected "
+          "false or no fused_grouped_mlp");
   }
   if (auto a = m->get("all_to_all")) {
     const std::string flows = a->choice({"auto", "pairwise", "by-node"}, "how an all-to-all is lowered");

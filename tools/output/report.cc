@@ -144,11 +144,15 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
                         o.permute_fusion ? "fused" : "unfused");
   const std::string eager = eager_expert_work(e.workload);
   const std::string mlp =
-      o.fused_grouped_mlp ? ", experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp)"
-      : !eager.empty()    ? fmt::format(
-                                ", {} in eager PyTorch kernels as Megatron-Core's TEGroupedMLP "
-                                   "runs them (moe.fused_grouped_mlp: Transformer Engine's op fuser)",
-                                eager)
+      o.fused_grouped_mlp
+          ? fmt::format(", experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp){}",
+                        e.workload.precision == Precision::AMP_MXFP8
+                            ? ", their mxfp8 inputs quantized per grouped GEMM, not per expert"
+                            : "")
+      : !eager.empty() ? fmt::format(
+                             ", {} in eager PyTorch kernels as Megatron-Core's TEGroupedMLP "
+                             "runs them (moe.fused_grouped_mlp: Transformer Engine's op fuser)",
+                             eager)
                        : "";
   return fmt::format(
       "{} per device (ep {}, etp {}), {} dispatcher{}{}{}; {}; load imbalance {:.3g} (the busiest "
