@@ -174,15 +174,14 @@ def full_iteration_cuda_graph(r):
 
 # The full-iteration recipes also run the experts through Transformer Engine's op fuser
 # (use_transformer_engine_op_fuser beside the full-iteration graph: perf_recipes/gpt_oss/common.py
-# _apply_gpt_oss_120b_full_iter_fp8mx_configs; scripts/performance/configs/gpt_oss at v0.5.0; Megatron-Core
-# core_v0.18's fused grouped MLP, TE's ScaledClampedQGeGLU and GroupedLinear(scale_bias)): GPT-OSS's fc2
-# bias and clamped GLU inside its kernels (`moe: {fused_grouped_mlp: true}`). The other models' experts
-# have no eager bias or clamp for it to take away.
-EAGER_EXPERT_MODELS = {"gpt-oss-120b"}
-
-
+# _apply_gpt_oss_120b_full_iter_fp8mx_configs, qwen/common.py _enable_hybridep_full_iteration_mxfp8,
+# deepseek/common.py, Megatron-Bridge v0.6.0; scripts/performance/configs/gpt_oss at v0.5.0;
+# Megatron-Core core_v0.18's fused grouped MLP): GPT-OSS's fc2 bias and clamped GLU inside its kernels,
+# and in MXFP8 on Blackwell its fused CuTe grouped MLP (TE ops/fused/grouped_mlp.py, SwiGLU and
+# ScaledClampedQGeGLU) quantizes each grouped GEMM's input in one kernel (`moe: {fused_grouped_mlp:
+# true}`). Every such row is MXFP8.
 def fused_grouped_mlp(r):
-    return full_iteration_cuda_graph(r) and r["model"] in EAGER_EXPERT_MODELS
+    return full_iteration_cuda_graph(r)
 
 
 def recipe_key(r):
