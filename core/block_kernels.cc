@@ -148,8 +148,8 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   const double w_proj = q * h / T;
   k.qkv = {gemm(2 * s * h * qkv_out / T, s * h, s * qkv_out / T, w_qkv, eb)};
   k.proj = gemm(2 * s * q * h / T, s * q / T, s * h, w_proj, eb);
-  const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;           // Q, K, V read and the output written
-  const double keys = window_keys(sp);                             // keys per query
+  const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
+  const double keys = window_keys(sp);                    // keys per query
   attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
   if (sp.rotary) {
     const double rot = 2 * s * (q + kv * hd) / T * eb;  // queries and keys, read and written

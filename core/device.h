@@ -68,7 +68,7 @@ struct DeviceSpec {
   // kernel_dispatch_s), e.g. Transformer Engine's grouped linear, whose every per-expert GEMM costs the
   // host its module's work besides the launch.
   std::array<double, kKernelClassCount> kernel_dispatch_class = unset_per_class();
-  double layer_overhead_s = 0;   // fixed cost per layer and pass (framework, pipeline fill)
+  double layer_overhead_s = 0;  // fixed cost per layer and pass (framework, pipeline fill)
   // Time per time step of a recurrent layer, per direction and pass, on top of the step's kernels
   // (Kernel::recurrent_step), per math precision (kMathPrecisions; 0 = none): what the RNN library
   // spends per step beyond the roofline of its per-step GEMM and gate kernels. Measured, never
@@ -93,7 +93,7 @@ struct DeviceSpec {
   double startup(KernelClass k) const;   // kernel_startup_class's entry, or kernel_startup_s
   double dispatch(KernelClass k) const;  // kernel_dispatch_class's entry, or kernel_dispatch_s
   bool host_bound() const;               // any launch costs the host time (HostStream applies)
-  void set_startup(double s) {          // one start-up for every class
+  void set_startup(double s) {           // one start-up for every class
     kernel_startup_s = s;
     kernel_startup_class = unset_per_class();
   }

@@ -210,15 +210,16 @@ Status divides(const Layer& l, int t, double value, std::string_view what) {
 
 }  // namespace
 
-std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision) {
+std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision, bool router_fusion,
+                                        bool permute_fusion, bool fused_grouped_mlp) {
   const blocks::Attention a = blocks::attention(s, 1, false, precision);
   auto attention_forward = [&](const blocks::Attention& k) {
     return join({k.qkv, k.rotary, {k.core, k.softmax_dropout, k.proj}});
   };
   if (s.kind == TensorSplitKind::MoeBlock) {
-    // The default dispatcher's launches (all-to-all, router and permutation fused: MoeOptions), as a
-    // stage without expert parallelism runs them too.
-    const blocks::Moe m = blocks::moe(s, 1, false, {}, precision, {true, true, true});
+    // The all-to-all dispatcher's launches, as a stage without expert parallelism runs them too.
+    const blocks::Moe m =
+        blocks::moe(s, 1, false, {}, precision, {router_fusion, permute_fusion, true, fused_grouped_mlp});
     std::vector<Kernel> shared;
     if (m.shared) shared = {m.shared_mlp.up, m.shared_mlp.act, m.shared_mlp.down};
     return join({{a.ln1},

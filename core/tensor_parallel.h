@@ -134,8 +134,11 @@ double parameter_tensors(const Layer& l, int ep = 1);
 
 // The per-device kernels of a transformer layer for group size t without SP, all pieces together:
 // what a builder uses for a decoder block (t = 1) so that one formula costs it everywhere. An MoE
-// block's (TensorSplitKind::MoeBlock) on one device holding every expert, balanced.
-std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision);
+// block's (TensorSplitKind::MoeBlock) on one device holding every expert, balanced, with the MoE
+// options' kernels (router and permutation fusion, Transformer Engine's op fuser: MoeOptions; by
+// default Megatron-Bridge's recipes').
+std::vector<Kernel> transformer_kernels(const TensorSplit& s, Precision precision, bool router_fusion = true,
+                                        bool permute_fusion = true, bool fused_grouped_mlp = false);
 // The parameters of a Transformer or MoE block on one device of a group of 1 (all of them), and the
 // parameters one token uses (MoE: top_k routed experts, the shared experts, the router).
 double block_parameters(const TensorSplit& s);

@@ -185,6 +185,15 @@ void use_unfused_elementwise(Workload& w) {
   }
 }
 
+void use_moe_kernels(Workload& w, bool router_fusion, bool permute_fusion, bool fused_grouped_mlp) {
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    Layer& l = w.graph[i];
+    if (l.split.kind != TensorSplitKind::MoeBlock) continue;
+    l.kernels = transformer_kernels(l.split, w.precision, router_fusion, permute_fusion, fused_grouped_mlp);
+    set_totals(l);
+  }
+}
+
 Result<int> ModelBuilder::add_layer(Layer l, Shape out, const std::vector<int>& in) {
   if (w_.layer_count() >= static_cast<size_t>(kMaxLayers))
     return Error{

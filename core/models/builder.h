@@ -47,6 +47,10 @@ Status use_megatron_fusion(Workload& w);
 // The reverse, for blocks built fused (the MoE zoo's, as Megatron-Core runs them): every element-wise
 // kernel its own (workload `kernel_fusion: none`). Blocks built unfused are left as they are.
 void use_unfused_elementwise(Workload& w);
+// Rebuilds the MoE blocks' kernels with these MoE options (MoeOptions: router_fusion, permute_fusion,
+// fused_grouped_mlp), as a stage without tensor, context or expert parallelism costs them (grouped
+// stages build theirs from the options).
+void use_moe_kernels(Workload& w, bool router_fusion, bool permute_fusion, bool fused_grouped_mlp);
 // The most elements a tensor may have per sample (8 PB in fp64): larger shapes are input errors,
 // so every derived count stays exact in double and fits int64.
 inline constexpr double kMaxElements = 1e15;

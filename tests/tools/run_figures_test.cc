@@ -343,4 +343,17 @@ TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop th
   REQUIRE(eager_text.exit_code == 0);
   CHECK(eager_text.out.find("fc2's bias and the GLU's clamp in eager PyTorch kernels as Megatron-Core's "
                             "TEGroupedMLP runs them") != std::string::npos);
+  // At ep 1 (no expert-parallel stage) the options still reach the blocks' kernels: the op fuser
+  // is faster, an unfused router slower (they were silently ignored there).
+  const std::string one_base =
+      "workload: {model: gpt-oss-120b, sequence: 1024, precision: amp-bf16, layers: 2}\n"
+      "cluster: {kind: dgx, nodes: 1, gpus_per_node: 8, gpu: b200}\n"
+      "strategy: {stages: 1, replicas: 8, micro_batch_size: 1, micro_batches: 2";
+  const double plain = run_json({one})["iteration_time_s"].get<double>();
+  CHECK(run_json({tmp.write("one_fused.yaml",
+                            one_base + ", moe: {fused_grouped_mlp: true}}\n")})["iteration_time_s"]
+            .get<double>() < plain);
+  CHECK(run_json(
+            {tmp.write("one_router.yaml", one_base + ", moe: {router_fusion: false}}\n")})["iteration_time_s"]
+            .get<double>() > plain);
 }

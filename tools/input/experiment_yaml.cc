@@ -13,6 +13,7 @@
 
 #include "core/backends.h"
 #include "core/collectives.h"
+#include "core/models/builder.h"
 #include "core/partitioners/megatron.h"
 #include "core/planner.h"
 #include "core/strategy.h"
@@ -661,6 +662,10 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
   parse_stages(n, s, e.workload, e.cluster);
   parse_megatron_split(n, s, chosen, e.workload);
   parse_experts(n, s, chosen, e.workload, e.cluster);
+  // A stage without tensor, context or expert parallelism costs the workload's own blocks: give them
+  // the MoE options' kernels too.
+  if (const MoeOptions& m = s.moe; !m.router_fusion || !m.permute_fusion || m.fused_grouped_mlp)
+    use_moe_kernels(e.workload, m.router_fusion, m.permute_fusion, m.fused_grouped_mlp);
   parse_gradients(n, s, chosen);
   parse_planner_settings(n, s, chosen, e.cluster);
   parse_schedule_file(n, s, chosen);

@@ -20,9 +20,7 @@ std::vector<std::string_view> with_common(std::vector<std::string_view> keys) {
 }
 
 std::optional<Precision> precision_of(const Node& n) {
-  if (auto p = n.get("precision"))
-    return *parse_precision(
-        p->choice(precision_names(), "a precision"));
+  if (auto p = n.get("precision")) return *parse_precision(p->choice(precision_names(), "a precision"));
   return std::nullopt;
 }
 

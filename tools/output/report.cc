@@ -116,6 +116,11 @@ std::string deepep_note(const Experiment& e, const Partition& p, int experts) {
   return "";
 }
 
+// Whether run's experts line and JSON appear: expert parallelism, or expert kernels an option changed.
+bool reports_experts(const Experiment& e, const Parallelism& par) {
+  return par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty();
+}
+
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated) {
   const Parallelism par = parallelism(p);
   const int experts = static_cast<int>(routed_experts(e.workload));
@@ -523,7 +528,7 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
 
 void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par) {
   const Experiment& e = r.experiment;
-  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty())
+  if (reports_experts(e, par))
     fmt::print(out, "experts          {}\n",
                moe_note(e, r.run.partition, r.run.graph.node_aggregated_all_to_all));
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
@@ -876,7 +881,7 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
     j["context"] = {{"context_parallel", par.context},
                     {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
                     {"load_balance", e.strategy.context.load_balance}};
-  if (par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty())
+  if (reports_experts(e, par))
     j["experts"] = {
         {"expert_parallel", par.expert},
         {"expert_tensor_parallel", par.expert_tensor},
