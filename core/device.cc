@@ -76,8 +76,11 @@ void HostStream::issue(double launches, double device_time, double dispatch) {
   host_ += launches * dispatch;
 }
 
-Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
-                              double batch) {
+namespace {
+
+// layer_times, with the host's streams carried in `carry` (nullptr: each pass starts afresh).
+Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const DeviceSpec& device,
+                                 double batch, HostCarry* carry) {
   PassTimes t;
   if (layer.measured && (layer.measured->device_kind.empty() || layer.measured->device_kind == device.kind)) {
     const MeasuredCost& m = *layer.measured;
@@ -85,6 +88,10 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
     t.forward = m.forward_s * scale;
     t.backward_weight = m.backward_weight_s * scale;
     t.backward_input = (m.backward_s - m.backward_weight_s) * scale;
+    if (carry) {  // device time with no launches: the host's lead grows by it
+      carry->forward.issue(1, t.forward, 0);
+      carry->backward.issue(1, t.backward(), 0);
+    }
     return t;
   }
   const double peak = device.peak(precision);
@@ -160,7 +167,10 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
   // bit); a bound host issues the forward's launches in that order, the backward's in reverse, each
   // part of a kernel's backward (input gradient, then weight gradient) its own launches.
   const bool host = device.host_bound();
-  HostStream forward, backward;
+  HostStream fresh_forward, fresh_backward;
+  HostStream& forward = carry ? carry->forward : fresh_forward;
+  HostStream& backward = carry ? carry->backward : fresh_backward;
+  const double forward_start = forward.end(), backward_start = backward.end();
   std::vector<std::pair<Launches, Launches>> backward_parts;
   for (const Kernel& k : layer_kernels(layer)) {
     const Launches f = pass_time(k, k.forward_flops, k.forward_bytes, k.fp8_in);
@@ -183,16 +193,32 @@ Result<PassTimes> layer_times(const Layer& layer, Precision precision, const Dev
       issue(backward, p->first);
       issue(backward, p->second);
     }
-    t.forward = forward.end();
+    t.forward = forward.end() - forward_start;
+    const double stretched = backward.end() - backward_start;
     if (const double device_backward = t.backward(); device_backward > 0) {
-      t.backward_input = backward.end() * (t.backward_input / device_backward);
-      t.backward_weight = backward.end() - t.backward_input;
+      t.backward_input = stretched * (t.backward_input / device_backward);
+      t.backward_weight = stretched - t.backward_input;
     }
+  } else if (carry) {  // a host never the limit: the device's sums, the streams' ends after them
+    forward.issue(1, t.forward, 0);
+    backward.issue(1, t.backward(), 0);
   }
   if (t.forward > 0) t.forward += device.layer_overhead_s;
   if (t.backward_input > 0) t.backward_input += device.layer_overhead_s;
   if (t.backward_weight > 0) t.backward_weight += device.layer_overhead_s;
   return t;
+}
+
+}  // namespace
+
+Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
+                              double batch) {
+  return layer_times_on(layer, precision, device, batch, nullptr);
+}
+
+Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch,
+                              HostCarry& carry) {
+  return layer_times_on(layer, precision, device, batch, &carry);
 }
 
 double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKernels k, int passes) {

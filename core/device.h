@@ -1,6 +1,7 @@
 // Devices and the per-layer cost model.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -150,6 +151,9 @@ class HostStream {
   // A group of `launches` of `dispatch` host time each.
   void issue(double launches, double device_time, double dispatch);
   double end() const { return gpu_; }
+  // The host waits for the device (a device-to-host copy it needs: torch's `.cpu()`, an event's
+  // synchronize): it issues nothing more before everything issued has run.
+  void sync() { host_ = std::max(host_, gpu_); }
 
  private:
   double host_ = 0, gpu_ = 0;
@@ -174,6 +178,21 @@ class HostStream {
 // measured time for this device and no compute rate for the precision).
 Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device,
                               double batch);
+
+// The host's two streams carried from one layer (or piece of a layer) to the next in a pass: the host
+// runs ahead of the device across layers until it synchronises (HostStream::sync), so the lead a
+// device-bound layer gives it is spent on the host-bound layers after it. What runs between two
+// carried calls on the device and not on the host (a collective, a wait for another stage) is not
+// in the streams: it would only lengthen the lead, so a carried pass is never shorter than the
+// device's sum and never longer than the same layers each started afresh plus their host lag.
+struct HostCarry {
+  HostStream forward, backward;  // the forward in the layers' order, the backward in reverse
+};
+// As above, with the host's state carried in from the layers before (and out to those after): the
+// times returned are what this layer adds to each pass's end. A measured layer takes its time on the
+// device with no launches.
+Result<PassTimes> layer_times(const Layer& layer, Precision precision, const DeviceSpec& device, double batch,
+                              HostCarry& carry);
 
 // Bytes one optimizer step reads and writes per parameter. Fused (one element-wise pass): SGD reads
 // the weights and gradients and writes the weights; momentum and Adam also read and write one and

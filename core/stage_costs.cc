@@ -10,7 +10,7 @@ namespace {
 
 // The times of some of a layer's kernels (a piece of it), run as one layer.
 Result<PassTimes> kernel_times(const Layer& layer, const std::vector<Kernel>& ks, Precision precision,
-                               const DeviceSpec& spec, double share) {
+                               const DeviceSpec& spec, double share, HostCarry* carry = nullptr) {
   Layer piece;
   piece.name = layer.name;
   piece.kind = layer.kind;
@@ -20,7 +20,8 @@ Result<PassTimes> kernel_times(const Layer& layer, const std::vector<Kernel>& ks
     piece.backward_input_flops += k.backward_input_flops;
     piece.backward_weight_flops += k.backward_weight_flops;
   }
-  return layer_times(piece, precision, spec, share);
+  return carry ? layer_times(piece, precision, spec, share, *carry)
+               : layer_times(piece, precision, spec, share);
 }
 
 // ---- Tensor-parallel stages ------------------------------------------------------------------------
@@ -34,9 +35,10 @@ struct TpDevice {
   int device;
   double share;     // samples of the replica's slice
   double load = 1;  // MoE: the device's expert load factor
-  // The times of a piece's kernels (scaled by the device's expert load when the piece's are).
-  Result<PassTimes> times(const Layer& layer, const TpPiece& piece) const {
-    if (!piece.expert_load || load == 1) return times(layer, piece.kernels);
+  // The times of a piece's kernels (scaled by the device's expert load when the piece's are), the
+  // host's streams carried in `carry` from the pass's pieces before it.
+  Result<PassTimes> times(const Layer& layer, const TpPiece& piece, HostCarry& carry) const {
+    if (!piece.expert_load || load == 1) return times(layer, piece.kernels, &carry);
     std::vector<Kernel> ks;
     for (const Kernel& k : piece.kernels) {
       Kernel x = k;
@@ -47,10 +49,11 @@ struct TpDevice {
       x.backward_bytes *= load;
       ks.push_back(x);
     }
-    return times(layer, ks);
+    return times(layer, ks, &carry);
   }
-  Result<PassTimes> times(const Layer& layer, const std::vector<Kernel>& ks) const {
-    Result<PassTimes> t = kernel_times(layer, ks, w.precision, c.devices[device].spec, share);
+  Result<PassTimes> times(const Layer& layer, const std::vector<Kernel>& ks,
+                          HostCarry* carry = nullptr) const {
+    Result<PassTimes> t = kernel_times(layer, ks, w.precision, c.devices[device].spec, share, carry);
     if (!t) return Error{fmt::format("stage {} on {}: {}", stage, c.devices[device].name, t.error().message)};
     return t;
   }
@@ -81,6 +84,7 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
   TpForward f;
   f.forward.compute = {0.0};
   f.recompute.compute = {0.0};
+  HostCarry host;  // the host runs ahead across the pass's pieces and layers (HostCarry)
   for (size_t i = 0; i < layer_ids.size(); ++i) {
     const Layer& layer = dev.w.layer(layer_ids[i]);
     double overhead = 0;  // to take back: the layer's pieces after its first pay none
@@ -92,7 +96,11 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
         if (checkpointed) push_collective(f.recompute, piece, dev);
         continue;
       }
-      Result<PassTimes> t = dev.times(layer, piece);
+      // Megatron-Core's dispatchers wait for the tokens' counts per expert before the experts run
+      // (the all-to-all dispatcher's `d2h_event.synchronize()` at its cuda_sync_point, DeepEP's
+      // received counts, the grouped GEMM's splits on the host): the host drains there.
+      if (piece.expert_load) host.forward.sync();
+      Result<PassTimes> t = dev.times(layer, piece, host);
       if (!t) return t.error();
       double x = t->forward;
       if (x > 0) x -= overhead, overhead = dev.overhead();
@@ -130,6 +138,7 @@ Status tp_backward(const TpDevice& dev, const std::vector<int>& layer_ids, const
                    StageCost& sc, TpProgram& bwd, TpProgram& bwd_in) {
   bwd.compute = {0.0};
   bwd_in.compute = {0.0};
+  HostCarry host;  // the backward keeps the forward's splits: no synchronisation
   for (size_t i = layer_ids.size(); i-- > 0;) {
     const Layer& layer = dev.w.layer(layer_ids[i]);
     double over_in = 0, over_w = 0;
@@ -139,7 +148,7 @@ Status tp_backward(const TpDevice& dev, const std::vector<int>& layer_ids, const
         push_collective(bwd_in, piece, dev);
         continue;
       }
-      Result<PassTimes> t = dev.times(layer, piece);
+      Result<PassTimes> t = dev.times(layer, piece, host);
       if (!t) return t.error();
       double bi = t->backward_input, bw = t->backward_weight;
       if (bi > 0) bi -= over_in, over_in = dev.overhead();
@@ -267,10 +276,27 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
   // Recompute modules other than Megatron's default: a block's selective stash as they leave it (the
   // workload's own figure is the default's).
   const bool modules = tp.recompute_modules != RecomputeModules{};
-  for (int l : st.layers) {
-    const Layer& layer = w.layer(l);
-    Result<PassTimes> t = layer_times(layer, w.precision, spec, share);
+  // The passes' times with the host's streams carried across the layers (HostCarry): the forward in
+  // the layers' order, synchronised before each MoE block (its dispatcher waits for the counts per
+  // expert, tp_forward), the backward in reverse.
+  std::vector<PassTimes> times(st.layers.size());
+  HostCarry forward, backward;
+  for (size_t i = 0; i < st.layers.size(); ++i) {
+    const Layer& layer = w.layer(st.layers[i]);
+    if (layer.split.kind == TensorSplitKind::MoeBlock) forward.forward.sync();
+    Result<PassTimes> t = layer_times(layer, w.precision, spec, share, forward);
     if (!t) return located(t.error());
+    times[i].forward = t->forward;
+  }
+  for (size_t i = st.layers.size(); i-- > 0;) {
+    Result<PassTimes> t = layer_times(w.layer(st.layers[i]), w.precision, spec, share, backward);
+    if (!t) return located(t.error());
+    times[i].backward_input = t->backward_input;
+    times[i].backward_weight = t->backward_weight;
+  }
+  for (size_t i = 0; i < st.layers.size(); ++i) {
+    const Layer& layer = w.layer(st.layers[i]);
+    const PassTimes* t = &times[i];
     x.largest_stash = std::max(x.largest_stash, layer.stash_bytes);
     double selective = layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
     if (is_block(layer.split.kind)) {

@@ -220,6 +220,63 @@ TEST_CASE("host dispatch: a long kernel's lead hides the launches of the short o
   CHECK(s.end() == pipegrid::testing::approx(85e-6));
 }
 
+TEST_CASE("host dispatch carried across layers: a long layer's lead hides the next layer's launches") {
+  // Layer A: one GEMM of 100 us on the device (3 us start-up + 4.85 GFLOP at 50 TFLOP/s); layer B:
+  // five element-wise kernels of 3 us (start-up only); dispatch 20 us, no layer overhead.
+  // Each started afresh: A 100 us, B's launches at 0, 20, .., 80 us, the last running 80-83: 83 us.
+  // Carried (the forward in the layers' order): the host issues A at 0 and B's five at 20, .., 100
+  // us while A runs 0-100; B's five run back to back after it, 100-115: B adds 15 us, the pass
+  // 115 us, not 183. After a synchronisation before B (the host waits for A: 100 us) B's launches
+  // are issued at 100, 120, .., 180 us: the last runs 180-183, B adds 83 us as afresh.
+  auto gemm_layer = [] {
+    Layer l;
+    l.name = "a";
+    l.kind = "custom";
+    Kernel gemm;
+    gemm.forward_flops = gemm.backward_input_flops = gemm.backward_weight_flops = 4.85e9;
+    l.kernels = {gemm};
+    l.forward_flops = l.backward_input_flops = l.backward_weight_flops = 4.85e9;
+    return l;
+  };
+  Layer a = gemm_layer();
+  Layer b;
+  b.name = "b";
+  b.kind = "custom";
+  Kernel ew;
+  ew.cls = KernelClass::Elementwise;
+  ew.forward_bytes = ew.backward_bytes = 1;
+  b.kernels = {ew, ew, ew, ew, ew};
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.kernel_startup_s = 3e-6;
+  d.kernel_dispatch_s = 20e-6;
+  d.layer_overhead_s = 0;
+  CHECK(layer_times(a, Precision::FP16, d, 1)->forward == pipegrid::testing::approx(100e-6));
+  CHECK(layer_times(b, Precision::FP16, d, 1)->forward == pipegrid::testing::approx(83e-6));
+  HostCarry carry;
+  CHECK(layer_times(a, Precision::FP16, d, 1, carry)->forward == pipegrid::testing::approx(100e-6));
+  CHECK(layer_times(b, Precision::FP16, d, 1, carry)->forward == pipegrid::testing::approx(15e-6));
+  HostCarry synced;
+  (void)layer_times(a, Precision::FP16, d, 1, synced);
+  synced.forward.sync();
+  CHECK(layer_times(b, Precision::FP16, d, 1, synced)->forward == pipegrid::testing::approx(83e-6));
+  // The backward in reverse (B, then A), carried: B's five issued at 0, .., 80 us run as issued
+  // (80-83), A's input-gradient launch at 100 us (100-200), its weight-gradient one at 120 us
+  // (200-300): A adds 300 - 83 = 217 us, split 100 : 100 by device time. Each afresh: B 83, A 200.
+  HostCarry back;
+  CHECK(layer_times(b, Precision::FP16, d, 1, back)->backward() == pipegrid::testing::approx(83e-6));
+  PassTimes ta = *layer_times(a, Precision::FP16, d, 1, back);
+  CHECK(ta.backward() == pipegrid::testing::approx(217e-6));
+  CHECK(ta.backward_input == pipegrid::testing::approx(108.5e-6));
+  CHECK(layer_times(a, Precision::FP16, d, 1)->backward() == pipegrid::testing::approx(200e-6));
+  // A host never the limit: the carried times are the device's sums (100 and 15 us).
+  d.kernel_dispatch_s = 0;
+  HostCarry free;
+  CHECK(layer_times(a, Precision::FP16, d, 1, free)->forward == pipegrid::testing::approx(100e-6));
+  CHECK(layer_times(b, Precision::FP16, d, 1, free)->forward == pipegrid::testing::approx(15e-6));
+}
+
 TEST_CASE("launches on parallel streams: the host pays each, the device a start-up per call") {
   // A grouped GEMM of 8 expert GEMMs over 4 streams: 2 calls (waves) of 4 launches. r_inf 50 TFLOP/s,
   // start-up 2 us, dispatch 20 us, memory free. 50 MFLOP of work (1 us): the device's 2 x (2 + 0.5) us
