@@ -266,6 +266,29 @@ struct PlainSums {
   bool blocks = false;
 };
 
+// A stage's layers' pass times on one device with the host's streams carried across them (HostCarry):
+// the forward in the layers' order, synchronised before each MoE block (its dispatcher waits for the
+// counts per expert, tp_forward), the backward in reverse.
+Result<std::vector<PassTimes>> carried_times(const Workload& w, const DeviceSpec& spec, const Stage& st,
+                                             double share) {
+  std::vector<PassTimes> times(st.layers.size());
+  HostCarry forward, backward;
+  for (size_t i = 0; i < st.layers.size(); ++i) {
+    const Layer& layer = w.layer(st.layers[i]);
+    if (layer.split.kind == TensorSplitKind::MoeBlock) forward.forward.sync();
+    Result<PassTimes> t = layer_times(layer, w.precision, spec, share, forward);
+    if (!t) return t.error();
+    times[i].forward = t->forward;
+  }
+  for (size_t i = st.layers.size(); i-- > 0;) {
+    Result<PassTimes> t = layer_times(w.layer(st.layers[i]), w.precision, spec, share, backward);
+    if (!t) return t.error();
+    times[i].backward_input = t->backward_input;
+    times[i].backward_weight = t->backward_weight;
+  }
+  return times;
+}
+
 Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& st, size_t s, int d,
                              double share, const TensorParallelOptions& tp, StageCost& sc) {
   PlainSums x;
@@ -276,24 +299,9 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
   // Recompute modules other than Megatron's default: a block's selective stash as they leave it (the
   // workload's own figure is the default's).
   const bool modules = tp.recompute_modules != RecomputeModules{};
-  // The passes' times with the host's streams carried across the layers (HostCarry): the forward in
-  // the layers' order, synchronised before each MoE block (its dispatcher waits for the counts per
-  // expert, tp_forward), the backward in reverse.
-  std::vector<PassTimes> times(st.layers.size());
-  HostCarry forward, backward;
-  for (size_t i = 0; i < st.layers.size(); ++i) {
-    const Layer& layer = w.layer(st.layers[i]);
-    if (layer.split.kind == TensorSplitKind::MoeBlock) forward.forward.sync();
-    Result<PassTimes> t = layer_times(layer, w.precision, spec, share, forward);
-    if (!t) return located(t.error());
-    times[i].forward = t->forward;
-  }
-  for (size_t i = st.layers.size(); i-- > 0;) {
-    Result<PassTimes> t = layer_times(w.layer(st.layers[i]), w.precision, spec, share, backward);
-    if (!t) return located(t.error());
-    times[i].backward_input = t->backward_input;
-    times[i].backward_weight = t->backward_weight;
-  }
+  Result<std::vector<PassTimes>> carried = carried_times(w, spec, st, share);
+  if (!carried) return located(carried.error());
+  const std::vector<PassTimes>& times = *carried;
   for (size_t i = 0; i < st.layers.size(); ++i) {
     const Layer& layer = w.layer(st.layers[i]);
     const PassTimes* t = &times[i];
