@@ -404,3 +404,51 @@ TEST_CASE(
     CHECK(close_rel(on - off, (2 * layers + 1) * gather - 2 * wgrad, 1e-9));
   }
 }
+
+// The host's state carried across a stage's layers (HostCarry): with a host far slower than the
+// device (1 s a launch against microseconds of work), each layer started afresh costs (n - 1) launches
+// of host time plus its last kernel (its first launch issued while the layer before ran); carried,
+// the stage's pass is one stream, (N - 1) launches plus the last kernel: the carried pass is longer by
+// exactly (L - 1) launches, the first launch of every layer but the first, in the forward and in the
+// backward, to within the kernels' microseconds.
+TEST_CASE("host dispatch carried across a stage's layers: one stream, (L - 1) launches more than afresh") {
+  const Config c{"small", 4, 1024, 16, 1, 1};
+  Experiment e;
+  e.workload = gpt(c);
+  e.cluster = line_cluster(1, 100e9, 1e-6);
+  const double D = 1.0;
+  for (Device& d : e.cluster.devices) {
+    d.spec.peak_flops[static_cast<int>(Precision::FP16)] = 312e12;
+    d.spec.kernel_dispatch_s = D;
+    d.spec.kernel_startup_s = 1e-6;
+    d.spec.layer_overhead_s = 0;
+  }
+  e.strategy.partitioner = "megatron";
+  e.strategy.stages = 1;
+  e.strategy.micro_batches = 1;
+  e.micro_batch_size = 1;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  auto costs = stage_costs(e.workload, e.cluster, run->partition, 1, Recompute::None, {});
+  REQUIRE(costs.ok());
+  const PassTimes& carried = (*costs)[0][0].times;
+  PassTimes afresh;
+  int layers = 0, backward_layers = 0;
+  for (int l : run->partition.stage(0).layers) {
+    PassTimes t = *layer_times(e.workload.layer(l), e.workload.precision, e.cluster.devices[0].spec, 1);
+    afresh.forward += t.forward;
+    afresh.backward_input += t.backward_input;
+    afresh.backward_weight += t.backward_weight;
+    // A layer issues launches where the device spends time on it: every launch pays the start-up.
+    DeviceSpec free_host = e.cluster.devices[0].spec;
+    free_host.kernel_dispatch_s = 0;
+    PassTimes device = *layer_times(e.workload.layer(l), e.workload.precision, free_host, 1);
+    layers += device.forward > 0;
+    backward_layers += device.backward() > 0;
+  }
+  REQUIRE(layers > 2);
+  REQUIRE(backward_layers > 2);
+  // The kernels' device times (milliseconds at most here) against seconds of host time.
+  CHECK(close_rel(carried.forward - afresh.forward, (layers - 1) * D, 1e-3));
+  CHECK(close_rel(carried.backward() - afresh.backward(), (backward_layers - 1) * D, 1e-3));
+}
