@@ -78,7 +78,18 @@ void HostStream::issue(double launches, double device_time, double dispatch) {
 
 namespace {
 
-// layer_times, with the host's streams carried in `carry` (nullptr: each pass starts afresh).
+// A bound host's pass ends: the forward's, and the backward's split between its two parts in
+// proportion to their device times.
+void stretch(PassTimes& t, double forward, double backward) {
+  t.forward = forward;
+  if (const double device_backward = t.backward(); device_backward > 0) {
+    t.backward_input = backward * (t.backward_input / device_backward);
+    t.backward_weight = backward - t.backward_input;
+  }
+}
+
+// layer_times, with the host's streams carried in `carry` (nullptr: each pass starts afresh). A host
+// never the limit leaves the streams alone: every time is then the device's sum, carried or not.
 Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const DeviceSpec& device,
                                  double batch, HostCarry* carry) {
   PassTimes t;
@@ -187,21 +198,12 @@ Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const 
       backward_parts.emplace_back(i, w);
     }
   }
-  // A bound host stretches each pass; the backward's two parts in proportion to their device times.
-  if (host) {
+  if (host) {  // a bound host stretches each pass (stretch)
     for (auto p = backward_parts.rbegin(); p != backward_parts.rend(); ++p) {
       issue(backward, p->first);
       issue(backward, p->second);
     }
-    t.forward = forward.end() - forward_start;
-    const double stretched = backward.end() - backward_start;
-    if (const double device_backward = t.backward(); device_backward > 0) {
-      t.backward_input = stretched * (t.backward_input / device_backward);
-      t.backward_weight = stretched - t.backward_input;
-    }
-  } else if (carry) {  // a host never the limit: the device's sums, the streams' ends after them
-    forward.issue(1, t.forward, 0);
-    backward.issue(1, t.backward(), 0);
+    stretch(t, forward.end() - forward_start, backward.end() - backward_start);
   }
   if (t.forward > 0) t.forward += device.layer_overhead_s;
   if (t.backward_input > 0) t.backward_input += device.layer_overhead_s;

@@ -272,6 +272,14 @@ struct PlainSums {
 Result<std::vector<PassTimes>> carried_times(const Workload& w, const DeviceSpec& spec, const Stage& st,
                                              double share) {
   std::vector<PassTimes> times(st.layers.size());
+  if (!spec.host_bound()) {  // nothing to carry: each layer's times once
+    for (size_t i = 0; i < st.layers.size(); ++i) {
+      Result<PassTimes> t = layer_times(w.layer(st.layers[i]), w.precision, spec, share);
+      if (!t) return t.error();
+      times[i] = *t;
+    }
+    return times;
+  }
   HostCarry forward, backward;
   for (size_t i = 0; i < st.layers.size(); ++i) {
     const Layer& layer = w.layer(st.layers[i]);
