@@ -303,6 +303,7 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   const double qb = fp8_training(precision) ? fp8_saved_bytes(precision) : eb;  // their inputs, in fp8
   k.expert_stash_bytes = copies * h * qb + copies * fe * g * eb + copies * fe * qb;
   k.expert_act_bytes = copies * fe * qb;
+  k.expert_act_input_bytes = copies * fe * g * eb;
   if (eager_clamp) {  // the clamped halves' concatenation, which the fused activation saves
     k.expert_stash_bytes += copies * fe * g * eb;
     k.expert_act_bytes += copies * fe * g * eb;

@@ -113,6 +113,7 @@ struct Moe {
   Stash stash;                    // the router's and permutation's, the shared experts'
   double expert_stash_bytes = 0;  // bytes per sample of the experts' activations (balanced)
   double expert_act_bytes = 0;    // of which the activation's output (the second GEMM's input)
+  double expert_act_input_bytes = 0;  // and the activation's input (the first GEMM's output)
   double token_bytes = 0;         // bytes per sample of one device's tokens (b s / t x h): what the
                                   // dispatch sends per copy, x top_k
 };

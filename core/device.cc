@@ -244,8 +244,23 @@ double optimizer_step_time(double parameters, Optimizer o, Precision p, const De
          (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
 }
 
+double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p) {
+  double bytes = optimizer_step_bytes_per_parameter(m.optimizer, p, m.optimizer_kernels, m.optimizer_passes);
+  if (m.optimizer_kernels == OptimizerKernels::Unfused) return bytes;
+  // A fused step reads the gradient once and reads and writes each state tensor once: at the
+  // moments' and the gradient buffer's own precisions where they differ from the defaults above.
+  const bool mixed = mixed_precision(p) || m.optimizer == Optimizer::MixedAdam;
+  const double state = 2.0 * optimizer_state_tensors(m.optimizer);  // each read and written
+  const double default_state = mixed ? 4 : element_bytes(p), default_gradient = mixed ? 2 : element_bytes(p);
+  if (m.moment_bytes > 0) bytes += state * (m.moment_bytes - default_state);
+  if (m.gradient_bytes > default_gradient) bytes += m.gradient_bytes - default_gradient;
+  return bytes;
+}
+
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device) {
-  return optimizer_step_time(parameters, m.optimizer, p, device, m.optimizer_kernels, m.optimizer_passes);
+  if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
+  return parameters * optimizer_step_bytes_per_parameter(m, p) /
+         (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
 }
 
 double grad_accumulation_time(double parameters, double tensors, GradAccumulation g, Precision p,

@@ -209,7 +209,9 @@ double optimizer_step_bytes_per_parameter(Optimizer o, Precision p,
 // Seconds one optimizer step takes for `parameters` on the device (memory-bound).
 double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
                            OptimizerKernels k = OptimizerKernels::Fused, int passes = 0);
-// The same, as the memory options say the step runs (optimizer, kernels, passes).
+// The same, as the memory options say the step runs (optimizer, kernels, passes), a fused step's
+// state tensors at MemoryOptions::moment_bytes and its gradient at gradient_bytes where set.
+double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p);
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device);
 
 // One micro-batch's gradient accumulation on a device holding `parameters` parameters in `tensors`

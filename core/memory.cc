@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <algorithm>
+
 namespace pipegrid {
 
 std::string_view to_string(MemoryCategory c) {
@@ -109,35 +111,28 @@ MemoryBytes static_memory(double parameters, double parameter_bytes, const Memor
     }
     return m;
   }
-  if (o.mixed_precision && o.optimizer != Optimizer::MixedAdam) {
+  const int state = optimizer_state_tensors(o.optimizer);
+  // A state tensor's bytes: the moments' precision where given, else fp32 under mixed precision and
+  // the weights' own otherwise.
+  const auto state_bytes = [&](double fallback) {
+    return o.moment_bytes > 0 ? o.moment_bytes * parameters * state : fallback * state;
+  };
+  if (o.optimizer == Optimizer::MixedAdam) {
+    // fp16/bf16 working weights and gradients, fp32 master weights and state.
+    w = 2 * parameters;
+    g = 2 * parameters;
+    s = 4 * parameters + state_bytes(4 * parameters);
+  } else if (o.mixed_precision) {
     // Working weights and gradients as stored; fp32 master weights and fp32 state tensors.
-    const int state = optimizer_state_tensors(o.optimizer);
     w = parameter_bytes;
     g = parameter_bytes;
-    s = 4 * parameters * (1 + state);
-    return m;
+    s = 4 * parameters + state_bytes(4 * parameters);
+  } else {
+    w = parameter_bytes;
+    g = parameter_bytes;
+    s = state_bytes(parameter_bytes);
   }
-  switch (o.optimizer) {
-    case Optimizer::SGD:
-      w = parameter_bytes;
-      g = parameter_bytes;
-      break;
-    case Optimizer::Momentum:
-      w = parameter_bytes;
-      g = parameter_bytes;
-      s = parameter_bytes;
-      break;
-    case Optimizer::Adam:
-      w = parameter_bytes;
-      g = parameter_bytes;
-      s = 2 * parameter_bytes;
-      break;
-    case Optimizer::MixedAdam:
-      w = 2 * parameters;
-      g = 2 * parameters;
-      s = 12 * parameters;
-      break;
-  }
+  g = std::max(g, o.gradient_bytes * parameters);
   return m;
 }
 

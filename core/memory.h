@@ -97,6 +97,23 @@ struct MemoryOptions {
   // training script's own loop (0: torch.optim's count for the optimizer, core/device.h).
   int optimizer_passes = 0;
   GradAccumulation grad_accumulation = GradAccumulation::Fused;  // the backward's time only
+  // Bytes of each optimizer state tensor (Adam's m and v, momentum's buffer); 0: 4 under mixed
+  // precision, the weights' element size otherwise. `optimizer_moments: bf16` gives 2: DeepSeek-V3's
+  // AdamW moments (arXiv 2412.19437, section 3.3.3), Megatron-Core's exp_avg_dtype and
+  // exp_avg_sq_dtype under --use-precision-aware-optimizer (optimizer_config.py, core_v0.15.0).
+  double moment_bytes = 0;
+  // Bytes per parameter of the gradient buffer when the gradients are reduced in another precision
+  // than the working weights' (strategy.gradient_reduce); 0: the weights'. Megatron-Core's DDP keeps
+  // its buffer in the precision it reduces in (distributed_data_parallel.py, core_v0.15.0: torch.float
+  // under grad_reduce_in_fp32, else the parameter's dtype); the buffer is never narrower than the
+  // weights (a bf16 reduction of fp32 gradients compresses the communication only).
+  double gradient_bytes = 0;
+  // Megatron-Core's activation_func_fp8_input_store (transformer_config.py, core_v0.15.0): a gated
+  // MLP's activation (the fused SwiGLU, GPT-OSS's quick-GEGLU; dense, shared and routed experts) saves
+  // its input for the backward cast to fp8 e4m3, 1 byte an element, not 2 (fused_bias_swiglu.py:
+  // `input.to(torch.float8_e4m3fn)`). Not where selective recomputation re-runs the activation: the
+  // checkpoint keeps the bf16 input (CheckpointWithoutOutput in experts.py); not non-gated GELU.
+  bool activation_fp8_input_store = false;
 };
 
 // Static bytes for `parameters` parameters whose weights take `parameter_bytes` bytes.

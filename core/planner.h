@@ -82,9 +82,11 @@ struct StrategySpec {
 };
 
 // The options a plan's tensor-, expert- and context-parallel stages are costed with: the strategy's,
-// and what selective recomputation re-runs (the memory options' recompute modules).
+// and what the stash keeps (the memory options' recompute modules and activation_fp8_input_store).
 inline TensorParallelOptions tensor_parallel_options(const StrategySpec& s, const MemoryOptions& m) {
-  return {s.sequence_parallel, s.tp_overlap, s.moe, s.context, m.modules, s.tp_wgrad_overlap};
+  TensorParallelOptions o{s.sequence_parallel, s.tp_overlap, s.moe, s.context, m.modules, s.tp_wgrad_overlap};
+  o.activation_fp8_input_store = m.activation_fp8_input_store;
+  return o;
 }
 
 // Judges candidate plans during an exploration more precisely than the analytic evaluator, e.g. by

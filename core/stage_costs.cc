@@ -315,6 +315,7 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     const PassTimes* t = &times[i];
     x.largest_stash = std::max(x.largest_stash, layer.stash_bytes);
     double selective = layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;
+    double stash_saved = 0;  // activation_fp8_input_store's bytes per sample off the layer's own figure
     if (is_block(layer.split.kind)) {
       Result<TpLayer> whole = tensor_parallel_layer(layer, 1, tp, w.precision);
       if (!whole) return Error{fmt::format("stage {}: {}", s, whole.error().message)};
@@ -325,7 +326,8 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
       if (!core) return located(core.error());
       x.block_selective_s += std::max(0.0, core->forward - spec.layer_overhead_s);
       const double kept = whole->stash_selective + whole->expert_stash_selective;
-      if (modules) selective = kept;
+      stash_saved = whole->fp8_store_saved;
+      selective = modules ? kept : selective - whole->fp8_store_saved_selective;
       x.largest_recomputed = std::max(x.largest_recomputed, whole->stash_none + whole->expert_stash - kept);
     } else {
       x.block_stash += layer.stash_bytes;
@@ -333,7 +335,7 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     sc.times.forward += t->forward;
     sc.times.backward_input += t->backward_input;
     sc.times.backward_weight += t->backward_weight;
-    x.full_stash += layer.stash_bytes;
+    x.full_stash += layer.stash_bytes - stash_saved;
     x.selective_stash += selective;
     x.selective_s += layer.selective_recompute_fraction * t->forward;
     x.largest_output = std::max(x.largest_output, layer.output_bytes);

@@ -442,9 +442,20 @@ void set_core_extras(const CoreSplit& core, TpLayer& out) {
                                                                 : core.qkv + core.out;
 }
 
+// What activation_fp8_input_store takes from a gated MLP's stash (core/memory.h): its activation's
+// input, g s f elements, at 1 byte instead of eb, in the Stash's units (2 per element of eb bytes).
+double fp8_input_store_units(const TensorSplit& sp, double ffn, double eb, bool store) {
+  return store && sp.gated ? 2 * sp.sequence * ffn * 2 * (eb - 1) / eb : 0;
+}
+
+// The bytes per sample those units are on one device of t (split units: divided by t).
+double fp8_input_store_bytes(double units, int t, double eb) {
+  return units / t * eb / 2;
+}
+
 Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision precision, const ContextRank& c,
                                   const ContextParallelOptions& o, const RecomputeModules& mods,
-                                  bool wgrad_overlap) {
+                                  bool wgrad_overlap, bool fp8_input_store) {
   const TensorSplit sp = local_split(l.split, c.cp);
   for (auto [value, what] : {std::pair{sp.heads, "attention heads"},
                              std::pair{sp.kv_heads > 0 ? sp.kv_heads : sp.heads, "key-value heads"},
@@ -453,9 +464,13 @@ Result<TpLayer> transformer_layer(const Layer& l, int t, bool seq, Precision pre
   const double eb = element_bytes(precision);
   const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o);
   const blocks::Attention& a = ba.a;
-  const blocks::Mlp m = blocks::mlp(sp, sp.ffn, t, seq, precision);
+  blocks::Mlp m = blocks::mlp(sp, sp.ffn, t, seq, precision);
+  const double stored = fp8_input_store_units(sp, sp.ffn, eb, fp8_input_store);
+  m.stash.split -= stored;
   const double act = sp.sequence * sp.hidden * eb;  // s h per sample: what the collectives move
   TpLayer out;
+  out.fp8_store_saved = fp8_input_store_bytes(stored, t, eb);
+  out.fp8_store_saved_selective = mods.mlp ? 0 : out.fp8_store_saved;  // the checkpoint's input is bf16
   std::vector<TpPiece> mf, mb;
   mlp_pieces(m, t, seq, act, wgrad_overlap, mf, mb);
   attention_pieces(a, ba.core, t, seq, act, wgrad_overlap, std::move(mf), std::move(mb), out);
@@ -595,9 +610,17 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   const double eb = element_bytes(precision);
   const BlockAttention ba = block_attention(l.split, t, seq, precision, c, o.context);
   const blocks::Attention& a = ba.a;
-  const blocks::Moe m = blocks::moe(sp, t, seq, e, precision,
-                                    {o.moe.router_fusion, o.moe.permute_fusion,
-                                     o.moe.dispatcher == MoeDispatcher::AllToAll, o.moe.fused_grouped_mlp});
+  blocks::Moe m = blocks::moe(sp, t, seq, e, precision,
+                              {o.moe.router_fusion, o.moe.permute_fusion,
+                               o.moe.dispatcher == MoeDispatcher::AllToAll, o.moe.fused_grouped_mlp});
+  // activation_fp8_input_store: the shared experts' activation input (an MLP of their own) and the
+  // routed experts' (bytes per sample at the balanced load).
+  const double shared_stored =
+      m.shared ? fp8_input_store_units(sp, sp.moe.shared_ffn, eb, o.activation_fp8_input_store) : 0;
+  m.shared_mlp.stash.split -= shared_stored;
+  m.stash.split -= shared_stored;
+  const double routed_stored =
+      o.activation_fp8_input_store && sp.gated ? m.expert_act_input_bytes * (eb - 1) / eb : 0;
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;
@@ -625,6 +648,11 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
     out.expert_stash_selective -= m.expert_act_bytes;
     out.recompute.insert(out.recompute.end(), m.activation.begin(), m.activation.end());
   }
+  out.expert_stash -= routed_stored;
+  if (!mods.moe_act) out.expert_stash_selective -= routed_stored;  // else the checkpoint keeps it in bf16
+  out.fp8_store_saved = fp8_input_store_bytes(shared_stored, t, eb) + routed_stored;
+  out.fp8_store_saved_selective = (mods.shared_experts ? 0 : fp8_input_store_bytes(shared_stored, t, eb)) +
+                                  (mods.moe_act ? 0 : routed_stored);
   if (mods.shared_experts && m.shared) {
     if (Status st = check_mlp_module(l, t, "shared_experts"); !st) return st.error();
     selective.split -= m.shared_mlp.stash.split;
@@ -673,7 +701,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
     case TensorSplitKind::Input:
       return out;
     case TensorSplitKind::Transformer:
-      return transformer_layer(l, t, seq, precision, c, o.context, o.recompute_modules, o.wgrad_overlap);
+      return transformer_layer(l, t, seq, precision, c, o.context, o.recompute_modules, o.wgrad_overlap,
+                               o.activation_fp8_input_store);
     case TensorSplitKind::MoeBlock:
       return moe_layer(l, t, o, precision, e, c);
     case TensorSplitKind::VocabEmbedding: {

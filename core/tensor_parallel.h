@@ -51,6 +51,8 @@ struct TensorParallelOptions {
   // the collective follows both GEMMs (Megatron-LM before 2021-08-30). Blocks with GQA or multi-head
   // attention (QKV, the dense MLP's first GEMM) and the vocabulary head.
   bool wgrad_overlap = true;
+  // Megatron-Core's activation_func_fp8_input_store (MemoryOptions::activation_fp8_input_store).
+  bool activation_fp8_input_store = false;
 };
 
 // How a collective sits among a pass's compute pieces beyond the default (the next piece waits for
@@ -103,6 +105,9 @@ struct TpLayer {
   // Activation bytes per sample kept from F to B on one device, by recomputation mode
   // (Korthikanti et al., Table 2, at 2 bytes per element, scaled to the precision).
   double stash_none = 0, stash_selective = 0, stash_full = 0;
+  // Of stash_none + expert_stash and stash_selective + expert_stash_selective: the bytes per sample
+  // that activation_fp8_input_store saves (0 without it).
+  double fp8_store_saved = 0, fp8_store_saved_selective = 0;
 };
 
 // Fails when the layer has no defined split for t > 1, or when t does not divide what Megatron

@@ -221,6 +221,7 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tpo.context.algorithm = c.cp_algorithm;
   tpo.recompute_modules = base_.memory.modules;
   tpo.wgrad_overlap = base_.strategy.tp_wgrad_overlap;
+  tpo.activation_fp8_input_store = base_.memory.activation_fp8_input_store;
   const auto key =
       std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
                       c.ep, c.etp, static_cast<int>(c.dispatcher), cp,

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "core/device.h"
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/lower.h"
@@ -131,6 +132,47 @@ TEST_CASE("ZeRO-1 shards the optimizer state of a replicated stage across its re
       CHECK(g.static_memory[d][static_cast<int>(MemoryCategory::Weights)] == pipegrid::testing::approx(pb));
     }
   }
+}
+
+// Megatron-Core's published bytes per parameter of its distributed optimizer
+// (docs/source/api-guide/dist_optimizer.md, core_v0.15.0): bf16 parameters with fp32 gradients take
+// 18 bytes unsharded and 6 + 12/d sharded over d replicas; the gradient buffer follows the reduce's
+// precision (gradient_reduce: fp32, Megatron's grad_reduce_in_fp32). DeepSeek-V3's AdamW moments in
+// bf16 with fp32 master weights and fp32 gradients (arXiv 2412.19437, section 3.3.3): 2 + 4 + 4 + 2 x 2.
+TEST_CASE(
+    "mixed-precision Adam's bytes per parameter: Megatron's distributed-optimizer table, bf16 moments") {
+  MemoryOptions o;
+  o.optimizer = Optimizer::MixedAdam;
+  const double n = 1e9;
+  const auto per_parameter = [&](double d) {
+    MemoryBytes m = static_memory(n, 2 * n, o);
+    m[static_cast<int>(MemoryCategory::OptimizerState)] /= d;
+    return total(m) / n;
+  };
+  CHECK(per_parameter(1) == pipegrid::testing::approx(16));  // bf16 weights and gradients
+  o.gradient_bytes = 4;
+  for (double d : {1.0, 2.0, 8.0, 128.0}) CHECK(per_parameter(d) == pipegrid::testing::approx(6 + 12 / d));
+  CHECK(per_parameter(1) == pipegrid::testing::approx(18));
+  o.moment_bytes = 2;
+  CHECK(per_parameter(1) == pipegrid::testing::approx(2 + 4 + 4 + 2 * 2));
+  CHECK(per_parameter(64) == pipegrid::testing::approx(6 + 8.0 / 64));
+  // A bf16 reduction of fp32 gradients keeps their fp32 buffer: never narrower than the weights.
+  MemoryOptions f;
+  f.optimizer = Optimizer::Adam;
+  f.gradient_bytes = 2;
+  const MemoryBytes fp32 = static_memory(n, 4 * n, f);
+  CHECK(fp32[static_cast<int>(MemoryCategory::Gradients)] == pipegrid::testing::approx(4 * n));
+  CHECK(total(fp32) == pipegrid::testing::approx(16 * n));
+  f.moment_bytes = 2;  // fp32 weights, bf16 moments
+  CHECK(total(static_memory(n, 4 * n, f)) == pipegrid::testing::approx(12 * n));
+  // The fused step reads the gradient and reads and writes each moment at its own precision:
+  // 2 + 2 x 4 + 2 x 2 x 4 + 2 = 28 bytes, then 4 + 8 + 2 x 2 x 2 + 2 = 22.
+  MemoryOptions step;
+  step.optimizer = Optimizer::MixedAdam;
+  CHECK(optimizer_step_bytes_per_parameter(step, Precision::AMP_BF16) == pipegrid::testing::approx(28));
+  step.gradient_bytes = 4;
+  step.moment_bytes = 2;
+  CHECK(optimizer_step_bytes_per_parameter(step, Precision::AMP_BF16) == pipegrid::testing::approx(22));
 }
 
 TEST_CASE("a run whose peak exceeds a device's memory is reported infeasible, naming the device") {

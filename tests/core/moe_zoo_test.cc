@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "core/block_kernels.h"
 #include "core/models/zoo.h"
@@ -30,6 +31,19 @@ const Layer* moe_block(const Workload& w) {
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(i);
   return block;
+}
+
+// A workload's first dense transformer block and first MoE block (both required).
+std::pair<const Layer*, const Layer*> first_blocks(const Workload& w) {
+  const Layer *dense = nullptr, *moe = nullptr;
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    const Layer& l = w.layer(i);
+    if (l.split.kind == TensorSplitKind::MoeBlock && !moe) moe = &l;
+    if (l.split.kind == TensorSplitKind::Transformer && !dense) dense = &l;
+  }
+  REQUIRE(moe);
+  REQUIRE(dense);
+  return {dense, moe};
 }
 
 // Parameters one token uses: every layer's, the MoE blocks' routed experts counted top_k of E.
@@ -253,14 +267,8 @@ TEST_CASE("recompute modules: what each discards from DeepSeek-V3's blocks and r
   // config_671B.json: h 7168, 128 heads, q rank 1536, kv rank 512, nope 128, rope 64, v 128, experts
   // of 2048 (top-8, 1 shared), the dense blocks' FFN 18432. Differences from no recomputation.
   Workload v3 = model("deepseek-v3");
-  const Layer *dense = nullptr, *moe = nullptr;
-  for (size_t i = 0; i < v3.layer_count(); ++i) {
-    const Layer& l = v3.layer(i);
-    if (l.split.kind == TensorSplitKind::MoeBlock && !moe) moe = &l;
-    if (l.split.kind == TensorSplitKind::Transformer && !dense) dense = &l;
-  }
-  REQUIRE(moe);
-  REQUIRE(dense);
+  const std::pair<const Layer*, const Layer*> blocks = first_blocks(v3);
+  const Layer *dense = blocks.first, *moe = blocks.second;
   const double s = moe->split.sequence, h = 7168, a = 128, qk = a * (128 + 64), av = a * 128;
   auto with = [&](const Layer& l, RecomputeModules m) {
     TensorParallelOptions o;
@@ -330,6 +338,54 @@ TEST_CASE("recompute modules: what each discards from DeepSeek-V3's blocks and r
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find(
             "recompute_modules mlp at tensor_parallel 8 re-runs the MLP's all-gather") != std::string::npos);
+}
+
+TEST_CASE("activation_fp8_input_store: the gated activations' inputs at 1 byte, DeepSeek-V3 by hand") {
+  // Megatron-Core's activation_func_fp8_input_store (fused_bias_swiglu.py, core_v0.15.0): the SwiGLU
+  // saves its input cast to e4m3. Per sample at bf16: a dense block's activation input is 2 s f
+  // elements (gate and up, f = 18432), a MoE block's s x 2 x 2048 for the shared expert and top-8
+  // copies of it for the routed ones: each at 1 byte instead of 2. Under moe_act the checkpoint keeps
+  // the routed experts' bf16 input; under mlp and shared_experts the module keeps nothing of its own.
+  Workload v3 = model("deepseek-v3");
+  const std::pair<const Layer*, const Layer*> blocks = first_blocks(v3);
+  const Layer *dense = blocks.first, *moe = blocks.second;
+  const double s = moe->split.sequence;
+  auto with = [&](const Layer& l, RecomputeModules m, bool store, int t = 1) {
+    TensorParallelOptions o;
+    o.sequence_parallel = t > 1;
+    o.recompute_modules = m;
+    o.activation_fp8_input_store = store;
+    Result<TpLayer> r = tensor_parallel_layer(l, t, o, Precision::AMP_BF16);
+    REQUIRE(r.ok());
+    return *r;
+  };
+  auto all = [](const TpLayer& x) { return x.stash_none + x.expert_stash; };
+  auto kept = [](const TpLayer& x) { return x.stash_selective + x.expert_stash_selective; };
+  RecomputeModules none;
+  none.core_attn = false;
+  const double dense_input = 2 * s * 18432, shared_input = 2 * s * 2048, routed_input = 8 * 2 * s * 2048;
+  // Each element 2 bytes -> 1: the saving is the element count.
+  const TpLayer d0 = with(*dense, none, false), d1 = with(*dense, none, true);
+  CHECK(close_rel(all(d0) - all(d1), dense_input, 1e-12));
+  CHECK(close_rel(kept(d0) - kept(d1), dense_input, 1e-12));
+  CHECK(close_rel(d1.fp8_store_saved, dense_input, 1e-12));
+  const TpLayer m0 = with(*moe, none, false), m1 = with(*moe, none, true);
+  CHECK(close_rel(all(m0) - all(m1), shared_input + routed_input, 1e-12));
+  CHECK(close_rel(kept(m0) - kept(m1), shared_input + routed_input, 1e-12));
+  // moe_act: the routed inputs stay bf16 in the selective stash (the shared expert's still fp8).
+  RecomputeModules act = none;
+  act.moe_act = true;
+  const TpLayer a0 = with(*moe, act, false), a1 = with(*moe, act, true);
+  CHECK(close_rel(kept(a0) - kept(a1), shared_input, 1e-12));
+  CHECK(close_rel(a1.fp8_store_saved_selective, shared_input, 1e-12));
+  CHECK(close_rel(all(a0) - all(a1), shared_input + routed_input, 1e-12));
+  // mlp on the dense block: the MLP keeps nothing either way.
+  RecomputeModules mlp = none;
+  mlp.mlp = true;
+  CHECK(close_rel(kept(with(*dense, mlp, false)), kept(with(*dense, mlp, true)), 1e-12));
+  // Under t = 8 with sequence parallelism the dense input is split eight ways.
+  CHECK(close_rel(all(with(*dense, none, false, 8)) - all(with(*dense, none, true, 8)), dense_input / 8,
+                  1e-12));
 }
 
 TEST_CASE("DeepSeek-V2-Lite's shared experts at t = 2: the column-parallel backward in Megatron-LM's order") {

@@ -103,6 +103,43 @@ TEST_CASE(
   }
 }
 
+// activation_fp8_input_store at the stage level, on both cost paths (t = 1 sums the workload's own
+// figures, t = 2 the tensor-parallel blocks'): Llama 2 7B's SwiGLU saves its 2 s f input at 1 byte
+// instead of 2, for each of a middle stage's 8 blocks, split t ways under sequence parallelism.
+TEST_CASE("activation_fp8_input_store: a middle stage keeps 8 x 2 s f / t bytes less, t = 1 and 2") {
+  Result<const ModelInfo*> info = find_model("llama2-7b");
+  REQUIRE(info.ok());
+  Result<Workload> w = build_model(**info, {}, Precision::AMP_BF16);
+  REQUIRE(w.ok());
+  const double s = 4096, f = 11008;
+  for (int t : {1, 2})
+    for (Recompute r : {Recompute::None, Recompute::Selective}) {
+      Experiment e;
+      e.workload = *w;
+      e.cluster = line_cluster(4 * t, 100e9, 1e-6);
+      for (Device& d : e.cluster.devices) d.spec.peak_flops[static_cast<int>(Precision::BF16)] = 312e12;
+      e.strategy.partitioner = "megatron";
+      e.strategy.stages = 4;
+      e.strategy.tensor_parallel = t;
+      e.strategy.sequence_parallel = t > 1;
+      e.strategy.micro_batches = 1;
+      e.micro_batch_size = 1;
+      e.memory.recompute = r;
+      Result<PreparedRun> run = prepare(e);
+      REQUIRE_MESSAGE(run.ok(), run.error().message);
+      double stash[2];
+      for (bool store : {false, true}) {
+        TensorParallelOptions o{t > 1, false};
+        o.activation_fp8_input_store = store;
+        auto costs = stage_costs(e.workload, e.cluster, run->partition, 1, r, o);
+        REQUIRE_MESSAGE(costs.ok(), costs.error().message);
+        stash[store] = (*costs)[1][0].stash_bytes;  // stage 1: blocks 8 to 15
+      }
+      INFO("t = " << t << ", recompute " << to_string(r));
+      CHECK(close_rel(stash[0] - stash[1], 8 * 2 * s * f / t, 1e-9));
+    }
+}
+
 // At t = 1 full recomputation is Megatron's too, not GPipe's whole-stage one: each block keeps its
 // input (Table 2: 2 s h bytes per layer and sample), the backward re-materialises one block at a
 // time (Table 2's no-recomputation bytes at t = 1: s h (34 + 5 a s / h)) and re-runs the blocks'

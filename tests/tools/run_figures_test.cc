@@ -88,7 +88,9 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(text.out.find(
             "  assumes    FlashAttention, Megatron's fused element-wise kernels, multi-ring data-parallel "
             "all-reduce, memory reserve 4.982 GiB per device (default: 1 GiB + 5% per GPU; "
-            "--memory-margin), gradients reduced at 4 bytes per parameter, micro-batches' weight gradients "
+            "--memory-margin), gradients reduced at 4 bytes per parameter and kept at that size "
+            "(Megatron-Core's "
+            "gradient buffer in the reduce's precision), micro-batches' weight gradients "
             "accumulated inside the weight-gradient GEMMs (grad_accumulation: fused), host 13.48 us per "
             "kernel launch, "
             "issued ahead of the GPU (kernel_dispatch; 0 for a run under a CUDA graph)\n") !=

@@ -696,8 +696,9 @@ RecomputeModules parse_recompute_modules(const Node& n, Recompute recompute) {
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
 MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "grad_accumulation",
-                "bytes_per_parameter", "recompute", "recompute_modules", "zero", "reserve"});
+  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "optimizer_moments",
+                "grad_accumulation", "bytes_per_parameter", "recompute", "recompute_modules",
+                "activation_fp8_input_store", "zero", "reserve"});
   reserve = n.get("reserve");
   MemoryOptions m;
   if (auto o = n.get("optimizer"))
@@ -720,7 +721,20 @@ MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   if (auto g = n.get("grad_accumulation"))
     m.grad_accumulation = *parse_grad_accumulation(
         g->choice({"fused", "unfused", "main-grad"}, "how the weight gradients of micro-batches accumulate"));
+  // The optimizer state's precision (core/memory.h, MemoryOptions::moment_bytes).
+  if (auto p = n.get("optimizer_moments")) {
+    if (m.optimizer == Optimizer::SGD)
+      p->fail(
+          "sets the precision of the optimizer's state tensors, but sgd keeps none: leave optimizer_moments "
+          "out");
+    m.moment_bytes =
+        p->choice({"fp32", "bf16", "fp16"}, "the precision of the optimizer's moments") == "fp32" ? 4 : 2;
+  }
   if (auto b = n.get("bytes_per_parameter")) {
+    if (n.get("optimizer_moments"))
+      b->fail(
+          "gives the static bytes per parameter whole, which optimizer_moments would change: give one of the "
+          "two");
     double v = b->number("a non-negative number of bytes");
     if (v < 0) b->expected("a non-negative number of bytes");
     m.bytes_per_parameter = v;
@@ -728,6 +742,7 @@ MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   if (auto r = n.get("recompute"))
     m.recompute = *parse_recompute(r->choice({"none", "full", "selective"}, "a recomputation mode"));
   if (auto mods = n.get("recompute_modules")) m.modules = parse_recompute_modules(*mods, m.recompute);
+  if (auto a = n.get("activation_fp8_input_store")) m.activation_fp8_input_store = a->boolean();
   if (auto z = n.get("zero"))
     m.zero1 = z->integer(0, 1, "0 or 1 (ZeRO stage 1 shards the optimizer state)") == 1;
   return m;
@@ -938,6 +953,7 @@ static void parse_on_cluster(const Node& root, const Node& workload, Experiment&
   reserve_memory(e.cluster, reserve);
   if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
+  e.memory.gradient_bytes = e.strategy.gradient_reduce_bytes;  // the buffer in the reduce's precision
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
   if (Status s = place_backends(e); !s) throw InputError(s.error().message);
 }
