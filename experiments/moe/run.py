@@ -275,6 +275,10 @@ def experiment(r, efficiencies=None):
         strategy["moe"]["fused_grouped_mlp"] = True
     gpu, nvlink = SYSTEMS[r["system"]]
     memory = {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}
+    if r["model"] == "deepseek-v3" and r["source"] == "megatron-bridge":
+        # Megatron-Bridge's DeepSeek-V3 recipe (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
+        # v0.2.0 to v0.5.0): the precision-aware optimizer with AdamW's moments in bf16.
+        memory["optimizer_moments"] = "bf16"
     modules = recompute_modules(r)
     if modules:
         memory.update(recompute="selective", recompute_modules=modules)
