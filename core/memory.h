@@ -106,7 +106,8 @@ struct MemoryOptions {
   // than the working weights' (strategy.gradient_reduce); 0: the weights'. Megatron-Core's DDP keeps
   // its buffer in the precision it reduces in (distributed_data_parallel.py, core_v0.15.0: torch.float
   // under grad_reduce_in_fp32, else the parameter's dtype); the buffer is never narrower than the
-  // weights (a bf16 reduction of fp32 gradients compresses the communication only).
+  // weights (a bf16 reduction of fp32 gradients compresses the communication only). Set from the
+  // strategy's gradient_reduce_bytes by the experiment parser, as mixed_precision from the workload.
   double gradient_bytes = 0;
   // Megatron-Core's activation_func_fp8_input_store (transformer_config.py, core_v0.15.0): a gated
   // MLP's activation (the fused SwiGLU, GPT-OSS's quick-GEGLU; dense, shared and routed experts) saves

@@ -442,10 +442,17 @@ void set_core_extras(const CoreSplit& core, TpLayer& out) {
                                                                 : core.qkv + core.out;
 }
 
-// What activation_fp8_input_store takes from a gated MLP's stash (core/memory.h): its activation's
-// input, g s f elements, at 1 byte instead of eb, in the Stash's units (2 per element of eb bytes).
+// Whether activation_fp8_input_store applies to a block's MLPs (core/memory.h): Megatron-Core stores
+// the input in fp8 only in its fused gated activations (bias_activation_fusion: bias_swiglu_impl and
+// the weighted variants; mlp.py and experts.py), not in the unfused path kernel_fusion: none runs.
+bool stores_fp8_input(const TensorSplit& sp, bool store) {
+  return store && sp.gated && sp.megatron_fusion;
+}
+
+// What activation_fp8_input_store takes from a gated MLP's stash: its activation's input, 2 s f
+// elements, at 1 byte instead of eb, in the Stash's units (2 per element of eb bytes).
 double fp8_input_store_units(const TensorSplit& sp, double ffn, double eb, bool store) {
-  return store && sp.gated ? 2 * sp.sequence * ffn * 2 * (eb - 1) / eb : 0;
+  return stores_fp8_input(sp, store) ? 2 * sp.sequence * ffn * 2 * (eb - 1) / eb : 0;
 }
 
 // The bytes per sample those units are on one device of t (split units: divided by t).
@@ -620,7 +627,7 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   m.shared_mlp.stash.split -= shared_stored;
   m.stash.split -= shared_stored;
   const double routed_stored =
-      o.activation_fp8_input_store && sp.gated ? m.expert_act_input_bytes * (eb - 1) / eb : 0;
+      stores_fp8_input(sp, o.activation_fp8_input_store) ? m.expert_act_input_bytes * (eb - 1) / eb : 0;
   const double act = sp.sequence * sp.hidden * eb;
   TpLayer out;
   std::vector<TpPiece> mf, mb;

@@ -383,6 +383,10 @@ TEST_CASE("activation_fp8_input_store: the gated activations' inputs at 1 byte, 
   RecomputeModules mlp = none;
   mlp.mlp = true;
   CHECK(close_rel(kept(with(*dense, mlp, false)), kept(with(*dense, mlp, true)), 1e-12));
+  // Megatron's unfused activation (kernel_fusion: none) stores nothing in fp8.
+  Layer unfused = *dense;
+  unfused.split.megatron_fusion = false;
+  CHECK(all(with(unfused, none, false)) == all(with(unfused, none, true)));
   // Under t = 8 with sequence parallelism the dense input is split eight ways.
   CHECK(close_rel(all(with(*dense, none, false, 8)) - all(with(*dense, none, true, 8)), dense_input / 8,
                   1e-12));

@@ -9,6 +9,7 @@
 #include "core/evaluate.h"
 #include "core/experiment.h"
 #include "core/lower.h"
+#include "core/models/builder.h"
 #include "core/models/zoo.h"
 #include "tests/support/approx.h"
 #include "tests/support/experiments.h"
@@ -104,13 +105,15 @@ TEST_CASE(
 }
 
 // activation_fp8_input_store at the stage level, on both cost paths (t = 1 sums the workload's own
-// figures, t = 2 the tensor-parallel blocks'): Llama 2 7B's SwiGLU saves its 2 s f input at 1 byte
+// figures, t = 2 the tensor-parallel blocks'): Llama 2 7B's fused SwiGLU (kernel_fusion: megatron)
+// saves its 2 s f input at 1 byte
 // instead of 2, for each of a middle stage's 8 blocks, split t ways under sequence parallelism.
 TEST_CASE("activation_fp8_input_store: a middle stage keeps 8 x 2 s f / t bytes less, t = 1 and 2") {
   Result<const ModelInfo*> info = find_model("llama2-7b");
   REQUIRE(info.ok());
   Result<Workload> w = build_model(**info, {}, Precision::AMP_BF16);
   REQUIRE(w.ok());
+  REQUIRE(use_megatron_fusion(*w).ok());  // Megatron's fused SwiGLU, which stores the fp8 input
   const double s = 4096, f = 11008;
   for (int t : {1, 2})
     for (Recompute r : {Recompute::None, Recompute::Selective}) {

@@ -107,7 +107,7 @@ namespace {
 // What the workload's transformer blocks assume: how many blocks, with fused attention, with Megatron's
 // fused element-wise kernels.
 struct BlockAssumptions {
-  int blocks = 0, fused_attention = 0, megatron_fusion = 0, gated = 0;
+  int blocks = 0, fused_attention = 0, megatron_fusion = 0, fused_gated = 0;
 };
 BlockAssumptions block_assumptions(const Workload& w) {
   BlockAssumptions b;
@@ -117,7 +117,7 @@ BlockAssumptions block_assumptions(const Workload& w) {
     ++b.blocks;
     b.fused_attention += s.fused_attention;
     b.megatron_fusion += s.megatron_fusion;
-    b.gated += s.gated;
+    b.fused_gated += s.gated && s.megatron_fusion;
   }
   return b;
 }
@@ -245,11 +245,12 @@ std::string assumptions_note(const Experiment& e) {
            ? " and kept at that size (Megatron-Core's gradient buffer in the reduce's precision)"
            : ""));
   if (e.memory.activation_fp8_input_store)
-    parts.push_back(b.gated > 0
-                        ? "gated MLPs' activation inputs saved in fp8 (activation_fp8_input_store; not "
-                          "where recomputed)"
-                        : "activation_fp8_input_store changes nothing: no gated MLP (Megatron-Core "
-                          "stores only SwiGLU's and quick-GEGLU's inputs in fp8)");
+    parts.push_back(
+        b.fused_gated > 0
+            ? "gated MLPs' activation inputs saved in fp8 (activation_fp8_input_store; not where "
+              "recomputed)"
+            : "activation_fp8_input_store changes nothing: no gated MLP with Megatron's fused "
+              "activation (Megatron-Core stores only SwiGLU's and quick-GEGLU's fused inputs in fp8)");
   if (e.memory.moment_bytes > 0)
     parts.push_back(
         fmt::format("optimizer moments at {:g} bytes each (optimizer_moments)", e.memory.moment_bytes));
