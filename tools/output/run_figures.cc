@@ -333,26 +333,29 @@ nlohmann::json assumptions_json(const Experiment& e) {
   auto of_blocks = [&](int n) {
     return b.blocks > 0 ? nlohmann::json(std::string(share(n, b.blocks))) : nlohmann::json();
   };
-  return {{"fused_attention", of_blocks(b.fused_attention)},
-          {"megatron_fusion", of_blocks(b.megatron_fusion)},
-          {"allreduce", std::string(to_string(e.strategy.allreduce))},
-          {"replica_mode", e.strategy.partitioner_options.round_robin ? "round-robin" : "split"},
-          {"memory_reserve_bytes", json_number(reserve)},
-          {"memory_reserve_default", by_default},
-          {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
-          {"grad_accumulation", std::string(to_string(e.memory.grad_accumulation))},
-          {"padded_vocabulary",
-           padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
-          {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
-          {"collective_engine", engine_json(e.cluster)},
-          {"kernel_dispatch_s", host_dispatch(e.cluster)},
-          {"kernel_dispatch_classes", host_dispatch_classes(e.cluster)},
-          {"recompute_modules", e.memory.recompute == Recompute::Selective
-                                    ? nlohmann::json(to_string(e.memory.modules))
-                                    : nlohmann::json()},
-          {"tp_wgrad_overlap",
-           e.strategy.tensor_parallel > 1 ? nlohmann::json(e.strategy.tp_wgrad_overlap) : nlohmann::json()},
-          {"faults", e.faults}};
+  return {
+      {"fused_attention", of_blocks(b.fused_attention)},
+      {"megatron_fusion", of_blocks(b.megatron_fusion)},
+      {"allreduce", std::string(to_string(e.strategy.allreduce))},
+      {"replica_mode", e.strategy.partitioner_options.round_robin ? "round-robin" : "split"},
+      {"memory_reserve_bytes", json_number(reserve)},
+      {"memory_reserve_default", by_default},
+      {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
+      {"grad_accumulation", std::string(to_string(e.memory.grad_accumulation))},
+      {"optimizer_moment_bytes", e.memory.moment_bytes > 0 ? json_number(e.memory.moment_bytes) : nullptr},
+      {"activation_fp8_input_store", e.memory.activation_fp8_input_store && b.fused_gated > 0},
+      {"padded_vocabulary",
+       padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
+      {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
+      {"collective_engine", engine_json(e.cluster)},
+      {"kernel_dispatch_s", host_dispatch(e.cluster)},
+      {"kernel_dispatch_classes", host_dispatch_classes(e.cluster)},
+      {"recompute_modules", e.memory.recompute == Recompute::Selective
+                                ? nlohmann::json(to_string(e.memory.modules))
+                                : nlohmann::json()},
+      {"tp_wgrad_overlap",
+       e.strategy.tensor_parallel > 1 ? nlohmann::json(e.strategy.tp_wgrad_overlap) : nlohmann::json()},
+      {"faults", e.faults}};
 }
 
 }  // namespace pipegrid::output
