@@ -1,11 +1,18 @@
 // Mixture-of-experts with expert parallelism replayed in SimGrid, against iteration times computed by
 // hand: one MoE block of two experts (top-1) on two devices, each holding one expert.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
 
 #include "core/experiment.h"
 #include "core/metrics.h"
 #include "core/models/builder.h"
+#include "core/planner.h"
 #include "core/planners/search3d.h"
+#include "core/stage_costs.h"
+#include "core/tensor_parallel.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
@@ -20,8 +27,9 @@ constexpr double kPeak = 100e12;  // FLOP/s, fp16; efficiency 1, no startup, mem
 constexpr double kS = 512, kH = 1024, kHeads = 16, kF = 4096, kEb = 2;
 
 // One MoE block (`experts` experts of an ungated FFN kF, top-1; attention with 16 heads, no biases,
-// RMSNorm, unfused non-causal core) over an input of [s, h], fp16, no optimizer time.
-Workload one_moe_block(int experts = 2, int top_k = 1, int groups = 0, int top_groups = 0) {
+// RMSNorm, unfused non-causal core) over an input of [s, h], fp16, no optimizer time; `blocks` of them
+// in a row.
+Workload one_moe_block(int experts = 2, int top_k = 1, int groups = 0, int top_groups = 0, int blocks = 1) {
   ModelBuilder b("moe", Precision::FP16);
   int x = b.input("x", {static_cast<int64_t>(kS), static_cast<int64_t>(kH)});
   TensorSplit s;
@@ -32,7 +40,8 @@ Workload one_moe_block(int experts = 2, int top_k = 1, int groups = 0, int top_g
   s.biases = false;
   s.moe = {static_cast<double>(experts), static_cast<double>(top_k),     kF, 0, false,
            static_cast<double>(groups),  static_cast<double>(top_groups)};
-  x = *b.decoder_block("block", x, s);
+  for (int i = 0; i < blocks; ++i)
+    x = *b.decoder_block(blocks == 1 ? "block" : fmt::format("block{}", i), x, s);
   Workload w = b.finish();
   w.optimizer_step_s = 0;
   return w;
@@ -75,6 +84,23 @@ std::pair<double, size_t> replayed_graph(Cluster c, const std::vector<double>& s
   REQUIRE(r.ok());
   return {r->timeline.makespan(), transfers};
 }
+// One stage whose n devices are its replicas, one micro-batch of a sample per device, experts over
+// expert-parallel groups of ep.
+Experiment expert_parallel_stage(std::string name, Workload w, Cluster c, int ep) {
+  Experiment e;
+  e.name = std::move(name);
+  e.workload = std::move(w);
+  e.micro_batch_size = static_cast<int>(c.devices.size());
+  e.strategy.replicas = static_cast<int>(c.devices.size());
+  e.cluster = std::move(c);
+  e.strategy.partitioner = "uniform";
+  e.strategy.schedule = "1f1b";
+  e.strategy.micro_batches = 1;
+  e.strategy.stages = 1;
+  e.strategy.expert_parallel = ep;
+  return e;
+}
+
 double replayed(Cluster c, const std::vector<double>& shares = {}) {
   return replayed_graph(std::move(c), shares).first;
 }
@@ -305,17 +331,7 @@ TEST_CASE(
     INFO("ep " << ep);
     Cluster c = make_switch_cluster(8, "gpu", test_device(), 50e9, 1e-6);
     for (Device& d : c.devices) d.spec = flop_device();
-    Experiment e;
-    e.name = "moe memory";
-    e.workload = one_moe_block(8);
-    e.cluster = std::move(c);
-    e.micro_batch_size = 8;
-    e.strategy.partitioner = "uniform";
-    e.strategy.schedule = "1f1b";
-    e.strategy.micro_batches = 1;
-    e.strategy.stages = 1;
-    e.strategy.replicas = 8;
-    e.strategy.expert_parallel = ep;
+    Experiment e = expert_parallel_stage("moe memory", one_moe_block(8), std::move(c), ep);
     e.memory.optimizer = Optimizer::MixedAdam;
     e.memory.zero1 = true;
     Result<PreparedRun> run = prepare(e);
@@ -329,4 +345,71 @@ TEST_CASE(
                       1e-12));
     }
   }
+}
+
+// The host's synchronisation in a MoE block's program (core/stage_costs.cc, tp_forward): Megatron-Core's
+// all-to-all dispatcher waits for the tokens' counts per expert before the experts run in the forward
+// (token_dispatcher.py at core_v0.15.0, d2h_event.synchronize() at its cuda_sync_point) and keeps the
+// forward's splits in the backward. Two blocks whose attention is long on the device (its efficiency
+// 1e-7: about 100 s) and whose other kernels take microseconds, against a host launch of D = 1 s: the
+// attention gives the host a lead of about 100 s. A group of n launches takes (n - 1) D where the
+// host starts it as the device finishes (afresh, or drained), n D where the host is a launch behind
+// (core/device.h, HostStream::issue). In the forward the experts' piece after an attention waits for
+// the drain: (n - 1) D, where without it it would run on the lead in microseconds. In the backward the
+// first block's experts do run on the lead the second block's attention left, while the second
+// block's, after a short host-bound piece, take n D.
+TEST_CASE("host: synchronised before the experts in a MoE block's forward, carried through its backward") {
+  const double D = 1.0;
+  Cluster c = line_cluster(2, 100e9, 1e-6);
+  for (Device& d : c.devices) {
+    d.spec = flop_device();
+    d.spec.compute_efficiency[static_cast<int>(Precision::FP16)][static_cast<int>(KernelClass::Attention)] =
+        1e-7;
+    d.spec.kernel_dispatch_s = D;
+    d.spec.kernel_startup_s = 1e-6;
+    d.spec.layer_overhead_s = 0;
+  }
+  Experiment e = expert_parallel_stage("moe host", one_moe_block(2, 1, 0, 0, 2), std::move(c), 2);
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  const TensorParallelOptions o = tensor_parallel_options(e.strategy, e.memory);
+  auto costs = stage_costs(e.workload, e.cluster, run->partition, e.micro_batch_size, Recompute::None, o);
+  REQUIRE_MESSAGE(costs.ok(), costs.error().message);
+  const StageCost& sc = (*costs)[0][0];
+  // Per block a dispatch and a combine: five compute segments per pass, the experts' the second and
+  // the fourth.
+  REQUIRE(sc.tp_forward.compute.size() == 5);
+  REQUIRE(sc.tp_backward.compute.size() == 5);
+  // The experts' launches per pass, from their piece timed alone (afresh) on the host-bound device:
+  // (n - 1) D.
+  Result<TpLayer> block =
+      tensor_parallel_layer(e.workload.layer(1), 1, o, e.workload.precision, ExpertSizes{2, 1});
+  REQUIRE(block.ok());
+  double forward_launches = 0, backward_launches = 0;
+  for (const TpPiece& piece : block->forward)
+    if (piece.expert_load) {
+      Layer experts;
+      experts.name = "experts";
+      experts.kernels = piece.kernels;
+      for (const Kernel& k : piece.kernels) {
+        experts.forward_flops += k.forward_flops;
+        experts.backward_input_flops += k.backward_input_flops;
+        experts.backward_weight_flops += k.backward_weight_flops;
+      }
+      const PassTimes t = *layer_times(experts, e.workload.precision, e.cluster.devices[0].spec, 1);
+      forward_launches = std::round(t.forward / D) + 1;
+      backward_launches = std::round(t.backward() / D) + 1;
+    }
+  REQUIRE(forward_launches >= 2);
+  REQUIRE(backward_launches >= 2);
+  const std::vector<double>& f = sc.tp_forward.compute;
+  const std::vector<double>& g = sc.tp_backward.compute;
+  REQUIRE(f[0] > 50);                                        // the first block's attention, device-bound
+  CHECK(close_rel(f[1], (forward_launches - 1) * D, 1e-3));  // drained after the attention's lead
+  REQUIRE(f[2] > 50);                                        // the second block's attention
+  CHECK(close_rel(f[3], (forward_launches - 1) * D, 1e-3));
+  CHECK(close_rel(g[1], backward_launches * D, 1e-3));  // the second block's: after a short piece
+  REQUIRE(g[2] > 50);                                   // the second block's attention backward
+  CHECK(g[3] < 1e-3 * D);                               // the first block's: on that lead
+  CHECK(g[3] > 0);
 }
