@@ -253,6 +253,7 @@ double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p) {
   const double state = 2.0 * optimizer_state_tensors(m.optimizer);  // each read and written
   const double default_state = mixed ? 4 : element_bytes(p), default_gradient = mixed ? 2 : element_bytes(p);
   if (m.moment_bytes > 0) bytes += state * (m.moment_bytes - default_state);
+  if (mixed && m.master_bytes > 0) bytes += 2 * (m.master_bytes - 4);  // read and written
   if (m.gradient_bytes > default_gradient) bytes += m.gradient_bytes - default_gradient;
   return bytes;
 }

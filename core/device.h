@@ -210,7 +210,8 @@ double optimizer_step_bytes_per_parameter(Optimizer o, Precision p,
 double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
                            OptimizerKernels k = OptimizerKernels::Fused, int passes = 0);
 // The same, as the memory options say the step runs (optimizer, kernels, passes), a fused step's
-// state tensors at MemoryOptions::moment_bytes and its gradient at gradient_bytes where set.
+// state tensors at MemoryOptions::moment_bytes, its master weights at master_bytes and its gradient
+// at gradient_bytes where set.
 double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p);
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device);
 

@@ -117,16 +117,17 @@ MemoryBytes static_memory(double parameters, double parameter_bytes, const Memor
   const auto state_bytes = [&](double fallback) {
     return o.moment_bytes > 0 ? o.moment_bytes * parameters * state : fallback * state;
   };
+  const double master = (o.master_bytes > 0 ? o.master_bytes : 4) * parameters;
   if (o.optimizer == Optimizer::MixedAdam) {
     // fp16/bf16 working weights and gradients, fp32 master weights and state.
     w = 2 * parameters;
     g = 2 * parameters;
-    s = 4 * parameters + state_bytes(4 * parameters);
+    s = master + state_bytes(4 * parameters);
   } else if (o.mixed_precision) {
     // Working weights and gradients as stored; fp32 master weights and fp32 state tensors.
     w = parameter_bytes;
     g = parameter_bytes;
-    s = 4 * parameters + state_bytes(4 * parameters);
+    s = master + state_bytes(4 * parameters);
   } else {
     w = parameter_bytes;
     g = parameter_bytes;

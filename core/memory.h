@@ -102,6 +102,13 @@ struct MemoryOptions {
   // AdamW moments (arXiv 2412.19437, section 3.3.3), Megatron-Core's exp_avg_dtype and
   // exp_avg_sq_dtype under --use-precision-aware-optimizer (optimizer_config.py, core_v0.15.0).
   double moment_bytes = 0;
+  // Bytes per parameter of a mixed-precision optimizer's master weights; 0: 4 (fp32). 2 with
+  // `master_weights: remainders`: Transformer Engine's FusedAdam with store_param_remainders keeps
+  // only the 16 low bits of each fp32 master weight and rebuilds it from the bf16 working weight
+  // (optimizers/fused_adam.py, v2.9: "Works only when param type is BF16 and master weight type is
+  // FP32"); Megatron-Core passes store_param_remainders (default true) under
+  // --use-precision-aware-optimizer, which Megatron-Bridge's performance scripts set for bf16 runs.
+  double master_bytes = 0;
   // Bytes per parameter of the gradient buffer when the gradients are reduced in another precision
   // than the working weights' (strategy.gradient_reduce); 0: the weights'. Megatron-Core's DDP keeps
   // its buffer in the precision it reduces in (distributed_data_parallel.py, core_v0.15.0: torch.float

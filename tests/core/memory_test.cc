@@ -139,6 +139,8 @@ TEST_CASE("ZeRO-1 shards the optimizer state of a replicated stage across its re
 // 18 bytes unsharded and 6 + 12/d sharded over d replicas; the gradient buffer follows the reduce's
 // precision (gradient_reduce: fp32, Megatron's grad_reduce_in_fp32). DeepSeek-V3's AdamW moments in
 // bf16 with fp32 master weights and fp32 gradients (arXiv 2412.19437, section 3.3.3): 2 + 4 + 4 + 2 x 2.
+// Transformer Engine's FusedAdam with store_param_remainders (optimizers/fused_adam.py, v2.9) keeps the
+// fp32 master weights as the 16 bits the bf16 weights lack.
 TEST_CASE(
     "mixed-precision Adam's bytes per parameter: Megatron's distributed-optimizer table, bf16 moments") {
   MemoryOptions o;
@@ -156,6 +158,11 @@ TEST_CASE(
   o.moment_bytes = 2;
   CHECK(per_parameter(1) == pipegrid::testing::approx(2 + 4 + 4 + 2 * 2));
   CHECK(per_parameter(64) == pipegrid::testing::approx(6 + 8.0 / 64));
+  // Transformer Engine's store_param_remainders: the master weights' 16 low bits, 2 bytes not 4.
+  o.moment_bytes = 0;
+  o.master_bytes = 2;
+  CHECK(per_parameter(8) == pipegrid::testing::approx(6 + 10.0 / 8));
+  o.master_bytes = 0;
   // A bf16 reduction of fp32 gradients keeps their fp32 buffer: never narrower than the weights.
   MemoryOptions f;
   f.optimizer = Optimizer::Adam;
@@ -173,6 +180,8 @@ TEST_CASE(
   step.gradient_bytes = 4;
   step.moment_bytes = 2;
   CHECK(optimizer_step_bytes_per_parameter(step, Precision::AMP_BF16) == pipegrid::testing::approx(22));
+  step.master_bytes = 2;  // 4 + 2 x 2 + 2 x 2 x 2 + 2
+  CHECK(optimizer_step_bytes_per_parameter(step, Precision::AMP_BF16) == pipegrid::testing::approx(18));
 }
 
 TEST_CASE("a run whose peak exceeds a device's memory is reported infeasible, naming the device") {

@@ -103,6 +103,7 @@ TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Mega
   CHECK(j["assumptions"]["gradient_reduce_bytes"] == 4);
   CHECK(j["assumptions"]["grad_accumulation"] == "fused");
   CHECK(j["assumptions"]["optimizer_moment_bytes"].is_null());
+  CHECK(j["assumptions"]["master_weight_bytes"].is_null());
   CHECK(j["assumptions"]["activation_fp8_input_store"] == false);
   // GPT's GELU MLP is not gated: Megatron-Core's fp8 input store has nothing to store, and says so.
   auto store = run_command({PIPEGRID_BINARY, "run", e, "--set", "memory.activation_fp8_input_store=true"});

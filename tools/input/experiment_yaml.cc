@@ -696,7 +696,7 @@ RecomputeModules parse_recompute_modules(const Node& n, Recompute recompute) {
 // `reserve` (bytes kept from every device for the CUDA context, NCCL and fragmentation) goes to `reserve`.
 MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
   n.require_map("a mapping describing the memory model");
-  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "optimizer_moments",
+  n.check_keys({"optimizer", "optimizer_kernels", "optimizer_passes", "optimizer_moments", "master_weights",
                 "grad_accumulation", "bytes_per_parameter", "recompute", "recompute_modules",
                 "activation_fp8_input_store", "zero", "reserve"});
   reserve = n.get("reserve");
@@ -730,11 +730,14 @@ MemoryOptions parse_memory(const Node& n, std::optional<Node>& reserve) {
     m.moment_bytes =
         p->choice({"fp32", "bf16", "fp16"}, "the precision of the optimizer's moments") == "fp32" ? 4 : 2;
   }
+  if (auto w = n.get("master_weights"))
+    m.master_bytes =
+        w->choice({"fp32", "remainders"}, "how the optimizer keeps its master weights") == "fp32" ? 4 : 2;
   if (auto b = n.get("bytes_per_parameter")) {
-    if (n.get("optimizer_moments"))
+    if (n.get("optimizer_moments") || n.get("master_weights"))
       b->fail(
-          "gives the static bytes per parameter whole, which optimizer_moments would change: give one of the "
-          "two");
+          "gives the static bytes per parameter whole, which optimizer_moments and master_weights would "
+          "change: give one or the other");
     double v = b->number("a non-negative number of bytes");
     if (v < 0) b->expected("a non-negative number of bytes");
     m.bytes_per_parameter = v;
@@ -953,6 +956,17 @@ static void parse_on_cluster(const Node& root, const Node& workload, Experiment&
   reserve_memory(e.cluster, reserve);
   if (auto b = root.get("backends")) e.backends = std::make_shared<const BackendRequest>(parse_backends(*b));
   e.memory.mixed_precision = mixed_precision(e.workload.precision);
+  // Transformer Engine rebuilds an fp32 master weight from its remainder and a bf16 working weight only.
+  if (e.memory.master_bytes == 2 &&
+      (math_precision(e.workload.precision) != Precision::BF16 ||
+       !(e.memory.mixed_precision || e.memory.optimizer == Optimizer::MixedAdam)))
+    root.get("memory")
+        ->get("master_weights")
+        ->fail(fmt::format(
+            "remainders rebuild fp32 master weights from bf16 working weights (Transformer Engine's "
+            "store_param_remainders), but precision {} keeps no bf16 working weights beside fp32 master "
+            "weights: use amp-bf16 or an fp8 recipe, or leave master_weights out",
+            to_string(e.workload.precision)));
   e.memory.gradient_bytes = e.strategy.gradient_reduce_bytes;  // the buffer in the reduce's precision
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
   if (Status s = place_backends(e); !s) throw InputError(s.error().message);

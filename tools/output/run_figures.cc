@@ -251,6 +251,8 @@ std::string assumptions_note(const Experiment& e) {
               "recomputed)"
             : "activation_fp8_input_store changes nothing: no gated MLP with Megatron's fused "
               "activation (Megatron-Core stores only SwiGLU's and quick-GEGLU's fused inputs in fp8)");
+  if (e.memory.master_bytes == 2)
+    parts.push_back("master weights as 16-bit remainders of the bf16 weights (master_weights: remainders)");
   if (e.memory.moment_bytes > 0)
     parts.push_back(
         fmt::format("optimizer moments at {:g} bytes each (optimizer_moments)", e.memory.moment_bytes));
@@ -342,6 +344,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
       {"memory_reserve_default", by_default},
       {"gradient_reduce_bytes", json_number(gradient_bytes(e))},
       {"grad_accumulation", std::string(to_string(e.memory.grad_accumulation))},
+      {"master_weight_bytes", e.memory.master_bytes > 0 ? json_number(e.memory.master_bytes) : nullptr},
       {"optimizer_moment_bytes", e.memory.moment_bytes > 0 ? json_number(e.memory.moment_bytes) : nullptr},
       {"activation_fp8_input_store", e.memory.activation_fp8_input_store && b.fused_gated > 0},
       {"padded_vocabulary",
