@@ -279,6 +279,11 @@ def experiment(r, efficiencies=None):
         # Megatron-Bridge's DeepSeek-V3 recipe (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
         # v0.2.0 to v0.5.0): the precision-aware optimizer with AdamW's moments in bf16.
         memory["optimizer_moments"] = "bf16"
+    if r["source"] == "megatron-bridge" and r["precision"] == "amp-bf16":
+        # Megatron-Bridge's performance scripts turn the precision-aware optimizer on for bf16 runs
+        # (scripts/performance/utils/helpers.py at v0.2.0, overrides.py at v0.4.0), and Megatron-Core
+        # passes Transformer Engine's FusedAdam store_param_remainders (default true, TE >= 2.1).
+        memory["master_weights"] = "remainders"
     modules = recompute_modules(r)
     if modules:
         memory.update(recompute="selective", recompute_modules=modules)
