@@ -108,14 +108,14 @@ struct Moe {
   std::vector<Kernel> activation;  // what moe_act recomputes: GPT-OSS's clamp, the fused activation
   bool shared = false;
   Mlp shared_mlp;
-  double dense_parameters = 0;    // router and norm (replicated), shared experts (1/t)
-  double expert_parameters = 0;   // E / ep experts, 1 / etp of each
-  Stash stash;                    // the router's and permutation's, the shared experts'
-  double expert_stash_bytes = 0;  // bytes per sample of the experts' activations (balanced)
-  double expert_act_bytes = 0;    // of which the activation's output (the second GEMM's input)
+  double dense_parameters = 0;        // router and norm (replicated), shared experts (1/t)
+  double expert_parameters = 0;       // E / ep experts, 1 / etp of each
+  Stash stash;                        // the router's and permutation's, the shared experts'
+  double expert_stash_bytes = 0;      // bytes per sample of the experts' activations (balanced)
+  double expert_act_bytes = 0;        // of which the activation's output (the second GEMM's input)
   double expert_act_input_bytes = 0;  // and the activation's input (the first GEMM's output)
-  double token_bytes = 0;         // bytes per sample of one device's tokens (b s / t x h): what the
-                                  // dispatch sends per copy, x top_k
+  double token_bytes = 0;             // bytes per sample of one device's tokens (b s / t x h): what the
+                                      // dispatch sends per copy, x top_k
 };
 Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes& e, Precision precision,
         const MoeLaunches& launches = {});

@@ -237,11 +237,19 @@ double optimizer_step_bytes_per_parameter(Optimizer o, Precision p, OptimizerKer
   return element_bytes(p) * (3 + 2 * state);
 }
 
+namespace {
+
+// A memory-bound step moving `bytes` per parameter over `parameters`.
+double step_seconds(double parameters, double bytes, const DeviceSpec& device) {
+  if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
+  return parameters * bytes / (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
+}
+
+}  // namespace
+
 double optimizer_step_time(double parameters, Optimizer o, Precision p, const DeviceSpec& device,
                            OptimizerKernels k, int passes) {
-  if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
-  return parameters * optimizer_step_bytes_per_parameter(o, p, k, passes) /
-         (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
+  return step_seconds(parameters, optimizer_step_bytes_per_parameter(o, p, k, passes), device);
 }
 
 double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p) {
@@ -259,9 +267,7 @@ double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p) {
 }
 
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device) {
-  if (parameters <= 0 || device.memory_bandwidth <= 0) return 0;
-  return parameters * optimizer_step_bytes_per_parameter(m, p) /
-         (device.memory_bandwidth * device.memory_eff(KernelClass::Elementwise));
+  return step_seconds(parameters, optimizer_step_bytes_per_parameter(m, p), device);
 }
 
 double grad_accumulation_time(double parameters, double tensors, GradAccumulation g, Precision p,

@@ -31,6 +31,17 @@ DeviceSpec gpu_with_startup(double s) {
   return d;
 }
 
+// gpu() at half efficiency, memory traffic free, with a kernel start-up and a host that takes 20 us
+// per launch (HostStream).
+DeviceSpec launching_gpu(double startup) {
+  DeviceSpec d = gpu();
+  d.memory_bandwidth = 0;
+  d.efficiency = 0.5;
+  d.kernel_startup_s = startup;
+  d.kernel_dispatch_s = 20e-6;
+  return d;
+}
+
 double& eff(DeviceSpec& d, Precision p, KernelClass k) {
   return d.compute_efficiency[static_cast<int>(p)][static_cast<int>(k)];
 }
@@ -152,11 +163,7 @@ TEST_CASE("host dispatch overlaps the GPU: the host issues launches in order, ah
   int x = b.input("x", {1000});
   int fc = *b.linear("fc", x, 1000, 1000, false);
   Workload w = b.finish();
-  DeviceSpec d = gpu();
-  d.memory_bandwidth = 0;
-  d.efficiency = 0.5;
-  d.kernel_startup_s = 2e-6;
-  d.kernel_dispatch_s = 20e-6;
+  DeviceSpec d = launching_gpu(2e-6);
   CHECK(layer_times(w.layer(fc), Precision::FP16, d, 25)->forward == pipegrid::testing::approx(3e-6));
   CHECK(layer_times(w.layer(fc), Precision::FP16, d, 2500)->forward == pipegrid::testing::approx(102e-6));
   // A stream of tiny calls runs at the host's rate: an LSTM of 10 steps makes 1 + 10 + 10 kernel
@@ -195,11 +202,7 @@ TEST_CASE("host dispatch: a long kernel's lead hides the launches of the short o
   ew.forward_bytes = ew.backward_bytes = 1;
   layer.kernels = {gemm, ew, ew, ew, ew, ew};
   layer.forward_flops = layer.backward_input_flops = layer.backward_weight_flops = 4.85e9;
-  DeviceSpec d = gpu();
-  d.memory_bandwidth = 0;
-  d.efficiency = 0.5;
-  d.kernel_startup_s = 3e-6;
-  d.kernel_dispatch_s = 20e-6;
+  DeviceSpec d = launching_gpu(3e-6);
   PassTimes t = *layer_times(layer, Precision::FP16, d, 1);
   CHECK(t.forward == pipegrid::testing::approx(115e-6));
   // Backward: 5 x 3 us (input gradient) + the GEMM's 100 us input and 100 us weight gradients
@@ -246,11 +249,7 @@ TEST_CASE("host dispatch carried across layers: a long layer's lead hides the ne
   ew.cls = KernelClass::Elementwise;
   ew.forward_bytes = ew.backward_bytes = 1;
   b.kernels = {ew, ew, ew, ew, ew};
-  DeviceSpec d = gpu();
-  d.memory_bandwidth = 0;
-  d.efficiency = 0.5;
-  d.kernel_startup_s = 3e-6;
-  d.kernel_dispatch_s = 20e-6;
+  DeviceSpec d = launching_gpu(3e-6);
   d.layer_overhead_s = 0;
   CHECK(layer_times(a, Precision::FP16, d, 1)->forward == pipegrid::testing::approx(100e-6));
   CHECK(layer_times(b, Precision::FP16, d, 1)->forward == pipegrid::testing::approx(83e-6));
@@ -292,11 +291,7 @@ TEST_CASE("launches on parallel streams: the host pays each, the device a start-
   k.calls = 2;
   k.launches = 8;
   grouped.kernels = {k};
-  DeviceSpec d = gpu();
-  d.memory_bandwidth = 0;
-  d.efficiency = 0.5;
-  d.kernel_startup_s = 2e-6;
-  d.kernel_dispatch_s = 20e-6;
+  DeviceSpec d = launching_gpu(2e-6);
   d.layer_overhead_s = 0;
   // The eight launches issued 20 us apart, the last wave's share (5 us / 8) after the last: 140.6 us.
   CHECK(layer_times(grouped, Precision::FP16, d, 25)->forward ==
