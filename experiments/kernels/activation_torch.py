@@ -32,18 +32,11 @@ REPS, WARM = 20, 3
 SHAPES = [(65536, 768), (65536, 2048), (65536, 2880), (16384, 2880)]  # rows, expert FFN (one half)
 
 
-def main(out_path):
-    import torch
-    import torch.nn.functional as F
-    import torch._dynamo
-
-    torch._dynamo.config.cache_size_limit = 64
-    dev = torch.device("cuda")
-    bf16 = torch.bfloat16
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": []}
-
-    def timed(fn):
-        return median_ms(torch, fn, REPS, WARM)
+def activation_functions(torch, F):
+    """Megatron-Core's weighted expert activations, forward and backward (fusions/fused_bias_swiglu.py
+    and fused_bias_geglu.py at core_v0.15.0, written here from their formulas): name -> (forward(y, w),
+    backward(g, y, w) -> (dy, dw)); y holds the GLU's two halves, w the routing weights [rows, 1].
+    moe_experts_torch.py takes the quick-GEGLU from here."""
 
     def swiglu(y):
         y1, y2 = torch.chunk(y, 2, -1)
@@ -74,7 +67,23 @@ def main(out_path):
         dw = torch.sum(qgeglu(y) * g.to(w.dtype), dim=-1, keepdim=True)
         return d.to(y.dtype), dw.to(w.dtype)
 
-    funcs = {"weighted swiglu": (wswiglu, wswiglu_back), "weighted quick-geglu": (wqgeglu, wqgeglu_back)}
+    return {"weighted swiglu": (wswiglu, wswiglu_back), "weighted quick-geglu": (wqgeglu, wqgeglu_back)}
+
+
+def main(out_path):
+    import torch
+    import torch.nn.functional as F
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = 64
+    dev = torch.device("cuda")
+    bf16 = torch.bfloat16
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": []}
+
+    def timed(fn):
+        return median_ms(torch, fn, REPS, WARM)
+
+    funcs = activation_functions(torch, F)
     modes = {"eager": None, "static": False, "auto": "auto", "dynamic": True}
 
     def variant(name, mode):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the fourteenth step of docs/accuracy.md leaves open: the bandwidth PyTorch's eager kernels
-reach on a BERT-Large encoder layer's memory-bound work (prepared; not yet run on a GPU).
+reach on a BERT-Large encoder layer's memory-bound work (run once on an H200: h200/issue29/).
 
 pipegrid costs each memory-bound kernel of an unfused `bert-large` block as its bytes over 0.83 of
 the device's bandwidth (core/models/builder.cc: transformer_block, score_passes). Two probes on

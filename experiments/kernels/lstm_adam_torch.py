@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What issue 29's last unexplained rows need measured: the per-time-step cost of a cuDNN LSTM and
-the per-call cost of an unfused optimizer loop, in PyTorch eager mode (prepared; not yet run on a GPU).
+the per-call cost of an unfused optimizer loop, in PyTorch eager mode (run once on an H200: h200/issue29/).
 
 pipegrid costs an LSTM time step as two launches per direction and pass (the recurrent GEMM of
 [B, H] by [H, 4H], then the gates' element-wise kernel), each paying the device's kernel start-up

@@ -2,7 +2,7 @@
 # Issue 29's prepared measurements in one command on a device machine (PyTorch there), from the
 # repository root: `bash experiments/kernels/run_issue29.sh`. Writes under $OUT: env.txt,
 # lstm_adam.json / .log (lstm_adam_torch.py) and bert_layer.json / .log (bert_layer_torch.py). Each
-# script has its own time limit, so that one failing leaves the other's result. Neither is run yet.
+# script has its own time limit, so that one failing leaves the other's result. Run 6 (README.md) ran both, directly.
 set -u
 OUT=${OUT:-/tmp/issue29-out}
 mkdir -p "$OUT"
