@@ -223,27 +223,35 @@ void dispatcher_launches(const MoeLaunches& l, double local, double copies_h, do
 // GPT-OSS's clamped GLU as Megatron-Core runs it (fusions/fused_bias_geglu.py,
 // weighted_bias_quick_geglu_impl, core_v0.15 to v0.19): before the fused quick-GEGLU, eager PyTorch
 // clamps the gate half from above and the linear half on both sides, then concatenates them, over
-// `elements` = the experts' rows x fe per sample (each half). Forward: two clamps (r + w of a half
-// each) and the cat (r + w of both): 8 elements of eb bytes, 3 kernels. Backward (PyTorch's
-// clamp_backward: `where(mask, grad, 0)` with a one-byte mask): the gate half le + where (3 eb + 2
-// bytes), the linear half ge, le, logical_and_, where (4 eb + 6), the chunk's backward concatenating
-// the two gradients (4 eb): 11 eb + 8 bytes, 7 kernels. Empty without the clamp.
+// `elements` = the experts' rows x fe per sample (each half). Forward: two clamps of strided views
+// (r + w of a half each: strided) and the cat (r + w of both): 8 elements of eb bytes, 3 kernels.
+// Backward (PyTorch's clamp_backward: `where(mask, grad, 0)` with a one-byte mask, on the strided
+// halves and the cat's strided gradient views): the gate half le + where (3 eb + 2 bytes), the
+// linear half ge, le, where (3 eb + 3) and a contiguous logical_and_ (3), the chunk's backward
+// concatenating the two gradients (4 eb): 11 eb + 8 bytes, 7 kernels, 5 of them strided. Empty
+// without the clamp.
 std::vector<Kernel> clamp_kernels(bool clamp, double elements, double eb) {
   if (!clamp) return {};
-  return {kernel(KernelClass::Elementwise, 0, 0, 0, 8 * elements * eb, 0, 0, 3),
-          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (11 * eb + 8) * elements, 0, 7)};
+  return {kernel(KernelClass::Strided, 0, 0, 0, 4 * elements * eb, 0, 0, 2),
+          kernel(KernelClass::Elementwise, 0, 0, 0, 4 * elements * eb, 0, 0, 1),
+          kernel(KernelClass::Strided, 0, 0, 0, 0, (7 * eb + 5) * elements, 0, 5),
+          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (4 * eb + 3) * elements, 0, 2)};
 }
 
 // fc2's bias as Megatron-Core's TEGroupedMLP adds it (moe/experts.py `_apply_bias`, core_v0.15 to
 // v0.19: skip_bias_add on fc2, then per local expert `t + b * p` in fp32, torch.cat, `.to(dtype)`),
-// over `elements` = the experts' output rows x h per sample. Forward: b * p writes 4 bytes, the add
-// reads eb + 4 and writes 4, the cat reads and writes 4, the cast reads 4 and writes eb: 2 eb + 24
-// bytes, 2 kernels per expert + 2. Backward: the cast's (eb + 4), the add's gradient back to t's
-// dtype (4 + eb), b's and p's gradients (g * p and g * b, each r + w of 4 and a sum reading 4: 24),
-// the split's concatenation of t's gradients (2 eb): 4 eb + 32 bytes, 5 kernels per expert + 2.
+// over `elements` = the experts' output rows x h per sample. Forward: per expert b * p, a broadcast
+// writing 4 bytes, and the add of mixed dtypes reading eb + 4 and writing 4 (both strided); the cat
+// reads and writes 4, the cast reads 4 and writes eb: 2 eb + 24 bytes, 2 kernels per expert + 2.
+// Backward: the cast's (eb + 4) and, per expert, the add's gradient back to t's dtype (4 + eb), b's
+// and p's gradients (g * p and g * b, broadcasts with r + w of 4 each: strided; a sum reading 4
+// each), the split's concatenation of t's gradients (2 eb): 4 eb + 32 bytes, 5 kernels per expert +
+// 2, 2 per expert strided.
 std::vector<Kernel> expert_bias_kernels(double local, double elements, double eb) {
-  return {kernel(KernelClass::Elementwise, 0, 0, 0, (2 * eb + 24) * elements, 0, 0, 2 * local + 2),
-          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (4 * eb + 32) * elements, 0, 5 * local + 2)};
+  return {kernel(KernelClass::Strided, 0, 0, 0, (eb + 12) * elements, 0, 0, 2 * local),
+          kernel(KernelClass::Elementwise, 0, 0, 0, (eb + 12) * elements, 0, 0, 2),
+          kernel(KernelClass::Strided, 0, 0, 0, 0, 16 * elements, 0, 2 * local),
+          kernel(KernelClass::Elementwise, 0, 0, 0, 0, (4 * eb + 16) * elements, 0, 3 * local + 2)};
 }
 
 }  // namespace
@@ -274,7 +282,12 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   const double w1 = local * h * fe * g, w2 = local * fe * h;
   const bool eager_clamp = m.clamp && sp.gated && !launches.fused_grouped_mlp;
   k.activation = clamp_kernels(eager_clamp, copies * fe, eb);
-  k.activation.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, (sp.gated ? 3 : 2) * copies * fe * eb,
+  // The activation, weighted by the routing probabilities: torch.compile's kernels for the gated
+  // ones (weighted_bias_swiglu_impl, weighted_bias_quick_geglu_impl), a Transformer Engine kernel
+  // under the op fuser.
+  const bool compiled = sp.gated && !launches.fused_grouped_mlp;
+  k.activation.push_back(kernel(compiled ? KernelClass::Compiled : KernelClass::Elementwise, 0, 0, 0,
+                                (sp.gated ? 3 : 2) * copies * fe * eb,
                                 1.5 * (sp.gated ? 3 : 2) * copies * fe * eb, 0, 1));
   k.expert = {gemm(2 * copies * h * fe * g, copies * h, copies * fe * g, w1, eb, KernelClass::GroupedGemm)};
   k.expert.insert(k.expert.end(), k.activation.begin(), k.activation.end());

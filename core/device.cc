@@ -26,6 +26,13 @@ double DeviceSpec::peak(Precision p) const {
   return peak_flops[static_cast<int>(runs_as(p))];
 }
 
+namespace {
+// The element-wise kernels that take the device's element-wise figures where it has none of theirs.
+bool follows_elementwise(KernelClass k) {
+  return k == KernelClass::Strided || k == KernelClass::Compiled;
+}
+}  // namespace
+
 double DeviceSpec::compute_eff(Precision p, KernelClass k) const {
   const double e = compute_efficiency[static_cast<int>(runs_as(p))][static_cast<int>(k)];
   if (e <= 0 && k == KernelClass::GroupedGemm) return compute_eff(p, KernelClass::Gemm);
@@ -47,17 +54,20 @@ double default_memory_reserve(const DeviceSpec& spec) {
 double DeviceSpec::memory_eff(KernelClass k) const {
   const double e = memory_efficiency[static_cast<int>(k)];
   if (e <= 0 && k == KernelClass::GroupedGemm) return memory_eff(KernelClass::Gemm);
+  if (e <= 0 && follows_elementwise(k)) return memory_eff(KernelClass::Elementwise);
   return e > 0 ? e : memory_efficiency_default;
 }
 
 double DeviceSpec::startup(KernelClass k) const {
   const double s = kernel_startup_class[static_cast<int>(k)];
   if (s < 0 && k == KernelClass::GroupedGemm) return startup(KernelClass::Gemm);
+  if (s < 0 && follows_elementwise(k)) return startup(KernelClass::Elementwise);
   return s >= 0 ? s : kernel_startup_s;
 }
 
 double DeviceSpec::dispatch(KernelClass k) const {
   const double s = kernel_dispatch_class[static_cast<int>(k)];
+  if (s < 0 && follows_elementwise(k)) return dispatch(KernelClass::Elementwise);
   return s >= 0 ? s : kernel_dispatch_s;
 }
 

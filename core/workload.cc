@@ -157,6 +157,10 @@ std::string_view to_string(KernelClass k) {
       return "norm";
     case KernelClass::GroupedGemm:
       return "grouped-gemm";
+    case KernelClass::Strided:
+      return "strided";
+    case KernelClass::Compiled:
+      return "compiled";
   }
   return "gemm";
 }

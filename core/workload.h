@@ -96,11 +96,29 @@ struct MeasuredCost {
 // experts (TransformerEngine's GroupedLinear, Megatron's --moe-grouped-gemm); without an efficiency
 // of its own it runs at the device's GEMM efficiency (DeepGEMM's published H800 figures: grouped
 // GEMMs at 0.95-1.04x the dense GEMM's rate for the same per-group shape).
-enum class KernelClass { Gemm, Conv, Attention, Recurrent, Gather, Elementwise, Norm, GroupedGemm };
-inline constexpr int kKernelClassCount = 8;
+// Strided: PyTorch eager's element-wise kernels off its vectorised path (an operand that is a
+// strided view or a broadcast, or mixed dtypes: ATen's unrolled and strided loops), such as the eager
+// clamp and bias that Megatron-Core runs around GPT-OSS's experts. Compiled: an element-wise kernel
+// that torch.compile generates for shapes that vary, with a reduction along the rows in its backward:
+// the experts' weighted activation (Megatron-Core's jit_fuser). Both memory-bound; without a figure of
+// their own they run at the device's element-wise one (docs/cost-model.md).
+enum class KernelClass {
+  Gemm,
+  Conv,
+  Attention,
+  Recurrent,
+  Gather,
+  Elementwise,
+  Norm,
+  GroupedGemm,
+  Strided,
+  Compiled
+};
+inline constexpr int kKernelClassCount = 10;
 inline constexpr std::array<KernelClass, kKernelClassCount> kKernelClasses = {
-    KernelClass::Gemm,   KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
-    KernelClass::Gather, KernelClass::Elementwise, KernelClass::Norm,      KernelClass::GroupedGemm};
+    KernelClass::Gemm,    KernelClass::Conv,        KernelClass::Attention, KernelClass::Recurrent,
+    KernelClass::Gather,  KernelClass::Elementwise, KernelClass::Norm,      KernelClass::GroupedGemm,
+    KernelClass::Strided, KernelClass::Compiled};
 inline constexpr std::array<KernelClass, 5> kComputeClasses = {KernelClass::Gemm, KernelClass::Conv,
                                                                KernelClass::Attention, KernelClass::Recurrent,
                                                                KernelClass::GroupedGemm};

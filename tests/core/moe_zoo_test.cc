@@ -568,35 +568,53 @@ TEST_CASE("Qwen3-30B-A3B with `kernel_fusion: none`: bias-dropout-add unfused in
 
 TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp and fc2's bias, by hand") {
   // fused_bias_geglu.py (weighted_bias_quick_geglu_impl) clamps the two GLU halves and concatenates
-  // them in eager PyTorch before the fused quick-GEGLU; experts.py's _apply_bias adds fc2's bias per
-  // local expert in fp32, concatenates and casts back. Bytes per element, bf16 (eb 2): the clamp's
-  // forward 8 x 2 over a half (two clamps r + w of a half, the cat r + w of both), backward
-  // 11 x 2 + 8 (PyTorch's clamp_backward with one-byte masks, the chunk's concatenation); the bias's
-  // forward 2 x 2 + 24 over fc2's output (b * p, the add, the cat and the cast), backward 4 x 2 + 32.
+  // them in eager PyTorch before the compiled quick-GEGLU; experts.py's _apply_bias adds fc2's bias
+  // per local expert in fp32, concatenates and casts back. Bytes per element, bf16 (eb 2), by
+  // PyTorch's path (vectorised where every operand is contiguous and of one dtype, else strided):
+  // the clamp's forward over a half: two clamps of strided views (r + w: 4 + 4, strided), the cat
+  // (r + w of both: 8); backward: le on the gate half (2 + 1) and where (1 + 2 + 2), ge and le on the
+  // linear half (3 + 3) and where (5), all strided (19 in 5 kernels), a contiguous logical_and_ (3)
+  // and the chunk's concatenation (8): 11 in 2. fc2's bias over fc2's output, per expert: b * p (a
+  // broadcast writing 4) and t + bp (bf16 + fp32 -> fp32: 2 + 4 + 4), strided, 14 in 2 x 16; the cat
+  // (4 + 4) and the cast (4 + 2), 14 in 2; backward per expert g * p and g * b (broadcasts, 8 each:
+  // strided, 16 in 2 x 16), the gradient back to t's dtype (6) and two sums (4 each), then the
+  // split's concatenation (4) and the cast's gradient (6): 24 in 3 x 16 + 2. The activation: 6
+  // forward and 9 backward per element of a half, one compiled kernel.
   Workload w = model("gpt-oss-120b");
   const Layer* block = moe_block(w);
   REQUIRE(block);
   REQUIRE(block->split.moe.clamp);
   const double s = block->split.sequence, h = 2880, fe = 2880, copies = 4 * s;  // top-4, ep 8: 16 local
+  const double cf = copies * fe, ch = copies * h;
   const blocks::Moe m = blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true});
-  // fc1, clamp (forward), clamp (backward), the activation, fc2, bias (forward), bias (backward).
-  REQUIRE(m.expert.size() == 7);
-  REQUIRE(m.activation.size() == 3);
-  CHECK(close_rel(m.expert[1].forward_bytes, 8 * copies * fe * 2, 1e-12));
-  CHECK(m.expert[1].backward_bytes == 0);
-  CHECK(m.expert[1].calls == 3);
-  CHECK(close_rel(m.expert[2].backward_bytes, (11 * 2 + 8) * copies * fe, 1e-12));
-  CHECK(m.expert[2].forward_bytes == 0);
-  CHECK(m.expert[2].calls == 7);
-  CHECK(close_rel(m.expert[5].forward_bytes, 28 * copies * h, 1e-12));
-  CHECK(m.expert[5].calls == 2 * 16 + 2);
-  CHECK(close_rel(m.expert[6].backward_bytes, 40 * copies * h, 1e-12));
-  CHECK(m.expert[6].calls == 5 * 16 + 2);
+  // fc1, the clamp's 4, the activation, fc2, the bias's 4.
+  REQUIRE(m.expert.size() == 11);
+  REQUIRE(m.activation.size() == 5);
+  struct Want {
+    KernelClass cls;
+    double forward, backward, calls;
+  };
+  const Want want[] = {
+      {KernelClass::Strided, 8 * cf, 0, 2},       {KernelClass::Elementwise, 8 * cf, 0, 1},
+      {KernelClass::Strided, 0, 19 * cf, 5},      {KernelClass::Elementwise, 0, 11 * cf, 2},
+      {KernelClass::Compiled, 6 * cf, 9 * cf, 1}, {KernelClass::GroupedGemm, 0, 0, 0},
+      {KernelClass::Strided, 14 * ch, 0, 2 * 16}, {KernelClass::Elementwise, 14 * ch, 0, 2},
+      {KernelClass::Strided, 0, 16 * ch, 2 * 16}, {KernelClass::Elementwise, 0, 24 * ch, 3 * 16 + 2}};
+  for (int i = 0; i < 10; ++i) {
+    const Kernel& k = m.expert[i + 1];
+    CAPTURE(i);
+    CHECK(k.cls == want[i].cls);
+    if (want[i].cls == KernelClass::GroupedGemm) continue;  // fc2
+    CHECK(close_rel(k.forward_bytes, want[i].forward, 1e-12));
+    CHECK(close_rel(k.backward_bytes, want[i].backward, 1e-12));
+    CHECK(k.calls == want[i].calls);
+  }
   // The fused activation saves the clamped concatenation (2 fe per copy), which moe_act frees.
   const blocks::Moe none = blocks::moe(block->split, 1, false, {8, 1}, Precision::AMP_BF16,
                                        {true, true, true, /*fused_grouped_mlp=*/true});
   CHECK(none.expert.size() == 3);
-  CHECK(none.activation.size() == 1);
+  REQUIRE(none.activation.size() == 1);
+  CHECK(none.activation.front().cls == KernelClass::Elementwise);  // Transformer Engine's fused kernel
   // In amp-bf16 nothing is quantized; in mxfp8 the op fuser groups each GEMM's quantization.
   CHECK_FALSE(none.expert.front().grouped_quantize);
   const blocks::Moe mx =
@@ -611,6 +629,8 @@ TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp an
   // Qwen3 (no biases, no clamp) keeps fc1, the activation and fc2 alone.
   const Workload q = model("qwen3-30b-a3b");
   REQUIRE(moe_block(q));
-  CHECK(blocks::moe(moe_block(q)->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true})
-            .expert.size() == 3);
+  const blocks::Moe qm =
+      blocks::moe(moe_block(q)->split, 1, false, {8, 1}, Precision::AMP_BF16, {true, true, true});
+  CHECK(qm.expert.size() == 3);
+  CHECK(qm.expert[1].cls == KernelClass::Compiled);  // weighted_bias_swiglu_impl under torch.compile
 }

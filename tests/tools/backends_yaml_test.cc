@@ -79,9 +79,10 @@ TEST_CASE("the shipped catalogs parse") {
 }
 
 TEST_CASE("catalog errors name file:line:column, the key path, what was expected and what was found") {
-  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [class:gemmm]\n") ==
-        "b.yaml:4:16: backends.x.patterns[0]: expected a kernel class after \"class:\" (gemm, conv, attention, "
-        "recurrent, gather, elementwise, norm, grouped-gemm), got \"gemmm\"");
+  CHECK(
+      error_of("backends:\n  x:\n    device: a100\n    patterns: [class:gemmm]\n") ==
+      "b.yaml:4:16: backends.x.patterns[0]: expected a kernel class after \"class:\" (gemm, conv, attention, "
+      "recurrent, gather, elementwise, norm, grouped-gemm, strided, compiled), got \"gemmm\"");
   CHECK(error_of("backends:\n  x:\n    device: a101\n    patterns: [conv2d]\n")
             .starts_with("b.yaml:3:13: backends.x.device: expected a device of the catalog ("));
   CHECK(error_of("backends:\n  x:\n    device: a100\n    efficiency: {conv: 1.5}\n    patterns: [conv2d]\n") ==

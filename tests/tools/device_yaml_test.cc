@@ -97,6 +97,23 @@ TEST_CASE("a device is a catalog name or a mapping that overrides one") {
   CHECK(dcls.find("grouped-gemm") != std::string::npos);
   CHECK(error_of("device: {model: b200, kernel_dispatch: {gemm: -1us}}").find("t.yaml:1:") !=
         std::string::npos);
+  // The strided and compiled element-wise classes follow the element-wise class where a device has
+  // no figure of theirs (the A100), in bandwidth, start-up and host time; the catalog's H200 has its
+  // measured ones (experiments/kernels/moe.md), an override replaces them.
+  const DeviceSpec a =
+      parse("device: {model: a100, kernel_startup: {elementwise: 4us}, kernel_dispatch: 9us}");
+  for (KernelClass k : {KernelClass::Strided, KernelClass::Compiled}) {
+    CHECK(a.memory_eff(k) == a.memory_eff(KernelClass::Elementwise));
+    CHECK(a.startup(k) == pipegrid::testing::approx(4e-6));
+    CHECK(a.dispatch(k) == pipegrid::testing::approx(9e-6));
+  }
+  const DeviceSpec h200 = parse("device: h200");
+  CHECK(h200.memory_eff(KernelClass::Strided) == 0.33);
+  CHECK(h200.memory_eff(KernelClass::Compiled) == 0.36);
+  CHECK(h200.memory_eff(KernelClass::Elementwise) == 0.82);
+  const DeviceSpec own = parse("device: {model: a100, memory_efficiency: {elementwise: 0.8, strided: 0.2}}");
+  CHECK(own.memory_eff(KernelClass::Strided) == 0.2);
+  CHECK(own.memory_eff(KernelClass::Compiled) == 0.8);
   // recurrent_step: a time per math precision; given entries replace the catalog's, others stay.
   DeviceSpec rnn = parse("device: {model: v100, recurrent_step: {fp32: 12us}}");
   CHECK(rnn.recurrent_step(Precision::FP32) == pipegrid::testing::approx(12e-6));
