@@ -295,6 +295,16 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
   auto h = run_command({PIPEGRID_BINARY, "device", "show", "h200"});
   REQUIRE(h.exit_code == 0);
   CHECK(h.out.find("checked          not against published training runs") != std::string::npos);
+  // The compute table's header names every compute class its rows print (grouped-gemm was missing),
+  // and the memory line prints every class (the H200's measured strided and compiled figures).
+  const std::string head = h.out.substr(
+      h.out.find("  precision"), h.out.find('\n', h.out.find("  precision")) - h.out.find("  precision"));
+  for (const char* cls : {"gemm", "conv", "attention", "recurrent", "grouped-gemm"})
+    CHECK(head.find(cls) != std::string::npos);
+  const std::string fp16 =
+      h.out.substr(h.out.find("  fp16 "), h.out.find('\n', h.out.find("  fp16 ")) - h.out.find("  fp16 "));
+  CHECK(fp16.find("0.700        0.500        0.440        0.500        0.700") != std::string::npos);
+  CHECK(h.out.find("strided 0.330 compiled 0.360") != std::string::npos);
   // The H100: Megatron-Core's runs (experiments/megatron/h100.md).
   auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
   REQUIRE(h100.exit_code == 0);

@@ -72,11 +72,12 @@ Command add_device_command(CLI::App& parent) {
           return kOk;
         }
         fmt::print("{} ({}): {}\n", d->name, d->family, d->description);
-        fmt::print("  {:<17}{:>14}   {:>9} {:>9} {:>9} {:>9}\n", "precision", "peak", "gemm", "conv",
-                   "attention", "recurrent");
+        fmt::print("  {:<17}{:>14}  ", "precision", "peak");
+        for (KernelClass k : kComputeClasses) fmt::print(" {:>12}", to_string(k));
+        fmt::print("\n");
         for (Precision p : kMathPrecisions) {
           fmt::print("  {:<17}{:>14}  ", to_string(p), format_flop_rate(d->spec.peak(p)));
-          for (KernelClass k : kComputeClasses) fmt::print(" {:>9.3f}", d->spec.compute_eff(p, k));
+          for (KernelClass k : kComputeClasses) fmt::print(" {:>12.3f}", d->spec.compute_eff(p, k));
           fmt::print("\n");
         }
         fmt::print(
