@@ -128,6 +128,12 @@ std::string eager_expert_work(const Workload& w) {
                        : "";
 }
 
+bool compiled_expert_activation(const Workload& w) {
+  for (size_t i = 0; i < w.layer_count(); ++i)
+    if (w.layer(i).split.kind == TensorSplitKind::MoeBlock && w.layer(i).split.gated) return true;
+  return false;
+}
+
 RoutingDraw moe_routing(const Workload& w) {
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return routing_draw(w.layer(i).split.moe);

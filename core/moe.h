@@ -110,6 +110,9 @@ RoutingDraw moe_routing(const Workload& w);  // the first MoE block's routing dr
 // MoeOptions::fused_grouped_mlp takes away: "fc2's bias", "the GLU's clamp", both joined by "and", or
 // "" for none.
 std::string eager_expert_work(const Workload& w);
+// Whether some MoE block's experts are gated, so that their weighted activation is torch.compile's
+// kernel (KernelClass::Compiled; core/block_kernels.cc) unless MoeOptions::fused_grouped_mlp.
+bool compiled_expert_activation(const Workload& w);
 
 // The load imbalance the loads give: the busiest rank's load over the mean (1: balanced).
 double load_imbalance(const std::vector<double>& loads);

@@ -342,6 +342,8 @@ TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop th
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("experts' MLP fused by Transformer Engine's op fuser (no eager bias or clamp)") !=
         std::string::npos);
+  // The op fuser's activation is Transformer Engine's kernel, not torch.compile's.
+  CHECK(text.out.find("kernel class compiled") == std::string::npos);
   // Without it the experts line says what runs eagerly, also at ep 1 (no expert parallelism to report).
   const std::string one =
       tmp.write("one.yaml",
@@ -350,8 +352,12 @@ TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop th
                 "strategy: {stages: 1, replicas: 8, micro_batch_size: 1, micro_batches: 2}\n");
   auto eager_text = run_command({PIPEGRID_BINARY, "run", one});
   REQUIRE(eager_text.exit_code == 0);
-  CHECK(eager_text.out.find("fc2's bias and the GLU's clamp in eager PyTorch kernels as Megatron-Core's "
-                            "TEGroupedMLP runs them") != std::string::npos);
+  CHECK(
+      eager_text.out.find("fc2's bias and the GLU's clamp in eager PyTorch kernels as Megatron-Core's "
+                          "TEGroupedMLP runs them, those off its vectorised path of kernel class strided") !=
+      std::string::npos);
+  CHECK(eager_text.out.find("weighted activation by torch.compile (kernel class compiled)") !=
+        std::string::npos);
   // At ep 1 (no expert-parallel stage) the options still reach the blocks' kernels: the op fuser
   // is faster, an unfused router slower (they were silently ignored there).
   const std::string one_base =

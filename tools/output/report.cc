@@ -156,15 +156,19 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
                             : "")
       : !eager.empty() ? fmt::format(
                              ", {} in eager PyTorch kernels as Megatron-Core's TEGroupedMLP "
-                             "runs them (moe.fused_grouped_mlp: Transformer Engine's op fuser)",
+                             "runs them, those off its vectorised path of kernel class strided "
+                             "(moe.fused_grouped_mlp: Transformer Engine's op fuser)",
                              eager)
                        : "";
+  const std::string activation = !o.fused_grouped_mlp && compiled_expert_activation(e.workload)
+                                     ? ", weighted activation by torch.compile (kernel class compiled)"
+                                     : "";
   return fmt::format(
-      "{} per device (ep {}, etp {}), {} dispatcher{}{}{}; {}; load imbalance {:.3g} (the busiest "
+      "{} per device (ep {}, etp {}), {} dispatcher{}{}{}{}; {}; load imbalance {:.3g} (the busiest "
       "expert-parallel rank's tokens over the mean){}{}",
       experts / par.expert, par.expert, par.expert_tensor, to_string(e.strategy.moe.dispatcher), fusion, mlp,
-      e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "", routing,
-      load_imbalance(loads), flows, deepep_note(e, p, experts));
+      activation, e.strategy.moe_overlap ? ", all-to-alls overlapped with another micro-batch's compute" : "",
+      routing, load_imbalance(loads), flows, deepep_note(e, p, experts));
 }
 
 std::string plural(double count, std::string_view one, std::string_view many) {
