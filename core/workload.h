@@ -90,8 +90,8 @@ struct MeasuredCost {
 };
 
 // What kind of GPU/FPGA kernel a piece of work is: the cost model's efficiency table is indexed by
-// it (with the device and the precision). The first four are compute kernels (a fraction of the
-// peak rate), the other three memory-bound ones (a fraction of the memory bandwidth).
+// it (with the device and the precision). Those of kComputeClasses are compute kernels (a fraction
+// of the peak rate), the others memory-bound ones (a fraction of the memory bandwidth).
 // GroupedGemm: the experts' GEMMs of a mixture-of-experts layer, one grouped kernel over the device's
 // experts (TransformerEngine's GroupedLinear, Megatron's --moe-grouped-gemm); without an efficiency
 // of its own it runs at the device's GEMM efficiency (DeepGEMM's published H800 figures: grouped
