@@ -240,7 +240,8 @@ def check():
     """moe.md is the stored runs' table; the runs' checks passed; and what README.md and
     experiments/moe/README.md say of them holds: the non-vectorised eager kernels below 0.6 of the
     bandwidth, the vectorised ones above 0.65, the compiled activations' backward below 0.4; and the
-    catalog's H200 strided and compiled figures are fitted()'s."""
+    catalog's H200 strided and compiled figures are fitted()'s, and the H100's strided one the H200's
+    element rate over the H100's bandwidth."""
     with open(os.path.join(HERE, "moe.md")) as f:
         if f.read() != markdown():
             sys.exit("moe.md differs from moe_md.py's output: regenerate it")
@@ -253,6 +254,12 @@ def check():
     c = catalog()
     for cls in ("strided", "compiled"):  # the catalog's H200 figures are this fit's, to two places
         assert round(fit[cls], 2) == c[cls], f"topologies/devices.yaml's h200 {cls}: {c[cls]}, the fit {fit[cls]:.3f}"
+    # The H100's strided figure: the H200's element rate (same SMs and clocks) over the H100's bandwidth.
+    with open(os.path.join(HERE, "..", "..", "topologies", "devices.yaml")) as f:
+        h100 = yaml.safe_load(f)["h100"]
+    h100_bw = float(h100["memory_bandwidth"].rstrip("GBps")) * 1e9
+    derived = round(c["strided"] * c["bandwidth"] / h100_bw, 2)
+    assert h100["memory_efficiency"]["strided"] == derived, (h100["memory_efficiency"]["strided"], derived)
     print(f"ok: non-vectorised {min(nv):.2f}-{max(nv):.2f}, vectorised {min(v):.2f}-{max(v):.2f}, "
           f"compiled backward {min(auto_b):.2f}-{max(auto_b):.2f} of the bandwidth")
 
