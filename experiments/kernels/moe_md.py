@@ -37,17 +37,18 @@ NON_VECTORISED = ("clamp of a half (strided view)", "compare of a half (strided,
 VECTORISED = ("add, contiguous bf16", "clamp of a contiguous half", "cat of two halves", "cast fp32 -> bf16")
 
 
-def catalog():
+def catalog(device="h200"):
+    """The figures of topologies/devices.yaml's entry this script uses (the H200's by default)."""
     with open(os.path.join(HERE, "..", "..", "topologies", "devices.yaml")) as f:
-        h200 = yaml.safe_load(f)["h200"]
-    m = h200["memory_efficiency"]
-    return {"bandwidth": float(h200["memory_bandwidth"].rstrip("GBps")) * 1e9,
-            "bf16": float(h200["peak"]["bf16"].rstrip("TFLOPS")) * 1e12,
-            "gemm": h200["compute_efficiency"]["bf16"]["gemm"],
-            "attention": h200["compute_efficiency"]["bf16"]["attention"],
+        d = yaml.safe_load(f)[device]
+    m = d["memory_efficiency"]
+    return {"bandwidth": float(d["memory_bandwidth"].rstrip("GBps")) * 1e9,
+            "bf16": float(d["peak"]["bf16"].rstrip("TFLOPS")) * 1e12,
+            "gemm": d["compute_efficiency"]["bf16"]["gemm"],
+            "attention": d["compute_efficiency"]["bf16"]["attention"],
             "elementwise": m["elementwise"], "strided": m.get("strided", m["elementwise"]),
             "compiled": m.get("compiled", m["elementwise"]),
-            "startup": float(h200["kernel_startup"].rstrip("us")) * 1e-6}
+            "startup": float(d["kernel_startup"].rstrip("us")) * 1e-6}
 
 
 def median(xs):
@@ -255,11 +256,9 @@ def check():
     for cls in ("strided", "compiled"):  # the catalog's H200 figures are this fit's, to two places
         assert round(fit[cls], 2) == c[cls], f"topologies/devices.yaml's h200 {cls}: {c[cls]}, the fit {fit[cls]:.3f}"
     # The H100's strided figure: the H200's element rate (same SMs and clocks) over the H100's bandwidth.
-    with open(os.path.join(HERE, "..", "..", "topologies", "devices.yaml")) as f:
-        h100 = yaml.safe_load(f)["h100"]
-    h100_bw = float(h100["memory_bandwidth"].rstrip("GBps")) * 1e9
-    derived = round(c["strided"] * c["bandwidth"] / h100_bw, 2)
-    assert h100["memory_efficiency"]["strided"] == derived, (h100["memory_efficiency"]["strided"], derived)
+    h100 = catalog("h100")
+    derived = round(c["strided"] * c["bandwidth"] / h100["bandwidth"], 2)
+    assert h100["strided"] == derived, (h100["strided"], derived)
     print(f"ok: non-vectorised {min(nv):.2f}-{max(nv):.2f}, vectorised {min(v):.2f}-{max(v):.2f}, "
           f"compiled backward {min(auto_b):.2f}-{max(auto_b):.2f} of the bandwidth")
 
