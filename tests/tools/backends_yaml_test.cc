@@ -56,7 +56,8 @@ conversions:
   CHECK(lib.patterns[2].ops[0].kind == PatternOp::Kind::Class);
   CHECK(lib.patterns[2].ops[0].cls == KernelClass::Gemm);
   CHECK(lib.patterns[2].cost.compute_efficiency[static_cast<int>(KernelClass::Gemm)] == approx(0.7));
-  CHECK(lib.patterns[2].cost.compute_efficiency[static_cast<int>(KernelClass::Conv)] == approx(0.5));  // inherited
+  CHECK(lib.patterns[2].cost.compute_efficiency[static_cast<int>(KernelClass::Conv)] ==
+        approx(0.5));  // inherited
   CHECK(lib.patterns[2].cost.launch_s == approx(1e-6));
   CHECK(lib.patterns[2].source == "a paper, table 2");
   REQUIRE(lib.patterns[3].cost.measured);
@@ -85,13 +86,16 @@ TEST_CASE("catalog errors name file:line:column, the key path, what was expected
       "recurrent, gather, elementwise, norm, grouped-gemm, strided, compiled), got \"gemmm\"");
   CHECK(error_of("backends:\n  x:\n    device: a101\n    patterns: [conv2d]\n")
             .starts_with("b.yaml:3:13: backends.x.device: expected a device of the catalog ("));
-  CHECK(error_of("backends:\n  x:\n    device: a100\n    efficiency: {conv: 1.5}\n    patterns: [conv2d]\n") ==
-        "b.yaml:4:24: backends.x.efficiency.conv: expected a number in (0, 1], got \"1.5\"");
+  CHECK(
+      error_of("backends:\n  x:\n    device: a100\n    efficiency: {conv: 1.5}\n    patterns: [conv2d]\n") ==
+      "b.yaml:4:24: backends.x.efficiency.conv: expected a number in (0, 1], got \"1.5\"");
   CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: []\n") ==
         "b.yaml:4:15: backends.x.patterns: expected a non-empty list of patterns, got a list");
-  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\nconversions:\n  - {from: y}\n") ==
-        "b.yaml:6:12: conversions[0].from: expected a backend of this catalog or \"*\" (*, x), got \"y\" (did you mean "
-        "\"*\"?)");
+  CHECK(
+      error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\nconversions:\n  - {from: y}\n") ==
+      "b.yaml:6:12: conversions[0].from: expected a backend of this catalog or \"*\" (*, x), got \"y\" (did "
+      "you mean "
+      "\"*\"?)");
   CHECK(error_of("backends:\n  x:\n    device: a100\n    launch: fast\n    patterns: [conv2d]\n")
             .starts_with("b.yaml:4:13: backends.x.launch: expected a time like"));
   CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\n    colour: red\n")
@@ -128,14 +132,16 @@ strategy: {partitioner: balanced, schedule: 1f1b, stages: 2, micro_batch_size: 8
     for (const auto& b : s["backends"]) CHECK(b == "framework");
   }
   // TVM-like alone: every layer on tvm.
-  const nlohmann::json tvm = plan_json(dir.write("tvm.yaml", base + "backends: {catalog: " + catalog + ", use: [tvm]}\n"));
+  const nlohmann::json tvm =
+      plan_json(dir.write("tvm.yaml", base + "backends: {catalog: " + catalog + ", use: [tvm]}\n"));
   for (const auto& s : tvm["stages"])
     for (const auto& b : s["backends"]) CHECK(b == "tvm");
   // The trace names each stage's backends on its compute tasks.
   auto r = pipegrid::testing::run_command(
       {PIPEGRID_BINARY, "run", (dir.path / "tvm.yaml").string(), "--trace", (dir.path / "t.json").string()});
   REQUIRE(r.exit_code == 0);
-  const nlohmann::json trace = nlohmann::json::parse(pipegrid::testing::read_file((dir.path / "t.json").string()));
+  const nlohmann::json trace =
+      nlohmann::json::parse(pipegrid::testing::read_file((dir.path / "t.json").string()));
   int named = 0;
   for (const auto& e : trace["traceEvents"])
     if (e.contains("args") && e["args"].contains("backends")) {
