@@ -31,7 +31,10 @@ def load():
     cuts = {}
     for recs in runs:
         for i, r in enumerate(recs):
-            assert r.get("ok") or r["check_fp8_rel"] >= 0.1, r  # only fp8's long sums may miss (below)
+            # bf16 against float32 and 4 streams against 1 hold everywhere; fp8 misses its 0.1 only on
+            # the longest reductions (below).
+            assert r["check_bf16_rel"] < 1e-2 and r["check_4streams_rel"] < 1e-3, r
+            assert r["check_fp8_rel"] < 0.1 or r["k"] >= 16384, r
             c = cuts.setdefault(r["cut"], {"local": r["local"], "flops": 0.0, "runs": [{}, {}], "fp8_rel": []})
             if recs is runs[0]:
                 c["flops"] += r["flops"]
