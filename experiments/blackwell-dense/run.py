@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Dense Llama pre-training on DGX-B200 and DGX-GB200, published against pipegrid (rows.yaml).
+
+    experiments/blackwell-dense/run.py [-j 2] [--max-gpus 256] [--out results.md]
+    experiments/blackwell-dense/run.py --validate   # rows.yaml's schema, quotes and split only
+
+Each row becomes an experiment (the zoo model at sequence 8,192 in the row's precision, the row's
+TP / PP / CP / VP / micro-batch and global batch, rows.yaml's stated assumptions), replayed with
+`pipegrid run --json`; its tokens/s per GPU is global batch x 8,192 / iteration time / GPUs, and the
+error pipegrid / published - 1. Nothing is fitted here: the catalog's b200 and gb200 figures are the
+H100/H200 fractions, assumed (topologies/devices.yaml), and these rows say how far that carries.
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import pgx  # noqa: E402
+
+BLOCKS = {"llama3-8b": 32, "llama3-70b": 80, "llama3-405b": 126}
+FIELDS = ("id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
+          "precision", "tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split")
+PRINTED = {"FP8": "fp8", "FP8-CS": "fp8", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
+GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200"}
+
+
+def load():
+    with open(os.path.join(HERE, "rows.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def validate(rows):
+    """rows.yaml's schema, its quotes holding the values, and the split rule."""
+    ids = set()
+    for r in rows:
+        missing = [k for k in FIELDS if k not in r]
+        assert not missing, (r.get("id"), missing)
+        assert r["id"] not in ids, r["id"]
+        ids.add(r["id"])
+        assert r["model"] in BLOCKS and GPUS[r["system"]] == r["gpu"], r["id"]
+        assert PRINTED[r["printed_precision"]] == r["precision"], r["id"]
+        assert f"| {r['gpus']} |" in r["quote"] and f"| {r['gbs']} | {r['mbs']} | {r['seq']} |" in r["quote"], r["id"]
+        assert str(r["value"]) in r["quote"] and r["printed_precision"] in r["quote"], r["id"]
+        assert r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
+        assert r["gbs"] % (replicas(r) * r["mbs"]) == 0, r["id"]
+        for s in r.get("same_config", []):
+            assert str(s["value"]) in s["quote"] and r["printed_precision"] in s["quote"], (r["id"], s)
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["gpu"], r["precision"]), []).append(r)
+    for g in groups.values():
+        for i, r in enumerate(sorted(g, key=lambda r: r["id"])):
+            assert r["split"] == ("calibration" if i % 2 == 0 else "check"), r["id"]
+    return len(rows)
+
+
+def replicas(r):
+    return r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+
+
+def nvlink_domain(r):
+    """As experiments/moe/run.py: a DGX node's 8, or on DGX-GB200 the Slurm segment Megatron-Bridge's
+    launcher asks for (trays of 4 GPUs, up to 18 trays per segment, else the largest divisor <= 18)."""
+    if r["system"] != "DGX-GB200":
+        return 8
+    trays = r["gpus"] // 4
+    return 4 * (trays if trays <= 18 else max(s for s in range(1, 19) if trays % s == 0))
+
+
+def device(r, fit):
+    """The row's GPU: the catalog's, or with the fitted fp8 GEMM efficiency of `fit` {gpu: value}."""
+    if r["gpu"] not in (fit or {}):
+        return r["gpu"]
+    return {"model": r["gpu"], "compute_efficiency": {"fp8": {"gemm": fit[r["gpu"]]}}}
+
+
+def experiment(r, fit=None):
+    d, vp = replicas(r), r["vp"] or 1
+    strategy = {"partitioner": "megatron" if BLOCKS[r["model"]] % (r["pp"] * vp) == 0 else "balanced",
+                "schedule": "interleaved-1f1b" if vp > 1 else "1f1b", "stages": r["pp"], "replicas": d,
+                "tensor_parallel": r["tp"], "sequence_parallel": r["tp"] > 1, "tp_overlap": r["tp"] > 1,
+                "allreduce": "multi-ring", "dp_overlap": True, "gradient_reduce": "bf16",
+                "micro_batch_size": r["mbs"], "micro_batches": r["gbs"] // (d * r["mbs"])}
+    if vp > 1:
+        strategy["chunks"] = vp
+    if r["cp"] > 1:
+        strategy["context_parallel"] = r["cp"]
+    n = nvlink_domain(r)
+    return {"name": r["id"],
+            "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"],
+                         "attention": "fused", "kernel_fusion": "megatron"},
+            "cluster": {"kind": "dgx", "nodes": r["gpus"] // n, "gpus_per_node": n, "gpu": device(r, fit),
+                        "nvlink": {"bandwidth": "900GBps", "latency": "0.5us"},
+                        "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
+                        "fabric": "rail" if r["gpus"] > n else "switch"},
+            "strategy": strategy,
+            "memory": {"optimizer": "mixed-adam", "recompute": "none", "zero": 1}}
+
+
+def replay(pipegrid, r, fit=None):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(experiment(r, fit), f, sort_keys=False)
+        path = f.name
+    try:
+        p = subprocess.run([pipegrid, "run", path, "--json"], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip()[-300:]}
+    j = json.loads(p.stdout)
+    return {"time": j["iteration_time_s"], "feasible": j["feasible"]}
+
+
+def fit_gpu(pipegrid, rows, gpu, jobs, iterations=14):
+    """The fp8 GEMM efficiency of `gpu` that minimises the sum of ln(pipegrid / published)^2 over its
+    calibration rows: golden-section search in ln(efficiency) over [0.2, 0.9]."""
+    mine = [r for r in rows if r["gpu"] == gpu and r["split"] == "calibration"]
+
+    def objective(x):
+        with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
+            got = list(ex.map(lambda r: replay(pipegrid, r, {gpu: round(x, 4)}), mine))
+        return sum(math.log(tokens(r, g["time"]) / r["value"]) ** 2 for r, g in zip(mine, got))
+
+    lo, hi = math.log(0.2), math.log(0.9)
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = objective(math.exp(a)), objective(math.exp(b))
+    for _ in range(iterations):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = objective(math.exp(a))
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = objective(math.exp(b))
+    x = round(math.exp((lo + hi) / 2), 3)
+    return x, objective(x), [r["id"] for r in mine]
+
+
+def tokens(r, time):
+    return r["gbs"] * r["seq"] / time / r["gpus"]
+
+
+def spread(r):
+    vals = [r["value"]] + [s["value"] for s in r.get("same_config", [])]
+    return len(vals), min(vals), max(vals)
+
+
+def markdown(rows, got):
+    out = ["# Dense Llama pre-training on Blackwell: published against pipegrid", "",
+           "Written by `experiments/blackwell-dense/run.py` (rows, quotes, assumptions: rows.yaml). error = "
+           "pipegrid / published - 1 in tokens/s per GPU. \"releases\": the same configuration in other "
+           "releases of the page. Catalog: topologies/devices.yaml as built into the binary; the b200 and gb200 "
+           "compute efficiencies are the H100/H200 fractions, assumed. Nothing is fitted on these rows.", ""]
+    errors = {}
+    for split in ("calibration", "check"):
+        out += [f"## {split.capitalize()} rows", "",
+                "| row | release | configuration | published | releases (n, min-max) | pipegrid | error |",
+                "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            if r["split"] != split:
+                continue
+            x = got[r["id"]]
+            conf = (f"{r['gpus']} {r['gpu'].upper()}, {r['precision']}, TP{r['tp']} PP{r['pp']} CP{r['cp']}"
+                    + (f" VP{r['vp']}" if r["vp"] else "") + f", MBS{r['mbs']} GBS{r['gbs']}")
+            n, lo, hi = spread(r)
+            rel = f"{n}, {lo:,}-{hi:,}" if n > 1 else "1"
+            if "error" in x:
+                out.append(f"| {r['id']} | {r['release']} | {conf} | {r['value']:,} | {rel} | error | {x['error']} |")
+                continue
+            pred = tokens(r, x["time"])
+            err = pred / r["value"] - 1
+            errors.setdefault(split, []).append(err)
+            errors.setdefault(r["precision"], []).append(err)
+            over = "" if x["feasible"] else " (over memory)"
+            out.append(f"| {r['id']} | {r['release']} | {conf} | {r['value']:,} | {rel} | {pred:,.0f}{over} | "
+                       f"{100 * err:+.1f}% |")
+        out.append("")
+    def summary(name, es):
+        return (f"{name}: {len(es)} rows, median |error| {100 * statistics.median(abs(e) for e in es):.1f}%, "
+                f"max {100 * max(abs(e) for e in es):.1f}%, pipegrid faster on {sum(e > 0 for e in es)}")
+    out += ["## Summary", ""] + [f"- {summary(k, errors[k])}" for k in ("calibration", "check", "fp8", "mxfp8")
+                                  if k in errors]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-j", type=int, default=2)
+    ap.add_argument("--max-gpus", type=int, default=256)
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--validate", action="store_true")
+    ap.add_argument("--fit", action="store_true",
+                    help="fit the b200's and gb200's fp8 GEMM efficiency on the calibration rows (fit.yaml)")
+    ap.add_argument("--with-fit", metavar="FIT_YAML", help="replay with a fit's figures in place of the catalog's")
+    args = ap.parse_args()
+    rows = load()
+    n = validate(rows)
+    if args.validate:
+        print(f"ok: {n} rows")
+        return
+    pipegrid = pgx.binary()
+    pgx.check_catalog(pipegrid, ("b200", "gb200"))
+    rows = [r for r in rows if r["gpus"] <= args.max_gpus]
+    if args.fit:
+        out = {"what": "fp8 GEMM efficiency (compute_efficiency: {fp8: {gemm: ...}}) per GPU, fitted on "
+                       "rows.yaml's calibration rows by run.py --fit", "fit": {}}
+        for gpu in ("b200", "gb200"):
+            x, obj, ids = fit_gpu(pipegrid, rows, gpu, args.j)
+            out["fit"][gpu] = {"fp8_gemm": x, "objective": round(obj, 4), "rows": ids}
+            print(gpu, out["fit"][gpu], flush=True)
+        with open(os.path.join(HERE, "fit.yaml"), "w", encoding="utf-8") as f:
+            yaml.safe_dump(out, f, sort_keys=False)
+        return
+    fit = None
+    if args.with_fit:
+        with open(args.with_fit, encoding="utf-8") as f:
+            fit = {g: v["fp8_gemm"] for g, v in yaml.safe_load(f)["fit"].items()}
+    with concurrent.futures.ThreadPoolExecutor(args.j) as ex:
+        got = dict(zip([r["id"] for r in rows], ex.map(lambda r: replay(pipegrid, r, fit), rows)))
+    text = markdown(rows, got)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
