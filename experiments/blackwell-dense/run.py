@@ -7,8 +7,9 @@
 Each row becomes an experiment (the zoo model at sequence 8,192 in the row's precision, the row's
 TP / PP / CP / VP / micro-batch and global batch, rows.yaml's stated assumptions), replayed with
 `pipegrid run --json`; its tokens/s per GPU is global batch x 8,192 / iteration time / GPUs, and the
-error pipegrid / published - 1. Nothing is fitted here: the catalog's b200 and gb200 figures are the
-H100/H200 fractions, assumed (topologies/devices.yaml), and these rows say how far that carries.
+error pipegrid / published - 1. `--fit` fits the b200's and gb200's fp8 GEMM efficiency on the
+calibration rows (fit.yaml), which the catalog holds since 2026-12-04 (README.md); their other figures
+are the H100/H200 fractions, assumed (topologies/devices.yaml).
 """
 import argparse
 import concurrent.futures
@@ -160,8 +161,9 @@ def markdown(rows, got):
     out = ["# Dense Llama pre-training on Blackwell: published against pipegrid", "",
            "Written by `experiments/blackwell-dense/run.py` (rows, quotes, assumptions: rows.yaml). error = "
            "pipegrid / published - 1 in tokens/s per GPU. \"releases\": the same configuration in other "
-           "releases of the page. Catalog: topologies/devices.yaml as built into the binary; the b200 and gb200 "
-           "compute efficiencies are the H100/H200 fractions, assumed. Nothing is fitted on these rows.", ""]
+           "releases of the page. Catalog: topologies/devices.yaml as built into the binary: the b200's and "
+           "gb200's fp8 GEMM efficiencies are fitted on the calibration rows below (fit.yaml, README.md), their "
+           "other figures the H100/H200 fractions, assumed. The check rows are never fitted on.", ""]
     errors = {}
     for split in ("calibration", "check"):
         out += [f"## {split.capitalize()} rows", "",
@@ -229,6 +231,7 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(args.j) as ex:
         got = dict(zip([r["id"] for r in rows], ex.map(lambda r: replay(pipegrid, r, fit), rows)))
     text = markdown(rows, got)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
