@@ -196,6 +196,61 @@ def markdown(rows, got):
     return "\n".join(out) + "\n"
 
 
+NAMES = {"llama3-8b": "Llama 3 8B", "llama3-70b": "Llama 3 70B", "llama3-405b": "Llama 3.1 405B"}
+
+
+def write_accuracy(path, rows, got):
+    """accuracy.yaml: the check rows by GPU and precision, which `pipegrid run` prints for a dense
+    transformer workload on those GPUs (tools/output/cost_model_checks.cc), in experiments/moe's
+    accuracy.yaml format: median and max |error|, the worst row, how many pipegrid predicts faster,
+    and the releases of one configuration (max / min of the published values)."""
+    by = {}
+    for r in rows:
+        if r["split"] == "check" and "error" not in got[r["id"]]:
+            by.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(r)
+    out = ["# Written by experiments/blackwell-dense/run.py (its last full run, results.md): the dense check rows",
+           "# (published training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
+           "# faster: rows pipegrid predicts faster; spread: the releases of one configuration, max / min.",
+           "# `pipegrid run` prints the entry of each catalog GPU and precision a dense transformer workload uses;",
+           "# run.py --validate checks it against results.md."]
+    for gpu in sorted(by):
+        out.append(f"{gpu}:")
+        for prec in sorted(by[gpu]):
+            mine = by[gpu][prec]
+            err = {r["id"]: tokens(r, got[r["id"]]["time"]) / r["value"] - 1 for r in mine}
+            worst = max(mine, key=lambda r: abs(err[r["id"]]))
+            spreads = sorted(hi / lo for n, lo, hi in map(spread, mine) if n > 1)
+            name = (f"{NAMES[worst['model']]} on {worst['gpus']} {worst['gpu'].upper()}s, {prec}, TP{worst['tp']} "
+                    f"PP{worst['pp']} ({worst['source']} {worst['release']})")
+            entry = (f"{{check_rows: {len(mine)}, median_error: {statistics.median(abs(e) for e in err.values()):.4f}, "
+                     f"max_error: {abs(err[worst['id']]):.4f}, worst: {worst['id']}, worst_name: \"{name}\", "
+                     f"faster: {sum(e > 0 for e in err.values())}, spread_groups: {len(spreads)}")
+            if spreads:
+                entry += f", median_spread: {statistics.median(spreads):.4f}, max_spread: {spreads[-1]:.4f}"
+            out.append(f"  {prec}: {entry}}}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def check_accuracy(rows):
+    """accuracy.yaml against results.md's check table: the same groups, counts, median and max."""
+    with open(os.path.join(HERE, "accuracy.yaml"), encoding="utf-8") as f:
+        acc = yaml.safe_load(f)
+    with open(os.path.join(HERE, "results.md"), encoding="utf-8") as f:
+        lines = f.read().split("## Check rows")[1].split("## Summary")[0].splitlines()
+    table = {c[1].strip(): float(c[7].strip().rstrip("%")) / 100 for c in (x.split("|") for x in lines if x.startswith("| bd-"))}
+    by = {}
+    for r in rows:
+        if r["id"] in table:
+            by.setdefault((r["gpu"], r["precision"]), []).append(abs(table[r["id"]]))
+    got = {(g, p): e for g, ps in acc.items() for p, e in ps.items()}
+    assert set(got) == set(by), (sorted(got), sorted(by))
+    for k, errs in by.items():
+        e = got[k]
+        assert e["check_rows"] == len(errs) and abs(e["max_error"] - max(errs)) < 6e-4, (k, e, errs)
+        assert abs(e["median_error"] - statistics.median(errs)) < 6e-4, (k, e, errs)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-j", type=int, default=2)
@@ -209,7 +264,8 @@ def main():
     rows = load()
     n = validate(rows)
     if args.validate:
-        print(f"ok: {n} rows")
+        check_accuracy(rows)
+        print(f"ok: {n} rows; accuracy.yaml agrees with results.md")
         return
     pipegrid = pgx.binary()
     pgx.check_catalog(pipegrid, ("b200", "gb200"))
@@ -231,6 +287,8 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(args.j) as ex:
         got = dict(zip([r["id"] for r in rows], ex.map(lambda r: replay(pipegrid, r, fit), rows)))
     text = markdown(rows, got)
+    if not args.with_fit and args.out == os.path.join(HERE, "results.md") and len(rows) == len(load()):
+        write_accuracy(os.path.join(HERE, "accuracy.yaml"), rows, got)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)

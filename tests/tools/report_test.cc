@@ -356,6 +356,42 @@ TEST_CASE("run and plan state how the data-parallel gradients are reduced, when 
   CHECK(run_command({PIPEGRID_BINARY, "run", plain}).out.find("\n  gradients  ") == std::string::npos);
 }
 
+TEST_CASE("run reports the published dense runs (experiments/blackwell-dense) on a B200 or GB200") {
+  TempDir tmp;
+  // experiments/blackwell-dense/accuracy.yaml read here (the oracle; run.py --validate, a ctest, holds the
+  // file to results.md's check rows).
+  const YAML::Node dense =
+      YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/blackwell-dense/accuracy.yaml");
+  const std::string llama = "llama3-8b, layers: 2";
+  REQUIRE(dense["b200"]["mxfp8"]);
+  auto c = run_json(tmp, "{name: gpu, model: b200}", "mxfp8", llama);
+  REQUIRE(c.size() == 1);  // the B200 has no validation-suite row: the dense runs alone
+  CHECK(c[0]["source"] == "blackwell-dense");
+  CHECK(c[0]["status"] == "checked");
+  CHECK(c[0]["check_rows"] == dense["b200"]["mxfp8"]["check_rows"].as<int>());
+  CHECK(c[0]["median_error"] == dense["b200"]["mxfp8"]["median_error"].as<double>());
+  CHECK(c[0]["worst"] == dense["b200"]["mxfp8"]["worst"].as<std::string>());
+  CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
+            .out.find("b200 mxfp8, published dense runs: against " +
+                      dense["b200"]["mxfp8"]["check_rows"].as<std::string>() + " published run") !=
+        std::string::npos);
+  // An MoE workload on the same GPU gets the MoE runs, not the dense ones; a GPU without dense rows, none.
+  for (const auto& x : run_json(tmp, "{name: gpu, model: b200}", "mxfp8", "qwen3-30b-a3b, layers: 2"))
+    CHECK(x["source"] != "blackwell-dense");
+  REQUIRE(!dense["h100"]);
+  for (const auto& x : run_json(tmp, "{name: gpu, model: h100}", "fp8", llama))
+    CHECK(x["source"] != "blackwell-dense");
+  // A precision without dense rows there: not checked, as before.
+  REQUIRE(!dense["b200"]["amp-bf16"]);
+  auto b = run_json(tmp, "{name: gpu, model: b200}", "amp-bf16", llama);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0]["status"] == "not checked");
+  // Overridden figures: the rows do not apply.
+  auto o = run_json(tmp, "{name: gpu, model: b200, compute_efficiency: {fp8: {gemm: 0.6}}}", "mxfp8", llama);
+  REQUIRE(o.size() == 1);
+  CHECK(o[0]["status"] == "overridden");
+}
+
 TEST_CASE("run reports the published MoE runs (experiments/moe) for a workload with MoE blocks") {
   TempDir tmp;
   // experiments/moe/accuracy.yaml read here (the oracle; tests/tools/moe_rows.py holds the file to

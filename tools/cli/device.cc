@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -128,9 +129,16 @@ Command add_device_command(CLI::App& parent) {
         if (checks.empty()) fmt::print("  checked          not against published training runs\n");
         for (size_t i = 0; i < checks.size(); ++i)
           fmt::print("  {:<17}{}\n", i == 0 ? "checked" : "", checks[i].note);
-        if (!checks.empty())
-          fmt::print("  {:<17}(experiments/validation/results.md; Megatron-LM's: docs/3d-parallelism.md)\n",
-                     "");
+        // Where each check set's rows are tabulated, once per set, in the order printed.
+        std::vector<std::string> where;
+        for (const output::CostModelCheck& c : checks) {
+          const std::string w = c.source == "megatron-lm"       ? "Megatron-LM's: docs/3d-parallelism.md"
+                                : c.source == "moe"             ? "experiments/moe/results.md"
+                                : c.source == "blackwell-dense" ? "experiments/blackwell-dense/results.md"
+                                                                : "experiments/validation/results.md";
+          if (std::find(where.begin(), where.end(), w) == where.end()) where.push_back(w);
+        }
+        if (!where.empty()) fmt::print("  {:<17}({})\n", "", fmt::join(where, "; "));
         return kOk;
       }};
 }

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "tools/builtin_accuracy.h"
+#include "tools/builtin_dense_accuracy.h"
 #include "tools/builtin_moe_accuracy.h"
 #include "tools/input/device_yaml.h"
 
@@ -61,15 +62,26 @@ const std::vector<GpuChecks>& validation_checks() {
   return table;
 }
 
-// experiments/moe/accuracy.yaml, parsed once: catalog kind -> precision -> the MoE check rows' figures.
-const std::map<std::string, std::map<std::string, CostModelCheck, std::less<>>, std::less<>>& moe_checks() {
-  static const auto table = [] {
-    std::map<std::string, std::map<std::string, CostModelCheck, std::less<>>, std::less<>> t;
-    for (const auto& gpu : YAML::Load(kBuiltinMoeAccuracy))
-      for (const auto& p : gpu.second)
-        t[gpu.first.as<std::string>()][p.first.as<std::string>()] = read_check(p.second);
-    return t;
-  }();
+// Catalog kind -> precision -> a check set's figures.
+using ChecksByGpu = std::map<std::string, std::map<std::string, CostModelCheck, std::less<>>, std::less<>>;
+
+ChecksByGpu read_checks_by_gpu(const char* yaml) {
+  ChecksByGpu t;
+  for (const auto& gpu : YAML::Load(yaml))
+    for (const auto& p : gpu.second)
+      t[gpu.first.as<std::string>()][p.first.as<std::string>()] = read_check(p.second);
+  return t;
+}
+
+// experiments/moe/accuracy.yaml, parsed once: the MoE check rows' figures.
+const ChecksByGpu& moe_checks() {
+  static const ChecksByGpu table = read_checks_by_gpu(kBuiltinMoeAccuracy);
+  return table;
+}
+
+// experiments/blackwell-dense/accuracy.yaml, parsed once: the dense Llama check rows on Blackwell.
+const ChecksByGpu& dense_checks() {
+  static const ChecksByGpu table = read_checks_by_gpu(kBuiltinDenseAccuracy);
   return table;
 }
 
@@ -105,8 +117,8 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
 
 std::string figures_text(const CostModelCheck& c, std::string_view apart = "sources") {
   std::string text =
-      fmt::format("against {} published runs never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
-                  c.check_rows, 100 * c.median_error, 100 * c.max_error,
+      fmt::format("against {} published run{} never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
+                  c.check_rows, c.check_rows == 1 ? "" : "s", 100 * c.median_error, 100 * c.max_error,
                   c.worst_name.empty() ? c.worst : fmt::format("{}; row {}", c.worst_name, c.worst));
   if (c.faster >= 0) text += fmt::format("; pipegrid faster on {} of {}", c.faster, c.check_rows);
   if (c.spread_groups > 0)
@@ -120,18 +132,22 @@ std::string figures_text(const CostModelCheck& c, std::string_view apart = "sour
 std::vector<CostModelCheck> catalog_checks(std::string_view kind) {
   std::vector<CostModelCheck> out;
   const GpuChecks* g = find_gpu(kind);
-  auto add_moe = [&] {
-    const auto m = moe_checks().find(kind);
-    if (m == moe_checks().end()) return;
+  auto add_set = [&](const ChecksByGpu& set, const char* source, const char* what) {
+    const auto m = set.find(kind);
+    if (m == set.end()) return;
     for (const auto& [precision, f] : m->second) {
       CostModelCheck c = f;
-      c.source = "moe";
+      c.source = source;
       c.device = std::string(kind);
       c.precision = precision;
       c.status = "checked";
-      c.note = fmt::format("{}, published MoE runs: {}", precision, figures_text(f, "releases"));
+      c.note = fmt::format("{}, {}: {}", precision, what, figures_text(f, "releases"));
       out.push_back(std::move(c));
     }
+  };
+  auto add_moe = [&] {
+    add_set(dense_checks(), "blackwell-dense", "published dense runs");
+    add_set(moe_checks(), "moe", "published MoE runs");
   };
   if (!g) {
     add_moe();
@@ -193,6 +209,10 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
     // Published MoE runs on this GPU (experiments/moe), for a workload with MoE blocks.
     const auto moe_gpu = moe ? moe_checks().find(spec.kind) : moe_checks().end();
     const bool has_moe = moe_gpu != moe_checks().end() && moe_gpu->second.count(key) > 0;
+    // Published dense transformer runs on this GPU (experiments/blackwell-dense), for a workload
+    // with transformer blocks and no MoE block.
+    const auto dense_gpu = transformer && !moe ? dense_checks().find(spec.kind) : dense_checks().end();
+    const bool has_dense = dense_gpu != dense_checks().end() && dense_gpu->second.count(key) > 0;
     // An entry for the check rows `f` of `source` ("validation", "megatron-lm" or "moe").
     auto add = [&](const CostModelCheck& f, const std::string& source) {
       CostModelCheck x = f;
@@ -200,9 +220,10 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
       x.device = c.device;
       x.precision = precision;
       const std::string what =
-          source == "megatron-lm" ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
-          : source == "moe"       ? fmt::format("{} {}, published MoE runs", x.device, precision)
-                                  : fmt::format("{} {}", x.device, precision);
+          source == "megatron-lm"       ? fmt::format("{} {}, Megatron-LM's 3D runs", x.device, precision)
+          : source == "moe"             ? fmt::format("{} {}, published MoE runs", x.device, precision)
+          : source == "blackwell-dense" ? fmt::format("{} {}, published dense runs", x.device, precision)
+                                        : fmt::format("{} {}", x.device, precision);
       if (!changed.empty()) {
         x.status = "overridden";
         x.note = fmt::format(
@@ -211,11 +232,13 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
             what, fmt::join(changed, ", "), f.check_rows, 100 * f.median_error, 100 * f.max_error);
       } else {
         x.status = "checked";
-        x.note = fmt::format("{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "",
-                             figures_text(f, source == "moe" ? "releases" : "sources"),
-                             source == "megatron-lm" ? "docs/3d-parallelism.md"
-                             : source == "moe"       ? "experiments/moe/results.md"
-                                                     : "experiments/validation/results.md");
+        x.note = fmt::format(
+            "{}: {}{} ({})", what, key != precision ? "the rows ran amp (fp16 math): " : "",
+            figures_text(f, source == "moe" || source == "blackwell-dense" ? "releases" : "sources"),
+            source == "megatron-lm"       ? "docs/3d-parallelism.md"
+            : source == "moe"             ? "experiments/moe/results.md"
+            : source == "blackwell-dense" ? "experiments/blackwell-dense/results.md"
+                                          : "experiments/validation/results.md");
       }
       out.push_back(std::move(x));
     };
@@ -232,7 +255,8 @@ std::vector<CostModelCheck> cost_model_checks(const Experiment& e, const std::ve
                       c.device, precision, precision, fmt::join(checked, ", "));
       out.push_back(std::move(x));
     }
-    if (!has_rows && !has_megatron && has_moe) continue;
+    if (has_dense) add(dense_gpu->second.find(key)->second, "blackwell-dense");
+    if (!has_rows && !has_megatron && (has_moe || has_dense)) continue;
     if (!has_rows && !has_megatron) {
       std::vector<std::string> checked;
       if (gpu) {

@@ -19,10 +19,12 @@ namespace pipegrid::output {
 // was never checked, or that the run overrides the catalog's cost figures. Custom devices, and
 // workloads whose every layer carries measured times, get none. A GPU and precision with
 // Megatron-LM's published 3D runs among the check rows gets a second entry for them; a workload with
-// MoE blocks, an entry for the published MoE runs of experiments/moe (its accuracy.yaml, compiled in).
+// MoE blocks, an entry for the published MoE runs of experiments/moe (its accuracy.yaml, compiled in);
+// a transformer workload without them, on a B200 or GB200, one for experiments/blackwell-dense's.
 struct CostModelCheck {
-  // "validation" (experiments/validation), "megatron-lm" (its 3D runs) or "moe" (experiments/moe: published
-  // MoE runs, printed for workloads with MoE blocks)
+  // "validation" (experiments/validation), "megatron-lm" (its 3D runs), "moe" (experiments/moe: published
+  // MoE runs, printed for workloads with MoE blocks) or "blackwell-dense" (experiments/blackwell-dense:
+  // published dense Llama runs on B200 and GB200, printed for transformer workloads without MoE blocks)
   std::string source;
   std::string device;     // catalog kind, e.g. "v100"
   std::string precision;  // the workload's
