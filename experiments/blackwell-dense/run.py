@@ -40,28 +40,42 @@ def load():
 
 
 def validate(rows):
-    """rows.yaml's schema, its quotes holding the values, and the split rule."""
-    ids = set()
+    """Problems with rows.yaml (empty: none): fields, the quotes holding each value, the split rule."""
+    problems, ids = [], set()
     for r in rows:
+        rid = r.get("id", "?")
         missing = [k for k in FIELDS if k not in r]
-        assert not missing, (r.get("id"), missing)
-        assert r["id"] not in ids, r["id"]
-        ids.add(r["id"])
-        assert r["model"] in BLOCKS and GPUS[r["system"]] == r["gpu"], r["id"]
-        assert PRINTED[r["printed_precision"]] == r["precision"], r["id"]
-        assert f"| {r['gpus']} |" in r["quote"] and f"| {r['gbs']} | {r['mbs']} | {r['seq']} |" in r["quote"], r["id"]
-        assert str(r["value"]) in r["quote"] and r["printed_precision"] in r["quote"], r["id"]
-        assert r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
-        assert r["gbs"] % (replicas(r) * r["mbs"]) == 0, r["id"]
-        for s in r.get("same_config", []):
-            assert str(s["value"]) in s["quote"] and r["printed_precision"] in s["quote"], (r["id"], s)
+        if missing:
+            problems.append(f"{rid}: no {', '.join(missing)}")
+            continue
+        checks = [(rid not in ids, "id used twice"),
+                  (r["model"] in BLOCKS, f"model {r['model']} is not one of {sorted(BLOCKS)}"),
+                  (GPUS.get(r["system"]) == r["gpu"], f"system {r['system']} does not run gpu {r['gpu']}"),
+                  (PRINTED.get(r["printed_precision"]) == r["precision"],
+                   f"printed precision {r['printed_precision']} is not precision {r['precision']}"),
+                  (f"| {r['gpus']} |" in r["quote"] and f"| {r['gbs']} | {r['mbs']} | {r['seq']} |" in r["quote"],
+                   "the quote does not hold its GPUs, GBS, MBS and sequence"),
+                  (str(r["value"]) in r["quote"] and r["printed_precision"] in r["quote"],
+                   "the quote does not hold its value and precision"),
+                  (r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, "TP x PP x CP does not divide the GPUs")]
+        ids.add(rid)
+        problems += [f"{rid}: {m}" for ok, m in checks if not ok]
+        if not problems and r["gbs"] % (replicas(r) * r["mbs"]):
+            problems.append(f"{rid}: GBS is not a multiple of replicas x MBS")
+        problems += [f"{rid}: same_config {s.get('release')}: the quote does not hold its value and precision"
+                     for s in r.get("same_config", [])
+                     if str(s["value"]) not in s["quote"] or r["printed_precision"] not in s["quote"]]
+    if problems:
+        return problems
     groups = {}
     for r in rows:
         groups.setdefault((r["gpu"], r["precision"]), []).append(r)
     for g in groups.values():
         for i, r in enumerate(sorted(g, key=lambda r: r["id"])):
-            assert r["split"] == ("calibration" if i % 2 == 0 else "check"), r["id"]
-    return len(rows)
+            if r["split"] != ("calibration" if i % 2 == 0 else "check"):
+                problems.append(f"{r['id']}: split {r['split']} breaks the rule (by gpu and precision, sorted by id, "
+                                "alternating from calibration)")
+    return problems
 
 
 def replicas(r):
@@ -201,35 +215,18 @@ NAMES = {"llama3-8b": "Llama 3 8B", "llama3-70b": "Llama 3 70B", "llama3-405b": 
 
 def write_accuracy(path, rows, got):
     """accuracy.yaml: the check rows by GPU and precision, which `pipegrid run` prints for a dense
-    transformer workload on those GPUs (tools/output/cost_model_checks.cc), in experiments/moe's
-    accuracy.yaml format: median and max |error|, the worst row, how many pipegrid predicts faster,
-    and the releases of one configuration (max / min of the published values)."""
-    by = {}
-    for r in rows:
-        if r["split"] == "check" and "error" not in got[r["id"]]:
-            by.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(r)
-    out = ["# Written by experiments/blackwell-dense/run.py (its last full run, results.md): the dense check rows",
-           "# (published training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
-           "# faster: rows pipegrid predicts faster; spread: the releases of one configuration, max / min.",
-           "# `pipegrid run` prints the entry of each catalog GPU and precision a dense transformer workload uses;",
-           "# run.py --validate checks it against results.md."]
-    for gpu in sorted(by):
-        out.append(f"{gpu}:")
-        for prec in sorted(by[gpu]):
-            mine = by[gpu][prec]
-            err = {r["id"]: tokens(r, got[r["id"]]["time"]) / r["value"] - 1 for r in mine}
-            worst = max(mine, key=lambda r: abs(err[r["id"]]))
-            spreads = sorted(hi / lo for n, lo, hi in map(spread, mine) if n > 1)
-            name = (f"{NAMES[worst['model']]} on {worst['gpus']} {worst['gpu'].upper()}s, {prec}, TP{worst['tp']} "
-                    f"PP{worst['pp']} ({worst['source']} {worst['release']})")
-            entry = (f"{{check_rows: {len(mine)}, median_error: {statistics.median(abs(e) for e in err.values()):.4f}, "
-                     f"max_error: {abs(err[worst['id']]):.4f}, worst: {worst['id']}, worst_name: \"{name}\", "
-                     f"faster: {sum(e > 0 for e in err.values())}, spread_groups: {len(spreads)}")
-            if spreads:
-                entry += f", median_spread: {statistics.median(spreads):.4f}, max_spread: {spreads[-1]:.4f}"
-            out.append(f"  {prec}: {entry}}}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
+    transformer workload on those GPUs (pgx.write_accuracy, experiments/moe's format)."""
+    def name(r):
+        return (f"{NAMES[r['model']]} on {r['gpus']} {r['gpu'].upper()}s, {r['precision']}, TP{r['tp']} PP{r['pp']} "
+                f"({r['source']} {r['release']})")
+    pgx.write_accuracy(path, [
+        "Written by experiments/blackwell-dense/run.py (its last full run, results.md): the dense check rows",
+        "(published training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
+        "faster: rows pipegrid predicts faster; spread: the releases of one configuration, max / min.",
+        "`pipegrid run` prints the entry of each catalog GPU and precision a dense transformer workload uses;",
+        "run.py --validate checks it against results.md."],
+        rows, {r["id"]: tokens(r, got[r["id"]]["time"]) / r["value"] - 1 for r in rows if "error" not in got[r["id"]]},
+        name)
 
 
 def check_accuracy(rows):
@@ -262,10 +259,12 @@ def main():
     ap.add_argument("--with-fit", metavar="FIT_YAML", help="replay with a fit's figures in place of the catalog's")
     args = ap.parse_args()
     rows = load()
-    n = validate(rows)
+    problems = validate(rows)
+    if problems:
+        sys.exit("experiments/blackwell-dense/rows.yaml:\n  " + "\n  ".join(problems))
     if args.validate:
         check_accuracy(rows)
-        print(f"ok: {n} rows; accuracy.yaml agrees with results.md")
+        print(f"ok: {len(rows)} rows; accuracy.yaml agrees with results.md")
         return
     pipegrid = pgx.binary()
     pgx.check_catalog(pipegrid, ("b200", "gb200"))

@@ -136,3 +136,35 @@ def fmt_time(s):
 
 def fmt_gib(b):
     return f"{b / 2**30:.2f}"
+
+
+def write_accuracy(path, header, rows, errors, name):
+    """An accuracy.yaml as tools/output/cost_model_checks.cc reads it (experiments/moe's and
+    experiments/blackwell-dense's): for each GPU and precision, the check rows among `rows` that have an
+    error in `errors` (id -> pipegrid / published - 1): their count, median and max |error|, the worst
+    row (its id and `name(row)`), how many pipegrid predicts faster than published, and the data's own
+    floor, the releases of one configuration (max / min of a row's `value` and its `same_config`
+    values, rows printed twice or more). `header`: the file's comment lines, without the "# "."""
+    import statistics
+    by = {}
+    for r in rows:
+        if r["split"] == "check" and r["id"] in errors:
+            by.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(r)
+    out = [f"# {line}" for line in header]
+    for gpu in sorted(by):
+        out.append(f"{gpu}:")
+        for prec in sorted(by[gpu]):
+            mine = by[gpu][prec]
+            errs = sorted((abs(errors[r["id"]]), r["id"]) for r in mine)
+            worst = next(r for r in mine if r["id"] == errs[-1][1])
+            spreads = sorted(max(v) / min(v) for v in
+                             ([r["value"]] + [x["value"] for x in r.get("same_config", [])] for r in mine) if len(v) > 1)
+            faster = sum(errors[r["id"]] > 0 for r in mine)
+            entry = (f"{{check_rows: {len(errs)}, median_error: {statistics.median(e for e, _ in errs):.4f}, "
+                     f"max_error: {errs[-1][0]:.4f}, worst: {worst['id']}, worst_name: \"{name(worst)}\", "
+                     f"faster: {faster}, spread_groups: {len(spreads)}")
+            if spreads:
+                entry += f", median_spread: {statistics.median(spreads):.4f}, max_spread: {spreads[-1]:.4f}"
+            out.append(f"  {prec}: {entry}}}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")

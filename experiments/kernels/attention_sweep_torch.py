@@ -18,12 +18,10 @@ median of REPS CUDA-event-timed calls after WARM, each synchronised alone).
     python3 experiments/kernels/attention_sweep_torch.py OUT.json   # needs a GPU and PyTorch
     python3 experiments/kernels/attention_sweep_torch.py --dry-run  # the grid and its FLOPs
 """
-import json
 import platform
-import sys
 import traceback
 
-from cuda_timing import median_ms
+from cuda_timing import command_line, median_ms, record
 
 HEAD_DIMS = (64, 128)
 HEADS = (4, 8, 16, 32, 64)
@@ -78,16 +76,8 @@ def main(out_path):
                     q = k = v = g = None
                 except Exception:  # noqa: BLE001
                     rec["error"] = traceback.format_exc()[-800:]
-                print(json.dumps(rec), flush=True)
-                result["rows"].append(rec)
-                with open(out_path, "w") as fh:
-                    json.dump(result, fh, indent=1)
+                record(result, "rows", rec, out_path)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] == "--dry-run":
-        dry_run()
-    elif len(sys.argv) == 2:
-        main(sys.argv[1])
-    else:
-        sys.exit(__doc__)
+    command_line(__doc__, main, dry_run)

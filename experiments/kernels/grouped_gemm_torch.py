@@ -33,14 +33,12 @@ per device = micro-batch x 4,096 / TP): see CUTS; shapes from the zoo (core/zoo_
     python3 experiments/kernels/grouped_gemm_torch.py OUT.json   # needs a GPU and PyTorch
     python3 experiments/kernels/grouped_gemm_torch.py --dry-run  # the cuts, GEMMs and FLOPs
 """
-import json
 import platform
 import statistics
-import sys
 import time
 import traceback
 
-from cuda_timing import median_ms
+from cuda_timing import command_line, median_ms, record
 
 REPS, WARM = 20, 5
 # name, hidden h, expert FFN f (per device: f / ETP), gated, local experts, rows per local expert
@@ -188,16 +186,8 @@ def main(out_path):
                 A = Bt = C = A8 = B8 = None
             except Exception:  # noqa: BLE001
                 rec["error"] = traceback.format_exc()[-1500:]
-            print(json.dumps(rec), flush=True)
-            result["cuts"].append(rec)
-            with open(out_path, "w") as fh:
-                json.dump(result, fh, indent=1)
+            record(result, "cuts", rec, out_path)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] == "--dry-run":
-        dry_run()
-    elif len(sys.argv) == 2:
-        main(sys.argv[1])
-    else:
-        sys.exit(__doc__)
+    command_line(__doc__, main, dry_run)

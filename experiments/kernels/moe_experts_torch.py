@@ -34,15 +34,13 @@ grouped paths against the 1-stream one (bf16 tolerance); a failed check marks th
     python3 experiments/kernels/moe_experts_torch.py OUT.json     # needs a GPU and PyTorch
     python3 experiments/kernels/moe_experts_torch.py --dry-run    # the configurations and sizes
 """
-import json
 import platform
 import statistics
-import sys
 import time
 import traceback
 
 from activation_torch import activation_functions
-from cuda_timing import median_ms
+from cuda_timing import command_line, median_ms, save
 
 H, FFN, EXPERTS, TOPK = 2880, 2880, 128, 4
 HEADS, KV_HEADS, HEAD_DIM = 64, 8, 64
@@ -333,15 +331,5 @@ def main(out_path):
     save(result, out_path)
 
 
-def save(result, out_path):
-    with open(out_path, "w") as fh:
-        json.dump(result, fh, indent=1)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] == "--dry-run":
-        dry_run()
-    elif len(sys.argv) == 2:
-        main(sys.argv[1])
-    else:
-        sys.exit(__doc__)
+    command_line(__doc__, main, dry_run)

@@ -31,12 +31,12 @@ device's busy time (the union of its kernels' intervals) and the number of kerne
     python3 experiments/kernels/moe_layer_torch.py OUT.json   # needs a GPU and PyTorch
     python3 experiments/kernels/moe_layer_torch.py --dry-run  # the configurations
 """
-import json
 import platform
 import statistics
-import sys
 import time
 import traceback
+
+from cuda_timing import command_line, record
 
 H, HEADS, KV_HEADS, HEAD_DIM, LOCAL, TOPK, FFN = 2048, 32, 4, 128, 16, 8, 768
 LAYERS, REPS, WARM = 4, 10, 3
@@ -153,16 +153,8 @@ def main(out_path):
                 x = g = None
             except Exception:  # noqa: BLE001
                 rec["error"] = traceback.format_exc()[-1500:]
-            print(json.dumps({k: v for k, v in rec.items() if k != "wall_all_ms"}), flush=True)
-            result["runs"].append(rec)
-            with open(out_path, "w") as fh:
-                json.dump(result, fh, indent=1)
+            record(result, "runs", rec, out_path, {k: v for k, v in rec.items() if k != "wall_all_ms"})
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] == "--dry-run":
-        dry_run()
-    elif len(sys.argv) == 2:
-        main(sys.argv[1])
-    else:
-        sys.exit(__doc__)
+    command_line(__doc__, main, dry_run)

@@ -448,35 +448,14 @@ def row_name(r):
 
 def write_accuracy(path, rows, results):
     """accuracy.yaml: the check rows by GPU and precision, which `pipegrid run` prints for an MoE
-    workload on those catalog GPUs (tools/output/cost_model_checks.cc): their median and max
-    |error|, how many pipegrid predicts faster than published, and the data's own floor, the
-    releases of one configuration (max / min of the published values, rows printed twice or more)."""
-    by = {}
-    for r in rows:
-        if r["split"] == "check" and "error" in results[r["id"]]:
-            by.setdefault(r["gpu"], {}).setdefault(r["precision"], []).append(r)
-    out = ["# Written by experiments/moe/run.py (its last full run, results.md): the MoE check rows (published",
-           "# training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
-           "# faster: rows pipegrid predicts faster than published; spread: the releases of one configuration",
-           "# (rows.yaml's same_config), max / min. `pipegrid run` prints the entry of each catalog GPU and",
-           "# precision an MoE workload uses; tests/tools/moe_rows.py checks it against results.md."]
-    for gpu in sorted(by):
-        out.append(f"{gpu}:")
-        for prec in sorted(by[gpu]):
-            mine = by[gpu][prec]
-            errs = sorted((abs(results[r["id"]]["error"]), r["id"]) for r in mine)
-            worst = next(r for r in mine if r["id"] == errs[-1][1])
-            spreads = sorted(max(v) / min(v) for v in
-                             ([r["value"]] + [x["value"] for x in r.get("same_config", [])] for r in mine) if len(v) > 1)
-            faster = sum(results[r["id"]]["error"] > 0 for r in mine)
-            entry = (f"{{check_rows: {len(errs)}, median_error: {statistics.median(e for e, _ in errs):.4f}, "
-                     f"max_error: {errs[-1][0]:.4f}, worst: {worst['id']}, worst_name: \"{row_name(worst)}\", "
-                     f"faster: {faster}, spread_groups: {len(spreads)}")
-            if spreads:
-                entry += f", median_spread: {statistics.median(spreads):.4f}, max_spread: {spreads[-1]:.4f}"
-            out.append(f"  {prec}: {entry}}}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
+    workload on those catalog GPUs (pgx.write_accuracy)."""
+    pgx.write_accuracy(path, [
+        "Written by experiments/moe/run.py (its last full run, results.md): the MoE check rows (published",
+        "training runs, never fitted on) by GPU and precision, |error| = |pipegrid / published - 1|;",
+        "faster: rows pipegrid predicts faster than published; spread: the releases of one configuration",
+        "(rows.yaml's same_config), max / min. `pipegrid run` prints the entry of each catalog GPU and",
+        "precision an MoE workload uses; tests/tools/moe_rows.py checks it against results.md."],
+        rows, {i: x["error"] for i, x in results.items() if "error" in x}, row_name)
 
 
 def objective(rows, results):
