@@ -8,8 +8,9 @@ Each row becomes an experiment (the zoo model at sequence 8,192 in the row's pre
 TP / PP / CP / VP / micro-batch and global batch, rows.yaml's stated assumptions), replayed with
 `pipegrid run --json`; its tokens/s per GPU is global batch x 8,192 / iteration time / GPUs, and the
 error pipegrid / published - 1. `--fit` fits the b200's and gb200's fp8 GEMM efficiency on the
-calibration rows (fit.yaml), which the catalog holds since 2026-12-04 (README.md); their other figures
-are the H100/H200 fractions, assumed (topologies/devices.yaml).
+calibration rows (fit.yaml; the bf16 and fp16 GEMM figures tied to it by BF16_PER_FP8), which the
+catalog holds since 2026-12-04 (README.md); their other figures are the H100/H200 fractions, assumed
+(topologies/devices.yaml).
 """
 import argparse
 import concurrent.futures
@@ -32,6 +33,11 @@ FIELDS = ("id", "source", "release", "table", "quote", "model", "system", "gpu",
           "precision", "tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split")
 PRINTED = {"FP8": "fp8", "FP8-CS": "fp8", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
 GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200"}
+# Blackwell's bf16 (and fp16) GEMM figure over its fp8 one: Transformer Engine's measured GEMM kernels on
+# a B300, inputs pre-quantized, 13.102 ms per layer in bf16 against 6.812 in fp8 with per-tensor scales,
+# at the datasheets' 1:2 peaks (docs/examples/gemm_profiling/gemm_profiling.rst at TransformerEngine
+# 1609c890e; README.md). The catalog's bf16 figure is the fitted fp8 one times this; the fit ties them.
+BF16_PER_FP8 = 2 * 6.812 / 13.102
 
 
 def load():
@@ -92,10 +98,13 @@ def nvlink_domain(r):
 
 
 def device(r, fit):
-    """The row's GPU: the catalog's, or with the fitted fp8 GEMM efficiency of `fit` {gpu: value}."""
+    """The row's GPU: the catalog's, or with the fitted fp8 GEMM efficiency of `fit` {gpu: value} and the
+    bf16 and fp16 GEMM figures derived from it (BF16_PER_FP8)."""
     if r["gpu"] not in (fit or {}):
         return r["gpu"]
-    return {"model": r["gpu"], "compute_efficiency": {"fp8": {"gemm": fit[r["gpu"]]}}}
+    x = fit[r["gpu"]]
+    half = {"gemm": round(x * BF16_PER_FP8, 4)}
+    return {"model": r["gpu"], "compute_efficiency": {"fp8": {"gemm": x}, "bf16": half, "fp16": half}}
 
 
 def experiment(r, fit=None):
@@ -271,7 +280,8 @@ def main():
     rows = [r for r in rows if r["gpus"] <= args.max_gpus]
     if args.fit:
         out = {"what": "fp8 GEMM efficiency (compute_efficiency: {fp8: {gemm: ...}}) per GPU, fitted on "
-                       "rows.yaml's calibration rows by run.py --fit", "fit": {}}
+                       "rows.yaml's calibration rows by run.py --fit, the bf16 and fp16 GEMM figures tied "
+                       f"at {BF16_PER_FP8:.4f} times it", "fit": {}}
         for gpu in ("b200", "gb200"):
             x, obj, ids = fit_gpu(pipegrid, rows, gpu, args.j)
             out["fit"][gpu] = {"fp8_gemm": x, "objective": round(obj, 4), "rows": ids}
