@@ -59,6 +59,10 @@ double fp8_quantize_kernels(Precision p) {
   return fp8_training(p) ? 1 : 0;
 }
 
+double fp8_gemm_rate(Precision p) {
+  return p == Precision::AMP_MXFP8 ? 6.812 / 7.161 : 1.0;
+}
+
 Precision math_precision(Precision p) {
   if (p == Precision::AMP) return Precision::FP16;
   if (p == Precision::AMP_BF16 || fp8_training(p)) return Precision::BF16;

@@ -57,6 +57,12 @@ double fp8_cast_bytes(Precision p);
 // Kernels one such quantization launches (Transformer Engine v2.9 to v2.16, csrc/quantizer.cpp):
 // per-tensor current scaling 3 (the amax, the scale from it, the cast), the block-scaled formats 1.
 double fp8_quantize_kernels(Precision p);
+// An fp8 training's GEMM rate relative to the device's fp8 figure: MXFP8's block-scaled GEMMs run at
+// 6.812 / 7.161 = 0.951 of per-tensor fp8's (Transformer Engine's GEMM benchmark on a Blackwell B300,
+// inputs pre-quantized, the 12 GEMMs of a 5B model's layer: docs/examples/gemm_profiling/
+// gemm_profiling.rst at TransformerEngine 1609c890e); per-tensor and blockwise scales 1 (blockwise's
+// kernel-only rate is not published there).
+double fp8_gemm_rate(Precision p);
 
 // Bytes per element of a GEMM input an fp8 training keeps for the backward: Transformer Engine saves
 // only its column-wise quantized data (module/linear.py, grouped_linear.py, layernorm_linear.py at

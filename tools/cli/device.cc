@@ -84,8 +84,10 @@ Command add_device_command(CLI::App& parent) {
         fmt::print(
             "  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
             "  amp-bf16 at bf16's; the fp8 trainings run their linear GEMMs at fp8's (bf16's on a device\n"
-            "  without an fp8 rate) and the rest at bf16's; a device without a tf32 rate runs tf32 as "
-            "fp32)\n");
+            "  without an fp8 rate; mxfp8's block-scaled GEMMs at {:.3f} of fp8's rate, Transformer\n"
+            "  Engine's measured kernel ratio) and the rest at bf16's; a device without a tf32 rate runs\n"
+            "  tf32 as fp32)\n",
+            fp8_gemm_rate(Precision::AMP_MXFP8));
         fmt::print("  memory           {}\n  memory bandwidth {}\n  memory efficiency",
                    format_bytes(d->spec.memory_bytes), format_bandwidth(d->spec.memory_bandwidth));
         for (KernelClass k : kKernelClasses) fmt::print(" {} {:.3f}", to_string(k), d->spec.memory_eff(k));
