@@ -151,9 +151,9 @@ Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const 
     return device.startup(k.cls) + step + std::max(compute, memory);
   };
   // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one; MXFP8's at
-  // fp8_gemm_rate of it), each
-  // after one memory-bound pass that quantizes its input (forward) or its output gradient (backward,
-  // before the input-gradient GEMM; the weight-gradient GEMM reuses both), fp8_cast_bytes per element.
+  // fp8_gemm_rate of it), each after one memory-bound pass that quantizes its input (forward) or its
+  // output gradient (backward, before the input-gradient GEMM; the weight-gradient GEMM reuses both),
+  // fp8_cast_bytes per element.
   const bool fp8 = fp8_training(precision) && device.runs_as(Precision::FP8) == Precision::FP8;
   // A pass of kernel k: its device time and its host launches (a call is one launch, or
   // Kernel::launches on parallel streams), with an fp8 GEMM's quantization of its input (or output

@@ -270,7 +270,12 @@ std::string assumptions_note(const Experiment& e) {
     parts.push_back(
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
   if (fp8_training(e.workload.precision))
-    parts.push_back(fmt::format("fp8 recipe: {}", fp8_recipe(e.workload.precision)));
+    parts.push_back(fmt::format("fp8 recipe: {}{}", fp8_recipe(e.workload.precision),
+                                fp8_gemm_rate(e.workload.precision) != 1
+                                    ? fmt::format(", its GEMMs at {:.3f} of the fp8 figure (Transformer "
+                                                  "Engine's measured kernel ratio)",
+                                                  fp8_gemm_rate(e.workload.precision))
+                                    : ""));
   const std::vector<std::string> classes = host_dispatch_classes(e.cluster);
   if (const std::vector<double> host = host_dispatch(e.cluster); !host.empty() || !classes.empty()) {
     std::string times;
