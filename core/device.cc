@@ -98,6 +98,25 @@ void stretch(PassTimes& t, double forward, double backward) {
   }
 }
 
+// One call of kernel k for the whole batch's share `flops`, `bytes`, its math in `math` (the
+// workload's precision, or FP8 for an fp8 training's GEMMs) at `rate` of the device's figure for it
+// (fp8_gemm_rate); its weights are read (or their gradient written) by every call of a pass that
+// computes. Every launch pays the startup on the GPU. A recurrent layer's step also pays the
+// library's per-step time, serially, on the GPU side. The host's dispatch is HostStream's.
+double call_time(const DeviceSpec& device, const Kernel& k, double flops, double bytes, Precision math,
+                 double rate) {
+  const double weights = flops > 0 ? k.weight_bytes : 0.0;
+  if (flops <= 0 && bytes <= 0) return 0.0;
+  const double work = k.winograd && device.runs_winograd(math) ? flops / kWinogradSpeedup : flops;
+  const double compute =
+      flops > 0 ? work / (device.peak(math) * device.compute_eff(math, k.cls) * rate) : 0.0;
+  const double bw = device.memory_bandwidth;
+  const double memory =
+      (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
+  const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
+  return device.startup(k.cls) + step + std::max(compute, memory);
+}
+
 // layer_times, with the host's streams carried in `carry` (nullptr: each pass starts afresh). A host
 // never the limit leaves the streams alone: every time is then the device's sum, carried or not.
 Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const DeviceSpec& device,
@@ -134,22 +153,6 @@ Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const 
                              to_string(math_precision(precision)), layer.name)};
   }
   const double bw = device.memory_bandwidth;
-  // One call of kernel k for the whole batch's share `flops`, `bytes`, its math in `math` (the
-  // workload's precision, or FP8 for an fp8 training's GEMMs); its weights are read (or their
-  // gradient written) by every call of a pass that computes.
-  auto call_time = [&](const Kernel& k, double flops, double bytes, Precision math, double rate) {
-    const double weights = flops > 0 ? k.weight_bytes : 0.0;
-    if (flops <= 0 && bytes <= 0) return 0.0;
-    const double work = k.winograd && device.runs_winograd(math) ? flops / kWinogradSpeedup : flops;
-    const double compute =
-        flops > 0 ? work / (device.peak(math) * device.compute_eff(math, k.cls) * rate) : 0.0;
-    const double memory =
-        (bytes > 0 || weights > 0) && bw > 0 ? (bytes + weights) / (bw * device.memory_eff(k.cls)) : 0.0;
-    // Every launch pays the startup on the GPU. A recurrent layer's step also pays the library's
-    // per-step time, serially, on the GPU side. The host's dispatch is HostStream's.
-    const double step = k.recurrent_step && flops > 0 ? device.recurrent_step(math) : 0.0;
-    return device.startup(k.cls) + step + std::max(compute, memory);
-  };
   // An fp8 training runs a linear layer's GEMMs at the FP8 rate (where the device has one; MXFP8's at
   // fp8_gemm_rate of it), each after one memory-bound pass that quantizes its input (forward) or its
   // output gradient (backward, before the input-gradient GEMM; the weight-gradient GEMM reuses both),
@@ -184,7 +187,7 @@ Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const 
                                           (bw * device.memory_eff(KernelClass::Elementwise))
                                 : 0.0;
     const double rate = fp8_math ? fp8_gemm_rate(precision) : 1.0;
-    return {calls * call_time(k, flops * batch / calls, bytes * batch / calls, math, rate) + quantize,
+    return {calls * call_time(device, k, flops * batch / calls, bytes * batch / calls, math, rate) + quantize,
             gemm_launches + quantize_kernels, device.dispatch(k.cls), quantize, quantize_kernels};
   };
   // The device sums in the layer's order (what a host that is never the limit gives, to the last

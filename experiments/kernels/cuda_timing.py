@@ -1,10 +1,12 @@
 """What the kernel scripts that run on a device machine share (moe_experts_torch.py, activation_torch.py,
 grouped_gemm_torch.py, moe_layer_torch.py, attention_sweep_torch.py): CUDA-event timing, the median
 of `reps` timed calls after `warm` untimed ones, each call between two CUDA events and synchronised
-alone, so that one call's time is its own; saving the results as each record comes; the command line."""
+alone, so that one call's time is its own; saving the results as each record comes; the command line; the host's time to issue
+a call."""
 import json
 import statistics
 import sys
+import time
 
 
 def median_ms(torch, fn, reps, warm):
@@ -20,6 +22,18 @@ def median_ms(torch, fn, reps, warm):
         b.record()
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def host_ms(torch, fn, reps):
+    """Median milliseconds the host takes to issue fn (perf_counter; no synchronisation inside it)."""
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
     return statistics.median(ts)
 
 

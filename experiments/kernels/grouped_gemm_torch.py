@@ -34,11 +34,9 @@ per device = micro-batch x 4,096 / TP): see CUTS; shapes from the zoo (core/zoo_
     python3 experiments/kernels/grouped_gemm_torch.py --dry-run  # the cuts, GEMMs and FLOPs
 """
 import platform
-import statistics
-import time
 import traceback
 
-from cuda_timing import command_line, median_ms, record
+from cuda_timing import command_line, host_ms, median_ms, record
 
 REPS, WARM = 20, 5
 # name, hidden h, expert FFN f (per device: f / ETP), gated, local experts, rows per local expert
@@ -104,16 +102,6 @@ def main(out_path):
         for s in streams[:min(nstreams, local)]:  # only the streams given work (a CUDA graph's capture
             cur.wait_stream(s)                     # rejects a join with an idle stream)
 
-    def host_ms(fn):
-        ts = []
-        for _ in range(REPS):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        torch.cuda.synchronize()
-        return statistics.median(ts)
-
     one = torch.ones((), device=dev, dtype=torch.float32)
     # Warm the chip as kbench does before its GEMMs (the power-capped steady rate, README.md).
     a = torch.randn(8192, 8192, device=dev, dtype=bf16)
@@ -155,7 +143,7 @@ def main(out_path):
                     for ns in (4, 1):
                         fn = lambda g=g, ns=ns: per_expert(local, ns, g)  # noqa: E731
                         rec[f"{label}_{ns}s_ms"] = median_ms(torch, fn, REPS, WARM)
-                        rec[f"{label}_{ns}s_host_ms"] = host_ms(fn)
+                        rec[f"{label}_{ns}s_host_ms"] = host_ms(torch, fn, REPS)
                     # The same 4-stream launches captured in a CUDA graph and replayed: the device's
                     # time without the host's (the events above see whichever of the two is longer).
                     graph = torch.cuda.CUDAGraph()

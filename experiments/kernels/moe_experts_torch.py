@@ -35,12 +35,10 @@ grouped paths against the 1-stream one (bf16 tolerance); a failed check marks th
     python3 experiments/kernels/moe_experts_torch.py --dry-run    # the configurations and sizes
 """
 import platform
-import statistics
-import time
 import traceback
 
 from activation_torch import activation_functions
-from cuda_timing import command_line, median_ms, save
+from cuda_timing import command_line, host_ms, median_ms, save
 
 H, FFN, EXPERTS, TOPK = 2880, 2880, 128, 4
 HEADS, KV_HEADS, HEAD_DIM = 64, 8, 64
@@ -79,17 +77,6 @@ def main(out_path):
 
     def events_time(fn):
         return median_ms(torch, fn, REPS, WARM)
-
-    def host_time(fn):
-        """Median milliseconds the host takes to issue fn (no synchronisation inside it)."""
-        ts = []
-        for _ in range(REPS):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        torch.cuda.synchronize()
-        return statistics.median(ts)
 
     def kernels(fn):
         """Every device kernel of one call: name -> [count, total us]."""
@@ -280,7 +267,7 @@ def main(out_path):
                 try:
                     fwd = events_time(f)
                     both = events_time(fb(f))
-                    out[k] = {"forward_ms": fwd, "forward_backward_ms": both, "host_forward_ms": host_time(f)}
+                    out[k] = {"forward_ms": fwd, "forward_backward_ms": both, "host_forward_ms": host_ms(torch, f, REPS)}
                 except Exception as e:  # noqa: BLE001
                     out[k] = {"error": repr(e)[:300]}
                 print(name, k, out[k], flush=True)
