@@ -95,7 +95,7 @@ def experiment(r, gpu="a100"):
                 "micro_batches": r["batch"] // (d * b)}
     if v > 1:
         strategy["chunks"] = v
-    if r.get("table") == "narayanan2021_table1" and t > 1:
+    if r.get("table", "").startswith("narayanan2021") and t > 1:
         strategy["tp_wgrad_overlap"] = False  # rows.yaml: the code of the authors' scripts predates it
     return {
         "name": r["id"],
@@ -117,13 +117,13 @@ GRAD_ACCUMULATION = os.environ.get("MEGATRON_GRAD_ACCUMULATION") == "1"
 
 
 def grad_accumulation(table):
-    """How the rows' code adds each micro-batch's weight gradients to the step's: Table 1's
+    """How the rows' code adds each micro-batch's weight gradients to the step's: Tables 1 and 2's
     Megatron-LM of 2021 (commit 6985e58938, --fp16 without --use-contiguous-buffers-in-ddp) leaves it
     to PyTorch's AccumulateGrad (`unfused`: from the second micro-batch); Tables 4 and 5's code of 2022
     (commit 02bb1f5c86; examples/pretrain_gpt3_175B.sh's --fp16, so no fp32 accumulation and hence no
     gradient-accumulation fusion, which needs it until 2022-09-27) adds every micro-batch's into local
     DDP's contiguous main_grad buffer by a hook (`main-grad`). Megatron-Core fuses it (the default)."""
-    return "unfused" if table == "narayanan2021_table1" else "main-grad"
+    return "unfused" if table.startswith("narayanan2021") else "main-grad"
 
 
 def layer_probe(r, layers, gpu="a100"):
@@ -226,6 +226,48 @@ def simulate(pipegrid, r, gemm=None, fit=None):
     return run_whole(pipegrid, experiment(r, gpu), lambda why: replay_folded(pipegrid, r, why=why, gpu=gpu))
 
 
+def deep_pipeline_summary(all_rows, done):
+    """Issue 56's measure: the rows with p >= 8 (both sets), their median |error| and their signs, with
+    the sign read as pipegrid fast (+ in TFLOP/s, - in time) or slow."""
+    deep = [r for r in all_rows if r["p"] >= 8 and r["id"] in done]
+    if not deep:
+        return []
+    fast = sum(1 for r in deep if (done[r["id"]][0] > 0) == ("tflops_per_gpu" in r))
+    by_table = {}
+    for r in deep:
+        label = r["source"].split("arXiv ")[1].split(")")[0] + " Table " + r["table"].split("_table")[1]
+        by_table.setdefault(label, []).append(abs(done[r["id"]][0]))
+    per = "; ".join(f"{k}: {len(v)}, median {100 * statistics.median(v):.1f}%" for k, v in by_table.items())
+    return [f"- rows with p >= 8 (both sets): {len(deep)}, median |error| "
+            f"{100 * statistics.median(abs(done[r['id']][0]) for r in deep):.1f}%, pipegrid fast on {fast} "
+            f"and slow on {len(deep) - fast} ({per})"]
+
+
+def strong_scaling_table(all_rows, done):
+    """Rows of one table, model and global batch on several GPU counts (Table 2: strong scaling): the
+    per-GPU rate at each count over the rate at the smallest, published and pipegrid's."""
+    groups = {}
+    for r in all_rows:
+        if "tflops_per_gpu" in r and r["id"] in done:
+            groups.setdefault((r["table"], r["hidden"], r["layers"], r["batch"]), []).append(r)
+    lines = []
+    for rs in groups.values():
+        if len({r["gpus"] for r in rs}) < 2:
+            continue
+        rs.sort(key=lambda r: r["gpus"])
+        base, mine = rs[0]["tflops_per_gpu"], done[rs[0]["id"]][1]
+        for r in rs[1:]:
+            pub, ours = r["tflops_per_gpu"] / base, done[r["id"]][1] / mine
+            lines.append(f"| {rs[0]['id']} | {r['id']} | {r['gpus']} / {rs[0]['gpus']} | {pub:.3f} | {ours:.3f} | "
+                         f"{100 * (ours / pub - 1):+.1f}% |")
+    if not lines:
+        return []
+    return ["", "Strong scaling at a fixed global batch (rows of one table, model and batch on several GPU counts): "
+            "TFLOP/s per GPU at N GPUs over that at the fewest, published and pipegrid's.", "",
+            "| fewest GPUs | row | GPUs | published | pipegrid | pipegrid / published - 1 |",
+            "|---|---|---|---|---|---|"] + lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pipegrid", default=os.environ.get("PIPEGRID", os.path.join(ROOT, "build", "pipegrid")))
@@ -269,6 +311,7 @@ def main():
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     errs = {"calibration": [], "check": []}
     folded = {"calibration": 0, "check": 0}
+    done = {}  # row id: (error, pipegrid's value in the row's metric)
     for r in all_rows:
         d = r["gpus"] // (r["t"] * r["p"])
         mb = T4_SHAPE["batch"] if r["table"] == "korthikanti2022_table4" else micro_batch(r)  # layer_probe's
@@ -297,6 +340,7 @@ def main():
             err = value / published - 1
             shown = f"{value:.2f} s"
         errs[r["set"]].append(abs(err))
+        done[r["id"]] = (err, value)
         folded[r["set"]] += 1 if x.get("folded") else 0
         b = x["breakdown"]
         if x.get("folded"):
@@ -310,6 +354,7 @@ def main():
             lines.append(f"- {s} rows simulated: {len(e)}, median |error| {100 * statistics.median(e):.1f}%, "
                          f"max {100 * max(e):.1f}%" + (f" ({folded[s]} of them replayed TP-folded: the whole graph "
                                                         "is above the task limit)" if folded[s] else ""))
+    lines += deep_pipeline_summary(all_rows, done) + strong_scaling_table(all_rows, done)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     open(a.out, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
