@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Megatron-LM's published configurations against `pipegrid search`'s best (issue 28).
 
-For every row of rows.yaml's Table 1 and Table 5 on at most --max-gpus GPUs: the row's model and
+For every row of rows.yaml's Tables 1, 2 and 5 on at most --max-gpus GPUs: the row's model and
 cluster as run.py writes them, `pipegrid search --global-batch B --top 0 --json` over every axis
 (t, p, d, micro-batch, schedule, recomputation, SP, distributed optimizer), and the published
 configuration's own estimate from the same ranking (t and p as printed, the micro-batch size and
 schedule rows.yaml gives the row: Table 1's from the authors' run scripts, micro-batch 1 and 1F1B for
-Table 5; the row's recomputation and SP, no distributed optimizer). Both times are the search's one-replica
+Tables 2 and 5; the row's recomputation and SP, no distributed optimizer). Both times are the search's one-replica
 estimate (docs/3d-search.md), not SimGrid replays. Writes published_vs_search.md.
 
     experiments/megatron/published_vs_search.py [--pipegrid build/pipegrid] [--max-gpus 1024]
