@@ -10,6 +10,7 @@ of Narayanan et al. (arXiv 2104.04473), against the paper's own arithmetic, not 
    GPUs n and TFLOP/s X, within 5% (the paper rounds; eq. 4 is its own approximation).
 4. Each table's rows are split by the file's rule: in the order printed, 1st, 3rd, ... calibration.
 5. Table 2's quote holds every row's GPUs, microbatch size, TFLOP/s and days, in the order printed.
+6. run.py's p >= 8 summary and strong-scaling table, on made-up errors and values counted by hand.
 """
 import os
 import re
@@ -64,6 +65,31 @@ if not re.search(r"PTD Parallelism \| 174\.6 \| 96 \| 1536 \|", quote) or "529.6
     problems.append("Table 2's quote lacks the model-parallel sizes and batches of the rows")
 if checked != {"narayanan2021_table1": 10, "narayanan2021_table2": 6}:
     problems.append(f"expected Table 1's 10 rows and Table 2's 6 PTD-P rows, got {checked}")
+# 6. run.py's two summaries, on made-up errors whose answer is known by hand. Table 1's p >= 8 rows
+#    (145.6B, 310.1B, 529.6B, 1T) at +1%, Table 2's six at -2%, Table 5's six (time) at +10%: 16 rows,
+#    sorted |errors| 1 1 1 1 2 2 2 2 2 2 10 ... so the median is 2%; fast = Table 1's four (+ in
+#    TFLOP/s); slow = Table 2's six (- in TFLOP/s) and Table 5's six (+ in time).
+made_up = {}
+for r in rows:
+    if "tflops_per_gpu" in r:
+        e = 0.01 if r["table"] == "narayanan2021_table1" else -0.02
+        made_up[r["id"]] = (e, r["tflops_per_gpu"] * (1 + e))
+    elif "iteration_s" in r:
+        made_up[r["id"]] = (0.10, r["iteration_s"] * 1.1)
+line = run.deep_pipeline_summary(rows, made_up)
+want = ("- rows with p >= 8 (both sets): 16, median |error| 2.0%, pipegrid fast on 4 and slow on 12 "
+        "(2104.04473 Table 1: 4, median 1.0%; 2104.04473 Table 2: 6, median 2.0%; 2205.05198 Table 5: 6, median 10.0%)")
+if line != [want]:
+    problems.append(f"deep_pipeline_summary: {line}, expected [{want!r}]")
+# The strong-scaling table: Table 2's 175B at 153, 149, 141 published; pipegrid's values 150, 144, 135 by
+# hand give 144 / 150 = 0.960 and 135 / 150 = 0.900 against 149 / 153 = 0.974 and 141 / 153 = 0.922:
+# -1.42% and 0.900 / 0.92157 - 1 = -2.34%.
+made_up = {"t2-174.6b-384": (0, 150.0), "t2-174.6b-768": (0, 144.0), "t2-174.6b-1536": (0, 135.0)}
+table = run.strong_scaling_table(rows, made_up)
+want = ["| t2-174.6b-384 | t2-174.6b-768 | 768 / 384 | 0.974 | 0.960 | -1.4% |",
+        "| t2-174.6b-384 | t2-174.6b-1536 | 1536 / 384 | 0.922 | 0.900 | -2.3% |"]
+if [x for x in table if x.startswith("| t2-")] != want:
+    problems.append(f"strong_scaling_table: {table}, expected the rows {want}")
 if problems:
     sys.exit("\n".join(problems))
 print(f"rows.yaml: Table 1's {checked['narayanan2021_table1']} and Table 2's {checked['narayanan2021_table2']} "
