@@ -62,6 +62,13 @@ DISPATCH_RANGE = (5.0, 400.0)
 # --fit-grouped-dispatch.
 GROUPED_DISPATCH = "grouped_gemm_dispatch_us"
 GROUPED_DISPATCH_PARAMETERS = [("xeon", "*", GROUPED_DISPATCH), ("gb200", "*", GROUPED_DISPATCH)]
+# --fit-grouped-dispatch-by-precision: the same host figure per host CPU and training precision (a
+# what-if): Transformer Engine's grouped linear quantizes each expert's input in an fp8 training
+# (per-tensor scales, or MXFP8's 32-element blocks) and not in bf16, so its host work per expert may
+# differ by recipe. The precisions the eager rows run on each host.
+GROUPED_DISPATCH_BY_PRECISION = [("xeon", "fp8", GROUPED_DISPATCH), ("xeon", "mxfp8", GROUPED_DISPATCH),
+                                 ("xeon", "amp-bf16", GROUPED_DISPATCH), ("gb200", "mxfp8", GROUPED_DISPATCH),
+                                 ("gb200", "amp-bf16", GROUPED_DISPATCH)]
 HOSTS = {"xeon": ("h100", "h200", "b200")}
 HOST_PARAMETERS = (DISPATCH, GROUPED_DISPATCH)
 KERNEL_CLASSES = ["attention", "conv", "elementwise", "gather", "gemm", "grouped-gemm", "norm", "recurrent"]
@@ -239,7 +246,7 @@ def device(r, efficiencies):
         raise SystemExit(f"{r['id']}: more than one grouped-gemm host figure applies")
     graph = full_iteration_cuda_graph(r)
     dispatch = mine.pop(("*", DISPATCH), None)
-    grouped = mine.pop(("*", GROUPED_DISPATCH), None)
+    grouped = next((mine.pop(k) for k in list(mine) if k[1] == GROUPED_DISPATCH), None)
     if not mine and not graph and dispatch is None and grouped is None:
         return r["gpu"]
     spec = {"model": r["gpu"]}
@@ -480,7 +487,8 @@ def golden(f, lo, hi, steps=10):
 def uses(r, parameter):
     gpu, precision, what = parameter
     if what in HOST_PARAMETERS:
-        return r["gpu"] in HOSTS.get(gpu, (gpu,)) and not full_iteration_cuda_graph(r)
+        return (r["gpu"] in HOSTS.get(gpu, (gpu,)) and not full_iteration_cuda_graph(r)
+                and precision in ("*", r["precision"]))
     fp8 = r["precision"] in ("fp8", "fp8-blockwise", "mxfp8")
     return r["gpu"] == gpu and (precision == "fp8") == fp8
 
@@ -511,11 +519,11 @@ def fit(args, rows, start):
     return values, before, run_rows(args.pipegrid, cal, args.j, args.max_gpus, values)
 
 
-def catalog_start(pipegrid, dispatch=False, grouped=False):
+def catalog_start(pipegrid, dispatch=False, grouped=None):
     """The catalog's current values of FIT_PARAMETERS (grouped_gemm falls back to gemm), and of
-    DISPATCH_PARAMETERS (in us) when `dispatch`."""
+    DISPATCH_PARAMETERS (in us) when `dispatch`, and of the grouped host parameters `grouped` (a list)."""
     out = {}
-    params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else []) + (GROUPED_DISPATCH_PARAMETERS if grouped else [])
+    params = FIT_PARAMETERS + (DISPATCH_PARAMETERS if dispatch else []) + (grouped or [])
     for gpu in sorted({g for g, _, _ in params}):
         shown = json.loads(subprocess.run([pipegrid, "device", "show", HOSTS.get(gpu, (gpu,))[0], "--json"],
                                           capture_output=True,
@@ -555,6 +563,9 @@ def main():
     ap.add_argument("--fit-dispatch", action="store_true",
                     help="fit DISPATCH_PARAMETERS alone (the host's time per launch per device; the grouped GEMMs "
                          "at the catalog's) on the calibration rows (fit-dispatch.yaml)")
+    ap.add_argument("--fit-grouped-dispatch-by-precision", action="store_true",
+                    help="fit GROUPED_DISPATCH_BY_PRECISION alone (the same host figure per host CPU and training "
+                         "precision, a what-if) on the calibration rows (fit-grouped-dispatch-by-precision.yaml)")
     ap.add_argument("--fit-grouped-dispatch", action="store_true",
                     help="fit GROUPED_DISPATCH_PARAMETERS alone (the host's time per expert GEMM of the grouped "
                          "linear, per device) on the calibration rows (fit-grouped-dispatch.yaml)")
@@ -578,14 +589,18 @@ def main():
     if args.rows:
         rows = [r for r in rows if r["id"] in args.rows]
     args.pipegrid = args.pipegrid or pgx.binary()
-    if args.fit or args.fit_dispatch or args.fit_grouped_dispatch:
-        start = catalog_start(args.pipegrid, dispatch=args.fit_dispatch, grouped=args.fit_grouped_dispatch)
-        host = DISPATCH if args.fit_dispatch else GROUPED_DISPATCH if args.fit_grouped_dispatch else None
+    by_precision = args.fit_grouped_dispatch_by_precision
+    if args.fit or args.fit_dispatch or args.fit_grouped_dispatch or by_precision:
+        grouped = (GROUPED_DISPATCH_BY_PRECISION if by_precision else
+                   GROUPED_DISPATCH_PARAMETERS if args.fit_grouped_dispatch else None)
+        start = catalog_start(args.pipegrid, dispatch=args.fit_dispatch, grouped=grouped)
+        host = DISPATCH if args.fit_dispatch else GROUPED_DISPATCH if grouped else None
         if host:
             start = {p: v for p, v in start.items() if p[2] == host}
         fitted = [r for r in rows if r["model"] != args.fit_without_model]
         values, before, after = fit(args, fitted, start)
-        how = "--fit-dispatch" if args.fit_dispatch else "--fit-grouped-dispatch" if host else "--fit"
+        how = ("--fit-dispatch" if args.fit_dispatch else "--fit-grouped-dispatch-by-precision" if by_precision
+               else "--fit-grouped-dispatch" if host else "--fit")
         if args.fit_without_model:
             how += f" --fit-without-model {args.fit_without_model}"
         write_fit(args.fit_out or os.path.join(HERE, how.split()[0][2:] + ".yaml"), values, before, after, rows,
