@@ -268,6 +268,39 @@ def strong_scaling_table(all_rows, done):
             "|---|---|---|---|---|---|"] + lines
 
 
+def strong_scaling_figure(plt, all_rows, done, stem):
+    """Table 2's strong scaling as a figure: TFLOP/s per GPU against GPUs, published and pipegrid's,
+    one colour per model (stem.png and stem.svg)."""
+    groups = {}
+    for r in all_rows:
+        if r["table"] == "narayanan2021_table2" and r["id"] in done:
+            groups.setdefault((r["parameters_billion"], r["t"], r["p"], r["batch"]), []).append(r)
+    if not groups:
+        return
+    fig, ax = plt.subplots(figsize=(7.0, 5.2))
+    for (size, t, p, batch), rs in sorted(groups.items()):
+        rs.sort(key=lambda r: r["gpus"])
+        gpus = [r["gpus"] for r in rs]
+        line, = ax.plot(gpus, [r["tflops_per_gpu"] for r in rs], "o-",
+                        label=f"GPT {size:g}B (t {t}, p {p}, batch {batch}): published")
+        ax.plot(gpus, [done[r["id"]][1] for r in rs], "s--", color=line.get_color(), markerfacecolor="none",
+                label=f"GPT {size:g}B: pipegrid (1F1B, micro-batch 1)")
+    ax.set_xscale("log", base=2)
+    ticks = sorted({r["gpus"] for rs in groups.values() for r in rs})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{g:,}" for g in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("A100 GPUs (global batch fixed)")
+    ax.set_ylabel("achieved TFLOP/s per GPU")
+    ax.set_title("Strong scaling: arXiv 2104.04473, Table 2 (PTD-P rows)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(f"{stem}.{ext}", dpi=130, metadata={"Date": None} if ext == "svg" else None)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pipegrid", default=os.environ.get("PIPEGRID", os.path.join(ROOT, "build", "pipegrid")))
@@ -288,6 +321,9 @@ def main():
     fit = yaml.safe_load(open(a.with_fit)) if a.with_fit else None
     sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
     import pgx  # noqa: E402
+    # The figure only for the catalog's run of every row (first: may re-run this script under another python).
+    catalog_run = not (a.gemm_efficiency or fit or GRAD_ACCUMULATION) and a.max_gpus >= 2240
+    plt = pgx.matplotlib_pyplot() if catalog_run else None
     pgx.check_catalog(a.pipegrid, ("a100",))  # the catalog's A100 is what this run reports
     all_rows = rows()
     todo = [r for r in all_rows if r["gpus"] <= a.max_gpus]
@@ -356,6 +392,11 @@ def main():
                                                         "is above the task limit)" if folded[s] else ""))
     lines += deep_pipeline_summary(all_rows, done) + strong_scaling_table(all_rows, done)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    if plt is not None:
+        strong_scaling_figure(plt, all_rows, done, os.path.join(os.path.dirname(os.path.abspath(a.out)),
+                                                                "strong-scaling"))
+        lines.append("")
+        lines.append("![Table 2's strong scaling, published and pipegrid's](strong-scaling.png)")
     open(a.out, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
