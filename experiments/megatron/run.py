@@ -243,18 +243,21 @@ def deep_pipeline_summary(all_rows, done):
             f"and slow on {len(deep) - fast} ({per})"]
 
 
-def strong_scaling_table(all_rows, done):
-    """Rows of one table, model and global batch on several GPU counts (Table 2: strong scaling): the
-    per-GPU rate at each count over the rate at the smallest, published and pipegrid's."""
+def scaling_groups(all_rows, done):
+    """The replayed rows of one table, model and global batch on several GPU counts (Table 2: strong
+    scaling), each group by GPU count."""
     groups = {}
     for r in all_rows:
         if "tflops_per_gpu" in r and r["id"] in done:
             groups.setdefault((r["table"], r["hidden"], r["layers"], r["batch"]), []).append(r)
+    return [sorted(rs, key=lambda r: r["gpus"]) for _, rs in sorted(groups.items())
+            if len({r["gpus"] for r in rs}) > 1]
+
+
+def strong_scaling_table(all_rows, done):
+    """scaling_groups' per-GPU rate at each count over the rate at the fewest, published and pipegrid's."""
     lines = []
-    for rs in groups.values():
-        if len({r["gpus"] for r in rs}) < 2:
-            continue
-        rs.sort(key=lambda r: r["gpus"])
+    for rs in scaling_groups(all_rows, done):
         base, mine = rs[0]["tflops_per_gpu"], done[rs[0]["id"]][1]
         for r in rs[1:]:
             pub, ours = r["tflops_per_gpu"] / base, done[r["id"]][1] / mine
@@ -269,24 +272,21 @@ def strong_scaling_table(all_rows, done):
 
 
 def strong_scaling_figure(plt, all_rows, done, stem):
-    """Table 2's strong scaling as a figure: TFLOP/s per GPU against GPUs, published and pipegrid's,
-    one colour per model (stem.png and stem.svg)."""
-    groups = {}
-    for r in all_rows:
-        if r["table"] == "narayanan2021_table2" and r["id"] in done:
-            groups.setdefault((r["parameters_billion"], r["t"], r["p"], r["batch"]), []).append(r)
+    """scaling_groups as a figure: TFLOP/s per GPU against GPUs, published and pipegrid's, one colour per
+    model (stem.png and stem.svg)."""
+    groups = scaling_groups(all_rows, done)
     if not groups:
         return
     fig, ax = plt.subplots(figsize=(7.0, 5.2))
-    for (size, t, p, batch), rs in sorted(groups.items()):
-        rs.sort(key=lambda r: r["gpus"])
+    for rs in groups:
+        size, t, p, batch = (rs[0][k] for k in ("parameters_billion", "t", "p", "batch"))
         gpus = [r["gpus"] for r in rs]
         line, = ax.plot(gpus, [r["tflops_per_gpu"] for r in rs], "o-",
                         label=f"GPT {size:g}B (t {t}, p {p}, batch {batch}): published")
         ax.plot(gpus, [done[r["id"]][1] for r in rs], "s--", color=line.get_color(), markerfacecolor="none",
                 label=f"GPT {size:g}B: pipegrid (1F1B, micro-batch 1)")
     ax.set_xscale("log", base=2)
-    ticks = sorted({r["gpus"] for rs in groups.values() for r in rs})
+    ticks = sorted({r["gpus"] for rs in groups for r in rs})
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{g:,}" for g in ticks])
     ax.minorticks_off()
@@ -322,7 +322,7 @@ def main():
     sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
     import pgx  # noqa: E402
     # The figure only for the catalog's run of every row (first: may re-run this script under another python).
-    catalog_run = not (a.gemm_efficiency or fit or GRAD_ACCUMULATION) and a.max_gpus >= 2240
+    catalog_run = not (a.gemm_efficiency or fit or GRAD_ACCUMULATION) and a.max_gpus >= max(r["gpus"] for r in rows())
     plt = pgx.matplotlib_pyplot() if catalog_run else None
     pgx.check_catalog(a.pipegrid, ("a100",))  # the catalog's A100 is what this run reports
     all_rows = rows()
