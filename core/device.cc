@@ -219,7 +219,10 @@ Result<PassTimes> layer_times_on(const Layer& layer, Precision precision, const 
       issue(backward, p->first);
       issue(backward, p->second);
     }
+    const double device_forward = t.forward, device_backward = t.backward();
     stretch(t, forward.end() - forward_start, backward.end() - backward_start);
+    t.host_forward_s = std::max(0.0, t.forward - device_forward);
+    t.host_backward_s = std::max(0.0, t.backward() - device_backward);
   }
   if (t.forward > 0) t.forward += device.layer_overhead_s;
   if (t.backward_input > 0) t.backward_input += device.layer_overhead_s;

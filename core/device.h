@@ -133,6 +133,9 @@ struct PassTimes {
   double forward = 0;
   double backward_input = 0;   // input-gradient part of the backward
   double backward_weight = 0;  // weight-gradient part of the backward
+  // Of forward and of backward, what a bound host added beyond the device's own sum of its kernels (0
+  // when the host is never the limit): how much of the answer the host's per-launch figure carries.
+  double host_forward_s = 0, host_backward_s = 0;
   double backward() const { return backward_input + backward_weight; }
 };
 

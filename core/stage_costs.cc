@@ -106,6 +106,7 @@ Result<TpForward> tp_forward(const TpDevice& dev, const std::vector<int>& layer_
       if (x > 0) x -= overhead, overhead = dev.overhead();
       f.forward.compute.back() += x;
       sc.times.forward += x;
+      sc.times.host_forward_s += t->host_forward_s;
       if (checkpointed) {
         f.recompute.compute.back() += x;
         f.recompute_full_s += x;
@@ -157,6 +158,7 @@ Status tp_backward(const TpDevice& dev, const std::vector<int>& layer_ids, const
       bwd_in.compute.back() += bi;
       sc.times.backward_input += bi;
       sc.times.backward_weight += bw;
+      sc.times.host_backward_s += t->host_backward_s;
     }
   }
   return {};
@@ -287,12 +289,14 @@ Result<std::vector<PassTimes>> carried_times(const Workload& w, const DeviceSpec
     Result<PassTimes> t = layer_times(layer, w.precision, spec, share, forward);
     if (!t) return t.error();
     times[i].forward = t->forward;
+    times[i].host_forward_s = t->host_forward_s;
   }
   for (size_t i = st.layers.size(); i-- > 0;) {
     Result<PassTimes> t = layer_times(w.layer(st.layers[i]), w.precision, spec, share, backward);
     if (!t) return t.error();
     times[i].backward_input = t->backward_input;
     times[i].backward_weight = t->backward_weight;
+    times[i].host_backward_s = t->host_backward_s;
   }
   return times;
 }
@@ -335,6 +339,8 @@ Result<PlainSums> plain_sums(const Workload& w, const Cluster& c, const Stage& s
     sc.times.forward += t->forward;
     sc.times.backward_input += t->backward_input;
     sc.times.backward_weight += t->backward_weight;
+    sc.times.host_forward_s += t->host_forward_s;
+    sc.times.host_backward_s += t->host_backward_s;
     x.full_stash += layer.stash_bytes - stash_saved;
     x.selective_stash += selective;
     x.selective_s += layer.selective_recompute_fraction * t->forward;

@@ -194,14 +194,17 @@ TEST_CASE(
     const double gemms = 2 * (5e-6 + flops / 2 / (2e15 * 0.5 * rate));
     const double device = gemms + 8 * kernels * 5e-6 + elements * cast / 2e12;
     CHECK(layer_times(l, p, d, 1)->forward == pipegrid::testing::approx(device));
+    CHECK(layer_times(l, p, d, 1)->host_forward_s == 0);  // a host that never bounds a launch adds nothing
     // A host at 1 ms per launch issues the 8 x kernels quantization kernels, then the 8 GEMM launches
     // (HostStream's closed form per group: max(max(gpu, host) + c tau, host + (c - 1) dispatch + tau)):
     // the quantizations end at 8 kernels - 1 ms plus a sliver, before the host has issued the first
     // GEMM at q = 8 kernels ms; the GEMMs end at max(q + G, q + 7 ms + G / 8), G their device time.
     d.kernel_dispatch_s = 1e-3;
     const double q = 8 * kernels * 1e-3;
-    CHECK(layer_times(l, p, d, 1)->forward ==
-          pipegrid::testing::approx(std::max(q + gemms, q + 7e-3 + gemms / 8)));
+    const double bound = std::max(q + gemms, q + 7e-3 + gemms / 8);
+    CHECK(layer_times(l, p, d, 1)->forward == pipegrid::testing::approx(bound));
+    // What the host added: the bound pass less the device's own sum (no backward FLOPs here).
+    CHECK(layer_times(l, p, d, 1)->host_forward_s == pipegrid::testing::approx(bound - device));
   }
   // One grouped quantization for all 8 experts (Transformer Engine's group_quantize): one kernel in
   // MXFP8, its bytes unchanged.
@@ -210,6 +213,42 @@ TEST_CASE(
   const double grouped =
       2 * (5e-6 + flops / 2 / (2e15 * 0.5 * (6.812 / 7.161))) + 5e-6 + elements * 3.0 / 2e12;
   CHECK(layer_times(l, Precision::AMP_MXFP8, d, 1)->forward == pipegrid::testing::approx(grouped));
+}
+
+TEST_CASE("what a bound host adds to each pass, by HostStream's closed form") {
+  // One GEMM kernel of 4 calls per pass (no bytes: compute only), bf16 at 1 PFLOP/s, start-up 2 us.
+  // Each call of a group of c equal launches ends at max(max(gpu, host) + c tau, host + (c - 1) D + tau).
+  DeviceSpec d;
+  d.peak_flops[static_cast<int>(Precision::BF16)] = 1e15;
+  d.kernel_startup_s = 2e-6;
+  Kernel k;
+  k.cls = KernelClass::Gemm;
+  k.forward_flops = 4e9;
+  k.backward_input_flops = 8e9;
+  k.backward_weight_flops = 12e9;
+  k.calls = 4;
+  Layer l;
+  l.name = "linear";
+  l.kind = "linear";
+  l.forward_flops = k.forward_flops;
+  l.backward_input_flops = k.backward_input_flops;
+  l.backward_weight_flops = k.backward_weight_flops;
+  l.kernels = {k};
+  const double tf = 2e-6 + 1e-6, ti = 2e-6 + 2e-6, tw = 2e-6 + 3e-6;  // one call's device time
+  d.kernel_dispatch_s = 0;
+  const PassTimes free = *layer_times(l, Precision::AMP_BF16, d, 1);
+  CHECK(free.forward == pipegrid::testing::approx(4 * tf));
+  CHECK(free.host_forward_s == 0);
+  CHECK(free.host_backward_s == 0);
+  // At 1 ms per launch the host bounds every group: the forward ends at 3 D + tf, the backward's
+  // input-gradient group at 3 D + ti with the host at 4 D, its weight-gradient group at 7 D + tw.
+  const double D = 1e-3;
+  d.kernel_dispatch_s = D;
+  const PassTimes bound = *layer_times(l, Precision::AMP_BF16, d, 1);
+  CHECK(bound.forward == pipegrid::testing::approx(3 * D + tf));
+  CHECK(bound.backward() == pipegrid::testing::approx(7 * D + tw));
+  CHECK(bound.host_forward_s == pipegrid::testing::approx(3 * D + tf - 4 * tf));
+  CHECK(bound.host_backward_s == pipegrid::testing::approx(7 * D + tw - 4 * ti - 4 * tw));
 }
 
 TEST_CASE("an fp8 training keeps the router and the output layer in bf16, bf16's weights, fp8 GEMM inputs") {

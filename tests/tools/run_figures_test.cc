@@ -288,6 +288,34 @@ memory: {optimizer: mixed-adam, recompute: selective, recompute_modules: [core_a
         std::string::npos);
 }
 
+TEST_CASE("run: the host's share of the stages' compute is stated where a host bounds launches") {
+  // A small GPT on one H100 (its catalog host: 13.48 us per launch). With a host that takes 1 s per
+  // launch, every launch after a pass's first waits for it: nearly all of the compute is the host's.
+  // Under a CUDA graph (kernel_dispatch 0) no host bounds a launch and nothing is stated.
+  TempDir tmp;
+  auto exp = [&](const std::string& name, const std::string& dispatch) {
+    return tmp.write(name,
+                     "workload: {model: gpt, layers: 2, hidden: 1024, heads: 16, sequence: 1024, vocabulary: "
+                     "51200, precision: amp-bf16}\ncluster: {kind: switch, count: 1, device: {name: gpu, model: h100" +
+                         dispatch + "}, bandwidth: 100GBps, latency: 1us}\nstrategy: {stages: 1, micro_batches: 2}\n");
+  };
+  const json slow = run_json({exp("slow.yaml", ", kernel_dispatch: 1s")});
+  const json catalog = run_json({exp("catalog.yaml", "")});
+  const json graph = run_json({exp("graph.yaml", ", kernel_dispatch: 0us")});
+  REQUIRE(slow.contains("host_bound_fraction"));
+  CHECK(slow["host_bound_fraction"].get<double>() > 0.999);
+  CHECK(slow["host_bound_fraction"].get<double>() < 1);
+  REQUIRE(catalog.contains("host_bound_fraction"));
+  CHECK(catalog["host_bound_fraction"].get<double>() > 0);
+  CHECK(catalog["host_bound_fraction"].get<double>() < slow["host_bound_fraction"].get<double>());
+  CHECK_FALSE(graph.contains("host_bound_fraction"));
+  auto text = run_command({PIPEGRID_BINARY, "run", exp("text.yaml", ", kernel_dispatch: 1s")});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("\nhost bound       ") != std::string::npos);
+  auto none = run_command({PIPEGRID_BINARY, "run", exp("none.yaml", ", kernel_dispatch: 0us")});
+  CHECK(none.out.find("host bound") == std::string::npos);
+}
+
 TEST_CASE("run: an MoE zoo model's fused defaults can be turned off, and the assumes line says so") {
   // The MoE zoo builds its blocks as Megatron-Core runs them (FlashAttention, Megatron's fusions);
   // `attention: unfused` and `kernel_fusion: none` rebuild them, and a host time for one kernel class

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/backends.h"
@@ -30,6 +31,26 @@ std::string device_list(const Experiment& e, const Stage& st) {
 
 std::string percent(double x) {
   return fmt::format("{:.2f}%", 100 * x);
+}
+
+// What a bound host adds to the stages' compute per micro-batch (the cost model's stage times, every
+// device of every stage), beyond the devices' own kernel time: the share of the answer that rests on
+// the host's per-launch figure (kernel_dispatch). Empty when no host bounds a launch.
+struct HostShare {
+  double host_s = 0, compute_s = 0;
+  double fraction() const { return host_s / compute_s; }
+};
+std::optional<HostShare> host_share(const Result<std::vector<std::vector<StageCost>>>& costs) {
+  if (!costs) return std::nullopt;
+  HostShare h;
+  for (const std::vector<StageCost>& stage : *costs)
+    for (const StageCost& sc : stage) {
+      h.host_s += sc.times.host_forward_s + sc.times.host_backward_s;
+      h.compute_s += sc.times.forward + sc.times.backward();
+    }
+  // Below a millionth of the compute it is the rounding of the stretched sums, not a host.
+  if (h.compute_s <= 0 || h.host_s <= 1e-6 * h.compute_s) return std::nullopt;
+  return h;
 }
 
 std::string_view task_category(const Task& t) {
@@ -530,11 +551,18 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
   }
 }
 
-void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par) {
+void print_notes(std::ostream& out, const RunReport& r, const Parallelism& par,
+                 const Result<std::vector<std::vector<StageCost>>>& costs) {
   const Experiment& e = r.experiment;
   if (reports_experts(e, par))
     fmt::print(out, "experts          {}\n",
                moe_note(e, r.run.partition, r.run.graph.node_aggregated_all_to_all));
+  if (const std::optional<HostShare> h = host_share(costs))
+    fmt::print(out,
+               "host bound       {} of the stages' compute per micro-batch is the host's launches beyond the "
+               "devices' own kernel time (cost model; the host figure is in `assumes`): that share of the "
+               "answer rests on it\n",
+               percent(h->fraction()));
   for (const CostModelCheck& c : cost_model_checks(e, r.run.partition))
     fmt::print(out, "cost model       {}\n", c.note);
 }
@@ -565,7 +593,7 @@ void print_summary(std::ostream& out, const RunReport& r) {
   print_plan_lines(out, r, large);
   fmt::print(out, "\n");
   if (!large) print_results(out, r, par);
-  print_notes(out, r, par);
+  print_notes(out, r, par, costs);
   fmt::print(out, "\n");
   if (r.all_devices || !any_grouped(groups))
     print_every_device(out, m);
@@ -979,6 +1007,12 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = common_json("run", r.experiment, r.run, r.metrics);
+  const Experiment& e = r.experiment;
+  const std::optional<HostShare> h =
+      host_share(stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
+                             tensor_parallel_options(e.strategy, e.memory)));
+  if (h)
+    j["host_bound_fraction"] = h->fraction();
   if (r.tokens > 0) j["model_flops"] = token_json(token_figures(r.experiment, r.metrics, r.tokens));
   if (!r.replay.empty()) j["replay"] = r.replay;
   // Large runs (large_layout) keep the groups and leave out the per-device list unless asked for it.
