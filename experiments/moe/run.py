@@ -323,7 +323,8 @@ def simulate(pipegrid, exp):
         out = {"error": ((p.stderr or p.stdout).strip().splitlines() or ["pipegrid failed"])[-1]}
     else:
         j = json.loads(p.stdout)
-        out = {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {})}
+        out = {"time": j["iteration_time_s"], "feasible": j["feasible"], "breakdown": j.get("breakdown", {}),
+               "host": j.get("host_bound_fraction", 0.0)}
     _CACHE[key] = out
     return out
 
@@ -388,19 +389,57 @@ def config(r):
 
 def table_lines(rows, results, split):
     mine = [r for r in rows if r["split"] == split]
-    lines = ["| row | source | configuration | published | releases (n, min-max) | pipegrid | error |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| row | source | configuration | published | releases (n, min-max) | pipegrid | host share | error |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in mine:
         x, (n, lo, hi) = results[r["id"]], spread(r)
         rel = f"{n}, {lo:,}-{hi:,} ({100 * (hi - lo) / statistics.median([lo, hi]):.0f}%)" if n > 1 else "1"
         if "predicted" in x:
             got = fmt_value(r, x["predicted"]) + ("" if x["feasible"] else " (over memory)")
-            err = f"{100 * x['error']:+.1f}%"
+            err, host = f"{100 * x['error']:+.1f}%", f"{100 * x.get('host', 0):.1f}%"
         else:
-            got, err = x.get("skipped") or "error: " + x["failed"], "-"
+            got, err, host = x.get("skipped") or "error: " + x["failed"], "-", "-"
         lines.append(f"| {r['id']} | {r['source']} {r['release']} | {config(r)} | {fmt_value(r, r['value'])} | "
-                     f"{rel} | {got} | {err} |")
+                     f"{rel} | {got} | {host} | {err} |")
     return lines
+
+
+def ranks(values):
+    """Average ranks (1-based; ties share their mean rank)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x, y):
+    """Spearman's rank correlation: Pearson's r of the ranks (nan for fewer than 3 pairs)."""
+    if len(x) < 3:
+        return float("nan")
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else float("nan")
+
+
+def host_note(rows, results):
+    """The host share (what pipegrid's host adds to the stages' compute, `pipegrid run`'s `host bound`)
+    against the error, over every replayed row of both sets: does pipegrid miss more where its own
+    host matters more?"""
+    pairs = [(results[r["id"]].get("host", 0.0), results[r["id"]]["error"]) for r in rows
+             if "error" in results[r["id"]]]
+    if not pairs:
+        return ""
+    return (f"host share against error, every replayed row ({len(pairs)}): Spearman's rho "
+            f"{spearman([h for h, _ in pairs], [e for _, e in pairs]):+.2f}")
 
 
 def summary(rows, results, split):
@@ -432,10 +471,12 @@ def write_results(path, rows, results, args):
                 f"the binary's, with {os.path.relpath(args.with_fit, HERE)}'s values as device overrides (a what-if).")
              + (" Dispatchers as the recipes set them (--recipe-dispatchers, a what-if): deepep where the recipe "
                 "runs a flex dispatcher (HybridEP or DeepEP)." if RECIPE_DISPATCHERS else "")
-             + "", "",
+             + " host share: what pipegrid's host adds to the stages' compute per micro-batch beyond the "
+             "devices' own kernel time (`pipegrid run`'s `host bound`, docs/cost-model.md).", "",
              "## Check rows", ""] + table_lines(rows, results, "check") + ["", text, "",
              "## Calibration rows", ""] + table_lines(rows, results, "calibration") + [
-             "", f"calibration rows: {n} replayed, median |error| {100 * med:.1f}%, max {100 * mx:.1f}%", ""]
+             "", f"calibration rows: {n} replayed, median |error| {100 * med:.1f}%, max {100 * mx:.1f}%", "",
+             "- " + host_note(rows, results), ""]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write("\n".join(lines))
