@@ -2,7 +2,7 @@
 """NeMo 24.07's published FP8 pre-training runs on DGX-H100 (nemo_h100_rows.yaml) replayed in pipegrid.
 
     experiments/megatron/nemo_h100.py [--pipegrid build/pipegrid] [-j 2] [--out nemo_h100.md]
-    experiments/megatron/nemo_h100.py --validate [--pipegrid P]   # the rows only (ctest); with P, the 8-GPU rows replayed
+    experiments/megatron/nemo_h100.py --validate [--pipegrid P]   # the rows (ctest); with P, the 8-GPU rows against nemo_h100.md
 
 Each row becomes an experiment: the model at the row's sequence in fp8 (GPT3-5B/20B/175B as pipegrid's
 `gpt` with NeMo's shapes, the Llama rows as the zoo's), DGX H100 nodes (NVLink 4, one 400 Gb/s NIC
@@ -200,11 +200,18 @@ def main():
         return 1
     all_rows = rows(t)
     if a.validate:
-        if a.pipegrid:
+        if a.pipegrid:  # the 8-GPU rows replayed now give nemo_h100.md's figures (else: run nemo_h100.py)
+            shown = {}
+            for line in open(os.path.join(HERE, "nemo_h100.md"), encoding="utf-8"):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if cells and cells[0].startswith("nemo-") and len(cells) > 9:
+                    shown[cells[0]] = cells[9]
             for r in (r for r in all_rows if r["gpus"] <= 8):
                 x = replay(a.pipegrid, r)
-                if "error" in x or not x["time"] > 0:
-                    print(f"{r['id']}: {x}", file=sys.stderr)
+                got = f"{tokens(r, x['time']):,.0f}" if "time" in x else x
+                if got != shown.get(r["id"]):
+                    print(f"{r['id']}: replayed now {got}, nemo_h100.md {shown.get(r['id'])}: run nemo_h100.py",
+                          file=sys.stderr)
                     return 1
         print(f"nemo_h100_rows.yaml: {len(all_rows)} rows valid")
         return 0
@@ -219,6 +226,17 @@ def main():
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         f.write(text)
+    errs = sorted((abs(tokens(r, got[r["id"]]["time"]) / r["tokens_per_s_per_gpu"] - 1), r["id"],
+                   tokens(r, got[r["id"]]["time"]) > r["tokens_per_s_per_gpu"]) for r in all_rows if "time" in got[r["id"]])
+    if len(errs) == len(all_rows) and os.path.abspath(a.out) == os.path.join(HERE, "nemo_h100.md"):
+        # The summary experiments/validation/run.py copies into accuracy.yaml (h100, megatron-lm, fp8).
+        with open(os.path.join(HERE, "nemo_h100.yaml"), "w") as f:
+            f.write("# Written by experiments/megatron/nemo_h100.py (its last full run, nemo_h100.md): NeMo 24.07's\n"
+                    "# published FP8 runs on DGX-H100 as check rows; experiments/validation/run.py copies it into\n"
+                    "# accuracy.yaml (h100, megatron-lm, fp8).\n")
+            yaml.safe_dump({"check_rows": len(errs), "median_error": round(statistics.median(e for e, _, _ in errs), 4),
+                            "max_error": round(errs[-1][0], 4), "worst": errs[-1][1],
+                            "faster": sum(fast for _, _, fast in errs)}, f, sort_keys=False)
     print(text)
     return 0
 

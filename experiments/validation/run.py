@@ -251,7 +251,8 @@ def write_accuracy(path, rows, results, groups):
            "# (published training runs, never fitted on) by GPU and precision, |error| = |pipegrid /",
            "# published - 1|: measurements.yaml's, and under megatron-lm Megatron-LM's 3D runs",
            "# (experiments/megatron/rows.yaml; the H100's: experiments/megatron/h100.yaml, Megatron-Core's",
-           "# runs, written by h100.py). `pipegrid run` prints the entries of each catalog GPU",
+           "# runs, written by h100.py, and nemo_h100.yaml, NeMo 24.07's fp8 runs, written by nemo_h100.py).",
+           "# `pipegrid run` prints the entries of each catalog GPU",
            "# (`catalog` names it) and precision it uses. spread: the data's own floor, the",
            "# same-configuration groups of measurements.yaml on that GPU and precision (published by two",
            "# or more sources), max / min. tests/tools/validation_runs.py fails when a fresh run differs."]
@@ -267,16 +268,31 @@ def write_accuracy(path, rows, results, groups):
                 out.append(f"    {prec}: " + accuracy_entry(megatron[gpu][prec], (), readable))
     # Megatron-Core's H100 runs (experiments/megatron/h100.py's last full run, h100.yaml): a GPU
     # with no measurements.yaml row, its catalog figures measured, never fitted.
-    h100 = os.path.join(vlib.ROOT, "experiments", "megatron", "h100.yaml")
+    # NeMo 24.07's FP8 runs on DGX-H100 (experiments/megatron/nemo_h100.py's last full run,
+    # nemo_h100.yaml), the H100's fp8 entry beside it.
+    megatron_dir = os.path.join(vlib.ROOT, "experiments", "megatron")
+    h100, nemo = os.path.join(megatron_dir, "h100.yaml"), os.path.join(megatron_dir, "nemo_h100.yaml")
+    h100_lines = []
     if os.path.exists(h100):
         x = vlib.load_yaml(h100)
-        table = vlib.load_yaml(os.path.join(vlib.ROOT, "experiments", "megatron", "h100_rows.yaml"))
+        table = vlib.load_yaml(os.path.join(megatron_dir, "h100_rows.yaml"))
         row = dict(zip(table["columns"], next(r for r in table["rows"] if r[0] == x["worst"])))
         name = f"GPT {row['model_size']} t{row['t']} p{row['p']} on {row['gpus']} H100s, bf16 (Megatron-Core's table)"
-        out += ["h100:", "  catalog: [h100]", "  megatron-lm:",
-                f"    amp-bf16: {{check_rows: {x['check_rows']}, median_error: {x['median_error']:.4f}, "
-                f"max_error: {x['max_error']:.4f}, worst: megatron-{x['worst']}, worst_name: \"{name}\", "
-                f"spread_groups: 0}}"]
+        h100_lines.append(f"    amp-bf16: {{check_rows: {x['check_rows']}, median_error: {x['median_error']:.4f}, "
+                          f"max_error: {x['max_error']:.4f}, worst: megatron-{x['worst']}, worst_name: \"{name}\", "
+                          f"spread_groups: 0}}")
+    if os.path.exists(nemo):
+        x = vlib.load_yaml(nemo)
+        table = vlib.load_yaml(os.path.join(megatron_dir, "nemo_h100_rows.yaml"))
+        row = dict(zip(table["columns"], next(r for r in table["rows"] if r[0] == x["worst"])))
+        printed = row["quote"].strip().strip("|").split("|")[0].strip()  # the table's model name
+        name = (f"{printed} on {row['gpus']} H100s, fp8, TP{row['tp']} PP{row['pp']} CP{row['cp']} "
+                f"(NeMo 24.07's table)")
+        h100_lines.append(f"    fp8: {{check_rows: {x['check_rows']}, median_error: {x['median_error']:.4f}, "
+                          f"max_error: {x['max_error']:.4f}, worst: {x['worst']}, worst_name: \"{name}\", "
+                          f"faster: {x['faster']}, spread_groups: 0}}")
+    if h100_lines:
+        out += ["h100:", "  catalog: [h100]", "  megatron-lm:"] + h100_lines
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
 

@@ -234,7 +234,7 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   CHECK(run_json(tmp, "{name: gpu, model: a100}", "fp32")[0]["status"] == "not checked");
   CHECK(!acc["h200"]);
   CHECK(run_json(tmp, "{name: gpu, model: h200}", "bf16")[0]["status"] == "not checked");
-  // The H100: no row of measurements.yaml, Megatron-Core's runs in amp-bf16 only.
+  // The H100: no row of measurements.yaml; Megatron-Core's runs in amp-bf16 and NeMo's in fp8.
   CHECK(!acc["h100"]["amp-bf16"]);
   auto h = run_json(tmp, "{name: gpu, model: h100}", "amp-bf16");
   REQUIRE(h.size() == 1);
@@ -245,7 +245,7 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   auto hb = run_json(tmp, "{name: gpu, model: h100}", "bf16");
   CHECK(hb[0]["status"] == "not checked");
   CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
-            .out.find("h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16;") !=
+            .out.find("h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16, fp8;") !=
         std::string::npos);
   // The worst row by name, beside its id (issue 55, item 19).
   CHECK(c[0]["worst_name"] == acc["v100"]["amp"]["worst_name"].as<std::string>());
@@ -305,16 +305,21 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
       h.out.substr(h.out.find("  fp16 "), h.out.find('\n', h.out.find("  fp16 ")) - h.out.find("  fp16 "));
   CHECK(fp16.find("0.700        0.500        0.440        0.500        0.700") != std::string::npos);
   CHECK(h.out.find("strided 0.330 compiled 0.360") != std::string::npos);
-  // The H100: Megatron-Core's runs (experiments/megatron/h100.md).
+  // The H100: Megatron-Core's runs in amp-bf16 (experiments/megatron/h100.md) and NeMo 24.07's in
+  // fp8 (nemo_h100.md).
   auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
   REQUIRE(h100.exit_code == 0);
   const nlohmann::json hc = nlohmann::json::parse(h100.out)["checks"];
   // ... and the published MoE runs of experiments/moe, one entry per precision they ran in.
   const YAML::Node moe = YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/moe/accuracy.yaml");
-  REQUIRE(hc.size() == 1 + moe["h100"].size());
+  REQUIRE(hc.size() == 2 + moe["h100"].size());
   CHECK(hc[0]["precision"] == "amp-bf16");
   CHECK(hc[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
-  for (size_t i = 1; i < hc.size(); ++i) {
+  CHECK(hc[1]["precision"] == "fp8");
+  CHECK(hc[1]["source"] == "megatron-lm");
+  CHECK(hc[1]["check_rows"] == acc["h100"]["megatron-lm"]["fp8"]["check_rows"].as<int>());
+  CHECK(hc[1]["faster"] == acc["h100"]["megatron-lm"]["fp8"]["faster"].as<int>());
+  for (size_t i = 2; i < hc.size(); ++i) {
     CHECK(hc[i]["source"] == "moe");
     const YAML::Node f = moe["h100"][hc[i]["precision"].get<std::string>()];
     REQUIRE(f);

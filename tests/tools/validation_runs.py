@@ -106,12 +106,18 @@ with tempfile.TemporaryDirectory() as out:
                  "experiments/validation/run.py and rebuild (it is compiled in)")
     shown = open(os.path.join(root, "experiments/validation/results.md")).read()
     h100_md = open(os.path.join(root, "experiments/megatron/h100.md")).read()
+    nemo_md = open(os.path.join(root, "experiments/megatron/nemo_h100.md")).read()
     for gpu, entries in megatron_entries.items():
         for prec, e in entries.items():
             ratios = {i: float(v) for i, g, p, v in re.findall(
                 r"^\| (megatron-\S+) \| [^|]* \| (\w+) x \d+ \| (\S+) \|.*\| ([\d.]+) \| check \|", shown, re.M)
                 if g == gpu and p == prec}
-            if gpu == "h100":  # Megatron-Core's H100 runs: experiments/megatron/h100.md (h100.py), bf16
+            if gpu == "h100" and prec == "fp8":  # NeMo 24.07's fp8 runs: nemo_h100.md (nemo_h100.py)
+                ratios = {i: 1 + float(v) / 100 for i, v in re.findall(
+                    r"^\| (nemo-\S+) \|(?: [^|]* \|){9} ([+-][\d.]+)% \|", nemo_md, re.M)}
+                if e["worst"] not in ratios or e["faster"] != sum(v > 1 for v in ratios.values()):
+                    sys.exit(f"accuracy.yaml h100 megatron-lm fp8: {e} against nemo_h100.md's {ratios}")
+            elif gpu == "h100":  # Megatron-Core's H100 runs: experiments/megatron/h100.md (h100.py), bf16
                 ratios = {"megatron-" + i: 1 + float(v) / 100 for i, v in re.findall(
                     r"^\| (h100-\S+) \|(?: [^|]* \|){7} ([+-][\d.]+)% \|", h100_md, re.M)}
                 if prec != "amp-bf16" or e["worst"] not in ratios:
