@@ -68,6 +68,15 @@ def micro_batches(r):
 WHAT_IF = None  # --what-if: a diagnostic variant of the assumptions (the table says so)
 
 
+def dgx_h100(gpus):
+    """DGX H100 nodes as topologies/clusters/dgx-h100-*.yaml give them: 8 GPUs on NVLink 4, one 400 Gb/s
+    NIC per GPU, rail-optimised across nodes."""
+    return {"kind": "dgx", "nodes": max(1, gpus // 8), "gpu": "h100",
+            "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
+            "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
+            "fabric": "rail" if gpus > 8 else "switch"}
+
+
 def experiment(r):
     t, p, d = r["t"], r["p"], r["d"]
     e = {
@@ -76,10 +85,7 @@ def experiment(r):
                      "sequence": r["sequence"], "vocabulary": r["vocabulary"], "precision": "amp-bf16",
                      "kernel_fusion": "megatron", "attention": "fused",
                      "tied_embeddings": 0},
-        "cluster": {"kind": "dgx", "nodes": r["gpus"] // 8, "gpu": "h100",
-                    "nvlink": {"bandwidth": "450GBps", "latency": "0.5us"},
-                    "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
-                    "fabric": "rail" if r["gpus"] > 8 else "switch"},
+        "cluster": dgx_h100(r["gpus"]),
         "strategy": {"partitioner": "megatron", "schedule": "interleaved-1f1b" if chunks(r) > 1 else "1f1b",
                      "stages": p, "replicas": d,
                      "allreduce": "multi-ring", "tensor_parallel": t, "sequence_parallel": t > 1,

@@ -404,32 +404,6 @@ def table_lines(rows, results, split):
     return lines
 
 
-def ranks(values):
-    """Average ranks (1-based; ties share their mean rank)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(x, y):
-    """Spearman's rank correlation: Pearson's r of the ranks (nan for fewer than 3 pairs)."""
-    if len(x) < 3:
-        return float("nan")
-    rx, ry = ranks(x), ranks(y)
-    mx, my = statistics.mean(rx), statistics.mean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else float("nan")
-
-
 def host_note(rows, results):
     """The host share (what pipegrid's host adds to the stages' compute, `pipegrid run`'s `host bound`)
     against the error, over every replayed row of both sets: does pipegrid miss more where its own
@@ -438,8 +412,9 @@ def host_note(rows, results):
              if "error" in results[r["id"]]]
     if not pairs:
         return ""
-    return (f"host share against error, every replayed row ({len(pairs)}): Spearman's rho "
-            f"{spearman([h for h, _ in pairs], [e for _, e in pairs]):+.2f}")
+    from scipy.stats import spearmanr  # python3-scipy (tools/setup --all); only this note needs it
+    rho = spearmanr([h for h, _ in pairs], [e for _, e in pairs]).statistic
+    return f"host share against error, every replayed row ({len(pairs)}): Spearman's rho {rho:+.2f}"
 
 
 def summary(rows, results, split):

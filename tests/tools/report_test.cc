@@ -245,7 +245,8 @@ TEST_CASE("run reports the validation suite's check rows for the catalog GPU and
   auto hb = run_json(tmp, "{name: gpu, model: h100}", "bf16");
   CHECK(hb[0]["status"] == "not checked");
   CHECK(run_command({PIPEGRID_BINARY, "run", (tmp.path / "c.yaml").string()})
-            .out.find("h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16, fp8;") !=
+            .out.find(
+                "h100 bf16: not checked against published training runs in bf16 (checked: amp-bf16, fp8;") !=
         std::string::npos);
   // The worst row by name, beside its id (issue 55, item 19).
   CHECK(c[0]["worst_name"] == acc["v100"]["amp"]["worst_name"].as<std::string>());

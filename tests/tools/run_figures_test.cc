@@ -294,10 +294,11 @@ TEST_CASE("run: the host's share of the stages' compute is stated where a host b
   // Under a CUDA graph (kernel_dispatch 0) no host bounds a launch and nothing is stated.
   TempDir tmp;
   auto exp = [&](const std::string& name, const std::string& dispatch) {
-    return tmp.write(name,
-                     "workload: {model: gpt, layers: 2, hidden: 1024, heads: 16, sequence: 1024, vocabulary: "
-                     "51200, precision: amp-bf16}\ncluster: {kind: switch, count: 1, device: {name: gpu, model: h100" +
-                         dispatch + "}, bandwidth: 100GBps, latency: 1us}\nstrategy: {stages: 1, micro_batches: 2}\n");
+    return tmp.write(
+        name,
+        "workload: {model: gpt, layers: 2, hidden: 1024, heads: 16, sequence: 1024, vocabulary: "
+        "51200, precision: amp-bf16}\ncluster: {kind: switch, count: 1, device: {name: gpu, model: h100" +
+            dispatch + "}, bandwidth: 100GBps, latency: 1us}\nstrategy: {stages: 1, micro_batches: 2}\n");
   };
   const json slow = run_json({exp("slow.yaml", ", kernel_dispatch: 1s")});
   const json catalog = run_json({exp("catalog.yaml", "")});

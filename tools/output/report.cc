@@ -1009,10 +1009,9 @@ nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = common_json("run", r.experiment, r.run, r.metrics);
   const Experiment& e = r.experiment;
   const std::optional<HostShare> h =
-      host_share(stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size, e.memory.recompute,
-                             tensor_parallel_options(e.strategy, e.memory)));
-  if (h)
-    j["host_bound_fraction"] = h->fraction();
+      host_share(stage_costs(e.workload, e.cluster, r.run.partition, r.run.micro_batch_size,
+                             e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)));
+  if (h) j["host_bound_fraction"] = h->fraction();
   if (r.tokens > 0) j["model_flops"] = token_json(token_figures(r.experiment, r.metrics, r.tokens));
   if (!r.replay.empty()) j["replay"] = r.replay;
   // Large runs (large_layout) keep the groups and leave out the per-device list unless asked for it.
