@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Dense Llama pre-training on DGX-B200 and DGX-GB200, published against pipegrid (rows.yaml).
+"""Dense Llama pre-training on DGX-B200, DGX-GB200 and DGX-H100, published against pipegrid (rows.yaml).
 
-    experiments/blackwell-dense/run.py [-j 2] [--max-gpus 256] [--out results.md]
+    experiments/blackwell-dense/run.py [-j 2] [--max-gpus 1024] [--out results.md]
     experiments/blackwell-dense/run.py --validate   # rows.yaml's schema, quotes and split only
 
 Each row becomes an experiment (the zoo model at sequence 8,192 in the row's precision, the row's
@@ -32,7 +32,9 @@ BLOCKS = {"llama3-8b": 32, "llama3-70b": 80, "llama3-405b": 126}
 FIELDS = ("id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
           "precision", "tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split")
 PRINTED = {"FP8": "fp8", "FP8-CS": "fp8", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
-GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200"}
+GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-H100": "h100"}
+# NVLink per direction: NVLink 5 on Blackwell, NVLink 4 on DGX-H100 (the catalog's b200 / gb200 / h100).
+NVLINK = {"DGX-B200": "900GBps", "DGX-GB200": "900GBps", "DGX-H100": "450GBps"}
 # Blackwell's bf16 (and fp16) GEMM figure over its fp8 one: Transformer Engine's measured GEMM kernels on
 # a B300, inputs pre-quantized, 13.102 ms per layer in bf16 against 6.812 in fp8 with per-tensor scales,
 # at the datasheets' 1:2 peaks (docs/examples/gemm_profiling/gemm_profiling.rst at TransformerEngine
@@ -123,7 +125,7 @@ def experiment(r, fit=None):
             "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"],
                          "attention": "fused", "kernel_fusion": "megatron"},
             "cluster": {"kind": "dgx", "nodes": r["gpus"] // n, "gpus_per_node": n, "gpu": device(r, fit),
-                        "nvlink": {"bandwidth": "900GBps", "latency": "0.5us"},
+                        "nvlink": {"bandwidth": NVLINK[r["system"]], "latency": "0.5us"},
                         "infiniband": {"bandwidth": "400Gbps", "latency": "1us"},
                         "fabric": "rail" if r["gpus"] > n else "switch"},
             "strategy": strategy,
@@ -181,12 +183,13 @@ def spread(r):
 
 
 def markdown(rows, got):
-    out = ["# Dense Llama pre-training on Blackwell: published against pipegrid", "",
+    out = ["# Dense Llama pre-training on Blackwell and H100: published against pipegrid", "",
            "Written by `experiments/blackwell-dense/run.py` (rows, quotes, assumptions: rows.yaml). error = "
            "pipegrid / published - 1 in tokens/s per GPU. \"releases\": the same configuration in other "
            "releases of the page. Catalog: topologies/devices.yaml as built into the binary: the b200's and "
-           "gb200's fp8 GEMM efficiencies are fitted on the calibration rows below (fit.yaml, README.md), their "
-           "other figures the H100/H200 fractions, assumed. The check rows are never fitted on.", ""]
+           "gb200's fp8 GEMM efficiencies are fitted on their calibration rows below (fit.yaml, README.md), their "
+           "other figures the H100/H200 fractions, assumed; the h100's figures are measured kernel rates, "
+           "never fitted (its calibration rows are set aside). The check rows are never fitted on.", ""]
     errors = {}
     for split in ("calibration", "check"):
         out += [f"## {split.capitalize()} rows", "",
@@ -207,6 +210,7 @@ def markdown(rows, got):
             err = pred / r["value"] - 1
             errors.setdefault(split, []).append(err)
             errors.setdefault(r["precision"], []).append(err)
+            errors.setdefault(f"{r['gpu']} {split}", []).append(err)
             over = "" if x["feasible"] else " (over memory)"
             out.append(f"| {r['id']} | {r['release']} | {conf} | {r['value']:,} | {rel} | {pred:,.0f}{over} | "
                        f"{100 * err:+.1f}% |")
@@ -215,7 +219,8 @@ def markdown(rows, got):
         return (f"{name}: {len(es)} rows, median |error| {100 * statistics.median(abs(e) for e in es):.1f}%, "
                 f"max {100 * max(abs(e) for e in es):.1f}%, pipegrid faster on {sum(e > 0 for e in es)}")
     out += ["## Summary", ""] + [f"- {summary(k, errors[k])}" for k in ("calibration", "check", "fp8", "mxfp8")
-                                  if k in errors]
+                                  if k in errors] + [
+        f"- {summary(k, errors[k])}" for k in sorted(errors) if " " in k]
     return "\n".join(out) + "\n"
 
 
@@ -260,7 +265,7 @@ def check_accuracy(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-j", type=int, default=2)
-    ap.add_argument("--max-gpus", type=int, default=256)
+    ap.add_argument("--max-gpus", type=int, default=1024)
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--fit", action="store_true",
@@ -276,7 +281,7 @@ def main():
         print(f"ok: {len(rows)} rows; accuracy.yaml agrees with results.md")
         return
     pipegrid = pgx.binary()
-    pgx.check_catalog(pipegrid, ("b200", "gb200"))
+    pgx.check_catalog(pipegrid, ("b200", "gb200", "h100"))
     rows = [r for r in rows if r["gpus"] <= args.max_gpus]
     if args.fit:
         out = {"what": "fp8 GEMM efficiency (compute_efficiency: {fp8: {gemm: ...}}) per GPU, fitted on "
