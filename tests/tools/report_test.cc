@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/models/chain.h"
 #include "tests/support/process.h"
@@ -311,16 +312,23 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
   auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
   REQUIRE(h100.exit_code == 0);
   const nlohmann::json hc = nlohmann::json::parse(h100.out)["checks"];
-  // ... and the published MoE runs of experiments/moe, one entry per precision they ran in.
+  // ... Megatron-Bridge's dense runs in fp8 (experiments/blackwell-dense), and the published MoE runs
+  // of experiments/moe, one entry per precision they ran in.
   const YAML::Node moe = YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/moe/accuracy.yaml");
-  REQUIRE(hc.size() == 2 + moe["h100"].size());
+  const YAML::Node dense =
+      YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/blackwell-dense/accuracy.yaml");
+  REQUIRE(hc.size() == 3 + moe["h100"].size());
   CHECK(hc[0]["precision"] == "amp-bf16");
   CHECK(hc[0]["check_rows"] == acc["h100"]["megatron-lm"]["amp-bf16"]["check_rows"].as<int>());
   CHECK(hc[1]["precision"] == "fp8");
   CHECK(hc[1]["source"] == "megatron-lm");
   CHECK(hc[1]["check_rows"] == acc["h100"]["megatron-lm"]["fp8"]["check_rows"].as<int>());
   CHECK(hc[1]["faster"] == acc["h100"]["megatron-lm"]["fp8"]["faster"].as<int>());
-  for (size_t i = 2; i < hc.size(); ++i) {
+  CHECK(hc[2]["source"] == "blackwell-dense");
+  CHECK(hc[2]["precision"] == "fp8");
+  CHECK(hc[2]["check_rows"] == dense["h100"]["fp8"]["check_rows"].as<int>());
+  CHECK(hc[2]["median_error"] == dense["h100"]["fp8"]["median_error"].as<double>());
+  for (size_t i = 3; i < hc.size(); ++i) {
     CHECK(hc[i]["source"] == "moe");
     const YAML::Node f = moe["h100"][hc[i]["precision"].get<std::string>()];
     REQUIRE(f);
@@ -387,9 +395,18 @@ TEST_CASE("run reports the published dense runs (experiments/blackwell-dense) on
   // An MoE workload on the same GPU gets the MoE runs, not the dense ones; a GPU without dense rows, none.
   for (const auto& x : run_json(tmp, "{name: gpu, model: b200}", "mxfp8", "qwen3-30b-a3b, layers: 2"))
     CHECK(x["source"] != "blackwell-dense");
-  REQUIRE(!dense["h100"]);
-  for (const auto& x : run_json(tmp, "{name: gpu, model: h100}", "fp8", llama))
+  REQUIRE(!dense["h200"]);
+  for (const auto& x : run_json(tmp, "{name: gpu, model: h200}", "fp8", llama))
     CHECK(x["source"] != "blackwell-dense");
+  // The H100 in fp8 has both: Megatron-LM's 3D runs (experiments/validation) and the dense rows.
+  REQUIRE(dense["h100"]["fp8"]);
+  std::set<std::string> sources;
+  for (const auto& x : run_json(tmp, "{name: gpu, model: h100}", "fp8", llama)) {
+    sources.insert(x["source"].get<std::string>());
+    if (x["source"] == "blackwell-dense")
+      CHECK(x["check_rows"] == dense["h100"]["fp8"]["check_rows"].as<int>());
+  }
+  CHECK(sources == std::set<std::string>{"blackwell-dense", "megatron-lm"});
   // A precision without dense rows there: not checked, as before.
   REQUIRE(!dense["b200"]["amp-bf16"]);
   auto b = run_json(tmp, "{name: gpu, model: b200}", "amp-bf16", llama);

@@ -79,7 +79,7 @@ const ChecksByGpu& moe_checks() {
   return table;
 }
 
-// experiments/blackwell-dense/accuracy.yaml, parsed once: the dense Llama check rows on Blackwell.
+// experiments/blackwell-dense/accuracy.yaml, parsed once: the dense Llama check rows (Blackwell, H100).
 const ChecksByGpu& dense_checks() {
   static const ChecksByGpu table = read_checks_by_gpu(kBuiltinDenseAccuracy);
   return table;
