@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dense Llama pre-training on DGX-B200, DGX-GB200 and DGX-H100, published against pipegrid (rows.yaml).
+"""Dense Llama pre-training on DGX-B200, DGX-GB200, DGX-GB300 and DGX-H100, published against pipegrid (rows.yaml).
 
     experiments/blackwell-dense/run.py [-j 2] [--max-gpus 1024] [--out results.md]
     experiments/blackwell-dense/run.py --validate   # rows.yaml's schema, quotes and split only
@@ -32,9 +32,9 @@ BLOCKS = {"llama3-8b": 32, "llama3-70b": 80, "llama3-405b": 126}
 FIELDS = ("id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
           "precision", "tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "metric", "value", "split")
 PRINTED = {"FP8": "fp8", "FP8-CS": "fp8", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
-GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-H100": "h100"}
-# NVLink per direction: NVLink 5 on Blackwell, NVLink 4 on DGX-H100 (the catalog's b200 / gb200 / h100).
-NVLINK = {"DGX-B200": "900GBps", "DGX-GB200": "900GBps", "DGX-H100": "450GBps"}
+GPUS = {"DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-GB300": "gb300", "DGX-H100": "h100"}
+# NVLink per direction: NVLink 5 on Blackwell, NVLink 4 on DGX-H100 (the catalog's b200 / gb200 / gb300 / h100).
+NVLINK = {"DGX-B200": "900GBps", "DGX-GB200": "900GBps", "DGX-GB300": "900GBps", "DGX-H100": "450GBps"}
 # Blackwell's bf16 (and fp16) GEMM figure over its fp8 one: Transformer Engine's measured GEMM kernels on
 # a B300, inputs pre-quantized, 13.102 ms per layer in bf16 against 6.812 in fp8 with per-tensor scales,
 # at the datasheets' 1:2 peaks (docs/examples/gemm_profiling/gemm_profiling.rst at TransformerEngine
@@ -91,9 +91,10 @@ def replicas(r):
 
 
 def nvlink_domain(r):
-    """As experiments/moe/run.py: a DGX node's 8, or on DGX-GB200 the Slurm segment Megatron-Bridge's
-    launcher asks for (trays of 4 GPUs, up to 18 trays per segment, else the largest divisor <= 18)."""
-    if r["system"] != "DGX-GB200":
+    """As experiments/moe/run.py: a DGX node's 8, or on DGX-GB200 and DGX-GB300 (NVL72 racks alike) the
+    Slurm segment Megatron-Bridge's launcher asks for (trays of 4 GPUs, up to 18 trays per segment, else
+    the largest divisor <= 18)."""
+    if r["system"] not in ("DGX-GB200", "DGX-GB300"):
         return 8
     trays = r["gpus"] // 4
     return 4 * (trays if trays <= 18 else max(s for s in range(1, 19) if trays % s == 0))
@@ -188,8 +189,9 @@ def markdown(rows, got):
            "pipegrid / published - 1 in tokens/s per GPU. \"releases\": the same configuration in other "
            "releases of the page. Catalog: topologies/devices.yaml as built into the binary: the b200's and "
            "gb200's fp8 GEMM efficiencies are fitted on their calibration rows below (fit.yaml, README.md), their "
-           "other figures the H100/H200 fractions, assumed; the h100's figures are measured kernel rates, "
-           "never fitted (its calibration rows are set aside). The check rows are never fitted on.", ""]
+           "other figures the H100/H200 fractions, assumed; the gb300 takes the gb200's figures, assumed; the "
+           "h100's are measured kernel rates, never fitted. The gb300's and h100's calibration rows are set "
+           "aside. The check rows are never fitted on.", ""]
     errors = {}
     for split in ("calibration", "check"):
         out += [f"## {split.capitalize()} rows", "",
@@ -281,7 +283,7 @@ def main():
         print(f"ok: {len(rows)} rows; accuracy.yaml agrees with results.md")
         return
     pipegrid = pgx.binary()
-    pgx.check_catalog(pipegrid, ("b200", "gb200", "h100"))
+    pgx.check_catalog(pipegrid, ("b200", "gb200", "gb300", "h100"))
     rows = [r for r in rows if r["gpus"] <= args.max_gpus]
     if args.fit:
         out = {"what": "fp8 GEMM efficiency (compute_efficiency: {fp8: {gemm: ...}}) per GPU, fitted on "
