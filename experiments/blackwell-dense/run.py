@@ -7,10 +7,10 @@
 Each row becomes an experiment (the zoo model at sequence 8,192 in the row's precision, the row's
 TP / PP / CP / VP / micro-batch and global batch, rows.yaml's stated assumptions), replayed with
 `pipegrid run --json`; its tokens/s per GPU is global batch x 8,192 / iteration time / GPUs, and the
-error pipegrid / published - 1. `--fit` fits the b200's and gb200's fp8 GEMM efficiency on the
-calibration rows (fit.yaml; the bf16 and fp16 GEMM figures tied to it by BF16_PER_FP8), which the
-catalog holds since 2026-12-04 (README.md); their other figures are the H100/H200 fractions, assumed
-(topologies/devices.yaml).
+error pipegrid / published - 1. `--fit [GPU ...]` fits the b200's and gb200's (or the named GPUs')
+fp8 GEMM efficiency on their calibration rows (fit.yaml; the bf16 and fp16 GEMM figures tied to it by
+BF16_PER_FP8), which the catalog holds since 2026-12-04 (README.md); their other figures are the
+H100/H200 fractions, assumed (topologies/devices.yaml).
 """
 import argparse
 import concurrent.futures
@@ -270,8 +270,9 @@ def main():
     ap.add_argument("--max-gpus", type=int, default=1024)
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--validate", action="store_true")
-    ap.add_argument("--fit", action="store_true",
-                    help="fit the b200's and gb200's fp8 GEMM efficiency on the calibration rows (fit.yaml)")
+    ap.add_argument("--fit", nargs="*", metavar="GPU",
+                    help="fit these GPUs' fp8 GEMM efficiency on their calibration rows (default: b200 gb200), "
+                         "each written into fit.yaml beside the others")
     ap.add_argument("--with-fit", metavar="FIT_YAML", help="replay with a fit's figures in place of the catalog's")
     args = ap.parse_args()
     rows = load()
@@ -285,15 +286,21 @@ def main():
     pipegrid = pgx.binary()
     pgx.check_catalog(pipegrid, ("b200", "gb200", "gb300", "h100"))
     rows = [r for r in rows if r["gpus"] <= args.max_gpus]
-    if args.fit:
+    if args.fit is not None:
         out = {"what": "fp8 GEMM efficiency (compute_efficiency: {fp8: {gemm: ...}}) per GPU, fitted on "
                        "rows.yaml's calibration rows by run.py --fit, the bf16 and fp16 GEMM figures tied "
                        f"at {BF16_PER_FP8:.4f} times it", "fit": {}}
-        for gpu in ("b200", "gb200"):
+        fit_path = os.path.join(HERE, "fit.yaml")
+        if os.path.exists(fit_path):
+            with open(fit_path, encoding="utf-8") as f:
+                out["fit"] = yaml.safe_load(f)["fit"]
+        for gpu in args.fit or ("b200", "gb200"):
+            if not any(r["gpu"] == gpu and r["split"] == "calibration" for r in rows):
+                sys.exit(f"--fit {gpu}: rows.yaml has no calibration row on it")
             x, obj, ids = fit_gpu(pipegrid, rows, gpu, args.j)
             out["fit"][gpu] = {"fp8_gemm": x, "objective": round(obj, 4), "rows": ids}
             print(gpu, out["fit"][gpu], flush=True)
-        with open(os.path.join(HERE, "fit.yaml"), "w", encoding="utf-8") as f:
+        with open(fit_path, "w", encoding="utf-8") as f:
             yaml.safe_dump(out, f, sort_keys=False)
         return
     fit = None
