@@ -187,11 +187,10 @@ def markdown(rows, got):
     out = ["# Dense Llama pre-training on Blackwell and H100: published against pipegrid", "",
            "Written by `experiments/blackwell-dense/run.py` (rows, quotes, assumptions: rows.yaml). error = "
            "pipegrid / published - 1 in tokens/s per GPU. \"releases\": the same configuration in other "
-           "releases of the page. Catalog: topologies/devices.yaml as built into the binary: the b200's and "
-           "gb200's fp8 GEMM efficiencies are fitted on their calibration rows below (fit.yaml, README.md), their "
-           "other figures the H100/H200 fractions, assumed; the gb300 takes the gb200's figures, assumed; the "
-           "h100's are measured kernel rates, never fitted. The gb300's and h100's calibration rows are set "
-           "aside. The check rows are never fitted on.", ""]
+           "releases of the page. Catalog: topologies/devices.yaml as built into the binary: the b200's, "
+           "gb200's and gb300's fp8 GEMM efficiencies are fitted on their calibration rows below (fit.yaml, "
+           "README.md), their other figures the H100/H200 fractions, assumed; the h100's are measured kernel "
+           "rates, never fitted (its calibration rows are set aside). The check rows are never fitted on.", ""]
     errors = {}
     for split in ("calibration", "check"):
         out += [f"## {split.capitalize()} rows", "",

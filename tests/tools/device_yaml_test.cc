@@ -330,13 +330,46 @@ TEST_CASE("Blackwell's GEMM figures: fp8 as experiments/blackwell-dense fitted i
   // document), typed in here, to the catalog's three decimals. A refit that leaves bf16 behind fails.
   const YAML::Node fit =
       YAML::LoadFile(std::string(PIPEGRID_SOURCE_DIR) + "/experiments/blackwell-dense/fit.yaml")["fit"];
-  for (const char* gpu : {"b200", "gb200"}) {
+  REQUIRE(fit.size() == 3);  // b200, gb200 and gb300 (whose fit came on 2026-12-05)
+  for (const auto& kv : fit) {
+    const std::string gpu = kv.first.as<std::string>();
     INFO(gpu);
     const DeviceSpec& d = find_catalog_device(gpu)->spec;
-    const double fp8 = fit[gpu]["fp8_gemm"].as<double>();
+    const double fp8 = kv.second["fp8_gemm"].as<double>();
     CHECK(d.compute_eff(Precision::FP8, KernelClass::Gemm) == fp8);
     const double bf16 = d.compute_eff(Precision::BF16, KernelClass::Gemm);
     CHECK(std::abs(bf16 - fp8 * 2 * 6.812 / 13.102) <= 0.0005);
     CHECK(d.compute_eff(Precision::FP16, KernelClass::Gemm) == bf16);
   }
+}
+
+TEST_CASE(
+    "Blackwell Ultra: the b300 and gb300 peaks as cited, the b300's efficiencies the b200's (assumed)") {
+  // Per-GPU dense peaks typed in from the cited figures (devices.yaml's sources: Verda's per-GPU table,
+  // the HGX B300 columns of Lockwood's notes): B300 4.5 PFLOP/s fp8, 2.25 bf16, 1.1 tf32, 75 TFLOP/s
+  // fp32, 0.15 POPS int8; GB300 5, 2.5, 1.25, 80 and 0.165. Then the b300's one assumption: every
+  // efficiency, start-up and dispatch is the b200's (no B300 training run is published to fit it on).
+  const DeviceSpec& b300 = find_catalog_device("b300")->spec;
+  const DeviceSpec& gb300 = find_catalog_device("gb300")->spec;
+  const DeviceSpec& b200 = find_catalog_device("b200")->spec;
+  CHECK(b300.peak(Precision::FP8) == pipegrid::testing::approx(4.5e15));
+  CHECK(b300.peak(Precision::BF16) == pipegrid::testing::approx(2.25e15));
+  CHECK(b300.peak(Precision::TF32) == pipegrid::testing::approx(1.1e15));
+  CHECK(b300.peak(Precision::FP32) == pipegrid::testing::approx(75e12));
+  CHECK(b300.peak(Precision::INT8) == pipegrid::testing::approx(150e12));
+  CHECK(gb300.peak(Precision::FP8) == pipegrid::testing::approx(5e15));
+  CHECK(gb300.peak(Precision::BF16) == pipegrid::testing::approx(2.5e15));
+  CHECK(gb300.peak(Precision::TF32) == pipegrid::testing::approx(1.25e15));
+  CHECK(gb300.peak(Precision::FP32) == pipegrid::testing::approx(80e12));
+  CHECK(gb300.peak(Precision::INT8) == pipegrid::testing::approx(165e12));
+  CHECK(b300.memory_bytes == pipegrid::testing::approx(270e9));
+  CHECK(gb300.memory_bytes == pipegrid::testing::approx(279e9));
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::FP8})
+    for (KernelClass k : {KernelClass::Gemm, KernelClass::Attention, KernelClass::Elementwise}) {
+      INFO(to_string(p), " ", static_cast<int>(k));
+      CHECK(b300.compute_eff(p, k) == b200.compute_eff(p, k));
+      CHECK(b300.memory_eff(k) == b200.memory_eff(k));
+    }
+  CHECK(b300.startup(KernelClass::Gemm) == b200.startup(KernelClass::Gemm));
+  CHECK(b300.dispatch(KernelClass::Gemm) == b200.dispatch(KernelClass::Gemm));
 }
