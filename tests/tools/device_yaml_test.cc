@@ -208,7 +208,7 @@ TEST_CASE("FPGAs are described by DSPs, clock and MACs per DSP - overrides deriv
     CHECK(!d.source.empty());
   }
   CHECK(device_catalog().size() ==
-        16);  // V100, A100, H100, H200, B200, GB200 + a100-80gb, a100-40gb + 8 FPGAs
+        18);  // V100, A100, H100, H200, B200, GB200, B300, GB300 + a100-80gb, a100-40gb + 8 FPGAs
 }
 
 TEST_CASE("device errors: unknown names list close matches") {
