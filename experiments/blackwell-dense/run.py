@@ -226,6 +226,47 @@ def markdown(rows, got):
 
 
 NAMES = {"llama3-8b": "Llama 3 8B", "llama3-70b": "Llama 3 70B", "llama3-405b": "Llama 3.1 405B"}
+MARKERS = {"b200": ("o", "tab:blue"), "gb200": ("s", "tab:green"), "gb300": ("D", "tab:purple"),
+           "h100": ("^", "tab:orange")}
+
+
+def plot(plt, rows, got):
+    """figure.png / .svg: each row's error against its published rate, a marker per GPU, filled for check
+    rows and hollow for calibration rows, the releases' spread as a vertical bar, the +-25% band shaded."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    ax.axhspan(-25, 25, color="0.93", zorder=0)
+    ax.axhline(0, color="0.5", lw=0.8, zorder=1)
+    for gpu, (marker, color) in MARKERS.items():
+        for split in ("calibration", "check"):
+            mine = [r for r in rows if r["gpu"] == gpu and r["split"] == split and "error" not in got[r["id"]]]
+            if not mine:
+                continue
+            x = [r["value"] for r in mine]
+            y = [100 * (tokens(r, got[r["id"]]["time"]) / r["value"] - 1) for r in mine]
+            ax.plot(x, y, marker, ms=8, color=color, mfc=color if split == "check" else "none", ls="none",
+                    label=f"{gpu.upper()}, {split} rows", zorder=3)
+            for r, yi in zip(mine, y):  # the releases of one configuration: the error each would give
+                n, lo, hi = spread(r)
+                if n > 1:
+                    ax.vlines(r["value"], yi + 100 * (r["value"] / hi - 1) * (1 + yi / 100),
+                              yi + 100 * (r["value"] / lo - 1) * (1 + yi / 100), color=color, lw=1, zorder=2)
+    ax.set_xscale("log")
+    ticks = [300, 1000, 3000, 10000, 30000]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:,}" for t in ticks])
+    ax.set_xticks([], minor=True)
+    ax.set_xlabel("published throughput, tokens/s per GPU (log scale)")
+    ax.set_ylabel("pipegrid / published - 1 (%)")
+    ax.set_ylim(-45, 45)
+    ax.grid(alpha=0.3)
+    ax.set_title("Dense Llama pre-training (Megatron-Bridge's page): pipegrid's error per row", fontsize=11)
+    ax.text(0.01, 0.97, "shaded: +-25%; bars: the range over the page's releases", transform=ax.transAxes,
+            fontsize=8, va="top", color="0.3")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(HERE, f"figure.{ext}"), dpi=120, metadata={"Date": None} if ext == "svg" else {})
+    plt.close(fig)
 
 
 def write_accuracy(path, rows, got):
@@ -282,6 +323,9 @@ def main():
         check_accuracy(rows)
         print(f"ok: {len(rows)} rows; accuracy.yaml agrees with results.md")
         return
+    full = args.fit is None and not args.with_fit and args.out == os.path.join(HERE, "results.md") \
+        and args.max_gpus >= max(r["gpus"] for r in rows)
+    plt = pgx.matplotlib_pyplot() if full else None  # first: may re-run this script under another python
     pipegrid = pgx.binary()
     pgx.check_catalog(pipegrid, ("b200", "gb200", "gb300", "h100"))
     rows = [r for r in rows if r["gpus"] <= args.max_gpus]
@@ -309,8 +353,11 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(args.j) as ex:
         got = dict(zip([r["id"] for r in rows], ex.map(lambda r: replay(pipegrid, r, fit), rows)))
     text = markdown(rows, got)
-    if not args.with_fit and args.out == os.path.join(HERE, "results.md") and len(rows) == len(load()):
+    if full:
         write_accuracy(os.path.join(HERE, "accuracy.yaml"), rows, got)
+        if plt:
+            plot(plt, rows, got)
+            text += "\n![pipegrid's error per row](figure.png)\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
