@@ -41,8 +41,11 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
 import pgx  # noqa: E402
 
-# The DGX presets' figures (topologies/clusters/dgx-h100-8.yaml, dgx-b200-8.yaml).
-SYSTEMS = {"DGX-H100": ("h100", "450GBps"), "DGX-B200": ("b200", "900GBps"), "DGX-GB200": ("gb200", "900GBps")}
+# The DGX presets' figures (topologies/clusters/dgx-h100-8.yaml, dgx-b200-8.yaml, dgx-b300-8.yaml, the
+# gb200-nvl72 and gb300-nvl72 presets).
+SYSTEMS = {"DGX-H100": ("h100", "450GBps"), "DGX-B200": ("b200", "900GBps"), "DGX-GB200": ("gb200", "900GBps"),
+           "DGX-B300": ("b300", "900GBps"), "DGX-GB300": ("gb300", "900GBps")}
+NVL72 = ("DGX-GB200", "DGX-GB300")  # NVL72 racks: NVLink domains are the launcher's Slurm segments
 PF_PEAK = 989.5e12  # the Parallel Folding paper's "peak half-precision throughput of 989.5 TFLOP/s"
 # What the fit may move: the MoE experts' grouped GEMMs, per device and precision (fp8: the fp8
 # trainings' expert GEMMs). The dense bf16 figures are fitted on the dense validation and stay; the
@@ -69,7 +72,7 @@ GROUPED_DISPATCH_PARAMETERS = [("xeon", "*", GROUPED_DISPATCH), ("gb200", "*", G
 GROUPED_DISPATCH_BY_PRECISION = [("xeon", "fp8", GROUPED_DISPATCH), ("xeon", "mxfp8", GROUPED_DISPATCH),
                                  ("xeon", "amp-bf16", GROUPED_DISPATCH), ("gb200", "mxfp8", GROUPED_DISPATCH),
                                  ("gb200", "amp-bf16", GROUPED_DISPATCH)]
-HOSTS = {"xeon": ("h100", "h200", "b200")}
+HOSTS = {"xeon": ("h100", "h200", "b200", "b300")}
 HOST_PARAMETERS = (DISPATCH, GROUPED_DISPATCH)
 KERNEL_CLASSES = ["attention", "conv", "elementwise", "gather", "gemm", "grouped-gemm", "norm", "recurrent"]
 REQUIRED = ["id", "source", "release", "table", "quote", "model", "system", "gpu", "gpus", "printed_precision",
@@ -111,10 +114,10 @@ def validate(rows):
 
 
 def nvlink_domain(r):
-    """GPUs per NVLink domain: a DGX node's 8, or on DGX-GB200 the Slurm segment Megatron-Bridge's
+    """GPUs per NVLink domain: a DGX node's 8, or on DGX-GB200 and DGX-GB300 the Slurm segment Megatron-Bridge's
     launcher asks for (scripts/performance/utils/executors.py at 067f987: trays of 4 GPUs, every tray in
     one segment up to 18 trays, else the largest divisor of the tray count up to 18; rows.yaml)."""
-    if r["system"] != "DGX-GB200":
+    if r["system"] not in NVL72:
         return 8
     trays = r["gpus"] // 4
     return 4 * (trays if trays <= 18 else max(s for s in range(1, 19) if trays % s == 0))
@@ -150,6 +153,15 @@ RECIPE_EP_OVERLAP = {
     ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 ..._fp8mx (helper)
     ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx (helper)
     ("qwen3-235b-a22b", "DGX-GB200", "mxfp8", 1, 8, 3, 32, 1, 8192),  # qwen/gb200 256gpu_gb200_fp8mx (helper)
+    # B300 and GB300 (2026-12-05): every MXFP8 recipe but GPT-OSS's on B300, through its full-iteration helper
+    # (qwen/common.py _enable_hybridep_full_iteration_mxfp8, deepseek/common.py, gpt_oss/common.py).
+    ("qwen3-30b-a3b", "DGX-B300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/b300 8gpu_b300_fp8mx
+    ("qwen3-235b-a22b", "DGX-B300", "mxfp8", 1, 8, 3, 8, 2, 8192),  # qwen/b300 256gpu_b300_fp8mx
+    ("deepseek-v3", "DGX-B300", "mxfp8", 1, 8, 2, 8, 1, 4096),  # deepseek/b300 256gpu_b300_fp8mx
+    ("qwen3-30b-a3b", "DGX-GB300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/gb300 8gpu_gb300_fp8mx
+    ("qwen3-235b-a22b", "DGX-GB300", "mxfp8", 1, 4, 12, 32, 2, 8192),  # qwen/gb300 256gpu_gb300_fp8mx
+    ("deepseek-v3", "DGX-GB300", "mxfp8", 1, 2, 8, 32, 1, 4096),  # deepseek/gb300 256gpu_gb300_fp8mx
+    ("gpt-oss-120b", "DGX-GB300", "mxfp8", 1, 1, None, 16, 4, 1280),  # gpt_oss/gb300 64gpu_gb300_fp8mx
 }
 
 
@@ -168,6 +180,14 @@ FULL_ITERATION_CUDA_GRAPH = {
     ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx
     ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 256gpu_gb200_fp8mx
     ("gpt-oss-120b", "DGX-GB200", "mxfp8", 1, 1, None, 64, 4, 1280),  # gpt_oss/gb200 64gpu_gb200_fp8mx
+    # B300 and GB300: the same recipes as their EP overlap's (RECIPE_EP_OVERLAP), every one full-iteration.
+    ("qwen3-30b-a3b", "DGX-B300", "mxfp8", 1, 1, None, 8, 8, 512),
+    ("qwen3-235b-a22b", "DGX-B300", "mxfp8", 1, 8, 3, 8, 2, 8192),
+    ("deepseek-v3", "DGX-B300", "mxfp8", 1, 8, 2, 8, 1, 4096),
+    ("qwen3-30b-a3b", "DGX-GB300", "mxfp8", 1, 1, None, 8, 8, 512),
+    ("qwen3-235b-a22b", "DGX-GB300", "mxfp8", 1, 4, 12, 32, 2, 8192),
+    ("deepseek-v3", "DGX-GB300", "mxfp8", 1, 2, 8, 32, 1, 4096),
+    ("gpt-oss-120b", "DGX-GB300", "mxfp8", 1, 1, None, 16, 4, 1280),
 }
 
 
@@ -209,11 +229,17 @@ def assumed(r):
 
 def recompute_modules(r):
     """The recipes' module recomputation (rows.yaml; Megatron-Bridge perf_recipes at 067f987):
-    GPT-OSS [layernorm, moe_act] (gpt_oss/h100, b200, gb200 in BF16; none in GB200's MXFP8), DeepSeek-V3 on
-    B200 [mla_up_proj], with mlp at EP 32 (the MXFP8 PP8 VP2 EP32 recipe), on GB200 [mla_up_proj]; none for
-    Qwen3 and the paper's rows."""
+    GPT-OSS [layernorm, moe_act] (gpt_oss/h100, b200, gb200 in BF16; none in GB200's MXFP8, none on B300 and
+    GB300), DeepSeek-V3 on B200 [mla_up_proj], with mlp at EP 32 (the MXFP8 PP8 VP2 EP32 recipe), on GB200
+    and B300 [mla_up_proj], on GB300 [moe_act] in BF16 and none in MXFP8; none for Qwen3 and the paper's rows."""
     if r["source"] != "megatron-bridge":
         return None
+    if r["model"] == "gpt-oss-120b" and r["gpu"] in ("b300", "gb300"):
+        return None  # gpt_oss/b300, gb300: recompute_granularity and modules None
+    if r["model"] == "deepseek-v3" and r["gpu"] == "b300":
+        return ["mla_up_proj"]  # deepseek/b300's BF16, FP8-CS and MXFP8 recipes
+    if r["model"] == "deepseek-v3" and r["gpu"] == "gb300":
+        return ["moe_act"] if r["precision"] == "amp-bf16" else None  # deepseek/gb300 bf16; fp8mx clears it
     if r["model"] == "gpt-oss-120b":
         # GB200's MXFP8 recipe clears them under its full-iteration CUDA graph (gpt_oss/gb200).
         return None if (r["gpu"], r["precision"]) == ("gb200", "mxfp8") else ["layernorm", "moe_act"]
@@ -623,7 +649,7 @@ def main():
                   how)
         print(yaml.safe_dump({f"{g} {p} {c}": v for (g, p, c), v in values.items()}))
         return 0
-    pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200"))
+    pgx.check_catalog(args.pipegrid, devices=("h100", "b200", "gb200", "b300", "gb300"))
     overrides = load_fit(args.with_fit) if args.with_fit else None
     results = run_rows(args.pipegrid, rows, args.j, args.max_gpus, overrides)
     ok, text = write_results(args.out, rows, results, args)
