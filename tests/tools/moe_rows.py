@@ -48,13 +48,23 @@ for gpus, want in ((8, 8), (64, 64), (128, 64), (256, 64), (144, 72)):
         sys.exit(f"NVLink domain of {gpus} GB200 GPUs: {got}, by hand {want}")
 if run.nvlink_domain({"system": "DGX-B200", "gpus": 256}) != 8:
     sys.exit("a DGX-B200 node is not 8 GPUs")
+# GB300 NVL72 racks take the GB200's rule (the same launcher); a DGX-B300 node is 8 GPUs.
+if run.nvlink_domain({"system": "DGX-GB300", "gpus": 256}) != 64 or run.nvlink_domain({"system": "DGX-GB300", "gpus": 8}) != 8:
+    sys.exit("GB300 NVLink domains are not the GB200's")
+if run.nvlink_domain({"system": "DGX-B300", "gpus": 256}) != 8:
+    sys.exit("a DGX-B300 node is not 8 GPUs")
 
 # EP overlap exactly where a recipe of the row's configuration sets it (rows.yaml; read by hand at
 # Megatron-Bridge 067f987, helpers followed): the rows whose printed configuration one of them describes.
 want = {"mb-qwen3-235b-a22b-h100-fp8-256gpu-gbs8192", "mb-qwen3-30b-a3b-b200-mxfp8-8gpu-mbs4",
         "mb-deepseek-v3-b200-mxfp8-256gpu-pp8-vp2-ep32", "mb-gpt-oss-120b-gb200-bf16-64gpu-mbs4",
         "mb-gpt-oss-120b-gb200-mxfp8-64gpu", "mb-deepseek-v3-gb200-mxfp8-256gpu-pp4",
-        "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu", "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3"}
+        "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu", "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3",
+        # B300 and GB300 (2026-12-05; their MXFP8 recipes' full-iteration helpers set it, GPT-OSS on B300
+        # excepted; a row matches only where its printed configuration is the recipe's)
+        "mb-qwen3-30b-a3b-b300-mxfp8-8gpu", "mb-qwen3-30b-a3b-gb300-mxfp8-8gpu-mbs8",
+        "mb-qwen3-235b-a22b-gb300-mxfp8-256gpu-vp12", "mb-deepseek-v3-gb300-mxfp8-256gpu-mbs1-vp8",
+        "mb-gpt-oss-120b-gb300-mxfp8-64gpu"}
 got = {x["id"] for x in rows if run.assumed(x)["overlap"]}
 if got != want:
     sys.exit(f"EP overlap on {sorted(got ^ want)} differs from the recipes")
@@ -64,7 +74,11 @@ if got != want:
 # its release is 26.06 or later (the recipes' commits of 2026-06-09/10). Those rows' devices carry
 # kernel_dispatch 0; every other row runs the catalog's device (PyTorch eager's host time).
 want = {"mb-deepseek-v3-gb200-mxfp8-256gpu-pp4", "mb-gpt-oss-120b-gb200-mxfp8-64gpu",
-        "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3", "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu"}
+        "mb-qwen3-235b-a22b-gb200-mxfp8-256gpu-vp3", "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu",
+        # B300 and GB300: the same five recipes, every row of release 26.06 or 26.08
+        "mb-qwen3-30b-a3b-b300-mxfp8-8gpu", "mb-qwen3-30b-a3b-gb300-mxfp8-8gpu-mbs8",
+        "mb-qwen3-235b-a22b-gb300-mxfp8-256gpu-vp12", "mb-deepseek-v3-gb300-mxfp8-256gpu-mbs1-vp8",
+        "mb-gpt-oss-120b-gb300-mxfp8-64gpu"}
 got = {x["id"] for x in rows if run.full_iteration_cuda_graph(x)}
 if got != want:
     sys.exit(f"full-iteration CUDA graph on {sorted(got ^ want)} differs from the recipes and releases")
@@ -73,6 +87,13 @@ for x in rows:
     graph = isinstance(gpu, dict) and gpu.get("kernel_dispatch") == "0us"
     if graph != (x["id"] in want):
         sys.exit(f"{x['id']}: device {gpu}, full-iteration CUDA graph {x['id'] in want}")
+# Recomputation as the B300 and GB300 recipes set it (read by hand at 067f987): DeepSeek-V3 [mla_up_proj] on
+# B300, [moe_act] in BF16 and none in MXFP8 on GB300; GPT-OSS none on either.
+for rid, mods in (("mb-deepseek-v3-b300-mxfp8-256gpu-mbs2", ["mla_up_proj"]),
+                  ("mb-deepseek-v3-gb300-bf16-256gpu", ["moe_act"]), ("mb-deepseek-v3-gb300-mxfp8-256gpu-mbs2", None),
+                  ("mb-gpt-oss-120b-b300-bf16-64gpu-ep8", None), ("mb-gpt-oss-120b-gb300-bf16-64gpu-mbs4", None)):
+    if run.recompute_modules(next(x for x in rows if x["id"] == rid)) != mods:
+        sys.exit(f"{rid}: recomputation {run.recompute_modules(next(x for x in rows if x['id'] == rid))}, the recipe {mods}")
 # The same configuration in an eager release (26.04.01) pays the host.
 eager = dict(next(x for x in rows if x["id"] == "mb-qwen3-30b-a3b-gb200-mxfp8-8gpu"), release="26.04.01")
 if run.full_iteration_cuda_graph(eager):
