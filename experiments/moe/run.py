@@ -139,6 +139,20 @@ FLEX_DISPATCHER = {("qwen3-30b-a3b", "h100"), ("deepseek-v3", "b200")}
 RECIPE_DISPATCHERS = False
 
 
+# The B300 and GB300 recipes (2026-12-05) that set both EP overlap and a full-iteration CUDA graph: every
+# MXFP8 recipe but GPT-OSS's on B300, through its full-iteration helper (qwen/common.py
+# _enable_hybridep_full_iteration_mxfp8, deepseek/common.py, gpt_oss/common.py); none in BF16.
+ULTRA_FULL_ITERATION = {
+    ("qwen3-30b-a3b", "DGX-B300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/b300 8gpu_b300_fp8mx
+    ("qwen3-235b-a22b", "DGX-B300", "mxfp8", 1, 8, 3, 8, 2, 8192),  # qwen/b300 256gpu_b300_fp8mx
+    ("deepseek-v3", "DGX-B300", "mxfp8", 1, 8, 2, 8, 1, 4096),  # deepseek/b300 256gpu_b300_fp8mx
+    ("qwen3-30b-a3b", "DGX-GB300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/gb300 8gpu_gb300_fp8mx
+    ("qwen3-235b-a22b", "DGX-GB300", "mxfp8", 1, 4, 12, 32, 2, 8192),  # qwen/gb300 256gpu_gb300_fp8mx
+    ("deepseek-v3", "DGX-GB300", "mxfp8", 1, 2, 8, 32, 1, 4096),  # deepseek/gb300 256gpu_gb300_fp8mx
+    ("gpt-oss-120b", "DGX-GB300", "mxfp8", 1, 1, None, 16, 4, 1280),  # gpt_oss/gb300 64gpu_gb300_fp8mx
+}
+
+
 # The configurations whose Megatron-Bridge recipe (src/megatron/bridge/perf_recipes at 067f987, every
 # helper it calls followed) sets comm_overlap.overlap_moe_expert_parallel_comm = True:
 # (model, system, precision, TP, PP, VP, EP, MBS, GBS). A row gets EP overlap only where its printed
@@ -153,16 +167,7 @@ RECIPE_EP_OVERLAP = {
     ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 ..._fp8mx (helper)
     ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx (helper)
     ("qwen3-235b-a22b", "DGX-GB200", "mxfp8", 1, 8, 3, 32, 1, 8192),  # qwen/gb200 256gpu_gb200_fp8mx (helper)
-    # B300 and GB300 (2026-12-05): every MXFP8 recipe but GPT-OSS's on B300, through its full-iteration helper
-    # (qwen/common.py _enable_hybridep_full_iteration_mxfp8, deepseek/common.py, gpt_oss/common.py).
-    ("qwen3-30b-a3b", "DGX-B300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/b300 8gpu_b300_fp8mx
-    ("qwen3-235b-a22b", "DGX-B300", "mxfp8", 1, 8, 3, 8, 2, 8192),  # qwen/b300 256gpu_b300_fp8mx
-    ("deepseek-v3", "DGX-B300", "mxfp8", 1, 8, 2, 8, 1, 4096),  # deepseek/b300 256gpu_b300_fp8mx
-    ("qwen3-30b-a3b", "DGX-GB300", "mxfp8", 1, 1, None, 8, 8, 512),  # qwen/gb300 8gpu_gb300_fp8mx
-    ("qwen3-235b-a22b", "DGX-GB300", "mxfp8", 1, 4, 12, 32, 2, 8192),  # qwen/gb300 256gpu_gb300_fp8mx
-    ("deepseek-v3", "DGX-GB300", "mxfp8", 1, 2, 8, 32, 1, 4096),  # deepseek/gb300 256gpu_gb300_fp8mx
-    ("gpt-oss-120b", "DGX-GB300", "mxfp8", 1, 1, None, 16, 4, 1280),  # gpt_oss/gb300 64gpu_gb300_fp8mx
-}
+} | ULTRA_FULL_ITERATION
 
 
 # Configurations whose recipe at the commit above captures the whole iteration in one CUDA graph
@@ -180,15 +185,7 @@ FULL_ITERATION_CUDA_GRAPH = {
     ("qwen3-30b-a3b", "DGX-GB200", "mxfp8", 1, 1, None, 8, 4, 512),  # qwen/gb200 8gpu_gb200_fp8mx
     ("deepseek-v3", "DGX-GB200", "mxfp8", 1, 4, 4, 64, 1, 4096),  # deepseek/gb200 256gpu_gb200_fp8mx
     ("gpt-oss-120b", "DGX-GB200", "mxfp8", 1, 1, None, 64, 4, 1280),  # gpt_oss/gb200 64gpu_gb200_fp8mx
-    # B300 and GB300: the same recipes as their EP overlap's (RECIPE_EP_OVERLAP), every one full-iteration.
-    ("qwen3-30b-a3b", "DGX-B300", "mxfp8", 1, 1, None, 8, 8, 512),
-    ("qwen3-235b-a22b", "DGX-B300", "mxfp8", 1, 8, 3, 8, 2, 8192),
-    ("deepseek-v3", "DGX-B300", "mxfp8", 1, 8, 2, 8, 1, 4096),
-    ("qwen3-30b-a3b", "DGX-GB300", "mxfp8", 1, 1, None, 8, 8, 512),
-    ("qwen3-235b-a22b", "DGX-GB300", "mxfp8", 1, 4, 12, 32, 2, 8192),
-    ("deepseek-v3", "DGX-GB300", "mxfp8", 1, 2, 8, 32, 1, 4096),
-    ("gpt-oss-120b", "DGX-GB300", "mxfp8", 1, 1, None, 16, 4, 1280),
-}
+} | ULTRA_FULL_ITERATION
 
 
 def full_iteration_cuda_graph(r):
