@@ -149,6 +149,19 @@ Result<FoldRoutes> refold(const PlanRequest& r, const PreparedRun& run, const Lo
   return routes;
 }
 
+// By default, no fold that would replay more than a third of the whole graph (every replica's group
+// flows on shared links): where the replicas' group flows meet other traffic unevenly the check
+// fails, and its failure costs a second replay. GPT-3 175B's t = 4 search candidates on 1,024 A100s
+// fold to 47-50% of their tasks; three of four were not exact (docs/scale.md). Sets run.whole_because.
+// `at_least`: counted before lowering, a lower bound.
+bool too_much_folded(size_t replayed, size_t whole, PreparedRun& run, bool at_least = false) {
+  if (3 * replayed <= whole) return false;
+  run.whole_because =
+      fmt::format("no replica fold: it would replay {}{} of the {} tasks (--fold tries it anyway)",
+                  at_least ? "at least " : "", replayed, whole);
+  return true;
+}
+
 // The folded lowering of run's plan (prepare's GraphForm), or nothing with run.whole_because saying why;
 // an error only for a schedule that does not validate.
 Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form) {
@@ -170,19 +183,16 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
     return {};
   }
   if (!routes->groups_private) {  // replica j's group flows share links, or run on links unlike replica 0's
+    // At least these tasks and every replica's group flows (more where ranks were folded): decline by
+    // that count before lowering it, which at 131,040 GPUs cost a minute and 17 GB for nothing.
+    if (form == GraphForm::FoldedIfLarge &&
+        too_much_folded(f->graph.tasks.size() + f->layout.copied_flows, f->layout.whole_tasks, run, true))
+      return {};
     f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, {.groups = false});
     if (!f) return f.error();
   }
-  // By default, not where it would replay more than a third of the whole graph (every replica's group
-  // flows on shared links): where the replicas' group flows meet other traffic unevenly the check
-  // fails, and its failure costs a second replay. GPT-3 175B's t = 4 search candidates on 1,024 A100s
-  // fold to 47-50% of their tasks; three of four were not exact (docs/scale.md).
-  if (form == GraphForm::FoldedIfLarge && 3 * f->graph.tasks.size() > f->layout.whole_tasks) {
-    run.whole_because =
-        fmt::format("no replica fold: it would replay {} of the {} tasks (--fold tries it anyway)",
-                    f->graph.tasks.size(), f->layout.whole_tasks);
+  if (form == GraphForm::FoldedIfLarge && too_much_folded(f->graph.tasks.size(), f->layout.whole_tasks, run))
     return {};
-  }
   run.graph = std::move(f->graph);
   run.fold = std::move(f->layout);
   return {};
@@ -217,6 +227,8 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool pr
     if (run.fold) return run;
   }
   Result<TaskGraph> graph = lower_plan(request, run, prove_deadlock_free);
+  if (!graph && !run.whole_because.empty())  // say why the fold did not spare it
+    return Error{fmt::format("{} ({})", graph.error().message, run.whole_because)};
   if (!graph) return graph.error();
   run.graph = std::move(*graph);
   return run;

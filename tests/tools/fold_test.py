@@ -21,6 +21,7 @@ Usage: fold_test.py PIPEGRID"""
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -185,9 +186,35 @@ def lowered_folded(pipegrid, name, text, exact):
     return found
 
 
+# The default rule (core/experiment.cc): no fold that would replay more than a third of the whole
+# graph, declined on a lower bound counted before lowering every replica's group flows. Two t = 8 groups
+# on 16-GPU nodes (as nine on a 72-GPU NVL72 domain): the replicas' gradient rings share the groups'
+# NVLink, so every replica's group flows would be replayed. 1.5 M tasks, above the fold's 2^20.
+SHARED_GROUPS = experiment(dgx(2, "rail", 16), megatron(8, 2, 2).replace("global_batch: 8", "global_batch: 2048"))
+
+
+def default_rule(pipegrid):
+    """The default run declines the fold by its count, which must be a lower bound of what --fold
+    replays; the problems found."""
+    r = subprocess.run([pipegrid, "run", "-"], input=SHARED_GROUPS, capture_output=True, text=True)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("replay ")), "")
+    m = re.search(r"would replay at least (\d+) of the (\d+) tasks", line)
+    if r.returncode != 0 or not m:
+        return [f"default rule: expected the fold declined by its count, got exit {r.returncode}, {line!r}"]
+    least, whole = int(m.group(1)), int(m.group(2))
+    folded = report(pipegrid, SHARED_GROUPS, "fold")["replay"]
+    n = re.search(r"\(([\d.]+) M of ([\d.]+) M tasks\)", folded)
+    print(f"default rule: at least {least} of {whole}; --fold: {folded[:100]}")
+    if not folded.startswith("folded:") or not n:
+        return [f"default rule: expected --fold to fold, got {folded!r}"]
+    if not (3 * least > whole and least <= float(n.group(1)) * 1e6 + 5e4 and abs(float(n.group(2)) * 1e6 - whole) <= 5e4):
+        return [f"default rule: the bound {least} of {whole} against --fold's {n.group(0)}"]
+    return []
+
+
 def main():
     pipegrid = os.path.abspath(sys.argv[1])
-    failures = []
+    failures = default_rule(pipegrid)
     with tempfile.TemporaryDirectory() as folder:
         for name, text, exact in CASES:
             try:
