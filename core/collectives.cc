@@ -547,6 +547,12 @@ std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllRed
                                        const std::vector<int32_t>& ready, double bytes, int32_t stage) {
   std::vector<Deps> ready_sets(devices.size());
   for (size_t j = 0; j < devices.size(); ++j) ready_sets[j] = {ready[j]};
+  return append_data_parallel(g, kind, algorithm, c, devices, ready_sets, bytes, stage);
+}
+
+std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
+                                       const Cluster& c, const std::vector<int>& devices,
+                                       const std::vector<Deps>& ready_sets, double bytes, int32_t stage) {
   const FlowTag tag{TransferKind::DataParallel, stage, -1};
   if (algorithm == AllReduceAlgorithm::Nccl)
     algorithm = resolve_allreduce(algorithm, kind, c, Router(c), devices, bytes);

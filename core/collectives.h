@@ -231,6 +231,10 @@ int32_t append_send(TaskGraph& g, int from, int to, double bytes, const Deps& af
 std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
                                        const Cluster& c, const std::vector<int>& devices,
                                        const std::vector<int32_t>& ready, double bytes, int32_t stage = -1);
+// The same with a set of tasks per device after which it holds its input (empty: from the start).
+std::vector<Deps> append_data_parallel(TaskGraph& g, CollectiveKind kind, AllReduceAlgorithm algorithm,
+                                       const Cluster& c, const std::vector<int>& devices,
+                                       const std::vector<Deps>& ready_sets, double bytes, int32_t stage = -1);
 // append_data_parallel's all-reduce.
 std::vector<Deps> append_allreduce(TaskGraph& g, AllReduceAlgorithm algorithm, const Cluster& c,
                                    const std::vector<int>& devices, const std::vector<int32_t>& ready,

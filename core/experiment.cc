@@ -227,7 +227,8 @@ Result<PreparedRun> prepare(const Experiment& e, const PlanJudge* judge, bool pr
     if (run.fold) return run;
   }
   Result<TaskGraph> graph = lower_plan(request, run, prove_deadlock_free);
-  if (!graph && !run.whole_because.empty())  // say why the fold did not spare it
+  if (!graph && !run.whole_because.empty() &&  // a plan too large: say why the fold did not spare it
+      graph.error().message.find("too large") != std::string::npos)
     return Error{fmt::format("{} ({})", graph.error().message, run.whole_because)};
   if (!graph) return graph.error();
   run.graph = std::move(*graph);

@@ -259,6 +259,7 @@ class Lowering {
   std::vector<int32_t> slot_, head_;
   std::vector<int32_t> pair_head_;      // per backward slot: the first task of the forward it is paired with
   std::vector<int32_t> last_backward_;  // last B or W of each (stage, replica)
+  std::vector<Deps> reduced_;           // per device: its last gradient reduction's ends (lowered so far)
   // Bucketed overlap: where the first stage's last backward (B, or W when split) sits on each of its
   // devices (device, action index), and the tasks after which its buckets are ready there.
   std::vector<std::pair<size_t, size_t>> dp_last_;
@@ -287,6 +288,7 @@ class Lowering {
   // group's flows are folded (FoldLayout::folds).
   bool copied_group(const Stage& stage, const std::vector<int>& members, CommGroup group) const;
   void copy_places();
+  void reduce_after_device_backward();
   // The task count checked against the limits: the whole graph's, or the folded graph's estimate.
   Status check_count(TaskCount n, size_t group_flows) const;
   const StageCost& cost(size_t s, size_t j) const { return (*costs_)[s][j]; }
@@ -360,6 +362,7 @@ Result<TaskGraph> Lowering::run() {
   count_pipeline_transfers();
   reserve();
   add_compute_tasks();
+  if (!o_.dp_overlap) reduce_after_device_backward();
   if (fold_) copy_places();
   if (Status s = add_pipeline_transfers(); !s) return s.error();
   if (any_grouped_) add_group_collectives();
@@ -482,6 +485,22 @@ void Lowering::copy_places() {
       last_backward_[rep_index(si, mine)] = last_backward_[rep_index(si, theirs)];
       if (s == 0 && pos < dp_piece_.size()) dp_piece_[pos] = dp_piece_[static_cast<size_t>(theirs)];
     }
+  }
+}
+
+// Without dp_overlap, a device reduces the gradients of every stage it holds (an interleaved schedule's
+// model chunks, DualPipe's two stages) after its last backward of any of them: Megatron-LM calls the
+// reductions after the schedule (finalize_model_grads, each chunk's finish_grad_sync making the
+// synchronous call when overlap_grad_reduce is off: megatron/core/distributed/param_and_grad_buffer.py,
+// core_r0.8.0; in 2021, allreduce_gradients per chunk after forward_backward_func with --DDP-impl local).
+// With dp_overlap a chunk's reduction starts once its own last backward has run, as Megatron's
+// grad_sync_func does. A device's tasks are added in its order, so its last backward has the largest id.
+void Lowering::reduce_after_device_backward() {
+  for (size_t d = 0; d < D_; ++d) {
+    if (hosted_[d].size() < 2 || copied(d)) continue;  // a copy takes its image's, in copy_places
+    int32_t last = -1;
+    for (const auto& [s, j] : hosted_[d]) last = std::max(last, last_backward_[rep_index(s, j)]);
+    for (const auto& [s, j] : hosted_[d]) last_backward_[rep_index(s, j)] = last;
   }
 }
 
@@ -1190,6 +1209,7 @@ std::vector<Deps> Lowering::pairwise_all_to_all(int s, Pass pass, size_t x, cons
 // as hidden behind the next forward); otherwise an all-reduce.
 void Lowering::add_data_parallel_collectives() {
   step_inputs_.assign(D_, {});
+  reduced_.assign(D_, {});
   step_parameters_.assign(D_, 0.0);
   for (size_t s = 0; s < S_; ++s) {
     const Stage& stage = p_.stage(s);
@@ -1271,11 +1291,16 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
       for (size_t j = 0; j < r; ++j)
         ready[j] = dp_piece_[static_cast<size_t>(members[j].second)][static_cast<size_t>(k)];
     const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
+    // Without dp_overlap a device's reductions run one after another (Megatron's finalize_model_grads:
+    // each chunk's dense, then expert, buffers synchronously; reduce_after_device_backward).
+    std::vector<Deps> ready_sets(r);
+    for (size_t j = 0; j < r; ++j)
+      if (!o_.dp_overlap && !reduced_[devs[j]].empty())
+        ready_sets[j] = reduced_[devs[j]];
+      else if (ready[j] >= 0)
+        ready_sets[j] = {ready[j]};
     std::vector<Deps> done;
     if (merge_dp_rings_) {
-      std::vector<Deps> ready_sets(r);
-      for (size_t j = 0; j < r; ++j)
-        if (ready[j] >= 0) ready_sets[j] = {ready[j]};
       const size_t first = g_.tasks.size();
       done = append_merged_rings(g_, kind, devs, multi_ring_orders(c_, devs), ready_sets, bytes * share,
                                  FlowTag{TransferKind::DataParallel, stage, -1});
@@ -1288,10 +1313,12 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
         a = resolve_allreduce(a, kind, c_, *router_, devs, bytes * share);
         if (kind == CollectiveKind::AllReduce) ++g_.nccl_picks[a == AllReduceAlgorithm::Tree ? 0 : 1];
       }
-      done = append_data_parallel(g_, kind, a, c_, devs, ready, bytes * share, stage);
+      done = append_data_parallel(g_, kind, a, c_, devs, ready_sets, bytes * share, stage);
     }
-    for (size_t j = 0; j < r; ++j)
+    for (size_t j = 0; j < r; ++j) {
       step_inputs_[devs[j]].insert(step_inputs_[devs[j]].end(), done[j].begin(), done[j].end());
+      if (!done[j].empty()) reduced_[devs[j]] = done[j];
+    }
   }
 }
 

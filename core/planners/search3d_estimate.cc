@@ -427,6 +427,7 @@ std::optional<Search3dEstimate> over_memory(const Search3dCandidate& c,
 struct GradientsReady {
   std::vector<double> ready;  // per stage
   bool bucketed = false;      // strategy dp_overlap, as lower() builds it
+  bool per_stage = false;     // dp_overlap: each stage's reduction from its own last backward
   int buckets = 1;            // the first stage's
   double start0 = 0;
 };
@@ -445,6 +446,7 @@ GradientsReady gradients_ready(const TaskGraph& g, const Timeline& tl, size_t S,
   }
   // The first stage's buckets follow its last backward pass, which starts where that pass's first
   // piece starts.
+  out.per_stage = dp_overlap;
   out.bucketed = dp_overlap && d > 1 && last0 != SIZE_MAX;
   out.buckets = out.bucketed ? dp_buckets(first_stage_parameters, d) : 1;
   if (out.bucketed) {
@@ -490,6 +492,12 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
   }
   std::map<int, RankEnd> ends;
   for (auto& [rank, list] : per_device) {
+    // Without dp_overlap every reduction of the rank waits for its last backward (lower.cc,
+    // reduce_after_device_backward): they then run one after another here.
+    if (!gr.per_stage) {
+      const double last = std::get<0>(*std::max_element(list.begin(), list.end()));
+      for (auto& x : list) std::get<0>(x) = std::get<2>(x) = last;
+    }
     std::sort(list.begin(), list.end());
     double t = 0, last = 0;
     for (auto [r, a, from, k, e] : list) {

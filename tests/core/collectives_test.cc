@@ -663,3 +663,53 @@ TEST_CASE("DeepEP's de-duplication: hit probabilities, the byte matrix and its c
                   1e-6 + 3 * 0.5 * T / 300e9, 1e-15));
   CHECK(closed_form::deduplicated_all_to_all(4, 1, 0, 0.5, 1, nvlink, nic) == 0);
 }
+
+// Megatron-LM without --overlap-grad-reduce reduces every model chunk's gradients after the schedule
+// (finalize_model_grads: each chunk's finish_grad_sync a synchronous call, one after another); with it,
+// a chunk's reduction starts once that chunk's last backward has run (grad_sync_func). Interleaved
+// 1F1B, 2 pipeline ranks x 2 chunks (a chain of 4 layers, one per stage), 2 replicas on a switch of 4
+// GPUs at 10 GB/s without latency (replicas on neighbouring GPUs); 10 MB of gradients per stage, a
+// ring of 2 (two steps of S / 2): S / B = 1 ms each.
+TEST_CASE("dp without overlap: a device's chunks reduce after its last backward, one after another") {
+  auto run = [](bool overlap) {
+    Experiment e = chain_experiment(4, 4, 2e-3, 4e-3, "interleaved-1f1b",
+                                    make_switch_cluster(4, "gpu", test_device(), 10e9, 0));
+    ChainSpec c;
+    c.layers = 4;
+    c.forward_s = 2e-3;
+    c.backward_s = 4e-3;
+    c.activation_bytes = 1024;  // the last backward's send beside the rings: under 0.1 us
+    c.parameter_bytes = 10e6;   // per layer, so per stage: one bucket (Megatron's 40 M parameters at least)
+    e.workload = make_chain(c);
+    e.strategy.stages = 2;
+    e.strategy.chunks = 2;
+    e.strategy.replicas = 2;
+    e.strategy.dp_overlap = overlap;
+    PreparedRun p = *prepare(e);
+    const Timeline t = *evaluate(p.graph, e.cluster);
+    // Per device: its last backward's end, its first gradient flow's start, its optimizer step's start.
+    std::map<int, std::array<double, 3>> at;
+    for (size_t i = 0; i < p.graph.tasks.size(); ++i) {
+      const Task& k = p.graph.tasks[i];
+      auto& x = at.try_emplace(k.device, std::array<double, 3>{0, 1e9, 0}).first->second;
+      if (k.kind == TaskKind::Backward) x[0] = std::max(x[0], t.end[i]);
+      if (k.transfer == TransferKind::DataParallel) x[1] = std::min(x[1], t.start[i]);
+      if (k.kind == TaskKind::Optimizer) x[2] = t.start[i];
+    }
+    return at;
+  };
+  const auto after = run(false), during = run(true);
+  REQUIRE(after.size() == 4);
+  for (const auto& [d, x] : after) {
+    INFO("device " << d);
+    CHECK(x[1] == pipegrid::testing::approx(x[0]));                  // nothing before the last backward
+    CHECK(x[2] == pipegrid::testing::approx(x[0] + 2 * 10e6 / 10e9));  // two reductions in turn: 2 ms
+  }
+  // With overlap the later chunk's reduction starts while the device still runs the earlier chunk's
+  // backwards, and the step follows the last backward by one reduction's time.
+  for (const auto& [d, x] : during) {
+    INFO("device " << d);
+    CHECK(x[1] < x[0] - 1e-3);
+    CHECK(x[2] == pipegrid::testing::approx(x[0] + 10e6 / 10e9));
+  }
+}

@@ -47,8 +47,10 @@ TEST_CASE("DualPipe: iteration = M (F + B) + (PP/2 - 1)(F&B + B - 3W), F&B = F +
   for (auto [p, m] : {std::pair{4, 8}, {4, 12}, {8, 16}, {8, 20}}) {
     Replayed r = replay("dualpipe", p, p, m, F, B, W);
     const double bubble = (p / 2.0 - 1) * ((F + B) + B - 3 * W);
-    // Then the two copies of each stage sum their gradients (1 MiB, a ring of two at 1e15 B/s).
-    const double mirrors = (1 << 20) / 1e15;
+    // Then the two copies of each stage sum their gradients (1 MiB, a ring of two at 1e15 B/s): both
+    // of a rank's stages after its last backward (no dp_overlap: Megatron's finalize_model_grads after
+    // the schedule), the two rings sharing the rank's link.
+    const double mirrors = 2.0 * (1 << 20) / 1e15;
     INFO("p=" << p << " m=" << m << " replayed " << std::setprecision(15) << r.iteration);
     CHECK(close_rel(r.iteration, m * (F + B) + bubble + mirrors, 1e-9));
   }

@@ -409,8 +409,13 @@ TEST_CASE(
   CHECK(a.analytic_choice_vs_fastest <= 1.02);
   CHECK(a.spearman >= 0.9);
   // Measured 0.011 (0.171 before the group collectives across machines ran a ring per NIC: the
-  // all-gather dispatcher over all 16 devices, ep x etp = 16 across both nodes; docs/3d-search.md).
-  CHECK(a.worst_vs_simgrid <= 0.02);
+  // all-gather dispatcher over all 16 devices, ep x etp = 16 across both nodes; docs/3d-search.md);
+  // 0.074 since a device's expert gradients reduce after its dense ones, as Megatron's
+  // finalize_model_grads runs them without overlap: this test's stepped ring (allreduce: ring) of 8
+  // across two nodes reaches its devices up to 0.35 ms apart, and the expert ring waits for the last,
+  // where the closed form has one end for the ring (t2 p1 d8 ep8: 7.29 ms replayed, 6.75 estimated).
+  // NCCL's ring per NIC, the default, ends on every device at once.
+  CHECK(a.worst_vs_simgrid <= 0.08);
 }
 
 // Context parallelism: the analytic choice against SimGrid's fastest, every feasible candidate of
