@@ -702,7 +702,7 @@ TEST_CASE("dp without overlap: a device's chunks reduce after its last backward,
   REQUIRE(after.size() == 4);
   for (const auto& [d, x] : after) {
     INFO("device " << d);
-    CHECK(x[1] == pipegrid::testing::approx(x[0]));                  // nothing before the last backward
+    CHECK(x[1] == pipegrid::testing::approx(x[0]));                    // nothing before the last backward
     CHECK(x[2] == pipegrid::testing::approx(x[0] + 2 * 10e6 / 10e9));  // two reductions in turn: 2 ms
   }
   // With overlap the later chunk's reduction starts while the device still runs the earlier chunk's
