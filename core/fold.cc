@@ -75,6 +75,9 @@ struct Channels {
   static constexpr int32_t kUnused = -1, kShared = -2;
   std::vector<int32_t>
       owner;  // per channel: the replica whose group flows alone use it, or kUnused / kShared
+  std::vector<int32_t> group_owner;  // the same over the group flows alone (other traffic not counted)
+  std::vector<char> steady;          // per channel: other traffic on it besides the gradient collectives
+                                     // (pipeline transfers run beside the passes, never only at other times)
   std::unordered_map<uint64_t, Route> routes;  // per group flow pair (device << 32 | peer)
   std::vector<std::vector<uint64_t>> pairs;    // per replica: its group flow pairs
   // The other traffic into each replica (pipeline, flows between replicas; not the gradient rings): per
@@ -94,6 +97,8 @@ Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& ea
   std::unordered_set<uint64_t> other, seen, signed_pairs;
   Channels ch;
   ch.owner.assign(2 * c.links.size(), Channels::kUnused);
+  ch.group_owner.assign(2 * c.links.size(), Channels::kUnused);
+  ch.steady.assign(2 * c.links.size(), 0);
   ch.pairs.resize(static_cast<size_t>(m.replicas));
   const Router router(c);
   std::string failed;
@@ -118,6 +123,12 @@ Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& ea
     for (const Hop& h : r->hops) {
       int32_t& o = ch.owner[link_channel(c, h)];
       o = j < 0 || (o != Channels::kUnused && o != j) ? Channels::kShared : j;
+      if (j < 0) {
+        ch.steady[link_channel(c, h)] |= t.transfer != TransferKind::DataParallel;
+        continue;
+      }
+      int32_t& g = ch.group_owner[link_channel(c, h)];
+      g = g != Channels::kUnused && g != j ? Channels::kShared : j;
     }
     if (j >= 0) {
       ch.pairs[static_cast<size_t>(j)].push_back(key);
@@ -131,13 +142,19 @@ Result<Channels> route_channels(const Cluster& c, const ReplicaMap& m, Each&& ea
   // A pair seen both as a group flow and as other traffic shares its channels.
   for (uint64_t key : other)
     if (auto it = ch.routes.find(key); it != ch.routes.end())
-      for (const Hop& h : it->second.hops) ch.owner[link_channel(c, h)] = Channels::kShared;
+      for (const Hop& h : it->second.hops) {
+        ch.owner[link_channel(c, h)] = Channels::kShared;
+        ch.steady[link_channel(c, h)] = 1;
+      }
   return ch;
 }
 
 // Whether replica j's group flows run on channels of their own that map one to one onto replica 0's,
 // link for link alike.
-bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch, int j) {
+// time_shared: the gradient collectives may use those channels too (check_time_shared times them).
+bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch, int j,
+                       bool time_shared = false) {
+  const std::vector<int32_t>& owner = time_shared ? ch.group_owner : ch.owner;
   std::unordered_map<size_t, size_t> to0, from0;
   for (uint64_t key : ch.pairs[static_cast<size_t>(j)]) {
     const int a = int(key >> 32), b = int(uint32_t(key));
@@ -148,7 +165,8 @@ bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch
     for (size_t h = 0; h < mine.hops.size(); ++h) {
       const size_t x = link_channel(c, mine.hops[h]), y = link_channel(c, theirs->second.hops[h]);
       const Link &lx = c.links[mine.hops[h].link], &ly = c.links[theirs->second.hops[h].link];
-      if (ch.owner[x] != j || ch.owner[y] != 0 || lx.bandwidth != ly.bandwidth || lx.latency != ly.latency ||
+      if (owner[x] != j || owner[y] != 0 || (time_shared && (ch.steady[x] || ch.steady[y])) ||
+          lx.bandwidth != ly.bandwidth || lx.latency != ly.latency ||
           lx.duplex != ly.duplex)
         return false;
       if (to0.emplace(x, y).first->second != y || from0.emplace(y, x).first->second != x) return false;
@@ -298,26 +316,40 @@ Result<ReplicaFold> fold_replicas(const Cluster& c, const Partition& p, const Ta
   return f;
 }
 
+namespace {
+
+// Replica j's device at the place of replica 0's device d (a stage and a position in its group).
+class Counterparts {
+ public:
+  Counterparts(const Partition& p, size_t devices) : p_(p), place_(devices, {-1, -1}) {
+    for (size_t s = 0; s < p.stage_count(); ++s) {
+      const Stage& st = p.stage(s);
+      const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
+      for (size_t pos = 0; pos < group && pos < st.devices.size(); ++pos)
+        if (place_[static_cast<size_t>(st.devices[pos])].first < 0)
+          place_[static_cast<size_t>(st.devices[pos])] = {static_cast<int>(s), static_cast<int>(pos)};
+    }
+  }
+  int operator()(int d, int j) const {
+    const auto [s, pos] = place_[static_cast<size_t>(d)];
+    const Stage& st = p_.stage(static_cast<size_t>(s));
+    return st.devices[static_cast<size_t>(pos + j * st.tensor_parallel * st.context_parallel)];
+  }
+
+ private:
+  const Partition& p_;
+  std::vector<std::pair<int, int>> place_;
+};
+
+}  // namespace
+
 Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const FoldedGraph& f) {
   const FoldLayout& l = f.layout;
   // The replicas' map (with ranks folded, the layout's images are ranks 0: not the place in replica 0).
   Result<ReplicaMap> mapped = map_replicas(p, l.replica.size());
   if (!mapped) return mapped.error();
   const ReplicaMap& m = *mapped;
-  // Replica 0's devices' places, to move its group flows to replica j's devices.
-  std::vector<std::pair<int, int>> place(l.replica.size(), {-1, -1});
-  for (size_t s = 0; s < p.stage_count(); ++s) {
-    const Stage& st = p.stage(s);
-    const size_t group = static_cast<size_t>(st.tensor_parallel * st.context_parallel);
-    for (size_t pos = 0; pos < group && pos < st.devices.size(); ++pos)
-      if (place[static_cast<size_t>(st.devices[pos])].first < 0)
-        place[static_cast<size_t>(st.devices[pos])] = {static_cast<int>(s), static_cast<int>(pos)};
-  }
-  auto counterpart = [&](int d, int j) {
-    const auto [s, pos] = place[static_cast<size_t>(d)];
-    const Stage& st = p.stage(static_cast<size_t>(s));
-    return st.devices[static_cast<size_t>(pos + j * st.tensor_parallel * st.context_parallel)];
-  };
+  const Counterparts counterpart(p, l.replica.size());
   Result<Channels> ch = route_channels(
       c, m,
       [&](auto&& visit) {
@@ -358,6 +390,9 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
   out.groups_private = alike_and_private(c, m, *ch, 0);
   for (int j = 1; out.groups_private && j < l.replicas; ++j)
     out.groups_private = alike_and_private(c, m, *ch, j);
+  out.groups_time_shared = !out.groups_private && l.groups_folded && alike_and_private(c, m, *ch, 0, true);
+  for (int j = 1; out.groups_time_shared && j < l.replicas; ++j)
+    out.groups_time_shared = alike_and_private(c, m, *ch, j, true);
   if (l.ranks_folded > 1) out.ranks_private = out.groups_private && rings_private(c, *ch);
   return out;
 }
@@ -448,6 +483,74 @@ FoldCheck settle_unfolded(const TaskGraph& g, const ReplicaFold& f, Timeline& t)
   for (size_t v = 0; v < n; ++v)
     if (!g.tasks[v].is_compute() && !f.replayed(int32_t(v))) measure(int32_t(v), ready[v]);
   return check;
+}
+
+std::string check_time_shared(const Cluster& c, const Partition& p, const TaskGraph& g, const FoldLayout& l,
+                              const Timeline& t) {
+  Result<ReplicaMap> mapped = map_replicas(p, l.replica.size());
+  if (!mapped) return mapped.error().message;
+  const ReplicaMap& m = *mapped;
+  const Counterparts counterpart(p, l.replica.size());
+  const Router router(c);
+  std::unordered_map<uint64_t, std::vector<size_t>> routes;  // per pair: its route's channels
+  std::string failed;
+  auto route = [&](int a, int b) -> const std::vector<size_t>& {
+    auto [it, fresh] = routes.try_emplace(pair_key(a, b));
+    if (!fresh) return it->second;
+    Result<Route> r = router.route(a, b);
+    if (!r) failed = r.error().message;
+    else
+      for (const Hop& h : r->hops) it->second.push_back(link_channel(c, h));
+    return it->second;
+  };
+  // Replica 0's group flows: when each channel is busy with them (merged), and every replica's group
+  // channels mapped onto replica 0's, hop for hop (fold_routes found the routes alike).
+  std::unordered_map<size_t, std::vector<std::pair<double, double>>> busy;
+  std::unordered_map<size_t, size_t> to0;
+  std::set<std::pair<int, int>> pairs0;
+  for (size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& x = g.tasks[i];
+    if (intra_replica(x, m, l.tensor_only) != 0) continue;
+    for (size_t ch : route(x.device, x.peer)) busy[ch].emplace_back(t.start[i], t.end[i]);
+    pairs0.emplace(x.device, x.peer);
+  }
+  for (auto& [ch, iv] : busy) {
+    std::sort(iv.begin(), iv.end());
+    size_t k = 0;
+    for (const auto& x : iv)
+      if (k > 0 && x.first < iv[k - 1].second)
+        iv[k - 1].second = std::max(iv[k - 1].second, x.second);
+      else
+        iv[k++] = x;
+    iv.resize(k);
+  }
+  for (const auto& [a, b] : pairs0) {
+    const std::vector<size_t> r0 = route(a, b);
+    for (size_t ch : r0) to0[ch] = ch;
+    for (int j = 1; j < l.replicas; ++j) {
+      const std::vector<size_t>& rj = route(counterpart(a, j), counterpart(b, j));
+      for (size_t h = 0; h < rj.size() && h < r0.size(); ++h) to0[rj[h]] = r0[h];
+    }
+  }
+  // Every other replayed flow: none on a group channel while that channel's group flows run.
+  for (size_t i = 0; i < g.tasks.size() && failed.empty(); ++i) {
+    const Task& x = g.tasks[i];
+    if (x.kind != TaskKind::Transfer || x.device < 0 || x.peer < 0 || x.device == x.peer ||
+        intra_replica(x, m, l.tensor_only) >= 0 || t.end[i] <= t.start[i])
+      continue;
+    for (size_t ch : route(x.device, x.peer)) {
+      const auto y = to0.find(ch);
+      if (y == to0.end()) continue;
+      const auto& iv = busy[y->second];
+      const auto at = std::upper_bound(iv.begin(), iv.end(), t.start[i],
+                                       [](double v, const std::pair<double, double>& b) { return v < b.second; });
+      if (at != iv.end() && at->first < t.end[i])
+        return fmt::format("{} -> {} at {:.6g} s uses a link of the group flows while they run",
+                           c.devices[static_cast<size_t>(x.device)].name, c.devices[static_cast<size_t>(x.peer)].name,
+                           t.start[i]);
+    }
+  }
+  return failed;
 }
 
 }  // namespace pipegrid

@@ -101,6 +101,10 @@ FoldCheck settle_unfolded(const TaskGraph& whole, const ReplicaFold& f, Timeline
 // the ring's flows into and out of rank 0 stand for every rank's (docs/scale.md, "The rank fold").
 struct FoldRoutes {
   bool groups_private = false;
+  // Not private, but alike and each channel used by one replica's group flows besides the gradient
+  // collectives (no pipeline transfer): copies are then exact where those use the channels at other
+  // times than the group flows, which check_time_shared verifies after the replay.
+  bool groups_time_shared = false;
   bool ranks_private = false;
   std::string unlike;
 };
@@ -113,6 +117,14 @@ Result<FoldRoutes> fold_routes(const Cluster& c, const Partition& p, const Folde
 // Where every copied task that receives a crossing starts with its image, every copy does (by
 // induction over the rest, which replica j shares with replica 0).
 FoldCheck check_folded(const TaskGraph& g, const FoldLayout& l, const Timeline& t);
+
+// Where replica j's group flows were copied onto channels that other traffic uses too
+// (FoldLayout::time_shared): the first replayed flow that uses such a channel while a group flow does
+// (replica 0's, replayed, or a copy, timed as its representative), described; empty when none does.
+// Then no flow shares a channel with a group flow at any instant, each group flow meets only its own
+// replica's, alike replica 0's, and the copies are exact as where the channels are private.
+std::string check_time_shared(const Cluster& c, const Partition& p, const TaskGraph& g, const FoldLayout& l,
+                              const Timeline& t);
 
 // Whether a check's deviation is within the fold's exactness bound, 1e-9 of the iteration
 // (docs/scale.md): then the folded timeline is taken as the whole graph's.

@@ -130,6 +130,9 @@ struct FoldLayout {
   // links they share with other traffic) are lowered for every replica, like its pipeline transfers.
   bool tensor_only = false;
   size_t copied_flows = 0;  // of which group flows copied
+  // Copied though their channels carry other traffic too: the replay must show that traffic at other
+  // times (check_time_shared, core/fold.h).
+  bool time_shared = false;
   bool copied(size_t d) const { return image[d] >= 0 && image[d] != static_cast<int>(d); }
   // Whether replica j's group flows of this kind are copies of replica 0's (not lowered).
   bool folds(TransferKind k) const {

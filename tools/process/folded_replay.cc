@@ -32,6 +32,11 @@ std::string describe(const ReplayMode& m) {
     groups = ", every replica's group flows replayed (their links are shared)";
   else if (m.tensor_only)
     groups = ", every replica's context- and expert-parallel flows replayed (their links are shared)";
+  else if (m.time_shared)
+    groups = ", the group flows copied on links the gradient collectives use only at other times (checked)";
+  if (m.tensor_only && m.time_shared)
+    groups += ", the tensor-parallel ones copied on links the gradient collectives use only at other times "
+              "(checked)";
   else if (m.replicas_with_replayed_groups > 0)
     groups = fmt::format(", the group flows of {} replicas replayed (links shared or unlike replica 0's)",
                          m.replicas_with_replayed_groups);
@@ -118,6 +123,7 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
   m.replicas = run.fold->replicas;
   m.ranks_folded = run.fold->ranks_folded;
   m.tensor_only = run.fold->tensor_only;
+  m.time_shared = run.fold->time_shared;
   m.whole_tasks = run.fold->whole_tasks;
   m.replayed_tasks = run.graph.tasks.size();
   m.copied_flows = run.fold->copied_flows;
@@ -130,6 +136,15 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
         format_time(check.max_deviation_s));
     if (Status s = lower_whole(e, run); !s) return s.error();
     return whole(e.cluster, run.graph, o, m);
+  }
+  if (run.fold->time_shared) {
+    if (const std::string clash = check_time_shared(e.cluster, run.partition, run.graph, *run.fold, r->timeline);
+        !clash.empty()) {
+      m.whole_because = fmt::format("the replica fold ({} of {} tasks) was not exact ({})",
+                                    millions(run.graph.tasks.size()), millions(run.fold->whole_tasks), clash);
+      if (Status s = lower_whole(e, run); !s) return s.error();
+      return whole(e.cluster, run.graph, o, m);
+    }
   }
   m.folded = true;
   return ChosenReplay{std::move(*r), std::move(m)};

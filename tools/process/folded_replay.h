@@ -25,6 +25,7 @@ struct ReplayMode {
   int replicas = 1;          // the plan's data-parallel replicas
   int ranks_folded = 1;      // the tensor-parallel ranks each group was replayed as one of (1: not folded)
   bool tensor_only = false;  // only the tensor-parallel flows of other replicas copied (FoldLayout)
+  bool time_shared = false;  // copied group flows on links that other traffic uses at other times
   size_t whole_tasks = 0, replayed_tasks = 0;
   size_t copied_flows = 0;  // group flows of other replicas taken from replica 0's
   int replicas_with_replayed_groups = 0;
