@@ -12,7 +12,9 @@
 // the pipeline transfers and the gradient collectives of every replica, and every flow between
 // replicas (an expert-parallel group spanning replicas), each started when its representative's
 // producer ends. So contention on shared links (a NIC carrying the pipeline's activations and the
-// ring's gradients) is replayed as in the whole graph.
+// ring's gradients) is replayed as in the whole graph. Group flows whose channels the gradient
+// collectives share too (an NVLink domain holding several replicas' groups) are copied only where the
+// replay shows those collectives on them at other times (check_time_shared).
 //
 // Why it is exact. The replay's rules are local: a compute task starts once its predecessors ended
 // and its device finished the task before; a flow starts once its predecessors ended and progresses
