@@ -184,8 +184,9 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
   }
   if (!routes->groups_private && routes->groups_time_shared && f->layout.ranks_folded > 1) {
     // The rank fold needs rings of their own: the replica fold alone, its routes found again.
-    Result<FoldedGraph> g = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
-                                         {.groups = true, .ranks = false, .tensor_only = f->layout.tensor_only});
+    Result<FoldedGraph> g =
+        lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
+                     {.groups = true, .ranks = false, .tensor_only = f->layout.tensor_only});
     if (!g) return g.error();
     f = std::move(g);
     routes = fold_routes(r.cluster, run.partition, *f);
@@ -193,7 +194,8 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
   }
   if (!routes->groups_private && routes->groups_time_shared) {
     f->layout.time_shared = true;  // copied, their links' other traffic checked after the replay
-  } else if (!routes->groups_private) {  // replica j's group flows share links, or run on links unlike replica 0's
+  } else if (!routes->groups_private) {
+    // Replica j's group flows share links, or run on links unlike replica 0's.
     // At least these tasks and every replica's group flows (more where ranks were folded): decline by
     // that count before lowering it, which at 131,040 GPUs cost a minute and 17 GB for nothing.
     if (form == GraphForm::FoldedIfLarge &&

@@ -166,8 +166,7 @@ bool alike_and_private(const Cluster& c, const ReplicaMap& m, const Channels& ch
       const size_t x = link_channel(c, mine.hops[h]), y = link_channel(c, theirs->second.hops[h]);
       const Link &lx = c.links[mine.hops[h].link], &ly = c.links[theirs->second.hops[h].link];
       if (owner[x] != j || owner[y] != 0 || (time_shared && (ch.steady[x] || ch.steady[y])) ||
-          lx.bandwidth != ly.bandwidth || lx.latency != ly.latency ||
-          lx.duplex != ly.duplex)
+          lx.bandwidth != ly.bandwidth || lx.latency != ly.latency || lx.duplex != ly.duplex)
         return false;
       if (to0.emplace(x, y).first->second != y || from0.emplace(y, x).first->second != x) return false;
     }
@@ -498,7 +497,8 @@ std::string check_time_shared(const Cluster& c, const Partition& p, const TaskGr
     auto [it, fresh] = routes.try_emplace(pair_key(a, b));
     if (!fresh) return it->second;
     Result<Route> r = router.route(a, b);
-    if (!r) failed = r.error().message;
+    if (!r)
+      failed = r.error().message;
     else
       for (const Hop& h : r->hops) it->second.push_back(link_channel(c, h));
     return it->second;
@@ -542,12 +542,13 @@ std::string check_time_shared(const Cluster& c, const Partition& p, const TaskGr
       const auto y = to0.find(ch);
       if (y == to0.end()) continue;
       const auto& iv = busy[y->second];
-      const auto at = std::upper_bound(iv.begin(), iv.end(), t.start[i],
-                                       [](double v, const std::pair<double, double>& b) { return v < b.second; });
+      const auto at =
+          std::upper_bound(iv.begin(), iv.end(), t.start[i],
+                           [](double v, const std::pair<double, double>& b) { return v < b.second; });
       if (at != iv.end() && at->first < t.end[i])
         return fmt::format("{} -> {} at {:.6g} s uses a link of the group flows while they run",
-                           c.devices[static_cast<size_t>(x.device)].name, c.devices[static_cast<size_t>(x.peer)].name,
-                           t.start[i]);
+                           c.devices[static_cast<size_t>(x.device)].name,
+                           c.devices[static_cast<size_t>(x.peer)].name, t.start[i]);
     }
   }
   return failed;

@@ -141,7 +141,8 @@ Result<Metrics> analytic_metrics(const Experiment& e, PreparedRun& run) {
   if (!analytic) return analytic.error();
   if (run.fold) {
     if (!fold_exact(check_folded(run.graph, *run.fold, *analytic), analytic->makespan()) ||
-        (run.fold->time_shared && !check_time_shared(e.cluster, run.partition, run.graph, *run.fold, *analytic).empty())) {
+        (run.fold->time_shared &&
+         !check_time_shared(e.cluster, run.partition, run.graph, *run.fold, *analytic).empty())) {
       if (Status s = lower_whole(e, run); !s) return s.error();
       run.whole_because = "the replica fold was not exact in the analytic evaluator";
       analytic = evaluate(run.graph, e.cluster);

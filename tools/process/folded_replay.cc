@@ -35,8 +35,9 @@ std::string describe(const ReplayMode& m) {
   else if (m.time_shared)
     groups = ", the group flows copied on links the gradient collectives use only at other times (checked)";
   if (m.tensor_only && m.time_shared)
-    groups += ", the tensor-parallel ones copied on links the gradient collectives use only at other times "
-              "(checked)";
+    groups +=
+        ", the tensor-parallel ones copied on links the gradient collectives use only at other times "
+        "(checked)";
   else if (m.replicas_with_replayed_groups > 0)
     groups = fmt::format(", the group flows of {} replicas replayed (links shared or unlike replica 0's)",
                          m.replicas_with_replayed_groups);
@@ -138,7 +139,8 @@ Result<ChosenReplay> replay_prepared(const Experiment& e, PreparedRun& run, cons
     return whole(e.cluster, run.graph, o, m);
   }
   if (run.fold->time_shared) {
-    if (const std::string clash = check_time_shared(e.cluster, run.partition, run.graph, *run.fold, r->timeline);
+    if (const std::string clash =
+            check_time_shared(e.cluster, run.partition, run.graph, *run.fold, r->timeline);
         !clash.empty()) {
       m.whole_because = fmt::format("the replica fold ({} of {} tasks) was not exact ({})",
                                     millions(run.graph.tasks.size()), millions(run.fold->whole_tasks), clash);
