@@ -182,7 +182,8 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
     run.whole_because = "no replica fold: " + routes->unlike + " (--fold tries it anyway)";
     return {};
   }
-  if (!routes->groups_private && routes->groups_time_shared && f->layout.ranks_folded > 1) {
+  if (!routes->groups_private && routes->groups_time_shared && f->layout.ranks_folded > 1 &&
+      (form == GraphForm::Folded || !lo.dp_overlap)) {
     // The rank fold needs rings of their own: the replica fold alone, its routes found again.
     Result<FoldedGraph> g =
         lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo,
@@ -192,15 +193,25 @@ Status lower_folded_plan(const PlanRequest& r, PreparedRun& run, GraphForm form)
     routes = fold_routes(r.cluster, run.partition, *f);
     if (!routes) return routes.error();
   }
-  if (!routes->groups_private && routes->groups_time_shared) {
+  // With dp_overlap the reductions start during a backward (the first stage's buckets, an interleaved
+  // chunk's at its own last backward) and meet its group flows at any size worth folding: the check
+  // would refuse the copy after a wasted replay (264 s instead of 238 s on 18,432 GB300s). Tried only
+  // under --fold.
+  const bool try_time_shared = routes->groups_time_shared && (form == GraphForm::Folded || !lo.dp_overlap);
+  if (!routes->groups_private && try_time_shared) {
     f->layout.time_shared = true;  // copied, their links' other traffic checked after the replay
   } else if (!routes->groups_private) {
     // Replica j's group flows share links, or run on links unlike replica 0's.
     // At least these tasks and every replica's group flows (more where ranks were folded): decline by
     // that count before lowering it, which at 131,040 GPUs cost a minute and 17 GB for nothing.
     if (form == GraphForm::FoldedIfLarge &&
-        too_much_folded(f->graph.tasks.size() + f->layout.copied_flows, f->layout.whole_tasks, run, true))
+        too_much_folded(f->graph.tasks.size() + f->layout.copied_flows, f->layout.whole_tasks, run, true)) {
+      if (routes->groups_time_shared)
+        run.whole_because +=
+            "; with dp_overlap the gradient reductions share the group flows' links during "
+            "the backward";
       return {};
+    }
     f = lower_folded(r.workload, r.cluster, run.partition, run.schedule, lo, {.groups = false});
     if (!f) return f.error();
   }

@@ -218,6 +218,13 @@ def time_clash(pipegrid):
     found = [f"time clash: {d}" for d in differences(whole, folded)[:5]]
     if not (line.startswith("whole graph") and "while they run" in line):
         found.append(f"time clash: expected the fold refused for rings beside the group flows, got {line!r}")
+    # By default (above 2^20 tasks) the copy is not tried with dp_overlap, and the line says why.
+    large = NVL_OVERLAP.replace("global_batch: 8", "global_batch: 2048")
+    r = subprocess.run([pipegrid, "run", "-"], input=large, capture_output=True, text=True)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("replay ")), "")
+    print(f"time clash, by default: {line[:160]}")
+    if r.returncode != 0 or "with dp_overlap the gradient reductions share" not in line:
+        found.append(f"time clash: expected the default to decline the copy under dp_overlap, got {line!r}")
     return found
 
 
