@@ -540,8 +540,9 @@ std::string check_time_shared(const Cluster& c, const Partition& p, const TaskGr
       continue;
     for (size_t ch : route(x.device, x.peer)) {
       const auto y = to0.find(ch);
-      if (y == to0.end()) continue;
-      const auto& iv = busy[y->second];
+      const auto b = y == to0.end() ? busy.end() : busy.find(y->second);
+      if (b == busy.end()) continue;
+      const auto& iv = b->second;
       const auto at =
           std::upper_bound(iv.begin(), iv.end(), t.start[i],
                            [](double v, const std::pair<double, double>& b) { return v < b.second; });

@@ -25,10 +25,10 @@ struct Replayed {
 
 // A chain of `layers` layers (F, B the whole backward, W its weight part, per layer) on `ranks` devices.
 Replayed replay(const std::string& schedule, int ranks, int layers, int m, double f, double b, double w,
-               int chunks = 1) {
-  Experiment e = schedule_experiment(schedule, ranks, m, make_switch_cluster(ranks, "gpu", test_device(), 1e15, 0),
-                                     chunks, f * layers / ranks / chunks, (b - w) * layers / ranks / chunks,
-                                     w * layers / ranks / chunks, 1024);
+                int chunks = 1) {
+  Experiment e = schedule_experiment(
+      schedule, ranks, m, make_switch_cluster(ranks, "gpu", test_device(), 1e15, 0), chunks,
+      f * layers / ranks / chunks, (b - w) * layers / ranks / chunks, w * layers / ranks / chunks, 1024);
   e.strategy.stages = ranks;
   Result<PreparedRun> run = prepare(e);
   REQUIRE_MESSAGE(run.ok(), run.error().message);
@@ -39,7 +39,9 @@ Replayed replay(const std::string& schedule, int ranks, int layers, int m, doubl
 
 }  // namespace
 
-TEST_CASE("DualPipe: iteration = M (F + B) + (PP/2 - 1)(F&B + B - 3W), F&B = F + B, on (p, m) = (4, 8), (4, 12), (8, 16), (8, 20)") {
+TEST_CASE(
+    "DualPipe: iteration = M (F + B) + (PP/2 - 1)(F&B + B - 3W), F&B = F + B, on (p, m) = (4, 8), (4, 12), "
+    "(8, 16), (8, 20)") {
   // Per stage F = B (the full backward) = 2 ms, W = 1 ms: the regime in which the table's formula is
   // exact (with F != B the replayed bubble is smaller: docs/schedules.md). Each rank runs both
   // pipelines' stage: M forwards and M backwards of one stage's work.
@@ -92,19 +94,23 @@ TEST_CASE("DualPipe runs two pipelines on half the micro-batches each; the valid
   Schedule bad = r.run.schedule;
   for (Action& a : bad.device_actions[0])
     if (a.stage == 0 && a.micro_batch == 0) a.micro_batch = 4;
-  Status s = validate_schedule(bad, part, 8, device_names(make_switch_cluster(4, "gpu", test_device(), 1, 0)));
+  Status s =
+      validate_schedule(bad, part, 8, device_names(make_switch_cluster(4, "gpu", test_device(), 1, 0)));
   REQUIRE(!s.ok());
-  CHECK(s.error().message.find("stage 0 runs the first half of the 8 micro-batches (DualPipe's two pipelines), "
-                               "not micro-batch 4") != std::string::npos);
+  CHECK(
+      s.error().message.find("stage 0 runs the first half of the 8 micro-batches (DualPipe's two pipelines), "
+                             "not micro-batch 4") != std::string::npos);
 }
 
 TEST_CASE("DualPipe's constraints are located errors") {
-  Experiment odd = schedule_experiment("dualpipe", 3, 6, make_switch_cluster(3, "gpu", test_device(), 1e15, 0));
+  Experiment odd =
+      schedule_experiment("dualpipe", 3, 6, make_switch_cluster(3, "gpu", test_device(), 1e15, 0));
   odd.strategy.stages = 3;
   CHECK(prepare(odd).error().message ==
         "dualpipe needs an even rank count and an even number of micro-batches of at least 2N (DeepSeek's "
         "reference asserts it); got 3 ranks and 6 micro-batches");
-  Experiment few = schedule_experiment("dualpipev", 4, 6, make_switch_cluster(4, "gpu", test_device(), 1e15, 0));
+  Experiment few =
+      schedule_experiment("dualpipev", 4, 6, make_switch_cluster(4, "gpu", test_device(), 1e15, 0));
   few.strategy.stages = 4;
   CHECK(prepare(few).error().message == "dualpipev needs at least 2N = 8 micro-batches on 4 ranks, got 6");
 }
