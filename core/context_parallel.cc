@@ -66,10 +66,15 @@ double output_block_bytes(const TensorSplit& sp, int t, int cp, double element_b
 
 Status check_context_parallel(const Layer& l, int t, int cp, const ContextParallelOptions& o) {
   const TensorSplit& sp = l.split;
-  if (cp <= 1 || !is_block(sp.kind)) return {};
+  if (cp <= 1) return {};
   auto bad = [&](const std::string& why) {
     return Error{fmt::format("layer \"{}\": context_parallel {} {}", l.name, cp, why)};
   };
+  if (sp.kind == TensorSplitKind::Undefined)
+    return bad(
+        "splits a transformer's sequence, and this layer has no defined split (a convolution, a recurrent or "
+        "custom layer); expected transformer layers");
+  if (!is_block(sp.kind)) return {};
   if (sp.window > 0)
     return bad("with sliding-window attention is not modelled (the window's K/V exchange is not TE's ring)");
   const bool chunks = o.load_balance && o.algorithm != CpAlgorithm::AllToAll;

@@ -223,7 +223,7 @@ TriedPlan tried_plan(const Candidate& c, std::string what) {
 
 std::optional<int> fractional_split(const Plan& p) {
   for (size_t s = 0; s < p.partition.stage_count(); ++s)
-    if (const int c = static_cast<int>(p.partition.stage(s).devices.size());
+    if (const int c = p.partition.stage(s).replicas();  // t x cp devices share a replica's samples
         !p.partition.stage(s).round_robin && !whole_samples_per_replica(p.micro_batch_size, c))
       return c;
   return std::nullopt;

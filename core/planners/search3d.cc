@@ -320,7 +320,8 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
   }
   if (c.sequence_parallel && c.t == 1) return "sequence parallelism at t = 1 (the same run as without)";
   if (c.sequence_parallel && !sp_ok) return "sequence parallelism: t does not divide the sequence";
-  if (c.distributed_optimizer && c.d == 1) return "distributed optimizer at d = 1 (the same run as without)";
+  if (c.distributed_optimizer && c.d * c.cp == 1)  // it shards over the dp x cp group, as Megatron's
+    return "distributed optimizer at d = cp = 1 (the same run as without)";
   return std::nullopt;
 }
 

@@ -69,6 +69,18 @@ TEST_CASE("batch: global_batch alone explores every micro-batch size; mini_batch
   CHECK(mini.strategy.mini_batch == 32);
 }
 
+TEST_CASE("batch: global_batch alone under t > 1 refuses a size only where a replica gets part of a sample") {
+  // t 2, p 2, d 4: the t devices of a replica share its samples, so a micro-batch of 4 is one sample
+  // per replica (whole) and 1 or 2 are not; until 2026-12-05 the sizes were divided by t x d = 8.
+  TempDir dir;
+  const std::string path = dir.write("g.yaml", kBase + k3d + "global_batch: 32}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", path});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("1: splits samples between 4 replicas; 2: splits samples between 4 replicas; 4: 0.") !=
+        std::string::npos);
+  CHECK(r.out.find("between 8 replicas") == std::string::npos);
+}
+
 TEST_CASE("batch: the older workload.micro_batch_size keeps its meaning where d = 1 or replicas are chosen") {
   Result<Experiment> d1 = input::load_experiment_text(
       "workload: {model: gpt, layers: 4, hidden: 256, heads: 8, sequence: 128, vocabulary: 1024, "

@@ -459,15 +459,29 @@ void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const W
     if (auto x = n.get(key); x && s.context_parallel <= 1)
       x->fail("expected context_parallel > 1 beside it (it changes nothing without), got none");
   if (s.context_parallel <= 1) return;
+  if (auto b = n.get("cp_load_balance");
+      b && !s.context.load_balance && s.context.algorithm == CpAlgorithm::AllToAll)
+    b->fail(
+        "balances causal attention over ranks that each hold a part of the sequence, and under cp_algorithm "
+        "a2a each rank attends over the whole sequence for its heads: it would change nothing; expected true "
+        "or no cp_load_balance");
   const size_t group = static_cast<size_t>(s.tensor_parallel) * s.context_parallel;
   if (c.devices.size() % group != 0 || group * s.replicas > c.devices.size())
     cp->fail(
         fmt::format("expected tensor_parallel {} x context_parallel x replicas {} to fit and tensor_parallel "
                     "x context_parallel to divide the cluster's {} devices, got {}",
                     s.tensor_parallel, s.replicas, c.devices.size(), s.context_parallel));
-  for (size_t l = 0; l < w.layer_count(); ++l)
+  bool blocks = false;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
     if (Status st = check_context_parallel(w.layer(l), s.tensor_parallel, s.context_parallel, s.context); !st)
       cp->fail(st.error().message);
+    blocks = blocks || is_block(w.layer(l).split.kind);
+  }
+  if (!blocks)
+    cp->fail(
+        fmt::format("splits the sequence of a transformer's blocks, and the workload \"{}\" has none; "
+                    "expected context_parallel 1",
+                    w.name));
 }
 
 // `stages`: the pipeline ranks, within the devices and the layers.
@@ -479,6 +493,14 @@ void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Clust
       static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
     st->fail(fmt::format("expected at most {} stages of {} replicas (the cluster has {} devices), got {}",
                          c.devices.size() / s.replicas, s.replicas, c.devices.size(), s.stages));
+  if (s.context_parallel > 1 &&
+      static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel * s.context_parallel > c.devices.size())
+    st->fail(
+        fmt::format("expected at most {} stages of {} replicas x tensor_parallel {} x context_parallel {} "
+                    "(the cluster has "
+                    "{} devices), got {}",
+                    c.devices.size() / (s.replicas * s.tensor_parallel * s.context_parallel), s.replicas,
+                    s.tensor_parallel, s.context_parallel, c.devices.size(), s.stages));
   if (s.tensor_parallel > 1 &&
       static_cast<size_t>(s.stages) * s.replicas * s.tensor_parallel > c.devices.size())
     st->fail(
@@ -539,10 +561,10 @@ void parse_gradients(const Node& n, StrategySpec& s, const Chosen& chosen) {
     s.dp_overlap = b->boolean();
     // Where `replicas` alone decides the replication (the other partitioners and planners choose it).
     if (s.dp_overlap && chosen.planner.runs_partitioner &&
-        chosen.partitioner.replicas == ReplicaChoice::Given && s.replicas <= 1)
+        chosen.partitioner.replicas == ReplicaChoice::Given && s.replicas <= 1 && s.context_parallel <= 1)
       b->fail(
-          fmt::format("expected false without replicas > 1 (the {} partitioner then replicates no stage: "
-                      "no gradient is all-reduced), got true",
+          fmt::format("expected false without replicas > 1 or context_parallel > 1 (the {} partitioner then "
+                      "replicates no stage: no gradient is all-reduced), got true",
                       s.partitioner));
   }
   if (auto g = n.get("gradient_reduce")) {
