@@ -195,6 +195,24 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
   return {};
 }
 
+std::optional<std::string> moe_overlap_refusal(int ep, MoeDispatcher dispatcher, int stages,
+                                               std::string_view schedule) {
+  if (schedule == "dualpipe" || schedule == "dualpipev")
+    return fmt::format("{} pairs its forward and backward chunks itself (its overlap is built in)", schedule);
+  if (ep <= 1)
+    return "it overlaps the expert-parallel all-to-alls, and at ep 1 there are none (Megatron-Core requires "
+           "expert_parallel > 1 with it)";
+  if (dispatcher == MoeDispatcher::AllGather)
+    return "Megatron-Core overlaps the alltoall and flex (deepep) dispatchers only, not allgather";
+  if (stages > 1 && schedule != "interleaved-1f1b")
+    return fmt::format(
+        "with a pipeline (p = {}) Megatron-Core requires a virtual pipeline (interleaved-1f1b), got {}: "
+        "pairing 1F1B's adjacent forward and backward would hold each forward's output until the "
+        "backward ends",
+        stages, schedule);
+  return std::nullopt;
+}
+
 std::vector<int> group_members(CommGroup g, int r, int t, const ExpertSizes& e, int cp) {
   std::vector<int> out;
   switch (g) {

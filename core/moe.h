@@ -123,6 +123,15 @@ double load_imbalance(const std::vector<double>& loads);
 // de-duplication follows from uniform draws). The message names the layer.
 Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o);
 
+// Megatron-Core's conditions for its all-to-all overlap (--overlap-moe-expert-parallel-comm,
+// TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py): expert
+// parallelism (ep > 1), the alltoall or flex (deepep) dispatcher, and with a pipeline (p > 1) a
+// virtual pipeline (here: the interleaved schedule; 1F1B's adjacent forward and backward would hold
+// each forward's output until the paired backward ends, a serialised pipeline). DualPipe and
+// DualPipeV pair their chunks themselves. nullopt when they hold, else what fails.
+std::optional<std::string> moe_overlap_refusal(int ep, MoeDispatcher dispatcher, int stages,
+                                               std::string_view schedule);
+
 // The groups of a stage's devices, as positions in the stage's device list (position r = j t + i for
 // replica j, tensor-parallel rank i): the tensor-parallel group of t, and the MoE part's groups.
 enum class CommGroup : unsigned char {

@@ -9,6 +9,7 @@
 #include "core/evaluate.h"
 #include "core/lower.h"
 #include "core/metrics.h"
+#include "core/moe.h"
 
 namespace pipegrid {
 namespace {
@@ -87,6 +88,11 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
       stage.context_parallel = cp;
     }
   if (Status e = apply_expert_parallel(r, plan.partition); !e) return e.error();
+  if (s.moe_overlap) {
+    const Parallelism par = parallelism(plan.partition);
+    if (auto why = moe_overlap_refusal(par.expert, s.moe.dispatcher, par.pipeline, scheduler.name))
+      return Error{"moe.overlap: " + *why};
+  }
   if (s.partitioner_options.round_robin)
     for (size_t st = 0; st < plan.partition.stage_count(); ++st) {
       Stage& stage = plan.partition.graph[st];

@@ -401,7 +401,15 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
         if (Status st = check_moe(w.layer(l), {}, s.moe); !st) d->fail(st.error().message);
         break;
       }
-  if (auto o = m->get("overlap")) s.moe_overlap = o->boolean();
+  if (auto o = m->get("overlap")) {
+    s.moe_overlap = o->boolean();
+    // Megatron-Core's rules (core/moe.h moe_overlap_refusal), located here where the file sets ep and
+    // the stages; the plan is checked again (a planner chooses the stages, a search varies ep).
+    if (s.moe_overlap)
+      if (auto why = moe_overlap_refusal(n.get("expert_parallel") ? s.expert_parallel : 2, s.moe.dispatcher,
+                                         std::max(1, s.stages), chosen.schedule.name))
+        o->fail(fmt::format("{}; expected false or no overlap", *why));
+  }
   // Megatron-Core's fused router and permutation (MoeOptions): the all-to-all dispatcher's launches.
   for (auto [key, flag] :
        {std::pair{"router_fusion", &s.moe.router_fusion}, std::pair{"permute_fusion", &s.moe.permute_fusion}})
