@@ -401,6 +401,17 @@ Result<std::vector<StageCost>> plain_stage_costs(const Workload& w, const Cluste
   return out;
 }
 
+// The fraction of the token copies a stage's MoE blocks keep under the options' capacity factor (1:
+// none dropped, or no MoE block).
+double kept_copies(const Workload& w, const Stage& st, const MoeOptions& o) {
+  for (int l : st.layers)
+    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) {
+      const std::vector<double> loads = expert_loads(o, static_cast<int>(w.layer(l).split.moe.experts), 1);
+      return loads.front();
+    }
+  return 1;
+}
+
 }  // namespace
 
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
@@ -409,8 +420,13 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
                                                         const TensorParallelOptions& tp) {
   std::vector<std::vector<StageCost>> out(p.stage_count());
   for (size_t s = 0; s < p.stage_count(); ++s) {
-    auto r = p.stage(s).grouped() ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
-                                  : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
+    // A capacity factor that drops token copies scales the experts' work by the copies kept
+    // (expert_loads), which only the grouped costing applies: a stage of MoE blocks takes it at
+    // t = ep = 1 too.
+    const bool dropping = tp.moe.capacity_factor > 0 && kept_copies(w, p.stage(s), tp.moe) < 1;
+    auto r = p.stage(s).grouped() || dropping
+                 ? tp_stage_costs(w, c, p, s, micro_batch_size, recompute, tp)
+                 : plain_stage_costs(w, c, p, s, micro_batch_size, recompute, tp);
     if (!r) return r.error();
     out[s] = std::move(*r);
   }

@@ -235,6 +235,30 @@ TEST_CASE(
   CHECK(close_rel(on_peak, stash, 1e-12));
 }
 
+TEST_CASE("MoE at t = ep = 1: a capacity factor drops copies before the experts, by hand") {
+  // One device holds both experts (no all-to-all, no gradient to reduce). Capacity is cf x the
+  // balanced share of the copies (Megatron's get_capacity, cf s k / E per expert): at cf 0.5 each
+  // expert keeps s / 4 of its s / 2 copies, so the experts run on half the copies; at cf 1 under a
+  // 3:1 skew expert 0 keeps s / 2 of its 3 s / 4 and expert 1 all its s / 4, three quarters. Until
+  // 2026-12-05 a stage without tensor, context or expert parallelism ignored the factor.
+  auto run = [](double cf, std::vector<double> shares) {
+    Cluster c = line_cluster(1, 50e9, 5e-6);
+    for (Device& d : c.devices) d.spec = flop_device();
+    Experiment e = expert_parallel_stage("moe capacity", one_moe_block(), std::move(c), 1);
+    e.strategy.moe.capacity_factor = cf;
+    e.strategy.moe.expert_shares = std::move(shares);
+    Result<PreparedRun> prepared = prepare(e);
+    REQUIRE_MESSAGE(prepared.ok(), prepared.error().message);
+    Result<sim::Replay> r = process::replay_isolated(e.cluster, prepared->graph);
+    REQUIRE(r.ok());
+    return r->timeline.makespan();
+  };
+  CHECK(close_rel(run(0, {}), 3 * (before_experts() + experts()), 1e-6));
+  CHECK(close_rel(run(0.5, {}), 3 * (before_experts() + 0.5 * experts()), 1e-6));
+  CHECK(close_rel(run(1, {}), 3 * (before_experts() + experts()), 1e-6));  // nothing dropped
+  CHECK(close_rel(run(1, {0.75, 0.25}), 3 * (before_experts() + 0.75 * experts()), 1e-6));
+}
+
 TEST_CASE("MoE, the same expert-parallel group across two nodes: slower by the hand-computed amount") {
   const double B = 50e9, a = 5e-6;
   // Across two nodes: each device's NIC link (12.5 GB/s, 2 us) to one switch, routes of two links.

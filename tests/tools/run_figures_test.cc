@@ -401,3 +401,44 @@ TEST_CASE("run: GPT-OSS's experts fused by Transformer Engine's op fuser drop th
             {tmp.write("one_router.yaml", one_base + ", moe: {router_fusion: false}}\n")})["iteration_time_s"]
             .get<double>() > plain);
 }
+
+TEST_CASE(
+    "run: expert tensor parallelism without expert parallelism, and copies dropped at ep 1, are reported") {
+  // ep 1, etp 2 under t 2: the expert tensor-parallel collectives are the expert groups' own flows, so
+  // the breakdown carries them (it is a partition of the iteration: its terms sum to it) and the
+  // experts line appears; until 2026-12-05 they were in neither.
+  TempDir tmp;
+  const std::string etp =
+      tmp.write("etp.yaml",
+                "workload: {model: mixtral-8x7b, layers: 2, sequence: 1024, precision: amp-bf16}\n"
+                "cluster: {preset: dgx-h100-8}\n"
+                "strategy: {partitioner: megatron, tensor_parallel: 2, sequence_parallel: true, "
+                "expert_tensor_parallel: 2, "
+                "stages: 1, replicas: 4, micro_batch_size: 1, micro_batches: 2}\n");
+  const json j = run_json({etp});
+  const json& b = j["breakdown"];
+  REQUIRE(b.contains("expert_parallel_s"));
+  CHECK(b["expert_parallel_s"].get<double>() > 0);
+  double sum = 0;
+  for (const auto& [k, v] : b.items()) sum += v.get<double>();
+  CHECK(sum == pipegrid::testing::approx(j["iteration_time_s"].get<double>()));
+  auto text = run_command({PIPEGRID_BINARY, "run", etp});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("exposed expert-TP collectives") != std::string::npos);
+  CHECK(text.out.find("experts          8 per device (ep 1, etp 2)") != std::string::npos);
+  // A capacity factor of 0.5 under balanced routing drops half of the copies (each expert keeps cf x
+  // its share): stated on the experts line and beside the model FLOPs, whose N still counts them.
+  const std::string cf = tmp.write(
+      "cf.yaml",
+      "workload: {model: mixtral-8x7b, layers: 2, sequence: 1024, precision: amp-bf16}\n"
+      "cluster: {preset: dgx-h100-8}\n"
+      "strategy: {partitioner: megatron, stages: 1, replicas: 8, micro_batch_size: 1, micro_batches: 2, "
+      "moe: {capacity_factor: 0.5}}\n");
+  const json c = run_json({cf});
+  CHECK(c["model_flops"]["dropped_copies"].get<double>() == pipegrid::testing::approx(0.5));
+  auto cf_text = run_command({PIPEGRID_BINARY, "run", cf});
+  REQUIRE(cf_text.exit_code == 0);
+  CHECK(cf_text.out.find("capacity factor 0.5 (50.00% of the token copies dropped)") != std::string::npos);
+  CHECK(cf_text.out.find("N counts every routed copy, the 50.00% a capacity factor drops included") !=
+        std::string::npos);
+}

@@ -92,7 +92,7 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
     fmt::print("gradients   {}\n", how);
-  if (parallelism(p).expert > 1)
+  if (output::reports_experts(e, parallelism(p)))
     fmt::print("experts     {}\n", output::moe_note(e, p, run.graph.node_aggregated_all_to_all));
   fmt::print("assumes     {}\n", output::assumptions_note(e));
   if (const std::string picks = output::nccl_note(run.graph.nccl_picks); !picks.empty())
@@ -126,7 +126,7 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
              format_time(simulated.iteration_time_s),
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
-  if (parallelism(p).expert > 1)
+  if (output::expert_traffic(parallelism(p)))
     fmt::print("exposed EP all-to-all               {} per device (mean over the devices in use)\n",
                format_time(simulated.breakdown.expert_parallel_s));
   for (const output::CostModelCheck& c : output::cost_model_checks(e, p))

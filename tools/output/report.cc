@@ -137,9 +137,18 @@ std::string deepep_note(const Experiment& e, const Partition& p, int experts) {
   return "";
 }
 
-// Whether run's experts line and JSON appear: expert parallelism, or expert kernels an option changed.
+// Whether the expert groups send flows of their own (ep or etp > 1): the breakdown's expert_parallel_s.
+bool expert_traffic(const Parallelism& par) {
+  return par.expert > 1 || par.expert_tensor > 1;
+}
+
+// Whether run's experts line and JSON appear: expert groups, or an option that changed the experts'
+// work (a capacity factor, routing as given, a dispatcher chosen, their kernels).
 bool reports_experts(const Experiment& e, const Parallelism& par) {
-  return par.expert > 1 || e.strategy.moe.fused_grouped_mlp || !eager_expert_work(e.workload).empty();
+  const MoeOptions& o = e.strategy.moe;
+  return expert_traffic(par) || o.fused_grouped_mlp || !eager_expert_work(e.workload).empty() ||
+         (routed_experts(e.workload) > 0 &&
+          (o.capacity_factor > 0 || !o.expert_shares.empty() || o.dispatcher != MoeDispatcher::AllToAll));
 }
 
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated) {
@@ -161,6 +170,9 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
                         e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::Auto
                             ? "above 2^22 flows; up to 1.3% slower measured"
                             : "as asked; up to 1.3% slower measured")
+      : e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::ByNode
+          ? "; all-to-alls as one flow per pair (by-node asked, not applied: it needs balanced routing and "
+            "expert-parallel groups spread evenly over several nodes, where it sends fewer flows)"
           : "; all-to-alls as one flow per pair";
   const MoeOptions& o = e.strategy.moe;
   const std::string fusion =
@@ -536,10 +548,13 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
   if (const std::optional<TokenFigures> tf = token_figures(e, m, r.tokens))
     for (const std::string& line : token_lines(*tf)) fmt::print(out, "{}\n", line);
   if (!r.replay.empty()) fmt::print(out, "replay           {}\n", r.replay);
-  if (par.tensor > 1 || par.expert > 1 || par.context > 1) {
+  if (par.tensor > 1 || expert_traffic(par) || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
-    std::string ep =
-        par.expert > 1 ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s)) : "";
+    std::string ep = par.expert > 1
+                         ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s))
+                     : par.expert_tensor > 1
+                         ? fmt::format(", exposed expert-TP collectives {}", format_time(b.expert_parallel_s))
+                         : "";
     if (par.context > 1)
       ep += fmt::format(", exposed CP communication {}", format_time(b.context_parallel_s));
     fmt::print(
@@ -948,7 +963,7 @@ nlohmann::json devices_json(const Experiment& e, const Metrics& m, const Paralle
          {"capacity_bytes", json_number(d.capacity_bytes)},
          {"memory_reserve_bytes",
           json_number(i < e.cluster.devices.size() ? e.cluster.devices[i].spec.memory_reserve_bytes : 0)},
-         {"breakdown", breakdown_json(d.breakdown, par.expert > 1, par.context > 1)}});
+         {"breakdown", breakdown_json(d.breakdown, expert_traffic(par), par.context > 1)}});
   }
   return devices;
 }
@@ -975,7 +990,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["stages"] = stages_json(e, run);
   const Parallelism par = parallelism(run.partition);  // once: it walks every stage
   j["parallelism"] = parallelism_json(e, run, par);
-  j["breakdown"] = breakdown_json(m.breakdown, par.expert > 1, par.context > 1);
+  j["breakdown"] = breakdown_json(m.breakdown, expert_traffic(par), par.context > 1);
   j["iteration_time_s"] = m.iteration_time_s;
   j["throughput_samples_per_s"] = m.throughput_samples_per_s;
   j["bubble_ratio"] = m.bubble_ratio;

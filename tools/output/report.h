@@ -57,6 +57,10 @@ std::string context_note(const Experiment& e, const Partition& p);
 
 // One line on a MoE run's experts: per device, ep, etp, dispatcher, routing, drops, load imbalance.
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated);
+// Whether the expert groups send flows of their own (ep or etp > 1): the breakdown's expert_parallel_s.
+bool expert_traffic(const Parallelism& par);
+// Whether the experts line and JSON appear: expert groups, or an option that changed the experts' work.
+bool reports_experts(const Experiment& e, const Parallelism& par);
 
 // A stage's layers, exactly: names and ranges of consecutive layers (in the workload's order),
 // e.g. "node9..node12, node20, node31..node33 (8 layers)"; a single layer is its name.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/collectives.h"
+#include "core/moe.h"
 #include "core/tensor_parallel.h"
 #include "core/units.h"
 #include "tools/output/report.h"
@@ -46,6 +47,8 @@ std::optional<TokenFigures> token_figures(const Experiment& e, const Metrics& m,
   f.model_flops_per_s_per_device = model->flops_per_token() * f.tokens_per_s / f.devices;
   f.peak_flops_per_device = peak / f.devices;
   f.mfu = peak > 0 ? model->flops_per_token() * f.tokens_per_s / peak : 0;
+  if (const double experts = routed_experts(e.workload); experts > 0 && e.strategy.moe.capacity_factor > 0)
+    f.dropped = 1 - expert_loads(e.strategy.moe, static_cast<int>(experts), 1).front();
   f.tokens = tokens > 0 ? tokens : 0;
   f.time_to_train_s = f.tokens > 0 ? f.tokens / f.tokens_per_s : 0;
   return f;
@@ -66,6 +69,11 @@ std::vector<std::string> token_lines(const TokenFigures& f) {
       "recomputation not counted",
       format_flops(m.flops_per_token()), count_text(m.active_parameters), m.moe ? "active " : "",
       format_flops(m.attention_flops_per_token), m.blocks, m.sequence));
+  if (f.dropped > 1e-12)
+    out.push_back(fmt::format(
+        "                 N counts every routed copy, the {} a capacity factor drops included (as "
+        "Megatron-LM's count does): the model FLOP/s and MFU exceed the work done",
+        fmt::format("{:.2f}%", 100 * f.dropped)));
   if (f.tokens > 0)
     out.push_back(fmt::format("time to train    {:.4g} tokens in {} at {:.6g} tokens/s", f.tokens,
                               duration_text(f.time_to_train_s), f.tokens_per_s));
@@ -90,7 +98,8 @@ nlohmann::json token_json(const std::optional<TokenFigures>& f) {
                       {"model_flops_per_s_per_device", f->model_flops_per_s_per_device},
                       {"peak_flops_per_device", f->peak_flops_per_device},
                       {"peak_precision", std::string(to_string(f->peak_precision))},
-                      {"mfu", f->mfu}};
+                      {"mfu", f->mfu},
+                      {"dropped_copies", f->dropped}};
   if (f->tokens > 0) {
     j["tokens"] = f->tokens;
     j["time_to_train_s"] = f->time_to_train_s;
