@@ -325,6 +325,16 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
                static_cast<double>(arg(a, "router_group_topk")),
                arg(a, "activation_clamp") != 0};
   if (dense > L) throw BuildError(fmt::format("dense_layers {} is more than the {} layers", dense, L));
+  if (shape.moe.top_groups > 0 && shape.moe.groups == 0)
+    throw BuildError(fmt::format(
+        "router_group_topk {:g} limits a token to its top groups, and router_groups is 0 (no groups): it "
+        "would be ignored; expected router_groups beside it, or router_group_topk 0",
+        shape.moe.top_groups));
+  if (shape.moe.groups > 0 && shape.moe.top_groups == 0)
+    throw BuildError(
+        fmt::format("router_groups {:g} needs router_group_topk (the groups a token's experts "
+                    "come from) from 1 to {:g}, got 0",
+                    shape.moe.groups, shape.moe.groups));
   for (int64_t i = 0; i < L; ++i) {
     TensorSplit block = shape;
     block.kind = i < dense ? TensorSplitKind::Transformer : TensorSplitKind::MoeBlock;
@@ -599,7 +609,7 @@ ParameterRange parameter_range(std::string_view parameter) {
     return {0, 1};
   if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
       parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||
-      parameter == "sliding_window")
+      parameter == "sliding_window" || parameter == "router_groups" || parameter == "router_group_topk")
     return {0, 1'000'000'000};
   if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};

@@ -198,6 +198,12 @@ Status Search3d::model_shape() {
     return Error{fmt::format(
         "expert-parallel sizes were given, and workload \"{}\" has no mixture-of-experts blocks", w_.name)};
   if (experts_ > 0 && o_.dispatchers.empty()) return Error{"no token dispatcher to search"};
+  for (int ep : o_.expert_parallel)
+    if (experts_ > 0 && (ep < 1 || std::fmod(experts_, ep) != 0))
+      return Error{
+          fmt::format("--ep {} does not divide the {:g} routed experts of workload \"{}\" (each "
+                      "device holds E / ep)",
+                      ep, experts_, w_.name)};
   if (blocks_ == 0)
     return Error{
         fmt::format("the 3D search splits transformer blocks, and workload \"{}\" has none", w_.name)};

@@ -481,3 +481,15 @@ memory: {optimizer: mixed-adam}
       "router unfused, permutation fused (alltoall's launches); all-to-alls not overlapped; capacity factor "
       "1.25; balanced routing");
 }
+
+TEST_CASE(
+    "search: an --ep that does not divide the routed experts is a usage error, not 'no candidate fits'") {
+  TempDir tmp;
+  const std::string exp =
+      tmp.write("moe.yaml",
+                "workload: {model: mixtral-8x7b, layers: 2, sequence: 1024, precision: "
+                "amp-bf16}\ncluster: {preset: dgx-h100-8}\nstrategy: {partitioner: megatron}\n");
+  auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "8", "--ep", "3"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--ep 3 does not divide the 8 routed experts") != std::string::npos);
+}

@@ -346,6 +346,44 @@ std::vector<double> parse_routing(const Node& r, double experts) {
   return shares;
 }
 
+// What the lowering would refuse about the expert sizes, located where the file sets them: Megatron-Core's
+// sequence parallelism under t > 1, etp dividing the experts' FFN (check_moe), and ep x etp dividing a
+// stage's t x cp x d devices where `stages` and `replicas` fix them (etp defaults to t, as Megatron's).
+void check_expert_sizes(const Node& n, const StrategySpec& s, const Chosen& chosen, const Workload& w) {
+  const Layer* block = nullptr;
+  for (size_t l = 0; l < w.layer_count() && !block; ++l)
+    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) block = &w.layer(l);
+  if (!block) return;
+  const int etp = s.expert_tensor_parallel > 0 ? s.expert_tensor_parallel : std::max(1, s.tensor_parallel);
+  const std::string etp_text = s.expert_tensor_parallel > 0
+                                   ? ""
+                                   : fmt::format(" (expert_tensor_parallel defaults to tensor_parallel)");
+  auto at = [&](const char* key) { return n.get(key) ? *n.get(key) : n; };
+  if (s.tensor_parallel > 1 && !s.sequence_parallel)
+    at("tensor_parallel")
+        .fail(fmt::format("the workload has mixture-of-experts blocks, and Megatron-Core requires sequence "
+                          "parallelism with them under tensor parallelism; expected sequence_parallel: true "
+                          "beside tensor_parallel {}",
+                          s.tensor_parallel));
+  if (std::fmod(block->split.moe.expert_ffn, etp) != 0)
+    at(s.expert_tensor_parallel > 0 ? "expert_tensor_parallel" : "tensor_parallel")
+        .fail(fmt::format(
+            "expected an expert tensor-parallel size dividing the experts' FFN width {:g}{}, got {}",
+            block->split.moe.expert_ffn, etp_text, etp));
+  if (!n.get("stages") || !chosen.planner.runs_partitioner ||
+      chosen.partitioner.replicas != ReplicaChoice::Given || s.replicas <= 0)
+    return;
+  const int devices = std::max(1, s.tensor_parallel) * std::max(1, s.context_parallel) * s.replicas;
+  const int ep = std::max(1, s.expert_parallel);
+  if (devices % (ep * etp) != 0)
+    at(n.get("expert_parallel") ? "expert_parallel" : "expert_tensor_parallel")
+        .fail(fmt::format(
+            "expected expert_parallel x expert_tensor_parallel to divide a stage's tensor_parallel x "
+            "context_parallel x replicas = {} devices (Megatron folds the MoE layers' etp x ep x edp over "
+            "them), got {} x {}{}",
+            devices, ep, etp, etp_text));
+}
+
 // Expert parallelism of the MoE blocks (core/moe.h): `expert_parallel`, `expert_tensor_parallel` and
 // the `moe` options (dispatcher, capacity factor, routing, overlap of the all-to-alls, their flows).
 void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w,
@@ -377,6 +415,7 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
     needs_moe(*e);
     s.expert_tensor_parallel = static_cast<int>(e->integer(1, kMaxCount, "a positive integer"));
   }
+  check_expert_sizes(n, s, chosen, w);
   auto m = n.get("moe");
   if (!m) return;
   needs_moe(*m);
@@ -385,9 +424,16 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
       "permute_fusion, fused_grouped_mlp)");
   m->check_keys({"dispatcher", "capacity_factor", "routing", "overlap", "all_to_all", "router_fusion",
                  "permute_fusion", "fused_grouped_mlp"});
-  if (auto d = m->get("dispatcher"))
+  if (auto d = m->get("dispatcher")) {
     s.moe.dispatcher = *parse_dispatcher(
         d->choice({std::begin(kMoeDispatcherNames), std::end(kMoeDispatcherNames)}, "a token dispatcher"));
+    if (s.moe.dispatcher == MoeDispatcher::DeepEP && s.expert_parallel == 1)
+      d->fail(
+          "deepep de-duplicates tokens sent to other devices of the expert-parallel group, and at "
+          "expert_parallel 1 there are none (the same run as alltoall); expected alltoall, or "
+          "expert_parallel "
+          "> 1 beside it");
+  }
   if (auto f = m->get("capacity_factor")) {
     s.moe.capacity_factor = f->number("a capacity factor > 0 (none: dropless)");
     if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts)
@@ -440,7 +486,12 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
     if (s.moe.dispatcher == MoeDispatcher::DeepEP && s.moe.all_to_all != Flows::Auto)
       a->fail(
           fmt::format("the deepep dispatcher sends its own flows (one per other node, one per device of the "
-                      "node), so all_to_all: {} would be ignored; expected auto or none",
+                      "node), so all_to_all: {} would be ignored; expected auto or no all_to_all",
+                      flows));
+    if (s.moe.dispatcher == MoeDispatcher::AllGather && s.moe.all_to_all != Flows::Auto)
+      a->fail(
+          fmt::format("the allgather dispatcher sends no all-to-all (it all-gathers the tokens), so "
+                      "all_to_all: {} would be ignored; expected auto or no all_to_all",
                       flows));
   }
 }
@@ -978,8 +1029,25 @@ Experiment parse_job_experiment(const Node& root, Cluster cluster, bool batch_re
   return e;
 }
 
+// An fp8 training needs fp8 tensor cores: Transformer Engine refuses fp8 below Hopper/Ada, so a
+// device without an fp8 rate would run a training no stack runs (its GEMMs timed in bf16, its
+// activations stashed in fp8 bytes).
+static void check_fp8_devices(const Node& workload, const Experiment& e) {
+  if (!fp8_training(e.workload.precision)) return;
+  for (const Device& d : e.cluster.devices)
+    if (d.spec.peak_flops[static_cast<int>(Precision::FP8)] <= 0) {
+      const std::string what = fmt::format(
+          "{} trains with fp8 GEMMs, and the cluster's device \"{}\" ({}) has no fp8 rate (Transformer "
+          "Engine's fp8 needs Hopper, Ada or later); expected amp-bf16 or a device with an fp8 peak",
+          to_string(e.workload.precision), d.name, d.spec.kind);
+      if (auto p = workload.get("precision")) p->fail(what);
+      workload.fail(what);
+    }
+}
+
 // The strategy, memory and backends of `root`, read against e's workload and cluster.
 static void parse_on_cluster(const Node& root, const Node& workload, Experiment& e, bool batch_required) {
+  check_fp8_devices(workload, e);
   parse_strategy(root.need("strategy", "a mapping describing the strategy"), workload, e, batch_required);
   std::optional<Node> reserve;
   if (auto m = root.get("memory")) e.memory = parse_memory(*m, reserve);
