@@ -99,6 +99,9 @@ void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
                                schedule_strategies(), [](const auto& t) { return t.takes_chunks; }, " or "),
                            s.chunks));
   }
+  // DualPipeV runs two chunks per rank in a V (its reference's layout), never more.
+  if (auto ch = n.get("chunks"); ch && chosen.schedule.name == "dualpipev" && s.chunks != 2)
+    ch->fail(fmt::format("expected 2 for dualpipev (two model chunks per rank, in a V), got {}", s.chunks));
   // interleaved-1f1b with one chunk per rank is 1F1B: running it so would hide a missing key.
   if (chosen.schedule.needs_chunks && s.chunks < 2) {
     if (auto ch = n.get("chunks"))
@@ -723,6 +726,26 @@ void parse_schedule_file(const Node& n, StrategySpec& s, const Chosen& chosen) {
   }
 }
 
+// DualPipe's and DualPipeV's conditions on the ranks N (`stages`) and the micro-batches M, as their
+// reference asserts them (core/schedules/dualpipe.cc), located where the file sets both.
+void check_dual_pipelines(const Node& n, const StrategySpec& s, const Chosen& chosen) {
+  const std::string_view name = chosen.schedule.name;
+  // m is the file's where no planner chooses it and global_batch alone does not explore it.
+  if ((name != "dualpipe" && name != "dualpipev") || !n.get("stages") || !chosen.planner.runs_partitioner ||
+      s.mini_batch > 0 || s.micro_batches <= 0)
+    return;
+  const int N = s.stages, M = s.micro_batches;
+  if (name == "dualpipe" && (N % 2 != 0 || M % 2 != 0 || M < 2 * N))
+    n.get("stages")->fail(fmt::format(
+        "dualpipe needs an even rank count and an even number of micro-batches of at least 2N (DeepSeek's "
+        "reference asserts it); got {} ranks and {} micro-batches",
+        N, M));
+  if (name == "dualpipev" && M < 2 * N)
+    n.get("stages")->fail(fmt::format(
+        "dualpipev needs at least 2N = {} micro-batches on {} ranks (its reference asserts it), got {}",
+        2 * N, N, M));
+}
+
 // The `strategy` section, in named steps; the batch keys (parse_batch) also read the workload's.
 void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool batch_required) {
   n.require_map("a mapping describing the strategy");
@@ -751,6 +774,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
   parse_planner_settings(n, s, chosen, e.cluster);
   parse_schedule_file(n, s, chosen);
   parse_batch(n, workload, chosen, e, batch_required);
+  check_dual_pipelines(n, s, chosen);
 }
 
 // `recompute_modules: [core_attn, layernorm, ...]`: what selective recomputation re-runs, by
