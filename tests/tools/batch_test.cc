@@ -79,6 +79,16 @@ TEST_CASE("batch: global_batch alone under t > 1 refuses a size only where a rep
   CHECK(r.out.find("1: splits samples between 4 replicas; 2: splits samples between 4 replicas; 4: 0.") !=
         std::string::npos);
   CHECK(r.out.find("between 8 replicas") == std::string::npos);
+  // With context parallelism the batch line names cp beside t, p and d (t cp p d = the 16 devices).
+  const std::string cp = dir.write(
+      "cp.yaml", kBase +
+                     "strategy: {partitioner: megatron, tensor_parallel: 2, context_parallel: 2, stages: 2, "
+                     "replicas: 2, micro_batch_size: 1, micro_batches: 4}\n");
+  auto c = run_command({PIPEGRID_BINARY, "run", cp});
+  REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+  CHECK(c.out.find(
+            "global batch 8 = 4 micro-batches x 2 replicas x 1 sample per replica; t = 2, cp = 2, p = 2, "
+            "d = 2") != std::string::npos);
 }
 
 TEST_CASE("batch: the older workload.micro_batch_size keeps its meaning where d = 1 or replicas are chosen") {

@@ -366,6 +366,11 @@ TEST_CASE("run and plan state how the data-parallel gradients are reduced, when 
   auto p = run_command({PIPEGRID_BINARY, "run", plain, "--json"});
   REQUIRE(p.exit_code == 0);
   CHECK(nlohmann::json::parse(p.out)["parallelism"]["dp_buckets"] == 1);
+  // Without gradient_reduce the reduce moves the workload's fp32 gradients: 4 bytes per parameter, as
+  // the assumptions say (the parallelism section said 0 until 2026-12-05).
+  const nlohmann::json pj = nlohmann::json::parse(p.out);
+  CHECK(pj["parallelism"]["gradient_reduce_bytes"] == 4.0);
+  CHECK(pj["assumptions"]["gradient_reduce_bytes"] == 4.0);
   // No `gradients` line (the `assumes` line states the bytes of every run).
   CHECK(run_command({PIPEGRID_BINARY, "run", plain}).out.find("\n  gradients  ") == std::string::npos);
 }

@@ -771,8 +771,10 @@ std::string batch_note(const PreparedRun& run) {
   const Partition& p = run.partition;
   const double global = run.micro_batch_size * run.micro_batches;
   const std::string m = plural(run.micro_batches, "micro-batch", "micro-batches");
-  const std::string degrees = fmt::format("{}, p = {}, {}", degree(p, "t", tensor_of),
-                                          parallelism(p).pipeline, degree(p, "d", replicas_of));
+  const int cp = parallelism(p).context;
+  const std::string degrees =
+      fmt::format("{}{}, p = {}, {}", degree(p, "t", tensor_of), cp > 1 ? fmt::format(", cp = {}", cp) : "",
+                  parallelism(p).pipeline, degree(p, "d", replicas_of));
   const int d = same_on_every_stage(p, replicas_of);
   if (round_robin(p))
     return fmt::format(
@@ -918,7 +920,10 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
                       {"tp_wgrad_overlap", e.strategy.tp_wgrad_overlap},
                       {"dp_overlap", e.strategy.dp_overlap},
                       {"dp_buckets", 1},
-                      {"gradient_reduce_bytes", e.strategy.gradient_reduce_bytes}};
+                      // the reduce's bytes per parameter: the option's, else the workload's gradients'
+                      {"gradient_reduce_bytes", json_number(e.strategy.gradient_reduce_bytes > 0
+                                                                ? e.strategy.gradient_reduce_bytes
+                                                                : element_bytes(e.workload.precision))}};
   if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
     if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
                                  e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)))
