@@ -80,6 +80,10 @@ struct DeviceSpec {
   // its direct FLOPs. cuDNN has Winograd algorithms for all three passes (forward, backward data,
   // backward filter); on tensor cores it runs implicit GEMM instead.
   std::array<bool, kPrecisionCount> winograd{};
+  // Tensor cores with microscaling (MXFP8's one E8M0 scale per 32 values in the GEMM itself): what
+  // Transformer Engine's MXFP8BlockScaling recipe needs (Blackwell data-centre parts, compute
+  // capability 10.x; its support matrix). An mxfp8 training elsewhere is refused.
+  bool microscaling = false;
 
   std::optional<FpgaSpec> fpga;  // set for FPGAs: peak_flops is derived from it
 

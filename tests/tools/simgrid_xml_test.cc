@@ -37,6 +37,7 @@ DeviceSpec gpu() {
   d.memory_efficiency[static_cast<int>(KernelClass::Gather)] = 0.5;
   d.winograd[static_cast<int>(Precision::FP32)] = true;
   d.recurrent_step_s[static_cast<int>(Precision::FP16)] = 31e-6;
+  d.microscaling = true;
   return d;
 }
 
@@ -62,6 +63,7 @@ void check_same_spec(const DeviceSpec& a, const DeviceSpec& b) {
   CHECK(a.memory_efficiency == b.memory_efficiency);
   CHECK(a.winograd == b.winograd);
   CHECK(a.recurrent_step_s == b.recurrent_step_s);
+  CHECK(a.microscaling == b.microscaling);
   REQUIRE(a.fpga.has_value() == b.fpga.has_value());
   if (a.fpga) {
     CHECK(a.fpga->dsps == b.fpga->dsps);

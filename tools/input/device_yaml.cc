@@ -16,7 +16,7 @@ const std::vector<std::string_view> kSpecKeys = {
     "peak",           "efficiency",      "compute_efficiency", "memory_efficiency",
     "kernel_startup", "kernel_dispatch", "layer_overhead",     "dsps",
     "clock",          "macs_per_dsp",    "onchip_memory",      "ports",
-    "port_bandwidth", "winograd",        "recurrent_step"};
+    "port_bandwidth", "winograd",        "recurrent_step",     "microscaling"};
 
 // Per-precision mapping {fp32: ..., tf32: ..., fp16: ..., bf16: ..., int8: ..., fp8: ...} (the
 // arithmetic formats of kMathPrecisions: amp runs at fp16's figures), each read by `read`.
@@ -192,6 +192,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
          w->items("a list of math precisions whose 3x3 stride-1 convolutions run as Winograd, like [fp32]"))
       spec.winograd[static_cast<int>(*parse_precision(item.choice(names, "a math precision")))] = true;
   }
+  // Microscaling tensor cores (core/device.h): what an mxfp8 training needs.
+  if (auto m = n.get("microscaling")) spec.microscaling = m->boolean();
 }
 
 std::vector<CatalogDevice> load_catalog() {

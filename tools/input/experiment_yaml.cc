@@ -1067,6 +1067,18 @@ static void check_fp8_devices(const Node& workload, const Experiment& e) {
       if (auto p = workload.get("precision")) p->fail(what);
       workload.fail(what);
     }
+  if (e.workload.precision != Precision::AMP_MXFP8) return;
+  for (const Device& d : e.cluster.devices)
+    if (!d.spec.microscaling) {
+      const std::string what = fmt::format(
+          "mxfp8 needs tensor cores with microscaling (Transformer Engine's MXFP8BlockScaling: Blackwell "
+          "data-centre GPUs, compute capability 10.x), and the cluster's device \"{}\" ({}) has none; "
+          "expected "
+          "fp8 or fp8-blockwise, or a device with microscaling: true",
+          d.name, d.spec.kind);
+      if (auto p = workload.get("precision")) p->fail(what);
+      workload.fail(what);
+    }
 }
 
 // The strategy, memory and backends of `root`, read against e's workload and cluster.

@@ -302,7 +302,11 @@ class Reader {
       s.kernel_startup_s = number();
     else if (key == "kernel_dispatch")
       s.kernel_dispatch_s = number();
-    else if (key == "memory_efficiency")
+    else if (key == "microscaling") {
+      if (value != "0" && value != "1")
+        fail(p, fmt::format("<prop id=\"{}{}\">: expected 0 or 1, got \"{}\"", kPrefix, key, value));
+      s.microscaling = value == "1";
+    } else if (key == "memory_efficiency")
       s.memory_efficiency_default = number();
     else if (key == "fpga_dsps")
       fpga().dsps = number();

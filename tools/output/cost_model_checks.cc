@@ -112,6 +112,7 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
   differ(a.layer_overhead_s != b.layer_overhead_s, "layer_overhead");
   differ(a.recurrent_step_s != b.recurrent_step_s, "recurrent_step");
   differ(a.winograd != b.winograd, "winograd");
+  differ(a.microscaling != b.microscaling, "microscaling");
   return out;
 }
 

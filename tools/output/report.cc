@@ -651,7 +651,8 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"kernel_dispatch_class_s", dispatch},
                       {"layer_overhead_s", spec.layer_overhead_s},
                       {"recurrent_step_s", step},
-                      {"winograd", winograd}};
+                      {"winograd", winograd},
+                      {"microscaling", spec.microscaling}};
   if (spec.fpga) {
     const FpgaSpec& f = *spec.fpga;
     nlohmann::json macs;

@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
   for (Precision prec : kMathPrecisions)
     if (double r = s.recurrent_step_s[static_cast<int>(prec)]; r > 0)
       p.emplace_back(fmt::format("recurrent_step_{}", to_string(prec)), num(r));
+  if (s.microscaling) p.emplace_back("microscaling", "1");
   if (!s.family.empty()) p.emplace_back("family", s.family);
   if (!d.node.empty()) p.emplace_back("node", d.node);
   for (int i = 0; i < kPrecisionCount; ++i)
