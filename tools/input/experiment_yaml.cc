@@ -499,6 +499,27 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   }
 }
 
+// Sequence parallelism splits each context-parallel rank's s / cp tokens of a block t ways (Megatron's
+// rule), located at `sequence_parallel` with the file's sequence (the lowering names a rank's share).
+void check_sequence_split(const Node& n, const StrategySpec& s, const Workload& w) {
+  auto sp = n.get("sequence_parallel");
+  if (!sp || !s.sequence_parallel || s.tensor_parallel <= 1) return;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    if (!is_block(w.layer(l).split.kind)) continue;
+    const double seq = w.layer(l).split.sequence, per_rank = seq / std::max(1, s.context_parallel);
+    if (per_rank == std::floor(per_rank) && std::fmod(per_rank, s.tensor_parallel) != 0)
+      sp->fail(fmt::format(
+          "splits a block's {:g} tokens{} over tensor_parallel {}, which does not divide them; expected a "
+          "sequence divisible by tensor_parallel{}",
+          per_rank,
+          s.context_parallel > 1
+              ? fmt::format(" (the sequence {:g} / context_parallel {})", seq, s.context_parallel)
+              : "",
+          s.tensor_parallel, s.context_parallel > 1 ? " x context_parallel" : ""));
+    return;
+  }
+}
+
 // Context parallelism (core/context_parallel.h): `context_parallel` (cp), `cp_algorithm` and
 // `cp_load_balance`; cp must split every block's sequence (a2a: its heads per device) as the algorithm
 // needs, and t x cp divide the cluster's devices.
@@ -520,6 +541,7 @@ void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   for (const char* key : {"cp_algorithm", "cp_load_balance"})
     if (auto x = n.get(key); x && s.context_parallel <= 1)
       x->fail("expected context_parallel > 1 beside it (it changes nothing without), got none");
+  check_sequence_split(n, s, w);
   if (s.context_parallel <= 1) return;
   if (auto b = n.get("cp_load_balance");
       b && !s.context.load_balance && s.context.algorithm == CpAlgorithm::AllToAll)
@@ -600,7 +622,20 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
       on = k->boolean();
       if (on) given = k;
     }
-  if (!m.uneven()) return;
+  if (!m.uneven()) {
+    // An even split needs the blocks a multiple of the stages (x chunks): located at `stages` where
+    // the file sets them (DualPipe's ranks hold two stages each: its schedule checks them).
+    auto st = n.get("stages");
+    if (!st || s.partitioner != "megatron" || !chosen.planner.runs_partitioner || s.schedule == "dualpipe" ||
+        s.schedule == "dualpipev")
+      return;
+    int blocks = 0;
+    for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_block(w.layer(static_cast<int>(l)).split.kind);
+    if (blocks == 0) return;
+    const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
+    if (!layout.ok()) st->fail(layout.problem);
+    return;
+  }
   if (s.partitioner != "megatron" || !chosen.planner.runs_partitioner)
     given->fail(
         fmt::format("used by the megatron partitioner (partitioner: megatron), not {}",
