@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace pipegrid {
 namespace {
@@ -29,6 +33,28 @@ std::string file_kind(unsigned mode) {
   return "a special file";
 }
 
+namespace {
+
+// The files read (device, inode), for was_read_as_input.
+std::mutex inputs_mutex;
+std::vector<std::pair<dev_t, ino_t>> inputs_read;
+
+void remember_input(const struct stat& st) {
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+  if (std::find(inputs_read.begin(), inputs_read.end(), id) == inputs_read.end()) inputs_read.push_back(id);
+}
+
+}  // namespace
+
+bool was_read_as_input(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  return std::find(inputs_read.begin(), inputs_read.end(), std::pair<dev_t, ino_t>{st.st_dev, st.st_ino}) !=
+         inputs_read.end();
+}
+
 Result<std::string> read_input_file(const std::string& path) {
   auto os_error = [&](int err) {
     return Error{fmt::format("cannot read \"{}\": {}", path, std::strerror(err))};
@@ -44,6 +70,7 @@ Result<std::string> read_input_file(const std::string& path) {
   if (::fstat(fd, &st) != 0) return os_error(errno);
   if (!S_ISREG(st.st_mode))
     return Error{fmt::format("cannot read \"{}\": {}, not a regular file", path, file_kind(st.st_mode))};
+  remember_input(st);
   if (static_cast<unsigned long long>(st.st_size) > kMaxInputBytes) return too_large(path);
   std::string text;
   char buffer[1 << 16];

@@ -23,6 +23,10 @@ std::string file_kind(unsigned mode);
 //   cannot read "PATH": larger than the 64 MiB limit for input files
 Result<std::string> read_input_file(const std::string& path);
 
+// Whether `path` is a file this process read with read_input_file (the same file: device and inode),
+// so that no output replaces an input (output::write_file_safely refuses it).
+bool was_read_as_input(const std::string& path);
+
 // The whole of `in` (standard input), at most kMaxInputBytes; `name` (e.g. "<stdin>") names it.
 Result<std::string> read_input_stream(std::istream& in, const std::string& name);
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -227,4 +228,48 @@ TEST_CASE("command-line numbers and paths: nan, inf and empty strings are usage 
   CHECK(r.out.empty());
   r = run_command({PIPEGRID_BINARY, "plan", ""});
   CHECK(r.exit_code == 2);
+}
+
+TEST_CASE(
+    "an output never replaces a file the command read: a cluster file the experiment names, the experiment") {
+  // Until 2026-12-05 only the experiment file itself was compared: `run --trace` onto the cluster file
+  // the experiment names, and `export --graph` onto the experiment, replaced them.
+  TempDir tmp;
+  const std::string cluster_text =
+      "kind: switch\ncount: 2\ndevice: {name: gpu, memory: 16GiB}\nbandwidth: 10GBps\nlatency: 1us\n";
+  const std::string cluster = tmp.write("c.yaml", cluster_text);
+  const std::string exp_text =
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {file: c.yaml}\nstrategy: {micro_batches: 2}\n";
+  const std::string exp = tmp.write("e.yaml", exp_text);
+  auto trace = run_command({PIPEGRID_BINARY, "run", exp, "--trace", cluster});
+  CHECK(trace.exit_code == 2);
+  CHECK(trace.err.find("it is a file this command read as an input; an output must not overwrite an input") !=
+        std::string::npos);
+  CHECK(read_file(cluster) == cluster_text);
+  auto graph = run_command({PIPEGRID_BINARY, "export", exp, "--graph", exp});
+  CHECK(graph.exit_code == 2);
+  CHECK(read_file(exp) == exp_text);
+  // Another file is written as before.
+  CHECK(run_command({PIPEGRID_BINARY, "export", exp, "--graph", (tmp.path / "g.json").string()}).exit_code ==
+        0);
+}
+
+TEST_CASE(
+    "export --chakra refuses a folder that holds an earlier export's traces, and a --prefix with a path") {
+  TempDir tmp;
+  const std::string dir = (tmp.path / "traces").string();
+  fs::create_directory(dir);
+  const std::string old = (fs::path(dir) / "pipegrid.3.et").string();
+  {
+    std::ofstream f(old);
+    f << "an earlier export's rank 3";
+  }
+  auto r = run_command({PIPEGRID_BINARY, "export", "--chakra", dir});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("already holds 1 trace of an earlier export (pipegrid.3.et)") != std::string::npos);
+  CHECK(read_file(old) == "an earlier export's rank 3");
+  auto escape = run_command({PIPEGRID_BINARY, "export", "--chakra", dir, "--prefix", "../out"});
+  CHECK(escape.exit_code == 2);
+  CHECK(!fs::exists(tmp.path / "out.0.et"));
 }

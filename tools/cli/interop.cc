@@ -7,6 +7,7 @@
 #include <fmt/ostream.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -106,8 +107,38 @@ int run_chakra_script(const std::vector<std::string>& args) {
   return process::spawn(argv, process::Output::ToStderr);
 }
 
+// What an export into `dir` would replace or leave beside its own traces: files named
+// PREFIX.<rank>.et from an earlier export. Empty when there are none (or no folder yet).
+std::vector<std::string> earlier_traces(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > prefix.size() + 4 && name.compare(0, prefix.size() + 1, prefix + ".") == 0 &&
+        name.compare(name.size() - 3, 3, ".et") == 0) {
+      const std::string rank = name.substr(prefix.size() + 1, name.size() - prefix.size() - 4);
+      if (!rank.empty() &&
+          std::all_of(rank.begin(), rank.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+        out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int run_export(const ChakraOptions& o) {
   if (o.dir.empty() && o.graph.empty()) return bad_input("export: give --chakra DIR (and/or --graph FILE)");
+  if (o.prefix.empty() || o.prefix.find('/') != std::string::npos || o.prefix == "." || o.prefix == "..")
+    return bad_input(fmt::format(
+        "--prefix \"{}\": expected a file name (the traces go into --chakra's folder)", o.prefix));
+  if (!o.dir.empty())
+    if (const std::vector<std::string> old = earlier_traces(o.dir, o.prefix); !old.empty())
+      return bad_input(fmt::format(
+          "--chakra \"{}\" already holds {} trace{} of an earlier export ({}{}): this export would replace "
+          "them or leave them beside its own ranks; expected an empty folder or another --prefix (nothing "
+          "was written)",
+          o.dir, old.size(), old.size() == 1 ? "" : "s", old.front(), old.size() > 1 ? ", ..." : ""));
   Result<Experiment> exp = load(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   const std::string where = o.file.empty() ? "<built-in example>" : o.file;

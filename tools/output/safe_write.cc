@@ -56,6 +56,9 @@ Status write_file_safely(const std::string& path, std::string_view content) {
   if (exists && !S_ISREG(target.st_mode))
     return fail(
         fmt::format("it is {}; outputs are written to regular files only", file_kind(target.st_mode)));
+  // An input this command read (the experiment, a cluster or model file it names, ...): never replaced.
+  if (exists && was_read_as_input(path))
+    return fail("it is a file this command read as an input; an output must not overwrite an input");
   fs::path folder = fs::path(path).parent_path();
   if (folder.empty()) folder = ".";
   struct stat dir {};
