@@ -95,8 +95,8 @@ int run_show(const Options& o) {
     j["devices"] = nlohmann::json::array();
     for (const Device& d : c->devices) {
       nlohmann::json peak;
-      for (int p = 0; p < kPrecisionCount; ++p)
-        peak[std::string(to_string(static_cast<Precision>(p)))] = output::json_number(d.spec.peak_flops[p]);
+      for (Precision p : kMathPrecisions)  // per arithmetic format: "fp8" is also a training precision
+        peak[std::string(to_string(p))] = output::json_number(d.spec.peak_flops[static_cast<int>(p)]);
       j["devices"].push_back({{"name", d.name},
                               {"model", d.spec.kind},
                               {"node", d.node},

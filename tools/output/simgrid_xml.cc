@@ -76,15 +76,17 @@ std::vector<std::pair<std::string, std::string>> device_properties(const Device&
   if (s.microscaling) p.emplace_back("microscaling", "1");
   if (!s.family.empty()) p.emplace_back("family", s.family);
   if (!d.node.empty()) p.emplace_back("node", d.node);
-  for (int i = 0; i < kPrecisionCount; ++i)
-    p.emplace_back(fmt::format("peak_{}", to_string(static_cast<Precision>(i))), num(s.peak_flops[i]));
+  // Per arithmetic format (kMathPrecisions): a training precision such as fp8 (Transformer Engine's
+  // recipe) shares its name with its format, and its own entry is unused (runs_as).
+  for (Precision prec : kMathPrecisions)
+    p.emplace_back(fmt::format("peak_{}", to_string(prec)), num(s.peak_flops[static_cast<int>(prec)]));
   if (s.fpga) {
     const FpgaSpec& f = *s.fpga;
     p.emplace_back("fpga_dsps", num(f.dsps));
     p.emplace_back("fpga_clock", num(f.clock_hz));
-    for (int i = 0; i < kPrecisionCount; ++i)
-      p.emplace_back(fmt::format("fpga_macs_{}", to_string(static_cast<Precision>(i))),
-                     num(f.macs_per_dsp[i]));
+    for (Precision prec : kMathPrecisions)
+      p.emplace_back(fmt::format("fpga_macs_{}", to_string(prec)),
+                     num(f.macs_per_dsp[static_cast<int>(prec)]));
     p.emplace_back("fpga_onchip", num(f.onchip_bytes));
     p.emplace_back("fpga_ports", std::to_string(f.ports));
     p.emplace_back("fpga_port_bandwidth", num(f.port_bandwidth));
