@@ -292,3 +292,40 @@ TEST_CASE("cli: search --chunks keeps only those v of interleaved-1f1b, and refu
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--chunks: Value 0 not in range 1 to 1024") != std::string::npos);
 }
+
+TEST_CASE(
+    "goodput: an infinite target and --mtbf beside --failures are refused; faults and memory are stated") {
+  TempDir tmp;
+  const std::string base =
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\n"
+      "strategy: {micro_batches: 2}\n";
+  const std::string exp = tmp.write("e.yaml", base);
+  // An infinite target made the auto interval's search loop for ever (2026-12-05).
+  auto inf = run_command({PIPEGRID_BINARY, "goodput", exp, "--iterations", "inf"});
+  CHECK(inf.exit_code == 2);
+  CHECK(inf.err.find("must be finite") != std::string::npos);
+  // --mtbf replaces the failure model: an explicit --failures beside it was silently dropped.
+  auto both = run_command(
+      {PIPEGRID_BINARY, "goodput", exp, "--iterations", "100", "--failures", "none", "--mtbf", "100s"});
+  CHECK(both.exit_code == 2);
+  CHECK(run_command({PIPEGRID_BINARY, "goodput", exp, "--iterations", "100", "--mtbf", "100s"}).exit_code ==
+        0);
+  // The faults replayed are stated, as run states them.
+  const std::string slow =
+      tmp.write("s.yaml", base + "faults: {slow_devices: [{device: gpu1, factor: 2}]}\n");
+  auto s = run_command({PIPEGRID_BINARY, "goodput", slow, "--iterations", "100"});
+  REQUIRE(s.exit_code == 0);
+  CHECK(s.out.find("faults      gpu1 2x slower (the iteration replayed with them)") != std::string::npos);
+  // A plan over a device's memory (8 GiB of parameters per layer and Adam's state on 16 GiB devices): said.
+  const std::string big = tmp.write(
+      "b.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 8GiB}\n"
+      "cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\n"
+      "strategy: {micro_batches: 2}\nmemory: {optimizer: adam}\n");
+  auto b = run_command({PIPEGRID_BINARY, "goodput", big, "--iterations", "100", "--json"});
+  REQUIRE(b.exit_code == 0);
+  CHECK(nlohmann::json::parse(b.out)["feasible"] == false);
+}

@@ -32,6 +32,7 @@ struct GoodputOptions {
   double tokens = 0, iterations = 0;
   std::string failures = "llama3";  // llama3 | rsc1 | rsc2 | none
   std::string mtbf;                 // a job MTBF instead of the failure model
+  bool failures_given = false;      // --failures was on the command line (not its default)
   std::string interval = "auto";    // the checkpoint interval, or auto
   std::string write;                // the checkpoint's blocking write (default: state / storage bandwidth)
   std::string storage = "2TBps";    // aggregate storage bandwidth (Llama 3, section 3.3.1)
@@ -119,6 +120,8 @@ struct GoodputSetup {
   std::vector<FailureClass> classes;
   RunModel model;
   std::string interval_note, write_note, replay_note;
+  std::vector<std::string> faults;  // the experiment's faults (slow devices, links down), as run states them
+  bool feasible = true;             // the plan fits every device's memory
 };
 
 Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) {
@@ -141,6 +144,11 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
   }
   s.model.mtbf_s = job_mtbf_s(s.classes);
   if (!o.mtbf.empty()) {
+    if (o.failures_given)
+      return Error{
+          fmt::format("--mtbf replaces the failure model, and --failures {} was given too; expected one "
+                      "of them",
+                      o.failures)};
     Result<double> m = time_option("--mtbf", o.mtbf);
     if (!m) return m.error();
     if (*m <= 0) return Error{fmt::format("--mtbf: expected a positive time, got \"{}\"", o.mtbf)};
@@ -184,6 +192,10 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
           fmt::format("--checkpoint-interval: expected a positive time or auto, got \"{}\"", o.interval)};
     s.model.interval_s = std::max(1.0, std::round(*t / s.iteration_s)) * s.iteration_s;
     s.interval_note = "--checkpoint-interval, in whole iterations";
+    if (s.model.work_s > 0 && s.model.interval_s >= s.model.work_s)
+      s.interval_note +=
+          fmt::format("; longer than the {} of training: no checkpoint is written before the end",
+                      duration(s.model.work_s));
   }
   return {};
 }
@@ -211,6 +223,12 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
              s.tokens_per_iteration);
   fmt::print("target      {:.4g} iterations, {} of training without failures\n", s.iterations,
              in_days(s.model.work_s));
+  if (!s.faults.empty())
+    fmt::print("faults      {} (the iteration replayed with them)\n", fmt::join(s.faults, ", "));
+  if (!s.feasible)
+    fmt::print(
+        "INFEASIBLE  the plan exceeds a device's memory (`pipegrid run` says which): these figures are for a "
+        "run that could not start\n");
   if (s.classes.empty())
     fmt::print("failures    {}\n", std::isfinite(s.model.mtbf_s)
                                        ? fmt::format("job MTBF {} (--mtbf)", duration(s.model.mtbf_s))
@@ -226,7 +244,8 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
   fmt::print(
       "expected    {} to target (95% interval of the mean +-{}; 5th-95th percentile of runs {} - {}); "
       "Daly's closed form {}\n",
-      in_days(mc.mean.wall_s), in_days(mc.wall_ci95_s), in_days(p5), in_days(p95), in_days(daly));
+      in_days(mc.mean.wall_s), o.trials > 1 ? in_days(mc.wall_ci95_s) : std::string("? (one trial)"),
+      in_days(p5), in_days(p95), in_days(daly));
   fmt::print("ETTR        {:.2f}% (useful training time / elapsed time)\n", 100 * mc.ettr());
   fmt::print("goodput     {:.4g} tokens/s (useful tokens per second of elapsed time)\n",
              s.model.work_s / s.iteration_s * s.tokens_per_iteration / mc.mean.wall_s);
@@ -265,6 +284,8 @@ nlohmann::json interval_curve(const GoodputSetup& s) {
 nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const MonteCarlo& mc) {
   return {
       {"iteration_time_s", s.iteration_s},
+      {"feasible", s.feasible},
+      {"faults", s.faults},
       {"gpus", s.gpus},
       {"nodes", s.nodes},
       {"iterations", s.iterations},
@@ -275,7 +296,7 @@ nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const Mon
       {"checkpoint_bytes", s.state_bytes},
       {"restart_s", s.model.restart_s},
       {"expected_time_s", mc.mean.wall_s},
-      {"expected_time_ci95_s", mc.wall_ci95_s},
+      {"expected_time_ci95_s", o.trials > 1 ? nlohmann::json(mc.wall_ci95_s) : nlohmann::json()},
       {"daly_time_s", daly_run_time_s(s.model)},
       {"ettr", mc.ettr()},
       {"failures", mc.mean.failures},
@@ -292,6 +313,8 @@ Status check_options(const GoodputOptions& o) {
   if ((o.tokens > 0) == (o.iterations > 0))
     return Error{"goodput: give the target as --tokens or --iterations (one of them), a positive number"};
   if (o.tokens < 0 || o.iterations < 0) return Error{"goodput: --tokens and --iterations must be positive"};
+  if (!std::isfinite(o.tokens) || !std::isfinite(o.iterations))
+    return Error{"goodput: --tokens and --iterations must be finite numbers"};
   GoodputSetup probe;
   probe.iteration_s = 1;
   probe.iterations = 1;
@@ -317,6 +340,8 @@ int run(const GoodputOptions& o) {
       compute_metrics(exp->cluster, run->graph, replay->replay.timeline, run->fold ? &*run->fold : nullptr);
   GoodputSetup s;
   s.iteration_s = m.iteration_time_s;
+  s.faults = exp->faults;
+  s.feasible = m.feasible();
   s.replay_note = replay->mode.folded ? "SimGrid, replica-folded" : "SimGrid";
   std::set<std::string> machines;
   for (size_t d = 0; d < m.devices.size(); ++d)
@@ -350,11 +375,12 @@ Command add_goodput_command(CLI::App& parent) {
   app->add_option("experiment", o->file, "Experiment file (YAML)")->required()->check(kNonEmpty);
   app->add_option("--tokens", o->tokens, "The target in tokens (e.g. 15e12)");
   app->add_option("--iterations", o->iterations, "The target in iterations");
-  app->add_option(
-         "--failures", o->failures,
-         "The failure model: llama3 (Llama 3 405B's Table 5, per GPU-day), rsc1 or rsc2 (Meta's research "
-         "clusters, per node-day) or none")
-      ->capture_default_str();
+  CLI::Option* failures =
+      app->add_option(
+             "--failures", o->failures,
+             "The failure model: llama3 (Llama 3 405B's Table 5, per GPU-day), rsc1 or rsc2 (Meta's research "
+             "clusters, per node-day) or none")
+          ->capture_default_str();
   app->add_option("--mtbf", o->mtbf,
                   "The job's mean time between failures instead of the failure model (e.g. 10800s)");
   app->add_option("--checkpoint-interval", o->interval, "Compute between checkpoints (e.g. 1800s), or auto")
@@ -369,7 +395,10 @@ Command add_goodput_command(CLI::App& parent) {
   app->add_option("--seed", o->seed, "The Monte Carlo's seed")->capture_default_str();
   app->add_flag("--json", o->json, "Print one JSON object");
   add_set_option(*app, o->overrides);
-  return {app, [o] { return run(*o); }};
+  return {app, [o, failures] {
+            o->failures_given = failures->count() > 0;
+            return run(*o);
+          }};
 }
 
 }  // namespace pipegrid::cli
