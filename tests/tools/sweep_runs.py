@@ -91,6 +91,18 @@ def main():
         some = [v for v in full.values() if v[0]["cluster.count"] == 2 and v[0]["strategy.micro_batches"] == 4]
         check(len(some) == 2 and all(v[3] >= 0.060 for v in some), f"(m + p - 1)(T_F + T_B) bound: {some}")
 
+        # A file the user had at DB.lock before the sweep is left as it was (only a lock the sweep
+        # made is removed at its end; until 2026-12-05 it was deleted).
+        kept_db = os.path.join(d, "kept.sqlite")
+        with open(kept_db + ".lock", "w") as f:
+            f.write("keep")
+        r = subprocess.run([pipegrid, "sweep", sweep, "-j", "2", "--db", kept_db, "-q"], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, f"sweep beside an existing lock file: {r.returncode} {r.stderr}")
+        with open(kept_db + ".lock") as f:
+            check(f.read() == "keep", "the existing DB.lock file is kept, unchanged")
+        check(not os.path.exists(full_db + ".lock"), "the lock a sweep made is removed at its end")
+
         # One sweep process per database: a second one is refused while the first runs.
         slow_db = os.path.join(d, "locked.sqlite")
         first = subprocess.Popen([pipegrid, "sweep", sweep, "-j", "1", "--db", slow_db, "-q"])

@@ -339,25 +339,31 @@ Result<Selection> select_points(const SweepOptions& o) {
 struct LockFile {
   std::string path;
   int fd;
-  LockFile(std::string p, int f) : path(std::move(p)), fd(f) {}
+  bool created;  // made by this sweep: removed at its end (a file that was there before is left as it was)
+  LockFile(std::string p, int f, bool c) : path(std::move(p)), fd(f), created(c) {}
   LockFile(const LockFile&) = delete;
   LockFile& operator=(const LockFile&) = delete;
   ~LockFile() {
-    unlink(path.c_str());
+    if (created) unlink(path.c_str());
     close(fd);
   }
 };
 
 Result<std::unique_ptr<LockFile>> lock_database(const std::string& db_path) {
   const std::string lock_path = db_path + ".lock";
-  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  bool created = true;
+  int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (lock < 0 && errno == EEXIST) {  // another sweep's, a crashed one's, or a file of the user's: kept
+    created = false;
+    lock = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+  }
   if (lock < 0) return Error{fmt::format("cannot create \"{}\": {}", lock_path, std::strerror(errno))};
   if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
     close(lock);
     return Error{
         fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path)};
   }
-  return std::make_unique<LockFile>(lock_path, lock);
+  return std::make_unique<LockFile>(lock_path, lock, created);
 }
 
 // Runs the pending points, each in a forked child (tools/process/process.h; SimGrid allows one
