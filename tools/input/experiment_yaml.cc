@@ -84,6 +84,11 @@ Chosen parse_names(const Node& n, StrategySpec& s) {
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
     s.schedule_given = true;
+    // Luo's planner orders the micro-batches with its own scheduler (core/planners/luo_schedule.cc).
+    if (s.planner == "luo")
+      p->fail(
+          "the luo planner orders the micro-batches with its own scheduler: a schedule given here would "
+          "be ignored; expected no schedule with planner: luo");
   }
   // The names are valid now: choice() refused any other.
   return {**planner_for(s), **find_partitioner(s.partitioner), **find_schedule(s.schedule)};
@@ -569,9 +574,13 @@ void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const W
 }
 
 // `stages`: the pipeline ranks, within the devices and the layers.
-void parse_stages(const Node& n, StrategySpec& s, const Workload& w, const Cluster& c) {
+void parse_stages(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w, const Cluster& c) {
   auto st = n.get("stages");
   if (!st) return;
+  // The other planners choose the stages themselves: a count given here would be ignored.
+  if (!chosen.planner.runs_partitioner)
+    st->fail(fmt::format("used by the partitioner planner, not {} (it chooses the stages itself)",
+                         chosen.planner.name));
   s.stages = static_cast<int>(st->integer(1, kMaxCount, "a positive integer"));
   if (s.replicas > 1 && s.tensor_parallel == 1 &&
       static_cast<size_t>(s.stages) * s.replicas > c.devices.size())
@@ -798,7 +807,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
   parse_chunks(n, s, chosen);
   parse_replication(n, s, chosen, e.cluster);
   parse_context(n, s, chosen, e.workload, e.cluster);
-  parse_stages(n, s, e.workload, e.cluster);
+  parse_stages(n, s, chosen, e.workload, e.cluster);
   parse_megatron_split(n, s, chosen, e.workload);
   parse_experts(n, s, chosen, e.workload, e.cluster);
   // A stage without tensor, context or expert parallelism costs the workload's own blocks: give them
