@@ -949,10 +949,15 @@ namespace {
 struct FaultParser {
   Experiment& e;
 
-  static double factor_of(const Node& item) {
-    const Node f = item.need("factor", "a positive number");
-    const double x = f.number("a positive number");
-    if (!(x > 0)) f.expected("a positive number");
+  // A fault slows: a device's time by a factor from 1 to 1e6 (slowdown), or a link's bandwidth by one
+  // above 0 and at most 1 (a factor on the other side would speed it up, and read as "slower").
+  enum class Fault { Slowdown, Bandwidth };
+  static double factor_of(const Node& item, Fault kind) {
+    const char* what = kind == Fault::Slowdown ? "a slowdown from 1 to 1e6 (times as long)"
+                                               : "a share of the link's bandwidth, above 0 and at most 1";
+    const Node f = item.need("factor", what);
+    const double x = f.number(what);
+    if (kind == Fault::Slowdown ? !(x >= 1 && x <= 1e6) : !(x > 0 && x <= 1)) f.expected(what);
     return x;
   }
   int node_index(const Node& name_node, bool device_only) const {
@@ -980,11 +985,17 @@ struct FaultParser {
     ends.fail(fmt::format("no link between \"{}\" and \"{}\"", ab[0].string(), ab[1].string()));
   }
   void slow_devices(const Node& list) {
+    std::vector<int> listed;
     for (const Node& item : list.items("a list of {device, factor}")) {
       item.require_map("a mapping {device, factor}");
       item.check_keys({"device", "factor"});
       const int d = node_index(item.need("device", "a device name"), true);
-      const double x = factor_of(item);
+      if (std::find(listed.begin(), listed.end(), d) != listed.end())
+        item.get("device")->fail(
+            fmt::format("\"{}\" is listed twice; expected each device once (give one factor)",
+                        e.cluster.devices[static_cast<size_t>(d)].name));
+      listed.push_back(d);
+      const double x = factor_of(item, Fault::Slowdown);
       e.cluster.devices[static_cast<size_t>(d)].slowdown *= x;
       e.faults.push_back(fmt::format("{} {:g}x slower", e.cluster.devices[static_cast<size_t>(d)].name, x));
     }
@@ -994,7 +1005,7 @@ struct FaultParser {
       item.require_map("a mapping {between, factor}");
       item.check_keys({"between", "factor"});
       const auto [i, name] = link_of(item.need("between", "the link's two ends, [A, B]"));
-      const double x = factor_of(item);
+      const double x = factor_of(item, Fault::Bandwidth);
       e.cluster.links[i].bandwidth *= x;
       e.faults.push_back(fmt::format("link {} at {:g}% bandwidth", name, 100 * x));
     }
@@ -1007,7 +1018,7 @@ struct FaultParser {
     const Node fn = n.need("fraction", "a fraction of the machines, above 0 and at most 1");
     const double fraction = fn.number("a fraction of the machines, above 0 and at most 1");
     if (!(fraction > 0 && fraction <= 1)) fn.expected("a fraction of the machines, above 0 and at most 1");
-    const double x = factor_of(n);
+    const double x = factor_of(n, Fault::Slowdown);
     const long long seed =
         n.get("seed") ? n.need("seed", "").integer(0, kMaxCount, "a seed of 0 to 1000000") : 1;
     std::map<std::string, std::vector<size_t>> by_machine;
