@@ -350,3 +350,15 @@ TEST_CASE("SimGrid XML: errors name file:line:column") {
       "to join "
       "two nodes, and routes that agree with that)");
 }
+
+TEST_CASE("SimGrid XML: a default device that no host takes is refused, not ignored") {
+  // Every host of pipegrid's export describes its own device: a `device:` beside `file:` (or --device)
+  // changed nothing until 2026-12-05.
+  const std::string xml = export_text(two_dgx_nodes(2));
+  DeviceSpec other = gpu();
+  other.kind = "v100";
+  Result<Cluster> r = input::read_simgrid_xml(xml, "p.xml", other);
+  REQUIRE(!r.ok());
+  CHECK(r.error().message.find("p.xml: every host describes its own device") != std::string::npos);
+  CHECK(input::read_simgrid_xml(xml, "p.xml", std::nullopt).ok());
+}

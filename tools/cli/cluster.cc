@@ -267,6 +267,10 @@ int run_export(const Options& o) {
                "note: a SimGrid platform has no place for the collective engine ({}): give the cluster's "
                "`collective_engine` beside `file:` when reading it back\n",
                c->engine->name);
+  if (c->sharing == Sharing::Tcp)
+    fmt::print(stderr,
+               "note: a SimGrid platform keeps no sharing rule (this cluster's is tcp): give `sharing: tcp` "
+               "beside `file:` when reading it back\n");
   if (o.output.empty()) {
     if (Status s = output::write_simgrid_xml(*c, std::cout); !s)
       return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));

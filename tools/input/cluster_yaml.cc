@@ -629,7 +629,10 @@ Result<Cluster> load_cluster(const std::string& file_or_preset, const std::optio
       if (!text) return text.error();
       return load_cluster_text(*text, file_or_preset);
     }
-    if (const ClusterPreset* p = find_preset(file_or_preset)) return parse_preset(*p);
+    if (const ClusterPreset* p = find_preset(file_or_preset)) {
+      if (device) return Error{"--device is only used with SimGrid platform files (.xml), not a preset"};
+      return parse_preset(*p);
+    }
     return Error{fmt::format("no cluster file or preset named \"{}\" ({})", file_or_preset,
                              unknown_preset(file_or_preset))};
   } catch (const InputError& e) {

@@ -95,6 +95,12 @@ class Reader {
       else
         unsupported(child);
     }
+    // A default device that no host takes would be ignored: every host describes its own.
+    if (default_device_ && !default_used_)
+      throw XmlFail(fmt::format(
+          "{}: every host describes its own device (pipegrid:* properties), so the default device (`device:` "
+          "beside `file:`, or --device) would be ignored; expected none, or a platform without descriptions",
+          name_));
     return build();
   }
 
@@ -252,6 +258,7 @@ class Reader {
                          "(give one: `device:` beside `file:`, or --device)",
                          describe(h)));
       d.spec = *default_device_;
+      default_used_ = true;
     } else if (!(d.spec.memory_bytes > 0)) {
       fail(h, fmt::format("{}: the property pipegrid:memory is missing", describe(h)));
     }
@@ -507,6 +514,7 @@ class Reader {
       const std::string host = prefix + std::to_string(i) + suffix;
       add_node(n, host, true);
       devices_.push_back({host, *default_device_, ""});
+      default_used_ = true;
       RawLink l;
       l.name = id + "_link_" + std::to_string(i);
       l.bandwidth = bw;
@@ -803,6 +811,7 @@ class Reader {
   std::string text_;  // parsed in place by pugixml
   std::string name_;
   std::optional<DeviceSpec> default_device_;
+  bool default_used_ = false;  // some host took the default device
   std::vector<size_t> line_starts_;
   std::string zone_name_;
   std::map<std::string, NodeInfo> nodes_;
