@@ -215,6 +215,8 @@ def graph_to_ranks(graph):
             node["type"] = SEND if t == "send" else RECV
             src, dst = (r, g["peer"]) if t == "send" else (g["peer"], r)
             node["attrs"] = _comm_attrs(src, dst, g["bytes"], g["tag"])
+            if t == "send" and g.get("duration_s", 0) > 0:  # a fixed time besides the bytes (an engine's step)
+                node["attrs"]["pipegrid_duration_s"] = ("double", g["duration_s"])
         elif t == "allreduce":
             node["type"] = COLL
             node["attrs"] = {"is_cpu_op": ("bool", False), "comm_type": ("int64", ALL_REDUCE),
@@ -251,6 +253,8 @@ def ranks_to_graph(ranks):
                 g["peer"] = a["comm_dst"] if t == SEND else a["comm_src"]
                 g["bytes"] = a.get("pipegrid_bytes", a.get("comm_size", 0))
                 g["tag"] = a.get("comm_tag", 0)
+                if t == SEND and "pipegrid_duration_s" in a:
+                    g["duration_s"] = a["pipegrid_duration_s"]
             elif t == COLL:
                 if a.get("comm_type", ALL_REDUCE) != ALL_REDUCE:
                     raise ValueError(f"rank {r} node {n['id']} ({n['name']}): collective type {a.get('comm_type')}; "

@@ -223,13 +223,11 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
       Result<json> d = deps_of(t, k.device, false);
       if (!d) return d.error();
       const std::string name = transfer_name(k);
-      add({{"rank", k.device},
-           {"type", "send"},
-           {"name", name},
-           {"peer", k.peer},
-           {"bytes", k.bytes},
-           {"tag", t},
-           {"deps", *d}});
+      json send = {{"rank", k.device}, {"type", "send"}, {"name", name}, {"peer", k.peer},
+                   {"bytes", k.bytes}, {"tag", t},       {"deps", *d}};
+      // A fixed time the flow pays besides its bytes (a collective engine's step and call).
+      if (k.duration > 0) send["duration_s"] = k.duration;
+      add(std::move(send));
       node_of[t] = add({{"rank", k.peer},
                         {"type", "recv"},
                         {"name", name},
@@ -322,6 +320,12 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
           if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
             return Error{fmt::format("{}: a size of {} bytes", where(i), t.bytes)};
           it = transfer.emplace(key, g.add(t)).first;
+        }
+        if (type == "send" && n.contains("duration_s")) {  // the flow's fixed time (an engine's step)
+          const double d = n.at("duration_s").get<double>();
+          if (!(d >= 0) || !std::isfinite(d))
+            return Error{fmt::format("{}: a duration of {} s", where(i), d)};
+          g.tasks[static_cast<size_t>(it->second)].duration = d;
         }
         ends[key] += type == "send" ? 1 : 2;
         done[i] = {it->second};
