@@ -99,7 +99,8 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
                       f.macs_per_dsp[static_cast<int>(p)] = m;
                     });
     if (auto v = n.get("onchip_memory")) f.onchip_bytes = v->quantity(Dimension::Bytes, Sign::NonNegative);
-    if (auto v = n.get("ports")) f.ports = static_cast<int>(v->integer(0, 1024, "a number of network ports"));
+    if (auto v = n.get("ports"))  // 0 would read as "not stated" (no limit on the links)
+      f.ports = static_cast<int>(v->integer(1, 1024, "a number of network ports, from 1"));
     if (auto v = n.get("port_bandwidth"))
       f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
   }
@@ -117,6 +118,14 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
         !n.has("flops") && !n.has("peak"))
       n.fail("an FPGA with a peak of 0 FLOP/s in every precision: give its macs_per_dsp (or dsps and clock)");
   }
+  // An FPGA's peak derives from the figures beside it: a rate given with them would replace what they
+  // derive, and they would change nothing.
+  for (const char* rate : {"flops", "peak"})
+    if (auto r = n.get(rate); r && (n.has("dsps") || n.has("clock") || n.has("macs_per_dsp")))
+      r->fail(
+          fmt::format("replaces the peak an FPGA derives from its dsps x clock x macs_per_dsp, also given "
+                      "here (they would change nothing); expected either {} or those figures",
+                      rate));
   if (auto f = n.get("flops")) spec.peak_flops.fill(f->quantity(Dimension::FlopRate, Sign::Positive));
   if (auto p = n.get("peak"))
     per_precision(*p, "a mapping from precision to compute rate, like {fp32: 19.5TFLOPS, fp16: 312TFLOPS}",
