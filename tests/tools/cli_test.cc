@@ -329,3 +329,29 @@ TEST_CASE(
   REQUIRE(b.exit_code == 0);
   CHECK(nlohmann::json::parse(b.out)["feasible"] == false);
 }
+
+TEST_CASE("plan and jobs say which devices a plan leaves without a stage") {
+  // run lists them as "(unused)" rows; plan and jobs said nothing until 2026-12-05.
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "p.yaml",
+      "workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\n"
+      "strategy: {partitioner: uniform, stages: 2, micro_batches: 2}\n");
+  auto plan = run_command({PIPEGRID_BINARY, "plan", exp});
+  REQUIRE(plan.exit_code == 0);
+  CHECK(plan.out.find("unused      2 of 4 devices hold no stage (gpu2, gpu3)") != std::string::npos);
+  const std::string jobs =
+      tmp.write("j.yaml",
+                "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, "
+                "latency: 1us}\n"
+                "jobs:\n"
+                "  - {name: a, devices: 4, workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, "
+                "activation: 1MiB,"
+                " parameters: 1MiB}, strategy: {partitioner: uniform, stages: 2, micro_batches: 2}}\n");
+  auto j = run_command({PIPEGRID_BINARY, "jobs", jobs});
+  REQUIRE_MESSAGE(j.exit_code == 0, j.err);
+  CHECK(j.err.find("job a: 2 of 4 devices hold no stage (gpu2, gpu3): the job holds them idle") !=
+        std::string::npos);
+}

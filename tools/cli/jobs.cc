@@ -76,6 +76,9 @@ Result<std::vector<JobOutcome>> plan_jobs(const input::JobsSpec& spec) {
     if (!p) return Error{fmt::format("job \"{}\": {}", job.name, p.error().message)};
     for (const std::string& w : output::plan_warnings(job.experiment, *p))
       fmt::print(std::cerr, "pipegrid: warning: job {}: {}\n", job.name, w);
+    if (const std::string idle = output::idle_devices_note(job.experiment.cluster, p->partition);
+        !idle.empty())
+      fmt::print(std::cerr, "pipegrid: warning: job {}: {}: the job holds them idle\n", job.name, idle);
     out.push_back({std::move(*p), {}, 0, {}, {}});
   }
   return out;

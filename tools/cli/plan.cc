@@ -98,6 +98,8 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
   if (const std::string picks = output::nccl_note(run.graph.nccl_picks); !picks.empty())
     fmt::print("nccl        {}\n", picks);
   if (p.stage_count() > 1) fmt::print("stage edges {}\n", output::stage_edges(p));
+  if (const std::string idle = output::idle_devices_note(e.cluster, p); !idle.empty())
+    fmt::print("unused      {}\n", idle);
   if (!notes.summary.empty()) fmt::print("planner     {}\n", notes.summary);
   if (!run.exploration.empty()) fmt::print("explored    {}\n", run.exploration);
   fmt::print("search      {}\n\n", format_time(run.planning_seconds));

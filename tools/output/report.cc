@@ -233,6 +233,20 @@ std::string stage_edges(const Partition& p) {
   return out.empty() ? "none" : out;
 }
 
+std::string idle_devices_note(const Cluster& c, const Partition& p) {
+  std::vector<char> used(c.devices.size(), 0);
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int d : p.stage(s).devices) used[static_cast<size_t>(d)] = 1;
+  std::vector<std::string> idle;
+  for (size_t d = 0; d < used.size(); ++d)
+    if (!used[d]) idle.push_back(c.devices[d].name);
+  if (idle.empty()) return "";
+  const size_t shown = std::min<size_t>(idle.size(), 4);
+  return fmt::format("{} of {} devices hold no stage ({}{})", idle.size(), c.devices.size(),
+                     fmt::join(idle.begin(), idle.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                     idle.size() > shown ? ", ..." : "");
+}
+
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run) {
   std::vector<std::string> out;
   // The default stage count (one rank per device) is capped by the layers per chunk: say which

@@ -57,6 +57,9 @@ std::string context_note(const Experiment& e, const Partition& p);
 
 // One line on a MoE run's experts: per device, ep, etp, dispatcher, routing, drops, load imbalance.
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated);
+// "2 of 8 devices hold no stage (gpu6, gpu7)", or "" when the plan uses every device of `c`.
+std::string idle_devices_note(const Cluster& c, const Partition& p);
+
 // Whether the expert groups send flows of their own (ep or etp > 1): the breakdown's expert_parallel_s.
 bool expert_traffic(const Parallelism& par);
 // Whether the experts line and JSON appear: expert groups, or an option that changed the experts' work.
