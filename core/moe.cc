@@ -108,6 +108,10 @@ std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep) {
   return loads;
 }
 
+double kept_copy_share(const MoeOptions& o, int experts) {
+  return expert_loads(o, experts, 1).front();
+}
+
 double routed_experts(const Workload& w) {
   for (size_t i = 0; i < w.layer_count(); ++i)
     if (w.layer(i).split.kind == TensorSplitKind::MoeBlock) return w.layer(i).split.moe.experts;

@@ -101,6 +101,8 @@ std::vector<double> zipf_shares(int experts, double exponent);
 // [x E/ep, (x+1) E/ep). With a capacity factor, each expert's share is capped at cf / E (the rest is
 // dropped, so the fractions sum to less than 1). Balanced and dropless: exactly 1 / ep each.
 std::vector<double> expert_loads(const MoeOptions& o, int experts, int ep);
+// The share of all token copies kept (1: none dropped): expert_loads' sum.
+double kept_copy_share(const MoeOptions& o, int experts);
 
 // The routed experts of a workload's MoE blocks (0: none; the zoo's MoE models have one count).
 double routed_experts(const Workload& w);

@@ -405,10 +405,8 @@ Result<std::vector<StageCost>> plain_stage_costs(const Workload& w, const Cluste
 // none dropped, or no MoE block).
 double kept_copies(const Workload& w, const Stage& st, const MoeOptions& o) {
   for (int l : st.layers)
-    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock) {
-      const std::vector<double> loads = expert_loads(o, static_cast<int>(w.layer(l).split.moe.experts), 1);
-      return loads.front();
-    }
+    if (w.layer(l).split.kind == TensorSplitKind::MoeBlock)
+      return kept_copy_share(o, static_cast<int>(w.layer(l).split.moe.experts));
   return 1;
 }
 

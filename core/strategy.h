@@ -145,6 +145,9 @@ Result<int> v_ranks(const Partition& p, std::string_view schedule_name);
 // The ranks of DualPipe's two pipelines (dualpipe_pipelines): a V placement of 2N stages whose first
 // N run the first half of the micro-batches as a chain and the last N, their mirrors, the second.
 Result<int> dualpipe_ranks(const Partition& p, int micro_batches, std::string_view schedule_name);
+// DualPipe's and DualPipeV's conditions on N ranks and M micro-batches, as DeepSeek's reference asserts
+// them (dualpipe: N and M even, M >= 2N; dualpipev: M >= 2N): nullopt when they hold, else why not.
+std::optional<std::string> dual_pipeline_refusal(std::string_view schedule, int ranks, int micro_batches);
 
 // Helpers shared by stage-per-device schedules: copies each stage's action list to every device of
 // the stage; fails if a device hosts more than one stage.

@@ -139,14 +139,24 @@ Result<int> dualpipe_ranks(const Partition& p, int micro_batches, std::string_vi
   return N;
 }
 
+std::optional<std::string> dual_pipeline_refusal(std::string_view schedule, int N, int M) {
+  if (schedule == "dualpipe" && (N % 2 != 0 || M % 2 != 0 || M < 2 * N))
+    return fmt::format(
+        "dualpipe needs an even rank count and an even number of micro-batches of at least 2N (DeepSeek's "
+        "reference asserts it); got {} ranks and {} micro-batches",
+        N, M);
+  if (schedule == "dualpipev" && M < 2 * N)
+    return fmt::format("dualpipev needs at least 2N = {} micro-batches on {} ranks, got {}", 2 * N, N, M);
+  return std::nullopt;
+}
+
 Result<Schedule> schedule_dualpipev(const ScheduleRequest& r) {
   if (r.chunks != 2)
     return Error{fmt::format("dualpipev runs 2 model chunks per rank (chunks: 2), got chunks {}", r.chunks)};
   Result<int> ranks = v_ranks(r.partition, "dualpipev");
   if (!ranks) return ranks.error();
   const int N = *ranks, M = r.micro_batches;
-  if (M < 2 * N)
-    return Error{fmt::format("dualpipev needs at least 2N = {} micro-batches on {} ranks, got {}", 2 * N, N, M)};
+  if (auto why = dual_pipeline_refusal("dualpipev", N, M)) return Error{*why};
   std::vector<RankList> lists;
   std::vector<int> rank_stage;
   for (int q = 0; q < N; ++q) {
@@ -160,10 +170,7 @@ Result<Schedule> schedule_dualpipe(const ScheduleRequest& r) {
   Result<int> ranks = dualpipe_ranks(r.partition, r.micro_batches, "dualpipe");
   if (!ranks) return ranks.error();
   const int N = *ranks, M = r.micro_batches, C = M / 2, H = N / 2;
-  if (N % 2 != 0 || M % 2 != 0 || M < 2 * N)
-    return Error{fmt::format("dualpipe needs an even rank count and an even number of micro-batches of at "
-                             "least 2N (DeepSeek's reference asserts it); got {} ranks and {} micro-batches",
-                             N, M)};
+  if (auto why = dual_pipeline_refusal("dualpipe", N, M)) return Error{*why};
   std::vector<RankList> lists;
   std::vector<int> rank_stage;
   for (int q = 0; q < N; ++q) {

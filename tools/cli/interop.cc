@@ -191,16 +191,13 @@ int run_replay(const ChakraOptions& o) {
   size_t compute = 0, transfers = 0;
   for (const Task& t : g->tasks) (t.is_compute() ? compute : transfers)++;
   if (o.json) {
-    nlohmann::json out = {{"traces", source},
-                          {"devices", exp->cluster.devices.size()},
-                          {"compute_tasks", compute},
-                          {"transfers", transfers},
-                          {"iteration_time_s", m.iteration_time_s},
-                          {"bubble_ratio", m.bubble_ratio}};
+    nlohmann::json out = {
+        {"traces", source},       {"devices", exp->cluster.devices.size()}, {"compute_tasks", compute},
+        {"transfers", transfers}, {"iteration_time_s", m.iteration_time_s}, {"bubble_ratio", m.bubble_ratio}};
     std::cout << out.dump(2) << "\n";
   } else {
-    fmt::print("{}: {} compute tasks, {} transfers on {} devices\niteration time   {:.9g} s\n", source, compute,
-               transfers, exp->cluster.devices.size(), m.iteration_time_s);
+    fmt::print("{}: {} compute tasks, {} transfers on {} devices\niteration time   {:.9g} s\n", source,
+               compute, transfers, exp->cluster.devices.size(), m.iteration_time_s);
   }
   return kOk;
 }
@@ -237,15 +234,18 @@ Command add_export_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "export", "Write an experiment's lowered task graph as Chakra execution traces, one per rank");
   add_chakra_options(app, *o);
-  app->add_option("--graph", o->graph, "Also write the trace graph (JSON, docs/import-export.md) to this file");
-  app->add_flag("--p2p", o->p2p, "All-reduces as their ring's send/receive pairs instead of collective nodes");
+  app->add_option("--graph", o->graph,
+                  "Also write the trace graph (JSON, docs/import-export.md) to this file");
+  app->add_flag("--p2p", o->p2p,
+                "All-reduces as their ring's send/receive pairs instead of collective nodes");
   return {app, [o] { return run_export(*o); }};
 }
 
 Command add_replay_command(CLI::App& parent) {
   auto o = std::make_shared<ChakraOptions>();
   CLI::App* app = parent.add_subcommand(
-      "replay", "Replay Chakra execution traces on an experiment's cluster (its workload and strategy unused)");
+      "replay",
+      "Replay Chakra execution traces on an experiment's cluster (its workload and strategy unused)");
   add_chakra_options(app, *o);
   app->add_option("--graph", o->graph, "Read a trace graph (JSON) instead of --chakra");
   app->add_flag("--json", o->json, "Print one JSON object");

@@ -66,11 +66,9 @@ DeviceSpec lookup(const Node& n) {
                      guess.empty() ? "" : "? "));
 }
 
-void apply_overrides(const Node& n, DeviceSpec& spec) {
-  if (auto m = n.get("memory")) spec.memory_bytes = m->quantity(Dimension::Bytes, Sign::Positive);
-  if (auto m = n.get("memory_bandwidth"))
-    spec.memory_bandwidth = m->quantity(Dimension::Bandwidth, Sign::Positive);
-  // FPGA figures: any of them makes the device an FPGA whose peak is derived.
+// FPGA figures (dsps, clock, macs_per_dsp, onchip_memory, ports, port_bandwidth): any of them makes the
+// device an FPGA whose peak is derived. Returns whether any was given.
+bool parse_fpga_figures(const Node& n, DeviceSpec& spec) {
   const bool fpga_keys = n.has("dsps") || n.has("clock") || n.has("macs_per_dsp") || n.has("onchip_memory") ||
                          n.has("ports") || n.has("port_bandwidth");
   if (fpga_keys) {
@@ -104,6 +102,14 @@ void apply_overrides(const Node& n, DeviceSpec& spec) {
     if (auto v = n.get("port_bandwidth"))
       f.port_bandwidth = v->quantity(Dimension::Bandwidth, Sign::Positive);
   }
+  return fpga_keys;
+}
+
+void apply_overrides(const Node& n, DeviceSpec& spec) {
+  if (auto m = n.get("memory")) spec.memory_bytes = m->quantity(Dimension::Bytes, Sign::Positive);
+  if (auto m = n.get("memory_bandwidth"))
+    spec.memory_bandwidth = m->quantity(Dimension::Bandwidth, Sign::Positive);
+  const bool fpga_keys = parse_fpga_figures(n, spec);
   spec.derive_peaks();
   if (spec.fpga) {
     // Derived figures are checked as given ones are (at most 1e21 FLOP/s): DSPs x clock x MACs per

@@ -778,16 +778,7 @@ void check_dual_pipelines(const Node& n, const StrategySpec& s, const Chosen& ch
   if ((name != "dualpipe" && name != "dualpipev") || !n.get("stages") || !chosen.planner.runs_partitioner ||
       s.mini_batch > 0 || s.micro_batches <= 0)
     return;
-  const int N = s.stages, M = s.micro_batches;
-  if (name == "dualpipe" && (N % 2 != 0 || M % 2 != 0 || M < 2 * N))
-    n.get("stages")->fail(fmt::format(
-        "dualpipe needs an even rank count and an even number of micro-batches of at least 2N (DeepSeek's "
-        "reference asserts it); got {} ranks and {} micro-batches",
-        N, M));
-  if (name == "dualpipev" && M < 2 * N)
-    n.get("stages")->fail(fmt::format(
-        "dualpipev needs at least 2N = {} micro-batches on {} ranks (its reference asserts it), got {}",
-        2 * N, N, M));
+  if (auto why = dual_pipeline_refusal(name, s.stages, s.micro_batches)) n.get("stages")->fail(*why);
 }
 
 // The `strategy` section, in named steps; the batch keys (parse_batch) also read the workload's.
@@ -946,20 +937,21 @@ static void reserve_memory(Cluster& c, const std::optional<Node>& reserve) {
 //   down_links: [{between: [edge0-0, agg0-0]}]             the link removed; routes go around it
 namespace {
 
+// A fault slows: a device's time by a factor from 1 to 1e6 (slowdown), or a link's bandwidth by one
+// above 0 and at most 1 (a factor on the other side would speed it up, and read as "slower").
+enum class Fault { Slowdown, Bandwidth };
+double factor_of(const Node& item, Fault kind) {
+  const char* what = kind == Fault::Slowdown ? "a slowdown from 1 to 1e6 (times as long)"
+                                             : "a share of the link's bandwidth, above 0 and at most 1";
+  const Node f = item.need("factor", what);
+  const double x = f.number(what);
+  if (kind == Fault::Slowdown ? !(x >= 1 && x <= 1e6) : !(x > 0 && x <= 1)) f.expected(what);
+  return x;
+}
+
 struct FaultParser {
   Experiment& e;
 
-  // A fault slows: a device's time by a factor from 1 to 1e6 (slowdown), or a link's bandwidth by one
-  // above 0 and at most 1 (a factor on the other side would speed it up, and read as "slower").
-  enum class Fault { Slowdown, Bandwidth };
-  static double factor_of(const Node& item, Fault kind) {
-    const char* what = kind == Fault::Slowdown ? "a slowdown from 1 to 1e6 (times as long)"
-                                               : "a share of the link's bandwidth, above 0 and at most 1";
-    const Node f = item.need("factor", what);
-    const double x = f.number(what);
-    if (kind == Fault::Slowdown ? !(x >= 1 && x <= 1e6) : !(x > 0 && x <= 1)) f.expected(what);
-    return x;
-  }
   int node_index(const Node& name_node, bool device_only) const {
     const std::string name = name_node.string("a device name");
     for (size_t i = 0; i < e.cluster.devices.size(); ++i)

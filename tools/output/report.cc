@@ -155,8 +155,7 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
   const Parallelism par = parallelism(p);
   const int experts = static_cast<int>(routed_experts(e.workload));
   const std::vector<double> loads = expert_loads(e.strategy.moe, experts, par.expert);
-  double kept = 0;
-  for (double x : loads) kept += x;
+  const double kept = kept_copy_share(e.strategy.moe, experts);
   std::string routing = e.strategy.moe.expert_shares.empty() ? "balanced routing" : "routing as given";
   if (e.strategy.moe.capacity_factor > 0)
     routing += fmt::format(", capacity factor {:g} ({} of the token copies dropped)",
@@ -233,13 +232,23 @@ std::string stage_edges(const Partition& p) {
   return out.empty() ? "none" : out;
 }
 
-std::string idle_devices_note(const Cluster& c, const Partition& p) {
+namespace {
+
+// The names of the devices of `c` that hold no stage of `p`, in device order.
+std::vector<std::string> idle_devices(const Cluster& c, const Partition& p) {
   std::vector<char> used(c.devices.size(), 0);
   for (size_t s = 0; s < p.stage_count(); ++s)
     for (int d : p.stage(s).devices) used[static_cast<size_t>(d)] = 1;
   std::vector<std::string> idle;
   for (size_t d = 0; d < used.size(); ++d)
     if (!used[d]) idle.push_back(c.devices[d].name);
+  return idle;
+}
+
+}  // namespace
+
+std::string idle_devices_note(const Cluster& c, const Partition& p) {
+  const std::vector<std::string> idle = idle_devices(c, p);
   if (idle.empty()) return "";
   const size_t shown = std::min<size_t>(idle.size(), 4);
   return fmt::format("{} of {} devices hold no stage ({}{})", idle.size(), c.devices.size(),
@@ -252,16 +261,11 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   // The default stage count (one rank per device) is capped by the layers per chunk: say which
   // devices that leaves idle instead of letting a `gpu7 (unused)` row be the only sign.
   if (run.planner == kDefaultPlanner && e.strategy.stages == 0) {
-    std::vector<char> used(e.cluster.devices.size(), 0);
-    for (size_t s = 0; s < run.partition.stage_count(); ++s)
-      for (int d : run.partition.stage(s).devices) used[static_cast<size_t>(d)] = 1;
+    const std::vector<std::string> idle_names = idle_devices(e.cluster, run.partition);
+    const size_t idle_count = idle_names.size();
     std::string idle;
-    size_t idle_count = 0;
-    for (size_t d = 0; d < used.size(); ++d)
-      if (!used[d]) {
-        if (idle_count < 4) idle += fmt::format("{}{}", idle.empty() ? "" : ", ", e.cluster.devices[d].name);
-        ++idle_count;
-      }
+    for (size_t i = 0; i < idle_count && i < 4; ++i)
+      idle += fmt::format("{}{}", i ? ", " : "", idle_names[i]);
     const int chunks = std::max(1, e.strategy.chunks);
     if (idle_count > 0 && e.workload.layer_count() / static_cast<size_t>(chunks) <
                               e.cluster.devices.size() /

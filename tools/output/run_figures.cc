@@ -48,7 +48,7 @@ std::optional<TokenFigures> token_figures(const Experiment& e, const Metrics& m,
   f.peak_flops_per_device = peak / f.devices;
   f.mfu = peak > 0 ? model->flops_per_token() * f.tokens_per_s / peak : 0;
   if (const double experts = routed_experts(e.workload); experts > 0 && e.strategy.moe.capacity_factor > 0)
-    f.dropped = 1 - expert_loads(e.strategy.moe, static_cast<int>(experts), 1).front();
+    f.dropped = 1 - kept_copy_share(e.strategy.moe, static_cast<int>(experts));
   f.tokens = tokens > 0 ? tokens : 0;
   f.time_to_train_s = f.tokens > 0 ? f.tokens / f.tokens_per_s : 0;
   return f;

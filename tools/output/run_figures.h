@@ -26,9 +26,9 @@ struct TokenFigures {
   double peak_flops_per_device = 0;            // the mean over the devices in use, at the workload's math
   Precision peak_precision = Precision::BF16;  // the format that peak is in (fp8 trainings: bf16)
   double mfu = 0;                              // model FLOP/s over the devices' summed peak
-  double dropped = 0;  // MoE: the share of routed token copies a capacity factor drops (still in N)
-  double tokens = 0;                           // a token budget (0: none)
-  double time_to_train_s = 0;                  // tokens / tokens_per_s (0: no budget)
+  double dropped = 0;          // MoE: the share of routed token copies a capacity factor drops (still in N)
+  double tokens = 0;           // a token budget (0: none)
+  double time_to_train_s = 0;  // tokens / tokens_per_s (0: no budget)
 };
 
 // nullopt where the workload has no transformer blocks (no tokens) or the run has no throughput.
