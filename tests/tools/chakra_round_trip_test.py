@@ -2,7 +2,10 @@
 """pipegrid -> Chakra -> pipegrid: `pipegrid export --chakra` then `pipegrid replay --chakra` gives
 the iteration time `pipegrid run` gives, for 1F1B, interleaved 1F1B, a data-parallel ring
 all-reduce and both together, with all-reduces as collective nodes and as their ring's
-send/receive pairs (--p2p). The traces are read back with tools/chakra.py's decoder and checked
+send/receive pairs (--p2p); and for the group collectives (tensor, sequence, context and expert
+parallelism, whose flows start once both ends reached them: the receive carries the receiver's
+dependencies) and DualPipeV, whose rank reduces one stage's gradients after the other's (a
+collective node after a collective node). Until 2026-12-05 every tensor-parallel export failed. The traces are read back with tools/chakra.py's decoder and checked
 against closed forms: per rank 2 m / p_stage... compute nodes, one send and one receive per
 activation and gradient, one all-reduce node per replicated stage and rank.
 
@@ -71,6 +74,31 @@ ENGINE["cluster"] = {"kind": "switch", "count": 4, "device": {"name": "fpga", "m
                      "bandwidth": "12.5GBps", "latency": "1us", "collective_engine": "accl-tcp"}
 CASES["data-parallel on a collective engine"] = (ENGINE, [2 * 4 + 1] * 4, 0, 1)
 
+# Group collectives: name -> (experiment, ranks, expert all-to-all sends by closed form or None).
+GROUPED = {
+    "tensor, sequence and context parallel": (
+        {"workload": {"model": "llama3-8b", "layers": 2, "sequence": 4096, "precision": "amp-bf16",
+                      "attention": "fused"},
+         "cluster": {"preset": "dgx-h100-8"},
+         "strategy": {"partitioner": "megatron", "tensor_parallel": 2, "context_parallel": 2,
+                      "sequence_parallel": True, "stages": 2, "replicas": 1, "micro_batch_size": 1,
+                      "micro_batches": 4}}, 8, None),
+    # One MoE block per stage, 8 devices per all-to-all: per block, pass and micro-batch a dispatch and
+    # a combine of 8 x 7 flows: 2 x 56 x 2 passes x 2 micro-batches x 2 stages = 896.
+    "expert parallel, skewed routing": (
+        {"workload": {"model": "mixtral-8x7b", "layers": 2, "sequence": 1024, "precision": "amp-bf16"},
+         "cluster": {"preset": "dgx-h100-8", "nodes": 2},
+         "strategy": {"partitioner": "megatron", "stages": 2, "replicas": 8, "expert_parallel": 8,
+                      "micro_batch_size": 1, "micro_batches": 2, "moe": {"routing": {"zipf": 1.2}}}},
+        16, 2 * 56 * 2 * 2 * 2),
+    "DualPipeV, DeepEP": (
+        {"workload": {"model": "deepseek-v2-lite", "layers": 4, "precision": "amp-bf16"},
+         "cluster": {"preset": "dgx-h100-8"},
+         "strategy": {"partitioner": "megatron", "schedule": "dualpipev", "chunks": 2, "stages": 2,
+                      "replicas": 4, "expert_parallel": 4, "micro_batch_size": 1, "micro_batches": 4,
+                      "moe": {"dispatcher": "deepep"}}}, 8, None),
+}
+
 with tempfile.TemporaryDirectory() as tmp:
     for name, (exp, comps, sends, colls) in CASES.items():
         path = os.path.join(tmp, name + ".yaml")
@@ -99,6 +127,26 @@ with tempfile.TemporaryDirectory() as tmp:
                           f"{name}: all-reduce of {sizes} bytes, the stage's {layers_per_stage} x 64 MiB")
             else:
                 check(count[chakra.COLL] == [0] * 4, f"{name} (p2p): no collective nodes")
+            got = json.loads(pipegrid("replay", path, "--chakra", d, "--json").stdout)["iteration_time_s"]
+            check(abs(got - want) <= 1e-9 * want,
+                  f"{name} ({mode}): replayed {got * 1e3:.9f} ms, pipegrid run {want * 1e3:.9f} ms")
+    for name, (exp, ranks_wanted, ep_sends) in GROUPED.items():
+        path = os.path.join(tmp, name + ".yaml")
+        with open(path, "w") as f:
+            json.dump(exp, f)
+        want = json.loads(pipegrid("run", path, "--json").stdout)["iteration_time_s"]
+        for mode in ("collectives", "p2p"):
+            d = os.path.join(tmp, f"{name}-{mode}")
+            pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+            ranks = {r: chakra.read_rank(p) for r, p in chakra.rank_files(d, "pipegrid").items()}
+            check(len(ranks) == ranks_wanted, f"{name} ({mode}): {len(ranks)} traces, the cluster's {ranks_wanted}")
+            if ep_sends is not None:
+                ep = [n for r in ranks for n in ranks[r] if n["name"].startswith("ep ")]
+                sends = sum(1 for n in ep if n["type"] == chakra.SEND)
+                waiting = sum(1 for n in ep if n["type"] == chakra.RECV and n["data"])
+                check(sends == ep_sends == waiting,
+                      f"{name} ({mode}): {sends} all-to-all sends, {waiting} receives after their rank's work, "
+                      f"closed form {ep_sends}")
             got = json.loads(pipegrid("replay", path, "--chakra", d, "--json").stdout)["iteration_time_s"]
             check(abs(got - want) <= 1e-9 * want,
                   f"{name} ({mode}): replayed {got * 1e3:.9f} ms, pipegrid run {want * 1e3:.9f} ms")

@@ -163,3 +163,85 @@ TEST_CASE("trace graph in: receives that wait for their rank's own send around a
     CHECK(r.error().message.find("wait on each other (a cycle of dependencies)") != std::string::npos);
   }
 }
+
+namespace {
+
+json allreduce(int id, int rank, int tag, double bytes, std::vector<int> deps) {
+  return {{"id", id},     {"rank", rank},       {"type", "allreduce"}, {"name", "allreduce s0 s0 m-1"},
+          {"group", {0, 1, 2, 3}}, {"bytes", bytes}, {"tag", tag},    {"deps", deps}};
+}
+
+}  // namespace
+
+// DualPipe's ranks hold two stages and reduce one stage's gradients after the other's: a collective
+// node after a collective node (refused until 2026-12-05). Two rings of S in a row: twice the ring.
+TEST_CASE("trace graph in: an all-reduce after an all-reduce runs after it; a cycle of them is an error") {
+  const double B = 25e9, a = 2e-6, S = 1e8;
+  const int n = 4;
+  const Cluster c = *make_ring_cluster(n, "gpu", test_device(), {B, a});
+  json nodes = json::array();
+  for (int r = 0; r < n; ++r) {
+    nodes.push_back(comp(3 * r, r, 1e-3, {}));
+    nodes.push_back(allreduce(3 * r + 1, r, 0, S, {3 * r}));
+    nodes.push_back(allreduce(3 * r + 2, r, 1, S, {3 * r + 1}));
+  }
+  const double ring = 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S / B;
+  CHECK(close_rel(makespan(c, graph(n, nodes)), 1e-3 + 2 * ring, 0.01));
+  // Rank 0 runs tag 1 before tag 0, the others tag 0 before tag 1: each waits for the other.
+  nodes[1]["deps"] = {2};
+  nodes[2]["deps"] = {0};
+  Result<TaskGraph> g = output::from_trace_graph(graph(n, nodes), c);
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.error().message ==
+        "an all-reduce among ranks [0, 1, 2, 3] (tag 0) waits, through its dependencies, for itself or for a "
+        "collective that does");
+}
+
+// A tensor-parallel all-reduce of two devices as core/collectives.h lowers it: each flow starts once
+// both ends reached it. The receive carries the receiver's dependency (a rendezvous); until 2026-12-05
+// the export refused every tensor-parallel plan.
+TEST_CASE("trace graph out: a flow that waits for both ends puts the receiver's wait on the receive") {
+  TaskGraph g;
+  g.device_order.resize(2);
+  Task f;
+  f.kind = TaskKind::Forward;
+  f.duration = 1e-3;
+  f.device = 0;
+  const int32_t f0 = g.add(f);
+  f.device = 1;
+  const int32_t f1 = g.add(f);
+  Task x;
+  x.kind = TaskKind::Transfer;
+  x.transfer = TransferKind::TensorParallel;
+  x.stage = x.peer_stage = x.micro_batch = 0;
+  x.device = 0;
+  x.peer = 1;
+  x.bytes = 4096;
+  const int32_t t01 = g.add(x);
+  x.device = 1;
+  x.peer = 0;
+  const int32_t t10 = g.add(x);
+  for (int32_t t : {t01, t10}) {
+    g.depend(f0, t);
+    g.depend(f1, t);
+  }
+  g.device_order[0] = {f0};
+  g.device_order[1] = {f1};
+  Result<json> j = output::to_trace_graph(g, 2);
+  REQUIRE(j.ok());
+  const json& nodes = (*j)["nodes"];
+  REQUIRE(nodes.size() == 6);
+  // F on 0 (id 0), F on 1 (id 1), send 0 -> 1 after id 0 (2), its receive on 1 after id 1 (3), and
+  // the reverse pair (4, 5).
+  CHECK(nodes[2]["type"] == "send");
+  CHECK(nodes[2]["deps"] == json({0}));
+  CHECK(nodes[3]["type"] == "recv");
+  CHECK(nodes[3]["deps"] == json({1}));
+  CHECK(nodes[4]["deps"] == json({1}));
+  CHECK(nodes[5]["deps"] == json({0}));
+  CHECK(nodes[2]["name"] == "tp s0 s0 m0");
+  // Back in: one transfer per pair, after both ends' compute: 1 ms + 2 a + S / B.
+  const double B = 25e9, a = 1e-6;
+  const Cluster c = make_switch_cluster(2, "gpu", test_device(), B, a);
+  CHECK(close_rel(makespan(c, *j), 1e-3 + 2 * a + 4096 / B, 1e-9));
+}

@@ -147,40 +147,44 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
 
   json nodes = json::array();
   std::vector<int64_t> node_of(n, -1);                   // compute: its node; transfer: its receive
+  std::vector<int64_t> send_of(n, -1);                   // transfer: its send
   std::map<std::pair<int32_t, int>, int64_t> ring_node;  // (stage, rank) -> collective node
   auto add = [&](json node) {
     node["id"] = static_cast<int64_t>(nodes.size());
     nodes.push_back(std::move(node));
     return static_cast<int64_t>(nodes.size() - 1);
   };
-  // The node on `rank` that stands for task p's completion there.
-  auto dep = [&](int32_t p, int rank, int32_t user) -> Result<int64_t> {
+  auto name_of = [&](int32_t t) {
+    const Task& k = g.tasks[t];
+    return k.is_compute() ? fmt::format("\"{}\" on device {}", compute_name(k), k.device)
+                          : fmt::format("\"{}\" from device {} to {}", transfer_name(k), k.device, k.peer);
+  };
+  // The node on `rank` that stands for task p's completion there (-1: none): a compute task's own
+  // node, a transfer's receive on the receiver and its send on the sender, a ring step's collective.
+  auto node_on = [&](int32_t p, int rank) -> int64_t {
     const Task& k = g.tasks[p];
-    int64_t id = -1;
     if (ring_of[p] >= 0) {
       auto it = ring_node.find({ring_of[p], rank});
-      if (it != ring_node.end() && k.peer == rank) id = it->second;
-    } else if (k.is_compute() ? k.device == rank : k.peer == rank) {
-      id = node_of[p];
+      return it != ring_node.end() && k.peer == rank ? it->second : -1;
     }
-    if (id < 0)
-      return Error{
-          fmt::format("task {} on device {} depends on task {} ({}) of another device without a transfer; "
-                      "a Chakra trace cannot say that",
-                      user, rank, p, k.is_compute() ? compute_name(k) : transfer_name(k))};
-    return id;
+    if (k.is_compute()) return k.device == rank ? node_of[p] : -1;
+    return k.peer == rank ? node_of[p] : k.device == rank ? send_of[p] : -1;
   };
-  auto deps_of = [&](int32_t t, int rank, bool skip_ring_steps) -> Result<json> {
+  auto dep = [&](int32_t p, int rank, int32_t user) -> Result<int64_t> {
+    if (const int64_t id = node_on(p, rank); id >= 0) return id;
+    return Error{fmt::format("task {} on device {} waits for task {}, of which that device sees no part; "
+                             "a Chakra trace cannot say that",
+                             name_of(user), rank, name_of(p))};
+  };
+  auto deps_of = [&](int32_t t, int rank) -> Result<json> {
     std::set<int64_t> ids;
     for (int32_t p : pred[t]) {
-      if (skip_ring_steps && ring_of[p] >= 0 && ring_of[p] == ring_of[t]) continue;
       Result<int64_t> id = dep(p, rank, t);
       if (!id) return id.error();
       ids.insert(*id);
     }
     return json(std::vector<int64_t>(ids.begin(), ids.end()));
   };
-
   size_t done = 0;
   while (!ready.empty()) {
     const int32_t t = ready.top();
@@ -188,7 +192,7 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     ++done;
     const Task& k = g.tasks[t];
     if (k.is_compute()) {
-      Result<json> d = deps_of(t, k.device, false);
+      Result<json> d = deps_of(t, k.device);
       if (!d) return d.error();
       if (previous[t] >= 0) d->push_back(node_of[previous[t]]);
       std::sort(d->begin(), d->end());
@@ -220,21 +224,38 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
                                                  {"deps", std::vector<int64_t>(ids.begin(), ids.end())}});
       }
     } else {
-      Result<json> d = deps_of(t, k.device, false);
-      if (!d) return d.error();
+      // What the flow waits for, on the sender (the send's dependencies) or on the receiver (the
+      // receive's: a collective's flow starts once both ends reached it, a rendezvous).
+      std::set<int64_t> on_sender, on_receiver;
+      for (int32_t p : pred[t]) {
+        if (const int64_t id = node_on(p, k.device); id >= 0) {
+          on_sender.insert(id);
+        } else if (const int64_t at = node_on(p, k.peer); at >= 0) {
+          on_receiver.insert(at);
+        } else {
+          return Error{fmt::format("task {} waits for task {}, of which neither end sees a part; a Chakra "
+                                   "trace cannot say that",
+                                   name_of(t), name_of(p))};
+        }
+      }
       const std::string name = transfer_name(k);
-      json send = {{"rank", k.device}, {"type", "send"}, {"name", name}, {"peer", k.peer},
-                   {"bytes", k.bytes}, {"tag", t},       {"deps", *d}};
+      json send = {{"rank", k.device},
+                   {"type", "send"},
+                   {"name", name},
+                   {"peer", k.peer},
+                   {"bytes", k.bytes},
+                   {"tag", t},
+                   {"deps", std::vector<int64_t>(on_sender.begin(), on_sender.end())}};
       // A fixed time the flow pays besides its bytes (a collective engine's step and call).
       if (k.duration > 0) send["duration_s"] = k.duration;
-      add(std::move(send));
+      send_of[t] = add(std::move(send));
       node_of[t] = add({{"rank", k.peer},
                         {"type", "recv"},
                         {"name", name},
                         {"peer", k.device},
                         {"bytes", k.bytes},
                         {"tag", t},
-                        {"deps", json::array()}});
+                        {"deps", std::vector<int64_t>(on_receiver.begin(), on_receiver.end())}});
     }
     for (int32_t s : g.successors(t))
       if (--missing[s] == 0) ready.push(s);
@@ -370,36 +391,50 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
       }
       return out;
     };
-    // Collectives: a ring all-reduce once every member's node is known, after the member's latest
-    // compute dependency in its device order.
-    std::vector<int32_t> position(g.tasks.size(), -1);
-    for (const auto& order : g.device_order)
-      for (size_t k = 0; k < order.size(); ++k) position[order[k]] = static_cast<int32_t>(k);
+    // Collectives: a ring all-reduce once every member's dependencies are done (compute, transfers or
+    // earlier collectives: taken in an order in which each one's dependencies come first).
+    std::vector<std::pair<const std::pair<std::vector<int>, int64_t>*, Collective*>> pending;
     for (auto& [key, col] : collectives) {
-      std::vector<int32_t> ready;
-      for (int r : col.group) {
-        auto it = col.node.find(r);
-        if (it == col.node.end())
+      for (int r : col.group)
+        if (!col.node.count(r))
           return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) has no node on rank {}",
                                    fmt::join(col.group, ", "), key.second, r)};
-        Result<std::vector<size_t>> p = predecessors(it->second);
-        if (!p) return p.error();
-        int32_t last = -1;
-        for (size_t q : *p) {
-          if (nodes[q].at("type") != "comp")
-            return Error{fmt::format("{}: a collective may depend on compute nodes only", where(it->second))};
-          const int32_t task = done[q].front();
-          if (last < 0 || position[task] > position[last]) last = task;
+      pending.emplace_back(&key, &col);
+    }
+    while (!pending.empty()) {
+      const size_t before = pending.size();
+      for (auto it = pending.begin(); it != pending.end();) {
+        const Collective& col = *it->second;
+        std::vector<Deps> ready;
+        bool known = true;
+        for (int r : col.group) {
+          Result<std::vector<size_t>> p = predecessors(col.node.at(r));
+          if (!p) return p.error();
+          Deps after;
+          for (size_t q : *p) {
+            known = known && !done[q].empty();
+            after.insert(after.end(), done[q].begin(), done[q].end());
+          }
+          ready.push_back(std::move(after));
         }
-        ready.push_back(last);
+        if (!known) {
+          ++it;
+          continue;
+        }
+        std::vector<Deps> out = append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c,
+                                                     col.group, ready, col.bytes,
+                                                     static_cast<int32_t>(it->first->second));
+        for (size_t m = 0; m < col.group.size(); ++m) {
+          const size_t i = col.node.at(col.group[m]);
+          done[i] = out[m].empty() ? ready[m] : out[m];
+          if (done[i].empty()) done[i] = {-1};  // complete from the start
+        }
+        it = pending.erase(it);
       }
-      std::vector<std::vector<int32_t>> out = append_allreduce(
-          g, AllReduceAlgorithm::Ring, c, col.group, ready, col.bytes, static_cast<int32_t>(key.second));
-      for (size_t m = 0; m < col.group.size(); ++m) {
-        const size_t i = col.node[col.group[m]];
-        done[i] = out[m].empty() ? (ready[m] >= 0 ? std::vector<int32_t>{ready[m]} : std::vector<int32_t>{})
-                                 : out[m];
-      }
+      if (pending.size() == before)
+        return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) waits, through its dependencies, "
+                                 "for itself or for a collective that does",
+                                 fmt::join(pending.front().second->group, ", "), pending.front().first->second)};
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].at("type") == "allreduce") continue;
@@ -408,7 +443,7 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
       const int32_t task = done[i].front();
       for (size_t q : *p)
         for (int32_t before : done[q])
-          if (before != task) g.depend(before, task);
+          if (before >= 0 && before != task) g.depend(before, task);
     }
     g.pack_dependencies();
     return g;
