@@ -15,9 +15,9 @@
 namespace pipegrid {
 namespace {
 
-Error too_large(const std::string& name) {
-  return Error{fmt::format("cannot read \"{}\": larger than the {} MiB limit for input files", name,
-                           kMaxInputBytes >> 20)};
+Error too_large(const std::string& name, std::size_t limit = kMaxInputBytes) {
+  return Error{
+      fmt::format("cannot read \"{}\": larger than the {} MiB limit for input files", name, limit >> 20)};
 }
 
 }  // namespace
@@ -55,7 +55,7 @@ bool was_read_as_input(const std::string& path) {
          inputs_read.end();
 }
 
-Result<std::string> read_input_file(const std::string& path) {
+Result<std::string> read_input_file(const std::string& path, std::size_t limit) {
   auto os_error = [&](int err) {
     return Error{fmt::format("cannot read \"{}\": {}", path, std::strerror(err))};
   };
@@ -71,7 +71,7 @@ Result<std::string> read_input_file(const std::string& path) {
   if (!S_ISREG(st.st_mode))
     return Error{fmt::format("cannot read \"{}\": {}, not a regular file", path, file_kind(st.st_mode))};
   remember_input(st);
-  if (static_cast<unsigned long long>(st.st_size) > kMaxInputBytes) return too_large(path);
+  if (static_cast<unsigned long long>(st.st_size) > limit) return too_large(path, limit);
   std::string text;
   char buffer[1 << 16];
   for (;;) {
@@ -82,7 +82,7 @@ Result<std::string> read_input_file(const std::string& path) {
     }
     if (n == 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > kMaxInputBytes) return too_large(path);  // the file grew while read
+    if (text.size() > limit) return too_large(path, limit);  // the file grew while read
   }
   return text;
 }

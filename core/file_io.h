@@ -13,15 +13,18 @@ namespace pipegrid {
 
 // The largest input file read (64 MiB): experiments, clusters, models, profiles, schedules.
 inline constexpr std::size_t kMaxInputBytes = std::size_t{64} << 20;
+// The largest trace graph read (1 GiB): `replay --graph` and the JSON of `replay --chakra`'s traces,
+// which grow with the iteration's tasks (Mixtral 8x7B on 64 GPUs: 92 MB).
+inline constexpr std::size_t kMaxTraceBytes = std::size_t{1} << 30;
 
 // "a directory", "a FIFO", "a character device", ... for a stat() st_mode (in messages).
 std::string file_kind(unsigned mode);
 
-// The whole content of `path`, which must be a regular file of at most kMaxInputBytes. Errors:
+// The whole content of `path`, which must be a regular file of at most `limit` bytes. Errors:
 //   cannot read "PATH": No such file or directory
 //   cannot read "PATH": not a regular file (a directory)
 //   cannot read "PATH": larger than the 64 MiB limit for input files
-Result<std::string> read_input_file(const std::string& path);
+Result<std::string> read_input_file(const std::string& path, std::size_t limit = kMaxInputBytes);
 
 // Whether `path` is a file this process read with read_input_file (the same file: device and inode),
 // so that no output replaces an input (output::write_file_safely refuses it).

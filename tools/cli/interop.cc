@@ -172,12 +172,12 @@ int run_replay(const ChakraOptions& o) {
     const std::string json_file = tmp.file("graph.json");
     const int rc = run_chakra_script({"decode", o.dir, "--prefix", o.prefix, "-o", json_file});
     if (rc != 0) return rc < 0 ? kInternal : rc;
-    Result<std::string> t = read_input_file(json_file);
+    Result<std::string> t = read_input_file(json_file, kMaxTraceBytes);
     if (!t) return bad_input(t.error().message);
     text = *t;
     source = o.dir;
   } else {
-    Result<std::string> t = read_input_file(o.graph);
+    Result<std::string> t = read_input_file(o.graph, kMaxTraceBytes);
     if (!t) return bad_input(t.error().message);
     text = *t;
   }
