@@ -167,8 +167,14 @@ TEST_CASE("trace graph in: receives that wait for their rank's own send around a
 namespace {
 
 json allreduce(int id, int rank, int tag, double bytes, std::vector<int> deps) {
-  return {{"id", id},     {"rank", rank},       {"type", "allreduce"}, {"name", "allreduce s0 s0 m-1"},
-          {"group", {0, 1, 2, 3}}, {"bytes", bytes}, {"tag", tag},    {"deps", deps}};
+  return {{"id", id},
+          {"rank", rank},
+          {"type", "allreduce"},
+          {"name", "allreduce s0 s0 m-1"},
+          {"group", {0, 1, 2, 3}},
+          {"bytes", bytes},
+          {"tag", tag},
+          {"deps", deps}};
 }
 
 }  // namespace

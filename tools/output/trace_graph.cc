@@ -172,9 +172,10 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
   };
   auto dep = [&](int32_t p, int rank, int32_t user) -> Result<int64_t> {
     if (const int64_t id = node_on(p, rank); id >= 0) return id;
-    return Error{fmt::format("task {} on device {} waits for task {}, of which that device sees no part; "
-                             "a Chakra trace cannot say that",
-                             name_of(user), rank, name_of(p))};
+    return Error{
+        fmt::format("task {} on device {} waits for task {}, of which that device sees no part; "
+                    "a Chakra trace cannot say that",
+                    name_of(user), rank, name_of(p))};
   };
   auto deps_of = [&](int32_t t, int rank) -> Result<json> {
     std::set<int64_t> ids;
@@ -233,9 +234,10 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
         } else if (const int64_t at = node_on(p, k.peer); at >= 0) {
           on_receiver.insert(at);
         } else {
-          return Error{fmt::format("task {} waits for task {}, of which neither end sees a part; a Chakra "
-                                   "trace cannot say that",
-                                   name_of(t), name_of(p))};
+          return Error{
+              fmt::format("task {} waits for task {}, of which neither end sees a part; a Chakra "
+                          "trace cannot say that",
+                          name_of(t), name_of(p))};
         }
       }
       const std::string name = transfer_name(k);
@@ -421,9 +423,9 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
           ++it;
           continue;
         }
-        std::vector<Deps> out = append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c,
-                                                     col.group, ready, col.bytes,
-                                                     static_cast<int32_t>(it->first->second));
+        std::vector<Deps> out =
+            append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c, col.group, ready,
+                                 col.bytes, static_cast<int32_t>(it->first->second));
         for (size_t m = 0; m < col.group.size(); ++m) {
           const size_t i = col.node.at(col.group[m]);
           done[i] = out[m].empty() ? ready[m] : out[m];
@@ -432,9 +434,10 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         it = pending.erase(it);
       }
       if (pending.size() == before)
-        return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) waits, through its dependencies, "
-                                 "for itself or for a collective that does",
-                                 fmt::join(pending.front().second->group, ", "), pending.front().first->second)};
+        return Error{
+            fmt::format("an all-reduce among ranks [{}] (tag {}) waits, through its dependencies, "
+                        "for itself or for a collective that does",
+                        fmt::join(pending.front().second->group, ", "), pending.front().first->second)};
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].at("type") == "allreduce") continue;
