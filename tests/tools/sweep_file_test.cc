@@ -155,6 +155,36 @@ TEST_CASE("bad sweep files get located errors") {
             "/sweep.yaml:3:3: grid: expected a key path like strategy.micro_batches, got a list");
 }
 
+// Quantities keep their kind: a bandwidth compared with a time or a bare number was compared by its SI
+// value (1e10 > 4e-5) until 2026-12-05 and kept every point. Products and quotients combine kinds.
+TEST_CASE("filters refuse quantities of different kinds and combine kinds through * and /") {
+  TempDir dir;
+  dir.write("experiment.yaml", kExperiment);
+  const std::string grid =
+      "base: experiment.yaml\ngrid:\n  cluster.bandwidth: [10GBps, 50GBps]\n"
+      "  strategy.micro_batches: [4, 8]\nwhere: \"";
+  CHECK(error_of(dir, grid + "cluster.bandwidth > 40us\"\n") ==
+        dir.path.string() + "/sweep.yaml:5:8: where: cannot use > with a bandwidth and a time");
+  CHECK(error_of(dir, grid + "cluster.bandwidth == 10\"\n") ==
+        dir.path.string() +
+            "/sweep.yaml:5:8: where: cannot use == with a bandwidth and a number (give the number its unit, "
+            "e.g. 40GBps, or the axis values theirs)");
+  CHECK(error_of(dir, grid + "cluster.bandwidth + 1ms > 2GBps\"\n") ==
+        dir.path.string() + "/sweep.yaml:5:8: where: cannot use + with a bandwidth and a time");
+  CHECK(error_of(dir, grid + "cluster.bandwidth * cluster.bandwidth > 1GBps\"\n")
+            .find("cannot use > with a quantity in s^-2 B^2 and a bandwidth") != std::string::npos);
+  // 10 GB/s x 1 ms = 10 MB, 50 GB/s x 1 ms = 50 MB: the 50 GB/s points (2 of 4).
+  TempDir d2;
+  d2.write("experiment.yaml", kExperiment);
+  CHECK(Sweep::load(d2.write("sweep.yaml", grid + "cluster.bandwidth * 1ms > 40MB\"\n")).points() ==
+        std::vector<size_t>{2, 3});
+  // 50 GB/s / 4 = 12.5 GB/s >= 10 GB/s; 50 / 8, 10 / 4 and 10 / 8 are below: point 2 alone.
+  TempDir d3;
+  d3.write("experiment.yaml", kExperiment);
+  CHECK(Sweep::load(d3.write("sweep.yaml", grid + "cluster.bandwidth / strategy.micro_batches >= 10GBps\"\n"))
+            .points() == std::vector<size_t>{2});
+}
+
 TEST_CASE("a bad value in a sweep is located in the sweep file when its point is read") {
   TempDir dir;
   dir.write("experiment.yaml", kExperiment);

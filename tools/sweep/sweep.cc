@@ -55,10 +55,27 @@ struct AxisRef : Expression {
   Value eval(const Lookup& lookup) const override { return lookup(axis); }
 };
 
+// "a bandwidth", "a time", "a number", "a quantity in B s^-1 FLOP^2" for messages.
+std::string dimension_name(const std::array<int, 3>& d) {
+  static const std::pair<std::array<int, 3>, const char*> known[] = {
+      {{0, 0, 0}, "a number"},     {{1, 0, 0}, "a time"},       {{0, 1, 0}, "a size in bytes"},
+      {{-1, 1, 0}, "a bandwidth"}, {{-1, 0, 1}, "a FLOP rate"}, {{0, 0, 1}, "a FLOP count"},
+      {{-1, 0, 0}, "a frequency"}};
+  for (const auto& [dim, name] : known)
+    if (dim == d) return name;
+  std::string units;
+  const char* base[] = {"s", "B", "FLOP"};
+  for (size_t i = 0; i < 3; ++i)
+    if (d[i] != 0)
+      units +=
+          fmt::format("{}{}{}", units.empty() ? "" : " ", base[i], d[i] == 1 ? "" : fmt::format("^{}", d[i]));
+  return "a quantity in " + units;
+}
+
 std::string type_name(const Value& v) {
-  return std::holds_alternative<double>(v) ? "a number"
-         : std::holds_alternative<bool>(v) ? "true/false"
-                                           : "text";
+  return std::holds_alternative<Quantity>(v) ? dimension_name(std::get<Quantity>(v).dimension)
+         : std::holds_alternative<bool>(v)   ? "true/false"
+                                             : "text";
 }
 
 struct Operation : Expression {
@@ -68,46 +85,69 @@ struct Operation : Expression {
   Value eval(const Lookup& lookup) const override {
     const Value x = a->eval(lookup);
     if (op == "not") return !truth(x);
-    if (op == "neg") return -number(x);
+    if (op == "neg") return Quantity{-number(x).value, number(x).dimension};
     if (op == "and") return truth(x) && truth(b->eval(lookup));
     if (op == "or") return truth(x) || truth(b->eval(lookup));
     const Value y = b->eval(lookup);
-    if (op == "==") return x == y;
-    if (op == "!=") return x != y;
+    const bool quantities = std::holds_alternative<Quantity>(x) && std::holds_alternative<Quantity>(y);
+    // Quantities of different kinds (a bandwidth and a time, or a bandwidth and a bare number) are
+    // refused: their SI values would compare or add without meaning.
+    auto same_kind = [&] {
+      if (quantities && std::get<Quantity>(x).dimension != std::get<Quantity>(y).dimension)
+        where->fail(fmt::format("cannot use {} with {} and {}{}", op, type_name(x), type_name(y),
+                                std::get<Quantity>(x).dimension == std::array<int, 3>{} ||
+                                        std::get<Quantity>(y).dimension == std::array<int, 3>{}
+                                    ? " (give the number its unit, e.g. 40GBps, or the axis values theirs)"
+                                    : ""));
+    };
+    if (op == "==" || op == "!=") {
+      same_kind();
+      return (x == y) == (op == "==");
+    }
     if (op == "<" || op == "<=" || op == ">" || op == ">=") {
       if (x.index() != y.index() || std::holds_alternative<bool>(x))
         where->fail(fmt::format("cannot compare {} with {} using {}", type_name(x), type_name(y), op));
-      const int c = x < y ? -1 : y < x ? 1 : 0;
+      same_kind();
+      const int c = quantities ? (std::get<Quantity>(x).value < std::get<Quantity>(y).value   ? -1
+                                  : std::get<Quantity>(y).value < std::get<Quantity>(x).value ? 1
+                                                                                              : 0)
+                               : std::get<std::string>(x).compare(std::get<std::string>(y));
       return op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
     }
-    const double p = number(x), q = number(y);
-    if (op == "+") return p + q;
-    if (op == "-") return p - q;
-    if (op == "*") return p * q;
-    return p / q;
+    const Quantity p = number(x), q = number(y);
+    if (op == "+" || op == "-") {
+      same_kind();
+      return Quantity{op == "+" ? p.value + q.value : p.value - q.value, p.dimension};
+    }
+    Quantity r{op == "*" ? p.value * q.value : p.value / q.value, p.dimension};
+    for (size_t i = 0; i < 3; ++i) r.dimension[i] += op == "*" ? q.dimension[i] : -q.dimension[i];
+    return r;
   }
   bool truth(const Value& v) const {
     if (!std::holds_alternative<bool>(v))
       where->fail(fmt::format("expected true/false around {}, got {}", op, type_name(v)));
     return std::get<bool>(v);
   }
-  double number(const Value& v) const {
-    if (!std::holds_alternative<double>(v))
+  Quantity number(const Value& v) const {
+    if (!std::holds_alternative<Quantity>(v))
       where->fail(fmt::format("expected a number around {}, got {}", op == "neg" ? "-" : op, type_name(v)));
-    return std::get<double>(v);
+    return std::get<Quantity>(v);
   }
 };
 
-// A scalar as filters see it: a number, a quantity in SI units, true/false, else text.
+// A scalar as filters see it: a number, a quantity in SI units with its dimension, true/false, else
+// text.
 Value value_of(const std::string& s) {
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec == std::errc() && p == s.data() + s.size()) return v;
+  if (ec == std::errc() && p == s.data() + s.size()) return Quantity{v, {}};
   if (s == "true") return true;
   if (s == "false") return false;
-  for (Dimension d : {Dimension::Time, Dimension::Bytes, Dimension::Bandwidth, Dimension::FlopRate,
-                      Dimension::Flops, Dimension::Frequency})
-    if (Result<double> q = parse_quantity(s, d, true)) return *q;
+  static const std::pair<Dimension, std::array<int, 3>> kinds[] = {
+      {Dimension::Time, {1, 0, 0}},      {Dimension::Bytes, {0, 1, 0}}, {Dimension::Bandwidth, {-1, 1, 0}},
+      {Dimension::FlopRate, {-1, 0, 1}}, {Dimension::Flops, {0, 0, 1}}, {Dimension::Frequency, {-1, 0, 0}}};
+  for (const auto& [d, dimension] : kinds)
+    if (Result<double> q = parse_quantity(s, d, true)) return Quantity{*q, dimension};
   return s;
 }
 
@@ -248,7 +288,8 @@ class Parser {
         ++end;
       const std::string text = s_.substr(i_, end - i_);
       Value v = value_of(text);
-      if (!std::holds_alternative<double>(v)) fail(fmt::format("\"{}\" is not a number or a quantity", text));
+      if (!std::holds_alternative<Quantity>(v))
+        fail(fmt::format("\"{}\" is not a number or a quantity", text));
       i_ = end;
       return std::make_unique<Constant>(v);
     }

@@ -18,6 +18,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -29,8 +30,16 @@
 
 namespace pipegrid::sweep {
 
-// A value as filters see it: a number (quantities in SI units: 25GBps = 2.5e10), a string, a bool.
-using Value = std::variant<double, std::string, bool>;
+// A number as filters see it: its value in SI units (25GBps = 2.5e10) and its dimension, as the
+// exponents of seconds, bytes and floating-point operations (25GBps: {-1, 1, 0}; a count: {0, 0, 0}).
+struct Quantity {
+  double value = 0;
+  std::array<int, 3> dimension{};
+  bool operator==(const Quantity& o) const { return value == o.value && dimension == o.dimension; }
+};
+
+// A value as filters see it: a quantity, a string, a bool.
+using Value = std::variant<Quantity, std::string, bool>;
 
 struct Axis {
   std::string path;                 // "cluster.device.dsps"
