@@ -257,6 +257,42 @@ def main():
         mode = c.execute("PRAGMA journal_mode").fetchone()[0]
         c.close()
         check(tables == ["points"] and mode == "delete", f"the foreign database was changed: {tables}, {mode}")
+        # A database of other tables only (an application's) gained the sweep's tables beside them
+        # until 2026-12-05; refused now, untouched.
+        mine = os.path.join(d, "mine.sqlite")
+        c = sqlite3.connect(mine)
+        c.execute("CREATE TABLE mine(x)")
+        c.commit()
+        c.close()
+        r = subprocess.run([pipegrid, "sweep", bad, "--db", mine], capture_output=True, text=True)
+        check(r.returncode == 2 and r.stderr == f'pipegrid: the results database "{mine}" is not a pipegrid '
+              "sweep's: it holds the table mine and no meta or points table (give another --db; nothing was "
+              "written)\n", r.stderr)
+        c = sqlite3.connect(mine)
+        tables = [t for (t,) in c.execute("SELECT name FROM sqlite_master")]
+        c.close()
+        check(tables == ["mine"], f"the database of other tables was changed: {tables}")
+
+        # --slurm: never replaces a file that is not an earlier --slurm's script (it did until
+        # 2026-12-05), writes its own again, and refuses more array tasks than points.
+        user_script = os.path.join(d, "bad.slurm.sh")
+        with open(user_script, "w") as f:
+            f.write("my own script\n")
+        r = subprocess.run([pipegrid, "sweep", bad, "--slurm", "2"], capture_output=True, text=True)
+        with open(user_script) as f:
+            kept = f.read()
+        check(r.returncode == 2 and "is not a script of an earlier `pipegrid sweep --slurm`" in r.stderr and
+              kept == "my own script\n" and not os.path.exists(os.path.join(d, "bad.slurm-merge.sh")),
+              f"--slurm beside the user's script: {r.returncode} {r.stderr}")
+        os.remove(user_script)
+        for n in ("2", "1"):  # written, then written again over its own scripts
+            r = subprocess.run([pipegrid, "sweep", bad, "--slurm", n], capture_output=True, text=True)
+            with open(user_script) as f:
+                check(r.returncode == 0 and f"#SBATCH --array=0-{int(n) - 1}\n" in f.read(),
+                      f"--slurm {n} writes (again): {r.returncode} {r.stderr}")
+        r = subprocess.run([pipegrid, "sweep", bad, "--slurm", "3"], capture_output=True, text=True)
+        check(r.returncode == 2 and r.stderr == "pipegrid: --slurm 3: the sweep selects 2 points, so 1 of the "
+              "array's tasks would run nothing; expected at most 2 (nothing was written)\n", r.stderr)
         junk = os.path.join(d, "junk.sqlite")
         with open(junk, "wb") as f:
             f.write(b"not a database" * 300)

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -284,6 +285,21 @@ int write_slurm(const SweepOptions& o, const Sweep& s) {
       fmt::arg("out_q", shell_quote(out_db)), fmt::arg("inputs", inputs));
   const std::string array_path = (dir / (stem + ".slurm.sh")).string();
   const std::string merge_path = (dir / (stem + ".slurm-merge.sh")).string();
+  // A script of an earlier --slurm is written again; any other file of that name is the user's.
+  for (const std::string& path : {array_path, merge_path}) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    // Not read_input_file: a file read as an input is never replaced (write_file_safely).
+    std::ifstream in(path);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    if (!fs::is_regular_file(path, ec) || head.find("#SBATCH --job-name=pipegrid-") == std::string::npos)
+      return bad_input(
+          fmt::format("--slurm: \"{}\" exists and is not a script of an earlier `pipegrid sweep "
+                      "--slurm`; move it away (nothing was written)",
+                      path));
+  }
   if (Status st = output::write_file_safely(array_path, array); !st) return bad_input(st.error().message);
   if (Status st = output::write_file_safely(merge_path, merge); !st) return bad_input(st.error().message);
   fs::permissions(array_path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
@@ -435,6 +451,12 @@ int run_sweep(const SweepOptions& o) {
   if (!sel) return bad_input(sel.error().message);
   const Sweep& s = *sel->sweep;
   const std::vector<size_t>& points = sel->points;
+  if (o.slurm > 0 && static_cast<size_t>(o.slurm) > points.size())
+    return bad_input(
+        fmt::format("--slurm {}: the sweep selects {} point{}, so {} of the array's tasks would run "
+                    "nothing; expected at most {} (nothing was written)",
+                    o.slurm, points.size(), points.size() == 1 ? "" : "s",
+                    static_cast<size_t>(o.slurm) - points.size(), points.size()));
   if (o.slurm > 0) return write_slurm(o, s);
   if (o.list) {
     for (size_t p : points) fmt::print("{} {}\n", p, s.describe(p));

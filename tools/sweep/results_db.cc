@@ -1,7 +1,10 @@
 #include "tools/sweep/results_db.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <vector>
@@ -86,7 +89,25 @@ Result<ResultsDb> ResultsDb::open(const std::string& path) {
   ResultsDb r(db, path);
   sqlite3_busy_timeout(db, 60'000);  // shards merged while another process writes: wait
   // A database of something else (a `points` or `meta` table of its own) would fail later with an
-  // SQL message, or export nothing: refuse it before anything is written to it.
+  // SQL message, or export nothing, and one with other tables only would gain the sweep's beside
+  // them: refuse both before anything is written to it.
+  std::vector<std::string> tables;
+  {
+    Statement st(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    if (!st.ok()) return Error{fmt::format("the results database \"{}\": {}", path, sqlite3_errmsg(db))};
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) tables.push_back(st.column_text(0));
+    if (rc != SQLITE_DONE)
+      return Error{fmt::format("the results database \"{}\": {}", path, sqlite3_errmsg(db))};
+  }
+  const bool ours = std::any_of(tables.begin(), tables.end(), [](const std::string& t) {
+    return std::any_of(std::begin(kColumns), std::end(kColumns), [&](const auto& c) { return t == c.first; });
+  });
+  if (!tables.empty() && !ours)
+    return Error{
+        fmt::format("the results database \"{}\" is not a pipegrid sweep's: it holds the table{} "
+                    "{} and no meta or points table (give another --db; nothing was written)",
+                    path, tables.size() == 1 ? "" : "s", fmt::join(tables, ", "))};
   for (const auto& [table, columns] : kColumns) {
     const std::string sql = fmt::format("PRAGMA table_info({})", table);
     Statement st(db, sql.c_str());
