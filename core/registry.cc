@@ -38,7 +38,8 @@ constexpr PartitionStrategy kPartitioners[] = {
     {.name = "pipedream",
      .description = "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
      .build = &partition_pipedream,
-     .replicas = ReplicaChoice::Chosen},
+     .replicas = ReplicaChoice::Chosen,
+     .takes_pipedream_options = true},
     {.name = "dp",
      .description =
          "pure data parallelism: one stage with every layer on every device, gradients all-reduced",

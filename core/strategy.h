@@ -90,6 +90,9 @@ struct PartitionStrategy {
   ReplicaChoice replicas = ReplicaChoice::Given;
   // `tensor_parallel` (the default planner turns each device it places into a group of t devices).
   bool takes_tensor_parallel = false;
+  // PipeDream's options: `straight`, `memory_constraint`, `linearize`, `activation_compression_ratio`,
+  // `hierarchy` (refused for partitioners without them, which would ignore them).
+  bool takes_pipedream_options = false;
 };
 // About a minute of search (graphpipe: 60-90 ns per step measured).
 inline constexpr double kMaxPartitionSearchSteps = 1073741824;  // 2^30

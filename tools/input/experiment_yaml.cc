@@ -728,6 +728,14 @@ void parse_replica_mode(const Node& n, StrategySpec& s, const Chosen& chosen) {
 
 // Planner and partitioner settings: PipeDream's command-line options, luo's `baselines`.
 void parse_planner_settings(const Node& n, StrategySpec& s, const Chosen& chosen, const Cluster& c) {
+  const auto pipedream = [](const PartitionStrategy& p) { return p.takes_pipedream_options; };
+  for (const char* key :
+       {"straight", "memory_constraint", "linearize", "activation_compression_ratio", "hierarchy"})
+    if (auto v = n.get(key); v && !(chosen.planner.runs_partitioner && pipedream(chosen.partitioner)))
+      v->fail(
+          fmt::format("used by partitioner: {} only (PipeDream's options), not {}; it would be ignored",
+                      names_with(partition_strategies(), pipedream, " or "),
+                      chosen.planner.runs_partitioner ? s.partitioner : std::string(chosen.planner.name)));
   if (auto v = n.get("straight")) s.partitioner_options.straight = v->boolean();
   if (auto v = n.get("memory_constraint")) s.partitioner_options.memory_constraint = v->boolean();
   if (auto v = n.get("linearize")) s.partitioner_options.linearize = v->boolean();
