@@ -139,6 +139,27 @@ TEST_CASE("trace graph in: located errors") {
                             {"bytes", 8},
                             {"deps", json::array()}}})) ==
         "rank 0 node \"\" (id 0): a rank appears twice in the group [0, 0]");
+  // The shape, checked first: the node, the key, what was expected and what was found (until
+  // 2026-12-05 a version 2 or another format was read as version 1, a dependency on the node itself
+  // was dropped, and a wrong type gave the JSON library's message without the node or key).
+  json bad = comp(0, 0, 1e-3, {});
+  bad["duration_s"] = "1ms";
+  CHECK(error(json::array({comp(0, 0, 1e-3, {}), bad})) ==
+        "node 1 (id 0): \"duration_s\": expected a time in seconds, found \"1ms\" (a string)");
+  CHECK(error(json::array({comp(3, 0, 1e-3, {3})})) == "node 0 (id 3): \"deps\": the node depends on itself");
+  json no_tag = comm(0, 0, "send", 1, 8, 1, {});
+  no_tag.erase("tag");
+  CHECK(error(json::array({no_tag})) == "node 0 (id 0): \"tag\": expected an integer tag, found nothing");
+  auto top = [&](json j) {
+    Result<TaskGraph> g = output::from_trace_graph(j, c);
+    REQUIRE_FALSE(g.ok());
+    return g.error().message;
+  };
+  CHECK(top({{"format", "pipegrid-trace-graph"}, {"version", 2}, {"nodes", json::array()}}) ==
+        "\"version\": expected 1 (this pipegrid reads version 1), found 2 (a number)");
+  CHECK(top({{"format", "chakra"}, {"nodes", json::array()}}) ==
+        "\"format\": expected \"pipegrid-trace-graph\", found \"chakra\" (a string)");
+  CHECK(top({{"nodes", 5}}) == "\"nodes\": expected a list of nodes, found 5 (a number)");
 }
 
 // Each rank sends to the other, and its receive waits for its own send (as in ASTRA-sim's custom

@@ -274,7 +274,95 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
 
 // --- import -----------------------------------------------------------------------------------
 
+namespace {
+
+// What a JSON value is, for messages: `"x"` (a string), `true`, `[...] (a list)`, ...
+std::string found(const json& v) {
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  const char* kind = v.is_string()    ? "a string"
+                     : v.is_array()   ? "a list"
+                     : v.is_object()  ? "an object"
+                     : v.is_boolean() ? "true/false"
+                     : v.is_null()    ? "null"
+                                      : "a number";
+  return fmt::format("{} ({})", text, kind);
+}
+
+// The trace graph's shape (docs/import-export.md), checked before it is read: each error names the
+// node (its position in `nodes` and its id), the key, what was expected and what was found.
+Status check_shape(const json& j) {
+  if (!j.is_object()) return Error{fmt::format("expected an object with \"nodes\", found {}", found(j))};
+  if (j.contains("format") && j["format"] != "pipegrid-trace-graph")
+    return Error{fmt::format("\"format\": expected \"pipegrid-trace-graph\", found {}", found(j["format"]))};
+  if (j.contains("version") && j["version"] != 1)
+    return Error{fmt::format("\"version\": expected 1 (this pipegrid reads version 1), found {}",
+                             found(j["version"]))};
+  if (j.contains("ranks") && !(j["ranks"].is_number_integer() && j["ranks"].get<int64_t>() >= 0))
+    return Error{fmt::format("\"ranks\": expected a count of ranks, found {}", found(j["ranks"]))};
+  if (j.contains("samples_per_iteration") &&
+      !(j["samples_per_iteration"].is_number() && j["samples_per_iteration"].get<double>() >= 0))
+    return Error{fmt::format("\"samples_per_iteration\": expected a number at least 0, found {}",
+                             found(j["samples_per_iteration"]))};
+  if (!j.contains("nodes") || !j["nodes"].is_array())
+    return Error{fmt::format("\"nodes\": expected a list of nodes, found {}",
+                             j.contains("nodes") ? found(j["nodes"]) : std::string("nothing"))};
+  const json& nodes = j["nodes"];
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const json& n = nodes[i];
+    const std::string at = n.is_object() && n.contains("id") && n["id"].is_number_integer()
+                               ? fmt::format("node {} (id {})", i, n["id"].get<int64_t>())
+                               : fmt::format("node {}", i);
+    if (!n.is_object()) return Error{fmt::format("{}: expected an object, found {}", at, found(n))};
+    auto need = [&](const char* key, bool ok, const char* what, bool optional = false) -> Status {
+      if (!n.contains(key))
+        return optional ? Status{}
+                        : Error{fmt::format("{}: \"{}\": expected {}, found nothing", at, key, what)};
+      if (!ok) return Error{fmt::format("{}: \"{}\": expected {}, found {}", at, key, what, found(n[key]))};
+      return {};
+    };
+    auto integer = [&](const char* key) { return n.contains(key) && n[key].is_number_integer(); };
+    auto number = [&](const char* key) { return n.contains(key) && n[key].is_number(); };
+    const bool deps_ok =
+        n.contains("deps") && n["deps"].is_array() &&
+        std::all_of(n["deps"].begin(), n["deps"].end(), [](const json& d) { return d.is_number_integer(); });
+    const std::string type = n.contains("type") && n["type"].is_string() ? n["type"].get<std::string>() : "";
+    for (const Status& st :
+         {need("id", integer("id"), "an integer id"), need("rank", integer("rank"), "a rank (an integer)"),
+          need("type", type == "comp" || type == "send" || type == "recv" || type == "allreduce",
+               "one of \"comp\", \"send\", \"recv\", \"allreduce\""),
+          need("deps", deps_ok, "a list of node ids"),
+          need("name", n.contains("name") && n["name"].is_string(), "a name (text)", true)})
+      if (!st) return st;
+    if (std::find(n["deps"].begin(), n["deps"].end(), n["id"]) != n["deps"].end())
+      return Error{fmt::format("{}: \"deps\": the node depends on itself", at)};
+    Status st;
+    if (type == "comp") {
+      st = need("duration_s", number("duration_s"), "a time in seconds");
+    } else if (type == "send" || type == "recv") {
+      for (const Status& x :
+           {need("peer", integer("peer"), "a rank (an integer)"),
+            need("bytes", number("bytes"), "a size in bytes"), need("tag", integer("tag"), "an integer tag"),
+            need("duration_s", number("duration_s"), "a time in seconds", true)})
+        if (!x) return x;
+    } else {
+      const bool group_ok = n.contains("group") && n["group"].is_array() &&
+                            std::all_of(n["group"].begin(), n["group"].end(),
+                                        [](const json& r) { return r.is_number_integer(); });
+      for (const Status& x :
+           {need("group", group_ok, "a list of ranks"), need("bytes", number("bytes"), "a size in bytes"),
+            need("tag", integer("tag"), "an integer tag", true)})
+        if (!x) return x;
+    }
+    if (!st) return st;
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
+  if (Status shape = check_shape(j); !shape) return shape.error();
   try {
     const size_t devices = c.devices.size();
     const json& nodes = j.at("nodes");
