@@ -34,7 +34,7 @@ struct Options {
   bool json = false;
   // bench
   std::string op = "allreduce";
-  std::string algorithm = "ring";
+  std::string algorithm;  // empty: ring
   std::vector<std::string> sizes;
   int devices = 0;
   std::string from, to;
@@ -196,10 +196,14 @@ int run_bench(const Options& o) {
     return it->second;
   };
   std::vector<int> devices;
-  const AllReduceAlgorithm algorithm = *parse_allreduce(o.algorithm);
+  const std::string algorithm_name = o.algorithm.empty() ? "ring" : o.algorithm;
+  const AllReduceAlgorithm algorithm = *parse_allreduce(algorithm_name);
   const int D = static_cast<int>(c->devices.size());
   if (o.op == "p2p") {
     if (D < 2) return bad_input(fmt::format("{}: a point-to-point transfer needs two devices", o.cluster));
+    // Options of the all-reduce would be ignored.
+    if (!o.algorithm.empty()) return bad_input("--algorithm is for --op allreduce");
+    if (o.devices > 0) return bad_input("--devices is for --op allreduce (--op p2p: --from and --to)");
     Result<int> a = o.from.empty() ? Result<int>(0) : device_named(o.from, "--from");
     Result<int> b = o.to.empty() ? Result<int>(1) : device_named(o.to, "--to");
     if (!a) return bad_input(a.error().message);
@@ -208,6 +212,11 @@ int run_bench(const Options& o) {
     devices = {*a, *b};
   } else {
     if (!o.from.empty() || !o.to.empty()) return bad_input("--from and --to are for --op p2p");
+    if (algorithm == AllReduceAlgorithm::Nccl && !all_gpus(*c))
+      return bad_input(fmt::format(
+          "--algorithm nccl: {} has devices other than GPUs (nccl is NCCL's pick, a GPU library); expected ring, "
+          "hierarchical, multi-ring or tree",
+          o.cluster));
     const int n = o.devices > 0 ? o.devices : std::min(D, kDefaultBenchDevices);
     if (n > D) return bad_input(fmt::format("--devices: the cluster has {} devices, got {}", D, n));
     for (int i = 0; i < n; ++i) devices.push_back(i);
@@ -221,7 +230,7 @@ int run_bench(const Options& o) {
     if (o.op == "p2p")
       fmt::print("p2p {} -> {} on {}\n", c->devices[devices[0]].name, c->devices[devices[1]].name, o.cluster);
     else
-      fmt::print("all-reduce ({}) over {} of {} devices of {}\n", o.algorithm, n, D, o.cluster);
+      fmt::print("all-reduce ({}) over {} of {} devices of {}\n", algorithm_name, n, D, o.cluster);
     fmt::print("{:>12} {:>12} {:>14} {:>14}{}\n", "bytes", "time", "algbw", "busbw",
                algorithm == AllReduceAlgorithm::Nccl ? "  runs" : "");
   }
