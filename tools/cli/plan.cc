@@ -87,7 +87,8 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
              e.strategy.chunks > 1 ? fmt::format(", {} chunks per rank", e.strategy.chunks) : "");
   fmt::print("batch       {}\n", output::batch_note(run));
   if (const Parallelism par = parallelism(p); par.tensor > 1 || par.context > 1)
-    fmt::print("parallel    t = {}, {}p = {}{}, d = {}\n", par.tensor,
+    fmt::print("parallel    t = {}{}, {}p = {}{}, d = {}\n", par.tensor,
+               e.strategy.sequence_parallel ? " (sequence parallel)" : "",
                par.context > 1 ? output::context_note(e, p) + ", " : "", par.pipeline,
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
