@@ -233,4 +233,10 @@ double grad_accumulation_time(double parameters, double tensors, GradAccumulatio
 // unfused from the second on, main-grad every one, fused none.
 bool pays_grad_accumulation(GradAccumulation g, int index);
 
+// Whether two devices cost alike for the planners that assume identical devices: the same catalog
+// kind, memory and peak rates.
+inline bool same_device(const DeviceSpec& a, const DeviceSpec& b) {
+  return a.kind == b.kind && a.memory_bytes == b.memory_bytes && a.peak_flops == b.peak_flops;
+}
+
 }  // namespace pipegrid

@@ -151,6 +151,8 @@ struct PlannerInfo {
   // and takes tensor_parallel; the other planners choose each stage's devices themselves.
   bool runs_partitioner = false;
   bool takes_baselines = false;  // `baselines`: also plans with the other planners, keeps the best
+  // Plans with the first device's costs for every device (PartitionStrategy's flag of that name).
+  bool assumes_identical_devices = false;
 };
 
 inline constexpr std::string_view kDefaultPlanner = "partitioner";

@@ -29,7 +29,8 @@ constexpr PartitionStrategy kPartitioners[] = {
          "GraphPipe-style: a DAG of stages from the series-parallel decomposition, min bottleneck TPS",
      .build = &partition_graphpipe,
      .search_steps = &graphpipe_search_steps,
-     .replicas = ReplicaChoice::Chosen},
+     .replicas = ReplicaChoice::Chosen,
+     .assumes_identical_devices = true},
     {.name = "bapipe",
      .description =
          "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
@@ -39,7 +40,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      .description = "PipeDream's planner (SOSP'19): antichain DP with replication, hierarchy, straight mode",
      .build = &partition_pipedream,
      .replicas = ReplicaChoice::Chosen,
-     .takes_pipedream_options = true},
+     .takes_pipedream_options = true,
+     .assumes_identical_devices = true},
     {.name = "dp",
      .description =
          "pure data parallelism: one stage with every layer on every device, gradients all-reduced",
@@ -114,7 +116,8 @@ constexpr PlannerInfo kPlanners[] = {
      .description =
          "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own "
          "t and d, 1F1B",
-     .plan = &plan_piper},
+     .plan = &plan_piper,
+     .assumes_identical_devices = true},
 };
 
 template <class T>

@@ -93,6 +93,9 @@ struct PartitionStrategy {
   // PipeDream's options: `straight`, `memory_constraint`, `linearize`, `activation_compression_ratio`,
   // `hierarchy` (refused for partitioners without them, which would ignore them).
   bool takes_pipedream_options = false;
+  // Plans with the first device's costs for every device (identical devices assumed): a cluster of
+  // unlike devices is said beside the plan.
+  bool assumes_identical_devices = false;
 };
 // About a minute of search (graphpipe: 60-90 ns per step measured).
 inline constexpr double kMaxPartitionSearchSteps = 1073741824;  // 2^30

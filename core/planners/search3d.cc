@@ -29,10 +29,6 @@ bool allowed(const std::vector<int>& list, int x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
 }
 
-bool same_device(const DeviceSpec& a, const DeviceSpec& b) {
-  return a.kind == b.kind && a.memory_bytes == b.memory_bytes && a.peak_flops == b.peak_flops;
-}
-
 // The first clause of an error message, so that reasons group (numbers after the first ':' vary).
 std::string reason_of(const std::string& message) {
   const size_t cut = message.find(" (");

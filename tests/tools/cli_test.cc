@@ -355,3 +355,35 @@ TEST_CASE("plan and jobs say which devices a plan leaves without a stage") {
   CHECK(j.err.find("job a: 2 of 4 devices hold no stage (gpu2, gpu3): the job holds them idle") !=
         std::string::npos);
 }
+
+TEST_CASE("planners that cost every device as the first one say so on a cluster of unlike devices") {
+  // graphpipe, pipedream and piper plan with the first device's costs; on two A100s and two V100s
+  // graphpipe gave the last V100 4 of 13 layers (11 ms per micro-batch against about 6 ms on the
+  // others) with nothing said until 2026-12-05. bapipe costs each device and says nothing.
+  TempDir tmp;
+  const std::string mixed = tmp.write(
+      "m.yaml",
+      "workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 32000, "
+      "precision: amp}\n"
+      "cluster:\n  devices: [{name: fast, count: 2, model: a100}, {name: slow, count: 2, model: v100}]\n"
+      "  switches: [sw]\n  links:\n"
+      "    - {between: [fast0, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "    - {between: [fast1, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "    - {between: [slow0, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "    - {between: [slow1, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "strategy: {partitioner: graphpipe, micro_batches: 4}\n");
+  const std::string said = "plans as if every device were the first (fast0, a100); slow0 (v100) differs";
+  auto graphpipe = run_command({PIPEGRID_BINARY, "run", mixed});
+  REQUIRE(graphpipe.exit_code == 0);
+  CHECK(graphpipe.err.find("partitioner graphpipe " + said) != std::string::npos);
+  auto piper = run_command({PIPEGRID_BINARY, "plan", mixed, "--set", "strategy.planner=piper"});
+  REQUIRE(piper.exit_code == 0);
+  CHECK(piper.err.find("planner piper " + said) != std::string::npos);
+  auto bapipe = run_command({PIPEGRID_BINARY, "run", mixed, "--set", "strategy.partitioner=bapipe"});
+  REQUIRE(bapipe.exit_code == 0);
+  CHECK(bapipe.err.find("plans as if") == std::string::npos);
+  // Alike devices: nothing said.
+  auto alike = run_command({PIPEGRID_BINARY, "run", mixed, "--set", "cluster.devices[1].model=a100"});
+  REQUIRE(alike.exit_code == 0);
+  CHECK(alike.err.find("plans as if") == std::string::npos);
+}

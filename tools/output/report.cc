@@ -283,6 +283,26 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
           idle_count > 4 ? ", ..." : "", chunks > 1 ? " or chunks" : ""));
     }
   }
+  // Planners that cost every device as the first one, on a cluster of unlike devices in use.
+  if (Result<const PlannerInfo*> planner = find_planner(run.planner); planner) {
+    const bool partitioner = (*planner)->runs_partitioner;
+    Result<const PartitionStrategy*> cut = find_partitioner(e.strategy.partitioner);
+    const bool identical =
+        partitioner ? cut && (*cut)->assumes_identical_devices : (*planner)->assumes_identical_devices;
+    const Device& first = e.cluster.devices.front();
+    for (size_t s = 0; identical && s < run.partition.stage_count(); ++s)
+      for (int d : run.partition.stage(s).devices)
+        if (const Device& other = e.cluster.devices[static_cast<size_t>(d)];
+            !same_device(other.spec, first.spec)) {
+          out.push_back(fmt::format(
+              "{} {} plans as if every device were the first ({}, {}); {} ({}) differs, and the replay runs "
+              "each device at its own speed, so the plan may not be the best for this cluster",
+              partitioner ? "partitioner" : "planner", partitioner ? e.strategy.partitioner : run.planner,
+              first.name, first.spec.kind, other.name, other.spec.kind));
+          s = run.partition.stage_count() - 1;
+          break;
+        }
+  }
   // Recompute modules beyond Megatron's default: the planners with a memory model of their own
   // estimate selective recomputation as core_attn alone while they search; the plan they choose is
   // replayed with the modules.
