@@ -240,7 +240,8 @@ TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   CHECK(op.exit_code == 2);
   // Options the operation would ignore, and NCCL's pick on FPGAs (run until 2026-12-05: the p2p row
   // looked like a 4-device result, and the FPGA ring printed "runs multi-ring" under NCCL's name).
-  auto devices = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "p2p", "--devices", "4"});
+  auto devices =
+      run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "p2p", "--devices", "4"});
   CHECK(devices.exit_code == 2);
   CHECK(devices.err == "pipegrid: --devices is for --op allreduce (--op p2p: --from and --to)\n");
   auto algorithm =
@@ -249,9 +250,10 @@ TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   CHECK(algorithm.err == "pipegrid: --algorithm is for --op allreduce\n");
   auto nccl = run_command({PIPEGRID_BINARY, "cluster", "bench", "fpga-ring-u280-8", "--algorithm", "nccl"});
   CHECK(nccl.exit_code == 2);
-  CHECK(nccl.err ==
-        "pipegrid: --algorithm nccl: fpga-ring-u280-8 has devices other than GPUs (nccl is NCCL's pick, a GPU "
-        "library); expected ring, hierarchical, multi-ring or tree\n");
+  CHECK(
+      nccl.err ==
+      "pipegrid: --algorithm nccl: fpga-ring-u280-8 has devices other than GPUs (nccl is NCCL's pick, a GPU "
+      "library); expected ring, hierarchical, multi-ring or tree\n");
 }
 
 TEST_CASE("dgx preset: a pipeline whose stages cross InfiniBand is slower by what the link figures predict") {

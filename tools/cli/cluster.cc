@@ -213,10 +213,11 @@ int run_bench(const Options& o) {
   } else {
     if (!o.from.empty() || !o.to.empty()) return bad_input("--from and --to are for --op p2p");
     if (algorithm == AllReduceAlgorithm::Nccl && !all_gpus(*c))
-      return bad_input(fmt::format(
-          "--algorithm nccl: {} has devices other than GPUs (nccl is NCCL's pick, a GPU library); expected ring, "
-          "hierarchical, multi-ring or tree",
-          o.cluster));
+      return bad_input(
+          fmt::format("--algorithm nccl: {} has devices other than GPUs (nccl is NCCL's pick, a GPU "
+                      "library); expected ring, "
+                      "hierarchical, multi-ring or tree",
+                      o.cluster));
     const int n = o.devices > 0 ? o.devices : std::min(D, kDefaultBenchDevices);
     if (n > D) return bad_input(fmt::format("--devices: the cluster has {} devices, got {}", D, n));
     for (int i = 0; i < n; ++i) devices.push_back(i);
