@@ -442,3 +442,26 @@ TEST_CASE(
   CHECK(cf_text.out.find("N counts every routed copy, the 50.00% a capacity factor drops included") !=
         std::string::npos);
 }
+
+TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
+  // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
+  // said until 2026-12-05: the same time as fp32.
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "t.yaml",
+      "workload: {model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 256, vocabulary: 1024, precision: "
+      "tf32}\ncluster: {preset: fpga-ring-u280-8}\nstrategy: {partitioner: uniform, micro_batches: 2}\n");
+  const json t = run_json({exp});
+  CHECK(t["assumptions"]["tf32_as_fp32"] == json::array({"u280"}));
+  const json f = run_json({exp, "--set", "workload.precision=fp32"});
+  CHECK(f["assumptions"]["tf32_as_fp32"] == json::array());
+  CHECK(t["iteration_time_s"] == f["iteration_time_s"]);
+  auto text = run_command({PIPEGRID_BINARY, "run", exp});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("tf32 run as fp32 on u280 (no tf32 rate)") != std::string::npos);
+  // An A100 has the rate: nothing said.
+  const json a = run_json({exp, "--set",
+                           "cluster={kind: switch, count: 8, device: {name: gpu, model: a100}, "
+                           "bandwidth: 25GBps, latency: 1us}"});
+  CHECK(a["assumptions"]["tf32_as_fp32"] == json::array());
+}

@@ -1,6 +1,7 @@
 #include "tools/output/run_figures.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -203,6 +204,18 @@ std::vector<std::string> host_dispatch_classes(const Cluster& c) {
   return out;
 }
 
+// The kinds of the devices that run a tf32 workload as fp32, having no tf32 rate (a V100, an FPGA),
+// as PyTorch's allow_tf32 does below Ampere; empty for other precisions.
+std::vector<std::string> tf32_as_fp32(const Experiment& e) {
+  std::vector<std::string> kinds;
+  if (math_precision(e.workload.precision) != Precision::TF32) return kinds;
+  for (const Device& d : e.cluster.devices)
+    if (d.spec.runs_as(Precision::TF32) != Precision::TF32 &&
+        std::find(kinds.begin(), kinds.end(), d.spec.kind) == kinds.end())
+      kinds.push_back(d.spec.kind);
+  return kinds;
+}
+
 }  // namespace
 
 std::string grad_accumulation_note(GradAccumulation g) {
@@ -285,6 +298,8 @@ std::string assumptions_note(const Experiment& e) {
                                                   "Engine's measured kernel ratio)",
                                                   fp8_gemm_rate(e.workload.precision))
                                     : ""));
+  if (const std::vector<std::string> kinds = tf32_as_fp32(e); !kinds.empty())
+    parts.push_back(fmt::format("tf32 run as fp32 on {} (no tf32 rate)", fmt::join(kinds, ", ")));
   const std::vector<std::string> classes = host_dispatch_classes(e.cluster);
   if (const std::vector<double> host = host_dispatch(e.cluster); !host.empty() || !classes.empty()) {
     std::string times;
@@ -364,6 +379,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
       {"padded_vocabulary",
        padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
       {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
+      {"tf32_as_fp32", tf32_as_fp32(e)},
       {"collective_engine", engine_json(e.cluster)},
       {"kernel_dispatch_s", host_dispatch(e.cluster)},
       {"kernel_dispatch_classes", host_dispatch_classes(e.cluster)},
