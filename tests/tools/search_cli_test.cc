@@ -493,3 +493,48 @@ TEST_CASE(
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--ep 3 does not divide the 8 routed experts") != std::string::npos);
 }
+
+// Found by a hunt on 2026-12-05: --sweep or --emit onto the experiment replaced it (with a sweep that
+// named itself as its base), --memory-margin was not written into --emit's file (its `run` had the
+// default reserve), and axis values no candidate can take, or options of an axis the workload does
+// not have, ran a search of nothing ("no candidate fits", exit 0) or were ignored.
+TEST_CASE("search: outputs never replace the experiment, and options that would change nothing are refused") {
+  TempDir tmp;
+  const std::string exp = tmp.write("gpt.yaml", kGptNoBatch);
+  auto search = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv);
+  };
+  auto sweep = search({"--sweep", exp});
+  CHECK(sweep.exit_code == 2);
+  CHECK(sweep.err == "pipegrid: --sweep \"" + exp + "\" is the experiment file: an output must not overwrite an input\n");
+  auto emit = search({"--emit", exp});
+  CHECK(emit.exit_code == 2);
+  CHECK(read_file(exp) == kGptNoBatch);
+  const std::string both = (tmp.path / "w.yaml").string();
+  auto same = search({"--emit", both, "--sweep", both});
+  CHECK(same.exit_code == 2);
+  CHECK(same.err.find("are the same file") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(both));
+  const std::map<std::vector<std::string>, std::string> refused = {
+      {{"--tensor-parallel", "3"}, "--tensor-parallel 3: expected a divisor of the cluster's 16 devices"},
+      {{"--pipeline", "32"}, "--pipeline 32: expected a divisor of the cluster's 16 devices"},
+      {{"--micro-batch", "3"}, "--micro-batch 3: expected a divisor of the global batch 16"},
+      {{"--chunks", "1"}, "--chunks 1: expected at least 2 (model chunks per rank of interleaved-1f1b; 1 is 1f1b)"},
+      {{"--dispatcher", "deepep"}, "--dispatcher: workload \"gpt\" has no mixture-of-experts blocks to dispatch to"},
+      {{"--cp-algorithm", "a2a"},
+       "--cp-algorithm: the search tries no cp > 1 (by default only where each rank keeps 4096 tokens, and the "
+       "sequence is 1024: give --cp), so the algorithm would change nothing"}};
+  for (const auto& [args, message] : refused) {
+    auto r = search(args);
+    INFO(args.front());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "pipegrid: " + message + "\n");
+  }
+  // The reserve the search judged memory against is the emitted file's.
+  const std::string emitted = (tmp.path / "m.yaml").string();
+  auto m = search({"--memory-margin", "40GiB", "--emit", emitted});
+  REQUIRE_MESSAGE(m.exit_code == 0, m.err);
+  CHECK(read_file(emitted).find("reserve: 40GiB") != std::string::npos);
+}

@@ -25,6 +25,7 @@
 #include "tools/cli/search_emit.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/report.h"
+#include "tools/output/safe_write.h"
 #include "tools/process/folded_replay.h"
 #include "tools/process/process.h"
 
@@ -277,10 +278,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     axis("strategy.expert_tensor_parallel", etp);
     axis("strategy.moe.dispatcher", disp);
   }
-  std::ofstream out(o.sweep);
-  out << text;
-  if (!out) return Error{fmt::format("cannot write {}", o.sweep)};
-  return {};
+  return output::write_file_safely(o.sweep, text);
 }
 
 // The search's options from the command line's; an Error for a mode --recompute does not know.
@@ -565,10 +563,55 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
   const std::string comment =
       fmt::format("pipegrid search {} --global-batch {}: the winner, {} ({} per iteration)", o.file,
                   o.global_batch, c.label(), how);
-  if (Status st = emit_candidate({o.file, o.overrides, exp, c, o.global_batch, o.emit, comment}); !st)
+  // The overrides the search read the base with, --memory-margin's reserve included, so that `run`
+  // of the file has the memory the search judged the candidate against.
+  if (Status st = emit_candidate(
+          {o.file, with_memory_margin(o.overrides, o.memory_margin), exp, c, o.global_batch, o.emit, comment});
+      !st)
     return st;
   fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
              o.emit, o.emit);
+  return {};
+}
+
+// What the search would otherwise run in vain or ignore, refused before it starts: outputs that
+// are the experiment or each other (the sweep file replaced the experiment), axis values no
+// candidate can take, and options of an axis the workload does not have.
+Status check_before_search(const SearchOptions& o, const Experiment& exp) {
+  if (Status st = output::check_distinct_outputs({{"--emit", o.emit}, {"--sweep", o.sweep}},
+                                                 {{"the experiment file", o.file}});
+      !st)
+    return st;
+  const int n = static_cast<int>(exp.cluster.devices.size());
+  for (int t : o.tensor_parallel)
+    if (t < 1 || n % t != 0)
+      return Error{fmt::format("--tensor-parallel {}: expected a divisor of the cluster's {} devices", t, n)};
+  for (int p : o.pipeline)
+    if (p < 1 || n % p != 0)
+      return Error{fmt::format("--pipeline {}: expected a divisor of the cluster's {} devices", p, n)};
+  for (int b : o.micro_batch_sizes)
+    if (b < 1 || o.global_batch % b != 0)
+      return Error{fmt::format("--micro-batch {}: expected a divisor of the global batch {}", b, o.global_batch)};
+  for (int v : o.chunks)
+    if (v < 2)
+      return Error{fmt::format(
+          "--chunks {}: expected at least 2 (model chunks per rank of interleaved-1f1b; 1 is 1f1b)", v)};
+  if (!o.dispatchers.empty() && routed_experts(exp.workload) == 0)
+    return Error{fmt::format("--dispatcher: workload \"{}\" has no mixture-of-experts blocks to dispatch to",
+                             exp.workload.name)};
+  if (!o.cp_algorithms.empty()) {
+    double sequence = 0;
+    for (size_t l = 0; l < exp.workload.layer_count(); ++l)
+      sequence = std::max(sequence, exp.workload.layer(static_cast<int>(l)).split.sequence);
+    const bool given = std::any_of(o.context_parallel.begin(), o.context_parallel.end(), [](int c) { return c > 1; });
+    if (!given && (!o.context_parallel.empty() || sequence / 2 < kSearch3dCpMinTokens))
+      return Error{fmt::format(
+          "--cp-algorithm: the search tries no cp > 1 ({}), so the algorithm would change nothing",
+          !o.context_parallel.empty()
+              ? "--cp gives none"
+              : fmt::format("by default only where each rank keeps {:g} tokens, and the sequence is {:g}: give --cp",
+                            kSearch3dCpMinTokens, sequence))};
+  }
   return {};
 }
 
@@ -578,6 +621,7 @@ int run(const SearchOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, overrides, false);
   if (!exp) return bad_input(exp.error().message);
   const bool tty = isatty(STDERR_FILENO) == 1;
+  if (Status st = check_before_search(o, *exp); !st) return bad_input(st.error().message);
   // Before the search, not after minutes of it: the folder --emit writes into must exist.
   if (const std::filesystem::path dir = std::filesystem::path(o.emit).parent_path();
       !o.emit.empty() && !dir.empty() && !std::filesystem::is_directory(dir))

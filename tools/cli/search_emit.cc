@@ -4,6 +4,8 @@
 // the rest, in Megatron's batch vocabulary (strategy.micro_batch_size per replica, global_batch).
 #include "tools/cli/search_emit.h"
 
+#include "tools/output/safe_write.h"
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -126,10 +128,7 @@ Status emit_candidate(const EmitRequest& r) {
     if (!same_run(*back, search3d_experiment(r.base, r.candidate)))
       return Error{
           fmt::format("--emit: the written experiment is not the candidate {}", r.candidate.label())};
-    std::ofstream out(r.out_file);
-    out << text;
-    if (!out) return Error{fmt::format("--emit: cannot write {}", r.out_file)};
-    return {};
+    return output::write_file_safely(r.out_file, text);
   } catch (const input::InputError& e) {
     return Error{e.what()};
   }
