@@ -191,9 +191,10 @@ Status Search3d::model_shape() {
   }
   experts_ = routed_experts(w_);
   if (experts_ == 0 && (!o_.expert_parallel.empty() || !o_.expert_tensor_parallel.empty()))
-    return Error{fmt::format(
-        "expert-parallel sizes were given (--ep, --etp), and workload \"{}\" has no mixture-of-experts blocks",
-        w_.name)};
+    return Error{
+        fmt::format("expert-parallel sizes were given (--ep, --etp), and workload \"{}\" has no "
+                    "mixture-of-experts blocks",
+                    w_.name)};
   if (experts_ > 0 && o_.dispatchers.empty()) return Error{"no token dispatcher to search"};
   for (int ep : o_.expert_parallel)
     if (experts_ > 0 && (ep < 1 || std::fmod(experts_, ep) != 0))

@@ -508,7 +508,8 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
   };
   auto sweep = search({"--sweep", exp});
   CHECK(sweep.exit_code == 2);
-  CHECK(sweep.err == "pipegrid: --sweep \"" + exp + "\" is the experiment file: an output must not overwrite an input\n");
+  CHECK(sweep.err ==
+        "pipegrid: --sweep \"" + exp + "\" is the experiment file: an output must not overwrite an input\n");
   auto emit = search({"--emit", exp});
   CHECK(emit.exit_code == 2);
   CHECK(read_file(exp) == kGptNoBatch);
@@ -521,10 +522,13 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
       {{"--tensor-parallel", "3"}, "--tensor-parallel 3: expected a divisor of the cluster's 16 devices"},
       {{"--pipeline", "32"}, "--pipeline 32: expected a divisor of the cluster's 16 devices"},
       {{"--micro-batch", "3"}, "--micro-batch 3: expected a divisor of the global batch 16"},
-      {{"--chunks", "1"}, "--chunks 1: expected at least 2 (model chunks per rank of interleaved-1f1b; 1 is 1f1b)"},
-      {{"--dispatcher", "deepep"}, "--dispatcher: workload \"gpt\" has no mixture-of-experts blocks to dispatch to"},
+      {{"--chunks", "1"},
+       "--chunks 1: expected at least 2 (model chunks per rank of interleaved-1f1b; 1 is 1f1b)"},
+      {{"--dispatcher", "deepep"},
+       "--dispatcher: workload \"gpt\" has no mixture-of-experts blocks to dispatch to"},
       {{"--cp-algorithm", "a2a"},
-       "--cp-algorithm: the search tries no cp > 1 (by default only where each rank keeps 4096 tokens, and the "
+       "--cp-algorithm: the search tries no cp > 1 (by default only where each rank keeps 4096 tokens, and "
+       "the "
        "sequence is 1024: give --cp), so the algorithm would change nothing"}};
   for (const auto& [args, message] : refused) {
     auto r = search(args);

@@ -565,8 +565,8 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
                   o.global_batch, c.label(), how);
   // The overrides the search read the base with, --memory-margin's reserve included, so that `run`
   // of the file has the memory the search judged the candidate against.
-  if (Status st = emit_candidate(
-          {o.file, with_memory_margin(o.overrides, o.memory_margin), exp, c, o.global_batch, o.emit, comment});
+  if (Status st = emit_candidate({o.file, with_memory_margin(o.overrides, o.memory_margin), exp, c,
+                                  o.global_batch, o.emit, comment});
       !st)
     return st;
   fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
@@ -591,7 +591,8 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
       return Error{fmt::format("--pipeline {}: expected a divisor of the cluster's {} devices", p, n)};
   for (int b : o.micro_batch_sizes)
     if (b < 1 || o.global_batch % b != 0)
-      return Error{fmt::format("--micro-batch {}: expected a divisor of the global batch {}", b, o.global_batch)};
+      return Error{
+          fmt::format("--micro-batch {}: expected a divisor of the global batch {}", b, o.global_batch)};
   for (int v : o.chunks)
     if (v < 2)
       return Error{fmt::format(
@@ -603,14 +604,16 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
     double sequence = 0;
     for (size_t l = 0; l < exp.workload.layer_count(); ++l)
       sequence = std::max(sequence, exp.workload.layer(static_cast<int>(l)).split.sequence);
-    const bool given = std::any_of(o.context_parallel.begin(), o.context_parallel.end(), [](int c) { return c > 1; });
+    const bool given =
+        std::any_of(o.context_parallel.begin(), o.context_parallel.end(), [](int c) { return c > 1; });
     if (!given && (!o.context_parallel.empty() || sequence / 2 < kSearch3dCpMinTokens))
       return Error{fmt::format(
           "--cp-algorithm: the search tries no cp > 1 ({}), so the algorithm would change nothing",
           !o.context_parallel.empty()
               ? "--cp gives none"
-              : fmt::format("by default only where each rank keeps {:g} tokens, and the sequence is {:g}: give --cp",
-                            kSearch3dCpMinTokens, sequence))};
+              : fmt::format(
+                    "by default only where each rank keeps {:g} tokens, and the sequence is {:g}: give --cp",
+                    kSearch3dCpMinTokens, sequence))};
   }
   return {};
 }

@@ -4,8 +4,6 @@
 // the rest, in Megatron's batch vocabulary (strategy.micro_batch_size per replica, global_batch).
 #include "tools/cli/search_emit.h"
 
-#include "tools/output/safe_write.h"
-
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -14,6 +12,7 @@
 
 #include "tools/input/experiment_yaml.h"
 #include "tools/input/yaml_node.h"
+#include "tools/output/safe_write.h"
 
 namespace pipegrid::cli {
 namespace {
