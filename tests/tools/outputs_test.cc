@@ -151,5 +151,15 @@ TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
   CHECK(back.out == csv.out);
   auto bad = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "4", "-m", "8", "--chunks", "2"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err == "pipegrid: --chunks 2: chunks need interleaved-1f1b or file, not 1f1b\n");
+  CHECK(bad.err == "pipegrid: --chunks 2: chunks need interleaved-1f1b, dualpipev or file, not 1f1b\n");
+  // interleaved-1f1b without --chunks printed 1F1B, and --file beside another schedule was ignored,
+  // even a file that does not exist (until 2026-12-05; docs/schedules.md: not a silent 1F1B).
+  auto unchunked = run_command({PIPEGRID_BINARY, "schedule", "interleaved-1f1b", "-p", "2", "-m", "4"});
+  CHECK(unchunked.exit_code == 2);
+  CHECK(unchunked.err ==
+        "pipegrid: interleaved-1f1b needs --chunks, the model chunks per rank (at least 2; with 1 it is another "
+        "schedule)\n");
+  auto file = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "2", "--file", "/nonexistent.csv"});
+  CHECK(file.exit_code == 2);
+  CHECK(file.err == "pipegrid: --file: 1f1b does not read a schedule file (`pipegrid schedule file --file CSV` does)\n");
 }

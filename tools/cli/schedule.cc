@@ -2,6 +2,7 @@
 // Prints the action grid of a registered schedule on P ranks (validated and checked for deadlock),
 // or its torch-style CSV.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <iostream>
@@ -28,10 +29,22 @@ struct ScheduleOptions {
 };
 
 int run(const ScheduleOptions& o) {
-  if (Result<const ScheduleStrategy*> s = find_schedule(o.name); !s) return bad_input(s.error().message);
-  if (o.chunks > 1 && o.name != "interleaved-1f1b" && o.name != "file")
-    return bad_input(
-        fmt::format("--chunks {}: chunks need interleaved-1f1b or file, not {}", o.chunks, o.name));
+  Result<const ScheduleStrategy*> s = find_schedule(o.name);
+  if (!s) return bad_input(s.error().message);
+  // The schedule table says what each takes (core/strategy.h), as the experiment parser reads it.
+  std::vector<std::string_view> chunked;
+  for (const ScheduleStrategy& x : schedule_strategies())
+    if (x.takes_chunks) chunked.push_back(x.name);
+  if (o.chunks > 1 && !(*s)->takes_chunks)
+    return bad_input(fmt::format("--chunks {}: chunks need {} or {}, not {}", o.chunks,
+                                 fmt::join(chunked.begin(), chunked.end() - 1, ", "), chunked.back(), o.name));
+  if (o.chunks < 2 && (*s)->needs_chunks)
+    return bad_input(fmt::format(
+        "{} needs --chunks, the model chunks per rank (at least 2; with 1 it is another schedule)", o.name));
+  if (!o.file.empty() && !(*s)->reads_file)
+    return bad_input(fmt::format("--file: {} does not read a schedule file (`pipegrid schedule file --file CSV` "
+                                 "does)",
+                                 o.name));
   // A chain of one layer per stage on P devices: only the order matters here.
   ChainSpec c;
   c.layers = o.stages * o.chunks;
@@ -48,8 +61,8 @@ int run(const ScheduleOptions& o) {
   e.strategy.micro_batches = o.micro_batches;
   e.strategy.stages = o.stages;
   e.strategy.chunks = o.chunks;
-  if (o.name == "file") {
-    if (o.file.empty()) return bad_input("schedule file needs --file CSV");
+  if ((*s)->reads_file) {
+    if (o.file.empty()) return bad_input(fmt::format("schedule {} needs --file CSV", o.name));
     Result<std::string> text = read_input_file(o.file);
     if (!text) return bad_input(text.error().message);
     e.strategy.schedule_text = std::move(*text);
