@@ -157,9 +157,12 @@ TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
   auto unchunked = run_command({PIPEGRID_BINARY, "schedule", "interleaved-1f1b", "-p", "2", "-m", "4"});
   CHECK(unchunked.exit_code == 2);
   CHECK(unchunked.err ==
-        "pipegrid: interleaved-1f1b needs --chunks, the model chunks per rank (at least 2; with 1 it is another "
+        "pipegrid: interleaved-1f1b needs --chunks, the model chunks per rank (at least 2; with 1 it is "
+        "another "
         "schedule)\n");
-  auto file = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "2", "--file", "/nonexistent.csv"});
+  auto file =
+      run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "2", "--file", "/nonexistent.csv"});
   CHECK(file.exit_code == 2);
-  CHECK(file.err == "pipegrid: --file: 1f1b does not read a schedule file (`pipegrid schedule file --file CSV` does)\n");
+  CHECK(file.err ==
+        "pipegrid: --file: 1f1b does not read a schedule file (`pipegrid schedule file --file CSV` does)\n");
 }

@@ -37,14 +37,16 @@ int run(const ScheduleOptions& o) {
     if (x.takes_chunks) chunked.push_back(x.name);
   if (o.chunks > 1 && !(*s)->takes_chunks)
     return bad_input(fmt::format("--chunks {}: chunks need {} or {}, not {}", o.chunks,
-                                 fmt::join(chunked.begin(), chunked.end() - 1, ", "), chunked.back(), o.name));
+                                 fmt::join(chunked.begin(), chunked.end() - 1, ", "), chunked.back(),
+                                 o.name));
   if (o.chunks < 2 && (*s)->needs_chunks)
     return bad_input(fmt::format(
         "{} needs --chunks, the model chunks per rank (at least 2; with 1 it is another schedule)", o.name));
   if (!o.file.empty() && !(*s)->reads_file)
-    return bad_input(fmt::format("--file: {} does not read a schedule file (`pipegrid schedule file --file CSV` "
-                                 "does)",
-                                 o.name));
+    return bad_input(
+        fmt::format("--file: {} does not read a schedule file (`pipegrid schedule file --file CSV` "
+                    "does)",
+                    o.name));
   // A chain of one layer per stage on P devices: only the order matters here.
   ChainSpec c;
   c.layers = o.stages * o.chunks;
