@@ -137,8 +137,17 @@ class ScheduleCheck {
         const int have = seen_[h * static_cast<size_t>(m_) + static_cast<size_t>(k)];
         if (have == want || !p_.stage(stage).runs_on(replica_on(stage, d), k, m_)) continue;
         Pass miss = !(have & 1) ? Pass::Forward : !(have & 2) ? Pass::Backward : Pass::Weight;
-        return Error{fmt::format("invalid schedule: {} hosts stage {} but never runs {}", names_[d], stage,
-                                 to_string(Action{stage, miss, k}))};
+        // A schedule read from a file: its row (at its last action), and the micro-batch count it
+        // must cover, which comes from the experiment, not the file.
+        const size_t actions = d < s_.positions.size() ? s_.positions[d].size() : 0;
+        const std::string where = actions > 0 ? s_.location(d, actions - 1)
+                                  : s_.source.empty()
+                                      ? ""
+                                      : fmt::format("{}: row {} (empty or missing): ", s_.source, d + 1);
+        return Error{fmt::format(
+            "{}invalid schedule: {} hosts stage {} but never runs {}{}", where, names_[d], stage,
+            to_string(Action{stage, miss, k}),
+            s_.source.empty() ? "" : fmt::format(" (each row runs each of the {} micro-batches)", m_))};
       }
     }
     return {};
