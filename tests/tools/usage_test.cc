@@ -159,4 +159,20 @@ TEST_CASE("workload show takes a model file's micro_batch_size unless --micro-ba
   CHECK(text.out.find("micro-batch of 8 samples") != std::string::npos);
   auto zoo = pg({"workload", "show", "vgg16", "--json"});
   CHECK(json::parse(zoo.out)["micro_batch_size"] == 1);
+  // Options of another kind of workload were accepted and changed nothing until 2026-12-05.
+  auto batch = pg({"workload", "show", "vgg16", "--profile-batch", "7"});
+  CHECK(batch.exit_code == 2);
+  CHECK(batch.err == "pipegrid: --profile-batch: only PipeDream profiles (.txt) take it\n");
+  auto device = pg({"workload", "show", model, "--profile-device", "h100"});
+  CHECK(device.exit_code == 2);
+  CHECK(device.err == "pipegrid: --profile-device: only PipeDream profiles (.txt) take it\n");
+  const std::string profile = std::string(PIPEGRID_SOURCE_DIR) + "/workloads/profiles/pipedream/alexnet_graph.txt";
+  auto precision = pg({"workload", "show", profile, "--precision", "fp16"});
+  CHECK(precision.exit_code == 2);
+  CHECK(precision.err ==
+        "pipegrid: --precision: a PipeDream profile holds measured times at its own precision; only zoo models "
+        "and model files take it\n");
+  auto measured = pg({"workload", "show", profile, "--profile-batch", "64"});
+  REQUIRE(measured.exit_code == 0);
+  CHECK(measured.out.find("(fp32, micro-batch of 64 samples)") != std::string::npos);
 }

@@ -26,8 +26,8 @@ struct WorkloadOptions {
   double micro_batch_size = 0;  // 0: the workload's own (a model file's micro_batch_size, ...)
   std::string device;
   std::string precision;
-  std::string profile_device = "v100";
-  double profile_batch = 128;
+  std::string profile_device;  // empty: v100 (profiles only)
+  double profile_batch = 0;    // 0: 128 (profiles only)
   bool json = false;
   std::vector<std::string> model_args;  // --arg KEY=VALUE (zoo models)
 };
@@ -39,6 +39,14 @@ Result<Workload> load(const WorkloadOptions& o) {
     if (!precision)
       return Error{fmt::format("--precision: expected {}, got \"{}\"", precision_choices(), o.precision)};
   }
+  const bool profile = o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt";
+  // Options of another kind of workload would change nothing: refused, as --arg is.
+  if (!profile && (!o.profile_device.empty() || o.profile_batch > 0))
+    return Error{fmt::format("{}: only PipeDream profiles (.txt) take it",
+                             !o.profile_device.empty() ? "--profile-device" : "--profile-batch")};
+  if (profile && precision)
+    return Error{"--precision: a PipeDream profile holds measured times at its own precision; only zoo models "
+                 "and model files take it"};
   if (Result<const ModelInfo*> m = find_model(o.what); m) {
     ModelArgs args;
     for (const std::string& a : o.model_args) {
@@ -51,12 +59,13 @@ Result<Workload> load(const WorkloadOptions& o) {
     return build_model(**m, args, precision.value_or(Precision::FP32));
   }
   if (!o.model_args.empty()) return Error{"--arg: only zoo models take parameters"};
-  if (o.what.size() > 4 && o.what.substr(o.what.size() - 4) == ".txt") {
+  if (profile) {
     Result<std::string> text = read_input_file(o.what);
     if (!text) return text.error();
     ProfileOptions po;
-    po.batch = o.profile_batch;
-    po.device_kind = o.profile_device == "any" ? "" : o.profile_device;
+    po.batch = o.profile_batch > 0 ? o.profile_batch : 128;
+    const std::string kind = o.profile_device.empty() ? "v100" : o.profile_device;
+    po.device_kind = kind == "any" ? "" : kind;
     return parse_pipedream_profile(*text, o.what, po);
   }
   if (o.what.find('.') == std::string::npos && o.what.find('/') == std::string::npos)
@@ -166,8 +175,9 @@ Command add_workload_command(CLI::App& parent) {
                    "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights), amp-bf16, fp8 "
                    "(amp-bf16 with the linear layers' GEMMs in FP8, per-tensor scales), fp8-blockwise or "
                    "mxfp8 (zoo models and model files)");
-  show->add_option("--profile-device", o->profile_device, "Device kind a profile was measured on (or any)");
-  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with")
+  show->add_option("--profile-device", o->profile_device,
+                   "Device kind a profile was measured on (or any; default v100; profiles only)");
+  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with (default 128; profiles only)")
       ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
   show->add_option("--arg", o->model_args,
