@@ -166,12 +166,14 @@ TEST_CASE("workload show takes a model file's micro_batch_size unless --micro-ba
   auto device = pg({"workload", "show", model, "--profile-device", "h100"});
   CHECK(device.exit_code == 2);
   CHECK(device.err == "pipegrid: --profile-device: only PipeDream profiles (.txt) take it\n");
-  const std::string profile = std::string(PIPEGRID_SOURCE_DIR) + "/workloads/profiles/pipedream/alexnet_graph.txt";
+  const std::string profile =
+      std::string(PIPEGRID_SOURCE_DIR) + "/workloads/profiles/pipedream/alexnet_graph.txt";
   auto precision = pg({"workload", "show", profile, "--precision", "fp16"});
   CHECK(precision.exit_code == 2);
-  CHECK(precision.err ==
-        "pipegrid: --precision: a PipeDream profile holds measured times at its own precision; only zoo models "
-        "and model files take it\n");
+  CHECK(
+      precision.err ==
+      "pipegrid: --precision: a PipeDream profile holds measured times at its own precision; only zoo models "
+      "and model files take it\n");
   auto measured = pg({"workload", "show", profile, "--profile-batch", "64"});
   REQUIRE(measured.exit_code == 0);
   CHECK(measured.out.find("(fp32, micro-batch of 64 samples)") != std::string::npos);

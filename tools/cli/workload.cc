@@ -45,8 +45,9 @@ Result<Workload> load(const WorkloadOptions& o) {
     return Error{fmt::format("{}: only PipeDream profiles (.txt) take it",
                              !o.profile_device.empty() ? "--profile-device" : "--profile-batch")};
   if (profile && precision)
-    return Error{"--precision: a PipeDream profile holds measured times at its own precision; only zoo models "
-                 "and model files take it"};
+    return Error{
+        "--precision: a PipeDream profile holds measured times at its own precision; only zoo models "
+        "and model files take it"};
   if (Result<const ModelInfo*> m = find_model(o.what); m) {
     ModelArgs args;
     for (const std::string& a : o.model_args) {
@@ -177,7 +178,8 @@ Command add_workload_command(CLI::App& parent) {
                    "mxfp8 (zoo models and model files)");
   show->add_option("--profile-device", o->profile_device,
                    "Device kind a profile was measured on (or any; default v100; profiles only)");
-  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with (default 128; profiles only)")
+  show->add_option("--profile-batch", o->profile_batch,
+                   "Samples a profile was measured with (default 128; profiles only)")
       ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
   show->add_option("--arg", o->model_args,
