@@ -413,6 +413,27 @@ struct Found {
   }
 };
 
+// The base experiment's settings the search replaces with its axes (docs/3d-search.md), as
+// "strategy.tensor_parallel 4": said beside the results, since they would otherwise be read as kept.
+std::vector<std::string> replaced_by_search(const Experiment& e) {
+  const StrategySpec& s = e.strategy;
+  std::vector<std::string> out;
+  auto add = [&](bool set, std::string text) {
+    if (set) out.push_back(std::move(text));
+  };
+  add(s.stages > 0, fmt::format("strategy.stages {}", s.stages));
+  add(s.tensor_parallel > 1, fmt::format("strategy.tensor_parallel {}", s.tensor_parallel));
+  add(s.sequence_parallel, "strategy.sequence_parallel true");
+  add(s.context_parallel > 1, fmt::format("strategy.context_parallel {}", s.context_parallel));
+  add(s.expert_parallel > 1, fmt::format("strategy.expert_parallel {}", s.expert_parallel));
+  add(s.schedule_given, fmt::format("strategy.schedule {}", s.schedule));
+  add(s.chunks > 1, fmt::format("strategy.chunks {}", s.chunks));
+  add(s.micro_batches > 1, fmt::format("strategy.micro_batches {}", s.micro_batches));
+  add(e.memory.recompute != Recompute::None, fmt::format("memory.recompute {}", to_string(e.memory.recompute)));
+  add(e.memory.zero1, "memory.zero 1");
+  return out;
+}
+
 void print_json(const Found& f) {
   const Search3dResult& res = f.res;
   nlohmann::json j;
@@ -423,6 +444,7 @@ void print_json(const Found& f) {
   j["evaluated"] = res.evaluated;
   j["feasible"] = res.ranked.size();
   j["left_out"] = res.left_out;
+  j["replaced_base_settings"] = replaced_by_search(f.exp);
   nlohmann::json ranked = nlohmann::json::array();
   for (const Search3dCandidate& c : res.ranked) ranked.push_back(candidate_json(c));
   j["analytic_ranking"] = ranked;
@@ -517,6 +539,8 @@ void print_text(const Found& f) {
              f.exp.cluster.devices.size(), f.o.global_batch);
   fmt::print("searched    {} combinations, {} lowered, {} fit memory\n", res.combinations, res.evaluated,
              res.ranked.size());
+  if (const std::vector<std::string> replaced = replaced_by_search(f.exp); !replaced.empty())
+    fmt::print("base        {} replaced by the search's axes\n", fmt::join(replaced, ", "));
   for (const auto& [reason, count] : res.left_out) fmt::print("left out    {:>6}  {}\n", count, reason);
   if (res.ranked.empty()) fmt::print("no candidate fits\n");
   if (res.ranked.empty()) return;
