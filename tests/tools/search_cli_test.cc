@@ -542,18 +542,20 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
   REQUIRE_MESSAGE(m.exit_code == 0, m.err);
   CHECK(read_file(emitted).find("reserve: 40GiB") != std::string::npos);
   // A base's strategy and memory settings the axes replace are named, not silently dropped.
-  const std::string set = tmp.write(
-      "set.yaml", std::string(kGptNoBatch) + "memory: {recompute: full, zero: 1}\n");
+  const std::string set =
+      tmp.write("set.yaml", std::string(kGptNoBatch) + "memory: {recompute: full, zero: 1}\n");
   std::string text = read_file(set);
-  text.replace(text.find("strategy: {partitioner: megatron}"), 33,
-               "strategy: {partitioner: megatron, tensor_parallel: 4, schedule: gpipe, micro_batches: 8, stages: 2}");
+  text.replace(
+      text.find("strategy: {partitioner: megatron}"), 33,
+      "strategy: {partitioner: megatron, tensor_parallel: 4, schedule: gpipe, micro_batches: 8, stages: 2}");
   text.replace(text.find("memory: {optimizer: mixed-adam}\n"), 32, "");
   tmp.write("set.yaml", text);
   auto replaced = run_command({PIPEGRID_BINARY, "search", set, "--global-batch", "16", "--top", "0"});
   REQUIRE_MESSAGE(replaced.exit_code == 0, replaced.err);
-  CHECK(replaced.out.find("base        strategy.stages 2, strategy.tensor_parallel 4, strategy.schedule gpipe, "
-                          "strategy.micro_batches 8, memory.recompute full, memory.zero 1 replaced by the "
-                          "search's axes\n") != std::string::npos);
+  CHECK(
+      replaced.out.find("base        strategy.stages 2, strategy.tensor_parallel 4, strategy.schedule gpipe, "
+                        "strategy.micro_batches 8, memory.recompute full, memory.zero 1 replaced by the "
+                        "search's axes\n") != std::string::npos);
   auto plain = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--json"});
   REQUIRE(plain.exit_code == 0);
   CHECK(json::parse(plain.out)["replaced_base_settings"] == json::array());

@@ -429,7 +429,8 @@ std::vector<std::string> replaced_by_search(const Experiment& e) {
   add(s.schedule_given, fmt::format("strategy.schedule {}", s.schedule));
   add(s.chunks > 1, fmt::format("strategy.chunks {}", s.chunks));
   add(s.micro_batches > 1, fmt::format("strategy.micro_batches {}", s.micro_batches));
-  add(e.memory.recompute != Recompute::None, fmt::format("memory.recompute {}", to_string(e.memory.recompute)));
+  add(e.memory.recompute != Recompute::None,
+      fmt::format("memory.recompute {}", to_string(e.memory.recompute)));
   add(e.memory.zero1, "memory.zero 1");
   return out;
 }
