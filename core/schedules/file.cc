@@ -16,8 +16,9 @@ Result<Schedule> schedule_file(const ScheduleRequest& r) {
     const std::string where =
         row.empty() ? r.file_name
                     : fmt::format("{}:{}:{}", r.file_name, row.front().line, row.front().column);
-    return Error{fmt::format("{}: the schedule has {} rows, the cluster has {} devices", where,
-                             s->device_actions.size(), r.device_count)};
+    return Error{fmt::format("{}: the schedule has {} rows, one per device, and there {} {} device{}", where,
+                             s->device_actions.size(), r.device_count == 1 ? "is" : "are", r.device_count,
+                             r.device_count == 1 ? "" : "s")};
   }
   s->device_actions.resize(r.device_count);
   s->positions.resize(r.device_count);

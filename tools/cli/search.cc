@@ -74,7 +74,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
                       {"analytic_iteration_time_s", c.iteration_time_s},
                       {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
                       {"analytic_mfu", c.mfu},
-                      {"peak_memory_bytes", c.peak_memory_bytes},
+                      {"peak_memory_bytes", output::json_number(c.peak_memory_bytes)},
                       {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
   if (c.cp > 1) {
     j["context_parallel"] = c.cp;
@@ -438,6 +438,7 @@ std::vector<std::string> replaced_by_search(const Experiment& e) {
 void print_json(const Found& f) {
   const Search3dResult& res = f.res;
   nlohmann::json j;
+  j["schema_version"] = output::kJsonSchemaVersion;
   j["command"] = "search";
   j["global_batch"] = f.o.global_batch;
   j["devices"] = f.exp.cluster.devices.size();
