@@ -324,6 +324,7 @@ Command add_cluster_command(CLI::App& parent) {
       ->add_option(
           "--algorithm", o->algorithm,
           "All-reduce: ring (default), hierarchical, multi-ring, tree or nccl (NCCL's pick per size)")
+      ->default_str("ring")
       ->check(CLI::IsMember({"ring", "hierarchical", "multi-ring", "tree", "nccl"}));
   bench->add_option("--sizes", o->sizes, "Message sizes (default 1KiB,32KiB,1MiB,32MiB,1GiB)")
       ->delimiter(',');

@@ -177,9 +177,11 @@ Command add_workload_command(CLI::App& parent) {
                    "(amp-bf16 with the linear layers' GEMMs in FP8, per-tensor scales), fp8-blockwise or "
                    "mxfp8 (zoo models and model files)");
   show->add_option("--profile-device", o->profile_device,
-                   "Device kind a profile was measured on (or any; default v100; profiles only)");
+                   "Device kind a profile was measured on (or any; profiles only)")
+      ->default_str("v100");
   show->add_option("--profile-batch", o->profile_batch,
-                   "Samples a profile was measured with (default 128; profiles only)")
+                   "Samples a profile was measured with (profiles only)")
+      ->default_str("128")
       ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
   show->add_option("--arg", o->model_args,
