@@ -24,6 +24,7 @@
 #include "tools/cli/cli.h"
 #include "tools/cli/search_emit.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/input/yaml_node.h"
 #include "tools/output/report.h"
 #include "tools/output/safe_write.h"
 #include "tools/process/folded_replay.h"
@@ -577,6 +578,20 @@ void print_text(const Found& f) {
   for (const output::CostModelCheck& c : checks) fmt::print("cost model  {}\n", c.note);
 }
 
+// The overrides the base is read with: --set's, --memory-margin's reserve, and an empty strategy
+// where the base has none (the search sets every strategy key it needs; a base of workload and
+// cluster alone was refused for the missing mapping).
+std::vector<std::string> base_overrides(const SearchOptions& o) {
+  std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
+  try {
+    const input::Document doc = input::load_document_file(o.file);
+    if (doc.root.IsMap() && !doc.root["strategy"]) overrides.insert(overrides.begin(), "strategy={}");
+  } catch (const input::InputError&) {
+    // Reading the base again reports it, located.
+  }
+  return overrides;
+}
+
 // --emit: the winner (SimGrid's fastest, or the analytic ranking's first without replays) as an
 // experiment file.
 Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3dResult& res,
@@ -591,7 +606,7 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
                   o.global_batch, c.label(), how);
   // The overrides the search read the base with, --memory-margin's reserve included, so that `run`
   // of the file has the memory the search judged the candidate against.
-  if (Status st = emit_candidate({o.file, with_memory_margin(o.overrides, o.memory_margin), exp, c,
+  if (Status st = emit_candidate({o.file, base_overrides(o), exp, c,
                                   o.global_batch, o.emit, comment});
       !st)
     return st;
@@ -646,8 +661,7 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
 
 int run(const SearchOptions& o) {
   // The base's batch keys are not needed: --global-batch sets the batch.
-  const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
-  Result<Experiment> exp = input::load_experiment_file(o.file, overrides, false);
+  Result<Experiment> exp = input::load_experiment_file(o.file, base_overrides(o), false);
   if (!exp) return bad_input(exp.error().message);
   const bool tty = isatty(STDERR_FILENO) == 1;
   if (Status st = check_before_search(o, *exp); !st) return bad_input(st.error().message);
