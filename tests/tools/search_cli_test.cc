@@ -561,13 +561,13 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
   CHECK(json::parse(plain.out)["replaced_base_settings"] == json::array());
   // A base of workload and cluster alone: the search sets the strategy (it was refused for the
   // missing mapping), and the emitted winner runs.
-  const std::string bare = tmp.write(
-      "bare.yaml",
-      "workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, precision: "
-      "amp}\ncluster: {preset: dgx-a100-2}\n");
+  const std::string bare = tmp.write("bare.yaml",
+                                     "workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: "
+                                     "1024, vocabulary: 51200, precision: "
+                                     "amp}\ncluster: {preset: dgx-a100-2}\n");
   const std::string bare_winner = (tmp.path / "bare-winner.yaml").string();
-  auto b = run_command({PIPEGRID_BINARY, "search", bare, "--global-batch", "16", "--top", "1", "--json", "--emit",
-                        bare_winner});
+  auto b = run_command({PIPEGRID_BINARY, "search", bare, "--global-batch", "16", "--top", "1", "--json",
+                        "--emit", bare_winner});
   REQUIRE_MESSAGE(b.exit_code == 0, b.err);
   run_emitted(bare_winner, json::parse(b.out)["simgrid_ranking"][0]);
 }

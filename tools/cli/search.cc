@@ -606,9 +606,7 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
                   o.global_batch, c.label(), how);
   // The overrides the search read the base with, --memory-margin's reserve included, so that `run`
   // of the file has the memory the search judged the candidate against.
-  if (Status st = emit_candidate({o.file, base_overrides(o), exp, c,
-                                  o.global_batch, o.emit, comment});
-      !st)
+  if (Status st = emit_candidate({o.file, base_overrides(o), exp, c, o.global_batch, o.emit, comment}); !st)
     return st;
   fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
              o.emit, o.emit);

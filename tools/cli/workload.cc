@@ -179,8 +179,7 @@ Command add_workload_command(CLI::App& parent) {
   show->add_option("--profile-device", o->profile_device,
                    "Device kind a profile was measured on (or any; profiles only)")
       ->default_str("v100");
-  show->add_option("--profile-batch", o->profile_batch,
-                   "Samples a profile was measured with (profiles only)")
+  show->add_option("--profile-batch", o->profile_batch, "Samples a profile was measured with (profiles only)")
       ->default_str("128")
       ->check(kFinitePositive);
   show->add_flag("--json", o->json, "Print one JSON object");
