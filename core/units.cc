@@ -119,6 +119,10 @@ std::string_view dimension_noun(Dimension d) {
 struct Limit {
   double max;
   std::string_view text;
+  // The smallest non-zero magnitude: a link of 1e-6 B/s made times of 1e14 s, beside which each
+  // millisecond of compute was lost to rounding (its busy time printed as 0 s).
+  double min = 0;
+  std::string_view min_text = "";
 };
 Limit limit(Dimension d) {
   switch (d) {
@@ -127,7 +131,7 @@ Limit limit(Dimension d) {
     case Dimension::Bytes:
       return {1e18, "1e18 B"};
     case Dimension::Bandwidth:
-      return {1e21, "1e21 B/s"};
+      return {1e21, "1e21 B/s", 1, "1 B/s"};
     case Dimension::FlopRate:
       return {1e21, "1e21 FLOP/s"};
     case Dimension::Flops:
@@ -207,8 +211,9 @@ Result<double> parse_quantity(std::string_view text, Dimension d, bool allow_neg
   if (value < 0 && !allow_negative)
     return Error{fmt::format("expected {}, got \"{}\"", describe(d, "non-negative"), text)};
   const double v = value * u->factor;
-  if (const Limit l = limit(d); !(std::fabs(v) <= l.max))
-    return fail(fmt::format("out of range: at most {}", l.text));
+  const Limit l = limit(d);
+  if (!(std::fabs(v) <= l.max)) return fail(fmt::format("out of range: at most {}", l.text));
+  if (v != 0 && std::fabs(v) < l.min) return fail(fmt::format("out of range: at least {}", l.min_text));
   return v;
 }
 

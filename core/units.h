@@ -18,7 +18,8 @@ std::string describe(Dimension d);
 // Parses a quantity of the given dimension. The unit is required ("0s", not "0"). Negative values
 // are errors unless allow_negative. After the unit is applied the magnitude must be at most, per
 // dimension: 1e9 s, 1e18 B, 1e21 B/s, 1e21 FLOP/s, 1e24 FLOP, 1e12 Hz ("1e300TB" is an error, not
-// infinity). The error message says what was expected and what was found,
+// infinity), and a bandwidth other than 0 at least 1 B/s (slower links make times beside which
+// compute is lost to rounding). The error message says what was expected and what was found,
 // without location (callers add it): expected a time like "1ms", got "5GB" ("GB" is the unit of a byte size).
 Result<double> parse_quantity(std::string_view text, Dimension d, bool allow_negative = false);
 
