@@ -307,6 +307,14 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
       h.out.substr(h.out.find("  fp16 "), h.out.find('\n', h.out.find("  fp16 ")) - h.out.find("  fp16 "));
   CHECK(fp16.find("0.700        0.500        0.440        0.500        0.700") != std::string::npos);
   CHECK(h.out.find("strided 0.330 compiled 0.360") != std::string::npos);
+  // A rate the device lacks is said as such (the A100 printed its bf16 rate, 312 TFLOP/s, as fp8's;
+  // topologies/devices.yaml gives it no fp8 peak), a tf32 that runs as fp32 likewise.
+  auto a100 = run_command({PIPEGRID_BINARY, "device", "show", "a100"});
+  REQUIRE(a100.exit_code == 0);
+  CHECK(a100.out.find("  fp8                        none") != std::string::npos);
+  auto v100 = run_command({PIPEGRID_BINARY, "device", "show", "v100"});
+  REQUIRE(v100.exit_code == 0);
+  CHECK(v100.out.find("  tf32                    as fp32") != std::string::npos);
   // The H100: Megatron-Core's runs in amp-bf16 (experiments/megatron/h100.md) and NeMo 24.07's in
   // fp8 (nemo_h100.md).
   auto h100 = run_command({PIPEGRID_BINARY, "device", "show", "h100", "--json"});
