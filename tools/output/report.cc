@@ -283,6 +283,20 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
           idle_count > 4 ? ", ..." : "", chunks > 1 ? " or chunks" : ""));
     }
   }
+  // ZeRO-1 where no stage has a data-parallel (x context-parallel) group to shard over: the same
+  // run as without, which the key would otherwise suggest is not.
+  if (e.memory.zero1) {
+    bool shards = false;
+    for (size_t s = 0; s < run.partition.stage_count() && !shards; ++s) {
+      const Stage& st = run.partition.stage(s);
+      shards = st.gradient_replicas() > 1 ||
+               static_cast<int>(st.devices.size()) / (st.expert_parallel * st.expert_tensor_parallel) > 1;
+    }
+    if (!shards)
+      out.push_back(
+          "memory.zero: 1 changes nothing: ZeRO-1 shards the optimizer state over a stage's data-parallel (x "
+          "context-parallel) replicas, and no stage has more than one");
+  }
   // Planners that cost every device as the first one, on a cluster of unlike devices in use.
   if (Result<const PlannerInfo*> planner = find_planner(run.planner); planner) {
     const bool partitioner = (*planner)->runs_partitioner;
