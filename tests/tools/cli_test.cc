@@ -402,7 +402,8 @@ TEST_CASE("memory.zero: 1 without a data-parallel group to shard over is said to
   CHECK(alone.err.find(said) != std::string::npos);
   // Two replicas per stage: it shards (552 -> 424 MiB in the hunt's run), nothing said.
   auto replicated =
-      run_command({PIPEGRID_BINARY, "run", exp, "--set", "strategy.stages=2", "--set", "strategy.replicas=2"});
+      run_command({PIPEGRID_BINARY, "run", exp, "--set", "strategy.stages=2", "--set", "strategy.replicas=2", "--set",
+                   "strategy.micro_batch_size=1"});
   REQUIRE(replicated.exit_code == 0);
   CHECK(replicated.err.find(said) == std::string::npos);
 }
