@@ -394,16 +394,16 @@ TEST_CASE("memory.zero: 1 without a data-parallel group to shard over is said to
   const std::string exp = tmp.write(
       "z.yaml",
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
+      "1us}\n"
       "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {zero: 1}\n");
   const std::string said = "memory.zero: 1 changes nothing: ZeRO-1 shards the optimizer state";
   auto alone = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(alone.exit_code == 0);
   CHECK(alone.err.find(said) != std::string::npos);
   // Two replicas per stage: it shards (552 -> 424 MiB in the hunt's run), nothing said.
-  auto replicated =
-      run_command({PIPEGRID_BINARY, "run", exp, "--set", "strategy.stages=2", "--set", "strategy.replicas=2", "--set",
-                   "strategy.micro_batch_size=1"});
+  auto replicated = run_command({PIPEGRID_BINARY, "run", exp, "--set", "strategy.stages=2", "--set",
+                                 "strategy.replicas=2", "--set", "strategy.micro_batch_size=1"});
   REQUIRE(replicated.exit_code == 0);
   CHECK(replicated.err.find(said) == std::string::npos);
 }

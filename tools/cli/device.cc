@@ -81,9 +81,9 @@ Command add_device_command(CLI::App& parent) {
           // A100 printed 312 TFLOP/s of fp8, its bf16 rate; fp8 trainings refuse such a device).
           const bool own = d->spec.peak_flops[static_cast<int>(p)] > 0;
           fmt::print("  {:<17}{:>14}  ", to_string(p),
-                     own                      ? format_flop_rate(d->spec.peak(p))
-                     : p == Precision::FP8    ? std::string("none")
-                                              : fmt::format("as {}", to_string(d->spec.runs_as(p))));
+                     own                   ? format_flop_rate(d->spec.peak(p))
+                     : p == Precision::FP8 ? std::string("none")
+                                           : fmt::format("as {}", to_string(d->spec.runs_as(p))));
           for (KernelClass k : kComputeClasses) fmt::print(" {:>12.3f}", d->spec.compute_eff(p, k));
           fmt::print("\n");
         }
