@@ -279,6 +279,17 @@ std::string assumptions_note(const Experiment& e) {
     parts.push_back(
         fmt::format("optimizer moments at {:g} bytes each (optimizer_moments)", e.memory.moment_bytes));
   parts.push_back(grad_accumulation_note(e.memory.grad_accumulation));
+  // Its kernels move bytes at the device's memory bandwidth: a device without one (a chain's
+  // hand-described device) pays nothing, which the note would otherwise claim it does.
+  if (e.memory.grad_accumulation != GradAccumulation::Fused) {
+    std::vector<std::string> free;
+    for (const Device& d : e.cluster.devices)
+      if (d.spec.memory_bandwidth <= 0) free.push_back(d.name);
+    if (!free.empty())
+      parts.back() += fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})",
+                                  free.size(), free.size() == 1 ? "" : "s", free.front(),
+                                  free.size() > 1 ? ", ..." : "");
+  }
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
         e.strategy.tp_wgrad_overlap
