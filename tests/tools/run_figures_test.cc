@@ -485,3 +485,22 @@ TEST_CASE("run: unfused gradient accumulation on devices without a memory bandwi
   REQUIRE(a100.exit_code == 0);
   CHECK(a100.out.find("not costed") == std::string::npos);
 }
+
+TEST_CASE("run: under recomputation the stage table's backward includes the forward it re-runs") {
+  // Two chain layers per stage, F 1 ms and B 2 ms each: B = 4 ms, and full recomputation re-runs the
+  // stage's 2 ms forward first, 6 ms as replayed. The column showed 4 ms until 2026-12-05.
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "r.yaml",
+      "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
+      "1us}\n"
+      "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {recompute: full}\n");
+  auto text = run_command({PIPEGRID_BINARY, "run", exp});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("forward bwd+recomp  stash/micro-b\n") != std::string::npos);
+  CHECK(text.out.find("gpu0          2 ms       6 ms") != std::string::npos);
+  auto none = run_command({PIPEGRID_BINARY, "run", exp, "--set", "memory.recompute=none"});
+  REQUIRE(none.exit_code == 0);
+  CHECK(none.out.find("gpu0          2 ms       4 ms") != std::string::npos);
+}

@@ -517,7 +517,7 @@ void print_stage_table(std::ostream& out, const RunReport& r,
       const StageCost& tc = (*costs)[t].front();
       return r.run.partition.stage(t).layers.size() == st.layers.size() &&
              tc.times.forward == sc.times.forward && tc.times.backward() == sc.times.backward() &&
-             tc.stash_bytes == sc.stash_bytes;
+             tc.recompute_s == sc.recompute_s && tc.stash_bytes == sc.stash_bytes;
     };
     while (collapse && last + 1 < r.run.partition.stage_count() && alike(last + 1)) {
       ++last;
@@ -535,7 +535,9 @@ void print_stage_table(std::ostream& out, const RunReport& r,
                       plural(static_cast<double>(st.layers.size()), "layer", "layers"))
                 : layer_list(e.workload, st.layers),
          r.all_devices ? device_list(e, st) : device_ranges(e.cluster, devices, 3),
-         format_time(sc.times.forward), format_time(sc.times.backward()), format_bytes(sc.stash_bytes)});
+         // The backward as the replay runs it: with the forward it re-runs under recomputation.
+         format_time(sc.times.forward), format_time(sc.times.backward() + sc.recompute_s),
+         format_bytes(sc.stash_bytes)});
     s = last;
   }
   size_t wl = 6, wd = 7;
@@ -544,7 +546,8 @@ void print_stage_table(std::ostream& out, const RunReport& r,
     wd = std::max(wd, row[2].size());
   }
   fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", "stage", "layers", wl, "devices", wd,
-             "forward", "backward", "stash/micro-b");
+             "forward", r.experiment.memory.recompute == Recompute::None ? "backward" : "bwd+recomp",
+             "stash/micro-b");
   for (const auto& row : rows)
     fmt::print(out, "{:<6} {:<{}} {:<{}} {:>10} {:>10} {:>14}\n", row[0], row[1], wl, row[2], wd, row[3],
                row[4], row[5]);
