@@ -466,19 +466,22 @@ TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it 
   CHECK(a["assumptions"]["tf32_as_fp32"] == json::array());
 }
 
-TEST_CASE("run: unfused gradient accumulation on devices without a memory bandwidth says it costs nothing there") {
+TEST_CASE(
+    "run: unfused gradient accumulation on devices without a memory bandwidth says it costs nothing there") {
   // Its kernels move bytes at the memory bandwidth; a hand-described device has none, and the
   // assumes line claimed a cost the time did not have (38.4 ms either way; 40.27 ms on A100s).
   TempDir tmp;
   const std::string exp = tmp.write(
       "g.yaml",
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: 1us}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
+      "1us}\n"
       "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {grad_accumulation: main-grad}\n");
   auto text = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(text.exit_code == 0);
-  CHECK(text.out.find("(grad_accumulation: main-grad), not costed on the 4 devices without a memory_bandwidth "
-                      "(gpu0, ...)") != std::string::npos);
+  CHECK(
+      text.out.find("(grad_accumulation: main-grad), not costed on the 4 devices without a memory_bandwidth "
+                    "(gpu0, ...)") != std::string::npos);
   const json fused = run_json({exp, "--set", "memory.grad_accumulation=fused"});
   CHECK(run_json({exp})["iteration_time_s"] == fused["iteration_time_s"]);
   auto a100 = run_command({PIPEGRID_BINARY, "run", exp, "--set", "cluster.device={name: gpu, model: a100}"});

@@ -360,9 +360,10 @@ Cluster parse_written(const Node& n) {
     Node between = item.need("between", "two node names like [gpu0, switch]");
     std::vector<Node> ends = between.items("two node names like [gpu0, switch]");
     if (ends.size() != 2)
-      between.fail(fmt::format("expected two node names like [gpu0, switch], got a list of {} (a path of several "
-                               "hops is one link per pair, or a route under `routes`)",
-                               ends.size()));
+      between.fail(
+          fmt::format("expected two node names like [gpu0, switch], got a list of {} (a path of several "
+                      "hops is one link per pair, or a route under `routes`)",
+                      ends.size()));
     Link l;
     l.a = node_named(ends[0], index, c);
     l.b = node_named(ends[1], index, c);

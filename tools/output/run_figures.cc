@@ -286,9 +286,9 @@ std::string assumptions_note(const Experiment& e) {
     for (const Device& d : e.cluster.devices)
       if (d.spec.memory_bandwidth <= 0) free.push_back(d.name);
     if (!free.empty())
-      parts.back() += fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})",
-                                  free.size(), free.size() == 1 ? "" : "s", free.front(),
-                                  free.size() > 1 ? ", ..." : "");
+      parts.back() +=
+          fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})", free.size(),
+                      free.size() == 1 ? "" : "s", free.front(), free.size() > 1 ? ", ..." : "");
   }
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
