@@ -507,3 +507,26 @@ TEST_CASE("run: under recomputation the stage table's backward includes the forw
   REQUIRE(none.exit_code == 0);
   CHECK(none.out.find("gpu0          2 ms       4 ms") != std::string::npos);
 }
+
+TEST_CASE("run: a cluster written without a name, and of unlike devices, is said as it is") {
+  // The header printed a blank name, and the assumes line the largest reserve (a V100's) as every
+  // device's, though the FPGAs get none by default (found 2026-12-05).
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "h.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
+      "cluster:\n  devices: [{name: gpu, count: 2, model: v100}, {name: fpga, count: 2, model: u280}]\n"
+      "  switches: [sw]\n  links:\n"
+      "    - {between: [gpu0, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "    - {between: [gpu1, sw], bandwidth: 25GBps, latency: 1us}\n"
+      "    - {between: [fpga0, sw], bandwidth: 100Gbps, latency: 1us}\n"
+      "    - {between: [fpga1, sw], bandwidth: 100Gbps, latency: 1us}\n"
+      "strategy: {micro_batches: 4}\n");
+  auto text = run_command({PIPEGRID_BINARY, "run", exp});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("  cluster    unnamed (4 devices)\n") != std::string::npos);
+  // The V100's default: 1,024 MiB + 5% of its 16,160 MiB (topologies/devices.yaml) = 1,832 MiB =
+  // 1.789 GiB; the U280's: none.
+  CHECK(text.out.find("memory reserve 0 B to 1.789 GiB per device (default: 1 GiB + 5% per GPU") !=
+        std::string::npos);
+}

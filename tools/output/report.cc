@@ -482,7 +482,7 @@ void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
   fmt::print(out, "  workload   {} ({}, {})\n", e.workload.name,
              plural(static_cast<double>(e.workload.layer_count()), "layer", "layers"),
              to_string(e.workload.precision));
-  fmt::print(out, "  cluster    {} ({})\n", e.cluster.name,
+  fmt::print(out, "  cluster    {} ({})\n", e.cluster.name.empty() ? "unnamed" : e.cluster.name,
              plural(static_cast<double>(e.cluster.devices.size()), "device", "devices"));
   fmt::print(out, "  strategy   {} + {}, {} of {}\n", strategy_label(e, r.run), r.run.schedule_name,
              plural(r.run.micro_batches, "micro-batch", "micro-batches"),

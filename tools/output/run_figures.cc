@@ -257,9 +257,15 @@ std::string assumptions_note(const Experiment& e) {
     parts.push_back(
         "replicas take whole micro-batches in turn (round-robin, as PipeDream; replica_mode: split)");
   const auto [reserve, by_default] = reserve_of(e.cluster);
+  // Devices that differ (GPUs of other memory sizes, FPGAs, which get none by default) have
+  // different reserves: the range, not the largest as every device's.
+  double least = reserve;
+  for (const Device& d : e.cluster.devices) least = std::min(least, d.spec.memory_reserve_bytes);
   parts.push_back(reserve == 0 ? "no memory reserve"
                                : fmt::format("memory reserve {} per device ({}; --memory-margin)",
-                                             format_bytes(reserve),
+                                             least == reserve ? format_bytes(reserve)
+                                                              : fmt::format("{} to {}", format_bytes(least),
+                                                                            format_bytes(reserve)),
                                              by_default ? "default: 1 GiB + 5% per GPU" : "given"));
   parts.push_back(
       fmt::format("gradients reduced at {:g} bytes per parameter", gradient_bytes(e)) +
