@@ -530,3 +530,30 @@ TEST_CASE("run: a cluster written without a name, and of unlike devices, is said
   CHECK(text.out.find("memory reserve 0 B to 1.789 GiB per device (default: 1 GiB + 5% per GPU") !=
         std::string::npos);
 }
+
+TEST_CASE("run: recompute: selective on a workload that defines no selective stash says it changes nothing") {
+  // docs/model.md: without transformer blocks, layers that define no selective_stash_bytes behave as
+  // with none; the run was none's (38.4 ms) and said nothing until 2026-12-05.
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "s.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
+      "1us}\n"
+      "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {recompute: selective}\n");
+  auto text = run_command({PIPEGRID_BINARY, "run", exp});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("recompute: selective changes nothing (no transformer blocks") != std::string::npos);
+  CHECK(run_json({exp})["iteration_time_s"] ==
+        run_json({exp, "--set", "memory.recompute=none"})["iteration_time_s"]);
+  // A GPT has blocks: its modules are named instead.
+  const std::string gpt = tmp.write(
+      "g.yaml",
+      "workload: {model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 256, vocabulary: 1024, precision: "
+      "amp}\ncluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 25GBps, latency: "
+      "1us}\nstrategy: {micro_batches: 2}\nmemory: {recompute: selective}\n");
+  auto blocks = run_command({PIPEGRID_BINARY, "run", gpt});
+  REQUIRE(blocks.exit_code == 0);
+  CHECK(blocks.out.find("changes nothing") == std::string::npos);
+  CHECK(blocks.out.find("selective recomputation of core_attn") != std::string::npos);
+}

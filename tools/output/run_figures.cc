@@ -305,6 +305,17 @@ std::string assumptions_note(const Experiment& e) {
   if (e.memory.recompute == Recompute::Selective && b.blocks > 0)
     parts.push_back(fmt::format("selective recomputation of {} (Megatron-Core's recompute_modules)",
                                 to_string(e.memory.modules)));
+  // Without blocks, only layers that define a selective stash recompute selectively (docs/model.md);
+  // where none does, the run is recompute: none's, which the key would otherwise suggest it is not.
+  if (e.memory.recompute == Recompute::Selective && b.blocks == 0) {
+    bool any = false;
+    for (size_t l = 0; l < e.workload.layer_count() && !any; ++l)
+      any = e.workload.layer(static_cast<int>(l)).selective_stash_bytes >= 0;
+    if (!any)
+      parts.push_back(
+          "recompute: selective changes nothing (no transformer blocks, and no layer defines "
+          "selective_stash_bytes; recompute: full re-runs any layer)");
+  }
   if (const auto [v, padded] = padded_vocabulary(e); padded > v)
     parts.push_back(
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
