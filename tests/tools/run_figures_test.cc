@@ -544,8 +544,16 @@ TEST_CASE("run: recompute: selective on a workload that defines no selective sta
   auto text = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("recompute: selective changes nothing (no transformer blocks") != std::string::npos);
-  CHECK(run_json({exp})["iteration_time_s"] ==
-        run_json({exp, "--set", "memory.recompute=none"})["iteration_time_s"]);
+  const json sel = run_json({exp});
+  CHECK(sel["iteration_time_s"] == run_json({exp, "--set", "memory.recompute=none"})["iteration_time_s"]);
+  CHECK(sel["assumptions"]["settings_without_effect"] == json::array({"recompute: selective"}));
+  // The chain fixes its optimizer step (0 s unless given): unfused kernels change nothing either.
+  auto unfused = run_command({PIPEGRID_BINARY, "run", exp, "--set", "memory.optimizer_kernels=unfused",
+                              "--set", "workload.optimizer_step=500us"});
+  REQUIRE(unfused.exit_code == 0);
+  CHECK(
+      unfused.out.find("optimizer_kernels: unfused changes nothing (the workload fixes the optimizer step at "
+                       "500 us)") != std::string::npos);
   // A GPT has blocks: its modules are named instead.
   const std::string gpt = tmp.write(
       "g.yaml",
@@ -556,4 +564,9 @@ TEST_CASE("run: recompute: selective on a workload that defines no selective sta
   REQUIRE(blocks.exit_code == 0);
   CHECK(blocks.out.find("changes nothing") == std::string::npos);
   CHECK(blocks.out.find("selective recomputation of core_attn") != std::string::npos);
+  // bytes_per_parameter replaces the memory, not the modelled step's optimizer.
+  auto bytes = run_command({PIPEGRID_BINARY, "run", gpt, "--set", "memory.bytes_per_parameter=4"});
+  REQUIRE(bytes.exit_code == 0);
+  CHECK(bytes.out.find("memory.bytes_per_parameter sets the memory only: the optimizer step is adam's") !=
+        std::string::npos);
 }

@@ -216,6 +216,27 @@ std::vector<std::string> tf32_as_fp32(const Experiment& e) {
   return kinds;
 }
 
+// The memory settings that change nothing on this experiment, with why, where the run would
+// otherwise be read as having them: recompute: selective without blocks or a layer's selective
+// stash (docs/model.md: such layers behave as with none), optimizer_kernels: unfused where the
+// workload fixes the optimizer step.
+std::vector<std::pair<std::string, std::string>> settings_without_effect(const Experiment& e) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (e.memory.recompute == Recompute::Selective && block_assumptions(e.workload).blocks == 0) {
+    bool any = false;
+    for (size_t l = 0; l < e.workload.layer_count() && !any; ++l)
+      any = e.workload.layer(static_cast<int>(l)).selective_stash_bytes >= 0;
+    if (!any)
+      out.emplace_back("recompute: selective",
+                       "no transformer blocks, and no layer defines selective_stash_bytes; recompute: full "
+                       "re-runs any layer");
+  }
+  if (e.memory.optimizer_kernels == OptimizerKernels::Unfused && e.workload.optimizer_step_s >= 0)
+    out.emplace_back("optimizer_kernels: unfused", fmt::format("the workload fixes the optimizer step at {}",
+                                                               format_time(e.workload.optimizer_step_s)));
+  return out;
+}
+
 }  // namespace
 
 std::string grad_accumulation_note(GradAccumulation g) {
@@ -305,17 +326,11 @@ std::string assumptions_note(const Experiment& e) {
   if (e.memory.recompute == Recompute::Selective && b.blocks > 0)
     parts.push_back(fmt::format("selective recomputation of {} (Megatron-Core's recompute_modules)",
                                 to_string(e.memory.modules)));
-  // Without blocks, only layers that define a selective stash recompute selectively (docs/model.md);
-  // where none does, the run is recompute: none's, which the key would otherwise suggest it is not.
-  if (e.memory.recompute == Recompute::Selective && b.blocks == 0) {
-    bool any = false;
-    for (size_t l = 0; l < e.workload.layer_count() && !any; ++l)
-      any = e.workload.layer(static_cast<int>(l)).selective_stash_bytes >= 0;
-    if (!any)
-      parts.push_back(
-          "recompute: selective changes nothing (no transformer blocks, and no layer defines "
-          "selective_stash_bytes; recompute: full re-runs any layer)");
-  }
+  for (const auto& [key, why] : settings_without_effect(e))
+    parts.push_back(fmt::format("{} changes nothing ({})", key, why));
+  if (e.memory.bytes_per_parameter && e.workload.optimizer_step_s < 0)
+    parts.push_back(fmt::format("memory.bytes_per_parameter sets the memory only: the optimizer step is {}'s",
+                                to_string(e.memory.optimizer)));
   if (const auto [v, padded] = padded_vocabulary(e); padded > v)
     parts.push_back(
         fmt::format("vocabulary {:g} padded to {:g} (a multiple of 128 t, Megatron's)", v, padded));
@@ -408,6 +423,12 @@ nlohmann::json assumptions_json(const Experiment& e) {
        padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
       {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
       {"tf32_as_fp32", tf32_as_fp32(e)},
+      {"settings_without_effect",
+       [&] {
+         nlohmann::json keys = nlohmann::json::array();
+         for (const auto& kv : settings_without_effect(e)) keys.push_back(kv.first);
+         return keys;
+       }()},
       {"collective_engine", engine_json(e.cluster)},
       {"kernel_dispatch_s", host_dispatch(e.cluster)},
       {"kernel_dispatch_classes", host_dispatch_classes(e.cluster)},
