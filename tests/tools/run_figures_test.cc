@@ -56,6 +56,19 @@ cluster: {kind: switch, count: 4, device: {name: gpu, model: h100}, bandwidth: 1
 strategy: {micro_batches: 4, replicas: 2, stages: 2}
 )";
 
+// A chain of `layers` layers (F 1 ms, B 2 ms, 8 MiB activations, 64 MiB parameters each) on four
+// hand-described GPUs (no memory bandwidth) behind one switch, 1F1B over 8 micro-batches, with the
+// `memory` mapping's keys.
+std::string chain_on_switch(const TempDir& tmp, const std::string& name, int layers,
+                            const std::string& memory) {
+  return tmp.write(
+      name, fmt::format("workload: {{kind: chain, layers: {}, forward: 1ms, backward: 2ms, activation: "
+                        "8MiB, parameters: 64MiB}}\ncluster: {{kind: switch, count: 4, device: {{name: "
+                        "gpu, memory: 16GiB}}, bandwidth: 25GBps, latency: 1us}}\nstrategy: {{schedule: "
+                        "1f1b, micro_batches: 8}}\nmemory: {{{}}}\n",
+                        layers, memory));
+}
+
 }  // namespace
 
 TEST_CASE("run: tokens/s, model FLOP/s per GPU, MFU and time to train equal Megatron-Core's count") {
@@ -471,12 +484,7 @@ TEST_CASE(
   // Its kernels move bytes at the memory bandwidth; a hand-described device has none, and the
   // assumes line claimed a cost the time did not have (38.4 ms either way; 40.27 ms on A100s).
   TempDir tmp;
-  const std::string exp = tmp.write(
-      "g.yaml",
-      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
-      "1us}\n"
-      "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {grad_accumulation: main-grad}\n");
+  const std::string exp = chain_on_switch(tmp, "g.yaml", 4, "grad_accumulation: main-grad");
   auto text = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(text.exit_code == 0);
   CHECK(
@@ -493,12 +501,7 @@ TEST_CASE("run: under recomputation the stage table's backward includes the forw
   // Two chain layers per stage, F 1 ms and B 2 ms each: B = 4 ms, and full recomputation re-runs the
   // stage's 2 ms forward first, 6 ms as replayed. The column showed 4 ms until 2026-12-05.
   TempDir tmp;
-  const std::string exp = tmp.write(
-      "r.yaml",
-      "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
-      "1us}\n"
-      "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {recompute: full}\n");
+  const std::string exp = chain_on_switch(tmp, "r.yaml", 8, "recompute: full");
   auto text = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("forward bwd+recomp  stash/micro-b\n") != std::string::npos);
@@ -535,12 +538,7 @@ TEST_CASE("run: recompute: selective on a workload that defines no selective sta
   // docs/model.md: without transformer blocks, layers that define no selective_stash_bytes behave as
   // with none; the run was none's (38.4 ms) and said nothing until 2026-12-05.
   TempDir tmp;
-  const std::string exp = tmp.write(
-      "s.yaml",
-      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 25GBps, latency: "
-      "1us}\n"
-      "strategy: {schedule: 1f1b, micro_batches: 8}\nmemory: {recompute: selective}\n");
+  const std::string exp = chain_on_switch(tmp, "s.yaml", 4, "recompute: selective");
   auto text = run_command({PIPEGRID_BINARY, "run", exp});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("recompute: selective changes nothing (no transformer blocks") != std::string::npos);
