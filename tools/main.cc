@@ -52,6 +52,13 @@ std::vector<std::string> with_memory_margin(std::vector<std::string> overrides, 
   return overrides;
 }
 
+std::string margin_message(std::string message, const std::string& margin) {
+  if (margin.empty()) return message;
+  const std::string set = "--set memory.reserve=" + (margin == "0" ? std::string("0B") : margin) + ":";
+  if (message.rfind(set, 0) == 0) message.replace(0, set.size(), "--memory-margin " + margin + ":");
+  return message;
+}
+
 namespace {
 
 // --help without CLI11's artefacts: the type alone ("INT", not "INT:INT in [1 - 100000]"), a default

@@ -169,6 +169,8 @@ strategy: {micro_batches: 2}
   auto bad = run_command({PIPEGRID_BINARY, "run", e, "--memory-margin", "100GB"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("leaves nothing of device \"gpu0\"") != std::string::npos);
+  // It names the option given, not the --set it stands for (until 2026-12-05: "--set memory.reserve=").
+  CHECK(bad.err.rfind("pipegrid: --memory-margin 100GB: memory.reserve: ", 0) == 0);
   auto plan = run_command({PIPEGRID_BINARY, "plan", e, "--memory-margin", tight});
   CHECK(plan.exit_code == 0);
   CHECK(plan.out.find("INFEASIBLE") != std::string::npos);

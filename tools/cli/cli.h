@@ -66,6 +66,9 @@ void add_fold_options(CLI::App& app, bool& fold, bool& whole);
 void add_memory_margin_option(CLI::App& app, std::string& margin);
 // The --set overrides with --memory-margin's as memory.reserve (a bare 0 as 0B); unchanged without one.
 std::vector<std::string> with_memory_margin(std::vector<std::string> overrides, const std::string& margin);
+// An error about that override names the option the user gave: "--memory-margin 100GiB: ..." for
+// "--set memory.reserve=100GiB: ...".
+std::string margin_message(std::string message, const std::string& margin);
 
 }  // namespace pipegrid::cli
 namespace pipegrid {

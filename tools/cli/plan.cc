@@ -158,7 +158,7 @@ Result<Metrics> analytic_metrics(const Experiment& e, PreparedRun& run) {
 int run(const PlanOptions& o) {
   const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
   Result<Experiment> exp = input::load_experiment_file(o.file, overrides);
-  if (!exp) return bad_input(exp.error().message);
+  if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
   const process::SimGridJudge judge;
   Progress progress(fmt::format(
       "planning with {}", exp->strategy.planner.empty() ? exp->strategy.partitioner : exp->strategy.planner));

@@ -129,7 +129,7 @@ int run(const RunOptions& o) {
   if (Status s = parse_window(o.timeline_window, window); !s) return bad_input(s.error().message);
   const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
   Result<Experiment> exp = load(o.file, overrides);
-  if (!exp) return bad_input(exp.error().message);
+  if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
   const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
   return simulate(exp, where, o, plot);
 }

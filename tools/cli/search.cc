@@ -660,7 +660,7 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
 int run(const SearchOptions& o) {
   // The base's batch keys are not needed: --global-batch sets the batch.
   Result<Experiment> exp = input::load_experiment_file(o.file, base_overrides(o), false);
-  if (!exp) return bad_input(exp.error().message);
+  if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
   const bool tty = isatty(STDERR_FILENO) == 1;
   if (Status st = check_before_search(o, *exp); !st) return bad_input(st.error().message);
   // Before the search, not after minutes of it: the folder --emit writes into must exist.
