@@ -110,15 +110,17 @@ Result<Schedule> place(const ScheduleRequest& r, const std::vector<RankList>& ra
 Result<int> v_ranks(const Partition& p, std::string_view name) {
   const int S = static_cast<int>(p.stage_count());
   if (S < 2 || S % 2 != 0)
-    return Error{fmt::format("{} needs the model in 2 chunks per rank (chunks: 2), an even stage count; the "
-                             "partition has {} stages",
-                             name, S)};
+    return Error{
+        fmt::format("{} needs the model in 2 chunks per rank (chunks: 2), an even stage count; the "
+                    "partition has {} stages",
+                    name, S)};
   const int N = S / 2;
   for (int s = N; s < S; ++s)
     if (p.stage(s).devices != p.stage(S - 1 - s).devices)
-      return Error{fmt::format("{}: stage {} must run on the devices of stage {} (a V: stage s and stage "
-                               "2N - 1 - s on rank s)",
-                               name, s, S - 1 - s)};
+      return Error{
+          fmt::format("{}: stage {} must run on the devices of stage {} (a V: stage s and stage "
+                      "2N - 1 - s on rank s)",
+                      name, s, S - 1 - s)};
   return N;
 }
 
@@ -130,10 +132,11 @@ Result<int> dualpipe_ranks(const Partition& p, int micro_batches, std::string_vi
     const Stage& st = p.stage(s);
     const int mirror = s < N ? s + N : s - N;
     if (st.route != (s < N ? 1 : 2) || st.mirror != mirror || st.layers != p.stage(mirror).layers)
-      return Error{fmt::format("{} runs two pipelines (stages 0 .. N - 1 and their copies N .. 2N - 1, each on "
-                               "half the micro-batches): partition with schedule: dualpipe so that the "
-                               "partitioner builds them; stage {} is not one",
-                               name, s)};
+      return Error{
+          fmt::format("{} runs two pipelines (stages 0 .. N - 1 and their copies N .. 2N - 1, each on "
+                      "half the micro-batches): partition with schedule: dualpipe so that the "
+                      "partitioner builds them; stage {} is not one",
+                      name, s)};
   }
   (void)micro_batches;
   return N;

@@ -594,8 +594,8 @@ std::vector<std::string> base_overrides(const SearchOptions& o) {
 
 // --emit: the winner (SimGrid's fastest, or the analytic ranking's first without replays) as an
 // experiment file.
-Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3dResult& res,
-                   const std::vector<Replayed>& replayed) {
+Status emit_winner(const SearchOptions& o, const std::vector<std::string>& overrides, const Experiment& exp,
+                   const Search3dResult& res, const std::vector<Replayed>& replayed) {
   if (res.ranked.empty()) return Error{fmt::format("--emit {}: no candidate fits, nothing to write", o.emit)};
   const Search3dCandidate& c = replayed.empty() ? res.ranked[0] : replayed[0].c;
   const std::string how = replayed.empty() ? fmt::format("analytic {}", format_time(c.iteration_time_s))
@@ -606,7 +606,7 @@ Status emit_winner(const SearchOptions& o, const Experiment& exp, const Search3d
                   o.global_batch, c.label(), how);
   // The overrides the search read the base with, --memory-margin's reserve included, so that `run`
   // of the file has the memory the search judged the candidate against.
-  if (Status st = emit_candidate({o.file, base_overrides(o), exp, c, o.global_batch, o.emit, comment}); !st)
+  if (Status st = emit_candidate({o.file, overrides, exp, c, o.global_batch, o.emit, comment}); !st)
     return st;
   fmt::print(std::cerr, "search: the winner ({}) written to {} (run it with `pipegrid run {}`)\n", c.label(),
              o.emit, o.emit);
@@ -659,7 +659,8 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
 
 int run(const SearchOptions& o) {
   // The base's batch keys are not needed: --global-batch sets the batch.
-  Result<Experiment> exp = input::load_experiment_file(o.file, base_overrides(o), false);
+  const std::vector<std::string> overrides = base_overrides(o);  // the emitted winner is read with them too
+  Result<Experiment> exp = input::load_experiment_file(o.file, overrides, false);
   if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
   const bool tty = isatty(STDERR_FILENO) == 1;
   if (Status st = check_before_search(o, *exp); !st) return bad_input(st.error().message);
@@ -686,7 +687,8 @@ int run(const SearchOptions& o) {
   if (!replayed) return bad_input(replayed.error().message);
   const Found found{o, *exp, *res, *replayed};
   if (!o.emit.empty()) {
-    if (Status st = emit_winner(o, *exp, *res, *replayed); !st) return bad_input(st.error().message);
+    if (Status st = emit_winner(o, overrides, *exp, *res, *replayed); !st)
+      return bad_input(st.error().message);
   }
   if (o.json)
     print_json(found);

@@ -256,6 +256,47 @@ std::string idle_devices_note(const Cluster& c, const Partition& p) {
                      idle.size() > shown ? ", ..." : "");
 }
 
+namespace {
+
+// ZeRO-1 where no stage has a data-parallel (x context-parallel) group to shard over: the same run
+// as without, which the key would otherwise suggest is not. Empty when it shards somewhere.
+std::string zero_without_group(const Experiment& e, const Partition& p) {
+  if (!e.memory.zero1) return "";
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    if (st.gradient_replicas() > 1 ||
+        static_cast<int>(st.devices.size()) / (st.expert_parallel * st.expert_tensor_parallel) > 1)
+      return "";
+  }
+  return "memory.zero: 1 changes nothing: ZeRO-1 shards the optimizer state over a stage's data-parallel (x "
+         "context-parallel) replicas, and no stage has more than one";
+}
+
+// A planner (or the default planner's partitioner) that costs every device as the first one, on a
+// plan that uses a device unlike it. Empty otherwise.
+std::string unlike_devices_warning(const Experiment& e, const PreparedRun& run) {
+  Result<const PlannerInfo*> planner = find_planner(run.planner);
+  if (!planner) return "";
+  const bool partitioner = (*planner)->runs_partitioner;
+  Result<const PartitionStrategy*> cut = find_partitioner(e.strategy.partitioner);
+  if (!(partitioner ? cut && (*cut)->assumes_identical_devices : (*planner)->assumes_identical_devices))
+    return "";
+  const Device& first = e.cluster.devices.front();
+  for (size_t s = 0; s < run.partition.stage_count(); ++s)
+    for (int d : run.partition.stage(s).devices)
+      if (const Device& other = e.cluster.devices[static_cast<size_t>(d)];
+          !same_device(other.spec, first.spec))
+        return fmt::format(
+            "{} {} plans as if every device were the first ({}, {}); {} ({}) differs, and the replay runs "
+            "each "
+            "device at its own speed, so the plan may not be the best for this cluster",
+            partitioner ? "partitioner" : "planner", partitioner ? e.strategy.partitioner : run.planner,
+            first.name, first.spec.kind, other.name, other.spec.kind);
+  return "";
+}
+
+}  // namespace
+
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run) {
   std::vector<std::string> out;
   // The default stage count (one rank per device) is capped by the layers per chunk: say which
@@ -283,40 +324,8 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
           idle_count > 4 ? ", ..." : "", chunks > 1 ? " or chunks" : ""));
     }
   }
-  // ZeRO-1 where no stage has a data-parallel (x context-parallel) group to shard over: the same
-  // run as without, which the key would otherwise suggest is not.
-  if (e.memory.zero1) {
-    bool shards = false;
-    for (size_t s = 0; s < run.partition.stage_count() && !shards; ++s) {
-      const Stage& st = run.partition.stage(s);
-      shards = st.gradient_replicas() > 1 ||
-               static_cast<int>(st.devices.size()) / (st.expert_parallel * st.expert_tensor_parallel) > 1;
-    }
-    if (!shards)
-      out.push_back(
-          "memory.zero: 1 changes nothing: ZeRO-1 shards the optimizer state over a stage's data-parallel (x "
-          "context-parallel) replicas, and no stage has more than one");
-  }
-  // Planners that cost every device as the first one, on a cluster of unlike devices in use.
-  if (Result<const PlannerInfo*> planner = find_planner(run.planner); planner) {
-    const bool partitioner = (*planner)->runs_partitioner;
-    Result<const PartitionStrategy*> cut = find_partitioner(e.strategy.partitioner);
-    const bool identical =
-        partitioner ? cut && (*cut)->assumes_identical_devices : (*planner)->assumes_identical_devices;
-    const Device& first = e.cluster.devices.front();
-    for (size_t s = 0; identical && s < run.partition.stage_count(); ++s)
-      for (int d : run.partition.stage(s).devices)
-        if (const Device& other = e.cluster.devices[static_cast<size_t>(d)];
-            !same_device(other.spec, first.spec)) {
-          out.push_back(fmt::format(
-              "{} {} plans as if every device were the first ({}, {}); {} ({}) differs, and the replay runs "
-              "each device at its own speed, so the plan may not be the best for this cluster",
-              partitioner ? "partitioner" : "planner", partitioner ? e.strategy.partitioner : run.planner,
-              first.name, first.spec.kind, other.name, other.spec.kind));
-          s = run.partition.stage_count() - 1;
-          break;
-        }
-  }
+  if (std::string w = zero_without_group(e, run.partition); !w.empty()) out.push_back(std::move(w));
+  if (std::string w = unlike_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
   // Recompute modules beyond Megatron's default: the planners with a memory model of their own
   // estimate selective recomputation as core_attn alone while they search; the plan they choose is
   // replayed with the modules.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <queue>
 #include <set>
@@ -111,6 +112,70 @@ void check_ring(Ring& r, const TaskGraph& g) {
   r.valid = true;
 }
 
+// "F s0 m0" on device 0, "tp s0 s0 m0" from device 1 to 0: a task as messages name it.
+std::string describe(const Task& k) {
+  return k.is_compute() ? fmt::format("\"{}\" on device {}", compute_name(k), k.device)
+                        : fmt::format("\"{}\" from device {} to {}", transfer_name(k), k.device, k.peer);
+}
+
+// Transfer t's send (on its sender) or receive (on its receiver) node, after `deps` of that rank.
+json transfer_node(const Task& k, int32_t t, bool send, const std::set<int64_t>& deps) {
+  json node = {{"rank", send ? k.device : k.peer},
+               {"type", send ? "send" : "recv"},
+               {"name", transfer_name(k)},
+               {"peer", send ? k.peer : k.device},
+               {"bytes", k.bytes},
+               {"tag", t},
+               {"deps", std::vector<int64_t>(deps.begin(), deps.end())}};
+  // A fixed time the flow pays besides its bytes (a collective engine's step and call).
+  if (send && k.duration > 0) node["duration_s"] = k.duration;
+  return node;
+}
+
+// The data-parallel all-reduces that form core/collectives.h's ring, by stage (exported as one
+// collective node per rank); per task, the stage of its ring or -1.
+std::vector<int32_t> find_rings(const TaskGraph& g, std::map<int32_t, Ring>& rings) {
+  std::vector<int32_t> ring_of(g.tasks.size(), -1);
+  for (size_t t = 0; t < g.tasks.size(); ++t)
+    if (collective_step(g.tasks[t])) rings[g.tasks[t].stage].steps.push_back(static_cast<int32_t>(t));
+  for (auto& [stage, r] : rings) {
+    check_ring(r, g);
+    if (r.valid)
+      for (int32_t t : r.steps) ring_of[t] = stage;
+  }
+  return ring_of;
+}
+
+// Calls visit(t) for every task in a topological order of the data and device-order edges (each
+// task after its predecessors `pred` and the previous task on its device), the lowest task first
+// among the ready ones; stops at visit's first error. A cycle is an error.
+Status in_topological_order(const TaskGraph& g, const std::vector<std::vector<int32_t>>& pred,
+                            const std::vector<int32_t>& previous,
+                            const std::function<Status(int32_t)>& visit) {
+  const size_t n = g.tasks.size();
+  std::vector<int32_t> missing(n, 0);
+  std::vector<std::vector<int32_t>> after_on_device(n);
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
+  for (size_t t = 0; t < n; ++t) {
+    missing[t] = static_cast<int32_t>(pred[t].size()) + (previous[t] >= 0 ? 1 : 0);
+    if (previous[t] >= 0) after_on_device[previous[t]].push_back(static_cast<int32_t>(t));
+    if (missing[t] == 0) ready.push(static_cast<int32_t>(t));
+  }
+  size_t done = 0;
+  while (!ready.empty()) {
+    const int32_t t = ready.top();
+    ready.pop();
+    ++done;
+    if (Status st = visit(t); !st) return st;
+    for (int32_t s : g.successors(t))
+      if (--missing[s] == 0) ready.push(s);
+    for (int32_t s : after_on_device[t])
+      if (--missing[s] == 0) ready.push(s);
+  }
+  if (done != n) return Error{"the task graph has a cycle; it cannot be exported"};
+  return {};
+}
+
 }  // namespace
 
 Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExportOptions& o) {
@@ -123,27 +188,7 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     for (size_t i = 1; i < order.size(); ++i) previous[order[i]] = order[i - 1];
 
   std::map<int32_t, Ring> rings;  // by stage
-  std::vector<int32_t> ring_of(n, -1);
-  if (o.collectives) {
-    for (size_t t = 0; t < n; ++t)
-      if (collective_step(g.tasks[t])) rings[g.tasks[t].stage].steps.push_back(static_cast<int32_t>(t));
-    for (auto& [stage, r] : rings) {
-      check_ring(r, g);
-      if (r.valid)
-        for (int32_t t : r.steps) ring_of[t] = stage;
-    }
-  }
-
-  // A topological order (data and device-order edges), lowest task first among the ready ones.
-  std::vector<int32_t> missing(n, 0);
-  for (size_t t = 0; t < n; ++t)
-    missing[t] = static_cast<int32_t>(pred[t].size()) + (previous[t] >= 0 ? 1 : 0);
-  std::vector<std::vector<int32_t>> after_on_device(n);
-  for (size_t t = 0; t < n; ++t)
-    if (previous[t] >= 0) after_on_device[previous[t]].push_back(static_cast<int32_t>(t));
-  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
-  for (size_t t = 0; t < n; ++t)
-    if (missing[t] == 0) ready.push(static_cast<int32_t>(t));
+  const std::vector<int32_t> ring_of = o.collectives ? find_rings(g, rings) : std::vector<int32_t>(n, -1);
 
   json nodes = json::array();
   std::vector<int64_t> node_of(n, -1);                   // compute: its node; transfer: its receive
@@ -154,11 +199,7 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     nodes.push_back(std::move(node));
     return static_cast<int64_t>(nodes.size() - 1);
   };
-  auto name_of = [&](int32_t t) {
-    const Task& k = g.tasks[t];
-    return k.is_compute() ? fmt::format("\"{}\" on device {}", compute_name(k), k.device)
-                          : fmt::format("\"{}\" from device {} to {}", transfer_name(k), k.device, k.peer);
-  };
+  auto name_of = [&](int32_t t) { return describe(g.tasks[t]); };
   // The node on `rank` that stands for task p's completion there (-1: none): a compute task's own
   // node, a transfer's receive on the receiver and its send on the sender, a ring step's collective.
   auto node_on = [&](int32_t p, int rank) -> int64_t {
@@ -186,11 +227,7 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     }
     return json(std::vector<int64_t>(ids.begin(), ids.end()));
   };
-  size_t done = 0;
-  while (!ready.empty()) {
-    const int32_t t = ready.top();
-    ready.pop();
-    ++done;
+  Status visited = in_topological_order(g, pred, previous, [&](int32_t t) -> Status {
     const Task& k = g.tasks[t];
     if (k.is_compute()) {
       Result<json> d = deps_of(t, k.device);
@@ -240,31 +277,12 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
                           name_of(t), name_of(p))};
         }
       }
-      const std::string name = transfer_name(k);
-      json send = {{"rank", k.device},
-                   {"type", "send"},
-                   {"name", name},
-                   {"peer", k.peer},
-                   {"bytes", k.bytes},
-                   {"tag", t},
-                   {"deps", std::vector<int64_t>(on_sender.begin(), on_sender.end())}};
-      // A fixed time the flow pays besides its bytes (a collective engine's step and call).
-      if (k.duration > 0) send["duration_s"] = k.duration;
-      send_of[t] = add(std::move(send));
-      node_of[t] = add({{"rank", k.peer},
-                        {"type", "recv"},
-                        {"name", name},
-                        {"peer", k.device},
-                        {"bytes", k.bytes},
-                        {"tag", t},
-                        {"deps", std::vector<int64_t>(on_receiver.begin(), on_receiver.end())}});
+      send_of[t] = add(transfer_node(k, t, true, on_sender));
+      node_of[t] = add(transfer_node(k, t, false, on_receiver));
     }
-    for (int32_t s : g.successors(t))
-      if (--missing[s] == 0) ready.push(s);
-    for (int32_t s : after_on_device[t])
-      if (--missing[s] == 0) ready.push(s);
-  }
-  if (done != n) return Error{"the task graph has a cycle; it cannot be exported"};
+    return {};
+  });
+  if (!visited) return visited.error();
   return json{{"format", "pipegrid-trace-graph"},
               {"version", 1},
               {"ranks", devices},
@@ -359,6 +377,93 @@ Status check_shape(const json& j) {
   return {};
 }
 
+// The all-reduce nodes of one group and tag (one per member rank).
+struct Collective {
+  std::vector<int> group;
+  double bytes = 0;
+  std::map<int, size_t> node;  // rank -> node
+};
+using Collectives = std::map<std::pair<std::vector<int>, int64_t>, Collective>;
+
+// An all-reduce node (node i on `rank`) into its group's Collective; errors begin with `where`.
+Status read_collective(const json& n, size_t i, int rank, size_t devices, const std::string& where,
+                       Collectives& collectives) {
+  std::vector<int> group = n.at("group").get<std::vector<int>>();
+  for (int r : group)
+    if (r < 0 || static_cast<size_t>(r) >= devices)
+      return Error{fmt::format("{}: group member {} is not a device of the cluster", where, r)};
+  if (std::set<int>(group.begin(), group.end()).size() != group.size())
+    return Error{fmt::format("{}: a rank appears twice in the group [{}]", where, fmt::join(group, ", "))};
+  const double bytes = n.at("bytes").get<double>();
+  if (!(bytes >= 0) || !std::isfinite(bytes))
+    return Error{fmt::format("{}: a size of {} bytes", where, bytes)};
+  if (std::find(group.begin(), group.end(), rank) == group.end())
+    return Error{fmt::format("{}: rank {} is not in its own group", where, rank)};
+  Collective& col = collectives[{group, n.value("tag", int64_t{0})}];
+  col.group = group;
+  col.bytes = bytes;
+  if (!col.node.emplace(rank, i).second)
+    return Error{fmt::format("{}: a second collective with the same group and tag on this rank", where)};
+  return {};
+}
+
+// Each collective as a ring all-reduce once every member's dependencies are done (compute,
+// transfers or earlier collectives), taken in an order in which each one's dependencies come
+// first; done[node] becomes the tasks after which the member holds the result.
+Status add_collectives(TaskGraph& g, const Cluster& c, const Collectives& collectives,
+                       const std::function<Result<std::vector<size_t>>(size_t)>& predecessors,
+                       std::vector<Deps>& done) {
+  // Each pending collective with its members' predecessor nodes (read once, not once per pass).
+  std::vector<std::pair<Collectives::const_iterator, std::vector<std::vector<size_t>>>> pending;
+  for (auto it = collectives.begin(); it != collectives.end(); ++it) {
+    std::vector<std::vector<size_t>> member_preds;
+    for (int r : it->second.group) {
+      if (!it->second.node.count(r))
+        return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) has no node on rank {}",
+                                 fmt::join(it->second.group, ", "), it->first.second, r)};
+      Result<std::vector<size_t>> p = predecessors(it->second.node.at(r));
+      if (!p) return p.error();
+      member_preds.push_back(std::move(*p));
+    }
+    pending.emplace_back(it, std::move(member_preds));
+  }
+  while (!pending.empty()) {
+    const size_t before = pending.size();
+    for (auto it = pending.begin(); it != pending.end();) {
+      const Collective& col = it->first->second;
+      std::vector<Deps> ready;
+      bool known = true;
+      for (const std::vector<size_t>& p : it->second) {
+        Deps after;
+        for (size_t q : p) {
+          known = known && !done[q].empty();
+          after.insert(after.end(), done[q].begin(), done[q].end());
+        }
+        ready.push_back(std::move(after));
+      }
+      if (!known) {
+        ++it;
+        continue;
+      }
+      std::vector<Deps> out =
+          append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c, col.group, ready,
+                               col.bytes, static_cast<int32_t>(it->first->first.second));
+      for (size_t m = 0; m < col.group.size(); ++m) {
+        const size_t i = col.node.at(col.group[m]);
+        done[i] = out[m].empty() ? ready[m] : out[m];
+        if (done[i].empty()) done[i] = {-1};  // complete from the start
+      }
+      it = pending.erase(it);
+    }
+    if (pending.size() == before)
+      return Error{fmt::format(
+          "an all-reduce among ranks [{}] (tag {}) waits, through its dependencies, for "
+          "itself or for a collective that does",
+          fmt::join(pending.front().first->second.group, ", "), pending.front().first->first.second)};
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
@@ -393,12 +498,7 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
     // Compute nodes and point-to-point pairs.
     std::map<std::tuple<int, int, int64_t>, int32_t> transfer;  // (sender, receiver, tag) -> task
     std::map<std::tuple<int, int, int64_t>, int> ends;          // how many of send / receive were seen
-    struct Collective {
-      std::vector<int> group;
-      double bytes = 0;
-      std::map<int, size_t> node;  // rank -> node
-    };
-    std::map<std::pair<std::vector<int>, int64_t>, Collective> collectives;
+    Collectives collectives;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const json& n = nodes[i];
       const std::string type = n.at("type").get<std::string>();
@@ -441,24 +541,7 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         ends[key] += type == "send" ? 1 : 2;
         done[i] = {it->second};
       } else if (type == "allreduce") {
-        std::vector<int> group = n.at("group").get<std::vector<int>>();
-        for (int r : group)
-          if (r < 0 || static_cast<size_t>(r) >= devices)
-            return Error{fmt::format("{}: group member {} is not a device of the cluster", where(i), r)};
-        if (std::set<int>(group.begin(), group.end()).size() != group.size())
-          return Error{
-              fmt::format("{}: a rank appears twice in the group [{}]", where(i), fmt::join(group, ", "))};
-        const double bytes = n.at("bytes").get<double>();
-        if (!(bytes >= 0) || !std::isfinite(bytes))
-          return Error{fmt::format("{}: a size of {} bytes", where(i), bytes)};
-        if (std::find(group.begin(), group.end(), *rank) == group.end())
-          return Error{fmt::format("{}: rank {} is not in its own group", where(i), *rank)};
-        Collective& col = collectives[{group, n.value("tag", int64_t{0})}];
-        col.group = group;
-        col.bytes = bytes;
-        if (!col.node.emplace(*rank, i).second)
-          return Error{
-              fmt::format("{}: a second collective with the same group and tag on this rank", where(i))};
+        if (Status st = read_collective(n, i, *rank, devices, where(i), collectives); !st) return st.error();
       } else {
         return Error{fmt::format("{}: unknown node type \"{}\"", where(i), type)};
       }
@@ -481,52 +564,7 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
       }
       return out;
     };
-    // Collectives: a ring all-reduce once every member's dependencies are done (compute, transfers or
-    // earlier collectives: taken in an order in which each one's dependencies come first).
-    std::vector<std::pair<const std::pair<std::vector<int>, int64_t>*, Collective*>> pending;
-    for (auto& [key, col] : collectives) {
-      for (int r : col.group)
-        if (!col.node.count(r))
-          return Error{fmt::format("an all-reduce among ranks [{}] (tag {}) has no node on rank {}",
-                                   fmt::join(col.group, ", "), key.second, r)};
-      pending.emplace_back(&key, &col);
-    }
-    while (!pending.empty()) {
-      const size_t before = pending.size();
-      for (auto it = pending.begin(); it != pending.end();) {
-        const Collective& col = *it->second;
-        std::vector<Deps> ready;
-        bool known = true;
-        for (int r : col.group) {
-          Result<std::vector<size_t>> p = predecessors(col.node.at(r));
-          if (!p) return p.error();
-          Deps after;
-          for (size_t q : *p) {
-            known = known && !done[q].empty();
-            after.insert(after.end(), done[q].begin(), done[q].end());
-          }
-          ready.push_back(std::move(after));
-        }
-        if (!known) {
-          ++it;
-          continue;
-        }
-        std::vector<Deps> out =
-            append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c, col.group, ready,
-                                 col.bytes, static_cast<int32_t>(it->first->second));
-        for (size_t m = 0; m < col.group.size(); ++m) {
-          const size_t i = col.node.at(col.group[m]);
-          done[i] = out[m].empty() ? ready[m] : out[m];
-          if (done[i].empty()) done[i] = {-1};  // complete from the start
-        }
-        it = pending.erase(it);
-      }
-      if (pending.size() == before)
-        return Error{
-            fmt::format("an all-reduce among ranks [{}] (tag {}) waits, through its dependencies, "
-                        "for itself or for a collective that does",
-                        fmt::join(pending.front().second->group, ", "), pending.front().first->second)};
-    }
+    if (Status st = add_collectives(g, c, collectives, predecessors, done); !st) return st.error();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].at("type") == "allreduce") continue;
       Result<std::vector<size_t>> p = predecessors(i);
