@@ -65,8 +65,8 @@ MegatronLayout even_ranks(int n, int ranks, int chunks, const MegatronSplit& s) 
     if (n % (ranks * chunks) == 0) return {std::vector<int>(ranks, n / ranks), {}, {}};
     return refused("",
                    fmt::format("the megatron partitioner needs the {} transformer blocks to be a multiple of "
-                               "the {} stages ({} ranks x {} chunks), as Megatron-LM does",
-                               n, ranks * chunks, ranks, chunks));
+                               "the {} stages ({} ranks x {} chunk{}), as Megatron-LM does",
+                               n, ranks * chunks, ranks, chunks, chunks == 1 ? "" : "s"));
   }
   const int slots = n + s.account_for_embedding + s.account_for_loss;
   const std::string counted =

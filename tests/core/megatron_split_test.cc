@@ -106,8 +106,10 @@ TEST_CASE("megatron: an even split is unchanged, and refused with the message it
   CHECK(l.key.empty());
   CHECK(l.problem ==
         "the megatron partitioner needs the 10 transformer blocks to be a multiple of the 4 stages (4 ranks "
-        "x 1 "
-        "chunks), as Megatron-LM does");
+        "x 1 chunk), as Megatron-LM does");
+  CHECK(megatron_layout(10, 2, 2, "1f1b", {}).problem ==
+        "the megatron partitioner needs the 10 transformer blocks to be a multiple of the 4 stages (2 ranks "
+        "x 2 chunks), as Megatron-LM does");
 }
 
 TEST_CASE("megatron, uneven splits that do not fit are refused at the key at fault") {

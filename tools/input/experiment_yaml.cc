@@ -633,11 +633,9 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     }
   if (!m.uneven()) {
     // An even split needs the blocks a multiple of the stages (x chunks): located at `stages` where
-    // the file sets them (DualPipe's ranks hold two stages each: its schedule checks them).
+    // the file sets them, under every schedule (DualPipe's and DualPipeV's included).
     auto st = n.get("stages");
-    if (!st || s.partitioner != "megatron" || !chosen.planner.runs_partitioner || s.schedule == "dualpipe" ||
-        s.schedule == "dualpipev")
-      return;
+    if (!st || s.partitioner != "megatron" || !chosen.planner.runs_partitioner) return;
     int blocks = 0;
     for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_block(w.layer(static_cast<int>(l)).split.kind);
     if (blocks == 0) return;
