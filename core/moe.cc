@@ -200,7 +200,7 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o) {
 }
 
 std::optional<std::string> moe_overlap_refusal(int ep, MoeDispatcher dispatcher, int stages,
-                                               std::string_view schedule) {
+                                               std::string_view schedule, int micro_batches) {
   if (schedule == "dualpipe" || schedule == "dualpipev")
     return fmt::format("{} pairs its forward and backward chunks itself (its overlap is built in)", schedule);
   if (ep <= 1)
@@ -208,6 +208,14 @@ std::optional<std::string> moe_overlap_refusal(int ep, MoeDispatcher dispatcher,
            "expert_parallel > 1 with it)";
   if (dispatcher == MoeDispatcher::AllGather)
     return "Megatron-Core overlaps the alltoall and flex (deepep) dispatchers only, not allgather";
+  if (micro_batches == 1)
+    return "it pairs a micro-batch's forward with another's backward, and there is one micro-batch";
+  if (stages <= 1 && (schedule == "zb-h1" || schedule == "zb-h2"))
+    return fmt::format(
+        "at p = 1 {} runs each micro-batch's forward, input-gradient and weight-gradient passes in turn, so "
+        "no forward lies next to another micro-batch's backward to pair with (Megatron-Core's overlap "
+        "without a pipeline pairs 1f1b's order)",
+        schedule);
   if (stages > 1 && schedule != "interleaved-1f1b")
     return fmt::format(
         "with a pipeline (p = {}) Megatron-Core requires a virtual pipeline (interleaved-1f1b), got {}: "

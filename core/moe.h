@@ -130,9 +130,11 @@ Status check_moe(const Layer& l, const ExpertSizes& e, const MoeOptions& o);
 // parallelism (ep > 1), the alltoall or flex (deepep) dispatcher, and with a pipeline (p > 1) a
 // virtual pipeline (here: the interleaved schedule; 1F1B's adjacent forward and backward would hold
 // each forward's output until the paired backward ends, a serialised pipeline). DualPipe and
-// DualPipeV pair their chunks themselves. nullopt when they hold, else what fails.
+// DualPipeV pair their chunks themselves. Where the pairing would find no pair (one micro-batch;
+// zb-h1 and zb-h2 without a pipeline, whose order is F B W), the overlap would change nothing.
+// micro_batches 0: not known yet. nullopt when they hold, else what fails.
 std::optional<std::string> moe_overlap_refusal(int ep, MoeDispatcher dispatcher, int stages,
-                                               std::string_view schedule);
+                                               std::string_view schedule, int micro_batches = 0);
 
 // The groups of a stage's devices, as positions in the stage's device list (position r = j t + i for
 // replica j, tensor-parallel rank i): the tensor-parallel group of t, and the MoE part's groups.

@@ -90,7 +90,7 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   if (Status e = apply_expert_parallel(r, plan.partition); !e) return e.error();
   if (s.moe_overlap) {
     const Parallelism par = parallelism(plan.partition);
-    if (auto why = moe_overlap_refusal(par.expert, s.moe.dispatcher, par.pipeline, scheduler.name))
+    if (auto why = moe_overlap_refusal(par.expert, s.moe.dispatcher, par.pipeline, scheduler.name, mb.count))
       return Error{"moe.overlap: " + *why};
   }
   if (s.partitioner_options.round_robin)
@@ -122,7 +122,18 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
   if (!sched) return sched.error();
   plan.schedule = std::move(*sched);
   keep_round_robin_turns(plan.schedule, plan.partition);
-  if (s.moe_overlap) pair_forward_backward(plan.schedule);
+  if (s.moe_overlap) {
+    pair_forward_backward(plan.schedule);
+    bool paired = false;
+    for (const auto& d : plan.schedule.paired) paired = paired || std::find(d.begin(), d.end(), 1) != d.end();
+    if (!paired)
+      return Error{fmt::format(
+          "the MoE all-to-all overlap (moe.overlap) pairs a micro-batch's forward with another's backward, "
+          "and this schedule ({}, {} micro-batch{}) has no such pair: it would change nothing; expected "
+          "overlap false, or a schedule that runs a forward just before another micro-batch's backward "
+          "(at least 2 micro-batches)",
+          scheduler.name, mb.count, mb.count == 1 ? "" : "es")};
+  }
   return plan;
 }
 

@@ -42,8 +42,8 @@ Replayed replay(const std::string& schedule, int ranks, int layers, int m, doubl
 TEST_CASE(
     "DualPipe: iteration = M (F + B) + (PP/2 - 1)(F&B + B - 3W), F&B = F + B, on (p, m) = (4, 8), (4, 12), "
     "(8, 16), (8, 20)") {
-  // Per stage F = B (the full backward) = 2 ms, W = 1 ms: the regime in which the table's formula is
-  // exact (with F != B the replayed bubble is smaller: docs/schedules.md). Each rank runs both
+  // Per stage F = B (the full backward) = 2 ms, W = 1 ms: a regime in which the table's formula is
+  // exact (elsewhere the replay differs from it either way: docs/moe.md). Each rank runs both
   // pipelines' stage: M forwards and M backwards of one stage's work.
   const double F = 2e-3, B = 2e-3, W = 1e-3;
   for (auto [p, m] : {std::pair{4, 8}, {4, 12}, {8, 16}, {8, 20}}) {

@@ -458,6 +458,34 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE("run: the experts line at ep 1, a skew that moves no work, and the allgather dispatcher's label") {
+  // Every MoE workload gets the experts line. At ep 1 every device runs every expert, so a skewed
+  // routing without a capacity factor gives exactly the balanced run's time, and the line says so.
+  TempDir tmp;
+  const std::string base =
+      "workload: {model: mixtral-8x7b, layers: 2, sequence: 1024, precision: amp-bf16}\n"
+      "cluster: {preset: dgx-h100-8}\n"
+      "strategy: {partitioner: megatron, stages: 1, replicas: 8, micro_batch_size: 1, micro_batches: 2";
+  const std::string balanced = tmp.write("b.yaml", base + "}\n");
+  const std::string skewed = tmp.write("s.yaml", base + ", moe: {routing: {zipf: 1.2}}}\n");
+  CHECK(run_json({skewed})["iteration_time_s"] == run_json({balanced})["iteration_time_s"]);
+  auto b = run_command({PIPEGRID_BINARY, "run", balanced});
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.out.find("experts          8 per device (ep 1, etp 1), alltoall dispatcher") != std::string::npos);
+  auto s = run_command({PIPEGRID_BINARY, "run", skewed});
+  REQUIRE(s.exit_code == 0);
+  CHECK(s.out.find("routing as given (at ep 1 every device runs every expert: the skew moves no work, and "
+                   "without a capacity factor drops nothing)") != std::string::npos);
+  // The allgather dispatcher's exchanges are an all-gather and a reduce-scatter, and the breakdown
+  // names them so (it called them an all-to-all).
+  const std::string ag = tmp.write(
+      "ag.yaml", base + ", expert_parallel: 8, moe: {dispatcher: allgather}}\n");
+  auto a = run_command({PIPEGRID_BINARY, "run", ag});
+  REQUIRE(a.exit_code == 0);
+  CHECK(a.out.find("exposed EP all-gather and reduce-scatter") != std::string::npos);
+  CHECK(a.out.find("EP all-to-all") == std::string::npos);
+}
+
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
   // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
   // said until 2026-12-05: the same time as fp32.

@@ -130,7 +130,8 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
              100 * (simulated.iteration_time_s / predicted.iteration_time_s - 1));
   fmt::print("simulated throughput                {:.6g} samples/s\n", simulated.throughput_samples_per_s);
   if (output::expert_traffic(parallelism(p)))
-    fmt::print("exposed EP all-to-all               {} per device (mean over the devices in use)\n",
+    fmt::print("{:<36}{} per device (mean over the devices in use)\n",
+               "exposed " + output::expert_comm_label(e, parallelism(p)),
                format_time(simulated.breakdown.expert_parallel_s));
   for (const output::CostModelCheck& c : output::cost_model_checks(e, p))
     fmt::print("cost model                          {}\n", c.note);

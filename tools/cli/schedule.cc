@@ -41,7 +41,10 @@ int run(const ScheduleOptions& o) {
                                  o.name));
   if (o.chunks < 2 && (*s)->needs_chunks)
     return bad_input(fmt::format(
-        "{} needs --chunks, the model chunks per rank (at least 2; with 1 it is another schedule)", o.name));
+        "{} needs --chunks, the model chunks per rank ({})", o.name,
+        o.name == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is another schedule"));
+  if (o.name == "dualpipev" && o.chunks != 2)
+    return bad_input(fmt::format("--chunks {}: dualpipev runs 2 model chunks per rank, in a V", o.chunks));
   if (!o.file.empty() && !(*s)->reads_file)
     return bad_input(
         fmt::format("--file: {} does not read a schedule file (`pipegrid schedule file --file CSV` "

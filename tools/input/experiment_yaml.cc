@@ -114,8 +114,8 @@ void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
                            s.schedule));
     n.need("schedule", "a schedule")
         .fail(
-            fmt::format("{} needs strategy.chunks, the model chunks per rank (at least 2; with 1 it is 1f1b)",
-                        s.schedule));
+            fmt::format("{} needs strategy.chunks, the model chunks per rank ({})", s.schedule,
+                        s.schedule == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is 1f1b"));
   }
 }
 
@@ -325,8 +325,11 @@ void parse_replication(const Node& n, StrategySpec& s, const Chosen& chosen, con
   }
 }
 
-// `routing`: balanced, {zipf: s}, or a list of each expert's share of the token copies.
-std::vector<double> parse_routing(const Node& r, double experts) {
+// `routing`: balanced, {zipf: s}, or a list of each expert's share of the token copies. A token's
+// top_k copies go to top_k different experts, so no expert takes more than 1 / top_k of them.
+std::vector<double> parse_routing(const Node& r, double experts, double top_k) {
+  const double most = 1 / std::max(1.0, top_k);
+  const std::string why = fmt::format("a token's {:g} copies go to {:g} different experts", top_k, top_k);
   if (r.is_scalar()) {
     r.choice({"balanced"}, "a routing (balanced, {zipf: exponent} or a list of shares)");
     return {};
@@ -336,12 +339,23 @@ std::vector<double> parse_routing(const Node& r, double experts) {
     const Node z = r.need("zipf", "the exponent of a Zipf law over the experts (0: balanced)");
     const double s = z.number("an exponent >= 0");
     if (!(s >= 0) || s > 100) z.expected("an exponent from 0 to 100");
-    return zipf_shares(static_cast<int>(experts), s);
+    std::vector<double> shares = zipf_shares(static_cast<int>(experts), s);
+    if (!shares.empty() && shares.front() > most * (1 + 1e-9)) {
+      double lo = 0, hi = s;  // the largest exponent whose first share is at most 1 / top_k
+      for (int i = 0; i < 60; ++i)
+        (zipf_shares(static_cast<int>(experts), (lo + hi) / 2).front() <= most ? lo : hi) = (lo + hi) / 2;
+      z.fail(fmt::format("gives the most popular expert {:.4g} of the token copies, above the 1/{:g} a top-{:g} "
+                         "router can give one expert ({}); expected an exponent of at most {:.4g}",
+                         shares.front(), top_k, top_k, why, lo));
+    }
+    return shares;
   }
   std::vector<double> shares;
   for (const Node& x : r.items("a list of each expert's share of the token copies")) {
     const double v = x.number("a share from 0 to 1");
     if (!(v >= 0 && v <= 1)) x.expected("a share from 0 to 1");
+    if (v > most * (1 + 1e-9))
+      x.expected(fmt::format("a share of at most 1/{:g} = {:.4g} ({})", top_k, most, why));
     shares.push_back(v);
   }
   if (shares.size() != static_cast<size_t>(experts))
@@ -447,7 +461,7 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
     if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts)
       f->expected(fmt::format("a capacity factor above 0 and at most the {:g} experts", experts));
   }
-  if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts);
+  if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts, moe_routing(w).top_k);
   // What DeepEP's de-duplication takes (balanced, dropless routing): located at the dispatcher.
   if (auto d = m->get("dispatcher"); d && s.moe.dispatcher == MoeDispatcher::DeepEP)
     for (size_t l = 0; l < w.layer_count(); ++l)
@@ -495,6 +509,11 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
       a->fail(
           fmt::format("the deepep dispatcher sends its own flows (one per other node, one per device of the "
                       "node), so all_to_all: {} would be ignored; expected auto or no all_to_all",
+                      flows));
+    if (s.expert_parallel <= 1 && s.moe.all_to_all != Flows::Auto)
+      a->fail(
+          fmt::format("lowers the expert-parallel all-to-alls, and at expert_parallel 1 there are none, so "
+                      "all_to_all: {} would be ignored; expected auto or no all_to_all, or expert_parallel > 1",
                       flows));
     if (s.moe.dispatcher == MoeDispatcher::AllGather && s.moe.all_to_all != Flows::Auto)
       a->fail(

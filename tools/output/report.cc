@@ -142,13 +142,16 @@ bool expert_traffic(const Parallelism& par) {
   return par.expert > 1 || par.expert_tensor > 1;
 }
 
-// Whether run's experts line and JSON appear: expert groups, or an option that changed the experts'
-// work (a capacity factor, routing as given, a dispatcher chosen, their kernels).
+std::string expert_comm_label(const Experiment& e, const Parallelism& par) {
+  if (par.expert <= 1) return "expert-TP collectives";
+  return e.strategy.moe.dispatcher == MoeDispatcher::AllGather ? "EP all-gather and reduce-scatter"
+                                                                 : "EP all-to-all";
+}
+
+// Whether run's experts line and JSON appear: on every workload with MoE blocks (where the options
+// leave the experts' work as its defaults too, the line says what those are).
 bool reports_experts(const Experiment& e, const Parallelism& par) {
-  const MoeOptions& o = e.strategy.moe;
-  return expert_traffic(par) || o.fused_grouped_mlp || !eager_expert_work(e.workload).empty() ||
-         (routed_experts(e.workload) > 0 &&
-          (o.capacity_factor > 0 || !o.expert_shares.empty() || o.dispatcher != MoeDispatcher::AllToAll));
+  return expert_traffic(par) || routed_experts(e.workload) > 0;
 }
 
 std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregated) {
@@ -156,7 +159,11 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
   const int experts = static_cast<int>(routed_experts(e.workload));
   const std::vector<double> loads = expert_loads(e.strategy.moe, experts, par.expert);
   const double kept = kept_copy_share(e.strategy.moe, experts);
-  std::string routing = e.strategy.moe.expert_shares.empty() ? "balanced routing" : "routing as given";
+  std::string routing = e.strategy.moe.expert_shares.empty() ? "balanced routing"
+                        : par.expert > 1 || e.strategy.moe.capacity_factor > 0
+                            ? "routing as given"
+                            : "routing as given (at ep 1 every device runs every expert: the skew moves "
+                              "no work, and without a capacity factor drops nothing)";
   if (e.strategy.moe.capacity_factor > 0)
     routing += fmt::format(", capacity factor {:g} ({} of the token copies dropped)",
                            e.strategy.moe.capacity_factor, percent(1 - kept));
@@ -614,11 +621,9 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
   if (!r.replay.empty()) fmt::print(out, "replay           {}\n", r.replay);
   if (par.tensor > 1 || expert_traffic(par) || par.context > 1) {
     const TimeBreakdown& b = m.breakdown;
-    std::string ep = par.expert > 1
-                         ? fmt::format(", exposed EP all-to-all {}", format_time(b.expert_parallel_s))
-                     : par.expert_tensor > 1
-                         ? fmt::format(", exposed expert-TP collectives {}", format_time(b.expert_parallel_s))
-                         : "";
+    std::string ep = expert_traffic(par) ? fmt::format(", exposed {} {}", expert_comm_label(e, par),
+                                                       format_time(b.expert_parallel_s))
+                                         : "";
     if (par.context > 1)
       ep += fmt::format(", exposed CP communication {}", format_time(b.context_parallel_s));
     fmt::print(

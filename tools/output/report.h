@@ -62,7 +62,10 @@ std::string idle_devices_note(const Cluster& c, const Partition& p);
 
 // Whether the expert groups send flows of their own (ep or etp > 1): the breakdown's expert_parallel_s.
 bool expert_traffic(const Parallelism& par);
-// Whether the experts line and JSON appear: expert groups, or an option that changed the experts' work.
+// What the breakdown's expert_parallel_s holds, for its label: the EP dispatcher's exchanges at ep > 1,
+// the expert tensor-parallel collectives at ep 1.
+std::string expert_comm_label(const Experiment& e, const Parallelism& par);
+// Whether the experts line and JSON appear: expert groups, or a workload with MoE blocks.
 bool reports_experts(const Experiment& e, const Parallelism& par);
 
 // A stage's layers, exactly: names and ranges of consecutive layers (in the workload's order),
