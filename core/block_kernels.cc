@@ -21,6 +21,11 @@ Kernel scaled(Kernel k, double f) {
 
 namespace {
 
+// One norm's parameters (replicated): its scale, and LayerNorm's bias where the block has biases.
+double norm_parameters(const TensorSplit& sp) {
+  return sp.biases && sp.norm_biases ? 2 * sp.hidden : sp.hidden;
+}
+
 // A linear layer's GEMM (in and out elements per sample): the backward's input- and weight-gradient
 // GEMMs each as many FLOPs as the forward, twice its activation traffic. An fp8 training runs it in
 // FP8 (Kernel::fp8).
@@ -104,7 +109,7 @@ void latent_attention(const TensorSplit& sp, double T, double eb, Attention& k) 
   attention_core(sp, flops, a * s * keys / T, (2 * s * qk + s * a * v + s * a * v) / T, eb, k);
   k.proj = gemm(2 * s * a * v * h / T, s * a * v / T, s * h, a * v * h / T, eb);
   split += a * v * h / T;
-  k.parameters = replicated + split + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
+  k.parameters = replicated + split + (sp.biases ? h : 0) + norm_parameters(sp);  // proj bias, LN1
   // Q and K (qk wide each), V and the projection's input (a v each); the latents and the down
   // projections' inputs whole on every device.
   k.stash.split = 2 * s * qk + 2 * s * qk + 2 * s * a * v + 2 * s * a * v;
@@ -155,7 +160,8 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
     const double rot = 2 * s * (q + kv * hd) / T * eb;  // queries and keys, read and written
     k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
   }
-  k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // proj bias, LN1
+  k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + norm_parameters(sp);  // proj bias, LN1
+  if (sp.attention_sinks) k.parameters += a / T;                                // a sink per local head
   // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q).
   k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q;
   // fp8 GEMM inputs: QKV's (LN1's output, LayerNormLinear's ln_out) and the projection's.
@@ -180,7 +186,7 @@ Mlp mlp(const TensorSplit& sp, double f, int t, bool sequence_parallel, Precisio
   k.dropout_residual = kernel(KernelClass::Elementwise, 0, 0, 0, dr, 1.5 * dr, 0, sp.megatron_fusion ? 1 : 2);
   const double ln = 2 * s * h * seq_share * eb;
   k.ln2 = kernel(KernelClass::Norm, 0, 0, 0, ln, 1.5 * ln, 0, 1);
-  k.parameters = w_up + w_down + (sp.biases ? h : 0) + (sp.biases ? 2 * h : h);  // down bias, LN2
+  k.parameters = w_up + w_down + (sp.biases ? h : 0) + norm_parameters(sp);  // down bias, LN2
   // LN2's input, the MLP's input, the dropout mask (5 s h); the activation's input and the second
   // GEMM's input (4 s f; gated 6 s f).
   k.stash.unsplit = 5 * s * h;
@@ -321,7 +327,7 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
     k.expert_stash_bytes += copies * fe * g * eb;
     k.expert_act_bytes += copies * fe * g * eb;
   }
-  k.dense_parameters = h * E + (sp.biases ? 2 * h : h);  // router, LN2
+  k.dense_parameters = h * E + (sp.biases ? E : 0) + norm_parameters(sp);  // router (and bias), LN2
   // LN2's input and output (the router's and the dispatch's input), the dropout mask, the router's
   // logits (fp32: 4 units per element). Not the expert outputs the combine sums: Megatron-Core applies
   // the routing probabilities in the experts' activation (TEGroupedMLP, weighted_bias_swiglu), so the
@@ -330,7 +336,7 @@ Moe moe(const TensorSplit& sp, int t, bool sequence_parallel, const ExpertSizes&
   if (m.shared_ffn > 0) {
     k.shared = true;
     k.shared_mlp = mlp(sp, m.shared_ffn, t, sequence_parallel, precision);
-    k.dense_parameters += k.shared_mlp.parameters - (sp.biases ? 2 * h : h);  // LN2 counted once
+    k.dense_parameters += k.shared_mlp.parameters - norm_parameters(sp);  // LN2 counted once
     k.stash.split += k.shared_mlp.stash.split;
     k.stash.split_fp8 += k.shared_mlp.stash.split_fp8;
   }

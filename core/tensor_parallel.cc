@@ -257,15 +257,17 @@ double parameter_tensors(const Layer& l, int ep) {
   if (l.parameters <= 0) return 0;
   if (!is_block(l.split.kind)) return 1;
   const TensorSplit& s = l.split;
-  const double b = s.biases ? 2 : 1;  // a GEMM or a norm, with its bias where the block has biases
+  const double b = s.biases ? 2 : 1;  // a GEMM, with its bias where the block has biases
+  const double n = s.biases && s.norm_biases ? 2 : 1;  // a norm, with LayerNorm's bias
   const MlaShape& mla = s.mla;
   // Attention: QKV (MLA: the queries' down projection, norm and up projection, or one projection;
-  // the latent's down projection, norm and up projection), the output projection, the input norm.
-  const double attention = (mla.enabled() ? (mla.q_rank > 0 ? 3 : 1) + 3 : b) + 2 * b;
-  if (s.kind != TensorSplitKind::MoeBlock) return attention + 3 * b;  // the MLP's two GEMMs and norm
+  // the latent's down projection, norm and up projection), the output projection, the input norm,
+  // GPT-OSS's sinks.
+  const double attention = (mla.enabled() ? (mla.q_rank > 0 ? 3 : 1) + 3 : b) + b + n + s.attention_sinks;
+  if (s.kind != TensorSplitKind::MoeBlock) return attention + 2 * b + n;  // the MLP's two GEMMs and norm
   const MoeShape& m = s.moe;
   const double local = m.experts / std::max(1, ep);
-  return attention + b /* norm */ + b /* router */ + 2 * b * local + (m.shared_ffn > 0 ? 2 * b : 0);
+  return attention + n /* norm */ + b /* router */ + 2 * b * local + (m.shared_ffn > 0 ? 2 * b : 0);
 }
 
 std::vector<Kernel> vocab_head_kernels(const TensorSplit& s, int t, double weight_bytes,

@@ -294,7 +294,8 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
 // ...) to that many keys (GPT-OSS); `activation_clamp` 1 clamps the experts' GLU halves in eager
 // PyTorch before the fused activation, as Megatron-Core runs GPT-OSS's. The 2026 training stack as these
 // models are trained: causal FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts,
-// RMSNorm; `biases` 1 adds the attention, expert and router biases (GPT-OSS).
+// RMSNorm; `biases` 1 adds the attention, expert and router biases (GPT-OSS: its norms stay RMSNorm,
+// without bias); `attention_sinks` 1 a learned logit per head (GPT-OSS; its parameters, not its work).
 Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
                 vocab = arg(a, "vocabulary"), dense = arg(a, "dense_layers"),
@@ -309,6 +310,8 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   shape.ffn = static_cast<double>(arg(a, "ffn"));
   shape.gated = true;
   shape.biases = arg(a, "biases") != 0;
+  shape.norm_biases = false;  // RMSNorm
+  shape.attention_sinks = arg(a, "attention_sinks") != 0;
   shape.rotary = true;
   shape.causal = true;
   shape.fused_attention = true;
@@ -350,7 +353,7 @@ struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
                             sliding_window = 0, router_groups = 0, router_group_topk = 0,
-                            activation_clamp = 0;
+                            activation_clamp = 0, attention_sinks = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
   return {{"layers", d.layers},
@@ -375,7 +378,8 @@ std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults&
           {"sliding_window", d.sliding_window},
           {"router_groups", d.router_groups},
           {"router_group_topk", d.router_group_topk},
-          {"activation_clamp", d.activation_clamp}};
+          {"activation_clamp", d.activation_clamp},
+          {"attention_sinks", d.attention_sinks}};
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -559,7 +563,7 @@ const ModelInfo kModels[] = {
     {"gpt-oss-120b",
      "GPT-OSS-120B: 36 MoE layers, h 2880, 64 heads (8 KV) of 64, 128 experts of FFN 2880, top-4",
      moe_defaults(
-         {36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128, 0, 0, 1}),
+         {36, 2880, 64, 8, 64, 2880, 0, 128, 4, 2880, 0, 4096, 201088, 0, 0, 0, 0, 1, 0, 128, 0, 0, 1, 1}),
      &build_moe},
     {"mmt",
      "GraphPipe's multi-modal Transformer: 4 branches x 8 layers (s 256, h 1024, 16 heads, FFN 4096)",
@@ -605,7 +609,7 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
       parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid" ||
-      parameter == "activation_clamp")
+      parameter == "activation_clamp" || parameter == "attention_sinks")
     return {0, 1};
   if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
       parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||

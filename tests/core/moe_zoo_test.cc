@@ -171,6 +171,18 @@ TEST_CASE("GPT-OSS-120B: 116.8B total, 5.1B active (without the input embedding)
   Workload g = model("gpt-oss-120b");
   CHECK(std::abs(total_parameters(g) - 116.8e9) < 0.1e9);
   CHECK(std::abs(active(g, false) - 5.1e9) < 0.05e9);
+  // Summed by hand from the original-format config (hidden 2880, 36 layers, 64 query heads and 8 KV
+  // heads of 64, 128 experts of intermediate 2880 with a clamped SwiGLU, top-4, vocabulary 201088):
+  // per block, attention QKV 2880 x 5120 + 5120 bias, output 4096 x 2880 + 2880 bias, 64 sinks; the
+  // router 2880 x 128 + 128 bias; per expert 2880 x 5760 + 5760 and 2880 x 2880 + 2880; two RMSNorms
+  // of 2880 (no bias). Untied embedding and head of 201088 x 2880, the final RMSNorm.
+  const double attention = 2880.0 * 5120 + 5120 + 4096.0 * 2880 + 2880 + 64;
+  const double router = 2880.0 * 128 + 128, expert = 2880.0 * 5760 + 5760 + 2880.0 * 2880 + 2880;
+  const double block = attention + router + 128 * expert + 2 * 2880;
+  const double table = 201088.0 * 2880;
+  CHECK(total_parameters(g) == 36 * block + 2 * table + 2880);  // 116,829,156,672
+  const double active_block = attention + router + 4 * expert + 2 * 2880;
+  CHECK(active(g, false) == 36 * active_block + table + 2880);  // 5,132,849,472
 }
 
 TEST_CASE("MoE block: top-k <= E, experts split over ep, expert FFN over etp, shares sum to 1") {
