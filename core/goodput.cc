@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 
 namespace pipegrid {
 
@@ -23,9 +24,22 @@ double daly_segment_time_s(double compute_s, const RunModel& m) {
   return m.mtbf_s * std::exp(m.restart_s / m.mtbf_s) * std::expm1(busy / m.mtbf_s);
 }
 
+namespace {
+
+// The run's whole segments and the compute of its last, shorter one (0: none). Work and interval are
+// whole iterations' times, so a quotient within 1e-9 of a whole number is that number: rounding put
+// it a hair off, and a hair's remainder would be a last segment with a checkpoint write of its own.
+std::pair<double, double> split_run(const RunModel& m) {
+  const double q = m.work_s / m.interval_s, whole = std::round(q);
+  if (std::abs(q - whole) <= 1e-9 * std::max(1.0, q)) return {whole, 0.0};
+  const double full = std::floor(q);
+  return {full, m.work_s - full * m.interval_s};
+}
+
+}  // namespace
+
 double daly_run_time_s(const RunModel& m) {
-  const double full = std::floor(m.work_s / m.interval_s);
-  const double rest = m.work_s - full * m.interval_s;
+  const auto [full, rest] = split_run(m);
   return full * daly_segment_time_s(m.interval_s, m) + daly_segment_time_s(rest, m);
 }
 
@@ -49,7 +63,9 @@ double best_interval_s(RunModel m, double step_s) {
   // time adds a last, shorter segment whose sawtooth in τ would make the search wander for nothing.)
   auto cost_at = [&](double steps) { return daly_segment_time_s(steps * step_s, m) / (steps * step_s); };
   double lo = 1, hi = std::max(1.0, std::ceil(m.work_s / step_s));
-  while (hi - lo > 2) {
+  // At most ~100 rounds below 2^53 steps (a third off each); the bound keeps counts past 2^53, where
+  // the thirds stop moving, from looping.
+  for (int round = 0; round < 200 && hi - lo > 2; ++round) {
     const double a = std::floor(lo + (hi - lo) / 3), b = std::ceil(hi - (hi - lo) / 3);
     if (cost_at(a) <= cost_at(b))
       hi = b;
@@ -57,8 +73,9 @@ double best_interval_s(RunModel m, double step_s) {
       lo = a;
   }
   double best = lo;
-  for (double s = lo; s <= hi; ++s)
-    if (cost_at(s) < cost_at(best)) best = s;
+  for (int k = 1; k <= 2 && lo + k <= hi; ++k)
+    if (cost_at(lo + k) < cost_at(best)) best = lo + k;
+  if (cost_at(hi) < cost_at(best)) best = hi;
   return best * step_s;
 }
 
@@ -103,7 +120,8 @@ Result<MonteCarlo> simulate_run(const RunModel& m, int trials, uint64_t seed) {
         "a run needs work, an interval and a mean time between failures above 0, and writes and "
         "restarts of at least 0"};
   // Expected segments and failures per trial: refuse a run whose trials would not end in reasonable time.
-  const double segments = std::ceil(m.work_s / m.interval_s);
+  const auto [full, rest] = split_run(m);
+  const double segments = full + (rest > 0);
   const double per_segment =
       std::isfinite(m.mtbf_s) ? std::expm1((m.interval_s + m.write_s + m.restart_s) / m.mtbf_s) : 0;
   if (segments * (1 + per_segment) * trials > 2e9)
@@ -114,7 +132,6 @@ Result<MonteCarlo> simulate_run(const RunModel& m, int trials, uint64_t seed) {
   std::mt19937_64 rng(seed);
   MonteCarlo mc;
   mc.wall_s.reserve(static_cast<size_t>(trials));
-  const double full = std::floor(m.work_s / m.interval_s), rest = m.work_s - full * m.interval_s;
   for (int i = 0; i < trials; ++i) {
     RunTime t;
     for (double s = 0; s < full; ++s) run_segment(m.interval_s, m, rng, t);

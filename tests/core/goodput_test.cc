@@ -24,6 +24,29 @@ TEST_CASE("a run without failures takes its compute and one write per segment") 
   CHECK(mc->ettr() == approx(100.0 / 108).epsilon(1e-12));
 }
 
+TEST_CASE("a run of whole segments has no last one, where the quotient rounds a hair below a whole") {
+  // 15 iterations of 0.1 s checkpointed every 3: 1.5 / 0.3 is 4.999999999999999 in doubles, and the
+  // remainder (1e-16 s) used to run as a sixth segment with its own write: 5 writes of 100 s by hand.
+  const double inf = std::numeric_limits<double>::infinity();
+  const RunModel m{15 * 0.1, 3 * 0.1, 100, 0, inf};
+  REQUIRE(m.work_s / m.interval_s < 5);
+  CHECK(daly_run_time_s(m) == approx(1.5 + 500).epsilon(1e-12));
+  Result<MonteCarlo> mc = simulate_run(m, 2, 1);
+  REQUIRE(mc.ok());
+  CHECK(mc->mean.checkpoint_s == approx(500).epsilon(1e-12));
+  // A run of 4.5 segments keeps its half segment and its write.
+  const RunModel half{13.5 * 0.1, 3 * 0.1, 100, 0, inf};
+  CHECK(daly_run_time_s(half) == approx(1.35 + 500).epsilon(1e-12));
+}
+
+TEST_CASE("the best interval over more steps than doubles count exactly still ends") {
+  // 1e20 steps: past 2^53 the ternary search's thirds stop moving; it used to loop for ever. With
+  // M = 1e9 s, write 1e8 s, steps of 1e-11 s, Daly's optimum is about 4.5e8 s.
+  const RunModel m{1e20 * 1e-11, 1, 1e8, 0, 1e9};
+  const double best = best_interval_s(m, 1e-11);
+  CHECK(best == approx(daly_optimal_interval_s(1e8, 1e9)).epsilon(0.05));
+}
+
 TEST_CASE("Daly's expected segment time, by hand") {
   // One segment of 10 s, write 1 s, restart 2 s, M = 5 s: 5 e^{2/5} (e^{11/5} - 1)
   // = 5 x 1.4918247 x (9.0250135 - 1) = 59.8596 s.

@@ -330,6 +330,35 @@ TEST_CASE(
   CHECK(nlohmann::json::parse(b.out)["feasible"] == false);
 }
 
+TEST_CASE("goodput: --tokens counts whole batches, and options that would be ignored are refused") {
+  TempDir tmp;
+  // A GPT of 4 layers on 2 A100s, global batch 8 of 512 tokens: 4,096 tokens per iteration by hand.
+  // Counted as tokens/s x the iteration's time it came out at 4095.9999999999995, and --tokens 4096
+  // asked for 2 iterations (2026-12-05).
+  const std::string exp = tmp.write(
+      "g.yaml",
+      "workload: {model: gpt, layers: 4, hidden: 512, heads: 8, sequence: 512, vocabulary: 1024}\n"
+      "cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 25GBps, latency: 1us}\n"
+      "strategy: {partitioner: uniform, schedule: 1f1b, stages: 1, micro_batch_size: 1, global_batch: 8}\n");
+  for (const char* tokens : {"4096", "4096000"}) {
+    auto r = run_command({PIPEGRID_BINARY, "goodput", exp, "--tokens", tokens, "--failures", "none", "--json"});
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    CHECK(j["tokens_per_iteration"] == 4096);
+    CHECK(j["iterations"].get<double>() == std::stod(tokens) / 4096);
+  }
+  // --storage-bandwidth sets the write time that --checkpoint-write gives: both were taken, one ignored.
+  auto both = run_command({PIPEGRID_BINARY, "goodput", exp, "--iterations", "100", "--checkpoint-write", "1s",
+                           "--storage-bandwidth", "1kBps"});
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--storage-bandwidth sets the checkpoint's write time, and --checkpoint-write 1s was "
+                      "given too") != std::string::npos);
+  // Past 2^53 iterations the counts are not whole numbers any more (the auto interval's search hung).
+  auto huge = run_command({PIPEGRID_BINARY, "goodput", exp, "--iterations", "1e20"});
+  CHECK(huge.exit_code == 2);
+  CHECK(huge.err.find("expected at most 9.0072e+15 (2^53") != std::string::npos);
+}
+
 TEST_CASE("plan and jobs say which devices a plan leaves without a stage") {
   // run lists them as "(unused)" rows; plan and jobs said nothing until 2026-12-05.
   TempDir tmp;

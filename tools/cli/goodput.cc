@@ -23,6 +23,7 @@
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/run_figures.h"
 #include "tools/process/folded_replay.h"
+#include "tools/process/isolated_replay.h"
 
 namespace pipegrid::cli {
 namespace {
@@ -33,6 +34,7 @@ struct GoodputOptions {
   std::string failures = "llama3";  // llama3 | rsc1 | rsc2 | none
   std::string mtbf;                 // a job MTBF instead of the failure model
   bool failures_given = false;      // --failures was on the command line (not its default)
+  bool storage_given = false;       // --storage-bandwidth was on the command line
   std::string interval = "auto";    // the checkpoint interval, or auto
   std::string write;                // the checkpoint's blocking write (default: state / storage bandwidth)
   std::string storage = "2TBps";    // aggregate storage bandwidth (Llama 3, section 3.3.1)
@@ -171,6 +173,11 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
         "2407.21783, section 3.3.1; --storage-bandwidth)",
         format_bytes(s.state_bytes), format_bandwidth(s.storage_bps));
   } else {
+    if (o.storage_given)
+      return Error{fmt::format(
+          "--storage-bandwidth sets the checkpoint's write time, and --checkpoint-write {} was given too; "
+          "expected one of them",
+          o.write)};
     Result<double> w = time_option("--checkpoint-write", o.write);
     if (!w) return w.error();
     s.model.write_s = *w;
@@ -308,6 +315,8 @@ nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const Mon
       {"interval_curve", interval_curve(s)}};
 }
 
+constexpr double kMaxIterations = 9007199254740992.0;  // 2^53
+
 // The options' errors before minutes of replay: the same parses model_run makes.
 Status check_options(const GoodputOptions& o) {
   if ((o.tokens > 0) == (o.iterations > 0))
@@ -315,6 +324,10 @@ Status check_options(const GoodputOptions& o) {
   if (o.tokens < 0 || o.iterations < 0) return Error{"goodput: --tokens and --iterations must be positive"};
   if (!std::isfinite(o.tokens) || !std::isfinite(o.iterations))
     return Error{"goodput: --tokens and --iterations must be finite numbers"};
+  if (o.iterations > kMaxIterations)
+    return Error{fmt::format("goodput: --iterations: expected at most {:g} (2^53: iterations are counted "
+                             "exactly), got {:g}",
+                             kMaxIterations, o.iterations)};
   GoodputSetup probe;
   probe.iteration_s = 1;
   probe.iterations = 1;
@@ -327,7 +340,9 @@ int run(const GoodputOptions& o) {
   Result<Experiment> exp = input::load_experiment_file(o.file, o.overrides);
   if (!exp) return bad_input(exp.error().message);
   Progress progress("planning");
-  Result<PreparedRun> run = prepare(*exp, nullptr, false, GraphForm::FoldedIfLarge);
+  // The plan `run` and `plan` replay: a planner's finalists judged in SimGrid, as theirs are.
+  const process::SimGridJudge judge;
+  Result<PreparedRun> run = prepare(*exp, &judge, false, GraphForm::FoldedIfLarge);
   progress.done();
   if (!run) return bad_input(fmt::format("{}: {}", o.file, run.error().message));
   sim::ReplayOptions ro;
@@ -351,11 +366,17 @@ int run(const GoodputOptions& o) {
     }
   s.nodes = static_cast<double>(machines.size());
   const std::optional<output::TokenFigures> tf = output::token_figures(*exp, m);
-  s.tokens_per_iteration = tf ? tf->tokens_per_s * s.iteration_s : 0;
+  // Counted, not through the time (tokens/s x seconds can land a hair below a whole batch's tokens,
+  // and --tokens would then ask for one iteration more).
+  s.tokens_per_iteration = tf ? m.samples_per_iteration * tf->model.sequence : 0;
   if (o.tokens > 0 && s.tokens_per_iteration <= 0)
     return bad_input(
         "goodput: --tokens needs a workload with a sequence length (a transformer); use --iterations");
   s.iterations = o.tokens > 0 ? std::ceil(o.tokens / s.tokens_per_iteration) : std::ceil(o.iterations);
+  if (s.iterations > kMaxIterations)
+    return bad_input(fmt::format("goodput: --tokens {:g} is {:g} iterations of {:g} tokens; expected at most "
+                                 "{:g} (2^53: iterations are counted exactly)",
+                                 o.tokens, s.iterations, s.tokens_per_iteration, kMaxIterations));
   if (Status st = model_run(o, *exp, s); !st) return bad_input(st.error().message);
   Result<MonteCarlo> mc = simulate_run(s.model, o.trials, static_cast<uint64_t>(o.seed));
   if (!mc) return bad_input(fmt::format("goodput: {}", mc.error().message));
@@ -387,7 +408,8 @@ Command add_goodput_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--checkpoint-write", o->write,
                   "A checkpoint's blocking write (default: the model state over --storage-bandwidth)");
-  app->add_option("--storage-bandwidth", o->storage, "Aggregate checkpoint bandwidth")->capture_default_str();
+  CLI::Option* storage =
+      app->add_option("--storage-bandwidth", o->storage, "Aggregate checkpoint bandwidth")->capture_default_str();
   app->add_option("--restart", o->restart,
                   "From a failure to training again: detection, rescheduling, loading")
       ->capture_default_str();
@@ -395,8 +417,9 @@ Command add_goodput_command(CLI::App& parent) {
   app->add_option("--seed", o->seed, "The Monte Carlo's seed")->capture_default_str();
   app->add_flag("--json", o->json, "Print one JSON object");
   add_set_option(*app, o->overrides);
-  return {app, [o, failures] {
+  return {app, [o, failures, storage] {
             o->failures_given = failures->count() > 0;
+            o->storage_given = storage->count() > 0;
             return run(*o);
           }};
 }
