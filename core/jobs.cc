@@ -31,6 +31,9 @@ Result<Cluster> job_cluster(const Cluster& c, std::span<const int> devices) {
   Cluster j;
   j.name = c.name;
   j.sharing = c.sharing;
+  j.engine = c.engine;  // the FPGAs' collective engine: its per-call and per-message costs
+  // Not machine_symmetry: the job's devices are renumbered, so machine n no longer holds devices
+  // n x per_machine ...; the router searches each pair instead (the same routes, found slower).
   for (int d : devices) j.devices.push_back(c.devices[d]);
   for (size_t d = 0; d < D; ++d)
     if (node[d] < 0) {
