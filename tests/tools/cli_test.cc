@@ -357,6 +357,20 @@ TEST_CASE("goodput: --tokens counts whole batches, and options that would be ign
   auto huge = run_command({PIPEGRID_BINARY, "goodput", exp, "--iterations", "1e20"});
   CHECK(huge.exit_code == 2);
   CHECK(huge.err.find("expected at most 9.0072e+15 (2^53") != std::string::npos);
+  // A chain has no tokens (goodput in iterations/s, not "0 tokens/s"), and its hand-described devices
+  // are not GPUs: Llama 3's per-GPU rates applied to them are said to be so. A short run reads in
+  // minutes, not "0.00 days".
+  const std::string chain = tmp.write(
+      "c.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\nstrategy: {micro_batches: 2}\n");
+  auto c = run_command({PIPEGRID_BINARY, "goodput", chain, "--iterations", "100000"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.out.find("goodput     0 tokens/s") == std::string::npos);
+  CHECK(c.out.find("iterations/s (useful iterations per second of elapsed time") != std::string::npos);
+  CHECK(c.out.find("on 2 devices (2 of them not GPUs, given the H100's rates)") != std::string::npos);
+  CHECK(c.out.find("0.00 days") == std::string::npos);
 }
 
 TEST_CASE("plan and jobs say which devices a plan leaves without a stage") {

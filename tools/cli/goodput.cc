@@ -117,6 +117,7 @@ std::string duration(double seconds) {
 
 struct GoodputSetup {
   double iteration_s = 0, tokens_per_iteration = 0, iterations = 0, gpus = 0, nodes = 0;
+  double not_gpus = 0;  // of the devices in use (`gpus`), those not GPUs (FPGAs, hand-described ones)
   std::string failures_note;
   double state_bytes = 0, storage_bps = 0;
   std::vector<FailureClass> classes;
@@ -134,8 +135,10 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
     s.failures_note = fmt::format(
         "Llama 3 405B's 419 unexpected interruptions in 54 days on 16,384 H100s (arXiv 2407.21783, Table 5), "
         "per "
-        "GPU-day, on {:.0f} GPUs; its 47 planned ones not modelled",
-        s.gpus);
+        "GPU-day, on {:.0f} {}; its 47 planned ones not modelled",
+        s.gpus,
+        s.not_gpus == 0 ? std::string("GPUs")
+                        : fmt::format("devices ({:g} of them not GPUs, given the H100's rates)", s.not_gpus));
   } else if (o.failures != "none") {
     const bool one = o.failures == "rsc1";
     s.classes = {{one ? "node (RSC-1)" : "node (RSC-2)", one ? kRsc1PerNodeDay : kRsc2PerNodeDay, s.nodes}};
@@ -229,7 +232,7 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
   fmt::print("iteration   {} replayed ({}), {:.4g} tokens\n", format_time(s.iteration_s), s.replay_note,
              s.tokens_per_iteration);
   fmt::print("target      {:.4g} iterations, {} of training without failures\n", s.iterations,
-             in_days(s.model.work_s));
+             duration(s.model.work_s));
   if (!s.faults.empty())
     fmt::print("faults      {} (the iteration replayed with them)\n", fmt::join(s.faults, ", "));
   if (!s.feasible)
@@ -251,14 +254,19 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
   fmt::print(
       "expected    {} to target (95% interval of the mean +-{}; 5th-95th percentile of runs {} - {}); "
       "Daly's closed form {}\n",
-      in_days(mc.mean.wall_s), o.trials > 1 ? in_days(mc.wall_ci95_s) : std::string("? (one trial)"),
-      in_days(p5), in_days(p95), in_days(daly));
+      duration(mc.mean.wall_s), o.trials > 1 ? duration(mc.wall_ci95_s) : std::string("? (one trial)"),
+      duration(p5), duration(p95), duration(daly));
   fmt::print("ETTR        {:.2f}% (useful training time / elapsed time)\n", 100 * mc.ettr());
-  fmt::print("goodput     {:.4g} tokens/s (useful tokens per second of elapsed time)\n",
-             s.model.work_s / s.iteration_s * s.tokens_per_iteration / mc.mean.wall_s);
+  if (s.tokens_per_iteration > 0)
+    fmt::print("goodput     {:.4g} tokens/s (useful tokens per second of elapsed time)\n",
+               s.model.work_s / s.iteration_s * s.tokens_per_iteration / mc.mean.wall_s);
+  else
+    fmt::print("goodput     {:.4g} iterations/s (useful iterations per second of elapsed time; the workload "
+               "has no sequence to count tokens in)\n",
+               s.model.work_s / s.iteration_s / mc.mean.wall_s);
   fmt::print("lost        {:.1f} failures: rework {}, restarts {}, checkpoint writes {}\n", mc.mean.failures,
              duration(mc.mean.rework_s), duration(mc.mean.restart_s), duration(mc.mean.checkpoint_s));
-  if (!s.classes.empty()) {
+  if (s.classes.size() > 1) {  // Llama 3's Table 5 classes (RSC-1 and RSC-2 have one, the node)
     std::string causes;
     const auto lost = lost_by_cause(s, mc);
     for (size_t i = 0; i < lost.size() && i < 5; ++i)
@@ -362,6 +370,7 @@ int run(const GoodputOptions& o) {
   for (size_t d = 0; d < m.devices.size(); ++d)
     if (m.devices[d].used) {
       s.gpus += 1;
+      s.not_gpus += exp->cluster.devices[d].spec.family != "gpu";
       machines.insert(exp->cluster.machine_of(static_cast<int>(d)));
     }
   s.nodes = static_cast<double>(machines.size());
