@@ -148,9 +148,19 @@ def main(pipegrid, root):
 
         # Titles through `pipegrid run --plot` (svg text is searchable).
         out = os.path.join(tmp, "named")
+        # The user's own files of the intermediate files' names stay as they were: until 2026-12-05
+        # pipegrid wrote its tasks.csv, memory.csv and plot_timeline.py over them and then removed them.
+        os.makedirs(out)
+        mine = {"tasks.csv": "precious\n", "memory.csv": "mine\n", "plot_timeline.py": "# mine\n"}
+        for name, text in mine.items():
+            with open(os.path.join(out, name), "w") as f:
+                f.write(text)
         run(pipegrid, ["run", path, "--plot", out])
         with open(os.path.join(out, "timeline.svg")) as f:
             check("Timeline: sixty-four devices" in f.read(), "the title is the experiment's name")
+        for name, text in mine.items():
+            with open(os.path.join(out, name)) as f:
+                check(f.read() == text, f"--plot left the folder's own {name} as it was")
         unnamed = os.path.join(tmp, "unnamed.yaml")
         with open(unnamed, "w") as f:
             f.write(experiment.replace("name: sixty-four devices\n", ""))

@@ -27,26 +27,13 @@
 #include "tools/output/safe_write.h"
 #include "tools/output/trace_graph.h"
 #include "tools/process/isolated_replay.h"
+#include "tools/cli/temp_dir.h"
 #include "tools/process/process.h"
 
 namespace pipegrid::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A temporary folder, removed when this goes out of scope.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pipegrid-XXXXXX").string();
-    if (mkdtemp(pattern.data())) path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
 
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

@@ -19,6 +19,7 @@
 #include "sim/replay.h"
 #include "tools/builtin_example.h"
 #include "tools/builtin_plot_script.h"
+#include "tools/cli/temp_dir.h"
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
@@ -115,7 +116,9 @@ std::function<void(std::ostream&)> writer(const output::RunReport& report,
 }
 
 int run(const RunOptions& o) {
-  const PlotFiles plot = o.plot.empty() ? PlotFiles{} : plot_files(o.plot);
+  // The data and script go into DIR only where --plot-data keeps them there; otherwise into a private
+  // folder, so that files of those names already in DIR are left alone.
+  const PlotFiles plot = o.plot.empty() || !o.plot_data ? PlotFiles{} : plot_files(o.plot);
   if (Status s = output::check_distinct_outputs({{"--trace", o.trace},
                                                  {"--tasks", o.tasks},
                                                  {"--memory", o.memory},
@@ -184,10 +187,10 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   return o.plot.empty() ? kOk : draw(*exp, where, o, plot, report);
 }
 
-// --plot: the CSVs and the script into the folder, then the figures; the CSVs and the script are
-// removed once drawn unless --plot-data keeps them. Past kPlotRowsPerDevice devices in use, one row
-// per pipeline rank unless --timeline-rows says otherwise.
-int draw(const Experiment& e, const std::string& where, const RunOptions& o, const PlotFiles& files,
+// --plot: the CSVs and the script, then the figures into the folder; the CSVs and the script go into
+// the folder with --plot-data, else into a private temporary folder removed once drawn. Past
+// kPlotRowsPerDevice devices in use, one row per pipeline rank unless --timeline-rows says otherwise.
+int draw(const Experiment& e, const std::string& where, const RunOptions& o, const PlotFiles& kept,
          output::RunReport& report) {
   size_t in_use = 0;
   for (const DeviceMetrics& d : report.metrics.devices) in_use += d.used;
@@ -200,10 +203,13 @@ int draw(const Experiment& e, const std::string& where, const RunOptions& o, con
   }
   // The folder itself is created (not its parents, like every output's folder).
   const std::string& dir = o.plot;
-  const auto& [tasks, memory, script] = files;
   std::error_code ec;
   std::filesystem::create_directory(dir, ec);
   if (ec) return bad_input(fmt::format("cannot create the folder \"{}\": {}", dir, ec.message()));
+  const TempDir scratch;
+  if (!o.plot_data && scratch.path.empty()) return bad_input("--plot: cannot create a temporary folder");
+  const PlotFiles files = o.plot_data ? kept : plot_files(scratch.path);
+  const auto& [tasks, memory, script] = files;
   Status s = write_file(tasks, writer(report, &output::write_tasks_csv));
   if (s) s = write_file(memory, writer(report, &output::write_memory_csv));
   if (s) s = write_file(script, [](std::ostream& out) { out << kPlotScript; });
@@ -213,8 +219,9 @@ int draw(const Experiment& e, const std::string& where, const RunOptions& o, con
     fmt::print(
         std::cerr,
         "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
-        "or set PIPEGRID_PYTHON); the data is in {} and {}, the script in {}\n",
-        tasks, memory, script);
+        "or set PIPEGRID_PYTHON){}\n",
+        o.plot_data ? fmt::format("; the data is in {} and {}, the script in {}", tasks, memory, script)
+                    : std::string("; --plot-data keeps the data and the script in the folder"));
     return kOk;
   }
   // The figures' title: the experiment's name, or where it came from when it has none.
@@ -223,11 +230,10 @@ int draw(const Experiment& e, const std::string& where, const RunOptions& o, con
       process::spawn({*py, script, "--tasks", tasks, "--memory", memory, "--out", dir, "--title", title},
                      process::Output::ToStderr);
   if (rc != 0) {
-    fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}); the data is in {}\n", rc, dir);
+    fmt::print(std::cerr, "pipegrid: the plotting script failed (status {}){}\n", rc,
+               o.plot_data ? fmt::format("; the data is in {}", dir) : std::string());
     return kInternal;
   }
-  if (!o.plot_data)
-    for (const std::string& f : {tasks, memory, script}) std::filesystem::remove(f, ec);
   fmt::print(std::cerr,
              "pipegrid: wrote {0}/timeline.png, {0}/timeline.svg, {0}/memory.png, {0}/memory.svg{1}\n", dir,
              o.plot_data ? fmt::format(" (data: {}, {})", tasks, memory) : "");
