@@ -149,7 +149,28 @@ TEST_CASE("a queue on the trunk: first come first served, each running set's rep
   CHECK(q[1]["devices"] == "gpu2-3");
   CHECK(std::abs(j["makespan_s"].get<double>() - 0.320) < 1e-12);
   CHECK(std::abs(j["utilisation"].get<double>() - (2 * 0.320 + 2 * 0.210) / (4 * 0.320)) < 1e-12);
-  CHECK(j["running_sets_replayed"] == 3);
+  // {a} and {a, b} are the running sets; {b} is replayed alone only (the count said 3 sets until
+  // 2026-12-05, counting it among them).
+  CHECK(j["running_sets_replayed"] == 2);
+  CHECK(j["alone_replayed"] == 1);
+  // --top lists a jobs file's shared links; a queue's output has none: refused, as it was ignored.
+  auto top = run_command({PIPEGRID_BINARY, "jobs", file, "--top", "3"});
+  CHECK(top.exit_code == 2);
+  CHECK(top.err == "pipegrid: --top is for a jobs file's jobs, not a queue\n");
+}
+
+TEST_CASE("jobs --phase-shift with one job is refused: it shifts the jobs after the first") {
+  pipegrid::testing::TempDir tmp;
+  const std::string job = (fs::path(PIPEGRID_SOURCE_DIR) / "tests/tools/bad_jobs/job.yaml").string();
+  const std::string file = tmp.write(
+      "one.yaml",
+      "cluster: {kind: switch, count: 4, device: {name: gpu, model: a100}, bandwidth: 25GBps, latency: 1us}\n"
+      "jobs:\n  - {name: first, experiment: " +
+          job + ", devices: [gpu0, gpu1]}\n");
+  auto r = run_command({PIPEGRID_BINARY, "jobs", file, "--phase-shift", "4"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--phase-shift shifts the starts of the jobs after the first") != std::string::npos);
+  CHECK(run_command({PIPEGRID_BINARY, "jobs", file}).exit_code == 0);
 }
 
 TEST_CASE("jobs --trace: one process per job, its iterations and its flows on shared links, as counted") {

@@ -36,6 +36,7 @@ struct JobsOptions {
   std::string file;
   bool json = false;
   int top = 8;          // shared links listed
+  bool top_given = false;  // --top was on the command line
   int phase_shift = 0;  // --phase-shift N: start offsets tried per job (0: none)
   std::string trace;    // --trace FILE: one lane per job
 };
@@ -207,8 +208,8 @@ void print_shared(std::ostream& out, const input::JobsSpec& spec, const JobsResu
     fmt::print(out, "\nshared links: none (no link direction carried flows of two jobs)\n");
     return;
   }
-  fmt::print(out, "\nshared links (carrying flows of two or more jobs; the {} with the most bytes):\n",
-             top == 0 ? "all" : fmt::format("top {}", top));
+  fmt::print(out, "\nshared links (carrying flows of two or more jobs; {}):\n",
+             top == 0 ? "all of them, by bytes" : fmt::format("the top {} by bytes", top));
   fmt::print(out, "{:<40}", "link");
   for (const input::JobSpec& job : spec.jobs) fmt::print(out, " {:>12}", job.name);
   fmt::print(out, " {:>14}\n", "jobs together");
@@ -365,7 +366,8 @@ class QueueReplays {
 struct QueueReport {
   QueueOutcome outcome;
   std::vector<double> alone_s;  // per job: an iteration alone on its devices
-  size_t replays = 0;
+  size_t replays = 0;           // of running sets (alike sets once)
+  size_t alone_replays = 0;     // of jobs alone on their devices, not already replayed as a set
 };
 
 void print_queue(std::ostream& out, const input::JobsSpec& spec, const QueueReport& r) {
@@ -401,9 +403,9 @@ void print_queue(std::ostream& out, const input::JobsSpec& spec, const QueueRepo
       out,
       "(JCT: job completion time, end - arrival; iteration: its mean over the run; alone: an iteration alone "
       "on its devices)\n\nmakespan {}, utilisation {:.1f}% (device time held by jobs), {} running sets "
-      "replayed "
-      "({} iterations each)\n",
-      format_time(r.outcome.makespan_s), 100 * r.outcome.utilisation, r.replays, q.replay_iterations);
+      "replayed and {} jobs alone ({} iterations each)\n",
+      format_time(r.outcome.makespan_s), 100 * r.outcome.utilisation, r.replays, r.alone_replays,
+      q.replay_iterations);
   for (const std::string& n : spec.notes) fmt::print(out, "note: {}\n", n);
 }
 
@@ -428,6 +430,7 @@ nlohmann::json queue_json(const input::JobsSpec& spec, const QueueReport& r) {
           {"makespan_s", r.outcome.makespan_s},
           {"utilisation", r.outcome.utilisation},
           {"running_sets_replayed", r.replays},
+          {"alone_replayed", r.alone_replays},
           {"generated", q.generated},
           {"notes", spec.notes}};
 }
@@ -441,14 +444,14 @@ int run_queue_file(const JobsOptions& o, const input::JobsSpec& spec) {
   Result<QueueOutcome> r = run_queue(spec.cluster, jobs, q.placement, q.seed,
                                      [&](const std::vector<RunningJob>& set) { return replays.times(set); });
   if (!r) return bad_input(fmt::format("{}: {}", o.file, r.error().message));
-  QueueReport report{std::move(*r), {}, 0};
+  QueueReport report{std::move(*r), {}, replays.replays(), 0};
   for (size_t j = 0; j < jobs.size(); ++j) {
     Result<std::vector<double>> alone =
         replays.times({{static_cast<int>(j), report.outcome.jobs[j].devices}});
     if (!alone) return bad_input(fmt::format("{}: {}", o.file, alone.error().message));
     report.alone_s.push_back(alone->front());
   }
-  report.replays = replays.replays();
+  report.alone_replays = replays.replays() - report.replays;
   progress.done();
   if (o.json)
     std::cout << queue_json(spec, report).dump(2) << "\n";
@@ -499,11 +502,16 @@ int run(const JobsOptions& o) {
   Result<input::JobsSpec> spec = input::load_jobs_file(o.file);
   if (!spec) return bad_input(spec.error().message);
   if (spec->queue) {
-    if (o.phase_shift > 0 || !o.trace.empty())
+    if (o.phase_shift > 0 || !o.trace.empty() || o.top_given)
       return bad_input(fmt::format("{} is for a jobs file's jobs, not a queue",
-                                   o.phase_shift > 0 ? "--phase-shift" : "--trace"));
+                                   o.phase_shift > 0 ? "--phase-shift" : !o.trace.empty() ? "--trace" : "--top"));
     return run_queue_file(o, *spec);
   }
+  if (o.phase_shift > 0 && spec->jobs.size() < 2)
+    return bad_input(fmt::format(
+        "--phase-shift shifts the starts of the jobs after the first, and {} has one job: it would change "
+        "nothing",
+        o.file));
   Progress progress("planning the jobs");
   Result<std::vector<JobOutcome>> planned = plan_jobs(*spec);
   if (!planned) return bad_input(fmt::format("{}: {}", o.file, planned.error().message));
@@ -536,8 +544,12 @@ Command add_jobs_command(CLI::App& parent) {
       ->check(kCount);
   app->add_option("--trace", o->trace,
                   "Write a Chrome trace: one process per job, its iterations and its flows on shared links");
-  app->add_option("--top", o->top, "Shared links listed (0: all)")->capture_default_str()->check(kCount);
-  return {app, [o] { return run(*o); }};
+  CLI::Option* top =
+      app->add_option("--top", o->top, "Shared links listed (0: all)")->capture_default_str()->check(kCount);
+  return {app, [o, top] {
+            o->top_given = top->count() > 0;
+            return run(*o);
+          }};
 }
 
 }  // namespace pipegrid::cli

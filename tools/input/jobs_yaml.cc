@@ -67,8 +67,10 @@ class JobsParser {
     q.check_keys({"placement", "seed", "replay_iterations", "jobs", "generate"});
     QueueSpec& spec = out_.queue.emplace();
     if (auto p = q.get("placement")) spec.placement = placement_of(*p);
-    if (auto s = q.get("seed"))
+    if (auto s = q.get("seed")) {
+      if (spec.placement != JobPlacement::Random) s->fail("the queue's seed is for placement random");
       spec.seed = static_cast<uint64_t>(s->integer(0, kMaxCount, "a seed of 0 to 1000000"));
+    }
     if (auto r = q.get("replay_iterations"))
       spec.replay_iterations = static_cast<int>(r->integer(1, 100, "iterations per replay, 1 to 100"));
     const auto jobs = q.get("jobs");
@@ -78,7 +80,13 @@ class JobsParser {
     if (jobs) {
       const std::vector<Node> items = jobs->items("a list of jobs");
       if (items.empty()) jobs->expected("a non-empty list of jobs");
-      for (size_t i = 0; i < items.size(); ++i) spec.jobs.push_back(queue_job(items[i], i));
+      for (size_t i = 0; i < items.size(); ++i) {
+        spec.jobs.push_back(queue_job(items[i], i));
+        for (size_t k = 0; k < i; ++k)
+          if (spec.jobs[k].name == spec.jobs[i].name)
+            items[i].need("name", "a job name")
+                .fail(fmt::format("job \"{}\": a second job of that name", spec.jobs[i].name));
+      }
     } else {
       generate_jobs(*generate, spec);
     }
