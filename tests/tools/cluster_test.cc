@@ -82,6 +82,16 @@ routes:
 
 }  // namespace
 
+TEST_CASE("cluster show names a fat-tree's routing: destination-mod-k, not shortest paths") {
+  // The fat-tree and dgx generators route by destination-mod-k (core/cluster.h); show said shortest
+  // paths until 2026-12-05.
+  Scratch s;
+  const std::string ft = s.file("ft.yaml", "kind: fat-tree\nk: 4\ndevice: {name: gpu, model: a100}\n"
+                                            "bandwidth: 25GBps\nlatency: 1us\n");
+  CHECK(run_json({"cluster", "show", ft, "--json"})["routing"] == "destination-mod-k");
+  CHECK(run_json({"cluster", "show", s.file("ring.yaml", kRing), "--json"})["routing"] == "shortest-path");
+}
+
 TEST_CASE("a cluster file written out: mixed devices, counted names, shared links, given routes") {
   Scratch s;
   const std::string file = s.file("two-boxes.yaml", kWritten);

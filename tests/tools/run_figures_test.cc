@@ -207,6 +207,18 @@ TEST_CASE(
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("--timeline-window") != std::string::npos);
   }
+  // A window past the plan's 4 micro-batches held none of them, and either option without a per-task
+  // output shaped nothing: both ran silently until 2026-12-05.
+  auto past = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--timeline-window", "4:9"});
+  CHECK(past.exit_code == 2);
+  CHECK(past.err.find("the plan runs micro-batches 0 to 3") != std::string::npos);
+  for (const std::vector<std::string>& alone :
+       {std::vector<std::string>{"--timeline-window", "0:1"}, std::vector<std::string>{"--timeline-rows", "ranks"}}) {
+    auto r = run_command({PIPEGRID_BINARY, "run", e, alone[0], alone[1]});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(alone[0] + " shapes the outputs of --trace, --tasks, --memory and --plot") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("search: its 6 N MFU and Megatron's model-FLOPs MFU beside it, both counted by hand") {

@@ -114,7 +114,7 @@ int run_show(const Options& o) {
     j["sharing"] = c->sharing == Sharing::Tcp ? "tcp" : "max-min";
     j["collective_engine"] = output::engine_json(*c);
     j["explicit_routes"] = c->routes.size();
-    j["routing"] = c->torus_dims.empty() ? "shortest-path" : "dimension-order";
+    j["routing"] = !c->torus_dims.empty() ? "dimension-order" : c->fat_tree ? "destination-mod-k" : "shortest-path";
     j["diameter_hops"] = f->diameter_hops;
     j["bisection_bandwidth_Bps"] = output::json_number(f->bisection_bandwidth);
     j["bisection_exact"] = f->bisection_exact;
@@ -147,7 +147,10 @@ int run_show(const Options& o) {
   }
   if (const std::string engine = output::engine_note(*c); !engine.empty()) fmt::print("{}\n", engine);
   fmt::print("routing: {}\n",
-             c->torus_dims.empty() ? "shortest paths (latency, then hops)" : "dimension order");
+             !c->torus_dims.empty() ? "dimension order"
+             : c->fat_tree ? fmt::format("destination-mod-k on the fat-tree (k = {}; shortest paths inside a machine)",
+                                          c->fat_tree->k)
+                           : std::string("shortest paths (latency, then hops)"));
   fmt::print("diameter: {} hops\n", f->diameter_hops);
   fmt::print("bisection bandwidth: {} ({})\n", format_bandwidth(f->bisection_bandwidth),
              f->bisection_exact ? "exact: every balanced split"

@@ -130,6 +130,15 @@ int run(const RunOptions& o) {
     return bad_input(s.error().message);
   output::TimelineView window;
   if (Status s = parse_window(o.timeline_window, window); !s) return bad_input(s.error().message);
+  // Both shape the per-task outputs only.
+  if (o.trace.empty() && o.tasks.empty() && o.memory.empty() && o.plot.empty())
+    for (const auto& [given, name] : {std::pair{!o.timeline_window.empty(), "--timeline-window"},
+                                      std::pair{o.timeline_rows != "auto", "--timeline-rows"}})
+      if (given)
+        return bad_input(fmt::format(
+            "{} shapes the outputs of --trace, --tasks, --memory and --plot, and none was given: it would "
+            "change nothing",
+            name));
   const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
   Result<Experiment> exp = load(o.file, overrides);
   if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
@@ -169,6 +178,10 @@ int simulate(const Result<Experiment>& exp, const std::string& where, const RunO
   output::RunReport report{*exp, *prepared, timeline, metrics, o.devices == "all", o.tokens, {}};
   if (replay->mode.stated()) report.replay = process::describe(replay->mode);
   (void)parse_window(o.timeline_window, report.view);  // checked by run()
+  if (!o.timeline_window.empty() && report.view.first_micro_batch >= prepared->micro_batches)
+    return bad_input(fmt::format(
+        "--timeline-window {}: the plan runs micro-batches 0 to {}, so the window would hold none of them",
+        o.timeline_window, prepared->micro_batches - 1));
   if (o.timeline_rows == "ranks")
     report.view.devices = output::rank_representatives(exp->cluster, prepared->partition);
   struct Output {

@@ -106,6 +106,12 @@ Cluster parse_dgx(const Node& n) {
   }
   if (pods && s.fabric != DgxSpec::Fabric::Rail)
     pods->fail("expected fabric: rail beside it (pods are built of rails), got another fabric");
+  // One pod holding every node has no uplink between pods to oversubscribe.
+  if (s.pod_nodes >= s.nodes && s.oversubscription > 1)
+    (pods ? *pods : n.get("nodes").value_or(n))
+        .fail(fmt::format("one pod of {} nodes holds all {} nodes, so the 1:{:g} oversubscription between pods "
+                          "would change nothing; expected pod_nodes below nodes",
+                          s.pod_nodes, s.nodes, s.oversubscription));
   return generated(make_dgx_cluster(s), n);
 }
 
