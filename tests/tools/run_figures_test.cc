@@ -11,6 +11,7 @@
 #include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tools/output/report.h"
 
 using nlohmann::json;
 using pipegrid::testing::read_file;
@@ -219,6 +220,24 @@ TEST_CASE(
     CHECK(r.err.find(alone[0] + " shapes the outputs of --trace, --tasks, --memory and --plot") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("the tasks and memory CSVs quote a device name holding a comma, as RFC 4180 does") {
+  // A cluster may name its devices "g,pu0": unquoted, every row of those files had a column too many.
+  TempDir tmp;
+  const std::string e = tmp.write(
+      "comma.yaml",
+      "workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 2, device: {name: \"g,pu\", memory: 16GiB}, bandwidth: 10GBps, "
+      "latency: 1us}\nstrategy: {stages: 2, micro_batches: 2}\n");
+  const std::string tasks = (tmp.path / "t.csv").string(), memory = (tmp.path / "m.csv").string();
+  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--memory", memory}).exit_code == 0);
+  const std::string t = read_file(tasks), m = read_file(memory);
+  CHECK(t.find("\n\"g,pu0\",0,forward,0,0,0.001,,\n") != std::string::npos);
+  CHECK(t.find(",\"g,pu1\",1048576\n") != std::string::npos);  // a transfer's peer
+  CHECK(m.find("\n\"g,pu0\",0,") != std::string::npos);
+  CHECK(pipegrid::output::csv_field("plain") == "plain");
+  CHECK(pipegrid::output::csv_field("say \"hi\"") == "\"say \"\"hi\"\"\"");
 }
 
 TEST_CASE("search: its 6 N MFU and Megatron's model-FLOPs MFU beside it, both counted by hand") {

@@ -504,17 +504,10 @@ int run_point(const SweepOptions& o) {
   }
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string csv_value(const nlohmann::json& v) {
   if (v.is_null()) return "";
-  if (v.is_string()) return csv_field(v.get<std::string>());
-  return csv_field(v.dump());
+  if (v.is_string()) return output::csv_field(v.get<std::string>());
+  return output::csv_field(v.dump());
 }
 
 template <class T>
@@ -599,7 +592,7 @@ int run_export(const SweepOptions& o) {
     return kOk;
   }
   std::string header = "point";
-  for (const std::string& a : axes) header += "," + csv_field(a);
+  for (const std::string& a : axes) header += "," + output::csv_field(a);
   header += ",status,message,iteration_time_s,throughput_samples_per_s,bubble_ratio,peak_memory_bytes";
   for (const PlanColumn& c : kPlanColumns) header += fmt::format(",{}", c.name);
   header += ",wall_s,pipegrid_version,finished_at,host";
@@ -608,12 +601,12 @@ int run_export(const SweepOptions& o) {
     std::string line = std::to_string(r.point);
     for (const std::string& a : axes)
       line += "," + csv_value(r.axes.contains(a) ? r.axes[a] : nlohmann::json());
-    line += fmt::format(",{},{},{},{},{},{}", r.status, csv_field(r.message),
+    line += fmt::format(",{},{},{},{},{},{}", r.status, output::csv_field(r.message),
                         csv_value(opt(r.iteration_time_s)), csv_value(opt(r.throughput_samples_per_s)),
                         csv_value(opt(r.bubble_ratio)), csv_value(opt(r.peak_memory_bytes)));
     for (const PlanColumn& c : kPlanColumns) line += "," + csv_value(c.value(r.result));
-    line += fmt::format(",{},{},{},{}", csv_value(r.wall_s), csv_field(r.pipegrid_version),
-                        csv_field(r.finished_at), csv_field(r.host));
+    line += fmt::format(",{},{},{},{}", csv_value(r.wall_s), output::csv_field(r.pipegrid_version),
+                        output::csv_field(r.finished_at), output::csv_field(r.host));
     std::cout << line << "\n";
   }
   return kOk;

@@ -1248,6 +1248,13 @@ std::vector<char> rank_representatives(const Cluster& c, const Partition& p) {
   return keep;
 }
 
+std::string csv_field(std::string_view s) {
+  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 void write_tasks_csv(std::ostream& out, const RunReport& r) {
   const Cluster& c = r.experiment.cluster;
   const TaskGraph& g = r.run.graph;
@@ -1256,9 +1263,10 @@ void write_tasks_csv(std::ostream& out, const RunReport& r) {
     const Task& task = g.tasks[t];
     if (!r.view.keeps(task, r.run.micro_batches)) continue;
     const bool transfer = !task.is_compute();
-    fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", c.devices[task.device].name, task.stage,
+    fmt::print(out, "{},{},{},{},{:.12g},{:.12g},{},{}\n", csv_field(c.devices[task.device].name), task.stage,
                task_category(task), task.micro_batch, r.timeline.start[t], r.timeline.end[t],
-               transfer ? c.devices[task.peer].name : "", transfer ? fmt::format("{:.12g}", task.bytes) : "");
+               transfer ? csv_field(c.devices[task.peer].name) : "",
+               transfer ? fmt::format("{:.12g}", task.bytes) : "");
   }
 }
 
@@ -1280,7 +1288,7 @@ void write_memory_csv(std::ostream& out, const RunReport& r) {
   out << ",total\n";
   const std::vector<MemoryTrace> traces = memory_traces(g, r.timeline);
   auto row = [&](size_t d, double time, const MemoryBytes& bytes) {
-    fmt::print(out, "{},{:.12g}", c.devices[d].name, time);
+    fmt::print(out, "{},{:.12g}", csv_field(c.devices[d].name), time);
     for (double b : bytes) fmt::print(out, ",{:.12g}", b);
     fmt::print(out, ",{:.12g}\n", total(bytes));
   };

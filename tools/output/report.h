@@ -151,6 +151,9 @@ void write_chrome_trace(std::ostream& out, const RunReport& r);
 // One row per task r.view keeps: device,stage,kind,micro_batch,start_s,end_s,peer,bytes (kind: forward,
 // backward, weight, optimizer, activation, gradient, allreduce; transfers: device = source,
 // peer = destination; micro_batch -1 for per-iteration tasks).
+// One CSV field as RFC 4180 writes it: quoted, its quotes doubled, where it holds a comma, a quote or
+// a line break (a device named "g,pu" would shift the columns otherwise); as it is elsewhere.
+std::string csv_field(std::string_view s);
 void write_tasks_csv(std::ostream& out, const RunReport& r);
 
 // One row per change of the memory of a device r.view keeps, within the window's times:
