@@ -147,7 +147,7 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
   if (Status st = check_cluster_size(
           fmt::format("a dragonfly of {} groups x {} routers x {} devices", s.groups, s.routers, s.hosts),
           devices, groups * routers,
-          devices + groups * routers * (routers - 1) / 2 + groups * (groups - 1) / 2);
+          devices + groups * routers * (routers - 1) / 2 + (s.groups > 1 ? groups * routers * s.global / 2.0 : 0));
       !st)
     return st.error();
   for (auto [l, what] : {std::pair{s.host_link, "dragonfly device"},
@@ -167,13 +167,21 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
     for (int r = 0; r < s.routers; ++r)
       for (int q = r + 1; q < s.routers; ++q)
         add_link(c, router[g * s.routers + r], router[g * s.routers + q], s.local_link);
-  for (int g = 0; g < s.groups; ++g) {
-    for (int h = g + 1; h < s.groups; ++h) {
-      const int from_g = (h - g - 1) / s.global;               // offset h - g in g's list
-      const int from_h = (s.groups - (h - g) - 1) / s.global;  // offset g - h (mod groups) in h's list
-      add_link(c, router[g * s.routers + from_g], router[h * s.routers + from_h], s.global_link);
-    }
-  }
+  // Every router's `global` ports are used (Kim et al.'s h): a group's ports, routers x global, are
+  // numbered router by router; in round r the group's port r (groups - 1) + o goes to the group o + 1
+  // ahead of it (mod groups). Whole rounds give every pair of groups a link each; a last, partial
+  // round links the pairs whose ports are left at both ends (their distance decides it, so the same
+  // pairs of every group), the rest stay unused.
+  const long long ports = static_cast<long long>(s.routers) * s.global;
+  for (long long r = 0; s.groups > 1 && r * (s.groups - 1) < ports; ++r)
+    for (int g = 0; g < s.groups; ++g)
+      for (int h = g + 1; h < s.groups; ++h) {
+        const long long at_g = r * (s.groups - 1) + (h - g - 1);               // offset h - g in g's list
+        const long long at_h = r * (s.groups - 1) + (s.groups - (h - g) - 1);  // offset g - h (mod groups)
+        if (at_g >= ports || at_h >= ports) continue;
+        add_link(c, router[g * s.routers + static_cast<int>(at_g / s.global)],
+                 router[h * s.routers + static_cast<int>(at_h / s.global)], s.global_link);
+      }
   return c;
 }
 

@@ -2,6 +2,8 @@
 // independent brute-force computations written here (Floyd-Warshall, cut enumeration).
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <limits>
 #include <random>
@@ -252,6 +254,26 @@ TEST_CASE("dragonfly: one global link between groups, minimal routes, brute-forc
   ClusterFigures f = *cluster_figures(c);
   CHECK(f.diameter_hops == 5);
   CHECK(f.bisection_bandwidth == brute_force_bisection(c));
+  // Two global ports per router, two groups to reach: every port used, two links between every two
+  // groups, each router with two global links (until 2026-12-05 one link per pair, all on the
+  // routers -0, the routers -1 left without any).
+  s.global = 2;
+  Cluster two = *make_dragonfly_cluster(s);
+  REQUIRE(validate(two).ok());
+  CHECK(two.links.size() == 12 + 3 + 6);
+  std::map<std::string, int> global_ends;
+  for (const Link& l : two.links) {
+    const std::string a = two.node_name(l.a), b = two.node_name(l.b);
+    if (a.rfind("router", 0) == 0 && b.rfind("router", 0) == 0 && a.substr(0, 7) != b.substr(0, 7)) {
+      ++global_ends[a];
+      ++global_ends[b];
+    }
+  }
+  CHECK(global_ends == std::map<std::string, int>{{"router0-0", 2}, {"router0-1", 2}, {"router1-0", 2},
+                                                  {"router1-1", 2}, {"router2-0", 2}, {"router2-1", 2}});
+  // Three ports per router (6 per group) for 2 other groups: 3 links per pair, every port used.
+  s.global = 3;
+  CHECK(make_dragonfly_cluster(s)->links.size() == 12 + 3 + 9);
   s.global = 0;
   CHECK(make_dragonfly_cluster(s).error().message ==
         "a dragonfly of 3 groups needs routers x global >= 2 (one global link to every other group), got 2 x "
