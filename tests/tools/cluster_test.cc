@@ -92,6 +92,19 @@ TEST_CASE("cluster show names a fat-tree's routing: destination-mod-k, not short
   CHECK(run_json({"cluster", "show", s.file("ring.yaml", kRing), "--json"})["routing"] == "shortest-path");
 }
 
+TEST_CASE("a preset refined by sharing or collective_engine says so in its name, as by any other key") {
+  // Both were applied and left out of the name until 2026-12-05: an FPGA preset without its engine
+  // (5.58 ms against 7.82 ms an iteration) read as the preset itself.
+  Scratch s;
+  const std::string chain =
+      "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB, "
+      "samples_per_micro_batch: 4}\nstrategy: {partitioner: uniform, stages: 2, replicas: 4, micro_batches: 8}\n";
+  CHECK(run_json({"run", s.file("a.yaml", chain + "cluster: {preset: fpga-switch-u280-8, collective_engine: none}\n"),
+                  "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (collective_engine=none)");
+  CHECK(run_json({"run", s.file("b.yaml", chain + "cluster: {preset: fpga-switch-u280-8, count: 16, sharing: tcp}\n"),
+                  "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (count=16, sharing=tcp)");
+}
+
 TEST_CASE("a cluster file written out: mixed devices, counted names, shared links, given routes") {
   Scratch s;
   const std::string file = s.file("two-boxes.yaml", kWritten);

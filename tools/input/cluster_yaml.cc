@@ -569,6 +569,15 @@ Cluster with_sharing(const Node& n, Cluster c) {
                       "nothing (remove the key, or give FPGA devices)",
                       c.engine->name));
   }
+  // On a preset or a cluster file these refine it too, and its name says so, as for the other keys.
+  if ((n.has("preset") || n.has("file")) && !n.has("name"))
+    for (const char* key : {"sharing", "collective_engine"})
+      if (std::optional<Node> k = n.get(key)) {
+        const std::string change = fmt::format("{}={}", key, k->is_scalar() ? k->yaml().Scalar() : "...");
+        const bool listed = c.name.size() > 1 && c.name.back() == ')' && c.name.find(" (") != std::string::npos;
+        c.name = listed ? fmt::format("{}, {})", c.name.substr(0, c.name.size() - 1), change)
+                        : fmt::format("{} ({})", c.name, change);
+      }
   return c;
 }
 
