@@ -233,6 +233,21 @@ TEST_CASE("cluster export --simgrid, then show the export: the same cluster") {
   CHECK(a == b);
 }
 
+TEST_CASE("cluster bench: an all-reduce of one device, sub-byte sizes and a size without a unit are refused") {
+  // One device printed 0 s and "0 B/s" (bytes / 0 s is not 0); 0.5 B was benched as a message; "1"
+  // was called not positive where its unit is missing.
+  auto one = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--devices", "1"});
+  CHECK(one.exit_code == 2);
+  CHECK(one.err == "pipegrid: --devices: an all-reduce over 1 device moves nothing (no time, no bandwidth); "
+                   "expected at least 2\n");
+  auto half = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "0.5B"});
+  CHECK(half.exit_code == 2);
+  CHECK(half.err.find("expected whole byte counts of at least 1") != std::string::npos);
+  auto bare = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1"});
+  CHECK(bare.exit_code == 2);
+  CHECK(bare.err.find("(the unit is missing)") != std::string::npos);
+}
+
 TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   auto none = run_command({PIPEGRID_BINARY, "cluster", "show", "dgx-a100-3"});
   CHECK(none.exit_code == 2);
@@ -258,7 +273,7 @@ TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   CHECK(device.err == "pipegrid: --to: no device named \"gpu99\" in dgx-a100-16\n");
   auto size = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1MHz"});
   CHECK(size.exit_code == 2);
-  CHECK(size.err == "pipegrid: --sizes: expected positive byte sizes like \"1MiB\", got \"1MHz\"\n");
+  CHECK(size.err == "pipegrid: --sizes: expected a byte size like \"16GiB\", got \"1MHz\" (\"MHz\" is the unit of a frequency)\n");
   auto op = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "broadcast"});
   CHECK(op.exit_code == 2);
   // Options the operation would ignore, and NCCL's pick on FPGAs (run until 2026-12-05: the p2p row

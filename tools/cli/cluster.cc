@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -187,8 +188,10 @@ int run_bench(const Options& o) {
   std::vector<double> sizes;
   for (const std::string& s : o.sizes.empty() ? kDefaultSizes : o.sizes) {
     Result<double> b = parse_quantity(s, Dimension::Bytes);
-    if (!b || !(*b > 0))
-      return bad_input(fmt::format("--sizes: expected positive byte sizes like \"1MiB\", got \"{}\"", s));
+    if (!b)  // the parser's reason (a missing unit, an unknown one)
+      return bad_input(fmt::format("--sizes: {}", b.error().message));
+    if (!(*b >= 1) || *b != std::floor(*b))
+      return bad_input(fmt::format("--sizes: expected whole byte counts of at least 1 like \"1MiB\", got \"{}\"", s));
     sizes.push_back(*b);
   }
   const auto index = c->node_index();
@@ -223,6 +226,10 @@ int run_bench(const Options& o) {
                       o.cluster));
     const int n = o.devices > 0 ? o.devices : std::min(D, kDefaultBenchDevices);
     if (n > D) return bad_input(fmt::format("--devices: the cluster has {} devices, got {}", D, n));
+    if (n < 2)
+      return bad_input(fmt::format(
+          "{}: an all-reduce over {} device moves nothing (no time, no bandwidth); expected at least 2",
+          o.devices > 0 ? "--devices" : o.cluster, n));
     for (int i = 0; i < n; ++i) devices.push_back(i);
   }
   const int n = static_cast<int>(devices.size());

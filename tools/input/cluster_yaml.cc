@@ -179,6 +179,10 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
                                            : Dgx1Spec::Kind::Pcie);
       }
       if (s.kinds.empty()) k->expected(what);
+      if (s.kinds.size() > static_cast<size_t>(s.servers))
+        k->fail(fmt::format("expected at most one kind per server ({} servers; the last kind repeats for the "
+                            "servers after the list), got {}: the rest would be ignored",
+                            s.servers, s.kinds.size()));
     }
     s.gpu = device_or(n, "gpu", "v100");
     s.nvlink2 = link_override(n, "nvlink2", s.nvlink2);
