@@ -517,6 +517,26 @@ TEST_CASE("run: the experts line at ep 1, a skew that moves no work, and the all
   CHECK(a.out.find("EP all-to-all") == std::string::npos);
 }
 
+TEST_CASE("run: a hand-described device without a memory bandwidth is said to run memory-bound work free") {
+  // {name, memory, flops} computes at flops with efficiency 1 and, without memory_bandwidth, costs no
+  // memory traffic: a GPT's element-wise kernels and norms took no time, with nothing said.
+  TempDir tmp;
+  const std::string gpt = "workload: {model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 256, vocabulary: 1024}\n"
+                          "strategy: {micro_batches: 2}\n";
+  auto bare = run_command({PIPEGRID_BINARY, "run",
+                           tmp.write("bare.yaml", gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: "
+                                                        "16GiB, flops: 100TFLOPS}, bandwidth: 10GBps, latency: 1us}\n")});
+  REQUIRE(bare.exit_code == 0);
+  CHECK(bare.out.find("memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the "
+                      "1 device without a memory_bandwidth (g0;") != std::string::npos);
+  auto with = run_command(
+      {PIPEGRID_BINARY, "run",
+       tmp.write("with.yaml", gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: 16GiB, flops: "
+                                    "100TFLOPS, memory_bandwidth: 1TBps}, bandwidth: 10GBps, latency: 1us}\n")});
+  REQUIRE(with.exit_code == 0);
+  CHECK(with.out.find("memory-bound work") == std::string::npos);
+}
+
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
   // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
   // said until 2026-12-05: the same time as fp32.

@@ -317,6 +317,21 @@ std::string assumptions_note(const Experiment& e) {
           fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})", free.size(),
                       free.size() == 1 ? "" : "s", free.front(), free.size() > 1 ? ", ..." : "");
   }
+  // A layer's memory traffic is costed at its device's memory bandwidth: on a device described
+  // without one (a hand-described `{name, memory, flops}`), memory-bound work takes no time.
+  bool traffic = false;
+  for (size_t l = 0; l < e.workload.layer_count() && !traffic; ++l) {
+    const Layer& x = e.workload.layer(static_cast<int>(l));
+    traffic = x.forward_bytes > 0 || x.backward_bytes > 0 || !x.kernels.empty();
+  }
+  std::vector<std::string> unbounded;
+  for (const Device& d : e.cluster.devices)
+    if (d.spec.memory_bandwidth <= 0) unbounded.push_back(d.name);
+  if (traffic && !unbounded.empty())
+    parts.push_back(fmt::format(
+        "memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the {} "
+        "device{} without a memory_bandwidth ({}{}; give one, or a catalog model)",
+        unbounded.size(), unbounded.size() == 1 ? "" : "s", unbounded.front(), unbounded.size() > 1 ? ", ..." : ""));
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
         e.strategy.tp_wgrad_overlap
