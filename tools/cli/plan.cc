@@ -133,6 +133,9 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
     fmt::print("{:<36}{} per device (mean over the devices in use)\n",
                "exposed " + output::expert_comm_label(e, parallelism(p)),
                format_time(simulated.breakdown.expert_parallel_s));
+  if (parallelism(p).context > 1)
+    fmt::print("exposed CP communication            {} per device (mean over the devices in use)\n",
+               format_time(simulated.breakdown.context_parallel_s));
   for (const output::CostModelCheck& c : output::cost_model_checks(e, p))
     fmt::print("cost model                          {}\n", c.note);
   if (!simulated.feasible()) fmt::print("INFEASIBLE: the plan exceeds a device's memory\n");

@@ -878,7 +878,16 @@ nlohmann::json batch_json(const PreparedRun& run) {
 std::string plan_shape(const Partition& p) {
   size_t most = 0;
   for (size_t s = 0; s < p.stage_count(); ++s) most = std::max(most, p.stage(s).devices.size());
-  if (p.stage_count() == 1) return most > 1 ? "data-parallel" : "one device";
+  if (p.stage_count() == 1) {
+    // One stage: the groups its devices form (t x cp x d), not "data-parallel" for all of them.
+    const Stage& st = p.stage(0);
+    std::vector<std::string> kinds;
+    if (st.tensor_parallel > 1) kinds.emplace_back("tensor");
+    if (st.context_parallel > 1) kinds.emplace_back("context");
+    if (st.replicas() > 1) kinds.emplace_back("data");
+    if (kinds.empty()) return most > 1 ? "data-parallel" : "one device";
+    return fmt::format("{}-parallel", fmt::join(kinds, " x "));
+  }
   const std::string kind = static_cast<size_t>(p.depth()) < p.stage_count() ? "stage DAG" : "pipeline";
   return most > 1 ? kind + " of replicated stages" : kind;
 }
