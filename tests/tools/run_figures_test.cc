@@ -537,6 +537,23 @@ TEST_CASE("run: a hand-described device without a memory bandwidth is said to ru
   CHECK(with.out.find("memory-bound work") == std::string::npos);
 }
 
+TEST_CASE("run: a split-backward schedule on a workload without a weight-gradient part is warned about") {
+  // zb-h1 on a chain without backward_weight ran 1F1B's time under zb-h1's name, W actions of 0 s.
+  TempDir tmp;
+  const std::string e = tmp.write(
+      "zb.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}\n"
+      "strategy: {stages: 4, micro_batches: 8, schedule: zb-h1}\n");
+  auto r = run_command({PIPEGRID_BINARY, "run", e});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("warning: schedule zb-h1 splits each backward into input and weight gradients, and no layer "
+                   "of the workload has a weight-gradient part") != std::string::npos);
+  auto w = run_command({PIPEGRID_BINARY, "run", e, "--set", "workload.backward_weight=1ms"});
+  REQUIRE(w.exit_code == 0);
+  CHECK(w.err.find("weight-gradient part") == std::string::npos);
+}
+
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
   // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
   // said until 2026-12-05: the same time as fp32.

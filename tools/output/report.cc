@@ -304,6 +304,23 @@ std::string unlike_devices_warning(const Experiment& e, const PreparedRun& run) 
 
 }  // namespace
 
+// A schedule that splits the backward (zb-h1, zb-h2, DualPipe) on a workload none of whose layers has
+// a weight-gradient part (a chain without backward_weight): its W actions take no time, and the run
+// is the schedule's order without the split, which the schedule's name would hide.
+std::string split_without_weight_part(const Experiment& e, const PreparedRun& run) {
+  if (!run.schedule.split_backward) return "";
+  for (size_t l = 0; l < e.workload.layer_count(); ++l) {
+    const Layer& x = e.workload.layer(static_cast<int>(l));
+    if (x.backward_weight_flops > 0 || (x.measured && x.measured->backward_weight_s > 0)) return "";
+    for (const Kernel& k : x.kernels)
+      if (k.backward_weight_flops > 0) return "";
+  }
+  return fmt::format(
+      "schedule {} splits each backward into input and weight gradients, and no layer of the workload has "
+      "a weight-gradient part (a chain's backward_weight): its W actions take no time",
+      run.schedule_name);
+}
+
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run) {
   std::vector<std::string> out;
   // The default stage count (one rank per device) is capped by the layers per chunk: say which
@@ -333,6 +350,7 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   }
   if (std::string w = zero_without_group(e, run.partition); !w.empty()) out.push_back(std::move(w));
   if (std::string w = unlike_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
+  if (std::string w = split_without_weight_part(e, run); !w.empty()) out.push_back(std::move(w));
   // Recompute modules beyond Megatron's default: the planners with a memory model of their own
   // estimate selective recomputation as core_attn alone while they search; the plan they choose is
   // replayed with the modules.
