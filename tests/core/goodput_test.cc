@@ -47,6 +47,21 @@ TEST_CASE("the best interval over more steps than doubles count exactly still en
   CHECK(best == approx(daly_optimal_interval_s(1e8, 1e9)).epsilon(0.05));
 }
 
+TEST_CASE("a restart far longer than the MTBF, and more trials than can be kept, are refused with why") {
+  // R = 600 s against M = 1 s: a restart completes once in e^600 tries. It was refused as too many
+  // events, with "use a longer checkpoint interval or fewer trials", which cannot help.
+  const RunModel m{1000, 100, 1, 600, 1};
+  Result<MonteCarlo> mc = simulate_run(m, 10, 1);
+  REQUIRE(!mc.ok());
+  CHECK(mc.error().message.find("a restart of 600 s is 600 times the mean time between failures") !=
+        std::string::npos);
+  // 1.9e9 trials of one segment passed the event bound and then asked for 15 GB of wall times.
+  const RunModel one{10, 10, 1, 1, std::numeric_limits<double>::infinity()};
+  Result<MonteCarlo> many = simulate_run(one, 1'900'000'000, 1);
+  REQUIRE(!many.ok());
+  CHECK(many.error().message.find("trials: expected at most 1e+07") != std::string::npos);
+}
+
 TEST_CASE("Daly's expected segment time, by hand") {
   // One segment of 10 s, write 1 s, restart 2 s, M = 5 s: 5 e^{2/5} (e^{11/5} - 1)
   // = 5 x 1.4918247 x (9.0250135 - 1) = 59.8596 s.

@@ -332,6 +332,10 @@ Status check_options(const GoodputOptions& o) {
   if (o.tokens < 0 || o.iterations < 0) return Error{"goodput: --tokens and --iterations must be positive"};
   if (!std::isfinite(o.tokens) || !std::isfinite(o.iterations))
     return Error{"goodput: --tokens and --iterations must be finite numbers"};
+  if (o.trials > 10'000'000)
+    return Error{fmt::format("goodput: --trials: expected at most 1e+07 (each trial's time is kept for the "
+                             "percentiles), got {}",
+                             o.trials)};
   if (o.iterations > kMaxIterations)
     return Error{fmt::format("goodput: --iterations: expected at most {:g} (2^53: iterations are counted "
                              "exactly), got {:g}",
