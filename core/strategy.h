@@ -96,6 +96,10 @@ struct PartitionStrategy {
   // Plans with the first device's costs for every device (identical devices assumed): a cluster of
   // unlike devices is said beside the plan.
   bool assumes_identical_devices = false;
+  // Cuts ranks x chunks stages in order, stage s for rank s mod ranks as the default planner places
+  // them: what the schedules that place stages on ranks themselves (ScheduleStrategy::places_stages)
+  // run on.
+  bool stages_in_rank_order = false;
 };
 // About a minute of search (graphpipe: 60-90 ns per step measured).
 inline constexpr double kMaxPartitionSearchSteps = 1073741824;  // 2^30
@@ -117,6 +121,9 @@ struct ScheduleStrategy {
   bool takes_chunks = false;  // `chunks` > 1: model chunks per rank
   bool needs_chunks = false;  // at least 2 chunks (with 1 it would be another schedule)
   bool reads_file = false;    // `schedule_file`: the schedule itself
+  // Puts stage s on a rank by its own rule (interleaved 1F1B's s mod p, DualPipe's pairs and V): the
+  // stages must be a partitioner's in rank order (PartitionStrategy::stages_in_rank_order).
+  bool places_stages = false;
 };
 
 std::span<const PartitionStrategy> partition_strategies();

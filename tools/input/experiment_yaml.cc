@@ -96,6 +96,18 @@ Chosen parse_names(const Node& n, StrategySpec& s) {
 
 // `chunks`, the model chunks per rank of the schedules that interleave them.
 void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
+  // A schedule that places stages on ranks itself runs on stages cut in rank order: the default
+  // planner's with uniform, balanced or megatron. The other planners and partitioners place their own
+  // (dapple and piper dropped the chunks silently, the others failed inside the schedule).
+  if (chosen.schedule.places_stages && (!chosen.planner.runs_partitioner || !chosen.partitioner.stages_in_rank_order))
+    n.need("schedule", "a schedule")
+        .fail(fmt::format(
+            "{} places stage s on a rank itself, so it needs stages cut in rank order, and {} {} places its own; "
+            "expected the partitioner {} (planner: partitioner), or another schedule",
+            s.schedule, chosen.planner.runs_partitioner ? "partitioner" : "planner",
+            chosen.planner.runs_partitioner ? chosen.partitioner.name : chosen.planner.name,
+            names_with(
+                partition_strategies(), [](const auto& p) { return p.stages_in_rank_order; }, " or ")));
   if (auto ch = n.get("chunks")) {
     s.chunks = static_cast<int>(ch->integer(1, kMaxCount, "a positive integer"));
     if (s.chunks > 1 && !chosen.schedule.takes_chunks)
