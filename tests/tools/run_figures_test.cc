@@ -554,6 +554,24 @@ TEST_CASE("run: a split-backward schedule on a workload without a weight-gradien
   CHECK(w.err.find("weight-gradient part") == std::string::npos);
 }
 
+TEST_CASE("run: a planner that searches without a fault's slow devices says so") {
+  // dapple cut 8 layers into 4 stages, one on gpu3 at 4x (210.6 ms) where 3 stages on gpu0-2 take
+  // 85.6 ms: its estimate has no slow device, and nothing said so.
+  TempDir tmp;
+  const std::string base =
+      "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}\n"
+      "faults: {slow_devices: [{device: gpu3, factor: 4}]}\n";
+  auto d = run_command(
+      {PIPEGRID_BINARY, "run", tmp.write("d.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
+  REQUIRE(d.exit_code == 0);
+  CHECK(d.err.find("warning: planner dapple searches with every device at its own model's speed: the fault's slow "
+                   "devices (gpu3 4x)") != std::string::npos);
+  auto u = run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
+  REQUIRE(u.exit_code == 0);
+  CHECK(u.err.find("slow devices") == std::string::npos);  // uniform's equal split uses no speeds
+}
+
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
   // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
   // said until 2026-12-05: the same time as fp32.

@@ -304,6 +304,24 @@ std::string unlike_devices_warning(const Experiment& e, const PreparedRun& run) 
 
 }  // namespace
 
+// A fault's slow devices (Device::slowdown) are in the lowering, which the replay runs, and not in the
+// per-device costs the cost-driven partitioners and planners search with: bapipe and luo judge their
+// finalists on the lowered graph and see them, these do not.
+std::string slow_devices_warning(const Experiment& e, const PreparedRun& run) {
+  std::string slow;
+  for (const Device& d : e.cluster.devices)
+    if (d.slowdown != 1) slow += fmt::format("{}{} {:g}x", slow.empty() ? "" : ", ", d.name, d.slowdown);
+  const bool by_partitioner = run.planner == kDefaultPlanner;
+  const std::string who = by_partitioner ? e.strategy.partitioner : run.planner;
+  constexpr std::string_view kBlind[] = {"balanced", "graphpipe", "pipedream", "dapple", "piper"};
+  if (slow.empty() || std::find(std::begin(kBlind), std::end(kBlind), who) == std::end(kBlind)) return "";
+  return fmt::format(
+      "{} {} searches with every device at its own model's speed: the fault's slow devices ({}) are replayed "
+      "slow but not in its estimate, so the plan may not be the best for them (planner bapipe or luo judges "
+      "its finalists with them)",
+      by_partitioner ? "partitioner" : "planner", who, slow);
+}
+
 // A schedule that splits the backward (zb-h1, zb-h2, DualPipe) on a workload none of whose layers has
 // a weight-gradient part (a chain without backward_weight): its W actions take no time, and the run
 // is the schedule's order without the split, which the schedule's name would hide.
@@ -351,6 +369,7 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   if (std::string w = zero_without_group(e, run.partition); !w.empty()) out.push_back(std::move(w));
   if (std::string w = unlike_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
   if (std::string w = split_without_weight_part(e, run); !w.empty()) out.push_back(std::move(w));
+  if (std::string w = slow_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
   // Recompute modules beyond Megatron's default: the planners with a memory model of their own
   // estimate selective recomputation as core_attn alone while they search; the plan they choose is
   // replayed with the modules.
