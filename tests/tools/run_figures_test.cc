@@ -572,6 +572,27 @@ TEST_CASE("run: a planner that searches without a fault's slow devices says so")
   CHECK(u.err.find("slow devices") == std::string::npos);  // uniform's equal split uses no speeds
 }
 
+TEST_CASE("run: mixed-adam on an fp32 workload keeps its gradients at the 4 bytes they are reduced in") {
+  // docs/model.md: the gradient buffer is kept in the reduce's precision, never narrower. By default
+  // the reduce is the workload's precision (4 bytes here), and the buffer was mixed-adam's 2 bytes.
+  // A stage of 2 layers of 1 MiB of fp32 weights: 524,288 parameters, 2 MiB of gradients by hand.
+  TempDir tmp;
+  const std::string e = tmp.write(
+      "ma.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1B, parameters: 1MiB, "
+      "samples_per_micro_batch: 2}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 1GBps, latency: 1us}\n"
+      "strategy: {stages: 2, replicas: 2, micro_batches: 4, schedule: 1f1b}\nmemory: {optimizer: mixed-adam}\n");
+  const std::string memory = (tmp.path / "m.csv").string();
+  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--memory", memory}).exit_code == 0);
+  CHECK(read_file(memory).find("\ngpu0,0,1048576,2097152,") != std::string::npos);
+  const std::string explicit_fp32 = (tmp.path / "m32.csv").string();
+  REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--set", "strategy.gradient_reduce=fp32", "--memory",
+                       explicit_fp32})
+              .exit_code == 0);
+  CHECK(read_file(explicit_fp32) == read_file(memory));
+}
+
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {
   // The U280 has no tf32 MACs (topologies/devices.yaml) and ran tf32 at its fp32 rate with nothing
   // said until 2026-12-05: the same time as fp32.

@@ -1185,7 +1185,18 @@ static void parse_on_cluster(const Node& root, const Node& workload, Experiment&
             "store_param_remainders), but precision {} keeps no bf16 working weights beside fp32 master "
             "weights: use amp-bf16 or an fp8 recipe, or leave master_weights out",
             to_string(e.workload.precision)));
-  e.memory.gradient_bytes = e.strategy.gradient_reduce_bytes;  // the buffer in the reduce's precision
+  // The gradient buffer in the reduce's precision (the workload's by default; mixed-adam's 2-byte
+  // gradients of an fp32 workload are reduced, so kept, at 4), never narrower than the weights.
+  e.memory.gradient_bytes = e.strategy.gradient_reduce_bytes > 0 ? e.strategy.gradient_reduce_bytes
+                                                                 : element_bytes(e.workload.precision);
+  // A static total below the weights and their gradients as stored would make the rest negative.
+  if (e.memory.bytes_per_parameter && *e.memory.bytes_per_parameter < 2 * element_bytes(e.workload.precision))
+    root.get("memory")
+        ->get("bytes_per_parameter")
+        ->expected(fmt::format("at least {:g} bytes per parameter (the {} weights and their gradients, {:g} each; "
+                               "the optimizer state is the rest)",
+                               2 * element_bytes(e.workload.precision), to_string(e.workload.precision),
+                               element_bytes(e.workload.precision)));
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
   if (Status s = place_backends(e); !s) throw InputError(s.error().message);
 }
