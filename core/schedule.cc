@@ -76,7 +76,8 @@ Result<Schedule> parse_schedule_csv(std::string_view text, std::string_view name
   Schedule s;
   s.source = std::string(name);
   size_t line = 0;
-  size_t pos = 0;
+  // A UTF-8 byte-order mark, as spreadsheets save CSV, is not part of the first cell.
+  size_t pos = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
   while (pos < text.size()) {
     size_t eol = text.find('\n', pos);
     if (eol == std::string_view::npos) eol = text.size();

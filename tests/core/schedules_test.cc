@@ -171,3 +171,21 @@ TEST_CASE("the validator names every other kind of bad action at its place") {
   CHECK(message({f0, b0, {1, Pass::Weight, 0}, f1, b1}, true) ==
         "invalid schedule: gpu1 hosts stage 1 but never runs 1W1");
 }
+
+TEST_CASE("a schedule CSV saved with a UTF-8 byte-order mark reads as without it") {
+  // Spreadsheets save CSV with a BOM; its first cell was read as "\xEF\xBB\xBF0F0" and refused.
+  const std::string csv = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  Result<Schedule> plain = parse_schedule_csv(csv, "s.csv");
+  Result<Schedule> marked = parse_schedule_csv("\xEF\xBB\xBF" + csv, "s.csv");
+  REQUIRE(plain.ok());
+  REQUIRE(marked.ok());
+  REQUIRE(marked->device_actions.size() == 2);
+  for (size_t d = 0; d < 2; ++d) {
+    REQUIRE(marked->device_actions[d].size() == plain->device_actions[d].size());
+    for (size_t i = 0; i < plain->device_actions[d].size(); ++i) {
+      CHECK(marked->device_actions[d][i].stage == plain->device_actions[d][i].stage);
+      CHECK(marked->device_actions[d][i].pass == plain->device_actions[d][i].pass);
+      CHECK(marked->device_actions[d][i].micro_batch == plain->device_actions[d][i].micro_batch);
+    }
+  }
+}
