@@ -567,6 +567,10 @@ TEST_CASE("run: a planner that searches without a fault's slow devices says so")
   REQUIRE(d.exit_code == 0);
   CHECK(d.err.find("warning: planner dapple searches with every device at its own model's speed: the fault's slow "
                    "devices (gpu3 4x)") != std::string::npos);
+  // The same warnings in run --json, where a JSON reader sees them (they were on standard error only).
+  const json dj = run_json({tmp.write("d2.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
+  REQUIRE(dj["warnings"].size() == 1);
+  CHECK(dj["warnings"][0].get<std::string>().rfind("planner dapple searches with every device", 0) == 0);
   auto u = run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
   REQUIRE(u.exit_code == 0);
   CHECK(u.err.find("slow devices") == std::string::npos);  // uniform's equal split uses no speeds

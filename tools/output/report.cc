@@ -1136,6 +1136,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
   j["assumptions"] = assumptions_json(e);
+  j["warnings"] = plan_warnings(e, run);  // what run and plan print on standard error, for a JSON reader
   if (nlohmann::json picks = nccl_json(run.graph.nccl_picks); !picks.is_null()) j["nccl_allreduces"] = picks;
   j["model_flops"] = token_json(token_figures(e, m));
   return j;
