@@ -1094,6 +1094,12 @@ struct FaultParser {
     down.erase(std::unique(down.begin(), down.end()), down.end());
     for (auto it = down.rbegin(); it != down.rend(); ++it)
       e.cluster.links.erase(e.cluster.links.begin() + static_cast<std::ptrdiff_t>(*it));
+    // Routes go around a link down where another way exists; where none does, say so here, not as an
+    // unlocated "not connected" from the planner.
+    if (!down.empty())
+      if (Status st = check_connected(e.cluster); !st)
+        list.fail(fmt::format("these links down cut the cluster: {}; expected links with another way around",
+                              st.error().message));
   }
 };
 
