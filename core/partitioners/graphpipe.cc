@@ -38,6 +38,7 @@
 #include "core/collectives.h"
 #include "core/sp_tree.h"
 #include "core/strategy.h"
+#include "core/units.h"
 
 namespace pipegrid {
 namespace {
@@ -170,9 +171,12 @@ class Planner {
     if (!feasible(candidates.back()))
       return Error{
           fmt::format("graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
-                      "{} micro-batches of {} "
-                      "samples",
-                      D_, spec_.usable_memory(), r_.micro_batches, r_.micro_batch_size)};
+                      "{} micro-batches of {:g} samples{}",
+                      D_, format_bytes(spec_.usable_memory()), r_.micro_batches, r_.micro_batch_size,
+                      gpipe_memory_ ? fmt::format(", counting all {} in flight as under schedule {} (graph-1f1b "
+                                                  "counts 1 + a stage's longest path to the last; docs/planners.md)",
+                                                  r_.micro_batches, r_.schedule)
+                                    : std::string())};
     size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] is feasible
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;

@@ -233,3 +233,28 @@ TEST_CASE("a graphpipe mini-batch sweep is refused on its total search, before p
             "global_batch 64: graphpipe over its 7 micro-batch sizes would take about 1.79e+09 "
             "search steps in all") != std::string::npos);
 }
+
+TEST_CASE("graphpipe's refusal under a schedule other than graph-1f1b says it counted every micro-batch") {
+  // A chain of 8 layers of 1 MiB on 4 devices of 20 MiB with 8 micro-batches: 1F1B's 2/2/2/2 fits
+  // (17 MiB), but graphpipe counts all m in flight for schedules other than graph-1f1b, and its
+  // refusal said only "no partition fits" (with the memory in raw bytes).
+  Workload w;
+  int prev = -1;
+  for (int i = 0; i < 8; ++i) {
+    const int l = w.add_layer(layer(fmt::format("l{}", i), 1e-3, 2e-3, 1 << 20, 1 << 20));
+    if (prev >= 0) w.add_edge(prev, l);
+    prev = l;
+  }
+  Experiment e;
+  e.workload = w;
+  e.cluster = make_switch_cluster(4, "gpu", test_device(20.0 * (1 << 20)), 10e9, 1e-6);
+  e.strategy.partitioner = "graphpipe";
+  e.strategy.schedule = "1f1b";
+  e.strategy.micro_batches = 8;
+  Result<PreparedRun> run = prepare(e);
+  REQUIRE(!run);
+  CHECK(run.error().message.find("counting all 8 in flight as under schedule 1f1b") != std::string::npos);
+  CHECK(run.error().message.find("(20 MiB each)") != std::string::npos);
+  e.strategy.schedule = "graph-1f1b";
+  CHECK(prepare(e).ok());
+}
