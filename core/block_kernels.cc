@@ -161,7 +161,7 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
     k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
   }
   k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + norm_parameters(sp);  // proj bias, LN1
-  if (sp.attention_sinks) k.parameters += a / T;                                // a sink per local head
+  if (sp.attention_sinks) k.parameters += a / T;                              // a sink per local head
   // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q).
   k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q;
   // fp8 GEMM inputs: QKV's (LN1's output, LayerNormLinear's ln_out) and the projection's.

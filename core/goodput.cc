@@ -128,12 +128,14 @@ Result<MonteCarlo> simulate_run(const RunModel& m, int trials, uint64_t seed) {
       std::isfinite(m.mtbf_s) ? std::expm1((m.interval_s + m.write_s + m.restart_s) / m.mtbf_s) : 0;
   if (std::isfinite(m.mtbf_s) && m.restart_s > 20 * m.mtbf_s)
     return Error{fmt::format(
-        "a restart of {:g} s is {:.3g} times the mean time between failures ({:g} s): one completes about once "
+        "a restart of {:g} s is {:.3g} times the mean time between failures ({:g} s): one completes about "
+        "once "
         "in e^{:.3g} tries, and the run never ends in practice; expected a restart shorter than a few MTBFs",
         m.restart_s, m.restart_s / m.mtbf_s, m.mtbf_s, m.restart_s / m.mtbf_s)};
   if (trials > kMaxTrials)
-    return Error{fmt::format("trials: expected at most {:g} (each trial's time is kept for the percentiles), got {}",
-                             kMaxTrials, trials)};
+    return Error{
+        fmt::format("trials: expected at most {:g} (each trial's time is kept for the percentiles), got {}",
+                    kMaxTrials, trials)};
   if (segments * (1 + per_segment) * trials > 2e9)
     return Error{fmt::format(
         "the Monte Carlo would draw about {:.3g} events ({} trials x {:.3g} segments, {:.3g} failures each): "

@@ -257,7 +257,7 @@ double parameter_tensors(const Layer& l, int ep) {
   if (l.parameters <= 0) return 0;
   if (!is_block(l.split.kind)) return 1;
   const TensorSplit& s = l.split;
-  const double b = s.biases ? 2 : 1;  // a GEMM, with its bias where the block has biases
+  const double b = s.biases ? 2 : 1;                   // a GEMM, with its bias where the block has biases
   const double n = s.biases && s.norm_biases ? 2 : 1;  // a norm, with LayerNorm's bias
   const MlaShape& mla = s.mla;
   // Attention: QKV (MLA: the queries' down projection, norm and up projection, or one projection;

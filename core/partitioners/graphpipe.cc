@@ -169,14 +169,14 @@ class Planner {
     if (r_.micro_batch_size == std::floor(r_.micro_batch_size))
       while (root_n_ > 1 && !feasible(candidates.back())) --root_n_;
     if (!feasible(candidates.back()))
-      return Error{
-          fmt::format("graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
-                      "{} micro-batches of {:g} samples{}",
-                      D_, format_bytes(spec_.usable_memory()), r_.micro_batches, r_.micro_batch_size,
-                      gpipe_memory_ ? fmt::format(", counting all {} in flight as under schedule {} (graph-1f1b "
-                                                  "counts 1 + a stage's longest path to the last; docs/planners.md)",
-                                                  r_.micro_batches, r_.schedule)
-                                    : std::string())};
+      return Error{fmt::format(
+          "graphpipe: no partition of the model over {} devices fits their memory ({} each) with "
+          "{} micro-batches of {:g} samples{}",
+          D_, format_bytes(spec_.usable_memory()), r_.micro_batches, r_.micro_batch_size,
+          gpipe_memory_ ? fmt::format(", counting all {} in flight as under schedule {} (graph-1f1b "
+                                      "counts 1 + a stage's longest path to the last; docs/planners.md)",
+                                      r_.micro_batches, r_.schedule)
+                        : std::string())};
     size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] is feasible
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;

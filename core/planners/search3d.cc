@@ -371,8 +371,7 @@ std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c)
     return "MoE: the all-gather dispatcher at ep = etp = 1 (the same run as all-to-all)";
   if (c.dispatcher == MoeDispatcher::DeepEP && c.ep == 1)
     return "MoE: the deepep dispatcher at ep = 1 (the same run as all-to-all)";
-  if (base_.strategy.moe_overlap &&
-      moe_overlap_refusal(c.ep, c.dispatcher, c.p, c.schedule, c.micro_batches))
+  if (base_.strategy.moe_overlap && moe_overlap_refusal(c.ep, c.dispatcher, c.p, c.schedule, c.micro_batches))
     return "MoE: moe.overlap outside Megatron-Core's rules (ep > 1; alltoall or deepep; interleaved-1f1b "
            "when p > 1) or with nothing to pair (one micro-batch; zb-h1 or zb-h2 at p = 1)";
   return std::nullopt;

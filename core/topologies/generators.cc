@@ -147,7 +147,8 @@ Result<Cluster> make_dragonfly_cluster(const DragonflySpec& s) {
   if (Status st = check_cluster_size(
           fmt::format("a dragonfly of {} groups x {} routers x {} devices", s.groups, s.routers, s.hosts),
           devices, groups * routers,
-          devices + groups * routers * (routers - 1) / 2 + (s.groups > 1 ? groups * routers * s.global / 2.0 : 0));
+          devices + groups * routers * (routers - 1) / 2 +
+              (s.groups > 1 ? groups * routers * s.global / 2.0 : 0));
       !st)
     return st.error();
   for (auto [l, what] : {std::pair{s.host_link, "dragonfly device"},

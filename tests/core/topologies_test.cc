@@ -2,10 +2,9 @@
 // independent brute-force computations written here (Floyd-Warshall, cut enumeration).
 #include <doctest/doctest.h>
 
-#include <map>
-
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -269,8 +268,12 @@ TEST_CASE("dragonfly: one global link between groups, minimal routes, brute-forc
       ++global_ends[b];
     }
   }
-  CHECK(global_ends == std::map<std::string, int>{{"router0-0", 2}, {"router0-1", 2}, {"router1-0", 2},
-                                                  {"router1-1", 2}, {"router2-0", 2}, {"router2-1", 2}});
+  CHECK(global_ends == std::map<std::string, int>{{"router0-0", 2},
+                                                  {"router0-1", 2},
+                                                  {"router1-0", 2},
+                                                  {"router1-1", 2},
+                                                  {"router2-0", 2},
+                                                  {"router2-1", 2}});
   // Three ports per router (6 per group) for 2 other groups: 3 links per pair, every port used.
   s.global = 3;
   CHECK(make_dragonfly_cluster(s)->links.size() == 12 + 3 + 9);

@@ -341,7 +341,8 @@ TEST_CASE("goodput: --tokens counts whole batches, and options that would be ign
       "cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 25GBps, latency: 1us}\n"
       "strategy: {partitioner: uniform, schedule: 1f1b, stages: 1, micro_batch_size: 1, global_batch: 8}\n");
   for (const char* tokens : {"4096", "4096000"}) {
-    auto r = run_command({PIPEGRID_BINARY, "goodput", exp, "--tokens", tokens, "--failures", "none", "--json"});
+    auto r =
+        run_command({PIPEGRID_BINARY, "goodput", exp, "--tokens", tokens, "--failures", "none", "--json"});
     REQUIRE(r.exit_code == 0);
     const nlohmann::json j = nlohmann::json::parse(r.out);
     CHECK(j["tokens_per_iteration"] == 4096);

@@ -86,8 +86,9 @@ TEST_CASE("cluster show names a fat-tree's routing: destination-mod-k, not short
   // The fat-tree and dgx generators route by destination-mod-k (core/cluster.h); show said shortest
   // paths until 2026-12-05.
   Scratch s;
-  const std::string ft = s.file("ft.yaml", "kind: fat-tree\nk: 4\ndevice: {name: gpu, model: a100}\n"
-                                            "bandwidth: 25GBps\nlatency: 1us\n");
+  const std::string ft = s.file("ft.yaml",
+                                "kind: fat-tree\nk: 4\ndevice: {name: gpu, model: a100}\n"
+                                "bandwidth: 25GBps\nlatency: 1us\n");
   CHECK(run_json({"cluster", "show", ft, "--json"})["routing"] == "destination-mod-k");
   CHECK(run_json({"cluster", "show", s.file("ring.yaml", kRing), "--json"})["routing"] == "shortest-path");
 }
@@ -98,11 +99,16 @@ TEST_CASE("a preset refined by sharing or collective_engine says so in its name,
   Scratch s;
   const std::string chain =
       "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB, "
-      "samples_per_micro_batch: 4}\nstrategy: {partitioner: uniform, stages: 2, replicas: 4, micro_batches: 8}\n";
-  CHECK(run_json({"run", s.file("a.yaml", chain + "cluster: {preset: fpga-switch-u280-8, collective_engine: none}\n"),
-                  "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (collective_engine=none)");
-  CHECK(run_json({"run", s.file("b.yaml", chain + "cluster: {preset: fpga-switch-u280-8, count: 16, sharing: tcp}\n"),
-                  "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (count=16, sharing=tcp)");
+      "samples_per_micro_batch: 4}\nstrategy: {partitioner: uniform, stages: 2, replicas: 4, micro_batches: "
+      "8}\n";
+  CHECK(
+      run_json({"run",
+                s.file("a.yaml", chain + "cluster: {preset: fpga-switch-u280-8, collective_engine: none}\n"),
+                "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (collective_engine=none)");
+  CHECK(
+      run_json({"run",
+                s.file("b.yaml", chain + "cluster: {preset: fpga-switch-u280-8, count: 16, sharing: tcp}\n"),
+                "--json"})["hardware"]["cluster"] == "fpga-switch-u280-8 (count=16, sharing=tcp)");
 }
 
 TEST_CASE("a cluster file written out: mixed devices, counted names, shared links, given routes") {
@@ -233,13 +239,15 @@ TEST_CASE("cluster export --simgrid, then show the export: the same cluster") {
   CHECK(a == b);
 }
 
-TEST_CASE("cluster bench: an all-reduce of one device, sub-byte sizes and a size without a unit are refused") {
+TEST_CASE(
+    "cluster bench: an all-reduce of one device, sub-byte sizes and a size without a unit are refused") {
   // One device printed 0 s and "0 B/s" (bytes / 0 s is not 0); 0.5 B was benched as a message; "1"
   // was called not positive where its unit is missing.
   auto one = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--devices", "1"});
   CHECK(one.exit_code == 2);
-  CHECK(one.err == "pipegrid: --devices: an all-reduce over 1 device moves nothing (no time, no bandwidth); "
-                   "expected at least 2\n");
+  CHECK(one.err ==
+        "pipegrid: --devices: an all-reduce over 1 device moves nothing (no time, no bandwidth); "
+        "expected at least 2\n");
   auto half = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "0.5B"});
   CHECK(half.exit_code == 2);
   CHECK(half.err.find("expected whole byte counts of at least 1") != std::string::npos);
@@ -273,7 +281,9 @@ TEST_CASE("cluster commands: bad input exits with status 2 and says why") {
   CHECK(device.err == "pipegrid: --to: no device named \"gpu99\" in dgx-a100-16\n");
   auto size = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "1MHz"});
   CHECK(size.exit_code == 2);
-  CHECK(size.err == "pipegrid: --sizes: expected a byte size like \"16GiB\", got \"1MHz\" (\"MHz\" is the unit of a frequency)\n");
+  CHECK(size.err ==
+        "pipegrid: --sizes: expected a byte size like \"16GiB\", got \"1MHz\" (\"MHz\" is the unit of a "
+        "frequency)\n");
   auto op = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--op", "broadcast"});
   CHECK(op.exit_code == 2);
   // Options the operation would ignore, and NCCL's pick on FPGAs (run until 2026-12-05: the p2p row

@@ -75,12 +75,14 @@ TEST_CASE("a job alone on an FPGA ring with its collective engine: run's answer,
   const std::string chain =
       "{kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 8MiB, parameters: 64MiB, "
       "samples_per_micro_batch: 4}";
-  const std::string strategy = "{partitioner: uniform, schedule: 1f1b, micro_batches: 8, stages: 2, replicas: 4}";
-  const std::string exp = tmp.write("e.yaml", "workload: " + chain +
-                                                  "\ncluster: {preset: fpga-ring-u280-8}\nstrategy: " + strategy + "\n");
-  const std::string jobs = tmp.write("j.yaml", "cluster: {preset: fpga-ring-u280-8}\niterations: 1\njobs:\n"
-                                               "  - {name: all, devices: 8, workload: " +
-                                                   chain + ", strategy: " + strategy + "}\n");
+  const std::string strategy =
+      "{partitioner: uniform, schedule: 1f1b, micro_batches: 8, stages: 2, replicas: 4}";
+  const std::string exp = tmp.write(
+      "e.yaml", "workload: " + chain + "\ncluster: {preset: fpga-ring-u280-8}\nstrategy: " + strategy + "\n");
+  const std::string jobs = tmp.write("j.yaml",
+                                     "cluster: {preset: fpga-ring-u280-8}\niterations: 1\njobs:\n"
+                                     "  - {name: all, devices: 8, workload: " +
+                                         chain + ", strategy: " + strategy + "}\n");
   auto run = run_command({PIPEGRID_BINARY, "run", exp, "--json"});
   REQUIRE(run.exit_code == 0);
   auto together = run_command({PIPEGRID_BINARY, "jobs", jobs, "--json"});

@@ -213,8 +213,8 @@ TEST_CASE(
   auto past = run_command({PIPEGRID_BINARY, "run", e, "--tasks", tasks, "--timeline-window", "4:9"});
   CHECK(past.exit_code == 2);
   CHECK(past.err.find("the plan runs micro-batches 0 to 3") != std::string::npos);
-  for (const std::vector<std::string>& alone :
-       {std::vector<std::string>{"--timeline-window", "0:1"}, std::vector<std::string>{"--timeline-rows", "ranks"}}) {
+  for (const std::vector<std::string>& alone : {std::vector<std::string>{"--timeline-window", "0:1"},
+                                                std::vector<std::string>{"--timeline-rows", "ranks"}}) {
     auto r = run_command({PIPEGRID_BINARY, "run", e, alone[0], alone[1]});
     CHECK(r.exit_code == 2);
     CHECK(r.err.find(alone[0] + " shapes the outputs of --trace, --tasks, --memory and --plot") !=
@@ -509,8 +509,7 @@ TEST_CASE("run: the experts line at ep 1, a skew that moves no work, and the all
                    "without a capacity factor drops nothing)") != std::string::npos);
   // The allgather dispatcher's exchanges are an all-gather and a reduce-scatter, and the breakdown
   // names them so (it called them an all-to-all).
-  const std::string ag = tmp.write(
-      "ag.yaml", base + ", expert_parallel: 8, moe: {dispatcher: allgather}}\n");
+  const std::string ag = tmp.write("ag.yaml", base + ", expert_parallel: 8, moe: {dispatcher: allgather}}\n");
   auto a = run_command({PIPEGRID_BINARY, "run", ag});
   REQUIRE(a.exit_code == 0);
   CHECK(a.out.find("exposed EP all-gather and reduce-scatter") != std::string::npos);
@@ -521,18 +520,22 @@ TEST_CASE("run: a hand-described device without a memory bandwidth is said to ru
   // {name, memory, flops} computes at flops with efficiency 1 and, without memory_bandwidth, costs no
   // memory traffic: a GPT's element-wise kernels and norms took no time, with nothing said.
   TempDir tmp;
-  const std::string gpt = "workload: {model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 256, vocabulary: 1024}\n"
-                          "strategy: {micro_batches: 2}\n";
-  auto bare = run_command({PIPEGRID_BINARY, "run",
-                           tmp.write("bare.yaml", gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: "
-                                                        "16GiB, flops: 100TFLOPS}, bandwidth: 10GBps, latency: 1us}\n")});
+  const std::string gpt =
+      "workload: {model: gpt, layers: 2, hidden: 512, heads: 8, sequence: 256, vocabulary: 1024}\n"
+      "strategy: {micro_batches: 2}\n";
+  auto bare = run_command(
+      {PIPEGRID_BINARY, "run",
+       tmp.write("bare.yaml", gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: "
+                                    "16GiB, flops: 100TFLOPS}, bandwidth: 10GBps, latency: 1us}\n")});
   REQUIRE(bare.exit_code == 0);
-  CHECK(bare.out.find("memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the "
-                      "1 device without a memory_bandwidth (g0;") != std::string::npos);
+  CHECK(bare.out.find(
+            "memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the "
+            "1 device without a memory_bandwidth (g0;") != std::string::npos);
   auto with = run_command(
       {PIPEGRID_BINARY, "run",
-       tmp.write("with.yaml", gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: 16GiB, flops: "
-                                    "100TFLOPS, memory_bandwidth: 1TBps}, bandwidth: 10GBps, latency: 1us}\n")});
+       tmp.write("with.yaml",
+                 gpt + "cluster: {kind: switch, count: 1, device: {name: g, memory: 16GiB, flops: "
+                       "100TFLOPS, memory_bandwidth: 1TBps}, bandwidth: 10GBps, latency: 1us}\n")});
   REQUIRE(with.exit_code == 0);
   CHECK(with.out.find("memory-bound work") == std::string::npos);
 }
@@ -543,12 +546,14 @@ TEST_CASE("run: a split-backward schedule on a workload without a weight-gradien
   const std::string e = tmp.write(
       "zb.yaml",
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\n"
       "strategy: {stages: 4, micro_batches: 8, schedule: zb-h1}\n");
   auto r = run_command({PIPEGRID_BINARY, "run", e});
   REQUIRE(r.exit_code == 0);
-  CHECK(r.err.find("warning: schedule zb-h1 splits each backward into input and weight gradients, and no layer "
-                   "of the workload has a weight-gradient part") != std::string::npos);
+  CHECK(
+      r.err.find("warning: schedule zb-h1 splits each backward into input and weight gradients, and no layer "
+                 "of the workload has a weight-gradient part") != std::string::npos);
   auto w = run_command({PIPEGRID_BINARY, "run", e, "--set", "workload.backward_weight=1ms"});
   REQUIRE(w.exit_code == 0);
   CHECK(w.err.find("weight-gradient part") == std::string::npos);
@@ -560,18 +565,23 @@ TEST_CASE("run: a planner that searches without a fault's slow devices says so")
   TempDir tmp;
   const std::string base =
       "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: 1us}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\n"
       "faults: {slow_devices: [{device: gpu3, factor: 4}]}\n";
   auto d = run_command(
-      {PIPEGRID_BINARY, "run", tmp.write("d.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
+      {PIPEGRID_BINARY, "run",
+       tmp.write("d.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
   REQUIRE(d.exit_code == 0);
-  CHECK(d.err.find("warning: planner dapple searches with every device at its own model's speed: the fault's slow "
-                   "devices (gpu3 4x)") != std::string::npos);
+  CHECK(d.err.find(
+            "warning: planner dapple searches with every device at its own model's speed: the fault's slow "
+            "devices (gpu3 4x)") != std::string::npos);
   // The same warnings in run --json, where a JSON reader sees them (they were on standard error only).
-  const json dj = run_json({tmp.write("d2.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
+  const json dj = run_json(
+      {tmp.write("d2.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
   REQUIRE(dj["warnings"].size() == 1);
   CHECK(dj["warnings"][0].get<std::string>().rfind("planner dapple searches with every device", 0) == 0);
-  auto u = run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
+  auto u =
+      run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
   REQUIRE(u.exit_code == 0);
   CHECK(u.err.find("slow devices") == std::string::npos);  // uniform's equal split uses no speeds
 }
@@ -585,8 +595,10 @@ TEST_CASE("run: mixed-adam on an fp32 workload keeps its gradients at the 4 byte
       "ma.yaml",
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1B, parameters: 1MiB, "
       "samples_per_micro_batch: 2}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 1GBps, latency: 1us}\n"
-      "strategy: {stages: 2, replicas: 2, micro_batches: 4, schedule: 1f1b}\nmemory: {optimizer: mixed-adam}\n");
+      "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 1GBps, latency: "
+      "1us}\n"
+      "strategy: {stages: 2, replicas: 2, micro_batches: 4, schedule: 1f1b}\nmemory: {optimizer: "
+      "mixed-adam}\n");
   const std::string memory = (tmp.path / "m.csv").string();
   REQUIRE(run_command({PIPEGRID_BINARY, "run", e, "--memory", memory}).exit_code == 0);
   CHECK(read_file(memory).find("\ngpu0,0,1048576,2097152,") != std::string::npos);

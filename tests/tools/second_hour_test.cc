@@ -114,12 +114,15 @@ TEST_CASE("plan names a one-stage plan by the groups its devices form: tensor, c
   TempDir t;
   const std::string base =
       "workload: {model: llama3-8b, layers: 1, sequence: 4096, precision: amp-bf16, attention: fused}\n"
-      "cluster: {kind: switch, count: 4, device: {name: gpu, model: h100}, bandwidth: 100GBps, latency: 1us}\n"
+      "cluster: {kind: switch, count: 4, device: {name: gpu, model: h100}, bandwidth: 100GBps, latency: "
+      "1us}\n"
       "strategy: {partitioner: megatron, stages: 1, micro_batch_size: 1, micro_batches: 1, ";
   CHECK(run_json(t, t.write("cp.yaml", base + "context_parallel: 2, replicas: 1}\n"))["plan"]["shape"] ==
         "context-parallel");
-  CHECK(run_json(t, t.write("all.yaml", base + "tensor_parallel: 2, context_parallel: 2, replicas: 1}\n"))["plan"]
-                ["shape"] == "tensor x context-parallel");
+  CHECK(run_json(
+            t, t.write("all.yaml",
+                       base + "tensor_parallel: 2, context_parallel: 2, replicas: 1}\n"))["plan"]["shape"] ==
+        "tensor x context-parallel");
   CHECK(run_json(t, t.write("d.yaml", base + "replicas: 4}\n"))["plan"]["shape"] == "data-parallel");
 }
 

@@ -115,7 +115,9 @@ int run_show(const Options& o) {
     j["sharing"] = c->sharing == Sharing::Tcp ? "tcp" : "max-min";
     j["collective_engine"] = output::engine_json(*c);
     j["explicit_routes"] = c->routes.size();
-    j["routing"] = !c->torus_dims.empty() ? "dimension-order" : c->fat_tree ? "destination-mod-k" : "shortest-path";
+    j["routing"] = !c->torus_dims.empty() ? "dimension-order"
+                   : c->fat_tree          ? "destination-mod-k"
+                                          : "shortest-path";
     j["diameter_hops"] = f->diameter_hops;
     j["bisection_bandwidth_Bps"] = output::json_number(f->bisection_bandwidth);
     j["bisection_exact"] = f->bisection_exact;
@@ -149,9 +151,10 @@ int run_show(const Options& o) {
   if (const std::string engine = output::engine_note(*c); !engine.empty()) fmt::print("{}\n", engine);
   fmt::print("routing: {}\n",
              !c->torus_dims.empty() ? "dimension order"
-             : c->fat_tree ? fmt::format("destination-mod-k on the fat-tree (k = {}; shortest paths inside a machine)",
-                                          c->fat_tree->k)
-                           : std::string("shortest paths (latency, then hops)"));
+             : c->fat_tree
+                 ? fmt::format("destination-mod-k on the fat-tree (k = {}; shortest paths inside a machine)",
+                               c->fat_tree->k)
+                 : std::string("shortest paths (latency, then hops)"));
   fmt::print("diameter: {} hops\n", f->diameter_hops);
   fmt::print("bisection bandwidth: {} ({})\n", format_bandwidth(f->bisection_bandwidth),
              f->bisection_exact ? "exact: every balanced split"
@@ -191,7 +194,8 @@ int run_bench(const Options& o) {
     if (!b)  // the parser's reason (a missing unit, an unknown one)
       return bad_input(fmt::format("--sizes: {}", b.error().message));
     if (!(*b >= 1) || *b != std::floor(*b))
-      return bad_input(fmt::format("--sizes: expected whole byte counts of at least 1 like \"1MiB\", got \"{}\"", s));
+      return bad_input(
+          fmt::format("--sizes: expected whole byte counts of at least 1 like \"1MiB\", got \"{}\"", s));
     sizes.push_back(*b);
   }
   const auto index = c->node_index();

@@ -261,9 +261,10 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
     fmt::print("goodput     {:.4g} tokens/s (useful tokens per second of elapsed time)\n",
                s.model.work_s / s.iteration_s * s.tokens_per_iteration / mc.mean.wall_s);
   else
-    fmt::print("goodput     {:.4g} iterations/s (useful iterations per second of elapsed time; the workload "
-               "has no sequence to count tokens in)\n",
-               s.model.work_s / s.iteration_s / mc.mean.wall_s);
+    fmt::print(
+        "goodput     {:.4g} iterations/s (useful iterations per second of elapsed time; the workload "
+        "has no sequence to count tokens in)\n",
+        s.model.work_s / s.iteration_s / mc.mean.wall_s);
   fmt::print("lost        {:.1f} failures: rework {}, restarts {}, checkpoint writes {}\n", mc.mean.failures,
              duration(mc.mean.rework_s), duration(mc.mean.restart_s), duration(mc.mean.checkpoint_s));
   if (s.classes.size() > 1) {  // Llama 3's Table 5 classes (RSC-1 and RSC-2 have one, the node)
@@ -333,13 +334,15 @@ Status check_options(const GoodputOptions& o) {
   if (!std::isfinite(o.tokens) || !std::isfinite(o.iterations))
     return Error{"goodput: --tokens and --iterations must be finite numbers"};
   if (o.trials > 10'000'000)
-    return Error{fmt::format("goodput: --trials: expected at most 1e+07 (each trial's time is kept for the "
-                             "percentiles), got {}",
-                             o.trials)};
+    return Error{
+        fmt::format("goodput: --trials: expected at most 1e+07 (each trial's time is kept for the "
+                    "percentiles), got {}",
+                    o.trials)};
   if (o.iterations > kMaxIterations)
-    return Error{fmt::format("goodput: --iterations: expected at most {:g} (2^53: iterations are counted "
-                             "exactly), got {:g}",
-                             kMaxIterations, o.iterations)};
+    return Error{
+        fmt::format("goodput: --iterations: expected at most {:g} (2^53: iterations are counted "
+                    "exactly), got {:g}",
+                    kMaxIterations, o.iterations)};
   GoodputSetup probe;
   probe.iteration_s = 1;
   probe.iterations = 1;
@@ -387,9 +390,10 @@ int run(const GoodputOptions& o) {
         "goodput: --tokens needs a workload with a sequence length (a transformer); use --iterations");
   s.iterations = o.tokens > 0 ? std::ceil(o.tokens / s.tokens_per_iteration) : std::ceil(o.iterations);
   if (s.iterations > kMaxIterations)
-    return bad_input(fmt::format("goodput: --tokens {:g} is {:g} iterations of {:g} tokens; expected at most "
-                                 "{:g} (2^53: iterations are counted exactly)",
-                                 o.tokens, s.iterations, s.tokens_per_iteration, kMaxIterations));
+    return bad_input(
+        fmt::format("goodput: --tokens {:g} is {:g} iterations of {:g} tokens; expected at most "
+                    "{:g} (2^53: iterations are counted exactly)",
+                    o.tokens, s.iterations, s.tokens_per_iteration, kMaxIterations));
   if (Status st = model_run(o, *exp, s); !st) return bad_input(st.error().message);
   Result<MonteCarlo> mc = simulate_run(s.model, o.trials, static_cast<uint64_t>(o.seed));
   if (!mc) return bad_input(fmt::format("goodput: {}", mc.error().message));
@@ -421,8 +425,8 @@ Command add_goodput_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--checkpoint-write", o->write,
                   "A checkpoint's blocking write (default: the model state over --storage-bandwidth)");
-  CLI::Option* storage =
-      app->add_option("--storage-bandwidth", o->storage, "Aggregate checkpoint bandwidth")->capture_default_str();
+  CLI::Option* storage = app->add_option("--storage-bandwidth", o->storage, "Aggregate checkpoint bandwidth")
+                             ->capture_default_str();
   app->add_option("--restart", o->restart,
                   "From a failure to training again: detection, rescheduling, loading")
       ->capture_default_str();

@@ -23,11 +23,11 @@
 #include "tools/builtin_example.h"
 #include "tools/builtin_torch_import_script.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/temp_dir.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/output/safe_write.h"
 #include "tools/output/trace_graph.h"
 #include "tools/process/isolated_replay.h"
-#include "tools/cli/temp_dir.h"
 #include "tools/process/process.h"
 
 namespace pipegrid::cli {

@@ -503,8 +503,10 @@ int run(const JobsOptions& o) {
   if (!spec) return bad_input(spec.error().message);
   if (spec->queue) {
     if (o.phase_shift > 0 || !o.trace.empty() || o.top_given)
-      return bad_input(fmt::format("{} is for a jobs file's jobs, not a queue",
-                                   o.phase_shift > 0 ? "--phase-shift" : !o.trace.empty() ? "--trace" : "--top"));
+      return bad_input(
+          fmt::format("{} is for a jobs file's jobs, not a queue", o.phase_shift > 0  ? "--phase-shift"
+                                                                   : !o.trace.empty() ? "--trace"
+                                                                                      : "--top"));
     return run_queue_file(o, *spec);
   }
   if (o.phase_shift > 0 && spec->jobs.size() < 2)

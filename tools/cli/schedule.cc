@@ -40,9 +40,9 @@ int run(const ScheduleOptions& o) {
                                  fmt::join(chunked.begin(), chunked.end() - 1, ", "), chunked.back(),
                                  o.name));
   if (o.chunks < 2 && (*s)->needs_chunks)
-    return bad_input(fmt::format(
-        "{} needs --chunks, the model chunks per rank ({})", o.name,
-        o.name == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is another schedule"));
+    return bad_input(
+        fmt::format("{} needs --chunks, the model chunks per rank ({})", o.name,
+                    o.name == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is another schedule"));
   if (o.name == "dualpipev" && o.chunks != 2)
     return bad_input(fmt::format("--chunks {}: dualpipev runs 2 model chunks per rank, in a V", o.chunks));
   if (!o.file.empty() && !(*s)->reads_file)

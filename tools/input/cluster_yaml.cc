@@ -109,9 +109,10 @@ Cluster parse_dgx(const Node& n) {
   // One pod holding every node has no uplink between pods to oversubscribe.
   if (s.pod_nodes >= s.nodes && s.oversubscription > 1)
     (pods ? *pods : n.get("nodes").value_or(n))
-        .fail(fmt::format("one pod of {} nodes holds all {} nodes, so the 1:{:g} oversubscription between pods "
-                          "would change nothing; expected pod_nodes below nodes",
-                          s.pod_nodes, s.nodes, s.oversubscription));
+        .fail(
+            fmt::format("one pod of {} nodes holds all {} nodes, so the 1:{:g} oversubscription between pods "
+                        "would change nothing; expected pod_nodes below nodes",
+                        s.pod_nodes, s.nodes, s.oversubscription));
   return generated(make_dgx_cluster(s), n);
 }
 
@@ -180,9 +181,10 @@ Cluster parse_generator(const Node& n, const std::string& kind) {
       }
       if (s.kinds.empty()) k->expected(what);
       if (s.kinds.size() > static_cast<size_t>(s.servers))
-        k->fail(fmt::format("expected at most one kind per server ({} servers; the last kind repeats for the "
-                            "servers after the list), got {}: the rest would be ignored",
-                            s.servers, s.kinds.size()));
+        k->fail(
+            fmt::format("expected at most one kind per server ({} servers; the last kind repeats for the "
+                        "servers after the list), got {}: the rest would be ignored",
+                        s.servers, s.kinds.size()));
     }
     s.gpu = device_or(n, "gpu", "v100");
     s.nvlink2 = link_override(n, "nvlink2", s.nvlink2);
@@ -578,7 +580,8 @@ Cluster with_sharing(const Node& n, Cluster c) {
     for (const char* key : {"sharing", "collective_engine"})
       if (std::optional<Node> k = n.get(key)) {
         const std::string change = fmt::format("{}={}", key, k->is_scalar() ? k->yaml().Scalar() : "...");
-        const bool listed = c.name.size() > 1 && c.name.back() == ')' && c.name.find(" (") != std::string::npos;
+        const bool listed =
+            c.name.size() > 1 && c.name.back() == ')' && c.name.find(" (") != std::string::npos;
         c.name = listed ? fmt::format("{}, {})", c.name.substr(0, c.name.size() - 1), change)
                         : fmt::format("{} ({})", c.name, change);
       }

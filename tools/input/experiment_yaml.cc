@@ -99,10 +99,12 @@ void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
   // A schedule that places stages on ranks itself runs on stages cut in rank order: the default
   // planner's with uniform, balanced or megatron. The other planners and partitioners place their own
   // (dapple and piper dropped the chunks silently, the others failed inside the schedule).
-  if (chosen.schedule.places_stages && (!chosen.planner.runs_partitioner || !chosen.partitioner.stages_in_rank_order))
+  if (chosen.schedule.places_stages &&
+      (!chosen.planner.runs_partitioner || !chosen.partitioner.stages_in_rank_order))
     n.need("schedule", "a schedule")
         .fail(fmt::format(
-            "{} places stage s on a rank itself, so it needs stages cut in rank order, and {} {} places its own; "
+            "{} places stage s on a rank itself, so it needs stages cut in rank order, and {} {} places its "
+            "own; "
             "expected the partitioner {} (planner: partitioner), or another schedule",
             s.schedule, chosen.planner.runs_partitioner ? "partitioner" : "planner",
             chosen.planner.runs_partitioner ? chosen.partitioner.name : chosen.planner.name,
@@ -125,9 +127,8 @@ void parse_chunks(const Node& n, StrategySpec& s, const Chosen& chosen) {
       ch->fail(fmt::format("expected at least 2 model chunks per rank for {} (with 1 it is 1f1b), got 1",
                            s.schedule));
     n.need("schedule", "a schedule")
-        .fail(
-            fmt::format("{} needs strategy.chunks, the model chunks per rank ({})", s.schedule,
-                        s.schedule == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is 1f1b"));
+        .fail(fmt::format("{} needs strategy.chunks, the model chunks per rank ({})", s.schedule,
+                          s.schedule == "dualpipev" ? "2, in a V" : "at least 2; with 1 it is 1f1b"));
   }
 }
 
@@ -356,9 +357,10 @@ std::vector<double> parse_routing(const Node& r, double experts, double top_k) {
       double lo = 0, hi = s;  // the largest exponent whose first share is at most 1 / top_k
       for (int i = 0; i < 60; ++i)
         (zipf_shares(static_cast<int>(experts), (lo + hi) / 2).front() <= most ? lo : hi) = (lo + hi) / 2;
-      z.fail(fmt::format("gives the most popular expert {:.4g} of the token copies, above the 1/{:g} a top-{:g} "
-                         "router can give one expert ({}); expected an exponent of at most {:.4g}",
-                         shares.front(), top_k, top_k, why, lo));
+      z.fail(
+          fmt::format("gives the most popular expert {:.4g} of the token copies, above the 1/{:g} a top-{:g} "
+                      "router can give one expert ({}); expected an exponent of at most {:.4g}",
+                      shares.front(), top_k, top_k, why, lo));
     }
     return shares;
   }
@@ -523,10 +525,10 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
                       "node), so all_to_all: {} would be ignored; expected auto or no all_to_all",
                       flows));
     if (s.expert_parallel <= 1 && s.moe.all_to_all != Flows::Auto)
-      a->fail(
-          fmt::format("lowers the expert-parallel all-to-alls, and at expert_parallel 1 there are none, so "
-                      "all_to_all: {} would be ignored; expected auto or no all_to_all, or expert_parallel > 1",
-                      flows));
+      a->fail(fmt::format(
+          "lowers the expert-parallel all-to-alls, and at expert_parallel 1 there are none, so "
+          "all_to_all: {} would be ignored; expected auto or no all_to_all, or expert_parallel > 1",
+          flows));
     if (s.moe.dispatcher == MoeDispatcher::AllGather && s.moe.all_to_all != Flows::Auto)
       a->fail(
           fmt::format("the allgather dispatcher sends no all-to-all (it all-gathers the tokens), so "
@@ -1199,10 +1201,11 @@ static void parse_on_cluster(const Node& root, const Node& workload, Experiment&
   if (e.memory.bytes_per_parameter && *e.memory.bytes_per_parameter < 2 * element_bytes(e.workload.precision))
     root.get("memory")
         ->get("bytes_per_parameter")
-        ->expected(fmt::format("at least {:g} bytes per parameter (the {} weights and their gradients, {:g} each; "
-                               "the optimizer state is the rest)",
-                               2 * element_bytes(e.workload.precision), to_string(e.workload.precision),
-                               element_bytes(e.workload.precision)));
+        ->expected(
+            fmt::format("at least {:g} bytes per parameter (the {} weights and their gradients, {:g} each; "
+                        "the optimizer state is the rest)",
+                        2 * element_bytes(e.workload.precision), to_string(e.workload.precision),
+                        element_bytes(e.workload.precision)));
   // Placed here as well as in prepare: the 3D search and the reports read the workload's costs.
   if (Status s = place_backends(e); !s) throw InputError(s.error().message);
 }

@@ -84,7 +84,8 @@ class JobsParser {
         spec.jobs.push_back(queue_job(items[i], i));
         for (size_t k = 0; k < i; ++k)
           if (spec.jobs[k].name == spec.jobs[i].name)
-            items[i].need("name", "a job name")
+            items[i]
+                .need("name", "a job name")
                 .fail(fmt::format("job \"{}\": a second job of that name", spec.jobs[i].name));
       }
     } else {

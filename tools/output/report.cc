@@ -145,7 +145,7 @@ bool expert_traffic(const Parallelism& par) {
 std::string expert_comm_label(const Experiment& e, const Parallelism& par) {
   if (par.expert <= 1) return "expert-TP collectives";
   return e.strategy.moe.dispatcher == MoeDispatcher::AllGather ? "EP all-gather and reduce-scatter"
-                                                                 : "EP all-to-all";
+                                                               : "EP all-to-all";
 }
 
 // Whether run's experts line and JSON appear: on every workload with MoE blocks (where the options

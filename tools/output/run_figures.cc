@@ -331,7 +331,8 @@ std::string assumptions_note(const Experiment& e) {
     parts.push_back(fmt::format(
         "memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the {} "
         "device{} without a memory_bandwidth ({}{}; give one, or a catalog model)",
-        unbounded.size(), unbounded.size() == 1 ? "" : "s", unbounded.front(), unbounded.size() > 1 ? ", ..." : ""));
+        unbounded.size(), unbounded.size() == 1 ? "" : "s", unbounded.front(),
+        unbounded.size() > 1 ? ", ..." : ""));
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
         e.strategy.tp_wgrad_overlap
