@@ -228,10 +228,6 @@ struct TensorSplit {
   double sequence = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocabulary = 0;
   bool gated = false;            // gated MLP (SwiGLU: gate and up matrices, then down)
   bool biases = true;            // GEMM biases (GPT, BERT); none in Llama
-  // The norms' bias beside their scale where `biases`: LayerNorm's (GPT, BERT); RMSNorm has none
-  // (the MoE zoo's models, GPT-OSS's biased GEMMs included).
-  bool norm_biases = true;
-  bool attention_sinks = false;  // GPT-OSS: one learned logit per head (its parameters; no work)
   bool rotary = false;           // rotary position embedding applied to queries and keys
   bool fused_attention = false;  // FlashAttention (workload `attention: fused`, core/models/builder.h)
   // Megatron-LM's fused element-wise kernels (workload `kernel_fusion: megatron`): scale, mask and
@@ -247,6 +243,11 @@ struct TensorSplit {
   // Sliding-window attention: each query attends to the last `window` keys (0: all); GPT-OSS
   // alternates such blocks with full ones.
   double window = 0;
+  // (Last, after the fields that positional initialisations set.) The norms' bias beside their scale
+  // where `biases`: LayerNorm's (GPT, BERT); RMSNorm has none (the MoE zoo's models, GPT-OSS's biased
+  // GEMMs included).
+  bool norm_biases = true;
+  bool attention_sinks = false;  // GPT-OSS: one learned logit per head (its parameters; no work)
 };
 
 struct Layer {

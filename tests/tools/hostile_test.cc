@@ -95,8 +95,10 @@ TEST_CASE("an output that is an input or another output is refused before anythi
                          "\" are the same file: each output needs its own\n");
   CHECK(twice.out.empty());
   CHECK(!fs::exists(x));
+  // --plot-data keeps the plot's tasks.csv in DIR: the same file as --tasks. (Without it the plot's
+  // data goes to a private folder, and the two do not meet.)
   auto plot = run_command({PIPEGRID_BINARY, "run", exp, "--tasks", (tmp.path / "tasks.csv").string(),
-                           "--plot", tmp.path.string()});
+                           "--plot", tmp.path.string(), "--plot-data"});
   CHECK(plot.exit_code == 2);
 
   const std::string cluster = tmp.write("c.yaml", "generator: {kind: ring, count: 2}\n");
