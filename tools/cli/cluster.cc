@@ -184,20 +184,26 @@ TaskGraph single_op(const Cluster& c, const Options& o, const std::vector<int>& 
   return g;
 }
 
+// --sizes: whole byte counts of at least one byte, with their units.
+Result<std::vector<double>> bench_sizes(const Options& o) {
+  std::vector<double> sizes;
+  for (const std::string& s : o.sizes.empty() ? kDefaultSizes : o.sizes) {
+    Result<double> b = parse_quantity(s, Dimension::Bytes);
+    if (!b) return Error{fmt::format("--sizes: {}", b.error().message)};  // a missing or foreign unit
+    if (!(*b >= 1) || *b != std::floor(*b))
+      return Error{
+          fmt::format("--sizes: expected whole byte counts of at least 1 like \"1MiB\", got \"{}\"", s)};
+    sizes.push_back(*b);
+  }
+  return sizes;
+}
+
 int run_bench(const Options& o) {
   Result<Cluster> c = load(o);
   if (!c) return bad_input(c.error().message);
   if (Status s = validate(*c); !s) return bad_input(fmt::format("{}: {}", o.cluster, s.error().message));
-  std::vector<double> sizes;
-  for (const std::string& s : o.sizes.empty() ? kDefaultSizes : o.sizes) {
-    Result<double> b = parse_quantity(s, Dimension::Bytes);
-    if (!b)  // the parser's reason (a missing unit, an unknown one)
-      return bad_input(fmt::format("--sizes: {}", b.error().message));
-    if (!(*b >= 1) || *b != std::floor(*b))
-      return bad_input(
-          fmt::format("--sizes: expected whole byte counts of at least 1 like \"1MiB\", got \"{}\"", s));
-    sizes.push_back(*b);
-  }
+  Result<std::vector<double>> sizes = bench_sizes(o);
+  if (!sizes) return bad_input(sizes.error().message);
   const auto index = c->node_index();
   auto device_named = [&](const std::string& name, const char* option) -> Result<int> {
     auto it = index.find(name);
@@ -250,7 +256,7 @@ int run_bench(const Options& o) {
                algorithm == AllReduceAlgorithm::Nccl ? "  runs" : "");
   }
   std::unique_ptr<Router> router;
-  for (double bytes : sizes) {
+  for (double bytes : *sizes) {
     // `nccl`: the algorithm NCCL's model picks at this size, said in each row.
     AllReduceAlgorithm runs = algorithm;
     if (o.op != "p2p" && algorithm == AllReduceAlgorithm::Nccl) {

@@ -237,6 +237,40 @@ std::vector<std::pair<std::string, std::string>> settings_without_effect(const E
   return out;
 }
 
+// How the micro-batches' weight gradients are accumulated. Unfused, its kernels move bytes at the
+// device's memory bandwidth: a device without one (a chain's hand-described device) pays nothing,
+// which the note would otherwise claim it does.
+std::string grad_accumulation_part(const Experiment& e) {
+  std::string note = grad_accumulation_note(e.memory.grad_accumulation);
+  if (e.memory.grad_accumulation == GradAccumulation::Fused) return note;
+  std::vector<std::string> free;
+  for (const Device& d : e.cluster.devices)
+    if (d.spec.memory_bandwidth <= 0) free.push_back(d.name);
+  if (!free.empty())
+    note += fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})", free.size(),
+                        free.size() == 1 ? "" : "s", free.front(), free.size() > 1 ? ", ..." : "");
+  return note;
+}
+
+// A layer's memory traffic is costed at its device's memory bandwidth: on a device described without
+// one (a hand-described `{name, memory, flops}`), memory-bound work takes no time. Empty: none such.
+std::string unbounded_memory_note(const Experiment& e) {
+  bool traffic = false;
+  for (size_t l = 0; l < e.workload.layer_count() && !traffic; ++l) {
+    const Layer& x = e.workload.layer(static_cast<int>(l));
+    traffic = x.forward_bytes > 0 || x.backward_bytes > 0 || !x.kernels.empty();
+  }
+  std::vector<std::string> unbounded;
+  for (const Device& d : e.cluster.devices)
+    if (d.spec.memory_bandwidth <= 0) unbounded.push_back(d.name);
+  if (!traffic || unbounded.empty()) return "";
+  return fmt::format(
+      "memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the {} "
+      "device{} without a memory_bandwidth ({}{}; give one, or a catalog model)",
+      unbounded.size(), unbounded.size() == 1 ? "" : "s", unbounded.front(),
+      unbounded.size() > 1 ? ", ..." : "");
+}
+
 }  // namespace
 
 std::string grad_accumulation_note(GradAccumulation g) {
@@ -305,34 +339,8 @@ std::string assumptions_note(const Experiment& e) {
   if (e.memory.moment_bytes > 0)
     parts.push_back(
         fmt::format("optimizer moments at {:g} bytes each (optimizer_moments)", e.memory.moment_bytes));
-  parts.push_back(grad_accumulation_note(e.memory.grad_accumulation));
-  // Its kernels move bytes at the device's memory bandwidth: a device without one (a chain's
-  // hand-described device) pays nothing, which the note would otherwise claim it does.
-  if (e.memory.grad_accumulation != GradAccumulation::Fused) {
-    std::vector<std::string> free;
-    for (const Device& d : e.cluster.devices)
-      if (d.spec.memory_bandwidth <= 0) free.push_back(d.name);
-    if (!free.empty())
-      parts.back() +=
-          fmt::format(", not costed on the {} device{} without a memory_bandwidth ({}{})", free.size(),
-                      free.size() == 1 ? "" : "s", free.front(), free.size() > 1 ? ", ..." : "");
-  }
-  // A layer's memory traffic is costed at its device's memory bandwidth: on a device described
-  // without one (a hand-described `{name, memory, flops}`), memory-bound work takes no time.
-  bool traffic = false;
-  for (size_t l = 0; l < e.workload.layer_count() && !traffic; ++l) {
-    const Layer& x = e.workload.layer(static_cast<int>(l));
-    traffic = x.forward_bytes > 0 || x.backward_bytes > 0 || !x.kernels.empty();
-  }
-  std::vector<std::string> unbounded;
-  for (const Device& d : e.cluster.devices)
-    if (d.spec.memory_bandwidth <= 0) unbounded.push_back(d.name);
-  if (traffic && !unbounded.empty())
-    parts.push_back(fmt::format(
-        "memory-bound work (element-wise kernels, norms, a layer's memory traffic) in no time on the {} "
-        "device{} without a memory_bandwidth ({}{}; give one, or a catalog model)",
-        unbounded.size(), unbounded.size() == 1 ? "" : "s", unbounded.front(),
-        unbounded.size() > 1 ? ", ..." : ""));
+  parts.push_back(grad_accumulation_part(e));
+  if (std::string free = unbounded_memory_note(e); !free.empty()) parts.push_back(std::move(free));
   if (e.strategy.tensor_parallel > 1)
     parts.push_back(
         e.strategy.tp_wgrad_overlap
