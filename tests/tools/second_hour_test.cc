@@ -123,7 +123,11 @@ TEST_CASE("plan names a one-stage plan by the groups its devices form: tensor, c
             t, t.write("all.yaml",
                        base + "tensor_parallel: 2, context_parallel: 2, replicas: 1}\n"))["plan"]["shape"] ==
         "tensor x context-parallel");
-  CHECK(run_json(t, t.write("d.yaml", base + "replicas: 4}\n"))["plan"]["shape"] == "data-parallel");
+  const json d = run_json(t, t.write("d.yaml", base + "replicas: 4}\n"));
+  CHECK(d["plan"]["shape"] == "data-parallel");
+  // parallelism.context is there at cp 1 too (it was left out), its algorithm null.
+  CHECK(d["parallelism"]["context"]["context_parallel"] == 1);
+  CHECK(d["parallelism"]["context"]["algorithm"].is_null());
 }
 
 TEST_CASE("the chosen plan, structured, in run and plan --json") {

@@ -1045,10 +1045,12 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
                                  e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)))
       j["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
                                    run.partition.stage(0).replicas());
-  if (par.context > 1)
-    j["context"] = {{"context_parallel", par.context},
-                    {"algorithm", std::string(to_string(e.strategy.context.algorithm))},
-                    {"load_balance", e.strategy.context.load_balance}};
+  // At cp 1 too (its size, algorithm and balance null), so that a reader finds the key in every run.
+  j["context"] = {
+      {"context_parallel", par.context},
+      {"algorithm", par.context > 1 ? nlohmann::json(std::string(to_string(e.strategy.context.algorithm)))
+                                    : nlohmann::json()},
+      {"load_balance", par.context > 1 ? nlohmann::json(e.strategy.context.load_balance) : nlohmann::json()}};
   if (reports_experts(e, par))
     j["experts"] = {
         {"expert_parallel", par.expert},
