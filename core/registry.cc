@@ -20,7 +20,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      .build = &partition_balanced,
      .replicas = ReplicaChoice::Given,
      .takes_tensor_parallel = true,
-     .stages_in_rank_order = true},
+     .stages_in_rank_order = true,
+     .blind_to_slow_devices = true},
     {.name = "megatron",
      .description = "Megatron-LM's split: equal runs of transformer blocks, embeddings first, head last",
      .build = &partition_megatron,
@@ -33,7 +34,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      .build = &partition_graphpipe,
      .search_steps = &graphpipe_search_steps,
      .replicas = ReplicaChoice::Chosen,
-     .assumes_identical_devices = true},
+     .assumes_identical_devices = true,
+     .blind_to_slow_devices = true},
     {.name = "bapipe",
      .description =
          "BaPipe's partition step: contiguous stages, replicas per stage, min slowest stage under memory",
@@ -44,7 +46,8 @@ constexpr PartitionStrategy kPartitioners[] = {
      .build = &partition_pipedream,
      .replicas = ReplicaChoice::Chosen,
      .takes_pipedream_options = true,
-     .assumes_identical_devices = true},
+     .assumes_identical_devices = true,
+     .blind_to_slow_devices = true},
     {.name = "dp",
      .description =
          "pure data parallelism: one stage with every layer on every device, gradients all-reduced",
@@ -117,13 +120,15 @@ constexpr PlannerInfo kPlanners[] = {
     {.name = "dapple",
      .description = "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on "
                     "machines, 1F1B",
-     .plan = &plan_dapple},
+     .plan = &plan_dapple,
+     .blind_to_slow_devices = true},
     {.name = "piper",
      .description =
          "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own "
          "t and d, 1F1B",
      .plan = &plan_piper,
-     .assumes_identical_devices = true},
+     .assumes_identical_devices = true,
+     .blind_to_slow_devices = true},
 };
 
 template <class T>

@@ -399,7 +399,7 @@ class Planner {
   DeviceSpec spec_;
   bool gpipe_memory_ = false;
   std::vector<std::vector<double>> fb_;  // per layer, per device count: F + B (+ recomputation)
-  std::vector<LinkCost> ring_;  // the ring over devices 0 .. n - 1: its slowest hop
+  std::vector<LinkCost> ring_;           // the ring over devices 0 .. n - 1: its slowest hop
   std::vector<int> signature_;
   std::vector<std::vector<int>> order_, group_start_;
   std::unordered_map<uint64_t, RangeInfo> ranges_;

@@ -35,10 +35,10 @@ namespace {
 struct JobsOptions {
   std::string file;
   bool json = false;
-  int top = 8;          // shared links listed
+  int top = 8;             // shared links listed
   bool top_given = false;  // --top was on the command line
-  int phase_shift = 0;  // --phase-shift N: start offsets tried per job (0: none)
-  std::string trace;    // --trace FILE: one lane per job
+  int phase_shift = 0;     // --phase-shift N: start offsets tried per job (0: none)
+  std::string trace;       // --trace FILE: one lane per job
 };
 
 // What the replays say about one job.

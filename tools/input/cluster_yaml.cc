@@ -463,11 +463,15 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
   if (n.is_map())
     for (const auto& kv : n.yaml())
       if (std::find(skip.begin(), skip.end(), kv.first.Scalar()) == skip.end()) refined = true;
-  if (!refined) return parse_body(root, false);
-  root.require_map("a mapping describing the cluster");
-  merge_into(doc, doc.root, n, skip);
-  Cluster c = parse_body(Node(&doc, doc.root, n.path(), n.mark()), false);
+  Cluster c = [&] {
+    if (!refined) return parse_body(root, false);
+    root.require_map("a mapping describing the cluster");
+    merge_into(doc, doc.root, n, skip);
+    return parse_body(Node(&doc, doc.root, n.path(), n.mark()), false);
+  }();
   // The name says what was changed: a refined `fpga-ring-u280-8` of 32 boards is not that preset.
+  // Every key beside the reference (skip's first) counts, sharing and collective_engine too, which
+  // the caller applies after (with_sharing) rather than merging them.
   std::string changed;
   auto leaves = [&](auto&& self, const YAML::Node& y, const std::string& path) -> void {
     if (y.IsMap()) {
@@ -479,11 +483,11 @@ Cluster parse_refined(const std::string& text, const std::string& name, const No
       changed += fmt::format("{}{}=...", changed.empty() ? "" : ", ", path);
     }
   };
-  for (const auto& kv : n.yaml()) {
-    const std::string key = kv.first.Scalar();
-    if (std::find(skip.begin(), skip.end(), key) == skip.end() && key != "name")
-      leaves(leaves, kv.second, key);
-  }
+  if (n.is_map())
+    for (const auto& kv : n.yaml()) {
+      const std::string key = kv.first.Scalar();
+      if (key != skip.front() && key != "name") leaves(leaves, kv.second, key);
+    }
   if (!changed.empty() && !n.has("name")) c.name = fmt::format("{} ({})", c.name, changed);
   return c;
 }
@@ -575,16 +579,6 @@ Cluster with_sharing(const Node& n, Cluster c) {
                       "nothing (remove the key, or give FPGA devices)",
                       c.engine->name));
   }
-  // On a preset or a cluster file these refine it too, and its name says so, as for the other keys.
-  if ((n.has("preset") || n.has("file")) && !n.has("name"))
-    for (const char* key : {"sharing", "collective_engine"})
-      if (std::optional<Node> k = n.get(key)) {
-        const std::string change = fmt::format("{}={}", key, k->is_scalar() ? k->yaml().Scalar() : "...");
-        const bool listed =
-            c.name.size() > 1 && c.name.back() == ')' && c.name.find(" (") != std::string::npos;
-        c.name = listed ? fmt::format("{}, {})", c.name.substr(0, c.name.size() - 1), change)
-                        : fmt::format("{} ({})", c.name, change);
-      }
   return c;
 }
 

@@ -305,21 +305,21 @@ std::string unlike_devices_warning(const Experiment& e, const PreparedRun& run) 
 }  // namespace
 
 // A fault's slow devices (Device::slowdown) are in the lowering, which the replay runs, and not in the
-// per-device costs the cost-driven partitioners and planners search with: bapipe and luo judge their
-// finalists on the lowered graph and see them, these do not.
+// per-device costs some partitioners and planners search with (their tables' blind_to_slow_devices).
 std::string slow_devices_warning(const Experiment& e, const PreparedRun& run) {
   std::string slow;
   for (const Device& d : e.cluster.devices)
     if (d.slowdown != 1) slow += fmt::format("{}{} {:g}x", slow.empty() ? "" : ", ", d.name, d.slowdown);
-  const bool by_partitioner = run.planner == kDefaultPlanner;
-  const std::string who = by_partitioner ? e.strategy.partitioner : run.planner;
-  constexpr std::string_view kBlind[] = {"balanced", "graphpipe", "pipedream", "dapple", "piper"};
-  if (slow.empty() || std::find(std::begin(kBlind), std::end(kBlind), who) == std::end(kBlind)) return "";
+  Result<const PlannerInfo*> planner = find_planner(run.planner);
+  if (slow.empty() || !planner) return "";
+  const bool partitioner = (*planner)->runs_partitioner;
+  Result<const PartitionStrategy*> cut = find_partitioner(e.strategy.partitioner);
+  if (!(partitioner ? cut && (*cut)->blind_to_slow_devices : (*planner)->blind_to_slow_devices)) return "";
   return fmt::format(
       "{} {} searches with every device at its own model's speed: the fault's slow devices ({}) are replayed "
       "slow but not in its estimate, so the plan may not be the best for them (planner bapipe or luo judges "
       "its finalists with them)",
-      by_partitioner ? "partitioner" : "planner", who, slow);
+      partitioner ? "partitioner" : "planner", partitioner ? e.strategy.partitioner : run.planner, slow);
 }
 
 // A schedule that splits the backward (zb-h1, zb-h2, DualPipe) on a workload none of whose layers has
