@@ -147,7 +147,7 @@ TEST_CASE("unfused attention: scale, mask, softmax and dropout each pass over th
 }
 
 TEST_CASE(
-    "a causal decoder's fused attention skips the masked half of the scores; unfused and BERT's do not") {
+    "a causal decoder's fused attention skips the masked half of the scores, unfused and BERT's do not") {
   // One block, s 512, h 1024, 16 heads: the attention core's forward is 4 s^2 h FLOPs (Q K^T and the
   // scores times V); FlashAttention under a causal mask computes about half of them (FlashAttention-2,
   // arXiv 2307.08691, section 3.1.1), its backward 2.5 x that. A block marked causal (GPT's and

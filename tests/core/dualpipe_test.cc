@@ -83,7 +83,7 @@ TEST_CASE("DualPipe: 2x parameters per device against 1F1B, PP + 1 micro-batches
   }
 }
 
-TEST_CASE("DualPipe runs two pipelines on half the micro-batches each; the validator holds them to it") {
+TEST_CASE("DualPipe runs two pipelines on half the micro-batches each, the validator holds them to it") {
   Replayed r = replay("dualpipe", 4, 4, 8, 1e-3, 2e-3, 1e-3);
   const Partition& part = r.run.partition;
   REQUIRE(part.stage_count() == 8);

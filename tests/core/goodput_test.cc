@@ -132,7 +132,7 @@ TEST_CASE("a run the Monte Carlo cannot draw in reasonable time, or without tria
   CHECK_FALSE(simulate_run({100, 10, 1, 1, 0}, 10, 1).ok());
 }
 
-TEST_CASE("Daly's optimum reproduces his own figures (M = 24 h, 6 h, 15 min; δ = 5 min, R = 10 min)") {
+TEST_CASE("Daly's optimum reproduces his own figures (M = 24 h, 6 h, 15 min, δ = 5 min, R = 10 min)") {
   // Daly (FGCS 22, 2006), Figs. 3-5 captions: "The new model predicts τopt = 117 min", "57 min",
   // "9.1 min" for a 500 h solve.
   const double minute = 60, hour = 3600;

@@ -41,7 +41,7 @@ TEST_CASE("a queue of three jobs, first come first served, counted by hand") {
   CHECK(calls == 4);
 }
 
-TEST_CASE("a queue: a job larger than the cluster is an error; an idle gap until the next arrival") {
+TEST_CASE("a queue: a job larger than the cluster is an error, an idle gap until the next arrival") {
   Cluster c;
   c.name = "two";
   for (int i = 0; i < 2; ++i) c.devices.push_back({"d" + std::to_string(i), test_device(), ""});

@@ -92,7 +92,7 @@ TEST_CASE("placements: packed, spread and random take the devices their definiti
   CHECK(!place_job(c, taken, 8, JobPlacement::Packed, 0).ok());
 }
 
-TEST_CASE("join_jobs: each job's iterations in order, a start task and barriers; times by hand") {
+TEST_CASE("join_jobs: each job's iterations in order, a start task and barriers, times by hand") {
   // A job of two devices: F0 on its device 0, a transfer to device 1, F1 there.
   TaskGraph g;
   g.device_order.resize(2);

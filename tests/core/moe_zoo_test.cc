@@ -68,7 +68,7 @@ double swiglu(double h, double f) {
 
 }  // namespace
 
-TEST_CASE("Mixtral 8x7B and 8x22B: hand counts; 46.7B / 12.9B and 141B / 39B published") {
+TEST_CASE("Mixtral 8x7B and 8x22B: hand counts, 46.7B / 12.9B and 141B / 39B published") {
   // Mixtral 8x7B (HF config: h 4096, 32 layers, 32 heads, 8 KV, FFN 14336, 8 experts, top-2, vocab
   // 32000, untied). Jiang et al., arXiv 2401.04088: "47B parameters, ... 13B active".
   Workload m7 = model("mixtral-8x7b");
@@ -244,7 +244,7 @@ TEST_CASE("DeepSeek-V3 routes each token's 8 experts from 4 of 8 expert groups (
   CHECK(!moe_routing(model("qwen3-30b-a3b")).limited());
 }
 
-TEST_CASE("expert loads: balanced 1/ep each; a skew and a capacity factor by hand") {
+TEST_CASE("expert loads: balanced 1/ep each, a skew and a capacity factor by hand") {
   MoeOptions o;
   CHECK(expert_loads(o, 8, 4) == std::vector<double>{0.25, 0.25, 0.25, 0.25});
   // Two experts, 3:1, one per rank.

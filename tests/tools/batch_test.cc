@@ -61,7 +61,7 @@ TEST_CASE("batch: any two of global_batch, micro_batch_size (per replica) and mi
   }
 }
 
-TEST_CASE("batch: global_batch alone explores every micro-batch size; mini_batch is its older name") {
+TEST_CASE("batch: global_batch alone explores every micro-batch size, mini_batch is its older name") {
   const Experiment g = load("strategy: {planner: luo, global_batch: 32}\n");
   CHECK(g.strategy.mini_batch == 32);
   CHECK(g.micro_batch_size == 0);

@@ -294,7 +294,7 @@ TEST_CASE("cli: search --chunks keeps only those v of interleaved-1f1b, and refu
 }
 
 TEST_CASE(
-    "goodput: an infinite target and --mtbf beside --failures are refused; faults and memory are stated") {
+    "goodput: an infinite target and --mtbf beside --failures are refused, faults and memory are stated") {
   TempDir tmp;
   const std::string base =
       "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"

@@ -52,7 +52,7 @@ TEST_CASE("name_ranges: consecutive numbers of one prefix as ranges, the rest as
   CHECK(name_ranges(concat(gpus(0, 0), gpus(2, 2)), 2) == "gpu0, gpu2");
 }
 
-TEST_CASE("run groups a data-parallel run's devices by stage; --devices all prints each") {
+TEST_CASE("run groups a data-parallel run's devices by stage, --devices all prints each") {
   TempDir tmp;
   const std::string e = tmp.write("dp.yaml", R"(
 workload: {kind: chain, layers: 2, forward: 1ms, backward: 2ms, activation: 1KiB, parameters: 1MiB,

@@ -94,7 +94,7 @@ TEST_CASE("a job alone on an FPGA ring with its collective engine: run's answer,
   CHECK(first["iteration_time_s"] == r["iteration_time_s"]);
 }
 
-TEST_CASE("the documented example: packed jobs never meet; spread jobs meet on the pods' uplinks") {
+TEST_CASE("the documented example: packed jobs never meet, spread jobs meet on the pods' uplinks") {
   const fs::path dir = fs::path(PIPEGRID_SOURCE_DIR) / "experiments/jobs";
   auto packed = run_command({PIPEGRID_BINARY, "jobs", "packed.yaml", "--json"}, dir.string());
   auto spread = run_command({PIPEGRID_BINARY, "jobs", "spread.yaml", "--json"}, dir.string());

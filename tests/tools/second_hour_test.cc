@@ -78,7 +78,7 @@ TEST_CASE("planners consider only micro-batch sizes that give every replica whol
   for (const json& r : k["plan"]["replicas_per_stage"]) CHECK(size % r.get<long long>() == 0);
 }
 
-TEST_CASE("pipedream's split replicas divide the micro-batch; round-robin ones need m >= replicas") {
+TEST_CASE("pipedream's split replicas divide the micro-batch, round-robin ones need m >= replicas") {
   // Split (replica_mode: split), a replica count must divide the 32-sample micro-batch (it was 6
   // replicas, 5.33 samples each). Round-robin (the default with this partitioner), PipeDream's 6
   // replicas each take whole micro-batches: with 4 micro-batches two would idle, a located error.

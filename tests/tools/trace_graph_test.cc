@@ -202,7 +202,7 @@ json allreduce(int id, int rank, int tag, double bytes, std::vector<int> deps) {
 
 // DualPipe's ranks hold two stages and reduce one stage's gradients after the other's: a collective
 // node after a collective node (refused until 2026-12-05). Two rings of S in a row: twice the ring.
-TEST_CASE("trace graph in: an all-reduce after an all-reduce runs after it; a cycle of them is an error") {
+TEST_CASE("trace graph in: an all-reduce after an all-reduce runs after it, a cycle of them is an error") {
   const double B = 25e9, a = 2e-6, S = 1e8;
   const int n = 4;
   const Cluster c = *make_ring_cluster(n, "gpu", test_device(), {B, a});
