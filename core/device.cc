@@ -289,6 +289,22 @@ double optimizer_step_time(double parameters, const MemoryOptions& m, Precision 
   return step_seconds(parameters, optimizer_step_bytes_per_parameter(m, p), device);
 }
 
+Result<PassTimes> device_layer_times(const Layer& layer, Precision precision, const Device& device,
+                                     double batch) {
+  Result<PassTimes> t = layer_times(layer, precision, device.spec, batch);
+  if (t && device.slowdown != 1)
+    for (double* x :
+         {&t->forward, &t->backward_input, &t->backward_weight, &t->host_forward_s, &t->host_backward_s})
+      *x *= device.slowdown;
+  return t;
+}
+
+double device_step_time(const Workload& w, double parameters, const MemoryOptions& m, const Device& device) {
+  const double step = w.optimizer_step_s >= 0 ? w.optimizer_step_s
+                                              : optimizer_step_time(parameters, m, w.precision, device.spec);
+  return step * device.slowdown;
+}
+
 double grad_accumulation_time(double parameters, double tensors, GradAccumulation g, Precision p,
                               double accumulator_bytes, const DeviceSpec& device) {
   if (g == GradAccumulation::Fused || parameters <= 0) return 0;

@@ -222,6 +222,14 @@ double optimizer_step_time(double parameters, Optimizer o, Precision p, const De
 double optimizer_step_bytes_per_parameter(const MemoryOptions& m, Precision p);
 double optimizer_step_time(double parameters, const MemoryOptions& m, Precision p, const DeviceSpec& device);
 
+// On one of a cluster's devices, as the lowering runs it: a layer's times, and an optimizer step of
+// `parameters` (the workload's optimizer_step_s where given), each Device::slowdown times as long (a
+// fault's straggler). The planners and partitioners that cost each device search with these, so a
+// straggler is in their estimate as it is in the replay.
+Result<PassTimes> device_layer_times(const Layer& layer, Precision precision, const Device& device,
+                                     double batch);
+double device_step_time(const Workload& w, double parameters, const MemoryOptions& m, const Device& device);
+
 // One micro-batch's gradient accumulation on a device holding `parameters` parameters in `tensors`
 // tensors, under GradAccumulation g (core/memory.h): one element-wise kernel per tensor, each paying
 // the element-wise start-up, reading the accumulator (`accumulator_bytes` per element; 0: the

@@ -1336,10 +1336,7 @@ void Lowering::add_optimizer_steps() {
     Task t;
     t.kind = TaskKind::Optimizer;
     t.device = static_cast<int32_t>(d);
-    t.duration = w_.optimizer_step_s >= 0
-                     ? w_.optimizer_step_s
-                     : optimizer_step_time(step_parameters_[d], o_.memory, w_.precision, c_.devices[d].spec);
-    t.duration *= c_.devices[d].slowdown;
+    t.duration = device_step_time(w_, step_parameters_[d], o_.memory, c_.devices[d]);
     const int32_t id = g_.add(t);
     for (int32_t in : step_inputs_[d])
       if (g_.tasks[in].kind == TaskKind::Transfer)

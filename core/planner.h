@@ -153,8 +153,6 @@ struct PlannerInfo {
   bool takes_baselines = false;  // `baselines`: also plans with the other planners, keeps the best
   // Plans with the first device's costs for every device (PartitionStrategy's flag of that name).
   bool assumes_identical_devices = false;
-  // Searches without a fault's slow devices (PartitionStrategy's flag of that name).
-  bool blind_to_slow_devices = false;
 };
 
 inline constexpr std::string_view kDefaultPlanner = "partitioner";

@@ -20,8 +20,7 @@ constexpr PartitionStrategy kPartitioners[] = {
      .build = &partition_balanced,
      .replicas = ReplicaChoice::Given,
      .takes_tensor_parallel = true,
-     .stages_in_rank_order = true,
-     .blind_to_slow_devices = true},
+     .stages_in_rank_order = true},
     {.name = "megatron",
      .description = "Megatron-LM's split: equal runs of transformer blocks, embeddings first, head last",
      .build = &partition_megatron,
@@ -120,15 +119,13 @@ constexpr PlannerInfo kPlanners[] = {
     {.name = "dapple",
      .description = "DAPPLE-style: DP over stages x replica counts, fresh/append/scatter-first placement on "
                     "machines, 1F1B",
-     .plan = &plan_dapple,
-     .blind_to_slow_devices = true},
+     .plan = &plan_dapple},
     {.name = "piper",
      .description =
          "Piper-style (NeurIPS'21, our interpretation): DP over contiguous stages, each with its own "
          "t and d, 1F1B",
      .plan = &plan_piper,
-     .assumes_identical_devices = true,
-     .blind_to_slow_devices = true},
+     .assumes_identical_devices = true},
 };
 
 template <class T>

@@ -100,8 +100,9 @@ struct PartitionStrategy {
   // them: what the schedules that place stages on ranks themselves (ScheduleStrategy::places_stages)
   // run on.
   bool stages_in_rank_order = false;
-  // Searches with each device's own costs, without a fault's slowdown (Device::slowdown, which the
-  // lowering applies): where the cluster has slow devices, run and plan say so beside the plan.
+  // Searches without a fault's slowdown (Device::slowdown, which the lowering applies; the others cost
+  // each device through device_layer_times): where the cluster has slow devices, run and plan say so
+  // beside the plan.
   bool blind_to_slow_devices = false;
 };
 // About a minute of search (graphpipe: 60-90 ns per step measured).

@@ -24,8 +24,8 @@ Result<Partition> partition_balanced(const PartitionRequest& r) {
   std::vector<std::vector<double>> prefix(devices, std::vector<double>(n + 1, 0.0));
   for (int d = 0; d < devices; ++d) {
     for (int k = 0; k < n; ++k) {
-      Result<PassTimes> t = layer_times(r.workload.layer(order[k]), r.workload.precision,
-                                        r.cluster.devices[d].spec, r.micro_batch_size / r.replicas);
+      Result<PassTimes> t = device_layer_times(r.workload.layer(order[k]), r.workload.precision,
+                                               r.cluster.devices[d], r.micro_batch_size / r.replicas);
       if (!t) return t.error();
       prefix[d][k + 1] = prefix[d][k] + t->forward + t->backward();
     }

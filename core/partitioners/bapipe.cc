@@ -126,8 +126,8 @@ Status BapipeSearch::fill_times() {
     time_[c].assign(D_, std::vector<double>(n_ + 1, 0.0));
     for (int d = 0; d < D_; ++d)
       for (int k = 0; k < n_; ++k) {
-        Result<PassTimes> t = layer_times(w_.layer(order_[k]), w_.precision, r_.cluster.devices[d].spec,
-                                          r_.micro_batch_size / c);
+        Result<PassTimes> t = device_layer_times(w_.layer(order_[k]), w_.precision, r_.cluster.devices[d],
+                                                 r_.micro_batch_size / c);
         if (!t) return Error{fmt::format("bapipe: on {}: {}", r_.cluster.devices[d].name, t.error().message)};
         time_[c][d][k + 1] = time_[c][d][k] + t->forward + t->backward();
       }
@@ -161,10 +161,8 @@ double BapipeSearch::stage_time(int a, int c, int j, int k) const {
   // The stage's optimizer step, once per iteration like the all-reduce (slowest replica).
   double step = 0;
   for (int x = 0; x < c; ++x)
-    step = std::max(step, w_.optimizer_step_s >= 0
-                              ? w_.optimizer_step_s
-                              : optimizer_step_time(profile_.parameters(j, k), r_.memory, w_.precision,
-                                                    r_.cluster.devices[a + x].spec));
+    step =
+        std::max(step, device_step_time(w_, profile_.parameters(j, k), r_.memory, r_.cluster.devices[a + x]));
   return t + step / m_;
 }
 

@@ -275,7 +275,7 @@ Status DapplePlanner::times_for(int c) {
       double t = 0;
       for (int q = start[k]; q < start[k + 1]; ++q) {
         Result<PassTimes> pt =
-            layer_times(w_.layer(order_[q]), w_.precision, cl_.devices[d].spec, mb_.size / c);
+            device_layer_times(w_.layer(order_[q]), w_.precision, cl_.devices[d], mb_.size / c);
         if (!pt) return Error{fmt::format("dapple: on {}: {}", cl_.devices[d].name, pt.error().message)};
         t += pt->forward + pt->backward();
       }
@@ -330,9 +330,7 @@ double DapplePlanner::stage_cost(int i, int j, int c, const Fixed& f, int after,
   double t = 0, step = 0;
   for (int d : f.classes) {
     t = std::max(t, time_[c][d][j] - time_[c][d][i]);
-    step = std::max(step, w_.optimizer_step_s >= 0 ? w_.optimizer_step_s
-                                                   : optimizer_step_time(pr.parameters(i, j), r_.memory,
-                                                                         w_.precision, cl_.devices[d].spec));
+    step = std::max(step, device_step_time(w_, pr.parameters(i, j), r_.memory, cl_.devices[d]));
   }
   MemoryBytes st = static_memory(pr.parameters(i, j), pr.parameter_bytes(i, j), r_.memory);
   if (r_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= c;

@@ -144,6 +144,7 @@ struct Group {
   double capacity = kInf;
   LinkCost ring;                  // its all-reduce ring's slowest hop
   double step_per_parameter = 0;  // slowest optimizer step, seconds per parameter
+  double slowdown = 1;            // its slowest device's Device::slowdown (a fault's straggler)
 };
 
 Group make_group(const PlanRequest& r, const Net& net, std::vector<int> devs, const std::vector<int>& cls) {
@@ -155,9 +156,11 @@ Group make_group(const PlanRequest& r, const Net& net, std::vector<int> devs, co
     g.mask |= d < 64 ? uint64_t{1} << d : 0;
     if (std::find(g.classes.begin(), g.classes.end(), cls[d]) == g.classes.end()) g.classes.push_back(cls[d]);
     g.capacity = std::min(g.capacity, r.cluster.devices[d].spec.usable_memory());
+    g.slowdown = std::max(g.slowdown, r.cluster.devices[d].slowdown);
     g.step_per_parameter =
         std::max(g.step_per_parameter,
-                 optimizer_step_time(1.0, r.memory, r.workload.precision, r.cluster.devices[d].spec));
+                 optimizer_step_time(1.0, r.memory, r.workload.precision, r.cluster.devices[d].spec) *
+                     r.cluster.devices[d].slowdown);
     if (c > 1) {
       const int e = g.devs[(x + 1) % c];
       g.ring.add_hop(net.latency(d, e), net.bandwidth(d, e));
@@ -201,8 +204,8 @@ class Model {
     for (int cl = 0; cl < classes_; ++cl) {
       auto& t = times_[c][cl];
       for (int k = 0; k < n_; ++k) {
-        Result<PassTimes> pt =
-            layer_times(w.layer(order_[k]), w.precision, r_.cluster.devices[representative[cl]].spec, b_ / c);
+        Result<PassTimes> pt = device_layer_times(w.layer(order_[k]), w.precision,
+                                                  r_.cluster.devices[representative[cl]], b_ / c);
         double fb = kInf, bw = kInf;
         if (pt) {
           double recompute = 0;
@@ -234,7 +237,7 @@ class Model {
     double t = 0;
     if (c > 1) t += closed_form::ring_allreduce(static_cast<int>(c), profile_.parameter_bytes(j, k), g.ring);
     const double params = profile_.parameters(j, k);
-    t += r_.workload.optimizer_step_s >= 0 ? r_.workload.optimizer_step_s
+    t += r_.workload.optimizer_step_s >= 0 ? r_.workload.optimizer_step_s * g.slowdown
                                            : (r_.memory.zero1 ? params / c : params) * g.step_per_parameter;
     return t;
   }
@@ -585,14 +588,15 @@ Classes device_classes(const PlanRequest& r, const std::vector<int>& order) {
     std::vector<double> sig;
     for (int k = 0; k < static_cast<int>(order.size()); ++k) {
       Result<PassTimes> t =
-          layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d].spec, r.micro_batchings[0].size);
+          device_layer_times(w.layer(order[k]), w.precision, r.cluster.devices[d], r.micro_batchings[0].size);
       if (!t && !out.cost_error)
         out.cost_error = Error{fmt::format("on {}: {}", r.cluster.devices[d].name, t.error().message)};
       sig.push_back(t ? t->forward : -1);
       sig.push_back(t ? t->backward() : -1);
     }
     sig.push_back(r.cluster.devices[d].spec.usable_memory());
-    sig.push_back(optimizer_step_time(1.0, r.memory, w.precision, r.cluster.devices[d].spec));
+    sig.push_back(optimizer_step_time(1.0, r.memory, w.precision, r.cluster.devices[d].spec) *
+                  r.cluster.devices[d].slowdown);
     auto it = std::find(signature.begin(), signature.end(), sig);
     if (it == signature.end()) {
       out.of[d] = static_cast<int>(signature.size());

@@ -44,6 +44,7 @@ struct Place {
   bool ok = false;  // every group of t devices in one machine
   LinkCost tp, dp;  // the slowest hop of its tensor-parallel and of its data-parallel rings
   double capacity = kInfinity;
+  double slowdown = 1;  // its slowest device's Device::slowdown (a fault's straggler)
 };
 
 struct PiperState {
@@ -255,7 +256,10 @@ const Place& PiperProgramme::place_of(int a, int t, int d) {
   for (int j = 0; j < d && p.ok; ++j)
     for (int q = 1; q < t; ++q) p.ok = p.ok && machine_[a + j * t + q] == machine_[a + j * t];
   if (!p.ok) return p;
-  for (int x = a; x < a + t * d; ++x) p.capacity = std::min(p.capacity, cl_.devices[x].spec.usable_memory());
+  for (int x = a; x < a + t * d; ++x) {
+    p.capacity = std::min(p.capacity, cl_.devices[x].spec.usable_memory());
+    p.slowdown = std::max(p.slowdown, cl_.devices[x].slowdown);
+  }
   std::vector<int> ring;
   for (int j = 0; j < d && t > 1; ++j) {  // each replica's tensor-parallel ring
     ring.clear();
@@ -344,15 +348,16 @@ void PiperProgramme::prepend(int j, int s, int k, const Prepend& x) {
                                                                             : c.stash[j] - c.stash[i];
     const double rec = t == 1 ? c.recompute[j] - c.recompute[i] : rec_max;
     if (fixed + x.in_flight * stash + rec + ws_max > x.pl.capacity) continue;
-    double time = c.time[j] - c.time[i] + x.transfer;
+    double time = (c.time[j] - c.time[i]) * x.pl.slowdown + x.transfer;
     // The blocks' merged-ring collectives (closed_form::merged_ring each), summed by prefix.
     if (t > 1)
       time += (c.collectives[j] - c.collectives[i]) * x.pl.tp.latency +
               (c.flow[j] - c.flow[i]) / x.pl.tp.bandwidth;
-    double sync = w_.optimizer_step_s >= 0
-                      ? w_.optimizer_step_s
-                      : optimizer_step_time(r_.memory.zero1 ? params / d : params, r_.memory, w_.precision,
-                                            cl_.devices[x.a].spec);
+    double sync =
+        (w_.optimizer_step_s >= 0 ? w_.optimizer_step_s
+                                  : optimizer_step_time(r_.memory.zero1 ? params / d : params, r_.memory,
+                                                        w_.precision, cl_.devices[x.a].spec)) *
+        x.pl.slowdown;
     if (d > 1) sync += closed_form::ring_allreduce(d, c.parameter_bytes[j] - c.parameter_bytes[i], x.pl.dp);
     time += sync / m_;
     const double slowest = std::max(from.slowest, time), sum = from.sum + time;

@@ -559,27 +559,43 @@ TEST_CASE("run: a split-backward schedule on a workload without a weight-gradien
   CHECK(w.err.find("weight-gradient part") == std::string::npos);
 }
 
-TEST_CASE("run: a planner that searches without a fault's slow devices says so") {
-  // dapple cut 8 layers into 4 stages, one on gpu3 at 4x (210.6 ms) where 3 stages on gpu0-2 take
-  // 85.6 ms: its estimate has no slow device, and nothing said so.
+TEST_CASE("run: planners cost a fault's slow device, a partitioner that plans without it says so") {
+  // dapple cut 8 layers into 4 stages of 2, one on gpu3 at 4x (210.6 ms): its estimate had no slow
+  // device. Now each device's pass times are times its slowdown (device_layer_times), as replayed.
   TempDir tmp;
   const std::string base =
       "workload: {kind: chain, layers: 8, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
       "cluster: {kind: switch, count: 4, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
       "1us}\n"
       "faults: {slow_devices: [{device: gpu3, factor: 4}]}\n";
-  auto d = run_command(
-      {PIPEGRID_BINARY, "run",
-       tmp.write("d.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
-  REQUIRE(d.exit_code == 0);
-  CHECK(d.err.find(
-            "warning: planner dapple searches with every device at its own model's speed: the fault's slow "
-            "devices (gpu3 4x)") != std::string::npos);
-  // The same warnings in run --json, where a JSON reader sees them (they were on standard error only).
-  const json dj = run_json(
-      {tmp.write("d2.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
-  REQUIRE(dj["warnings"].size() == 1);
-  CHECK(dj["warnings"][0].get<std::string>().rfind("planner dapple searches with every device", 0) == 0);
+  // balanced, 4 stages of a chain of 3 ms layers (1 + 2) with gpu3 at 12 ms a layer: the least slowest
+  // stage is 12 ms (gpu3 must hold a layer), and the earliest cuts reaching it are 2, 3, 2 and 1 layers.
+  const json b = run_json(
+      {tmp.write("b.yaml", base + "strategy: {partitioner: balanced, stages: 4, micro_batches: 8}\n")});
+  REQUIRE(b["stages"].size() == 4);
+  std::vector<size_t> layers;
+  for (const json& st : b["stages"]) layers.push_back(st["layers"].size());
+  CHECK(layers == std::vector<size_t>{2, 3, 2, 1});
+  CHECK(b["stages"][3]["devices"][0] == "gpu3");
+  CHECK(b["warnings"].empty());
+  // dapple fills the devices from the last, so gpu3 holds its last stage: one layer, 12 ms, where it
+  // had two (24 ms) without the slowdown in its estimate.
+  const json d = run_json(
+      {tmp.write("d.yaml", base + "strategy: {planner: dapple, global_batch: 8, micro_batches: 8}\n")});
+  const json& last = d["stages"].back();
+  CHECK(last["devices"][0] == "gpu3");
+  CHECK(last["layers"].size() == 1);
+  CHECK(d["warnings"].empty());
+  // pipedream plans with gpu0's costs for every device: the warning, on stderr and in run --json.
+  const std::string pd = tmp.write("p.yaml", base + "strategy: {partitioner: pipedream, micro_batches: 8}\n");
+  auto p = run_command({PIPEGRID_BINARY, "run", pd});
+  REQUIRE(p.exit_code == 0);
+  CHECK(p.err.find("warning: partitioner pipedream searches with every device at the first device's model "
+                   "speed: the fault's slow devices (gpu3 4x)") != std::string::npos);
+  const json pj = run_json({pd});
+  REQUIRE(pj["warnings"].size() == 1);
+  CHECK(pj["warnings"][0].get<std::string>().rfind("partitioner pipedream searches with every device", 0) ==
+        0);
   auto u =
       run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
   REQUIRE(u.exit_code == 0);

@@ -305,21 +305,20 @@ std::string unlike_devices_warning(const Experiment& e, const PreparedRun& run) 
 }  // namespace
 
 // A fault's slow devices (Device::slowdown) are in the lowering, which the replay runs, and not in the
-// per-device costs some partitioners and planners search with (their tables' blind_to_slow_devices).
+// costs the partitioners whose tables say blind_to_slow_devices search with.
 std::string slow_devices_warning(const Experiment& e, const PreparedRun& run) {
   std::string slow;
   for (const Device& d : e.cluster.devices)
     if (d.slowdown != 1) slow += fmt::format("{}{} {:g}x", slow.empty() ? "" : ", ", d.name, d.slowdown);
   Result<const PlannerInfo*> planner = find_planner(run.planner);
-  if (slow.empty() || !planner) return "";
-  const bool partitioner = (*planner)->runs_partitioner;
   Result<const PartitionStrategy*> cut = find_partitioner(e.strategy.partitioner);
-  if (!(partitioner ? cut && (*cut)->blind_to_slow_devices : (*planner)->blind_to_slow_devices)) return "";
+  if (slow.empty() || !planner || !(*planner)->runs_partitioner || !cut || !(*cut)->blind_to_slow_devices)
+    return "";
   return fmt::format(
-      "{} {} searches with every device at its own model's speed: the fault's slow devices ({}) are replayed "
-      "slow but not in its estimate, so the plan may not be the best for them (planner bapipe or luo judges "
-      "its finalists with them)",
-      partitioner ? "partitioner" : "planner", partitioner ? e.strategy.partitioner : run.planner, slow);
+      "partitioner {} searches with every device at the first device's model speed: the fault's slow devices "
+      "({}) are replayed slow but not in its estimate, so the plan may not be the best for them (partitioner "
+      "balanced and planners bapipe, luo, dapple and piper search with them)",
+      e.strategy.partitioner, slow);
 }
 
 // A schedule that splits the backward (zb-h1, zb-h2, DualPipe) on a workload none of whose layers has
