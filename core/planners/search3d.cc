@@ -18,11 +18,16 @@
 namespace pipegrid {
 namespace {
 
+// Ascending; in O(sqrt n) steps, and without overflow at n = INT_MAX (i <= n ran i past it).
 std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0) out.push_back(i);
-  return out;
+  std::vector<int> low, high;
+  for (int i = 1; i <= n / i; ++i)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 bool allowed(const std::vector<int>& list, int x) {
@@ -247,6 +252,23 @@ bool Search3d::cp_allowed(int cp) const {
 
 // The context-parallel configurations of (t, cp): one per algorithm for cp > 1 (those the blocks do
 // not allow say why, counted once per combination they would have made), one for cp = 1.
+namespace {
+
+// The reason a check_context_parallel message gives, for counting (numbers and layer names dropped).
+std::string context_left_out(const std::string& message, CpAlgorithm a) {
+  if (message.find("no defined split") != std::string::npos)
+    return "CP: a layer has no defined split of the sequence (a convolution, recurrent or custom layer)";
+  if (message.find("sliding-window") != std::string::npos)
+    return "CP: sliding-window attention is not modelled under context parallelism";
+  if (message.find("does not split its sequence") != std::string::npos)
+    return fmt::format("CP: cp does not split the sequence as {} needs", to_string(a));
+  if (message.find("per device") != std::string::npos)
+    return fmt::format("CP: cp does not divide the heads per device ({} scatters them)", to_string(a));
+  return "CP: " + reason_of(message);
+}
+
+}  // namespace
+
 std::vector<Search3d::ContextConfiguration> Search3d::context_configurations(int t, int cp) const {
   if (cp == 1) return {ContextConfiguration{}};
   std::vector<ContextConfiguration> out;
@@ -254,12 +276,13 @@ std::vector<Search3d::ContextConfiguration> Search3d::context_configurations(int
     ContextParallelOptions co = base_.strategy.context;
     co.algorithm = a;
     std::string why;
+    if (a == CpAlgorithm::AllToAll && !co.load_balance)  // the experiment loader refuses the pair
+      why =
+          "CP: a2a beside the base's cp_load_balance false (a2a splits the sequence evenly; Megatron "
+          "and run refuse the pair)";
     for (size_t l = 0; l < w_.layer_count() && why.empty(); ++l)
       if (Status st = check_context_parallel(w_.layer(static_cast<int>(l)), t, cp, co); !st)
-        why =
-            st.error().message.find("sequence") != std::string::npos
-                ? fmt::format("CP: cp does not split the sequence as {} needs", to_string(a))
-                : fmt::format("CP: cp does not divide the heads per device ({} scatters them)", to_string(a));
+        why = context_left_out(st.error().message, a);
     out.push_back({cp, a, std::move(why)});
   }
   return out;
@@ -315,6 +338,10 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
 }
 
 std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool sp_ok) const {
+  // The estimate builds one replica's pipeline: a global batch of 2^31 - 1 at b 1 hung the search.
+  if (3.0 * c.micro_batches * c.p * c.v > static_cast<double>(kMaxSweepTasks))
+    return "more than 2^25 compute tasks in one replica's pipeline (micro-batches x stages x 3 passes; "
+           "docs/limits.md)";
   if (c.uneven && ((blocks_ + 2) % (c.p * c.v) != 0 || c.p < 2))
     return "p x v divides neither the transformer blocks nor them with the embedding and the loss as blocks";
   if (c.schedule == "interleaved-1f1b") {
@@ -324,8 +351,11 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
   }
   if (c.sequence_parallel && c.t == 1) return "sequence parallelism at t = 1 (the same run as without)";
   if (c.sequence_parallel && !sp_ok) return "sequence parallelism: t does not divide the sequence";
-  if (c.distributed_optimizer && c.d * c.cp == 1)  // it shards over the dp x cp group, as Megatron's
-    return "distributed optimizer at d = cp = 1 (the same run as without)";
+  // It shards the dense state over the dp x cp group, as Megatron's, and the experts' over their
+  // expert data-parallel group of t x cp x d / (ep x etp) devices, which d = cp = 1 does not empty.
+  if (c.distributed_optimizer && c.d * c.cp == 1 && !(c.moe && c.t > c.ep * c.etp))
+    return c.moe ? "distributed optimizer at d = cp = 1 and ep x etp = t (the same run as without)"
+                 : "distributed optimizer at d = cp = 1 (the same run as without)";
   return std::nullopt;
 }
 

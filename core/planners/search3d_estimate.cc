@@ -243,12 +243,16 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     if (!r) return r.error();
     cached = costs_.emplace(key, std::move(*r)).first;
   }
-  // Each stage's representative position: the busiest expert-parallel rank's first device.
+  // Each stage's representative position: the busiest expert-parallel rank's first device; among
+  // equal loads the position with the most compute (a context-parallel rank of the contiguous split,
+  // cp_load_balance false, does more attention the later its part of the sequence).
   auto representative = [&](size_t s) {
     const std::vector<StageCost>& x = cached->second[s];
+    auto work = [&](size_t j) { return sum(x[j].tp_forward.compute) + sum(x[j].tp_backward.compute); };
     size_t q = 0;
     for (size_t j = 1; j < x.size(); ++j)
-      if (x[j].expert_load > x[q].expert_load) q = j;
+      if (x[j].expert_load > x[q].expert_load || (x[j].expert_load == x[q].expert_load && work(j) > work(q)))
+        q = j;
     return q;
   };
   // The groups' routes, of pipeline rank 0's first members (the cluster is homogeneous).

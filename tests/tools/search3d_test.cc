@@ -12,6 +12,7 @@
 #include <string>
 
 #include "sim/replay.h"
+#include "tests/support/approx.h"
 #include "tools/input/experiment_yaml.h"
 #include "tools/process/isolated_replay.h"
 
@@ -466,6 +467,72 @@ TEST_CASE("search3d CP: on a long-context Llama on two DGX H100, the analytic ch
           CHECK(c.peak_memory_bytes < u.peak_memory_bytes);
         }
   CHECK(sharded > 0);
+}
+
+// MoE at d = cp = 1: the distributed optimizer still shards the experts' state over their expert
+// data-parallel group, t x cp x d / (ep x etp) = 4 devices at t 4, ep = etp = 1 (it was left out as
+// "the same run as without"). The small MoE at t 4, p 4 holds one block per stage, each device all 8
+// experts of 3 x 1024 x 1024 parameters (25,165,824): sharding 12 bytes of fp32 state per parameter
+// (mixed-adam's master weights and two moments) over 4 saves 3/4 of it, 226,492,416 bytes.
+TEST_CASE("search3d MoE: the distributed optimizer at d = cp = 1 shards the experts' state") {
+  Search3dOptions o;
+  o.global_batch = 16;
+  o.tensor_parallel = {4};
+  o.pipeline = {4};
+  o.micro_batch_sizes = {2};
+  o.expert_parallel = {1};
+  o.expert_tensor_parallel = {1};
+  o.dispatchers = {MoeDispatcher::AllToAll};
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.sequence_parallel = {true};
+  o.distributed_optimizer = {false, true};
+  Result<Search3dResult> res = search3d(load(kMoe), o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  REQUIRE(res->ranked.size() == 2);
+  const Search3dCandidate& a = res->ranked[0].distributed_optimizer ? res->ranked[1] : res->ranked[0];
+  const Search3dCandidate& z = res->ranked[0].distributed_optimizer ? res->ranked[0] : res->ranked[1];
+  REQUIRE(z.distributed_optimizer);
+  REQUIRE_FALSE(a.distributed_optimizer);
+  CHECK(a.peak_memory_bytes - z.peak_memory_bytes == pipegrid::testing::approx(0.75 * 12 * 25165824.0));
+  // At ep x etp = t nothing is left to shard: the same run, left out.
+  o.expert_parallel = {4};
+  res = search3d(load(kMoe), o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(res->left_out.at("distributed optimizer at d = cp = 1 and ep x etp = t (the same run as without)") ==
+        1);
+}
+
+// The contiguous split (cp_load_balance false): the last context rank attends to the whole sequence
+// before its part, the first to its own part only, so the busiest rank sets the pace. The estimate
+// costed rank 0 (half the attention of the mean) and ranked large cp first, 2.1x fast against the
+// replay; it costs the busiest position now. a2a, which splits evenly, is left out with the base's
+// cp_load_balance false (the loader refuses the pair).
+TEST_CASE("search3d CP: without the load-balanced split the estimate costs the busiest context rank") {
+  const Experiment base =
+      load(with_strategy(kLongLlama, "context_parallel: 2, cp_load_balance: false").c_str());
+  Search3dOptions o;
+  o.global_batch = 8;
+  o.tensor_parallel = {1, 2};
+  o.pipeline = {1};
+  o.micro_batch_sizes = {1};
+  o.schedules = {"1f1b"};
+  o.recompute = {Recompute::None};
+  o.context_parallel = {2, 4, 8};
+  const EstimateAgreement x = compare_estimate(base, o, 8);
+  MESSAGE(x.both << " candidates in both; worst time difference " << x.worst_time << " (" << x.worst_label
+                 << ")");
+  CHECK(x.both > 0);
+  CHECK(x.only_exact == 0);
+  CHECK(x.only_estimate == 0);
+  CHECK(x.worst_time <= 0.01);  // measured 0.75% (t2 cp8 all_gather); rank 0's costs were about 2x fast
+  Result<Search3dResult> res = search3d(base, o);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(
+      res->left_out.count(
+          "CP: a2a beside the base's cp_load_balance false (a2a splits the sequence evenly; Megatron and run "
+          "refuse the pair)") == 1);
+  for (const Search3dCandidate& c : res->ranked) CHECK(c.cp_algorithm != CpAlgorithm::AllToAll);
 }
 
 // Uneven stages (issue 51, items 3 and 5): where p x v does not divide the blocks but divides them with
