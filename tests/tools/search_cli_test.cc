@@ -521,6 +521,7 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
   const std::map<std::vector<std::string>, std::string> refused = {
       {{"--tensor-parallel", "3"}, "--tensor-parallel 3: expected a divisor of the cluster's 16 devices"},
       {{"--pipeline", "32"}, "--pipeline 32: expected a divisor of the cluster's 16 devices"},
+      {{"--cp", "3"}, "--cp 3: expected a divisor of the cluster's 16 devices"},
       {{"--micro-batch", "3"}, "--micro-batch 3: expected a divisor of the global batch 16"},
       {{"--chunks", "1"},
        "--chunks 1: expected at least 2 (model chunks per rank of interleaved-1f1b; 1 is 1f1b)"},
@@ -570,4 +571,61 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
                         "--emit", bare_winner});
   REQUIRE_MESSAGE(b.exit_code == 0, b.err);
   run_emitted(bare_winner, json::parse(b.out)["simgrid_ranking"][0]);
+}
+
+// A long sequence (16,384 tokens) on two DGX H100: the search's sweep file replays every row, those at
+// cp 1 included (their cp_algorithm and cp_load_balance are `~`, left out: the loader refuses both keys
+// at cp 1, and every cp 1 row failed); --tp-folded, which folds tensor-parallel groups only, is
+// refused before a search whose default cp axis tries cp > 1 (it failed at the first replay after
+// the search); an axis value given twice is searched once.
+TEST_CASE("search: the sweep's cp 1 rows run, --tp-folded beside cp > 1 is refused, axes searched once") {
+  TempDir tmp;
+  const std::string exp = tmp.write("long.yaml", R"(name: small long-context Llama on two DGX H100
+workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2816, sequence: 16384,
+           vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron, context_parallel: 2, cp_load_balance: false}
+)");
+  const std::string sweep = (tmp.path / "rows.yaml").string();
+  const std::vector<std::string> axes = {
+      "--top",          "0",    "--tensor-parallel", "2",    "--pipeline", "1", "--micro-batch", "1",
+      "--schedules",    "1f1b", "--recompute",       "none", "--cp",       "1", "--cp",          "2",
+      "--cp-algorithm", "p2p"};
+  std::vector<std::string> argv = {PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--sweep", sweep};
+  argv.insert(argv.end(), axes.begin(), axes.end());
+  auto s = run_command(argv);
+  REQUIRE_MESSAGE(s.exit_code == 0, s.err);
+  // The base's algorithm is named among the settings the axes replace (it was not).
+  CHECK(s.out.find("strategy.context_parallel 2, strategy.cp_algorithm p2p replaced by the search's axes") !=
+        std::string::npos);
+  const std::string text = read_file(sweep);
+  CHECK(text.find("  strategy.context_parallel: [") != std::string::npos);
+  CHECK(text.find("~") != std::string::npos);
+  CHECK(text.find("  strategy.cp_load_balance: [") != std::string::npos);
+  auto run =
+      run_command({PIPEGRID_BINARY, "sweep", sweep, "-j", "2", "-q", "--db", (tmp.path / "r.db").string()});
+  CHECK_MESSAGE(run.exit_code == 0, run.err);
+  // The base's cp_load_balance false goes with the cp 2 rows.
+  CHECK(text.find("false") != std::string::npos);
+
+  auto folded = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--tp-folded"});
+  CHECK(folded.exit_code == 2);
+  CHECK(
+      folded.err ==
+      "pipegrid: --tp-folded folds tensor-parallel groups only, and the search would try cp > 1 (by default "
+      "where each rank keeps 4096 tokens of the sequence of 16384): give --cp 1, or leave --tp-folded out\n");
+
+  auto once = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--json"};
+    a.insert(a.end(), axes.begin(), axes.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto r = run_command(a);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return json::parse(r.out);
+  };
+  const json plain = once({});
+  const json twice = once({"--schedules", "1f1b", "--recompute", "none", "--cp-algorithm", "p2p"});
+  CHECK(twice["combinations"] == plain["combinations"]);
+  CHECK(twice["analytic_ranking"].size() == plain["analytic_ranking"].size());
 }

@@ -223,8 +223,9 @@ void drop_p1_duplicates(Search3dResult& res) {
 }
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
-Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa, uneven;
+Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_balance) {
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa, balance,
+      uneven;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -242,7 +243,9 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
     disp.push_back(std::string(to_string(c.dispatcher)));
     cp.push_back(std::to_string(c.cp));
     uneven.push_back(c.uneven ? "true" : "false");
-    cpa.push_back(std::string(to_string(c.cp_algorithm)));
+    // A null value leaves the key out (set_path): the loader refuses both keys at cp = 1.
+    cpa.push_back(c.cp > 1 ? std::string(to_string(c.cp_algorithm)) : "~");
+    balance.push_back(c.cp > 1 ? (load_balance ? "true" : "false") : "~");
   }
   const bool context =
       std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return c.cp > 1; });
@@ -273,6 +276,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
   if (context) {
     axis("strategy.context_parallel", cp);
     axis("strategy.cp_algorithm", cpa);
+    axis("strategy.cp_load_balance", balance);
   }
   if (moe) {
     axis("strategy.expert_parallel", ep);
@@ -283,7 +287,22 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res) {
 }
 
 // The search's options from the command line's; an Error for a mode --recompute does not know.
-Result<Search3dOptions> search_options(const SearchOptions& o, bool tty) {
+// The values in the order given, each once: a value given twice made every candidate of it twice.
+template <class T>
+std::vector<T> each_once(const std::vector<T>& values) {
+  std::vector<T> out;
+  for (const T& x : values)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  return out;
+}
+
+Result<Search3dOptions> search_options(const SearchOptions& given, bool tty) {
+  SearchOptions o = given;
+  for (std::vector<int>* axis : {&o.tensor_parallel, &o.pipeline, &o.micro_batch_sizes, &o.chunks,
+                                 &o.expert_parallel, &o.expert_tensor_parallel, &o.context_parallel})
+    *axis = each_once(*axis);
+  for (std::vector<std::string>* axis : {&o.schedules, &o.recompute, &o.dispatchers, &o.cp_algorithms})
+    *axis = each_once(*axis);
   Search3dOptions so;
   so.global_batch = o.global_batch;
   so.tensor_parallel = o.tensor_parallel;
@@ -427,6 +446,12 @@ std::vector<std::string> replaced_by_search(const Experiment& e) {
   add(s.sequence_parallel, "strategy.sequence_parallel true");
   add(s.context_parallel > 1, fmt::format("strategy.context_parallel {}", s.context_parallel));
   add(s.expert_parallel > 1, fmt::format("strategy.expert_parallel {}", s.expert_parallel));
+  add(s.expert_tensor_parallel > 0,
+      fmt::format("strategy.expert_tensor_parallel {}", s.expert_tensor_parallel));
+  add(s.moe.dispatcher != MoeDispatcher::AllToAll,
+      fmt::format("strategy.moe.dispatcher {}", to_string(s.moe.dispatcher)));
+  add(s.context_parallel > 1, fmt::format("strategy.cp_algorithm {}", to_string(s.context.algorithm)));
+  add(s.replicas > 1, fmt::format("strategy.replicas {}", s.replicas));
   add(s.schedule_given, fmt::format("strategy.schedule {}", s.schedule));
   add(s.chunks > 1, fmt::format("strategy.chunks {}", s.chunks));
   add(s.micro_batches > 1, fmt::format("strategy.micro_batches {}", s.micro_batches));
@@ -613,6 +638,32 @@ Status emit_winner(const SearchOptions& o, const std::vector<std::string>& overr
   return {};
 }
 
+// The longest sequence of the workload's layers (0 without transformer layers).
+double longest_sequence(const Workload& w) {
+  double sequence = 0;
+  for (size_t l = 0; l < w.layer_count(); ++l)
+    sequence = std::max(sequence, w.layer(static_cast<int>(l)).split.sequence);
+  return sequence;
+}
+
+// --tp-folded replays each tensor-parallel group as its rank 0, which a context-parallel group is
+// not: refused where the cp axis would try cp > 1 (given, or by default on a long sequence), before
+// a search whose first replay would fail.
+Status check_tp_folded(const SearchOptions& o, const Experiment& exp) {
+  if (!o.tp_folded) return {};
+  const bool given =
+      std::any_of(o.context_parallel.begin(), o.context_parallel.end(), [](int c) { return c > 1; });
+  const double sequence = longest_sequence(exp.workload);
+  if (given || (o.context_parallel.empty() && sequence / 2 >= kSearch3dCpMinTokens))
+    return Error{fmt::format(
+        "--tp-folded folds tensor-parallel groups only, and the search would try cp > 1 ({}): give --cp 1, "
+        "or leave --tp-folded out",
+        given ? "--cp gives it"
+              : fmt::format("by default where each rank keeps {:g} tokens of the sequence of {:g}",
+                            kSearch3dCpMinTokens, sequence))};
+  return {};
+}
+
 // What the search would otherwise run in vain or ignore, refused before it starts: outputs that
 // are the experiment or each other (the sweep file replaced the experiment), axis values no
 // candidate can take, and options of an axis the workload does not have.
@@ -628,6 +679,13 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
   for (int p : o.pipeline)
     if (p < 1 || n % p != 0)
       return Error{fmt::format("--pipeline {}: expected a divisor of the cluster's {} devices", p, n)};
+  for (int cp : o.context_parallel)
+    if (cp < 1 || n % cp != 0)
+      return Error{fmt::format("--cp {}: expected a divisor of the cluster's {} devices", cp, n)};
+  for (int etp : o.expert_tensor_parallel)
+    if (etp < 1 || n % etp != 0)
+      return Error{fmt::format("--etp {}: expected a divisor of the cluster's {} devices", etp, n)};
+  if (Status st = check_tp_folded(o, exp); !st) return st;
   for (int b : o.micro_batch_sizes)
     if (b < 1 || o.global_batch % b != 0)
       return Error{
@@ -640,9 +698,7 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
     return Error{fmt::format("--dispatcher: workload \"{}\" has no mixture-of-experts blocks to dispatch to",
                              exp.workload.name)};
   if (!o.cp_algorithms.empty()) {
-    double sequence = 0;
-    for (size_t l = 0; l < exp.workload.layer_count(); ++l)
-      sequence = std::max(sequence, exp.workload.layer(static_cast<int>(l)).split.sequence);
+    const double sequence = longest_sequence(exp.workload);
     const bool given =
         std::any_of(o.context_parallel.begin(), o.context_parallel.end(), [](int c) { return c > 1; });
     if (!given && (!o.context_parallel.empty() || sequence / 2 < kSearch3dCpMinTokens))
@@ -679,7 +735,8 @@ int run(const SearchOptions& o) {
   if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
   drop_p1_duplicates(*res);
   if (!o.sweep.empty()) {
-    if (Status st = write_sweep(o, *res); !st) return bad_input(st.error().message);
+    if (Status st = write_sweep(o, *res, exp->strategy.context.load_balance); !st)
+      return bad_input(st.error().message);
     fmt::print(std::cerr, "search: {} candidates written to {} (run them with `pipegrid sweep {}`)\n",
                res->ranked.size(), o.sweep, o.sweep);
   }

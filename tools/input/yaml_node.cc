@@ -499,6 +499,10 @@ void set_path(Document& doc, std::string_view path, const YAML::Node& value, con
                              walked.empty() ? "the document" : walked, describe_yaml(cur)));
     const std::string here = walked.empty() ? step.key : walked + "." + step.key;
     YAML::Node key = key_node(cur, step.key);
+    if (last && value.IsNull()) {  // `~` or `null`: the key left out, as if never written
+      if (key.IsDefined()) cur.remove(step.key);
+      return;
+    }
     if (last) {
       if (!key.IsDefined()) {
         key.reset(YAML::Node(step.key));

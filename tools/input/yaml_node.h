@@ -120,7 +120,8 @@ bool is_device_key(std::string_view key);
 // Sets the value at `path` (keys separated by '.', list items as `[i]`: "cluster.device.dsps",
 // "workload.layers[2].forward") in `doc`'s tree to `value`, which comes from `origin`. Missing
 // mappings on the way are created; a device given by name becomes {model: NAME}. A path that
-// cannot be followed fails at `where` (the `--set` argument or the sweep file's key).
+// cannot be followed fails at `where` (the `--set` argument or the sweep file's key). A null value
+// (`~`, `null`) of a mapping's key removes the key: the file's or the default's setting applies.
 void set_path(Document& doc, std::string_view path, const YAML::Node& value, const Document* origin,
               const Node& where);
 
