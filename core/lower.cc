@@ -182,8 +182,8 @@ Status check_task_count(const TaskCount& n, const Partition& p, int micro_batche
   size_t replicas = 0;
   for (size_t s = 0; s < p.stage_count(); ++s) replicas += p.stage(s).devices.size();
   const std::string what = fmt::format(
-      "{} micro-batch{} x {} stage replicas ({} stage{}) x {} passes = {} compute tasks, + {} transfers + {} "
-      "all-reduce steps = {} tasks in one iteration",
+      "{} micro-batch{} x {} stage replicas ({} stage{}) x {} passes, and one optimizer step per device: {} "
+      "compute tasks, + {} transfers + {} all-reduce steps = {} tasks in one iteration",
       micro_batches, micro_batches == 1 ? "" : "es", replicas, p.stage_count(),
       p.stage_count() == 1 ? "" : "s", passes, n.compute, n.transfers, n.ring_steps, n.total());
   if (n.total() > kMaxTasks)

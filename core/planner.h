@@ -103,6 +103,8 @@ struct MicroBatching {
   double size = 1;
   int count = 1;
 };
+// "8 micro-batches of 2", "1 micro-batch of 64": the planners' labels.
+std::string micro_batching_text(MicroBatching mb);
 
 struct PlanRequest {
   const Workload& workload;

@@ -218,4 +218,8 @@ Result<Schedule> place_stage_actions(const ScheduleRequest& r,
   return s;
 }
 
+std::string micro_batching_text(MicroBatching mb) {
+  return fmt::format("{} micro-batch{} of {:g}", mb.count, mb.count == 1 ? "" : "es", mb.size);
+}
+
 }  // namespace pipegrid

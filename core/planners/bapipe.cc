@@ -168,10 +168,10 @@ Status BapipePlanner::add(const Option& o, bool always_judged) {
   scored_.push_back(std::move(*c));
   baseline_.push_back(always_judged ? 1 : 0);
   const std::string what = o.r == kAnyReplicas
-                               ? fmt::format("{}, {} micro-batches of {}, {} stages, replicas {} (per stage)",
-                                             o.schedule->name, o.mb.count, o.mb.size, o.p, o.replicas)
-                               : fmt::format("{}, {} micro-batches of {}, {} stages x {} replicas",
-                                             o.schedule->name, o.mb.count, o.mb.size, o.p, o.r);
+                               ? fmt::format("{}, {}, {} stages, replicas {} (per stage)", o.schedule->name,
+                                             micro_batching_text(o.mb), o.p, o.replicas)
+                               : fmt::format("{}, {}, {} stages x {} replicas", o.schedule->name,
+                                             micro_batching_text(o.mb), o.p, o.r);
   labels_.push_back(always_judged ? fmt::format("data parallelism ({})", what) : what);
   return {};
 }
@@ -219,7 +219,7 @@ Status BapipePlanner::add_uniform_baselines() {
       if (Status st = score(r_, *c); !st) return st;
       scored_.push_back(std::move(*c));
       baseline_.push_back(1);
-      labels_.push_back(fmt::format("uniform + {}, {} micro-batches of {}", s->name, mb.count, mb.size));
+      labels_.push_back(fmt::format("uniform + {}, {}", s->name, micro_batching_text(mb)));
     }
   }
   return {};

@@ -431,8 +431,7 @@ Result<Candidate> DapplePlanner::lower_option(const Option& o, std::string& labe
                          p.devices[st].size());
     pols += fmt::format("{}{}", st ? "/" : "", kPolicyNames[p.policies[st]]);
   }
-  label = fmt::format("{} micro-batches of {}, {} stages (layers x replicas: {}; {})", o.mb.count, o.mb.size,
-                      S, shape, pols);
+  label = fmt::format("{}, {} stages (layers x replicas: {}; {})", micro_batching_text(o.mb), S, shape, pols);
   return c;
 }
 

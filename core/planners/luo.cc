@@ -708,8 +708,8 @@ Status schedule_best(const PlanRequest& r, std::vector<Candidate>& evaluated, Fi
       devices += fmt::format("{}[{}]", s ? " " : "", ds);
     }
     std::string label =
-        fmt::format("{} stages on {}, {} micro-batches of {}, order {}", c->plan.partition.stage_count(),
-                    devices, c->plan.micro_batches, c->plan.micro_batch_size, chosen);
+        fmt::format("{} stages on {}, {}, order {}", c->plan.partition.stage_count(), devices,
+                    micro_batching_text({c->plan.micro_batch_size, c->plan.micro_batches}), chosen);
     finals.add(std::move(*c), false, std::move(label));
   }
   return {};
@@ -809,8 +809,8 @@ Result<Plan> plan_luo(const PlanRequest& r) {
     return Error{"luo: no plan: " + classes.cost_error->message};
   if (finals.all.empty())
     return Error{
-        fmt::format("luo: no plan fits the devices' memory ({} micro-batchings, up to {} stages searched)",
-                    r.micro_batchings.size(), std::min(n, D))};
+        fmt::format("luo: no plan fits the devices' memory ({} micro-batching{}, up to {} stages searched)",
+                    r.micro_batchings.size(), r.micro_batchings.size() == 1 ? "" : "s", std::min(n, D))};
   Result<size_t> best = pick(finals.all, finals.always, r, kJudged);
   if (!best) return best.error();
   Candidate& win = finals.all[*best];
@@ -818,13 +818,13 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   for (const Family& f : families)
     family_names += fmt::format("{}{}", family_names.empty() ? "" : ", ", f.label);
   win.plan.exploration = fmt::format(
-      "luo searched {} ({} programme runs over {} micro-batchings) and found {} plans; {} run by the "
+      "luo searched {} ({} programme runs over {} micro-batching{}) and found {} plans; {} run by the "
       "analytic "
       "evaluator with 1F1B, the best {} scheduled by luo's scheduler; other planners' plans: {}{}; chosen: "
       "{} "
       "({} {:.6g} s{})",
-      family_names, runs, r.micro_batchings.size(), found->size(), evaluated.size(),
-      std::min(evaluated.size(), kScheduled), others->empty() ? "none" : *others,
+      family_names, runs, r.micro_batchings.size(), r.micro_batchings.size() == 1 ? "" : "s", found->size(),
+      evaluated.size(), std::min(evaluated.size(), kScheduled), others->empty() ? "none" : *others,
       r.judge
           ? fmt::format("; the best {} and the other planners' plans judged by {}", kJudged, r.judge->name())
           : "",

@@ -461,8 +461,8 @@ Result<Plan> plan_piper(const PlanRequest& r) {
       continue;
     }
     if (Status st = schedule_and_score(r, **schedule, c); !st) return st.error();
-    labels.push_back(fmt::format("{} micro-batches of {}, {} stages ({}), bottleneck {:.6g} s", mb.count,
-                                 mb.size, S, shape, sol->bottleneck_s));
+    labels.push_back(fmt::format("{}, {} stages ({}), bottleneck {:.6g} s", micro_batching_text(mb), S, shape,
+                                 sol->bottleneck_s));
     scored.push_back(std::move(c));
   }
   const double search = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

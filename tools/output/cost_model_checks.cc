@@ -117,10 +117,10 @@ std::vector<std::string> overridden_figures(const DeviceSpec& a, const DeviceSpe
 }
 
 std::string figures_text(const CostModelCheck& c, std::string_view apart = "sources") {
-  std::string text =
-      fmt::format("against {} published run{} never fitted on, median |error| {:.1f}%, max {:.1f}% ({})",
-                  c.check_rows, c.check_rows == 1 ? "" : "s", 100 * c.median_error, 100 * c.max_error,
-                  c.worst_name.empty() ? c.worst : fmt::format("{}; row {}", c.worst_name, c.worst));
+  std::string text = fmt::format(
+      "against {} published run{} never fitted on, median |error| of the rate {:.1f}%, max {:.1f}% ({})",
+      c.check_rows, c.check_rows == 1 ? "" : "s", 100 * c.median_error, 100 * c.max_error,
+      c.worst_name.empty() ? c.worst : fmt::format("{}; row {}", c.worst_name, c.worst));
   if (c.faster >= 0) text += fmt::format("; pipegrid faster on {} of {}", c.faster, c.check_rows);
   if (c.spread_groups > 0)
     text += fmt::format("; {} of one configuration differ by {:.2f}x (median of {}, max {:.2f}x)", apart,
