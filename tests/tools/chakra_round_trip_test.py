@@ -73,6 +73,20 @@ ENGINE = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "s
 ENGINE["cluster"] = {"kind": "switch", "count": 4, "device": {"name": "fpga", "model": "u280"},
                      "bandwidth": "12.5GBps", "latency": "1us", "collective_engine": "accl-tcp"}
 CASES["data-parallel on a collective engine"] = (ENGINE, [2 * 4 + 1] * 4, 0, 1)
+# NCCL's double binary tree: its two trees on channels 1 and 2, each its own connection in the replay;
+# written as send / receive pairs (not a ring) carrying the channel. 2 trees x 64 chunks (128 MiB per
+# tree, 512 KiB chunks, at most 64) x 2 (n - 1) = 768 sends. Until 2026-12-05 the channel was lost and
+# both trees' flows shared one connection: replayed 37.848 ms against run's 34.277 ms.
+TREE = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "schedule": "1f1b",
+                      "micro_batches": 4, "allreduce": "tree"})
+CASES["data-parallel tree all-reduce"] = (TREE, [2 * 4 + 1] * 4, 2 * 64 * 2 * 3, 0)
+# ZeRO-1 with dp_overlap: two bucketed reduce-scatters of 128 MiB (the backward split in two: one more
+# compute node per rank), 2 x (n - 1) n = 24 sends; not one ring all-reduce, so written as send / receive
+# pairs. Until 2026-12-05 they were written as one all-reduce node: replayed 20.565 ms against 19.565 ms.
+ZERO = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "schedule": "1f1b",
+                      "micro_batches": 4, "dp_overlap": True})
+ZERO["memory"] = {"zero": 1}
+CASES["ZeRO-1 reduce-scatters with dp_overlap"] = (ZERO, [2 * 4 + 2] * 4, 2 * 3 * 4, 0)
 
 # Group collectives: name -> (experiment, ranks, expert all-to-all sends by closed form or None).
 GROUPED = {
@@ -99,6 +113,9 @@ GROUPED = {
                       "moe": {"dispatcher": "deepep"}}}, 8, None),
 }
 
+EXPORT_NOTES = {}  # (name, mode) -> what export said besides chakra.py's line
+
+
 def round_trips(tmp, name, exp):
     """Writes `exp`, exports it with collective nodes and with --p2p, yields (mode, the traces by
     rank) for the caller's checks, then checks that replaying them gives `pipegrid run`'s time."""
@@ -108,7 +125,8 @@ def round_trips(tmp, name, exp):
     want = json.loads(pipegrid("run", path, "--json").stdout)["iteration_time_s"]
     for mode in ("collectives", "p2p"):
         d = os.path.join(tmp, f"{name}-{mode}")
-        pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+        r = pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+        EXPORT_NOTES[(name, mode)] = [line for line in r.stderr.splitlines() if not line.startswith("chakra.py:")]
         yield mode, {r: chakra.read_rank(p) for r, p in chakra.rank_files(d, "pipegrid").items()}
         got = json.loads(pipegrid("replay", path, "--chakra", d, "--json").stdout)["iteration_time_s"]
         check(abs(got - want) <= 1e-9 * want,
@@ -136,6 +154,18 @@ with tempfile.TemporaryDirectory() as tmp:
                           f"{name}: all-reduce of {sizes} bytes, the stage's {layers_per_stage} x 64 MiB")
             else:
                 check(count[chakra.COLL] == [0] * 4, f"{name} (p2p): no collective nodes")
+            if name.startswith("data-parallel tree"):
+                channels = {n["attrs"]["pipegrid_channel"][1] for r in ranks for n in ranks[r]
+                            if "pipegrid_channel" in n["attrs"]}
+                check(channels == {1, 2}, f"{name} ({mode}): the flows' channels {channels}, the two trees' 1 and 2")
+    for (name, mode), notes in sorted(EXPORT_NOTES.items()):
+        want = []
+        if mode == "collectives" and name.startswith(("ZeRO-1", "data-parallel tree")):
+            flows = 24 if name.startswith("ZeRO-1") else 768
+            want = [f"pipegrid export: stage 0's gradient reduction ({flows} flows) is not one ring all-reduce (a "
+                    f"tree, hierarchical or multi-ring all-reduce, a reduction per group, or the distributed "
+                    f"optimizer's reduce-scatters): written as its send/receive pairs"]
+        check(notes == want, f"{name} ({mode}): export says {notes}")
     for name, (exp, ranks_wanted, ep_sends) in GROUPED.items():
         for mode, ranks in round_trips(tmp, name, exp):
             check(len(ranks) == ranks_wanted, f"{name} ({mode}): {len(ranks)} traces, the cluster's {ranks_wanted}")
