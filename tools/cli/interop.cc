@@ -57,9 +57,10 @@ struct ImportOptions {
 int run_import(const ImportOptions& o) {
   std::optional<std::string> py = process::python_with("torch");
   if (!py)
-    return bad_input(
+    return bad_input(fmt::format(
         "`pipegrid import` needs python3 with PyTorch (Debian: sudo apt-get install python3-torch "
-        "python3-torchvision, or `tools/setup --all`; or set PIPEGRID_PYTHON)");
+        "python3-torchvision, or `tools/setup --all`; {})",
+        process::python_advice()));
   TempDir tmp;
   if (tmp.path.empty()) return bad_input("cannot create a temporary folder");
   const std::string script = tmp.file("torch_import.py");
@@ -85,7 +86,9 @@ struct ChakraOptions {
 
 int run_chakra_script(const std::vector<std::string>& args) {
   std::optional<std::string> py = process::python_with("json");
-  if (!py) return bad_input("Chakra traces need python3 (Debian: sudo apt-get install python3)");
+  if (!py)
+    return bad_input(fmt::format("Chakra traces need python3 (Debian: sudo apt-get install python3; {})",
+                                 process::python_advice()));
   TempDir tmp;
   const std::string script = tmp.file("chakra.py");
   if (Status s = write_text(script, kChakraScript); !s) return bad_input(s.error().message);
