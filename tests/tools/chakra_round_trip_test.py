@@ -188,5 +188,43 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run([PIPEGRID, "replay", path, "--chakra", d], capture_output=True, text=True)
     check(r.returncode == 2 and "receive from rank 1 to rank 0 (tag 5) has no matching send" in r.stderr,
           f"a receive without its send: status {r.returncode}, {r.stderr.strip()}")
+    # The decoder's errors: status 2 and one line naming the file and record or the rank and node (until
+    # 2026-12-05 a truncated double was a struct.error traceback with status 1, a receive without comm_src
+    # "chakra.py: 'comm_src'", comm_size -5 was read as 2^64 - 5 and a NaN duration gave "not a trace graph").
+    C, S, R = chakra.COMP, chakra.SEND, chakra.RECV
+
+    def comm(i, t, size=8, src=True):
+        attrs = {"comm_src": ("int32", 0), "comm_dst": ("int32", 1), "comm_size": ("int64", size),
+                 "comm_tag": ("int32", 7)}
+        if not src:
+            del attrs["comm_src"]
+        return {"id": i, "name": f"n{i}", "type": t, "data": [], "duration_us": 0, "attrs": attrs}
+
+    def decoded(name, rank0, rank1, want):
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        if isinstance(rank0, bytes):
+            with open(os.path.join(d, "pipegrid.0.et"), "wb") as f:
+                f.write(rank0)
+        else:
+            chakra.write_rank(os.path.join(d, "pipegrid.0.et"), rank0)
+        chakra.write_rank(os.path.join(d, "pipegrid.1.et"), rank1)
+        r = subprocess.run([PIPEGRID, "replay", path, "--chakra", d], capture_output=True, text=True)
+        want = want.format(d=d)
+        check(r.returncode == 2 and r.stderr == want + "\n", f"{name}: status {r.returncode}, {r.stderr.strip()!r}")
+
+    truncated = chakra.key(1, 0) + chakra.varint(0) + chakra.key(3, 0) + chakra.varint(C) + chakra.len_field(
+        10, chakra.len_field(1, b"pipegrid_duration_s") + chakra.key(3, 1) + b"\x00\x00")
+    decoded("truncated double", chakra.metadata() + chakra.delimited(truncated), [comm(0, R)],
+            "chakra.py: {d}/pipegrid.0.et: node record 1 (the first node), at byte 8: field 3: a 64-bit value "
+            "with 2 bytes left (truncated)")
+    decoded("receive without comm_src", [comm(0, S)], [comm(0, R, src=False)],
+            "chakra.py: rank 1 node 0 (n0): no attribute comm_src")
+    decoded("negative size", [comm(0, S, size=-5)], [comm(0, R, size=-5)],
+            "chakra.py: rank 0 node 0 (n0): a size of -5 bytes")
+    nan = {"id": 0, "name": "nan", "type": C, "data": [], "duration_us": 0,
+           "attrs": {"pipegrid_duration_s": ("double", float("nan"))}}
+    decoded("NaN duration", [nan], [], "chakra.py: rank 0 node 0 (nan): attribute pipegrid_duration_s is nan, "
+            "expected a finite number")
 print(f"{failures} failures")
 sys.exit(1 if failures else 0)
