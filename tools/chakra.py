@@ -25,6 +25,7 @@ with these node types; it takes `pipegrid_duration_s` when present, else duratio
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -99,6 +100,8 @@ def _read_varint(buf, i):
     while True:
         if i >= len(buf):
             raise ValueError("truncated varint")
+        if shift >= 70:
+            raise ValueError("a varint longer than 10 bytes")
         b = buf[i]
         i += 1
         result |= (b & 0x7F) << shift
@@ -117,20 +120,57 @@ def _fields(buf):
             v, i = _read_varint(buf, i)
         elif wt == 2:
             n, i = _read_varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError(f"field {field}: {n} bytes announced, {len(buf) - i} left (truncated)")
             v, i = buf[i:i + n], i + n
-        elif wt == 1:
-            v, i = struct.unpack("<d", buf[i:i + 8])[0], i + 8
-        elif wt == 5:
-            v, i = buf[i:i + 4], i + 4
+        elif wt in (1, 5):
+            size = 8 if wt == 1 else 4
+            if i + size > len(buf):
+                raise ValueError(f"field {field}: a {size * 8}-bit value with {len(buf) - i} bytes left (truncated)")
+            v, i = (struct.unpack("<d", buf[i:i + 8])[0] if wt == 1 else buf[i:i + 4]), i + size
         else:
-            raise ValueError(f"unsupported wire type {wt}")
+            raise ValueError(f"field {field}: unsupported wire type {wt}")
         yield field, wt, v
+
+
+def _signed(v, bits):
+    """A varint as protobuf's int32 / int64 (two's complement over 64 bits)."""
+    if v >= 1 << 63:
+        v -= 1 << 64
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise ValueError(f"{v} does not fit an int{bits}")
+    return v
+
+
+# The wire type of each field decode_node reads (Node, then AttributeProto); others are skipped.
+NODE_WIRE = {1: (0,), 2: (2,), 3: (0,), 4: (0, 2), 5: (0, 2), 7: (0,), 10: (2,)}
+ATTR_WIRE = {1: (2,), 3: (1,), 7: (0,), 9: (0,), 27: (0,), 29: (2,)}
+
+
+def _check_wire(field, wt, expected, what):
+    if field in expected and wt not in expected[field]:
+        raise ValueError(f"{what} field {field}: wire type {wt}, expected {expected[field][0]}")
+
+
+def _attr(buf):
+    """(name, (kind, value)) of one AttributeProto; kind None for a type decode does not read."""
+    kinds = {v: k for k, v in ATTR_FIELDS.items()}
+    name, value, kind = None, None, None
+    for f2, wt2, v2 in _fields(buf):
+        _check_wire(f2, wt2, ATTR_WIRE, "attribute")
+        if f2 == 1:
+            name = v2.decode()
+        elif f2 in kinds:
+            kind = kinds[f2]
+            value = (v2.decode() if kind == "string" else _signed(v2, 32) if kind == "int32"
+                     else _signed(v2, 64) if kind == "int64" else bool(v2) if kind == "bool" else v2)
+    return name, (kind, value)
 
 
 def decode_node(buf):
     n = {"id": 0, "name": "", "type": 0, "data": [], "ctrl": [], "duration_us": 0, "attrs": {}}
-    kinds = {v: k for k, v in ATTR_FIELDS.items()}
     for field, wt, v in _fields(buf):
+        _check_wire(field, wt, NODE_WIRE, "node")
         if field == 1:
             n["id"] = v
         elif field == 2:
@@ -143,15 +183,9 @@ def decode_node(buf):
         elif field == 7:
             n["duration_us"] = v
         elif field == 10:
-            name, value, kind = None, None, None
-            for f2, wt2, v2 in _fields(v):
-                if f2 == 1:
-                    name = v2.decode()
-                elif f2 in kinds:
-                    kind = kinds[f2]
-                    value = v2.decode() if kind == "string" else v2
+            name, value = _attr(v)
             if name is not None:
-                n["attrs"][name] = (kind, value)
+                n["attrs"][name] = value
     return n
 
 
@@ -164,19 +198,26 @@ def _unpack_varints(buf):
 
 
 def read_rank(path):
-    """The nodes of one rank's trace (after its metadata)."""
+    """The nodes of one rank's trace (after its metadata). Errors name the file and the record."""
     with open(path, "rb") as f:
         buf = f.read()
-    nodes, i, first = [], 0, True
+    if not buf:
+        raise ValueError(f"{path}: an empty file (a trace starts with its metadata)")
+    nodes, i, record = [], 0, 0
     while i < len(buf):
-        n, i = _read_varint(buf, i)
-        payload, i = buf[i:i + n], i + n
-        if len(payload) != n:
-            raise ValueError(f"{path}: truncated record")
-        if first:  # GlobalMetadata
-            first = False
-            continue
-        nodes.append(decode_node(payload))
+        start = i
+        try:
+            n, i = _read_varint(buf, i)
+            payload, i = buf[i:i + n], i + n
+            if len(payload) != n:
+                raise ValueError(f"{n} bytes announced, {len(payload)} left (truncated)")
+            if record > 0:  # record 0: the GlobalMetadata
+                nodes.append(decode_node(payload))
+        except ValueError as e:  # UnicodeDecodeError too
+            what = "the metadata" if record == 0 else f"node record {record} (after node id {nodes[-1]['id']})" \
+                if nodes else f"node record {record} (the first node)"
+            raise ValueError(f"{path}: {what}, at byte {start}: {e}") from None
+        record += 1
     return nodes
 
 
@@ -217,6 +258,8 @@ def graph_to_ranks(graph):
             node["attrs"] = _comm_attrs(src, dst, g["bytes"], g["tag"])
             if t == "send" and g.get("duration_s", 0) > 0:  # a fixed time besides the bytes (an engine's step)
                 node["attrs"]["pipegrid_duration_s"] = ("double", g["duration_s"])
+            if g.get("channel", 0):  # a collective's connection (NCCL's trees), its own in the replay
+                node["attrs"]["pipegrid_channel"] = ("int32", g["channel"])
         elif t == "allreduce":
             node["type"] = COLL
             node["attrs"] = {"is_cpu_op": ("bool", False), "comm_type": ("int64", ALL_REDUCE),
@@ -230,44 +273,81 @@ def graph_to_ranks(graph):
     return ranks
 
 
+def _number(a, key, where, default=None, kinds=("int32", "int64", "double")):
+    """Attribute `key` of a node's attributes `a` ({name: (kind, value)}): a finite number; `default`
+    when absent (None: required)."""
+    if key not in a:
+        if default is None:
+            raise ValueError(f"{where}: no attribute {key}")
+        return default
+    kind, value = a[key]
+    if kind not in kinds:
+        raise ValueError(f"{where}: attribute {key} is {kind or 'of a type chakra.py does not read'}, "
+                         f"expected {' or '.join(kinds)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: attribute {key} is {value}, expected a finite number")
+    return value
+
+
+def _size(a, where):
+    """A send's, receive's or collective's bytes: pipegrid_bytes (exact), else comm_size; at least 0."""
+    size = _number(a, "pipegrid_bytes", where, _number(a, "comm_size", where, 0, ("int64", "int32")), ("double",))
+    if size < 0:
+        raise ValueError(f"{where}: a size of {size} bytes")
+    return size
+
+
+def _node_to_graph(r, n, gid, ranks):
+    """Node n of rank r as a trace graph node."""
+    where = f"rank {r} node {n['id']} ({n['name']})"
+    a = n["attrs"]
+    missing = [d for d in n["data"] + n["ctrl"] if (r, d) not in gid]
+    if missing:
+        raise ValueError(f"{where}: depends on missing nodes {missing}")
+    g = {"id": gid[(r, n["id"])], "rank": r, "name": n["name"],
+         "deps": sorted({gid[(r, d)] for d in n["data"] + n["ctrl"]})}
+    t = n["type"]
+    if t == COMP:
+        g["type"] = "comp"
+        g["duration_s"] = _number(a, "pipegrid_duration_s", where, n["duration_us"] * 1e-6, ("double",))
+    elif t in (SEND, RECV):
+        g["type"] = "send" if t == SEND else "recv"
+        g["peer"] = _number(a, "comm_dst" if t == SEND else "comm_src", where, kinds=("int32", "int64"))
+        g["bytes"] = _size(a, where)
+        g["tag"] = _number(a, "comm_tag", where, 0, ("int32", "int64"))
+        if t == SEND and "pipegrid_duration_s" in a:
+            g["duration_s"] = _number(a, "pipegrid_duration_s", where, kinds=("double",))
+        if "pipegrid_channel" in a:
+            g["channel"] = _number(a, "pipegrid_channel", where, kinds=("int32",))
+    elif t == COLL:
+        ctype = _number(a, "comm_type", where, ALL_REDUCE, ("int64", "int32"))
+        if ctype != ALL_REDUCE:
+            raise ValueError(f"{where}: collective type {ctype}; only all-reduce is supported")
+        g["type"] = "allreduce"
+        group = a.get("pipegrid_group", (None, None))[1]
+        try:
+            g["group"] = [int(x) for x in group.split(",")] if group else sorted(ranks)
+        except (ValueError, AttributeError):
+            raise ValueError(f"{where}: pipegrid_group {group!r}, expected ranks like \"0,1,2,3\"") from None
+        g["bytes"] = _size(a, where)
+        g["tag"] = _number(a, "comm_tag", where, 0, ("int32", "int64"))
+    else:
+        raise ValueError(f"{where}: node type {t} is not supported "
+                         f"(compute, send, receive and all-reduce nodes are)")
+    return g
+
+
 def ranks_to_graph(ranks):
     """A trace graph from {rank: [nodes]} (global ids: rank-major)."""
-    out, gid = [], {}
+    gid, first = {}, {}
     for r in sorted(ranks):
         for n in ranks[r]:
+            if (r, n["id"]) in gid:
+                raise ValueError(f"rank {r} node {n['id']} ({n['name']}): a second node with id {n['id']} "
+                                 f"(the first: {first[(r, n['id'])]})")
             gid[(r, n["id"])] = len(gid)
-    for r in sorted(ranks):
-        for n in ranks[r]:
-            a = {k: v[1] for k, v in n["attrs"].items()}
-            missing = [d for d in n["data"] + n["ctrl"] if (r, d) not in gid]
-            if missing:
-                raise ValueError(f"rank {r} node {n['id']} ({n['name']}): depends on missing nodes {missing}")
-            g = {"id": gid[(r, n["id"])], "rank": r, "name": n["name"],
-                 "deps": sorted({gid[(r, d)] for d in n["data"] + n["ctrl"]})}
-            t = n["type"]
-            if t == COMP:
-                g["type"] = "comp"
-                g["duration_s"] = a.get("pipegrid_duration_s", n["duration_us"] * 1e-6)
-            elif t in (SEND, RECV):
-                g["type"] = "send" if t == SEND else "recv"
-                g["peer"] = a["comm_dst"] if t == SEND else a["comm_src"]
-                g["bytes"] = a.get("pipegrid_bytes", a.get("comm_size", 0))
-                g["tag"] = a.get("comm_tag", 0)
-                if t == SEND and "pipegrid_duration_s" in a:
-                    g["duration_s"] = a["pipegrid_duration_s"]
-            elif t == COLL:
-                if a.get("comm_type", ALL_REDUCE) != ALL_REDUCE:
-                    raise ValueError(f"rank {r} node {n['id']} ({n['name']}): collective type {a.get('comm_type')}; "
-                                     f"only all-reduce is supported")
-                g["type"] = "allreduce"
-                group = a.get("pipegrid_group")
-                g["group"] = [int(x) for x in group.split(",")] if group else sorted(ranks)
-                g["bytes"] = a.get("pipegrid_bytes", a.get("comm_size", 0))
-                g["tag"] = a.get("comm_tag", 0)
-            else:
-                raise ValueError(f"rank {r} node {n['id']} ({n['name']}): node type {t} is not supported "
-                                 f"(compute, send, receive and all-reduce nodes are)")
-            out.append(g)
+            first[(r, n["id"])] = n["name"]
+    out = [_node_to_graph(r, n, gid, ranks) for r in sorted(ranks) for n in ranks[r]]
     return {"format": "pipegrid-trace-graph", "version": 1, "ranks": len(ranks), "nodes": out}
 
 
@@ -308,7 +388,7 @@ def main(argv=None):
                   f"to {args.directory}/{args.prefix}.<rank>.et", file=sys.stderr)
         else:
             ranks = {r: read_rank(p) for r, p in rank_files(args.directory, args.prefix).items()}
-            text = json.dumps(ranks_to_graph(ranks))
+            text = json.dumps(ranks_to_graph(ranks), allow_nan=False)
             if args.output:
                 with open(args.output, "w") as f:
                     f.write(text)

@@ -30,7 +30,9 @@ What it does:
      parameters and output shapes, and a header naming the device, precision and batch.
 """
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import operator
@@ -81,8 +83,29 @@ class Tracer(torch.fx.Tracer):
         return isinstance(m, LEAVES) or super().is_leaf_module(m, qualname)
 
 
+def constructor_kwargs(text):
+    """--kwargs: a JSON object."""
+    if not text:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except ValueError as e:
+        fail(f"--kwargs: expected a JSON object like '{{\"layers\": 4}}', got '{text}' ({e})")
+    if not isinstance(kwargs, dict):
+        fail(f"--kwargs: expected a JSON object like '{{\"layers\": 4}}', got '{text}' (a {type(kwargs).__name__})")
+    return kwargs
+
+
+def one_line(e):
+    """An exception as one line: its type and the first line of its message (the innermost cause)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
 def load_module(args):
-    kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    kwargs = constructor_kwargs(args.kwargs)
     if args.torchvision:
         try:
             import torchvision.models as tvm
@@ -92,7 +115,10 @@ def load_module(args):
         if builder is None or not callable(builder) or args.torchvision.startswith("_"):
             names = sorted(n for n in dir(tvm) if n[:1].islower() and callable(getattr(tvm, n)) and not n.startswith("get"))
             fail(f"--torchvision: no model \"{args.torchvision}\" in torchvision.models (e.g. {', '.join(names[:12])}, ...)")
-        return builder(**kwargs), args.torchvision
+        try:
+            return builder(**kwargs), args.torchvision
+        except Exception as e:  # the constructor's own check of its arguments
+            fail(f"--torchvision {args.torchvision}: {args.torchvision}(**{kwargs}): {one_line(e)}")
     if not os.path.isfile(args.file):
         fail(f"--file: cannot read \"{args.file}\"")
     spec = importlib.util.spec_from_file_location("pipegrid_user_model", args.file)
@@ -100,7 +126,7 @@ def load_module(args):
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's file: report its error, do not crash
-        fail(f"{args.file}: {type(e).__name__}: {e}")
+        fail(f"{args.file}: {one_line(e)}")
     cls = getattr(module, args.cls or "", None)
     if cls is None:
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)]
@@ -108,7 +134,7 @@ def load_module(args):
     try:
         return cls(**kwargs), args.cls
     except Exception as e:
-        fail(f"{args.file}: {args.cls}(**{kwargs}): {type(e).__name__}: {e}")
+        fail(f"{args.file}: {args.cls}(**{kwargs}): {one_line(e)}")
 
 
 def example_input(model, graph_module, shape, dtype, batch):
@@ -572,6 +598,23 @@ def cpu_name():
     return platform.processor() or "cpu"
 
 
+def check_paths(args):
+    """No output may be an input (--file) or another output (compared as canonical paths)."""
+    def same(a, b):
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+        return os.path.realpath(a) == os.path.realpath(b)
+    inputs = [("--file", args.file)] if args.file else []
+    outputs = [(k, v) for k, v in (("-o", args.output), ("--report", args.report), ("--profile", args.profile)) if v]
+    for i, (what, path) in enumerate(outputs):
+        for in_what, in_path in inputs:
+            if same(path, in_path):
+                fail(f"{what} \"{path}\" is the {in_what} model: an output must not overwrite an input")
+        for other, other_path in outputs[:i]:
+            if same(path, other_path):
+                fail(f"{other} \"{other_path}\" and {what} \"{path}\" are the same file: each output needs its own")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="pipegrid import", description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -601,6 +644,9 @@ def main(argv=None):
         fail(f"--input-shape: expected positive dimensions like 3,224,224, got \"{args.input_shape}\"")
     if args.batch < 1 or args.repeat < 1:
         fail("--batch and --repeat must be positive")
+    if args.threads < 0:
+        fail(f"--threads: expected 0 (torch's default) or a positive count, got {args.threads}")
+    check_paths(args)
 
     torch.manual_seed(0)
     model, default_name = load_module(args)
@@ -608,14 +654,17 @@ def main(argv=None):
     try:
         graph = Tracer().trace(model)
     except Exception as e:
-        fail(f"torch.fx cannot trace {default_name}: {type(e).__name__}: {e}")
+        fail(f"torch.fx cannot trace {default_name}: {one_line(e)}")
     gm = torch.fx.GraphModule(model, graph)
     x, dtype = example_input(model, gm, shape, args.input_dtype, 2)
     model.eval()
     try:
-        ShapeProp(gm).propagate(x)
+        with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints the traceback itself
+            ShapeProp(gm).propagate(x)
     except Exception as e:
-        fail(f"running {default_name} on an input of shape {[2] + shape} ({dtype}) failed: {type(e).__name__}: {e}")
+        # ShapeProp's own error wraps the operation's (raised while handling it)
+        fail(f"running {default_name} on an input of shape {[2] + shape} ({dtype}) failed: "
+             f"{one_line(e.__cause__ or e.__context__ or e)}")
 
     imp = Importer(model, gm)
     imp.run()
@@ -677,4 +726,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as e:  # one line, not a traceback, whatever went wrong
+        fail(one_line(e))

@@ -1,9 +1,12 @@
 #include "core/models/pipedream_profile.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -27,12 +30,13 @@ bool number(std::string_view s, double* out, double max) {
   return ec == std::errc() && p == s.data() + s.size() && *out >= 0 && *out <= max;
 }
 
-// "123.0" or "[1.0; 2.0]" (summed).
+// "123.0" or "[1.0; 2.0]" (summed; "[]" is no size).
 bool size_value(std::string_view s, double* out, double max) {
   s = trim(s);
   if (s.empty() || s.front() != '[') return number(s, out, max);
   if (s.back() != ']') return false;
-  s = s.substr(1, s.size() - 2);
+  s = trim(s.substr(1, s.size() - 2));
+  if (s.empty()) return false;
   *out = 0;
   while (!s.empty()) {
     size_t semi = s.find(';');
@@ -56,8 +60,13 @@ std::string expected_node(std::string_view line) {
 
 using KeyValues = std::map<std::string, std::string, std::less<>>;
 
+// The fields of a node line, in the profile's order.
+constexpr std::array<std::string_view, 4> kFields = {"forward_compute_time", "backward_compute_time",
+                                                     "activation_size", "parameter_size"};
+
 // "key=value, key=[a; b], ..." split at the commas outside brackets; none when an item has no '='.
-std::optional<KeyValues> metrics_of(std::string_view metrics) {
+// A key given twice or not one of kFields is `bad`'s error.
+std::optional<KeyValues> metrics_of(std::string_view metrics, std::string& bad) {
   KeyValues kv;
   while (!metrics.empty()) {
     size_t end = 0;
@@ -70,7 +79,12 @@ std::optional<KeyValues> metrics_of(std::string_view metrics) {
     std::string_view item = trim(metrics.substr(0, end));
     size_t eq = item.find('=');
     if (eq == std::string_view::npos) return std::nullopt;
-    kv[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
+    const std::string key(trim(item.substr(0, eq)));
+    if (std::find(kFields.begin(), kFields.end(), key) == kFields.end())
+      bad = fmt::format("unknown field \"{}\" (a node line has {})", key, fmt::join(kFields, ", "));
+    else if (!kv.emplace(key, std::string(trim(item.substr(eq + 1)))).second)
+      bad = fmt::format("{} appears twice: {}={}, then {}", key, key, kv[key], item);
+    if (!bad.empty()) return kv;
     metrics = end < metrics.size() ? metrics.substr(end + 1) : std::string_view{};
   }
   return kv;
@@ -90,8 +104,10 @@ Result<Layer> parse_node(std::string_view line, const ProfileOptions& o) {
   if (last == std::string_view::npos) return Error{expected_node(line)};
   const std::string node(trim(line.substr(0, first)));
   const std::string description(trim(rest.substr(0, last)));
-  std::optional<KeyValues> kv = metrics_of(rest.substr(last + 4));
+  std::string bad;
+  std::optional<KeyValues> kv = metrics_of(rest.substr(last + 4), bad);
   if (!kv) return Error{expected_node(line)};
+  if (!bad.empty()) return Error{fmt::format("node {}: {}", node, bad)};
   // The bounds of quantities in every other input (core/units.h), in the profile's units.
   const double kMaxMs = max_magnitude(Dimension::Time) * 1e3, kMaxBytes = max_magnitude(Dimension::Bytes);
   double fwd = 0, bwd = 0, act = 0, params = 0;
@@ -106,6 +122,9 @@ Result<Layer> parse_node(std::string_view line, const ProfileOptions& o) {
       return Error{fmt::format("node {}: {} must be a number from 0 to {:.0e} ({}), got \"{}\"", node, key,
                                max, unit, it->second)};
   }
+  if (params != std::floor(params))
+    return Error{fmt::format("node {}: parameter_size must be a whole number of bytes, got \"{}\"", node,
+                             kv->at("parameter_size"))};
   Layer l;
   l.name = node;
   l.description = description;

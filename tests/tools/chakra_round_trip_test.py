@@ -73,6 +73,20 @@ ENGINE = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "s
 ENGINE["cluster"] = {"kind": "switch", "count": 4, "device": {"name": "fpga", "model": "u280"},
                      "bandwidth": "12.5GBps", "latency": "1us", "collective_engine": "accl-tcp"}
 CASES["data-parallel on a collective engine"] = (ENGINE, [2 * 4 + 1] * 4, 0, 1)
+# NCCL's double binary tree: its two trees on channels 1 and 2, each its own connection in the replay;
+# written as send / receive pairs (not a ring) carrying the channel. 2 trees x 64 chunks (128 MiB per
+# tree, 512 KiB chunks, at most 64) x 2 (n - 1) = 768 sends. Until 2026-12-05 the channel was lost and
+# both trees' flows shared one connection: replayed 37.848 ms against run's 34.277 ms.
+TREE = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "schedule": "1f1b",
+                      "micro_batches": 4, "allreduce": "tree"})
+CASES["data-parallel tree all-reduce"] = (TREE, [2 * 4 + 1] * 4, 2 * 64 * 2 * 3, 0)
+# ZeRO-1 with dp_overlap: two bucketed reduce-scatters of 128 MiB (the backward split in two: one more
+# compute node per rank), 2 x (n - 1) n = 24 sends; not one ring all-reduce, so written as send / receive
+# pairs. Until 2026-12-05 they were written as one all-reduce node: replayed 20.565 ms against 19.565 ms.
+ZERO = experiment(4, {"partitioner": "uniform", "stages": 1, "replicas": 4, "schedule": "1f1b",
+                      "micro_batches": 4, "dp_overlap": True})
+ZERO["memory"] = {"zero": 1}
+CASES["ZeRO-1 reduce-scatters with dp_overlap"] = (ZERO, [2 * 4 + 2] * 4, 2 * 3 * 4, 0)
 
 # Group collectives: name -> (experiment, ranks, expert all-to-all sends by closed form or None).
 GROUPED = {
@@ -99,6 +113,9 @@ GROUPED = {
                       "moe": {"dispatcher": "deepep"}}}, 8, None),
 }
 
+EXPORT_NOTES = {}  # (name, mode) -> what export said besides chakra.py's line
+
+
 def round_trips(tmp, name, exp):
     """Writes `exp`, exports it with collective nodes and with --p2p, yields (mode, the traces by
     rank) for the caller's checks, then checks that replaying them gives `pipegrid run`'s time."""
@@ -108,7 +125,8 @@ def round_trips(tmp, name, exp):
     want = json.loads(pipegrid("run", path, "--json").stdout)["iteration_time_s"]
     for mode in ("collectives", "p2p"):
         d = os.path.join(tmp, f"{name}-{mode}")
-        pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+        r = pipegrid("export", path, "--chakra", d, *(["--p2p"] if mode == "p2p" else []))
+        EXPORT_NOTES[(name, mode)] = [line for line in r.stderr.splitlines() if not line.startswith("chakra.py:")]
         yield mode, {r: chakra.read_rank(p) for r, p in chakra.rank_files(d, "pipegrid").items()}
         got = json.loads(pipegrid("replay", path, "--chakra", d, "--json").stdout)["iteration_time_s"]
         check(abs(got - want) <= 1e-9 * want,
@@ -136,6 +154,18 @@ with tempfile.TemporaryDirectory() as tmp:
                           f"{name}: all-reduce of {sizes} bytes, the stage's {layers_per_stage} x 64 MiB")
             else:
                 check(count[chakra.COLL] == [0] * 4, f"{name} (p2p): no collective nodes")
+            if name.startswith("data-parallel tree"):
+                channels = {n["attrs"]["pipegrid_channel"][1] for r in ranks for n in ranks[r]
+                            if "pipegrid_channel" in n["attrs"]}
+                check(channels == {1, 2}, f"{name} ({mode}): the flows' channels {channels}, the two trees' 1 and 2")
+    for (name, mode), notes in sorted(EXPORT_NOTES.items()):
+        want = []
+        if mode == "collectives" and name.startswith(("ZeRO-1", "data-parallel tree")):
+            flows = 24 if name.startswith("ZeRO-1") else 768
+            want = [f"pipegrid export: stage 0's gradient reduction ({flows} flows) is not one ring all-reduce (a "
+                    f"tree, hierarchical or multi-ring all-reduce, a reduction per group, or the distributed "
+                    f"optimizer's reduce-scatters): written as its send/receive pairs"]
+        check(notes == want, f"{name} ({mode}): export says {notes}")
     for name, (exp, ranks_wanted, ep_sends) in GROUPED.items():
         for mode, ranks in round_trips(tmp, name, exp):
             check(len(ranks) == ranks_wanted, f"{name} ({mode}): {len(ranks)} traces, the cluster's {ranks_wanted}")
@@ -158,5 +188,43 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run([PIPEGRID, "replay", path, "--chakra", d], capture_output=True, text=True)
     check(r.returncode == 2 and "receive from rank 1 to rank 0 (tag 5) has no matching send" in r.stderr,
           f"a receive without its send: status {r.returncode}, {r.stderr.strip()}")
+    # The decoder's errors: status 2 and one line naming the file and record or the rank and node (until
+    # 2026-12-05 a truncated double was a struct.error traceback with status 1, a receive without comm_src
+    # "chakra.py: 'comm_src'", comm_size -5 was read as 2^64 - 5 and a NaN duration gave "not a trace graph").
+    C, S, R = chakra.COMP, chakra.SEND, chakra.RECV
+
+    def comm(i, t, size=8, src=True):
+        attrs = {"comm_src": ("int32", 0), "comm_dst": ("int32", 1), "comm_size": ("int64", size),
+                 "comm_tag": ("int32", 7)}
+        if not src:
+            del attrs["comm_src"]
+        return {"id": i, "name": f"n{i}", "type": t, "data": [], "duration_us": 0, "attrs": attrs}
+
+    def decoded(name, rank0, rank1, want):
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        if isinstance(rank0, bytes):
+            with open(os.path.join(d, "pipegrid.0.et"), "wb") as f:
+                f.write(rank0)
+        else:
+            chakra.write_rank(os.path.join(d, "pipegrid.0.et"), rank0)
+        chakra.write_rank(os.path.join(d, "pipegrid.1.et"), rank1)
+        r = subprocess.run([PIPEGRID, "replay", path, "--chakra", d], capture_output=True, text=True)
+        want = want.format(d=d)
+        check(r.returncode == 2 and r.stderr == want + "\n", f"{name}: status {r.returncode}, {r.stderr.strip()!r}")
+
+    truncated = chakra.key(1, 0) + chakra.varint(0) + chakra.key(3, 0) + chakra.varint(C) + chakra.len_field(
+        10, chakra.len_field(1, b"pipegrid_duration_s") + chakra.key(3, 1) + b"\x00\x00")
+    decoded("truncated double", chakra.metadata() + chakra.delimited(truncated), [comm(0, R)],
+            "chakra.py: {d}/pipegrid.0.et: node record 1 (the first node), at byte 8: field 3: a 64-bit value "
+            "with 2 bytes left (truncated)")
+    decoded("receive without comm_src", [comm(0, S)], [comm(0, R, src=False)],
+            "chakra.py: rank 1 node 0 (n0): no attribute comm_src")
+    decoded("negative size", [comm(0, S, size=-5)], [comm(0, R, size=-5)],
+            "chakra.py: rank 0 node 0 (n0): a size of -5 bytes")
+    nan = {"id": 0, "name": "nan", "type": C, "data": [], "duration_us": 0,
+           "attrs": {"pipegrid_duration_s": ("double", float("nan"))}}
+    decoded("NaN duration", [nan], [], "chakra.py: rank 0 node 0 (nan): attribute pipegrid_duration_s is nan, "
+            "expected a finite number")
 print(f"{failures} failures")
 sys.exit(1 if failures else 0)

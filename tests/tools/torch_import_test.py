@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`pipegrid import` (tools/torch_import.py) against independent figures.
 
-    torch_import_test.py PIPEGRID CASE     CASE: resnet50 | vgg16 | gpt | profile
+    torch_import_test.py PIPEGRID CASE     CASE: resnet50 | vgg16 | gpt | profile | errors
 
   resnet50, vgg16: torchvision's models import with their published parameter counts (25,557,032
       and 138,357,544: torchvision's model documentation), forward FLOPs within 2% of the zoo's
@@ -12,7 +12,9 @@
       12 h^2 + 13 h per block, V h + s h + 2 h; checked here by hand as well);
   profile: a small model's CPU-measured profile replays: one device, one micro-batch, so the
       iteration is the sum of the profile's forward and backward times (read from the file), and
-      the custom layer (nn.Upsample) is listed in the report.
+      the custom layer (nn.Upsample) is listed in the report;
+  errors: bad arguments (--kwargs, --threads, an input shape the model cannot run, an output that is
+      an input or another output, a PIPEGRID_PYTHON that does not exist) are one-line errors, status 2.
 Exit 77 (skipped) without PyTorch/torchvision."""
 import json
 import os
@@ -65,6 +67,53 @@ def simulate(tmp, workload, name):
 
 def rel(a, b):
     return abs(a - b) / abs(b)
+
+
+def refused(args, want, env=None):
+    """`pipegrid import ARGS` exits 2 with exactly `want` on stderr (one line, no traceback)."""
+    r = subprocess.run([PIPEGRID, "import", *args], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})))
+    check(r.returncode == 2 and r.stderr == f"pipegrid import: {want}\n" and not r.stdout,
+          f"import {' '.join(args)}: status {r.returncode}, {r.stderr.strip()!r}")
+
+
+def run_errors(tmp):
+    """Bad arguments: one line, status 2, and no output written over an input or another output (until
+    2026-12-05 each gave a Python traceback with status 1, or overwrote the file)."""
+    model = os.path.join(tmp, "m.py")
+    text = "from torch import nn\nclass M(nn.Module):\n    def __init__(self, n=4):\n        super().__init__()\n" \
+           "        self.l = nn.Linear(4, n)\n    def forward(self, x):\n        return self.l(x)\n"
+    with open(model, "w") as f:
+        f.write(text)
+    base = ["--file", model, "--class", "M", "--input-shape", "4"]
+    refused(base + ["--kwargs", "{bad"], "--kwargs: expected a JSON object like '{\"layers\": 4}', got '{bad' "
+            "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))")
+    refused(base + ["--kwargs", "[1,2]"], "--kwargs: expected a JSON object like '{\"layers\": 4}', got '[1,2]' (a list)")
+    refused(base + ["--kwargs", '{"n": -1}'], f"{model}: M(**{{'n': -1}}): RuntimeError: Trying to create tensor "
+            "with negative dimension -1: [-1, 4]")
+    refused(["--torchvision", "resnet18", "--input-shape", "3,224,224", "--kwargs", '{"num_classes": -1}'],
+            "--torchvision resnet18: resnet18(**{'num_classes': -1}): RuntimeError: Trying to create tensor with "
+            "negative dimension -1: [-1, 512]")
+    refused(["--torchvision", "resnet18", "--input-shape", "3,224"],
+            "running resnet18 on an input of shape [2, 3, 224] (float) failed: RuntimeError: Given groups=1, weight "
+            "of size [64, 3, 7, 7], expected input[1, 2, 3, 224] to have 3 channels, but got 2 channels instead")
+    out = os.path.join(tmp, "out.yaml")
+    refused(base + ["-o", out, "--profile", os.path.join(tmp, "p.yaml"), "--threads", "-1"],
+            "--threads: expected 0 (torch's default) or a positive count, got -1")
+    refused(base + ["-o", model], f"-o \"{model}\" is the --file model: an output must not overwrite an input")
+    with open(model) as f:
+        check(f.read() == text, "the --file model is unchanged")
+    refused(base + ["-o", out, "--report", os.path.join(tmp, ".", "out.yaml")],
+            f"-o \"{out}\" and --report \"{os.path.join(tmp, '.', 'out.yaml')}\" are the same file: each output "
+            "needs its own")
+    refused(base + ["-o", out, "--profile", out],
+            f"-o \"{out}\" and --profile \"{out}\" are the same file: each output needs its own")
+    check(not os.path.exists(out), "nothing written")
+    # An interpreter chosen with PIPEGRID_PYTHON that does not exist is not replaced by another.
+    r = subprocess.run([PIPEGRID, "import", *base], capture_output=True, text=True,
+                       env=dict(os.environ, PIPEGRID_PYTHON="/nonexistent/python3"))
+    check(r.returncode == 2 and 'PIPEGRID_PYTHON="/nonexistent/python3": it cannot be run' in r.stderr,
+          f"PIPEGRID_PYTHON=/nonexistent/python3: status {r.returncode}, {r.stderr.strip()!r}")
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -120,6 +169,9 @@ with tempfile.TemporaryDirectory() as tmp:
         t = json.loads(pipegrid("run", path, "--json").stdout)["iteration_time_s"]
         want = sum(us) * 1e-6
         check(rel(t, want) < 1e-9, f"profile: replayed iteration {t * 1e6:.3f} us = sum of the measured times {want * 1e6:.3f} us")
+    elif CASE == "errors":
+        need("torchvision")
+        run_errors(tmp)
     else:
         raise SystemExit(f"unknown case {CASE}")
 print(f"{CASE}: {failures} failures")

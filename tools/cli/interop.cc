@@ -57,9 +57,10 @@ struct ImportOptions {
 int run_import(const ImportOptions& o) {
   std::optional<std::string> py = process::python_with("torch");
   if (!py)
-    return bad_input(
+    return bad_input(fmt::format(
         "`pipegrid import` needs python3 with PyTorch (Debian: sudo apt-get install python3-torch "
-        "python3-torchvision, or `tools/setup --all`; or set PIPEGRID_PYTHON)");
+        "python3-torchvision, or `tools/setup --all`; {})",
+        process::python_advice()));
   TempDir tmp;
   if (tmp.path.empty()) return bad_input("cannot create a temporary folder");
   const std::string script = tmp.file("torch_import.py");
@@ -85,7 +86,9 @@ struct ChakraOptions {
 
 int run_chakra_script(const std::vector<std::string>& args) {
   std::optional<std::string> py = process::python_with("json");
-  if (!py) return bad_input("Chakra traces need python3 (Debian: sudo apt-get install python3)");
+  if (!py)
+    return bad_input(fmt::format("Chakra traces need python3 (Debian: sudo apt-get install python3; {})",
+                                 process::python_advice()));
   TempDir tmp;
   const std::string script = tmp.file("chakra.py");
   if (Status s = write_text(script, kChakraScript); !s) return bad_input(s.error().message);
@@ -134,8 +137,11 @@ int run_export(const ChakraOptions& o) {
   if (!prepared) return bad_input(fmt::format("{}: {}", where, prepared.error().message));
   output::TraceExportOptions eo;
   eo.collectives = !o.p2p;
+  std::vector<std::string> notes;
+  eo.notes = &notes;
   Result<nlohmann::json> graph = output::to_trace_graph(prepared->graph, exp->cluster.devices.size(), eo);
   if (!graph) return bad_input(fmt::format("{}: {}", where, graph.error().message));
+  for (const std::string& note : notes) fmt::print(std::cerr, "pipegrid export: {}\n", note);
   const std::string text = graph->dump();
   if (!o.graph.empty())
     if (Status s = output::write_file_safely(o.graph, text); !s) return bad_input(s.error().message);
@@ -146,6 +152,22 @@ int run_export(const ChakraOptions& o) {
   const int rc = run_chakra_script({"encode", json_file, o.dir, "--prefix", o.prefix});
   if (rc != 0) return rc < 0 ? kInternal : rc;
   return kOk;
+}
+
+// The trace graph's JSON; an error names `source`, the line and column and what the parser found.
+Result<nlohmann::json> parse_trace_json(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte: the position (from 1) of the character the parser stopped at.
+    const size_t at = std::min(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+    const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+    const size_t column = at - (line_start == std::string::npos || at == 0 ? 0 : line_start + 1) + 1;
+    std::string why = e.what();
+    if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+    return Error{fmt::format("{}:{}:{}: not a trace graph (JSON): {}", source, line, column, why)};
+  }
 }
 
 int run_replay(const ChakraOptions& o) {
@@ -168,9 +190,9 @@ int run_replay(const ChakraOptions& o) {
     if (!t) return bad_input(t.error().message);
     text = *t;
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad_input(fmt::format("{}: not a trace graph (JSON)", source));
-  Result<TaskGraph> g = output::from_trace_graph(j, exp->cluster);
+  Result<nlohmann::json> j = parse_trace_json(text, source);
+  if (!j) return bad_input(j.error().message);
+  Result<TaskGraph> g = output::from_trace_graph(*j, exp->cluster);
   if (!g) return bad_input(fmt::format("{}: {}", source, g.error().message));
   Result<sim::Replay> replay = sim::replay(exp->cluster, *g);
   if (!replay) return bad_input(fmt::format("{}: {}", source, replay.error().message));

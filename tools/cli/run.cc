@@ -232,7 +232,8 @@ int draw(const Experiment& e, const std::string& where, const RunOptions& o, con
     fmt::print(
         std::cerr,
         "pipegrid: --plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; "
-        "or set PIPEGRID_PYTHON){}\n",
+        "{}){}\n",
+        process::python_advice(),
         o.plot_data ? fmt::format("; the data is in {} and {}, the script in {}", tasks, memory, script)
                     : std::string("; --plot-data keeps the data and the script in the folder"));
     return kOk;

@@ -743,9 +743,9 @@ int run_plot(const SweepOptions& o) {
   if (!fs::is_regular_file(o.plot_db)) return bad_input(fmt::format("no results database \"{}\"", o.plot_db));
   std::optional<std::string> py = process::python_with("matplotlib");
   if (!py)
-    return bad_input(
-        "sweep plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; or set "
-        "PIPEGRID_PYTHON)");
+    return bad_input(fmt::format(
+        "sweep plot needs python3 with matplotlib (Debian: sudo apt-get install python3-matplotlib; {})",
+        process::python_advice()));
   std::vector<std::string> argv = {*py,        "-c",     kSweepPlotScript, "--db",     o.plot_db,    "--out",
                                    o.plot_out, "--kind", o.plot_kind,      "--metric", o.plot_metric};
   for (auto [flag, v] :

@@ -103,7 +103,13 @@ Layer custom_costs(const Node& n) {
     m.batch = n.has("batch") ? static_cast<double>(count(n, "batch")) : 1;
     if (auto d = n.get("device")) m.device_kind = d->string("a device kind (catalog name)");
     l.measured = m;
+  } else {
+    for (std::string_view key : {"backward_weight", "batch", "device"})
+      if (auto v = n.get(key))
+        v->fail(fmt::format("{} applies only to measured times: give forward and/or backward with it", key));
   }
+  if (n.has("output") && n.has("output_shape"))
+    n.get("output")->fail("expected output (bytes) or output_shape, not both");
   return l;
 }
 

@@ -6,6 +6,7 @@
 #include "core/models/chain.h"
 #include "core/models/pipedream_profile.h"
 #include "core/models/zoo.h"
+#include "tools/input/device_yaml.h"
 #include "tools/input/model_yaml.h"
 
 namespace pipegrid::input {
@@ -98,6 +99,16 @@ Workload parse_profile(const Node& n) {
   if (auto d = n.get("device")) {
     o.device_kind = d->string("a device kind (catalog name), or \"any\"");
     if (o.device_kind == "any") o.device_kind.clear();
+    // A kind no device has (a catalog name or "custom", a device given by its figures) matches none.
+    if (!o.device_kind.empty() && o.device_kind != "custom" && !find_catalog_device(o.device_kind)) {
+      std::vector<std::string_view> names = {"any", "custom"};
+      for (const CatalogDevice& c : device_catalog()) names.push_back(c.name);
+      const std::vector<std::string> close = close_matches(o.device_kind, names);
+      d->fail(fmt::format(
+          "unknown device kind \"{}\" ({}expected a catalog name, \"custom\" or \"any\"; "
+          "`pipegrid device list` shows the catalog)",
+          o.device_kind, close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front())));
+    }
   }
   Result<Workload> w = parse_pipedream_profile(read_referenced_file(file, path), path, o);
   if (!w) throw InputError(w.error().message);  // names the profile's file and line

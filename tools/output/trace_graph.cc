@@ -4,13 +4,20 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "core/collectives.h"
+#include "core/units.h"
+#include "core/validate.h"
+#include "tools/input/yaml_node.h"
 
 namespace pipegrid::output {
 namespace {
@@ -88,7 +95,31 @@ struct Ring {
   bool valid = false;
 };
 
-void check_ring(Ring& r, const TaskGraph& g) {
+// Whether the ring's flows are one stepped ring all-reduce (core/collectives.h's stepped_ring of
+// 2 (n - 1) steps): each flow waits, among the ring's flows, for nothing (step 0) or for exactly
+// one flow into its sender (the previous step), and each step has one flow per member. Two
+// bucketed reduce-scatters (ZeRO-1 with dp_overlap) have the same flows per device but two first
+// steps: they are not one all-reduce.
+bool stepped_as_allreduce(const Ring& r, const TaskGraph& g, const std::vector<std::vector<int32_t>>& pred,
+                          size_t n) {
+  std::map<int32_t, size_t> step;
+  for (int32_t t : r.steps) step[t] = 0;
+  std::vector<size_t> per_step(2 * (n - 1), 0);
+  for (int32_t t : r.steps) {  // in task order: a flow after the flow it waits for
+    size_t inside = 0;
+    for (int32_t p : pred[t]) {
+      auto it = step.find(p);
+      if (it == step.end()) continue;
+      if (++inside > 1 || g.tasks[p].peer != g.tasks[t].device || p > t) return false;
+      step[t] = it->second + 1;
+    }
+    if (step[t] >= per_step.size()) return false;
+    ++per_step[step[t]];
+  }
+  return std::all_of(per_step.begin(), per_step.end(), [n](size_t c) { return c == n; });
+}
+
+void check_ring(Ring& r, const TaskGraph& g, const std::vector<std::vector<int32_t>>& pred) {
   std::map<int, int> next;
   std::map<int, size_t> sends;
   for (int32_t t : r.steps) {
@@ -107,7 +138,7 @@ void check_ring(Ring& r, const TaskGraph& g) {
     r.members.push_back(d);
     if (!next.count(d)) return;
   }
-  if (d != r.members.front()) return;
+  if (d != r.members.front() || !stepped_as_allreduce(r, g, pred, n)) return;
   r.bytes = g.tasks[r.steps.front()].bytes * static_cast<double>(n);
   r.valid = true;
 }
@@ -129,19 +160,29 @@ json transfer_node(const Task& k, int32_t t, bool send, const std::set<int64_t>&
                {"deps", std::vector<int64_t>(deps.begin(), deps.end())}};
   // A fixed time the flow pays besides its bytes (a collective engine's step and call).
   if (send && k.duration > 0) node["duration_s"] = k.duration;
+  // A collective's channel (NCCL's double binary trees), its own connection in the replay.
+  if (k.channel != 0) node["channel"] = k.channel;
   return node;
 }
 
 // The data-parallel all-reduces that form core/collectives.h's ring, by stage (exported as one
-// collective node per rank); per task, the stage of its ring or -1.
-std::vector<int32_t> find_rings(const TaskGraph& g, std::map<int32_t, Ring>& rings) {
+// collective node per rank); per task, the stage of its ring or -1. The stages whose gradient flows
+// are not one ring all-reduce are noted (they are written as send / receive pairs).
+std::vector<int32_t> find_rings(const TaskGraph& g, const std::vector<std::vector<int32_t>>& pred,
+                                std::map<int32_t, Ring>& rings, std::vector<std::string>* notes) {
   std::vector<int32_t> ring_of(g.tasks.size(), -1);
   for (size_t t = 0; t < g.tasks.size(); ++t)
     if (collective_step(g.tasks[t])) rings[g.tasks[t].stage].steps.push_back(static_cast<int32_t>(t));
   for (auto& [stage, r] : rings) {
-    check_ring(r, g);
+    check_ring(r, g, pred);
     if (r.valid)
       for (int32_t t : r.steps) ring_of[t] = stage;
+    else if (notes != nullptr)
+      notes->push_back(fmt::format(
+          "stage {}'s gradient reduction ({} flows) is not one ring all-reduce (a tree, hierarchical or "
+          "multi-ring all-reduce, a reduction per group, or the distributed optimizer's reduce-scatters): "
+          "written as its send/receive pairs",
+          stage, r.steps.size()));
   }
   return ring_of;
 }
@@ -188,7 +229,8 @@ Result<json> to_trace_graph(const TaskGraph& g, size_t devices, const TraceExpor
     for (size_t i = 1; i < order.size(); ++i) previous[order[i]] = order[i - 1];
 
   std::map<int32_t, Ring> rings;  // by stage
-  const std::vector<int32_t> ring_of = o.collectives ? find_rings(g, rings) : std::vector<int32_t>(n, -1);
+  const std::vector<int32_t> ring_of =
+      o.collectives ? find_rings(g, pred, rings, o.notes) : std::vector<int32_t>(n, -1);
 
   json nodes = json::array();
   std::vector<int64_t> node_of(n, -1);                   // compute: its node; transfer: its receive
@@ -307,10 +349,89 @@ std::string found(const json& v) {
   return fmt::format("{} ({})", text, kind);
 }
 
+// The keys each node type takes.
+const std::map<std::string, std::vector<std::string_view>>& node_keys() {
+  static const std::map<std::string, std::vector<std::string_view>> keys = {
+      {"comp", {"id", "rank", "type", "name", "duration_s", "deps"}},
+      {"send", {"id", "rank", "type", "name", "peer", "bytes", "tag", "channel", "duration_s", "deps"}},
+      {"recv", {"id", "rank", "type", "name", "peer", "bytes", "tag", "channel", "deps"}},
+      {"allreduce", {"id", "rank", "type", "name", "group", "bytes", "tag", "deps"}}};
+  return keys;
+}
+
+// A key node n (of `type`, a valid one) does not take, else "".
+std::string unknown_key(const json& n, const std::string& type) {
+  const std::vector<std::string_view>& keys = node_keys().at(type);
+  for (const auto& [key, value] : n.items())
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      const std::vector<std::string> close = input::close_matches(key, keys);
+      return fmt::format("\"{}\": not a key of a \"{}\" node ({}expected {})", key, type,
+                         close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()),
+                         fmt::join(keys, ", "));
+    }
+  return "";
+}
+
+// One node's shape (node i of `nodes`): its keys, their types and ranges.
+Status check_node(const json& n, size_t i) {
+  const std::string at = n.is_object() && n.contains("id") && n["id"].is_number_integer()
+                             ? fmt::format("node {} (id {})", i, n["id"].get<int64_t>())
+                             : fmt::format("node {}", i);
+  if (!n.is_object()) return Error{fmt::format("{}: expected an object, found {}", at, found(n))};
+  auto need = [&](const char* key, bool ok, const char* what, bool optional = false) -> Status {
+    if (!n.contains(key))
+      return optional ? Status{}
+                      : Error{fmt::format("{}: \"{}\": expected {}, found nothing", at, key, what)};
+    if (!ok) return Error{fmt::format("{}: \"{}\": expected {}, found {}", at, key, what, found(n[key]))};
+    return {};
+  };
+  auto integer = [&](const char* key) { return n.contains(key) && n[key].is_number_integer(); };
+  // A number from 0 to the bound of its dimension in every other input (core/units.h).
+  auto in_range = [&](const char* key, Dimension d) {
+    return n.contains(key) && n[key].is_number() && n[key].get<double>() >= 0 &&
+           n[key].get<double>() <= max_magnitude(d);
+  };
+  const bool deps_ok =
+      n.contains("deps") && n["deps"].is_array() &&
+      std::all_of(n["deps"].begin(), n["deps"].end(), [](const json& d) { return d.is_number_integer(); });
+  const std::string type = n.contains("type") && n["type"].is_string() ? n["type"].get<std::string>() : "";
+  for (const Status& st :
+       {need("id", integer("id"), "an integer id"), need("rank", integer("rank"), "a rank (an integer)"),
+        need("type", node_keys().count(type) > 0, "one of \"comp\", \"send\", \"recv\", \"allreduce\""),
+        need("deps", deps_ok, "a list of node ids"),
+        need("name", n.contains("name") && n["name"].is_string(), "a name (text)", true)})
+    if (!st) return st;
+  if (const std::string unknown = unknown_key(n, type); !unknown.empty())
+    return Error{fmt::format("{}: {}", at, unknown)};
+  if (std::find(n["deps"].begin(), n["deps"].end(), n["id"]) != n["deps"].end())
+    return Error{fmt::format("{}: \"deps\": the node depends on itself", at)};
+  const bool comm = type == "send" || type == "recv";
+  const bool group_ok =
+      n.contains("group") && n["group"].is_array() &&
+      std::all_of(n["group"].begin(), n["group"].end(), [](const json& r) { return r.is_number_integer(); });
+  const bool channel_ok = integer("channel") && n["channel"].get<int64_t>() >= 0 &&
+                          n["channel"].get<int64_t>() <= std::numeric_limits<uint16_t>::max();
+  for (const Status& st :
+       {need("duration_s", in_range("duration_s", Dimension::Time), "a time in seconds, from 0 to 1e9",
+             type != "comp"),
+        need("peer", integer("peer"), "a rank (an integer)", !comm),
+        need("group", group_ok, "a list of ranks", type != "allreduce"),
+        need("bytes", in_range("bytes", Dimension::Bytes), "a size in bytes, from 0 to 1e18", type == "comp"),
+        need("tag", integer("tag"), "an integer tag", !comm),
+        need("channel", channel_ok, "a channel (an integer from 0 to 65535)", true)})
+    if (!st) return st;
+  return {};
+}
+
 // The trace graph's shape (docs/import-export.md), checked before it is read: each error names the
 // node (its position in `nodes` and its id), the key, what was expected and what was found.
 Status check_shape(const json& j) {
   if (!j.is_object()) return Error{fmt::format("expected an object with \"nodes\", found {}", found(j))};
+  const std::vector<std::string_view> top = {"format", "version", "ranks", "samples_per_iteration", "nodes"};
+  for (const auto& [key, value] : j.items())
+    if (std::find(top.begin(), top.end(), key) == top.end())
+      return Error{
+          fmt::format("\"{}\": not a key of a trace graph (expected {})", key, fmt::join(top, ", "))};
   if (j.contains("format") && j["format"] != "pipegrid-trace-graph")
     return Error{fmt::format("\"format\": expected \"pipegrid-trace-graph\", found {}", found(j["format"]))};
   if (j.contains("version") && j["version"] != 1)
@@ -326,54 +447,8 @@ Status check_shape(const json& j) {
     return Error{fmt::format("\"nodes\": expected a list of nodes, found {}",
                              j.contains("nodes") ? found(j["nodes"]) : std::string("nothing"))};
   const json& nodes = j["nodes"];
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const json& n = nodes[i];
-    const std::string at = n.is_object() && n.contains("id") && n["id"].is_number_integer()
-                               ? fmt::format("node {} (id {})", i, n["id"].get<int64_t>())
-                               : fmt::format("node {}", i);
-    if (!n.is_object()) return Error{fmt::format("{}: expected an object, found {}", at, found(n))};
-    auto need = [&](const char* key, bool ok, const char* what, bool optional = false) -> Status {
-      if (!n.contains(key))
-        return optional ? Status{}
-                        : Error{fmt::format("{}: \"{}\": expected {}, found nothing", at, key, what)};
-      if (!ok) return Error{fmt::format("{}: \"{}\": expected {}, found {}", at, key, what, found(n[key]))};
-      return {};
-    };
-    auto integer = [&](const char* key) { return n.contains(key) && n[key].is_number_integer(); };
-    auto number = [&](const char* key) { return n.contains(key) && n[key].is_number(); };
-    const bool deps_ok =
-        n.contains("deps") && n["deps"].is_array() &&
-        std::all_of(n["deps"].begin(), n["deps"].end(), [](const json& d) { return d.is_number_integer(); });
-    const std::string type = n.contains("type") && n["type"].is_string() ? n["type"].get<std::string>() : "";
-    for (const Status& st :
-         {need("id", integer("id"), "an integer id"), need("rank", integer("rank"), "a rank (an integer)"),
-          need("type", type == "comp" || type == "send" || type == "recv" || type == "allreduce",
-               "one of \"comp\", \"send\", \"recv\", \"allreduce\""),
-          need("deps", deps_ok, "a list of node ids"),
-          need("name", n.contains("name") && n["name"].is_string(), "a name (text)", true)})
-      if (!st) return st;
-    if (std::find(n["deps"].begin(), n["deps"].end(), n["id"]) != n["deps"].end())
-      return Error{fmt::format("{}: \"deps\": the node depends on itself", at)};
-    Status st;
-    if (type == "comp") {
-      st = need("duration_s", number("duration_s"), "a time in seconds");
-    } else if (type == "send" || type == "recv") {
-      for (const Status& x :
-           {need("peer", integer("peer"), "a rank (an integer)"),
-            need("bytes", number("bytes"), "a size in bytes"), need("tag", integer("tag"), "an integer tag"),
-            need("duration_s", number("duration_s"), "a time in seconds", true)})
-        if (!x) return x;
-    } else {
-      const bool group_ok = n.contains("group") && n["group"].is_array() &&
-                            std::all_of(n["group"].begin(), n["group"].end(),
-                                        [](const json& r) { return r.is_number_integer(); });
-      for (const Status& x :
-           {need("group", group_ok, "a list of ranks"), need("bytes", number("bytes"), "a size in bytes"),
-            need("tag", integer("tag"), "an integer tag", true)})
-        if (!x) return x;
-    }
-    if (!st) return st;
-  }
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (Status st = check_node(nodes[i], i); !st) return st;
   return {};
 }
 
@@ -382,6 +457,7 @@ struct Collective {
   std::vector<int> group;
   double bytes = 0;
   std::map<int, size_t> node;  // rank -> node
+  std::string first;           // the first member's node read, as messages name it
 };
 using Collectives = std::map<std::pair<std::vector<int>, int64_t>, Collective>;
 
@@ -400,8 +476,12 @@ Status read_collective(const json& n, size_t i, int rank, size_t devices, const 
   if (std::find(group.begin(), group.end(), rank) == group.end())
     return Error{fmt::format("{}: rank {} is not in its own group", where, rank)};
   Collective& col = collectives[{group, n.value("tag", int64_t{0})}];
+  if (!col.node.empty() && col.bytes != bytes)
+    return Error{fmt::format("{}: an all-reduce of {} bytes, but its member {} has {} bytes", where, bytes,
+                             col.first, col.bytes)};
   col.group = group;
   col.bytes = bytes;
+  if (col.node.empty()) col.first = where;
   if (!col.node.emplace(rank, i).second)
     return Error{fmt::format("{}: a second collective with the same group and tag on this rank", where)};
   return {};
@@ -412,7 +492,7 @@ Status read_collective(const json& n, size_t i, int rank, size_t devices, const 
 // first; done[node] becomes the tasks after which the member holds the result.
 Status add_collectives(TaskGraph& g, const Cluster& c, const Collectives& collectives,
                        const std::function<Result<std::vector<size_t>>(size_t)>& predecessors,
-                       std::vector<Deps>& done) {
+                       std::vector<Deps>& done, std::vector<std::array<size_t, 2>>& node_of_task) {
   // Each pending collective with its members' predecessor nodes (read once, not once per pass).
   std::vector<std::pair<Collectives::const_iterator, std::vector<std::vector<size_t>>>> pending;
   for (auto it = collectives.begin(); it != collectives.end(); ++it) {
@@ -445,9 +525,12 @@ Status add_collectives(TaskGraph& g, const Cluster& c, const Collectives& collec
         ++it;
         continue;
       }
+      const size_t first = g.tasks.size();
       std::vector<Deps> out =
           append_data_parallel(g, CollectiveKind::AllReduce, AllReduceAlgorithm::Ring, c, col.group, ready,
                                col.bytes, static_cast<int32_t>(it->first->first.second));
+      for (size_t t = first; t < g.tasks.size(); ++t)
+        node_of_task.push_back({col.node.at(g.tasks[t].device), col.node.at(g.tasks[t].peer)});
       for (size_t m = 0; m < col.group.size(); ++m) {
         const size_t i = col.node.at(col.group[m]);
         done[i] = out[m].empty() ? ready[m] : out[m];
@@ -462,6 +545,101 @@ Status add_collectives(TaskGraph& g, const Cluster& c, const Collectives& collec
           fmt::join(pending.front().first->second.group, ", "), pending.front().first->first.second)};
   }
   return {};
+}
+
+// The send / receive nodes of one transfer (sender, receiver, tag): its task and each end's node.
+struct Ends {
+  int32_t task = -1;
+  int64_t send = -1, recv = -1;  // node positions
+};
+using Where = std::function<std::string(size_t)>;
+
+// Send or receive node i (on `rank`, to or from `peer`) into its transfer: the first end read adds the
+// task, the second must agree with it on the bytes and the channel.
+Status read_transfer(const json& nodes, size_t i, int rank, int peer, const Where& where, TaskGraph& g,
+                     std::map<std::tuple<int, int, int64_t>, Ends>& transfers) {
+  const json& n = nodes[i];
+  const bool send = n.at("type") == "send";
+  if (peer == rank) return Error{fmt::format("{}: a {} to its own rank", where(i), send ? "send" : "recv")};
+  const int64_t tag = n.at("tag").get<int64_t>();
+  Ends& e = transfers[send ? std::tuple{rank, peer, tag} : std::tuple{peer, rank, tag}];
+  int64_t& mine = send ? e.send : e.recv;
+  if (mine >= 0)
+    return Error{
+        fmt::format("{}: a second {} from rank {} to rank {} with tag {} (the first: {}); each "
+                    "(sender, receiver, tag) names one transfer",
+                    where(i), send ? "send" : "receive", send ? rank : peer, send ? peer : rank, tag,
+                    where(static_cast<size_t>(mine)))};
+  mine = static_cast<int64_t>(i);
+  const double bytes = n.at("bytes").get<double>();
+  const auto channel = static_cast<uint16_t>(n.value("channel", 0));
+  if (e.task < 0) {
+    Task t;
+    t.kind = TaskKind::Transfer;
+    parse_name(n.value("name", ""), t);
+    t.device = send ? rank : peer;
+    t.peer = send ? peer : rank;
+    t.bytes = bytes;
+    t.channel = channel;
+    e.task = g.add(t);
+  } else {
+    const Task& t = g.tasks[static_cast<size_t>(e.task)];
+    const size_t other = static_cast<size_t>(send ? e.recv : e.send);
+    if (t.bytes != bytes)
+      return Error{fmt::format("{}: {} bytes, but its {} {} has {} bytes", where(i), bytes,
+                               send ? "receive" : "send", where(other), t.bytes)};
+    if (t.channel != channel)
+      return Error{fmt::format("{}: channel {}, but its {} {} has channel {}", where(i), channel,
+                               send ? "receive" : "send", where(other), t.channel)};
+  }
+  if (send && n.contains("duration_s"))  // the flow's fixed time (an engine's step)
+    g.tasks[static_cast<size_t>(e.task)].duration = n.at("duration_s").get<double>();
+  return {};
+}
+
+// Whether g can run to its end (core/validate.h's execution_order); if not, the error names the trace
+// nodes each stuck rank waits at and for (node_of_task: the node each task comes from).
+Status check_runs(const TaskGraph& g, const std::vector<std::array<size_t, 2>>& node_of_task,
+                  const Where& where, const std::function<int(size_t)>& rank_of_node) {
+  // Task t as the node on `rank` that stands for it (a transfer's end there), else its first node.
+  auto node = [&](int32_t t, int rank) {
+    const std::array<size_t, 2>& ends = node_of_task[static_cast<size_t>(t)];
+    return where(ends[1] != SIZE_MAX && rank_of_node(ends[1]) == rank ? ends[1] : ends[0]);
+  };
+  const std::vector<int32_t> order = execution_order(g);
+  if (order.size() == g.tasks.size()) return {};
+  std::vector<char> ran(g.tasks.size(), 0);
+  for (int32_t t : order) ran[static_cast<size_t>(t)] = 1;
+  std::vector<std::vector<int32_t>> waits(g.tasks.size());  // what each task waits for that never ran
+  for (size_t t = 0; t < g.tasks.size(); ++t)
+    for (int32_t s : g.successors(static_cast<int32_t>(t)))
+      if (!ran[t] && !ran[static_cast<size_t>(s)])
+        waits[static_cast<size_t>(s)].push_back(static_cast<int32_t>(t));
+  // Each stuck rank's first compute node that never ran; without one, the first transfers that never ran.
+  std::vector<int32_t> stuck;
+  for (const std::vector<int32_t>& order : g.device_order)
+    if (auto it =
+            std::find_if(order.begin(), order.end(), [&](int32_t t) { return !ran[static_cast<size_t>(t)]; });
+        it != order.end())
+      stuck.push_back(*it);
+  const bool transfers_only = stuck.empty();
+  for (size_t t = 0; transfers_only && t < g.tasks.size() && stuck.size() < 4; ++t)
+    if (!ran[t]) stuck.push_back(static_cast<int32_t>(t));
+  std::string msg = "the traces deadlock (each rank runs its compute nodes in its node order):";
+  for (int32_t t : stuck) {
+    const size_t at = node_of_task[static_cast<size_t>(t)][0];
+    msg += fmt::format("\n  {} waits for", where(at));
+    const std::vector<int32_t>& w = waits[static_cast<size_t>(t)];
+    for (size_t k = 0; k < w.size(); ++k) {
+      const Task& p = g.tasks[static_cast<size_t>(w[k])];
+      const bool later = p.is_compute() && p.device == g.tasks[static_cast<size_t>(t)].device &&
+                         g.tasks[static_cast<size_t>(t)].is_compute();
+      msg += fmt::format("{} {}{}", k ? "," : "", node(w[k], rank_of_node(at)),
+                         later ? ", which comes after it on its rank" : "");
+    }
+    if (w.empty()) msg += " transfers that wait on each other";
+  }
+  return Error{msg};
 }
 
 }  // namespace
@@ -484,20 +662,20 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         return Error{
             fmt::format("node {}: a node with this id comes earlier", nodes[i].at("id").get<int64_t>())};
     std::vector<std::vector<int32_t>> done(nodes.size());  // the tasks after which node i is complete
-    auto where = [&](size_t i) {
+    std::vector<std::array<size_t, 2>> node_of_task;       // each task's nodes (a transfer's ends)
+    const Where where = [&](size_t i) {
       return fmt::format("rank {} node \"{}\" (id {})", nodes[i].value("rank", -1),
                          nodes[i].value("name", ""), nodes[i].at("id").get<int64_t>());
     };
     auto rank_of = [&](size_t i, const char* key) -> Result<int> {
-      const int r = nodes[i].at(key).get<int>();
+      const int64_t r = nodes[i].at(key).get<int64_t>();
       if (r < 0 || static_cast<size_t>(r) >= devices)
         return Error{
             fmt::format("{}: {} {} is not a device of the cluster (0 to {})", where(i), key, r, devices - 1)};
-      return r;
+      return static_cast<int>(r);
     };
     // Compute nodes and point-to-point pairs.
-    std::map<std::tuple<int, int, int64_t>, int32_t> transfer;  // (sender, receiver, tag) -> task
-    std::map<std::tuple<int, int, int64_t>, int> ends;          // how many of send / receive were seen
+    std::map<std::tuple<int, int, int64_t>, Ends> transfers;  // (sender, receiver, tag)
     Collectives collectives;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const json& n = nodes[i];
@@ -509,48 +687,35 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
         parse_name(n.value("name", ""), t);
         t.device = *rank;
         t.duration = n.at("duration_s").get<double>();
-        if (!(t.duration >= 0) || !std::isfinite(t.duration))
-          return Error{fmt::format("{}: a duration of {} s", where(i), t.duration)};
         const int32_t id = g.add(t);
+        node_of_task.push_back({i, SIZE_MAX});
         g.device_order[*rank].push_back(id);
         done[i] = {id};
       } else if (type == "send" || type == "recv") {
         Result<int> peer = rank_of(i, "peer");
         if (!peer) return peer.error();
-        if (*peer == *rank) return Error{fmt::format("{}: a {} to its own rank", where(i), type)};
-        const auto key = type == "send" ? std::tuple{*rank, *peer, n.at("tag").get<int64_t>()}
-                                        : std::tuple{*peer, *rank, n.at("tag").get<int64_t>()};
-        auto it = transfer.find(key);
-        if (it == transfer.end()) {
-          Task t;
-          t.kind = TaskKind::Transfer;
-          parse_name(n.value("name", ""), t);
-          t.device = std::get<0>(key);
-          t.peer = std::get<1>(key);
-          t.bytes = n.at("bytes").get<double>();
-          if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
-            return Error{fmt::format("{}: a size of {} bytes", where(i), t.bytes)};
-          it = transfer.emplace(key, g.add(t)).first;
-        }
-        if (type == "send" && n.contains("duration_s")) {  // the flow's fixed time (an engine's step)
-          const double d = n.at("duration_s").get<double>();
-          if (!(d >= 0) || !std::isfinite(d))
-            return Error{fmt::format("{}: a duration of {} s", where(i), d)};
-          g.tasks[static_cast<size_t>(it->second)].duration = d;
-        }
-        ends[key] += type == "send" ? 1 : 2;
-        done[i] = {it->second};
-      } else if (type == "allreduce") {
-        if (Status st = read_collective(n, i, *rank, devices, where(i), collectives); !st) return st.error();
+        const size_t before = g.tasks.size();
+        if (Status st = read_transfer(nodes, i, *rank, *peer, where, g, transfers); !st) return st.error();
+        if (g.tasks.size() > before) node_of_task.push_back({i, SIZE_MAX});
+        done[i] = {g.tasks.size() > before ? static_cast<int32_t>(before) : -1};
       } else {
-        return Error{fmt::format("{}: unknown node type \"{}\"", where(i), type)};
+        if (Status st = read_collective(n, i, *rank, devices, where(i), collectives); !st) return st.error();
       }
     }
-    for (const auto& [key, seen] : ends)
-      if (seen != 3)
-        return Error{fmt::format("a {} from rank {} to rank {} (tag {}) has no matching {}",
-                                 seen == 1 ? "send" : "receive", std::get<0>(key), std::get<1>(key),
-                                 std::get<2>(key), seen == 1 ? "receive" : "send")};
+    for (const auto& [key, e] : transfers)
+      if (e.send < 0 || e.recv < 0)
+        return Error{fmt::format("{}: a {} from rank {} to rank {} (tag {}) has no matching {}",
+                                 where(static_cast<size_t>(e.send < 0 ? e.recv : e.send)),
+                                 e.send < 0 ? "receive" : "send", std::get<0>(key), std::get<1>(key),
+                                 std::get<2>(key), e.send < 0 ? "send" : "receive")};
+    for (size_t i = 0; i < nodes.size(); ++i)  // a pair's second end: the task of its first
+      if (!done[i].empty() && done[i].front() < 0) {
+        const json& n = nodes[i];
+        const int r = n.at("rank").get<int>(), p = n.at("peer").get<int>();
+        const bool send = n.at("type") == "send";
+        done[i] = {transfers.at({send ? r : p, send ? p : r, n.at("tag").get<int64_t>()}).task};
+        node_of_task[static_cast<size_t>(done[i].front())][1] = i;
+      }
     // Dependencies between compute and point-to-point nodes.
     auto predecessors = [&](size_t i) -> Result<std::vector<size_t>> {
       std::vector<size_t> out;
@@ -564,7 +729,8 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
       }
       return out;
     };
-    if (Status st = add_collectives(g, c, collectives, predecessors, done); !st) return st.error();
+    if (Status st = add_collectives(g, c, collectives, predecessors, done, node_of_task); !st)
+      return st.error();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].at("type") == "allreduce") continue;
       Result<std::vector<size_t>> p = predecessors(i);
@@ -575,6 +741,10 @@ Result<TaskGraph> from_trace_graph(const json& j, const Cluster& c) {
           if (before >= 0 && before != task) g.depend(before, task);
     }
     g.pack_dependencies();
+    if (Status st =
+            check_runs(g, node_of_task, where, [&](size_t i) { return nodes[i].at("rank").get<int>(); });
+        !st)
+      return st.error();
     return g;
   } catch (const nlohmann::json::exception& e) {
     return Error{fmt::format("malformed trace graph: {}", e.what())};

@@ -8,6 +8,8 @@
 //   {"id", "rank", "type": "comp", "name", "duration_s", "deps": [ids]}
 //   {"id", "rank", "type": "send", "peer", "bytes", "tag", "deps"}     (rank sends to peer)
 //   {"id", "rank", "type": "recv", "peer", "bytes", "tag", "deps"}     (rank receives from peer)
+// (a send may carry "duration_s", a fixed time besides its bytes; a pair may carry "channel", the
+// connection of a collective's flow: NCCL's trees, sim/replay.cc)
 //   {"id", "rank", "type": "allreduce", "group": [ranks, ring order], "bytes", "deps"}
 // Dependencies are between nodes of one rank; a send and a receive pair up by (sender, receiver,
 // tag). A compute node's name is its task: "F s2 m3" (forward of stage 2, micro-batch 3), "B ...",
@@ -15,6 +17,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/result.h"
@@ -26,6 +30,9 @@ struct TraceExportOptions {
   // Ring all-reduces as one collective node per rank (what ASTRA-sim runs with its own algorithm);
   // false: every ring step as a send / receive pair (exactly what pipegrid replays).
   bool collectives = true;
+  // Where to say which stages' gradient reductions are not one ring all-reduce (with collectives:
+  // they are written as send / receive pairs); null: nowhere.
+  std::vector<std::string>* notes = nullptr;
 };
 
 // Every compute node also depends on the rank's previous compute node (the device order).

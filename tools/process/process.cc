@@ -290,15 +290,27 @@ int spawn(const std::vector<std::string>& argv, Output output) {
 
 std::optional<std::string> python_with(std::string_view module) {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("PIPEGRID_PYTHON")) candidates.push_back(env);
-  candidates.push_back("/usr/bin/python3");
-  candidates.push_back("python3");
+  if (const char* env = std::getenv("PIPEGRID_PYTHON"); env != nullptr && *env != '\0') {
+    candidates.push_back(env);  // the one chosen: no other in its place
+  } else {
+    candidates.push_back("/usr/bin/python3");
+    candidates.push_back("python3");
+  }
   for (const std::string& py : candidates)
     if (spawn({py, "-c",
                fmt::format("import importlib.util, sys; sys.exit(importlib.util.find_spec('{}') is None)", module)},
               Output::Quiet) == 0)
       return py;
   return std::nullopt;
+}
+
+std::string python_advice() {
+  const char* env = std::getenv("PIPEGRID_PYTHON");
+  if (env == nullptr || *env == '\0') return "or set PIPEGRID_PYTHON";
+  return fmt::format(
+      "or fix PIPEGRID_PYTHON=\"{}\": it cannot be run or lacks the module (unset, pipegrid "
+      "tries /usr/bin/python3, then python3)",
+      env);
 }
 
 }  // namespace pipegrid::process

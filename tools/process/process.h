@@ -97,9 +97,13 @@ enum class Output {
 // not be started or did not exit normally (a signal).
 int spawn(const std::vector<std::string>& argv, Output output);
 
-// A Python interpreter that can import `module`, tried in order: $PIPEGRID_PYTHON, Debian's
-// /usr/bin/python3, python3 in PATH. It finds the module without importing it (importing
-// matplotlib costs about half a second, which the script that needs it pays once anyway).
+// A Python interpreter that can import `module`: $PIPEGRID_PYTHON when set (only it: a chosen
+// interpreter that is missing is not replaced by another), else Debian's /usr/bin/python3, then
+// python3 in PATH. It finds the module without importing it (importing matplotlib costs about half
+// a second, which the script that needs it pays once anyway).
 std::optional<std::string> python_with(std::string_view module);
+// The end of a message saying no python_with was found: "or set PIPEGRID_PYTHON", or, when it is
+// set, that it cannot be run or lacks the module.
+std::string python_advice();
 
 }  // namespace pipegrid::process
