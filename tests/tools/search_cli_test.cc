@@ -31,6 +31,14 @@ memory: {optimizer: mixed-adam}
 strategy: {partitioner: megatron}
 )";
 
+// A small Llama with a 16k sequence on two DGX H100, without its strategy line.
+constexpr const char* kLongLlama = R"(name: small long-context Llama on two DGX H100
+workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2816, sequence: 16384,
+           vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+)";
+
 // `pipegrid run` on a winner the search emitted: it exits 0 and gives the search's SimGrid time (to
 // 1e-12); its JSON.
 json run_emitted(const std::string& emitted, const json& winner) {
@@ -319,13 +327,8 @@ strategy: {partitioner: megatron}
 // them and runs to the search's figure; an unknown algorithm is refused.
 TEST_CASE("search: context-parallel candidates, and the emitted winner runs to its figure") {
   TempDir tmp;
-  const std::string exp = tmp.write("long.yaml", R"(name: small long-context Llama on two DGX H100
-workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2816, sequence: 16384,
-           vocabulary: 32000, precision: amp-bf16}
-cluster: {preset: dgx-h100-16}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron}
-)");
+  const std::string exp =
+      tmp.write("long.yaml", std::string(kLongLlama) + "strategy: {partitioner: megatron}\n");
   const std::string emitted = (tmp.path / "winner.yaml").string();
   auto r = run_command({PIPEGRID_BINARY,
                         "search",
@@ -580,13 +583,9 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
 // the search); an axis value given twice is searched once.
 TEST_CASE("search: the sweep's cp 1 rows run, --tp-folded beside cp > 1 is refused, axes searched once") {
   TempDir tmp;
-  const std::string exp = tmp.write("long.yaml", R"(name: small long-context Llama on two DGX H100
-workload: {model: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2816, sequence: 16384,
-           vocabulary: 32000, precision: amp-bf16}
-cluster: {preset: dgx-h100-16}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron, context_parallel: 2, cp_load_balance: false}
-)");
+  const std::string exp = tmp.write(
+      "long.yaml", std::string(kLongLlama) +
+                       "strategy: {partitioner: megatron, context_parallel: 2, cp_load_balance: false}\n");
   const std::string sweep = (tmp.path / "rows.yaml").string();
   const std::vector<std::string> axes = {
       "--top",          "0",    "--tensor-parallel", "2",    "--pipeline", "1", "--micro-batch", "1",
