@@ -605,8 +605,13 @@ TEST_CASE("search: the sweep's cp 1 rows run, --tp-folded beside cp > 1 is refus
   auto run =
       run_command({PIPEGRID_BINARY, "sweep", sweep, "-j", "2", "-q", "--db", (tmp.path / "r.db").string()});
   CHECK_MESSAGE(run.exit_code == 0, run.err);
-  // The base's cp_load_balance false goes with the cp 2 rows.
-  CHECK(text.find("false") != std::string::npos);
+  // The base's cp_load_balance false goes with the cp 2 rows, `~` with the cp 1 rows.
+  const size_t axis = text.find("  strategy.cp_load_balance: [");
+  REQUIRE(axis != std::string::npos);
+  const std::string balance = text.substr(axis, text.find('\n', axis) - axis);
+  CHECK(balance.find("false") != std::string::npos);
+  CHECK(balance.find("~") != std::string::npos);
+  CHECK(balance.find("true") == std::string::npos);
 
   auto folded = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--tp-folded"});
   CHECK(folded.exit_code == 2);

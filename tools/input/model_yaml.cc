@@ -119,9 +119,9 @@ const std::vector<std::string_view>& layer_kinds() {
   return kLayerKinds;
 }
 
-Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
+// The layers' entries in file order, each name once (`by_name`: its index).
+std::vector<Entry> read_entries(const Node& layers, std::map<std::string, int, std::less<>>& by_name) {
   std::vector<Entry> entries;
-  std::map<std::string, int, std::less<>> by_name;
   std::vector<Node> items = layers.items("a list of layers");
   if (items.empty()) layers.expected("a non-empty list of layers");
   for (const Node& item : items) {
@@ -138,6 +138,11 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     by_name.emplace(e.name, static_cast<int>(entries.size()));
     entries.push_back(std::move(e));
   }
+  return entries;
+}
+
+// Each entry's inputs as entry indices: the named ones, or the layer before (an input layer: none).
+void link_inputs(std::vector<Entry>& entries, const std::map<std::string, int, std::less<>>& by_name) {
   std::vector<std::string_view> names;
   for (const Entry& e : entries) names.push_back(e.name);
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -160,8 +165,11 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     }
     if (e.kind == "input" && !e.inputs.empty()) e.node.get("inputs")->fail("an input layer takes no inputs");
   }
-  // Build in a topological order of the named inputs; a cycle is named.
-  // Iterative depth-first search: the input controls the depth (a 100k-layer file listed last-first).
+}
+
+// A topological order of the named inputs; a cycle is named. Iterative depth-first search: the input
+// controls the depth (a 100k-layer file listed last-first).
+std::vector<int> build_order(const std::vector<Entry>& entries) {
   std::vector<int> state(entries.size(), 0), order;
   std::vector<std::pair<int, size_t>> stack;  // (layer, index of the next input to visit)
   for (size_t root = 0; root < entries.size(); ++root) {
@@ -190,66 +198,78 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
       stack.push_back({in, 0});
     }
   }
+  return order;
+}
 
+// One entry's layer, from the builder's ids of its inputs.
+Result<int> add_layer(ModelBuilder& b, const Entry& e, const std::vector<int>& in, Precision precision) {
+  const Node& n = e.node;
+  auto one = [&] {
+    if (in.size() != 1) n.fail(fmt::format("a {} layer takes exactly 1 input, got {}", e.kind, in.size()));
+    return in.front();
+  };
+  Result<int> r = Error{""};
+  if (e.kind == "input") {
+    r = b.input(e.name, shape_of(n.need("shape", "the input's shape, like [3, 224, 224]")));
+  } else if (e.kind == "linear") {
+    r = b.linear(e.name, one(), count(n, "in_features"), count(n, "out_features"), flag(n, "bias", true));
+  } else if (e.kind == "conv2d") {
+    ModelBuilder::Conv c{count(n, "in_channels"), count(n, "out_channels"),    count(n, "kernel"),
+                         count(n, "stride", 1),   offset(n, "padding"),        count(n, "groups", 1),
+                         flag(n, "bias", true),   flag(n, "batchnorm", false), flag(n, "relu", false)};
+    r = b.conv2d(e.name, one(), c);
+  } else if (e.kind == "maxpool" || e.kind == "avgpool") {
+    const int64_t k = count(n, "kernel");
+    r = b.pool(e.name, one(), k, count(n, "stride", k), offset(n, "padding"));
+  } else if (e.kind == "adaptive_avgpool") {
+    Shape o = shape_of(n.need("output", "the output size [height, width]"));
+    if (o.size() != 2) n.get("output")->expected("the output size [height, width]");
+    r = b.adaptive_pool(e.name, one(), o[0], o[1]);
+  } else if (e.kind == "batchnorm" || e.kind == "layernorm") {
+    r = b.norm(e.name, one(), e.kind == "layernorm");
+  } else if (e.kind == "relu" || e.kind == "gelu" || e.kind == "dropout" || e.kind == "elementwise") {
+    r = b.elementwise(e.name, e.kind, one());
+  } else if (e.kind == "add") {
+    r = b.add(e.name, in);
+  } else if (e.kind == "concat") {
+    r = b.concat(e.name, in);
+  } else if (e.kind == "flatten") {
+    r = b.flatten(e.name, one());
+  } else if (e.kind == "lstm") {
+    r = b.lstm(e.name, in, count(n, "hidden"), flag(n, "bidirectional", false));
+  } else if (e.kind == "attention") {
+    r = b.attention(e.name, in, count(n, "heads", 1));
+  } else if (e.kind == "transformer_block") {
+    const int64_t hidden = b.shape(one()).empty() ? 0 : b.shape(one()).back();
+    r = b.transformer_block(e.name, one(), count(n, "heads"), count(n, "ffn", 4 * hidden));
+  } else if (e.kind == "embedding") {
+    r = b.embedding(e.name, one(), count(n, "vocabulary"), count(n, "dim"));
+  } else if (e.kind == "embedding_bag") {
+    r = b.embedding_bag(e.name, one(), count(n, "rows"), count(n, "dim"), count(n, "bag"),
+                        flag(n, "pooled", true));
+  } else {  // custom
+    Layer costs = custom_costs(n);
+    costs.parameter_bytes = costs.parameters * element_bytes(precision);
+    Shape out = n.has("output_shape")
+                    ? shape_of(*n.get("output_shape"))
+                    : Shape{static_cast<int64_t>(costs.output_bytes / element_bytes(precision))};
+    r = b.custom(e.name, in, costs, out);
+  }
+  return r;
+}
+
+Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
+  std::map<std::string, int, std::less<>> by_name;
+  std::vector<Entry> entries = read_entries(layers, by_name);
+  link_inputs(entries, by_name);
+  const std::vector<int> order = build_order(entries);
   ModelBuilder b(name, precision);
   std::vector<int> id(entries.size(), -1);
   for (int i : order) {
-    const Entry& e = entries[i];
-    const Node& n = e.node;
     std::vector<int> in;
-    for (int x : e.inputs) in.push_back(id[x]);
-    auto one = [&] {
-      if (in.size() != 1) n.fail(fmt::format("a {} layer takes exactly 1 input, got {}", e.kind, in.size()));
-      return in.front();
-    };
-    Result<int> r = Error{""};
-    if (e.kind == "input") {
-      r = b.input(e.name, shape_of(n.need("shape", "the input's shape, like [3, 224, 224]")));
-    } else if (e.kind == "linear") {
-      r = b.linear(e.name, one(), count(n, "in_features"), count(n, "out_features"), flag(n, "bias", true));
-    } else if (e.kind == "conv2d") {
-      ModelBuilder::Conv c{count(n, "in_channels"), count(n, "out_channels"),    count(n, "kernel"),
-                           count(n, "stride", 1),   offset(n, "padding"),        count(n, "groups", 1),
-                           flag(n, "bias", true),   flag(n, "batchnorm", false), flag(n, "relu", false)};
-      r = b.conv2d(e.name, one(), c);
-    } else if (e.kind == "maxpool" || e.kind == "avgpool") {
-      const int64_t k = count(n, "kernel");
-      r = b.pool(e.name, one(), k, count(n, "stride", k), offset(n, "padding"));
-    } else if (e.kind == "adaptive_avgpool") {
-      Shape o = shape_of(n.need("output", "the output size [height, width]"));
-      if (o.size() != 2) n.get("output")->expected("the output size [height, width]");
-      r = b.adaptive_pool(e.name, one(), o[0], o[1]);
-    } else if (e.kind == "batchnorm" || e.kind == "layernorm") {
-      r = b.norm(e.name, one(), e.kind == "layernorm");
-    } else if (e.kind == "relu" || e.kind == "gelu" || e.kind == "dropout" || e.kind == "elementwise") {
-      r = b.elementwise(e.name, e.kind, one());
-    } else if (e.kind == "add") {
-      r = b.add(e.name, in);
-    } else if (e.kind == "concat") {
-      r = b.concat(e.name, in);
-    } else if (e.kind == "flatten") {
-      r = b.flatten(e.name, one());
-    } else if (e.kind == "lstm") {
-      r = b.lstm(e.name, in, count(n, "hidden"), flag(n, "bidirectional", false));
-    } else if (e.kind == "attention") {
-      r = b.attention(e.name, in, count(n, "heads", 1));
-    } else if (e.kind == "transformer_block") {
-      const int64_t hidden = b.shape(one()).empty() ? 0 : b.shape(one()).back();
-      r = b.transformer_block(e.name, one(), count(n, "heads"), count(n, "ffn", 4 * hidden));
-    } else if (e.kind == "embedding") {
-      r = b.embedding(e.name, one(), count(n, "vocabulary"), count(n, "dim"));
-    } else if (e.kind == "embedding_bag") {
-      r = b.embedding_bag(e.name, one(), count(n, "rows"), count(n, "dim"), count(n, "bag"),
-                          flag(n, "pooled", true));
-    } else {  // custom
-      Layer costs = custom_costs(n);
-      costs.parameter_bytes = costs.parameters * element_bytes(precision);
-      Shape out = n.has("output_shape")
-                      ? shape_of(*n.get("output_shape"))
-                      : Shape{static_cast<int64_t>(costs.output_bytes / element_bytes(precision))};
-      r = b.custom(e.name, in, costs, out);
-    }
-    if (!r) n.fail(r.error().message);
+    for (int x : entries[i].inputs) in.push_back(id[x]);
+    Result<int> r = add_layer(b, entries[i], in, precision);
+    if (!r) entries[i].node.fail(r.error().message);
     id[i] = *r;
   }
   return b.finish();
@@ -274,9 +294,7 @@ Workload parse_model_document(const Document& doc, std::optional<Precision> prec
   root.check_keys({"name", "precision", "micro_batch_size", "layers"});
   std::string name = root.has("name") ? root.get("name")->string("a model name") : std::string("model");
   Precision p = Precision::FP32;
-  if (auto pr = root.get("precision"))
-    p = *parse_precision(
-        pr->choice(precision_names(), "a precision"));
+  if (auto pr = root.get("precision")) p = *parse_precision(pr->choice(precision_names(), "a precision"));
   if (precision) p = *precision;
   Workload w = parse_layers(root.need("layers", "a list of layers"), name, p);
   if (auto m = root.get("micro_batch_size"))

@@ -47,9 +47,15 @@ bool read_all(int fd, std::string& out) {
   }
 }
 
-bool ChildResult::exited() const { return started() && WIFEXITED(status); }
-int ChildResult::exit_code() const { return exited() ? WEXITSTATUS(status) : -1; }
-int ChildResult::signal() const { return started() && WIFSIGNALED(status) ? WTERMSIG(status) : 0; }
+bool ChildResult::exited() const {
+  return started() && WIFEXITED(status);
+}
+int ChildResult::exit_code() const {
+  return exited() ? WEXITSTATUS(status) : -1;
+}
+int ChildResult::signal() const {
+  return started() && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
 
 namespace {
 
@@ -59,8 +65,8 @@ using Clock = std::chrono::steady_clock;
 struct Running {
   size_t index;
   pid_t pid;
-  int answer = -1;          // read end of the answer pipe; -1 once at end of file
-  int out = -1, err = -1;   // memory files (capture_output)
+  int answer = -1;         // read end of the answer pipe; -1 once at end of file
+  int out = -1, err = -1;  // memory files (capture_output)
   Clock::time_point start;
   ChildResult result;
 };
@@ -298,7 +304,8 @@ std::optional<std::string> python_with(std::string_view module) {
   }
   for (const std::string& py : candidates)
     if (spawn({py, "-c",
-               fmt::format("import importlib.util, sys; sys.exit(importlib.util.find_spec('{}') is None)", module)},
+               fmt::format("import importlib.util, sys; sys.exit(importlib.util.find_spec('{}') is None)",
+                           module)},
               Output::Quiet) == 0)
       return py;
   return std::nullopt;

@@ -38,15 +38,15 @@ struct ChildResult {
   // failed call's errno. The fields below are then empty.
   std::string start_error;
   int start_errno = 0;
-  int status = 0;          // waitpid's status word
-  std::string answer;      // every byte the job wrote on its answer descriptor
-  std::string out, err;    // its standard output and error (ChildOptions::capture_output only)
-  double wall_s = 0;       // seconds from the fork to the child's end, by the steady clock
+  int status = 0;        // waitpid's status word
+  std::string answer;    // every byte the job wrote on its answer descriptor
+  std::string out, err;  // its standard output and error (ChildOptions::capture_output only)
+  double wall_s = 0;     // seconds from the fork to the child's end, by the steady clock
 
   bool started() const { return start_error.empty(); }
-  bool exited() const;     // ended by _exit / exit (not by a signal)
-  int exit_code() const;   // its exit status; -1 unless exited()
-  int signal() const;      // the signal that ended it; 0 unless it was one
+  bool exited() const;    // ended by _exit / exit (not by a signal)
+  int exit_code() const;  // its exit status; -1 unless exited()
+  int signal() const;     // the signal that ended it; 0 unless it was one
 };
 
 struct ChildOptions {
