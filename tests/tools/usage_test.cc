@@ -177,4 +177,31 @@ TEST_CASE("workload show takes a model file's micro_batch_size unless --micro-ba
   auto measured = pg({"workload", "show", profile, "--profile-batch", "64"});
   REQUIRE(measured.exit_code == 0);
   CHECK(measured.out.find("(fp32, micro-batch of 64 samples)") != std::string::npos);
+  CHECK(measured.err.empty());  // alexnet's sizes are whole fp32 parameters: no warning
+  // A kind no catalog has was accepted until 2026-12-05; the experiment's `device:` key refused it.
+  auto typo = pg({"workload", "show", profile, "--profile-device", "v10"});
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.err ==
+        "pipegrid: --profile-device: unknown device kind \"v10\" (did you mean \"v100\"? expected a catalog "
+        "name, \"custom\" or \"any\"; `pipegrid device list` shows the catalog)\n");
+  CHECK(pg({"workload", "show", profile, "--profile-device", "any"}).exit_code == 0);
+}
+
+TEST_CASE("workload show and run warn of a profile's parameter_size that is not whole fp32 parameters") {
+  // DAPPLE's vgg-19 writes floor(bytes x 10^6 / 2^20) (workloads/profiles/dapple/SOURCE.md). By hand
+  // from the file: 19 layers have weights, 14 of their sizes are not multiples of 4 (6835, 140869,
+  // 281738, 4501953, 9001953 x 7, 392015625, 64015625, 15628814 are not; 562988, 1125976 and
+  // 2250976 x 3 are), the first conv1_1's 6835 and the last the prediction layer's 15628814.
+  const std::string profile =
+      std::string(PIPEGRID_SOURCE_DIR) + "/workloads/profiles/dapple/vgg-19-pbs-32.txt";
+  auto r = pg({"workload", "show", profile, "--profile-batch", "32"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err ==
+        "pipegrid: warning: 14 of the profile's layers have a parameter_size that is not a multiple of 4 "
+        "bytes (node2 (6835 bytes), ..., node25 (15628814 bytes)), so their fp32 parameter counts are "
+        "fractional (parameter_size / 4); the bytes are used as given, and if the profile wrote them in "
+        "another unit its weights' memory and gradient sizes are off by it\n");
+  // conv1_1's count is 6835 / 4 = 1708.75 parameters, as the bytes say.
+  auto j = json::parse(pg({"workload", "show", profile, "--json"}).out);
+  CHECK(j["layers"][1]["parameters"].get<double>() == pipegrid::testing::approx(1708.75));
 }

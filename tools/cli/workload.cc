@@ -66,6 +66,8 @@ Result<Workload> load(const WorkloadOptions& o) {
     ProfileOptions po;
     po.batch = o.profile_batch > 0 ? o.profile_batch : 128;
     const std::string kind = o.profile_device.empty() ? "v100" : o.profile_device;
+    if (std::string problem = input::profile_device_kind_problem(kind); !problem.empty())
+      return Error{"--profile-device: " + problem};
     po.device_kind = kind == "any" ? "" : kind;
     return parse_pipedream_profile(*text, o.what, po);
   }
@@ -77,6 +79,8 @@ Result<Workload> load(const WorkloadOptions& o) {
 int run(const WorkloadOptions& o) {
   Result<Workload> w = load(o);
   if (!w) return bad_input(w.error().message);
+  if (std::string warning = output::fractional_parameters_warning(*w); !warning.empty())
+    fmt::print(std::cerr, "pipegrid: warning: {}\n", warning);
   const DeviceSpec* device = nullptr;
   if (!o.device.empty()) {
     const input::CatalogDevice* d = input::find_catalog_device(o.device);

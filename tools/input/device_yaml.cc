@@ -288,6 +288,17 @@ const CatalogDevice* find_catalog_device(std::string_view name) {
   return nullptr;
 }
 
+std::string profile_device_kind_problem(std::string_view kind) {
+  if (kind == "any" || kind == "custom" || find_catalog_device(kind)) return {};
+  std::vector<std::string_view> names = {"any", "custom"};
+  for (const CatalogDevice& c : device_catalog()) names.push_back(c.name);
+  const std::vector<std::string> close = close_matches(kind, names);
+  return fmt::format(
+      "unknown device kind \"{}\" ({}expected a catalog name, \"custom\" or \"any\"; "
+      "`pipegrid device list` shows the catalog)",
+      kind, close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()));
+}
+
 DeviceSpec parse_device_spec(const Node& n, const std::vector<std::string_view>& extra_keys) {
   if (n.is_scalar()) return lookup(n);
   n.require_map("a device: a catalog name like \"a100\" or a mapping like {model: v100, memory: 32GB}");

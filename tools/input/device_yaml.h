@@ -35,6 +35,10 @@ struct CatalogDevice {
 // Parsed once, on first use. Precondition: the compiled-in catalog is valid (tested).
 const std::vector<CatalogDevice>& device_catalog();
 const CatalogDevice* find_catalog_device(std::string_view name);
+// Why `kind` cannot be the device kind a profile was measured on ("" when it can: a catalog name,
+// "custom" or "any"), with a did-you-mean: shared by the experiment's `device:` key and
+// `workload show --profile-device`.
+std::string profile_device_kind_problem(std::string_view kind);
 
 // A key of a catalog entry as written in topologies/devices.yaml (`dsps` of `u280`: 9024), or an
 // undefined node.

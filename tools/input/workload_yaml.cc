@@ -98,17 +98,9 @@ Workload parse_profile(const Node& n) {
   if (auto b = n.get("batch")) o.batch = static_cast<double>(b->integer(1, kMaxCount, "a positive integer"));
   if (auto d = n.get("device")) {
     o.device_kind = d->string("a device kind (catalog name), or \"any\"");
-    if (o.device_kind == "any") o.device_kind.clear();
     // A kind no device has (a catalog name or "custom", a device given by its figures) matches none.
-    if (!o.device_kind.empty() && o.device_kind != "custom" && !find_catalog_device(o.device_kind)) {
-      std::vector<std::string_view> names = {"any", "custom"};
-      for (const CatalogDevice& c : device_catalog()) names.push_back(c.name);
-      const std::vector<std::string> close = close_matches(o.device_kind, names);
-      d->fail(fmt::format(
-          "unknown device kind \"{}\" ({}expected a catalog name, \"custom\" or \"any\"; "
-          "`pipegrid device list` shows the catalog)",
-          o.device_kind, close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front())));
-    }
+    if (std::string problem = profile_device_kind_problem(o.device_kind); !problem.empty()) d->fail(problem);
+    if (o.device_kind == "any") o.device_kind.clear();
   }
   Result<Workload> w = parse_pipedream_profile(read_referenced_file(file, path), path, o);
   if (!w) throw InputError(w.error().message);  // names the profile's file and line

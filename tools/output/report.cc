@@ -338,8 +338,24 @@ std::string split_without_weight_part(const Experiment& e, const PreparedRun& ru
       run.schedule_name);
 }
 
+std::string fractional_parameters_warning(const Workload& w) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < w.layer_count(); ++i) {
+    const Layer& l = w.layer(i);
+    if (l.measured && l.parameters != std::floor(l.parameters))
+      names.push_back(fmt::format("{} ({} bytes)", l.name, l.parameter_bytes));
+  }
+  if (names.empty()) return {};
+  return fmt::format(
+      "{} of the profile's layers have a parameter_size that is not a multiple of 4 bytes ({}{}), so "
+      "their fp32 parameter counts are fractional (parameter_size / 4); the bytes are used as given, and "
+      "if the profile wrote them in another unit its weights' memory and gradient sizes are off by it",
+      names.size(), names.front(), names.size() > 1 ? fmt::format(", ..., {}", names.back()) : "");
+}
+
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run) {
   std::vector<std::string> out;
+  if (std::string w = fractional_parameters_warning(e.workload); !w.empty()) out.push_back(std::move(w));
   // The default stage count (one rank per device) is capped by the layers per chunk: say which
   // devices that leaves idle instead of letting a `gpu7 (unused)` row be the only sign.
   if (run.planner == kDefaultPlanner && e.strategy.stages == 0) {

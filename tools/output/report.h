@@ -79,6 +79,10 @@ std::string stage_edges(const Partition& p);
 // layers per chunk than devices), stages whose replicas split a micro-batch into fractional samples
 // (micro_batch_size not divisible by the stage's replica count).
 std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& run);
+// A profile's layers whose parameter_size is not a whole number of fp32 parameters (a multiple of 4
+// bytes), so their counts are fractional: "" when there are none. Printed by run, plan and
+// `workload show`; DAPPLE's vgg-19 profile is such a file (workloads/profiles/dapple/SOURCE.md).
+std::string fractional_parameters_warning(const Workload& w);
 
 // The JSON vocabulary shared by `run --json`, `plan --json` and the sweep database's rows (README
 // "JSON outputs"). Version 1. Counts and byte sizes are integers when they are whole.
