@@ -111,7 +111,7 @@ std::vector<int> allowed_backends(const BackendCatalog& c, const DeviceSpec& dev
   if (!o.allowed.empty()) return o.allowed;
   std::vector<int> out;
   for (size_t b = 0; b < c.backends.size(); ++b)
-    if (c.backends[b].device_kind == device.kind) out.push_back(static_cast<int>(b));
+    if (runs_on(c.backends[b], device.kind)) out.push_back(static_cast<int>(b));
   return out;
 }
 
@@ -128,17 +128,26 @@ Result<std::vector<std::vector<BackendCandidate>>> placement_candidates(const Wo
   const std::vector<int> allowed = allowed_backends(c, device, o);
   if (allowed.empty())
     return Error{fmt::format("no backend in the catalog runs on device kind \"{}\"", device.kind)};
-  for (int b : allowed)
+  for (int b : allowed) {
     if (b < 0 || b >= static_cast<int>(c.backends.size()))
       return Error{fmt::format("backend index {} is not in the catalog", b)};
+    // A backend's efficiencies belong to its device: on another they would cost the layers with the
+    // wrong device's figures.
+    const Backend& backend = c.backends[static_cast<size_t>(b)];
+    if (!runs_on(backend, device.kind))
+      return Error{fmt::format("backend \"{}\" runs on device kind \"{}\", not \"{}\"", backend.name,
+                               backend.device_kind, device.kind)};
+  }
   std::vector<std::vector<BackendCandidate>> out(w.layer_count());
   for (size_t v = 0; v < w.layer_count(); ++v) {
     const Layer& l = w.layer(v);
     if (l.measured && (l.measured->device_kind.empty() || l.measured->device_kind == device.kind))
       return Error{fmt::format(
-          "layer \"{}\" carries measured times for device kind \"{}\": backend placement needs its FLOPs "
-          "and bytes, not a fixed time",
-          l.name, device.kind)};
+          "layer \"{}\" carries measured times for {}: backend placement needs its FLOPs and bytes, not a "
+          "fixed time",
+          l.name,
+          l.measured->device_kind.empty() ? std::string("every device kind")
+                                          : fmt::format("device kind \"{}\"", device.kind))};
     for (int b : allowed) {
       for (size_t pi = 0; pi < c.backends[b].patterns.size(); ++pi) {
         std::vector<int> chain = match_chain(w, c.backends[b].patterns[pi], static_cast<int>(v));
@@ -370,6 +379,90 @@ Result<Placement> refine_placement(const Workload& w, const BackendCatalog& c, c
   return start;
 }
 
+bool runs_on(const Backend& b, std::string_view kind) {
+  return b.device_kind == kind ||
+         std::find(b.device_aliases.begin(), b.device_aliases.end(), kind) != b.device_aliases.end();
+}
+
+namespace {
+
+// A fused group's layers as one layer: their measured times, FLOPs, bytes, stash and parameters
+// added up, the last layer's output, so that the partitioners cannot cut inside the fused kernel.
+Layer fused_layer(const Workload& w, const PlacedGroup& g, const std::string& backend) {
+  Layer m;
+  const Layer& last = w.layer(static_cast<size_t>(g.layers.back()));
+  std::vector<std::string> names, kinds;
+  MeasuredCost t = *w.layer(static_cast<size_t>(g.layers.front())).measured;
+  t.forward_s = t.backward_s = t.backward_weight_s = 0;
+  bool selective = false;
+  double recomputed_s = 0;  // forward seconds the selective recomputation re-runs
+  for (int v : g.layers) {
+    const Layer& l = w.layer(static_cast<size_t>(v));
+    names.push_back(l.name);
+    kinds.push_back(l.kind);
+    m.forward_flops += l.forward_flops;
+    m.backward_input_flops += l.backward_input_flops;
+    m.backward_weight_flops += l.backward_weight_flops;
+    m.forward_bytes += l.forward_bytes;
+    m.backward_bytes += l.backward_bytes;
+    m.stash_bytes += l.stash_bytes;
+    selective = selective || l.selective_stash_bytes >= 0;
+    m.selective_stash_bytes += l.selective_stash_bytes >= 0 ? l.selective_stash_bytes : l.stash_bytes;
+    m.parameters += l.parameters;
+    m.parameter_bytes += l.parameter_bytes;
+    m.weight_bytes += l.weight_bytes;
+    t.forward_s += l.measured->forward_s;
+    t.backward_s += l.measured->backward_s;
+    t.backward_weight_s += l.measured->backward_weight_s;
+    recomputed_s += l.selective_recompute_fraction * l.measured->forward_s;
+  }
+  m.name = fmt::format("{}", fmt::join(names, "+"));
+  m.kind = std::all_of(kinds.begin(), kinds.end(), [&](const std::string& k) { return k == kinds.front(); })
+               ? kinds.front()
+               : "fused";
+  m.description = fmt::format("fused {}; backend: {}", fmt::join(kinds, " -> "), backend);
+  m.output_bytes = last.output_bytes;
+  if (!selective) m.selective_stash_bytes = -1;
+  m.selective_recompute_fraction = t.forward_s > 0 ? recomputed_s / t.forward_s : 0;
+  m.measured = t;
+  return m;
+}
+
+// The placed workload with each fused group (two or more layers) contracted to one layer, placed
+// where the group's last layer comes in topological order (every input of the chain precedes it, and
+// only the chain consumes its intermediates, so no cycle can form).
+Workload contract_fused_groups(const Workload& w, const Placement& p, const BackendCatalog& c) {
+  std::vector<int> group_of(w.layer_count(), -1);
+  for (size_t g = 0; g < p.groups.size(); ++g)
+    if (p.groups[g].layers.size() > 1)
+      for (int v : p.groups[g].layers) group_of[static_cast<size_t>(v)] = static_cast<int>(g);
+  if (std::all_of(group_of.begin(), group_of.end(), [](int g) { return g < 0; })) return w;
+  const std::vector<int> order = topological_order(w);
+  std::vector<size_t> seen(p.groups.size(), 0);  // members met so far in `order`
+  std::vector<int> id(w.layer_count(), -1);
+  Workload out = w;
+  out.graph = LayerGraph();
+  for (int v : order) {
+    const int g = group_of[static_cast<size_t>(v)];
+    if (g < 0) {
+      id[static_cast<size_t>(v)] = out.add_layer(w.layer(static_cast<size_t>(v)));
+      continue;
+    }
+    const PlacedGroup& group = p.groups[static_cast<size_t>(g)];
+    if (++seen[static_cast<size_t>(g)] < group.layers.size()) continue;
+    const int merged =
+        out.add_layer(fused_layer(w, group, c.backends[static_cast<size_t>(group.backend)].name));
+    for (int u : group.layers) id[static_cast<size_t>(u)] = merged;
+  }
+  for (auto [e, end] = boost::edges(w.graph); e != end; ++e) {
+    const int a = id[boost::source(*e, w.graph)], b = id[boost::target(*e, w.graph)];
+    if (a != b && !boost::edge(a, b, out.graph).second) out.add_edge(a, b);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Workload> apply_placement(const Workload& w, const Placement& p, const BackendCatalog& c,
                                  const DeviceSpec& device, const PlacementOptions& o) {
   if (p.layer_times.size() != w.layer_count() || p.backend_of.size() != w.layer_count())
@@ -391,7 +484,7 @@ Result<Workload> apply_placement(const Workload& w, const Placement& p, const Ba
     const std::string tag = "backend: " + c.backends[p.backend_of[v]].name;
     l.description = l.description.empty() ? tag : l.description + "; " + tag;
   }
-  return out;
+  return contract_fused_groups(out, p, c);
 }
 
 std::string placed_backend(const Layer& layer) {

@@ -61,7 +61,12 @@ struct Backend {
   std::string device_kind;  // the device kind it runs on (catalog name, e.g. "a100-40gb")
   std::string description;
   std::vector<BackendPattern> patterns;
+  // The device catalog's other names of the same device (aliases: `a100` of `a100-80gb`).
+  std::vector<std::string> device_aliases;
 };
+
+// Whether the backend runs on devices of `kind`: its device kind or one of that device's aliases.
+bool runs_on(const Backend& b, std::string_view kind);
 
 // Handing a tensor from backend `from` to backend `to` (layout / format conversion, a copy between
 // libraries' buffers): latency + bytes / bandwidth, paid once in the forward pass (the activation)
@@ -165,8 +170,11 @@ Status evaluate_placement(const Workload& w, const BackendCatalog& c, const Devi
 // The workload with the placement applied for one device kind: each layer gets measured times
 // (device_kind = `device.kind`, batch = o.batch) equal to its placed times, conversions into it
 // included, and its description names its backend ("backend: cudnn-like"). Layers keep their FLOPs
-// and bytes, so other device kinds still cost them with the cost model. Fails if a layer already
-// carries measured times (a trace-driven workload is already placed).
+// and bytes, so other device kinds still cost them with the cost model. A fused group of two or
+// more layers becomes one layer (names joined by '+', kind "fused" unless all are alike, sums of
+// its layers' times, FLOPs, bytes, stash and parameters, the last layer's output): its
+// intermediates are private to one kernel, so no stage boundary may fall inside it. Fails if a
+// layer already carries measured times (a trace-driven workload is already placed).
 Result<Workload> apply_placement(const Workload& w, const Placement& p, const BackendCatalog& c,
                                  const DeviceSpec& device, const PlacementOptions& o);
 

@@ -73,7 +73,7 @@ Result<const DeviceSpec*> placement_device(const Cluster& c, const BackendReques
   const DeviceSpec* device = nullptr;
   for (const Device& d : c.devices) {
     const bool covered = std::any_of(r.catalog.backends.begin(), r.catalog.backends.end(),
-                                     [&](const Backend& b) { return b.device_kind == d.spec.kind; });
+                                     [&](const Backend& b) { return runs_on(b, d.spec.kind); });
     if (!covered) continue;
     if (device && device->kind != d.spec.kind)
       return Error{
@@ -96,11 +96,15 @@ Status place_backends(Experiment& e) {
   Result<const DeviceSpec*> device = placement_device(e.cluster, r);
   if (!device) return device.error();
   PlacementOptions o;
-  for (int b : r.allowed)
-    if (r.catalog.backends[static_cast<size_t>(b)].device_kind == (*device)->kind) o.allowed.push_back(b);
-  if (!r.allowed.empty() && o.allowed.empty())
-    return Error{fmt::format("{}: none of the backends in `use` runs on device kind \"{}\"", r.where,
-                             (*device)->kind)};
+  // A backend in `use` for another device kind would be dropped without a word: name it.
+  for (int b : r.allowed) {
+    const Backend& backend = r.catalog.backends[static_cast<size_t>(b)];
+    if (!runs_on(backend, (*device)->kind))
+      return Error{
+          fmt::format("{}: use: backend \"{}\" runs on device kind \"{}\", not on the cluster's \"{}\"",
+                      r.where, backend.name, backend.device_kind, (*device)->kind)};
+    o.allowed.push_back(b);
+  }
   o.batch = e.micro_batch_size > 0 ? e.micro_batch_size : e.workload.micro_batch_size;
   Result<Placement> placed = place(e.workload, r.catalog, **device, o);
   if (!placed) return Error{fmt::format("{}: {}", r.where, placed.error().message)};

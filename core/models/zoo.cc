@@ -593,6 +593,31 @@ const ModelInfo kModels[] = {
 
 }  // namespace
 
+const std::vector<std::string_view>& zoo_layer_kinds() {
+  static const std::vector<std::string_view> kinds = {"input",
+                                                      "linear",
+                                                      "embedding",
+                                                      "embedding_bag",
+                                                      "rmsnorm",
+                                                      "layernorm",
+                                                      "decoder_block",
+                                                      "moe_block",
+                                                      "transformer_block",
+                                                      "attention",
+                                                      "concat",
+                                                      "add",
+                                                      "softmax_loss",
+                                                      "pool",
+                                                      "lstm",
+                                                      "flatten",
+                                                      "conv2d",
+                                                      "relu",
+                                                      "batchnorm_add_relu",
+                                                      "chain",
+                                                      "index_select"};
+  return kinds;
+}
+
 std::span<const ModelInfo> model_zoo() {
   return kModels;
 }

@@ -26,6 +26,9 @@ struct ModelInfo {
 };
 
 std::span<const ModelInfo> model_zoo();
+// The layer kinds the zoo's builders give their layers (beside the model format's kinds: a
+// backend pattern may name either); tests/core/zoo_test.cc builds every model against it.
+const std::vector<std::string_view>& zoo_layer_kinds();
 // Unknown names are errors listing the valid ones.
 Result<const ModelInfo*> find_model(std::string_view name);
 // The values a model parameter may take: sizes and counts from 1 to 1e9 (a model of 0 classes or

@@ -293,3 +293,55 @@ TEST_CASE("apply_placement gives each layer its placed times for the device kind
   other.kind = "other";
   CHECK(!layer_times(placed->layer(1), w.precision, other, 4));  // no FLOPs to cost it there
 }
+
+TEST_CASE("apply_placement makes a fused group one layer, so no stage boundary can fall inside it") {
+  // x -> y -> z -> w, and z also reads x (a residual): P fuses y -> z (y's only consumer is z).
+  Workload w = chain({"x", "y", "z", "z"});
+  w.add_edge(0, 2);
+  BackendCatalog c = three_layer_catalog(0.5);
+  c.backends[0].patterns.push_back(timed({"y", "z"}, 1, 1));  // 1 s forward, 1 s backward per sample
+  PlacementOptions o;
+  o.batch = 4;
+  auto p = place(w, c, dev(), o);
+  REQUIRE(p);
+  // By hand, per sample: P x 3, P (y z) 2, P w 2 = 7 s; any Q costs more and converts.
+  CHECK(backends(*p, c) == "PPPP");
+  CHECK(p->total_s() == approx(7 * 4));
+  auto placed = apply_placement(w, *p, c, dev(), o);
+  REQUIRE(placed);
+  REQUIRE(placed->layer_count() == 3);
+  const Layer& fused = placed->layer(1);
+  CHECK(fused.name == "l1+l2");
+  CHECK(fused.kind == "fused");  // y and z differ
+  CHECK(fused.description == "fused y -> z; backend: P");
+  CHECK(placed_backend(fused) == "P");
+  // The instance's 1 + 1 s per sample at 4 samples, wherever place() put them within the group.
+  REQUIRE(fused.measured);
+  CHECK(fused.measured->forward_s == approx(4));
+  CHECK(fused.measured->backward_s == approx(4));
+  CHECK(fused.output_bytes == approx(1));
+  CHECK(fused.stash_bytes == approx(0));
+  // Edges x -> (y z) (twice before: x -> y and x -> z) and (y z) -> w.
+  CHECK(boost::num_edges(placed->graph) == 2);
+  CHECK(boost::edge(0, 1, placed->graph).second);
+  CHECK(boost::edge(1, 2, placed->graph).second);
+  CHECK(placed->layer(2).name == "l3");
+}
+
+TEST_CASE("a backend runs only on its device kind and that device's aliases") {
+  const Workload w = chain({"x", "y", "z"});
+  BackendCatalog c = three_layer_catalog(0.5);
+  c.backends[1].device_kind = "other";
+  PlacementOptions o;
+  o.allowed = {0, 1};
+  // Until 2026-12-05 an allowed backend of another kind was costed with this device's figures.
+  auto p = place(w, c, dev(), o);
+  REQUIRE(!p);
+  CHECK(p.error().message == "backend \"Q\" runs on device kind \"other\", not \"dev\"");
+  // The same device under another catalog name (a100 and a100-80gb): allowed.
+  c.backends[1].device_aliases = {"dev"};
+  CHECK(place(w, c, dev(), o));
+  CHECK(runs_on(c.backends[1], "dev"));
+  CHECK(runs_on(c.backends[1], "other"));
+  CHECK_FALSE(runs_on(c.backends[1], "third"));
+}

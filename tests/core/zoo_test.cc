@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "tests/support/approx.h"
 
 using namespace pipegrid;
@@ -283,4 +285,16 @@ TEST_CASE("precision changes bytes, not FLOPs - unknown models and parameters ar
         "ffn)");
   CHECK(build_model(**find_model("mmt"), {{"heads", 3}}, Precision::FP32).error().message ==
         "model mmt: layer \"branch0.layer0\": 3 heads do not divide the hidden size 1024");
+}
+
+TEST_CASE(
+    "every zoo model's layer kinds are in zoo_layer_kinds, which backend catalogs' patterns check against") {
+  const std::vector<std::string_view>& kinds = zoo_layer_kinds();
+  for (const ModelInfo& m : model_zoo()) {
+    Result<Workload> w = build_model(m, {}, Precision::FP16);
+    REQUIRE_MESSAGE(w, m.name);
+    for (size_t l = 0; l < w->layer_count(); ++l)
+      CHECK_MESSAGE(std::find(kinds.begin(), kinds.end(), w->layer(l).kind) != kinds.end(),
+                    m.name << ": " << w->layer(l).kind);
+  }
 }

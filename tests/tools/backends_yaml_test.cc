@@ -100,6 +100,48 @@ TEST_CASE("catalog errors name file:line:column, the key path, what was expected
             .starts_with("b.yaml:4:13: backends.x.launch: expected a time like"));
   CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\n    colour: red\n")
             .starts_with("b.yaml:5:5: backends.x.colour: unknown key"));
+  // A layer kind no model has matched nothing, and the backend was silently never used (until
+  // 2026-12-05); inside a chain too.
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [lienar]\n")
+            .starts_with("b.yaml:4:16: backends.x.patterns[0]: unknown layer kind \"lienar\" (did you mean "
+                         "\"linear\"? expected a layer kind of the model format or the zoo: input, linear,"));
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [[linear, rleu]]\n")
+            .starts_with("b.yaml:4:25: backends.x.patterns[0][1]: unknown layer kind \"rleu\" (did you mean "
+                         "\"relu\"?"));
+  // Kinds only the zoo builds are patterns too.
+  CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: [decoder_block, moe_block, rmsnorm]\n") ==
+        "");
+}
+
+TEST_CASE("backends and device aliases: a100's catalog on a100-80gb, and `use` of another kind refused") {
+  const std::string catalog = std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml";
+  // a100 is the catalog's alias of a100-80gb: the same device, refused under its canonical name until
+  // 2026-12-05.
+  auto canonical = pipegrid::testing::run_command(
+      {PIPEGRID_BINARY, "place", "resnet50", "--backends", catalog, "--device", "a100-80gb", "--json"});
+  auto alias = pipegrid::testing::run_command(
+      {PIPEGRID_BINARY, "place", "resnet50", "--backends", catalog, "--device", "a100", "--json"});
+  REQUIRE(canonical.exit_code == 0);
+  REQUIRE(alias.exit_code == 0);
+  CHECK(nlohmann::json::parse(canonical.out)["total_s"] == nlohmann::json::parse(alias.out)["total_s"]);
+  // A backend of the U280's in `use` on an A100 cluster was dropped without a word.
+  pipegrid::testing::TempDir dir;
+  dir.write("mixed.yaml",
+            "backends:\n  g: {device: a100, patterns: [\"*\"]}\n  f: {device: u280, patterns: [linear]}\n");
+  const std::string e = dir.write("e.yaml", R"(workload: {model: resnet50, precision: amp}
+cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 300GBps, latency: 1us}
+strategy: {micro_batch_size: 8, micro_batches: 4}
+backends: {catalog: mixed.yaml, use: [g, f]}
+)");
+  auto r = pipegrid::testing::run_command({PIPEGRID_BINARY, "run", e});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "pipegrid: " + e +
+                     ":4:11: backends: use: backend \"f\" runs on device kind \"u280\", not on the "
+                     "cluster's \"a100\"\n");
+  auto placed = pipegrid::testing::run_command({PIPEGRID_BINARY, "place", "resnet50", "--backends",
+                                                (dir.path / "mixed.yaml").string(), "--use", "g,f"});
+  CHECK(placed.exit_code == 2);
+  CHECK(placed.err.find("backend \"f\" runs on device kind \"u280\", not \"a100\"") != std::string::npos);
 }
 
 namespace {

@@ -75,10 +75,10 @@ int run(const PlaceOptions& o) {
   // first backend of this device kind that does.
   int fallback = -1;
   for (size_t f = 0; f < c.backends.size() && fallback < 0; ++f)
-    if (c.backends[f].device_kind == kind && covers_all(c.backends[f])) fallback = static_cast<int>(f);
+    if (runs_on(c.backends[f], kind) && covers_all(c.backends[f])) fallback = static_cast<int>(f);
   nlohmann::json single = nlohmann::json::object();
   for (size_t b = 0; b < c.backends.size(); ++b) {
-    if (c.backends[b].device_kind != kind) continue;
+    if (!runs_on(c.backends[b], kind)) continue;
     PlacementOptions so = po;
     so.allowed = {static_cast<int>(b)};
     if (!covers_all(c.backends[b]) && fallback >= 0) so.allowed.push_back(fallback);
@@ -98,9 +98,10 @@ int run(const PlaceOptions& o) {
                         {"group", group_of[v]},
                         {"forward_s", p->layer_times[v].forward},
                         {"backward_s", p->layer_times[v].backward()}});
-    nlohmann::json j = {{"model", w->name},
+    nlohmann::json j = {{"schema_version", output::kJsonSchemaVersion},
+                        {"model", w->name},
                         {"device", kind},
-                        {"micro_batch_size", po.batch},
+                        {"micro_batch_size", output::json_number(po.batch)},
                         {"total_s", p->total_s()},
                         {"compute_s", p->compute_s},
                         {"conversion_s", p->conversion_s},
@@ -154,7 +155,7 @@ Command add_place_command(CLI::App& parent) {
   app->add_option("--device", o->device, "Device kind (default: the first backend's)");
   app->add_option("--use", o->use, "Only these backends")->delimiter(',');
   app->add_option("--micro-batch-size", o->micro_batch_size, "Samples per micro-batch (default: the model's)")
-      ->check(kFinitePositive);
+      ->check(kSampleCount);
   app->add_option("--precision", o->precision, "Training precision (default fp32)");
   app->add_flag("--json", o->json, "Print one JSON object");
   return {app, [o] { return run(*o); }};

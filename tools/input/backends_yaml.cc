@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "core/models/zoo.h"
 #include "tools/input/device_yaml.h"
+#include "tools/input/model_yaml.h"
 #include "tools/input/yaml_node.h"
 
 namespace pipegrid::input {
@@ -71,6 +73,18 @@ PatternOp parse_op(const Node& n) {
     }
     op.kind = PatternOp::Kind::Class;
     op.cls = *k;
+  } else {
+    // A kind no model has would match nothing, and the backend would be left out without a word.
+    std::vector<std::string_view> kinds = layer_kinds();
+    for (std::string_view k : zoo_layer_kinds())
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+    if (std::find(kinds.begin(), kinds.end(), text) == kinds.end()) {
+      const std::vector<std::string> close = close_matches(text, kinds);
+      n.fail(fmt::format(
+          "unknown layer kind \"{}\" ({}expected a layer kind of the model format or the zoo: "
+          "{}; a kernel class as class:gemm; or \"*\")",
+          text, close.empty() ? "" : fmt::format("did you mean \"{}\"? ", close.front()), join(kinds)));
+    }
   }
   return op;
 }
@@ -133,6 +147,8 @@ BackendCatalog parse_backend_catalog(const Node& root) {
     n.check_keys(keys);
     const Node dev = n.need("device", "a device catalog name like a100");
     b.device_kind = dev.choice(devices, "a device of the catalog");
+    for (std::string& alike : device_names_alike(b.device_kind))
+      if (alike != b.device_kind) b.device_aliases.push_back(std::move(alike));
     if (auto s = n.get("description")) b.description = s->string();
     std::string source;
     if (auto s = n.get("source")) source = s->string();

@@ -235,7 +235,10 @@ std::vector<CatalogDevice> load_catalog() {
     size_t i = 0;
     for (const auto& prev : doc.root) {
       if (i++ >= out.size()) break;
-      if (prev.second.is(kv.second)) d.description += fmt::format(" (alias of {})", prev.first.Scalar());
+      if (prev.second.is(kv.second)) {
+        d.alias_of = prev.first.Scalar();
+        d.description += fmt::format(" (alias of {})", d.alias_of);
+      }
     }
     out.push_back(std::move(d));
   }
@@ -286,6 +289,16 @@ const CatalogDevice* find_catalog_device(std::string_view name) {
   for (const CatalogDevice& d : device_catalog())
     if (d.name == name) return &d;
   return nullptr;
+}
+
+std::vector<std::string> device_names_alike(std::string_view name) {
+  const CatalogDevice* d = find_catalog_device(name);
+  if (!d) return {std::string(name)};
+  const std::string root = d->alias_of.empty() ? d->name : d->alias_of;
+  std::vector<std::string> out;
+  for (const CatalogDevice& c : device_catalog())
+    if (c.name == root || c.alias_of == root) out.push_back(c.name);
+  return out;
 }
 
 std::string profile_device_kind_problem(std::string_view kind) {

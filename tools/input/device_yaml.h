@@ -29,12 +29,16 @@ struct CatalogDevice {
   std::string family;  // "gpu" or "fpga"
   std::string description;
   std::string source;
-  DeviceSpec spec;  // spec.kind == name
+  DeviceSpec spec;       // spec.kind == name
+  std::string alias_of;  // the earlier entry this one is a YAML alias of (`a100`: "a100-80gb"), or ""
 };
 
 // Parsed once, on first use. Precondition: the compiled-in catalog is valid (tested).
 const std::vector<CatalogDevice>& device_catalog();
 const CatalogDevice* find_catalog_device(std::string_view name);
+// The catalog's names of one device: `name` and its aliases (`a100` and `a100-80gb`), or {name}
+// when the catalog has no such entry.
+std::vector<std::string> device_names_alike(std::string_view name);
 // Why `kind` cannot be the device kind a profile was measured on ("" when it can: a catalog name,
 // "custom" or "any"), with a did-you-mean: shared by the experiment's `device:` key and
 // `workload show --profile-device`.
