@@ -142,14 +142,18 @@ std::vector<Deps> append_ring_allgather(TaskGraph& g, const std::vector<int>& de
 std::vector<Deps> append_multiring(TaskGraph& g, const Cluster& c, CollectiveKind kind,
                                    const std::vector<int>& devices, const std::vector<Deps>& ready,
                                    double bytes, const FlowTag& tag) {
+  FlowTag own = tag;
   auto ring = [&](const std::vector<int>& order, const std::vector<Deps>& order_ready, double b) {
-    return kind == CollectiveKind::ReduceScatter ? append_ring_reduce_scatter(g, order, order_ready, b, tag)
-                                                 : append_ring_allreduce(g, order, order_ready, b, tag);
+    return kind == CollectiveKind::ReduceScatter ? append_ring_reduce_scatter(g, order, order_ready, b, own)
+                                                 : append_ring_allreduce(g, order, order_ready, b, own);
   };
   const std::vector<std::vector<size_t>> orders = multi_ring_orders(c, devices);
   if (orders.size() < 2) return ring(devices, ready, bytes);
   std::vector<Deps> done(devices.size());
   for (const std::vector<size_t>& index : orders) {
+    // Each ring on its own connections, as NCCL's channels: rings that share a device pair would
+    // otherwise queue their steps' flows one after another on it.
+    ++own.channel;
     std::vector<int> order;
     std::vector<Deps> order_ready;
     for (size_t j : index) {
@@ -170,7 +174,9 @@ std::vector<Deps> append_merged_rings(TaskGraph& g, CollectiveKind kind, const s
   std::vector<Deps> done(devices.size());
   std::vector<int> order;
   std::vector<Deps> order_ready;
+  FlowTag own = tag;  // each ring its own channel, as in append_multiring
   for (const std::vector<size_t>& index : orders) {
+    ++own.channel;
     order.clear();
     order_ready.clear();
     for (size_t j : index) {
@@ -178,7 +184,7 @@ std::vector<Deps> append_merged_rings(TaskGraph& g, CollectiveKind kind, const s
       order_ready.push_back(ready[j]);
     }
     std::vector<Deps> got =
-        append_merged_ring(g, kind, order, order_ready, bytes / static_cast<double>(orders.size()), tag);
+        append_merged_ring(g, kind, order, order_ready, bytes / static_cast<double>(orders.size()), own);
     for (size_t i = 0; i < index.size(); ++i)
       done[index[i]].insert(done[index[i]].end(), got[i].begin(), got[i].end());
   }

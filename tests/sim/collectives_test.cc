@@ -106,6 +106,37 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "multi-ring all-reduce when latency-bound: 2 (n - 1) steps of the crossing route's latency, as the "
+    "ring") {
+  // Every step of every ring has a flow crossing machines, so a step takes the crossing route's
+  // latency a_x, for the ring and for each of the m rings at once: 2 (n - 1) a_x + 2(n-1)/n S/B, S = 8 B
+  // (the bytes' term below 1e-6 of it). Until 2026-12-05 the m rings shared one connection per device
+  // pair and queued their flows on it: m - 1 rings use each pair inside a machine, so a step paid
+  // (m - 1) of its latencies in a row (L = 2, m = 8: 210 us for 60.0 us).
+  DgxSpec s;
+  s.gpu = test_device();
+  s.nvlink = {2400e9, 0.5e-6};
+  s.infiniband = {25e9, 2e-6};
+  for (int m : {4, 8}) {
+    s.nodes = 2;
+    s.gpus_per_node = m;
+    Cluster c = *make_dgx_cluster(s);
+    const int n = 2 * m;
+    const double ring = allreduce_time(c, AllReduceAlgorithm::Ring, n, 8);
+    const double multi = allreduce_time(c, AllReduceAlgorithm::MultiRing, n, 8);
+    INFO("m=" << m << " ring " << ring << " multi-ring " << multi);
+    const double steps = 2.0 * (n - 1);
+    // a_x: the slowest route from a device of machine 0 to one of machine 1 (all alike here).
+    Router router(c);
+    double a_x = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = m; j < n; ++j) a_x = std::max(a_x, router.route(i, j)->latency);
+    CHECK(close_rel(ring / steps, a_x, 0.01));
+    CHECK(close_rel(multi / steps, a_x, 0.01));
+  }
+}
+
 TEST_CASE("multi-ring degenerates to the ring: one machine, or one device per machine") {
   const double B = 10e9, a = 1e-6, S = 3e8;
   Cluster ring = *make_ring_cluster(4, "gpu", test_device(), {B, a});
