@@ -108,6 +108,27 @@ def ordered(rows, axis):
     return seen
 
 
+def line_positions(rows, axis):
+    """A line plot's x values and whether they are numbers: numbers are positions on the axis, sorted
+    (a line through them in the sweep's order, e.g. 16, 4, 8, would double back); other values keep
+    the sweep's order, one slot each."""
+    xs = ordered(rows, axis)
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+    return (sorted(xs) if numeric else xs), numeric
+
+
+def pareto_front(points):
+    """The (memory, throughput) points no other point dominates (no more memory and more throughput,
+    or less memory and as much), by memory ascending: a point is on the front only if it beats every
+    point that needs no more memory; among equal memory only the fastest can be."""
+    front, top = [], None
+    for mem, tp in sorted(points, key=lambda p: (p[0], -p[1])):
+        if top is None or tp > top:
+            front.append((mem, tp))
+            top = tp
+    return front
+
+
 def check_axis(axes, axis, flag):
     if not axis:
         fail(f"{flag} is needed (axes: {', '.join(axes)})")
@@ -190,8 +211,7 @@ def main():
             check_axis(axes, la, "--lines")
         shown = {a.x, *line_axes}
         others = [x for x in axes if x not in shown]
-        xs = ordered(rows, a.x)
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+        xs, numeric = line_positions(rows, a.x)
         groups = [None]
         if line_axes:
             groups = []
@@ -305,11 +325,7 @@ def main():
         if over:
             ax.scatter([p[0] for p in over], [p[1] for p in over], s=14, marker="x", color="0.4",
                        label="over memory (infeasible)")
-        front, top = [], -1.0
-        for mem, tp in pts:  # by memory ascending: a point is on the front if it beats every cheaper one
-            if tp > top:
-                front.append((mem, tp))
-                top = tp
+        front = pareto_front(pts)
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="C3", marker="o",
                 label="Pareto front")
         ax.set_xlabel(a.xlabel or LABELS["peak_memory_bytes"])

@@ -201,6 +201,47 @@ TEST_CASE("a bad value in a sweep is located in the sweep file when its point is
         dir.path.string() + "/sweep.yaml:3:22: cluster.count: expected a positive integer, got \"many\"");
 }
 
+TEST_CASE("filters: a division by zero and a condition that is no true/false are located errors") {
+  // Until 2026-12-05 0 / 0 was NaN (kept by ==, dropped by <) and 4 / 0 was inf, without a word; a
+  // condition giving a number named the sweep file without its line.
+  TempDir dir;
+  dir.write("experiment.yaml", kExperiment);
+  const std::string grid = "base: experiment.yaml\ngrid:\n  strategy.micro_batches: [4, 8]\nwhere: \"";
+  const std::string at = dir.path.string() + "/sweep.yaml:4:8: where: ";
+  CHECK(error_of(dir, grid + "0 / 0 == 0 / 0\"\n") ==
+        at +
+            "a division by zero at this point (guard it: `DIVISOR != 0 and ...` is evaluated left to right)");
+  CHECK(error_of(dir, grid + "strategy.micro_batches / (strategy.micro_batches - 4) > 0\"\n")
+            .find("a division by zero") != std::string::npos);
+  // The guard works: 8 / 4 = 2 > 0 keeps point 1; point 0 stops at its guard.
+  TempDir d2;
+  d2.write("experiment.yaml", kExperiment);
+  CHECK(Sweep::load(d2.write("sweep.yaml", grid + "strategy.micro_batches != 4 and strategy.micro_batches / "
+                                                  "(strategy.micro_batches - 4) > 0\"\n"))
+            .points() == std::vector<size_t>{1});
+  CHECK(error_of(dir, grid + "1e300 * 1e300 > 1\"\n") == at + "* gives a number too large at this point");
+  CHECK(error_of(dir, grid + "strategy.micro_batches + 1\"\n") ==
+        at + "a where condition gives a number, not true/false");
+  CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  strategy.micro_batches: [4, 8]\nskip: 5\n") ==
+        dir.path.string() + "/sweep.yaml:4:7: skip: a skip condition gives a number, not true/false");
+}
+
+TEST_CASE("an axis path with an unknown key is located at the axis in the sweep file") {
+  TempDir dir;
+  dir.write("experiment.yaml", kExperiment);
+  const Sweep s = Sweep::load(
+      dir.write("sweep.yaml", "base: experiment.yaml\ngrid:\n  strategy.micro_batchez: [2, 4]\n"));
+  std::string error;
+  try {
+    (void)input::parse_experiment(s.experiment_document(0));
+  } catch (const input::InputError& e) {
+    error = e.what();
+  }
+  // Until 2026-12-05: "sweep.yaml: strategy.micro_batchez: unknown key ...", with no line.
+  CHECK(error.starts_with(dir.path.string() +
+                          "/sweep.yaml:3:3: strategy.micro_batchez: unknown key (did you mean"));
+}
+
 TEST_CASE("a sweep's fingerprint covers its base and axes, not its filters or name") {
   TempDir dir;
   dir.write("experiment.yaml", kExperiment);

@@ -102,6 +102,15 @@ def main():
         with open(kept_db + ".lock") as f:
             check(f.read() == "keep", "the existing DB.lock file is kept, unchanged")
         check(not os.path.exists(full_db + ".lock"), "the lock a sweep made is removed at its end")
+        # A lock a killed sweep left (its words, "pipegrid sweep lock") goes at the next sweep's end (it
+        # stayed for good until 2026-12-05).
+        left_db = os.path.join(d, "left.sqlite")
+        with open(left_db + ".lock", "w") as f:
+            f.write("pipegrid sweep lock\n")
+        r = subprocess.run([pipegrid, "sweep", sweep, "-j", "2", "--db", left_db, "-q"], capture_output=True,
+                           text=True)
+        check(r.returncode == 0 and not os.path.exists(left_db + ".lock"),
+              f"a killed sweep's lock is removed by the next: {r.returncode} {r.stderr}")
 
         # One sweep process per database: a second one is refused while the first runs.
         slow_db = os.path.join(d, "locked.sqlite")

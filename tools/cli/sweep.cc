@@ -351,7 +351,10 @@ Result<Selection> select_points(const SweepOptions& o) {
 
 // The lock of a results database: one sweep process per database, since two would run the same
 // pending points. Held by the process (also released when it is killed); the lock file goes when
-// this sweep ends, however it returns (a killed sweep leaves it: harmless, the next one takes the lock).
+// this sweep ends, however it returns. A killed sweep leaves it: the next sweep takes the lock and,
+// seeing the words a sweep writes in it (kLockText), removes it at its end; a file of the user's
+// (other contents) is left as it was.
+constexpr std::string_view kLockText = "pipegrid sweep lock\n";
 struct LockFile {
   std::string path;
   int fd;
@@ -378,6 +381,13 @@ Result<std::unique_ptr<LockFile>> lock_database(const std::string& db_path) {
     close(lock);
     return Error{
         fmt::format("another pipegrid sweep is running on \"{}\" (it holds \"{}\")", db_path, lock_path)};
+  }
+  if (created) {
+    (void)!write(lock, kLockText.data(), kLockText.size());  // best effort: only the removal depends on it
+  } else {
+    char text[64] = {};
+    const ssize_t n = pread(lock, text, sizeof text, 0);
+    created = n == static_cast<ssize_t>(kLockText.size()) && std::string_view(text, n) == kLockText;
   }
   return std::make_unique<LockFile>(lock_path, lock, created);
 }

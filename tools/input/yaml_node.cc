@@ -270,7 +270,7 @@ void Node::check_keys(const std::vector<std::string_view>& allowed) const {
     const YAML::Node key = kv.first;
     std::string k = key.IsScalar() ? key.Scalar() : "?";
     if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-    Node kn(doc_->origin_of(key), key, path_.empty() ? k : path_ + "." + k, key.Mark());
+    Node kn(doc_->origin_of(key), key, path_.empty() ? k : path_ + "." + k, doc_->mark_of(key));
     kn.fail(fmt::format("unknown key ({}valid keys: {})", suggestion(k, allowed), join(allowed)));
   }
 }
@@ -377,8 +377,15 @@ const Document* Document::origin_of(const YAML::Node& n) const {
   return this;
 }
 
-void Document::graft(const YAML::Node& n, const Document* origin) {
-  if (origin != this) grafts.push_back({n, origin});
+void Document::graft(const YAML::Node& n, const Document* origin, YAML::Mark mark) {
+  if (origin != this) grafts.push_back({n, origin, mark});
+}
+
+YAML::Mark Document::mark_of(const YAML::Node& n) const {
+  if (!n.IsDefined() || !n.Mark().is_null()) return n.Mark();
+  for (const Graft& g : grafts)
+    if (!g.mark.is_null() && g.node.IsDefined() && g.node.is(n)) return g.mark;
+  return n.Mark();
 }
 
 bool is_device_key(std::string_view key) {
@@ -506,7 +513,7 @@ void set_path(Document& doc, std::string_view path, const YAML::Node& value, con
     if (last) {
       if (!key.IsDefined()) {
         key.reset(YAML::Node(step.key));
-        doc.graft(key, origin);
+        doc.graft(key, origin, where.mark());  // an unknown key is reported where the path was written
       }
       put(cur, key, value);
       doc.graft(value, origin);
@@ -516,7 +523,7 @@ void set_path(Document& doc, std::string_view path, const YAML::Node& value, con
       key.reset(YAML::Node(step.key));
       YAML::Node map(YAML::NodeType::Map);
       cur.force_insert(key, map);
-      doc.graft(key, origin);
+      doc.graft(key, origin, where.mark());
       doc.graft(map, origin);
       cur.reset(map);
     } else {

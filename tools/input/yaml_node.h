@@ -30,6 +30,9 @@ struct Document;
 struct Graft {
   YAML::Node node;
   const Document* origin;
+  // Where in `origin` a node made for it stands (a key that `set_path` created, which has no
+  // position of its own: the axis or argument that named it); null when the node has its own.
+  YAML::Mark mark = YAML::Mark::null_mark();
 };
 
 // A document: where it came from (for messages) and its root node.
@@ -45,8 +48,10 @@ struct Document {
 
   // The document a node of this tree comes from: a graft's origin, else this one.
   const Document* origin_of(const YAML::Node& n) const;
-  // Records that `n` (and what lies below it) comes from `origin`.
-  void graft(const YAML::Node& n, const Document* origin);
+  // Records that `n` (and what lies below it) comes from `origin`, at `mark` when n has no position.
+  void graft(const YAML::Node& n, const Document* origin, YAML::Mark mark = YAML::Mark::null_mark());
+  // n's position: its own, else the one its graft was given.
+  YAML::Mark mark_of(const YAML::Node& n) const;
 };
 
 // A path written in a document, relative to the document's directory (absolute paths unchanged).

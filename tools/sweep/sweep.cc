@@ -117,10 +117,17 @@ struct Operation : Expression {
     const Quantity p = number(x), q = number(y);
     if (op == "+" || op == "-") {
       same_kind();
-      return Quantity{op == "+" ? p.value + q.value : p.value - q.value, p.dimension};
+      const double sum = op == "+" ? p.value + q.value : p.value - q.value;
+      if (!std::isfinite(sum)) where->fail(fmt::format("{} gives a number too large at this point", op));
+      return Quantity{sum, p.dimension};
     }
+    // A division by zero gave inf or NaN, whose comparisons kept or dropped points without a word.
+    if (op == "/" && q.value == 0)
+      where->fail(
+          "a division by zero at this point (guard it: `DIVISOR != 0 and ...` is evaluated left to right)");
     Quantity r{op == "*" ? p.value * q.value : p.value / q.value, p.dimension};
     for (size_t i = 0; i < 3; ++i) r.dimension[i] += op == "*" ? q.dimension[i] : -q.dimension[i];
+    if (!std::isfinite(r.value)) where->fail(fmt::format("{} gives a number too large at this point", op));
     return r;
   }
   bool truth(const Value& v) const {
@@ -599,10 +606,17 @@ Sweep Sweep::load_text(std::string text, const std::string& path) {
         struct Holder : Expression {
           std::shared_ptr<Node> where;
           std::unique_ptr<Expression> e;
-          Value eval(const Lookup& l) const override { return e->eval(l); }
+          const char* what;
+          Value eval(const Lookup& l) const override {
+            Value v = e->eval(l);
+            if (!std::holds_alternative<bool>(v))
+              where->fail(fmt::format("a {} condition gives {}, not true/false", what, type_name(v)));
+            return v;
+          }
         };
         auto h = std::make_unique<Holder>();
         h->where = kept;
+        h->what = key;
         h->e = std::move(e);
         list->push_back(std::move(h));
       }
