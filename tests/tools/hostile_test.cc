@@ -223,7 +223,18 @@ TEST_CASE("command-line numbers and paths: nan, inf and empty strings are usage 
   CHECK(r.err.find("--profile-batch: expected a finite positive number, got nan") != std::string::npos);
   r = run_command({PIPEGRID_BINARY, "workload", "show", "-b", "inf", "vgg16"});
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("expected a finite positive number, got inf") != std::string::npos);
+  CHECK(r.err.find("expected a whole number, got \"inf\" (samples per micro-batch)") != std::string::npos);
+  // Samples per micro-batch are whole and at most an experiment's 1,000,000 (0.5 and 1e30 were shown).
+  for (const char* b : {"0.5", "1e30"}) {
+    r = run_command({PIPEGRID_BINARY, "workload", "show", "-b", b, "vgg16"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("(samples per micro-batch)") != std::string::npos);
+  }
+  r = run_command({PIPEGRID_BINARY, "place", "resnet50", "--backends",
+                   std::string(PIPEGRID_SOURCE_DIR) + "/topologies/backends/a100.yaml", "--micro-batch-size",
+                   "2000000"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("expected at most 1000000 samples per micro-batch, got 2000000") != std::string::npos);
   r = run_command({PIPEGRID_BINARY, "run", ""});  // before: ran the built-in example
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("experiment: expected a file name, got an empty string") != std::string::npos);

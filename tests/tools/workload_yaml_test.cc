@@ -164,6 +164,15 @@ TEST_CASE("pipegrid device list and show") {
   CHECK(j["fpga"]["dsps"] == 9024);
   CHECK(j["peak_flops"]["fp16"].get<double>() == pipegrid::testing::approx(9024 * 300e6 * 2));
   CHECK(j["memory_bandwidth_Bps"].get<double>() == 460e9);
+  // The U280 has no fp8 or tf32 DSP mode (macs_per_dsp 0): fp8 none, tf32 run as fp32, as the text
+  // says ("fp8 none", "tf32 as fp32"); until 2026-12-05 the JSON gave the fall-back rates as its own.
+  CHECK(j["peak_flops"]["fp8"].is_null());
+  CHECK(j["peak_flops"]["tf32"] == j["peak_flops"]["fp32"]);
+  CHECK(j["peak_runs_as"] == json{{"tf32", "fp32"}});
+  json a100 = json::parse(run_command({PIPEGRID_BINARY, "device", "show", "a100", "--json"}).out);
+  CHECK(a100["peak_flops"]["fp8"].is_null());
+  CHECK(a100["peak_flops"]["tf32"].get<double>() == 156e12);
+  CHECK(a100["peak_runs_as"].empty());
   CHECK(run_command({PIPEGRID_BINARY, "device", "show", "u2800"}).exit_code == 2);
 }
 

@@ -41,6 +41,16 @@ inline std::string count_error(const std::string& v, long long min) {
 }
 inline const CLI::Validator kPositiveCount([](std::string& v) { return count_error(v, 1); }, "COUNT");
 inline const CLI::Validator kCount([](std::string& v) { return count_error(v, 0); }, "COUNT");
+// Samples per micro-batch on the command line: whole (a fractional sample is no real batch; `run`
+// refuses it unless allow_fractional_samples) and at most an experiment's 1,000,000 (kMaxCount).
+inline const CLI::Validator kSampleCount(
+    [](std::string& v) -> std::string {
+      if (std::string e = count_error(v, 1); !e.empty()) return e + " (samples per micro-batch)";
+      if (long long x = 0; CLI::detail::lexical_cast(v, x) && x > 1'000'000)
+        return "expected at most 1000000 samples per micro-batch, got " + v;
+      return {};
+    },
+    "SAMPLES");
 inline const CLI::Validator kNonEmpty(
     [](std::string& v) -> std::string {
       return v.empty() ? "expected a file name, got an empty string" : "";

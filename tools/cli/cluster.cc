@@ -117,7 +117,8 @@ int run_show(const Options& o) {
     j["explicit_routes"] = c->routes.size();
     j["routing"] = !c->torus_dims.empty() ? "dimension-order"
                    : c->fat_tree          ? "destination-mod-k"
-                                          : "shortest-path";
+                   : c->routes.empty()    ? "shortest-path"
+                                          : "explicit";  // shortest paths for pairs without a route
     j["diameter_hops"] = f->diameter_hops;
     j["bisection_bandwidth_Bps"] = output::json_number(f->bisection_bandwidth);
     j["bisection_exact"] = f->bisection_exact;
@@ -125,9 +126,13 @@ int run_show(const Options& o) {
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  fmt::print("cluster {}: {} devices, {} switches, {} links{}\n", c->name.empty() ? o.cluster : c->name,
-             c->devices.size(), c->switches.size(), c->links.size(),
-             c->routes.empty() ? "" : fmt::format(", {} explicit routes", c->routes.size()));
+  const auto count = [](size_t n, std::string_view one, std::string_view many) {
+    return output::plural(static_cast<double>(n), one, many);
+  };
+  fmt::print("cluster {}: {}, {}, {}{}\n", c->name.empty() ? o.cluster : c->name,
+             count(c->devices.size(), "device", "devices"), count(c->switches.size(), "switch", "switches"),
+             count(c->links.size(), "link", "links"),
+             c->routes.empty() ? "" : ", " + count(c->routes.size(), "explicit route", "explicit routes"));
   std::map<std::string, int> models;
   for (const Device& d : c->devices) ++models[d.spec.kind];
   std::string m;
@@ -154,7 +159,9 @@ int run_show(const Options& o) {
              : c->fat_tree
                  ? fmt::format("destination-mod-k on the fat-tree (k = {}; shortest paths inside a machine)",
                                c->fat_tree->k)
-                 : std::string("shortest paths (latency, then hops)"));
+             : c->routes.empty() ? std::string("shortest paths (latency, then hops)")
+                                 : std::string("the explicit routes, shortest paths (latency, then hops) "
+                                               "for pairs without one"));
   fmt::print("diameter: {} hops\n", f->diameter_hops);
   fmt::print("bisection bandwidth: {} ({})\n", format_bandwidth(f->bisection_bandwidth),
              f->bisection_exact ? "exact: every balanced split"

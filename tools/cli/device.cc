@@ -46,9 +46,9 @@ void print_compute_table(const DeviceSpec& spec) {
   }
   fmt::print(
       "  (compute efficiency: sustained fraction of peak by kernel class; amp runs at fp16's,\n"
-      "  amp-bf16 at bf16's; the fp8 trainings run their linear GEMMs at fp8's (bf16's on a device\n"
-      "  without an fp8 rate; mxfp8's block-scaled GEMMs at {:.3f} of fp8's rate, Transformer\n"
-      "  Engine's measured kernel ratio) and the rest at bf16's; a device without a tf32 rate runs\n"
+      "  amp-bf16 at bf16's; the fp8 trainings run their linear GEMMs at fp8's (mxfp8's block-scaled\n"
+      "  GEMMs at {:.3f} of fp8's rate, Transformer Engine's measured kernel ratio) and the rest at\n"
+      "  bf16's, and are refused on a device without an fp8 rate; a device without a tf32 rate runs\n"
       "  tf32 as fp32)\n",
       fp8_gemm_rate(Precision::AMP_MXFP8));
 }

@@ -174,7 +174,7 @@ Command add_workload_command(CLI::App& parent) {
                    "Samples per micro-batch; default: a model file's micro_batch_size, a profile's "
                    "--profile-batch, 1 for zoo models")
       ->default_str("")
-      ->check(kFinitePositive);
+      ->check(kSampleCount);
   show->add_option("--device", o->device, "Catalog device to time the layers on");
   show->add_option("--precision", o->precision,
                    "fp32, tf32, fp16, bf16, int8, amp (fp16 math, fp32 master weights), amp-bf16, fp8 "

@@ -745,8 +745,15 @@ nlohmann::json json_number(double x) {
 
 nlohmann::json device_spec_json(const DeviceSpec& spec) {
   nlohmann::json peak, eff, mem, step, winograd = nlohmann::json::array();
+  nlohmann::json runs_as = nlohmann::json::object();
   for (Precision p : kMathPrecisions) {
-    peak[std::string(to_string(p))] = json_number(spec.peak(p));
+    // A rate the device lacks: fp8 none (fp8 trainings refuse the device), another the rate of the
+    // precision it runs as, said in peak_runs_as (as `device show` prints "as fp32").
+    const bool own = spec.peak_flops[static_cast<int>(p)] > 0;
+    peak[std::string(to_string(p))] =
+        own || p != Precision::FP8 ? json_number(spec.peak(p)) : nlohmann::json(nullptr);
+    if (!own && p != Precision::FP8)
+      runs_as[std::string(to_string(p))] = std::string(to_string(spec.runs_as(p)));
     step[std::string(to_string(p))] = spec.recurrent_step(p);
     if (spec.winograd[static_cast<int>(p)]) winograd.push_back(std::string(to_string(p)));
     for (KernelClass k : kComputeClasses)
@@ -763,6 +770,7 @@ nlohmann::json device_spec_json(const DeviceSpec& spec) {
                       {"memory_bytes", json_number(spec.memory_bytes)},
                       {"memory_bandwidth_Bps", json_number(spec.memory_bandwidth)},
                       {"peak_flops", peak},
+                      {"peak_runs_as", runs_as},
                       {"efficiency", spec.efficiency},
                       {"compute_efficiency", eff},
                       {"memory_efficiency", mem},
