@@ -637,34 +637,32 @@ Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& de
   LinkCost cost;
   const size_t n = devices.size();
   if (n < 2) return cost;
+  const Cluster& c = router.cluster();
   for (size_t i = 0; i < n; ++i) {
-    Result<Route> r = router.route(devices[i], devices[(i + 1) % n]);
+    const int from = devices[i], to = devices[(i + 1) % n];
+    Result<Route> r = router.route(from, to);
     if (!r) return r.error();
-    cost.add_hop(r->latency, r->bandwidth);
+    // A hop between two devices on the collective engine pays its step and runs at most at its rate,
+    // as charge_engine and Cluster::engine_rate cost the flow; a hop with a GPU at either end does not.
+    if (c.on_engine(from) && c.on_engine(to)) {
+      cost.add_hop(r->latency + c.engine->step, std::min(r->bandwidth, c.engine->bandwidth));
+      cost.call = c.engine->call;
+    } else {
+      cost.add_hop(r->latency, r->bandwidth);
+    }
   }
-  return engine_hop(router.cluster(), devices, cost);
-}
-
-namespace {
-bool all_on_engine(const Cluster& c, const std::vector<int>& devices) {
-  return c.engine && std::all_of(devices.begin(), devices.end(), [&](int d) { return c.on_engine(d); });
-}
-}  // namespace
-
-LinkCost engine_hop(const Cluster& c, const std::vector<int>& devices, LinkCost hop) {
-  if (!all_on_engine(c, devices)) return hop;
-  hop.latency += c.engine->step;
-  hop.bandwidth = std::min(hop.bandwidth, c.engine->bandwidth);
-  hop.call = c.engine->call;
-  return hop;
+  return cost;
 }
 
 void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices) {
-  if (!all_on_engine(c, devices)) return;
+  if (!c.engine || std::none_of(devices.begin(), devices.end(), [&](int d) { return c.on_engine(d); }))
+    return;
   std::vector<int32_t> called;  // devices whose first flow was charged the call
   for (size_t t = first; t < g.tasks.size(); ++t) {
     Task& task = g.tasks[t];
-    if (task.is_compute()) continue;
+    // The engine's figures apply where both ends of a flow are on it (as its rate does, per flow:
+    // Cluster::engine_rate): in a collective over GPUs and FPGAs, the FPGA-to-FPGA flows.
+    if (task.is_compute() || !c.on_engine(task.device) || !c.on_engine(task.peer)) continue;
     task.duration = c.engine->step;
     if (std::find(called.begin(), called.end(), task.device) == called.end()) {
       called.push_back(task.device);
@@ -769,13 +767,14 @@ Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
   const double chunk = bytes / static_cast<double>(n);
   std::vector<Route> routes;
   std::map<size_t, double> load;
-  bool engine = c.engine.has_value();  // every ring on the collective engine: its costs (charge_engine)
-  for (const auto& ring : rings) engine = engine && all_on_engine(c, ring);
+  // The flows between two devices on the collective engine, with its costs (charge_engine's).
+  std::vector<char> engine;
   for (const auto& ring : rings)
     for (size_t j = 0; j < n; ++j) {
       Result<Route> r = router.route(ring[j], ring[(j + 1) % n]);
       if (!r) return r.error();
-      if (engine) r->bandwidth = std::min(r->bandwidth, c.engine->bandwidth);
+      engine.push_back(c.on_engine(ring[j]) && c.on_engine(ring[(j + 1) % n]));
+      if (engine.back()) r->bandwidth = std::min(r->bandwidth, c.engine->bandwidth);
       for (const Hop& h : r->hops) load[link_channel(c, h)] += chunk / r->bandwidth;
       routes.push_back(std::move(*r));
     }
@@ -795,8 +794,8 @@ Result<double> concurrent_ring_time(const Cluster& c, const Router& router,
     std::fill(free_at.begin(), free_at.end(), 0.0);
     const size_t steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
     for (size_t step = 0; step < steps; ++step) {
-      const double wait = engine ? c.engine->step + (step == 0 ? c.engine->call : 0.0) : 0.0;
       for (size_t j = 0; j < n; ++j) {
+        const double wait = engine[q * n + j] ? c.engine->step + (step == 0 ? c.engine->call : 0.0) : 0.0;
         const double start = std::max(received[j] + wait, free_at[j]);
         free_at[j] = start + hold[j];
         sent[j] = start + latency[j] + hold[j];  // arrives at j + 1

@@ -282,15 +282,14 @@ struct LinkCost {
   }
 };
 // The slowest hop of the ring devices[0] -> devices[1] -> ... -> devices[0] (routes by `router`);
-// where every device is on the cluster's collective engine, with its costs: latency + step, bandwidth
-// at most the engine's, call (engine_hop).
+// a hop between two devices on the cluster's collective engine with its costs (latency + step,
+// bandwidth at most the engine's), and the call where the ring has such a hop.
 Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& devices);
-// `hop` with the collective engine's costs when every device of `devices` is on it (Cluster::on_engine).
-LinkCost engine_hop(const Cluster& c, const std::vector<int>& devices, LinkCost hop);
 
 // The collective engine's costs on the flows g.tasks[first ..] of one collective call over `devices`,
-// when every device is on the engine (Cluster::on_engine): each flow waits engine.step before it
-// enters the network (Task::duration of a transfer), each device's first flow out also engine.call.
+// on each flow between two devices on the engine (Cluster::on_engine; in a collective over GPUs and
+// FPGAs, the FPGA-to-FPGA flows): it waits engine.step before it enters the network (Task::duration
+// of a transfer), each device's first such flow out also engine.call.
 // Its bandwidth is applied where flows run (the replay, the evaluator: Cluster::engine_rate). The
 // collectives pipegrid lowers (data-parallel and group collectives) all pass through it.
 void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices);

@@ -580,12 +580,18 @@ TEST_CASE("FPGA collective engine: each flow waits its step, each device's first
     INFO("task " << t);
     CHECK(g.tasks[t].duration == (t < 3 ? 20e-6 + 500e-6 : 20e-6));
   }
-  // A GPU in the group: no engine, no cost.
+  // A GPU in the group: the engine's costs on its FPGA-to-FPGA flows only (dev0 -> dev1, the first
+  // of each step), as its rate (until 2026-12-05 none of the group's flows paid step or call).
   Cluster mixed = c;
   mixed.devices[2].spec.family = "gpu";
   TaskGraph h = empty_graph(mixed);
   append_allreduce(h, AllReduceAlgorithm::Ring, mixed, {0, 1, 2}, {-1, -1, -1}, 3e6);
-  for (const Task& t : h.tasks) CHECK(t.duration == 0);
+  REQUIRE(h.tasks.size() == 12);
+  for (size_t t = 0; t < h.tasks.size(); ++t) {
+    INFO("task " << t << ": " << h.tasks[t].device << " -> " << h.tasks[t].peer);
+    const bool fpgas = h.tasks[t].device != 2 && h.tasks[t].peer != 2;
+    CHECK(h.tasks[t].duration == (!fpgas ? 0.0 : t < 3 ? 20e-6 + 500e-6 : 20e-6));
+  }
   CHECK(std::isinf(mixed.engine_rate(0, 2, true)));
   CHECK(mixed.engine_rate(0, 1, true) == 4e9);
   CHECK(mixed.engine_rate(0, 1, false) == 10e9);

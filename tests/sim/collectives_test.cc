@@ -250,6 +250,31 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "FPGA collective engine on a ring over FPGAs and a GPU: its figures on the FPGA-to-FPGA flows alone") {
+  // dev0, dev1, dev2 FPGAs, dev3 a GPU; the ring 0 -> 1 -> 2 -> 3 -> 0 has two engine hops (step 20
+  // us + 2 a) and two raw ones (2 a = 1 us). A device's flows leave one after another on its
+  // connection, each engine flow holding it for its step: dev0's 2 (n - 1) = 6 flows, all to the FPGA
+  // dev1, take its call and 6 x (20 + 1) us, plus 6 chunks of 256 B at the engine's 4 GB/s: 626.38 us
+  // (the raw flows, 1 us each, wait on it). Until 2026-12-05 a collective with a GPU in it took the
+  // engine's rate but neither its call nor its steps: about 6 us.
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  Cluster c = engine_cases::engine_switch(3, 1, e);
+  CHECK(close_rel(allreduce_time(c, AllReduceAlgorithm::Ring, 4, 1024), 500e-6 + 6 * 21e-6 + 6 * 256 / 4e9,
+                  1e-6));
+  // The closed form's slowest hop sees the same: the engine's step and call where two FPGAs meet.
+  Router router(c);
+  Result<LinkCost> hop = ring_link_cost(router, {0, 1, 2, 3});
+  REQUIRE(hop);
+  CHECK(close_rel(hop->latency, 21e-6, 1e-9));
+  CHECK(hop->call == 500e-6);
+  CHECK(hop->bandwidth == 4e9);
+  // A ring of GPUs only on the same cluster: no engine figure at all.
+  Result<LinkCost> none = ring_link_cost(router, {3});
+  REQUIRE(none);
+  CHECK(none->call == 0);
+}
+
+TEST_CASE(
     "FPGA collective engine in SimGrid: sends at send_bandwidth, a GPU's at the link's, flows share the "
     "engine's rate") {
   const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
