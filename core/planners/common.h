@@ -32,6 +32,7 @@ struct Candidate {
   double analytic = 0;      // analytic evaluator's iteration time (s)
   double judged = 0;        // the judge's (or the analytic one without a judge)
   bool was_judged = false;  // pick() had the request's judge time it
+  double peak_memory = 0;   // the fullest device's peak (bytes): pick() prefers the smaller on a tie
 };
 
 // Routes between pairs of network nodes, each computed once (a table of every pair is devices^2

@@ -329,8 +329,9 @@ Result<Candidate> schedule_luo(const PlanRequest& r, Plan plan, std::string* cho
     Candidate c;
     c.graph = std::move(*g);
     if (Status s = score(r, c); !s) return s.error();
-    const bool better =
-        !best || (c.fits && !best->fits) || (c.fits == best->fits && c.analytic < best->analytic);
+    // Faster by more than rounding (1e-9): on a tie the earlier option (1F1B first) stays.
+    const bool better = !best || (c.fits && !best->fits) ||
+                        (c.fits == best->fits && c.analytic < best->analytic * (1 - 1e-9));
     if (better) {
       c.plan = plan;
       best = std::move(c);
