@@ -193,19 +193,27 @@ std::string why(const Replayed& w, const Replayed& r) {
                      best->first);
 }
 
-// Without a pipeline (p = 1), 1f1b, zb-h1 and zb-h2 run the same passes in the same order (each
-// micro-batch's B and W back to back on the one rank), and where their estimates are equal (to 1e-9)
-// they are one run: kept once, where it ranks best, named 1f1b, the others counted as left out. With
-// the TP collectives beside the weight-gradient GEMMs (tp_wgrad_overlap) the zero-bubble schedules'
+// Schedules that are one run: without a pipeline (p = 1), 1f1b, zb-h1 and zb-h2 run the same passes in
+// the same order (each micro-batch's B and W back to back on the one rank); with one micro-batch, zb-h1
+// and zb-h2 (their warm-ups, p - r and 2 (p - r) - 1 forwards, are both the one forward, and nothing
+// follows but its B and W). Where their estimates are equal (to 1e-9) they are kept once, where it
+// ranks best, under the first of their names in the order 1f1b, zb-h1, zb-h2, the others counted as
+// left out. With the TP
+// collectives beside the weight-gradient GEMMs (tp_wgrad_overlap) the zero-bubble schedules'
 // input-gradient pass leaves them exposed, a different run, listed apart.
-void drop_p1_duplicates(Search3dResult& res) {
-  const auto plain = [](const Search3dCandidate& c) {
-    return c.p == 1 && (c.schedule == "1f1b" || c.schedule == "zb-h1" || c.schedule == "zb-h2");
+void drop_same_schedule_runs(Search3dResult& res) {
+  // The name the candidate's run goes by among its alike schedules, or "" where it has none.
+  const auto alike = [](const Search3dCandidate& c) -> std::string_view {
+    const bool zb = c.schedule == "zb-h1" || c.schedule == "zb-h2";
+    if (c.p == 1 && (zb || c.schedule == "1f1b")) return "1f1b";
+    if (c.micro_batches == 1 && zb) return "zb-h1";
+    return "";
   };
   std::vector<Search3dCandidate> kept;
   for (Search3dCandidate& c : res.ranked) {
     const auto same = std::find_if(kept.begin(), kept.end(), [&](const Search3dCandidate& k) {
-      return plain(c) && plain(k) && k.t == c.t && k.d == c.d && k.b == c.b && k.recompute == c.recompute &&
+      return !alike(c).empty() && alike(c) == alike(k) && k.p == c.p && k.micro_batches == c.micro_batches &&
+             k.t == c.t && k.d == c.d && k.b == c.b && k.recompute == c.recompute &&
              k.sequence_parallel == c.sequence_parallel &&
              k.distributed_optimizer == c.distributed_optimizer && k.ep == c.ep && k.etp == c.etp &&
              k.dispatcher == c.dispatcher && k.cp == c.cp && k.cp_algorithm == c.cp_algorithm &&
@@ -215,9 +223,13 @@ void drop_p1_duplicates(Search3dResult& res) {
       kept.push_back(std::move(c));
       continue;
     }
-    if (c.schedule == "1f1b") same->schedule = "1f1b";
+    const auto order = [](const std::string& s) { return s == "1f1b" ? 0 : s == "zb-h1" ? 1 : 2; };
+    if (order(c.schedule) < order(same->schedule)) same->schedule = c.schedule;
     ++res.left_out
-          ["1f1b, zb-h1 and zb-h2 at p = 1 with the same time: one run (no pipeline), listed once as 1f1b"];
+          [alike(c) == "1f1b"
+               ? "1f1b, zb-h1 and zb-h2 at p = 1 with the same time: one run (no pipeline), listed once, "
+                 "under the first of these names"
+               : "zb-h1 and zb-h2 with 1 micro-batch and the same time: one run, listed once as zb-h1"];
   }
   res.ranked = std::move(kept);
 }
@@ -733,7 +745,7 @@ int run(const SearchOptions& o) {
   if (!so) return bad_input(so.error().message);
   Result<Search3dResult> res = search3d(*exp, *so);
   if (!res) return bad_input(fmt::format("{}: {}", o.file, res.error().message));
-  drop_p1_duplicates(*res);
+  drop_same_schedule_runs(*res);
   if (!o.sweep.empty()) {
     if (Status st = write_sweep(o, *res, exp->strategy.context.load_balance); !st)
       return bad_input(st.error().message);
