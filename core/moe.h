@@ -68,7 +68,7 @@ struct MoeOptions {
   std::vector<double> expert_shares;
   // How the lowering writes an expert-parallel all-to-all whose pairs all exchange alike (balanced
   // routing): one flow per pair, or node-aggregated, two flows per device instead of ep - 1
-  // (core/collectives.h append_node_aggregated_all_to_all: equal on its own, up to 1.3% slower measured
+  // (core/collectives.h append_node_aggregated_all_to_all: equal on its own, up to 0.3% slower measured
   // where other traffic shares its links; docs/moe.md). Auto: pairwise up to
   // kAutoAggregateAllToAllFlows flows of all-to-all in the iteration, node-aggregated above.
   enum class AllToAllFlows : unsigned char { Auto, Pairwise, ByNode };

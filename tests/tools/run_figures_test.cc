@@ -578,6 +578,11 @@ TEST_CASE("run: planners cost a fault's slow device, a partitioner that plans wi
   CHECK(layers == std::vector<size_t>{2, 3, 2, 1});
   CHECK(b["stages"][3]["devices"][0] == "gpu3");
   CHECK(b["warnings"].empty());
+  // The stage table gives gpu3's one layer as replayed: 4 x (1 + 2) ms (it showed 1 and 2 ms until
+  // 2026-12-05).
+  auto bt = run_command({PIPEGRID_BINARY, "run", tmp.path.string() + "/b.yaml"});
+  REQUIRE(bt.exit_code == 0);
+  CHECK(bt.out.find("3      layer7                    gpu3          4 ms       8 ms") != std::string::npos);
   // dapple fills the devices from the last, so gpu3 holds its last stage: one layer, 12 ms, where it
   // had two (24 ms) without the slowdown in its estimate.
   const json d = run_json(
@@ -600,6 +605,19 @@ TEST_CASE("run: planners cost a fault's slow device, a partitioner that plans wi
       run_command({PIPEGRID_BINARY, "run", tmp.write("u.yaml", base + "strategy: {micro_batches: 8}\n")});
   REQUIRE(u.exit_code == 0);
   CHECK(u.err.find("slow devices") == std::string::npos);  // uniform's equal split uses no speeds
+  // 3 stages on 4 devices leave gpu3 idle: its fault changes nothing (the same time as without the
+  // fault, to the bit), and the run says so (it said nothing until 2026-12-05).
+  const std::string three =
+      tmp.write("three.yaml", base + "strategy: {partitioner: uniform, stages: 3, micro_batches: 8}\n");
+  auto idle = run_command({PIPEGRID_BINARY, "run", three});
+  REQUIRE(idle.exit_code == 0);
+  CHECK(idle.err.find(
+            "warning: the fault slows a device (gpu3 4x) that no stage runs on: it changes nothing in "
+            "this run") != std::string::npos);
+  const json healthy =
+      run_json({tmp.write("h.yaml", base.substr(0, base.find("faults:")) +
+                                        "strategy: {partitioner: uniform, stages: 3, micro_batches: 8}\n")});
+  CHECK(run_json({three})["iteration_time_s"] == healthy["iteration_time_s"]);
 }
 
 TEST_CASE("run: mixed-adam on an fp32 workload keeps its gradients at the 4 bytes they are reduced in") {

@@ -1028,7 +1028,9 @@ struct FaultParser {
       listed.push_back(d);
       const double x = factor_of(item, Fault::Slowdown);
       e.cluster.devices[static_cast<size_t>(d)].slowdown *= x;
-      e.faults.push_back(fmt::format("{} {:g}x slower", e.cluster.devices[static_cast<size_t>(d)].name, x));
+      e.faults.push_back(
+          x == 1 ? fmt::format("{} at factor 1 (no slowdown)", e.cluster.devices[static_cast<size_t>(d)].name)
+                 : fmt::format("{} {:g}x slower", e.cluster.devices[static_cast<size_t>(d)].name, x));
     }
   }
   void slow_links(const Node& list) {

@@ -174,8 +174,8 @@ std::string moe_note(const Experiment& e, const Partition& p, bool node_aggregat
       : node_aggregated
           ? fmt::format("; all-to-alls as two flows per device, node-aggregated ({}: docs/moe.md)",
                         e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::Auto
-                            ? "above 2^22 flows; up to 1.3% slower measured"
-                            : "as asked; up to 1.3% slower measured")
+                            ? "above 2^22 flows; up to 0.3% slower measured"
+                            : "as asked; up to 0.3% slower measured")
       : e.strategy.moe.all_to_all == MoeOptions::AllToAllFlows::ByNode
           ? "; all-to-alls as one flow per pair (by-node asked, not applied: it needs balanced routing and "
             "expert-parallel groups spread evenly over several nodes, where it sends fewer flows)"
@@ -321,6 +321,20 @@ std::string slow_devices_warning(const Experiment& e, const PreparedRun& run) {
       e.strategy.partitioner, slow);
 }
 
+// A fault's slow device that no stage runs on changes nothing in the run: said, so that a what-if of a
+// straggler that the plan left idle does not read as "the straggler costs nothing".
+std::string idle_fault_warning(const Experiment& e, const PreparedRun& run) {
+  const std::vector<std::string> idle = idle_devices(e.cluster, run.partition);
+  std::vector<std::string> names;
+  for (const Device& d : e.cluster.devices)
+    if (d.slowdown != 1 && std::find(idle.begin(), idle.end(), d.name) != idle.end())
+      names.push_back(fmt::format("{} {:g}x", d.name, d.slowdown));
+  if (names.empty()) return "";
+  return fmt::format("the fault slows {} ({}) that no stage runs on: {} nothing in this run",
+                     names.size() == 1 ? "a device" : "devices", fmt::join(names, ", "),
+                     names.size() == 1 ? "it changes" : "they change");
+}
+
 // A schedule that splits the backward (zb-h1, zb-h2, DualPipe) on a workload none of whose layers has
 // a weight-gradient part (a chain without backward_weight): its W actions take no time, and the run
 // is the schedule's order without the split, which the schedule's name would hide.
@@ -385,6 +399,7 @@ std::vector<std::string> plan_warnings(const Experiment& e, const PreparedRun& r
   if (std::string w = unlike_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
   if (std::string w = split_without_weight_part(e, run); !w.empty()) out.push_back(std::move(w));
   if (std::string w = slow_devices_warning(e, run); !w.empty()) out.push_back(std::move(w));
+  if (std::string w = idle_fault_warning(e, run); !w.empty()) out.push_back(std::move(w));
   // Recompute modules beyond Megatron's default: the planners with a memory model of their own
   // estimate selective recomputation as core_attn alone while they search; the plan they choose is
   // replayed with the modules.
@@ -575,15 +590,23 @@ void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
 void print_stage_table(std::ostream& out, const RunReport& r,
                        const Result<std::vector<std::vector<StageCost>>>& costs, bool collapse) {
   const Experiment& e = r.experiment;
+  // A fault's slowest device of the stage: its times are the stage's as the replay runs them.
+  const auto slowdown = [&](size_t s) {
+    double x = 1;
+    for (int d : r.run.partition.stage(s).devices)
+      x = std::max(x, e.cluster.devices[static_cast<size_t>(d)].slowdown);
+    return x;
+  };
   std::vector<std::array<std::string, 6>> rows;
   for (size_t s = 0; s < r.run.partition.stage_count() && costs; ++s) {
     const Stage& st = r.run.partition.stage(s);
     const StageCost& sc = (*costs)[s].front();  // first replica: one micro-batch slice
+    const double slow = slowdown(s);
     size_t last = s;
     std::vector<int> devices = st.devices;
     auto alike = [&](size_t t) {
       const StageCost& tc = (*costs)[t].front();
-      return r.run.partition.stage(t).layers.size() == st.layers.size() &&
+      return r.run.partition.stage(t).layers.size() == st.layers.size() && slowdown(t) == slow &&
              tc.times.forward == sc.times.forward && tc.times.backward() == sc.times.backward() &&
              tc.recompute_s == sc.recompute_s && tc.stash_bytes == sc.stash_bytes;
     };
@@ -604,7 +627,7 @@ void print_stage_table(std::ostream& out, const RunReport& r,
                 : layer_list(e.workload, st.layers),
          r.all_devices ? device_list(e, st) : device_ranges(e.cluster, devices, 3),
          // The backward as the replay runs it: with the forward it re-runs under recomputation.
-         format_time(sc.times.forward), format_time(sc.times.backward() + sc.recompute_s),
+         format_time(sc.times.forward * slow), format_time((sc.times.backward() + sc.recompute_s) * slow),
          format_bytes(sc.stash_bytes)});
     s = last;
   }
@@ -664,8 +687,13 @@ void print_results(std::ostream& out, const RunReport& r, const Parallelism& par
   const Experiment& e = r.experiment;
   const Metrics& m = r.metrics;
   fmt::print(out, "iteration time   {}\n", format_time(m.iteration_time_s));
-  fmt::print(out, "throughput       {:.6g} samples/s ({} per iteration)\n", m.throughput_samples_per_s,
-             plural(m.samples_per_iteration, "sample", "samples"));
+  // An iteration of no time (work costed at 0 s: the assumes line says why) has no rate; it printed 0.
+  if (m.iteration_time_s > 0)
+    fmt::print(out, "throughput       {:.6g} samples/s ({} per iteration)\n", m.throughput_samples_per_s,
+               plural(m.samples_per_iteration, "sample", "samples"));
+  else
+    fmt::print(out, "throughput       none: the iteration takes no time ({} per iteration)\n",
+               plural(m.samples_per_iteration, "sample", "samples"));
   fmt::print(out, "bubble ratio     {} (idle / (idle + busy), over the devices in use)\n",
              percent(m.bubble_ratio));
   if (const std::optional<TokenFigures> tf = token_figures(e, m, r.tokens))
@@ -1138,7 +1166,8 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["parallelism"] = parallelism_json(e, run, par);
   j["breakdown"] = breakdown_json(m.breakdown, expert_traffic(par), par.context > 1);
   j["iteration_time_s"] = m.iteration_time_s;
-  j["throughput_samples_per_s"] = m.throughput_samples_per_s;
+  j["throughput_samples_per_s"] =
+      m.iteration_time_s > 0 ? nlohmann::json(m.throughput_samples_per_s) : nlohmann::json(nullptr);
   j["bubble_ratio"] = m.bubble_ratio;
   double peak = 0;
   for (const DeviceMetrics& d : m.devices) peak = std::max(peak, d.peak_memory_bytes);
