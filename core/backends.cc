@@ -395,22 +395,15 @@ Layer fused_layer(const Workload& w, const PlacedGroup& g, const std::string& ba
   MeasuredCost t = *w.layer(static_cast<size_t>(g.layers.front())).measured;
   t.forward_s = t.backward_s = t.backward_weight_s = 0;
   bool selective = false;
+  m.selective_stash_bytes = 0;  // summed below (-1, "the same as stash_bytes", again if none has its own)
   double recomputed_s = 0;  // forward seconds the selective recomputation re-runs
   for (int v : g.layers) {
     const Layer& l = w.layer(static_cast<size_t>(v));
     names.push_back(l.name);
     kinds.push_back(l.kind);
-    m.forward_flops += l.forward_flops;
-    m.backward_input_flops += l.backward_input_flops;
-    m.backward_weight_flops += l.backward_weight_flops;
-    m.forward_bytes += l.forward_bytes;
-    m.backward_bytes += l.backward_bytes;
-    m.stash_bytes += l.stash_bytes;
+    add_layer_totals(m, l);
     selective = selective || l.selective_stash_bytes >= 0;
     m.selective_stash_bytes += l.selective_stash_bytes >= 0 ? l.selective_stash_bytes : l.stash_bytes;
-    m.parameters += l.parameters;
-    m.parameter_bytes += l.parameter_bytes;
-    m.weight_bytes += l.weight_bytes;
     t.forward_s += l.measured->forward_s;
     t.backward_s += l.measured->backward_s;
     t.backward_weight_s += l.measured->backward_weight_s;

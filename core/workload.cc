@@ -257,6 +257,18 @@ std::vector<int> topological_order(const Workload& w) {
   return order;
 }
 
+void add_layer_totals(Layer& into, const Layer& from) {
+  into.forward_flops += from.forward_flops;
+  into.backward_input_flops += from.backward_input_flops;
+  into.backward_weight_flops += from.backward_weight_flops;
+  into.forward_bytes += from.forward_bytes;
+  into.backward_bytes += from.backward_bytes;
+  into.stash_bytes += from.stash_bytes;
+  into.parameters += from.parameters;
+  into.parameter_bytes += from.parameter_bytes;
+  into.weight_bytes += from.weight_bytes;
+}
+
 double total_parameters(const Workload& w) {
   double s = 0;
   for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).parameters;

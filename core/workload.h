@@ -317,6 +317,11 @@ Status check_acyclic(const Workload& w, std::pair<int, int>* closing_edge = null
 // topological order get them back unchanged). Precondition: acyclic.
 std::vector<int> topological_order(const Workload& w);
 
+// Adds `from`'s FLOPs, memory traffic and stash (per sample) and its parameters, parameter bytes and
+// weight bytes (per model) to `into`, as merging layers into one does (graphpipe's chains, a fused
+// backend group); the output, kernels, selective recomputation and measured times are each merge's.
+void add_layer_totals(Layer& into, const Layer& from);
+
 // Totals over all layers (per sample / per model).
 double total_parameters(const Workload& w);
 double total_parameter_bytes(const Workload& w);

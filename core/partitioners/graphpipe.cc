@@ -484,15 +484,7 @@ std::optional<Fused> fuse_joins(const Workload& w, const DeviceSpec& spec, doubl
       for (size_t i = 0; i + 1 < m.size(); ++i) {
         const Layer& u = w.layer(m[i]);
         for (const Kernel& k : layer_kernels(u)) merged.kernels.push_back(k);
-        merged.forward_flops += u.forward_flops;
-        merged.backward_input_flops += u.backward_input_flops;
-        merged.backward_weight_flops += u.backward_weight_flops;
-        merged.forward_bytes += u.forward_bytes;
-        merged.backward_bytes += u.backward_bytes;
-        merged.stash_bytes += u.stash_bytes;
-        merged.parameters += u.parameters;
-        merged.parameter_bytes += u.parameter_bytes;
-        merged.weight_bytes += u.weight_bytes;
+        add_layer_totals(merged, u);
         merged.output_bytes = std::max(merged.output_bytes, u.output_bytes);  // the backward's workspace
         selective = selective || u.selective_stash_bytes >= 0;
         sel += u.selective_stash_bytes >= 0 ? u.selective_stash_bytes : u.stash_bytes;

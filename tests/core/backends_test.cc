@@ -298,6 +298,9 @@ TEST_CASE("apply_placement makes a fused group one layer, so no stage boundary c
   // x -> y -> z -> w, and z also reads x (a residual): P fuses y -> z (y's only consumer is z).
   Workload w = chain({"x", "y", "z", "z"});
   w.add_edge(0, 2);
+  w.graph[1].stash_bytes = 2;  // y stashes 2 B, or 0.5 B under selective recomputation
+  w.graph[1].selective_stash_bytes = 0.5;
+  w.graph[2].stash_bytes = 3;  // z has no selective figure of its own: its 3 B either way
   BackendCatalog c = three_layer_catalog(0.5);
   c.backends[0].patterns.push_back(timed({"y", "z"}, 1, 1));  // 1 s forward, 1 s backward per sample
   PlacementOptions o;
@@ -320,7 +323,8 @@ TEST_CASE("apply_placement makes a fused group one layer, so no stage boundary c
   CHECK(fused.measured->forward_s == approx(4));
   CHECK(fused.measured->backward_s == approx(4));
   CHECK(fused.output_bytes == approx(1));
-  CHECK(fused.stash_bytes == approx(0));
+  CHECK(fused.stash_bytes == approx(5));
+  CHECK(fused.selective_stash_bytes == approx(3.5));
   // Edges x -> (y z) (twice before: x -> y and x -> z) and (y z) -> w.
   CHECK(boost::num_edges(placed->graph) == 2);
   CHECK(boost::edge(0, 1, placed->graph).second);
