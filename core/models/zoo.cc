@@ -328,6 +328,12 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
                static_cast<double>(arg(a, "router_group_topk")),
                arg(a, "activation_clamp") != 0};
   if (dense > L) throw BuildError(fmt::format("dense_layers {} is more than the {} layers", dense, L));
+  // All blocks dense: the experts, top-k and the rest would change nothing, without a word.
+  if (dense == L)
+    throw BuildError(fmt::format(
+        "dense_layers {} makes all {} layers dense, so no block has experts and the MoE parameters would "
+        "change nothing; expected fewer dense layers than layers (a dense model: a dense zoo model)",
+        dense, L));
   if (shape.moe.top_groups > 0 && shape.moe.groups == 0)
     throw BuildError(fmt::format(
         "router_group_topk {:g} limits a token to its top groups, and router_groups is 0 (no groups): it "

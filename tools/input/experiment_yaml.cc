@@ -350,7 +350,7 @@ std::vector<double> parse_routing(const Node& r, double experts, double top_k) {
   if (r.is_map()) {
     r.check_keys({"zipf"});
     const Node z = r.need("zipf", "the exponent of a Zipf law over the experts (0: balanced)");
-    const double s = z.number("an exponent >= 0");
+    const double s = z.number("an exponent from 0 to 100");
     if (!(s >= 0) || s > 100) z.expected("an exponent from 0 to 100");
     std::vector<double> shares = zipf_shares(static_cast<int>(experts), s);
     if (!shares.empty() && shares.front() > most * (1 + 1e-9)) {
@@ -471,9 +471,10 @@ void parse_experts(const Node& n, StrategySpec& s, const Chosen& chosen, const W
           "> 1 beside it");
   }
   if (auto f = m->get("capacity_factor")) {
-    s.moe.capacity_factor = f->number("a capacity factor > 0 (none: dropless)");
-    if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts)
-      f->expected(fmt::format("a capacity factor above 0 and at most the {:g} experts", experts));
+    const std::string expectation = fmt::format(
+        "a capacity factor above 0 and at most the {:g} experts (leave it out: dropless)", experts);
+    s.moe.capacity_factor = f->number(expectation);
+    if (!(s.moe.capacity_factor > 0) || s.moe.capacity_factor > experts) f->expected(expectation);
   }
   if (auto r = m->get("routing")) s.moe.expert_shares = parse_routing(*r, experts, moe_routing(w).top_k);
   // What DeepEP's de-duplication takes (balanced, dropless routing): located at the dispatcher.
@@ -578,7 +579,8 @@ void parse_context(const Node& n, StrategySpec& s, const Chosen& chosen, const W
   if (auto b = n.get("cp_load_balance")) s.context.load_balance = b->boolean();
   for (const char* key : {"cp_algorithm", "cp_load_balance"})
     if (auto x = n.get(key); x && s.context_parallel <= 1)
-      x->fail("expected context_parallel > 1 beside it (it changes nothing without), got none");
+      x->fail(fmt::format("expected context_parallel > 1 beside it (it changes nothing without), got {}",
+                          n.has("context_parallel") ? "context_parallel 1" : "none"));
   check_sequence_split(n, s, w);
   if (s.context_parallel <= 1) return;
   if (auto b = n.get("cp_load_balance");
