@@ -356,7 +356,8 @@ Command add_cluster_command(CLI::App& parent) {
   bench->add_option("--sizes", o->sizes, "Message sizes (default 1KiB,32KiB,1MiB,32MiB,1GiB)")
       ->delimiter(',');
   bench
-      ->add_option("--devices", o->devices, "All-reduce among the first N devices (default all, at most 256)")
+      ->add_option("--devices", o->devices,
+                   "All-reduce among the first N devices (default: all of them, up to 256)")
       ->check(kFinitePositive);
   bench->add_option("--from", o->from, "p2p: sending device (default the first)");
   bench->add_option("--to", o->to, "p2p: receiving device (default the second)");
