@@ -396,7 +396,7 @@ Layer fused_layer(const Workload& w, const PlacedGroup& g, const std::string& ba
   t.forward_s = t.backward_s = t.backward_weight_s = 0;
   bool selective = false;
   m.selective_stash_bytes = 0;  // summed below (-1, "the same as stash_bytes", again if none has its own)
-  double recomputed_s = 0;  // forward seconds the selective recomputation re-runs
+  double recomputed_s = 0;      // forward seconds the selective recomputation re-runs
   for (int v : g.layers) {
     const Layer& l = w.layer(static_cast<size_t>(v));
     names.push_back(l.name);

@@ -109,18 +109,18 @@ struct PlacedGroup {
 };
 
 struct Placement {
-  std::vector<int> backend_of;        // per layer: index into the catalog's backends
-  std::vector<PlacedGroup> groups;    // the cover, in topological order of their first layers
-  std::vector<PassTimes> layer_times; // per layer, on its backend, conversions into it included
-  double compute_s = 0;      // sum of the layers' forward + backward times without conversions
-  double conversion_s = 0;   // sum of conversions, forward and backward
+  std::vector<int> backend_of;         // per layer: index into the catalog's backends
+  std::vector<PlacedGroup> groups;     // the cover, in topological order of their first layers
+  std::vector<PassTimes> layer_times;  // per layer, on its backend, conversions into it included
+  double compute_s = 0;                // sum of the layers' forward + backward times without conversions
+  double conversion_s = 0;             // sum of conversions, forward and backward
   double total_s() const { return compute_s + conversion_s; }
-  bool exact = true;  // false if the search had to drop states (PlacementOptions::max_states)
+  bool exact = true;     // false if the search had to drop states (PlacementOptions::max_states)
   long long states = 0;  // states the search expanded (for reports)
 };
 
 struct PlacementOptions {
-  double batch = 1;        // samples per micro-batch the costs are for
+  double batch = 1;  // samples per micro-batch the costs are for
   // Backends the search may use (indices into the catalog); empty = every backend whose
   // device_kind is the device's kind.
   std::vector<int> allowed;

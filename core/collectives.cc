@@ -642,16 +642,20 @@ Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& de
     const int from = devices[i], to = devices[(i + 1) % n];
     Result<Route> r = router.route(from, to);
     if (!r) return r.error();
-    // A hop between two devices on the collective engine pays its step and runs at most at its rate,
-    // as charge_engine and Cluster::engine_rate cost the flow; a hop with a GPU at either end does not.
-    if (c.on_engine(from) && c.on_engine(to)) {
-      cost.add_hop(r->latency + c.engine->step, std::min(r->bandwidth, c.engine->bandwidth));
-      cost.call = c.engine->call;
-    } else {
-      cost.add_hop(r->latency, r->bandwidth);
-    }
+    add_ring_hop(cost, c, from, to, *r);
   }
   return cost;
+}
+
+void add_ring_hop(LinkCost& cost, const Cluster& c, int from, int to, const Route& route) {
+  // A hop between two devices on the collective engine pays its step and runs at most at its rate,
+  // as charge_engine and Cluster::engine_rate cost the flow; a hop with a GPU at either end does not.
+  if (c.on_engine(from) && c.on_engine(to)) {
+    cost.add_hop(route.latency + c.engine->step, std::min(route.bandwidth, c.engine->bandwidth));
+    cost.call = c.engine->call;
+  } else {
+    cost.add_hop(route.latency, route.bandwidth);
+  }
 }
 
 void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices) {

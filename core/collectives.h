@@ -285,6 +285,9 @@ struct LinkCost {
 // a hop between two devices on the cluster's collective engine with its costs (latency + step,
 // bandwidth at most the engine's), and the call where the ring has such a hop.
 Result<LinkCost> ring_link_cost(const Router& router, const std::vector<int>& devices);
+// One hop of such a ring, from -> to over `route`, added to `cost` (shared with the planners' cached
+// routes, RouteCache::ring).
+void add_ring_hop(LinkCost& cost, const Cluster& c, int from, int to, const Route& route);
 
 // The collective engine's costs on the flows g.tasks[first ..] of one collective call over `devices`,
 // on each flow between two devices on the engine (Cluster::on_engine; in a collective over GPUs and

@@ -205,8 +205,8 @@ LinkCost RouteCache::ring(const std::vector<int>& devices) {
   LinkCost cost;
   const size_t n = devices.size();
   for (size_t i = 0; n > 1 && i < n; ++i) {
-    const Route& r = (*this)(devices[i], devices[(i + 1) % n]);
-    cost.add_hop(r.latency, r.bandwidth);
+    const int from = devices[i], to = devices[(i + 1) % n];
+    add_ring_hop(cost, router_.cluster(), from, to, (*this)(from, to));
   }
   return cost;
 }

@@ -77,8 +77,8 @@ Result<std::vector<int>> memory_caps(const PlanRequest& r, const Partition& p, d
     const auto& devs = p.stage(s).devices;
     for (size_t j = 0; j < devs.size(); ++j) {
       const StageCost& sc = (*costs)[s][j];
-      const double room = r.cluster.devices[devs[j]].spec.usable_memory() - fixed[devs[j]] - sc.workspace_bytes -
-                          sc.recompute_bytes;
+      const double room = r.cluster.devices[devs[j]].spec.usable_memory() - fixed[devs[j]] -
+                          sc.workspace_bytes - sc.recompute_bytes;
       if (sc.stash_bytes <= 0) continue;
       const double k = std::floor(room / sc.stash_bytes);
       caps[s] = std::min(caps[s], static_cast<int>(std::clamp(k, 1.0, 1e9)));

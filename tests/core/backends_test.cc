@@ -14,7 +14,9 @@ using pipegrid::testing::approx;
 
 namespace {
 
-PatternOp op(const std::string& kind) { return PatternOp{kind, PatternOp::Kind::LayerKind, KernelClass::Gemm}; }
+PatternOp op(const std::string& kind) {
+  return PatternOp{kind, PatternOp::Kind::LayerKind, KernelClass::Gemm};
+}
 
 // A pattern with given forward and backward seconds for one sample.
 BackendPattern timed(std::vector<std::string> kinds, double f, double b) {
@@ -142,7 +144,8 @@ TEST_CASE("a fused chain's later layers lose their launches and streamed bytes (
   w.add_layer(act);
   w.add_edge(0, 1);
   BackendCatalog c;
-  BackendPattern lin{{op("linear")}, {}, ""}, relu{{op("relu")}, {}, ""}, both{{op("linear"), op("relu")}, {}, ""};
+  BackendPattern lin{{op("linear")}, {}, ""}, relu{{op("relu")}, {}, ""},
+      both{{op("linear"), op("relu")}, {}, ""};
   c.backends.push_back({"plain", "dev", "", {lin, relu}});
   c.backends.push_back({"fused", "dev", "", {both}});
   // plain: fc 3 x (10 us + 1 ms) = 3.03 ms; relu forward 10 us + 1 MB / 100 GB/s = 20 us, backward
@@ -162,7 +165,8 @@ TEST_CASE("a layer no allowed backend implements is an error that names it") {
   const Workload w = chain({"x", "unknown"});
   auto p = place(w, three_layer_catalog(0), dev());
   REQUIRE(!p);
-  CHECK(p.error().message == "no allowed backend implements layer \"l1\" (kind \"unknown\") on device kind \"dev\"");
+  CHECK(p.error().message ==
+        "no allowed backend implements layer \"l1\" (kind \"unknown\") on device kind \"dev\"");
 }
 
 TEST_CASE("on random small graphs the search equals exhaustive enumeration") {
@@ -193,7 +197,8 @@ TEST_CASE("on random small graphs the search equals exhaustive enumeration") {
         if (b == 0 || rng() % 4 != 0) be.patterns.push_back(timed({k}, t(rng), t(rng)));  // A covers all
       for (int f = 0; f < 2; ++f)
         be.patterns.push_back(timed({kinds[rng() % 3], kinds[rng() % 3]}, t(rng), t(rng)));
-      if (rng() % 2) be.patterns.push_back(timed({kinds[rng() % 3], kinds[rng() % 3], kinds[rng() % 3]}, t(rng), t(rng)));
+      if (rng() % 2)
+        be.patterns.push_back(timed({kinds[rng() % 3], kinds[rng() % 3], kinds[rng() % 3]}, t(rng), t(rng)));
       c.backends.push_back(be);
     }
     std::vector<std::vector<double>> lat(nb, std::vector<double>(nb, 0));

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "core/planners/common.h"
 #include "core/topologies/generators.h"
 #include "sim/replay.h"
 #include "tests/support/experiments.h"
@@ -268,6 +269,13 @@ TEST_CASE(
   CHECK(close_rel(hop->latency, 21e-6, 1e-9));
   CHECK(hop->call == 500e-6);
   CHECK(hop->bandwidth == 4e9);
+  // The planners' cached routes (dapple's and piper's all-reduce estimates) cost the ring alike; they
+  // left the engine out until 2026-12-05.
+  RouteCache cache(c);
+  const LinkCost cached = cache.ring({0, 1, 2, 3});
+  CHECK(cached.latency == hop->latency);
+  CHECK(cached.bandwidth == hop->bandwidth);
+  CHECK(cached.call == hop->call);
   // A ring of GPUs only on the same cluster: no engine figure at all.
   Result<LinkCost> none = ring_link_cost(router, {3});
   REQUIRE(none);

@@ -28,19 +28,22 @@ void per_class(const Node& n, std::string_view expectation, std::array<double, k
 }
 
 // The cost keys shared by a backend (its defaults) and a pattern (which refines them).
-constexpr std::string_view kCostKeys[] = {"efficiency", "memory_efficiency", "launch", "overhead", "measured"};
+constexpr std::string_view kCostKeys[] = {"efficiency", "memory_efficiency", "launch", "overhead",
+                                          "measured"};
 
 void parse_cost(const Node& n, PatternCost& c) {
   if (auto e = n.get("efficiency"))
     per_class(*e, "a mapping from kernel class to a fraction of peak, like {gemm: 0.7, attention: 0.5}",
               c.compute_efficiency);
   if (auto e = n.get("memory_efficiency"))
-    per_class(*e, "a mapping from kernel class to a fraction of the memory bandwidth, like {elementwise: 0.8}",
+    per_class(*e,
+              "a mapping from kernel class to a fraction of the memory bandwidth, like {elementwise: 0.8}",
               c.memory_efficiency);
   if (auto v = n.get("launch")) c.launch_s = v->quantity(Dimension::Time, Sign::NonNegative);
   if (auto v = n.get("overhead")) c.overhead_s = v->quantity(Dimension::Time, Sign::NonNegative);
   if (auto m = n.get("measured")) {
-    m->require_map("a mapping with forward, backward and batch, like {forward: 1ms, backward: 2ms, batch: 8}");
+    m->require_map(
+        "a mapping with forward, backward and batch, like {forward: 1ms, backward: 2ms, batch: 8}");
     m->check_keys({"forward", "backward", "backward_weight", "batch"});
     MeasuredCost mc;
     mc.forward_s = m->need("forward", "a time like \"1ms\"").quantity(Dimension::Time, Sign::NonNegative);

@@ -653,16 +653,12 @@ std::vector<size_t> Sweep::value_indices(size_t point) const {
 bool Sweep::selected(size_t point) const {
   const std::vector<size_t> idx = value_indices(point);
   const Expression::Lookup lookup = [&](size_t a) { return axes_[a].filter_values[idx[a]]; };
-  const auto truth = [&](const Expression& e, const char* what) {
-    const Value v = e.eval(lookup);
-    if (!std::holds_alternative<bool>(v))
-      throw InputError(fmt::format("{}: a {} condition gives {}, not true/false", path_, what, type_name(v)));
-    return std::get<bool>(v);
-  };
+  // Each condition's holder refuses a value other than true/false, at the condition's position.
+  const auto truth = [&](const Expression& e) { return std::get<bool>(e.eval(lookup)); };
   for (const auto& w : where_)
-    if (!truth(*w, "where")) return false;
+    if (!truth(*w)) return false;
   for (const auto& s : skip_)
-    if (truth(*s, "skip")) return false;
+    if (truth(*s)) return false;
   return true;
 }
 
