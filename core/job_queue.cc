@@ -52,7 +52,9 @@ class QueueRun {
         return Error{fmt::format("job {} finds no devices by placement {} on the free cluster",
                                  waiting_.front(), to_string(placement_))};
       for (Active& a : running_) {
-        a.remaining -= (then - now) * a.rate;
+        // A job whose end is `then` ends there exactly: subtracting rounds, and far from 0 s what is
+        // left can be a step that no longer moves `now` (a queue at 1e7 s looped for ever).
+        a.remaining = now + a.remaining / a.rate <= then ? 0 : a.remaining - (then - now) * a.rate;
         held += (then - now) * static_cast<double>(a.devices.size());
       }
       now = then;

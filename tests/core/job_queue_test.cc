@@ -61,3 +61,24 @@ TEST_CASE("a queue: a job larger than the cluster is an error, an idle gap until
   CHECK(q->makespan_s == approx(8));
   CHECK(q->utilisation == approx(10.0 / 16.0));
 }
+
+TEST_CASE("a queue far from 0 s ends its jobs where their time says (it looped for ever at 1e7 s)") {
+  // One job of one iteration of 71.4 ms arriving at 1e7 s (then - now rounds to 0.07139999978 s,
+  // leaving 3e-9 of an iteration that no longer moved the clock), and two more behind it.
+  Cluster c;
+  c.name = "one";
+  c.devices.push_back({"d0", test_device(), ""});
+  const SetIterationTimes times = [](const std::vector<RunningJob>& set) -> Result<std::vector<double>> {
+    return std::vector<double>(set.size(), 0.0714);
+  };
+  for (double at : {3e6, 1e7, 1e8}) {  // the clock's step at 1e8 s is 1.5e-8 s
+    CAPTURE(at);
+    const std::vector<QueuedJob> jobs = {{at, 1, 1}, {at, 1, 5}, {at + 1, 1, 3}};
+    Result<QueueOutcome> q = run_queue(c, jobs, JobPlacement::Packed, 1, times);
+    REQUIRE(q.ok());
+    CHECK(q->jobs[0].end_s - at == approx(0.0714).epsilon(1e-6));
+    CHECK(q->jobs[1].end_s - at == approx(6 * 0.0714).epsilon(1e-6));
+    CHECK(q->jobs[2].start_s - at == approx(1).epsilon(1e-6));
+    CHECK(q->makespan_s - at == approx(1 + 3 * 0.0714).epsilon(1e-6));
+  }
+}
