@@ -102,8 +102,6 @@ def experiment(model, cluster, planner):
     strategy = dict(PLANNERS[planner])
     if "micro_batches" not in strategy:
         strategy["global_batch"] = m["batch"] * BATCHES_PER_ITERATION
-    if "partitioner" not in strategy:
-        strategy["partitioner"] = "uniform"  # unused by the planners; keeps the file explicit
     return {
         "name": f"{m['label']} on {cluster}, {planner}",
         "workload": {"profile": os.path.join(PROFILES, m["file"]), "batch": m["batch"], "device": "v100"},

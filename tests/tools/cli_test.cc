@@ -405,8 +405,7 @@ TEST_CASE("planners that cost every device as the first one say so on a cluster 
   // graphpipe gave the last V100 4 of 13 layers (11 ms per micro-batch against about 6 ms on the
   // others) with nothing said until 2026-12-05. bapipe costs each device and says nothing.
   TempDir tmp;
-  const std::string mixed = tmp.write(
-      "m.yaml",
+  const std::string common =
       "workload: {model: gpt, layers: 8, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 32000, "
       "precision: amp}\n"
       "cluster:\n  devices: [{name: fast, count: 2, model: a100}, {name: slow, count: 2, model: v100}]\n"
@@ -414,13 +413,17 @@ TEST_CASE("planners that cost every device as the first one say so on a cluster 
       "    - {between: [fast0, sw], bandwidth: 25GBps, latency: 1us}\n"
       "    - {between: [fast1, sw], bandwidth: 25GBps, latency: 1us}\n"
       "    - {between: [slow0, sw], bandwidth: 25GBps, latency: 1us}\n"
-      "    - {between: [slow1, sw], bandwidth: 25GBps, latency: 1us}\n"
-      "strategy: {partitioner: graphpipe, micro_batches: 4}\n");
+      "    - {between: [slow1, sw], bandwidth: 25GBps, latency: 1us}\n";
+  const std::string mixed =
+      tmp.write("m.yaml", common + "strategy: {partitioner: graphpipe, micro_batches: 4}\n");
+  // A partitioner beside planner piper would be refused (ignored by it), so piper has its own file.
+  const std::string mixed_piper =
+      tmp.write("p.yaml", common + "strategy: {planner: piper, micro_batches: 4}\n");
   const std::string said = "plans as if every device were the first (fast0, a100); slow0 (v100) differs";
   auto graphpipe = run_command({PIPEGRID_BINARY, "run", mixed});
   REQUIRE(graphpipe.exit_code == 0);
   CHECK(graphpipe.err.find("partitioner graphpipe " + said) != std::string::npos);
-  auto piper = run_command({PIPEGRID_BINARY, "plan", mixed, "--set", "strategy.planner=piper"});
+  auto piper = run_command({PIPEGRID_BINARY, "plan", mixed_piper});
   REQUIRE(piper.exit_code == 0);
   CHECK(piper.err.find("planner piper " + said) != std::string::npos);
   auto bapipe = run_command({PIPEGRID_BINARY, "run", mixed, "--set", "strategy.partitioner=bapipe"});

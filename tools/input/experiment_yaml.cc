@@ -80,6 +80,12 @@ Chosen parse_names(const Node& n, StrategySpec& s) {
                       "their devices, the schedule and the micro-batches itself); partitioners: {}",
                       name, name, join(names_of(partition_strategies()))));
     s.partitioner = p->choice(names_of(partition_strategies()), "a partitioner");
+    // A planner other than the default cuts the stages itself (bapipe around its own partition step).
+    if (n.get("planner") && s.planner != kDefaultPlanner && s.partitioner != s.planner)
+      p->fail(
+          fmt::format("planner {} cuts the stages itself: a partitioner given here would be ignored; "
+                      "expected no partitioner with planner: {} (partitioners run under planner: {})",
+                      s.planner, s.planner, kDefaultPlanner));
   }
   if (auto p = n.get("schedule")) {
     s.schedule = p->choice(names_of(schedule_strategies()), "a schedule");
