@@ -158,7 +158,9 @@ Result<MonteCarlo> simulate_run(const RunModel& m, int trials, uint64_t seed) {
   }
   double ss = 0;
   for (double w : mc.wall_s) ss += (w - mc.mean.wall_s) * (w - mc.mean.wall_s);
-  mc.wall_sd_s = trials > 1 ? std::sqrt(ss / (trials - 1)) : 0;
+  // Trials alike (no failure drawn) have no spread; the mean's rounding would give one of 1e-17 s.
+  const auto [lo, hi] = std::minmax_element(mc.wall_s.begin(), mc.wall_s.end());
+  mc.wall_sd_s = trials > 1 && *lo != *hi ? std::sqrt(ss / (trials - 1)) : 0;
   mc.wall_ci95_s = 1.96 * mc.wall_sd_s / std::sqrt(static_cast<double>(trials));
   return mc;
 }

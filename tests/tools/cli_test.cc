@@ -372,6 +372,56 @@ TEST_CASE("goodput: --tokens counts whole batches, and options that would be ign
   CHECK(c.out.find("iterations/s (useful iterations per second of elapsed time") != std::string::npos);
   CHECK(c.out.find("on 2 devices (2 of them not GPUs, given the H100's rates)") != std::string::npos);
   CHECK(c.out.find("0.00 days") == std::string::npos);
+  // ... and its iteration line counts no tokens (it printed "0 tokens").
+  CHECK(c.out.find(" tokens\n") == std::string::npos);
+}
+
+TEST_CASE("goodput without failures: failure options refused, no spread, a fractional target said") {
+  // With --failures none every trial runs the same time: the interval of the mean is 0, not the
+  // rounding of 1,000 additions (6.9e-18 s), and --restart, --trials and --seed change nothing.
+  TempDir tmp;
+  const std::string chain = tmp.write(
+      "c.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, activation: 1MiB, parameters: 1MiB}\n"
+      "cluster: {kind: switch, count: 2, device: {name: gpu, memory: 16GiB}, bandwidth: 10GBps, latency: "
+      "1us}\nstrategy: {micro_batches: 2}\n");
+  for (const char* option : {"--restart", "--trials", "--seed"}) {
+    CAPTURE(option);
+    auto r = run_command({PIPEGRID_BINARY, "goodput", chain, "--iterations", "10", "--failures", "none",
+                          option, std::string(option) == "--restart" ? "10s" : "3"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string("pipegrid: ") + option +
+                       " is for failures, and --failures none has none: it would change nothing\n");
+  }
+  auto j =
+      run_command({PIPEGRID_BINARY, "goodput", chain, "--iterations", "10", "--failures", "none", "--json"});
+  REQUIRE(j.exit_code == 0);
+  const nlohmann::json g = nlohmann::json::parse(j.out);
+  CHECK(g["schema_version"] == 1);
+  CHECK(g["command"] == "goodput");
+  CHECK(g["expected_time_ci95_s"] == 0);
+  CHECK(g["iterations"].is_number_integer());
+  auto frac = run_command({PIPEGRID_BINARY, "goodput", chain, "--iterations", "0.3", "--failures", "none"});
+  REQUIRE(frac.exit_code == 0);
+  CHECK(frac.out.find("target      1 iteration (--iterations 0.3 rounded up to whole iterations)") !=
+        std::string::npos);
+  CHECK(frac.out.find("interval of the mean +-0 s") != std::string::npos);
+}
+
+TEST_CASE("run: --tokens without tokens, a NaN budget and --plot-data without --plot are refused") {
+  auto chain = run_command({PIPEGRID_BINARY, "run", "--tokens", "1e9"});  // the built-in chain
+  CHECK(chain.exit_code == 2);
+  CHECK(chain.err.find("--tokens needs a workload with a sequence length") != std::string::npos);
+  auto nan = run_command({PIPEGRID_BINARY, "run", "--tokens", "nan"});
+  CHECK(nan.exit_code == 2);
+  CHECK(nan.err.find("expected a finite positive number, got nan") != std::string::npos);
+  auto negative = run_command({PIPEGRID_BINARY, "run", "--tokens", "-5"});
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.err.find("got -5;") != std::string::npos);  // not a range of two 309-digit numbers
+  auto data = run_command({PIPEGRID_BINARY, "run", "--plot-data"});
+  CHECK(data.exit_code == 2);
+  CHECK(data.err.find("--plot-data keeps --plot's data and script, and --plot was not given") !=
+        std::string::npos);
 }
 
 TEST_CASE("plan and jobs say which devices a plan leaves without a stage") {

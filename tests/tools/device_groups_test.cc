@@ -50,6 +50,10 @@ TEST_CASE("name_ranges: consecutive numbers of one prefix as ranges, the rest as
   CHECK(name_ranges(stage0, 3) == "gpu0-7, gpu64-71, ..., gpu8128-8135 (128 ranges)");
   CHECK(name_ranges(stage0, 0).size() > 1000);
   CHECK(name_ranges(concat(gpus(0, 0), gpus(2, 2)), 2) == "gpu0, gpu2");
+  // One range over the limit is shown, not hidden behind "..." (which would save nothing).
+  CHECK(name_ranges({"gpu7", "gpu5", "gpu6", "gpu4"}, 2) == "gpu7, gpu5-6, gpu4");
+  CHECK(name_ranges(concat(concat(gpus(0, 0), gpus(2, 2)), concat(gpus(4, 4), gpus(6, 6))), 2) ==
+        "gpu0, ..., gpu6 (4 ranges)");
 }
 
 TEST_CASE("run groups a data-parallel run's devices by stage, --devices all prints each") {

@@ -132,6 +132,9 @@ TEST_CASE(
   CHECK(std::abs(j["phase_shift"]["mean_slowdown_shifted"].get<double>() - 31.0 / 22) < 1e-9);
   CHECK(std::abs(j["jobs"][1]["start_s"].get<double>() - 11e-3) < 1e-12);
   for (int k = 0; k < 2; ++k) CHECK(std::abs(j["jobs"][k]["mean_s"].get<double>() - 31e-3) < 1e-12);
+  CHECK(j["schema_version"] == 1);
+  for (const auto& link : j["shared_links"])
+    for (const auto& b : link["bytes"]) CHECK(b.is_number_integer());  // whole bytes print whole
 }
 
 TEST_CASE("a queue on the trunk: first come first served, each running set's replay, counted by hand") {
@@ -155,6 +158,14 @@ TEST_CASE("a queue on the trunk: first come first served, each running set's rep
   // 2026-12-05, counting it among them).
   CHECK(j["running_sets_replayed"] == 2);
   CHECK(j["alone_replayed"] == 1);
+  // The text table's iteration and slowdown, by hand: a's 10 iterations over 320 ms against 22 ms
+  // alone; b's 5 over 210 ms (42 ms each). Whole counts print whole; every JSON output has its schema.
+  CHECK(j["schema_version"] == 1);
+  CHECK(std::abs(q[0]["mean_s"].get<double>() - 0.032) < 1e-12);
+  CHECK(std::abs(q[0]["slowdown"].get<double>() - 32.0 / 22) < 1e-9);
+  CHECK(std::abs(q[1]["mean_s"].get<double>() - 0.042) < 1e-12);
+  CHECK(std::abs(q[1]["slowdown"].get<double>() - 42.0 / 22) < 1e-9);
+  CHECK(q[0]["iterations"].is_number_integer());
   // --top lists a jobs file's shared links; a queue's output has none: refused, as it was ignored.
   auto top = run_command({PIPEGRID_BINARY, "jobs", file, "--top", "3"});
   CHECK(top.exit_code == 2);

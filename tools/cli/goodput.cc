@@ -21,6 +21,7 @@
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
 #include "tools/input/experiment_yaml.h"
+#include "tools/output/report.h"
 #include "tools/output/run_figures.h"
 #include "tools/process/folded_replay.h"
 #include "tools/process/isolated_replay.h"
@@ -31,13 +32,14 @@ namespace {
 struct GoodputOptions {
   std::string file;
   double tokens = 0, iterations = 0;
-  std::string failures = "llama3";  // llama3 | rsc1 | rsc2 | none
-  std::string mtbf;                 // a job MTBF instead of the failure model
-  bool failures_given = false;      // --failures was on the command line (not its default)
-  bool storage_given = false;       // --storage-bandwidth was on the command line
-  std::string interval = "auto";    // the checkpoint interval, or auto
-  std::string write;                // the checkpoint's blocking write (default: state / storage bandwidth)
-  std::string storage = "2TBps";    // aggregate storage bandwidth (Llama 3, section 3.3.1)
+  std::string failures = "llama3";           // llama3 | rsc1 | rsc2 | none
+  std::string mtbf;                          // a job MTBF instead of the failure model
+  bool failures_given = false;               // --failures was on the command line (not its default)
+  bool storage_given = false;                // --storage-bandwidth was on the command line
+  std::vector<std::string> failure_options;  // --restart, --trials, --seed given (no use without failures)
+  std::string interval = "auto";             // the checkpoint interval, or auto
+  std::string write;              // the checkpoint's blocking write (default: state / storage bandwidth)
+  std::string storage = "2TBps";  // aggregate storage bandwidth (Llama 3, section 3.3.1)
   // From a failure to training again: Kokolis et al. (arXiv 2410.21680) take u0 = 5-20 min; MegaScale
   // (arXiv 2402.15627, section 6.3) detects and diagnoses in under 10 min.
   std::string restart = "600s";
@@ -148,6 +150,12 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
         one ? "RSC-1" : "RSC-2", one ? 6.50 : 2.34, s.nodes);
   }
   s.model.mtbf_s = job_mtbf_s(s.classes);
+  if (o.failures == "none" && o.mtbf.empty() && !o.failure_options.empty()) {
+    std::string given;
+    for (const std::string& x : o.failure_options) given += (given.empty() ? "" : ", ") + x;
+    return Error{fmt::format("{} {} for failures, and --failures none has none: it would change nothing",
+                             given, o.failure_options.size() == 1 ? "is" : "are")};
+  }
   if (!o.mtbf.empty()) {
     if (o.failures_given)
       return Error{
@@ -229,9 +237,13 @@ void print_text(const GoodputOptions& o, const Experiment& e, const GoodputSetup
                p95 = w[static_cast<size_t>(0.95 * (w.size() - 1))];
   const double daly = daly_run_time_s(s.model);
   fmt::print("{}\n", e.name.empty() ? o.file : e.name);
-  fmt::print("iteration   {} replayed ({}), {:.4g} tokens\n", format_time(s.iteration_s), s.replay_note,
-             s.tokens_per_iteration);
-  fmt::print("target      {:.4g} iterations, {} of training without failures\n", s.iterations,
+  fmt::print("iteration   {} replayed ({}){}\n", format_time(s.iteration_s), s.replay_note,
+             s.tokens_per_iteration > 0 ? fmt::format(", {:.4g} tokens", s.tokens_per_iteration) : "");
+  fmt::print("target      {:.4g} iteration{}{}, {} of training without failures\n", s.iterations,
+             s.iterations == 1 ? "" : "s",
+             o.iterations > 0 && o.iterations != s.iterations
+                 ? fmt::format(" (--iterations {:g} rounded up to whole iterations)", o.iterations)
+                 : "",
              duration(s.model.work_s));
   if (!s.faults.empty())
     fmt::print("faults      {} (the iteration replayed with them)\n", fmt::join(s.faults, ", "));
@@ -299,17 +311,19 @@ nlohmann::json interval_curve(const GoodputSetup& s) {
 
 nlohmann::json to_json(const GoodputOptions& o, const GoodputSetup& s, const MonteCarlo& mc) {
   return {
+      {"schema_version", output::kJsonSchemaVersion},
+      {"command", "goodput"},
       {"iteration_time_s", s.iteration_s},
       {"feasible", s.feasible},
       {"faults", s.faults},
-      {"gpus", s.gpus},
-      {"nodes", s.nodes},
-      {"iterations", s.iterations},
-      {"tokens_per_iteration", s.tokens_per_iteration},
-      {"mtbf_s", s.model.mtbf_s},
+      {"gpus", output::json_number(s.gpus)},
+      {"nodes", output::json_number(s.nodes)},
+      {"iterations", output::json_number(s.iterations)},
+      {"tokens_per_iteration", output::json_number(s.tokens_per_iteration)},
+      {"mtbf_s", output::json_number(s.model.mtbf_s)},
       {"checkpoint_interval_s", s.model.interval_s},
       {"checkpoint_write_s", s.model.write_s},
-      {"checkpoint_bytes", s.state_bytes},
+      {"checkpoint_bytes", output::json_number(s.state_bytes)},
       {"restart_s", s.model.restart_s},
       {"expected_time_s", mc.mean.wall_s},
       {"expected_time_ci95_s", o.trials > 1 ? nlohmann::json(mc.wall_ci95_s) : nlohmann::json()},
@@ -427,16 +441,20 @@ Command add_goodput_command(CLI::App& parent) {
                   "A checkpoint's blocking write (default: the model state over --storage-bandwidth)");
   CLI::Option* storage = app->add_option("--storage-bandwidth", o->storage, "Aggregate checkpoint bandwidth")
                              ->capture_default_str();
-  app->add_option("--restart", o->restart,
-                  "From a failure to training again: detection, rescheduling, loading")
-      ->capture_default_str();
-  app->add_option("--trials", o->trials, "Monte Carlo trials")->capture_default_str()->check(kPositiveCount);
-  app->add_option("--seed", o->seed, "The Monte Carlo's seed")->capture_default_str();
+  CLI::Option* restart = app->add_option("--restart", o->restart,
+                                         "From a failure to training again: detection, rescheduling, loading")
+                             ->capture_default_str();
+  CLI::Option* trials = app->add_option("--trials", o->trials, "Monte Carlo trials")
+                            ->capture_default_str()
+                            ->check(kPositiveCount);
+  CLI::Option* seed = app->add_option("--seed", o->seed, "The Monte Carlo's seed")->capture_default_str();
   app->add_flag("--json", o->json, "Print one JSON object");
   add_set_option(*app, o->overrides);
-  return {app, [o, failures, storage] {
+  return {app, [o, failures, storage, restart, trials, seed] {
             o->failures_given = failures->count() > 0;
             o->storage_given = storage->count() > 0;
+            for (const CLI::Option* x : {restart, trials, seed})
+              if (x->count() > 0) o->failure_options.push_back(x->get_name());
             return run(*o);
           }};
 }

@@ -287,16 +287,25 @@ nlohmann::json to_json(const input::JobsSpec& spec, const JobsResult& r) {
                     {"first_iteration", output::to_json(report)}});
   }
   nlohmann::json links = nlohmann::json::array();
-  for (const SharedLink& l : r.shared.links)
-    links.push_back({{"link", link_name(spec.cluster, l)}, {"bytes", l.bytes}, {"together_s", l.together_s}});
+  for (const SharedLink& l : r.shared.links) {
+    nlohmann::json bytes = nlohmann::json::array();  // per job, whole when whole
+    for (double b : l.bytes) bytes.push_back(output::json_number(b));
+    links.push_back({{"link", link_name(spec.cluster, l)}, {"bytes", bytes}, {"together_s", l.together_s}});
+  }
   nlohmann::json shift = nullptr;
   if (r.shift)
     shift = {{"period_s", r.shift->period_s},
              {"tried", r.shift->tried},
              {"mean_slowdown_given", r.shift->before},
              {"mean_slowdown_shifted", mean_slowdown(r)}};
-  return {{"command", "jobs"}, {"phase_shift", shift},  {"name", spec.name},  {"cluster", spec.cluster.name},
-          {"jobs", jobs},      {"shared_links", links}, {"notes", spec.notes}};
+  return {{"schema_version", output::kJsonSchemaVersion},
+          {"command", "jobs"},
+          {"phase_shift", shift},
+          {"name", spec.name},
+          {"cluster", spec.cluster.name},
+          {"jobs", jobs},
+          {"shared_links", links},
+          {"notes", spec.notes}};
 }
 
 // A queue's replays (core/job_queue.h): each job planned on the devices it got, each running set
@@ -402,10 +411,11 @@ void print_queue(std::ostream& out, const input::JobsSpec& spec, const QueueRepo
   fmt::print(
       out,
       "(JCT: job completion time, end - arrival; iteration: its mean over the run; alone: an iteration alone "
-      "on its devices)\n\nmakespan {}, utilisation {:.1f}% (device time held by jobs), {} running sets "
-      "replayed and {} jobs alone ({} iterations each)\n",
-      format_time(r.outcome.makespan_s), 100 * r.outcome.utilisation, r.replays, r.alone_replays,
-      q.replay_iterations);
+      "on its devices)\n\nmakespan {}, utilisation {:.1f}% (device time held by jobs), {} running set{} "
+      "replayed and {} job{} alone ({} iteration{} each)\n",
+      format_time(r.outcome.makespan_s), 100 * r.outcome.utilisation, r.replays, r.replays == 1 ? "" : "s",
+      r.alone_replays, r.alone_replays == 1 ? "" : "s", q.replay_iterations,
+      q.replay_iterations == 1 ? "" : "s");
   for (const std::string& n : spec.notes) fmt::print(out, "note: {}\n", n);
 }
 
@@ -414,16 +424,20 @@ nlohmann::json queue_json(const input::JobsSpec& spec, const QueueReport& r) {
   nlohmann::json jobs = nlohmann::json::array();
   for (size_t j = 0; j < q.jobs.size(); ++j) {
     const QueueOutcome::Job& o = r.outcome.jobs[j];
+    const double per_iteration = (o.end_s - o.start_s) / q.jobs[j].iterations;  // as the text table
     jobs.push_back({{"name", q.jobs[j].name},
                     {"source", q.jobs[j].source},
                     {"devices", output::device_ranges(spec.cluster, o.devices)},
-                    {"arrival_s", q.jobs[j].arrival_s},
-                    {"start_s", o.start_s},
-                    {"end_s", o.end_s},
-                    {"iterations", q.jobs[j].iterations},
-                    {"alone_s", r.alone_s[j]}});
+                    {"arrival_s", output::json_number(q.jobs[j].arrival_s)},
+                    {"start_s", output::json_number(o.start_s)},
+                    {"end_s", output::json_number(o.end_s)},
+                    {"iterations", output::json_number(q.jobs[j].iterations)},
+                    {"mean_s", output::json_number(per_iteration)},
+                    {"alone_s", output::json_number(r.alone_s[j])},
+                    {"slowdown", output::json_number(per_iteration / r.alone_s[j])}});
   }
-  return {{"command", "jobs"},
+  return {{"schema_version", output::kJsonSchemaVersion},
+          {"command", "jobs"},
           {"name", spec.name},
           {"cluster", spec.cluster.name},
           {"queue", jobs},

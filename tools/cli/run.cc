@@ -16,6 +16,7 @@
 #include "core/experiment.h"
 #include "core/file_io.h"
 #include "core/metrics.h"
+#include "core/model_flops.h"
 #include "sim/replay.h"
 #include "tools/builtin_example.h"
 #include "tools/builtin_plot_script.h"
@@ -131,6 +132,10 @@ int run(const RunOptions& o) {
   output::TimelineView window;
   if (Status s = parse_window(o.timeline_window, window); !s) return bad_input(s.error().message);
   // Both shape the per-task outputs only.
+  if (o.plot_data && o.plot.empty())
+    return bad_input(
+        "--plot-data keeps --plot's data and script, and --plot was not given: it would change "
+        "nothing");
   if (o.trace.empty() && o.tasks.empty() && o.memory.empty() && o.plot.empty())
     for (const auto& [given, name] : {std::pair{!o.timeline_window.empty(), "--timeline-window"},
                                       std::pair{o.timeline_rows != "auto", "--timeline-rows"}})
@@ -142,6 +147,8 @@ int run(const RunOptions& o) {
   const std::vector<std::string> overrides = with_memory_margin(o.overrides, o.memory_margin);
   Result<Experiment> exp = load(o.file, overrides);
   if (!exp) return bad_input(margin_message(exp.error().message, o.memory_margin));
+  if (o.tokens > 0 && !model_flops(exp->workload))
+    return bad_input("--tokens needs a workload with a sequence length (a transformer): it has no tokens");
   const std::string where = o.file.empty() ? "<built-in example>" : o.file == "-" ? "<stdin>" : o.file;
   return simulate(exp, where, o, plot);
 }
@@ -283,7 +290,7 @@ Command add_run_command(CLI::App& parent) {
   app->add_option("--timeline-window", o->timeline_window,
                   "Only micro-batches FIRST to LAST in --trace, --plot, --tasks and --memory (e.g. 0:3)");
   app->add_option("--tokens", o->tokens, "A token budget: print the time to train on it (e.g. 15e12)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   add_devices_option(*app, o->devices);
   add_memory_margin_option(*app, o->memory_margin);
   app->add_flag("--sim-log", o->sim_log, "Let SimGrid print its log (silent by default)");

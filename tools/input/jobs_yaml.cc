@@ -83,10 +83,7 @@ class JobsParser {
       for (size_t i = 0; i < items.size(); ++i) {
         spec.jobs.push_back(queue_job(items[i], i));
         for (size_t k = 0; k < i; ++k)
-          if (spec.jobs[k].name == spec.jobs[i].name)
-            items[i]
-                .need("name", "a job name")
-                .fail(fmt::format("job \"{}\": a second job of that name", spec.jobs[i].name));
+          if (spec.jobs[k].name == spec.jobs[i].name) second_name(items[i], spec.jobs[i].name);
       }
     } else {
       generate_jobs(*generate, spec);
@@ -186,18 +183,24 @@ class JobsParser {
     return it ? static_cast<int>(it->integer(1, 1000, "a number of iterations, 1 to 1000")) : otherwise;
   }
 
+  // A job whose name (its own, or job<position> by default) an earlier job has.
+  [[noreturn]] static void second_name(const Node& item, const std::string& name) {
+    if (auto n = item.get("name")) n->fail(fmt::format("job \"{}\": a second job of that name", name));
+    item.fail(
+        fmt::format("job \"{}\" (the name a job without one gets from its position): another job "
+                    "has that name; name this one",
+                    name));
+  }
+
   DeviceRequest read_job(const Node& item, size_t i, int iterations) {
     item.require_map("a mapping describing a job");
     item.check_keys({"name", "experiment", "devices", "placement", "seed", "start", "iterations", "workload",
                      "strategy", "memory", "backends"});
     JobSpec& job = out_.jobs.emplace_back();
     job.name = fmt::format("job{}", i);
-    if (auto n = item.get("name")) {
-      job.name = n->string("a job name");
-      for (size_t k = 0; k + 1 < out_.jobs.size(); ++k)
-        if (out_.jobs[k].name == job.name)
-          n->fail(fmt::format("job \"{}\": a second job of that name", job.name));
-    }
+    if (auto n = item.get("name")) job.name = n->string("a job name");
+    for (size_t k = 0; k + 1 < out_.jobs.size(); ++k)
+      if (out_.jobs[k].name == job.name) second_name(item, job.name);
     job.iterations = iterations_of(item, iterations);
     if (auto s = item.get("start")) job.start_s = s->quantity(Dimension::Time, Sign::NonNegative);
     DeviceRequest r{

@@ -42,7 +42,8 @@ std::string name_ranges(const std::vector<std::string>& names, size_t max_parts)
     i = j + 1;
   }
   std::string out;
-  const bool elide = max_parts > 0 && parts.size() > max_parts;
+  // "..." stands for two parts or more: in place of one it would hide a range and save nothing.
+  const bool elide = max_parts > 0 && parts.size() > max_parts + 1;
   for (size_t k = 0; k < parts.size(); ++k) {
     if (elide && k + 1 >= max_parts && k + 1 < parts.size()) {
       if (k + 1 == max_parts) out += ", ...";
@@ -77,7 +78,8 @@ std::vector<DeviceGroup> group_devices(const Cluster& c, const Partition& p, con
     if (added) groups.push_back({{}, hosted[d], static_cast<int>(d), static_cast<int>(d)});
     DeviceGroup& g = groups[it->second];
     g.devices.push_back(static_cast<int>(d));
-    if (m.devices[d].busy_s > m.devices[static_cast<size_t>(g.busiest)].busy_s) g.busiest = static_cast<int>(d);
+    if (m.devices[d].busy_s > m.devices[static_cast<size_t>(g.busiest)].busy_s)
+      g.busiest = static_cast<int>(d);
     if (m.devices[d].peak_memory_bytes > m.devices[static_cast<size_t>(g.most_memory)].peak_memory_bytes)
       g.most_memory = static_cast<int>(d);
   }
