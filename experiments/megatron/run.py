@@ -107,7 +107,7 @@ def experiment(r, gpu="a100"):
                     "fabric": "rail" if gpus > 8 else "switch"},
         "strategy": strategy,
         "memory": dict({"optimizer": "mixed-adam", "recompute": r["recompute"]},
-                       **({"grad_accumulation": grad_accumulation(r.get("table"))} if GRAD_ACCUMULATION else {})),
+                       **({"grad_accumulation": grad_accumulation(r.get("table", ""))} if GRAD_ACCUMULATION else {})),
     }
 
 
@@ -130,7 +130,7 @@ def layer_probe(r, layers, gpu="a100"):
     """Table 4's probe: the 22B model's shape with `layers` layers, the batch of 4 in one micro-batch
     (experiment() with d = 1 and micro-batch 1 gives 4 micro-batches of 1; here one of 4)."""
     e = experiment(dict(T4_SHAPE, id=f"{r['id']}-{layers}", layers=layers, recompute=r["recompute"],
-                        sequence_parallel=r["sequence_parallel"]), gpu)
+                        sequence_parallel=r["sequence_parallel"], table=r.get("table", "")), gpu)
     e["strategy"]["micro_batch_size"] = T4_SHAPE["batch"]
     e["strategy"]["micro_batches"] = 1
     return e
