@@ -211,3 +211,27 @@ TEST_CASE("jobs --trace: one process per job, its iterations and its flows on sh
   auto clash = run_command({PIPEGRID_BINARY, "jobs", file, "--trace", file});
   CHECK(clash.exit_code == 2);
 }
+
+TEST_CASE("a generated queue: jobs of one kind on the same devices plan and replay once, days apart") {
+  // Five jobs of one kind, each on both devices of the cluster, arriving a day apart on average
+  // (runs of milliseconds): each runs alone on the same devices, so by hand one running set, {a job
+  // of the kind on gpu0-1}, and no other replay: its alone time is that set's. The cache was keyed by
+  // the job, not its kind (5 replays), and at arrivals of 1e5 s and more the queue looped for ever.
+  pipegrid::testing::TempDir tmp;
+  const std::string job = (fs::path(PIPEGRID_SOURCE_DIR) / "tests/tools/bad_jobs/job.yaml").string();
+  const std::string file = tmp.write(
+      "q.yaml",
+      "cluster: {kind: switch, count: 2, device: {name: gpu, model: a100}, bandwidth: 25GBps, latency: 1us}\n"
+      "queue:\n  generate: {count: 5, seed: 1, mean_interarrival: 86400s, iterations: [1, 20], mix: "
+      "[{experiment: " +
+          job + ", devices: 2}]}\n");
+  auto r = run_command({PIPEGRID_BINARY, "jobs", file, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["running_sets_replayed"] == 1);
+  CHECK(j["alone_replayed"] == 0);
+  for (const auto& q : j["queue"]) {
+    CHECK(q["start_s"] == q["arrival_s"]);  // never waits: the previous job ended a day before
+    CHECK(std::abs(q["slowdown"].get<double>() - 1) < 1e-6);
+  }
+}

@@ -317,7 +317,7 @@ class QueueReplays {
   // Each job's mean iteration time over a replay of the set together.
   Result<std::vector<double>> times(const std::vector<RunningJob>& set) {
     SetKey key;
-    for (const RunningJob& r : set) key.emplace_back(r.job, r.devices);
+    for (const RunningJob& r : set) key.emplace_back(alike(r.job), r.devices);
     if (auto it = sets_.find(key); it != sets_.end()) return it->second;
     std::vector<JobRun> runs;
     for (const RunningJob& r : set) {
@@ -340,13 +340,16 @@ class QueueReplays {
 
  private:
   using SetKey = std::vector<std::pair<int, std::vector<int>>>;
+  // Jobs of one generator kind plan and replay alike on the same devices (their lengths differ, not
+  // their iterations): one key per kind; a listed job is its own (a negative key).
+  int alike(int job) const { return queue_.jobs[job].kind >= 0 ? queue_.jobs[job].kind : -1 - job; }
   struct Planned {
     Experiment experiment;
     PreparedRun run;
   };
 
   Result<const PreparedRun*> plan(const RunningJob& r) {
-    auto key = std::make_pair(r.job, r.devices);
+    auto key = std::make_pair(alike(r.job), r.devices);
     if (auto it = plans_.find(key); it != plans_.end()) return &it->second->run;
     const input::QueueJobSpec& job = queue_.jobs[r.job];
     Result<Cluster> c = job_cluster(spec_.cluster, r.devices);
@@ -557,7 +560,16 @@ Command add_jobs_command(CLI::App& parent) {
          "--phase-shift", o->phase_shift,
          "Shift each job's start after the first: N offsets over one iteration of the first job tried, "
          "the least slowdown kept (docs/jobs.md)")
-      ->check(kCount);
+      ->check(kCount)
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // Each offset is one replay of the jobs so far, per job: 10^6 of them ran for minutes.
+            long long x = 0;
+            return CLI::detail::lexical_cast(v, x) && x > 1000
+                       ? "expected at most 1000 offsets (each one replay per job), got " + v
+                       : "";
+          },
+          "N"));
   app->add_option("--trace", o->trace,
                   "Write a Chrome trace: one process per job, its iterations and its flows on shared links");
   CLI::Option* top =

@@ -158,6 +158,7 @@ class JobsParser {
       items[k].need("experiment", "an experiment file");
       kind.experiment = experiment_maker(items[k], kind.name, static_cast<size_t>(kind.devices), kind.source);
       check_on_first_devices(kind);
+      kind.kind = static_cast<int>(k);
       kinds.push_back(std::move(kind));
     }
     std::mt19937_64 rng(seed);
@@ -278,7 +279,10 @@ class JobsParser {
     if (auto f = item.get("experiment")) {
       for (const char* key : {"workload", "strategy", "memory", "backends"})
         if (auto k = item.get(key))
-          k->fail(fmt::format("job \"{}\": {} is in its experiment file, given here too", name, key));
+          k->fail(
+              fmt::format("job \"{}\": {} beside experiment: a job with an experiment file takes its {} "
+                          "from that file; expected it there, not here",
+                          name, key, key));
       source = resolve_path(*doc_, f->string("an experiment file"));
       Result<std::string> text = read_input_file(source);
       if (!text) f->fail(fmt::format("job \"{}\": {}", name, text.error().message));

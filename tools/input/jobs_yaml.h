@@ -50,6 +50,7 @@ struct QueueJobSpec {
   int devices = 0;
   double iterations = 0;
   ExperimentMaker experiment;
+  int kind = -1;  // a generator's kind (its mix entry): jobs of one kind plan alike; -1: listed
 };
 
 struct QueueSpec {
