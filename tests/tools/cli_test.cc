@@ -406,6 +406,11 @@ TEST_CASE("goodput without failures: failure options refused, no spread, a fract
   CHECK(frac.out.find("target      1 iteration (--iterations 0.3 rounded up to whole iterations)") !=
         std::string::npos);
   CHECK(frac.out.find("interval of the mean +-0 s") != std::string::npos);
+  // RSC's rates are per node: on a cluster that names no node each device counts as one, and is said to.
+  auto rsc = run_command({PIPEGRID_BINARY, "goodput", chain, "--iterations", "10", "--failures", "rsc1"});
+  REQUIRE(rsc.exit_code == 0);
+  CHECK(rsc.out.find("on 2 nodes (2 of them devices without a node in the cluster, each counted as one)") !=
+        std::string::npos);
 }
 
 TEST_CASE("run: --tokens without tokens, a NaN budget and --plot-data without --plot are refused") {

@@ -119,6 +119,7 @@ std::string duration(double seconds) {
 
 struct GoodputSetup {
   double iteration_s = 0, tokens_per_iteration = 0, iterations = 0, gpus = 0, nodes = 0;
+  double nodeless = 0;  // devices in use without a node, each counted as one
   double not_gpus = 0;  // of the devices in use (`gpus`), those not GPUs (FPGAs, hand-described ones)
   std::string failures_note;
   double state_bytes = 0, storage_bps = 0;
@@ -146,8 +147,13 @@ Status model_run(const GoodputOptions& o, const Experiment& e, GoodputSetup& s) 
     s.classes = {{one ? "node (RSC-1)" : "node (RSC-2)", one ? kRsc1PerNodeDay : kRsc2PerNodeDay, s.nodes}};
     s.failures_note = fmt::format(
         "Meta's {} rate, {:.2f} failures per 1,000 node-days (Kokolis et al., arXiv 2410.21680), "
-        "on {:.0f} nodes",
-        one ? "RSC-1" : "RSC-2", one ? 6.50 : 2.34, s.nodes);
+        "on {:.0f} nodes{}",
+        one ? "RSC-1" : "RSC-2", one ? 6.50 : 2.34, s.nodes,
+        s.nodeless == 0
+            ? std::string()
+            : fmt::format(" ({:.0f} of them devices without a node in the cluster, each counted as "
+                          "one)",
+                          s.nodeless));
   }
   s.model.mtbf_s = job_mtbf_s(s.classes);
   if (o.failures == "none" && o.mtbf.empty() && !o.failure_options.empty()) {
@@ -393,6 +399,7 @@ int run(const GoodputOptions& o) {
       s.gpus += 1;
       s.not_gpus += exp->cluster.devices[d].spec.family != "gpu";
       machines.insert(exp->cluster.machine_of(static_cast<int>(d)));
+      s.nodeless += exp->cluster.devices[d].node.empty();
     }
   s.nodes = static_cast<double>(machines.size());
   const std::optional<output::TokenFigures> tf = output::token_figures(*exp, m);
