@@ -187,6 +187,7 @@ def main():
                     help="a diagnostic: the gradients all-reduced after the backward, or in bf16, or the p > 1 "
                          "rows in non-interleaved 1F1B (writes no h100.yaml; h100.md says so)")
     a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)  # a new folder is made, not a crash after the runs
     global WHAT_IF
     WHAT_IF = a.what_if
     sys.path.insert(0, os.path.join(ROOT, "experiments", "common"))
