@@ -42,8 +42,8 @@
 // planner (but piper) are candidates too (scheduled by luo's scheduler and as they came), so luo
 // never loses to them in the analytic evaluator; with a judge (SimGrid from the CLI) the best
 // kJudged and the other planners' plans are judged and the fastest that fits memory is kept.
-// Before the scheduler, the best kRefined evaluated plans are improved by local moves timed by the
-// evaluator (refine(); ours), since the estimate ties plans that a schedule's warm-up and cool-down
+// Before the scheduler, the best kRefined (kRefinedSmall) evaluated plans are improved by local moves timed
+// by the evaluator (refine(); ours), since the estimate ties plans that a schedule's warm-up and cool-down
 // tell apart.
 //
 // Checked (tests/core/luo_test.cc) against exhaustive search over partitions, mappings,
@@ -690,12 +690,16 @@ Result<Candidate> evaluate_found(const PlanRequest& r, const std::vector<int>& o
 // Local moves on the evaluator (ours, not the paper's): the programme ranks plans by an estimate
 // that a schedule's warm-up and cool-down do not follow (two cuts of one bottleneck and one sum run
 // at different times), so the best evaluated plans are improved by moves timed by the analytic
-// evaluator (1F1B or GPipe, the better): a boundary shifted by one layer, a stage split onto an idle device,
-// two neighbours merged onto either's group, an idle device added to a group or one removed from it (whole
-// samples per replica), two stages' groups swapped. First improvement, until no move improves or
-// kRefineBudget evaluations (kRefineBudgetSmall on small instances) are spent.
-constexpr size_t kRefined = 4;              // best evaluated plans refined
-constexpr size_t kRefineBudget = 48;        // evaluations per refined plan
+// evaluator with 1F1B (and GPipe, the better kept, on small instances and where the micro-batches are
+// at most the stages: with more, GPipe's fill and drain do not beat 1F1B's): a boundary shifted by one
+// layer, a stage split onto an idle device, two neighbours merged onto either's group, an idle device
+// added to a group or one removed from it (whole samples per replica), two stages' groups swapped.
+// First improvement, until no move improves or the budget of evaluations is spent. Larger instances
+// refine fewer plans with fewer moves: each evaluation there lowers a graph of many stages and
+// micro-batches (bench_planner, docs/speed.md).
+constexpr size_t kRefined = 2;              // best evaluated plans refined
+constexpr size_t kRefinedSmall = 4;         // the same on small instances
+constexpr size_t kRefineBudget = 24;        // evaluations per refined plan
 constexpr size_t kRefineBudgetSmall = 400;  // the same on small instances
 
 // Better by more than a last-bit difference (fits memory first).
@@ -703,10 +707,13 @@ bool improves(const Candidate& a, const Candidate& b) {
   return (a.fits && !b.fits) || (a.fits == b.fits && a.analytic < b.analytic * (1 - 1e-9));
 }
 
-// A plan timed with 1F1B and with GPipe (better with few micro-batches), the better kept.
-Result<Candidate> evaluate_orders(const PlanRequest& r, const std::vector<int>& order, const Found& f) {
+// A plan timed with 1F1B and, where `gpipe_too` or its micro-batches are at most its stages, with
+// GPipe; the better kept.
+Result<Candidate> evaluate_orders(const PlanRequest& r, const std::vector<int>& order, const Found& f,
+                                  bool gpipe_too) {
   Result<Candidate> a = evaluate_found(r, order, f);
   if (!a) return a;
+  if (!gpipe_too && r.micro_batchings[f.micro_batching].count > static_cast<int>(f.layers.size())) return a;
   Result<Candidate> b = evaluate_found(r, order, f, "gpipe");
   return b && improves(*b, *a) ? std::move(b) : std::move(a);
 }
@@ -821,7 +828,7 @@ std::vector<Candidate> refine(const PlanRequest& r, const std::vector<int>& orde
   const size_t budget = small ? kRefineBudgetSmall : kRefineBudget;
   spent = 0;
   std::vector<Candidate> improved;
-  for (size_t i = 0; i < evaluated.size() && i < kRefined; ++i) {
+  for (size_t i = 0; i < evaluated.size() && i < (small ? kRefinedSmall : kRefined); ++i) {
     const Plan& start = evaluated[i].plan;
     size_t mb = 0;
     while (mb < r.micro_batchings.size() && (r.micro_batchings[mb].size != start.micro_batch_size ||
@@ -830,14 +837,14 @@ std::vector<Candidate> refine(const PlanRequest& r, const std::vector<int>& orde
     if (mb == r.micro_batchings.size()) continue;
     Found current = found_of(start, position, mb);
     std::optional<Candidate> best;
-    if (Result<Candidate> c = evaluate_orders(r, order, current); c) best = std::move(*c);
+    if (Result<Candidate> c = evaluate_orders(r, order, current, small); c) best = std::move(*c);
     const Candidate* reference = best ? &*best : &evaluated[i];
     bool gained = false;
     size_t left = budget;
     for (Found& g : every_cut(current, static_cast<int>(order.size()), budget / 2)) {  // on its groups
       --left;
       ++spent;
-      Result<Candidate> c = evaluate_orders(r, order, g);
+      Result<Candidate> c = evaluate_orders(r, order, g, small);
       if (!c || !improves(*c, *reference)) continue;
       best = std::move(*c);
       reference = &*best;
@@ -850,7 +857,7 @@ std::vector<Candidate> refine(const PlanRequest& r, const std::vector<int>& orde
         if (left == 0) break;
         --left;
         ++spent;
-        Result<Candidate> c = evaluate_orders(r, order, g);
+        Result<Candidate> c = evaluate_orders(r, order, g, small);
         if (!c || !improves(*c, *reference)) continue;  // a move the partition refuses, or no gain
         best = std::move(*c);
         reference = &*best;
@@ -1007,8 +1014,9 @@ Result<Plan> plan_luo(const PlanRequest& r) {
   std::string family_names;
   for (const Family& f : families)
     family_names += fmt::format("{}{}", family_names.empty() ? "" : ", ", f.label);
-  const std::string moves = fmt::format("{} local moves timed around the best {}, improving {} of them",
-                                        refinements, std::min(evaluated.size(), kRefined), improved.size());
+  const std::string moves =
+      fmt::format("{} local moves timed around the best {}, improving {} of them", refinements,
+                  std::min(evaluated.size(), small ? kRefinedSmall : kRefined), improved.size());
   win.plan.exploration = fmt::format(
       "luo searched {} ({} programme runs over {} micro-batching{}) and found {} plans; {} run by the "
       "analytic evaluator with 1F1B; {}; the best {} and the improved scheduled by luo's scheduler; "
