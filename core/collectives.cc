@@ -661,17 +661,19 @@ void add_ring_hop(LinkCost& cost, const Cluster& c, int from, int to, const Rout
 void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices) {
   if (!c.engine || std::none_of(devices.begin(), devices.end(), [&](int d) { return c.on_engine(d); }))
     return;
-  std::vector<int32_t> called;  // devices whose first flow was charged the call
+  // The host invokes the engine on every board when the collective starts: its call delays the flows
+  // that wait on no other flow of the collective (a ring's first step, each tree's leaves, a
+  // hierarchical group's reduce), in parallel; a flow that waits on another starts after a call
+  // already paid (a board's data comes from a board that paid it). Charged on the first flow in task
+  // order instead, a tree's root paid it again before its down flow, a hierarchical leader before
+  // its ring (2026-12-05).
+  const std::vector<char> waits = g.waits_within(first);
   for (size_t t = first; t < g.tasks.size(); ++t) {
     Task& task = g.tasks[t];
     // The engine's figures apply where both ends of a flow are on it (as its rate does, per flow:
     // Cluster::engine_rate): in a collective over GPUs and FPGAs, the FPGA-to-FPGA flows.
     if (task.is_compute() || !c.on_engine(task.device) || !c.on_engine(task.peer)) continue;
-    task.duration = c.engine->step;
-    if (std::find(called.begin(), called.end(), task.device) == called.end()) {
-      called.push_back(task.device);
-      task.duration += c.engine->call;
-    }
+    task.duration = c.engine->step + (waits[t - first] ? 0 : c.engine->call);
   }
 }
 

@@ -33,6 +33,19 @@ bool is_collective(TransferKind k) {
 
 // Counting sort of the added dependencies by source task, stable: each task's successors keep the
 // order they were added in (the executor launches them in that order), packed rows first.
+std::vector<char> TaskGraph::waits_within(size_t first) const {
+  std::vector<char> waits(tasks.size() > first ? tasks.size() - first : 0, 0);
+  // Packed rows of the range's tasks (a pack after task `first` was added), then the unpacked list
+  // from its newest entry back to the first one into a task before the range: every entry after it
+  // points into the range, since the range's tasks did not exist before.
+  for (size_t u = first; u + 1 < row_.size() && u < tasks.size(); ++u)
+    for (uint32_t i = row_[u]; i < row_[u + 1]; ++i)
+      if (static_cast<size_t>(next_[i]) >= first) waits[static_cast<size_t>(next_[i]) - first] = 1;
+  for (auto it = added_.rbegin(); it != added_.rend() && static_cast<size_t>(it->second) >= first; ++it)
+    if (static_cast<size_t>(it->first) >= first) waits[static_cast<size_t>(it->second) - first] = 1;
+  return waits;
+}
+
 void TaskGraph::pack() const {
   const size_t n = tasks.size();
   std::vector<uint32_t> row;

@@ -105,6 +105,11 @@ struct TaskGraph {
     return {next_.data() + row_[t], next_.data() + row_[t + 1]};
   }
   size_t dependency_count() const { return next_.size() + added_.size(); }
+  // For each task from `first` on, whether one of its predecessors is a task from `first` on: the
+  // tasks one builder just added that wait on another of them (a collective's flows after its first
+  // step). Costs the range's own dependencies, not the graph's; valid until a task after them gets a
+  // predecessor among them (every dependency into them added after task `first` was).
+  std::vector<char> waits_within(size_t first) const;
   // Packs the dependencies added so far now and frees their list (successors() would do it on
   // first use): lower() calls it so that the list is gone before a replay allocates its arrays.
   void pack_dependencies() const {

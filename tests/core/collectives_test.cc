@@ -569,7 +569,7 @@ Cluster engine_switch(int n, double B, double a, const CollectiveEngine& e) {
 
 }  // namespace engine_cases
 
-TEST_CASE("FPGA collective engine: each flow waits its step, each device's first flow the call as well") {
+TEST_CASE("FPGA collective engine: each flow waits its step, each device's first step the call as well") {
   const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
   Cluster c = engine_cases::engine_switch(3, 12.5e9, 0.5e-6, e);
   TaskGraph g = empty_graph(c);
@@ -595,6 +595,44 @@ TEST_CASE("FPGA collective engine: each flow waits its step, each device's first
   CHECK(std::isinf(mixed.engine_rate(0, 2, true)));
   CHECK(mixed.engine_rate(0, 1, true) == 4e9);
   CHECK(mixed.engine_rate(0, 1, false) == 10e9);
+}
+
+TEST_CASE("FPGA collective engine: the call once per board at the start, for a tree and a hierarchy too") {
+  // Engine call 500 us, step 20 us, 4 GB/s; links 12.5 GB/s, 0.5 us (a = 1 us a route); S = 8e6 bytes.
+  // The call delays only the flows that wait on no other flow of the collective: charged on each
+  // board's first flow in task order instead, a tree's root paid it again before its down flow and a
+  // hierarchical leader before its ring (a helper's hand count, 2026-12-05).
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  const double call = 500e-6, hop = 20e-6 + 1e-6, S = 8e6, bw = 4e9;
+  // Two boards, NCCL's double binary tree of 8 bytes: each tree's one chunk (4 bytes) goes up leaf ->
+  // root, then down; both trees at once, one per direction: call + 2 (step + a + 4 / bw).
+  Cluster two = engine_cases::engine_switch(2, 12.5e9, 0.5e-6, e);
+  auto tree_time = [&](const Cluster& c, double bytes) {
+    TaskGraph g = empty_graph(c);
+    append_allreduce(g, AllReduceAlgorithm::Tree, c, {0, 1}, {-1, -1}, bytes);
+    Result<Timeline> t = evaluate(g, c);
+    REQUIRE(t.ok());
+    return t->makespan();
+  };
+  CHECK(close_rel(tree_time(two, 8), call + 2 * (hop + 4 / bw), 1e-12));
+  // Pipelined in chunks (8e6 bytes): whatever the chunks' order, the call delays the whole once.
+  Cluster no_call = two;
+  no_call.engine->call = 0;
+  CHECK(close_rel(tree_time(two, S) - tree_time(no_call, S), call, 1e-9));
+  // Two machines of two boards, hierarchical: the members' reduce into their leader (S), the leaders'
+  // ring of 2 (2 steps of S / 2), the leader's broadcast (S): call + 4 (step + a) + 3 S / bw = 6,584 us.
+  Cluster four = engine_cases::engine_switch(4, 12.5e9, 0.5e-6, e);
+  for (int d = 0; d < 4; ++d) four.devices[d].node = d < 2 ? "m0" : "m1";
+  TaskGraph hier = empty_graph(four);
+  append_allreduce(hier, AllReduceAlgorithm::Hierarchical, four, {0, 1, 2, 3}, {-1, -1, -1, -1}, S);
+  Result<Timeline> t = evaluate(hier, four);
+  REQUIRE(t.ok());
+  CHECK(close_rel(t->makespan(), call + 4 * hop + 3 * S / bw, 1e-12));
+  // The ring is as before: every board's first step, and only it, carries the call.
+  TaskGraph ring = empty_graph(four);
+  append_allreduce(ring, AllReduceAlgorithm::Ring, four, {0, 1, 2, 3}, {-1, -1, -1, -1}, S);
+  for (size_t k = 0; k < ring.tasks.size(); ++k)
+    CHECK(ring.tasks[k].duration == (k < 4 ? 20e-6 + call : 20e-6));
 }
 
 TEST_CASE("FPGA collective engine: the closed form and the evaluator, by hand") {
