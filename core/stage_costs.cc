@@ -223,8 +223,14 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
       cp_workspace = std::max(cp_workspace, r->cp_workspace);
       layers[static_cast<size_t>(rank)].push_back(std::move(*r));
     }
+  // The backward's workspace: the largest output a device holds. The head's logits are split over the
+  // vocabulary whatever the sequence parallelism (s x V / t each); the others are whole without it
+  // (until 2026-12-05 the logits were taken whole without SP: 1.84 GB too many for Llama 3 8B at t 8).
   double largest_output = 0;
-  for (int l : st.layers) largest_output = std::max(largest_output, w.layer(l).output_bytes);
+  for (int l : st.layers) {
+    const bool split = tp.sequence_parallel || w.layer(l).split.kind == TensorSplitKind::VocabHead;
+    largest_output = std::max(largest_output, w.layer(l).output_bytes / (split ? T : 1));
+  }
   const std::vector<double> loads =
       experts > 0 ? expert_loads(tp.moe, static_cast<int>(experts), es.ep) : std::vector<double>(1, 1.0);
   std::vector<StageCost> out;
@@ -241,7 +247,7 @@ Result<std::vector<StageCost>> tp_stage_costs(const Workload& w, const Cluster& 
     TpProgram bwd, bwd_in;
     if (Status b = tp_backward(dev, st.layers, mine, sc, bwd, bwd_in); !b) return b.error();
     apply_tp_recompute(recompute, *f, share, sc, bwd, bwd_in);
-    sc.workspace_bytes = largest_output * share / (tp.sequence_parallel ? T : 1);
+    sc.workspace_bytes = largest_output * share;
     if (cp > 1) sc.workspace_bytes = sc.workspace_bytes / cp + cp_workspace * share;
     sc.tp_forward = std::move(f->forward);
     sc.tp_backward = std::move(bwd);

@@ -565,14 +565,18 @@ Result<int> ModelBuilder::transformer_block(const std::string& name, int in, int
                score_core(scores, seq * h, a * seq * seq, eb), score_passes(a * seq * seq, eb),
                make_kernel(KernelClass::Elementwise, 0, 0, 0, ew_io, 1.5 * ew_io, 0, 5),
                make_kernel(KernelClass::Norm, 0, 0, 0, 4 * seq * h * eb, 6 * seq * h * eb, 0, 2)};
-  // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits; 34 s h with selective
-  // recomputation of the attention core (its scores re-run in the backward).
-  l.stash_bytes = seq * h * (34 + 5 * heads * seq / h) * eb / 2;
-  l.selective_stash_bytes = 34 * seq * h * eb / 2;
   set_totals(l);  // forward_flops is the kernels' sum (it was 0 here: the fraction was infinite)
   l.selective_recompute_fraction = scores / l.forward_flops;
   l.split = {
       TensorSplitKind::Transformer, seq, h, a, a, f, 0, /*gated=*/false, /*biases=*/true, /*rotary=*/false};
+  // The stash from the split, as at t > 1 (core/tensor_parallel.cc): Korthikanti et al. 2022's s h
+  // (34 + 5 a s / h) bytes at 16 bits where ffn = 4h (34 s h with selective recomputation of the
+  // attention core), the MLP's own width otherwise, fp8's GEMM inputs at a byte. Until 2026-12-05 the
+  // formula alone at t = 1, whatever ffn and precision.
+  Result<TpLayer> tp = tensor_parallel_layer(l, 1, {}, w_.precision);
+  if (!tp) return tp.error();
+  l.stash_bytes = tp->stash_none;
+  l.selective_stash_bytes = tp->stash_selective;
   return add_layer(std::move(l), s, {in});
 }
 

@@ -509,3 +509,65 @@ TEST_CASE("memory.zero: 1 without a data-parallel group to shard over is said to
   REQUIRE(replicated.exit_code == 0);
   CHECK(replicated.err.find(said) == std::string::npos);
 }
+
+TEST_CASE("a GPT-style block's stash at t = 1 follows its FFN width and fp8, as at t > 1") {
+  // Korthikanti et al. 2022: s h (34 + 5 a s / h) bytes at 16 bits for ffn = 4h. The MLP's width
+  // enters through its two 2 s f tensors (the GeLU's input and output: 4 s f bytes), and fp8 stores the
+  // GEMMs' inputs at one byte (QKV, projection, the MLP's two: 7 s h bytes less at ffn = 4h). At t = 1
+  // the formula alone was used until 2026-12-05, whatever ffn and precision.
+  auto stash = [](const std::string& model, std::vector<std::string> args) {
+    std::vector<std::string> cmd{PIPEGRID_BINARY, "workload", "show", model, "--json"};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    auto r = run_command(cmd);
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const auto& l : j["layers"])
+      if (l["name"] == "layer0" || l["name"] == "branch0.layer0") return l["stash_bytes"].get<double>();
+    FAIL("no block");
+    return 0.0;
+  };
+  const std::vector<std::string> gpt{"--arg", "layers=1",      "--arg", "hidden=1024",    "--arg", "heads=16",
+                                     "--arg", "sequence=1024", "--arg", "vocabulary=1000"};
+  auto with = [](std::vector<std::string> a, const std::string& p) {
+    a.insert(a.end(), {"--precision", p});
+    return a;
+  };
+  const double s = 1024, h = 1024, a = 16;
+  CHECK(stash("gpt", with(gpt, "amp-bf16")) == s * h * (34 + 5 * a * s / h));
+  CHECK(stash("gpt", with(gpt, "amp-bf16")) - stash("gpt", with(gpt, "fp8")) == 7 * s * h);
+  // mmt's blocks (s 256): ffn 4096 -> 8192 adds 4 x 256 x 4096 bytes.
+  const std::vector<std::string> mmt{"--arg", "branches=1", "--arg", "layers=1", "--precision", "amp-bf16"};
+  auto ffn = [&](const char* f) {
+    std::vector<std::string> x = mmt;
+    x.insert(x.end(), {"--arg", std::string("ffn=") + f});
+    return stash("mmt", x);
+  };
+  CHECK(ffn("4096") == 256.0 * 1024 * (34 + 5 * 16 * 256.0 / 1024));
+  CHECK(ffn("8192") - ffn("4096") == 4.0 * 256 * 4096);
+}
+
+TEST_CASE("the head's logits in the backward's workspace are split over the vocabulary with or without SP") {
+  // A GPT of 4 layers (V 51,200, s 1,024) at t 4 on one stage: the last device's workspace is its
+  // share of the logits, s x V / t x 2 bytes = 26,214,400, with sequence parallelism or without (it
+  // took the whole vocabulary without, until 2026-12-05). Workspace: peak - static - activations.
+  TempDir tmp;
+  const std::string exp = tmp.write(
+      "g.yaml",
+      "workload: {model: gpt, layers: 4, hidden: 1024, heads: 16, sequence: 1024, vocabulary: 51200, "
+      "precision: amp}\n"
+      "cluster: {preset: dgx-h100-8}\n"
+      "strategy: {partitioner: megatron, schedule: 1f1b, stages: 1, replicas: 1, tensor_parallel: 4, "
+      "micro_batch_size: 1, global_batch: 8}\n"
+      "memory: {optimizer: mixed-adam, recompute: none}\n");
+  for (const char* sp : {"false", "true"}) {
+    CAPTURE(sp);
+    auto r = run_command(
+        {PIPEGRID_BINARY, "run", exp, "--json", "--set", std::string("strategy.sequence_parallel=") + sp});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const auto& d = j["devices"][0];
+    const double ws = d["peak_memory_bytes"].get<double>() - d["static_memory_bytes"].get<double>() -
+                      d["peak_activation_bytes"].get<double>();
+    CHECK(ws == 1024.0 * 51200 / 4 * 2);
+  }
+}
