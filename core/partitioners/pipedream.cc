@@ -509,7 +509,7 @@ class PipeDreamSearch {
   PipeDreamSearch(const Workload& w, const std::vector<double>& time_s,
                   const std::vector<double>& activation_bytes, const PipeDreamOptions& o,
                   const PipeDreamPlanned& planned, States states)
-      : w_(w), o_(o), planned_(planned), g_(planned.g), st_(std::move(states)), S_(st_.covers.size()) {
+      : o_(o), planned_(planned), g_(planned.g), st_(std::move(states)), S_(st_.covers.size()) {
     ct_.assign(S_, 0);
     act_.assign(S_, 0);
     par_.assign(S_, 0);
@@ -539,7 +539,6 @@ class PipeDreamSearch {
               std::vector<Range>& refined) const;
   std::vector<PipeDreamStage> stages_of(const std::vector<Range>& ranges) const;
 
-  const Workload& w_;
   const PipeDreamOptions& o_;
   const PipeDreamPlanned& planned_;
   const Graph& g_;
