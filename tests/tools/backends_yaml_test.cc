@@ -90,7 +90,7 @@ TEST_CASE("catalog errors name file:line:column, the key path, what was expected
       error_of("backends:\n  x:\n    device: a100\n    efficiency: {conv: 1.5}\n    patterns: [conv2d]\n") ==
       "b.yaml:4:24: backends.x.efficiency.conv: expected a number in (0, 1], got \"1.5\"");
   CHECK(error_of("backends:\n  x:\n    device: a100\n    patterns: []\n") ==
-        "b.yaml:4:15: backends.x.patterns: expected a non-empty list of patterns, got a list");
+        "b.yaml:4:15: backends.x.patterns: expected a non-empty list of patterns, got a list []");
   CHECK(
       error_of("backends:\n  x:\n    device: a100\n    patterns: [conv2d]\nconversions:\n  - {from: y}\n") ==
       "b.yaml:6:12: conversions[0].from: expected a backend of this catalog or \"*\" (*, x), got \"y\" (did "

@@ -571,3 +571,19 @@ TEST_CASE("the head's logits in the backward's workspace are split over the voca
     CHECK(ws == 1024.0 * 51200 / 4 * 2);
   }
 }
+
+TEST_CASE("a list or a mapping where a value was expected is quoted in the message, cut at 40 bytes") {
+  // It said "got a list" without what the list held (--set cluster.dims=[16] and the like).
+  auto short_list = run_command({PIPEGRID_BINARY, "run", "--set", "strategy.stages=[1,2,3]"});
+  CHECK(short_list.exit_code == 2);
+  CHECK(short_list.err.find("strategy.stages: expected a positive integer, got a list [1, 2, 3]\n") !=
+        std::string::npos);
+  auto map = run_command({PIPEGRID_BINARY, "run", "--set", "strategy.stages={a: 1}"});
+  CHECK(map.exit_code == 2);
+  CHECK(map.err.find("got a mapping {a: 1}\n") != std::string::npos);
+  // A long one: its first 37 bytes and "...".
+  auto long_list = run_command({PIPEGRID_BINARY, "run", "--set",
+                                "strategy.stages=[1111111111,2222222222,3333333333,4444444444,5555555555]"});
+  CHECK(long_list.exit_code == 2);
+  CHECK(long_list.err.find("got a list [1111111111, 2222222222, 3333333333, ...\n") != std::string::npos);
+}

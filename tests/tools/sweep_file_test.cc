@@ -152,7 +152,7 @@ TEST_CASE("bad sweep files get located errors") {
             "/sweep.yaml:3:3: zip: expected a key path like strategy.micro_batches, got nothing");
   CHECK(error_of(dir, "base: experiment.yaml\ngrid:\n  [a, b]: [8, 8]\n") ==
         dir.path.string() +
-            "/sweep.yaml:3:3: grid: expected a key path like strategy.micro_batches, got a list");
+            "/sweep.yaml:3:3: grid: expected a key path like strategy.micro_batches, got a list [a, b]");
 }
 
 // Quantities keep their kind: a bandwidth compared with a time or a bare number was compared by its SI

@@ -256,8 +256,20 @@ void Node::expected(std::string_view expectation) const {
 
 std::string Node::found() const {
   if (is_null()) return "nothing";
-  if (node_.IsMap()) return "a mapping";
-  if (node_.IsSequence()) return "a list";
+  if (node_.IsMap() || node_.IsSequence()) {
+    // What was written, in YAML's flow style, cut at about 40 bytes (on a character's first byte):
+    // "got a list [16]" says more than "got a list".
+    YAML::Emitter e;
+    e << YAML::Flow << node_;
+    std::string text = e.good() ? e.c_str() : "";
+    if (text.size() > 40) {
+      text.resize(37);
+      while (!text.empty() && (static_cast<unsigned char>(text.back()) & 0xC0) == 0x80) text.pop_back();
+      if (!text.empty() && static_cast<unsigned char>(text.back()) >= 0xC0) text.pop_back();
+      text += "...";
+    }
+    return fmt::format("{}{}", node_.IsMap() ? "a mapping" : "a list", text.empty() ? "" : " " + text);
+  }
   return fmt::format("\"{}\"", node_.Scalar());
 }
 
