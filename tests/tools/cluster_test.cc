@@ -371,3 +371,25 @@ strategy: {micro_batches: 4, replicas: 2, micro_batch_size: 1}
   CHECK(out.out.find("FPGA collective engine accl-tcp (44.3 us per call, 16.6 us per message, 4.03 GB/s; "
                      "sends 10.97 GB/s)") != std::string::npos);
 }
+
+TEST_CASE("cluster show: devices of one kind with different figures are not counted as alike") {
+  // Two hand-described devices (16 GiB / 10 TFLOP/s and 32 GiB / 20 TFLOP/s) are both `custom`: the
+  // line said "2 x custom" as if they were one device twice.
+  Scratch s;
+  const std::string file = s.file("c.yaml", R"(
+devices:
+  - {name: a, memory: 16GiB, flops: 10TFLOPS}
+  - {name: b, memory: 32GiB, flops: 20TFLOPS}
+  - {name: c, model: a100}
+  - {name: d, model: a100}
+switches: [sw]
+links:
+  - {between: [a, sw], bandwidth: 25GBps, latency: 1us}
+  - {between: [b, sw], bandwidth: 25GBps, latency: 1us}
+  - {between: [c, sw], bandwidth: 25GBps, latency: 1us}
+  - {between: [d, sw], bandwidth: 25GBps, latency: 1us}
+)");
+  auto r = run_command({PIPEGRID_BINARY, "cluster", "show", file});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("devices: 2 x a100, 2 x custom (2 different memories or peaks)\n") != std::string::npos);
+}

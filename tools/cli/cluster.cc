@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/collectives.h"
@@ -133,10 +134,18 @@ int run_show(const Options& o) {
              count(c->devices.size(), "device", "devices"), count(c->switches.size(), "switch", "switches"),
              count(c->links.size(), "link", "links"),
              c->routes.empty() ? "" : ", " + count(c->routes.size(), "explicit route", "explicit routes"));
+  // Devices by kind; a kind whose devices differ (hand-described `custom` ones) says how many specs.
   std::map<std::string, int> models;
-  for (const Device& d : c->devices) ++models[d.spec.kind];
+  std::map<std::string, std::set<std::pair<double, std::array<double, kPrecisionCount>>>> specs;
+  for (const Device& d : c->devices) {
+    ++models[d.spec.kind];
+    specs[d.spec.kind].insert({d.spec.memory_bytes, d.spec.peak_flops});
+  }
   std::string m;
-  for (const auto& [k, n] : models) m += fmt::format("{}{} x {}", m.empty() ? "" : ", ", n, k);
+  for (const auto& [k, n] : models)
+    m += fmt::format(
+        "{}{} x {}{}", m.empty() ? "" : ", ", n, k,
+        specs[k].size() > 1 ? fmt::format(" ({} different memories or peaks)", specs[k].size()) : "");
   fmt::print("devices: {}\n", m);
   std::map<std::tuple<double, double, Duplex>, int> kinds;
   for (const Link& l : c->links) ++kinds[{l.bandwidth, l.latency, l.duplex}];
