@@ -251,8 +251,17 @@ TEST_CASE(
   auto one = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--devices", "1"});
   CHECK(one.exit_code == 2);
   CHECK(one.err ==
-        "pipegrid: --devices: an all-reduce over 1 device moves nothing (no time, no bandwidth); "
-        "expected at least 2\n");
+        "pipegrid: cluster bench: --devices: an all-reduce over 1 device moves nothing (no time, no "
+        "bandwidth); expected at least 2\n");
+  // 0 and too many say where and what, as 1 does (their prefixes differed, 0's with a finite number).
+  auto zero = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--devices", "0"});
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.err.rfind("pipegrid: cluster bench: --devices: expected a positive whole number, got 0", 0) ==
+        0);
+  auto many = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--devices", "99"});
+  CHECK(many.exit_code == 2);
+  CHECK(many.err ==
+        "pipegrid: cluster bench: --devices: expected at most the cluster's 16 devices, got 99\n");
   auto half = run_command({PIPEGRID_BINARY, "cluster", "bench", "dgx-a100-16", "--sizes", "0.5B"});
   CHECK(half.exit_code == 2);
   CHECK(half.err.find("expected whole byte counts of at least 1") != std::string::npos);

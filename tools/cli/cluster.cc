@@ -251,10 +251,13 @@ int run_bench(const Options& o) {
                       "hierarchical, multi-ring or tree",
                       o.cluster));
     const int n = o.devices > 0 ? o.devices : std::min(D, kDefaultBenchDevices);
-    if (n > D) return bad_input(fmt::format("--devices: the cluster has {} devices, got {}", D, n));
+    if (n > D)
+      return bad_input(
+          fmt::format("cluster bench: --devices: expected at most the cluster's {} devices, got {}", D, n));
     if (n < 2)
       return bad_input(fmt::format(
-          "{}: an all-reduce over {} device moves nothing (no time, no bandwidth); expected at least 2",
+          "cluster bench: {}: an all-reduce over {} device moves nothing (no time, no bandwidth); expected "
+          "at least 2",
           o.devices > 0 ? "--devices" : o.cluster, n));
     for (int i = 0; i < n; ++i) devices.push_back(i);
   }
@@ -367,7 +370,7 @@ Command add_cluster_command(CLI::App& parent) {
   bench
       ->add_option("--devices", o->devices,
                    "All-reduce among the first N devices (default: all of them, up to 256)")
-      ->check(kFinitePositive);
+      ->check(kPositiveCount);
   bench->add_option("--from", o->from, "p2p: sending device (default the first)");
   bench->add_option("--to", o->to, "p2p: receiving device (default the second)");
   bench->add_flag(
