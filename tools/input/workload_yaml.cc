@@ -70,7 +70,15 @@ Workload parse_model(const Node& n) {
       args[std::string(d.first)] = static_cast<double>(v->integer(range.lo, range.hi, range.text()));
     }
   Result<Workload> w = build_model(*info, args, precision_of(n).value_or(Precision::FP32));
-  if (!w) n.fail(w.error().message);
+  if (!w) {
+    // A parameter's own error names it first ("model X: router_group_topk 2 limits ..."): located at
+    // that key where the file gives it, else at the workload.
+    const std::string& message = w.error().message;
+    const std::string prefix = fmt::format("model {}: ", info->name);
+    const std::string rest = message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+    if (auto k = n.get(rest.substr(0, rest.find_first_of(" ,:"))); k && k->is_scalar()) k->fail(message);
+    n.fail(message);
+  }
   // How the attention core runs (core/models/builder.h): unfused, as the published rows ran, or
   // fused (FlashAttention).
   if (auto a = n.get("attention")) {
