@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/models/builder.h"
 #include "core/models/chain.h"
 #include "core/models/pipedream_profile.h"
@@ -71,12 +73,22 @@ Workload parse_model(const Node& n) {
     }
   Result<Workload> w = build_model(*info, args, precision_of(n).value_or(Precision::FP32));
   if (!w) {
-    // A parameter's own error names it first ("model X: router_group_topk 2 limits ..."): located at
-    // that key where the file gives it, else at the workload.
+    // An error about a parameter names it ("model X: router_group_topk 2 limits ...", "layer
+    // \"layer0\": top_k must be ..."): located at the first parameter it names that the file gives,
+    // else at the workload.
     const std::string& message = w.error().message;
     const std::string prefix = fmt::format("model {}: ", info->name);
     const std::string rest = message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
-    if (auto k = n.get(rest.substr(0, rest.find_first_of(" ,:"))); k && k->is_scalar()) k->fail(message);
+    for (size_t i = 0; i < rest.size();) {
+      const size_t end = rest.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_", i);
+      const std::string word = rest.substr(i, end == std::string::npos ? std::string::npos : end - i);
+      const bool parameter = std::any_of(info->defaults.begin(), info->defaults.end(),
+                                         [&](const auto& d) { return d.first == word; });
+      if (parameter)
+        if (auto k = n.get(word); k && k->is_scalar()) k->fail(message);
+      if (end == std::string::npos) break;
+      i = end + 1;
+    }
     n.fail(message);
   }
   // How the attention core runs (core/models/builder.h): unfused, as the published rows ran, or
