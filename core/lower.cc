@@ -348,7 +348,14 @@ class Lowering {
                                             const std::vector<int>& devices, const std::vector<Deps>& ready,
                                             const FlowTag& tag);
   void add_data_parallel_collectives();
-  void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed);
+  // `tied`: an all-reduce after every gradient reduction of the members' devices (a tied weight's).
+  void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed,
+                        bool tied = false);
+  std::vector<TiedCopy> ties_;  // the copies of tied weights (decided in count())
+  // The (stage, position) pairs whose tied weights' gradients are all-reduced together: a copy's
+  // position with the source stage's position of the same index (each stage's positions taken
+  // cyclically where their counts differ).
+  std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> tied_pairs() const;
   void add_optimizer_steps();
 };
 
@@ -596,6 +603,8 @@ Status Lowering::count() {
     if ((*costs_)[s].size() != p_.stage(s).devices.size())
       return Error{"internal error: the stage costs given do not match the partition"};
   count_multi_rings();  // needs the stages' gradient bytes (trees' chunks)
+  ties_ = tied_copies(w_, p_);
+  count_.ring_steps += 4 * tied_pairs().size();  // a ring all-reduce of two: 2 steps of 2 flows
   if (Status s = check_count(count_, 0); !s) return s;
   size_t a2a_pairwise = 0, a2a_aggregated = 0;  // all-to-all flows, one per pair or node-aggregated
   // Grouped stages: a pass is several compute tasks and each device sends one flow per ring
@@ -1262,16 +1271,36 @@ void Lowering::add_data_parallel_collectives() {
       reduce_gradients(members, bytes, false);
     }
   }
+  // Tied weights: each copy's gradient all-reduced with its source's, after both devices' reductions
+  // (Megatron-Core's finalize_model_grads: the data-parallel reductions, then
+  // _allreduce_word_embedding_grads over the first and last pipeline stages' ranks).
+  for (const auto& [copy, source] : tied_pairs()) {
+    const StageCost& sc = cost(static_cast<size_t>(copy.first), static_cast<size_t>(copy.second));
+    const double per = sc.parameters > 0 ? sc.parameter_bytes / sc.parameters : element_bytes(w_.precision);
+    const double bytes = sc.tied_parameters * (o_.gradient_reduce_bytes > 0 ? o_.gradient_reduce_bytes : per);
+    reduce_gradients({copy, source}, bytes, false, true);
+  }
+}
+
+std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> Lowering::tied_pairs() const {
+  std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> out;
+  for (const TiedCopy& c : ties_) {
+    const size_t n = c.copies.size(), n0 = p_.stage(static_cast<size_t>(c.source_stage)).devices.size();
+    for (size_t j = 0; j < std::max(n, n0); ++j)
+      if (c.copies[j % n])
+        out.push_back({{c.stage, static_cast<int>(j % n)}, {c.source_stage, static_cast<int>(j % n0)}});
+  }
+  return out;
 }
 
 // The gradient reduction of `bytes` among `members` (stage, position), after their last backward (bucketed:
 // buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count()). With
 // dp_overlap under ZeRO-1 it is the distributed optimizer's reduce-scatter (the parameter all-gather
 // taken as hidden behind the next forward), else an all-reduce. A device's optimizer step waits for it.
-void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes,
-                                bool bucketed) {
+void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed,
+                                bool tied) {
   const CollectiveKind kind =
-      o_.dp_overlap && o_.memory.zero1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+      o_.dp_overlap && o_.memory.zero1 && !tied ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const size_t r = members.size();
   const int32_t stage = members.front().first;
   std::vector<int> devs(r);
@@ -1293,9 +1322,13 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
     const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
     // Without dp_overlap a device's reductions run one after another (Megatron's finalize_model_grads:
     // each chunk's dense, then expert, buffers synchronously; reduce_after_device_backward).
+    // A tied weight's all-reduce waits for every reduction (and last backward) of its devices
+    // (finalize_model_grads: every chunk's grad sync finished first).
     std::vector<Deps> ready_sets(r);
     for (size_t j = 0; j < r; ++j)
-      if (!o_.dp_overlap && !reduced_[devs[j]].empty())
+      if (tied && !step_inputs_[devs[j]].empty())
+        ready_sets[j] = Deps(step_inputs_[devs[j]].begin(), step_inputs_[devs[j]].end());
+      else if (!o_.dp_overlap && !reduced_[devs[j]].empty())
         ready_sets[j] = reduced_[devs[j]];
       else if (ready[j] >= 0)
         ready_sets[j] = {ready[j]};

@@ -44,6 +44,33 @@ int Partition::depth() const {
   return best;
 }
 
+std::vector<TiedCopy> tied_copies(const Workload& w, const Partition& p) {
+  std::vector<TiedCopy> out;
+  std::map<int, std::vector<int>> holders;  // a tied layer's source -> the stages holding it
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int l : p.stage(s).layers)
+      if (w.layer(static_cast<size_t>(l)).tied_to >= 0) holders[w.layer(static_cast<size_t>(l)).tied_to];
+  if (holders.empty()) return out;
+  for (size_t s = 0; s < p.stage_count(); ++s)
+    for (int l : p.stage(s).layers)
+      if (auto it = holders.find(l); it != holders.end()) it->second.push_back(static_cast<int>(s));
+  for (size_t s = 0; s < p.stage_count(); ++s) {
+    const Stage& st = p.stage(s);
+    for (size_t i = 0; i < st.layers.size(); ++i) {
+      const int source = w.layer(static_cast<size_t>(st.layers[i])).tied_to;
+      if (source < 0 || holders[source].empty()) continue;  // a source in no stage: nothing to share with
+      std::set<int> on;                                     // the devices holding the source
+      for (int h : holders[source])
+        on.insert(p.stage(static_cast<size_t>(h)).devices.begin(),
+                  p.stage(static_cast<size_t>(h)).devices.end());
+      TiedCopy c{static_cast<int>(s), static_cast<int>(i), holders[source].front(), {}};
+      for (int d : st.devices) c.copies.push_back(!on.count(d));
+      if (std::find(c.copies.begin(), c.copies.end(), true) != c.copies.end()) out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 void add_sequence_edges(Partition& p) {
   for (size_t s = 0; s + 1 < p.stage_count(); ++s)
     if (!boost::edge(s, s + 1, p.graph).second) boost::add_edge(s, s + 1, StageEdge{0}, p.graph);

@@ -103,6 +103,20 @@ Result<Partition> make_partition(const Workload& w, const std::vector<int>& stag
 // consecutive stages the samples they share.
 double replica_overlap(int i, int n, int j, int m);
 
+// A layer computing with another layer's weight (Layer::tied_to) on devices that hold no stage with
+// that layer: they keep a copy of the weight, with its gradient, optimizer state and step, and
+// all-reduce the copy's gradient with the source's devices (Megatron-Core's output-layer copy on the
+// last pipeline stage, all-reduced with the first stage's embedding gradient in finalize_model_grads;
+// at p = 1 the head and the embedding share one weight). One entry per tied layer that some device
+// keeps a copy for.
+struct TiedCopy {
+  int stage = 0;             // the stage holding the tied layer
+  int index = 0;             // its position in that stage's layers
+  int source_stage = 0;      // the first stage holding Layer::tied_to
+  std::vector<bool> copies;  // per position of `stage`: its device keeps a copy
+};
+std::vector<TiedCopy> tied_copies(const Workload& w, const Partition& p);
+
 // Makes a sequential pipeline of a partition: adds a zero-byte dependency s -> s + 1 wherever
 // consecutive stages have no data edge (a linearised multi-branch model), so the stages run as
 // the chain that sequential pipeline parallelism (PipeDream, GPipe, Megatron) executes.

@@ -416,7 +416,42 @@ double kept_copies(const Workload& w, const Stage& st, const MoeOptions& o) {
   return 1;
 }
 
+// The copies of tied weights the partition's devices keep (partition.h tied_copies): each adds the
+// shared weight as the tied layer holds it on the device (split as under its stage's tensor
+// parallelism), at the source layer's bytes per parameter, as one tensor.
+Status add_tied_copies(const Workload& w, const Partition& p, const TensorParallelOptions& tp,
+                       std::vector<std::vector<StageCost>>& out) {
+  for (const TiedCopy& c : tied_copies(w, p)) {
+    const Stage& st = p.stage(static_cast<size_t>(c.stage));
+    const Layer& l = w.layer(static_cast<size_t>(st.layers[static_cast<size_t>(c.index)]));
+    const Layer& source = w.layer(static_cast<size_t>(l.tied_to));
+    Result<double> r = tied_copy_parameters(w, st, c.index, tp);
+    if (!r) return Error{fmt::format("stage {}: {}", c.stage, r.error().message)};
+    const double params = *r;
+    const double bytes_per_parameter =
+        source.parameters > 0 ? source.parameter_bytes / source.parameters : element_bytes(w.precision);
+    for (size_t j = 0; j < c.copies.size(); ++j) {
+      if (!c.copies[j]) continue;
+      StageCost& sc = out[static_cast<size_t>(c.stage)][j];
+      sc.parameters += params;
+      sc.tied_parameters += params;
+      sc.parameter_bytes += params * bytes_per_parameter;
+      sc.parameter_tensors += 1;
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+Result<double> tied_copy_parameters(const Workload& w, const Stage& st, int index,
+                                    const TensorParallelOptions& tp) {
+  const Layer& l = w.layer(static_cast<size_t>(st.layers[static_cast<size_t>(index)]));
+  if (st.tensor_parallel <= 1) return l.tied_parameters;
+  Result<TpLayer> r = tensor_parallel_layer(l, st.tensor_parallel, tp, w.precision);
+  if (!r) return r.error();
+  return r->tied_parameters;
+}
 
 Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const Cluster& c,
                                                         const Partition& p, double micro_batch_size,
@@ -434,6 +469,7 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
     if (!r) return r.error();
     out[s] = std::move(*r);
   }
+  if (Status st = add_tied_copies(w, p, tp, out); !st) return st.error();
   return out;
 }
 

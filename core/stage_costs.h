@@ -44,11 +44,13 @@ struct StageCost {
   double recompute_bytes = 0;    // re-materialised at the start of B
   double recompute_s = 0;        // extra forward time paid by B
   double workspace_bytes = 0;    // held during each B
-  double parameters = 0;         // count
+  double parameters = 0;         // count, with the copies of tied weights the device keeps (TiedCopy)
   double parameter_tensors = 0;  // their tensors (core/tensor_parallel.h: parameter_tensors)
   double parameter_bytes = 0;
   // Of which expert weights (MoE blocks), reduced over the expert data-parallel group.
   double expert_parameters = 0, expert_parameter_bytes = 0;
+  // Of which copies of tied weights (partition.h TiedCopy), all-reduced with their source's devices.
+  double tied_parameters = 0;
   double expert_load = 1;  // MoE: this device's load factor (ep x its expert-parallel rank's load)
   // Tensor parallelism (the stage's tensor_parallel > 1): F, B and B's input-gradient part (split
   // backward) as programs; B's include the forward (with its collectives) under full recomputation
@@ -66,5 +68,10 @@ Result<std::vector<std::vector<StageCost>>> stage_costs(const Workload& w, const
                                                         const Partition& p, double micro_batch_size,
                                                         Recompute recompute = Recompute::None,
                                                         const TensorParallelOptions& tp = {});
+
+// The parameters a device keeping a copy of tied layer `index` of stage `st` holds (partition.h
+// TiedCopy): the shared weight split as under the stage's tensor parallelism.
+Result<double> tied_copy_parameters(const Workload& w, const Stage& st, int index,
+                                    const TensorParallelOptions& tp);
 
 }  // namespace pipegrid

@@ -704,6 +704,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.backward.push_back(compute(ks));
       out.parameters = l.parameters;
       out.parameter_bytes = l.parameter_bytes;
+      out.tied_parameters = l.tied_parameters;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes * share;
       return out;
     }
@@ -729,6 +730,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.backward.push_back(compute(ks));
       out.parameters = l.parameters * pad / t;
       out.parameter_bytes = l.parameter_bytes * pad / t;
+      out.tied_parameters = l.tied_parameters * pad / t;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1) / cp;
       return out;
     }
@@ -750,6 +752,7 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
         out.backward.push_back(compute({loss, gemm}));
       out.parameters = l.parameters * pad / T;
       out.parameter_bytes = l.parameter_bytes * pad / T;
+      out.tied_parameters = l.tied_parameters * pad / T;
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes * pad / T / cp;
       return out;
     }

@@ -108,6 +108,9 @@ struct TpLayer {
   // Of stash_none + expert_stash and stash_selective + expert_stash_selective: the bytes per sample
   // that activation_fp8_input_store saves (0 without it).
   double fp8_store_saved = 0, fp8_store_saved_selective = 0;
+  // A tied layer's (Layer::tied_to) shared weight as this device would hold a copy of it, split as
+  // `parameters` is.
+  double tied_parameters = 0;
 };
 
 // Fails when the layer has no defined split for t > 1, or when t does not divide what Megatron

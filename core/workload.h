@@ -281,6 +281,14 @@ struct Layer {
   std::vector<Kernel> kernels;
   std::optional<MeasuredCost> measured;
   TensorSplit split;  // how it splits under tensor parallelism
+  // A layer that computes with another layer's weight (a language-model head tied to the token
+  // embedding): that layer's vertex, and the shared weight's parameters as this layer would hold them
+  // (split as its own under tensor parallelism). `parameters` leaves them out: they count once, at
+  // `tied_to`. A device holding this layer but not `tied_to` keeps a copy, with its gradient, optimizer
+  // state and step, and all-reduces the copy's gradient with the devices holding `tied_to`
+  // (Megatron-Core's output-layer copy on the last pipeline stage; core/stage_costs.h). -1: none.
+  int tied_to = -1;
+  double tied_parameters = 0;
 };
 
 // The layer's kernels, or one kernel of its kind's class carrying its totals when it has none.

@@ -231,7 +231,7 @@ int ModelBuilder::input(const std::string& name, Shape shape) {
 }
 
 Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
-                                 bool bias, bool tied) {
+                                 bool bias, int tied_to) {
   const Shape& s = shape(in);
   if (s.empty() || s.back() != in_features)
     return mismatch(name, fmt::format("{} input features (last dimension)", in_features), in);
@@ -243,7 +243,10 @@ Result<int> ModelBuilder::linear(const std::string& name, int in, int64_t in_fea
   l.kind = "linear";
   const double flops = 2.0 * rows * in_features * out_features;
   const double matrix = static_cast<double>(in_features) * out_features, biases = bias ? out_features : 0;
+  const bool tied = tied_to >= 0;
   l.parameters = (tied ? 0 : matrix) + biases;
+  l.tied_to = tied_to;
+  l.tied_parameters = tied ? matrix : 0;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   l.weight_bytes = (matrix + biases) * element_bytes(w_.precision);  // read either way
   const double io = bytes(s) + bytes(out);
@@ -603,7 +606,7 @@ Result<int> ModelBuilder::decoder_block(const std::string& name, int in, const T
 }
 
 Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim,
-                                    bool shared) {
+                                    int tied_to) {
   const Shape& s = shape(in);
   if (s.size() != 1) return mismatch(name, "[tokens] (token ids)", in);
   Shape out{s[0], dim};
@@ -612,7 +615,9 @@ Result<int> ModelBuilder::embedding(const std::string& name, int in, int64_t voc
   l.kind = "embedding";
   l.split = {TensorSplitKind::VocabEmbedding, static_cast<double>(s[0]), static_cast<double>(dim), 0, 0, 0,
              static_cast<double>(vocabulary)};
-  l.parameters = shared ? 0 : static_cast<double>(vocabulary) * dim;
+  l.parameters = tied_to >= 0 ? 0 : static_cast<double>(vocabulary) * dim;
+  l.tied_to = tied_to;
+  l.tied_parameters = tied_to >= 0 ? static_cast<double>(vocabulary) * dim : 0;
   l.parameter_bytes = l.parameters * element_bytes(w_.precision);
   // Gather the rows and write the output; scatter-add the gradients.
   l.kernels = {make_kernel(KernelClass::Gather, 0, 0, 0, 2 * bytes(out), 2 * bytes(out))};

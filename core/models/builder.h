@@ -63,15 +63,17 @@ class ModelBuilder {
   Precision precision() const { return w_.precision; }
   const Shape& shape(int layer) const { return shapes_.at(layer); }
   const std::string& name(int layer) const { return w_.layer(layer).name; }
+  double parameters(int layer) const { return w_.layer(layer).parameters; }
   size_t size() const { return w_.layer_count(); }
 
   // A zero-cost layer standing for the model's input (its output is the input tensor).
   int input(const std::string& name, Shape shape);
 
-  // `tied`: the weight matrix is another layer's (a language-model head tied to the token
-  // embedding, counted there): the GEMM reads it, only the bias is this layer's parameters.
+  // `tied_to` >= 0: the weight matrix is that layer's (a language-model head tied to the token
+  // embedding, counted there; Layer::tied_to): the GEMM reads it, only the bias is this layer's
+  // parameters.
   Result<int> linear(const std::string& name, int in, int64_t in_features, int64_t out_features,
-                     bool bias = true, bool tied = false);
+                     bool bias = true, int tied_to = -1);
   struct Conv {
     int64_t in_channels = 0, out_channels = 0, kernel = 3, stride = 1, padding = 0, groups = 1;
     bool bias = true;
@@ -105,10 +107,9 @@ class ModelBuilder {
   // as its tensor-parallel split (core/tensor_parallel.h). With s.kind MoeBlock, its MLP is s.moe's
   // mixture of experts (kind "moe_block"; costed on one device holding every expert, balanced).
   Result<int> decoder_block(const std::string& name, int in, const TensorSplit& s);
-  // A token embedding: gathers `dim` values per token from a vocabulary x dim table. `shared`: the
-  // table is another layer's (counted there): the lookup's traffic, no parameters.
-  Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim,
-                        bool shared = false);
+  // A token embedding: gathers `dim` values per token from a vocabulary x dim table. `tied_to` >= 0:
+  // the table is that layer's (counted there; Layer::tied_to): the lookup's traffic, no parameters.
+  Result<int> embedding(const std::string& name, int in, int64_t vocabulary, int64_t dim, int tied_to = -1);
   // Softmax cross-entropy over the last dimension (a vocabulary's logits): memory-bound passes over
   // the logits, in fp32 under mixed precision (PyTorch autocast runs log_softmax and the loss in
   // float32); output: one loss value per sample.

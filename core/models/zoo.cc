@@ -98,14 +98,16 @@ Result<Workload> build_resnet50(const ModelArgs& a, Precision p) {
 // context joins the input of every later decoder layer. GNMT-8 = 4 + 4 layers, GNMT-16 = 8 + 8.
 // `shared_embedding` 1: the decoder looks its tokens up in the encoder's table (NVIDIA's GNMT v2,
 // DeepLearningExamples, `--share-embedding`, its default): the decoder's lookup keeps its traffic and
-// has no parameters of its own, as a tied language-model head (build_gpt). PipeDream's GNMT has two
+// has no parameters of its own, as a tied language-model head (build_gpt; a copy on devices without
+// the encoder's table, Layer::tied_to). PipeDream's GNMT has two
 // tables (its profile lists two 32320 x 1024 embeddings), the default 0.
 Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
   const int64_t layers = arg(a, "layers"), h = arg(a, "hidden"), vocab = arg(a, "vocabulary");
   ModelBuilder b(fmt::format("gnmt{}", 2 * layers), p);
   if (layers < 2) throw BuildError("gnmt needs at least 2 layers per side");
   int src = b.input("source", {arg(a, "source_length")});
-  int x = must(b.embedding("encoder.embedding", src, vocab, h));
+  const int table = must(b.embedding("encoder.embedding", src, vocab, h));
+  int x = table;
   x = must(b.lstm("encoder.lstm1", {x}, h, true));
   x = must(b.lstm("encoder.lstm2", {x}, h, false));
   for (int64_t i = 3; i <= layers; ++i) {
@@ -114,7 +116,7 @@ Result<Workload> build_gnmt(const ModelArgs& a, Precision p) {
   }
   const int memory = x;
   int tgt = b.input("target", {arg(a, "target_length")});
-  int y = must(b.embedding("decoder.embedding", tgt, vocab, h, arg(a, "shared_embedding") != 0));
+  int y = must(b.embedding("decoder.embedding", tgt, vocab, h, arg(a, "shared_embedding") != 0 ? table : -1));
   y = must(b.lstm("decoder.lstm1", {y}, h, false));
   const int context = must(b.attention("decoder.attention", {y, memory}, 1));
   y = must(b.lstm("decoder.lstm2", {y, context}, h, false));
@@ -159,6 +161,7 @@ Result<Workload> build_bert(const ModelArgs& a, Precision p) {
   ModelBuilder b("bert", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
+  const int words = x;
   Layer pos = position_table(static_cast<double>(rows), static_cast<double>(s), static_cast<double>(h), p,
                              2.0 * h + 2.0 * h);
   x = must(b.custom("embedding.position_type_norm", {x}, pos, {s, h}));
@@ -187,7 +190,7 @@ Result<Workload> build_bert(const ModelArgs& a, Precision p) {
   m = must(b.linear("mlm.transform", m, h, h));
   m = must(b.elementwise("mlm.gelu", "gelu", m));
   m = must(b.norm("mlm.norm", m, true));
-  m = must(b.linear("mlm.decoder", m, h, vocab, true, true));
+  m = must(b.linear("mlm.decoder", m, h, vocab, true, words));
   m = must(b.softmax_loss("mlm.loss", m));
   const int nsp = must(b.linear("nsp", pooled, h, 2));
   Layer sum;  // the two losses added: one scalar each
@@ -205,6 +208,7 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   ModelBuilder b("gpt", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
+  const int words = x;
   Layer positions =
       position_table(static_cast<double>(s), static_cast<double>(s), static_cast<double>(h), p, 0);
   positions.split.kind = TensorSplitKind::Replicated;  // every device of a tensor-parallel group adds them
@@ -222,8 +226,11 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   if (arg(a, "tied_embeddings") == 0) {  // untied, as the Llama head below
     head.parameters = static_cast<double>(h) * vocab;
     head.parameter_bytes = head.parameters * element_bytes(p);
-    head.weight_bytes = head.parameter_bytes;
+  } else {  // a copy where the embedding is on other devices (Layer::tied_to)
+    head.tied_to = words;
+    head.tied_parameters = static_cast<double>(h) * vocab;
   }
+  head.weight_bytes = static_cast<double>(h) * vocab * element_bytes(p);  // read either way
   head.forward_bytes = (static_cast<double>(s) * h + static_cast<double>(s) * vocab) * element_bytes(p);
   head.backward_bytes = 2 * head.forward_bytes;
   head.stash_bytes = static_cast<double>(s) * vocab * element_bytes(p);

@@ -41,6 +41,15 @@ BlockProfile::BlockProfile(const Workload& w, const std::vector<int>& order, std
     for (int k = block_of[q] + 1; k < B && start_[k] <= last; ++k) cut_[k] += w.layer(order[q]).output_bytes;
   }
   cut_[0] = w.input_bytes_per_sample;
+  for (int q = 0; q < n; ++q)
+    if (const Layer& l = w.layer(order[q]); l.tied_to >= 0) {
+      const Layer& source = w.layer(static_cast<size_t>(l.tied_to));
+      const double per =
+          source.parameters > 0 ? source.parameter_bytes / source.parameters : element_bytes(w.precision);
+      const int at = l.tied_to < static_cast<int>(position.size()) ? position[l.tied_to] : -1;
+      ties_.push_back(
+          {block_of[q], at >= 0 && at < n ? block_of[at] : -1, l.tied_parameters, l.tied_parameters * per});
+    }
   // Sparse table of the blocks' largest outputs (level h: runs of 2^h blocks): B log B, not B^2.
   for (int h = 1; (1 << h) <= B; ++h) {
     runs_.emplace_back(B - (1 << h) + 1);
@@ -51,6 +60,14 @@ BlockProfile::BlockProfile(const Workload& w, const std::vector<int>& order, std
 
 BlockProfile::BlockProfile(const Workload& w, const std::vector<int>& order)
     : BlockProfile(w, order, one_block_per_layer(static_cast<int>(order.size()))) {}
+
+double BlockProfile::tied_copy(int j, int k, bool bytes) const {
+  double sum = 0;
+  for (const Tie& t : ties_)
+    if (t.block >= j && t.block < k && !(t.source_block >= j && t.source_block < k))
+      sum += bytes ? t.bytes : t.parameters;
+  return sum;
+}
 
 double BlockProfile::largest_output(int j, int k) const {
   if (k <= j) return 0.0;

@@ -37,9 +37,15 @@ class BlockProfile {
 
   // Sums over blocks [j, k): parameters (count), parameter bytes, stash bytes per sample, and the
   // stash per sample under selective recomputation (a layer without a selective stash counts its
-  // full stash). Each a difference of prefix sums, summed block by block in the order.
-  double parameters(int j, int k) const { return parameters_[k] - parameters_[j]; }
-  double parameter_bytes(int j, int k) const { return parameter_bytes_[k] - parameter_bytes_[j]; }
+  // full stash). Each a difference of prefix sums, summed block by block in the order. The
+  // parameters add the copy of a tied weight (Layer::tied_to) whose tied layer is in [j, k) and
+  // whose source is not (partition.h TiedCopy).
+  double parameters(int j, int k) const { return parameters_[k] - parameters_[j] + tied_copy(j, k, false); }
+  double parameter_bytes(int j, int k) const {
+    return parameter_bytes_[k] - parameter_bytes_[j] + tied_copy(j, k, true);
+  }
+  // Of which the copies of tied weights (parameters, or their bytes), at t = 1.
+  double tied_copy(int j, int k, bool bytes) const;
   double stash(int j, int k) const { return stash_[k] - stash_[j]; }
   double selective_stash(int j, int k) const { return selective_[k] - selective_[j]; }
   // Block k's largest output bytes per sample, and the largest over blocks [j, k) (0 when k <= j).
@@ -53,6 +59,11 @@ class BlockProfile {
   std::vector<int> start_;
   std::vector<double> parameters_, parameter_bytes_, stash_, selective_, cut_;  // B + 1 each
   std::vector<std::vector<double>> runs_;  // runs_[h][k]: the largest output of blocks [k, k + 2^h)
+  struct Tie {
+    int block = 0, source_block = -1;  // the tied layer's and its source's blocks (-1: not in the order)
+    double parameters = 0, bytes = 0;
+  };
+  std::vector<Tie> ties_;
 };
 
 // 0, 1, ..., n: one block per position of an order of n layers.

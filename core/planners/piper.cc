@@ -338,8 +338,11 @@ void PiperProgramme::prepend(int j, int s, int k, const Prepend& x) {
     has_split = has_split || (t > 1 && block_splits_[t][i]);
     rec_max = std::max(rec_max, c.recompute_max[i]);
     ws_max = std::max(ws_max, c.workspace_max[i]);
-    const double params = c.parameters[j] - c.parameters[i];
-    MemoryBytes st = static_memory(params, c.parameter_bytes[j] - c.parameter_bytes[i], r_.memory);
+    // With a copy of a tied weight the range keeps (the layers' costs, one per stage on one group,
+    // have none), split over t.
+    const double params = c.parameters[j] - c.parameters[i] + profile_->tied_copy(i, j, false) / t;
+    MemoryBytes st = static_memory(
+        params, c.parameter_bytes[j] - c.parameter_bytes[i] + profile_->tied_copy(i, j, true) / t, r_.memory);
     if (r_.memory.zero1) st[static_cast<int>(MemoryCategory::OptimizerState)] /= d;
     const double fixed = pipegrid::total(st);
     if (fixed > x.pl.capacity) break;

@@ -175,6 +175,17 @@ class Search3dEstimator {
   // NICs, 1/m of the bytes each).
   Result<double> rings_time(const std::vector<std::vector<int>>& groups, double bytes, CollectiveKind kind);
 
+ public:
+  // A tied weight's gradient all-reduce (partition.h TiedCopy) between two pipeline ranks' devices,
+  // every replica's and tensor-parallel rank's pair at once: its time.
+  struct TiedReduce {
+    int copy_rank = 0, source_rank = 0;
+    double time = 0;
+  };
+
+ private:
+  Result<std::vector<TiedReduce>> tied_reduces(const Search3dCandidate& c, const FoldedPlan& fp);
+
   Experiment base_;
   Router router_;  // base_.cluster's, its route cache kept across candidates
   // Stage costs by (t, p, v, b, recompute, sequence parallelism, and for MoE d, ep, etp, dispatcher): the

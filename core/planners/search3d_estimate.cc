@@ -482,14 +482,18 @@ struct RankEnd {
   double step_end = 0, step = 0, dp_exposed = 0, last_ready = 0;
 };
 
+using TiedReduce = Search3dEstimator::TiedReduce;
+
 // Each stage's data-parallel all-reduce (`ar`) once its gradients are ready (a device's stages, with
 // interleaving, one after another in the order they become ready; the first stage's in buckets under
-// overlap), then the optimizer step. Per pipeline rank.
+// overlap), then the tied weights' all-reduces between ranks once both ranks' reductions are done
+// (the lowering's order, Megatron-Core's finalize_model_grads), then the optimizer step. Per pipeline
+// rank.
 std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, const DeviceSpec& spec,
                                  const std::vector<std::vector<StageCost>>& costs,
                                  const std::vector<int>& rank_of, const MemoryOptions& memory,
                                  const GradientsReady& gr, const std::vector<double>& ar,
-                                 const std::vector<double>& expert_ar) {
+                                 const std::vector<double>& expert_ar, const std::vector<TiedReduce>& tied) {
   // rank -> (ready, all-reduce, start of the last backward, buckets, expert gradients' reduction)
   std::map<int, std::vector<std::tuple<double, double, double, int, double>>> per_device;
   std::map<int, double> step_parameters;
@@ -505,7 +509,7 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
     per_device[rank_of[s]].emplace_back(gr.ready[s], ar[s], b0 ? gr.start0 : gr.ready[s], b0 ? gr.buckets : 1,
                                         expert_ar[s]);
   }
-  std::map<int, RankEnd> ends;
+  std::map<int, std::pair<double, double>> reduced;  // rank -> (its reductions' end, its last gradients)
   for (auto& [rank, list] : per_device) {
     // Without dp_overlap every reduction of the rank waits for its last backward (lower.cc,
     // reduce_after_device_backward): they then run one after another here.
@@ -524,10 +528,19 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
       if (e > 0) t = std::max(t, r) + e;
       last = std::max(last, r);
     }
+    reduced[rank] = {std::max(t, last), last};
+  }
+  for (const TiedReduce& x : tied) {
+    if (!reduced.count(x.copy_rank) || !reduced.count(x.source_rank)) continue;
+    const double end = std::max(reduced[x.copy_rank].first, reduced[x.source_rank].first) + x.time;
+    reduced[x.copy_rank].first = reduced[x.source_rank].first = end;
+  }
+  std::map<int, RankEnd> ends;
+  for (const auto& [rank, r] : reduced) {
+    const auto [start, last] = r;
     const double params = step_parameters[rank];
     const double step =
         w.optimizer_step_s >= 0 ? w.optimizer_step_s : optimizer_step_time(params, memory, w.precision, spec);
-    const double start = std::max(t, last);
     ends[rank] = RankEnd{start + step, step, start - last, last};
   }
   return ends;
@@ -680,6 +693,29 @@ Result<std::pair<std::vector<double>, std::vector<double>>> Search3dEstimator::d
   return std::make_pair(std::move(ar), std::move(expert));
 }
 
+// The tied weights' all-reduces (partition.h TiedCopy) of fp's plan with every replica: the copy's
+// pipeline rank's device of replica j and tensor-parallel rank i with the source's, all pairs at once.
+Result<std::vector<Search3dEstimator::TiedReduce>> Search3dEstimator::tied_reduces(const Search3dCandidate& c,
+                                                                                   const FoldedPlan& fp) {
+  std::vector<TiedReduce> out;
+  const int T = c.t, d = c.d * c.cp;
+  const double per_parameter = base_.strategy.gradient_reduce_bytes;
+  for (const TiedCopy& tc : tied_copies(base_.workload, fp.part)) {
+    const StageCost& sc = fp.costs[static_cast<size_t>(tc.stage)][0];
+    const double bytes =
+        sc.tied_parameters * (per_parameter > 0 ? per_parameter : sc.parameter_bytes / sc.parameters);
+    const int a = fp.rank_of[static_cast<size_t>(tc.stage)],
+              b = fp.rank_of[static_cast<size_t>(tc.source_stage)];
+    std::vector<std::vector<int>> pairs;
+    for (int j = 0; j < d; ++j)
+      for (int i = 0; i < T; ++i) pairs.push_back({(b * d + j) * T + i, (a * d + j) * T + i});
+    Result<double> x = rings_time(pairs, bytes, CollectiveKind::AllReduce);
+    if (!x) return x.error();
+    out.push_back({a, b, *x});
+  }
+  return out;
+}
+
 Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
   const Cluster& cl = base_.cluster;
   Result<FoldedPlan> fp = folded_plan(c, 1);
@@ -714,8 +750,10 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
                       fp->costs[0][0].parameters - fp->costs[0][0].expert_parameters);
   auto ar = dp_allreduces(c, *fp);
   if (!ar) return ar.error();
+  Result<std::vector<TiedReduce>> tied = tied_reduces(c, *fp);
+  if (!tied) return tied.error();
   const std::map<int, RankEnd> ends = rank_ends(c, base_.workload, cl.devices[0].spec, fp->costs, fp->rank_of,
-                                                fp->memory, gr, ar->first, ar->second);
+                                                fp->memory, gr, ar->first, ar->second, *tied);
   Search3dEstimate est;
   for (const auto& [rank, e] : ends) est.iteration_time_s = std::max(est.iteration_time_s, e.step_end);
   est.iteration_time_s = std::max(est.iteration_time_s, pm.iteration_time_s);

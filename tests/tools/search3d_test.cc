@@ -363,10 +363,13 @@ TEST_CASE("search3d: the one-replica estimate against the whole graph's evaluati
         // turn behind them (the evaluator's FIFO): measured 5.9% (GPT) and 31.1%
         // (Llama, t 2 p 1 d 8), where SimGrid's sharing gives 14% (docs/3d-search.md).
         // (The base's replicas are there for dp_overlap only; its batch is the candidates': opted in.)
+        // 579 of 840 equal since the tied head's gradient all-reduce between the first and last
+        // ranks (2026-12-05; 588 or more before): in the whole graph its flows share links with the
+        // other ranks' bucketed reductions still running.
         Case{
             with_strategy(
                 kGpt, "replicas: 2, allow_fractional_samples: true, dp_overlap: true, gradient_reduce: fp32"),
-            0.07, 0.7},
+            0.07, 0.68},
         Case{with_strategy(kLlama, "replicas: 2, allow_fractional_samples: true, dp_overlap: true"), 0.34,
              0.23},
         // 367 of 708 equal: a GPU's NVSwitch channel carries the flows of several of

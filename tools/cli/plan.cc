@@ -93,6 +93,7 @@ void print_plan(const PlanOptions& o, const Experiment& e, const PreparedRun& ru
                par.chunks > 1 ? fmt::format(" ({} chunks each)", par.chunks) : "", par.data);
   if (const std::string how = output::gradients_note(e, p, costs); !how.empty())
     fmt::print("gradients   {}\n", how);
+  if (const std::string tied = output::tied_note(e, p); !tied.empty()) fmt::print("tied        {}\n", tied);
   if (output::reports_experts(e, parallelism(p)))
     fmt::print("experts     {}\n", output::moe_note(e, p, run.graph.node_aggregated_all_to_all));
   fmt::print("assumes     {}\n", output::assumptions_note(e));

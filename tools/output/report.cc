@@ -580,6 +580,8 @@ void print_header(std::ostream& out, const RunReport& r, const Parallelism& par,
   if (costs)
     if (const std::string how = gradients_note(e, r.run.partition, *costs); !how.empty())
       fmt::print(out, "  gradients  {}\n", how);
+  if (const std::string tied = tied_note(e, r.run.partition); !tied.empty())
+    fmt::print(out, "  tied       {}\n", tied);
   fmt::print(out, "  assumes    {}\n", assumptions_note(e));
   if (const std::string picks = nccl_note(r.run.graph.nccl_picks); !picks.empty())
     fmt::print(out, "  nccl       {}\n", picks);
@@ -888,6 +890,52 @@ std::string gradients_note(const Experiment& e, const Partition& p,
 
 namespace {
 
+// Per copy of a tied weight: its stage, the tied layer's and the source's names, the source's stage
+// and the parameters of a device that keeps it.
+struct TiedRow {
+  int stage, source_stage;
+  std::string layer, source;
+  double parameters;
+};
+std::vector<TiedRow> tied_rows(const Experiment& e, const Partition& p) {
+  std::vector<TiedRow> out;
+  for (const TiedCopy& c : tied_copies(e.workload, p)) {
+    const Stage& st = p.stage(static_cast<size_t>(c.stage));
+    const Layer& l = e.workload.layer(static_cast<size_t>(st.layers[static_cast<size_t>(c.index)]));
+    const Result<double> n =
+        tied_copy_parameters(e.workload, st, c.index, tensor_parallel_options(e.strategy, e.memory));
+    out.push_back({c.stage, c.source_stage, l.name, e.workload.layer(static_cast<size_t>(l.tied_to)).name,
+                   n ? *n : l.tied_parameters});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string tied_note(const Experiment& e, const Partition& p) {
+  std::vector<std::string> parts;
+  for (const TiedRow& r : tied_rows(e, p))
+    parts.push_back(
+        fmt::format("stage {} keeps a copy of the weight {} takes from {} ({:.4g} M parameters per "
+                    "device) and all-reduces its gradient with stage {}'s",
+                    r.stage, r.layer, r.source, r.parameters / 1e6, r.source_stage));
+  if (parts.empty()) return "";
+  return fmt::format("{} (Megatron-Core's output-layer copy)", fmt::join(parts, "; "));
+}
+
+nlohmann::json tied_json(const Experiment& e, const Partition& p) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TiedRow& r : tied_rows(e, p))
+    out.push_back({{"stage", r.stage},
+                   {"layer", r.layer},
+                   {"source_layer", r.source},
+                   {"source_stage", r.source_stage},
+                   {"parameters_per_device", json_number(r.parameters)}});
+  return out;
+}
+
+namespace {
+
 // A stage property with the same value on every stage, or 0 where the stages differ.
 int same_on_every_stage(const Partition& p, int (*of)(const Stage&)) {
   int value = 0;
@@ -1190,6 +1238,7 @@ nlohmann::json common_json(std::string_view command, const Experiment& e, const 
   j["device_groups"] = device_groups_json(e, run, m);
   j["plan"] = plan_json(e, run);
   j["assumptions"] = assumptions_json(e);
+  j["tied_weights"] = tied_json(e, run.partition);
   j["warnings"] = plan_warnings(e, run);  // what run and plan print on standard error, for a JSON reader
   if (nlohmann::json picks = nccl_json(run.graph.nccl_picks); !picks.is_null()) j["nccl_allreduces"] = picks;
   j["model_flops"] = token_json(token_figures(e, m));

@@ -141,6 +141,14 @@ std::string plan_shape(const Partition& p);
 std::string gradients_note(const Experiment& e, const Partition& p,
                            const std::vector<std::vector<StageCost>>& costs);
 
+// The copies of tied weights the plan's devices keep (partition.h TiedCopy), for the `tied` line of
+// run and plan: "stage 3 keeps a copy of the weight lm_head takes from embedding.words (12.9 M
+// parameters per device) and all-reduces its gradient with stage 0's (Megatron-Core's output-layer
+// copy)"; empty when there is none.
+std::string tied_note(const Experiment& e, const Partition& p);
+// The same as JSON: a list of {stage, layer, source_layer, source_stage, parameters_per_device}.
+nlohmann::json tied_json(const Experiment& e, const Partition& p);
+
 // Keys: experiment, iteration_time_s, throughput_samples_per_s, bubble_ratio, samples_per_iteration,
 // micro_batches, micro_batch_size, feasible, infeasible (list), stages, devices (in device order:
 // name, used, busy_s, idle_s, bubble_ratio, peak_memory_bytes, peak_activation_bytes,
