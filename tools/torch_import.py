@@ -17,9 +17,11 @@ What it does:
      the same ones the zoo makes (core/models/zoo.cc): Conv2d -> BatchNorm2d -> ReLU become one
      conv2d layer (batchnorm: true, relu: true) when each is the previous one's only user.
      Views (reshape, permute, transpose, contiguous, Identity, eval-time no-ops) are aliases,
-     except a flatten to one dimension per sample, which is a `flatten` layer. A Linear whose
-     weight is another layer's (tied, e.g. a language-model head) becomes a custom layer with the
-     linear's FLOPs and no parameters, so parameters are counted once.
+     except a flatten to one dimension per sample, which is a `flatten` layer. A Linear or an
+     Embedding whose weight is an earlier Linear's or Embedding's (tied, e.g. a language-model
+     head) gets `tied_to` that layer: parameters are counted once, and a stage without the source
+     keeps a copy. Tied to another module's weight: a custom layer with the linear's FLOPs and no
+     parameters.
   3. An operation it does not know becomes a `custom` layer with what its shapes give (bytes read
      and written, its module's parameters, its output shape; FLOPs for other convolutions and
      matrix products, none otherwise), listed in the report: never dropped.
@@ -189,6 +191,7 @@ class Importer:
         self.notes = []
         self.names = set()
         self.counted = set()      # id() of parameters already counted
+        self.owner = {}           # id() of a Linear's or an Embedding's weight -> its layer's name
         self.params_by_module = {}
 
     # --- helpers ---------------------------------------------------------------------------
@@ -324,7 +327,16 @@ class Importer:
                 self.module_parameters(pm)
             self.add(node, "conv2d", keys, nodes=nodes)
         elif isinstance(m, nn.Linear):
-            if any(id(p) in self.counted for p in m.parameters()):
+            source = self.owner.get(id(m.weight))
+            if source is not None and (m.bias is None or id(m.bias) not in self.counted):
+                # tied to an earlier layer's weight (a language-model head): a linear with tied_to,
+                # its bias its own; a copy where the source is on other devices (pipegrid's tied_to)
+                if m.bias is not None:
+                    self.module_parameters(m)
+                self.add(node, "linear", {"in_features": m.in_features, "out_features": m.out_features,
+                                          "bias": m.bias is not None, "tied_to": source})
+                self.notes.append(f"{self.layers[-1]['name']}: a Linear with tied weights: tied_to {source}")
+            elif any(id(p) in self.counted for p in m.parameters()):
                 rows = numel(shape_of(node)[:-1]) if shape_of(node) else 1
                 flops = 2.0 * m.in_features * m.out_features * rows
                 self.custom_layer(node, None, module=m, flops=flops)
@@ -334,6 +346,7 @@ class Importer:
                 self.module_parameters(m)
                 self.add(node, "linear", {"in_features": m.in_features, "out_features": m.out_features,
                                           "bias": m.bias is not None})
+                self.owner[id(m.weight)] = self.layers[-1]["name"]
         elif isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)) and self.plain_pool(m):
             k = m.kernel_size if isinstance(m.kernel_size, int) else m.kernel_size[0]
             s = m.stride if isinstance(m.stride, int) else m.stride[0]
@@ -360,8 +373,12 @@ class Importer:
         elif isinstance(m, nn.Flatten):
             self.flatten_or_alias(node)
         elif isinstance(m, nn.Embedding):
+            source = self.owner.get(id(m.weight))
             self.module_parameters(m)
-            self.add(node, "embedding", {"vocabulary": m.num_embeddings, "dim": m.embedding_dim})
+            self.add(node, "embedding", {"vocabulary": m.num_embeddings, "dim": m.embedding_dim,
+                                         **({"tied_to": source} if source is not None else {})})
+            if source is None:
+                self.owner[id(m.weight)] = self.layers[-1]["name"]
         elif isinstance(m, nn.TransformerEncoderLayer):
             self.module_parameters(m)
             self.add(node, "transformer_block", {"heads": m.self_attn.num_heads, "ffn": m.linear1.out_features})

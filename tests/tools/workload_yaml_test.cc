@@ -241,3 +241,40 @@ TEST_CASE("a zoo model's documented layers parameter is a count, not a layer lis
   CHECK(run("{model: mmt, layers: 2, branches: 2}").exit_code == 0);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE(
+    "a model file's tied_to: the weight counts once at its source, the tied layer holds h x V to copy") {
+  // A GPT-like file: an embedding of 1,000 x 64, a linear head 64 -> 1,000 tied to it (no bias), a
+  // decoder embedding tied to the first table and a custom layer sharing it. By hand: the tied
+  // layers hold no parameters of their own (the head's bias aside), each 64,000 to copy.
+  const std::string text = R"(layers:
+  - {name: tokens, kind: input, shape: [128]}
+  - {name: words, kind: embedding, vocabulary: 1000, dim: 64}
+  - {name: head, kind: linear, in_features: 64, out_features: 1000, bias: true, tied_to: words}
+  - {name: target, kind: input, shape: [32]}
+  - {name: decoder_words, kind: embedding, vocabulary: 1000, dim: 64, tied_to: words, inputs: [target]}
+  - {name: other, kind: custom, forward_flops: 1MFLOP, output_shape: [64], tied_to: words, inputs: [head]}
+)";
+  Result<Workload> w = input::load_model_text(text, "tied.yaml", std::nullopt);
+  REQUIRE_MESSAGE(w.ok(), w.error().message);
+  auto named = [&](const std::string& n) -> const Layer& {
+    for (size_t i = 0; i < w->layer_count(); ++i)
+      if (w->layer(i).name == n) return w->layer(i);
+    FAIL("no layer " << n);
+    return w->layer(0);
+  };
+  int words = -1;
+  for (size_t i = 0; i < w->layer_count(); ++i)
+    if (w->layer(i).name == "words") words = static_cast<int>(i);
+  CHECK(named("words").parameters == 64000);
+  CHECK(named("words").tied_to == -1);
+  for (const char* n : {"head", "decoder_words", "other"}) {
+    CAPTURE(n);
+    CHECK(named(n).tied_to == words);
+    CHECK(named(n).tied_parameters == 64000);
+  }
+  CHECK(named("head").parameters == 1000);  // its bias
+  CHECK(named("head").parameter_bytes == 4000);
+  CHECK(named("decoder_words").parameters == 0);
+  CHECK(named("other").parameters == 0);
+}

@@ -19,7 +19,7 @@ const std::vector<std::string_view> kLayerKinds = {
 // Keys each kind takes besides name, kind and inputs.
 std::vector<std::string_view> kind_keys(const std::string& kind) {
   if (kind == "input") return {"shape"};
-  if (kind == "linear") return {"in_features", "out_features", "bias"};
+  if (kind == "linear") return {"in_features", "out_features", "bias", "tied_to"};
   if (kind == "conv2d")
     return {"in_channels", "out_channels", "kernel",    "stride", "padding",
             "groups",      "bias",         "batchnorm", "relu"};
@@ -28,14 +28,14 @@ std::vector<std::string_view> kind_keys(const std::string& kind) {
   if (kind == "lstm") return {"hidden", "bidirectional"};
   if (kind == "attention") return {"heads"};
   if (kind == "transformer_block") return {"heads", "ffn"};
-  if (kind == "embedding") return {"vocabulary", "dim"};
+  if (kind == "embedding") return {"vocabulary", "dim", "tied_to"};
   if (kind == "embedding_bag") return {"rows", "dim", "bag", "pooled"};
   if (kind == "custom")
     return {"forward_flops", "backward_flops", "backward_weight_flops",
             "forward_bytes", "backward_bytes", "parameters",
             "output_shape",  "output",         "stash",
             "forward",       "backward",       "backward_weight",
-            "batch",         "device"};
+            "batch",         "device",         "tied_to"};
   return {};
 }
 
@@ -258,6 +258,47 @@ Result<int> add_layer(ModelBuilder& b, const Entry& e, const std::vector<int>& i
   return r;
 }
 
+// `tied_to` (linear, embedding, custom): the layer computes with the named layer's weight
+// (Layer::tied_to). A linear's or an embedding's own matrix (in x out, vocabulary x dim) must be the
+// source's whole weight and leaves its parameters; a custom layer's shares the source's whole weight.
+void tie_weights(Workload& w, const std::vector<Entry>& entries,
+                 const std::map<std::string, int, std::less<>>& by_name, const std::vector<int>& id) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::optional<Node> v = entries[i].node.get("tied_to");
+    if (!v) continue;
+    const std::string name = v->string("the name of the layer whose weight this one uses");
+    const auto it = by_name.find(name);
+    if (it == by_name.end())
+      v->fail(
+          fmt::format("expected the name of the layer whose weight this one uses, got \"{}\": no layer "
+                      "has that name",
+                      name));
+    if (static_cast<size_t>(it->second) == i) v->fail("expected another layer's name, got the layer's own");
+    const Entry& source = entries[static_cast<size_t>(it->second)];
+    if (source.node.has("tied_to"))
+      v->fail(
+          fmt::format("expected a layer with a weight of its own, got \"{}\", itself tied_to another", name));
+    Layer& l = w.graph[static_cast<size_t>(id[i])];
+    const Layer& from = w.layer(static_cast<size_t>(id[static_cast<size_t>(it->second)]));
+    double weight = from.parameters;  // custom: the source's whole weight
+    if (entries[i].kind == "linear")
+      weight = static_cast<double>(count(entries[i].node, "in_features")) *
+               static_cast<double>(count(entries[i].node, "out_features"));
+    else if (entries[i].kind == "embedding")
+      weight = static_cast<double>(count(entries[i].node, "vocabulary")) *
+               static_cast<double>(count(entries[i].node, "dim"));
+    if (from.parameters <= 0 || weight != from.parameters)
+      v->fail(
+          fmt::format("expected a layer holding this {} layer's weight ({:.0f} parameters), got \"{}\" with "
+                      "{:.0f}",
+                      entries[i].kind, weight, name, from.parameters));
+    if (entries[i].kind != "custom") l.parameters -= weight;  // counted at the source
+    l.parameter_bytes = l.parameters * element_bytes(w.precision);
+    l.tied_to = id[static_cast<size_t>(it->second)];
+    l.tied_parameters = weight;
+  }
+}
+
 Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
   std::map<std::string, int, std::less<>> by_name;
   std::vector<Entry> entries = read_entries(layers, by_name);
@@ -272,7 +313,9 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
     if (!r) entries[i].node.fail(r.error().message);
     id[i] = *r;
   }
-  return b.finish();
+  Workload w = b.finish();
+  tie_weights(w, entries, by_name, id);
+  return w;
 }
 
 Workload load_model_file(const Node& where, const std::string& path, std::optional<Precision> precision) {
