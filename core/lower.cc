@@ -354,8 +354,12 @@ class Lowering {
   std::vector<TiedCopy> ties_;  // the copies of tied weights (decided in count())
   // The (stage, position) pairs whose tied weights' gradients are all-reduced together: a copy's
   // position with the source stage's position of the same index (each stage's positions taken
-  // cyclically where their counts differ).
-  std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> tied_pairs() const;
+  // cyclically where their counts differ), and the tied layer.
+  struct TiedPair {
+    std::pair<int, int> copy, source;
+    int layer = 0;
+  };
+  std::vector<TiedPair> tied_pairs() const;
   void add_optimizer_steps();
 };
 
@@ -1274,21 +1278,26 @@ void Lowering::add_data_parallel_collectives() {
   // Tied weights: each copy's gradient all-reduced with its source's, after both devices' reductions
   // (Megatron-Core's finalize_model_grads: the data-parallel reductions, then
   // _allreduce_word_embedding_grads over the first and last pipeline stages' ranks).
-  for (const auto& [copy, source] : tied_pairs()) {
-    const StageCost& sc = cost(static_cast<size_t>(copy.first), static_cast<size_t>(copy.second));
-    const double per = sc.parameters > 0 ? sc.parameter_bytes / sc.parameters : element_bytes(w_.precision);
-    const double bytes = sc.tied_parameters * (o_.gradient_reduce_bytes > 0 ? o_.gradient_reduce_bytes : per);
-    reduce_gradients({copy, source}, bytes, false, true);
+  for (const TiedPair& x : tied_pairs()) {
+    const double n =
+        cost(static_cast<size_t>(x.copy.first), static_cast<size_t>(x.copy.second)).tied_parameters;
+    const double bytes = o_.gradient_reduce_bytes > 0
+                             ? n * o_.gradient_reduce_bytes
+                             : tied_bytes(w_, w_.layer(static_cast<size_t>(x.layer)), n);
+    reduce_gradients({x.copy, x.source}, bytes, false, true);
   }
 }
 
-std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> Lowering::tied_pairs() const {
-  std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> out;
+std::vector<Lowering::TiedPair> Lowering::tied_pairs() const {
+  std::vector<TiedPair> out;
   for (const TiedCopy& c : ties_) {
+    const Stage& st = p_.stage(static_cast<size_t>(c.stage));
     const size_t n = c.copies.size(), n0 = p_.stage(static_cast<size_t>(c.source_stage)).devices.size();
     for (size_t j = 0; j < std::max(n, n0); ++j)
       if (c.copies[j % n])
-        out.push_back({{c.stage, static_cast<int>(j % n)}, {c.source_stage, static_cast<int>(j % n0)}});
+        out.push_back({{c.stage, static_cast<int>(j % n)},
+                       {c.source_stage, static_cast<int>(j % n0)},
+                       st.layers[static_cast<size_t>(c.index)]});
   }
   return out;
 }

@@ -424,18 +424,15 @@ Status add_tied_copies(const Workload& w, const Partition& p, const TensorParall
   for (const TiedCopy& c : tied_copies(w, p)) {
     const Stage& st = p.stage(static_cast<size_t>(c.stage));
     const Layer& l = w.layer(static_cast<size_t>(st.layers[static_cast<size_t>(c.index)]));
-    const Layer& source = w.layer(static_cast<size_t>(l.tied_to));
     Result<double> r = tied_copy_parameters(w, st, c.index, tp);
     if (!r) return Error{fmt::format("stage {}: {}", c.stage, r.error().message)};
     const double params = *r;
-    const double bytes_per_parameter =
-        source.parameters > 0 ? source.parameter_bytes / source.parameters : element_bytes(w.precision);
     for (size_t j = 0; j < c.copies.size(); ++j) {
       if (!c.copies[j]) continue;
       StageCost& sc = out[static_cast<size_t>(c.stage)][j];
       sc.parameters += params;
       sc.tied_parameters += params;
-      sc.parameter_bytes += params * bytes_per_parameter;
+      sc.parameter_bytes += tied_bytes(w, l, params);
       sc.parameter_tensors += 1;
     }
   }

@@ -275,6 +275,12 @@ double total_parameters(const Workload& w) {
   return s;
 }
 
+double tied_bytes(const Workload& w, const Layer& tied, double parameters) {
+  const Layer& source = w.layer(static_cast<size_t>(tied.tied_to));
+  return parameters *
+         (source.parameters > 0 ? source.parameter_bytes / source.parameters : element_bytes(w.precision));
+}
+
 double total_parameter_bytes(const Workload& w) {
   double s = 0;
   for (size_t i = 0; i < w.layer_count(); ++i) s += w.layer(i).parameter_bytes;

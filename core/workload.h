@@ -333,6 +333,9 @@ void add_layer_totals(Layer& into, const Layer& from);
 // Totals over all layers (per sample / per model).
 double total_parameters(const Workload& w);
 double total_parameter_bytes(const Workload& w);
+// The bytes of `parameters` of a tied layer's shared weight (Layer::tied_to), at its source's bytes per
+// parameter (the workload's element size where the source holds none).
+double tied_bytes(const Workload& w, const Layer& tied, double parameters);
 double total_forward_flops(const Workload& w);
 
 }  // namespace pipegrid

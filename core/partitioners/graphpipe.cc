@@ -259,11 +259,8 @@ class Planner {
       params += layer.parameters;
       info.grads += layer.parameter_bytes;
       if (layer.tied_to >= 0 && !std::binary_search(info.layers.begin(), info.layers.end(), layer.tied_to)) {
-        const Layer& source = w.layer(static_cast<size_t>(layer.tied_to));  // a copy (partition.h TiedCopy)
-        params += layer.tied_parameters;
-        info.grads += source.parameters > 0
-                          ? layer.tied_parameters * source.parameter_bytes / source.parameters
-                          : layer.tied_parameters * element_bytes(w.precision);
+        params += layer.tied_parameters;  // a copy (partition.h TiedCopy)
+        info.grads += tied_bytes(w, layer, layer.tied_parameters);
       }
       full += layer.stash_bytes;
       selective += layer.selective_stash_bytes >= 0 ? layer.selective_stash_bytes : layer.stash_bytes;

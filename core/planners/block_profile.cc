@@ -43,12 +43,9 @@ BlockProfile::BlockProfile(const Workload& w, const std::vector<int>& order, std
   cut_[0] = w.input_bytes_per_sample;
   for (int q = 0; q < n; ++q)
     if (const Layer& l = w.layer(order[q]); l.tied_to >= 0) {
-      const Layer& source = w.layer(static_cast<size_t>(l.tied_to));
-      const double per =
-          source.parameters > 0 ? source.parameter_bytes / source.parameters : element_bytes(w.precision);
       const int at = l.tied_to < static_cast<int>(position.size()) ? position[l.tied_to] : -1;
-      ties_.push_back(
-          {block_of[q], at >= 0 && at < n ? block_of[at] : -1, l.tied_parameters, l.tied_parameters * per});
+      ties_.push_back({block_of[q], at >= 0 && at < n ? block_of[at] : -1, l.tied_parameters,
+                       tied_bytes(w, l, l.tied_parameters)});
     }
   // Sparse table of the blocks' largest outputs (level h: runs of 2^h blocks): B log B, not B^2.
   for (int h = 1; (1 << h) <= B; ++h) {

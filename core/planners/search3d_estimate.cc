@@ -701,9 +701,10 @@ Result<std::vector<Search3dEstimator::TiedReduce>> Search3dEstimator::tied_reduc
   const int T = c.t, d = c.d * c.cp;
   const double per_parameter = base_.strategy.gradient_reduce_bytes;
   for (const TiedCopy& tc : tied_copies(base_.workload, fp.part)) {
-    const StageCost& sc = fp.costs[static_cast<size_t>(tc.stage)][0];
-    const double bytes =
-        sc.tied_parameters * (per_parameter > 0 ? per_parameter : sc.parameter_bytes / sc.parameters);
+    const double n = fp.costs[static_cast<size_t>(tc.stage)][0].tied_parameters;
+    const Layer& tied = base_.workload.layer(static_cast<size_t>(
+        fp.part.stage(static_cast<size_t>(tc.stage)).layers[static_cast<size_t>(tc.index)]));
+    const double bytes = per_parameter > 0 ? n * per_parameter : tied_bytes(base_.workload, tied, n);
     const int a = fp.rank_of[static_cast<size_t>(tc.stage)],
               b = fp.rank_of[static_cast<size_t>(tc.source_stage)];
     std::vector<std::vector<int>> pairs;

@@ -245,8 +245,9 @@ TEST_CASE("a zoo model's documented layers parameter is a count, not a layer lis
 TEST_CASE(
     "a model file's tied_to: the weight counts once at its source, the tied layer holds h x V to copy") {
   // A GPT-like file: an embedding of 1,000 x 64, a linear head 64 -> 1,000 tied to it (no bias), a
-  // decoder embedding tied to the first table and a custom layer sharing it. By hand: the tied
-  // layers hold no parameters of their own (the head's bias aside), each 64,000 to copy.
+  // decoder embedding tied to the first table, a custom layer sharing it, and an embedding tied to a
+  // linear with a bias. By hand: the tied layers hold no parameters of their own (the head's bias
+  // aside), each 64,000 to copy.
   const std::string text = R"(layers:
   - {name: tokens, kind: input, shape: [128]}
   - {name: words, kind: embedding, vocabulary: 1000, dim: 64}
@@ -254,6 +255,9 @@ TEST_CASE(
   - {name: target, kind: input, shape: [32]}
   - {name: decoder_words, kind: embedding, vocabulary: 1000, dim: 64, tied_to: words, inputs: [target]}
   - {name: other, kind: custom, forward_flops: 1MFLOP, output_shape: [64], tied_to: words, inputs: [head]}
+  - {name: proj, kind: linear, in_features: 64, out_features: 1000, bias: true, inputs: [words]}
+  - {name: ids, kind: input, shape: [16]}
+  - {name: back, kind: embedding, vocabulary: 1000, dim: 64, tied_to: proj, inputs: [ids]}
 )";
   Result<Workload> w = input::load_model_text(text, "tied.yaml", std::nullopt);
   REQUIRE_MESSAGE(w.ok(), w.error().message);
@@ -277,4 +281,8 @@ TEST_CASE(
   CHECK(named("head").parameter_bytes == 4000);
   CHECK(named("decoder_words").parameters == 0);
   CHECK(named("other").parameters == 0);
+  // Tied to a linear with a bias: the embedding shares its 64 x 1,000 matrix, not the bias.
+  CHECK(named("proj").parameters == 65000);
+  CHECK(named("back").tied_parameters == 64000);
+  CHECK(named("back").parameters == 0);
 }

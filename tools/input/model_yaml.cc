@@ -280,18 +280,22 @@ void tie_weights(Workload& w, const std::vector<Entry>& entries,
           fmt::format("expected a layer with a weight of its own, got \"{}\", itself tied_to another", name));
     Layer& l = w.graph[static_cast<size_t>(id[i])];
     const Layer& from = w.layer(static_cast<size_t>(id[static_cast<size_t>(it->second)]));
-    double weight = from.parameters;  // custom: the source's whole weight
-    if (entries[i].kind == "linear")
-      weight = static_cast<double>(count(entries[i].node, "in_features")) *
-               static_cast<double>(count(entries[i].node, "out_features"));
-    else if (entries[i].kind == "embedding")
-      weight = static_cast<double>(count(entries[i].node, "vocabulary")) *
-               static_cast<double>(count(entries[i].node, "dim"));
-    if (from.parameters <= 0 || weight != from.parameters)
+    // A linear's or an embedding's matrix (its bias apart); a custom layer's whole parameters.
+    auto matrix = [](const Entry& e, const Layer& layer) {
+      if (e.kind == "linear")
+        return static_cast<double>(count(e.node, "in_features")) *
+               static_cast<double>(count(e.node, "out_features"));
+      if (e.kind == "embedding")
+        return static_cast<double>(count(e.node, "vocabulary")) * static_cast<double>(count(e.node, "dim"));
+      return layer.parameters;
+    };
+    const double have = matrix(source, from);
+    const double weight = entries[i].kind == "custom" ? have : matrix(entries[i], l);
+    if (have <= 0 || weight != have)
       v->fail(
-          fmt::format("expected a layer holding this {} layer's weight ({:.0f} parameters), got \"{}\" with "
+          fmt::format("expected a layer whose weight is this {} layer's ({:.0f} parameters), got \"{}\" with "
                       "{:.0f}",
-                      entries[i].kind, weight, name, from.parameters));
+                      entries[i].kind, weight, name, have));
     if (entries[i].kind != "custom") l.parameters -= weight;  // counted at the source
     l.parameter_bytes = l.parameters * element_bytes(w.precision);
     l.tied_to = id[static_cast<size_t>(it->second)];
