@@ -294,8 +294,9 @@ void add_ring_hop(LinkCost& cost, const Cluster& c, int from, int to, const Rout
 // FPGAs, the FPGA-to-FPGA flows): it waits engine.step before it enters the network (Task::duration
 // of a transfer), and each flow that waits on no other flow of the call (the host's invocation on
 // every board at the start, in parallel: a ring's first step, a tree's leaves) also engine.call.
-// Its bandwidth is applied where flows run (the replay, the evaluator: Cluster::engine_rate). The
-// collectives pipegrid lowers (data-parallel and group collectives) all pass through it.
+// Its bandwidth is applied where flows run (the replay's engine ports, sim/platform.h; the evaluator:
+// Cluster::engine_rate). The collectives pipegrid lowers (data-parallel and group collectives) all
+// pass through it.
 void charge_engine(TaskGraph& g, size_t first, const Cluster& c, const std::vector<int>& devices);
 
 namespace closed_form {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <simgrid/kernel/routing/NetPoint.hpp>
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <unordered_map>
@@ -98,7 +100,6 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
   if (Status s = check_link_names(c); !s) return s.error();
 
   Platform p;
-  p.cluster = &c;
   // Max-min: SimGrid's links carry no latency (see platform.h); the replay delays each flow instead.
   const bool latency_in_simgrid = c.sharing == Sharing::Tcp;
   auto* zone_impl = new PairRoutedZone(c.name.empty() ? "cluster" : c.name);  // owned by the engine
@@ -122,17 +123,57 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
     }
     return links[i];
   };
+  // The engine's ports (platform.h): a host and a split-duplex link at the kind's rate per device.
+  std::vector<std::array<sg4::Link*, 2>> port_links;
+  if (c.engine) {
+    p.engine_ports.assign(c.devices.size(), {nullptr, nullptr});
+    port_links.assign(c.devices.size(), {nullptr, nullptr});
+    std::unordered_map<std::string, int> names;
+    for (size_t d = 0; d < c.devices.size(); ++d) names.emplace(c.devices[d].name, static_cast<int>(d));
+    static constexpr std::array<const char*, 2> kKinds = {"collective engine", "send engine"};
+    for (const auto& pr : pairs) {
+      if (!c.on_engine(pr.first) || !c.on_engine(pr.second)) continue;
+      for (int d : {pr.first, pr.second}) {
+        for (size_t k = 0; k < 2; ++k) {
+          const double rate = c.engine_rate(d, d, k == 0);
+          if (!std::isfinite(rate) || p.engine_ports[d][k] != nullptr) continue;
+          const std::string name = fmt::format("{} ({})", c.devices[d].name, kKinds[k]);
+          if (names.count(name) != 0)
+            return Error{fmt::format("device \"{}\" has the name of device {}'s {} port in SimGrid", name,
+                                     c.devices[d].name, kKinds[k])};
+          p.engine_ports[d][k] = zone->create_host(name, kDefaultHostSpeed);
+          sg4::Link* link = zone->create_split_duplex_link(name, rate);
+          link->set_latency(0.0);
+          link->seal();
+          port_links[d][k] = link;
+        }
+      }
+    }
+  }
   for (const auto& [pr, r] : *routes) {
     if (!latency_in_simgrid && r.latency > 0)
       p.delays.add(static_cast<uint32_t>(pr.first), static_cast<uint32_t>(pr.second), r.latency);
     std::vector<sg4::LinkInRoute> hops;
-    hops.reserve(r.hops.size());
+    hops.reserve(r.hops.size() + 2);
     for (const Hop& h : r.hops) {
       if (c.links[h.link].duplex == Duplex::Full)
         hops.emplace_back(link_of(h.link),
                           h.reverse ? sg4::LinkInRoute::Direction::DOWN : sg4::LinkInRoute::Direction::UP);
       else
         hops.emplace_back(link_of(h.link));
+    }
+    for (size_t k = 0; k < 2 && !port_links.empty(); ++k) {
+      sg4::Link* out = port_links[pr.first][k];
+      sg4::Link* in = port_links[pr.second][k];
+      if (out == nullptr || in == nullptr) continue;
+      std::vector<sg4::LinkInRoute> ported;
+      ported.reserve(hops.size() + 2);
+      ported.emplace_back(out, sg4::LinkInRoute::Direction::UP);
+      ported.insert(ported.end(), hops.begin(), hops.end());
+      ported.emplace_back(in, sg4::LinkInRoute::Direction::DOWN);
+      zone->add_route(p.engine_ports[pr.first][k]->get_netpoint(),
+                      p.engine_ports[pr.second][k]->get_netpoint(), nullptr, nullptr, ported,
+                      /*symmetrical=*/false);
     }
     zone->add_route(p.hosts[pr.first]->get_netpoint(), p.hosts[pr.second]->get_netpoint(), nullptr, nullptr,
                     hops,

@@ -9,8 +9,15 @@
 // stores only those routes (SimGrid's Full zone would allocate a table for every pair of hosts),
 // so the platform of a 16k-device cluster is built in a fraction of a second. Every check that
 // SimGrid would abort on is done before SimGrid sees anything.
+// A collective engine (Cluster::engine) is a resource of its own: each FPGA on it gets a port per
+// kind of flow (a collective's flows, stage-to-stage sends) whose rate is finite, a host of its own
+// joined to the board by a split-duplex link at that rate, and a flow between two engine devices
+// runs port to port: the source's engine link up, the route's links, the destination's engine link
+// down. A flow alone then runs at the engine's rate, flows through one board's engine share it, and
+// the network's links are charged what the flows move, so other traffic beside them gets the rest.
 #pragma once
 
+#include <array>
 #include <simgrid/s4u.hpp>
 #include <string>
 #include <utility>
@@ -35,8 +42,22 @@ struct Platform {
     const double* d = delays.find(static_cast<uint32_t>(from), static_cast<uint32_t>(to));
     return d != nullptr ? *d : 0.0;
   }
-  PairTable<double> delays;          // absent: 0
-  const Cluster* cluster = nullptr;  // for its collective engine's rates (Cluster::engine_rate)
+  PairTable<double> delays;  // absent: 0
+  // The hosts a flow from device `from` to device `to` leaves from and arrives at: the devices' own,
+  // or their engine ports where both are on the cluster's collective engine and its rate for the
+  // kind of flow is finite (Cluster::engine_rate).
+  std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*> endpoints(int from, int to, bool collective) const {
+    const size_t kind = collective ? 0 : 1;
+    if (static_cast<size_t>(from) < engine_ports.size() && static_cast<size_t>(to) < engine_ports.size()) {
+      simgrid::s4u::Host* a = engine_ports[static_cast<size_t>(from)][kind];
+      simgrid::s4u::Host* b = engine_ports[static_cast<size_t>(to)][kind];
+      if (a != nullptr && b != nullptr) return {a, b};
+    }
+    return {hosts[static_cast<size_t>(from)], hosts[static_cast<size_t>(to)]};
+  }
+  // By device: its collective engine's ports for a collective's flows [0] and sends [1]; null where
+  // the device is not on the engine or the kind's rate is unbounded. Empty without an engine.
+  std::vector<std::array<simgrid::s4u::Host*, 2>> engine_ports;
 };
 
 // Validates the cluster and routes every pair (no SimGrid involved): fails on an invalid cluster

@@ -259,24 +259,6 @@ class CommSlots {
   std::vector<uint32_t> free_;
 };
 
-// A collective engine's rate of the flow being started (Cluster::engine_rate), for SimGrid's
-// bandwidth factor callback, which Comm::start runs (see replay()).
-class EngineRate {
- public:
-  void set(double rate) { rate_ = rate; }
-  void reset() { rate_ = std::numeric_limits<double>::infinity(); }
-  // The factor: the rate over the route's slowest link, at most 1; 1 without a rate.
-  double factor(const std::vector<sg4::Link*>& links) const {
-    if (!std::isfinite(rate_) || links.empty()) return 1.0;
-    double slowest = std::numeric_limits<double>::infinity();
-    for (const sg4::Link* l : links) slowest = std::min(slowest, l->get_bandwidth());
-    return std::min(1.0, rate_ / slowest);
-  }
-
- private:
-  double rate_ = std::numeric_limits<double>::infinity();
-};
-
 // Transfers waiting for their start date (a route's latency, an engine's costs), in the order of
 // SimGrid 3.32's own timer heap (the same type: simgrid/kernel/Timer.hpp), so that equal dates come
 // out as SimGrid's timers would.
@@ -311,10 +293,9 @@ sg4::ExecPtr start_exec(const TaskGraph& g, const Platform& p, int32_t t) {
 
 class SimLauncher : public TaskLauncher {
  public:
-  SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs, EngineRate& rate)
+  SimLauncher(const TaskGraph& g, const Platform& p, bool simgrid_execs)
       : g_(g),
         p_(p),
-        rate_(rate),
         execs_mode_(simgrid_execs),
         execs_(simgrid_execs ? g.device_order.size() : 0),
         timing_precision_(simgrid::config::get_value<double>("surf/precision")),
@@ -405,19 +386,16 @@ class SimLauncher : public TaskLauncher {
   void start_comm(int32_t t) {
     const Task& task = g_.tasks[t];
     const uint32_t slot = comms_.take();
-    sg4::CommPtr c = sg4::Comm::sendto_init(p_.hosts[task.device], p_.hosts[task.peer]);
+    const auto [from, to] = p_.endpoints(task.device, task.peer, is_collective(task.transfer));
+    sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
     c->set_payload_size(static_cast<uint64_t>(std::llround(task.bytes)));
-    if (p_.cluster->engine)
-      rate_.set(p_.cluster->engine_rate(task.device, task.peer, is_collective(task.transfer)));
     c->set_data(CommSlots::tag(slot, t));
     c->start();
-    rate_.reset();
     comms_.hold(slot, std::move(c));
   }
 
   const TaskGraph& g_;
   const Platform& p_;
-  EngineRate& rate_;  // read by SimGrid's bandwidth factor callback (replay())
   const bool execs_mode_;
   std::vector<sg4::ActivityPtr> execs_;  // per device: its running Exec (simgrid_execs mode)
   const double timing_precision_;
@@ -455,22 +433,11 @@ Result<Replay> replay(const Cluster& c, const TaskGraph& g, const ReplayOptions&
   Result<Platform> platform = build_platform(c, communicating_pairs(g));
   if (!platform) return platform.error();
 
-  EngineRate rate;
-  SimLauncher launcher(g, *platform, o.simgrid_execs, rate);
+  SimLauncher launcher(g, *platform, o.simgrid_execs);
   Executor ex(g, launcher);
   launcher.set_executor(&ex);
   sg4::Activity::on_completion_cb([&](sg4::Activity const& a) { launcher.completed(a); });
   sg4::Engine::on_time_advance_cb([&](double) { launcher.advance(); });
-  // A collective engine's rate (Cluster::engine_rate). SimGrid 3.32 drops Comm::set_rate for host-to-host
-  // Comms; its bandwidth factor callback, run inside Comm::start (maestro's simcalls run at once),
-  // gives the flow the factor rate / its slowest link: CM02 bounds the flow at that link's bandwidth x
-  // the factor and charges every link of the route 1 / factor per byte, so a flow alone runs at the
-  // engine's rate and flows sharing a link share it (tests/sim/collectives_test.cc). Set only with an
-  // engine: it costs a vector per flow.
-  if (c.engine)
-    engine.get_netzone_root()->get_network_model()->set_bw_factor_cb(
-        [&rate](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& links,
-                const std::unordered_set<sg4::NetZone*>&) { return rate.factor(links); });
   const auto t0 = std::chrono::steady_clock::now();
   ex.start();
   engine.run();

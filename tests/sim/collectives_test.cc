@@ -295,9 +295,8 @@ TEST_CASE(
   TaskGraph mixed = engine_cases::empty_graph(c);
   mixed.add(transfer(0, 3, 1e8));
   CHECK(close_rel(engine_cases::replay_time(c, mixed), 1e-6 + 1e8 / 12.5e9, 1e-9));
-  // Without the engine two flows out of fpga0 share its 12.5 GB/s link: 6.25 GB/s each. With it,
-  // each uses the link as if it ran at the engine's rate (SimGrid's bandwidth factor, docs/clusters.md):
-  // two sends share 10 GB/s, 5 GB/s each: 1 us + 1e8 / 5e9.
+  // Without the engine two flows out of fpga0 share its 12.5 GB/s link: 6.25 GB/s each. With it, both
+  // go through fpga0's send port (sim/platform.h), which they share: 5 GB/s each, 1 us + 1e8 / 5e9.
   TaskGraph two_sends = engine_cases::empty_graph(c);
   for (int peer : {1, 2}) two_sends.add(transfer(0, peer, 1e8));
   CHECK(close_rel(engine_cases::replay_time(c, two_sends), 1e-6 + 1e8 / 5e9, 1e-9));
@@ -318,4 +317,26 @@ TEST_CASE(
     INFO(flows << " flows");
     CHECK(close_rel(engine_cases::replay_time(c, g), 21e-6 + 1e8 / (4e9 / flows), 1e-9));
   }
+}
+
+TEST_CASE(
+    "FPGA collective engine in SimGrid: a send beside a ring step gets what the engine leaves of the link") {
+  // fpga0 sends a collective's flow of 1e8 B to fpga1 and a stage hand-over of 3e8 B to fpga2 at once,
+  // both on its 12.5 GB/s link. The engine's port holds the collective flow at 4 GB/s and the send at
+  // most 10 GB/s; the link gives the send the 8.5 GB/s left. By hand: the collective flow ends at
+  // 1 us + 1e8 / 4e9 = 25.001 ms, when the send has moved 25 ms x 8.5 GB/s = 2.125e8 B; the rest,
+  // 0.875e8 B, at its own 10 GB/s takes 8.75 ms: 33.751 ms. (Until 2026-12-06 SimGrid's bandwidth
+  // factor charged every link 1 / factor per byte, 3.125 B for each byte of the collective flow: both
+  // flows then ran at 2.86 GB/s, and the send ended 4.6 ms later.)
+  const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
+  Cluster c = engine_cases::engine_switch(3, 1, e);
+  TaskGraph g = engine_cases::empty_graph(c);
+  Task ring = transfer(0, 1, 1e8);
+  ring.transfer = TransferKind::DataParallel;
+  g.add(ring);
+  g.add(transfer(0, 2, 3e8));
+  Result<sim::Replay> r = process::replay_isolated(c, g);
+  REQUIRE(r.ok());
+  CHECK(close_rel(r->timeline.end[0], 1e-6 + 1e8 / 4e9, 1e-9));
+  CHECK(close_rel(r->timeline.end[1], 1e-6 + 1e8 / 4e9 + 0.875e8 / 10e9, 1e-9));
 }
