@@ -325,7 +325,7 @@ TEST_CASE(
   // both on its 12.5 GB/s link. The engine's port holds the collective flow at 4 GB/s and the send at
   // most 10 GB/s; the link gives the send the 8.5 GB/s left. By hand: the collective flow ends at
   // 1 us + 1e8 / 4e9 = 25.001 ms, when the send has moved 25 ms x 8.5 GB/s = 2.125e8 B; the rest,
-  // 0.875e8 B, at its own 10 GB/s takes 8.75 ms: 33.751 ms. (Until 2026-12-06 SimGrid's bandwidth
+  // 0.875e8 B, at its own 10 GB/s takes 8.75 ms: 33.751 ms. (Until 2026-12-05 SimGrid's bandwidth
   // factor charged every link 1 / factor per byte, 3.125 B for each byte of the collective flow: both
   // flows then ran at 2.86 GB/s, and the send ended 4.6 ms later.)
   const CollectiveEngine e{"test", 500e-6, 20e-6, 4e9, 10e9};
