@@ -54,6 +54,61 @@ class PairRoutedZone final : public kr::NetZoneImpl {
   PairTable<Entry> routes_;
 };
 
+// Per device, its engine ports' links (collectives' [0], sends' [1]); empty without an engine.
+using PortLinks = std::vector<std::array<sg4::Link*, 2>>;
+
+// The collective engine's ports (platform.h) of every device of `pairs` on the engine: per kind of
+// flow whose rate is finite, a host "<device> (collective engine)" or "(send engine)" and a
+// split-duplex link of that name at the rate, no latency. Fills p.engine_ports.
+PortLinks add_engine_ports(const Cluster& c, const std::vector<std::pair<int, int>>& pairs,
+                           sg4::NetZone* zone, Platform& p) {
+  PortLinks links;
+  if (!c.engine) return links;
+  p.engine_ports.assign(c.devices.size(), {nullptr, nullptr});
+  links.assign(c.devices.size(), {nullptr, nullptr});
+  std::unordered_map<std::string, int> names;
+  for (size_t d = 0; d < c.devices.size(); ++d) names.emplace(c.devices[d].name, static_cast<int>(d));
+  static constexpr std::array<const char*, 2> kKinds = {"collective engine", "send engine"};
+  for (const auto& pr : pairs) {
+    if (!c.on_engine(pr.first) || !c.on_engine(pr.second)) continue;
+    for (int d : {pr.first, pr.second})
+      for (size_t k = 0; k < 2; ++k) {
+        const double rate = c.engine_rate(d, d, k == 0);
+        if (!std::isfinite(rate) || p.engine_ports[d][k] != nullptr) continue;
+        // A name no device has (SimGrid aborts on a duplicate host): "<device> (collective engine)",
+        // or with " #2", " #3" ... after it where a device is already named so.
+        std::string name = fmt::format("{} ({})", c.devices[d].name, kKinds[k]);
+        for (int n = 2; names.count(name) != 0; ++n)
+          name = fmt::format("{} ({}) #{}", c.devices[d].name, kKinds[k], n);
+        names.emplace(name, d);
+        p.engine_ports[d][k] = zone->create_host(name, kDefaultHostSpeed);
+        sg4::Link* link = zone->create_split_duplex_link(name, rate);
+        link->set_latency(0.0);
+        link->seal();
+        links[d][k] = link;
+      }
+  }
+  return links;
+}
+
+// The routes between the engine ports of `from` and `to`, kind by kind where both have one: the
+// source's port link up, `hops`, the destination's down.
+void add_ported_routes(int from, int to, const std::vector<sg4::LinkInRoute>& hops, const PortLinks& links,
+                       const Platform& p, sg4::NetZone* zone) {
+  for (size_t k = 0; k < 2; ++k) {
+    sg4::Link* out = links[from][k];
+    sg4::Link* in = links[to][k];
+    if (out == nullptr || in == nullptr) continue;
+    std::vector<sg4::LinkInRoute> ported;
+    ported.reserve(hops.size() + 2);
+    ported.emplace_back(out, sg4::LinkInRoute::Direction::UP);
+    ported.insert(ported.end(), hops.begin(), hops.end());
+    ported.emplace_back(in, sg4::LinkInRoute::Direction::DOWN);
+    zone->add_route(p.engine_ports[from][k]->get_netpoint(), p.engine_ports[to][k]->get_netpoint(), nullptr,
+                    nullptr, ported, /*symmetrical=*/false);
+  }
+}
+
 }  // namespace
 
 Result<std::vector<std::pair<std::pair<int, int>, Route>>> plan_routes(
@@ -123,38 +178,12 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
     }
     return links[i];
   };
-  // The engine's ports (platform.h): a host and a split-duplex link at the kind's rate per device.
-  std::vector<std::array<sg4::Link*, 2>> port_links;
-  if (c.engine) {
-    p.engine_ports.assign(c.devices.size(), {nullptr, nullptr});
-    port_links.assign(c.devices.size(), {nullptr, nullptr});
-    std::unordered_map<std::string, int> names;
-    for (size_t d = 0; d < c.devices.size(); ++d) names.emplace(c.devices[d].name, static_cast<int>(d));
-    static constexpr std::array<const char*, 2> kKinds = {"collective engine", "send engine"};
-    for (const auto& pr : pairs) {
-      if (!c.on_engine(pr.first) || !c.on_engine(pr.second)) continue;
-      for (int d : {pr.first, pr.second}) {
-        for (size_t k = 0; k < 2; ++k) {
-          const double rate = c.engine_rate(d, d, k == 0);
-          if (!std::isfinite(rate) || p.engine_ports[d][k] != nullptr) continue;
-          const std::string name = fmt::format("{} ({})", c.devices[d].name, kKinds[k]);
-          if (names.count(name) != 0)
-            return Error{fmt::format("device \"{}\" has the name of device {}'s {} port in SimGrid", name,
-                                     c.devices[d].name, kKinds[k])};
-          p.engine_ports[d][k] = zone->create_host(name, kDefaultHostSpeed);
-          sg4::Link* link = zone->create_split_duplex_link(name, rate);
-          link->set_latency(0.0);
-          link->seal();
-          port_links[d][k] = link;
-        }
-      }
-    }
-  }
+  const PortLinks port_links = add_engine_ports(c, pairs, zone, p);
   for (const auto& [pr, r] : *routes) {
     if (!latency_in_simgrid && r.latency > 0)
       p.delays.add(static_cast<uint32_t>(pr.first), static_cast<uint32_t>(pr.second), r.latency);
     std::vector<sg4::LinkInRoute> hops;
-    hops.reserve(r.hops.size() + 2);
+    hops.reserve(r.hops.size());
     for (const Hop& h : r.hops) {
       if (c.links[h.link].duplex == Duplex::Full)
         hops.emplace_back(link_of(h.link),
@@ -162,19 +191,7 @@ Result<Platform> build_platform(const Cluster& c, const std::vector<std::pair<in
       else
         hops.emplace_back(link_of(h.link));
     }
-    for (size_t k = 0; k < 2 && !port_links.empty(); ++k) {
-      sg4::Link* out = port_links[pr.first][k];
-      sg4::Link* in = port_links[pr.second][k];
-      if (out == nullptr || in == nullptr) continue;
-      std::vector<sg4::LinkInRoute> ported;
-      ported.reserve(hops.size() + 2);
-      ported.emplace_back(out, sg4::LinkInRoute::Direction::UP);
-      ported.insert(ported.end(), hops.begin(), hops.end());
-      ported.emplace_back(in, sg4::LinkInRoute::Direction::DOWN);
-      zone->add_route(p.engine_ports[pr.first][k]->get_netpoint(),
-                      p.engine_ports[pr.second][k]->get_netpoint(), nullptr, nullptr, ported,
-                      /*symmetrical=*/false);
-    }
+    if (!port_links.empty()) add_ported_routes(pr.first, pr.second, hops, port_links, p, zone);
     zone->add_route(p.hosts[pr.first]->get_netpoint(), p.hosts[pr.second]->get_netpoint(), nullptr, nullptr,
                     hops,
                     /*symmetrical=*/false);

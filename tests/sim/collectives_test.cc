@@ -339,4 +339,9 @@ TEST_CASE(
   REQUIRE(r.ok());
   CHECK(close_rel(r->timeline.end[0], 1e-6 + 1e8 / 4e9, 1e-9));
   CHECK(close_rel(r->timeline.end[1], 1e-6 + 1e8 / 4e9 + 0.875e8 / 10e9, 1e-9));
+  // A device named as another's port host would be: the port takes another name, same times.
+  Cluster named = c;
+  named.devices[1].name = "dev0 (collective engine)";
+  named.devices[2].name = "dev0 (collective engine) #2";
+  CHECK(engine_cases::replay_time(named, g) == engine_cases::replay_time(c, g));
 }
