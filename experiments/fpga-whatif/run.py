@@ -247,11 +247,14 @@ def main():
     # Figure 2: throughput against boards, ring vs torus, 100 and 400 Gb/s (1x DSPs, HBM).
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
     for ax, (m, name) in zip(axes, MODELS.items()):
-        for topo, style in (("ring", "-"), ("torus", "--")):
+        # The torus ties the ring at several points: its markers are hollow and larger, so that both
+        # show where they coincide.
+        for topo, style, size, face in (("ring", "-", 5, None), ("torus", "--", 10, "none")):
             for link, marker in (("100Gbps", "o"), ("400Gbps", "s")):
                 pts = [(b, tp(m, topo, "u280", 9024, link, b)) for b in RING_BOARDS]
                 pts = [p for p in pts if p[1]]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker,
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker, markersize=size,
+                        markerfacecolor=face, markeredgewidth=1.5,
                         label=f"{topo}, {link.replace('Gbps', ' Gb/s')}")
         # Log-log: weak scaling proportional to the boards is a straight line of slope 1.
         ax.set_xscale("log", base=2)
