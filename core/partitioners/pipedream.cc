@@ -145,13 +145,29 @@ struct Entry {
 // j in 0..S-1; NaN for none). Row i >= 1 covers states i..j, row 0 everything up to j.
 struct Sums {
   std::vector<double> ct, act, par;  // per state: the sum over the layers it covers
+  // A layer tied to another's weight (Layer::tied_to): per state, whether it covers the tied layer
+  // and its source. A range with the tied layer but not its source keeps a copy of `bytes`, as the
+  // lowering gives it (core/partition.h tied_copies); PipeDream's own profiles have no ties.
+  struct Tie {
+    std::vector<char> tied, source;
+    double bytes = 0;
+  };
+  std::vector<Tie> ties;
   static double range(const std::vector<double>& v, size_t i, size_t j) {
     if (i == 0) return v[j];
     return j >= i ? v[j] - v[i - 1] : std::numeric_limits<double>::quiet_NaN();
   }
   double compute(size_t i, size_t j) const { return range(ct, i, j); }
   double activation(size_t i, size_t j) const { return range(act, i, j); }
-  double parameters(size_t i, size_t j) const { return range(par, i, j); }
+  double parameters(size_t i, size_t j) const { return range(par, i, j) + tied_copy(i, j); }
+  double tied_copy(size_t i, size_t j) const {
+    double sum = 0;
+    for (const Tie& t : ties) {
+      const auto in = [&](const std::vector<char>& c) { return c[j] && !(i > 0 && c[i - 1]); };
+      if (j >= i && in(t.tied) && !in(t.source)) sum += t.bytes;
+    }
+    return sum;
+  }
 };
 using Table = std::vector<std::vector<double>>;
 
@@ -520,7 +536,17 @@ class PipeDreamSearch {
           act_[i] += activation_bytes[v];
           par_[i] += w.layer(v).parameter_bytes;
         }
-    t_ = Sums{ct_, act_, par_};
+    t_ = Sums{ct_, act_, par_, {}};
+    for (size_t v = 0; v < w.layer_count(); ++v) {
+      const Layer& l = w.layer(v);
+      if (l.tied_to < 0 || l.tied_parameters <= 0) continue;
+      Sums::Tie tie{std::vector<char>(S_), std::vector<char>(S_), tied_bytes(w, l, l.tied_parameters)};
+      for (size_t i = 0; i < S_; ++i) {
+        tie.tied[i] = st_.covers[i][v];
+        tie.source[i] = st_.covers[i][static_cast<size_t>(l.tied_to)];
+      }
+      t_.ties.push_back(std::move(tie));
+    }
     pred_set_.assign(S_, std::vector<char>(S_, 0));
     for (size_t j = 0; j < S_; ++j)
       for (int k : st_.preds[j]) pred_set_[j][k] = 1;

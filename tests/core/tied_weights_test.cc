@@ -11,6 +11,7 @@
 #include "core/experiment.h"
 #include "core/lower.h"
 #include "core/partition.h"
+#include "core/partitioners/pipedream.h"
 #include "core/planner.h"
 #include "core/planners/block_profile.h"
 #include "core/stage_costs.h"
@@ -180,4 +181,47 @@ TEST_CASE("tied weights: the planners' block sums count the copy where the range
   CHECK(profile.parameters(embedding, n) == approx(own(embedding, n)));
   CHECK(profile.parameters(0, head) == approx(own(0, head)));  // the head out of range: no copy
   CHECK(profile.tied_copy(embedding + 1, n, false) == kHidden * kVocab);
+}
+
+TEST_CASE("pipedream's partitioner counts a tied layer's copy where its stage lacks the source") {
+  // embedding -> body -> head, the head tied to the embedding's 64 MiB weight (and holding none of
+  // its own). 0.5, 0.5 and 3 ms per mini-batch; 4 machines at 1 TB/s. PipeDream's best plan puts the
+  // embedding and the body on one machine (1 ms) and replicates the head on three; that stage takes
+  // (3 ms + 4 (3 - 1) / (3 x 1e12) x 64 MiB) / 3 = 1.05965 ms with the copy in its data-parallel
+  // term (one stage on all four: (4 ms + 4 x 3 / (4 x 1e12) x 128 MiB) / 4 = 1.10066 ms; the head on
+  // two: 1.567 ms). The oracle: the untied chain whose head holds the same 64 MiB itself plans the
+  // same. Before the copy was counted the head's stage had no parameters, and the plan was timed 1 ms.
+  const double bytes = 64.0 * (1 << 20);
+  auto chain = [&](bool tied) {
+    Workload w;
+    w.precision = Precision::FP32;
+    for (const char* name : {"embedding", "body", "head"}) {
+      Layer l;
+      l.name = name;
+      l.kind = "chain";
+      l.parameter_bytes = bytes;
+      l.parameters = bytes / 4;
+      if (tied && std::string(name) == "head") {
+        l.parameter_bytes = 0;
+        l.parameters = 0;
+        l.tied_to = 0;
+        l.tied_parameters = bytes / 4;
+      }
+      const int v = w.add_layer(std::move(l));
+      if (v > 0) w.add_edge(v - 1, v);
+    }
+    return w;
+  };
+  const std::vector<double> time = {0.5e-3, 0.5e-3, 3e-3}, act = {1e3, 1e3, 1e3};
+  PipeDreamOptions o;
+  o.levels = {{4, 1e12}};
+  Result<PipeDreamPlan> tied = plan_pipedream(chain(true), time, act, o);
+  Result<PipeDreamPlan> untied = plan_pipedream(chain(false), time, act, o);
+  REQUIRE(tied.ok());
+  REQUIRE(untied.ok());
+  CHECK(tied->time_per_stage == approx((3e-3 + 4.0 * 2 / (3 * 1e12) * bytes) / 3).epsilon(1e-12));
+  CHECK(tied->time_per_stage == untied->time_per_stage);
+  REQUIRE(tied->stages.size() == 2);
+  CHECK(tied->stages[1].layers == std::vector<int>{2});
+  CHECK(tied->stages[1].replicas == 3);
 }
