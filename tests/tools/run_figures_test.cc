@@ -641,6 +641,15 @@ TEST_CASE("run: mixed-adam on an fp32 workload keeps its gradients at the 4 byte
                        explicit_fp32})
               .exit_code == 0);
   CHECK(read_file(explicit_fp32) == read_file(memory));
+  // The set-up itself is stated: a 16-bit training's weights counted for an fp32 workload (until
+  // 2026-12-05 nothing said so), and not for the same workload in amp or with adam.
+  CHECK(run_json({e})["assumptions"]["mixed_adam_on_fp32"] == true);
+  CHECK(run_json({e, "--set", "workload.precision=amp"})["assumptions"]["mixed_adam_on_fp32"] == false);
+  CHECK(run_json({e, "--set", "memory.optimizer=adam"})["assumptions"]["mixed_adam_on_fp32"] == false);
+  auto text = run_command({PIPEGRID_BINARY, "run", e});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("mixed-adam on fp32 weights: memory counts 2-byte working weights") !=
+        std::string::npos);
 }
 
 TEST_CASE("run: a tf32 workload on devices without a tf32 rate says they run it as fp32") {

@@ -204,6 +204,13 @@ std::vector<std::string> host_dispatch_classes(const Cluster& c) {
   return out;
 }
 
+// mixed-adam (fp16/bf16 working weights, fp32 master weights) on a workload whose weights are 4-byte
+// (fp32, tf32): its memory is a 16-bit training's, not the precision's the compute runs in.
+bool mixed_adam_on_fp32(const Experiment& e) {
+  return e.memory.optimizer == Optimizer::MixedAdam && !e.memory.bytes_per_parameter &&
+         element_bytes(e.workload.precision) == 4;
+}
+
 // The kinds of the devices that run a tf32 workload as fp32, having no tf32 rate (a V100, an FPGA),
 // as PyTorch's allow_tf32 does below Ampere; empty for other precisions.
 std::vector<std::string> tf32_as_fp32(const Experiment& e) {
@@ -336,6 +343,11 @@ std::string assumptions_note(const Experiment& e) {
               "activation (Megatron-Core stores only SwiGLU's and quick-GEGLU's fused inputs in fp8)");
   if (e.memory.master_bytes == 2)
     parts.push_back("master weights as 16-bit remainders of the bf16 weights (master_weights: remainders)");
+  if (mixed_adam_on_fp32(e))
+    parts.push_back(fmt::format(
+        "mixed-adam on {} weights: memory counts 2-byte working weights beside the fp32 master weights, "
+        "as a 16-bit training keeps them (memory.optimizer: adam for {} weights kept as they compute)",
+        to_string(e.workload.precision), to_string(e.workload.precision)));
   if (e.memory.moment_bytes > 0)
     parts.push_back(
         fmt::format("optimizer moments at {:g} bytes each (optimizer_moments)", e.memory.moment_bytes));
@@ -447,6 +459,7 @@ nlohmann::json assumptions_json(const Experiment& e) {
        padded_vocabulary(e).second > 0 ? json_number(padded_vocabulary(e).second) : nlohmann::json()},
       {"fp8_recipe", recipe.empty() ? nlohmann::json() : nlohmann::json(std::string(recipe))},
       {"tf32_as_fp32", tf32_as_fp32(e)},
+      {"mixed_adam_on_fp32", mixed_adam_on_fp32(e)},
       {"settings_without_effect",
        [&] {
          nlohmann::json keys = nlohmann::json::array();
