@@ -33,6 +33,9 @@ std::optional<ModelFlops> model_flops(const Workload& w) {
       f.attention_flops_per_token += attention_flops(s);
     } else if (s.kind == TensorSplitKind::VocabHead) {
       f.active_parameters += s.vocabulary * s.hidden;
+    } else if (w.layer(static_cast<int>(l)).multi_token_prediction &&
+               w.layer(static_cast<int>(l)).kind == "linear") {
+      f.active_parameters += w.layer(static_cast<int>(l)).parameters;  // its eh_proj: every token, 2h -> h
     }
   }
   if (f.blocks == 0 || !(f.sequence > 0)) return std::nullopt;

@@ -17,7 +17,9 @@ struct ModelFlops {
   // N: the transformer and MoE blocks' parameters a token uses (MoE: the router, the shared experts
   // and top_k of the routed experts, i.e. the ACTIVE parameters; dense blocks: all of theirs, with
   // their biases and norms) plus the output layer's V x h. The input embedding (a lookup) and
-  // position embeddings multiply nothing and are left out, as in Megatron's eq. 3.
+  // position embeddings multiply nothing and are left out, as in Megatron's eq. 3. A multi-token-
+  // prediction module (Layer::multi_token_prediction) adds its block (to L too), its eh_proj (2 h x h)
+  // and its pass through the shared head (V x h): every token multiplies them (eq. 3's terms).
   double active_parameters = 0;
   // Every parameter of the workload (the 6 N count of `search` uses it).
   double total_parameters = 0;

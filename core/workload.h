@@ -289,7 +289,18 @@ struct Layer {
   // (Megatron-Core's output-layer copy on the last pipeline stage; core/stage_costs.h). -1: none.
   int tied_to = -1;
   double tied_parameters = 0;
+  // A layer of a multi-token-prediction module (DeepSeek-V3, arXiv 2412.19437 section 2.2; Megatron-Core's
+  // --mtp-num-layers): after the model's last block, on the last pipeline stage, outside the blocks
+  // Megatron's --num-layers counts (is_layout_block).
+  bool multi_token_prediction = false;
 };
+
+// The blocks Megatron's --num-layers counts and its partitioner spreads over the stages: transformer
+// and MoE blocks, except a multi-token-prediction module's (which is_block still calls a block for its
+// costs, splits and recomputation).
+inline bool is_layout_block(const Layer& l) {
+  return is_block(l.split.kind) && !l.multi_token_prediction;
+}
 
 // The layer's kernels, or one kernel of its kind's class carrying its totals when it has none.
 std::vector<Kernel> layer_kernels(const Layer& l);

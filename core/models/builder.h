@@ -101,6 +101,10 @@ class ModelBuilder {
   Result<int> transformer_block(const std::string& name, int in, int64_t heads, int64_t ffn);
   // Marks layer `id`'s attention causal (a decoder's mask): fused attention then skips the masked half.
   void mark_causal(int id) { w_.graph[static_cast<size_t>(id)].split.causal = true; }
+  // Marks layer `id` as part of a multi-token-prediction module (Layer::multi_token_prediction).
+  void mark_multi_token_prediction(int id) {
+    w_.graph[static_cast<size_t>(id)].multi_token_prediction = true;
+  }
   // A decoder block of the Llama family (or any shape `s` describes: grouped-query attention with
   // s.kv_heads and s.head_dim, or multi-head latent attention (s.mla), a gated MLP, rotary
   // embeddings, biases or not, RMSNorm when without biases), costed by the same per-kernel formulas

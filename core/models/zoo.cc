@@ -241,8 +241,8 @@ Result<Workload> build_gpt(const ModelArgs& a, Precision p) {
   return b.finish();
 }
 
-// A final RMSNorm and an untied output head over [s, h] (the Llama family's and the MoE decoders').
-void final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vocab, Precision p) {
+// An RMSNorm over [s, h] per sample (a final norm; a multi-token-prediction module's three).
+Layer rmsnorm_layer(int64_t s, int64_t h, Precision p) {
   const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
   Layer norm;
   norm.kind = "rmsnorm";
@@ -253,22 +253,90 @@ void final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t v
   norm.stash_bytes = sh * eb;
   norm.kernels = {Kernel{KernelClass::Norm, 0, 0, 0, 2 * sh * eb, 3 * sh * eb, 0, 1}};
   norm.split.kind = TensorSplitKind::Replicated;
-  x = must(b.custom("final_norm", {x}, norm, {s, h}));
+  return norm;
+}
+
+// A final RMSNorm and an output head over [s, h] (the Llama family's and the MoE decoders'), the head
+// untied, or tied to layer `tied_to`'s weight (a multi-token-prediction module's shared head); the
+// layers' names start with `prefix`. Returns the head.
+int final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vocab, Precision p,
+                        const std::string& prefix = "", int tied_to = -1) {
+  const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
+  x = must(b.custom(prefix + "final_norm", {x}, rmsnorm_layer(s, h, p), {s, h}));
   Layer head;
   head.kind = "linear";
   head.forward_flops = 2.0 * s * h * vocab;
   head.backward_input_flops = head.forward_flops;
   head.backward_weight_flops = head.forward_flops;
-  head.parameters = static_cast<double>(h) * vocab;  // untied
+  const double matrix = static_cast<double>(h) * vocab;
+  head.parameters = tied_to >= 0 ? 0 : matrix;
+  head.tied_to = tied_to;
+  head.tied_parameters = tied_to >= 0 ? matrix : 0;
   head.parameter_bytes = head.parameters * eb;
-  head.weight_bytes = head.parameter_bytes;
+  head.weight_bytes = matrix * eb;  // read either way
   head.forward_bytes = (sh + static_cast<double>(s) * vocab) * eb;
   head.backward_bytes = 2 * head.forward_bytes;
   head.stash_bytes = static_cast<double>(s) * vocab * eb;
   head.split = {TensorSplitKind::VocabHead, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
                 static_cast<double>(vocab)};
   head.kernels = vocab_head_kernels(head.split, 1, head.weight_bytes, p);  // as at t > 1
-  must(b.custom("lm_head", {x}, head, {s, vocab}));
+  return must(b.custom(prefix + "lm_head", {x}, head, {s, vocab}));
+}
+
+// `depth` multi-token-prediction modules after a decoder's last block `x` (DeepSeek-V3, arXiv
+// 2412.19437 section 2.2, figure 3; Megatron-Core's MultiTokenPredictionBlock, --mtp-num-layers): module
+// k looks up the tokens k ahead in the main embedding's table (`table`, shared: a copy where the last
+// stage lacks it), normalises them and the previous depth's hidden state (RMSNorm each), projects
+// their concatenation from 2h to h (eh_proj, no bias), runs one more `block`, and predicts with its own
+// final norm and the main output head (`head`, shared). The lookup's input edge stands for the last
+// stage's own tokens (its data loader's, as for the labels): it carries nothing a replay moves, the
+// lookup and its stage being the same. eh_proj runs whole on every tensor-parallel rank (Replicated;
+// Megatron-Core's is column-parallel: at t = 1, the rows' setting, the same). Every layer is marked
+// Layer::multi_token_prediction, so no partitioner counts the block among the model's.
+void multi_token_prediction(ModelBuilder& b, int x, int table, int head, const TensorSplit& block,
+                            int64_t depth, int64_t s, int64_t h, int64_t vocab, Precision p) {
+  const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
+  for (int64_t k = 1; k <= depth; ++k) {
+    const std::string m = fmt::format("mtp{}.", k);
+    Layer hnorm = rmsnorm_layer(s, h, p);
+    hnorm.multi_token_prediction = true;
+    const int hn = must(b.custom(m + "hnorm", {x}, hnorm, {s, h}));
+    Layer lookup;
+    lookup.kind = "embedding";
+    lookup.split = {TensorSplitKind::VocabEmbedding, static_cast<double>(s), static_cast<double>(h), 0, 0, 0,
+                    static_cast<double>(vocab)};
+    lookup.tied_to = table;
+    lookup.tied_parameters = static_cast<double>(vocab) * h;
+    lookup.kernels = {Kernel{KernelClass::Gather, 0, 0, 0, 2 * sh * eb, 2 * sh * eb, 0, 1}};
+    lookup.multi_token_prediction = true;
+    const int e = must(b.custom(m + "embedding", {hn}, lookup, {s, h}));
+    Layer enorm = rmsnorm_layer(s, h, p);
+    enorm.multi_token_prediction = true;
+    const int en = must(b.custom(m + "enorm", {e}, enorm, {s, h}));
+    Layer proj;
+    proj.kind = "linear";
+    proj.forward_flops = 2.0 * s * (2.0 * h) * h;
+    proj.backward_input_flops = proj.forward_flops;
+    proj.backward_weight_flops = proj.forward_flops;
+    proj.parameters = 2.0 * h * h;
+    proj.parameter_bytes = proj.parameters * eb;
+    proj.weight_bytes = proj.parameter_bytes;
+    proj.stash_bytes = 2 * sh * eb;  // its input, for the weight gradient
+    Kernel gemm{KernelClass::Gemm, proj.forward_flops, proj.forward_flops, proj.forward_flops,
+                3 * sh * eb,       6 * sh * eb,        proj.weight_bytes,  1};
+    gemm.fp8 = true;  // a Transformer Engine Linear in an fp8 training
+    gemm.fp8_in = 2 * sh;
+    gemm.fp8_out = sh;
+    proj.kernels = {gemm};
+    proj.split.kind = TensorSplitKind::Replicated;
+    proj.multi_token_prediction = true;
+    const int pr = must(b.custom(m + "eh_proj", {en, hn}, proj, {s, h}));
+    x = must(b.decoder_block(m + "layer", pr, block));
+    b.mark_multi_token_prediction(x);
+    const int out = final_norm_and_head(b, x, s, h, vocab, p, m, head);
+    b.mark_multi_token_prediction(out);
+    b.mark_multi_token_prediction(out - 1);  // its final norm
+  }
 }
 
 // Llama family (Touvron et al., arXiv 2302.13971 and 2307.09288; Llama 3: arXiv 2407.21783): token
@@ -302,7 +370,9 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
 // PyTorch before the fused activation, as Megatron-Core runs GPT-OSS's. The 2026 training stack as these
 // models are trained: causal FlashAttention and Megatron's fused element-wise kernels, SwiGLU experts,
 // RMSNorm; `biases` 1 adds the attention, expert and router biases (GPT-OSS: its norms stay RMSNorm,
-// without bias); `attention_sinks` 1 a learned logit per head (GPT-OSS; its parameters, not its work).
+// without bias); `attention_sinks` 1 a learned logit per head (GPT-OSS; its parameters, not its work);
+// `mtp_layers` D > 0 adds D multi-token-prediction modules after the head (DeepSeek-V3 trains with 1;
+// multi_token_prediction above).
 Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
                 vocab = arg(a, "vocabulary"), dense = arg(a, "dense_layers"),
@@ -310,6 +380,7 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   ModelBuilder b("moe", p);
   int x = b.input("tokens", {s});
   x = must(b.embedding("embedding.words", x, vocab, h));
+  const int table = x;
   TensorSplit shape;
   shape.heads = static_cast<double>(arg(a, "heads"));
   shape.kv_heads = static_cast<double>(arg(a, "kv_heads"));
@@ -357,7 +428,10 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
     if (window > 0 && window < s && i % 2 == 0) block.window = static_cast<double>(window);
     x = must(b.decoder_block(fmt::format("layer{}", i), x, block));
   }
-  final_norm_and_head(b, x, s, h, vocab, p);
+  const int head = final_norm_and_head(b, x, s, h, vocab, p);
+  TensorSplit mtp = shape;
+  mtp.kind = TensorSplitKind::MoeBlock;  // as the main model's later blocks (DeepSeek-V3's layer 61)
+  multi_token_prediction(b, x, table, head, mtp, arg(a, "mtp_layers"), s, h, vocab, p);
   return b.finish();
 }
 
@@ -366,7 +440,7 @@ struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
                             sliding_window = 0, router_groups = 0, router_group_topk = 0,
-                            activation_clamp = 0, attention_sinks = 0;
+                            activation_clamp = 0, attention_sinks = 0, mtp_layers = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
   return {{"layers", d.layers},
@@ -392,7 +466,8 @@ std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults&
           {"router_groups", d.router_groups},
           {"router_group_topk", d.router_group_topk},
           {"activation_clamp", d.activation_clamp},
-          {"attention_sinks", d.attention_sinks}};
+          {"attention_sinks", d.attention_sinks},
+          {"mtp_layers", d.mtp_layers}};
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -651,7 +726,8 @@ ParameterRange parameter_range(std::string_view parameter) {
     return {0, 1};
   if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
       parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||
-      parameter == "sliding_window" || parameter == "router_groups" || parameter == "router_group_topk")
+      parameter == "sliding_window" || parameter == "router_groups" || parameter == "router_group_topk" ||
+      parameter == "mtp_layers")
     return {0, 1'000'000'000};
   if (parameter == "mlm_positions") return {0, 1'000'000'000};
   return {};

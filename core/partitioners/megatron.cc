@@ -131,7 +131,7 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
   const std::vector<int> order = topological_order(r.workload);
   std::vector<int> blocks;  // positions in `order` of the transformer blocks
   for (size_t i = 0; i < order.size(); ++i)
-    if (is_block(r.workload.layer(order[i]).split.kind)) blocks.push_back(static_cast<int>(i));
+    if (is_layout_block(r.workload.layer(order[i]))) blocks.push_back(static_cast<int>(i));
   const int n = static_cast<int>(blocks.size());
   if (n == 0)
     return Error{fmt::format(

@@ -190,7 +190,7 @@ Status Search3d::model_shape() {
   for (size_t l = 0; l < w_.layer_count(); ++l) {
     const TensorSplit& split = w_.layer(static_cast<int>(l)).split;
     if (!is_block(split.kind)) continue;
-    ++blocks_;
+    blocks_ += is_layout_block(w_.layer(static_cast<int>(l)));  // a multi-token-prediction block: not split
     sequence_ = split.sequence;
     if (split.kind == TensorSplitKind::MoeBlock) moe_layers_.push_back(static_cast<int>(l));
   }

@@ -646,3 +646,43 @@ TEST_CASE("GPT-OSS-120B's experts as Megatron-Core runs them: the eager clamp an
   CHECK(qm.expert.size() == 3);
   CHECK(qm.expert[1].cls == KernelClass::Compiled);  // weighted_bias_swiglu_impl under torch.compile
 }
+
+TEST_CASE("DeepSeek-V3 with a multi-token-prediction module: README_WEIGHTS's 11.5B unique, 1.5B activated") {
+  // README_WEIGHTS.md (deepseek-ai/DeepSeek-V3): 1 MTP module, "11.5B unique parameters (excluding the
+  // shared 0.9B Embedding and 0.9B output Head)", "Activation parameters: 1.5B (including 0.9B for the
+  // output Head)"; its model.layers.61 "structure identical to the Main Model hidden layers", with enorm,
+  // hnorm (RMSNorms), eh_proj (2h -> h) and the shared head's norm. By hand from config_671B.json as in
+  // the test above: the MoE layer, 2 h x h and three norms of h. The README's two figures are the hidden
+  // layer's alone (11.507B; 1.512B with the 0.927B head): eh_proj's 0.103B sits outside both.
+  Result<Workload> with = build_model(**find_model("deepseek-v3"), {{"mtp_layers", 1}}, Precision::AMP_BF16);
+  REQUIRE(with.ok());
+  Workload v3 = model("deepseek-v3");
+  const double h = 7168, a = 128;
+  const double mla =
+      h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * 256 + a * 128 * h + h;
+  const double moe_layer = mla + h + h * 256 + 256 * swiglu(h, 2048) + swiglu(h, 2048);
+  const double moe_active = mla + h + h * 256 + 9 * swiglu(h, 2048);
+  CHECK(total_parameters(*with) - total_parameters(v3) == moe_layer + 2 * h * h + 3 * h);  // 11,610,068,224
+  CHECK(std::abs(moe_layer - 11.5e9) < 0.05e9);
+  CHECK(active(*with) - active(v3) == moe_active + 2 * h * h + 3 * h);  // the head is counted at lm_head
+  CHECK(std::abs(moe_active + 129280 * h - 1.5e9) < 0.05e9);
+  // Seven layers, each marked; the block is a block for its costs but not one of the 61 Megatron splits.
+  int marked = 0, blocks = 0, layout = 0;
+  for (size_t i = 0; i < with->layer_count(); ++i) {
+    const Layer& l = with->layer(i);
+    marked += l.multi_token_prediction;
+    blocks += is_block(l.split.kind);
+    layout += is_layout_block(l);
+  }
+  CHECK(marked == 7);
+  CHECK(blocks == 62);
+  CHECK(layout == 61);
+  // The module's lookup and head compute with the main table and head (Layer::tied_to).
+  const Layer& lookup = with->layer(with->layer_count() - 6);
+  const Layer& head = with->layer(with->layer_count() - 1);
+  CHECK(lookup.name == "mtp1.embedding");
+  CHECK(with->layer(static_cast<size_t>(lookup.tied_to)).name == "embedding.words");
+  CHECK(lookup.tied_parameters == 129280 * h);
+  CHECK(head.name == "mtp1.lm_head");
+  CHECK(with->layer(static_cast<size_t>(head.tied_to)).name == "lm_head");
+}

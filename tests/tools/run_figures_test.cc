@@ -764,3 +764,39 @@ TEST_CASE("run: recompute: selective on a workload that defines no selective sta
   CHECK(bytes.out.find("memory.bytes_per_parameter sets the memory only: the optimizer step is adam's") !=
         std::string::npos);
 }
+
+TEST_CASE("run: a multi-token-prediction module sits on the last stage with a copy of the embedding") {
+  // DeepSeek-V2-Lite's shapes cut to 4 blocks (1 dense), mtp_layers 1, the megatron partitioner on 2
+  // stages: the 4 blocks split 2 + 2 (the module's block is not one of them, as Megatron's
+  // --num-layers leaves it out), the module after the head on the last stage, where it keeps a copy of
+  // the token table it looks its tokens up in (V x h = 102,400 x 2,048). Oracle for the model FLOPs:
+  // the same model with a fifth block and no module, whose extra block is the module's, less the
+  // module's eh_proj (2 h x h) and its pass through the shared head (V x h).
+  TempDir tmp;
+  const std::string base =
+      "workload: {model: deepseek-v2-lite, layers: 4, dense_layers: 1, sequence: 1024, precision: amp-bf16, "
+      "mtp_layers: 1}\ncluster: {preset: dgx-h100-16}\nstrategy: {partitioner: megatron, stages: 2, "
+      "global_batch: 16, micro_batch_size: 1, replicas: 8, expert_parallel: 8}\n";
+  const json r = run_json({tmp.write("mtp.yaml", base)});
+  REQUIRE(r["stages"].size() == 2);
+  CHECK(r["stages"][0]["layers"] == json::array({"tokens", "embedding.words", "layer0", "layer1"}));
+  const json& last = r["stages"][1]["layers"];
+  REQUIRE(last.size() == 11);
+  CHECK(last[0] == "layer2");
+  CHECK(last[3] == "lm_head");
+  CHECK(last[10] == "mtp1.lm_head");
+  REQUIRE(r["tied_weights"].size() == 1);
+  CHECK(r["tied_weights"][0]["layer"] == "mtp1.embedding");
+  CHECK(r["tied_weights"][0]["parameters_per_device"] == 102400.0 * 2048);
+  const json none = run_json({tmp.write("none.yaml", base), "--set", "workload.mtp_layers=0"});
+  const json five = run_json({tmp.write("five.yaml", base), "--set", "workload.mtp_layers=0", "--set",
+                              "workload.layers=5", "--set", "strategy.partitioner=balanced"});
+  const double block = five["model_flops"]["active_parameters"].get<double>() -
+                       none["model_flops"]["active_parameters"].get<double>();
+  CHECK(r["model_flops"]["active_parameters"].get<double>() -
+            none["model_flops"]["active_parameters"].get<double>() ==
+        block + 2.0 * 2048 * 2048 + 102400.0 * 2048);
+  CHECK(r["model_flops"]["blocks"] == 5);
+  CHECK(r["model_flops"]["attention_flops_per_token"] == five["model_flops"]["attention_flops_per_token"]);
+  CHECK(none["tied_weights"].empty());
+}

@@ -678,7 +678,7 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     auto st = n.get("stages");
     if (!st || s.partitioner != "megatron" || !chosen.planner.runs_partitioner) return;
     int blocks = 0;
-    for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_block(w.layer(static_cast<int>(l)).split.kind);
+    for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_layout_block(w.layer(static_cast<int>(l)));
     if (blocks == 0) return;
     const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
     if (!layout.ok()) st->fail(layout.problem);
@@ -693,7 +693,7 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
         "needs strategy.stages, the pipeline ranks the blocks are split over (Megatron's "
         "--pipeline-model-parallel-size)");
   int blocks = 0;
-  for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_block(w.layer(static_cast<int>(l)).split.kind);
+  for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_layout_block(w.layer(static_cast<int>(l)));
   if (blocks == 0) given->fail(fmt::format("the workload \"{}\" has no transformer block to split", w.name));
   const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
   if (!layout.ok()) n.get(layout.key).value_or(*given).fail(layout.problem);

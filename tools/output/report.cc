@@ -920,7 +920,10 @@ std::string tied_note(const Experiment& e, const Partition& p) {
                     "device) and all-reduces its gradient with stage {}'s",
                     r.stage, r.layer, r.source, r.parameters / 1e6, r.source_stage));
   if (parts.empty()) return "";
-  return fmt::format("{} (Megatron-Core's output-layer copy)", fmt::join(parts, "; "));
+  return fmt::format(
+      "{} (Megatron-Core's shared-weight copy: the output layer's, or a multi-token-prediction "
+      "module's embedding)",
+      fmt::join(parts, "; "));
 }
 
 nlohmann::json tied_json(const Experiment& e, const Partition& p) {
