@@ -289,6 +289,12 @@ def device(r, efficiencies):
     return spec
 
 
+def mtp_layers(r):
+    """The multi-token-prediction modules a row ran with: 1 where its quote prints "w/ MTP" (Megatron-Bridge's
+    DeepSeekV3 rows of 25.11), 0 where it prints "w/o MTP" or nothing (rows.yaml, "Assumptions")."""
+    return 1 if "w/ MTP" in " ".join(str(r["quote"]).split()) else 0
+
+
 def experiment(r, efficiencies=None):
     a, d, b = assumed(r), replicas(r), micro_batch(r)
     strategy = {"partitioner": partitioner(r), "schedule": "interleaved-1f1b" if r["vp"] else "1f1b",
@@ -317,8 +323,11 @@ def experiment(r, efficiencies=None):
     modules = recompute_modules(r)
     if modules:
         memory.update(recompute="selective", recompute_modules=modules)
+    workload = {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]}
+    if mtp_layers(r):
+        workload["mtp_layers"] = mtp_layers(r)
     return {"name": r["id"],
-            "workload": {"model": r["model"], "sequence": r["seq"], "precision": r["precision"]},
+            "workload": workload,
             "cluster": {"kind": "dgx", "nodes": r["gpus"] // nvlink_domain(r), "gpus_per_node": nvlink_domain(r),
                         "gpu": device(r, efficiencies),
                         "nvlink": {"bandwidth": nvlink, "latency": "0.5us"},
