@@ -156,14 +156,21 @@ Attention attention(const TensorSplit& sp, int t, bool sequence_parallel, Precis
   const double qkvo = (2 * s * q + 2 * s * kv * hd) / T;  // Q, K, V read and the output written
   const double keys = window_keys(sp);                    // keys per query
   attention_core(sp, 4 * s * keys * q / T, a * s * keys / T, qkvo, eb, k);
+  if (sp.qk_norm) {  // the local heads' queries, then keys: read and written, as LN1 (1.5x backward)
+    for (const double width : {q, kv * hd}) {
+      const double bytes = 2 * s * width / T * eb;
+      k.rotary.push_back(kernel(KernelClass::Norm, 0, 0, 0, bytes, 1.5 * bytes, 0, 1));
+    }
+  }
   if (sp.rotary) {
     const double rot = 2 * s * (q + kv * hd) / T * eb;  // queries and keys, read and written
     k.rotary.push_back(kernel(KernelClass::Elementwise, 0, 0, 0, rot, rot, 0, 1));
   }
   k.parameters = w_qkv + w_proj + (sp.biases ? h : 0) + norm_parameters(sp);  // proj bias, LN1
   if (sp.attention_sinks) k.parameters += a / T;                              // a sink per local head
-  // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q).
-  k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q;
+  if (sp.qk_norm) k.parameters += 2 * hd;  // q_norm and k_norm, whole on every rank
+  // Q, K, V (2 s q + 4 s kv hd) and the projection's input (2 s q); with q/k norms their inputs too.
+  k.stash.split = 2 * s * q + 4 * s * kv * hd + 2 * s * q + (sp.qk_norm ? 2 * s * (q + kv * hd) : 0);
   // fp8 GEMM inputs: QKV's (LN1's output, LayerNormLinear's ln_out) and the projection's.
   k.stash.unsplit_fp8 = 2 * s * h;
   k.stash.split_fp8 = 2 * s * q;

@@ -39,6 +39,8 @@ struct Stash {
 struct Attention {
   Kernel ln1;
   std::vector<Kernel> qkv;  // the projections before the core
+  // Between the projections and the core: Qwen3's q/k norms (TensorSplit::qk_norm), then the rotary
+  // embedding.
   std::vector<Kernel> rotary;
   Kernel core, softmax_dropout, proj, dropout_residual;
   double parameters = 0;

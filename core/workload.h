@@ -248,6 +248,9 @@ struct TensorSplit {
   // GEMMs included).
   bool norm_biases = true;
   bool attention_sinks = false;  // GPT-OSS: one learned logit per head (its parameters; no work)
+  // Qwen3's per-head RMSNorm of the queries and the keys after QKV, before the rotary embedding
+  // (q_norm, k_norm of head_dim each; Megatron-Core's qk_layernorm): two norm kernels each way.
+  bool qk_norm = false;
 };
 
 struct Layer {

@@ -372,7 +372,7 @@ Result<Workload> build_llama(const ModelArgs& a, Precision p) {
 // RMSNorm; `biases` 1 adds the attention, expert and router biases (GPT-OSS: its norms stay RMSNorm,
 // without bias); `attention_sinks` 1 a learned logit per head (GPT-OSS; its parameters, not its work);
 // `mtp_layers` D > 0 adds D multi-token-prediction modules after the head (DeepSeek-V3 trains with 1;
-// multi_token_prediction above).
+// multi_token_prediction above); `qk_norm` 1 normalises each head's queries and keys (Qwen3).
 Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   const int64_t L = arg(a, "layers"), h = arg(a, "hidden"), s = arg(a, "sequence"),
                 vocab = arg(a, "vocabulary"), dense = arg(a, "dense_layers"),
@@ -390,6 +390,7 @@ Result<Workload> build_moe(const ModelArgs& a, Precision p) {
   shape.biases = arg(a, "biases") != 0;
   shape.norm_biases = false;  // RMSNorm
   shape.attention_sinks = arg(a, "attention_sinks") != 0;
+  shape.qk_norm = arg(a, "qk_norm") != 0;
   shape.rotary = true;
   shape.causal = true;
   shape.fused_attention = true;
@@ -440,7 +441,7 @@ struct MoeDefaults {
   double layers, hidden, heads, kv_heads, head_dim, ffn, dense_layers, experts, top_k, expert_ffn, shared_ffn,
       sequence, vocabulary, q_rank = 0, kv_rank = 0, rope_dim = 0, v_dim = 0, biases = 0, sigmoid = 0,
                             sliding_window = 0, router_groups = 0, router_group_topk = 0,
-                            activation_clamp = 0, attention_sinks = 0, mtp_layers = 0;
+                            activation_clamp = 0, attention_sinks = 0, mtp_layers = 0, qk_norm = 0;
 };
 std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults& d) {
   return {{"layers", d.layers},
@@ -467,7 +468,16 @@ std::vector<std::pair<std::string_view, double>> moe_defaults(const MoeDefaults&
           {"router_group_topk", d.router_group_topk},
           {"activation_clamp", d.activation_clamp},
           {"attention_sinks", d.attention_sinks},
-          {"mtp_layers", d.mtp_layers}};
+          {"mtp_layers", d.mtp_layers},
+          {"qk_norm", d.qk_norm}};
+}
+
+// Qwen3's MoE decoders: an MoE entry with the per-head q/k RMSNorms on (Qwen3Attention's q_norm and
+// k_norm of head_dim, transformers' modeling_qwen3.py; Megatron-Bridge's Qwen3 providers set
+// qk_layernorm).
+std::vector<std::pair<std::string_view, double>> qwen3_defaults(MoeDefaults d) {
+  d.qk_norm = 1;
+  return moe_defaults(d);
 }
 
 // GraphPipe's MMT: `branches` independent stacks of `layers` Transformer layers over their own
@@ -634,10 +644,10 @@ const ModelInfo kModels[] = {
      moe_defaults({56, 6144, 48, 8, 0, 16384, 0, 8, 2, 16384, 0, 4096, 32000}), &build_moe},
     {"qwen3-30b-a3b",
      "Qwen3-30B-A3B: 48 MoE layers, h 2048, 32 heads (4 KV) of 128, 128 experts of FFN 768, top-8",
-     moe_defaults({48, 2048, 32, 4, 128, 6144, 0, 128, 8, 768, 0, 4096, 151936}), &build_moe},
+     qwen3_defaults({48, 2048, 32, 4, 128, 6144, 0, 128, 8, 768, 0, 4096, 151936}), &build_moe},
     {"qwen3-235b-a22b",
      "Qwen3-235B-A22B: 94 MoE layers, h 4096, 64 heads (4 KV) of 128, 128 experts of FFN 1536, top-8",
-     moe_defaults({94, 4096, 64, 4, 128, 12288, 0, 128, 8, 1536, 0, 4096, 151936}), &build_moe},
+     qwen3_defaults({94, 4096, 64, 4, 128, 12288, 0, 128, 8, 1536, 0, 4096, 151936}), &build_moe},
     {"deepseek-v2-lite",
      "DeepSeek-V2-Lite: 27 layers (1 dense), h 2048, MLA, 64 experts of FFN 1408 + 2 shared, top-6",
      moe_defaults({27, 2048, 16, 16, 128, 10944, 1, 64, 6, 1408, 2816, 4096, 102400, 0, 512, 64, 128}),
@@ -722,7 +732,7 @@ Result<const ModelInfo*> find_model(std::string_view name) {
 ParameterRange parameter_range(std::string_view parameter) {
   if (parameter == "pooled" || parameter == "fused_bn_relu" || parameter == "shared_embedding" ||
       parameter == "tied_embeddings" || parameter == "biases" || parameter == "sigmoid" ||
-      parameter == "activation_clamp" || parameter == "attention_sinks")
+      parameter == "activation_clamp" || parameter == "attention_sinks" || parameter == "qk_norm")
     return {0, 1};
   if (parameter == "head_dim" || parameter == "dense_layers" || parameter == "shared_ffn" ||
       parameter == "q_rank" || parameter == "kv_rank" || parameter == "rope_dim" || parameter == "v_dim" ||

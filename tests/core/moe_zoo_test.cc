@@ -85,9 +85,11 @@ TEST_CASE("Mixtral 8x7B and 8x22B: hand counts, 46.7B / 12.9B and 141B / 39B pub
 }
 
 TEST_CASE("Qwen3 MoE: 30.5B / 3.3B and 235B / 22B, head_dim 128 wider than hidden / heads") {
-  // Qwen3-30B-A3B: h 2048, 48 layers, 32 heads of 128 (4 KV), 128 experts of 768, top-8, vocab 151936.
+  // Qwen3-30B-A3B: h 2048, 48 layers, 32 heads of 128 (4 KV), 128 experts of 768, top-8, vocab 151936;
+  // per layer the q/k RMSNorms of head_dim (q_norm, k_norm: 2 x 128).
   Workload q30 = model("qwen3-30b-a3b");
-  const double layer = gqa_attention(2048, 32, 4, 128) + 2048 + 2048.0 * 128 + 128 * swiglu(2048, 768);
+  const double layer =
+      gqa_attention(2048, 32, 4, 128) + 2 * 128 + 2048 + 2048.0 * 128 + 128 * swiglu(2048, 768);
   CHECK(close_rel(total_parameters(q30), 48 * layer + 2 * 151936.0 * 2048 + 2048, 1e-12));
   // The model card: "30.5B in total and 3.3B activated", "29.9B non-embedding"; the activated count
   // by hand is 3.35B (embedding and head included), within the card's rounding of 0.1B.
@@ -102,14 +104,15 @@ TEST_CASE("Qwen3 MoE: 30.5B / 3.3B and 235B / 22B, head_dim 128 wider than hidde
 TEST_CASE("Qwen3-30B-A3B block stashes what Megatron-Core saves for its backward, by hand") {
   // Per token, in bytes at bf16, no recomputation, FlashAttention, one device (t = ep = 1), balanced:
   // attention: LN1's input and output 2h + 2h, Q 2q, K and V 2 x 2 kv hd, the output projection's
-  // input 2q, the dropout mask h; MoE: LN2's input and output 2h + 2h (the router's and the
+  // input 2q, the dropout mask h, the q/k norms' inputs 2q + 2 kv hd; MoE: LN2's input and output
+  // 2h + 2h (the router's and the
   // dispatch's input), the dropout mask h, the router's fp32 logits 4E, and per routed copy (top-k of
   // them) the first expert GEMM's input 2h, its output 2 x 2f (SwiGLU's gate and up) and the second
   // GEMM's input 2f. The combine saves nothing: the routing probabilities are applied in the experts'
   // activation (Megatron-Core's TEGroupedMLP, weighted_bias_swiglu) and un-permutation is a sum.
   Workload q30 = model("qwen3-30b-a3b");
   const double h = 2048, q = 32 * 128, kv = 4 * 128, E = 128, k = 8, f = 768;
-  const double attention = 5 * h + 4 * q + 4 * kv;
+  const double attention = 5 * h + 4 * q + 4 * kv + 2 * q + 2 * kv;
   const double moe = 5 * h + 4 * E + k * (2 * h + 4 * f + 2 * f);
   size_t blocks = 0;
   for (size_t i = 0; i < q30.layer_count(); ++i) {
