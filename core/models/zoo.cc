@@ -257,13 +257,17 @@ Layer rmsnorm_layer(int64_t s, int64_t h, Precision p) {
 }
 
 // A final RMSNorm and an output head over [s, h] (the Llama family's and the MoE decoders'), the head
-// untied, or tied to layer `tied_to`'s weight (a multi-token-prediction module's shared head); the
-// layers' names start with `prefix`. Returns the head.
+// untied, or tied to layer `tied_to`'s weight (a multi-token-prediction module's shared head, its two
+// layers marked so); the layers' names start with `prefix`. Returns the head.
 int final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vocab, Precision p,
                         const std::string& prefix = "", int tied_to = -1) {
   const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
-  x = must(b.custom(prefix + "final_norm", {x}, rmsnorm_layer(s, h, p), {s, h}));
+  const bool mtp = tied_to >= 0;
+  Layer norm = rmsnorm_layer(s, h, p);
+  norm.multi_token_prediction = mtp;
+  x = must(b.custom(prefix + "final_norm", {x}, norm, {s, h}));
   Layer head;
+  head.multi_token_prediction = mtp;
   head.kind = "linear";
   head.forward_flops = 2.0 * s * h * vocab;
   head.backward_input_flops = head.forward_flops;
@@ -333,9 +337,7 @@ void multi_token_prediction(ModelBuilder& b, int x, int table, int head, const T
     const int pr = must(b.custom(m + "eh_proj", {en, hn}, proj, {s, h}));
     x = must(b.decoder_block(m + "layer", pr, block));
     b.mark_multi_token_prediction(x);
-    const int out = final_norm_and_head(b, x, s, h, vocab, p, m, head);
-    b.mark_multi_token_prediction(out);
-    b.mark_multi_token_prediction(out - 1);  // its final norm
+    final_norm_and_head(b, x, s, h, vocab, p, m, head);
   }
 }
 
