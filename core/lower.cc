@@ -1281,10 +1281,10 @@ void Lowering::add_data_parallel_collectives() {
   for (const TiedPair& x : tied_pairs()) {
     const double n =
         cost(static_cast<size_t>(x.copy.first), static_cast<size_t>(x.copy.second)).tied_parameters;
-    const double bytes = o_.gradient_reduce_bytes > 0
-                             ? n * o_.gradient_reduce_bytes
-                             : tied_bytes(w_, w_.layer(static_cast<size_t>(x.layer)), n);
-    reduce_gradients({x.copy, x.source}, bytes, false, true);
+    reduce_gradients(
+        {x.copy, x.source},
+        tied_gradient_bytes(w_, w_.layer(static_cast<size_t>(x.layer)), n, o_.gradient_reduce_bytes), false,
+        true);
   }
 }
 

@@ -24,7 +24,8 @@ std::optional<ModelFlops> model_flops(const Workload& w) {
   ModelFlops f;
   f.total_parameters = total_parameters(w);
   for (size_t l = 0; l < w.layer_count(); ++l) {
-    const TensorSplit& s = w.layer(static_cast<int>(l)).split;
+    const Layer& layer = w.layer(static_cast<int>(l));
+    const TensorSplit& s = layer.split;
     if (is_block(s.kind)) {
       ++f.blocks;
       f.sequence = s.sequence;
@@ -33,9 +34,8 @@ std::optional<ModelFlops> model_flops(const Workload& w) {
       f.attention_flops_per_token += attention_flops(s);
     } else if (s.kind == TensorSplitKind::VocabHead) {
       f.active_parameters += s.vocabulary * s.hidden;
-    } else if (w.layer(static_cast<int>(l)).multi_token_prediction &&
-               w.layer(static_cast<int>(l)).kind == "linear") {
-      f.active_parameters += w.layer(static_cast<int>(l)).parameters;  // its eh_proj: every token, 2h -> h
+    } else if (layer.multi_token_prediction && layer.kind == "linear") {
+      f.active_parameters += layer.parameters;  // a multi-token-prediction module's eh_proj: every token
     }
   }
   if (f.blocks == 0 || !(f.sequence > 0)) return std::nullopt;

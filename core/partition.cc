@@ -71,6 +71,10 @@ std::vector<TiedCopy> tied_copies(const Workload& w, const Partition& p) {
   return out;
 }
 
+double tied_gradient_bytes(const Workload& w, const Layer& tied, double parameters, double reduce_bytes) {
+  return reduce_bytes > 0 ? parameters * reduce_bytes : tied_bytes(w, tied, parameters);
+}
+
 void add_sequence_edges(Partition& p) {
   for (size_t s = 0; s + 1 < p.stage_count(); ++s)
     if (!boost::edge(s, s + 1, p.graph).second) boost::add_edge(s, s + 1, StageEdge{0}, p.graph);

@@ -116,6 +116,11 @@ struct TiedCopy {
   std::vector<bool> copies;  // per position of `stage`: its device keeps a copy
 };
 std::vector<TiedCopy> tied_copies(const Workload& w, const Partition& p);
+// The bytes of a tied copy's gradient of `parameters` as it is all-reduced: `reduce_bytes` per
+// parameter where the strategy sets the reduce's precision (StrategySpec::gradient_reduce_bytes > 0),
+// else at the source weight's bytes per parameter (tied_bytes). The lowering and the 3D search's
+// estimate both cost it so.
+double tied_gradient_bytes(const Workload& w, const Layer& tied, double parameters, double reduce_bytes);
 
 // Makes a sequential pipeline of a partition: adds a zero-byte dependency s -> s + 1 wherever
 // consecutive stages have no data edge (a linearised multi-branch model), so the stages run as

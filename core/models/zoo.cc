@@ -300,6 +300,12 @@ int final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vo
 void multi_token_prediction(ModelBuilder& b, int x, int table, int head, const TensorSplit& block,
                             int64_t depth, int64_t s, int64_t h, int64_t vocab, Precision p) {
   const double eb = element_bytes(p), sh = static_cast<double>(s) * h;
+  // Seven layers a module: refused here, so that the error names mtp_layers, not the model's layers.
+  if (static_cast<double>(b.size()) + 7.0 * static_cast<double>(depth) > kMaxLayers)
+    throw BuildError(
+        fmt::format("mtp_layers {} adds {} layers to the model's {}, above pipegrid's limit of {} "
+                    "(docs/limits.md)",
+                    depth, 7 * depth, b.size(), kMaxLayers));
   for (int64_t k = 1; k <= depth; ++k) {
     const std::string m = fmt::format("mtp{}.", k);
     Layer hnorm = rmsnorm_layer(s, h, p);

@@ -699,12 +699,11 @@ Result<std::vector<Search3dEstimator::TiedReduce>> Search3dEstimator::tied_reduc
                                                                                    const FoldedPlan& fp) {
   std::vector<TiedReduce> out;
   const int T = c.t, d = c.d * c.cp;
-  const double per_parameter = base_.strategy.gradient_reduce_bytes;
   for (const TiedCopy& tc : tied_copies(base_.workload, fp.part)) {
     const double n = fp.costs[static_cast<size_t>(tc.stage)][0].tied_parameters;
     const Layer& tied = base_.workload.layer(static_cast<size_t>(
         fp.part.stage(static_cast<size_t>(tc.stage)).layers[static_cast<size_t>(tc.index)]));
-    const double bytes = per_parameter > 0 ? n * per_parameter : tied_bytes(base_.workload, tied, n);
+    const double bytes = tied_gradient_bytes(base_.workload, tied, n, base_.strategy.gradient_reduce_bytes);
     const int a = fp.rank_of[static_cast<size_t>(tc.stage)],
               b = fp.rank_of[static_cast<size_t>(tc.source_stage)];
     std::vector<std::vector<int>> pairs;
