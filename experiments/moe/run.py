@@ -188,12 +188,17 @@ FULL_ITERATION_CUDA_GRAPH = {
 } | ULTRA_FULL_ITERATION
 
 
+def release(r):
+    """The row's release as a tuple of numbers: '26.04.01' -> (26, 4, 1)."""
+    return tuple(int(x) for x in str(r["release"]).split("."))
+
+
 def full_iteration_cuda_graph(r):
     """The row's run captured the whole iteration in a CUDA graph: its recipe does, and its release
     is 26.06 or later (FULL_ITERATION_CUDA_GRAPH)."""
     if r["source"] != "megatron-bridge" or recipe_key(r) not in FULL_ITERATION_CUDA_GRAPH:
         return False
-    return tuple(int(x) for x in str(r["release"]).split(".")) >= (26, 6)
+    return release(r) >= (26, 6)
 
 
 # The full-iteration recipes also run the experts through Transformer Engine's op fuser
@@ -290,9 +295,15 @@ def device(r, efficiencies):
 
 
 def mtp_layers(r):
-    """The multi-token-prediction modules a row ran with: 1 where its quote prints "w/ MTP" (Megatron-Bridge's
-    DeepSeekV3 rows of 25.11), 0 where it prints "w/o MTP" or nothing (rows.yaml, "Assumptions")."""
-    return 1 if "w/ MTP" in " ".join(str(r["quote"]).split()) else 0
+    """The multi-token-prediction modules a row ran with (rows.yaml, "Assumptions"): what its quote prints
+    ("w/ MTP" 1, "w/o MTP" 0: Megatron-Bridge's DeepSeekV3 rows of 25.11); where it prints neither, the
+    recipe's: a DeepSeek-V3 row of 26.02 or later 1 (every DeepSeek-V3 performance config from
+    Megatron-Bridge v0.3.0, 2026-02-26, the tag nearest 26.02, on builds on the pre-training recipe,
+    whose mtp_num_layers is 1, and its pipeline layouts carry the module, `m`), any other row 0."""
+    quote = " ".join(str(r["quote"]).split())
+    if "w/ MTP" in quote or "w/o MTP" in quote:
+        return 1 if "w/ MTP" in quote else 0
+    return 1 if r["model"] == "deepseek-v3" and release(r) >= (26, 2) else 0
 
 
 def experiment(r, efficiencies=None):
