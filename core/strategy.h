@@ -19,14 +19,17 @@ namespace pipegrid {
 // The megatron partitioner's uneven split, as Megatron-Core's arguments set it (megatron/training/
 // arguments.py; megatron_layout in core/partitioners/megatron.h applies its rules). Either the block
 // counts of the first and last pipeline ranks (0: not given), or the embedding and the loss counted
-// as one block each; not both (Megatron-Core refuses the combination).
+// as one block each (not both: Megatron-Core refuses the combination), or an explicit layout of every
+// stage (alone).
 struct MegatronSplit {
   int first_stage_blocks = 0;  // --decoder-first-pipeline-num-layers: blocks on rank 0, all its chunks
   int last_stage_blocks = 0;   // --decoder-last-pipeline-num-layers: blocks on the last rank
   bool account_for_embedding = false;  // --account-for-embedding-in-pipeline-split
   bool account_for_loss = false;       // --account-for-loss-in-pipeline-split
+  std::string layout;  // --pipeline-model-parallel-layout, e.g. "Et*4|(t*4|)*14tmL"; empty: none
   bool uneven() const {
-    return first_stage_blocks > 0 || last_stage_blocks > 0 || account_for_embedding || account_for_loss;
+    return first_stage_blocks > 0 || last_stage_blocks > 0 || account_for_embedding || account_for_loss ||
+           !layout.empty();
   }
 };
 

@@ -3,10 +3,13 @@
 // first block (input, embeddings) with the first stage and those after the last block (final norm,
 // head) with the last stage. The runs are equal, as Megatron requires by default (--num-layers a
 // multiple of the pipeline size, times the virtual size when interleaving), or uneven as Megatron-Core's
-// first/last-stage counts and its embedding and loss accounting set them (megatron_layout).
+// first/last-stage counts, its embedding and loss accounting or its explicit layout set them
+// (megatron_layout).
 #include "core/partitioners/megatron.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/partitioners/common.h"
 #include "core/strategy.h"
@@ -101,18 +104,153 @@ MegatronLayout check_chunks(MegatronLayout out, int chunks, const MegatronSplit&
   return out;
 }
 
+// The longest a layout may expand to: far above any model's blocks (docs/limits.md's 131,072 layers).
+constexpr size_t kMaxLayoutSymbols = size_t{1} << 20;
+
+// Appends `text` expanded to `out`: symbols and `|` copied, `x*n` and `(...)*n` repeated n times, commas
+// dropped. `offset`: text's first character in the whole layout, for the message. Megatron-Core expands
+// the parenthesised groups first and then single symbols (parse_str_to_list), so its groups do not
+// nest; neither do these.
+std::string expand_layout(std::string_view text, size_t offset, bool in_group, std::string& out) {
+  const auto at = [&](size_t i, std::string what) {
+    return fmt::format("at character {}: {}", offset + i + 1, what);
+  };
+  size_t i = 0;
+  // The repeat count after position i ("*n"), or 1 where none follows.
+  const auto repeats = [&](long long& n) -> std::string {
+    if (i >= text.size() || text[i] != '*') return (n = 1, "");
+    size_t j = ++i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9' && j - i < 8) ++j;
+    if (j == i) return at(i - 1, "expected a count after '*' (x*n repeats x n times)");
+    n = std::stoll(std::string(text.substr(i, j - i)));
+    i = j;
+    return "";
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    const size_t start = i;
+    std::string unit;
+    if (c == ',') {
+      ++i;
+      continue;
+    }
+    if (c == '(') {
+      if (in_group) return at(i, "expected no '(' inside a group (Megatron-Core's groups do not nest)");
+      const size_t close = text.find(')', i);
+      if (close == std::string_view::npos) return at(i, "expected a ')' closing this group");
+      if (std::string problem = expand_layout(text.substr(i + 1, close - i - 1), offset + i + 1, true, unit);
+          !problem.empty())
+        return problem;
+      i = close + 1;
+      if (i >= text.size() || text[i] != '*')
+        return at(close, "expected *n after a group (Megatron-Core repeats a group n times)");
+    } else if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+      unit = std::string(1, c);
+      ++i;
+    } else {
+      return at(i, fmt::format("expected E (the embedding), t (a transformer block), m (a multi-token-"
+                               "prediction module), L (the loss), '|' between stages, '(', '*' or ',', got "
+                               "'{}'",
+                               c));
+    }
+    long long n = 1;
+    if (std::string problem = repeats(n); !problem.empty()) return problem;
+    if (unit.size() * static_cast<size_t>(n) > kMaxLayoutSymbols - out.size())
+      return at(start,
+                fmt::format("expected a layout of at most {} symbols expanded, got more", kMaxLayoutSymbols));
+    for (long long k = 0; k < n; ++k) out += unit;
+  }
+  return "";
+}
+
+// The blocks of each stage under an explicit layout (Megatron-Core's validate_layer_layout, with the two
+// places pipegrid fixes: the embedding's stage and the MTP modules', the head's), or why not.
+MegatronLayout from_layout(const std::string& text, int n, int mtp, int ranks, int chunks) {
+  const ParsedLayout parsed = parse_megatron_layout(text);
+  if (!parsed.problem.empty()) return refused("layout", parsed.problem);
+  const std::vector<std::string>& st = parsed.stages;
+  const size_t want = static_cast<size_t>(ranks) * chunks;
+  if (st.size() != want)
+    return refused("layout",
+                   fmt::format("expected {} stages ({} ranks x {} chunk{}, '|' between them), got {}{}", want,
+                               ranks, chunks, chunks == 1 ? "" : "s", st.size(),
+                               st.size() % ranks == 0 && st.size() > want
+                                   ? fmt::format(" (strategy.chunks: {} would fit)", st.size() / ranks)
+                                   : ""));
+  std::string all;
+  for (const std::string& stage : st) all += stage;
+  const auto count = [&](char c) { return static_cast<int>(std::count(all.begin(), all.end(), c)); };
+  for (size_t s = 0; s < st.size(); ++s)
+    if (st[s].empty())
+      return refused("layout", fmt::format("expected a layer in every stage, got none in stage {} (pipegrid "
+                                           "runs no empty stage)",
+                                           s));
+  if (all.front() != 'E' || count('E') != 1 || st.front().front() != 'E')
+    return refused("layout",
+                   fmt::format("expected the embedding (E) once, first in stage 0, as Megatron-Core "
+                               "requires, got {} E and \"{}\" first",
+                               count('E'), all.front()));
+  if (all.back() != 'L' || count('L') != 1)
+    return refused("layout",
+                   fmt::format("expected the loss (L) once, last in the last stage, as Megatron-Core "
+                               "requires, got {} L and \"{}\" last",
+                               count('L'), all.back()));
+  if (count('t') != n)
+    return refused("layout",
+                   fmt::format("expected the workload's {} transformer blocks (t), got {}", n, count('t')));
+  if (count('m') != mtp)
+    return refused("layout", fmt::format("expected the workload's {} multi-token-prediction module{} (m; "
+                                         "workload.mtp_layers), got {}",
+                                         mtp, mtp == 1 ? "" : "s", count('m')));
+  if (std::count(st.back().begin(), st.back().end(), 'm') != mtp)
+    return refused("layout",
+                   "expected the multi-token-prediction modules (m) in the loss's stage: pipegrid "
+                   "keeps them with the head (docs/moe.md) and does not model a stage of them alone");
+  if (mtp > 0 && all.find('m') < all.rfind('t'))
+    return refused("layout",
+                   "expected every transformer block (t) before the first multi-token-prediction "
+                   "module (m), as Megatron-Core requires");
+  MegatronLayout out;
+  for (const std::string& stage : st)
+    out.blocks.push_back(static_cast<int>(std::count(stage.begin(), stage.end(), 't')));
+  return out;
+}
+
 }  // namespace
 
+ParsedLayout parse_megatron_layout(std::string_view text) {
+  std::string flat;
+  if (std::string problem = expand_layout(text, 0, false, flat); !problem.empty()) return {{}, problem};
+  ParsedLayout out;
+  out.stages.emplace_back();
+  for (char c : flat) {
+    if (c == '|')
+      out.stages.emplace_back();
+    else
+      out.stages.back() += c;
+  }
+  return out;
+}
+
 MegatronLayout megatron_layout(int n, int ranks, int chunks, std::string_view schedule,
-                               const MegatronSplit& s) {
+                               const MegatronSplit& s, int mtp_modules) {
   const bool first_last = s.first_stage_blocks > 0 || s.last_stage_blocks > 0;
   if (s.uneven() && (schedule == "dualpipe" || schedule == "dualpipev"))
     return refused(
-        first_last ? (s.first_stage_blocks > 0 ? "first_stage_blocks" : "last_stage_blocks")
-                   : (s.account_for_embedding ? "account_for_embedding" : "account_for_loss"),
+        !s.layout.empty() ? "layout"
+        : first_last      ? (s.first_stage_blocks > 0 ? "first_stage_blocks" : "last_stage_blocks")
+                          : (s.account_for_embedding ? "account_for_embedding" : "account_for_loss"),
         fmt::format("used with schedules that run stage s on rank s mod p, as Megatron-Core does; {} "
                     "places its stages otherwise",
                     schedule));
+  if (!s.layout.empty()) {
+    if (first_last || s.account_for_embedding || s.account_for_loss)
+      return refused(
+          "layout",
+          "expected alone: a layout places every layer itself, and Megatron-Core refuses it beside "
+          "the first/last-stage counts and the embedding and loss accounting");
+    return from_layout(s.layout, n, mtp_modules, ranks, chunks);
+  }
   MegatronLayout out = first_last ? first_last_ranks(n, ranks, s) : even_ranks(n, ranks, chunks, s);
   if (out.ok() && first_last) out = check_chunks(std::move(out), chunks, s);
   if (!out.ok()) return out;
@@ -137,8 +275,11 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
     return Error{fmt::format(
         "the megatron partitioner splits transformer (or MoE) blocks, and workload \"{}\" has none",
         r.workload.name)};
+  int mtp = 0;  // the multi-token-prediction modules (their blocks), which a layout places
+  for (int l : order)
+    mtp += is_block(r.workload.layer(l).split.kind) && r.workload.layer(l).multi_token_prediction;
   const MegatronSplit& split = r.options.megatron;
-  const MegatronLayout layout = megatron_layout(n, r.stages, r.chunks, r.schedule, split);
+  const MegatronLayout layout = megatron_layout(n, r.stages, r.chunks, r.schedule, split, mtp);
   if (!layout.ok())
     return Error{layout.key.empty() ? layout.problem
                                     : fmt::format("strategy.{}: {}", layout.key, layout.problem)};

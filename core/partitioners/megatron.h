@@ -5,7 +5,14 @@
 //  - first_stage_blocks / last_stage_blocks: those counts on the first and last ranks, the rest split
 //    evenly over the middle ranks;
 //  - account_for_embedding / account_for_loss: the embedding and the loss each count as one block in an
-//    even split, and the first (last) model chunk builds one block fewer.
+//    even split, and the first (last) model chunk builds one block fewer;
+//  - layout: Megatron-Core's --pipeline-model-parallel-layout (megatron/core/transformer/
+//    pipeline_parallel_layer_layout.py), every stage's layers spelt out: `E` the embedding, `t` a
+//    transformer block, `m` a multi-token-prediction module, `L` the loss (final norm and head), `|`
+//    between stages in stage order, `x*n` and `(...)*n` repeated, commas ignored. Its rules: the
+//    embedding first and the loss last, each once, the model's blocks and MTP modules all there, every
+//    block before the first module, the modules in one stage. pipegrid keeps the modules with the head
+//    (docs/moe.md), so they must share the loss's stage, and the embedding the first.
 // With v chunks per rank each rank's count is split equally over its chunks, and the blocks run in
 // Megatron's order: chunk k of rank r is stage k p + r, stages in order.
 #pragma once
@@ -29,8 +36,17 @@ struct MegatronLayout {
 
 // The split of `blocks` transformer blocks over `ranks` x `chunks` stages. Preconditions: blocks,
 // ranks, chunks >= 1. `schedule`: an uneven split needs stage s on rank s mod ranks, which dualpipe
-// and dualpipev do not follow.
+// and dualpipev do not follow. `mtp_modules`: the workload's multi-token-prediction modules, which a
+// layout must place.
 MegatronLayout megatron_layout(int blocks, int ranks, int chunks, std::string_view schedule,
-                               const MegatronSplit& split);
+                               const MegatronSplit& split, int mtp_modules = 0);
+
+// A layout string's stages, each the layer symbols it holds (E, t, m, L), expanded; or the problem
+// (key "layout") with the character at fault.
+struct ParsedLayout {
+  std::vector<std::string> stages;
+  std::string problem;
+};
+ParsedLayout parse_megatron_layout(std::string_view text);
 
 }  // namespace pipegrid

@@ -179,3 +179,132 @@ TEST_CASE("Llama 3 405B at p 16, v 2: 126 blocks, the first and last ranks one b
   flat_want.front() = flat_want.back() = 7;
   CHECK(blocks_per_stage(w, *flat) == flat_want);
 }
+
+namespace {
+
+MegatronSplit laid_out(std::string text) {
+  MegatronSplit s;
+  s.layout = std::move(text);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("megatron layout strings expand as Megatron-Core's parse_str_to_list does") {
+  // Megatron-Core's own example (pipeline_parallel_layer_layout.py): "Ettt|(tt|)*29,m|L" is
+  // [E t t t] + [t t] x 29 + [m] + [L], 32 stages; commas are cosmetic.
+  ParsedLayout p = parse_megatron_layout("Ettt|(tt|)*29,m|L");
+  REQUIRE(p.problem.empty());
+  REQUIRE(p.stages.size() == 32u);
+  CHECK(p.stages.front() == "Ettt");
+  CHECK(p.stages[1] == "tt");
+  CHECK(p.stages[29] == "tt");
+  CHECK(p.stages[30] == "m");
+  CHECK(p.stages[31] == "L");
+  // Megatron-Bridge's DeepSeek-V3 layout on GB300 (PP 2, VP 8): 1 + 14 + 1 stages, 4 + 56 + 1 = 61 blocks.
+  p = parse_megatron_layout("Et*4|(t*4|)*14tmL");
+  REQUIRE(p.stages.size() == 16u);
+  CHECK(p.stages.front() == "Etttt");
+  CHECK(p.stages[14] == "tttt");
+  CHECK(p.stages.back() == "tmL");
+  // Counts of more than one digit, and a repeated '|'.
+  p = parse_megatron_layout("Et*12|*2tL");
+  REQUIRE(p.stages.size() == 3u);
+  CHECK(p.stages[0] == "E" + std::string(12, 't'));
+  CHECK(p.stages[1].empty());
+  CHECK(p.stages[2] == "tL");
+  // What Megatron-Core's parser refuses, with the character at fault.
+  CHECK(parse_megatron_layout("Etx|tL").problem ==
+        "at character 3: expected E (the embedding), t (a transformer block), m (a multi-token-prediction "
+        "module), L (the loss), '|' between stages, '(', '*' or ',', got 'x'");
+  CHECK(parse_megatron_layout("E(tt|)L").problem ==
+        "at character 6: expected *n after a group (Megatron-Core repeats a group n times)");
+  CHECK(parse_megatron_layout("E((t|)*2)*2L").problem ==
+        "at character 3: expected no '(' inside a group (Megatron-Core's groups do not nest)");
+  CHECK(parse_megatron_layout("Et*|tL").problem ==
+        "at character 3: expected a count after '*' (x*n repeats x n times)");
+  CHECK(parse_megatron_layout("E(t|L").problem == "at character 2: expected a ')' closing this group");
+}
+
+TEST_CASE("megatron layout: each stage's blocks as written, and what Megatron-Core or pipegrid refuses") {
+  // DeepSeek-V3's 61 blocks and one MTP module on GB300s, PP 2 x VP 8 (Megatron-Bridge's layout).
+  std::vector<int> want(16, 4);
+  want.back() = 1;
+  const MegatronLayout l = megatron_layout(61, 2, 8, "interleaved-1f1b", laid_out("Et*4|(t*4|)*14tmL"), 1);
+  REQUIRE_MESSAGE(l.ok(), l.problem);
+  CHECK(l.blocks == want);
+  // Uneven without interleaving: 2 + 3 + 3 + 2 blocks.
+  CHECK(megatron_layout(10, 4, 1, "1f1b", laid_out("Ett|ttt|ttt|ttL")).blocks ==
+        std::vector<int>{2, 3, 3, 2});
+  const auto problem = [](int n, int p, int v, std::string text, int mtp = 0) {
+    const MegatronLayout r = megatron_layout(n, p, v, "interleaved-1f1b", laid_out(std::move(text)), mtp);
+    CHECK(r.key == "layout");
+    CHECK(r.blocks.empty());
+    return r.problem;
+  };
+  CHECK(problem(61, 2, 1, "Et*4|(t*4|)*14tmL", 1) ==
+        "expected 2 stages (2 ranks x 1 chunk, '|' between them), got 16 (strategy.chunks: 8 would fit)");
+  CHECK(problem(60, 2, 8, "Et*4|(t*4|)*14tmL", 1) ==
+        "expected the workload's 60 transformer blocks (t), got 61");
+  CHECK(problem(61, 2, 8, "Et*4|(t*4|)*14tmL", 0) ==
+        "expected the workload's 0 multi-token-prediction modules (m; workload.mtp_layers), got 1");
+  CHECK(problem(4, 2, 1, "tEt|ttL") ==
+        "expected the embedding (E) once, first in stage 0, as Megatron-Core requires, got 1 E and \"t\" "
+        "first");
+  CHECK(problem(4, 2, 1, "Ett|tLt") ==
+        "expected the loss (L) once, last in the last stage, as Megatron-Core requires, got 1 L and \"t\" "
+        "last");
+  CHECK(problem(4, 3, 1, "Ett||ttL") ==
+        "expected a layer in every stage, got none in stage 1 (pipegrid runs no empty stage)");
+  // Megatron-Core's standalone MTP stage: pipegrid keeps the module with the head.
+  CHECK(problem(4, 3, 1, "Ett|ttm|L", 1) ==
+        "expected the multi-token-prediction modules (m) in the loss's stage: pipegrid keeps them with the "
+        "head "
+        "(docs/moe.md) and does not model a stage of them alone");
+  CHECK(problem(4, 3, 1, "Ett|tm|tmL", 2) ==  // two modules, one of them before the loss's stage
+        "expected the multi-token-prediction modules (m) in the loss's stage: pipegrid keeps them with the "
+        "head "
+        "(docs/moe.md) and does not model a stage of them alone");
+  CHECK(problem(4, 2, 1, "Ett|tmtL", 1) ==
+        "expected every transformer block (t) before the first multi-token-prediction module (m), as "
+        "Megatron-Core requires");
+  MegatronSplit both = laid_out("Ett|ttL");
+  both.account_for_loss = true;
+  CHECK(megatron_layout(4, 2, 1, "1f1b", both).key == "layout");
+  CHECK(megatron_layout(4, 2, 1, "dualpipev", laid_out("Ett|ttL")).key == "layout");
+}
+
+TEST_CASE("megatron partitioner with a layout: the stages hold the blocks it names") {
+  const Workload w = small_gpt(10);
+  Result<Partition> part = partition(w, 2, 2, laid_out("Et|ttt|ttt|ttt,L"), "interleaved-1f1b");
+  REQUIRE_MESSAGE(part.ok(), (part.ok() ? "" : part.error().message));
+  CHECK(blocks_per_stage(w, *part) == std::vector<int>{1, 3, 3, 3});
+  const std::vector<int> order = topological_order(w);
+  CHECK(part->stage(0).layers.front() == order.front());
+  CHECK(part->stage(3).layers.back() == order.back());
+  for (size_t s = 0; s < part->stage_count(); ++s)
+    CHECK(part->stage(s).devices == std::vector<int>{int(s % 2)});
+  Result<Partition> bad = partition(w, 2, 2, laid_out("Et|ttt|ttt|ttL"), "interleaved-1f1b");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message == "strategy.layout: expected the workload's 10 transformer blocks (t), got 9");
+}
+
+TEST_CASE("megatron partitioner with a layout: DeepSeek's MTP module stays on the head's stage") {
+  // DeepSeek-V2-Lite cut to 4 blocks (1 dense) with one MTP module, p 2: "Ett|ttmL".
+  const Workload w = zoo("deepseek-v2-lite", {{"layers", 4}, {"mtp_layers", 1}});
+  Result<Partition> part = partition(w, 2, 1, laid_out("Ett|ttmL"));
+  REQUIRE_MESSAGE(part.ok(), (part.ok() ? "" : part.error().message));
+  int main_blocks_last = 0, mtp_last = 0;
+  for (int l : part->stage(1).layers) {
+    main_blocks_last += is_layout_block(w.layer(l));
+    mtp_last += w.layer(l).multi_token_prediction;
+  }
+  CHECK(main_blocks_last == 2);
+  CHECK(mtp_last > 0);
+  for (int l : part->stage(0).layers) CHECK_FALSE(w.layer(l).multi_token_prediction);
+  Result<Partition> none = partition(w, 2, 1, laid_out("Ett|ttL"));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message ==
+        "strategy.layout: expected the workload's 1 multi-token-prediction module (m; workload.mtp_layers), "
+        "got 0");
+}

@@ -654,11 +654,17 @@ void parse_stages(const Node& n, StrategySpec& s, const Chosen& chosen, const Wo
 }
 
 // Megatron-Core's uneven pipeline split (core/partitioners/megatron.h): `first_stage_blocks` and
-// `last_stage_blocks`, or `account_for_embedding` and `account_for_loss`; checked here against the
-// workload's blocks so that a split that does not fit is an error at the key at fault.
+// `last_stage_blocks`, `account_for_embedding` and `account_for_loss`, or `layout`; checked here against
+// the workload's blocks so that a split that does not fit is an error at the key at fault.
 void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, const Workload& w) {
   MegatronSplit& m = s.partitioner_options.megatron;
   std::optional<Node> given;
+  if (auto k = n.get("layout")) {
+    m.layout = k->string("a Megatron-Core pipeline layout, e.g. \"Et*4|(t*4|)*14tmL\"");
+    if (m.layout.empty())
+      k->fail("expected a Megatron-Core pipeline layout, e.g. \"Et*4|(t*4|)*14tmL\", got \"\"");
+    given = k;
+  }
   for (const char* key : {"first_stage_blocks", "last_stage_blocks"})
     if (auto k = n.get(key)) {
       (std::string_view(key) == "first_stage_blocks" ? m.first_stage_blocks : m.last_stage_blocks) =
@@ -692,10 +698,14 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     given->fail(
         "needs strategy.stages, the pipeline ranks the blocks are split over (Megatron's "
         "--pipeline-model-parallel-size)");
-  int blocks = 0;
-  for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_layout_block(w.layer(static_cast<int>(l)));
+  int blocks = 0, mtp = 0;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    const Layer& layer = w.layer(static_cast<int>(l));
+    blocks += is_layout_block(layer);
+    mtp += is_block(layer.split.kind) && layer.multi_token_prediction;
+  }
   if (blocks == 0) given->fail(fmt::format("the workload \"{}\" has no transformer block to split", w.name));
-  const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
+  const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m, mtp);
   if (!layout.ok()) n.get(layout.key).value_or(*given).fail(layout.problem);
 }
 
@@ -838,7 +848,7 @@ void parse_strategy(const Node& n, const Node& workload, Experiment& e, bool bat
                 "baselines", "tensor_parallel", "sequence_parallel", "tp_overlap", "tp_wgrad_overlap", "dp_overlap",
                 "gradient_reduce", "expert_parallel", "expert_tensor_parallel", "moe", "context_parallel",
                 "cp_algorithm", "cp_load_balance", "first_stage_blocks", "last_stage_blocks",
-                "account_for_embedding", "account_for_loss", "allow_fractional_samples", "replica_mode"});
+                "account_for_embedding", "account_for_loss", "layout", "allow_fractional_samples", "replica_mode"});
   // clang-format on
   StrategySpec& s = e.strategy;
   const Chosen chosen = parse_names(n, s);
