@@ -566,6 +566,16 @@ TEST_CASE("search: outputs never replace the experiment, and options that would 
       replaced.out.find("base        strategy.stages 2, strategy.tensor_parallel 4, strategy.schedule gpipe, "
                         "strategy.micro_batches 8, memory.recompute full, memory.zero 1 replaced by the "
                         "search's axes\n") != std::string::npos);
+  // So is a base's uneven split: the search picks even or accounted splits of its own.
+  std::string laid = read_file(exp);
+  laid.replace(laid.find("strategy: {partitioner: megatron}"), 33,
+               "strategy: {partitioner: megatron, stages: 2, layout: \"Ettt|tttttL\"}");
+  const std::string laid_file = tmp.write("laid.yaml", laid);
+  auto laid_out = run_command({PIPEGRID_BINARY, "search", laid_file, "--global-batch", "16", "--top", "0"});
+  REQUIRE_MESSAGE(laid_out.exit_code == 0, laid_out.err);
+  CHECK(laid_out.out.find(
+            "base        strategy.stages 2, strategy.layout \"Ettt|tttttL\" replaced by the search's "
+            "axes\n") != std::string::npos);
   auto plain = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "0", "--json"});
   REQUIRE(plain.exit_code == 0);
   CHECK(json::parse(plain.out)["replaced_base_settings"] == json::array());

@@ -470,6 +470,12 @@ std::vector<std::string> replaced_by_search(const Experiment& e) {
   add(e.memory.recompute != Recompute::None,
       fmt::format("memory.recompute {}", to_string(e.memory.recompute)));
   add(e.memory.zero1, "memory.zero 1");
+  const MegatronSplit& m = s.partitioner_options.megatron;  // the search picks even or accounted splits
+  add(m.first_stage_blocks > 0, fmt::format("strategy.first_stage_blocks {}", m.first_stage_blocks));
+  add(m.last_stage_blocks > 0, fmt::format("strategy.last_stage_blocks {}", m.last_stage_blocks));
+  add(m.account_for_embedding, "strategy.account_for_embedding true");
+  add(m.account_for_loss, "strategy.account_for_loss true");
+  add(!m.layout.empty(), fmt::format("strategy.layout \"{}\"", m.layout));
   return out;
 }
 
