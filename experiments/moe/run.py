@@ -257,12 +257,31 @@ def recompute_modules(r):
 BLOCKS = {"qwen3-30b-a3b": 48, "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "deepseek-v3": 61, "mixtral-8x22b": 56}
 
 
+# Megatron-Bridge's DeepSeek-V3 pipeline layouts by (PP, VP), in Megatron-Core's --pipeline-model-
+# parallel-layout notation (docs/3d-parallelism.md): set_deepseek_v3_pipeline_model_parallel_layout's
+# map, the same from v0.2.0 (2025-11-26) through 067f987 (2026-08-22), the last stage taking one `m` per
+# MTP module before the loss; (2, 8) is the GB300 configurations' own pp_layout, "Et*4|(t*4|)*14tmL".
+DEEPSEEK_V3_LAYOUTS = {(4, 1): "Et*16|t*16|t*16|t*13{}L", (8, 1): "Et*8|(t*8|)*6t*5{}L",
+                       (4, 2): "Et*8|(t*8|)*6t*5{}L", (16, 1): "Et*4|(t*4|)*14t{}L",
+                       (8, 2): "Et*4|(t*4|)*14t{}L", (4, 4): "Et*4|(t*4|)*14t{}L", (2, 8): "Et*4|(t*4|)*14t{}L"}
+
+
+def recipe_layout(r):
+    """The row's pipeline layout where its recipe's is known (DeepSeek-V3 at a (PP, VP) of the map above),
+    else None."""
+    layout = DEEPSEEK_V3_LAYOUTS.get((r["pp"], r["vp"] or 1)) if r["model"] == "deepseek-v3" else None
+    return layout.format("m" * mtp_layers(r)) if layout else None
+
+
 def partitioner(r):
-    """Megatron's equal runs of blocks where the blocks divide the PP x VP stages; otherwise `balanced`
-    (contiguous stages, the slowest stage's compute minimised), standing for the uneven layouts
-    Megatron-Bridge runs there (--account-for-embedding/loss-in-pipeline-split: 94 + 2 = 96 for
-    Qwen3-235B; DeepSeek-V3's explicit pipeline layout)."""
-    return "megatron" if BLOCKS[r["model"]] % (r["pp"] * (r["vp"] or 1)) == 0 else "balanced"
+    """Megatron's split: the recipe's layout where known (recipe_layout), equal runs of blocks where the
+    blocks divide the PP x VP stages; otherwise `balanced` (contiguous stages, the slowest stage's compute
+    minimised), standing for the uneven splits Megatron-Bridge runs there (Qwen3-235B's
+    --account-for-embedding/loss-in-pipeline-split or per-release layouts; DeepSeek-V3 at a (PP, VP)
+    outside its layout map)."""
+    if recipe_layout(r) or BLOCKS[r["model"]] % (r["pp"] * (r["vp"] or 1)) == 0:
+        return "megatron"
+    return "balanced"
 
 
 def device(r, efficiencies):
@@ -316,6 +335,8 @@ def experiment(r, efficiencies=None):
                 "micro_batch_size": b, "micro_batches": r["gbs"] // (d * b)}
     if r["vp"]:
         strategy["chunks"] = r["vp"]
+    if recipe_layout(r):
+        strategy["layout"] = recipe_layout(r)
     if a["capacity_factor"]:
         strategy["moe"]["capacity_factor"] = a["capacity_factor"]
     if fused_grouped_mlp(r):
