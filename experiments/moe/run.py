@@ -273,13 +273,20 @@ def recipe_layout(r):
     return layout.format("m" * mtp_layers(r)) if layout else None
 
 
+def accounted_split(r):
+    """Whether the row's recipe counts the embedding and the loss as one block each in an even split
+    (Megatron-Core's --account-for-embedding/loss-in-pipeline-split): Qwen3-235B-A22B's pre-training
+    recipe sets both in every release here (recipes/qwen/qwen3_moe.py, qwen3_235b_a22b_pretrain_config,
+    v0.2.0 through 067f987), 94 + 2 = 96 slots, which every row's PP x VP divides."""
+    return r["model"] == "qwen3-235b-a22b" and (BLOCKS[r["model"]] + 2) % (r["pp"] * (r["vp"] or 1)) == 0
+
+
 def partitioner(r):
-    """Megatron's split: the recipe's layout where known (recipe_layout), equal runs of blocks where the
-    blocks divide the PP x VP stages; otherwise `balanced` (contiguous stages, the slowest stage's compute
-    minimised), standing for the uneven splits Megatron-Bridge runs there (Qwen3-235B's
-    --account-for-embedding/loss-in-pipeline-split or per-release layouts; DeepSeek-V3 at a (PP, VP)
-    outside its layout map)."""
-    if recipe_layout(r) or BLOCKS[r["model"]] % (r["pp"] * (r["vp"] or 1)) == 0:
+    """Megatron's split: the recipe's layout or its embedding and loss accounting where known
+    (recipe_layout, accounted_split), equal runs of blocks where the blocks divide the PP x VP stages;
+    otherwise `balanced` (contiguous stages, the slowest stage's compute minimised), standing for the
+    uneven split Megatron-Bridge runs there (DeepSeek-V3 at a (PP, VP) outside its layout map)."""
+    if recipe_layout(r) or accounted_split(r) or BLOCKS[r["model"]] % (r["pp"] * (r["vp"] or 1)) == 0:
         return "megatron"
     return "balanced"
 
@@ -337,6 +344,8 @@ def experiment(r, efficiencies=None):
         strategy["chunks"] = r["vp"]
     if recipe_layout(r):
         strategy["layout"] = recipe_layout(r)
+    if accounted_split(r):
+        strategy["account_for_embedding"] = strategy["account_for_loss"] = True
     if a["capacity_factor"]:
         strategy["moe"]["capacity_factor"] = a["capacity_factor"]
     if fused_grouped_mlp(r):
