@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "core/models/zoo.h"
+#include "core/partitioners/megatron.h"
 #include "tests/support/approx.h"
 #include "tests/support/process.h"
 #include "tools/input/device_yaml.h"
@@ -285,4 +286,52 @@ TEST_CASE(
   CHECK(named("proj").parameters == 65000);
   CHECK(named("back").tied_parameters == 64000);
   CHECK(named("back").parameters == 0);
+}
+
+TEST_CASE(
+    "a model file's multi_token_prediction: the module's layers are marked, its block outside the model's") {
+  // Four blocks, a head, then one MTP module as DeepSeek-V3 draws it (its norms, eh_proj from 2h to h, a
+  // block, a final norm and the shared head): by hand, 4 main blocks and 1 module block; a layout places it.
+  const std::string text = R"(layers:
+  - {name: tokens, kind: input, shape: [128]}
+  - {name: words, kind: embedding, vocabulary: 1000, dim: 64}
+  - {name: b0, kind: transformer_block, heads: 4}
+  - {name: b1, kind: transformer_block, heads: 4}
+  - {name: b2, kind: transformer_block, heads: 4}
+  - {name: b3, kind: transformer_block, heads: 4}
+  - {name: norm, kind: layernorm}
+  - {name: head, kind: linear, in_features: 64, out_features: 1000, bias: false}
+  - {name: mtp_norm, kind: layernorm, inputs: [b3], multi_token_prediction: true}
+  - {name: mtp_proj, kind: linear, in_features: 64, out_features: 64, bias: false, multi_token_prediction: true}
+  - {name: mtp_block, kind: transformer_block, heads: 4, multi_token_prediction: true}
+  - {name: mtp_head, kind: linear, in_features: 64, out_features: 1000, bias: false, tied_to: head,
+     multi_token_prediction: true}
+)";
+  Result<Workload> w = input::load_model_text(text, "mtp.yaml", std::nullopt);
+  REQUIRE_MESSAGE(w.ok(), w.error().message);
+  int main_blocks = 0, modules = 0, marked = 0;
+  for (size_t i = 0; i < w->layer_count(); ++i) {
+    const Layer& l = w->layer(i);
+    main_blocks += is_layout_block(l);
+    modules += is_block(l.split.kind) && l.multi_token_prediction;
+    marked += l.multi_token_prediction;
+    CHECK(l.multi_token_prediction == (l.name.rfind("mtp_", 0) == 0));
+  }
+  CHECK(main_blocks == 4);
+  CHECK(modules == 1);
+  CHECK(marked == 4);
+  MegatronSplit split;
+  split.layout = "Ett|ttmL";
+  CHECK(megatron_layout(main_blocks, 2, 1, "1f1b", split, modules).blocks == std::vector<int>{2, 2});
+  // A block outside the module that depends on a marked layer: refused at the mark.
+  std::string early = text;
+  early.replace(early.find("{name: b3, kind: transformer_block, heads: 4}"), 45,
+                "{name: b3, kind: transformer_block, heads: 4, inputs: [mtp_norm]}");
+  early.replace(early.find("inputs: [b3], multi_token_prediction"), 12, "inputs: [b2]");
+  Result<Workload> bad = input::load_model_text(early, "mtp.yaml", std::nullopt);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find(
+            "expected a layer after the model's transformer blocks (Megatron-Core runs the "
+            "multi-token-prediction modules after the last), got one that block \"b3\" "
+            "depends on") != std::string::npos);
 }

@@ -132,6 +132,7 @@ std::vector<Entry> read_entries(const Node& layers, std::map<std::string, int, s
             {}};
     std::vector<std::string_view> keys = {"name", "kind", "inputs"};
     for (std::string_view k : kind_keys(e.kind)) keys.push_back(k);
+    if (e.kind != "input") keys.push_back("multi_token_prediction");
     item.check_keys(keys);
     if (by_name.count(e.name))
       item.need("name", "").fail(fmt::format("a layer named \"{}\" comes earlier", e.name));
@@ -303,6 +304,39 @@ void tie_weights(Workload& w, const std::vector<Entry>& entries,
   }
 }
 
+// `multi_token_prediction: true`: the layer belongs to a multi-token-prediction module (DeepSeek-V3's;
+// Megatron-Core's MTP layers, outside --num-layers): no partitioner counts such a transformer block among
+// the model's, and the modules go with the head (docs/moe.md). Megatron-Core runs them after the last
+// block, so no block outside a module may depend on one.
+void mark_multi_token_prediction(Workload& w, const std::vector<Entry>& entries, const std::vector<int>& id) {
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (auto v = entries[i].node.get("multi_token_prediction"))
+      w.graph[static_cast<size_t>(id[i])].multi_token_prediction = v->boolean();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!w.layer(id[i]).multi_token_prediction) continue;
+    std::vector<int> stack{id[i]};
+    std::vector<bool> seen(w.layer_count(), false);
+    while (!stack.empty()) {
+      const int u = stack.back();
+      stack.pop_back();
+      for (auto [it, end] = boost::out_edges(static_cast<size_t>(u), w.graph); it != end; ++it) {
+        const int v = static_cast<int>(boost::target(*it, w.graph));
+        if (seen[static_cast<size_t>(v)]) continue;
+        seen[static_cast<size_t>(v)] = true;
+        if (is_layout_block(w.layer(v)))
+          entries[i]
+              .node.get("multi_token_prediction")
+              ->fail(
+                  fmt::format("expected a layer after the model's transformer blocks (Megatron-Core runs "
+                              "the multi-token-prediction modules after the last), got one that block \"{}\" "
+                              "depends on",
+                              w.layer(v).name));
+        stack.push_back(v);
+      }
+    }
+  }
+}
+
 Workload parse_layers(const Node& layers, const std::string& name, Precision precision) {
   std::map<std::string, int, std::less<>> by_name;
   std::vector<Entry> entries = read_entries(layers, by_name);
@@ -319,6 +353,7 @@ Workload parse_layers(const Node& layers, const std::string& name, Precision pre
   }
   Workload w = b.finish();
   tie_weights(w, entries, by_name, id);
+  mark_multi_token_prediction(w, entries, id);
   return w;
 }
 
