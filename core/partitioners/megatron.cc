@@ -107,64 +107,121 @@ MegatronLayout check_chunks(MegatronLayout out, int chunks, const MegatronSplit&
 // The longest a layout may expand to: far above any model's blocks (docs/limits.md's 131,072 layers).
 constexpr size_t kMaxLayoutSymbols = size_t{1} << 20;
 
-// Appends `text` expanded to `out`: symbols and `|` copied, `x*n` and `(...)*n` repeated n times, commas
-// dropped. `offset`: text's first character in the whole layout, for the message. Megatron-Core expands
-// the parenthesised groups first and then single symbols (parse_str_to_list), so its groups do not
-// nest; neither do these.
-std::string expand_layout(std::string_view text, size_t offset, bool in_group, std::string& out) {
-  const auto at = [&](size_t i, std::string what) {
-    return fmt::format("at character {}: {}", offset + i + 1, what);
-  };
-  size_t i = 0;
-  // The repeat count after position i ("*n"), or 1 where none follows.
-  const auto repeats = [&](long long& n) -> std::string {
-    if (i >= text.size() || text[i] != '*') return (n = 1, "");
-    size_t j = ++i;
-    while (j < text.size() && text[j] >= '0' && text[j] <= '9' && j - i < 8) ++j;
-    if (j == i) return at(i - 1, "expected a count after '*' (x*n repeats x n times)");
-    n = std::stoll(std::string(text.substr(i, j - i)));
-    i = j;
+// A layout's text expanded into `out`: symbols and `|` copied, `x*n` and `(...)*n` repeated n times,
+// commas dropped; each problem names its character (`offset`: the text's first in the whole layout).
+// Megatron-Core expands the parenthesised groups first and then single symbols (parse_str_to_list), so
+// its groups do not nest; neither do these.
+class LayoutExpander {
+ public:
+  LayoutExpander(std::string_view text, size_t offset, bool in_group)
+      : text_(text), offset_(offset), in_group_(in_group) {}
+
+  // Appends the expansion to `out`; the problem, or empty.
+  std::string run(std::string& out) {
+    while (i_ < text_.size()) {
+      if (text_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      const size_t start = i_;
+      std::string unit;
+      long long n = 1;
+      if (std::string problem = next_unit(unit); !problem.empty()) return problem;
+      if (std::string problem = repeats(n); !problem.empty()) return problem;
+      if (unit.size() * static_cast<size_t>(n) > kMaxLayoutSymbols - out.size())
+        return at(start, fmt::format("expected a layout of at most {} symbols expanded, got more",
+                                     kMaxLayoutSymbols));
+      for (long long k = 0; k < n; ++k) out += unit;
+    }
     return "";
-  };
-  while (i < text.size()) {
-    const char c = text[i];
-    const size_t start = i;
-    std::string unit;
-    if (c == ',') {
-      ++i;
-      continue;
-    }
-    if (c == '(') {
-      if (in_group) return at(i, "expected no '(' inside a group (Megatron-Core's groups do not nest)");
-      const size_t close = text.find(')', i);
-      if (close == std::string_view::npos) return at(i, "expected a ')' closing this group");
-      if (std::string problem = expand_layout(text.substr(i + 1, close - i - 1), offset + i + 1, true, unit);
-          !problem.empty())
-        return problem;
-      i = close + 1;
-      if (i >= text.size() || text[i] != '*')
-        return at(close, "expected *n after a group (Megatron-Core repeats a group n times)");
-    } else if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
-      unit = std::string(1, c);
-      ++i;
-    } else {
-      return at(i, fmt::format("expected E (the embedding), t (a transformer block), m (a multi-token-"
-                               "prediction module), L (the loss), '|' between stages, '(', '*' or ',', got "
-                               "'{}'",
-                               c));
-    }
-    long long n = 1;
-    if (std::string problem = repeats(n); !problem.empty()) return problem;
-    if (unit.size() * static_cast<size_t>(n) > kMaxLayoutSymbols - out.size())
-      return at(start,
-                fmt::format("expected a layout of at most {} symbols expanded, got more", kMaxLayoutSymbols));
-    for (long long k = 0; k < n; ++k) out += unit;
   }
+
+ private:
+  std::string at(size_t i, std::string_view what) const {
+    return fmt::format("at character {}: {}", offset_ + i + 1, what);
+  }
+
+  // The symbol or group at i_ (a group expanded), i_ moved past it.
+  std::string next_unit(std::string& unit) {
+    const char c = text_[i_];
+    if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+      unit = std::string(1, c);
+      ++i_;
+      return "";
+    }
+    if (c != '(')
+      return at(i_, fmt::format("expected E (the embedding), t (a transformer block), m (a multi-token-"
+                                "prediction module), L (the loss), '|' between stages, '(', '*' or ',', got "
+                                "'{}'",
+                                c));
+    if (in_group_) return at(i_, "expected no '(' inside a group (Megatron-Core's groups do not nest)");
+    const size_t close = text_.find(')', i_);
+    if (close == std::string_view::npos) return at(i_, "expected a ')' closing this group");
+    LayoutExpander inner(text_.substr(i_ + 1, close - i_ - 1), offset_ + i_ + 1, true);
+    if (std::string problem = inner.run(unit); !problem.empty()) return problem;
+    i_ = close + 1;
+    if (i_ >= text_.size() || text_[i_] != '*')
+      return at(close, "expected *n after a group (Megatron-Core repeats a group n times)");
+    return "";
+  }
+
+  // The count after i_ ("*n"; 1 where none follows), i_ moved past it.
+  std::string repeats(long long& n) {
+    n = 1;
+    if (i_ >= text_.size() || text_[i_] != '*') return "";
+    size_t j = ++i_;
+    while (j < text_.size() && text_[j] >= '0' && text_[j] <= '9' && j - i_ < 8) ++j;
+    if (j == i_) return at(i_ - 1, "expected a count after '*' (x*n repeats x n times)");
+    n = std::stoll(std::string(text_.substr(i_, j - i_)));
+    i_ = j;
+    return "";
+  }
+
+  std::string_view text_;
+  size_t offset_;
+  bool in_group_;
+  size_t i_ = 0;
+};
+
+// What Megatron-Core's validate_layer_layout refuses in the expanded stages, with the two places pipegrid
+// fixes (the embedding's stage; the MTP modules', the head's), and empty stages; or empty.
+std::string layout_problem(const std::vector<std::string>& st, int n, int mtp) {
+  std::string all;
+  for (const std::string& stage : st) all += stage;
+  const auto count = [](std::string_view text, char c) {
+    return static_cast<int>(std::count(text.begin(), text.end(), c));
+  };
+  for (size_t s = 0; s < st.size(); ++s)
+    if (st[s].empty())
+      return fmt::format(
+          "expected a layer in every stage, got none in stage {} (pipegrid runs no empty stage)", s);
+  if (all.front() != 'E' || count(all, 'E') != 1 || st.front().front() != 'E')
+    return fmt::format(
+        "expected the embedding (E) once, first in stage 0, as Megatron-Core requires, got {} E "
+        "and \"{}\" first",
+        count(all, 'E'), all.front());
+  if (all.back() != 'L' || count(all, 'L') != 1)
+    return fmt::format(
+        "expected the loss (L) once, last in the last stage, as Megatron-Core requires, got {} L "
+        "and \"{}\" last",
+        count(all, 'L'), all.back());
+  if (count(all, 't') != n)
+    return fmt::format("expected the workload's {} transformer blocks (t), got {}", n, count(all, 't'));
+  if (count(all, 'm') != mtp)
+    return fmt::format(
+        "expected the workload's {} multi-token-prediction module{} (m; workload.mtp_layers), got {}", mtp,
+        mtp == 1 ? "" : "s", count(all, 'm'));
+  if (count(st.back(), 'm') != mtp)
+    return "expected the multi-token-prediction modules (m) in the loss's stage: pipegrid keeps them with "
+           "the head "
+           "(docs/moe.md) and does not model a stage of them alone";
+  if (mtp > 0 && all.find('m') < all.rfind('t'))
+    return "expected every transformer block (t) before the first multi-token-prediction module (m), as "
+           "Megatron-Core requires";
   return "";
 }
 
-// The blocks of each stage under an explicit layout (Megatron-Core's validate_layer_layout, with the two
-// places pipegrid fixes: the embedding's stage and the MTP modules', the head's), or why not.
+// The blocks of each stage under an explicit layout, or why not.
 MegatronLayout from_layout(const std::string& text, int n, int mtp, int ranks, int chunks) {
   const ParsedLayout parsed = parse_megatron_layout(text);
   if (!parsed.problem.empty()) return refused("layout", parsed.problem);
@@ -177,39 +234,7 @@ MegatronLayout from_layout(const std::string& text, int n, int mtp, int ranks, i
                                st.size() % ranks == 0 && st.size() > want
                                    ? fmt::format(" (strategy.chunks: {} would fit)", st.size() / ranks)
                                    : ""));
-  std::string all;
-  for (const std::string& stage : st) all += stage;
-  const auto count = [&](char c) { return static_cast<int>(std::count(all.begin(), all.end(), c)); };
-  for (size_t s = 0; s < st.size(); ++s)
-    if (st[s].empty())
-      return refused("layout", fmt::format("expected a layer in every stage, got none in stage {} (pipegrid "
-                                           "runs no empty stage)",
-                                           s));
-  if (all.front() != 'E' || count('E') != 1 || st.front().front() != 'E')
-    return refused("layout",
-                   fmt::format("expected the embedding (E) once, first in stage 0, as Megatron-Core "
-                               "requires, got {} E and \"{}\" first",
-                               count('E'), all.front()));
-  if (all.back() != 'L' || count('L') != 1)
-    return refused("layout",
-                   fmt::format("expected the loss (L) once, last in the last stage, as Megatron-Core "
-                               "requires, got {} L and \"{}\" last",
-                               count('L'), all.back()));
-  if (count('t') != n)
-    return refused("layout",
-                   fmt::format("expected the workload's {} transformer blocks (t), got {}", n, count('t')));
-  if (count('m') != mtp)
-    return refused("layout", fmt::format("expected the workload's {} multi-token-prediction module{} (m; "
-                                         "workload.mtp_layers), got {}",
-                                         mtp, mtp == 1 ? "" : "s", count('m')));
-  if (std::count(st.back().begin(), st.back().end(), 'm') != mtp)
-    return refused("layout",
-                   "expected the multi-token-prediction modules (m) in the loss's stage: pipegrid "
-                   "keeps them with the head (docs/moe.md) and does not model a stage of them alone");
-  if (mtp > 0 && all.find('m') < all.rfind('t'))
-    return refused("layout",
-                   "expected every transformer block (t) before the first multi-token-prediction "
-                   "module (m), as Megatron-Core requires");
+  if (std::string problem = layout_problem(st, n, mtp); !problem.empty()) return refused("layout", problem);
   MegatronLayout out;
   for (const std::string& stage : st)
     out.blocks.push_back(static_cast<int>(std::count(stage.begin(), stage.end(), 't')));
@@ -220,7 +245,7 @@ MegatronLayout from_layout(const std::string& text, int n, int mtp, int ranks, i
 
 ParsedLayout parse_megatron_layout(std::string_view text) {
   std::string flat;
-  if (std::string problem = expand_layout(text, 0, false, flat); !problem.empty()) return {{}, problem};
+  if (std::string problem = LayoutExpander(text, 0, false).run(flat); !problem.empty()) return {{}, problem};
   ParsedLayout out;
   out.stages.emplace_back();
   for (char c : flat) {
