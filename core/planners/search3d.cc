@@ -46,6 +46,7 @@ std::string Search3dCandidate::label() const {
   std::string sched = schedule;
   if (schedule == "interleaved-1f1b") sched = fmt::format("interleaved v{}", v);
   if (uneven) sched += " uneven";
+  if (!layout.empty()) sched += " layout";
   const std::string experts = moe ? fmt::format(" ep{} etp{}", ep, etp) : "";
   const std::string context = cp > 1 ? fmt::format(" cp{}", cp) : "";
   return fmt::format("t{}{} p{} d{}{} b{} m{} {} {}{}{}{}{}", t, context, p, d, experts, b, micro_batches,
@@ -87,7 +88,27 @@ void apply(Experiment& e, const Search3dCandidate& c) {
 MegatronSplit search3d_split(const Search3dCandidate& c) {
   MegatronSplit s;
   s.account_for_embedding = s.account_for_loss = c.uneven;
+  s.layout = c.layout;
   return s;
+}
+
+std::string search3d_layout(int blocks, int mtp, int stages) {
+  const int slots = blocks + 2 + mtp;
+  if (stages < 2 || slots < stages) return "";
+  std::vector<int> share(static_cast<size_t>(stages), slots / stages);
+  int extra = slots % stages;  // below `stages`: the middle stages' and then the first's
+  for (int s = 1; s + 1 < stages && extra > 0; ++s, --extra) ++share[static_cast<size_t>(s)];
+  share.front() += extra;
+  if (share.back() < 1 + mtp) return "";
+  std::string out;
+  for (int s = 0; s < stages; ++s) {
+    const bool first = s == 0, last = s == stages - 1;
+    const int t = share[static_cast<size_t>(s)] - first - (last ? 1 + mtp : 0);
+    out += first ? "E" : "|";
+    out += t == 1 ? std::string("t") : t > 1 ? fmt::format("t*{}", t) : std::string();
+    if (last) out += std::string(static_cast<size_t>(mtp), 'm') + "L";
+  }
+  return out;
 }
 
 Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c) {
@@ -154,7 +175,7 @@ class Search3d {
   const Workload& w_;
   const Cluster& cl_;
   const int n_;
-  int blocks_ = 0, per_node_ = 0;
+  int blocks_ = 0, mtp_ = 0, per_node_ = 0;  // mtp_: multi-token-prediction modules
   // Mixture of experts: the routed experts (0: a dense workload) and the MoE blocks.
   double experts_ = 0;
   std::vector<int> moe_layers_;
@@ -191,6 +212,7 @@ Status Search3d::model_shape() {
     const TensorSplit& split = w_.layer(static_cast<int>(l)).split;
     if (!is_block(split.kind)) continue;
     blocks_ += is_layout_block(w_.layer(static_cast<int>(l)));  // a multi-token-prediction block: not split
+    mtp_ += w_.layer(static_cast<int>(l)).multi_token_prediction;
     sequence_ = split.sequence;
     if (split.kind == TensorSplitKind::MoeBlock) moe_layers_.push_back(static_cast<int>(l));
   }
@@ -293,10 +315,10 @@ std::optional<std::string> Search3d::tpd_left_out(int t, int p, int d) const {
   // (MoE blocks need sequence parallelism under t > 1: checked with it.)
   if (t > 1 && !divides(t, experts_ > 0).empty())
     return "(t, p, d): t does not divide the heads, KV heads or FFN width";
-  if (blocks_ % p != 0 && (p < 2 || (blocks_ + 2) % p != 0))
+  if (p > blocks_ + 2 + mtp_)
     return fmt::format(
-        "(t, p, d): p divides neither the {} transformer blocks nor them with the embedding and "
-        "the loss counted as blocks",
+        "(t, p, d): p above the {} transformer blocks with the embedding, the loss and the MTP modules "
+        "as one more each (a stage would hold nothing)",
         blocks_);
   if (o_.global_batch % d != 0) return "(t, p, d): d does not divide the global batch";
   return std::nullopt;
@@ -322,7 +344,9 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
                 for (Search3dCandidate c : experts) {
                   ++res_.combinations;
                   c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
-                  c.uneven = blocks_ % (p * v) != 0;  // then the embedding and the loss count as blocks
+                  // Uneven: the embedding and the loss count as blocks where that fits, else a layout.
+                  c.uneven = blocks_ % (p * v) != 0 && (blocks_ + 2) % (p * v) == 0 && p > 1;
+                  c.layout = blocks_ % (p * v) != 0 && !c.uneven ? search3d_layout(blocks_, mtp_, p * v) : "";
                   c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
                   c.cp = x.cp, c.cp_algorithm = x.algorithm;
                   std::optional<std::string> why = left_out(c, sp_ok);
@@ -342,8 +366,8 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
   if (3.0 * c.micro_batches * c.p * c.v > static_cast<double>(kMaxSweepTasks))
     return "more than 2^25 compute tasks in one replica's pipeline (micro-batches x stages x 3 passes; "
            "docs/limits.md)";
-  if (c.uneven && ((blocks_ + 2) % (c.p * c.v) != 0 || c.p < 2))
-    return "p x v divides neither the transformer blocks nor them with the embedding and the loss as blocks";
+  if (blocks_ % (c.p * c.v) != 0 && !c.uneven && c.layout.empty())
+    return "p x v: no even split, accounted split or layout places the blocks (a stage would hold nothing)";
   if (c.schedule == "interleaved-1f1b") {
     if (c.p < 2) return "interleaved-1f1b with p = 1 (no pipeline to interleave)";
     if (c.micro_batches % c.p != 0)

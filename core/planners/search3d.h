@@ -83,13 +83,17 @@ struct Search3dCandidate {
   // and the loss counted as one block each, so the first and last model chunks hold one block fewer;
   // tried where p x v does not divide the blocks and does divide the blocks + 2.
   bool uneven = false;
+  // Where p x v divides neither the blocks nor the blocks + 2: Megatron-Core's explicit layout
+  // (search3d_layout); empty: none.
+  std::string layout;
   // Analytic evaluation.
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
   double mfu = 0;  // 6 x parameters (MoE: active) x tokens per iteration / (time x devices x peak)
   double peak_memory_bytes = 0;  // the largest device's peak
   TimeBreakdown breakdown;       // the mean over the used devices
-  // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall"; uneven: "... 1f1b uneven none")
+  // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall"; uneven: "... 1f1b uneven none";
+  // a layout: "... 1f1b layout none")
   std::string label() const;
 };
 
@@ -107,9 +111,16 @@ struct Search3dResult {
 // The experiment of one candidate: `base` (workload, cluster, optimizer) with the candidate's strategy
 // and memory options (megatron partitioner, micro_batch_size b x d, micro_batches global / (b d)).
 Experiment search3d_experiment(const Experiment& base, const Search3dCandidate& c);
-// The megatron partitioner's split of a candidate: even, or (uneven) the embedding and the loss
-// counted as one block each.
+// The megatron partitioner's split of a candidate: even, (uneven) the embedding and the loss counted
+// as one block each, or its layout.
 MegatronSplit search3d_split(const Search3dCandidate& c);
+// A layout of `blocks` transformer blocks and `mtp` multi-token-prediction modules over `stages` stages
+// where no even or accounted split fits (a faithful-in-spirit generalisation of Megatron-Core's
+// accounting, docs/3d-search.md): the embedding, the loss and each module one slot each, every stage
+// the same number of slots, the remainder one more on the middle stages (then the first); the modules
+// with the loss on the last stage. Megatron-Core's notation ("Et*3|t*4|t*2mL"); empty where a stage
+// would hold nothing or the last stage's slots could not hold the modules.
+std::string search3d_layout(int blocks, int mtp, int stages);
 
 // The one-replica estimate of a candidate (docs/3d-search.md, "How a candidate is costed"). The d
 // replicas of a stage and the t ranks of a group run alike, so one pipeline is lowered: one device

@@ -60,9 +60,12 @@ def published(c, r):
 
 def paper_features(c, r):
     """What the paper's software offered: the row's recomputation, SP only where the row uses it, no
-    distributed optimizer, 1F1B or interleaved."""
+    distributed optimizer, 1F1B or interleaved, the blocks split evenly (Megatron-LM of 2021 and 2022
+    required --num-layers to divide by the pipeline size; the uneven splits, the embedding and the loss
+    counted as blocks or an explicit layout, came with Megatron-Core)."""
     return (c["recompute"] == r["recompute"] and c["sequence_parallel"] == bool(r["sequence_parallel"])
-            and not c["distributed_optimizer"] and c["schedule"] in ("1f1b", "interleaved-1f1b"))
+            and not c["distributed_optimizer"] and c["schedule"] in ("1f1b", "interleaved-1f1b")
+            and not c.get("uneven") and not c.get("layout"))
 
 
 def main():

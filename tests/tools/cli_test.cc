@@ -287,7 +287,12 @@ TEST_CASE("cli: search --chunks keeps only those v of interleaved-1f1b, and refu
   for (const json& c : j["analytic_ranking"]) CHECK(c["chunks"] == 2);
   auto all = run_command(axes);
   REQUIRE_MESSAGE(all.exit_code == 0, all.err);
-  CHECK(json::parse(all.out)["analytic_ranking"].size() == 4);  // v = 2 and v = 4
+  // v = 2 and v = 4, and v = 3 with a layout (8 blocks in 6 stages: 0, 2, 2, 2, 2, 0; since 2026-12-06).
+  const json ranked = json::parse(all.out)["analytic_ranking"];
+  CHECK(ranked.size() == 6);
+  for (const json& c : ranked) CHECK((c["layout"] == "") == (c["chunks"] != 3));
+  for (const json& c : ranked)
+    if (c["chunks"] == 3) CHECK(c["layout"] == "E|t*2|t*2|t*2|t*2|L");
   auto bad = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--chunks", "0"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("--chunks: Value 0 not in range 1 to 1024") != std::string::npos);

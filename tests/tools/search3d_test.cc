@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "core/partitioners/megatron.h"
 #include "sim/replay.h"
 #include "tests/support/approx.h"
 #include "tools/input/experiment_yaml.h"
@@ -162,9 +163,9 @@ TEST_CASE("search3d: the combinations of t, p, d and b counted by hand, and what
   CHECK(last_done == 45);
   CHECK(last_total == 45);
   CHECK(res->left_out.at("(t, p, d): t above the 8 devices of a node") == 1);
-  CHECK(res->left_out.at(
-            "(t, p, d): p divides neither the 8 transformer blocks nor them with the embedding and "
-            "the loss counted as blocks") == 1);
+  CHECK(
+      res->left_out.at("(t, p, d): p above the 8 transformer blocks with the embedding, the loss and the MTP "
+                       "modules as one more each (a stage would hold nothing)") == 1);
   size_t configurations_left_out = 0;
   for (const auto& [reason, n] : res->left_out)
     if (reason.rfind("(t, p, d)", 0) != 0) configurations_left_out += n;
@@ -543,6 +544,26 @@ TEST_CASE("search3d CP: without the load-balanced split the estimate costs the b
 // --account-for-embedding/loss-in-pipeline-split. A 10-block GPT on 16 GPUs: p 4 takes 12 slots,
 // 3 per rank: the first rank holds the embedding and 2 blocks, the middle ranks 3, the last 2 and the
 // loss; p 8 (12 slots over 8) stays out.
+TEST_CASE("search3d layouts where no even or accounted split fits: slots spread by hand") {
+  // The embedding, the loss and each MTP module one slot; every stage slots / stages, the remainder one
+  // more on the middle stages, then the first.
+  CHECK(search3d_layout(9, 0, 2) == "Et*5|t*4L");        // 11 slots: 6, 5
+  CHECK(search3d_layout(9, 0, 4) == "Et*2|t*3|t*3|tL");  // 11: 2 each, 3 left: stages 1, 2, then 0
+  CHECK(search3d_layout(4, 1, 2) == "Et*3|tmL");         // 7: 4, 3 (the module and the loss in the 3)
+  // DeepSeek-V3's 61 blocks and one module on 16 stages: 64 slots, 4 each.
+  std::string deepseek = "Et*3";
+  for (int s = 0; s < 14; ++s) deepseek += "|t*4";
+  CHECK(search3d_layout(61, 1, 16) == deepseek + "|t*2mL");
+  CHECK(search3d_layout(8, 0, 16).empty());  // 10 slots for 16 stages
+  CHECK(search3d_layout(3, 2, 4).empty());   // 7 slots: the last stage's 1 cannot hold 2 modules and the loss
+  CHECK(search3d_layout(8, 0, 1).empty());   // one stage: no layout needed
+  // Each is a layout the megatron partitioner takes (the counts by hand).
+  MegatronSplit split;
+  split.layout = search3d_layout(61, 1, 16);
+  CHECK(megatron_layout(61, 16, 1, "1f1b", split, 1).blocks ==
+        std::vector<int>{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2});
+}
+
 TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out as Megatron-Core does") {
   std::string text = kGpt;
   text.replace(text.find("layers: 8"), 9, "layers: 10");
@@ -555,10 +576,27 @@ TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out 
   o.recompute = {Recompute::None};
   Result<Search3dResult> res = search3d(base, o);
   REQUIRE_MESSAGE(res.ok(), res.error().message);
-  size_t uneven = 0;
+  size_t uneven = 0, laid_out = 0;
   for (const Search3dCandidate& c : res->ranked) {
-    CHECK(c.p != 8);
-    CHECK(c.uneven == (10 % (c.p * c.v) != 0));
+    const int stages = c.p * c.v;
+    CHECK(c.uneven == (10 % stages != 0 && 12 % stages == 0));
+    // p 8 (v 1): neither 10 nor 12 over 8 stages; a layout of the 12 slots, 1 each and the 4 left over
+    // on stages 1-4: 0, 2, 2, 2, 2, 1, 1, 0 blocks.
+    CHECK(c.layout.empty() == (stages != 8));
+    if (!c.layout.empty()) {
+      ++laid_out;
+      CHECK(c.layout == "E|t*2|t*2|t*2|t*2|t|t|L");
+      CHECK(c.label().find("1f1b layout") != std::string::npos);
+      Result<PreparedRun> run = prepare(search3d_experiment(base, c));
+      REQUIRE_MESSAGE(run.ok(), run.error().message);
+      std::vector<int> blocks;
+      for (size_t s = 0; s < run->partition.stage_count(); ++s) {
+        int n = 0;
+        for (int l : run->partition.graph[s].layers) n += is_block(base.workload.layer(l).split.kind);
+        blocks.push_back(n);
+      }
+      CHECK(blocks == std::vector<int>{0, 2, 2, 2, 2, 1, 1, 0});
+    }
     if (!c.uneven || c.v != 1) continue;
     ++uneven;
     CHECK(c.p == 4);
@@ -574,7 +612,9 @@ TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out 
     CHECK(blocks == std::vector<int>{2, 3, 3, 2});
   }
   CHECK(uneven > 0);
-  // The estimate against the whole graph on them (p 4, v 1 and v 3: 12 slots, one per chunk).
+  CHECK(laid_out > 0);
+  // The estimate against the whole graph on them (p 4, v 1 and v 3: 12 slots, one per chunk; p 8: the
+  // layout).
   const EstimateAgreement a = compare_estimate(base, o, 8);
   MESSAGE(a.both << " candidates in both, " << a.equal << " equal within 1e-9; worst time difference "
                  << a.worst_time << " (" << a.worst_label << "); worst memory difference " << a.worst_memory);

@@ -69,6 +69,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
                       {"schedule", c.schedule},
                       {"chunks", c.v},
                       {"uneven", c.uneven},
+                      {"layout", c.layout},
                       {"recompute", std::string(to_string(c.recompute))},
                       {"sequence_parallel", c.sequence_parallel},
                       {"distributed_optimizer", c.distributed_optimizer},
@@ -237,7 +238,7 @@ void drop_same_schedule_runs(Search3dResult& res) {
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_balance) {
   std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa, balance,
-      uneven;
+      uneven, layout;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -255,6 +256,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_
     disp.push_back(std::string(to_string(c.dispatcher)));
     cp.push_back(std::to_string(c.cp));
     uneven.push_back(c.uneven ? "true" : "false");
+    layout.push_back(c.layout.empty() ? "~" : fmt::format("\"{}\"", c.layout));  // ~: the key left out
     // A null value leaves the key out (set_path): the loader refuses both keys at cp = 1.
     cpa.push_back(c.cp > 1 ? std::string(to_string(c.cp_algorithm)) : "~");
     balance.push_back(c.cp > 1 ? (load_balance ? "true" : "false") : "~");
@@ -285,6 +287,8 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_
     axis("strategy.account_for_embedding", uneven);
     axis("strategy.account_for_loss", uneven);
   }
+  if (std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return !c.layout.empty(); }))
+    axis("strategy.layout", layout);
   if (context) {
     axis("strategy.context_parallel", cp);
     axis("strategy.cp_algorithm", cpa);

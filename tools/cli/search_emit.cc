@@ -67,6 +67,7 @@ YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c
     s["account_for_embedding"] = true;
     s["account_for_loss"] = true;
   }
+  if (!c.layout.empty()) s["layout"] = c.layout;
   if (c.cp > 1) {
     s["context_parallel"] = c.cp;
     s["cp_algorithm"] = std::string(to_string(c.cp_algorithm));
@@ -96,6 +97,7 @@ bool same_run(const Experiment& a, const Experiment& b) {
          x.partitioner_options.megatron.account_for_embedding ==
              y.partitioner_options.megatron.account_for_embedding &&
          x.partitioner_options.megatron.account_for_loss == y.partitioner_options.megatron.account_for_loss &&
+         x.partitioner_options.megatron.layout == y.partitioner_options.megatron.layout &&
          (x.context_parallel == 1 || x.context.algorithm == y.context.algorithm);
 }
 
