@@ -564,6 +564,21 @@ TEST_CASE("search3d layouts where no even or accounted split fits: slots spread 
         std::vector<int>{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2});
 }
 
+namespace {
+// The transformer blocks of each stage of a candidate's experiment, as the megatron partitioner splits them.
+std::vector<int> stage_blocks(const Experiment& base, const Search3dCandidate& c) {
+  Result<PreparedRun> run = prepare(search3d_experiment(base, c));
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  std::vector<int> blocks;
+  for (size_t s = 0; s < run->partition.stage_count(); ++s) {
+    int n = 0;
+    for (int l : run->partition.graph[s].layers) n += is_block(base.workload.layer(l).split.kind);
+    blocks.push_back(n);
+  }
+  return blocks;
+}
+}  // namespace
+
 TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out as Megatron-Core does") {
   std::string text = kGpt;
   text.replace(text.find("layers: 8"), 9, "layers: 10");
@@ -587,29 +602,13 @@ TEST_CASE("search3d: uneven stages where p does not divide the blocks, laid out 
       ++laid_out;
       CHECK(c.layout == "E|t*2|t*2|t*2|t*2|t|t|L");
       CHECK(c.label().find("1f1b layout") != std::string::npos);
-      Result<PreparedRun> run = prepare(search3d_experiment(base, c));
-      REQUIRE_MESSAGE(run.ok(), run.error().message);
-      std::vector<int> blocks;
-      for (size_t s = 0; s < run->partition.stage_count(); ++s) {
-        int n = 0;
-        for (int l : run->partition.graph[s].layers) n += is_block(base.workload.layer(l).split.kind);
-        blocks.push_back(n);
-      }
-      CHECK(blocks == std::vector<int>{0, 2, 2, 2, 2, 1, 1, 0});
+      CHECK(stage_blocks(base, c) == std::vector<int>{0, 2, 2, 2, 2, 1, 1, 0});
     }
     if (!c.uneven || c.v != 1) continue;
     ++uneven;
     CHECK(c.p == 4);
     CHECK(c.label().find("1f1b uneven") != std::string::npos);
-    Result<PreparedRun> run = prepare(search3d_experiment(base, c));
-    REQUIRE_MESSAGE(run.ok(), run.error().message);
-    std::vector<int> blocks;
-    for (size_t s = 0; s < run->partition.stage_count(); ++s) {
-      int n = 0;
-      for (int l : run->partition.graph[s].layers) n += is_block(base.workload.layer(l).split.kind);
-      blocks.push_back(n);
-    }
-    CHECK(blocks == std::vector<int>{2, 3, 3, 2});
+    CHECK(stage_blocks(base, c) == std::vector<int>{2, 3, 3, 2});
   }
   CHECK(uneven > 0);
   CHECK(laid_out > 0);
