@@ -309,31 +309,26 @@ void tie_weights(Workload& w, const std::vector<Entry>& entries,
 // the model's, and the modules go with the head (docs/moe.md). Megatron-Core runs them after the last
 // block, so no block outside a module may depend on one.
 void mark_multi_token_prediction(Workload& w, const std::vector<Entry>& entries, const std::vector<int>& id) {
-  for (size_t i = 0; i < entries.size(); ++i)
+  std::vector<int> entry_of(w.layer_count(), -1);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entry_of[static_cast<size_t>(id[i])] = static_cast<int>(i);
     if (auto v = entries[i].node.get("multi_token_prediction"))
       w.graph[static_cast<size_t>(id[i])].multi_token_prediction = v->boolean();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (!w.layer(id[i]).multi_token_prediction) continue;
-    std::vector<int> stack{id[i]};
-    std::vector<bool> seen(w.layer_count(), false);
-    while (!stack.empty()) {
-      const int u = stack.back();
-      stack.pop_back();
-      for (auto [it, end] = boost::out_edges(static_cast<size_t>(u), w.graph); it != end; ++it) {
-        const int v = static_cast<int>(boost::target(*it, w.graph));
-        if (seen[static_cast<size_t>(v)]) continue;
-        seen[static_cast<size_t>(v)] = true;
-        if (is_layout_block(w.layer(v)))
-          entries[i]
-              .node.get("multi_token_prediction")
-              ->fail(
-                  fmt::format("expected a layer after the model's transformer blocks (Megatron-Core runs "
-                              "the multi-token-prediction modules after the last), got one that block \"{}\" "
-                              "depends on",
-                              w.layer(v).name));
-        stack.push_back(v);
-      }
-    }
+  }
+  // Each layer's first marked layer it depends on (itself if marked; -1: none), in one topological pass.
+  std::vector<int> marked_source(w.layer_count(), -1);
+  for (int v : topological_order(w)) {
+    int& src = marked_source[static_cast<size_t>(v)];
+    if (w.layer(v).multi_token_prediction) src = v;
+    for (auto [it, end] = boost::in_edges(static_cast<size_t>(v), w.graph); it != end && src < 0; ++it)
+      src = marked_source[boost::source(*it, w.graph)];
+    if (src >= 0 && is_layout_block(w.layer(v)) && entry_of[static_cast<size_t>(src)] >= 0)
+      entries[static_cast<size_t>(entry_of[static_cast<size_t>(src)])]
+          .node.get("multi_token_prediction")
+          ->fail(fmt::format(
+              "expected a layer after the model's transformer blocks (Megatron-Core runs the "
+              "multi-token-prediction modules after the last), got one that block \"{}\" depends on",
+              w.layer(v).name));
   }
 }
 
