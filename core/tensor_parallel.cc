@@ -672,6 +672,36 @@ Result<TpLayer> moe_layer(const Layer& l, int t, const TensorParallelOptions& o,
   return out;
 }
 
+// A column-parallel linear whose output is gathered back (TensorSplitKind::ColumnGathered; Megatron-Core's
+// MTP eh_proj: a ColumnParallelLinear, gather_from_tensor_model_parallel_region, then with sequence
+// parallelism scatter_to_sequence_parallel_region, a split). Each rank computes 1/t of the columns.
+//   forward:  [SP: all-gather of the input over the sequence] GEMM, all-gather of the output's columns
+//   backward: [SP: all-gather of the output gradient over the sequence, the split's backward] then the
+//             column-parallel backward (column_backward: the input gradient all-reduced or, with SP,
+//             reduce-scattered; the input re-gathered beside it)
+TpLayer column_gathered(const Layer& l, int t, bool seq, Precision precision, double cp, bool wgrad_overlap) {
+  const TensorSplit& sp = l.split;
+  TpLayer out;
+  std::vector<Kernel> ks;
+  for (const Kernel& k : layer_kernels(l)) ks.push_back(scaled(k, 1.0 / (t * cp)));
+  const double in = l.stash_bytes / cp, act = sp.sequence * sp.hidden * element_bytes(precision) / cp;
+  if (t > 1 && seq) out.forward.push_back(collective(CollectiveKind::AllGather, in));
+  out.forward.push_back(compute(ks));
+  if (t > 1) out.forward.push_back(collective(CollectiveKind::AllGather, act));
+  if (t > 1) {
+    if (seq) out.backward = {collective(CollectiveKind::AllGather, act)};
+    std::vector<TpPiece> rest = column_backward({}, ks, seq, in, wgrad_overlap);
+    out.backward.insert(out.backward.end(), rest.begin(), rest.end());
+  } else {
+    out.backward.push_back(compute(ks));
+  }
+  out.parameters = l.parameters / t;
+  out.parameter_bytes = l.parameter_bytes / t;
+  out.tied_parameters = l.tied_parameters / t;
+  out.stash_none = out.stash_selective = out.stash_full = in / (seq ? t : 1);
+  return out;
+}
+
 }  // namespace
 
 Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParallelOptions& o,
@@ -734,6 +764,8 @@ Result<TpLayer> tensor_parallel_layer(const Layer& l, int t, const TensorParalle
       out.stash_none = out.stash_selective = out.stash_full = l.stash_bytes / (seq ? t : 1) / cp;
       return out;
     }
+    case TensorSplitKind::ColumnGathered:
+      return column_gathered(l, t, seq, precision, cp, o.wgrad_overlap);
     case TensorSplitKind::VocabHead: {
       // Megatron's padded vocabulary: the head's columns, logits and loss over vocabulary_padded / t.
       TensorSplit padded = sp;

@@ -89,6 +89,8 @@ std::string_view to_string(TensorSplitKind k) {
       return "vocabulary-parallel head";
     case TensorSplitKind::MoeBlock:
       return "mixture-of-experts block";
+    case TensorSplitKind::ColumnGathered:
+      return "column-parallel linear, output gathered";
   }
   return "?";
 }

@@ -186,6 +186,10 @@ enum class TensorSplitKind : unsigned char {
   MoeBlock,        // a Transformer block whose MLP is a mixture of experts (TensorSplit::moe): attention
                    // as Transformer; the router, the experts split over an expert-parallel group
                    // (core/moe.h), optional shared experts as a tensor-parallel MLP
+  ColumnGathered,  // a column-parallel linear whose output is all-gathered back to its whole width
+                   // (Megatron's ColumnParallelLinear and gather_from_tensor_model_parallel_region: the
+                   // MTP module's eh_proj); `sequence` tokens, `hidden` output columns, its input the
+                   // layer's stash_bytes
 };
 std::string_view to_string(TensorSplitKind k);
 // Transformer and MoE blocks: what the megatron partitioner spreads over the stages.

@@ -294,8 +294,9 @@ int final_norm_and_head(ModelBuilder& b, int x, int64_t s, int64_t h, int64_t vo
 // their concatenation from 2h to h (eh_proj, no bias), runs one more `block`, and predicts with its own
 // final norm and the main output head (`head`, shared). The lookup's input edge stands for the last
 // stage's own tokens (its data loader's, as for the labels): it carries nothing a replay moves, the
-// lookup and its stage being the same. eh_proj runs whole on every tensor-parallel rank (Replicated;
-// Megatron-Core's is column-parallel: at t = 1, the rows' setting, the same). Every layer is marked
+// lookup and its stage being the same. eh_proj is column-parallel with its output gathered back, as
+// Megatron-Core builds it (TensorSplitKind::ColumnGathered; until 2026-12-06 it ran whole on every
+// tensor-parallel rank). Every layer is marked
 // Layer::multi_token_prediction, so no partitioner counts the block among the model's.
 void multi_token_prediction(ModelBuilder& b, int x, int table, int head, const TensorSplit& block,
                             int64_t depth, int64_t s, int64_t h, int64_t vocab, Precision p) {
@@ -338,7 +339,7 @@ void multi_token_prediction(ModelBuilder& b, int x, int table, int head, const T
     gemm.fp8_in = 2 * sh;
     gemm.fp8_out = sh;
     proj.kernels = {gemm};
-    proj.split.kind = TensorSplitKind::Replicated;
+    proj.split = {TensorSplitKind::ColumnGathered, static_cast<double>(s), static_cast<double>(h)};
     proj.multi_token_prediction = true;
     const int pr = must(b.custom(m + "eh_proj", {en, hn}, proj, {s, h}));
     x = must(b.decoder_block(m + "layer", pr, block));

@@ -28,7 +28,7 @@ constexpr double kPiperMaxSteps = 4e9;
 
 bool splits(TensorSplitKind k) {
   return k == TensorSplitKind::Transformer || k == TensorSplitKind::VocabEmbedding ||
-         k == TensorSplitKind::VocabHead;
+         k == TensorSplitKind::VocabHead || k == TensorSplitKind::ColumnGathered;
 }
 
 // Per block prefix sums (and per block maxima) of one (t, share)'s per-device layer costs: a device's

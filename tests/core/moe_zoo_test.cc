@@ -689,3 +689,55 @@ TEST_CASE("DeepSeek-V3 with a multi-token-prediction module: README_WEIGHTS's 11
   CHECK(head.name == "mtp1.lm_head");
   CHECK(with->layer(static_cast<size_t>(head.tied_to)).name == "lm_head");
 }
+
+TEST_CASE(
+    "an MTP module's eh_proj at t = 2: column-parallel, its output gathered, as Megatron-Core runs it") {
+  // DeepSeek-V3 (h 7,168) at sequence 4,096, bf16: eh_proj maps the 2h-wide concatenation to h. By hand
+  // per sample: the GEMM 2 s (2h) h FLOPs, half per rank; its input 2 s h x 2 bytes, its output s h x 2.
+  Result<Workload> w = build_model(**find_model("deepseek-v3"), {{"mtp_layers", 1}}, Precision::AMP_BF16);
+  REQUIRE_MESSAGE(w.ok(), (w.ok() ? "" : w.error().message));
+  const Layer* proj = nullptr;
+  for (size_t i = 0; i < w->layer_count(); ++i)
+    if (w->layer(static_cast<int>(i)).name == "mtp1.eh_proj") proj = &w->layer(static_cast<int>(i));
+  REQUIRE(proj != nullptr);
+  CHECK(proj->split.kind == TensorSplitKind::ColumnGathered);
+  const double s = 4096, h = 7168, in = 2 * s * h * 2, out = s * h * 2, gemm = 2 * s * (2 * h) * h;
+  for (bool sp : {false, true}) {
+    CAPTURE(sp);
+    TensorParallelOptions o;
+    o.sequence_parallel = sp;
+    Result<TpLayer> l = tensor_parallel_layer(*proj, 2, o, w->precision);
+    REQUIRE_MESSAGE(l.ok(), (l.ok() ? "" : l.error().message));
+    CHECK(close_rel(l->parameters, 2 * h * h / 2, 1e-12));
+    CHECK(close_rel(l->stash_none, in / (sp ? 2 : 1), 1e-12));  // its input, for the weight gradient
+    // Forward: [SP: all-gather of the input over the sequence], the GEMM on half the columns, the
+    // all-gather of the output's columns.
+    const std::vector<TpPiece>& f = l->forward;
+    REQUIRE(f.size() == (sp ? 3u : 2u));
+    if (sp)
+      CHECK((f[0].collective && f[0].kind == CollectiveKind::AllGather && close_rel(f[0].bytes, in, 1e-12)));
+    const TpPiece& g = f[sp ? 1 : 0];
+    REQUIRE_FALSE(g.collective);
+    double flops = 0;
+    for (const Kernel& k : g.kernels) flops += k.forward_flops * k.calls;
+    CHECK(close_rel(flops, gemm / 2, 1e-12));
+    CHECK((f.back().collective && f.back().kind == CollectiveKind::AllGather &&
+           close_rel(f.back().bytes, out, 1e-12)));
+    // Backward: [SP: the output gradient gathered over the sequence], the input gradient all-reduced
+    // (SP: reduce-scattered, the input re-gathered beside the input-gradient GEMM).
+    std::vector<std::pair<CollectiveKind, double>> got;
+    for (const TpPiece& p : l->backward)
+      if (p.collective && p.bytes > 0) got.emplace_back(p.kind, p.bytes);
+    const std::vector<std::pair<CollectiveKind, double>> want =
+        sp ? std::vector<std::pair<CollectiveKind, double>>{{CollectiveKind::AllGather, out},
+                                                            {CollectiveKind::AllGather, in},
+                                                            {CollectiveKind::ReduceScatter, in}}
+           : std::vector<std::pair<CollectiveKind, double>>{{CollectiveKind::AllReduce, in}};
+    CHECK(got == want);
+  }
+  // At t = 1 the same layer as before: the whole GEMM, no collective.
+  Result<TpLayer> one = tensor_parallel_layer(*proj, 1, {}, w->precision);
+  REQUIRE(one.ok());
+  CHECK(one->forward.size() == 1u);
+  CHECK(close_rel(one->parameters, proj->parameters, 1e-12));
+}
