@@ -243,6 +243,16 @@ MegatronLayout from_layout(const std::string& text, int n, int mtp, int ranks, i
 
 }  // namespace
 
+MegatronBlocks megatron_blocks(const Workload& w) {
+  MegatronBlocks out;
+  for (size_t l = 0; l < w.layer_count(); ++l) {
+    const Layer& layer = w.layer(static_cast<int>(l));
+    out.blocks += is_layout_block(layer);
+    out.mtp += is_block(layer.split.kind) && layer.multi_token_prediction;
+  }
+  return out;
+}
+
 ParsedLayout parse_megatron_layout(std::string_view text) {
   std::string flat;
   if (std::string problem = LayoutExpander(text, 0, false).run(flat); !problem.empty()) return {{}, problem};
@@ -300,11 +310,9 @@ Result<Partition> partition_megatron(const PartitionRequest& r) {
     return Error{fmt::format(
         "the megatron partitioner splits transformer (or MoE) blocks, and workload \"{}\" has none",
         r.workload.name)};
-  int mtp = 0;  // the multi-token-prediction modules (their blocks), which a layout places
-  for (int l : order)
-    mtp += is_block(r.workload.layer(l).split.kind) && r.workload.layer(l).multi_token_prediction;
   const MegatronSplit& split = r.options.megatron;
-  const MegatronLayout layout = megatron_layout(n, r.stages, r.chunks, r.schedule, split, mtp);
+  const MegatronLayout layout =
+      megatron_layout(n, r.stages, r.chunks, r.schedule, split, megatron_blocks(r.workload).mtp);
   if (!layout.ok())
     return Error{layout.key.empty() ? layout.problem
                                     : fmt::format("strategy.{}: {}", layout.key, layout.problem)};

@@ -25,6 +25,13 @@
 
 namespace pipegrid {
 
+// The blocks a Megatron split places (is_layout_block) and the multi-token-prediction modules beside
+// them (their blocks: Layer::multi_token_prediction), which a layout places too.
+struct MegatronBlocks {
+  int blocks = 0, mtp = 0;
+};
+MegatronBlocks megatron_blocks(const Workload& w);
+
 struct MegatronLayout {
   std::vector<int> blocks;  // per stage (k p + r), in stage order; empty when the split does not fit
   // When it does not fit: the strategy key at fault ("first_stage_blocks", "chunks", ...; empty for

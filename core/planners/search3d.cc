@@ -336,7 +336,11 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
     for (const std::string& sched : o_.schedules) {
       std::vector<int> vs{1};
       if (sched == "interleaved-1f1b") vs = o_.chunks;
-      for (int v : vs)
+      for (int v : vs) {
+        // Uneven: the embedding and the loss count as blocks where that fits, else a layout.
+        const bool uneven = blocks_ % (p * v) != 0 && (blocks_ + 2) % (p * v) == 0 && p > 1;
+        const std::string layout =
+            blocks_ % (p * v) != 0 && !uneven ? search3d_layout(blocks_, mtp_, p * v) : std::string();
         for (Recompute rc : o_.recompute)
           for (bool sp : o_.sequence_parallel)
             for (bool zero : o_.distributed_optimizer)
@@ -344,9 +348,7 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
                 for (Search3dCandidate c : experts) {
                   ++res_.combinations;
                   c.t = t, c.p = p, c.d = d, c.b = b, c.micro_batches = m, c.schedule = sched, c.v = v;
-                  // Uneven: the embedding and the loss count as blocks where that fits, else a layout.
-                  c.uneven = blocks_ % (p * v) != 0 && (blocks_ + 2) % (p * v) == 0 && p > 1;
-                  c.layout = blocks_ % (p * v) != 0 && !c.uneven ? search3d_layout(blocks_, mtp_, p * v) : "";
+                  c.uneven = uneven, c.layout = layout;
                   c.recompute = rc, c.sequence_parallel = sp, c.distributed_optimizer = zero;
                   c.cp = x.cp, c.cp_algorithm = x.algorithm;
                   std::optional<std::string> why = left_out(c, sp_ok);
@@ -357,6 +359,7 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
                   else
                     pending_.push_back(std::move(c));
                 }
+      }
     }
   }
 }

@@ -683,8 +683,7 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     // the file sets them, under every schedule (DualPipe's and DualPipeV's included).
     auto st = n.get("stages");
     if (!st || s.partitioner != "megatron" || !chosen.planner.runs_partitioner) return;
-    int blocks = 0;
-    for (size_t l = 0; l < w.layer_count(); ++l) blocks += is_layout_block(w.layer(static_cast<int>(l)));
+    const int blocks = megatron_blocks(w).blocks;
     if (blocks == 0) return;
     const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m);
     if (!layout.ok()) st->fail(layout.problem);
@@ -698,12 +697,7 @@ void parse_megatron_split(const Node& n, StrategySpec& s, const Chosen& chosen, 
     given->fail(
         "needs strategy.stages, the pipeline ranks the blocks are split over (Megatron's "
         "--pipeline-model-parallel-size)");
-  int blocks = 0, mtp = 0;
-  for (size_t l = 0; l < w.layer_count(); ++l) {
-    const Layer& layer = w.layer(static_cast<int>(l));
-    blocks += is_layout_block(layer);
-    mtp += is_block(layer.split.kind) && layer.multi_token_prediction;
-  }
+  const auto [blocks, mtp] = megatron_blocks(w);
   if (blocks == 0) given->fail(fmt::format("the workload \"{}\" has no transformer block to split", w.name));
   const MegatronLayout layout = megatron_layout(blocks, s.stages, std::max(1, s.chunks), s.schedule, m, mtp);
   if (!layout.ok()) n.get(layout.key).value_or(*given).fail(layout.problem);
