@@ -270,14 +270,13 @@ ParsedLayout parse_megatron_layout(std::string_view text) {
 MegatronLayout megatron_layout(int n, int ranks, int chunks, std::string_view schedule,
                                const MegatronSplit& s, int mtp_modules) {
   const bool first_last = s.first_stage_blocks > 0 || s.last_stage_blocks > 0;
-  if (s.uneven() && (schedule == "dualpipe" || schedule == "dualpipev"))
-    return refused(
-        !s.layout.empty() ? "layout"
-        : first_last      ? (s.first_stage_blocks > 0 ? "first_stage_blocks" : "last_stage_blocks")
-                          : (s.account_for_embedding ? "account_for_embedding" : "account_for_loss"),
-        fmt::format("used with schedules that run stage s on rank s mod p, as Megatron-Core does; {} "
-                    "places its stages otherwise",
-                    schedule));
+  // DualPipe runs the chain's stage s on rank s and its mirror on rank p - 1 - s: every form names
+  // stages of the chain. DualPipeV's V puts the first and the last stage on rank 0, so a count per
+  // first or last rank names no one stage there: it takes a layout or the (stage-even) accounting.
+  if (first_last && schedule == "dualpipev")
+    return refused(s.first_stage_blocks > 0 ? "first_stage_blocks" : "last_stage_blocks",
+                   "expected a layout (strategy.layout) with dualpipev: its V puts the first and the "
+                   "last stage on rank 0, so a first or last rank's count names no one stage");
   if (!s.layout.empty()) {
     if (first_last || s.account_for_embedding || s.account_for_loss)
       return refused(

@@ -42,9 +42,9 @@ struct MegatronLayout {
 };
 
 // The split of `blocks` transformer blocks over `ranks` x `chunks` stages. Preconditions: blocks,
-// ranks, chunks >= 1. `schedule`: an uneven split needs stage s on rank s mod ranks, which dualpipe
-// and dualpipev do not follow. `mtp_modules`: the workload's multi-token-prediction modules, which a
-// layout must place.
+// ranks, chunks >= 1. `schedule`: dualpipev refuses the first/last-rank counts (its V puts the first
+// and the last stage on one rank); every split is in stage order. `mtp_modules`: the workload's
+// multi-token-prediction modules, which a layout must place.
 MegatronLayout megatron_layout(int blocks, int ranks, int chunks, std::string_view schedule,
                                const MegatronSplit& split, int mtp_modules = 0);
 

@@ -128,7 +128,10 @@ TEST_CASE("megatron, uneven splits that do not fit are refused at the key at fau
   CHECK(refused_at(8, 4, 1, accounted(true, true)) == "account_for_loss");  // 10 slots over 4 ranks
   CHECK(refused_at(9, 4, 1, accounted(true, false)) == "account_for_embedding");  // 10 over 4
   CHECK(refused_at(14, 4, 3, accounted(true, true)) == "chunks");                 // 4 per rank over 3
-  CHECK(refused_at(14, 4, 2, accounted(true, true), "dualpipev") == "account_for_embedding");
+  // DualPipeV's V puts the first and the last stage on rank 0: a count per first or last rank names
+  // no one stage there.
+  CHECK(refused_at(12, 4, 2, first_last(2, 2), "dualpipev") == "first_stage_blocks");
+  CHECK(refused_at(12, 4, 2, first_last(0, 2), "dualpipev") == "last_stage_blocks");
   const MegatronLayout l = megatron_layout(126, 16, 2, "interleaved-1f1b", first_last(7, 7));
   CHECK(l.problem ==
         "expected a multiple of the 2 chunks per rank (Megatron-Core splits a rank's blocks equally over its "
@@ -271,7 +274,35 @@ TEST_CASE("megatron layout: each stage's blocks as written, and what Megatron-Co
   MegatronSplit both = laid_out("Ett|ttL");
   both.account_for_loss = true;
   CHECK(megatron_layout(4, 2, 1, "1f1b", both).key == "layout");
-  CHECK(megatron_layout(4, 2, 1, "dualpipev", laid_out("Ett|ttL")).key == "layout");
+}
+
+TEST_CASE("megatron partitioner, uneven splits under DualPipe and DualPipeV: stages of the chain") {
+  // DualPipe (arXiv 2412.19437, section 3.2.1): the chain's stage s on rank s in one direction and on
+  // rank p - 1 - s in the other. 6 blocks, first 1 and last 1 over 4 ranks: 1, 2, 2, 1 by hand
+  // (Megatron-Core's middle = 6 - 1 - 1 over 2 ranks), so ranks 0 and 3 each hold the embedding's stage
+  // and the head's, one block each.
+  const Workload w = small_gpt(6);
+  for (const MegatronSplit& s : {first_last(1, 1), laid_out("Et|tt|tt|tL"), accounted(true, true)}) {
+    Result<Partition> part = partition(w, 4, 1, s, "dualpipe");
+    REQUIRE_MESSAGE(part.ok(), (part.ok() ? "" : part.error().message));
+    REQUIRE(part->stage_count() == 8);
+    CHECK(blocks_per_stage(w, *part) == std::vector<int>{1, 2, 2, 1, 1, 2, 2, 1});
+    for (int k = 0; k < 4; ++k) {
+      CHECK(part->stage(k).devices == std::vector<int>{k});
+      CHECK(part->stage(4 + k).devices == std::vector<int>{3 - k});
+      CHECK(part->stage(4 + k).layers == part->stage(k).layers);
+    }
+  }
+  // DualPipeV: 2 ranks x 2 chunks in a V (stage s on rank s, stage 3 - s on rank s). "Et|tt|tt|tL": rank 0
+  // holds stages 0 and 3 (the embedding, the head, 2 blocks), rank 1 stages 1 and 2 (4 blocks). The
+  // accounting (6 + 2 = 8 slots, 2 per stage, the first and last stage one fewer) gives the same.
+  for (const MegatronSplit& s : {laid_out("Et|tt|tt|tL"), accounted(true, true)}) {
+    Result<Partition> part = partition(w, 2, 2, s, "dualpipev");
+    REQUIRE_MESSAGE(part.ok(), (part.ok() ? "" : part.error().message));
+    CHECK(blocks_per_stage(w, *part) == std::vector<int>{1, 2, 2, 1});
+    const std::vector<std::vector<int>> ranks{{0}, {1}, {1}, {0}};
+    for (int k = 0; k < 4; ++k) CHECK(part->stage(k).devices == ranks[k]);
+  }
 }
 
 TEST_CASE("megatron partitioner with a layout: the stages hold the blocks it names") {
