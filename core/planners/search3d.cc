@@ -13,6 +13,7 @@
 #include "core/evaluate.h"
 #include "core/model_flops.h"
 #include "core/moe.h"
+#include "core/strategy.h"
 #include "core/tensor_parallel.h"
 
 namespace pipegrid {
@@ -200,9 +201,12 @@ Status Search3d::check() const {
         "all-reduces, "
         "not allreduce: hierarchical; rank with --exact-ranking (the whole graph) or choose another"};
   for (const std::string& s : o_.schedules)
-    if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2")
+    if (s != "1f1b" && s != "interleaved-1f1b" && s != "zb-h1" && s != "zb-h2" && s != "dualpipe" &&
+        s != "dualpipev")
       return Error{fmt::format(
-          "the 3D search knows schedules 1f1b, interleaved-1f1b, zb-h1 and zb-h2, not \"{}\"", s)};
+          "the 3D search knows schedules 1f1b, interleaved-1f1b, zb-h1, zb-h2, dualpipe and dualpipev, not "
+          "\"{}\"",
+          s)};
   return {};
 }
 
@@ -336,6 +340,7 @@ void Search3d::enumerate_configurations(int t, int cp, int p, int d) {
     for (const std::string& sched : o_.schedules) {
       std::vector<int> vs{1};
       if (sched == "interleaved-1f1b") vs = o_.chunks;
+      if (sched == "dualpipev") vs = {2};  // two chunks per rank, in a V
       for (int v : vs) {
         // Uneven: the embedding and the loss count as blocks where that fits, else a layout.
         const bool uneven = blocks_ % (p * v) != 0 && (blocks_ + 2) % (p * v) == 0 && p > 1;
@@ -376,6 +381,13 @@ std::optional<std::string> Search3d::left_out(const Search3dCandidate& c, bool s
     if (c.micro_batches % c.p != 0)
       return "interleaved-1f1b: p does not divide the micro-batches (Megatron's rule)";
   }
+  if (c.schedule == "dualpipe" || c.schedule == "dualpipev")
+    if (dual_pipeline_refusal(c.schedule, c.p, c.micro_batches))
+      return c.schedule == "dualpipe"
+                 ? "dualpipe: p or the micro-batches odd, or fewer than 2p micro-batches (DeepSeek's "
+                   "reference "
+                   "asserts it)"
+                 : "dualpipev: fewer than 2p micro-batches (DeepSeek's reference asserts it)";
   if (c.sequence_parallel && c.t == 1) return "sequence parallelism at t = 1 (the same run as without)";
   if (c.sequence_parallel && !sp_ok) return "sequence parallelism: t does not divide the sequence";
   // It shards the dense state over the dp x cp group, as Megatron's, and the experts' over their

@@ -174,14 +174,17 @@ class Search3dEstimator {
   Status fold_costs(const Search3dCandidate& c, FoldedPlan& fp);
   Status replicate(const Search3dCandidate& c, int replicas, const PartitionStrategy& partitioner,
                    const ScheduleStrategy& scheduler, FoldedPlan& fp);
-  // The data-parallel all-reduce of each stage of the plan, and of `bytes` over pipeline rank `rank`'s
-  // replicas (cached).
+  // The data-parallel all-reduce of each stage of the plan (DualPipe: a stage with its mirror, counted
+  // on the first of the two), and of `bytes` over pipeline rank `rank`'s replicas, with those of rank
+  // `mirror` after them where it is not -1 (cached).
   Result<std::pair<std::vector<double>, std::vector<double>>> dp_allreduces(const Search3dCandidate& c,
                                                                             const FoldedPlan& fp);
-  Result<double> dp_allreduce(const Search3dCandidate& c, int rank, double bytes, CollectiveKind kind);
+  Result<double> dp_allreduce(const Search3dCandidate& c, int rank, int mirror, double bytes,
+                              CollectiveKind kind);
   // MoE: the expert gradients' reduction over the expert data-parallel groups of pipeline rank `rank`
-  // (the ep x etp rings of t d / (ep etp) devices at once, cached).
-  Result<double> expert_allreduce(const Search3dCandidate& c, int rank, double bytes, CollectiveKind kind);
+  // (the ep x etp rings of t d / (ep etp) devices at once, with rank `mirror`'s where it is not -1; cached).
+  Result<double> expert_allreduce(const Search3dCandidate& c, int rank, int mirror, double bytes,
+                                  CollectiveKind kind);
   // The rings' time at once, each carrying `bytes` (with multi-ring: each group's rings over its node's
   // NICs, 1/m of the bytes each).
   Result<double> rings_time(const std::vector<std::vector<int>>& groups, double bytes, CollectiveKind kind);
@@ -205,7 +208,7 @@ class Search3dEstimator {
   std::map<std::tuple<int, int, int, int, int, bool, int, int, int, int, int, int>,
            std::vector<std::vector<StageCost>>>
       costs_;
-  std::map<std::tuple<int, int, int, double, CollectiveKind, int>, double> allreduce_;
+  std::map<std::tuple<int, int, int, int, double, CollectiveKind, int>, double> allreduce_;
 };
 
 // Errors: no transformer blocks, a heterogeneous cluster, a global batch < 1, an unknown schedule, a

@@ -238,10 +238,13 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tpo.recompute_modules = base_.memory.modules;
   tpo.wgrad_overlap = base_.strategy.tp_wgrad_overlap;
   tpo.activation_fp8_input_store = base_.memory.activation_fp8_input_store;
-  const auto key =
-      std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel, c.moe ? d : 0,
-                      c.ep, c.etp, static_cast<int>(c.dispatcher), cp,
-                      static_cast<int>(c.cp_algorithm) + (c.uneven ? 16 : 0));  // the uneven split too
+  const auto key = std::make_tuple(T, c.p, c.v, c.b, static_cast<int>(c.recompute), c.sequence_parallel,
+                                   c.moe ? d : 0, c.ep, c.etp, static_cast<int>(c.dispatcher), cp,
+                                   // the uneven split and DualPipe's stages (mirrored, or in a V) too
+                                   static_cast<int>(c.cp_algorithm) + (c.uneven ? 16 : 0) +
+                                       32 * (c.schedule == "dualpipe"    ? 1
+                                             : c.schedule == "dualpipev" ? 2
+                                                                         : 0));
   auto cached = costs_.find(key);
   if (cached == costs_.end()) {
     Partition groups = fp.part;  // replica 0's groups (MoE: every replica's devices)
@@ -491,9 +494,10 @@ using TiedReduce = Search3dEstimator::TiedReduce;
 // rank.
 std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, const DeviceSpec& spec,
                                  const std::vector<std::vector<StageCost>>& costs,
-                                 const std::vector<int>& rank_of, const MemoryOptions& memory,
-                                 const GradientsReady& gr, const std::vector<double>& ar,
-                                 const std::vector<double>& expert_ar, const std::vector<TiedReduce>& tied) {
+                                 const std::vector<int>& rank_of, const std::vector<int>& mirror_of,
+                                 const MemoryOptions& memory, const GradientsReady& gr,
+                                 const std::vector<double>& ar, const std::vector<double>& expert_ar,
+                                 const std::vector<TiedReduce>& tied) {
   // rank -> (ready, all-reduce, start of the last backward, buckets, expert gradients' reduction)
   std::map<int, std::vector<std::tuple<double, double, double, int, double>>> per_device;
   std::map<int, double> step_parameters;
@@ -505,9 +509,16 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
                                        ? (sc.parameters - sc.expert_parameters) / (c.d * c.cp) +
                                              sc.expert_parameters / expert_data_parallel(c)
                                        : sc.parameters;
-    const bool b0 = gr.bucketed && s == 0;
-    per_device[rank_of[s]].emplace_back(gr.ready[s], ar[s], b0 ? gr.start0 : gr.ready[s], b0 ? gr.buckets : 1,
-                                        expert_ar[s]);
+    // DualPipe: a stage's reduction with its mirror's (listed once, at the first of the two) runs on
+    // both ranks once both copies' gradients are ready, in one piece (the lowering's).
+    const int m = mirror_of[s];
+    if (m >= 0 && m < static_cast<int>(s)) continue;
+    const bool b0 = gr.bucketed && s == 0 && m < 0;
+    const double ready = m >= 0 ? std::max(gr.ready[s], gr.ready[static_cast<size_t>(m)]) : gr.ready[s];
+    for (int rank : {rank_of[s], m >= 0 ? rank_of[static_cast<size_t>(m)] : -1})
+      if (rank >= 0)
+        per_device[rank].emplace_back(ready, ar[s], b0 ? gr.start0 : ready, b0 ? gr.buckets : 1,
+                                      expert_ar[s]);
   }
   std::map<int, std::pair<double, double>> reduced;  // rank -> (its reductions' end, its last gradients)
   for (auto& [rank, list] : per_device) {
@@ -599,15 +610,16 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
 
 // The data-parallel all-reduce of a stage of pipeline rank `rank`: rank i of each of the d replicas'
 // groups (T rings at once), in closed form, cached.
-Result<double> Search3dEstimator::dp_allreduce(const Search3dCandidate& c, int rank, double bytes,
+Result<double> Search3dEstimator::dp_allreduce(const Search3dCandidate& c, int rank, int mirror, double bytes,
                                                CollectiveKind kind) {
   const int T = c.t, d = c.d * c.cp;  // Megatron reduces over the data x context-parallel group
-  const auto rkey = std::make_tuple(T, d, rank, bytes, kind, 0);
+  const auto rkey = std::make_tuple(T, d, rank, mirror, bytes, kind, 0);
   if (auto hit = allreduce_.find(rkey); hit != allreduce_.end()) return hit->second;
   std::vector<std::vector<int>> groups;
   for (int i = 0; i < T; ++i) {
     std::vector<int>& group = groups.emplace_back();
-    for (int j = 0; j < d; ++j) group.push_back((rank * d + j) * T + i);
+    for (int r : {rank, mirror})
+      for (int j = 0; j < d && r >= 0; ++j) group.push_back((r * d + j) * T + i);
   }
   Result<double> x = rings_time(groups, bytes, kind);
   if (!x) return x.error();
@@ -615,16 +627,17 @@ Result<double> Search3dEstimator::dp_allreduce(const Search3dCandidate& c, int r
 }
 
 // The expert gradients: position j inner + q of the stage (inner = ep etp) with the same q of every
-// j (Lowering::add_data_parallel_collectives), the inner rings at once.
-Result<double> Search3dEstimator::expert_allreduce(const Search3dCandidate& c, int rank, double bytes,
-                                                   CollectiveKind kind) {
+// j (Lowering::add_data_parallel_collectives), and of the mirror's, the inner rings at once.
+Result<double> Search3dEstimator::expert_allreduce(const Search3dCandidate& c, int rank, int mirror,
+                                                   double bytes, CollectiveKind kind) {
   const int inner = c.ep * c.etp, edp = expert_data_parallel(c);
-  const auto rkey = std::make_tuple(c.t, c.d * c.cp, rank, bytes, kind, inner);
+  const auto rkey = std::make_tuple(c.t, c.d * c.cp, rank, mirror, bytes, kind, inner);
   if (auto hit = allreduce_.find(rkey); hit != allreduce_.end()) return hit->second;
   std::vector<std::vector<int>> groups;
   for (int q = 0; q < inner; ++q) {
     std::vector<int>& group = groups.emplace_back();
-    for (int j = 0; j < edp; ++j) group.push_back(rank * c.d * c.cp * c.t + j * inner + q);
+    for (int r : {rank, mirror})
+      for (int j = 0; j < edp && r >= 0; ++j) group.push_back(r * c.d * c.cp * c.t + j * inner + q);
   }
   Result<double> x = rings_time(groups, bytes, kind);
   if (!x) return x.error();
@@ -673,18 +686,22 @@ Result<std::pair<std::vector<double>, std::vector<double>>> Search3dEstimator::d
                                   : CollectiveKind::AllReduce;
   const double per_parameter = base_.strategy.gradient_reduce_bytes;
   for (size_t s = 0; s < fp.costs.size(); ++s) {
+    // DualPipe: a stage reduces with its mirror, counted once, on the first of the two (the lowering's).
+    const int mirror = fp.part.stage(s).mirror;
+    if (mirror >= 0 && mirror < static_cast<int>(s)) continue;
+    const int with = mirror >= 0 ? fp.rank_of[static_cast<size_t>(mirror)] : -1;
     const StageCost& sc = fp.costs[s][0];
     const double dense = sc.parameters - sc.expert_parameters;
-    if (c.d * c.cp > 1) {
+    if (c.d * c.cp > 1 || with >= 0) {
       Result<double> x = dp_allreduce(
-          c, fp.rank_of[s],
+          c, fp.rank_of[s], with,
           per_parameter > 0 ? dense * per_parameter : sc.parameter_bytes - sc.expert_parameter_bytes, kind);
       if (!x) return x.error();
       ar[s] = *x;
     }
-    if (sc.expert_parameters > 0 && expert_data_parallel(c) > 1) {
+    if (sc.expert_parameters > 0 && (expert_data_parallel(c) > 1 || with >= 0)) {
       Result<double> x = expert_allreduce(
-          c, fp.rank_of[s],
+          c, fp.rank_of[s], with,
           per_parameter > 0 ? sc.expert_parameters * per_parameter : sc.expert_parameter_bytes, kind);
       if (!x) return x.error();
       expert[s] = *x;
@@ -752,8 +769,10 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   if (!ar) return ar.error();
   Result<std::vector<TiedReduce>> tied = tied_reduces(c, *fp);
   if (!tied) return tied.error();
+  std::vector<int> mirror_of(fp->part.stage_count());
+  for (size_t s = 0; s < mirror_of.size(); ++s) mirror_of[s] = fp->part.stage(s).mirror;
   const std::map<int, RankEnd> ends = rank_ends(c, base_.workload, cl.devices[0].spec, fp->costs, fp->rank_of,
-                                                fp->memory, gr, ar->first, ar->second, *tied);
+                                                mirror_of, fp->memory, gr, ar->first, ar->second, *tied);
   Search3dEstimate est;
   for (const auto& [rank, e] : ends) est.iteration_time_s = std::max(est.iteration_time_s, e.step_end);
   est.iteration_time_s = std::max(est.iteration_time_s, pm.iteration_time_s);

@@ -794,7 +794,9 @@ Command add_search_command(CLI::App& parent) {
   app->add_option("--tensor-parallel", o->tensor_parallel, "Only these t (default: every t allowed)");
   app->add_option("--pipeline", o->pipeline, "Only these p (default: every p allowed)");
   app->add_option("--micro-batch", o->micro_batch_sizes, "Only these micro-batch sizes per replica");
-  app->add_option("--schedules", o->schedules, "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2)");
+  app->add_option(
+      "--schedules", o->schedules,
+      "Only these schedules (1f1b, interleaved-1f1b, zb-h1, zb-h2; dualpipe and dualpipev when named)");
   app->add_option("--chunks", o->chunks,
                   "Only these chunks per rank for interleaved-1f1b (default: 2, 3 and 4)")
       ->check(CLI::Range(1, 1024));
