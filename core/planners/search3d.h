@@ -174,11 +174,11 @@ class Search3dEstimator {
   Status fold_costs(const Search3dCandidate& c, FoldedPlan& fp);
   Status replicate(const Search3dCandidate& c, int replicas, const PartitionStrategy& partitioner,
                    const ScheduleStrategy& scheduler, FoldedPlan& fp);
-  // The data-parallel all-reduce of each stage of the plan (DualPipe: a stage with its mirror, counted
-  // on the first of the two), and of `bytes` over pipeline rank `rank`'s replicas, with those of rank
-  // `mirror` after them where it is not -1 (cached).
-  Result<std::pair<std::vector<double>, std::vector<double>>> dp_allreduces(const Search3dCandidate& c,
-                                                                            const FoldedPlan& fp);
+  // The data-parallel all-reduce of each stage of the plan (DualPipe: a stage with its mirror,
+  // `mirror_of`, counted on the first of the two), and of `bytes` over pipeline rank `rank`'s replicas, with
+  // those of rank `mirror` after them where it is not -1 (cached).
+  Result<std::pair<std::vector<double>, std::vector<double>>> dp_allreduces(
+      const Search3dCandidate& c, const FoldedPlan& fp, const std::vector<int>& mirror_of);
   Result<double> dp_allreduce(const Search3dCandidate& c, int rank, int mirror, double bytes,
                               CollectiveKind kind);
   // MoE: the expert gradients' reduction over the expert data-parallel groups of pipeline rank `rank`

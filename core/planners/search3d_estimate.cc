@@ -572,11 +572,13 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
     if (dm.peak_memory_bytes > dm.capacity_bytes) est.fits = false;
     const int rank = static_cast<int>(dev) / (c.d * c.cp * c.t);
     double tp = 0, cp = 0, ep = 0;
+    // DualPipe runs half the micro-batches through each of its two pipelines (a rank's two stages).
+    const double runs = c.schedule == "dualpipe" ? c.micro_batches / 2.0 : c.micro_batches;
     for (size_t s = 0; s < rank_of.size(); ++s)
       if (rank_of[s] == rank) {
-        tp += c.micro_batches * tp_exposed[s];
-        cp += c.micro_batches * cp_exposed[s];
-        ep += c.micro_batches * ep_exposed[s];
+        tp += runs * tp_exposed[s];
+        cp += runs * cp_exposed[s];
+        ep += runs * ep_exposed[s];
       }
     const auto it = ends.find(rank);
     const RankEnd e = it == ends.end() ? RankEnd{} : it->second;
@@ -678,7 +680,7 @@ Result<double> Search3dEstimator::rings_time(const std::vector<std::vector<int>>
 // Each stage's data-parallel all-reduce time (0 without replicas) and, for MoE stages, its expert
 // gradients' reduction over the expert data-parallel group.
 Result<std::pair<std::vector<double>, std::vector<double>>> Search3dEstimator::dp_allreduces(
-    const Search3dCandidate& c, const FoldedPlan& fp) {
+    const Search3dCandidate& c, const FoldedPlan& fp, const std::vector<int>& mirror_of) {
   std::vector<double> ar(fp.costs.size(), 0.0), expert(fp.costs.size(), 0.0);
   // The distributed optimizer's reduce-scatter under overlap (the lowering's; core/lower.cc).
   const CollectiveKind kind = base_.strategy.dp_overlap && c.distributed_optimizer
@@ -687,7 +689,7 @@ Result<std::pair<std::vector<double>, std::vector<double>>> Search3dEstimator::d
   const double per_parameter = base_.strategy.gradient_reduce_bytes;
   for (size_t s = 0; s < fp.costs.size(); ++s) {
     // DualPipe: a stage reduces with its mirror, counted once, on the first of the two (the lowering's).
-    const int mirror = fp.part.stage(s).mirror;
+    const int mirror = mirror_of[s];
     if (mirror >= 0 && mirror < static_cast<int>(s)) continue;
     const int with = mirror >= 0 ? fp.rank_of[static_cast<size_t>(mirror)] : -1;
     const StageCost& sc = fp.costs[s][0];
@@ -740,6 +742,14 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   if (std::optional<Search3dEstimate> over = over_memory(c, fp->costs, fp->rank_of, fp->memory, cl))
     return *over;
 
+  // DualPipe's stages reduce their gradients with their mirrors' (core/lower.cc), which the lowering
+  // would add to this one-replica graph too: they are timed in closed form below (dp_allreduces), so
+  // the graph is lowered without the mirrors.
+  std::vector<int> mirror_of(fp->part.stage_count());
+  for (size_t s = 0; s < mirror_of.size(); ++s) {
+    mirror_of[s] = fp->part.stage(s).mirror;
+    fp->part.graph[s].mirror = -1;
+  }
   LoweringOptions lo;
   lo.micro_batches = c.micro_batches;
   lo.micro_batch_size = c.b;
@@ -765,12 +775,10 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   const GradientsReady gr =
       gradients_ready(*g, *tl, fp->part.stage_count(), base_.strategy.dp_overlap, c.d * c.cp,
                       fp->costs[0][0].parameters - fp->costs[0][0].expert_parameters);
-  auto ar = dp_allreduces(c, *fp);
+  auto ar = dp_allreduces(c, *fp, mirror_of);
   if (!ar) return ar.error();
   Result<std::vector<TiedReduce>> tied = tied_reduces(c, *fp);
   if (!tied) return tied.error();
-  std::vector<int> mirror_of(fp->part.stage_count());
-  for (size_t s = 0; s < mirror_of.size(); ++s) mirror_of[s] = fp->part.stage(s).mirror;
   const std::map<int, RankEnd> ends = rank_ends(c, base_.workload, cl.devices[0].spec, fp->costs, fp->rank_of,
                                                 mirror_of, fp->memory, gr, ar->first, ar->second, *tied);
   Search3dEstimate est;

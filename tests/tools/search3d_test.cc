@@ -759,7 +759,9 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
     std::set<std::string> got;
     for (const Search3dCandidate& c : res->ranked) got.insert(c.label());
     CHECK(got == want);
-    // Measured 2026-12-06: 12 in both, 4 equal within 1e-9, the worst 2.1e-5 (GPT) and 2.7e-5 (Llama).
+    // Measured 2026-12-06: 12 in both, the worst 2.1e-5 (GPT) and 0.59% (Llama, t1 p8 d2: every rank
+    // pair's ring crosses the two nodes; the closed form times each pair's rings alone, the whole graph's
+    // share the nodes' links with each other and with the pipeline's transfers).
     const EstimateAgreement a = compare_estimate(load(text), o, 8);
     MESSAGE(a.both << " candidates in both, " << a.equal << " equal within 1e-9; worst time difference "
                    << a.worst_time << " (" << a.worst_label << ")");
@@ -767,7 +769,7 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
     CHECK(a.only_exact == 0);
     CHECK(a.only_estimate == 0);
     CHECK(a.worst_memory <= 1e-9);
-    CHECK(a.worst_time <= 1e-4);
+    CHECK(a.worst_time <= 0.006);
   }
   // With tensor parallelism the estimate folds each pass's TP collectives into it, where DualPipe's
   // overlapped pairs run one chunk's collectives beside the other's compute: the estimate is slower.
@@ -798,4 +800,31 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
   CHECK(a.only_estimate == 0);
   CHECK(a.worst_memory <= 0.015);
   CHECK(a.worst_time <= 0.1);
+  // The breakdown charges each stage's exposed all-to-all per micro-batch it runs: DualPipe's two
+  // pipelines run half of them each (charging all of them made DeepSeek-V3's compute negative), and
+  // the graph it is read from carries no gradient reduction (the closed form's): every part >= 0.
+  // By hand: 1F1B runs stage r's m micro-batches on rank r, DualPipe half of stage r's and half of
+  // stage p - 1 - r's, the same stages; so the mean over the devices of the exposed all-to-all the
+  // estimate folds in is the same under both.
+  o.schedules = {"1f1b", "dualpipe"};
+  Result<Search3dResult> moe = search3d(load(kMoe), o);
+  REQUIRE_MESSAGE(moe.ok(), (moe.ok() ? "" : moe.error().message));
+  std::map<std::string, double> ep_1f1b;
+  for (const Search3dCandidate& c : moe->ranked)
+    if (c.schedule == "1f1b") ep_1f1b[c.label()] = c.breakdown.expert_parallel_s;
+  int paired = 0;
+  for (const Search3dCandidate& c : moe->ranked) {
+    const TimeBreakdown& b = c.breakdown;
+    for (double x : {b.compute_s, b.tensor_parallel_s, b.expert_parallel_s, b.pipeline_s, b.data_parallel_s,
+                     b.bubble_s, b.optimizer_s})
+      CHECK(x >= -1e-12);
+    if (c.schedule != "dualpipe") continue;
+    std::string twin = c.label();
+    twin.replace(twin.find("dualpipe"), 8, "1f1b");
+    if (auto it = ep_1f1b.find(twin); it != ep_1f1b.end()) {
+      ++paired;
+      CHECK(b.expert_parallel_s == pipegrid::testing::approx(it->second).epsilon(1e-9));
+    }
+  }
+  CHECK(paired >= 10);
 }

@@ -77,7 +77,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
                       {"analytic_throughput_samples_per_s", c.throughput_samples_per_s},
                       {"analytic_mfu", c.mfu},
                       {"peak_memory_bytes", output::json_number(c.peak_memory_bytes)},
-                      {"analytic_breakdown", output::breakdown_json(c.breakdown)}};
+                      {"analytic_breakdown", output::breakdown_json(c.breakdown, c.moe, c.cp > 1)}};
   if (c.cp > 1) {
     j["context_parallel"] = c.cp;
     j["cp_algorithm"] = to_string(c.cp_algorithm);
@@ -505,7 +505,7 @@ void print_json(const Found& f) {
     x["simulated_throughput_samples_per_s"] = r.metrics.throughput_samples_per_s;
     x["simulated_mfu"] = f.mfu(r.simulated_s);
     x["simulated_model_flops_mfu"] = f.model_mfu(r.simulated_s);
-    x["simulated_breakdown"] = output::breakdown_json(r.metrics.breakdown);
+    x["simulated_breakdown"] = output::breakdown_json(r.metrics.breakdown, r.c.moe, r.c.cp > 1);
     x["simulated_replay"] = r.folded ? "replica-folded" : "whole graph";
     sim.push_back(x);
   }
