@@ -454,6 +454,39 @@ TEST_CASE("search: a base's recompute_modules go with the candidates that recomp
   }
 }
 
+// DualPipe and DualPipeV are opt-in: a MoE workload's search says which of them it did not try, and
+// where it ranked DualPipe candidates, that the estimate folds their pairs' collectives.
+TEST_CASE("search: DualPipe's schedules, opt-in, said when left out and when estimated") {
+  TempDir tmp;
+  const std::string exp =
+      tmp.write("moe.yaml",
+                R"(workload: {model: mixtral-8x7b, layers: 2, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048,
+           expert_ffn: 1024, experts: 8, top_k: 2, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-8}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)");
+  auto search = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{
+        PIPEGRID_BINARY, "search", exp,     "--global-batch", "16", "--top", "0", "--tensor-parallel", "1",
+        "--ep",          "4",      "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_command(args);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return json::parse(r.out);
+  };
+  const json plain = search({});
+  CHECK(plain["schedules_not_searched"] == json({"dualpipe", "dualpipev"}));
+  CHECK(!plain.contains("estimate_leaves_out"));
+  const json dual = search({"--schedules", "dualpipe"});
+  CHECK(dual["schedules_not_searched"] == json({"dualpipev"}));
+  bool ranked = false;
+  for (const json& c : dual["analytic_ranking"]) ranked |= c["schedule"] == "dualpipe";
+  REQUIRE(ranked);  // p 2, d 4 (ep 4 divides t d), 4 micro-batches of 1: even and at least 2p
+  CHECK(dual["estimate_leaves_out"].get<std::string>().find("DualPipe's paired chunks") != std::string::npos);
+  CHECK(!search({"--schedules", "dualpipe", "dualpipev"}).contains("schedules_not_searched"));
+}
+
 // The estimate does not model the MoE all-to-all overlap; with a base that asks for it the search says
 // so (the replays of the best run it), and says nothing of it otherwise.
 TEST_CASE("search: a base with the MoE all-to-all overlap is told the estimate leaves it out") {

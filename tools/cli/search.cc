@@ -421,11 +421,28 @@ struct Found {
                : 0;
   }
   // What the analytic estimate leaves out that the SimGrid replays of the best K run: the MoE
-  // all-to-all overlap (docs/3d-search.md), or "" when the experiment does not ask for it.
+  // all-to-all overlap, the overlap of DualPipe's paired chunks (docs/3d-search.md), or "" when no
+  // candidate has either.
   std::string estimate_leaves_out() const {
-    if (!exp.strategy.moe_overlap || routed_experts(exp.workload) <= 0) return "";
-    return "the estimate ranks every candidate without the all-to-all overlap (moe.overlap); the SimGrid "
-           "replays of the best run it";
+    std::vector<std::string> out;
+    if (exp.strategy.moe_overlap && routed_experts(exp.workload) > 0)
+      out.push_back("the estimate ranks every candidate without the all-to-all overlap (moe.overlap)");
+    if (std::any_of(res.ranked.begin(), res.ranked.end(),
+                    [](const Search3dCandidate& c) { return c.schedule.rfind("dualpipe", 0) == 0; }))
+      out.push_back(
+          "the estimate folds the tensor- and expert-parallel collectives of DualPipe's paired chunks into "
+          "their "
+          "passes, without the overlap the pairs run (pessimistic for DualPipe)");
+    if (out.empty()) return "";
+    return fmt::format("{}; the SimGrid replays of the best run it", fmt::join(out, "; "));
+  }
+  // The schedules a MoE workload's search did not try because they are opt-in (DualPipe's), or {}.
+  std::vector<std::string> schedules_not_searched() const {
+    if (routed_experts(exp.workload) <= 0) return {};
+    std::vector<std::string> out;
+    for (const char* s : {"dualpipe", "dualpipev"})  // o.schedules empty: the default, without them
+      if (std::find(o.schedules.begin(), o.schedules.end(), s) == o.schedules.end()) out.push_back(s);
+    return out;
   }
   // The MoE options every candidate keeps from the experiment (the search varies ep, etp and the
   // dispatcher alone), or "" for a dense workload.
@@ -517,6 +534,8 @@ void print_json(const Found& f) {
                                        : "whole graph";
   if (f.replayed.size() >= 2) j["why"] = why(f.replayed[0], f.replayed[1]);
   if (const std::string x = f.estimate_leaves_out(); !x.empty()) j["estimate_leaves_out"] = x;
+  if (const std::vector<std::string> x = f.schedules_not_searched(); !x.empty())
+    j["schedules_not_searched"] = x;
   if (const std::string x = f.moe_from_experiment(); !x.empty()) j["moe_from_experiment"] = x;
   j["cost_model_checks"] = output::cost_model_checks_json(f.checks());
   std::cout << j.dump(2) << "\n";
@@ -620,6 +639,9 @@ void print_text(const Found& f) {
         folded, f.replayed.size());
   if (f.replayed.size() >= 2) fmt::print("\n{}\n", why(f.replayed[0], f.replayed[1]));
   if (const std::string x = f.estimate_leaves_out(); !x.empty()) fmt::print("\nleaves out  {}\n", x);
+  if (const std::vector<std::string> x = f.schedules_not_searched(); !x.empty())
+    fmt::print("schedules {} not searched: --schedules names them (docs/3d-search.md)\n",
+               fmt::join(x, " and "));
   const std::vector<output::CostModelCheck> checks = f.checks();
   if (!checks.empty()) fmt::print("\n");
   for (const output::CostModelCheck& c : checks) fmt::print("cost model  {}\n", c.note);
