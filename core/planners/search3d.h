@@ -5,6 +5,7 @@
 // enumerated and what is left out, and why.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -122,6 +123,14 @@ MegatronSplit search3d_split(const Search3dCandidate& c);
 // would hold nothing or the last stage's slots could not hold the modules.
 std::string search3d_layout(int blocks, int mtp, int stages);
 
+// One folded pass of a grouped stage in the 3D search's estimate: its compute alone and its
+// collectives' exposed time by group (tensor, context, expert), which the other pass of an overlapped
+// pair (DualPipe) can hide.
+struct Search3dPassParts {
+  double compute = 0, tp = 0, cp = 0, ep = 0;
+  double collectives() const { return tp + cp + ep; }
+};
+
 // The one-replica estimate of a candidate (docs/3d-search.md, "How a candidate is costed"). The d
 // replicas of a stage and the t ranks of a group run alike, so one pipeline is lowered: one device
 // per pipeline rank (rank 0 of replica 0, Megatron's placement), its micro-batch b, each tensor-parallel
@@ -166,9 +175,18 @@ class Search3dEstimator {
     std::vector<int> rank_of;
     // Per stage, in one F and one B of the representative: TP, CP and expert groups' exposed time.
     std::vector<double> tp_exposed, cp_exposed, ep_exposed;
+    // Per stage and pass (0: F, 1: B, the input gradient when split), of grouped stages only.
+    std::vector<std::array<Search3dPassParts, 2>> passes;
+    // Per overlapped pair of the schedule (the forward's stage, the backward's), of grouped stages: the
+    // two passes' time with their pieces interleaved (each one's collectives beside the other's compute).
+    std::map<std::pair<int, int>, double> pair_times;
     MemoryOptions memory;
   };
   Result<FoldedPlan> folded_plan(const Search3dCandidate& c, int replicas);
+  // The overlapped pairs of fp's schedule in its lowered graph g, shortened to their interleaved time
+  // (FoldedPlan::pair_times); what they hide per pipeline rank, by group.
+  static std::map<int, Search3dPassParts> overlap_pairs(const Search3dCandidate& c, const FoldedPlan& fp,
+                                                        TaskGraph& g);
   // folded_plan's steps: the per-stage costs with the TP collectives folded in (cached), and the plan
   // with every replica.
   Status fold_costs(const Search3dCandidate& c, FoldedPlan& fp);

@@ -90,37 +90,53 @@ using GroupLinkMap = std::map<CommGroup, GroupLinks>;
 // `share` (the busiest expert-parallel rank's share of the token copies: its port sets the pace) or,
 // over a context-parallel group, 1 / cp of them. kNoFlows collectives and those of the groups in
 // `skip` take no time (to split the exposure between groups). Returns the pass's time.
-double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap, double share,
-                 const std::vector<CommGroup>& skip = {}) {
-  const size_t n = prog.collectives();
-  std::vector<double> done(n, 0.0), wait(n + 1, 0.0);  // wait[k]: what piece k waits for
-  std::map<CommGroup, double> link_free;
-  double end = 0, previous_step = 0;  // previous_step: the last context-parallel exchange's arrival
-  for (size_t k = 0; k <= n; ++k) {
-    end = std::max(end, wait[k]) + prog.compute[k];
-    if (k == n) break;
+// The device's compute pieces in a given order and the collectives between them (pass_time's rules),
+// for one pass or for an overlapped pair's two, each pass with its own chain and all of them sharing the
+// device and the groups' links.
+class PieceRunner {
+ public:
+  PieceRunner(const GroupLinkMap& links, bool overlap, const std::vector<CommGroup>& skip)
+      : links_(links), overlap_(overlap), skip_(skip) {}
+
+  struct Pass {
+    Pass(const TpProgram& p, double s)
+        : prog(p), share(s), done(p.collectives(), 0.0), wait(p.collectives() + 1, 0.0) {}
+    const TpProgram& prog;
+    double share;
+    std::vector<double> done, wait;  // wait[k]: what piece k waits for
+    double previous_step = 0;        // the last context-parallel exchange's arrival
+  };
+
+  // Runs piece k of pass x on the device, then starts the collective after it.
+  void step(Pass& x, size_t k) {
+    const TpProgram& prog = x.prog;
+    const size_t n = prog.collectives();
+    end_ = std::max(end_, x.wait[k]) + prog.compute[k];
+    if (k == n) return;
     const CommGroup g = prog.groups[k];
     const bool context = g == CommGroup::Context;
-    const bool beside = (prog.flags[k] & kBesideNext) != 0 || (!context && overlap);
-    const auto it = links.find(g);
-    if ((prog.flags[k] & kNoFlows) || it == links.end() ||
-        std::find(skip.begin(), skip.end(), g) != skip.end()) {
-      done[k] = end;
+    const bool beside = (prog.flags[k] & kBesideNext) != 0 || (!context && overlap_);
+    const auto it = links_.find(g);
+    if ((prog.flags[k] & kNoFlows) || it == links_.end() ||
+        std::find(skip_.begin(), skip_.end(), g) != skip_.end()) {
+      x.done[k] = end_;
     } else {
       const GroupLinks& gl = it->second;
-      double& free = link_free[g];
-      double begin = std::max(end, free);
-      if (context && (prog.flags[k] & kAfterPrevious)) begin = std::max(begin, previous_step);
+      double& free = link_free_[g];
+      double begin = std::max(end_, free);
+      if (context && (prog.flags[k] & kAfterPrevious)) begin = std::max(begin, x.previous_step);
       if (prog.kinds[k] == CollectiveKind::AllToAll && prog.deduplicates[k].experts > 0) {
         const RoutingDraw& draw = prog.deduplicates[k];
         const int held = draw.experts / gl.n;
-        done[k] = free = begin + closed_form::deduplicated_all_to_all(
-                                     gl.machines, gl.per_machine, prog.bytes[k] / draw.top_k,
-                                     routed_hit_probability(draw, held),
-                                     routed_hit_probability(draw, held * gl.per_machine), gl.intra, gl.inter);
+        x.done[k] = free =
+            begin + closed_form::deduplicated_all_to_all(
+                        gl.machines, gl.per_machine, prog.bytes[k] / draw.top_k,
+                        routed_hit_probability(draw, held),
+                        routed_hit_probability(draw, held * gl.per_machine), gl.intra, gl.inter);
       } else if (prog.kinds[k] == CollectiveKind::AllToAll) {
-        const double c = prog.bytes[k] * (context ? 1.0 / gl.n : share);
-        done[k] = free = begin + closed_form::all_to_all(gl.machines, gl.per_machine, c, gl.intra, gl.inter);
+        const double c = prog.bytes[k] * (context ? 1.0 / gl.n : x.share);
+        x.done[k] = free =
+            begin + closed_form::all_to_all(gl.machines, gl.per_machine, c, gl.intra, gl.inter);
       } else {
         const double bytes = prog.kinds[k] == CollectiveKind::SendRecv
                                  ? prog.bytes[k]
@@ -129,14 +145,44 @@ double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap,
                                 ? bytes * gl.seconds_per_byte
                                 : bytes / gl.ring.bandwidth;
         free = begin + hold;
-        done[k] = begin + gl.ring.latency + hold;
+        x.done[k] = begin + gl.ring.latency + hold;
       }
-      if (context) previous_step = done[k];
+      if (context) x.previous_step = x.done[k];
     }
     const size_t next = beside ? std::min(k + 2, n) : k + 1;
-    wait[next] = std::max(wait[next], done[k]);
+    x.wait[next] = std::max(x.wait[next], x.done[k]);
   }
-  return end;
+  double end() const { return end_; }
+
+ private:
+  const GroupLinkMap& links_;
+  const bool overlap_;
+  const std::vector<CommGroup>& skip_;
+  std::map<CommGroup, double> link_free_;
+  double end_ = 0;
+};
+
+double pass_time(const TpProgram& prog, const GroupLinkMap& links, bool overlap, double share,
+                 const std::vector<CommGroup>& skip = {}) {
+  PieceRunner run(links, overlap, skip);
+  PieceRunner::Pass x(prog, share);
+  for (size_t k = 0; k <= prog.collectives(); ++k) run.step(x, k);
+  return run.end();
+}
+
+// An overlapped pair (DualPipe's, Megatron-Core's A2A overlap): a forward's and another chunk's
+// backward's pieces interleaved, the backward's first (B1 F1 B2 F2 ...), as the lowering orders them
+// (Lowering::add_compute_tasks), each pass's collectives beside the other's compute. The pair's time.
+double pair_time(const TpProgram& f, const TpProgram& b, const GroupLinkMap& links, bool overlap,
+                 double share_f, double share_b) {
+  const std::vector<CommGroup> none;
+  PieceRunner run(links, overlap, none);
+  PieceRunner::Pass fx(f, share_f), bx(b, share_b);
+  for (size_t k = 0; k <= std::max(f.collectives(), b.collectives()); ++k) {
+    if (k <= b.collectives()) run.step(bx, k);
+    if (k <= f.collectives()) run.step(fx, k);
+  }
+  return run.end();
 }
 
 // Each stage edge carries 1/T of an activation: what each rank of a group sends to the same rank of
@@ -181,6 +227,9 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
   if (!part) return part.error();
   Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
   if (!sched) return sched.error();
+  // Megatron-Core's A2A overlap pairs a forward with another micro-batch's backward, as the run does
+  // (core/planners/common.cc); DualPipe's schedule pairs its own.
+  if (base_.strategy.moe_overlap && c.moe) pair_forward_backward(*sched);
   const size_t S = part->stage_count();
   fp.rank_of.resize(S);
   for (size_t s = 0; s < S; ++s) {
@@ -190,9 +239,13 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
     st.devices = {rep(fp.rank_of[s])};
   }
   std::vector<std::vector<Action>> moved(D);
-  for (int r = 0; r < p && static_cast<size_t>(r) < sched->device_actions.size(); ++r)
+  std::vector<std::vector<char>> paired(sched->paired.empty() ? 0 : D);  // DualPipe's pairs move too
+  for (int r = 0; r < p && static_cast<size_t>(r) < sched->device_actions.size(); ++r) {
     moved[rep(r)] = std::move(sched->device_actions[r]);
+    if (static_cast<size_t>(r) < sched->paired.size()) paired[rep(r)] = std::move(sched->paired[r]);
+  }
   sched->device_actions = std::move(moved);
+  sched->paired = std::move(paired);
   fp.part = std::move(*part);
   fp.sched = std::move(*sched);
   if (Status s = fold_costs(c, fp); !s) return s.error();
@@ -289,6 +342,9 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
   tensor_only.push_back(CommGroup::Context);
   // Every stage of the candidate is grouped alike (Stage::grouped, as set above).
   const bool grouped = T > 1 || cp > 1 || (c.moe && c.ep * c.etp > 1);
+  fp.passes.assign(S, {});
+  std::vector<TpProgram> forward_programs(S), backward_programs(S);  // for the overlapped pairs below
+  std::vector<double> shares(S, 1.0);
   for (size_t s = 0; s < S; ++s) {
     StageCost sc = cached->second[s].front();
     if (!grouped) {
@@ -308,6 +364,14 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     fp.tp_exposed[s] = (f_tp - sum(sc.tp_forward.compute)) + (b_tp - sum(bprog.compute));
     fp.cp_exposed[s] = (f_cp - f_tp) + (b_cp - b_tp);
     fp.ep_exposed[s] = (f - f_cp) + (b - b_cp);
+    const double fc = sum(sc.tp_forward.compute), bc = sum(bprog.compute);
+    if (!fp.sched.paired.empty()) {
+      forward_programs[s] = sc.tp_forward;
+      backward_programs[s] = bprog;
+      shares[s] = share;
+    }
+    fp.passes[s] = {Search3dPassParts{fc, f_tp - fc, f_cp - f_tp, f - f_cp},
+                    Search3dPassParts{bc, b_tp - bc, b_cp - b_tp, b - b_cp}};
     sc.times.forward = f;
     // The lowering runs recompute_s + backward() (+ W when split) for a stage without TP.
     sc.times.backward_input = split ? b : b - sc.times.backward_weight;
@@ -315,6 +379,18 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     sc.tp_forward = sc.tp_backward = sc.tp_backward_input = {};
     fp.costs.push_back({std::move(sc)});
   }
+  if (grouped)
+    for (size_t d = 0; d < fp.sched.device_actions.size(); ++d) {
+      const std::vector<Action>& acts = fp.sched.device_actions[d];
+      for (size_t i = 0; i + 1 < acts.size(); ++i) {
+        if (!fp.sched.is_paired(d, i)) continue;
+        const size_t x = static_cast<size_t>(acts[i].stage), y = static_cast<size_t>(acts[i + 1].stage);
+        if (!fp.pair_times.count({x, y}))
+          fp.pair_times[{x, y}] =
+              pair_time(forward_programs[x], backward_programs[y], links, tpo.overlap, shares[x], shares[y]);
+        ++i;
+      }
+    }
   if (T * cp > 1) divide_edge_bytes(fp.part, T * cp);
   return {};
 }
@@ -348,10 +424,15 @@ Status Search3dEstimator::replicate(const Search3dCandidate& c, int replicas,
     fp.costs[s].assign(static_cast<size_t>(replicas), fp.costs[s][0]);
   }
   std::vector<std::vector<Action>> moved(D);
-  for (const auto& [dev, at] : where)
+  std::vector<std::vector<char>> paired(all_sched->paired.empty() ? 0 : D);
+  for (const auto& [dev, at] : where) {
     if (static_cast<size_t>(dev) < all_sched->device_actions.size())
       moved[rep(at.first, at.second)] = std::move(all_sched->device_actions[dev]);
+    if (static_cast<size_t>(dev) < all_sched->paired.size())
+      paired[rep(at.first, at.second)] = std::move(all_sched->paired[dev]);
+  }
   all_sched->device_actions = std::move(moved);
+  all_sched->paired = std::move(paired);
   if (T > 1) divide_edge_bytes(*all, T);
   fp.part = std::move(*all);
   fp.sched = std::move(*all_sched);
@@ -557,12 +638,14 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
   return ends;
 }
 
+using PassParts = Search3dPassParts;
+
 // The representatives' breakdown with the TP collectives, the closed-form all-reduce and the step in
 // (the mean over them), their peak memory and whether they fit.
 void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::vector<int>& rank_of,
                     const std::vector<double>& tp_exposed, const std::vector<double>& cp_exposed,
-                    const std::vector<double>& ep_exposed, const std::map<int, RankEnd>& ends,
-                    Search3dEstimate& est) {
+                    const std::vector<double>& ep_exposed, const std::map<int, PassParts>& hidden,
+                    const std::map<int, RankEnd>& ends, Search3dEstimate& est) {
   const double pipeline_end = pm.iteration_time_s;
   int used = 0;
   for (size_t dev = 0; dev < pm.devices.size(); ++dev) {
@@ -580,6 +663,11 @@ void fill_breakdown(const Search3dCandidate& c, const Metrics& pm, const std::ve
         cp += runs * cp_exposed[s];
         ep += runs * ep_exposed[s];
       }
+    if (const auto h = hidden.find(rank); h != hidden.end()) {  // hidden by overlapped pairs
+      tp -= h->second.tp;
+      cp -= h->second.cp;
+      ep -= h->second.ep;
+    }
     const auto it = ends.find(rank);
     const RankEnd e = it == ends.end() ? RankEnd{} : it->second;
     TimeBreakdown b = dm.breakdown;
@@ -735,6 +823,48 @@ Result<std::vector<Search3dEstimator::TiedReduce>> Search3dEstimator::tied_reduc
   return out;
 }
 
+// The overlapped pairs (Schedule::paired: a forward and the next action, a backward of another
+// micro-batch; DualPipe's, Megatron-Core's A2A overlap): the lowering interleaves their pieces so that
+// each pass's collectives run beside the other pass's compute (core/lower.cc, add_compute_tasks). This
+// graph's folded passes carry their collectives' exposed time in their durations; each pair's two tasks
+// are shortened to the interleaved pair's time (pair_time), the time hidden taken from each pass in
+// proportion to its collectives and from each group in proportion to its share of them. Returns what
+// was hidden per pipeline rank, by group (compute: 0).
+std::map<int, PassParts> Search3dEstimator::overlap_pairs(const Search3dCandidate& c, const FoldedPlan& fp,
+                                                          TaskGraph& g) {
+  std::map<int, PassParts> hidden;
+  const Schedule& sched = fp.sched;
+  for (size_t d = 0; d < sched.device_actions.size() && d < g.device_order.size(); ++d) {
+    const std::vector<Action>& acts = sched.device_actions[d];
+    const std::vector<int32_t>& order = g.device_order[d];
+    if (acts.empty() || order.size() < acts.size()) continue;
+    bool aligned = true;  // one compute task per action, in the schedule's order
+    for (size_t i = 0; i < acts.size() && aligned; ++i)
+      aligned =
+          g.tasks[order[i]].stage == acts[i].stage && g.tasks[order[i]].micro_batch == acts[i].micro_batch;
+    if (!aligned) continue;
+    PassParts& h = hidden[static_cast<int>(d) / (c.d * c.cp * c.t)];
+    for (size_t i = 0; i + 1 < acts.size(); ++i) {
+      if (!sched.is_paired(d, i)) continue;
+      const int x = acts[i].stage, y = acts[i + 1].stage;
+      const auto it = fp.pair_times.find({x, y});
+      const PassParts& f = fp.passes[static_cast<size_t>(x)][0];
+      const PassParts& b = fp.passes[static_cast<size_t>(y)][1];
+      const double collectives = f.collectives() + b.collectives();
+      if (it != fp.pair_times.end() && collectives > 0) {
+        const double gone = std::clamp(f.compute + b.compute + collectives - it->second, 0.0, collectives);
+        for (const auto& [pass, task] : {std::pair{&f, order[i]}, std::pair{&b, order[i + 1]}}) {
+          const double k = gone / collectives;  // of each pass's collectives, and of each group's
+          g.tasks[task].duration -= k * pass->collectives();
+          h.tp += k * pass->tp, h.cp += k * pass->cp, h.ep += k * pass->ep;
+        }
+      }
+      ++i;
+    }
+  }
+  return hidden;
+}
+
 Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c) {
   const Cluster& cl = base_.cluster;
   Result<FoldedPlan> fp = folded_plan(c, 1);
@@ -758,6 +888,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   lo.costs = &fp->costs;
   Result<TaskGraph> g = lower(base_.workload, cl, fp->part, fp->sched, lo);
   if (!g) return g.error();
+  const std::map<int, PassParts> hidden = overlap_pairs(c, *fp, *g);
   // The optimizer step comes after the data-parallel all-reduce (rank_ends): none here.
   for (Task& t : g->tasks)
     if (t.kind == TaskKind::Optimizer) t.duration = 0;
@@ -785,7 +916,7 @@ Result<Search3dEstimate> Search3dEstimator::estimate(const Search3dCandidate& c)
   for (const auto& [rank, e] : ends) est.iteration_time_s = std::max(est.iteration_time_s, e.step_end);
   est.iteration_time_s = std::max(est.iteration_time_s, pm.iteration_time_s);
   // Memory and the breakdown, from the representatives (every replica and rank alike).
-  fill_breakdown(c, pm, fp->rank_of, fp->tp_exposed, fp->cp_exposed, fp->ep_exposed, ends, est);
+  fill_breakdown(c, pm, fp->rank_of, fp->tp_exposed, fp->cp_exposed, fp->ep_exposed, hidden, ends, est);
   return est;
 }
 

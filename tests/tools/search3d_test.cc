@@ -771,9 +771,10 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
     CHECK(a.worst_memory <= 1e-9);
     CHECK(a.worst_time <= 0.006);
   }
-  // With tensor parallelism the estimate folds each pass's TP collectives into it, where DualPipe's
-  // overlapped pairs run one chunk's collectives beside the other's compute: the estimate is slower.
-  // Measured 2026-12-06 on the Llama at t 2 with SP: 22 in both, the worst +3.5% (t2 p2 d4 dualpipev).
+  // With tensor or expert parallelism the estimate times each overlapped pair in closed form, its two
+  // passes' pieces interleaved (each one's collectives beside the other's compute) on one
+  // representative, without the other replicas' flows sharing the links. Measured 2026-12-06 on the
+  // Llama at t 2 with SP: 6 in both, the worst 2.5% (t2 p4 d2 dualpipe).
   o.tensor_parallel = {2};
   o.sequence_parallel = {true};
   o.micro_batch_sizes = {1};
@@ -783,11 +784,11 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
   CHECK(tp.both == 6);  // by hand as above at t 2, b 1: dualpipe at p 2, 4, 8; dualpipev at p 1, 2, 4
   CHECK(tp.only_exact + tp.only_estimate == 0);
   CHECK(tp.worst_memory <= 1e-9);
-  CHECK(tp.worst_time <= 0.04);
+  CHECK(tp.worst_time <= 0.03);
   // MoE: each stage's expert gradients reduced with its mirror's over both ranks' expert data-parallel
-  // groups. The estimate folds the all-to-alls into the passes too, so DualPipe's pairs neither overlap
-  // them nor spread their activations over the all-to-all's pieces: measured 2026-12-06, 74 in both,
-  // time at most 9.2% and memory at most 1.4% above the whole graph's (t1 p1 d16 ep8 etp2 dualpipev).
+  // groups. Measured 2026-12-06: 74 in both, time at most 12.4% off (t1 p1 d16 ep8 etp2 dualpipev, the
+  // estimate faster), memory at most 1.4% above the whole graph's (the folded passes are one piece each,
+  // so the pairs' activations are not spread over pieces as the whole graph's are).
   o.tensor_parallel = {1};
   o.sequence_parallel = {false};
   o.global_batch = 32;
@@ -799,13 +800,13 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
   CHECK(a.only_exact == 0);
   CHECK(a.only_estimate == 0);
   CHECK(a.worst_memory <= 0.015);
-  CHECK(a.worst_time <= 0.1);
-  // The breakdown charges each stage's exposed all-to-all per micro-batch it runs: DualPipe's two
-  // pipelines run half of them each (charging all of them made DeepSeek-V3's compute negative), and
-  // the graph it is read from carries no gradient reduction (the closed form's): every part >= 0.
-  // By hand: 1F1B runs stage r's m micro-batches on rank r, DualPipe half of stage r's and half of
-  // stage p - 1 - r's, the same stages; so the mean over the devices of the exposed all-to-all the
-  // estimate folds in is the same under both.
+  CHECK(a.worst_time <= 0.13);
+  // The breakdown charges each stage's exposed collectives per micro-batch it runs (DualPipe's two
+  // pipelines run half of them each: charging all made DeepSeek-V3's compute negative), less what the
+  // pairs hide, and the graph it is read from carries no gradient reduction (the closed form's): every
+  // part >= 0. 1F1B runs stage r's m micro-batches on rank r and DualPipe half of stage r's and half of
+  // stage p - 1 - r's, the same stages, so without the pairs' overlap the mean exposed all-to-all
+  // would be the same: with it, DualPipe's is at most 1F1B's.
   o.schedules = {"1f1b", "dualpipe"};
   Result<Search3dResult> moe = search3d(load(kMoe), o);
   REQUIRE_MESSAGE(moe.ok(), (moe.ok() ? "" : moe.error().message));
@@ -823,7 +824,7 @@ TEST_CASE("search3d DualPipe: candidates by DeepSeek's rules, the estimate again
     twin.replace(twin.find("dualpipe"), 8, "1f1b");
     if (auto it = ep_1f1b.find(twin); it != ep_1f1b.end()) {
       ++paired;
-      CHECK(b.expert_parallel_s == pipegrid::testing::approx(it->second).epsilon(1e-9));
+      CHECK(b.expert_parallel_s <= it->second * (1 + 1e-9));
     }
   }
   CHECK(paired >= 10);

@@ -455,7 +455,7 @@ TEST_CASE("search: a base's recompute_modules go with the candidates that recomp
 }
 
 // DualPipe and DualPipeV are opt-in: a MoE workload's search says which of them it did not try, and
-// where it ranked DualPipe candidates, that the estimate folds their pairs' collectives.
+// where it ranked DualPipe candidates, that the estimate times their pairs in closed form.
 TEST_CASE("search: DualPipe's schedules, opt-in, said when left out and when estimated") {
   TempDir tmp;
   const std::string exp =
@@ -483,13 +483,14 @@ strategy: {partitioner: megatron}
   bool ranked = false;
   for (const json& c : dual["analytic_ranking"]) ranked |= c["schedule"] == "dualpipe";
   REQUIRE(ranked);  // p 2, d 4 (ep 4 divides t d), 4 micro-batches of 1: even and at least 2p
-  CHECK(dual["estimate_leaves_out"].get<std::string>().find("DualPipe's paired chunks") != std::string::npos);
+  CHECK(dual["estimate_leaves_out"].get<std::string>().find("overlapped pairs, DualPipe's, in closed form") !=
+        std::string::npos);
   CHECK(!search({"--schedules", "dualpipe", "dualpipev"}).contains("schedules_not_searched"));
 }
 
-// The estimate does not model the MoE all-to-all overlap; with a base that asks for it the search says
-// so (the replays of the best run it), and says nothing of it otherwise.
-TEST_CASE("search: a base with the MoE all-to-all overlap is told the estimate leaves it out") {
+// The estimate times the MoE all-to-all overlap's pairs in closed form; with a base that asks for it the
+// search says so (the replays of the best run them whole), and says nothing of it otherwise.
+TEST_CASE("search: a base with the MoE all-to-all overlap is told the estimate approximates it") {
   TempDir tmp;
   const std::string base =
       R"(workload: {model: mixtral-8x7b, layers: 2, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048,
@@ -507,7 +508,8 @@ memory: {optimizer: mixed-adam}
   };
   const json with = search("with.yaml", "strategy: {partitioner: megatron, moe: {overlap: true}}\n");
   REQUIRE(with.contains("estimate_leaves_out"));
-  CHECK(with["estimate_leaves_out"].get<std::string>().find("all-to-all overlap") != std::string::npos);
+  CHECK(with["estimate_leaves_out"].get<std::string>().find("the all-to-all overlap's (moe.overlap)") !=
+        std::string::npos);
   CHECK(!search("without.yaml", "strategy: {partitioner: megatron}\n").contains("estimate_leaves_out"));
   // The MoE options every candidate keeps from the base are stated (the search varies ep, etp and the
   // dispatcher alone).
