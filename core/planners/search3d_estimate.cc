@@ -456,6 +456,7 @@ Result<PreparedRun> Search3dEstimator::tp_folded(const Search3dCandidate& c) {
   lo.costs = &fp->costs;
   Result<TaskGraph> g = lower(base_.workload, base_.cluster, fp->part, fp->sched, lo);
   if (!g) return g.error();
+  overlap_pairs(c, *fp, *g);  // DualPipe's pairs: the folded collectives beside the other pass's compute
   PreparedRun run;
   run.partition = std::move(fp->part);
   run.schedule = std::move(fp->sched);
