@@ -185,6 +185,42 @@ double pair_time(const TpProgram& f, const TpProgram& b, const GroupLinkMap& lin
   return run.end();
 }
 
+// pair_time of every overlapped pair of `sched` (the forward's stage, the backward's), by the stages'
+// programs.
+std::map<std::pair<int, int>, double> pair_times(const Schedule& sched, const std::vector<TpProgram>& forward,
+                                                 const std::vector<TpProgram>& backward,
+                                                 const std::vector<double>& shares, const GroupLinkMap& links,
+                                                 bool overlap) {
+  std::map<std::pair<int, int>, double> out;
+  for (size_t d = 0; d < sched.device_actions.size(); ++d) {
+    const std::vector<Action>& acts = sched.device_actions[d];
+    for (size_t i = 0; i + 1 < acts.size(); ++i) {
+      if (!sched.is_paired(d, i)) continue;
+      const size_t x = static_cast<size_t>(acts[i].stage), y = static_cast<size_t>(acts[i + 1].stage);
+      if (!out.count({x, y}))
+        out[{x, y}] = pair_time(forward[x], backward[y], links, overlap, shares[x], shares[y]);
+      ++i;
+    }
+  }
+  return out;
+}
+
+// The routes of candidate c's groups, of pipeline rank 0's first members (the cluster is homogeneous).
+Result<GroupLinkMap> rank0_group_links(const Router& router, const Cluster& cl, const Search3dCandidate& c) {
+  GroupLinkMap links;
+  const ExpertSizes es{c.ep, c.etp};
+  for (CommGroup g : {CommGroup::Tensor, CommGroup::Context, CommGroup::Expert, CommGroup::ExpertTensor,
+                      CommGroup::ExpertAndTensor}) {
+    if (g != CommGroup::Tensor && g != CommGroup::Context && !c.moe) continue;
+    const std::vector<int> devices = group_members(g, 0, c.t, es, c.cp);  // rank 0: device = position
+    if (devices.size() < 2) continue;
+    Result<GroupLinks> gl = group_links(router, cl, devices);
+    if (!gl) return gl.error();
+    links.emplace(g, *gl);
+  }
+  return links;
+}
+
 // Each stage edge carries 1/T of an activation: what each rank of a group sends to the same rank of
 // the next.
 void divide_edge_bytes(Partition& p, int T) {
@@ -322,19 +358,9 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     }
     cached = costs_.emplace(key, std::move(*r)).first;
   }
-  // The groups' routes, of pipeline rank 0's first members (the cluster is homogeneous).
-  GroupLinkMap links;
-  const ExpertSizes es{c.ep, c.etp};
-  for (CommGroup g : {CommGroup::Tensor, CommGroup::Context, CommGroup::Expert, CommGroup::ExpertTensor,
-                      CommGroup::ExpertAndTensor}) {
-    if (g != CommGroup::Tensor && g != CommGroup::Context && !c.moe) continue;
-    std::vector<int> devices;
-    for (int position : group_members(g, 0, T, es, cp)) devices.push_back(rep(0, position));
-    if (devices.size() < 2) continue;
-    Result<GroupLinks> gl = group_links(router_, base_.cluster, devices);
-    if (!gl) return gl.error();
-    links.emplace(g, *gl);
-  }
+  Result<GroupLinkMap> group_routes = rank0_group_links(router_, base_.cluster, c);
+  if (!group_routes) return group_routes.error();
+  const GroupLinkMap& links = *group_routes;
   const bool split = fp.sched.split_backward;
   const std::vector<CommGroup> expert_groups{CommGroup::Expert, CommGroup::ExpertTensor,
                                              CommGroup::ExpertAndTensor};
@@ -361,10 +387,10 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     const double b_cp = c.moe ? pass_time(bprog, links, tpo.overlap, share, expert_groups) : b;
     const double f_tp = cp > 1 ? pass_time(sc.tp_forward, links, tpo.overlap, share, tensor_only) : f_cp;
     const double b_tp = cp > 1 ? pass_time(bprog, links, tpo.overlap, share, tensor_only) : b_cp;
-    fp.tp_exposed[s] = (f_tp - sum(sc.tp_forward.compute)) + (b_tp - sum(bprog.compute));
+    const double fc = sum(sc.tp_forward.compute), bc = sum(bprog.compute);
+    fp.tp_exposed[s] = (f_tp - fc) + (b_tp - bc);
     fp.cp_exposed[s] = (f_cp - f_tp) + (b_cp - b_tp);
     fp.ep_exposed[s] = (f - f_cp) + (b - b_cp);
-    const double fc = sum(sc.tp_forward.compute), bc = sum(bprog.compute);
     if (!fp.sched.paired.empty()) {
       forward_programs[s] = sc.tp_forward;
       backward_programs[s] = bprog;
@@ -380,17 +406,7 @@ Status Search3dEstimator::fold_costs(const Search3dCandidate& c, FoldedPlan& fp)
     fp.costs.push_back({std::move(sc)});
   }
   if (grouped)
-    for (size_t d = 0; d < fp.sched.device_actions.size(); ++d) {
-      const std::vector<Action>& acts = fp.sched.device_actions[d];
-      for (size_t i = 0; i + 1 < acts.size(); ++i) {
-        if (!fp.sched.is_paired(d, i)) continue;
-        const size_t x = static_cast<size_t>(acts[i].stage), y = static_cast<size_t>(acts[i + 1].stage);
-        if (!fp.pair_times.count({x, y}))
-          fp.pair_times[{x, y}] =
-              pair_time(forward_programs[x], backward_programs[y], links, tpo.overlap, shares[x], shares[y]);
-        ++i;
-      }
-    }
+    fp.pair_times = pair_times(fp.sched, forward_programs, backward_programs, shares, links, tpo.overlap);
   if (T * cp > 1) divide_edge_bytes(fp.part, T * cp);
   return {};
 }
