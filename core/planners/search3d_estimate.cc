@@ -870,8 +870,8 @@ std::map<int, PassParts> Search3dEstimator::overlap_pairs(const Search3dCandidat
       const double collectives = f.collectives() + b.collectives();
       if (it != fp.pair_times.end() && collectives > 0) {
         const double gone = std::clamp(f.compute + b.compute + collectives - it->second, 0.0, collectives);
+        const double k = gone / collectives;  // of each pass's collectives, and of each group's
         for (const auto& [pass, task] : {std::pair{&f, order[i]}, std::pair{&b, order[i + 1]}}) {
-          const double k = gone / collectives;  // of each pass's collectives, and of each group's
           g.tasks[task].duration -= k * pass->collectives();
           h.tp += k * pass->tp, h.cp += k * pass->cp, h.ep += k * pass->ep;
         }
