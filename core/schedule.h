@@ -80,20 +80,29 @@ void pair_forward_backward(Schedule& s);
 // becomes F0 F1 B0 F2 B1 ... F(m-1) B(m-2) B(m-1); a pipeline's schedule is left as it is.
 void combine_no_pipelining(Schedule& s);
 
-// One line per device that has actions: "<name>: 0F0 0F1 ... 0B7".
+// One line per device that has actions: "<name>: 0F0 0F1 ... 0B7" (a pair: "(3F1;0B0)").
 std::string to_text(const Schedule& s, const std::vector<std::string>& device_names);
 
-// torch.distributed.pipelining's CSV: one row per rank (device), one action per cell.
+// torch.distributed.pipelining's CSV: one row per rank (device), one action per cell; an overlapped
+// pair (Schedule::paired) is one cell as torch writes its OVERLAP_F_B action, "(3F1;0B0)OVERLAP_F_B".
 std::string to_csv(const Schedule& s);
 
 // Reads that CSV. Empty cells and "None" are idle steps; torch's communication and sharding cells
 // (SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD) are accepted and ignored, since
-// pipegrid inserts communication itself; "I" (torch's input-gradient backward) reads as B. The
-// backward counts as split when any W appears. Errors name "<name>:<line>:<column>".
+// pipegrid inserts communication itself; "I" (torch's input-gradient backward) reads as B; an
+// OVERLAP_F_B cell (a forward and a backward, either order) is a pair, forward first. The backward
+// counts as split when any W appears. Errors name "<name>:<line>:<column>".
 Result<Schedule> parse_schedule_csv(std::string_view text, std::string_view name);
 
+// The placement a schedule read from a file implies, for a partition of `ranks` x `chunks` stages whose
+// rank q is devices q x devices_per_rank ..: stage s on the rank whose rows run it. Empty unless every
+// stage runs on exactly one rank and every rank runs `chunks` stages (the partition then keeps its own
+// rule and the validator names what disagrees). torch's V schedules (ScheduleDualPipeV,
+// ScheduleZBVZeroBubble) place stages s and 2 ranks - 1 - s on rank s, not s mod ranks.
+std::vector<int> file_stage_ranks(const Schedule& s, int ranks, int chunks, int devices_per_rank);
+
 // torch's _format_pipeline_order layout: a header of ranks, then one row per step with each
-// rank's action at that position of its list.
+// rank's action at that position of its list (a pair in one cell, "(3F1;0B0)", as to_text).
 std::string to_grid(const Schedule& s, const std::vector<std::string>& device_names);
 
 }  // namespace pipegrid

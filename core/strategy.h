@@ -59,6 +59,8 @@ struct PartitionRequest {
   int replicas = 1;             // devices per stage (data-parallel replicas), for partitioners that take it;
                                 // kAnyReplicas: the partitioner chooses per stage (bapipe)
   PartitionerOptions options = {};
+  std::vector<int> stage_ranks;  // a schedule file's placement (file_stage_ranks): stage s on rank
+                                 // stage_ranks[s]; empty: rank_of_stage's rule
 };
 inline constexpr int kAnyReplicas = -1;
 

@@ -38,7 +38,9 @@ Result<Partition> contiguous_partition(const PartitionRequest& r, const std::vec
   const int stages = static_cast<int>(bounds.size()) - 1;
   for (size_t s = 0; s + 1 < bounds.size(); ++s) {
     ranges.emplace_back(bounds[s], bounds[s + 1]);
-    const int rank = rank_of_stage(static_cast<int>(s), r.stages, stages, r.schedule);
+    const int rank = r.stage_ranks.size() == static_cast<size_t>(stages)
+                         ? r.stage_ranks[s]
+                         : rank_of_stage(static_cast<int>(s), r.stages, stages, r.schedule);
     devices.emplace_back();
     for (int j = 0; j < r.replicas; ++j) devices.back().push_back(rank * r.replicas + j);
   }

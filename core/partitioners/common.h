@@ -14,7 +14,8 @@ Status check_stage_count(const PartitionRequest& r);
 // the dualpipev schedule the V: stage s and stage 2 ranks - 1 - s on rank s.
 int rank_of_stage(int s, int ranks, int stages, std::string_view schedule);
 
-// Stage i = layers order[bounds[i] .. bounds[i+1]) on rank_of_stage(i) (rank i without interleaving),
+// Stage i = layers order[bounds[i] .. bounds[i+1]) on r.stage_ranks[i] where a schedule file gave the
+// placement, else rank_of_stage(i) (rank i without interleaving),
 // rank q being devices q r.replicas .. q r.replicas + r.replicas - 1; consecutive stages form a chain
 // (add_sequence_edges). For the dualpipe schedule, that chain and its mirror copy
 // (dualpipe_pipelines).

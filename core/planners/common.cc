@@ -72,10 +72,16 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
                                          T, cp, G, r.cluster.devices.size())};
     for (size_t d = 0; d < r.cluster.devices.size(); d += G) groups.devices.push_back(r.cluster.devices[d]);
   }
+  // A schedule file places the stages as its rows run them (torch's V schedules: stages s and
+  // 2p - 1 - s on rank s); a file that places them otherwise than one rule is left to the validator.
+  std::vector<int> placed;
+  if (scheduler.reads_file && replicas > 0)
+    if (Result<Schedule> file = parse_schedule_csv(s.schedule_text, s.schedule_source))
+      placed = file_stage_ranks(*file, stages, chunks, G * replicas);
   const auto t0 = std::chrono::steady_clock::now();
   Result<Partition> part =
       partitioner.build({r.workload, G > 1 ? groups : r.cluster, stages, mb.size, chunks, mb.count, r.memory,
-                         scheduler.name, replicas, s.partitioner_options});
+                         scheduler.name, replicas, s.partitioner_options, std::move(placed)});
   plan.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!part) return part.error();
   plan.partition = std::move(*part);

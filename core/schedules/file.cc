@@ -22,6 +22,7 @@ Result<Schedule> schedule_file(const ScheduleRequest& r) {
   }
   s->device_actions.resize(r.device_count);
   s->positions.resize(r.device_count);
+  if (!s->paired.empty()) s->paired.resize(r.device_count);
   return s;
 }
 

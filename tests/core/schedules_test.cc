@@ -40,7 +40,7 @@ TEST_CASE("the MoE overlap's combined order applies without a pipeline only") {
                          {0, Pass::Forward, 2},
                          {0, Pass::Backward, 2}}};
   pair_forward_backward(one);
-  CHECK(to_text(one, {"gpu0"}) == "gpu0: 0F0 0F1 0B0 0F2 0B1 0B2\n");
+  CHECK(to_text(one, {"gpu0"}) == "gpu0: 0F0 (0F1;0B0) (0F2;0B1) 0B2\n");
   CHECK(one.paired[0] == std::vector<char>{0, 1, 0, 1, 0, 0});
   // A 1F1B pipeline's last stage runs F0 B0 F1 B1 ... too and keeps it (its backwards feed the stage
   // before); the other stages pair their steady state's F with the B after it as before.
@@ -50,9 +50,9 @@ TEST_CASE("the MoE overlap's combined order applies without a pipeline only") {
   REQUIRE(run.ok());
   Schedule s = run->schedule;
   pair_forward_backward(s);
-  CHECK(to_text(s, device_names(e.cluster)) == to_text(run->schedule, device_names(e.cluster)));
+  CHECK(s.device_actions == run->schedule.device_actions);
   CHECK(to_text(s, device_names(e.cluster)) ==
-        "gpu0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3\n"
+        "gpu0: 0F0 (0F1;0B0) (0F2;0B1) (0F3;0B2) 0B3\n"
         "gpu1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3\n");
   CHECK(s.paired[0] == std::vector<char>{0, 1, 0, 1, 0, 1, 0, 0});
   CHECK(s.paired[1] == std::vector<char>(8, 0));
@@ -188,4 +188,91 @@ TEST_CASE("a schedule CSV saved with a UTF-8 byte-order mark reads as without it
       CHECK(marked->device_actions[d][i].micro_batch == plain->device_actions[d][i].micro_batch);
     }
   }
+}
+
+TEST_CASE("torch's OVERLAP_F_B cells read as overlapped pairs, forward first, and are written back alike") {
+  Result<Schedule> s =
+      parse_schedule_csv("0F0,(0F1;3B0)OVERLAP_F_B,3W0\n1F0,\"(2I0; 1F1)OVERLAP_F_B\"\n", "v.csv");
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  REQUIRE(s->device_actions.size() == 2);
+  CHECK(s->device_actions[0] ==
+        std::vector<Action>{
+            {0, Pass::Forward, 0}, {0, Pass::Forward, 1}, {3, Pass::Backward, 0}, {3, Pass::Weight, 0}});
+  CHECK(s->device_actions[1] ==
+        std::vector<Action>{{1, Pass::Forward, 0}, {1, Pass::Forward, 1}, {2, Pass::Backward, 0}});
+  CHECK(!s->is_paired(0, 0));
+  CHECK(s->is_paired(0, 1));
+  CHECK(!s->is_paired(0, 2));
+  CHECK(s->is_paired(1, 1));
+  CHECK(s->split_backward);
+  CHECK(s->location(0, 2) == "v.csv:1:5: ");  // both halves of a pair point at its cell
+  // A split backward's input gradient is torch's BACKWARD_INPUT, "I", in the CSV pipegrid writes.
+  CHECK(to_csv(*s) == "0F0,(0F1;3I0)OVERLAP_F_B,3W0\n1F0,(1F1;2I0)OVERLAP_F_B\n");
+  CHECK(to_text(*s, {"gpu0", "gpu1"}) == "gpu0: 0F0 (0F1;3B0) 3W0\ngpu1: 1F0 (1F1;2B0)\n");
+}
+
+TEST_CASE("an OVERLAP_F_B cell that is not one forward and one backward is refused where it is") {
+  const std::string expected =
+      "expected an overlapped pair like \"(3F1;0B0)OVERLAP_F_B\" (a forward and a "
+      "backward of another stage or micro-batch), got ";
+  for (const char* cell :
+       {"(0F1;0F2)OVERLAP_F_B", "(0F1;1W0)OVERLAP_F_B", "(0F1;1B0)OVERLAP", "(0F1)OVERLAP_F_B",
+        "(0F1;1B0;1B1)OVERLAP_F_B", "(0F1;0B1)OVERLAP_F_B(", "(0F1;0B1", "(0F1;x)OVERLAP_F_B"}) {
+    INFO(cell);
+    Result<Schedule> s = parse_schedule_csv(std::string("0F0,") + cell + "\n", "v.csv");
+    REQUIRE(!s.ok());
+    CHECK(s.error().message == "v.csv:1:5: " + expected + "\"" + cell + "\"");
+  }
+  // The same forward and backward pass of one stage and micro-batch cannot overlap (B needs F).
+  Result<Schedule> same = parse_schedule_csv("(0F1;0B1)OVERLAP_F_B\n", "v.csv");
+  REQUIRE(!same.ok());
+  CHECK(same.error().message.starts_with("v.csv:1:1: expected an overlapped pair"));
+}
+
+TEST_CASE("a schedule file's placement: the rank whose rows run each stage, V or interleaved") {
+  // torch's V (ScheduleDualPipeV, ScheduleZBVZeroBubble): stages 0 and 3 on rank 0, 1 and 2 on rank 1.
+  Result<Schedule> v = parse_schedule_csv("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", "v.csv");
+  REQUIRE(v.ok());
+  CHECK(file_stage_ranks(*v, 2, 2, 1) == std::vector<int>{0, 1, 1, 0});
+  // Two devices per rank (t or d = 2): rows 0 and 1 are rank 0.
+  Result<Schedule> wide = parse_schedule_csv("0F0,3F0\n0F0,3F0\n1F0,2F0\n1F0,2F0\n", "w.csv");
+  REQUIRE(wide.ok());
+  CHECK(file_stage_ranks(*wide, 2, 2, 2) == std::vector<int>{0, 1, 1, 0});
+  Result<Schedule> interleaved = parse_schedule_csv("0F0,2F0\n1F0,3F0\n", "i.csv");
+  REQUIRE(interleaved.ok());
+  CHECK(file_stage_ranks(*interleaved, 2, 2, 1) == std::vector<int>{0, 1, 0, 1});
+  // No placement: a stage on two ranks, a rank with three stages, a stage missing, a stage past the count.
+  for (const char* csv :
+       {"0F0,3F0\n1F0,2F0,0F1\n", "0F0,3F0,1F0\n2F0\n", "0F0,3F0\n1F0\n", "0F0,4F0\n1F0,2F0\n"}) {
+    INFO(csv);
+    Result<Schedule> s = parse_schedule_csv(csv, "x.csv");
+    REQUIRE(s.ok());
+    CHECK(file_stage_ranks(*s, 2, 2, 1).empty());
+  }
+}
+
+TEST_CASE(
+    "torch's FULL_BACKWARD (B) in a schedule that splits the backward: the input gradient, then its W") {
+  // torch's ScheduleDualPipeV mixes I + W with B, the whole backward, in and out of OVERLAP_F_B cells.
+  Result<Schedule> s =
+      parse_schedule_csv("0F0,0I0,0W0,0F1,0B1,(0F2;1B0)OVERLAP_F_B,0I2\n1F0,1B1,1W1\n", "t.csv");
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  CHECK(s->split_backward);
+  const Action f0{0, Pass::Forward, 0}, b0{0, Pass::Backward, 0}, w0{0, Pass::Weight, 0},
+      f1{0, Pass::Forward, 1}, b1{0, Pass::Backward, 1}, w1{0, Pass::Weight, 1}, f2{0, Pass::Forward, 2},
+      sb0{1, Pass::Backward, 0}, sw0{1, Pass::Weight, 0}, b2{0, Pass::Backward, 2};
+  CHECK(s->device_actions[0] == std::vector<Action>{f0, b0, w0, f1, b1, w1, f2, sb0, sw0, b2});
+  CHECK(s->is_paired(0, 6));
+  CHECK(!s->is_paired(0, 7));
+  CHECK(!s->is_paired(0, 8));
+  CHECK(s->location(0, 5) == "t.csv:1:17: ");  // the inserted W points at its B
+  CHECK(s->location(0, 8) == "t.csv:1:21: ");
+  // A B with its own W in the row is an input gradient (pipegrid's CSVs wrote it so before "I"): kept.
+  CHECK(s->device_actions[1] ==
+        std::vector<Action>{{1, Pass::Forward, 0}, {1, Pass::Backward, 1}, {1, Pass::Weight, 1}});
+  // Without any W the backward is not split and B is the whole backward, as before.
+  Result<Schedule> plain = parse_schedule_csv("0F0,0B0\n", "p.csv");
+  REQUIRE(plain.ok());
+  CHECK(!plain->split_backward);
+  CHECK(plain->device_actions[0].size() == 2);
 }

@@ -125,10 +125,11 @@ TEST_CASE("every registered schedule simulates for p in 1..8, m in 1..3p, with e
 
 TEST_CASE("round trip: each schedule exported as CSV and replayed with `file` gives the same timeline") {
   for (const ScheduleStrategy& s : schedule_strategies()) {
-    // A CSV has no notation for DualPipe's overlapped F&B pairs nor for its two pipelines.
-    if (s.name == "file" || s.name == "dualpipe" || s.name == "dualpipev") continue;
-    for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 5}}) {
-      const int chunks = s.name == "interleaved-1f1b" ? 2 : 1;
+    // DualPipe's two pipelines share their parameters between mirror stages, which a CSV cannot say.
+    // DualPipeV's overlapped pairs are torch's OVERLAP_F_B cells, its V placement read from the rows.
+    if (s.name == "file" || s.name == "dualpipe") continue;
+    for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 6}}) {
+      const int chunks = s.name == "interleaved-1f1b" || s.name == "dualpipev" ? 2 : 1;
       Experiment original = schedule_experiment(std::string(s.name), p, m,
                                                 make_switch_cluster(p, "gpu", test_device(), 25e9, 1e-6), 2,
                                                 1e-3, 1.5e-3, 0.5e-3, 8 << 20);
@@ -141,6 +142,11 @@ TEST_CASE("round trip: each schedule exported as CSV and replayed with `file` gi
       Run b = simulate(replayed);
       INFO(s.name << " p=" << p << " m=" << m);
       CHECK(b.prepared.schedule.device_actions == a.prepared.schedule.device_actions);
+      for (size_t d = 0; d < a.prepared.schedule.device_actions.size(); ++d)
+        for (size_t i = 0; i < a.prepared.schedule.device_actions[d].size(); ++i)
+          CHECK(b.prepared.schedule.is_paired(d, i) == a.prepared.schedule.is_paired(d, i));
+      for (size_t st = 0; st < a.prepared.partition.stage_count(); ++st)
+        CHECK(b.prepared.partition.stage(st).devices == a.prepared.partition.stage(st).devices);
       REQUIRE(b.timeline.start.size() == a.timeline.start.size());
       CHECK(b.timeline.start == a.timeline.start);
       CHECK(b.timeline.end == a.timeline.end);
@@ -182,4 +188,40 @@ TEST_CASE("a deadlocking schedule left to the replay fails it with the validator
   REQUIRE(!bare.ok());
   CHECK(bare.error().message.rfind("the schedule deadlocks:\n  gpu0 waits at 0B0 on gpu0 for 1B0 on gpu1",
                                    0) == 0);
+}
+
+TEST_CASE("a schedule file's OVERLAP_F_B pair starts once its backward's input is there too (by hand)") {
+  // Two stages of T_F = 1 ms, T_B = 2 ms, communication negligible, 2 micro-batches; gpu0 runs
+  // 0F0 0F1 0B0 0B1 and gpu1 1F0 1B0 1F1 1B1. Apart: 0F1 runs at [1, 2], 1B0 at [2, 4], 0B0 at
+  // [4, 6], 1F1 at [4, 5], 1B1 at [5, 7], 0B1 at [7, 9]: 9 ms. As the pair (0F1;0B0), 0F1 also waits
+  // for 0B0's input (1B0 ends at 4): 0F1 [4, 5], 0B0 [5, 7], 1F1 [5, 6], 1B1 [6, 8], 0B1 [8, 10]: 10 ms.
+  Experiment e = schedule_experiment("file", 2, 2, fast(2), 1, 1e-3, 2e-3, 0, kAct);
+  e.strategy.schedule_source = "pair.csv";
+  e.strategy.schedule_text = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  CHECK(simulate(e).metrics.iteration_time_s == pipegrid::testing::approx(9e-3).epsilon(1e-6));
+  e.strategy.schedule_text = "0F0,(0F1;0B0)OVERLAP_F_B,0B1\n1F0,1B0,1F1,1B1\n";
+  Run paired = simulate(e);
+  CHECK(paired.prepared.schedule.is_paired(0, 1));
+  CHECK(paired.metrics.iteration_time_s == pipegrid::testing::approx(10e-3).epsilon(1e-6));
+}
+
+TEST_CASE("torch's DualPipeV order (I + W, B, OVERLAP_F_B) replays in its V with every weight gradient") {
+  // ScheduleDualPipeV's order for 2 ranks and 4 micro-batches as torch writes it: full backwards (B) in
+  // and out of pairs beside split ones (I, then W). Each device runs 2 stages x 4 micro-batches of
+  // F + B + W (T_F / 2, (T_B + T_W) / 2 per stage): busy 4 (T_F + T_B + T_W) = 12 ms exactly, which
+  // holds only if every full B costs its weight gradient too.
+  Experiment e = schedule_experiment("dualpipev", 2, 4, fast(2), 2, 1e-3, 1.5e-3, 0.5e-3, kAct);
+  e.strategy.schedule = "file";
+  e.strategy.schedule_source = "dualpipev-torch.csv";
+  e.strategy.schedule_text =
+      "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,(3F3;0B1)OVERLAP_F_B,3B3,"
+      "0I2,0W2,0I3,0W3\n"
+      "1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,"
+      "1I3,2W3,1W3\n";
+  Run r = simulate(e);
+  CHECK(r.prepared.partition.stage(3).devices == std::vector<int>{0});  // the V: stages 0 and 3 on rank 0
+  CHECK(r.prepared.partition.stage(2).devices == std::vector<int>{1});
+  for (const DeviceMetrics& d : r.metrics.devices)
+    CHECK(d.busy_s == pipegrid::testing::approx(12e-3).epsilon(1e-6));
+  CHECK(r.metrics.iteration_time_s >= 12e-3);
 }

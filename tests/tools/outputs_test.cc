@@ -132,11 +132,13 @@ TEST_CASE("--plot draws a Gantt and a memory figure (PNG and SVG) for the built-
 }
 
 TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
-  // zb-h1, p = 2, m = 2 by its rule: worker 0 runs W right after B; worker 1 keeps one W pending.
+  // zb-h1, p = 2, m = 2 by its rule: worker 0 runs W right after B; worker 1 keeps one W pending. The
+  // split backward's input gradient is written as torch does, I (BACKWARD_INPUT): torch reads B as
+  // FULL_BACKWARD, input and weight gradients together.
   auto csv =
       run_command({PIPEGRID_BINARY, "schedule", "zb-h1", "--stages", "2", "--micro-batches", "2", "--csv"});
   CHECK(csv.exit_code == 0);
-  CHECK(csv.out == "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1F1,1B1,1W0,1W1\n");
+  CHECK(csv.out == "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n");
   auto grid = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "2"});
   CHECK(grid.exit_code == 0);
   CHECK(grid.out ==
