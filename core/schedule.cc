@@ -158,7 +158,10 @@ Result<CsvRow> parse_csv_row(std::string_view row, size_t line, std::string_view
   for (size_t col = 0; col <= row.size();) {
     size_t comma = row.find(',', col);
     if (comma == std::string_view::npos) comma = row.size();
-    const auto [cell, cell_col] = trimmed_cell(row.substr(col, comma - col), col);
+    // Not a structured binding: the lambda below captures both, which clang 14 refuses for bindings.
+    const std::pair<std::string_view, size_t> trimmed = trimmed_cell(row.substr(col, comma - col), col);
+    const std::string_view cell = trimmed.first;
+    const size_t cell_col = trimmed.second;
     col = comma + 1;
     if (cell.empty() || cell == "None") continue;
     bool ignored = false;
@@ -324,12 +327,17 @@ void keep_round_robin_turns(Schedule& s, const Partition& p) {
       if (d >= s.device_actions.size()) continue;
       const int replica = static_cast<int>(j) / (stage.tensor_parallel * stage.context_parallel);
       auto& acts = s.device_actions[d];
-      acts.erase(std::remove_if(acts.begin(), acts.end(),
-                                [&](const Action& a) {
-                                  return a.stage == static_cast<int>(st) &&
-                                         a.micro_batch % stage.replicas() != replica;
-                                }),
-                 acts.end());
+      const auto dropped = [&](const Action& a) {
+        return a.stage == static_cast<int>(st) && a.micro_batch % stage.replicas() != replica;
+      };
+      if (d < s.paired.size() && !s.paired[d].empty()) {  // a pair stays one only if both of it stay
+        std::vector<char> kept;
+        for (size_t i = 0; i < acts.size(); ++i)
+          if (!dropped(acts[i]))
+            kept.push_back(s.is_paired(d, i) && i + 1 < acts.size() && !dropped(acts[i + 1]));
+        s.paired[d] = std::move(kept);
+      }
+      acts.erase(std::remove_if(acts.begin(), acts.end(), dropped), acts.end());
     }
   }
 }
@@ -370,6 +378,10 @@ void combine_no_pipelining(Schedule& s) {
 }
 
 void pair_forward_backward(Schedule& s) {
+  // A schedule that pairs already (interleaved-1f1b's steady state under the overlap, a file's
+  // OVERLAP_F_B cells) keeps exactly its pairs.
+  for (const auto& d : s.paired)
+    if (std::find(d.begin(), d.end(), 1) != d.end()) return;
   if (s.source.empty()) combine_no_pipelining(s);
   s.paired.resize(s.device_actions.size());
   for (size_t d = 0; d < s.device_actions.size(); ++d) {

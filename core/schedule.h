@@ -67,9 +67,10 @@ void keep_round_robin_turns(Schedule& s, const Partition& p);
 
 // Megatron-Core's --overlap-moe-expert-parallel-comm: on each device, every forward directly
 // followed by a backward of another micro-batch forms an overlapped pair with it (Schedule::paired);
-// the pairs of a schedule that has them already are kept. A device without a pipeline (F0 B0 F1 B1
-// ...) first takes Megatron-Core's combined order for it (combine_no_pipelining), unless the schedule
-// was read from a file.
+// a schedule that has pairs already (interleaved-1f1b built with ScheduleRequest::a2a_overlap pairs its
+// steady state only, as Megatron-Core does; a file's OVERLAP_F_B cells) keeps exactly those. A device
+// without a pipeline (F0 B0 F1 B1 ...) first takes Megatron-Core's combined order for it
+// (combine_no_pipelining), unless the schedule was read from a file.
 void pair_forward_backward(Schedule& s);
 
 // Megatron-Core's schedule without pipelining under --overlap-moe-expert-parallel-comm

@@ -120,6 +120,11 @@ struct ScheduleRequest {
   int chunks = 1;              // model chunks per rank (interleaved-1f1b)
   std::string_view file_text;  // `file`: the schedule as torch-style CSV
   std::string file_name;       // `file`: where the text came from, for messages
+  // Megatron-Core's A2A overlap (--overlap-moe-expert-parallel-comm) for interleaved-1f1b: one more
+  // forward chunk-step in each rank's warm-up (schedules.py, num_warmup_microbatches += 1), so that the
+  // forward and the backward of each steady-state step, which it runs as one overlapped pair
+  // (Schedule::paired), belong to independent micro-batches; the warm-up and cool-down passes alone.
+  bool a2a_overlap = false;
 };
 
 struct ScheduleStrategy {

@@ -124,8 +124,8 @@ Result<Plan> partition_and_schedule(const PlanRequest& r, const PartitionStrateg
                                    mb.count, 2);
       !st)
     return st.error();
-  ScheduleRequest req{plan.partition, r.cluster.devices.size(), mb.count,
-                      chunks,         s.schedule_text,          s.schedule_source};
+  ScheduleRequest req{plan.partition,  r.cluster.devices.size(), mb.count,     chunks,
+                      s.schedule_text, s.schedule_source,        s.moe_overlap};
   Result<Schedule> sched = scheduler.build(req);
   if (!sched) return sched.error();
   plan.schedule = std::move(*sched);

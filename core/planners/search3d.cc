@@ -50,11 +50,11 @@ std::string Search3dCandidate::label() const {
   if (!layout.empty()) sched += " layout";
   const std::string experts = moe ? fmt::format(" ep{} etp{}", ep, etp) : "";
   const std::string context = cp > 1 ? fmt::format(" cp{}", cp) : "";
-  return fmt::format("t{}{} p{} d{}{} b{} m{} {} {}{}{}{}{}", t, context, p, d, experts, b, micro_batches,
-                     sched, to_string(recompute), sequence_parallel ? " sp" : "",
-                     distributed_optimizer ? " dist-opt" : "",
-                     moe ? fmt::format(" {}", to_string(dispatcher)) : "",
-                     cp > 1 ? fmt::format(" {}", to_string(cp_algorithm)) : "");
+  return fmt::format(
+      "t{}{} p{} d{}{} b{} m{} {} {}{}{}{}{}", t, context, p, d, experts, b, micro_batches, sched,
+      to_string(recompute), sequence_parallel ? " sp" : "", distributed_optimizer ? " dist-opt" : "",
+      moe ? fmt::format(" {}{}", to_string(dispatcher), moe_overlap ? " a2a-overlap" : "") : "",
+      cp > 1 ? fmt::format(" {}", to_string(cp_algorithm)) : "");
 }
 
 namespace {
@@ -82,6 +82,7 @@ void apply(Experiment& e, const Search3dCandidate& c) {
     s.expert_parallel = c.ep;
     s.expert_tensor_parallel = c.etp;
     s.moe.dispatcher = c.dispatcher;
+    s.moe_overlap = c.moe_overlap;
   }
 }
 }  // namespace
@@ -408,13 +409,16 @@ std::vector<Search3dCandidate> Search3d::expert_configurations(int devices) cons
     for (int ep : divisors(devices))
       if (std::fmod(experts_, ep) == 0) eps.push_back(ep);
   if (etps.empty()) etps = divisors(devices);
+  std::vector<bool> overlaps = o_.moe_overlap;
+  if (overlaps.empty()) overlaps = {base_.strategy.moe_overlap};
   std::vector<Search3dCandidate> out;
   for (int ep : eps)
     for (int etp : etps)
-      for (MoeDispatcher disp : o_.dispatchers) {
-        Search3dCandidate& c = out.emplace_back();
-        c.moe = true, c.ep = ep, c.etp = etp, c.dispatcher = disp;
-      }
+      for (MoeDispatcher disp : o_.dispatchers)
+        for (bool overlap : overlaps) {
+          Search3dCandidate& c = out.emplace_back();
+          c.moe = true, c.ep = ep, c.etp = etp, c.dispatcher = disp, c.moe_overlap = overlap;
+        }
   return out;
 }
 
@@ -440,7 +444,7 @@ std::optional<std::string> Search3d::expert_left_out(const Search3dCandidate& c)
     return "MoE: the all-gather dispatcher at ep = etp = 1 (the same run as all-to-all)";
   if (c.dispatcher == MoeDispatcher::DeepEP && c.ep == 1)
     return "MoE: the deepep dispatcher at ep = 1 (the same run as all-to-all)";
-  if (base_.strategy.moe_overlap && moe_overlap_refusal(c.ep, c.dispatcher, c.p, c.schedule, c.micro_batches))
+  if (c.moe_overlap && moe_overlap_refusal(c.ep, c.dispatcher, c.p, c.schedule, c.micro_batches))
     return "MoE: moe.overlap outside Megatron-Core's rules (ep > 1; alltoall or deepep; interleaved-1f1b "
            "when p > 1) or with nothing to pair (one micro-batch; zb-h1 or zb-h2 at p = 1)";
   return std::nullopt;

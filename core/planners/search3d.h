@@ -42,6 +42,9 @@ struct Search3dOptions {
   std::vector<int> expert_parallel;
   std::vector<int> expert_tensor_parallel;
   std::vector<MoeDispatcher> dispatchers = {MoeDispatcher::AllToAll, MoeDispatcher::AllGather};
+  // Megatron-Core's all-to-all overlap (moe.overlap, --overlap-moe-expert-parallel-comm) off and/or on;
+  // empty: the base experiment's setting alone, not an axis.
+  std::vector<bool> moe_overlap;
   // Context parallelism (docs/3d-search.md, "Context parallelism"): the sizes cp and the attention's
   // exchange algorithms. Empty sizes: 1, and every cp > 1 that leaves each rank at least
   // kSearch3dCpMinTokens tokens of the sequence; an axis only for cp > 1.
@@ -76,6 +79,7 @@ struct Search3dCandidate {
   bool moe = false;
   int ep = 1, etp = 1;
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
+  bool moe_overlap = false;  // the all-to-alls overlapped with another micro-batch's compute (moe.overlap)
   // Context parallelism: each replica's sequence over cp groups of t devices (core/context_parallel.h);
   // t cp p d devices in all.
   int cp = 1;
@@ -93,7 +97,8 @@ struct Search3dCandidate {
   double mfu = 0;  // 6 x parameters (MoE: active) x tokens per iteration / (time x devices x peak)
   double peak_memory_bytes = 0;  // the largest device's peak
   TimeBreakdown breakdown;       // the mean over the used devices
-  // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall"; uneven: "... 1f1b uneven none";
+  // "t2 p2 d4 b1 1f1b none" etc. (MoE: "... d4 ep8 etp1 b1 ... alltoall", with moe_overlap "... alltoall
+  // a2a-overlap"; uneven: "... 1f1b uneven none";
   // a layout: "... 1f1b layout none")
   std::string label() const;
 };

@@ -261,11 +261,11 @@ Result<Search3dEstimator::FoldedPlan> Search3dEstimator::folded_plan(const Searc
           ->build({w, cl, p, static_cast<double>(c.b), c.v, m, fp.memory, (*scheduler)->name, 1,
                    PartitionerOptions{.megatron = search3d_split(c)}});
   if (!part) return part.error();
-  Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}});
+  Result<Schedule> sched = (*scheduler)->build({*part, D, m, c.v, {}, {}, c.moe_overlap && c.moe});
   if (!sched) return sched.error();
   // Megatron-Core's A2A overlap pairs a forward with another micro-batch's backward, as the run does
   // (core/planners/common.cc); DualPipe's schedule pairs its own.
-  if (base_.strategy.moe_overlap && c.moe) pair_forward_backward(*sched);
+  if (c.moe_overlap && c.moe) pair_forward_backward(*sched);
   const size_t S = part->stage_count();
   fp.rank_of.resize(S);
   for (size_t s = 0; s < S; ++s) {

@@ -79,6 +79,12 @@ def main():
     add("schedule", "valid-interleaved.csv", odd("".join(
         ",".join([f"{r + 4 * c}F{m}" for c in range(2) for m in range(4)] +
                  [f"{r + 4 * c}B{m}" for c in (1, 0) for m in range(4)]) + "\n" for r in range(4))))
+    # A V placement read from the rows (stages r and 7 - r on rank r) with an OVERLAP_F_B pair on rank 0.
+    v_rows = [[f"{r}F{m}" for m in range(4)] + [f"{7 - r}F{m}" for m in range(4)] +
+              [f"{7 - r}B{m}" for m in range(4)] + [f"{r}B{m}" for m in range(4)] for r in range(4)]
+    v_rows[0][5] = "(7F1;7B0)OVERLAP_F_B"
+    v_rows[0].remove("7B0")
+    add("schedule", "valid-v-pair.csv", odd("".join(",".join(x) + "\n" for x in v_rows)))
 
     for path in sorted(glob.glob(os.path.join(src, "experiments/**/*.yaml"), recursive=True)):
         with open(path, encoding="utf-8") as f:

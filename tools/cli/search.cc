@@ -44,6 +44,7 @@ struct SearchOptions {
   std::vector<std::string> schedules, recompute;
   std::vector<int> expert_parallel, expert_tensor_parallel;  // --ep, --etp
   std::vector<std::string> dispatchers;                      // --dispatcher
+  std::vector<std::string> moe_overlap;                      // --moe-overlap: false, true
   std::vector<int> context_parallel;                         // --cp
   std::vector<std::string> cp_algorithms;                    // --cp-algorithm
   std::vector<std::string> overrides;
@@ -86,6 +87,7 @@ nlohmann::json candidate_json(const Search3dCandidate& c) {
     j["expert_parallel"] = c.ep;
     j["expert_tensor_parallel"] = c.etp;
     j["dispatcher"] = to_string(c.dispatcher);
+    j["moe_overlap"] = c.moe_overlap;
   }
   return j;
 }
@@ -217,7 +219,8 @@ void drop_same_schedule_runs(Search3dResult& res) {
              k.t == c.t && k.d == c.d && k.b == c.b && k.recompute == c.recompute &&
              k.sequence_parallel == c.sequence_parallel &&
              k.distributed_optimizer == c.distributed_optimizer && k.ep == c.ep && k.etp == c.etp &&
-             k.dispatcher == c.dispatcher && k.cp == c.cp && k.cp_algorithm == c.cp_algorithm &&
+             k.dispatcher == c.dispatcher && k.moe_overlap == c.moe_overlap && k.cp == c.cp &&
+             k.cp_algorithm == c.cp_algorithm &&
              std::abs(k.iteration_time_s - c.iteration_time_s) <= 1e-9 * k.iteration_time_s;
     });
     if (same == kept.end()) {
@@ -237,8 +240,8 @@ void drop_same_schedule_runs(Search3dResult& res) {
 
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_balance) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, cp, cpa, balance,
-      uneven, layout;
+  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, overlap, cp, cpa,
+      balance, uneven, layout;
   for (const Search3dCandidate& c : res.ranked) {
     t.push_back(std::to_string(c.t));
     p.push_back(std::to_string(c.p));
@@ -254,6 +257,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_
     ep.push_back(std::to_string(c.ep));
     etp.push_back(std::to_string(c.etp));
     disp.push_back(std::string(to_string(c.dispatcher)));
+    overlap.push_back(c.moe_overlap ? "true" : "false");
     cp.push_back(std::to_string(c.cp));
     uneven.push_back(c.uneven ? "true" : "false");
     layout.push_back(c.layout.empty() ? "~" : fmt::format("\"{}\"", c.layout));  // ~: the key left out
@@ -298,6 +302,7 @@ Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_
     axis("strategy.expert_parallel", ep);
     axis("strategy.expert_tensor_parallel", etp);
     axis("strategy.moe.dispatcher", disp);
+    axis("strategy.moe.overlap", overlap);
   }
   return output::write_file_safely(o.sweep, text);
 }
@@ -344,6 +349,11 @@ Result<Search3dOptions> search_options(const SearchOptions& given, bool tty) {
       if (!parsed) return Error{fmt::format("--dispatcher: \"{}\" is not alltoall, allgather or deepep", d)};
       so.dispatchers.push_back(*parsed);
     }
+  }
+  for (const std::string& x : each_once(o.moe_overlap)) {
+    if (x != "false" && x != "true")
+      return Error{fmt::format("--moe-overlap: \"{}\" is not false or true", x)};
+    so.moe_overlap.push_back(x == "true");
   }
   so.context_parallel = o.context_parallel;
   if (!o.cp_algorithms.empty()) {
@@ -425,7 +435,8 @@ struct Found {
   // candidate has them.
   std::string estimate_leaves_out() const {
     std::vector<std::string> pairs;
-    if (exp.strategy.moe_overlap && routed_experts(exp.workload) > 0)
+    if (std::any_of(res.ranked.begin(), res.ranked.end(),
+                    [](const Search3dCandidate& c) { return c.moe_overlap; }))
       pairs.push_back("the all-to-all overlap's (moe.overlap)");
     if (std::any_of(res.ranked.begin(), res.ranked.end(),
                     [](const Search3dCandidate& c) { return c.schedule.rfind("dualpipe", 0) == 0; }))
@@ -445,8 +456,8 @@ struct Found {
       if (std::find(o.schedules.begin(), o.schedules.end(), s) == o.schedules.end()) out.push_back(s);
     return out;
   }
-  // The MoE options every candidate keeps from the experiment (the search varies ep, etp and the
-  // dispatcher alone), or "" for a dense workload.
+  // The MoE options every candidate keeps from the experiment (the search varies ep, etp, the
+  // dispatcher and, with --moe-overlap, the overlap), or "" for a dense workload.
   std::string moe_from_experiment() const {
     if (routed_experts(exp.workload) <= 0) return "";
     const MoeOptions& m = exp.strategy.moe;
@@ -454,8 +465,12 @@ struct Found {
         fmt::format("router {}, permutation {} (alltoall's launches)", m.router_fusion ? "fused" : "unfused",
                     m.permute_fusion ? "fused" : "unfused");
     if (m.fused_grouped_mlp) s += "; experts' MLP fused by Transformer Engine's op fuser";
-    s += exp.strategy.moe_overlap ? "; all-to-alls overlapped with another micro-batch's compute"
-                                  : "; all-to-alls not overlapped";
+    if (o.moe_overlap.size() > 1)
+      s += "; all-to-alls overlapped with another micro-batch's compute and not (searched)";
+    else if (!o.moe_overlap.empty() ? o.moe_overlap[0] == "true" : exp.strategy.moe_overlap)
+      s += "; all-to-alls overlapped with another micro-batch's compute";
+    else
+      s += "; all-to-alls not overlapped";
     s += m.capacity_factor > 0 ? fmt::format("; capacity factor {:g}", m.capacity_factor) : "; dropless";
     s += m.expert_shares.empty() ? "; balanced routing" : "; routing as given";
     return s;
@@ -742,6 +757,11 @@ Status check_before_search(const SearchOptions& o, const Experiment& exp) {
   if (!o.dispatchers.empty() && routed_experts(exp.workload) == 0)
     return Error{fmt::format("--dispatcher: workload \"{}\" has no mixture-of-experts blocks to dispatch to",
                              exp.workload.name)};
+  if (!o.moe_overlap.empty() && routed_experts(exp.workload) == 0)
+    return Error{
+        fmt::format("--moe-overlap: workload \"{}\" has no mixture-of-experts blocks, no all-to-all to "
+                    "overlap",
+                    exp.workload.name)};
   if (!o.cp_algorithms.empty()) {
     const double sequence = longest_sequence(exp.workload);
     const bool given =
@@ -832,6 +852,9 @@ Command add_search_command(CLI::App& parent) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--dispatcher", o->dispatchers,
                   "MoE: only these token dispatchers (alltoall, allgather, deepep; default the first two)");
+  app->add_option("--moe-overlap", o->moe_overlap,
+                  "MoE: the all-to-all overlap (moe.overlap) as an axis: false, true or both (default: the "
+                  "experiment's, not searched)");
   app->add_option(
          "--cp", o->context_parallel,
          "Only these context-parallel sizes (default: 1, and every cp leaving each rank 4,096 tokens)")

@@ -78,6 +78,7 @@ YAML::Node candidate_strategy(const YAML::Node& base, const Search3dCandidate& c
     s["expert_tensor_parallel"] = c.etp;
     YAML::Node moe = s["moe"] && s["moe"].IsMap() ? YAML::Clone(s["moe"]) : YAML::Node(YAML::NodeType::Map);
     moe["dispatcher"] = std::string(to_string(c.dispatcher));
+    moe["overlap"] = c.moe_overlap;
     s["moe"] = moe;
   }
   return s;
@@ -93,7 +94,7 @@ bool same_run(const Experiment& a, const Experiment& b) {
          a.memory.recompute == b.memory.recompute && a.memory.zero1 == b.memory.zero1 &&
          a.micro_batch_size == b.micro_batch_size && x.expert_parallel == y.expert_parallel &&
          x.expert_tensor_parallel == y.expert_tensor_parallel && x.moe.dispatcher == y.moe.dispatcher &&
-         x.context_parallel == y.context_parallel &&
+         x.moe_overlap == y.moe_overlap && x.context_parallel == y.context_parallel &&
          x.partitioner_options.megatron.account_for_embedding ==
              y.partitioner_options.megatron.account_for_embedding &&
          x.partitioner_options.megatron.account_for_loss == y.partitioner_options.megatron.account_for_loss &&
