@@ -349,8 +349,9 @@ class Lowering {
                                             const FlowTag& tag);
   void add_data_parallel_collectives();
   // `tied`: an all-reduce after every gradient reduction of the members' devices (a tied weight's).
+  // `buckets`: how many the reduction's buffer has when bucketed (the first stage's dense ones by default).
   void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed,
-                        bool tied = false);
+                        bool tied = false, int buckets = 0);
   std::vector<TiedCopy> ties_;  // the copies of tied weights (decided in count())
   // The (stage, position) pairs whose tied weights' gradients are all-reduced together: a copy's
   // position with the source stage's position of the same index (each stage's positions taken
@@ -1262,7 +1263,9 @@ void Lowering::add_data_parallel_collectives() {
       reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && !mirror);
     }
     // Expert gradients: over the expert data-parallel group (same expert tensor- and expert-parallel
-    // rank), after the last backward, in one piece.
+    // rank), after the last backward in one piece; under dp_overlap the first stage's in buckets of
+    // their own, as the dense ones (Megatron-Core's expert_parallel_buffers and bucket groups: the same
+    // bucket size, max(40 M, 1 M x d), reduced on the expert data-parallel group's communicator).
     const int inner = stage.expert_parallel * stage.expert_tensor_parallel;
     for (int c = 0; c < inner && cost(s, 0).expert_parameters > 0; ++c) {
       std::vector<std::pair<int, int>> members;
@@ -1272,7 +1275,9 @@ void Lowering::add_data_parallel_collectives() {
       const StageCost& sq = cost(s, c);
       const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
                                                         : sq.expert_parameter_bytes;
-      reduce_gradients(members, bytes, false);
+      const int expert_buckets = dp_buckets(sq.expert_parameters, r);
+      reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && expert_buckets > 1 && !mirror,
+                       false, expert_buckets);
     }
   }
   // Tied weights: each copy's gradient all-reduced with its source's, after both devices' reductions
@@ -1303,11 +1308,14 @@ std::vector<Lowering::TiedPair> Lowering::tied_pairs() const {
 }
 
 // The gradient reduction of `bytes` among `members` (stage, position), after their last backward (bucketed:
-// buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count()). With
+// buckets 0 .. K - 2 together from the backward's first K-th, then the last; see count(); K = `buckets`
+// for the shares, the first stage's dense K for the ready points: an expert buffer's first K_e-th is
+// taken as ready where the dense buffer's first K-th is). With
 // dp_overlap under ZeRO-1 it is the distributed optimizer's reduce-scatter (the parameter all-gather
 // taken as hidden behind the next forward), else an all-reduce. A device's optimizer step waits for it.
 void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed,
-                                bool tied) {
+                                bool tied, int buckets) {
+  if (buckets < 1) buckets = buckets_;
   const CollectiveKind kind =
       o_.dp_overlap && o_.memory.zero1 && !tied ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const size_t r = members.size();
@@ -1328,7 +1336,7 @@ void Lowering::reduce_gradients(const std::vector<std::pair<int, int>>& members,
     if (k_count > 1)
       for (size_t j = 0; j < r; ++j)
         ready[j] = dp_piece_[static_cast<size_t>(members[j].second)][static_cast<size_t>(k)];
-    const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets_ - 1.0) / buckets_ : 1.0 / buckets_;
+    const double share = k_count == 1 ? 1.0 : k == 0 ? (buckets - 1.0) / buckets : 1.0 / buckets;
     // Without dp_overlap a device's reductions run one after another (Megatron's finalize_model_grads:
     // each chunk's dense, then expert, buffers synchronously; reduce_after_device_backward).
     // A tied weight's all-reduce waits for every reduction (and last backward) of its devices

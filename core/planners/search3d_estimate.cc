@@ -596,8 +596,9 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
                                  const MemoryOptions& memory, const GradientsReady& gr,
                                  const std::vector<double>& ar, const std::vector<double>& expert_ar,
                                  const std::vector<TiedReduce>& tied) {
-  // rank -> (ready, all-reduce, start of the last backward, buckets, expert gradients' reduction)
-  std::map<int, std::vector<std::tuple<double, double, double, int, double>>> per_device;
+  // rank -> (ready, all-reduce, start of the last backward, buckets, expert gradients' reduction, their
+  // buckets)
+  std::map<int, std::vector<std::tuple<double, double, double, int, double, int>>> per_device;
   std::map<int, double> step_parameters;
   for (size_t s = 0; s < costs.size(); ++s) {
     const StageCost& sc = costs[s][0];
@@ -613,10 +614,12 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
     if (m >= 0 && m < static_cast<int>(s)) continue;
     const bool b0 = gr.bucketed && s == 0 && m < 0;
     const double ready = m >= 0 ? std::max(gr.ready[s], gr.ready[static_cast<size_t>(m)]) : gr.ready[s];
+    // The expert buffer's buckets (lower.cc, add_data_parallel_collectives): Megatron's bucket size.
+    const int eb = b0 && gr.buckets > 1 ? dp_buckets(sc.expert_parameters, c.d * c.cp) : 1;
     for (int rank : {rank_of[s], m >= 0 ? rank_of[static_cast<size_t>(m)] : -1})
       if (rank >= 0)
-        per_device[rank].emplace_back(ready, ar[s], b0 ? gr.start0 : ready, b0 ? gr.buckets : 1,
-                                      expert_ar[s]);
+        per_device[rank].emplace_back(ready, ar[s], b0 ? gr.start0 : ready, b0 ? gr.buckets : 1, expert_ar[s],
+                                      eb);
   }
   std::map<int, std::pair<double, double>> reduced;  // rank -> (its reductions' end, its last gradients)
   for (auto& [rank, list] : per_device) {
@@ -628,13 +631,14 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
     }
     std::sort(list.begin(), list.end());
     double t = 0, last = 0;
-    for (auto [r, a, from, k, e] : list) {
+    for (auto [r, a, from, k, e, ke] : list) {
       // K buckets, bucket i ready once (i + 1) / K of the last backward (from .. r) has run, each
       // all-reduced after the one before (lower.h); one bucket: ready at r. The expert gradients
-      // after them, in one piece (an upper bound: the lowering starts both at r, and they share links
-      // where the groups' rings cross the same NICs).
+      // after them, in one piece or in their own K_e buckets likewise (an upper bound: the lowering
+      // starts both together, and they share links where the groups' rings cross the same NICs).
       for (int i = 0; i < k; ++i) t = std::max(t, from + (i + 1) * (r - from) / k) + a / k;
-      if (e > 0) t = std::max(t, r) + e;
+      if (e > 0)
+        for (int i = 0; i < ke; ++i) t = std::max(t, from + (i + 1) * (r - from) / ke) + e / ke;
       last = std::max(last, r);
     }
     reduced[rank] = {std::max(t, last), last};
