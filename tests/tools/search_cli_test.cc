@@ -39,6 +39,15 @@ cluster: {preset: dgx-h100-16}
 memory: {optimizer: mixed-adam}
 )";
 
+// A small MoE of 16 experts, top-4, on two DGX H100 (the dispatcher and overlap axes' tests).
+constexpr const char* kMoe16 = R"(name: small MoE on two DGX H100
+workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
+           experts: 16, top_k: 4, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
+cluster: {preset: dgx-h100-16}
+memory: {optimizer: mixed-adam}
+strategy: {partitioner: megatron}
+)";
+
 // `pipegrid run` on a winner the search emitted: it exits 0 and gives the search's SimGrid time (to
 // 1e-12); its JSON.
 json run_emitted(const std::string& emitted, const json& winner) {
@@ -280,13 +289,7 @@ strategy: {partitioner: megatron}
 // winner is written with it and `run` replays it to the search's figure.
 TEST_CASE("search: the deepep dispatcher as an axis, and the emitted winner runs to its figure") {
   TempDir tmp;
-  const std::string exp = tmp.write("moe.yaml", R"(name: small MoE on two DGX H100
-workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
-           experts: 16, top_k: 4, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
-cluster: {preset: dgx-h100-16}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron}
-)");
+  const std::string exp = tmp.write("moe.yaml", kMoe16);
   const std::string emitted = (tmp.path / "winner.yaml").string();
   auto r = run_command({PIPEGRID_BINARY,
                         "search",
@@ -335,43 +338,15 @@ strategy: {partitioner: megatron}
 TEST_CASE(
     "search: the all-to-all overlap as an axis, at m = p under interleaving, the winner emitted with it") {
   TempDir tmp;
-  const std::string exp = tmp.write("moe.yaml", R"(name: small MoE on two DGX H100
-workload: {model: mixtral-8x7b, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, ffn: 2048, expert_ffn: 1024,
-           experts: 16, top_k: 4, sequence: 1024, vocabulary: 32000, precision: amp-bf16}
-cluster: {preset: dgx-h100-16}
-memory: {optimizer: mixed-adam}
-strategy: {partitioner: megatron}
-)");
+  const std::string exp = tmp.write("moe.yaml", kMoe16);
   const std::string emitted = (tmp.path / "winner.yaml").string();
-  auto r = run_command({PIPEGRID_BINARY,
-                        "search",
-                        exp,
-                        "--global-batch",
-                        "16",
-                        "--top",
-                        "1",
-                        "--tensor-parallel",
-                        "1",
-                        "--pipeline",
-                        "2",
-                        "--micro-batch",
-                        "1",
-                        "--ep",
-                        "8",
-                        "--etp",
-                        "1",
-                        "--dispatcher",
-                        "alltoall",
-                        "--schedules",
-                        "interleaved-1f1b",
-                        "--chunks",
-                        "2",
-                        "--moe-overlap",
-                        "false",
-                        "true",
-                        "--json",
-                        "--emit",
-                        emitted});
+  std::vector<std::string> argv = {PIPEGRID_BINARY, "search", exp,    "--global-batch", "16",
+                                   "--json",        "--emit", emitted};
+  std::istringstream axes(
+      "--top 1 --tensor-parallel 1 --pipeline 2 --micro-batch 1 --ep 8 --etp 1 --dispatcher alltoall "
+      "--schedules interleaved-1f1b --chunks 2 --moe-overlap false true");
+  for (std::string word; axes >> word;) argv.push_back(word);
+  auto r = run_command(argv);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json j = json::parse(r.out);
   for (const auto& [reason, n] : j["left_out"].items()) CHECK(reason.find("deadlock") == std::string::npos);
@@ -577,9 +552,9 @@ memory: {optimizer: mixed-adam}
   // then; it is now said where a ranked candidate overlaps).
   auto search = [&](const std::string& name, const std::string& strategy) {
     const std::string exp = tmp.write(name, base + strategy);
-    auto r =
-        run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "1", "--tensor-parallel",
-                     "1", "--pipeline", "1", "--micro-batch", "1", "--ep", "8", "--etp", "1", "--json"});
+    auto r = run_command({PIPEGRID_BINARY, "search", exp, "--global-batch", "16", "--top", "1",
+                          "--tensor-parallel", "1", "--pipeline", "1", "--micro-batch", "1", "--ep", "8",
+                          "--etp", "1", "--json"});
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     return json::parse(r.out);
   };
