@@ -348,6 +348,8 @@ class Lowering {
                                             const std::vector<int>& devices, const std::vector<Deps>& ready,
                                             const FlowTag& tag);
   void add_data_parallel_collectives();
+  void add_static_memory(size_t s);
+  void reduce_expert_gradients(size_t s, const Stage* mirror);
   // `tied`: an all-reduce after every gradient reduction of the members' devices (a tied weight's).
   // `buckets`: how many the reduction's buffer has when bucketed (the first stage's dense ones by default).
   void reduce_gradients(const std::vector<std::pair<int, int>>& members, double bytes, bool bucketed,
@@ -1226,31 +1228,14 @@ void Lowering::add_data_parallel_collectives() {
   reduced_.assign(D_, {});
   step_parameters_.assign(D_, 0.0);
   for (size_t s = 0; s < S_; ++s) {
+    add_static_memory(s);
     const Stage& stage = p_.stage(s);
-    const auto& all = stage.devices;
-    // Each tensor-parallel rank reduces (and, under ZeRO-1, shards) over the data x context-parallel
-    // group, as Megatron-Core's dp_cp group.
-    const int r = stage.gradient_replicas(), T = stage.tensor_parallel;
-    // The expert data-parallel size: the devices holding the same experts (core/moe.h).
-    const int edp = static_cast<int>(all.size()) / (stage.expert_parallel * stage.expert_tensor_parallel);
-    for (size_t j = 0; j < all.size(); ++j) {
-      const StageCost& sc = cost(s, j);
-      const double dense = sc.parameters - sc.expert_parameters;
-      MemoryBytes st = static_memory(dense, sc.parameter_bytes - sc.expert_parameter_bytes, o_.memory);
-      MemoryBytes ex = static_memory(sc.expert_parameters, sc.expert_parameter_bytes, o_.memory);
-      if (o_.memory.zero1) {  // ZeRO-1 sharding over the (expert) data-parallel group
-        st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;
-        ex[static_cast<int>(MemoryCategory::OptimizerState)] /= edp;
-      }
-      for (int k = 0; k < kMemoryCategoryCount; ++k) g_.static_memory[all[j]][k] += st[k] + ex[k];
-      step_parameters_[all[j]] +=
-          o_.memory.zero1 ? dense / r + sc.expert_parameters / edp : dense + sc.expert_parameters;
-    }
     // DualPipe's second pipeline reduces with its mirror (below, from the mirror's side).
     if (stage.mirror >= 0 && stage.mirror < static_cast<int>(s)) continue;
     const Stage* mirror = stage.mirror >= 0 ? &p_.stage(static_cast<size_t>(stage.mirror)) : nullptr;
     // Dense gradients: each rank of the tensor-parallel groups with the same rank of the other
     // replicas (every device of the stage when there is no tensor parallelism), and of the mirror.
+    const int r = stage.gradient_replicas(), T = stage.tensor_parallel;
     for (int q = 0; q < T; ++q) {
       std::vector<std::pair<int, int>> members;
       for (int j = 0; j < r; ++j) members.emplace_back(static_cast<int>(s), j * T + q);
@@ -1262,23 +1247,7 @@ void Lowering::add_data_parallel_collectives() {
                                                         : sq.parameter_bytes - sq.expert_parameter_bytes;
       reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && !mirror);
     }
-    // Expert gradients: over the expert data-parallel group (same expert tensor- and expert-parallel
-    // rank), after the last backward in one piece; under dp_overlap the first stage's in buckets of
-    // their own, as the dense ones (Megatron-Core's expert_parallel_buffers and bucket groups: the same
-    // bucket size, max(40 M, 1 M x d), reduced on the expert data-parallel group's communicator).
-    const int inner = stage.expert_parallel * stage.expert_tensor_parallel;
-    for (int c = 0; c < inner && cost(s, 0).expert_parameters > 0; ++c) {
-      std::vector<std::pair<int, int>> members;
-      for (int j = 0; j < edp; ++j) members.emplace_back(static_cast<int>(s), j * inner + c);
-      if (mirror)
-        for (int j = 0; j < edp; ++j) members.emplace_back(stage.mirror, j * inner + c);
-      const StageCost& sq = cost(s, c);
-      const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
-                                                        : sq.expert_parameter_bytes;
-      const int expert_buckets = dp_buckets(sq.expert_parameters, r);
-      reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && expert_buckets > 1 && !mirror,
-                       false, expert_buckets);
-    }
+    reduce_expert_gradients(s, mirror);
   }
   // Tied weights: each copy's gradient all-reduced with its source's, after both devices' reductions
   // (Megatron-Core's finalize_model_grads: the data-parallel reductions, then
@@ -1290,6 +1259,53 @@ void Lowering::add_data_parallel_collectives() {
         {x.copy, x.source},
         tied_gradient_bytes(w_, w_.layer(static_cast<size_t>(x.layer)), n, o_.gradient_reduce_bytes), false,
         true);
+  }
+}
+
+// Stage s's static memory on each of its devices, and the parameters each one's optimizer step updates:
+// under ZeRO-1 the optimizer state (and the step) sharded over the data x context-parallel group for the
+// dense parameters, over the expert data-parallel group for the experts'.
+void Lowering::add_static_memory(size_t s) {
+  const Stage& stage = p_.stage(s);
+  const auto& all = stage.devices;
+  const int r = stage.gradient_replicas();
+  // The expert data-parallel size: the devices holding the same experts (core/moe.h).
+  const int edp = static_cast<int>(all.size()) / (stage.expert_parallel * stage.expert_tensor_parallel);
+  for (size_t j = 0; j < all.size(); ++j) {
+    const StageCost& sc = cost(s, j);
+    const double dense = sc.parameters - sc.expert_parameters;
+    MemoryBytes st = static_memory(dense, sc.parameter_bytes - sc.expert_parameter_bytes, o_.memory);
+    MemoryBytes ex = static_memory(sc.expert_parameters, sc.expert_parameter_bytes, o_.memory);
+    if (o_.memory.zero1) {
+      st[static_cast<int>(MemoryCategory::OptimizerState)] /= r;
+      ex[static_cast<int>(MemoryCategory::OptimizerState)] /= edp;
+    }
+    for (int k = 0; k < kMemoryCategoryCount; ++k) g_.static_memory[all[j]][k] += st[k] + ex[k];
+    step_parameters_[all[j]] +=
+        o_.memory.zero1 ? dense / r + sc.expert_parameters / edp : dense + sc.expert_parameters;
+  }
+}
+
+// Stage s's expert gradients: over the expert data-parallel group (same expert tensor- and
+// expert-parallel rank) and the mirror's, after the last backward in one piece; under dp_overlap the
+// first stage's in buckets of their own, as the dense ones (Megatron-Core's expert_parallel_buffers and
+// bucket groups: the same bucket size, max(40 M, 1 M x d), reduced on the expert data-parallel group's
+// communicator).
+void Lowering::reduce_expert_gradients(size_t s, const Stage* mirror) {
+  const Stage& stage = p_.stage(s);
+  const int inner = stage.expert_parallel * stage.expert_tensor_parallel;
+  const int edp = static_cast<int>(stage.devices.size()) / inner;
+  for (int c = 0; c < inner && cost(s, 0).expert_parameters > 0; ++c) {
+    std::vector<std::pair<int, int>> members;
+    for (int j = 0; j < edp; ++j) members.emplace_back(static_cast<int>(s), j * inner + c);
+    if (mirror)
+      for (int j = 0; j < edp; ++j) members.emplace_back(stage.mirror, j * inner + c);
+    const StageCost& sq = cost(s, static_cast<size_t>(c));
+    const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
+                                                      : sq.expert_parameter_bytes;
+    const int buckets = dp_buckets(sq.expert_parameters, stage.gradient_replicas());
+    reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && buckets > 1 && !mirror, false,
+                     buckets);
   }
 }
 

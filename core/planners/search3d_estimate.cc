@@ -585,6 +585,33 @@ struct RankEnd {
 
 using TiedReduce = Search3dEstimator::TiedReduce;
 
+// One rank's gradient reductions (ready, all-reduce, start of the last backward, buckets, expert
+// gradients' reduction, their buckets), in the order they become ready: when the last ends and when
+// its last gradients were ready.
+std::pair<double, double> reductions_end(
+    std::vector<std::tuple<double, double, double, int, double, int>>& list, bool per_stage) {
+  // Without dp_overlap every reduction of the rank waits for its last backward (lower.cc,
+  // reduce_after_device_backward): they then run one after another here.
+  if (!per_stage) {
+    const double last = std::get<0>(*std::max_element(list.begin(), list.end()));
+    for (auto& x : list) std::get<0>(x) = std::get<2>(x) = last;
+  }
+  std::sort(list.begin(), list.end());
+  double t = 0, last = 0;
+  for (auto [r, a, from, k, e, ke] : list) {
+    // K buckets, bucket i ready once (i + 1) / K of the last backward (from .. r) has run, each
+    // all-reduced after the one before (lower.h); one bucket: ready at r. The expert gradients
+    // after them, in one piece or in their own K_e buckets likewise (an upper bound: the lowering
+    // starts both together, and they share links where the groups' rings cross the same NICs).
+    for (int i = 0; i < k; ++i) t = std::max(t, from + (i + 1) * (r - from) / k) + a / k;
+    if (e > 0)
+      for (int i = 0; i < ke; ++i) t = std::max(t, from + (i + 1) * (r - from) / ke) + e / ke;
+    last = std::max(last, r);
+  }
+  return {std::max(t, last), last};
+}
+
+
 // Each stage's data-parallel all-reduce (`ar`) once its gradients are ready (a device's stages, with
 // interleaving, one after another in the order they become ready; the first stage's in buckets under
 // overlap), then the tied weights' all-reduces between ranks once both ranks' reductions are done
@@ -622,27 +649,7 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
                                       eb);
   }
   std::map<int, std::pair<double, double>> reduced;  // rank -> (its reductions' end, its last gradients)
-  for (auto& [rank, list] : per_device) {
-    // Without dp_overlap every reduction of the rank waits for its last backward (lower.cc,
-    // reduce_after_device_backward): they then run one after another here.
-    if (!gr.per_stage) {
-      const double last = std::get<0>(*std::max_element(list.begin(), list.end()));
-      for (auto& x : list) std::get<0>(x) = std::get<2>(x) = last;
-    }
-    std::sort(list.begin(), list.end());
-    double t = 0, last = 0;
-    for (auto [r, a, from, k, e, ke] : list) {
-      // K buckets, bucket i ready once (i + 1) / K of the last backward (from .. r) has run, each
-      // all-reduced after the one before (lower.h); one bucket: ready at r. The expert gradients
-      // after them, in one piece or in their own K_e buckets likewise (an upper bound: the lowering
-      // starts both together, and they share links where the groups' rings cross the same NICs).
-      for (int i = 0; i < k; ++i) t = std::max(t, from + (i + 1) * (r - from) / k) + a / k;
-      if (e > 0)
-        for (int i = 0; i < ke; ++i) t = std::max(t, from + (i + 1) * (r - from) / ke) + e / ke;
-      last = std::max(last, r);
-    }
-    reduced[rank] = {std::max(t, last), last};
-  }
+  for (auto& [rank, list] : per_device) reduced[rank] = reductions_end(list, gr.per_stage);
   for (const TiedReduce& x : tied) {
     if (!reduced.count(x.copy_rank) || !reduced.count(x.source_rank)) continue;
     const double end = std::max(reduced[x.copy_rank].first, reduced[x.source_rank].first) + x.time;
