@@ -204,6 +204,14 @@ int dp_buckets(double parameters, int replicas) {
   return static_cast<int>(std::clamp(std::ceil(parameters / bucket), 1.0, 1e6));
 }
 
+DpBuckets first_stage_buckets(double dense, double expert, int replicas, bool mirrored) {
+  DpBuckets b;
+  if (replicas <= 1 || mirrored) return b;
+  b.dense = dp_buckets(dense, replicas);
+  if (b.dense > 1 && expert > 0) b.expert = dp_buckets(expert, replicas);
+  return b;
+}
+
 namespace {
 
 // One lowering, in named steps (lower() runs them in order): count the tasks and check the limit,
@@ -1303,9 +1311,9 @@ void Lowering::reduce_expert_gradients(size_t s, const Stage* mirror) {
     const StageCost& sq = cost(s, static_cast<size_t>(c));
     const double bytes = o_.gradient_reduce_bytes > 0 ? sq.expert_parameters * o_.gradient_reduce_bytes
                                                       : sq.expert_parameter_bytes;
-    const int buckets = dp_buckets(sq.expert_parameters, stage.gradient_replicas());
-    reduce_gradients(members, bytes, bucketed_ && s == 0 && buckets_ > 1 && buckets > 1 && !mirror, false,
-                     buckets);
+    const DpBuckets b = first_stage_buckets(sq.parameters - sq.expert_parameters, sq.expert_parameters,
+                                            stage.gradient_replicas(), mirror != nullptr);
+    reduce_gradients(members, bytes, bucketed_ && s == 0 && b.expert > 1, false, b.expert);
   }
 }
 

@@ -36,6 +36,14 @@ inline constexpr size_t kAutoMergeRingFlows = size_t{1} << 22;
 // distributed_data_parallel.py at core_r0.8.0): max(40 M, 1 M x d) parameters; the buckets of a
 // stage holding `parameters` per device, at least 1.
 int dp_buckets(double parameters, int replicas);
+// The first stage's buckets under dp_overlap as lower() builds them, for a stage of `dense` and `expert`
+// parameters per device on `replicas` gradient replicas (d x cp): the dense buffer's K and the expert
+// buffer's K_e (Megatron-Core's expert_parallel_buffers, the same bucket size). 1: one piece after the
+// last backward, as DualPipe's mirrored stages and every stage behind a one-bucket dense buffer reduce.
+struct DpBuckets {
+  int dense = 1, expert = 1;
+};
+DpBuckets first_stage_buckets(double dense, double expert, int replicas, bool mirrored);
 
 struct LoweringOptions {
   int micro_batches = 1;

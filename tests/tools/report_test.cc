@@ -344,6 +344,43 @@ TEST_CASE("device show lists the validation suite's check rows of a catalog devi
   }
 }
 
+TEST_CASE("run states the expert gradients' buckets, and DualPipe's reductions in one piece") {
+  // experiments/zoo/mixtral-8x7b-h100.yaml: p 4, v 8, 32 blocks, so stage 0 holds the embedding and one
+  // block; d = 16, Megatron's bucket max(40 M, 16 M) = 40 M parameters. Dense: 32,000 x 4,096 (131.1 M)
+  // + attention 2 x 4,096^2 + 2 x 4,096 x 1,024 (41.9 M) + the router and norms (0.04 M) = 173.1 M,
+  // ceil(4.33) = 5 buckets; experts: ep 8, one per device, 3 x 4,096 x 14,336 = 176.2 M, ceil(4.40) = 5.
+  const std::string file = std::string(PIPEGRID_SOURCE_DIR) + "/experiments/zoo/mixtral-8x7b-h100.yaml";
+  auto run = run_command({PIPEGRID_BINARY, "run", file});
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.find(
+            "stage 0's in 5 buckets during its last backward (--overlap-grad-reduce), its experts' in 5 "
+            "buckets of their own over the expert data-parallel group") != std::string::npos);
+  auto json = run_command({PIPEGRID_BINARY, "run", file, "--json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json par = nlohmann::json::parse(json.out)["parallelism"];
+  CHECK(par["dp_buckets"] == 5);
+  CHECK(par["expert_dp_buckets"] == 5);
+  // DualPipe's stages reduce with their mirrors in one piece (the lowering buckets no mirrored stage);
+  // the line said buckets until 2026-12-06.
+  TempDir tmp;
+  const std::string dual = tmp.write(
+      "d.yaml",
+      "workload: {kind: chain, layers: 4, forward: 1ms, backward: 2ms, backward_weight: 1ms, activation: "
+      "1MiB, "
+      "parameters: 400MB}\n"
+      "cluster: {preset: dgx-a100-16}\n"
+      "strategy: {schedule: dualpipe, stages: 2, replicas: 2, micro_batch_size: 2, micro_batches: 4, "
+      "dp_overlap: true}\n");
+  auto d = run_command({PIPEGRID_BINARY, "run", dual});
+  REQUIRE_MESSAGE(d.exit_code == 0, d.err);
+  CHECK(d.out.find(
+            "DualPipe: each stage's with its mirror's in one piece once both copies' last backwards ran") !=
+        std::string::npos);
+  auto dj = run_command({PIPEGRID_BINARY, "run", dual, "--json"});
+  REQUIRE(dj.exit_code == 0);
+  CHECK(nlohmann::json::parse(dj.out)["parallelism"]["dp_buckets"] == 1);
+}
+
 TEST_CASE("run and plan state how the data-parallel gradients are reduced, when the experiment says") {
   // experiments/megatron/h100-1.7b.yaml: GPT 1.7B untied (12 l h^2 + 13 l h + 2 V h + s h + 2 h =
   // 1.7538 B parameters), d = 48: Megatron's bucket max(40 M, 48 M) = 48 M, ceil(36.5) = 37 buckets.

@@ -877,10 +877,21 @@ std::string gradients_note(const Experiment& e, const Partition& p,
   std::string how = e.strategy.gradient_reduce_bytes > 0
                         ? fmt::format("reduced at {} bytes per parameter", e.strategy.gradient_reduce_bytes)
                         : "reduced at the workload's element size";
-  if (e.strategy.dp_overlap && first.gradient_replicas() > 1 && !costs.empty())
-    how += fmt::format(
-        "; stage 0's in {} during its last backward (--overlap-grad-reduce)",
-        plural(dp_buckets(costs[0].front().parameters, first.gradient_replicas()), "bucket", "buckets"));
+  if (e.strategy.dp_overlap && first.gradient_replicas() > 1 && !costs.empty()) {
+    const StageCost& c = costs[0].front();
+    const DpBuckets b = first_stage_buckets(c.parameters - c.expert_parameters, c.expert_parameters,
+                                            first.gradient_replicas(), first.mirror >= 0);
+    if (first.mirror >= 0)
+      how += "; DualPipe: each stage's with its mirror's in one piece once both copies' last backwards ran";
+    else if (b.expert > 1)
+      how += fmt::format(
+          "; stage 0's in {} during its last backward (--overlap-grad-reduce), its experts' in {} of their "
+          "own over the expert data-parallel group",
+          plural(b.dense, "bucket", "buckets"), plural(b.expert, "bucket", "buckets"));
+    else
+      how += fmt::format("; stage 0's in {} during its last backward (--overlap-grad-reduce)",
+                         plural(b.dense, "bucket", "buckets"));
+  }
   if (e.strategy.dp_overlap && e.memory.zero1)
     how += "; ZeRO-1: a reduce-scatter, the parameter all-gather taken as hidden behind the forward";
   if (e.strategy.dp_overlap && parallelism(p).data <= 1 && parallelism(p).context <= 1)
@@ -1142,11 +1153,16 @@ nlohmann::json parallelism_json(const Experiment& e, const PreparedRun& run, con
                       {"gradient_reduce_bytes", json_number(e.strategy.gradient_reduce_bytes > 0
                                                                 ? e.strategy.gradient_reduce_bytes
                                                                 : element_bytes(e.workload.precision))}};
-  if (e.strategy.dp_overlap && run.partition.stage(0).replicas() > 1)
+  if (e.strategy.dp_overlap && run.partition.stage(0).gradient_replicas() > 1)
     if (auto costs = stage_costs(e.workload, e.cluster, run.partition, run.micro_batch_size,
-                                 e.memory.recompute, tensor_parallel_options(e.strategy, e.memory)))
-      j["dp_buckets"] = dp_buckets((*costs)[0].front().parameters - (*costs)[0].front().expert_parameters,
-                                   run.partition.stage(0).replicas());
+                                 e.memory.recompute, tensor_parallel_options(e.strategy, e.memory))) {
+      const StageCost& c = (*costs)[0].front();
+      const DpBuckets b =
+          first_stage_buckets(c.parameters - c.expert_parameters, c.expert_parameters,
+                              run.partition.stage(0).gradient_replicas(), run.partition.stage(0).mirror >= 0);
+      j["dp_buckets"] = b.dense;
+      if (c.expert_parameters > 0) j["expert_dp_buckets"] = b.expert;
+    }
   // At cp 1 too (its size, algorithm and balance null), so that a reader finds the key in every run.
   j["context"] = {
       {"context_parallel", par.context},
