@@ -303,3 +303,35 @@ TEST_CASE(
   CHECK(to_text(*two, {"gpu0", "gpu1"}) ==
         "gpu0: 0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1\ngpu1: 1F0 1F1 3F0 (3F1;3B0) 3B1 1B0 1B1\n");
 }
+
+TEST_CASE("round-robin turns keep an overlapped pair only where both of its passes stay") {
+  // One stage on 2 round-robin replicas (gpu0 takes the even micro-batches, gpu1 the odd), 4
+  // micro-batches; each device's list F0 (F1;B0) (F2;B1) (F3;B2) B3. On gpu0 the pair (F2;B1) loses B1 and
+  // (F1;B0) loses F1: no pair is left whole; gpu0 keeps F0 B0 F2 B2 unpaired. On gpu1: F1 B1 F3 B3.
+  ChainSpec spec;
+  spec.layers = 1;
+  spec.forward_s = 1e-3;
+  spec.backward_s = 1e-3;
+  const Workload w = make_chain(spec);
+  Result<Partition> part = make_partition(w, {0}, {{0, 1}}, 2);
+  REQUIRE(part.ok());
+  part->graph[0].round_robin = true;
+  Schedule s;
+  const auto f = [](int k) { return Action{0, Pass::Forward, k}; };
+  const auto b = [](int k) { return Action{0, Pass::Backward, k}; };
+  const std::vector<Action> order = {f(0), f(1), b(0), f(2), b(1), f(3), b(2), b(3)};
+  s.device_actions = {order, order};
+  s.paired = {{0, 1, 0, 1, 0, 1, 0, 0}, {0, 1, 0, 1, 0, 1, 0, 0}};
+  keep_round_robin_turns(s, *part);
+  CHECK(s.device_actions[0] == std::vector<Action>{f(0), b(0), f(2), b(2)});
+  CHECK(s.device_actions[1] == std::vector<Action>{f(1), b(1), f(3), b(3)});
+  CHECK(s.paired[0] == std::vector<char>(4, 0));
+  CHECK(s.paired[1] == std::vector<char>(4, 0));
+  // A pair of two kept passes stays one: on 2 replicas with the order F0 F2 (F4;B0) ..., gpu0 keeps it.
+  Schedule t;
+  t.device_actions = {{f(0), f(2), f(4), b(0), b(2), b(4)}, {}};
+  t.paired = {{0, 0, 1, 0, 0, 0}, {}};
+  keep_round_robin_turns(t, *part);
+  CHECK(t.device_actions[0].size() == 6);
+  CHECK(t.paired[0] == std::vector<char>{0, 0, 1, 0, 0, 0});
+}
