@@ -611,7 +611,6 @@ std::pair<double, double> reductions_end(
   return {std::max(t, last), last};
 }
 
-
 // Each stage's data-parallel all-reduce (`ar`) once its gradients are ready (a device's stages, with
 // interleaving, one after another in the order they become ready; the first stage's in buckets under
 // overlap), then the tied weights' all-reduces between ranks once both ranks' reductions are done
@@ -642,7 +641,10 @@ std::map<int, RankEnd> rank_ends(const Search3dCandidate& c, const Workload& w, 
     const bool b0 = gr.bucketed && s == 0 && m < 0;
     const double ready = m >= 0 ? std::max(gr.ready[s], gr.ready[static_cast<size_t>(m)]) : gr.ready[s];
     // The expert buffer's buckets (lower.cc, add_data_parallel_collectives): Megatron's bucket size.
-    const int eb = b0 && gr.buckets > 1 ? dp_buckets(sc.expert_parameters, c.d * c.cp) : 1;
+    const int eb = b0 ? first_stage_buckets(sc.parameters - sc.expert_parameters, sc.expert_parameters,
+                                            c.d * c.cp, false)
+                            .expert
+                      : 1;
     for (int rank : {rank_of[s], m >= 0 ? rank_of[static_cast<size_t>(m)] : -1})
       if (rank >= 0)
         per_device[rank].emplace_back(ready, ar[s], b0 ? gr.start0 : ready, b0 ? gr.buckets : 1, expert_ar[s],
