@@ -131,6 +131,27 @@ TEST_CASE("--plot draws a Gantt and a memory figure (PNG and SVG) for the built-
   }
 }
 
+TEST_CASE("pipegrid schedule --moe-overlap prints Megatron-Core's order under the all-to-all overlap") {
+  // interleaved-1f1b, p 2, v 2, m 4: the hand count of tests/core/schedules_test.cc, as torch's CSV.
+  auto csv = run_command({PIPEGRID_BINARY, "schedule", "interleaved-1f1b", "-p", "2", "-m", "4", "-v", "2",
+                          "--moe-overlap", "--csv"});
+  CHECK(csv.exit_code == 0);
+  CHECK(csv.out ==
+        "0F0,0F1,2F0,2F1,0F2,(0F3;2B0)OVERLAP_F_B,(2F2;2B1)OVERLAP_F_B,(2F3;0B0)OVERLAP_F_B,0B1,2B2,2B3,0B2,"
+        "0B3\n"
+        "1F0,1F1,3F0,(3F1;3B0)OVERLAP_F_B,(1F2;3B1)OVERLAP_F_B,(1F3;1B0)OVERLAP_F_B,(3F2;1B1)OVERLAP_F_B,"
+        "(3F3;3B2)OVERLAP_F_B,3B3,1B2,1B3\n");
+  // Without a pipeline, Megatron-Core's combined order (combined_1f1b.py).
+  auto one =
+      run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "1", "-m", "3", "--moe-overlap", "--csv"});
+  CHECK(one.out == "0F0,(0F1;0B0)OVERLAP_F_B,(0F2;0B1)OVERLAP_F_B,0B2\n");
+  // Outside Megatron-Core's rules: refused, as the experiment parser refuses moe.overlap.
+  auto plain = run_command({PIPEGRID_BINARY, "schedule", "1f1b", "-p", "2", "-m", "4", "--moe-overlap"});
+  CHECK(plain.exit_code == 2);
+  CHECK(plain.err.find("--moe-overlap: with a pipeline (p = 2) Megatron-Core requires a virtual pipeline") !=
+        std::string::npos);
+}
+
 TEST_CASE("pipegrid schedule prints the grid and the CSV of a schedule") {
   // zb-h1, p = 2, m = 2 by its rule: worker 0 runs W right after B; worker 1 keeps one W pending. The
   // split backward's input gradient is written as torch does, I (BACKWARD_INPUT): torch reads B as

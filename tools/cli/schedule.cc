@@ -1,6 +1,7 @@
-// pipegrid schedule NAME --stages P --micro-batches M [--chunks V] [--file CSV] [--csv]
+// pipegrid schedule NAME --stages P --micro-batches M [--chunks V] [--file CSV] [--csv] [--moe-overlap]
 // Prints the action grid of a registered schedule on P ranks (validated and checked for deadlock),
-// or its torch-style CSV.
+// or its torch-style CSV; with --moe-overlap, the order Megatron-Core runs under its MoE all-to-all
+// overlap, the pairs in one cell.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,9 +12,12 @@
 
 #include "core/experiment.h"
 #include "core/file_io.h"
+#include "core/lower.h"
 #include "core/models/chain.h"
+#include "core/moe.h"
 #include "core/strategy.h"
 #include "core/topologies/generators.h"
+#include "core/validate.h"
 #include "tools/cli/cli.h"
 
 namespace pipegrid::cli {
@@ -26,7 +30,35 @@ struct ScheduleOptions {
   int chunks = 1;
   std::string file;
   bool csv = false;
+  bool moe_overlap = false;  // Megatron-Core's --overlap-moe-expert-parallel-comm order
 };
+
+// The schedule Megatron-Core runs under its MoE all-to-all overlap (core/moe.h moe_overlap_refusal's
+// rules, an expert-parallel all-to-all taken as there): interleaved-1f1b with one more warm-up forward
+// and its steady state paired, or without a pipeline the combined order; validated and checked for
+// deadlock as the plain one was.
+Result<Schedule> moe_overlap_schedule(const ScheduleOptions& o, const ScheduleStrategy& s,
+                                      const Experiment& e, const PreparedRun& run) {
+  if (auto why = moe_overlap_refusal(2, MoeDispatcher::AllToAll, o.stages, o.name, o.micro_batches))
+    return Error{"--moe-overlap: " + *why};
+  Result<Schedule> paired = s.build({run.partition,
+                                     e.cluster.devices.size(),
+                                     o.micro_batches,
+                                     o.chunks,
+                                     {},
+                                     {},
+                                     /*a2a_overlap=*/true});
+  if (!paired) return paired.error();
+  pair_forward_backward(*paired);
+  const std::vector<std::string> names = device_names(e.cluster);
+  if (Status st = validate_schedule(*paired, run.partition, o.micro_batches, names); !st) return st.error();
+  LoweringOptions lo;
+  lo.micro_batches = o.micro_batches;
+  Result<TaskGraph> g = lower(e.workload, e.cluster, run.partition, *paired, lo);
+  if (!g) return g.error();
+  if (Status st = check_deadlock_free(*g, *paired, names); !st) return st.error();
+  return paired;
+}
 
 int run(const ScheduleOptions& o) {
   Result<const ScheduleStrategy*> s = find_schedule(o.name);
@@ -75,10 +107,16 @@ int run(const ScheduleOptions& o) {
   }
   Result<PreparedRun> run = prepare(e);
   if (!run) return bad_input(run.error().message);
+  Schedule shown = run->schedule;
+  if (o.moe_overlap) {
+    Result<Schedule> paired = moe_overlap_schedule(o, **s, e, *run);
+    if (!paired) return bad_input(paired.error().message);
+    shown = std::move(*paired);
+  }
   if (o.csv)
-    std::cout << to_csv(run->schedule);
+    std::cout << to_csv(shown);
   else
-    std::cout << to_grid(run->schedule, device_names(e.cluster));
+    std::cout << to_grid(shown, device_names(e.cluster));
   return kOk;
 }
 
@@ -96,6 +134,9 @@ Command add_schedule_command(CLI::App& parent) {
       ->check(CLI::Range(1, 1000));
   app->add_option("--file", o->file, "CSV schedule (for `file`)");
   app->add_flag("--csv", o->csv, "Print torch.distributed.pipelining's CSV (one row per rank) instead");
+  app->add_flag("--moe-overlap", o->moe_overlap,
+                "The order Megatron-Core runs under its MoE all-to-all overlap (interleaved-1f1b, or no "
+                "pipeline): one more warm-up forward, the steady state's pairs in one cell");
   return {app, [o] { return run(*o); }};
 }
 
