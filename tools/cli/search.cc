@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -238,71 +239,57 @@ void drop_same_schedule_runs(Search3dResult& res) {
   res.ranked = std::move(kept);
 }
 
+// One zip axis of the search's sweep file: its key, whether the file has it, a candidate's value.
+struct SweepAxis {
+  const char* key;
+  bool written;
+  std::function<std::string(const Search3dCandidate&)> value;
+};
+
 // The ranked candidates as one zip group of a sweep file over the experiment (tools/sweep/sweep.h).
 Status write_sweep(const SearchOptions& o, const Search3dResult& res, bool load_balance) {
-  std::vector<std::string> t, p, d, mbs, m, sched, v, rc, sp, zero, part, ep, etp, disp, overlap, cp, cpa,
-      balance, uneven, layout;
-  for (const Search3dCandidate& c : res.ranked) {
-    t.push_back(std::to_string(c.t));
-    p.push_back(std::to_string(c.p));
-    d.push_back(std::to_string(c.d));
-    mbs.push_back(std::to_string(c.b));
-    m.push_back(std::to_string(c.micro_batches));
-    sched.push_back(c.schedule);
-    v.push_back(std::to_string(c.v));
-    rc.push_back(std::string(to_string(c.recompute)));
-    sp.push_back(c.sequence_parallel ? "true" : "false");
-    zero.push_back(c.distributed_optimizer ? "1" : "0");
-    part.push_back("megatron");
-    ep.push_back(std::to_string(c.ep));
-    etp.push_back(std::to_string(c.etp));
-    disp.push_back(std::string(to_string(c.dispatcher)));
-    overlap.push_back(c.moe_overlap ? "true" : "false");
-    cp.push_back(std::to_string(c.cp));
-    uneven.push_back(c.uneven ? "true" : "false");
-    layout.push_back(c.layout.empty() ? "~" : fmt::format("\"{}\"", c.layout));  // ~: the key left out
-    // A null value leaves the key out (set_path): the loader refuses both keys at cp = 1.
-    cpa.push_back(c.cp > 1 ? std::string(to_string(c.cp_algorithm)) : "~");
-    balance.push_back(c.cp > 1 ? (load_balance ? "true" : "false") : "~");
-  }
-  const bool context =
-      std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return c.cp > 1; });
+  const auto any = [&](auto pred) { return std::any_of(res.ranked.begin(), res.ranked.end(), pred); };
+  const bool uneven = any([](const auto& c) { return c.uneven; });
+  const bool layout = any([](const auto& c) { return !c.layout.empty(); });
+  const bool context = any([](const auto& c) { return c.cp > 1; });
   const bool moe = !res.ranked.empty() && res.ranked[0].moe;
-  const std::string base = std::filesystem::absolute(o.file).string();
+  const auto flag = [](bool x) { return std::string(x ? "true" : "false"); };
+  using C = Search3dCandidate;
+  // A null value (~) leaves the key out (set_path): no layout, and at cp = 1 the loader refuses both
+  // context keys.
+  const std::vector<SweepAxis> axes = {
+      {"strategy.partitioner", true, [](const C&) { return std::string("megatron"); }},
+      {"strategy.tensor_parallel", true, [](const C& c) { return std::to_string(c.t); }},
+      {"strategy.stages", true, [](const C& c) { return std::to_string(c.p); }},
+      {"strategy.replicas", true, [](const C& c) { return std::to_string(c.d); }},
+      {"strategy.micro_batch_size", true, [](const C& c) { return std::to_string(c.b); }},
+      {"strategy.micro_batches", true, [](const C& c) { return std::to_string(c.micro_batches); }},
+      {"strategy.schedule", true, [](const C& c) { return c.schedule; }},
+      {"strategy.chunks", true, [](const C& c) { return std::to_string(c.v); }},
+      {"memory.recompute", true, [](const C& c) { return std::string(to_string(c.recompute)); }},
+      {"strategy.sequence_parallel", true, [&](const C& c) { return flag(c.sequence_parallel); }},
+      {"memory.zero", true, [](const C& c) { return std::string(c.distributed_optimizer ? "1" : "0"); }},
+      {"strategy.account_for_embedding", uneven, [&](const C& c) { return flag(c.uneven); }},
+      {"strategy.account_for_loss", uneven, [&](const C& c) { return flag(c.uneven); }},
+      {"strategy.layout", layout,
+       [](const C& c) { return c.layout.empty() ? std::string("~") : fmt::format("\"{}\"", c.layout); }},
+      {"strategy.context_parallel", context, [](const C& c) { return std::to_string(c.cp); }},
+      {"strategy.cp_algorithm", context,
+       [](const C& c) { return c.cp > 1 ? std::string(to_string(c.cp_algorithm)) : "~"; }},
+      {"strategy.cp_load_balance", context, [&](const C& c) { return c.cp > 1 ? flag(load_balance) : "~"; }},
+      {"strategy.expert_parallel", moe, [](const C& c) { return std::to_string(c.ep); }},
+      {"strategy.expert_tensor_parallel", moe, [](const C& c) { return std::to_string(c.etp); }},
+      {"strategy.moe.dispatcher", moe, [](const C& c) { return std::string(to_string(c.dispatcher)); }},
+      {"strategy.moe.overlap", moe, [&](const C& c) { return flag(c.moe_overlap); }}};
   std::string text = fmt::format(
       "# pipegrid search {} --global-batch {}: the {} candidates that fit memory, fastest (analytic) first.\n"
       "base: \"{}\"\nzip:\n",
-      o.file, o.global_batch, res.ranked.size(), base);
-  auto axis = [&](const char* key, const std::vector<std::string>& values) {
-    text += fmt::format("  {}: [{}]\n", key, fmt::join(values, ", "));
-  };
-  axis("strategy.partitioner", part);
-  axis("strategy.tensor_parallel", t);
-  axis("strategy.stages", p);
-  axis("strategy.replicas", d);
-  axis("strategy.micro_batch_size", mbs);
-  axis("strategy.micro_batches", m);
-  axis("strategy.schedule", sched);
-  axis("strategy.chunks", v);
-  axis("memory.recompute", rc);
-  axis("strategy.sequence_parallel", sp);
-  axis("memory.zero", zero);
-  if (std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return c.uneven; })) {
-    axis("strategy.account_for_embedding", uneven);
-    axis("strategy.account_for_loss", uneven);
-  }
-  if (std::any_of(res.ranked.begin(), res.ranked.end(), [](const auto& c) { return !c.layout.empty(); }))
-    axis("strategy.layout", layout);
-  if (context) {
-    axis("strategy.context_parallel", cp);
-    axis("strategy.cp_algorithm", cpa);
-    axis("strategy.cp_load_balance", balance);
-  }
-  if (moe) {
-    axis("strategy.expert_parallel", ep);
-    axis("strategy.expert_tensor_parallel", etp);
-    axis("strategy.moe.dispatcher", disp);
-    axis("strategy.moe.overlap", overlap);
+      o.file, o.global_batch, res.ranked.size(), std::filesystem::absolute(o.file).string());
+  for (const SweepAxis& a : axes) {
+    if (!a.written) continue;
+    std::vector<std::string> values;
+    for (const C& c : res.ranked) values.push_back(a.value(c));
+    text += fmt::format("  {}: [{}]\n", a.key, fmt::join(values, ", "));
   }
   return output::write_file_safely(o.sweep, text);
 }
