@@ -306,6 +306,17 @@ TEST_CASE("dp overlap: the first stage's buckets during its last backward, the c
   CHECK(dp_buckets(100e6, 64) == 2);
   CHECK(dp_buckets(40e6, 8) == 1);
   CHECK(dp_buckets(0, 8) == 1);
+  // The first stage's dense and expert buffers (Megatron-Core's expert_parallel_buffers, the same bucket
+  // size): 100 M dense and 201 M expert parameters on 16 replicas, 3 and 6 buckets of 40 M.
+  CHECK(first_stage_buckets(100e6, 201e6, 16, false).dense == 3);
+  CHECK(first_stage_buckets(100e6, 201e6, 16, false).expert == 6);
+  // One piece each: a dense buffer of one bucket (the lowering splits no backward then), DualPipe's
+  // mirrored stages, one replica.
+  CHECK(first_stage_buckets(30e6, 201e6, 16, false).expert == 1);
+  CHECK(first_stage_buckets(100e6, 201e6, 16, true).dense == 1);
+  CHECK(first_stage_buckets(100e6, 201e6, 16, true).expert == 1);
+  CHECK(first_stage_buckets(100e6, 201e6, 1, false).dense == 1);
+  CHECK(first_stage_buckets(100e6, 0, 16, false).expert == 1);
 }
 
 TEST_CASE("dp overlap: only the first stage is bucketed (Megatron's pipeline rank 0)") {
