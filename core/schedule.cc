@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <set>
 
 #include "core/partition.h"
 
@@ -199,15 +200,25 @@ Result<CsvRow> parse_csv_row(std::string_view row, size_t line, std::string_view
 void add_full_backward_weights(Schedule& s, const std::vector<std::vector<char>>& full) {
   for (size_t d = 0; d < s.device_actions.size(); ++d) {
     auto& acts = s.device_actions[d];
-    for (size_t i = acts.size(); i-- > 0;) {
-      if (!full[d][i]) continue;
-      const Action w{acts[i].stage, Pass::Weight, acts[i].micro_batch};
-      if (std::find(acts.begin(), acts.end(), w) != acts.end()) continue;
-      acts.insert(acts.begin() + static_cast<std::ptrdiff_t>(i) + 1, w);
-      s.positions[d].insert(s.positions[d].begin() + static_cast<std::ptrdiff_t>(i) + 1, s.positions[d][i]);
-      if (d < s.paired.size() && !s.paired[d].empty())
-        s.paired[d].insert(s.paired[d].begin() + static_cast<std::ptrdiff_t>(i) + 1, 0);
+    std::set<std::pair<int, int>> weights;  // (stage, micro-batch) of the row's own W actions
+    for (const Action& a : acts)
+      if (a.pass == Pass::Weight) weights.emplace(a.stage, a.micro_batch);
+    const bool paired = d < s.paired.size() && !s.paired[d].empty();
+    std::vector<Action> out;
+    std::vector<SourcePosition> at;
+    std::vector<char> pairs;
+    for (size_t i = 0; i < acts.size(); ++i) {
+      out.push_back(acts[i]);
+      at.push_back(s.positions[d][i]);
+      if (paired) pairs.push_back(s.paired[d][i]);
+      if (!full[d][i] || weights.count({acts[i].stage, acts[i].micro_batch})) continue;
+      out.push_back(Action{acts[i].stage, Pass::Weight, acts[i].micro_batch});
+      at.push_back(s.positions[d][i]);
+      if (paired) pairs.push_back(0);
     }
+    acts = std::move(out);
+    s.positions[d] = std::move(at);
+    if (paired) s.paired[d] = std::move(pairs);
   }
 }
 
