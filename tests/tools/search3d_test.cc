@@ -137,6 +137,20 @@ Agreement replay_all(const Experiment& base, const Search3dOptions& o) {
   return a;
 }
 
+// |TP-folded replay / whole graph's replay - 1| of candidate c, both in SimGrid.
+double folded_against_whole(const Experiment& base, Search3dEstimator& folded, const Search3dCandidate& c) {
+  const Experiment e = search3d_experiment(base, c);
+  Result<PreparedRun> whole = prepare(e);
+  REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
+  Result<sim::Replay> a = process::replay_isolated(e.cluster, whole->graph);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  Result<PreparedRun> f = folded.tp_folded(c);
+  REQUIRE_MESSAGE(f.ok(), (f.ok() ? "" : f.error().message));
+  Result<sim::Replay> b = process::replay_isolated(base.cluster, f->graph);
+  REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  return std::abs(b->timeline.makespan() / a->timeline.makespan() - 1);
+}
+
 }  // namespace
 
 TEST_CASE("search3d: the combinations of t, p, d and b counted by hand, and what is left out") {
@@ -707,16 +721,7 @@ TEST_CASE("search3d DualPipe: the TP-folded replay against the whole graph's, bo
     double worst = 0;
     std::string worst_label;
     for (const Search3dCandidate& c : res->ranked) {
-      const Experiment e = search3d_experiment(base, c);
-      Result<PreparedRun> whole = prepare(e);
-      REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
-      Result<sim::Replay> a = process::replay_isolated(e.cluster, whole->graph);
-      REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
-      Result<PreparedRun> f = folded.tp_folded(c);
-      REQUIRE_MESSAGE(f.ok(), (f.ok() ? "" : f.error().message));
-      Result<sim::Replay> b = process::replay_isolated(base.cluster, f->graph);
-      REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
-      const double diff = std::abs(b->timeline.makespan() / a->timeline.makespan() - 1);
+      const double diff = folded_against_whole(base, folded, c);
       if (diff > worst) worst = diff, worst_label = c.label();
     }
     MESSAGE(res->ranked.size() << " candidates: worst difference " << worst << " (" << worst_label << ")");
@@ -746,16 +751,7 @@ TEST_CASE("search3d: the TP-folded replay against the whole graph's, both in Sim
     size_t filled = 0;
     double worst_filled = 0, worst = 0;
     for (const Search3dCandidate& c : res->ranked) {
-      const Experiment e = search3d_experiment(base, c);
-      Result<PreparedRun> whole = prepare(e);
-      REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
-      Result<sim::Replay> a = process::replay_isolated(e.cluster, whole->graph);
-      REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
-      Result<PreparedRun> f = folded.tp_folded(c);
-      REQUIRE_MESSAGE(f.ok(), (f.ok() ? "" : f.error().message));
-      Result<sim::Replay> b = process::replay_isolated(base.cluster, f->graph);
-      REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
-      const double diff = std::abs(b->timeline.makespan() / a->timeline.makespan() - 1);
+      const double diff = folded_against_whole(base, folded, c);
       worst = std::max(worst, diff);
       if (c.t == 8) {
         ++filled;
